@@ -1,0 +1,143 @@
+"""Per-request measurement records and the JSONL sink that keeps them on disk.
+
+A record is what one request measured, in raw form: the clock readings (perf_counter_ns)
+at each chunk's arrival and the exact token count of each chunk. Everything published is
+derived from these by `summary`, so a record never holds a derived number that could
+disagree with its raw data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+
+class ErrorKind(StrEnum):
+    """Why a request did not complete; translated from exceptions at the transport only."""
+
+    CONNECT = "connect"  # no connection could be opened (refused, DNS, reset before send)
+    HTTP = "http"  # the server answered a non-2xx status before streaming
+    SERVER_ERROR = "server_error"  # an `error` object arrived inside the stream
+    DISCONNECT = "disconnect"  # the stream ended without `data: [DONE]`
+    MALFORMED = "malformed"  # an event that is not valid JSON / not the expected shape
+    TIMEOUT = "timeout"  # --request-timeout elapsed
+    CANCELLED = "cancelled"  # the run was stopped (Ctrl-C, DELETE) while it was in flight
+
+
+class TokenSource(StrEnum):
+    """Where the per-chunk token counts came from, best first (DESIGN: tokens per chunk)."""
+
+    TOKEN_IDS = "token_ids"
+    USAGE = "usage"
+    LOGPROBS = "logprobs"
+    TEXT = "text"  # re-tokenized text: approximate, flagged in results
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One measured request. All `*_ns` values are time.perf_counter_ns() readings."""
+
+    request_id: int  # index within its point, in send order
+    conc: int  # the concurrency point it belongs to
+    input_len: int  # intended prompt tokens (loadgen's own count)
+    max_tokens: int  # requested output tokens (osl)
+    scheduled_ns: int  # when it was due: slot free (closed loop) or arrival time (open loop)
+    start_ns: int  # immediately before its bytes were handed to the connection
+    connect_ns: int  # time spent opening a new connection before start (0 when reused)
+    chunk_ns: tuple[int, ...]  # arrival of each token-bearing event
+    chunk_tokens: tuple[int, ...]  # tokens in each of those events (exact unless TEXT)
+    end_ns: int  # stream end: [DONE], error, or cancellation
+    token_source: TokenSource
+    prompt_tokens: int | None = None  # server usage.prompt_tokens
+    completion_tokens: int | None = None  # server usage.completion_tokens
+    finish_reason: str | None = None
+    status: int | None = None  # HTTP status, None when no response arrived
+    error: ErrorKind | None = None
+    error_detail: str = ""
+    sent_unix: float = 0.0  # wall clock at start, a label only
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def queue_ns(self) -> int:
+        """Time between being due and being sent (slot wait / open-loop lateness)."""
+        return self.start_ns - self.scheduled_ns
+
+    @property
+    def ttft_ns(self) -> int | None:
+        return self.chunk_ns[0] - self.start_ns if self.chunk_ns else None
+
+    @property
+    def e2el_ns(self) -> int | None:
+        return self.chunk_ns[-1] - self.start_ns if self.chunk_ns else None
+
+    @property
+    def output_tokens(self) -> int:
+        """Server-reported completion tokens, else the summed chunk counts."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return sum(self.chunk_tokens)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        values = dict(data)
+        values["chunk_ns"] = tuple(values["chunk_ns"])
+        values["chunk_tokens"] = tuple(values["chunk_tokens"])
+        values["token_source"] = TokenSource(values["token_source"])
+        if values.get("error") is not None:
+            values["error"] = ErrorKind(values["error"])
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+class JsonlSink:
+    """Appends each record as one JSON line the moment it is finished.
+
+    Each line is written with one write() call and flushed to the OS, so a crash or
+    Ctrl-C loses nothing already measured and never leaves half a line behind a record.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[bytes] = open(path, "ab")  # noqa: SIM115 - lives as long as the sink
+        self.count = 0
+
+    def write(self, record: RequestRecord) -> None:
+        self._file.write(record.to_json() + b"\n")
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+    def __enter__(self) -> JsonlSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_jsonl(path: Path) -> list[RequestRecord]:
+    """Records from a JSONL file; a torn last line (killed mid-write) is ignored."""
+    records = []
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                break
+            records.append(RequestRecord.from_dict(orjson.loads(line)))
+    return records
