@@ -1,0 +1,151 @@
+"""loadgen's Prometheus exposition: what it says, that promtool accepts it, and that its
+counters agree with the result files of the same run against the real simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import Iterable
+
+import aiohttp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from loadgen.bulk_histogram import BulkHistogram
+from loadgen.exporter import ITL_BUCKETS, LoadgenMetrics, loop_lag_probe, serve_metrics
+from loadgen.records import ErrorKind, RequestRecord, TokenSource
+
+MS = 1_000_000
+
+
+def make_record(request_id: int, conc: int, gaps_ms: list[float], tokens: list[int], *,
+                finish: str = "length", error: ErrorKind | None = None) -> RequestRecord:
+    start = 10 * MS
+    chunk_ns = tuple(start + int(sum(gaps_ms[: i + 1]) * MS) for i in range(len(gaps_ms)))
+    return RequestRecord(
+        request_id=request_id, conc=conc, input_len=100, max_tokens=sum(tokens),
+        scheduled_ns=start - 2 * MS, start_ns=start, connect_ns=0, chunk_ns=chunk_ns,
+        chunk_tokens=tuple(tokens), end_ns=(chunk_ns[-1] if chunk_ns else start) + 1,
+        token_source=TokenSource.TOKEN_IDS, prompt_tokens=None if error else 100,
+        completion_tokens=None if error else sum(tokens), finish_reason=finish,
+        status=200, error=error,
+    )
+
+
+def samples(registry: CollectorRegistry) -> list[Sample]:
+    text = generate_latest(registry).decode()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def value(found: Iterable[Sample], name: str, **labels: str) -> float:
+    matching = [s.value for s in found
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(matching) == 1, f"{name}{labels}: {len(matching)} samples"
+    return matching[0]
+
+
+def test_exposition_carries_what_the_records_measured() -> None:
+    registry = CollectorRegistry()
+    observer = LoadgenMetrics(registry).observer(model="m", endpoint="chat", points=2)
+    observer.point_started(4, 3)
+    ok_a = make_record(0, 4, [5.0, 2.0, 4.0, 1.0], [1, 2, 4, 1])  # last chunk cut by length
+    ok_b = make_record(1, 4, [7.0, 3.0, 3.0], [1, 1, 3], finish="stop")
+    failed = make_record(2, 4, [], [], error=ErrorKind.TIMEOUT)
+    for record in (ok_a, ok_b, failed):
+        observer.request_started(4)
+        observer.request_finished(record)
+    observer.point_finished(4, {"server_acceptance_length": 2.25,
+                                "server_acceptance_per_position": [0.7, 0.3, 0.1]})
+    got = samples(registry)
+    point = {"model": "m", "endpoint": "chat", "conc": "4"}
+
+    assert value(got, "loadgen_requests_total", outcome="ok", **point) == 2
+    assert value(got, "loadgen_requests_total", outcome="error", **point) == 1
+    assert value(got, "loadgen_request_errors_total", kind="timeout", **point) == 1
+    assert value(got, "loadgen_request_errors_total", kind="http", **point) == 0
+    assert value(got, "loadgen_output_tokens_total", **point) == 8 + 5
+    assert value(got, "loadgen_prompt_tokens_total", **point) == 200
+    # decode chunks: a's 2nd-3rd (its 4th was cut by max_tokens), b's 2nd-3rd.
+    assert value(got, "loadgen_decode_chunks_total", **point) == 4
+    assert value(got, "loadgen_decode_tokens_total", **point) == 2 + 4 + 1 + 3
+    assert value(got, "loadgen_decode_accepted_tokens_per_position_total",
+                 position="0", **point) == 3
+    assert value(got, "loadgen_decode_accepted_tokens_per_position_total",
+                 position="1", **point) == 2
+    assert value(got, "loadgen_decode_accepted_tokens_per_position_total",
+                 position="2", **point) == 1
+    assert value(got, "loadgen_time_to_first_token_seconds_sum", **point) == pytest.approx(0.012)
+    assert value(got, "loadgen_e2e_request_latency_seconds_sum", **point) == pytest.approx(0.025)
+    assert value(got, "loadgen_inter_chunk_latency_seconds_count", **point) == 5
+    assert value(got, "loadgen_inter_chunk_latency_seconds_sum", **point) == pytest.approx(0.013)
+    # per token: one sample per token of every later chunk; the sum is still the gaps' sum.
+    assert value(got, "loadgen_inter_token_latency_seconds_count", **point) == 7 + 4
+    assert value(got, "loadgen_inter_token_latency_seconds_sum", **point) == pytest.approx(0.013)
+    tpot = (0.007 / 7) + (0.006 / 4)
+    assert value(got, "loadgen_time_per_output_token_seconds_sum", **point) == pytest.approx(tpot)
+    assert value(got, "loadgen_queue_time_seconds_sum", **point) == pytest.approx(0.004)
+    assert value(got, "loadgen_requests_in_flight", model="m", endpoint="chat") == 0
+    assert value(got, "loadgen_target_concurrency", model="m", endpoint="chat") == 4
+    assert value(got, "loadgen_sweep_progress_ratio", model="m", endpoint="chat") == 0.5
+    assert value(got, "loadgen_server_spec_decode_acceptance_length", **point) == 2.25
+    assert value(got, "loadgen_server_spec_decode_acceptance_rate_per_position",
+                 position="1", **point) == 0.3
+    # 1 ms falls in le=0.001, 2 ms (inclusive bound) in le=0.0025 with 1 ms.
+    assert value(got, "loadgen_inter_chunk_latency_seconds_bucket", le="0.001", **point) == 1
+    assert value(got, "loadgen_inter_chunk_latency_seconds_bucket", le="0.0025", **point) == 2
+
+
+def test_promtool_accepts_the_exposition() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: run scripts/ensure-prometheus"
+    registry = CollectorRegistry()
+    observer = LoadgenMetrics(registry).observer(model="m", endpoint="completions", points=1)
+    observer.point_started(1, 1)
+    observer.request_started(1)
+    observer.request_finished(make_record(0, 1, [3.0, 1.0, 1.0], [1, 3, 2]))
+    observer.point_finished(1, {"server_acceptance_rate": 0.5})
+    checked = subprocess.run([promtool, "check", "metrics"], input=generate_latest(registry),
+                             capture_output=True, timeout=30, check=False)
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=20, allow_nan=False), max_size=200),
+       st.sampled_from(ITL_BUCKETS))
+def test_bulk_histogram_buckets_like_prometheus_client(values: list[float], edge: float) -> None:
+    values = [*values, edge]  # a value on a bound must land in that bound's bucket
+    registry = CollectorRegistry()
+    reference = Histogram("ref_seconds", "h", buckets=ITL_BUCKETS, registry=registry)
+    bulk = BulkHistogram("bulk_seconds", "h", (), ITL_BUCKETS, registry)
+    for v in values:
+        reference.observe(v)
+    bulk.labels().observe_many(np.asarray(values, dtype=np.float64))
+    got = samples(registry)
+    for bound in ITL_BUCKETS:
+        le = repr(float(bound))
+        ref = [s.value for s in got if s.name == "ref_seconds_bucket"
+               and float(s.labels["le"]) == bound]
+        assert value(got, "bulk_seconds_bucket", le=le) == ref[0]
+    assert value(got, "bulk_seconds_count") == len(values)
+    assert value(got, "bulk_seconds_sum") == pytest.approx(value(got, "ref_seconds_sum"))
+
+
+async def test_metrics_served_over_http_and_loop_lag_recorded() -> None:
+    registry = CollectorRegistry()
+    metrics = LoadgenMetrics(registry)
+    async with loop_lag_probe(metrics, interval_s=0.005):
+        await asyncio.sleep(0.1)
+    async with (serve_metrics(registry) as server, aiohttp.ClientSession() as session,
+                session.get(server.url) as response):
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = await response.text()
+    got = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    assert value(got, "loadgen_event_loop_lag_seconds_count") >= 5
+    assert value(got, "loadgen_build_info", version=__import__("loadgen").__version__) == 1
