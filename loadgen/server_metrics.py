@@ -1,0 +1,107 @@
+"""The server's Prometheus /metrics text -> a snapshot of the counters loadgen cross-checks.
+
+Pure: the caller scrapes (before and after each point) and hands the text in. A snapshot
+sums every sample over its label sets (engines of a data-parallel server, model names),
+except where a label is the key of the value (`position` of the per-position acceptance
+counter). Histogram buckets and `_created` timestamps are dropped: only `_sum`/`_count`
+of histograms are kept, which is all a mean over a point needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from prometheus_client.parser import text_string_to_metric_families
+
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+# Samples whose label is the key of the value rather than something to sum over.
+KEYED_SAMPLES: Mapping[str, str] = MappingProxyType({SPEC_ACCEPTED_PER_POS: "position"})
+
+# Server-side latency histograms (seconds) -> loadgen's metric name for the cross-check.
+LATENCY_HISTOGRAMS: Mapping[str, str] = MappingProxyType(
+    {
+        "ttft": "vllm:time_to_first_token_seconds",
+        "e2el": "vllm:e2e_request_latency_seconds",
+        "itl": "vllm:inter_token_latency_seconds",  # vLLM observes one value per step/chunk
+        "queue_time": "vllm:request_queue_time_seconds",
+    }
+)
+
+
+class MetricsParseError(ValueError):
+    """The scraped text is not Prometheus exposition format."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSnapshot:
+    """Counter/histogram-total values of one scrape, summed over label sets."""
+
+    samples: Mapping[str, float] = field(default_factory=dict)  # sample name -> sum
+    keyed: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # name -> key -> sum
+
+    def get(self, name: str) -> float | None:
+        return self.samples.get(name)
+
+    @property
+    def accepted_per_position(self) -> dict[int, float]:
+        by_position = self.keyed.get(SPEC_ACCEPTED_PER_POS, {})
+        return {int(position): value for position, value in by_position.items()}
+
+
+def parse_metrics(text: str) -> ServerSnapshot:
+    """Parse a /metrics body; raises MetricsParseError with the reason when it is not valid."""
+    samples: dict[str, float] = {}
+    keyed: dict[str, dict[str, float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if name.endswith(("_bucket", "_created")):
+                    continue
+                key_label = KEYED_SAMPLES.get(name)
+                if key_label is not None and key_label in sample.labels:
+                    per_key = keyed.setdefault(name, {})
+                    key = sample.labels[key_label]
+                    per_key[key] = per_key.get(key, 0.0) + sample.value
+                samples[name] = samples.get(name, 0.0) + sample.value
+    except ValueError as exc:
+        raise MetricsParseError(
+            f"server /metrics is not Prometheus text format ({exc}); "
+            "check that --base-url points at the inference server"
+        ) from exc
+    return ServerSnapshot(samples=samples, keyed=keyed)
+
+
+def speculative_decoding_enabled(snapshot: ServerSnapshot) -> bool:
+    """vLLM registers the spec_decode counters only when a speculative config is active."""
+    return snapshot.get(SPEC_DRAFTS) is not None
+
+
+def counter_delta(before: ServerSnapshot, after: ServerSnapshot, name: str) -> float | None:
+    """after - before, or None when missing on either side or reset in between (negative)."""
+    start, end = before.get(name), after.get(name)
+    if start is None or end is None or end < start:
+        return None
+    return end - start
+
+
+def server_latency_means(before: ServerSnapshot, after: ServerSnapshot) -> dict[str, float | None]:
+    """Mean latencies over the point from the histograms' _sum/_count deltas (milliseconds).
+
+    Keys: server_mean_{ttft,e2el,itl,queue_time}_ms and server_requests (TTFT count delta).
+    None when the server does not export the histogram or saw nothing during the point.
+    """
+    result: dict[str, float | None] = {}
+    for metric, histogram in LATENCY_HISTOGRAMS.items():
+        total = counter_delta(before, after, histogram + "_sum")
+        count = counter_delta(before, after, histogram + "_count")
+        mean = None if total is None or not count else 1000.0 * total / count
+        result[f"server_mean_{metric}_ms"] = mean
+    result["server_requests"] = counter_delta(before, after, LATENCY_HISTOGRAMS["ttft"] + "_count")
+    return result
