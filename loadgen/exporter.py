@@ -18,7 +18,11 @@ Series and labels (model, endpoint, conc = the concurrency point; never per requ
   loadgen_{server_spec_decode,stream}_acceptance_{length,rate},
   loadgen_server_spec_decode_acceptance_rate_per_position{position}
   loadgen_event_loop_lag_seconds (no labels: the client process itself), loadgen_build_info
-Latency histograms count completed (ok) requests only, like the result files.
+Definitions are the result files' (loadgen.summary): a request is completed when it ended
+without error and carried a token (else it failed, kind `no_tokens` when no error was
+set); prompt tokens are loadgen's own input lengths (`total_input_tokens`); latency
+histograms and token counters count completed requests only; decode chunks follow
+`PointArrays.decode_chunk_mask` (same K), so the counters agree with the result files.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -44,6 +49,7 @@ from prometheus_client import (
 
 from loadgen import __version__
 from loadgen.bulk_histogram import BulkHistogram, HistogramSeries
+from loadgen.record_checks import NO_TOKENS, failure_kind
 from loadgen.records import ErrorKind, RequestRecord
 
 POINT_LABELS = ("model", "endpoint", "conc")
@@ -159,9 +165,11 @@ class LoadgenMetrics:
             {"version": __version__})
 
     def observer(self, *, model: str, endpoint: str, points: int | None = None,
-                 ) -> MetricsObserver:
-        """A RunObserver for one sweep of `points` concurrency points."""
-        return MetricsObserver(self, model=model, endpoint=endpoint, points=points)
+                 spec_tokens: int | None = None) -> MetricsObserver:
+        """A RunObserver for one sweep of `points` concurrency points; `spec_tokens` (K)
+        decides which truncated final chunks count as decode chunks, as in the results."""
+        return MetricsObserver(self, model=model, endpoint=endpoint, points=points,
+                               spec_tokens=spec_tokens)
 
 
 @dataclass(slots=True)
@@ -170,7 +178,7 @@ class _PointSeries:
 
     ok: Any
     error: Any
-    errors: dict[ErrorKind, Any]
+    errors: dict[str, Any]  # failure kind (ErrorKind values + no_tokens) -> child
     prompt_tokens: Any
     output_tokens: Any
     decode_chunks: Any
@@ -189,8 +197,9 @@ class MetricsObserver:
     """Feeds LoadgenMetrics from the runner's callbacks (all sync and cheap)."""
 
     def __init__(self, metrics: LoadgenMetrics, *, model: str, endpoint: str,
-                 points: int | None) -> None:
+                 points: int | None, spec_tokens: int | None) -> None:
         self.metrics = metrics
+        self.spec_tokens = spec_tokens
         self._run = (model, endpoint)
         self._points: dict[int, _PointSeries] = {}
         self._planned_points = points
@@ -214,7 +223,8 @@ class MetricsObserver:
         return _PointSeries(
             ok=m.requests.labels(*key, "ok"), error=m.requests.labels(*key, "error"),
             # Every kind exists from the start, so "errors by kind" reads 0, not "no data".
-            errors={kind: m.request_errors.labels(*key, kind.value) for kind in ErrorKind},
+            errors={kind: m.request_errors.labels(*key, kind)
+                    for kind in [*(k.value for k in ErrorKind), NO_TOKENS]},
             prompt_tokens=m.prompt_tokens.labels(*key),
             output_tokens=m.output_tokens.labels(*key),
             decode_chunks=m.decode_chunks.labels(*key),
@@ -242,12 +252,13 @@ class MetricsObserver:
         series = self._series(record.conc)
         self._point_finished += 1
         self._set_progress()
-        if record.error is not None:
+        kind = failure_kind(record)
+        if kind is not None:
             series.error.inc()
-            series.errors[record.error].inc()
+            series.errors[kind].inc()
             return
         series.ok.inc()
-        observe_completed(series, record)
+        observe_completed(series, record, self.spec_tokens)
 
     def _set_progress(self) -> None:
         if not self._planned_points:
@@ -277,15 +288,13 @@ class MetricsObserver:
                     m.server_rate_pos.labels(*key, str(position)).set(rate)
 
 
-def observe_completed(series: _PointSeries, record: RequestRecord) -> None:
-    """All instruments of one completed request, with numpy over its chunks."""
-    series.prompt_tokens.inc(record.prompt_tokens if record.prompt_tokens is not None
-                             else record.input_len)
+def observe_completed(series: _PointSeries, record: RequestRecord,
+                      spec_tokens: int | None) -> None:
+    """All instruments of one completed request (at least one chunk), numpy over chunks."""
+    series.prompt_tokens.inc(record.input_len)
     output = record.output_tokens
     series.output_tokens.inc(output)
     series.queue.observe(max(0, record.queue_ns) / 1e9)
-    if not record.chunk_ns:
-        return
     times = np.asarray(record.chunk_ns, dtype=np.int64)
     tokens = np.asarray(record.chunk_tokens, dtype=np.int64)
     ttft_s = (record.chunk_ns[0] - record.start_ns) / 1e9
@@ -301,7 +310,7 @@ def observe_completed(series: _PointSeries, record: RequestRecord) -> None:
     series.itl_chunk.observe_many(gaps)
     positive = later > 0
     series.itl_token.observe_many(gaps[positive] / later[positive], later[positive])
-    decode = later[:-1] if record.finish_reason == "length" else later
+    decode = later[:-1] if _last_chunk_cut(record, tokens, spec_tokens) else later
     if decode.size == 0:
         return
     series.decode_chunks.inc(int(decode.size))
@@ -315,6 +324,15 @@ def observe_completed(series: _PointSeries, record: RequestRecord) -> None:
         if count == 0:
             break
         series.accepted(position).inc(count)
+
+
+def _last_chunk_cut(record: RequestRecord, tokens: npt.NDArray[np.int64],
+                    spec_tokens: int | None) -> bool:
+    """A final chunk max_tokens may have cut short (PointArrays.decode_chunk_mask)."""
+    at_limit = record.finish_reason == "length" or int(tokens.sum()) >= record.max_tokens
+    if spec_tokens is not None:
+        return at_limit and int(tokens[-1]) < spec_tokens + 1
+    return at_limit
 
 
 class LoopLagProbe:

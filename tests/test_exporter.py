@@ -29,7 +29,8 @@ def make_record(request_id: int, conc: int, gaps_ms: list[float], tokens: list[i
     start = 10 * MS
     chunk_ns = tuple(start + int(sum(gaps_ms[: i + 1]) * MS) for i in range(len(gaps_ms)))
     return RequestRecord(
-        request_id=request_id, conc=conc, input_len=100, max_tokens=sum(tokens),
+        request_id=request_id, conc=conc, input_len=100,
+        max_tokens=sum(tokens) + (0 if finish == "length" else 8),
         scheduled_ns=start - 2 * MS, start_ns=start, connect_ns=0, chunk_ns=chunk_ns,
         chunk_tokens=tuple(tokens), end_ns=(chunk_ns[-1] if chunk_ns else start) + 1,
         token_source=TokenSource.TOKEN_IDS, prompt_tokens=None if error else 100,
