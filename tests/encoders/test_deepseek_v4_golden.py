@@ -83,5 +83,8 @@ def test_golden_arguments_text_is_reproduced(dsv4_fixtures: Path) -> None:
     parsed = parse_message_from_completion_text(text, "thinking")
     original = messages[2]["tool_calls"][0]["function"]
     assert parsed["tool_calls"] == [
-        {"type": "function", "function": {"name": "get_weather", "arguments": original["arguments"]}}
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": original["arguments"]},
+        }
     ]
