@@ -1,0 +1,231 @@
+"""Writes dashboards/loadgen.json (Grafana 10+ schema) from the panel list below.
+
+The JSON is committed; edit this file and run `python dashboards/generate.py`, then
+tests/test_dashboard.py checks that both agree and that every query returns data from a
+real Prometheus scraping loadgen and the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RUN = 'model=~"$model"'  # series of a sweep (no concurrency label)
+POINT = 'model=~"$model", conc=~"$conc"'  # series of a concurrency point
+SERVER = 'model_name=~"$model"'  # vLLM labels the served model `model_name`
+RATE = "[$__rate_interval]"
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+
+def quantiles(metric: str, selector: str, prefix: str = "") -> list[tuple[str, str]]:
+    return [(f"{prefix}{name}",
+             f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{selector}}}{RATE})))")
+            for name, q in QUANTILES]
+
+
+def rate_sum(metric: str, selector: str, by: str = "") -> str:
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (rate({metric}{{{selector}}}{RATE}))"
+
+
+def client_vs_server(client: str, server: str) -> list[tuple[str, str]]:
+    """p50/p99 of one latency from loadgen's histogram and the same from vLLM's."""
+    picked = (("p50", 0.5), ("p99", 0.99))
+    return [
+        *[(f"loadgen {n}", f"histogram_quantile({q}, sum by (le) "
+           f"(rate({client}_bucket{{{POINT}}}{RATE})))") for n, q in picked],
+        *[(f"vLLM {n}", f"histogram_quantile({q}, sum by (le) "
+           f"(rate({server}_bucket{{{SERVER}}}{RATE})))") for n, q in picked],
+    ]
+
+
+# (title, description, unit, width, [(legend, expr)], panel type)
+Panel = tuple[str, str, str, int, list[tuple[str, str]], str]
+ROWS: list[tuple[str, list[Panel]]] = [
+    ("Sweep", [
+        ("Sweep progress", "Share of the sweep's requests finished.", "percentunit", 4,
+         [("{{endpoint}}", f"loadgen_sweep_progress_ratio{{{RUN}}}")], "gauge"),
+        ("Points done", "Concurrency points finished / planned.", "none", 4,
+         [("done", f"sum(loadgen_sweep_points_completed{{{RUN}}})"),
+          ("planned", f"sum(loadgen_sweep_points{{{RUN}}})")], "stat"),
+        ("Requests in flight vs target concurrency",
+         "In flight should sit at the target during a point: less means the client or the "
+         "queue could not keep the slots busy.", "short", 8,
+         [("in flight", f"sum(loadgen_requests_in_flight{{{RUN}}})"),
+          ("target concurrency", f"max(loadgen_target_concurrency{{{RUN}}})"),
+          ("vLLM running", f"sum(vllm:num_requests_running{{{SERVER}}})")], "timeseries"),
+        ("Requests by outcome", "Finished requests per second.", "reqps", 4,
+         [("{{outcome}}", rate_sum("loadgen_requests_total", POINT, "outcome"))],
+         "timeseries"),
+        ("Errors by kind", "Failed requests per second by kind (transport boundary).",
+         "reqps", 4,
+         [("{{kind}}", rate_sum("loadgen_request_errors_total", POINT, "kind"))],
+         "timeseries"),
+    ]),
+    ("Client latency", [
+        ("TTFT", "Time to first token (send to first chunk).", "s", 8,
+         quantiles("loadgen_time_to_first_token_seconds", POINT), "timeseries"),
+        ("ITL per chunk", "Gap between consecutive chunks (vLLM's ITL).", "s", 8,
+         quantiles("loadgen_inter_chunk_latency_seconds", POINT), "timeseries"),
+        ("ITL per token", "Chunk gap divided by its tokens: what a user feels under MTP.",
+         "s", 8, quantiles("loadgen_inter_token_latency_seconds", POINT), "timeseries"),
+        ("TPOT", "(E2E - TTFT) / (output tokens - 1).", "s", 8,
+         quantiles("loadgen_time_per_output_token_seconds", POINT), "timeseries"),
+        ("E2E latency", "Send to last chunk.", "s", 8,
+         quantiles("loadgen_e2e_request_latency_seconds", POINT), "timeseries"),
+        ("Queue time", "Wait for a concurrency slot before sending (never inside TTFT).",
+         "s", 8, quantiles("loadgen_queue_time_seconds", POINT), "timeseries"),
+        ("TTFT p50 by concurrency", "Median TTFT of each concurrency point.", "s", 12,
+         [("conc {{conc}}", "histogram_quantile(0.5, sum by (le, conc) "
+           f"(rate(loadgen_time_to_first_token_seconds_bucket{{{POINT}}}{RATE})))")],
+         "timeseries"),
+        ("TPOT p50 by concurrency", "Median TPOT of each concurrency point.", "s", 12,
+         [("conc {{conc}}", "histogram_quantile(0.5, sum by (le, conc) "
+           f"(rate(loadgen_time_per_output_token_seconds_bucket{{{POINT}}}{RATE})))")],
+         "timeseries"),
+    ]),
+    ("Throughput", [
+        ("Token throughput", "Client output and total (prompt + output) tokens/s of "
+         "completed requests, beside the server's generation rate.", "suffix:tok/s", 12,
+         [("output (loadgen)", rate_sum("loadgen_output_tokens_total", POINT)),
+          ("total (loadgen)", f"{rate_sum('loadgen_output_tokens_total', POINT)} + "
+           f"{rate_sum('loadgen_prompt_tokens_total', POINT)}"),
+          ("generation (vLLM)", rate_sum("vllm:generation_tokens_total", SERVER))],
+         "timeseries"),
+        ("Request throughput", "Completed requests/s: loadgen vs vLLM's successes.",
+         "reqps", 12,
+         [("loadgen", rate_sum("loadgen_requests_total", f'{POINT}, outcome="ok"')),
+          ("vLLM", rate_sum("vllm:request_success_total", SERVER))], "timeseries"),
+    ]),
+    ("Speculative decoding (MTP)", [
+        ("Acceptance length", "Stream: tokens per decode chunk. Server: 1 + accepted / "
+         "drafts from vllm:spec_decode_*. They should agree with stream interval 1.",
+         "short", 8,
+         [("stream (loadgen)", f"{rate_sum('loadgen_decode_tokens_total', POINT)} / "
+           f"{rate_sum('loadgen_decode_chunks_total', POINT)}"),
+          ("server (vLLM)", f"1 + {rate_sum('vllm:spec_decode_num_accepted_tokens_total', SERVER)}"
+           f" / {rate_sum('vllm:spec_decode_num_drafts_total', SERVER)}")], "timeseries"),
+        ("Per-position acceptance rate", "Share of decode steps whose draft at position i "
+         "was accepted: from the stream and from the server.", "percentunit", 8,
+         [("stream pos {{position}}",
+           f"{rate_sum('loadgen_decode_accepted_tokens_per_position_total', POINT, 'position')}"
+           f" / on() group_left {rate_sum('loadgen_decode_chunks_total', POINT)}"),
+          ("server pos {{position}}",
+           f"{rate_sum('vllm:spec_decode_num_accepted_tokens_per_pos_total', SERVER, 'position')}"
+           f" / on() group_left {rate_sum('vllm:spec_decode_num_drafts_total', SERVER)}")],
+         "timeseries"),
+        ("Acceptance length per point", "Per finished point: server-side (counter deltas "
+         "loadgen scraped around the point) and stream-side.", "short", 8,
+         [("server conc {{conc}}",
+           f"loadgen_server_spec_decode_acceptance_length{{{POINT}}}"),
+          ("stream conc {{conc}}", f"loadgen_stream_acceptance_length{{{POINT}}}")],
+         "timeseries"),
+        ("Tokens per decode chunk", "Distribution of 1 + accepted draft tokens per step.",
+         "short", 24,
+         [("{{le}}", "sum by (le) (increase(loadgen_decode_chunk_tokens_bucket"
+           f"{{{POINT}}}[$__range]))")], "bargauge"),
+    ]),
+    ("Server (vLLM)", [
+        ("vLLM requests running / waiting", "The server's scheduler queue.", "short", 8,
+         [("running", f"sum(vllm:num_requests_running{{{SERVER}}})"),
+          ("waiting", f"sum(vllm:num_requests_waiting{{{SERVER}}})")], "timeseries"),
+        ("vLLM KV cache usage", "Fraction of KV-cache blocks in use.", "percentunit", 8,
+         [("{{engine}}", f"vllm:kv_cache_usage_perc{{{SERVER}}}")], "timeseries"),
+        ("TTFT: loadgen vs vLLM", "The client's TTFT includes the network and HTTP "
+         "stack; the server's starts at arrival.", "s", 8,
+         client_vs_server("loadgen_time_to_first_token_seconds",
+                          "vllm:time_to_first_token_seconds"), "timeseries"),
+        ("ITL: loadgen vs vLLM", "Per-chunk gaps seen by the client vs vLLM's "
+         "inter-token latency histogram.", "s", 12,
+         client_vs_server("loadgen_inter_chunk_latency_seconds",
+                          "vllm:inter_token_latency_seconds"), "timeseries"),
+        ("E2E: loadgen vs vLLM", "Request latency at the client and in the server.", "s",
+         12, client_vs_server("loadgen_e2e_request_latency_seconds",
+                              "vllm:e2e_request_latency_seconds"), "timeseries"),
+    ]),
+    ("Client health", [
+        ("Event-loop lag", "How late loadgen's event loop wakes up: chunk timestamps can be "
+         "late by up to this much.", "s", 24,
+         quantiles("loadgen_event_loop_lag_seconds", ""), "timeseries"),
+    ]),
+]
+
+
+def panel(panel_id: int, spec: Panel, x: int, y: int) -> dict[str, Any]:
+    title, description, unit, width, queries, kind = spec
+    targets = [{"refId": chr(ord("A") + i), "datasource": DS, "expr": expr,
+                "legendFormat": legend, "range": True,
+                **({"format": "heatmap", "instant": True, "range": False}
+                   if kind == "bargauge" else {})}
+               for i, (legend, expr) in enumerate(queries)]
+    options: dict[str, Any] = {"tooltip": {"mode": "multi", "sort": "desc"},
+                               "legend": {"displayMode": "list", "placement": "bottom",
+                                          "showLegend": True}}
+    if kind in ("stat", "gauge", "bargauge"):
+        options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
+    return {
+        "id": panel_id, "type": kind, "title": title, "description": description,
+        "datasource": DS, "gridPos": {"h": 8, "w": width, "x": x, "y": y},
+        "fieldConfig": {"defaults": {"unit": unit, "min": 0}, "overrides": []},
+        "options": options, "targets": targets,
+    }
+
+
+def variable(name: str, label: str, query: str, *, multi: bool) -> dict[str, Any]:
+    return {
+        "name": name, "label": label, "type": "query", "datasource": DS,
+        "query": {"query": query, "refId": f"{name}-var"}, "definition": query,
+        "refresh": 2, "includeAll": True, "allValue": ".*", "multi": multi,
+        "sort": 3 if name == "conc" else 1,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+    }
+
+
+def dashboard() -> dict[str, Any]:
+    panels: list[dict[str, Any]] = []
+    next_id, y = 1, 0
+    for row_title, specs in ROWS:
+        panels.append({"id": next_id, "type": "row", "title": row_title, "collapsed": False,
+                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
+        next_id, y, x = next_id + 1, y + 1, 0
+        for spec in specs:
+            if x + spec[3] > 24:
+                x, y = 0, y + 8
+            panels.append(panel(next_id, spec, x, y))
+            next_id, x = next_id + 1, x + spec[3]
+        y += 8
+    templating = [
+        {"name": "datasource", "label": "Datasource", "type": "datasource",
+         "query": "prometheus", "current": {}, "hide": 0, "refresh": 1},
+        variable("model", "Model", "label_values(loadgen_target_concurrency, model)",
+                 multi=False),
+        variable("conc", "Concurrency", 'label_values(loadgen_point_requests{model=~"$model"}, '
+                 "conc)", multi=True),
+    ]
+    return {
+        "uid": "loadgen", "title": "loadgen", "tags": ["loadgen", "vllm", "llm-serving"],
+        "description": "loadgen sweep live: client latencies (TTFT, ITL per chunk and per "
+        "token, TPOT, E2E), throughput, MTP acceptance, beside vLLM's own metrics.",
+        "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
+        "timezone": "browser", "refresh": "10s", "time": {"from": "now-1h", "to": "now"},
+        "fiscalYearStartMonth": 0, "liveNow": False, "links": [],
+        "annotations": {"list": [{
+            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "templating": {"list": templating},
+        "panels": panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    target = Path(__file__).with_name("loadgen.json")
+    target.write_text(render())
+    sys.stdout.write(f"wrote {target}\n")
