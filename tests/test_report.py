@@ -1,0 +1,145 @@
+"""report: atomic per-point JSON, sweep rows, console table, CSV and the sweep plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_records import MS, failed_record, make_record
+
+from loadgen.records import ErrorKind, RequestRecord
+from loadgen.report import (
+    SWEEP_COLUMNS,
+    format_table,
+    plot_sweep,
+    sweep_rows,
+    write_csv,
+    write_point,
+)
+from loadgen.summary import PointContext, summarize
+
+
+def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> dict[str, Any]:
+    """A summarized point whose step time grows with concurrency."""
+    step = (2 + conc) * MS
+    records: list[RequestRecord] = [
+        make_record(
+            i,
+            start_ns=i * MS,
+            offsets_ns=[step * (j + 1) for j in range(4)],
+            tokens=(1, 2, 2, 3),
+        )
+        for i in range(conc)
+    ]
+    records += [failed_record(conc + i, ErrorKind.DISCONNECT) for i in range(failures)]
+    ctx = PointContext(conc=conc, input_len=100, output_len=8, spec_tokens=2, num_gpus=num_gpus)
+    return summarize(records, ctx)
+
+
+def test_write_point_is_complete_json_and_leaves_no_temp(tmp_path: Path) -> None:
+    result = point(4)
+    path = write_point(tmp_path / "results", result)
+    assert path == tmp_path / "results" / "conc_4.json"
+    loaded = json.loads(path.read_text())
+    assert loaded.keys() == result.keys()
+    assert loaded["mean_ttft_ms"] == pytest.approx(result["mean_ttft_ms"])
+    assert loaded["ttfts"] == pytest.approx(result["ttfts"])
+    assert [p.name for p in path.parent.iterdir()] == ["conc_4.json"]
+
+
+def test_write_point_failure_keeps_previous_file(tmp_path: Path) -> None:
+    path = write_point(tmp_path, point(2))
+    before = path.read_bytes()
+    broken = {**point(2), "unserializable": object()}
+    with pytest.raises(TypeError):
+        write_point(tmp_path, broken)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["conc_2.json"]
+
+
+def test_sweep_rows_ordered_and_taken_from_results() -> None:
+    results = [point(8), point(2), point(4)]
+    rows = sweep_rows(results)
+    assert [row["conc"] for row in rows] == [2, 4, 8]
+    by_conc = {r["max_concurrency"]: r for r in results}
+    for row in rows:
+        source = by_conc[row["conc"]]
+        for column, field in SWEEP_COLUMNS.items():
+            assert row[column] == source[field], column
+
+
+def test_table_one_line_per_conc_with_labelled_columns() -> None:
+    rows = sweep_rows([point(2), point(4)])
+    lines = format_table(rows).splitlines()
+    header = lines[0]
+    for label in (
+        "conc",
+        "req/s",
+        "out tok/s",
+        "tok/s/user",
+        "TTFT p50 ms",
+        "ITL p99 ms",
+        "TPOT p50 ms",
+        "AL",
+    ):
+        assert label in header
+    assert "failed" not in header and "GPU" not in header
+    assert len(lines) == 2 + len(rows)
+    for line, row in zip(lines[2:], rows, strict=True):
+        cells = line.split()
+        assert cells[0] == str(row["conc"])
+        assert cells[3] == f"{row['interactivity_tok_s_user']:,.1f}"
+        assert cells[-1] == f"{row['stream_acceptance_length']:,.2f}"
+
+
+def test_table_per_gpu_and_failed_columns_when_relevant() -> None:
+    rows = sweep_rows([point(2, num_gpus=2), point(4, num_gpus=2, failures=3)])
+    text = format_table(rows)
+    assert "out tok/s/GPU" in text.splitlines()[0]
+    assert text.splitlines()[0].split()[-1] == "failed"
+    assert [line.split()[-1] for line in text.splitlines()[2:]] == ["0", "3"]
+    assert f"{rows[0]['output_throughput_per_gpu']:,.1f}" in text.splitlines()[2]
+
+
+def test_table_shows_unknown_as_dash() -> None:
+    rows = sweep_rows([{"max_concurrency": 1, "completed": 0, "failed": 1}])
+    assert format_table(rows).splitlines()[2].split()[1:4] == ["-", "-", "-"]
+
+
+def test_csv_round_trip(tmp_path: Path) -> None:
+    rows = sweep_rows([point(2), point(4)])
+    path = write_csv(tmp_path / "sweep.csv", rows)
+    with path.open(newline="") as fh:
+        read = list(csv.DictReader(fh))
+    assert list(read[0]) == list(SWEEP_COLUMNS)
+    for got, row in zip(read, rows, strict=True):
+        assert int(got["conc"]) == row["conc"]
+        assert float(got["ttft_p99_ms"]) == pytest.approx(row["ttft_p99_ms"])
+        assert got["output_throughput_per_gpu"] == ""  # unknown without --num-gpus
+
+
+def test_plot_writes_png(tmp_path: Path) -> None:
+    path = plot_sweep(
+        tmp_path / "plots" / "sweep.png", [point(2, num_gpus=8), point(4, num_gpus=8)]
+    )
+    assert path is not None
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5_000
+
+
+def test_plot_without_plottable_points_is_none(tmp_path: Path) -> None:
+    assert plot_sweep(tmp_path / "x.png", [{"max_concurrency": 1}]) is None
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_without_matplotlib_is_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Simulates the package being absent (the optional `plot` extra not installed).
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert plot_sweep(tmp_path / "sweep.png", [point(2)]) is None
+    assert not (tmp_path / "sweep.png").exists()
