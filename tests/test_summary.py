@@ -359,3 +359,26 @@ def test_percentiles_match_numpy(records: list[RequestRecord], extra: list[float
                 continue
             assert got == pytest.approx(float(np.percentile(values, p)))
             assert got == pytest.approx(linear_percentile(values, p))
+
+
+def test_partial_stream_of_a_failed_request_never_enters_latency_stats() -> None:
+    ok = two_ok_one_failed()[:2]
+    cut = make_record(
+        9,
+        start_ns=0,
+        offsets_ns=(900 * MS, 990 * MS),
+        tokens=(1, 5),
+        error=ErrorKind.DISCONNECT,
+        completion_tokens=None,
+    )
+    with_cut, without = summarize([*ok, cut], CTX), summarize(ok, CTX)
+    for key in (
+        "mean_ttft_ms",
+        "p99_itl_ms",
+        "mean_tpot_ms",
+        "mean_itl_per_token_ms",
+        "p99.9_e2el_ms",
+    ):
+        assert with_cut[key] == without[key], key
+    assert with_cut["total_output_tokens"] == without["total_output_tokens"]
+    assert with_cut["errors_by_kind"]["disconnect"] == 1 and with_cut["output_lens"][-1] == 0
