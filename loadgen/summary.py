@@ -10,6 +10,9 @@ added beside them. Definitions are DESIGN's "Metric definitions (normative)":
 - interactivity = 1 / TPOT per request, in tokens/s/user.
 - Percentiles from the raw samples, numpy's default (linear) method, as vLLM; std is
   numpy's population std (ddof=0), as vLLM. Empty samples give None, never 0.
+- queue_time = start - scheduled (slot wait / open-loop lateness), every completed request;
+  connect_time = connection set-up before start, over the requests that opened one
+  (`new_connections` counts them).
 - Failed requests count in `failed` and the error fields, never in latency statistics.
 - duration = first send (earliest start of any request) to last completion (latest end).
 """
@@ -100,7 +103,9 @@ def latency_samples(arrays: PointArrays) -> dict[str, FloatArray]:
         "itl_per_token": per_token,
         "interactivity": 1000.0 / tpot[tpot > 0],
         "queue_time": arrays.queue_ns / NS_PER_MS,
-        "connect_time": arrays.connect_ns / NS_PER_MS,
+        # Only requests that had to open a connection: with warm connections most are 0,
+        # and a median of zeros would hide what opening one costs.
+        "connect_time": arrays.connect_ns[arrays.connect_ns > 0] / NS_PER_MS,
     }
 
 
@@ -198,7 +203,8 @@ def summarize(
     result.update(
         distribution("interactivity", samples["interactivity"], ctx.all_percentiles, "tok_s_user")
     )
-    result["max_connect_time_ms"] = float(samples["connect_time"].max()) if completed else None
+    connect = samples["connect_time"]
+    result["max_connect_time_ms"] = float(connect.max()) if connect.size else None
     result["new_connections"] = int(np.count_nonzero(arrays.connect_ns > 0))
     result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"]))
     result.update(error_fields(ordered))

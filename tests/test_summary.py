@@ -382,3 +382,13 @@ def test_partial_stream_of_a_failed_request_never_enters_latency_stats() -> None
         assert with_cut[key] == without[key], key
     assert with_cut["total_output_tokens"] == without["total_output_tokens"]
     assert with_cut["errors_by_kind"]["disconnect"] == 1 and with_cut["output_lens"][-1] == 0
+
+
+def test_connect_time_over_requests_that_opened_a_connection() -> None:
+    records = [make_record(0, connect_ns=4 * MS), make_record(1, connect_ns=2 * MS), make_record(2)]
+    result = summarize(records, CTX)
+    assert result["new_connections"] == 2
+    assert result["mean_connect_time_ms"] == pytest.approx(3.0)
+    assert result["max_connect_time_ms"] == pytest.approx(4.0)
+    warm = summarize([make_record(0)], CTX)
+    assert warm["new_connections"] == 0 and warm["mean_connect_time_ms"] is None
