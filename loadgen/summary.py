@@ -57,7 +57,7 @@ class PointContext:
         unknown = sorted(set(self.slos) - set(SLO_METRICS))
         if unknown:
             raise ValueError(f"unknown SLO metric {unknown}: use {', '.join(SLO_METRICS)}")
-        if any(not 0 < p < 100 for p in self.percentiles):
+        if any(not 0 <= p <= 100 for p in self.percentiles):
             raise ValueError(f"percentiles must be between 0 and 100, got {self.percentiles}")
         if self.num_gpus is not None and self.num_gpus < 1:
             raise ValueError(f"num_gpus must be at least 1, got {self.num_gpus}")

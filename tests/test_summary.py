@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -322,7 +324,7 @@ def test_bad_context_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown SLO metric"):
         PointContext(conc=1, input_len=1, output_len=1, slos={"latency": 1.0})
     with pytest.raises(ValueError, match="percentiles"):
-        PointContext(conc=1, input_len=1, output_len=1, percentiles=(100.0,))
+        PointContext(conc=1, input_len=1, output_len=1, percentiles=(100.5,))
 
 
 @settings(max_examples=100, deadline=None)
@@ -392,3 +394,18 @@ def test_connect_time_over_requests_that_opened_a_connection() -> None:
     assert result["max_connect_time_ms"] == pytest.approx(4.0)
     warm = summarize([make_record(0)], CTX)
     assert warm["new_connections"] == 0 and warm["mean_connect_time_ms"] is None
+
+
+def test_every_result_field_is_documented_and_every_documented_field_produced() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
+    documented: set[str] = set()
+    for line in doc.splitlines():
+        if line.startswith("| `"):
+            for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+                stats = ["mean", "median", "std", "p90", "p99", "p99.9", "p50"]
+                documented |= (
+                    {name.replace("<stat>", s) for s in stats} if "<stat>" in name else {name}
+                )
+    ctx = PointContext(conc=2, input_len=100, output_len=8, percentiles=(50,), slos={"ttft": 1.0})
+    produced = set(summarize(two_ok_one_failed(), ctx))
+    assert produced == documented, (produced - documented, documented - produced)
