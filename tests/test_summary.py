@@ -17,6 +17,7 @@ from loadgen.point_arrays import PointArrays
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 from loadgen.server_metrics import ServerSnapshot
 from loadgen.summary import PointContext, latency_samples, percentile_word, summarize
+from loadgen.throughput import steady_window
 
 CTX = PointContext(conc=2, input_len=100, output_len=8)
 
@@ -409,3 +410,24 @@ def test_every_result_field_is_documented_and_every_documented_field_produced() 
     ctx = PointContext(conc=2, input_len=100, output_len=8, percentiles=(50,), slos={"ttft": 1.0})
     produced = set(summarize(two_ok_one_failed(), ctx))
     assert produced == documented, (produced - documented, documented - produced)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 20), st.integers(1, 10)), min_size=1, max_size=12),
+    st.integers(1, 5),
+)
+def test_steady_window_matches_brute_force(spans: list[tuple[int, int]], conc: int) -> None:
+    starts = np.array([s for s, _ in spans], dtype=np.int64)
+    ends = np.array([s + d for s, d in spans], dtype=np.int64)
+
+    def in_flight(t: int) -> int:  # requests with start <= t < end
+        return sum(1 for s, e in zip(starts, ends, strict=True) if s <= t < e)
+
+    times = sorted(set(starts.tolist()) | set(ends.tolist()))
+    busy = [t for t in times if in_flight(t) >= conc]
+    expected = None
+    if busy:
+        closed = min(t for t in times if t > busy[-1] and in_flight(t) < conc)
+        expected = (busy[0], closed)
+    assert steady_window(starts, ends, conc) == expected
