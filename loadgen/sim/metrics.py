@@ -1,0 +1,143 @@
+"""The simulator's /metrics: vLLM 0.32 names, labels and buckets on an injected registry.
+
+Names, help texts and buckets are copied from fixtures/vllm_0.32_cpu/metrics.txt.
+prometheus-client sorts labels when it renders, which is also what the capture shows.
+The spec-decode counters count what the engine drew, exactly as vLLM does: a step cut
+short by max_tokens (or EOS) still counts all the drafts it accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0)
+REQUEST_TIME_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                        50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+LABELS = ("model_name", "engine")
+
+
+def one_two_five_buckets(max_value: int) -> list[float]:
+    """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50, ... up to max_model_len."""
+    buckets: list[float] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return buckets
+            buckets.append(float(value))
+        exponent += 1
+
+
+# As captured (vLLM derives them from its cudagraph capture sizes).
+ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+                     8192.0, 16384.0)
+
+
+class SimMetrics:
+    """All instruments, bound to one registry and one (model_name, engine) label pair."""
+
+    def __init__(self, registry: CollectorRegistry, *, model_name: str, max_model_len: int,
+                 spec_tokens: int) -> None:
+        labels = {"model_name": model_name, "engine": "0"}
+        self.spec_tokens = spec_tokens
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, LABELS, registry=registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, LABELS, registry=registry)
+
+        def histogram(name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(name, doc, LABELS, buckets=buckets, registry=registry)
+
+        if spec_tokens > 0:
+            self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+            self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens",
+                                        "Number of draft tokens.")
+            self.accepted = counter("vllm:spec_decode_num_accepted_tokens",
+                                    "Number of accepted tokens.")
+            per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                              "Accepted tokens per draft position.", (*LABELS, "position"),
+                              registry=registry)
+            self.accepted_per_pos = [per_pos.labels(**labels, position=str(i))
+                                     for i in range(spec_tokens)]
+        self.running = gauge("vllm:num_requests_running",
+                             "Number of requests in model execution batches.").labels(**labels)
+        self.waiting = gauge("vllm:num_requests_waiting",
+                             "Number of requests waiting to be processed.").labels(**labels)
+        self.kv_usage = gauge("vllm:kv_cache_usage_perc",
+                              "KV-cache usage. 1 means 100 percent usage.").labels(**labels)
+        self.preemptions = counter("vllm:num_preemptions",
+                                   "Cumulative number of preemption from the engine.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens",
+                                         "Number of generation tokens processed.")
+        success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                          ("model_name", "engine", "finished_reason"), registry=registry)
+        self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISHED_REASONS}
+        token_buckets = one_two_five_buckets(max_model_len)
+        self.req_prompt_tokens = histogram("vllm:request_prompt_tokens",
+                                           "Number of prefill tokens processed.", token_buckets)
+        self.req_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.",
+            token_buckets)
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+            ITERATION_BUCKETS)
+        self.max_generation_tokens = histogram(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.", token_buckets)
+        self.params_n = histogram("vllm:request_params_n",
+                                  "Histogram of the n request parameter.", [1, 2, 5, 10, 20])
+        self.params_max_tokens = histogram(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+            token_buckets)
+        self.ttft = histogram("vllm:time_to_first_token_seconds",
+                              "Histogram of time to first token in seconds.", TTFT_BUCKETS)
+        self.itl = histogram("vllm:inter_token_latency_seconds",
+                             "Histogram of inter-token latency in seconds.", ITL_BUCKETS)
+        self.tpot = histogram("vllm:request_time_per_output_token_seconds",
+                              "Histogram of time_per_output_token_seconds per request.",
+                              ITL_BUCKETS)
+        self.e2e = histogram("vllm:e2e_request_latency_seconds",
+                             "Histogram of e2e request latency in seconds.", REQUEST_TIME_BUCKETS)
+        self.queue = histogram("vllm:request_queue_time_seconds",
+                               "Histogram of time spent in WAITING phase for request.",
+                               REQUEST_TIME_BUCKETS)
+        self.inference = histogram("vllm:request_inference_time_seconds",
+                                   "Histogram of time spent in RUNNING phase for request.",
+                                   REQUEST_TIME_BUCKETS)
+        self.prefill = histogram("vllm:request_prefill_time_seconds",
+                                 "Histogram of time spent in PREFILL phase for request.",
+                                 REQUEST_TIME_BUCKETS)
+        self.decode = histogram("vllm:request_decode_time_seconds",
+                                "Histogram of time spent in DECODE phase for request.",
+                                REQUEST_TIME_BUCKETS)
+        self._bind(labels)
+
+    def _bind(self, labels: dict[str, str]) -> None:
+        """Resolve label children once: .labels() per observation would cost a dict lookup."""
+        for name in ("preemptions", "prompt_tokens", "generation_tokens", "req_prompt_tokens",
+                     "req_generation_tokens", "iteration_tokens", "max_generation_tokens",
+                     "params_n", "params_max_tokens", "ttft", "itl", "tpot", "e2e", "queue",
+                     "inference", "prefill", "decode"):
+            setattr(self, name, getattr(self, name).labels(**labels))
+        if self.spec_tokens > 0:
+            for name in ("drafts", "draft_tokens", "accepted"):
+                setattr(self, name, getattr(self, name).labels(**labels))
+
+    def record_draft(self, accepted: int) -> None:
+        """One MTP verification step of one request: K drafts, `accepted` of them kept."""
+        self.drafts.inc()
+        self.draft_tokens.inc(self.spec_tokens)
+        if accepted:
+            self.accepted.inc(accepted)
+            for position in range(accepted):
+                self.accepted_per_pos[position].inc()

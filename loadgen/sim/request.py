@@ -1,0 +1,87 @@
+"""One generation request as the engine sees it, and where its bytes go (a Sink)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from loadgen.sim.faults import NO_FAULTS, RequestFaults
+from loadgen.sim.plan import RequestPlan
+from loadgen.sim.wire import StreamFormat
+
+
+class Sink(Protocol):
+    """The client connection of a streamed request."""
+
+    def deliver(self, data: bytes) -> bool:
+        """Write bytes now; False when the client is gone."""
+        ...
+
+    def close(self) -> None:
+        """Drop the connection (the abort fault)."""
+        ...
+
+    def is_open(self) -> bool: ...
+
+
+class TransportSink:
+    """Writes straight to the asyncio transport: no coroutine or task per chunk.
+
+    The handler has already sent the headers of a chunked response (aiohttp's
+    StreamResponse.prepare); data given here is already framed as HTTP chunks, exactly
+    as aiohttp would frame it, so aiohttp's own write_eof() can end the body afterwards.
+    """
+
+    __slots__ = ("_transport",)
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def deliver(self, data: bytes) -> bool:
+        transport = self._transport
+        if transport.is_closing():
+            return False
+        transport.write(data)
+        return True
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def is_open(self) -> bool:
+        return not self._transport.is_closing()
+
+
+@dataclass(slots=True, eq=False)
+class EngineRequest:
+    index: int
+    x_request_id: str | None
+    prompt_len: int
+    max_tokens: int
+    plan: RequestPlan
+    arrival_ns: int
+    done: asyncio.Future[str]
+    # Streamed requests have both; non-streamed requests have neither.
+    fmt: StreamFormat | None = None
+    sink: Sink | None = None
+    faults: RequestFaults = NO_FAULTS
+    prefilled: int = 0
+    emitted: int = 0  # tokens the engine has produced
+    sent: int = 0  # tokens already put into chunks
+    decode_steps: int = 0
+    steps_since_send: int = 0
+    first_sched_ns: int = 0
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+    stall_until_ns: int = 0
+    finish_reason: str | None = None
+    # (intended_ns, sent_ns, tokens) per token-bearing chunk.
+    chunks: list[tuple[int, int, int]] = field(default_factory=list)
+
+    @property
+    def prefill_remaining(self) -> int:
+        return self.prompt_len - self.prefilled
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prefilled + self.emitted

@@ -1,0 +1,171 @@
+"""The simulator's aiohttp application and `running_simulator`, its lifecycle.
+
+    async with running_simulator(SimConfig(...), host="127.0.0.1", port=0) as sim:
+        ...  # sim.port, sim.base_url ("http://127.0.0.1:PORT"; OpenAI clients add "/v1")
+
+It runs inside the caller's event loop: the engine is one task, requests are aiohttp
+handlers. Leaving the block stops the engine (open streams are closed) and the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from tokenizers import Tokenizer
+
+from loadgen.sim.accounting import Accounting
+from loadgen.sim.config import SimConfig
+from loadgen.sim.detok import build_token_table
+from loadgen.sim.engine import Engine
+from loadgen.sim.handlers import GenerationHandlers, Tokenization, error_response, json_response
+from loadgen.sim.metrics import SimMetrics
+from loadgen.sim.trace import TraceWriter
+from loadgen.sim.validate import ApiError, bad_request, check_model, check_token_ids, parse_json
+from loadgen.sim.wire import (
+    VLLM_VERSION,
+    detokenize_body,
+    models_body,
+    tokenize_body,
+    version_body,
+)
+from loadgen.tokenizer import decode, load_tokenizer
+
+__all__ = ["RunningSimulator", "SimConfig", "SimServer", "running_simulator"]
+
+MAX_BODY_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RunningSimulator:
+    config: SimConfig
+    host: str
+    port: int
+    registry: CollectorRegistry
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class SimServer:
+    """All per-server state: tokenizer, token table, engine, metrics, trace."""
+
+    def __init__(self, config: SimConfig, tokenizer: Tokenizer,
+                 registry: CollectorRegistry) -> None:
+        self.config = config
+        self.registry = registry
+        self.created = int(time.time())
+        digest = hashlib.sha256(config.model.encode()).hexdigest()[:8]
+        self.fingerprint = f"vllm-{VLLM_VERSION}-{digest}"
+        self.metrics = SimMetrics(registry, model_name=config.model,
+                                  max_model_len=config.max_model_len,
+                                  spec_tokens=config.spec_tokens)
+        self.trace = TraceWriter(config.trace_path) if config.trace_path else None
+        self.engine = Engine(config, Accounting(self.metrics, self.trace, config.kv_cache_tokens))
+        self.tokenization = Tokenization(tokenizer, config.add_bos)
+        self.generation = GenerationHandlers(config, self.tokenization,
+                                             build_token_table(tokenizer), self.engine,
+                                             self.fingerprint)
+        self.perm_id = "modelperm-" + secrets.token_hex(8)
+        self.app = self._build_app()
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/metrics", self.prometheus)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_post("/detokenize", self.detokenize)
+        app.router.add_post("/v1/completions", self.generation.completions)
+        app.router.add_post("/v1/chat/completions", self.generation.chat_completions)
+        return app
+
+    async def models(self, request: web.Request) -> web.Response:
+        c = self.config
+        return json_response(models_body(c.model, c.model, c.max_model_len, self.created,
+                                         self.perm_id))
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return json_response(version_body())
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = parse_json(await request.read())
+            check_model(body, self.config.model)
+            add_special = body.get("add_special_tokens")
+            if "messages" in body:
+                ids = await self.tokenization.chat_prompt(body, bool(add_special))
+            elif isinstance(body.get("prompt"), str):
+                special = True if add_special is None else bool(add_special)
+                ids = await self.tokenization.encode(body["prompt"], special)
+            else:
+                raise bad_request("tokenize needs a string 'prompt' or 'messages'", "prompt",
+                                  type(body.get("prompt")).__name__)
+        except ApiError as exc:
+            return error_response(exc)
+        return json_response(tokenize_body(ids, self.config.max_model_len))
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = parse_json(await request.read())
+            check_model(body, self.config.model)
+            tokens = body.get("tokens")
+            if not isinstance(tokens, list) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+                raise bad_request("tokens must be a list of token ids", "tokens", tokens)
+            check_token_ids(tokens, self.tokenization.vocab_size)
+        except ApiError as exc:
+            return error_response(exc)
+        return json_response(detokenize_body(decode(self.tokenization.tokenizer, tokens)))
+
+    def close(self) -> None:
+        if self.trace is not None:
+            self.trace.close()
+
+
+@contextlib.asynccontextmanager
+async def running_simulator(config: SimConfig, host: str = "127.0.0.1", port: int = 0, *,
+                            tokenizer: Tokenizer | None = None,
+                            registry: CollectorRegistry | None = None,
+                            ) -> AsyncIterator[RunningSimulator]:
+    """Serve `config` on host:port (0 = a free port) until the block exits."""
+    if tokenizer is None:
+        tokenizer = await asyncio.to_thread(load_tokenizer, config.tokenizer)
+    server = SimServer(config, tokenizer, registry if registry is not None else
+                       CollectorRegistry())
+    runner = web.AppRunner(server.app, access_log=None, handle_signals=False,
+                           shutdown_timeout=1.0)
+    await runner.setup()
+    engine_task: asyncio.Task[None] | None = None
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_port = int(runner.addresses[0][1])
+        engine_task = asyncio.create_task(server.engine.run(), name="loadgen-sim-engine")
+        yield RunningSimulator(config=config, host=host, port=bound_port,
+                               registry=server.registry)
+        if engine_task.done():
+            engine_task.result()  # an engine crash must not pass silently
+    finally:
+        server.engine.stop()
+        if engine_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await engine_task
+        await runner.cleanup()
+        server.close()
