@@ -1,0 +1,307 @@
+"""The one aiohttp session of a run, arrival stamping, and the exception -> ErrorKind boundary.
+
+Timing (DESIGN, "Timing under bursts"): `StampingResponseHandler.data_received` is the
+first Python code that sees a socket read. It reads perf_counter_ns before letting aiohttp
+parse anything and logs (stamp, body bytes so far) for the response being received. The
+request task parses events later and maps each event's first byte back to its stamp, so
+parsing cost and task wake-up order never shift a timestamp.
+
+A request's clock starts when aiohttp hands it a connection (reused: the `reuseconn`
+trace signal; new: the end of `connection_create`, whose duration is `connect_ns`), which
+is immediately before the request bytes are written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from time import perf_counter_ns
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+from aiohttp.client_proto import ResponseHandler
+
+from loadgen.api import MalformedEvent, TokenCounter, decode_event
+from loadgen.records import ErrorKind, RequestRecord
+from loadgen.sse import ArrivalLog, SseFramer
+from loadgen.workload import RequestSpec
+
+READ_BUFSIZE = 1 << 22  # aiohttp pauses the socket only past 2x this: never for one event
+
+
+class StampingResponseHandler(ResponseHandler):
+    """aiohttp's protocol, plus an arrival log per response body."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self._log_payload: object = None
+        self._log = ArrivalLog()
+
+    def data_received(self, data: bytes) -> None:
+        stamp = perf_counter_ns()  # before any parsing: this is the arrival time
+        super().data_received(data)
+        payload = self._payload
+        if payload is None:
+            return
+        if payload is not self._log_payload:
+            self._log_payload = payload
+            self._log = ArrivalLog()
+        self._log.add(stamp, getattr(payload, "total_bytes", 0))
+
+    def log_for(self, payload: object) -> ArrivalLog | None:
+        return self._log if payload is self._log_payload else None
+
+
+class StampingConnector(aiohttp.TCPConnector):
+    """A TCPConnector whose connections use StampingResponseHandler.
+
+    aiohttp has no public protocol-factory option; `_factory` is the one seam it has
+    (checked by tests/engine/test_transport.py against the installed aiohttp).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(StampingResponseHandler, loop=self._loop)  # type: ignore[assignment]
+
+
+@dataclass(slots=True)
+class _Clock:
+    """Per-request trace context: filled in by aiohttp's trace signals."""
+
+    connect_begin: int = 0
+    connect_ns: int = 0
+    acquired_ns: int = 0
+
+
+# Requests without a _Clock (preflight GETs) pass through the same session untraced.
+async def _on_create_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+        clock.connect_begin = perf_counter_ns()
+
+
+async def _on_create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+        clock.acquired_ns = perf_counter_ns()
+        clock.connect_ns = clock.acquired_ns - clock.connect_begin
+
+
+async def _on_reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+        clock.acquired_ns = perf_counter_ns()
+
+
+def _trace_config() -> aiohttp.TraceConfig:
+    config = aiohttp.TraceConfig(trace_config_ctx_factory=SimpleNamespace)
+    config.on_connection_create_start.append(_on_create_start)
+    config.on_connection_create_end.append(_on_create_end)
+    config.on_connection_reuseconn.append(_on_reuse)
+    return config
+
+
+def open_session(
+    *, max_connections: int, headers: Mapping[str, str] | None = None
+) -> aiohttp.ClientSession:
+    """One session per run: `max_connections` sockets at once, no timeouts of its own."""
+    connector = StampingConnector(
+        limit=max_connections, limit_per_host=0, keepalive_timeout=3600.0,
+        force_close=False, ttl_dns_cache=None,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None,
+                                      sock_connect=None),
+        headers={"Accept-Encoding": "identity", **(headers or {})},
+        auto_decompress=False,  # bytes stay the bytes that were stamped
+        read_bufsize=READ_BUFSIZE,
+        trace_configs=[_trace_config()],
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+class _Exchange:
+    """Mutable state of one request in flight; becomes a frozen RequestRecord at the end."""
+
+    __slots__ = (
+        "chunk_ns",
+        "chunk_tokens",
+        "completion_tokens",
+        "detail",
+        "done",
+        "end_ns",
+        "error",
+        "finish_reason",
+        "prompt_tokens",
+        "status",
+    )
+
+    def __init__(self) -> None:
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.status: int | None = None
+        self.error: ErrorKind | None = None
+        self.detail = ""
+        self.done = False
+        self.end_ns = 0
+
+    def fail(self, kind: ErrorKind, detail: str) -> None:
+        if self.error is None:  # the first failure is the cause; later ones are echoes
+            self.error, self.detail = kind, detail[:500]
+
+
+class Transport:
+    """Sends requests over one session and turns every outcome into a RequestRecord."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        *,
+        request_timeout_s: float | None = None,
+        count_text: Callable[[str], int] | None = None,
+    ) -> None:
+        self.session = session
+        self.url = url
+        self.request_timeout_s = request_timeout_s
+        self.count_text = count_text
+
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: Callable[[RequestRecord], None],
+    ) -> RequestRecord:
+        """Send, stream, and record; `on_record` sees the record even when cancelled."""
+        clock = _Clock()
+        state = _Exchange()
+        counter = TokenCounter(self.count_text)
+        called_ns = perf_counter_ns()
+        sent_unix = time.time()
+        cancelled = False
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                await self._exchange(request, x_request_id, clock, state, counter)
+        except asyncio.CancelledError:
+            cancelled = True
+            state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
+        except Exception as exc:  # the one translation boundary (programming errors re-raise)
+            state.fail(*_classify(exc, clock))
+        end_ns = state.end_ns or perf_counter_ns()
+        start_ns = clock.acquired_ns or called_ns
+        record = RequestRecord(
+            request_id=request.index, conc=conc, input_len=request.input_len,
+            max_tokens=request.max_tokens, scheduled_ns=scheduled_ns, start_ns=start_ns,
+            connect_ns=clock.connect_ns, chunk_ns=tuple(state.chunk_ns),
+            chunk_tokens=tuple(state.chunk_tokens), end_ns=end_ns, token_source=counter.source,
+            prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
+            finish_reason=state.finish_reason, status=state.status, error=state.error,
+            error_detail=state.detail, sent_unix=sent_unix,
+        )
+        on_record(record)
+        if cancelled:
+            raise asyncio.CancelledError
+        return record
+
+    async def _exchange(
+        self,
+        request: RequestSpec,
+        x_request_id: str,
+        clock: _Clock,
+        state: _Exchange,
+        counter: TokenCounter,
+    ) -> None:
+        headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
+        async with self.session.post(
+            self.url, data=request.body, headers=headers, trace_request_ctx=clock
+        ) as response:
+            state.status = response.status
+            if response.status != 200:
+                body = await response.content.read(2000)
+                state.end_ns = perf_counter_ns()
+                state.fail(ErrorKind.HTTP, f"HTTP {response.status}: "
+                           f"{body.decode('utf-8', 'replace').strip()}")
+                return
+            await self._read_stream(response, state, counter)
+
+    async def _read_stream(
+        self, response: aiohttp.ClientResponse, state: _Exchange, counter: TokenCounter
+    ) -> None:
+        content = response.content
+        log = _arrival_log(response)
+        framer = SseFramer()
+        while True:
+            data = await content.readany()
+            if not data:
+                break
+            if log is None:  # never expected: the protocol was rebound under us
+                log = ArrivalLog()
+                log.add(perf_counter_ns(), content.total_bytes)
+            for event in framer.feed(data):
+                if state.done:
+                    continue
+                self._on_event(decode_event(event.data), log.stamp_of(event.offset), state,
+                               counter)
+        if not state.done:
+            state.end_ns = perf_counter_ns()
+            state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
+                       + (" (mid-event)" if framer.pending else ""))
+
+    @staticmethod
+    def _on_event(event: Any, stamp: int, state: _Exchange, counter: TokenCounter) -> None:
+        if event.done:
+            state.done = True
+            state.end_ns = stamp
+            return
+        if event.error is not None:
+            state.fail(ErrorKind.SERVER_ERROR, event.error)
+            state.done = True
+            state.end_ns = stamp
+            return
+        if event.prompt_tokens is not None:
+            state.prompt_tokens = event.prompt_tokens
+        if event.completion_tokens is not None:
+            state.completion_tokens = event.completion_tokens
+        if event.finish_reason is not None:
+            state.finish_reason = event.finish_reason
+        tokens = counter.count(event)
+        if tokens > 0:
+            state.chunk_ns.append(stamp)
+            state.chunk_tokens.append(tokens)
+
+
+def _arrival_log(response: aiohttp.ClientResponse) -> ArrivalLog | None:
+    connection = response.connection
+    # A body that completed in the same read as its headers has already released the
+    # connection; the response still holds its protocol.
+    protocol = connection.protocol if connection is not None else getattr(
+        response, "_protocol", None)
+    if isinstance(protocol, StampingResponseHandler):
+        return protocol.log_for(response.content)
+    return None
+
+
+def _classify(exc: Exception, clock: _Clock) -> tuple[ErrorKind, str]:
+    """The only place where exceptions become ErrorKind values."""
+    detail = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, TimeoutError):
+        return ErrorKind.TIMEOUT, "--request-timeout elapsed"
+    if isinstance(exc, MalformedEvent):
+        return ErrorKind.MALFORMED, str(exc)
+    if isinstance(exc, aiohttp.ClientConnectorError) or (
+        isinstance(exc, OSError) and not clock.acquired_ns
+    ):
+        return ErrorKind.CONNECT, detail
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return ErrorKind.MALFORMED, detail  # not valid HTTP
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return ErrorKind.DISCONNECT, detail
+    raise exc  # a programming error is not a measurement
