@@ -1,13 +1,31 @@
 """DeepSeek-V4 chat format: messages -> the exact prompt text, completion text -> message.
 
 A clean-room implementation written from the format's published facts and DeepSeek's golden
-files (tests/encoders). Shape of a prompt:
+files (tests/test_encoders). Shape of a prompt:
 
     BOS [effort prefix] system [<｜latest_reminder｜>reminder]
     <｜User｜>user <｜Assistant｜><think>reasoning</think>answer [DSML calls]<｜end▁of▁sentence｜>
     <｜User｜><tool_result>...</tool_result> <｜Assistant｜><think> ...
 
 Everything is text: special tokens are written out and the tokenizer maps them to their ids.
+
+Decisions where the golden files are silent (each has a test):
+- Chat mode never renders reasoning_content (every assistant turn opens with </think>).
+- A task token goes right after the assistant opening of its turn (<think> or </think> as the
+  mode says), so it ends the prompt; the parser skips a leading task token.
+- Tool results are put in the preceding assistant's call order only when every result names
+  one of its call ids (tool_call_id); otherwise they keep their order.
+- "Last user message" (for drop_thinking) means the last user or developer message; tool
+  results do not count, so reasoning inside an ongoing tool loop is kept.
+- An assistant message must answer a user/developer/tool turn (latest_reminder messages may
+  sit in between); a user turn followed by latest_reminder gets the assistant opening before
+  the reminder, as the format rule says.
+- response_format: content + "\n\n## Response Format:\n\nYou MUST strictly adhere to the
+  following schema to reply:\n" + the JSON of the given object (wording of DeepSeek's
+  earlier format); with tools it comes after the tools section. Tools with empty content
+  still get the "\n\n" separator.
+- `context` messages steer the rendering but are not output (nor BOS/effort prefix); a
+  context may not end inside a merged user turn.
 """
 
 from __future__ import annotations
@@ -296,7 +314,8 @@ def parse_message_from_completion_text(text: str, thinking_mode: str) -> dict[st
     or <｜Assistant｜></think> (chat), up to and including <｜end▁of▁sentence｜>.
 
     A leading task token (part of the prompt of a task turn) is skipped. A text cut short
-    (no end-of-sentence token, e.g. by max_tokens) parses as far as it goes.
+    (no end-of-sentence token, e.g. by max_tokens) inside the reasoning or the content
+    parses as far as it goes; a cut-short tool-call block is malformed DSML.
     """
     thinking = check_thinking_mode(thinking_mode)
     if not isinstance(text, str):
