@@ -357,3 +357,9 @@ def test_unknown_mode_is_refused(mode: Any) -> None:
 
 def test_encoding_error_is_a_value_error() -> None:
     assert issubclass(EncodingError, ValueError)
+
+
+def test_the_issue_known_vector(tok: Tokenizer) -> None:
+    text = encode_messages([user("Hello, 世界")], "chat")
+    assert text == "<｜begin▁of▁sentence｜><｜User｜>Hello, 世界<｜Assistant｜></think>"
+    assert encode(tok, text) == [0, 128803, 19923, 14, 223, 3427, 128804, 128822]
