@@ -113,8 +113,14 @@ def _stream_options(options: BodyOptions) -> StreamOptions:
     return stream_options
 
 
-def completion_body(options: BodyOptions, prompt: str, max_tokens: int) -> CompletionRequest:
-    """The encoded prompt string as is: loadgen already added BOS and the chat template."""
+def completion_body(
+    options: BodyOptions, prompt: str, max_tokens: int, seed: int | None = None
+) -> CompletionRequest:
+    """The encoded prompt string as is: loadgen already added BOS and the chat template.
+
+    `seed` is per request (drawn from the run's seed): one shared seed would give every
+    request the same sampling stream (and, on the simulator, the same acceptance draws).
+    """
     body: CompletionRequest = {
         "model": options.model,
         "prompt": prompt,
@@ -122,7 +128,7 @@ def completion_body(options: BodyOptions, prompt: str, max_tokens: int) -> Compl
         "stream_options": _stream_options(options),
         "max_tokens": max_tokens,
         "temperature": options.temperature,
-        "seed": options.seed,
+        "seed": options.seed if seed is None else seed,
         "ignore_eos": True,
         "add_special_tokens": False,
     }
@@ -134,7 +140,10 @@ def completion_body(options: BodyOptions, prompt: str, max_tokens: int) -> Compl
 
 
 def chat_body(
-    options: BodyOptions, messages: Sequence[dict[str, Any]], max_tokens: int
+    options: BodyOptions,
+    messages: Sequence[dict[str, Any]],
+    max_tokens: int,
+    seed: int | None = None,
 ) -> ChatRequest:
     """The server applies its chat template; thinking mode and effort go as template kwargs."""
     kwargs: dict[str, Any] = {"thinking": options.thinking == "thinking"}
@@ -147,7 +156,7 @@ def chat_body(
         "stream_options": _stream_options(options),
         "max_tokens": max_tokens,
         "temperature": options.temperature,
-        "seed": options.seed,
+        "seed": options.seed if seed is None else seed,
         "ignore_eos": True,
         "chat_template_kwargs": kwargs,
     }

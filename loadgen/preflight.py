@@ -23,6 +23,7 @@ from loadgen.transport import Transport
 from loadgen.workload import RequestSpec
 
 PROBE_TOKENS = 4
+PROBE_ATTEMPTS = 3
 
 
 class PreflightError(Exception):
@@ -133,21 +134,27 @@ async def probe_options(
 ) -> tuple[BodyOptions, TokenSource]:
     """Send one tiny request per option set until the server accepts one."""
     details = []
-    for index, (token_ids, usage, logprobs) in enumerate(FALLBACKS):
+    attempts = 0
+    for token_ids, usage, logprobs in FALLBACKS:
         options = dataclasses.replace(
             base, return_token_ids=token_ids, continuous_usage=usage, logprobs=logprobs
         )
         body = _probe_body(options, prompt)
-        request = RequestSpec(index=index, input_len=0, max_tokens=PROBE_TOKENS, body=body)
-        record = await transport.send(
-            request, x_request_id=f"preflight-{index}", conc=0, scheduled_ns=0,
-            on_record=on_probe or (lambda _r: None),
-        )
-        if record.ok and record.chunk_tokens:
-            return options, record.token_source
-        details.append(f"{FALLBACKS[index]}: {record.error} {record.error_detail[:160]}")
-        if record.error is not None and record.status != 400:
-            break  # not an option problem: retrying with fewer options will not help
+        for _ in range(PROBE_ATTEMPTS):  # a transient failure is not a rejected option
+            attempts += 1
+            request = RequestSpec(index=attempts, input_len=0, max_tokens=PROBE_TOKENS,
+                                  body=body)
+            record = await transport.send(
+                request, x_request_id=f"preflight-{attempts}", conc=0, scheduled_ns=0,
+                on_record=on_probe or (lambda _r: None),
+            )
+            if record.ok and record.chunk_tokens:
+                return options, record.token_source
+            if record.status == 400:
+                break
+        details.append(f"{options.path} {record.error}: {record.error_detail[:160]}")
+        if record.status != 400:
+            break  # not an option problem: fewer options will not help
     raise PreflightError("the server rejected every streaming request option set: "
                          + " | ".join(details))
 

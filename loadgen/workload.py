@@ -22,6 +22,7 @@ from loadgen.spec import RunSpec, SpecError
 from loadgen.tokenizer import encode
 
 MEASURED, WARMUP, PREFLIGHT = 0, 1, 2  # rng stream ids
+SEED_BITS = 31  # request seeds fit a signed 32-bit int (vLLM accepts any int)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +98,18 @@ class Workload:
             return []
         spec = self.spec
         osls = sample_lengths(rng, count, spec.osl, spec.range_ratio)
+        seeds = [int(s) for s in rng.integers(0, 1 << SEED_BITS, size=count)]
         if self.dataset is not None:
-            return self._from_dataset(osls, rng)
+            return self._from_dataset(osls, seeds, rng)
         isls = sample_lengths(rng, count, spec.isl, spec.range_ratio)
-        return self._synthesized(isls, osls, rng)
+        return self._synthesized(isls, osls, seeds, rng)
 
     def _synthesized(
-        self, isls: Sequence[int], osls: Sequence[int], rng: np.random.Generator
+        self,
+        isls: Sequence[int],
+        osls: Sequence[int],
+        seeds: Sequence[int],
+        rng: np.random.Generator,
     ) -> list[RequestSpec]:
         from loadgen.prompts import synthesize_prompts  # the encoder helper's module
 
@@ -112,32 +118,34 @@ class Workload:
             reasoning_effort=self.spec.reasoning_effort, tokenizer=self.tokenizer, rng=rng,
         )
         requests = []
-        for index, (prompt, osl) in enumerate(zip(prompts, osls, strict=True)):
+        for index, (prompt, osl, seed) in enumerate(zip(prompts, osls, seeds, strict=True)):
             if self.options.endpoint == "completions":
-                body = encode_body(completion_body(self.options, prompt.text, osl))
+                body = encode_body(completion_body(self.options, prompt.text, osl, seed))
             else:
                 messages = [{"role": "user", "content": prompt.content}]
-                body = encode_body(chat_body(self.options, messages, osl))
+                body = encode_body(chat_body(self.options, messages, osl, seed))
             requests.append(RequestSpec(index, prompt.num_tokens, osl, body))
         return requests
 
-    def _from_dataset(self, osls: Sequence[int], rng: np.random.Generator) -> list[RequestSpec]:
+    def _from_dataset(
+        self, osls: Sequence[int], seeds: Sequence[int], rng: np.random.Generator
+    ) -> list[RequestSpec]:
         from encoders import ENCODERS
 
         assert self.dataset is not None
         encoder = ENCODERS[self.spec.encoder]
         order = rng.permutation(len(self.dataset))
         requests = []
-        for index, osl in enumerate(osls):
+        for index, (osl, seed) in enumerate(zip(osls, seeds, strict=True)):
             messages = self.dataset[int(order[index % len(order)])]
             text = encoder.encode_messages(
                 messages, self.spec.thinking, reasoning_effort=self.spec.reasoning_effort
             )
             input_len = len(encode(self.tokenizer, text))
             if self.options.endpoint == "completions":
-                body = encode_body(completion_body(self.options, text, osl))
+                body = encode_body(completion_body(self.options, text, osl, seed))
             else:
-                body = encode_body(chat_body(self.options, messages, osl))
+                body = encode_body(chat_body(self.options, messages, osl, seed))
             requests.append(RequestSpec(index, input_len, osl, body))
         return requests
 
