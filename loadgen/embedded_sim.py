@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
 import socket
 import subprocess
@@ -69,7 +70,9 @@ async def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: IO
                          f"{START_TIMEOUT_S:.0f} s")
 
 
-def _spawn(argv: list[str], log_path: Path | None) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+def _spawn(
+    argv: list[str], log_path: Path | None, cpus: frozenset[int] | None = None
+) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
     # The file outlives this function: the context manager below closes it.
     if log_path is not None:
         log: IO[bytes] = open(log_path, "w+b")  # noqa: SIM115
@@ -78,21 +81,26 @@ def _spawn(argv: list[str], log_path: Path | None) -> tuple[subprocess.Popen[byt
     process = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C goes to loadgen, which stops the child itself
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     return process, log
 
 
 @contextlib.asynccontextmanager
 async def embedded_simulator(
-    extra_args: Sequence[str] = (), *, log_path: Path | None = None
+    extra_args: Sequence[str] = (),
+    *,
+    log_path: Path | None = None,
+    cpus: frozenset[int] | None = None,
 ) -> AsyncIterator[str]:
     """Start `loadgen sim` in a child process; yields its base URL; stops it on exit.
 
     Its output goes to a file (`log_path`, else a temporary one), never to a pipe that
-    nobody drains and that would block the simulator once full.
+    nobody drains and that would block the simulator once full. `cpus` pins the child
+    (the overhead benchmark keeps simulator and client on separate cores).
     """
     port = free_port()
-    process, log = _spawn(simulator_argv(port, extra_args), log_path)
+    process, log = _spawn(simulator_argv(port, extra_args), log_path, cpus)
     base_url = f"http://{HOST}:{port}"
     try:
         await _wait_healthy(base_url, process, log)

@@ -59,6 +59,31 @@ class SseFramer:
         self._start: int | None = None  # offset of the event's first line
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
+        if self._buf or self._start is not None or b"\r" in chunk:
+            return self._feed_lines(chunk)
+        # Fast path (vLLM's framing): whole `data: ...\n\n` blocks, nothing pending.
+        events: list[SseEvent] = []
+        pos = 0
+        while (end := chunk.find(b"\n\n", pos)) >= 0:
+            block = chunk[pos:end]
+            if block.startswith(b"data: ") and b"\n" not in block:
+                events.append(SseEvent(self._base + pos, block[6:]))
+            else:
+                self._block(block, self._base + pos, events)
+            pos = end + 2
+        self._base += pos
+        if pos < len(chunk):
+            events += self._feed_lines(chunk[pos:])
+        return events
+
+    def _block(self, block: bytes, offset: int, events: list[SseEvent]) -> None:
+        """One blank-line-terminated block without CR, line by line."""
+        for line in block.split(b"\n"):
+            self._line(line, offset, events)
+            offset += len(line) + 1
+        self._line(b"", offset, events)
+
+    def _feed_lines(self, chunk: bytes) -> list[SseEvent]:
         buf = self._buf
         buf += chunk
         events: list[SseEvent] = []

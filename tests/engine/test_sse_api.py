@@ -114,3 +114,17 @@ def test_request_bodies() -> None:
                                  reasoning_effort="high"), [{"role": "user", "content": "x"}], 8)
     assert chat["chat_template_kwargs"] == {"thinking": True, "reasoning_effort": "high"}
     assert orjson.loads(orjson.dumps(chat))["messages"][0]["content"] == "x"
+
+
+LF_STREAM = (b"data: {\"a\":1}\n\n: keep-alive\n\ndata: x\ndata: y\n\n\n\nid: 3\ndata: z\n\n"
+             b"data: [DONE]\n\n")
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(LF_STREAM)), max_size=12))
+def test_framer_fast_path_any_split(cuts: list[int]) -> None:
+    """vLLM's LF-only framing takes the fast path; any split gives the same events."""
+    bounds = [0, *sorted(cuts), len(LF_STREAM)]
+    events = frame_all([LF_STREAM[a:b] for a, b in itertools.pairwise(bounds)])
+    assert [d for _, d in events] == [b'{"a":1}', b"x\ny", b"z", b"[DONE]"]
+    for offset, _ in events:
+        assert LF_STREAM[offset:].startswith((b"data:", b"id:"))

@@ -1,0 +1,183 @@
+"""How much does the client itself distort what it measures? (issue 4, "Performance")
+
+Runs loadgen against the simulator, which writes its ground truth (`--trace`: per chunk
+the step's intended time and the perf_counter_ns read right after the socket write), with
+the simulator and the client each pinned to its own core, at conc 64, 256 and 512. Both
+clocks are CLOCK_MONOTONIC, so per chunk:
+
+  receive lag   = client arrival stamp - simulator send time
+  TTFT error    = client TTFT - true TTFT (server arrival -> first chunk sent), split into
+                  send side (client start -> server arrival) and the first chunk's lag
+  ITL error     = client chunk gap - true chunk gap
+  collapsed     = share of client chunk gaps under 50 us (chunks read together)
+  chunks/s      = token-bearing events ingested per second over the point
+
+Then the peak RSS of building a full `--conc 4..512 --isl 8192 --osl 1024` sweep's
+prompts (one point at a time, as the runner does), in a fresh process.
+
+    .venv/bin/python bench/client_overhead.py            # everything
+    .venv/bin/python bench/client_overhead.py --skip-rss --conc 64
+
+Figures on a shared 2-core machine are noisy; the method is what matters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from loadgen.embedded_sim import embedded_simulator
+from loadgen.records import RequestRecord, read_jsonl
+from loadgen.runner import run_sweep, x_request_id
+from loadgen.spec import RunSpec
+from loadgen.tokenizer import load_tokenizer
+
+# decode-token-us 12: a conc-512 MTP step costs 3 ms + 512 x 3 x 12 us = 21 ms, i.e.
+# ~24k chunks/s at 512 streams (the issue's 22k chunks/s reference point).
+SIM_ARGS = ("--decode-token-us", "12", "--prefill-token-us", "1", "--seed", "1")
+CLIENT_CPU, SIM_CPU = 0, 1
+
+
+def pin_client() -> str:
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2 or CLIENT_CPU not in cpus or SIM_CPU not in cpus:
+        return f"not pinned (available cpus: {sorted(cpus)})"
+    os.sched_setaffinity(0, {CLIENT_CPU})
+    return f"client on cpu {CLIENT_CPU}, simulator on cpu {SIM_CPU}"
+
+
+def stats_us(values: np.ndarray) -> str:
+    if values.size == 0:
+        return "n/a"
+    p50, p99 = np.percentile(values, [50, 99]) / 1e3
+    return f"p50 {p50:8.1f}  p99 {p99:8.1f}  max {values.max() / 1e3:8.1f}"
+
+
+def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
+            conc: int) -> dict[str, Any]:
+    lag, lag_intended, ttft_err, send_side, itl_err, gaps = [], [], [], [], [], []
+    chunks = 0
+    for r in records:
+        truth = trace.get(x_request_id(run_id, conc, r.request_id))
+        if truth is None or not r.ok:
+            continue
+        rows = [c for c in truth["chunks"] if c[2] > 0]
+        if len(rows) != len(r.chunk_ns):
+            continue  # never expected: counts are exact (checked by the tests)
+        client = np.array(r.chunk_ns, dtype=np.int64)
+        sent = np.array([c[1] for c in rows], dtype=np.int64)
+        intended = np.array([c[0] for c in rows], dtype=np.int64)
+        lag.append(client - sent)
+        lag_intended.append(client - intended)
+        true_ttft = sent[0] - truth["arrival_ns"]
+        ttft_err.append(np.array([(client[0] - r.start_ns) - true_ttft]))
+        send_side.append(np.array([truth["arrival_ns"] - r.start_ns]))
+        itl_err.append(np.diff(client) - np.diff(sent))
+        gaps.append(np.diff(client))
+        chunks += len(client)
+    starts = min(r.start_ns for r in records)
+    ends = max(r.end_ns for r in records)
+
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    all_gaps = cat(gaps)
+    return {
+        "lag": cat(lag), "lag_intended": cat(lag_intended), "ttft_err": cat(ttft_err),
+        "send_side": cat(send_side), "itl_err": cat(itl_err),
+        "collapsed": float(np.mean(all_gaps < 50_000)) if all_gaps.size else 0.0,
+        "chunks_per_s": chunks / ((ends - starts) / 1e9), "chunks": chunks,
+        "requests": len(records),
+    }
+
+
+def report(conc: int, a: dict[str, Any]) -> None:
+    print(f"\nconc {conc}: {a['requests']} requests, {a['chunks']} chunks, "
+          f"{a['chunks_per_s']:,.0f} chunks/s ingested")
+    print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}")
+    print(f"  receive lag vs step due (us)      {stats_us(a['lag_intended'])}")
+    print(f"  TTFT error vs truth (us)          {stats_us(a['ttft_err'])}")
+    print(f"    of which send side (us)         {stats_us(a['send_side'])}")
+    print(f"  ITL error vs truth, |err| (us)    {stats_us(np.abs(a['itl_err']))}")
+    print(f"  chunk gaps < 50 us (collapsed)    {a['collapsed']:.2%}")
+
+
+async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
+                  extra: tuple[str, ...], workdir: Path) -> None:
+    trace_path = workdir / "trace.jsonl"
+    tokenizer = load_tokenizer()
+    sim_args = (*SIM_ARGS, *extra, "--trace", str(trace_path))
+    async with embedded_simulator(sim_args, log_path=workdir / "sim.log",
+                                  cpus=frozenset({SIM_CPU})) as base_url:
+        spec = RunSpec(conc=concs, isl=isl, osl=osl, base_url=base_url,
+                       prompts_per_conc=per_conc, warmup_per_conc=1,
+                       results_dir=workdir / "results", progress=False)
+        outcome = await run_sweep(spec, tokenizer=tokenizer)
+    trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
+    for conc in concs:
+        records = read_jsonl(outcome.results_dir / f"requests_conc_{conc}.jsonl")
+        report(conc, analyse(records, trace, outcome.run_id, conc))
+
+
+RSS_CHILD = """
+import resource, sys, time
+from loadgen.api import BodyOptions
+from loadgen.spec import RunSpec, parse_conc
+from loadgen.tokenizer import load_tokenizer
+from loadgen.workload import Workload
+spec = RunSpec(conc=parse_conc("4..512"), isl=8192, osl=1024, base_url="http://127.0.0.1:1")
+workload = Workload(spec, load_tokenizer(), BodyOptions(endpoint="completions", model="m"))
+t0 = time.perf_counter(); total = 0
+for conc in spec.conc:
+    plan = workload.point(conc)
+    total += len(plan.warmup) + len(plan.measured)
+    del plan
+print(total, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def prompt_set_rss() -> None:
+    done = subprocess.run([sys.executable, "-c", RSS_CHILD], capture_output=True, text=True,
+                          check=True)
+    total, seconds, rss_kb = done.stdout.split()
+    print(f"\nprompt set of --conc 4..512 --isl 8192 --osl 1024: {int(total):,} requests "
+          f"built in {float(seconds):.1f} s, peak RSS {int(rss_kb) / 1024:,.0f} MiB "
+          "(one point in memory at a time)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conc", default="64,256,512")
+    parser.add_argument("--isl", type=int, default=256)
+    parser.add_argument("--osl", type=int, default=256)
+    parser.add_argument("--prompts-per-conc", type=int, default=2)
+    parser.add_argument("--sim-args", default="", help="extra simulator flags")
+    parser.add_argument("--skip-rss", action="store_true")
+    parser.add_argument("--rss-only", action="store_true")
+    args = parser.parse_args()
+    print(f"client_overhead: {pin_client()}; loop: uvloop; {time.strftime('%Y-%m-%d %H:%M')}")
+    if not args.rss_only:
+        import uvloop
+
+        concs = tuple(int(c) for c in args.conc.split(","))
+        with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp:
+            uvloop.run(measure(concs, args.isl, args.osl, args.prompts_per_conc,
+                               tuple(args.sim_args.split()), Path(tmp)))
+    if not args.skip_rss:
+        prompt_set_rss()
+    print(f"bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f}"
+          " MiB")
+
+
+if __name__ == "__main__":
+    main()
