@@ -151,7 +151,7 @@ class Engine:
                 request.first_token_ns = deadline
                 self.accounting.prompt_done(request)
             else:
-                accepted = request.plan.accepted[request.decode_steps]
+                accepted = request.plan.accepted_at(request.decode_steps)
                 request.decode_steps += 1
                 record_draft(accepted)
                 produced = min(1 + accepted, request.plan.num_tokens - request.emitted)
@@ -171,6 +171,7 @@ class Engine:
         start, end = request.sent, request.emitted
         request.sent = end
         plan = request.plan
+        plan.ensure_tokens(end)
         send = Send(request, b"", end - start, "finish" if finished else None)
         fmt = request.fmt
         if fmt is None:

@@ -153,6 +153,7 @@ class GenerationHandlers:
             return json_response(error_body("The request was aborted by the server.",
                                             "InternalServerError", None, 500), 500)
         emitted = engine_request.emitted
+        plan.ensure_tokens(emitted)
         outcome = Outcome(
             request_id=request_id, created=created, model=self.config.model,
             fingerprint=self.fingerprint, prompt_ids=prompt_ids,
@@ -174,7 +175,10 @@ class GenerationHandlers:
                       created: int) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         response.enable_chunked_encoding()
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+        except ConnectionError:  # the client left before the headers went out
+            return response
         transport = request.transport
         if transport is None or transport.is_closing():
             return response

@@ -1,8 +1,10 @@
-"""A request's whole output, drawn up front from its seed: tokens, EOS, MTP acceptance.
+"""A request's output, drawn from its seed: tokens, EOS, MTP acceptance.
 
-Drawing everything at admission makes the output a function of (seed, request
-parameters) only -- independent of batching, timing and other requests -- and keeps
-per-step work on the engine loop to list slicing.
+Tokens, acceptance and EOS come from three independent streams of the request's seed, each
+consumed strictly in order, so the output is a function of (seed, request parameters) only:
+independent of batching, timing and other requests. Tokens and acceptance are drawn lazily
+in blocks as the engine reaches them, so admitting a request with max_tokens=100000 costs
+no more than one with 100 (the engine loop must never stall on a big draw).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import numpy as np
 
 from loadgen.sim.detok import TokenTable
 
+TOKEN_BLOCK = 256
+ACCEPT_BLOCK = 256
+
 
 @dataclass(frozen=True, slots=True)
 class PlanParams:
@@ -24,19 +29,6 @@ class PlanParams:
     spec_tokens: int
     acceptance: tuple[float, ...]
     fragment_fraction: float
-
-
-@dataclass(frozen=True, slots=True)
-class RequestPlan:
-    token_ids: list[int]
-    texts: list[str]
-    # Accepted draft tokens drawn for decode step i (0..K); the engine uses them in order.
-    accepted: list[int]
-    finish_reason: str  # "length" or "stop"
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
 
 
 def eos_index(rng: np.random.Generator, params: PlanParams) -> int | None:
@@ -57,19 +49,53 @@ def draw_acceptance(rng: np.random.Generator, steps: int,
     return np.cumprod(draws, axis=1).sum(axis=1).tolist()  # type: ignore[no-any-return]
 
 
+class RequestPlan:
+    """The request's tokens and per-step acceptance, materialized on demand."""
+
+    __slots__ = ("_accept_rng", "_acceptance", "_fragments", "_table", "_token_rng",
+                 "accepted", "finish_reason", "num_tokens", "texts", "token_ids")
+
+    def __init__(self, table: TokenTable, seed: int, params: PlanParams) -> None:
+        token_seed, accept_seed, eos_seed = np.random.SeedSequence(seed).spawn(3)
+        self._table = table
+        self._token_rng = np.random.default_rng(token_seed)
+        self._accept_rng = np.random.default_rng(accept_seed)
+        self._acceptance = params.acceptance[: params.spec_tokens]
+        self._fragments = params.fragment_fraction
+        eos_at = eos_index(np.random.default_rng(eos_seed), params)
+        self.num_tokens = params.max_tokens if eos_at is None else eos_at + 1
+        self.finish_reason = "length" if eos_at is None else "stop"
+        # Materialized prefixes; read them only after ensure_tokens/ensure_steps.
+        self.token_ids: list[int] = []
+        self.texts: list[str] = []
+        self.accepted: list[int] = []
+
+    def ensure_tokens(self, end: int) -> None:
+        """Materialize tokens [0, end) (end <= num_tokens)."""
+        while len(self.token_ids) < end:
+            remaining = self.num_tokens - len(self.token_ids)
+            block = min(TOKEN_BLOCK, remaining)
+            last_block = block == remaining
+            eos = last_block and self.finish_reason == "stop"
+            ids, texts = self._table.generate(self._token_rng, block - eos, self._fragments)
+            if eos:
+                # EOS is generated and counted (as in vLLM) but, being special, streams no text.
+                ids.append(self._table.eos_id)
+                texts.append("")
+            self.token_ids.extend(ids)
+            self.texts.extend(texts)
+
+    def accepted_at(self, step: int) -> int:
+        """Accepted drafts at decode step `step` (0-based)."""
+        while len(self.accepted) <= step:
+            self.accepted.extend(draw_acceptance(self._accept_rng, ACCEPT_BLOCK,
+                                                 self._acceptance))
+        return self.accepted[step]
+
+    def all_token_ids(self) -> list[int]:
+        self.ensure_tokens(self.num_tokens)
+        return self.token_ids
+
+
 def make_plan(table: TokenTable, seed: int, params: PlanParams) -> RequestPlan:
-    rng = np.random.default_rng(seed)
-    eos_at = eos_index(rng, params)
-    count = params.max_tokens if eos_at is None else eos_at + 1
-    finish = "length"
-    if eos_at is None:
-        ids, texts = table.generate(rng, count, params.fragment_fraction)
-    else:
-        # EOS is generated and counted (as in vLLM) but, being special, streams no text.
-        ids, texts = table.generate(rng, count - 1, params.fragment_fraction)
-        ids.append(table.eos_id)
-        texts.append("")
-        finish = "stop"
-    # At most one decode step per token after the first (all drafts rejected).
-    accepted = draw_acceptance(rng, count - 1, params.acceptance[: params.spec_tokens])
-    return RequestPlan(token_ids=ids, texts=texts, accepted=accepted, finish_reason=finish)
+    return RequestPlan(table, seed, params)

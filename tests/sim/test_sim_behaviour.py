@@ -78,7 +78,7 @@ async def test_spec_decode_metrics_match_what_was_streamed(
         assert sizes[0] == 1 and all(1 <= s <= 3 for s in sizes[1:])
         steps = len(sizes) - 1  # one decode step per chunk after the first
         plan = make_plan(table, seed, PlanParams(50, 0, True, 0.0, 2, acceptance, 0.02))
-        drawn = plan.accepted[:steps]
+        drawn = [plan.accepted_at(step) for step in range(steps)]
         # Every decode chunk but a cut-short last one carries 1 + the accepted drafts.
         assert [1 + a for a in drawn[:-1]] == sizes[1:-1]
         drafts += steps

@@ -25,8 +25,19 @@ def test_plan_is_a_function_of_seed_and_params(tokenizer: Tokenizer) -> None:
     table = build_token_table(tokenizer)
     first, again = make_plan(table, 7, params()), make_plan(table, 7, params())
     other = make_plan(table, 8, params())
-    assert first == again
-    assert first.token_ids != other.token_ids
+    assert first.all_token_ids() == again.all_token_ids()
+    assert [first.accepted_at(i) for i in range(63)] == [again.accepted_at(i) for i in range(63)]
+    assert first.all_token_ids() != other.all_token_ids()
+
+
+def test_lazy_blocks_give_the_same_output_as_one_draw(tokenizer: Tokenizer) -> None:
+    table = build_token_table(tokenizer)
+    stepwise = make_plan(table, 5, params(max_tokens=1000))
+    for end in range(1, 1001, 37):
+        stepwise.ensure_tokens(end)
+    stepwise.ensure_tokens(1000)
+    assert stepwise.token_ids == make_plan(table, 5, params(max_tokens=1000)).all_token_ids()
+    assert len(stepwise.token_ids) == 1000
 
 
 def test_streamed_texts_concatenate_to_the_decoded_ids(tokenizer: Tokenizer) -> None:
@@ -35,7 +46,7 @@ def test_streamed_texts_concatenate_to_the_decoded_ids(tokenizer: Tokenizer) -> 
     empty_text_tokens = 0
     for seed in range(20):
         plan = make_plan(table, seed, params(max_tokens=200, fragment_fraction=0.2))
-        assert len(plan.token_ids) == 200
+        assert len(plan.all_token_ids()) == 200
         assert "".join(plan.texts) == decode(tokenizer, plan.token_ids)
         empty_text_tokens += plan.texts.count("")
         # Any prefix cut (a chunk boundary) streams a prefix of the final text.
@@ -48,12 +59,13 @@ def test_eos_respects_min_tokens_and_streams_no_text(tokenizer: Tokenizer) -> No
     table = build_token_table(tokenizer)
     for seed in range(10):
         plan = make_plan(table, seed, params(ignore_eos=False, eos_prob=1.0, min_tokens=5))
+        plan.ensure_tokens(plan.num_tokens)
         assert plan.finish_reason == "stop"
         assert plan.token_ids[-1] == EOS_ID and len(plan.token_ids) == 6
         assert plan.texts[-1] == ""
         assert "".join(plan.texts) == decode(tokenizer, plan.token_ids[:-1])
     ignored = make_plan(table, 1, params(ignore_eos=True, eos_prob=1.0))
-    assert ignored.finish_reason == "length" and len(ignored.token_ids) == 64
+    assert ignored.finish_reason == "length" and len(ignored.all_token_ids()) == 64
 
 
 def test_acceptance_is_conditional_per_position() -> None:
