@@ -22,7 +22,7 @@ class Accounting:
         self.metrics = metrics
         self.trace = trace
         self._kv_tokens = kv_cache_tokens
-        self.record_draft = metrics.record_draft if metrics.spec_tokens > 0 else _no_draft
+        self._mtp = metrics.spec_tokens > 0
 
     def admitted(self, max_tokens: int) -> None:
         m = self.metrics
@@ -33,11 +33,14 @@ class Accounting:
     def prompt_done(self, request: EngineRequest) -> None:
         self.metrics.prompt_tokens.inc(request.prompt_len)
 
-    def step(self, prefill_tokens: int, produced: int) -> None:
+    def step(self, prefill_tokens: int, produced: int, drafts: int,
+             accepted_histogram: list[int]) -> None:
         m = self.metrics
         m.iteration_tokens.observe(prefill_tokens + produced)
         if produced:
             m.generation_tokens.inc(produced)
+        if self._mtp:
+            m.record_drafts(drafts, accepted_histogram)
 
     def gauges(self, running: Collection[EngineRequest],
                waiting: Collection[EngineRequest]) -> None:
@@ -85,7 +88,3 @@ class Accounting:
         chunks = request.chunks
         for previous, current in itertools.pairwise(chunks):
             itl((current[0] - previous[0]) * NS)
-
-
-def _no_draft(accepted: int) -> None:
-    """Without MTP there are no drafts to count."""

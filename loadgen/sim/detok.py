@@ -11,7 +11,7 @@ detokenizer streams (an empty-text chunk when a chunk ends inside a character).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -39,29 +39,35 @@ class TokenTable:
     clean: tuple[Unit, ...]
     fragments: tuple[Unit, ...]
     eos_id: int = EOS_ID
+    _units: tuple[Unit, ...] = field(init=False, repr=False, compare=False)
+    _lengths: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        units = (*self.clean, *self.fragments)
+        object.__setattr__(self, "_units", units)
+        object.__setattr__(self, "_lengths", np.array([len(u.ids) for u in units]))
 
     def generate(self, rng: np.random.Generator, count: int,
                  fragment_fraction: float) -> tuple[list[int], list[str]]:
         """`count` token ids and their streamed texts; a fragment never straddles the end."""
-        ids: list[int] = []
-        texts: list[str] = []
-        clean_picks = rng.integers(0, len(self.clean), size=count).tolist()
+        if count <= 0:
+            return [], []
+        clean = len(self.clean)
+        picks = rng.integers(0, clean, size=count)
         if fragment_fraction > 0 and self.fragments:
-            is_fragment = (rng.random(count) < fragment_fraction).tolist()
-            fragment_picks = rng.integers(0, len(self.fragments), size=count).tolist()
-        else:
-            is_fragment = [False] * count
-            fragment_picks = [0] * count
-        i = 0
-        while len(ids) < count:
-            unit = self.clean[clean_picks[i]]
-            if is_fragment[i]:
-                candidate = self.fragments[fragment_picks[i]]
-                if len(ids) + len(candidate.ids) <= count:
-                    unit = candidate
-            ids.extend(unit.ids)
-            texts.extend(unit.texts)
-            i += 1
+            is_fragment = rng.random(count) < fragment_fraction
+            fragment_picks = rng.integers(0, len(self.fragments), size=count)
+            picks = np.where(is_fragment, clean + fragment_picks, picks)
+        # Whole units while they fit; any shortfall (a fragment that would straddle the
+        # end) is filled with clean tokens.
+        ends = np.cumsum(self._lengths[picks])
+        fitting = int(np.searchsorted(ends, count, side="right"))
+        units = self._units
+        chosen = [units[i] for i in picks[:fitting].tolist()]
+        shortfall = count - (int(ends[fitting - 1]) if fitting else 0)
+        chosen += [self.clean[i] for i in rng.integers(0, clean, size=shortfall).tolist()]
+        ids = [i for unit in chosen for i in unit.ids]
+        texts = [t for unit in chosen for t in unit.texts]
         return ids, texts
 
 

@@ -139,9 +139,9 @@ class Engine:
     def _advance(self, batch: Batch, deadline: int) -> list[Send]:
         """Apply the step to every scheduled request; return the chunks to send at deadline."""
         sends: list[Send] = []
-        produced_total = 0
+        produced_total = drafts = 0
+        accepted_histogram = [0] * self._decode_width
         interval = self.config.stream_interval
-        record_draft = self.accounting.record_draft
         for request, prefill in batch.entries:
             if prefill != DECODE:
                 request.prefilled += prefill
@@ -151,10 +151,12 @@ class Engine:
                 request.first_token_ns = deadline
                 self.accounting.prompt_done(request)
             else:
-                accepted = request.plan.accepted_at(request.decode_steps)
+                plan = request.plan
+                accepted = plan.accepted_at(request.decode_steps)
                 request.decode_steps += 1
-                record_draft(accepted)
-                produced = min(1 + accepted, request.plan.num_tokens - request.emitted)
+                drafts += 1
+                accepted_histogram[accepted] += 1
+                produced = min(1 + accepted, plan.num_tokens - request.emitted)
                 request.steps_since_send += 1
             request.emitted += produced
             request.last_token_ns = deadline
@@ -164,14 +166,15 @@ class Engine:
                 continue
             request.steps_since_send = 0
             sends.append(self._chunk(request, finished))
-        self.accounting.step(batch.prefill_tokens, produced_total)
+        self.accounting.step(batch.prefill_tokens, produced_total, drafts, accepted_histogram)
         return sends
 
     def _chunk(self, request: EngineRequest, finished: bool) -> Send:
         start, end = request.sent, request.emitted
         request.sent = end
         plan = request.plan
-        plan.ensure_tokens(end)
+        if end > len(plan.token_ids):
+            plan.ensure_tokens(end)
         send = Send(request, b"", end - start, "finish" if finished else None)
         fmt = request.fmt
         if fmt is None:

@@ -133,11 +133,20 @@ class SimMetrics:
             for name in ("drafts", "draft_tokens", "accepted"):
                 setattr(self, name, getattr(self, name).labels(**labels))
 
-    def record_draft(self, accepted: int) -> None:
-        """One MTP verification step of one request: K drafts, `accepted` of them kept."""
-        self.drafts.inc()
-        self.draft_tokens.inc(self.spec_tokens)
+    def record_drafts(self, drafts: int, accepted_histogram: list[int]) -> None:
+        """One step's MTP verifications: `accepted_histogram[a]` requests accepted `a` drafts.
+
+        Counted once per step, not per request: a counter increment takes a lock.
+        """
+        if not drafts:
+            return
+        self.drafts.inc(drafts)
+        self.draft_tokens.inc(drafts * self.spec_tokens)
+        accepted = sum(a * n for a, n in enumerate(accepted_histogram))
         if accepted:
             self.accepted.inc(accepted)
-            for position in range(accepted):
-                self.accepted_per_pos[position].inc()
+        at_least = 0
+        for position in range(self.spec_tokens, 0, -1):
+            at_least += accepted_histogram[position]  # requests that accepted > position-1
+            if at_least:
+                self.accepted_per_pos[position - 1].inc(at_least)
