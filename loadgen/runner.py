@@ -254,6 +254,7 @@ class _Point:
         self.sink = JsonlSink(sweep.results_dir / f"requests_conc_{plan.conc}.jsonl")
         self.before: ServerSnapshot | None = None
         self.started = False
+        self.cpu_start = 0.0
         self.outcome: PointOutcome
 
     async def run(self) -> None:
@@ -262,6 +263,7 @@ class _Point:
         self.before = await scrape_metrics(self.session, self.sweep.base_url)
         hooks.point_started(conc, len(self.plan.measured))
         self.started = True
+        self.cpu_start = time.process_time()
         deadline = deadline_after(spec.duration_s, perf_counter_ns())
         if spec.request_rate is None:
             await closed_loop(self.plan.measured, conc, self._send, deadline_ns=deadline)
@@ -300,7 +302,13 @@ class _Point:
         result = summarize(self.records, ctx, server_before=self.before,
                            server_after=after if complete else None)
         server = sweep.server
+        cpu = time.process_time() - self.cpu_start
+        chunks = result.get("total_chunks") or 0
         result.update({
+            # client health: this process's CPU over the measured phase (a loaded client
+            # stamps late); per chunk it is the client's cost of ingesting one event
+            "client_cpu_seconds": cpu,
+            "client_cpu_per_chunk_us": cpu / chunks * 1e6 if chunks else None,
             "complete": complete, "target": sweep.target, "run_id": sweep.run_id,
             "model_id": server.model if server else spec.model, "endpoint_type": "openai",
             "endpoint": spec.endpoint, "base_url": sweep.base_url, "backend": "vllm",

@@ -31,6 +31,9 @@ class ArrivalLog:
             self.stamps.append(stamp_ns)
             self.ends.append(total_bytes)
 
+    def last_stamp(self) -> int | None:
+        return self.stamps[-1] if self.stamps else None
+
     def stamp_of(self, offset: int) -> int:
         """Arrival stamp of the read that delivered body byte `offset` (offsets only increase)."""
         ends = self.ends

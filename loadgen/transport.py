@@ -25,32 +25,47 @@ from typing import Any
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
-from loadgen.api import MalformedEvent, TokenCounter, decode_event
+from loadgen.api import MalformedEvent, TokenCounter
+from loadgen.ingest import BodyStream, Exchange, Ingest
 from loadgen.records import ErrorKind, RequestRecord
-from loadgen.sse import ArrivalLog, SseFramer
+from loadgen.sse import ArrivalLog
 from loadgen.workload import RequestSpec
 
 READ_BUFSIZE = 1 << 22  # aiohttp pauses the socket only past 2x this: never for one event
 
 
 class StampingResponseHandler(ResponseHandler):
-    """aiohttp's protocol, plus an arrival log per response body."""
+    """aiohttp's protocol, plus an arrival log per response body and a body listener."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
         self._log_payload: object = None
         self._log = ArrivalLog()
+        # The BodyStream of the response being read (set by the transport): woken on
+        # every read so it can be parsed later, off the timing path.
+        self.body_listener: Callable[[bool], None] | None = None
 
     def data_received(self, data: bytes) -> None:
         stamp = perf_counter_ns()  # before any parsing: this is the arrival time
         super().data_received(data)
-        payload = self._payload
-        if payload is None:
+        if not data:  # aiohttp re-enters with b"" when it resumes reading
             return
-        if payload is not self._log_payload:
-            self._log_payload = payload
-            self._log = ArrivalLog()
-        self._log.add(stamp, getattr(payload, "total_bytes", 0))
+        payload = self._payload
+        if payload is not None:
+            if payload is not self._log_payload:
+                self._log_payload = payload
+                self._log = ArrivalLog()
+            self._log.add(stamp, getattr(payload, "total_bytes", 0))
+        if self.body_listener is not None:
+            self.body_listener(False)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        listener = self.body_listener
+        if listener is not None:
+            listener(True)  # parse what arrived before aiohttp turns it into an exception
+        super().connection_lost(exc)
+        if listener is not None:
+            listener(False)
 
     def log_for(self, payload: object) -> ArrivalLog | None:
         return self._log if payload is self._log_payload else None
@@ -122,39 +137,6 @@ def open_session(
     )
 
 
-class _Exchange:
-    """Mutable state of one request in flight; becomes a frozen RequestRecord at the end."""
-
-    __slots__ = (
-        "chunk_ns",
-        "chunk_tokens",
-        "completion_tokens",
-        "detail",
-        "done",
-        "end_ns",
-        "error",
-        "finish_reason",
-        "prompt_tokens",
-        "status",
-    )
-
-    def __init__(self) -> None:
-        self.chunk_ns: list[int] = []
-        self.chunk_tokens: list[int] = []
-        self.prompt_tokens: int | None = None
-        self.completion_tokens: int | None = None
-        self.finish_reason: str | None = None
-        self.status: int | None = None
-        self.error: ErrorKind | None = None
-        self.detail = ""
-        self.done = False
-        self.end_ns = 0
-
-    def fail(self, kind: ErrorKind, detail: str) -> None:
-        if self.error is None:  # the first failure is the cause; later ones are echoes
-            self.error, self.detail = kind, detail[:500]
-
-
 class Transport:
     """Sends requests over one session and turns every outcome into a RequestRecord."""
 
@@ -170,6 +152,7 @@ class Transport:
         self.url = url
         self.request_timeout_s = request_timeout_s
         self.count_text = count_text
+        self.ingest = Ingest()
 
     async def send(
         self,
@@ -182,7 +165,7 @@ class Transport:
     ) -> RequestRecord:
         """Send, stream, and record; `on_record` sees the record even when cancelled."""
         clock = _Clock()
-        state = _Exchange()
+        state = Exchange()
         counter = TokenCounter(self.count_text)
         called_ns = perf_counter_ns()
         sent_unix = time.time()
@@ -193,6 +176,9 @@ class Transport:
         except asyncio.CancelledError:
             cancelled = True
             state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
+        except TimeoutError:
+            if not state.done:  # a server that never closes the body after [DONE] is complete
+                state.fail(ErrorKind.TIMEOUT, "--request-timeout elapsed")
         except Exception as exc:  # the one translation boundary (programming errors re-raise)
             state.fail(*_classify(exc, clock))
         end_ns = state.end_ns or perf_counter_ns()
@@ -216,7 +202,7 @@ class Transport:
         request: RequestSpec,
         x_request_id: str,
         clock: _Clock,
-        state: _Exchange,
+        state: Exchange,
         counter: TokenCounter,
     ) -> None:
         headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
@@ -230,63 +216,39 @@ class Transport:
                 state.fail(ErrorKind.HTTP, f"HTTP {response.status}: "
                            f"{body.decode('utf-8', 'replace').strip()}")
                 return
-            await self._read_stream(response, state, counter)
+            await self._follow(response, state, counter)
 
-    async def _read_stream(
-        self, response: aiohttp.ClientResponse, state: _Exchange, counter: TokenCounter
+    async def _follow(
+        self, response: aiohttp.ClientResponse, state: Exchange, counter: TokenCounter
     ) -> None:
-        content = response.content
-        log = _arrival_log(response)
-        framer = SseFramer()
-        while True:
-            data = await content.readany()
-            if not data:
-                break
-            if log is None:  # never expected: the protocol was rebound under us
-                log = ArrivalLog()
-                log.add(perf_counter_ns(), content.total_bytes)
-            for event in framer.feed(data):
-                if state.done:
-                    continue
-                self._on_event(decode_event(event.data), log.stamp_of(event.offset), state,
-                               counter)
-        if not state.done:
-            state.end_ns = perf_counter_ns()
-            state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
-                       + (" (mid-event)" if framer.pending else ""))
-
-    @staticmethod
-    def _on_event(event: Any, stamp: int, state: _Exchange, counter: TokenCounter) -> None:
-        if event.done:
-            state.done = True
-            state.end_ns = stamp
-            return
-        if event.error is not None:
-            state.fail(ErrorKind.SERVER_ERROR, event.error)
-            state.done = True
-            state.end_ns = stamp
-            return
-        if event.prompt_tokens is not None:
-            state.prompt_tokens = event.prompt_tokens
-        if event.completion_tokens is not None:
-            state.completion_tokens = event.completion_tokens
-        if event.finish_reason is not None:
-            state.finish_reason = event.finish_reason
-        tokens = counter.count(event)
-        if tokens > 0:
-            state.chunk_ns.append(stamp)
-            state.chunk_tokens.append(tokens)
+        """Hand the body to the ingest, then sleep until it has ended."""
+        protocol = _protocol_of(response)
+        log = protocol.log_for(response.content) if protocol is not None else None
+        if log is None:  # never expected: the protocol was rebound under us
+            log = ArrivalLog()
+            log.add(perf_counter_ns(), response.content.total_bytes)
+        stream = BodyStream(response.content, log, state, counter, self.ingest)
+        if protocol is not None:
+            protocol.body_listener = stream.wake
+        stream.wake()  # bytes that arrived with the headers
+        try:
+            await response.content.wait_eof()  # end of body, or the connection broke
+        except (aiohttp.ClientError, OSError):
+            pass  # finish() below raises it, after parsing everything that came before
+        finally:
+            if protocol is not None and protocol.body_listener == stream.wake:
+                protocol.body_listener = None
+            stream.drain()  # a cancelled or timed-out request keeps what had arrived
+        stream.finish()
 
 
-def _arrival_log(response: aiohttp.ClientResponse) -> ArrivalLog | None:
+def _protocol_of(response: aiohttp.ClientResponse) -> StampingResponseHandler | None:
     connection = response.connection
     # A body that completed in the same read as its headers has already released the
     # connection; the response still holds its protocol.
     protocol = connection.protocol if connection is not None else getattr(
         response, "_protocol", None)
-    if isinstance(protocol, StampingResponseHandler):
-        return protocol.log_for(response.content)
-    return None
+    return protocol if isinstance(protocol, StampingResponseHandler) else None
 
 
 def _classify(exc: Exception, clock: _Clock) -> tuple[ErrorKind, str]:
