@@ -140,6 +140,9 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         sim_args = split_sim_args(args.sim_args)
     except ValueError as exc:
         raise SpecError(f"--sim-args {args.sim_args!r}: {exc}") from None
+    taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
+    if taken:
+        raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
     return RunSpec(
         conc=args.conc, isl=args.isl, osl=args.osl, base_url=args.base_url, model=args.model,
         endpoint=args.endpoint, encoder=args.encoder, thinking=args.thinking,

@@ -164,3 +164,23 @@ def check_acceptance(result: dict[str, Any]) -> None:
     assert abs(stream - server) < 0.1, (stream, server)
     assert result["spec_tokens"] == 2
     assert len(result["stream_acceptance_per_position"]) == 2
+
+
+async def test_chat_endpoint_open_loop_with_duration(tmp_path: Path,
+                                                     tokenizer: Tokenizer) -> None:
+    """Chat requests at a Poisson rate, stopped by --duration before the plan runs out."""
+    spec = sim_spec(tmp_path, conc=(4,), osl=16, endpoint="chat", prompts_per_conc=50,
+                    request_rate=40.0, duration_s=1.0, warmup_per_conc=0)
+    outcome = await run_sweep(spec, tokenizer=tokenizer)
+    records = read_jsonl(outcome.results_dir / "requests_conc_4.jsonl")
+    result = point_json(outcome, 4)
+    # ~40 arrivals in 1 s of a 200-request plan; Poisson(40) is within 20..70 w.p. > 0.9999
+    assert 20 <= len(records) <= 70 and result["num_prompts"] == len(records)
+    assert result["complete"] is True and outcome.exit_code == 0
+    assert result["request_rate"] == 40.0
+    for r in records:
+        assert r.ok and r.completion_tokens == sum(r.chunk_tokens) == 16
+        # the server applied the same DeepSeek-V4 template loadgen counted
+        assert r.prompt_tokens == r.input_len
+    started = sorted(r.start_ns for r in records)
+    assert (started[-1] - started[0]) / 1e9 < 1.0 + 0.1  # nothing sent after the deadline

@@ -156,3 +156,9 @@ def test_unreachable_server_one_line_nonzero(tmp_path: Path) -> None:
     assert done.returncode == 1, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the server" in lines[0], done.stderr
+
+
+def test_sim_args_cannot_move_the_simulator() -> None:
+    with pytest.raises(SpecError, match="--port is chosen by loadgen"):
+        spec_from_argv(["--sim", "--conc", "4", "--isl", "8", "--osl", "2",
+                        "--sim-args", "--port 9000"], env={})

@@ -1,0 +1,39 @@
+"""The ingest parses in short slices and lets the event loop run in between."""
+
+from __future__ import annotations
+
+import asyncio
+from time import perf_counter_ns
+
+from loadgen.ingest import Ingest
+
+
+class SlowStream:
+    """Stands in for a BodyStream whose drain costs `cost_ns` of CPU (no I/O involved)."""
+
+    def __init__(self, cost_ns: int, log: list[str], name: str) -> None:
+        self.queued = False
+        self.cost_ns = cost_ns
+        self.log = log
+        self.name = name
+
+    def drain(self) -> None:
+        end = perf_counter_ns() + self.cost_ns
+        while perf_counter_ns() < end:
+            pass
+        self.log.append(self.name)
+
+
+async def test_ingest_yields_to_the_loop_between_slices() -> None:
+    log: list[str] = []
+    ingest = Ingest(slice_ns=200_000)
+    streams = [SlowStream(100_000, log, f"s{i}") for i in range(10)]
+    for stream in streams:
+        ingest.notify(stream)  # type: ignore[arg-type]
+        ingest.notify(stream)  # type: ignore[arg-type]  # queued once only
+    asyncio.get_running_loop().call_soon(log.append, "loop")  # e.g. a socket read
+    await asyncio.sleep(0.05)
+    assert sorted(x for x in log if x != "loop") == sorted(s.name for s in streams)
+    position = log.index("loop")
+    assert 0 < position < 5  # ran after the first slice (2-3 drains), not after all 10
+    assert not any(s.queued for s in streams)
