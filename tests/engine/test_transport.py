@@ -38,6 +38,8 @@ SCRIPTS: dict[str, list[bytes]] = {
     "server_error": [chunk([1], 1), b'data: {"error":{"message":"oom","code":500}}\n\n',
                      b"data: [DONE]\n\n"],
     "stall": [chunk([1], 1), b"STALL", b"data: [DONE]\n\n"],
+    # a 2 MB event (e.g. prompt_token_ids of a long prompt): no buffer or line limit
+    "long": [chunk(list(range(300_000)), 300_000), b"data: [DONE]\n\n"],
 }
 
 
@@ -106,6 +108,13 @@ async def test_ok_stream_exact_tokens_and_stamps(sse_server: tuple[str, dict]) -
     assert record.end_ns >= record.chunk_ns[-1]
     assert record.e2el_ns - record.ttft_ns == sum(  # type: ignore[operator]
         b - a for a, b in zip(record.chunk_ns, record.chunk_ns[1:], strict=False))
+
+
+async def test_long_event_has_no_size_limit(sse_server: tuple[str, dict]) -> None:
+    base, _ = sse_server
+    async with open_session(max_connections=1) as session:
+        record, _ = await send(base, "long", session)
+    assert record.ok and record.chunk_tokens == (300_000,)
 
 
 async def test_split_events_and_connection_reuse(sse_server: tuple[str, dict]) -> None:
