@@ -6,8 +6,9 @@ outputs: TTFT = first token's step end - arrival, ITL = gaps between a request's
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Collection
+
+import numpy as np
 
 from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.request import EngineRequest
@@ -84,7 +85,7 @@ class Accounting:
         m.decode.observe((end - first) * NS)
         if request.emitted > 1:
             m.tpot.observe((end - first) * NS / (request.emitted - 1))
-        itl = m.itl.observe
-        chunks = request.chunks
-        for previous, current in itertools.pairwise(chunks):
-            itl((current[0] - previous[0]) * NS)
+        if len(request.chunks) > 1:
+            intended = np.fromiter((c[0] for c in request.chunks), dtype=np.int64,
+                                   count=len(request.chunks))
+            m.itl.observe_many(np.diff(intended) * NS)
