@@ -11,6 +11,7 @@ clocks are CLOCK_MONOTONIC, so per chunk:
   ITL error     = client chunk gap - true chunk gap
   collapsed     = share of client chunk gaps under 50 us (chunks read together)
   chunks/s      = token-bearing events ingested per second over the point
+  client CPU    = the client process's CPU time per chunk and its share of one core
 
 Then the peak RSS of building a full `--conc 4..512 --isl 8192 --osl 1024` sweep's
 prompts (one point at a time, as the runner does), in a fresh process.
@@ -101,9 +102,13 @@ def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
     }
 
 
-def report(conc: int, a: dict[str, Any]) -> None:
+def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
+    cpu, per_chunk = result.get("client_cpu_seconds"), result.get("client_cpu_per_chunk_us")
+    busy = cpu / result["duration"] if cpu is not None and result.get("duration") else None
     print(f"\nconc {conc}: {a['requests']} requests, {a['chunks']} chunks, "
           f"{a['chunks_per_s']:,.0f} chunks/s ingested")
+    if per_chunk is not None and busy is not None:
+        print(f"  client CPU {per_chunk:.1f} us per chunk, {busy:.0%} of its core")
     print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}")
     print(f"  receive lag vs step due (us)      {stats_us(a['lag_intended'])}")
     print(f"  TTFT error vs truth (us)          {stats_us(a['ttft_err'])}")
@@ -124,9 +129,9 @@ async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
                        results_dir=workdir / "results", progress=False)
         outcome = await run_sweep(spec, tokenizer=tokenizer)
     trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
-    for conc in concs:
-        records = read_jsonl(outcome.results_dir / f"requests_conc_{conc}.jsonl")
-        report(conc, analyse(records, trace, outcome.run_id, conc))
+    for point in outcome.points:
+        records = read_jsonl(outcome.results_dir / f"requests_conc_{point.conc}.jsonl")
+        report(point.conc, analyse(records, trace, outcome.run_id, point.conc), point.result)
 
 
 RSS_CHILD = """

@@ -22,6 +22,7 @@ from loadgen.spec import RunSpec, SpecError
 from loadgen.tokenizer import encode
 
 MEASURED, WARMUP, PREFLIGHT = 0, 1, 2  # rng stream ids
+SYNTH_BATCH = 256  # prompts synthesized at a time (bounds peak memory)
 SEED_BITS = 31  # request seeds fit a signed 32-bit int (vLLM accepts any int)
 
 
@@ -111,20 +112,27 @@ class Workload:
         seeds: Sequence[int],
         rng: np.random.Generator,
     ) -> list[RequestSpec]:
-        from loadgen.prompts import synthesize_prompts  # the encoder helper's module
+        from loadgen.prompts import synthesize_prompts, word_pool  # the encoder helper's
 
-        prompts = synthesize_prompts(
-            isls, encoder=self.spec.encoder, thinking_mode=self.spec.thinking,
-            reasoning_effort=self.spec.reasoning_effort, tokenizer=self.tokenizer, rng=rng,
-        )
-        requests = []
-        for index, (prompt, osl, seed) in enumerate(zip(prompts, osls, seeds, strict=True)):
-            if self.options.endpoint == "completions":
-                body = encode_body(completion_body(self.options, prompt.text, osl, seed))
-            else:
-                messages = [{"role": "user", "content": prompt.content}]
-                body = encode_body(chat_body(self.options, messages, osl, seed))
-            requests.append(RequestSpec(index, prompt.num_tokens, osl, body))
+        pool = word_pool(self.tokenizer)
+        requests: list[RequestSpec] = []
+        # In batches: a batch's prompt strings are dropped once they are bodies, so a
+        # conc-512 x isl-8192 point holds its bodies plus one batch, not every text twice.
+        for first in range(0, len(isls), SYNTH_BATCH):
+            prompts = synthesize_prompts(
+                isls[first : first + SYNTH_BATCH], encoder=self.spec.encoder,
+                thinking_mode=self.spec.thinking, reasoning_effort=self.spec.reasoning_effort,
+                tokenizer=self.tokenizer, rng=rng, pool=pool,
+            )
+            for index, prompt in enumerate(prompts, first):
+                osl, seed = osls[index], seeds[index]
+                if self.options.endpoint == "completions":
+                    body = encode_body(completion_body(self.options, prompt.text, osl, seed))
+                else:
+                    messages = [{"role": "user", "content": prompt.content}]
+                    body = encode_body(chat_body(self.options, messages, osl, seed))
+                requests.append(RequestSpec(index, prompt.num_tokens, osl, body))
+            del prompts
         return requests
 
     def _from_dataset(
