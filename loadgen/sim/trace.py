@@ -18,7 +18,9 @@ class TraceWriter:
         self._file: IO[bytes] = Path(path).open("wb")  # noqa: SIM115 - closed by close()
 
     def write(self, record: dict[str, Any]) -> None:
+        # Flushed per request so a reader sees every finished request while we still serve.
         self._file.write(orjson.dumps(record) + b"\n")
+        self._file.flush()
 
     def flush(self) -> None:
         self._file.flush()

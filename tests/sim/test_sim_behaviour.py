@@ -124,8 +124,8 @@ async def test_trace_records_ground_truth_and_never_drifts(
     async with sim_factory(**config) as sim, aiohttp.ClientSession() as session:
         events = await post_stream(session, sim.base_url + "/v1/completions",
                                    {**BODY, "max_tokens": 40}, headers={"X-Request-Id": "r-1"})
+        (line,) = read_trace(trace)  # readable while the simulator still serves
     decode_step = step_ns(sim.config, 0, 3, 1)
-    (line,) = read_trace(trace)
     assert line["x_request_id"] == "r-1"
     assert line["prompt_tokens"] == final_usage(events)["prompt_tokens"]
     assert line["arrival_ns"] <= line["first_sched_ns"] <= line["chunks"][0][0]
