@@ -175,8 +175,12 @@ class Engine:
         plan = request.plan
         if end > len(plan.token_ids):
             plan.ensure_tokens(end)
-        send = Send(request, b"", end - start, "finish" if finished else None)
         fmt = request.fmt
+        if fmt is not None and start and not finished and not request.has_faults:
+            return Send(request, fmt.middle_frame(plan.token_ids[start:end],
+                                                  "".join(plan.texts[start:end]), end),
+                        end - start)
+        send = Send(request, b"", end - start, "finish" if finished else None)
         if fmt is None:
             return send
         first = start == 0

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from loadgen.sim.config import SimConfig
 from loadgen.sim.detok import BOS_ID, TokenTable
 from loadgen.sim.engine import Engine
-from loadgen.sim.faults import draw_faults
+from loadgen.sim.faults import NO_FAULTS, draw_faults
 from loadgen.sim.plan import PlanParams, RequestPlan, make_plan
 from loadgen.sim.request import EngineRequest, TransportSink
 from loadgen.sim.validate import (
@@ -142,7 +142,8 @@ class GenerationHandlers:
         engine_request = EngineRequest(
             index=index, x_request_id=request.headers.get("X-Request-Id"),
             prompt_len=len(prompt_ids), max_tokens=max_tokens, plan=plan, arrival_ns=arrival,
-            done=asyncio.get_running_loop().create_future(), faults=faults)
+            done=asyncio.get_running_loop().create_future(), faults=faults,
+            has_faults=faults != NO_FAULTS)
         request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(8)
         created = int(time.time())
         if gen.stream:

@@ -65,6 +65,7 @@ class EngineRequest:
     fmt: StreamFormat | None = None
     sink: Sink | None = None
     faults: RequestFaults = NO_FAULTS
+    has_faults: bool = False
     prefilled: int = 0
     emitted: int = 0  # tokens the engine has produced
     sent: int = 0  # tokens already put into chunks

@@ -65,7 +65,8 @@ def _usage(prompt: int, completion: int, details: bool) -> bytes:
 class StreamFormat:
     """Builds one request's SSE events (chat or completions)."""
 
-    __slots__ = ("_chat", "_fingerprint", "_head", "_opts", "_prompt_ids", "_prompt_len")
+    __slots__ = ("_chat", "_fingerprint", "_head", "_mid_ids", "_mid_pre", "_mid_tail", "_opts",
+                 "_prompt_ids", "_prompt_len")
 
     def __init__(self, *, chat: bool, request_id: str, created: int, model: str,
                  prompt_ids: list[int], opts: StreamOptions, fingerprint: str) -> None:
@@ -77,6 +78,15 @@ class StreamFormat:
         kind = "chat.completion.chunk" if chat else "text_completion"
         self._head = b'{"id":%b,"object":"%b","created":%d,"model":%b,"choices":' % (
             orjson.dumps(request_id), kind.encode(), created, orjson.dumps(model))
+        # Pieces of a middle chunk (neither first nor last): the hot path, built once.
+        if chat:
+            self._mid_pre = b"data: " + self._head + b'[{"index":0,"delta":{"content":'
+            self._mid_ids = b'},"logprobs":null,"finish_reason":null,"token_ids":'
+        else:
+            self._mid_pre = b"data: " + self._head + b'[{"index":0,"text":'
+            self._mid_ids = (b',"logprobs":null,"finish_reason":null,"stop_reason":null,'
+                             b'"prompt_token_ids":null,"token_ids":')
+        self._mid_tail = b"}]}\n\n"
 
     def role_event(self) -> bytes:
         """Chat's first event: role only, content "" (empty for completions)."""
@@ -109,6 +119,17 @@ class StreamFormat:
         if opts.continuous_usage:
             body += b"," + _usage(self._prompt_len, completion_tokens, details=self._chat)
         return sse(self._head + body + b"}")
+
+    def middle_frame(self, ids: list[int], text: str, completion_tokens: int) -> bytes:
+        """content_event(first=False, finish=None), already framed as an HTTP chunk."""
+        opts = self._opts
+        token_ids = orjson.dumps(ids) if opts.return_token_ids else NULL
+        if opts.continuous_usage:
+            tail = b"}]," + _usage(self._prompt_len, completion_tokens, self._chat) + b"}\n\n"
+        else:
+            tail = self._mid_tail
+        payload = self._mid_pre + orjson.dumps(text) + self._mid_ids + token_ids + tail
+        return b"%x\r\n%b\r\n" % (len(payload), payload)
 
     def final_events(self, completion_tokens: int) -> bytes:
         """The usage-only chunk (with include_usage) and [DONE]."""
