@@ -152,13 +152,16 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
     parser.add_argument("--step-ms", type=float, default=20.0, help="fixed step time")
     parser.add_argument("--spec-tokens", type=int, default=2)
+    parser.add_argument("--spin-us", type=float, default=1000.0,
+                        help="busy-wait before each deadline (as `loadgen sim` does)")
     parser.add_argument("--profile", action="store_true", help="cProfile the server")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trace_path = Path(tmp) / "trace.jsonl"
         config = SimConfig(step_fixed_ms=args.step_ms, decode_token_us=0.0, prefill_token_us=0.0,
                            spec_tokens=args.spec_tokens, max_num_seqs=max(args.conc, 1),
-                           max_model_len=MAX_TOKENS + 1024, trace_path=str(trace_path))
+                           max_model_len=MAX_TOKENS + 1024, trace_path=str(trace_path),
+                           spin_us=args.spin_us)
         ctx = mp.get_context("spawn")
         ports: mp.Queue[int] = ctx.Queue()
         results: mp.Queue[ClientResult] = ctx.Queue()

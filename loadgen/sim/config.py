@@ -19,6 +19,7 @@ DEFAULT_MODEL = "deepseek-v4-sim"
 DEFAULT_ACCEPTANCE = (0.8, 0.6)
 # Used for draft positions beyond the defaults when only --spec-tokens is given.
 DEFAULT_LATER_ACCEPTANCE = 0.5
+CLI_SPIN_US = 1000.0
 
 
 class ConfigError(ValueError):
@@ -72,7 +73,9 @@ class SimConfig:
     trace_path: str | None = None
     faults: FaultConfig = field(default_factory=FaultConfig)
     # Sleep until this long before a step's deadline, then spin: timers are ms-grained.
-    spin_us: float = 1000.0
+    # Off by default because an embedded simulator shares its event loop with the client,
+    # whose callbacks a spin would delay; `loadgen sim` (its own process) spins 1 ms.
+    spin_us: float = 0.0
 
     def __post_init__(self) -> None:
         if self.spec_tokens > 0 and not self.acceptance:
@@ -215,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-seconds", type=float, default=FaultConfig().stall_seconds)
     p.add_argument("--max-waiting", type=int, default=None,
                    help="answer 503 when more requests than this are waiting")
-    p.add_argument("--spin-us", type=float, default=d.spin_us,
+    p.add_argument("--spin-us", type=float, default=CLI_SPIN_US,
                    help="busy-wait this long before each step deadline (timer precision)")
     return p
 
