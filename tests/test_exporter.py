@@ -7,9 +7,11 @@ import asyncio
 import shutil
 import subprocess
 from collections.abc import Iterable
+from pathlib import Path
 
 import aiohttp
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -150,3 +152,66 @@ async def test_metrics_served_over_http_and_loop_lag_recorded() -> None:
     got = [s for f in text_string_to_metric_families(text) for s in f.samples]
     assert value(got, "loadgen_event_loop_lag_seconds_count") >= 5
     assert value(got, "loadgen_build_info", version=__import__("loadgen").__version__) == 1
+
+
+async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Path) -> None:
+    """A real sweep against the simulator (MTP, K=2, injected 500s and
+    mid-stream aborts) with the exporter
+    as the runner's observer: every counter equals the matching field of the result file."""
+    from loadgen.cli import spec_from_options
+    from loadgen.runner import run_sweep
+    from loadgen.sim.config import FaultConfig
+    from loadgen.sim.server import SimConfig, running_simulator
+
+    config = SimConfig(model="sim-model", spec_tokens=2, step_fixed_ms=1.0,
+                       decode_token_us=1.0, faults=FaultConfig(error_500=0.15, abort=0.1))
+    registry = CollectorRegistry()
+    metrics = LoadgenMetrics(registry)
+    async with running_simulator(config) as sim:
+        spec = spec_from_options({"base_url": sim.base_url, "conc": "2,4", "isl": 64,
+                                  "osl": 24, "prompts_per_conc": 5, "warmup_per_conc": 0,
+                                  "encoder": "raw", "spec_tokens": 2, "no_progress": True,
+                                  "max_error_rate": 1.0, "results": str(tmp_path)})
+        observer = metrics.observer(model="sim-model", endpoint=spec.endpoint,
+                                    points=len(spec.conc), spec_tokens=spec.spec_tokens)
+        outcome = await run_sweep(spec, observer=observer)
+    got = samples(registry)
+    assert value(got, "loadgen_sweep_progress_ratio") == 1.0
+    assert value(got, "loadgen_requests_in_flight") == 0
+    failed_total = 0
+    for point in outcome.points:
+        result = orjson.loads(point.path.read_bytes())
+        labels = {"conc": str(point.conc)}
+        completed = result["completed"]
+        failed_total += result["failed"]
+        assert value(got, "loadgen_requests_total", outcome="ok", **labels) == completed
+        assert value(got, "loadgen_requests_total", outcome="error", **labels) \
+            == result["failed"]
+        for kind, count in result["errors_by_kind"].items():
+            assert value(got, "loadgen_request_errors_total", kind=kind, **labels) == count
+        assert value(got, "loadgen_prompt_tokens_total", **labels) \
+            == result["total_input_tokens"]
+        assert value(got, "loadgen_output_tokens_total", **labels) \
+            == result["total_output_tokens"]
+        assert value(got, "loadgen_time_to_first_token_seconds_count", **labels) == completed
+        assert value(got, "loadgen_time_to_first_token_seconds_sum", **labels) \
+            == pytest.approx(result["mean_ttft_ms"] * completed / 1000)
+        assert value(got, "loadgen_e2e_request_latency_seconds_sum", **labels) \
+            == pytest.approx(result["mean_e2el_ms"] * completed / 1000)
+        gaps = result["total_chunks"] - completed
+        assert value(got, "loadgen_inter_chunk_latency_seconds_count", **labels) == gaps
+        assert value(got, "loadgen_inter_chunk_latency_seconds_sum", **labels) \
+            == pytest.approx(result["mean_itl_ms"] * gaps / 1000)
+        chunks = value(got, "loadgen_decode_chunks_total", **labels)
+        assert chunks == result["stream_acceptance_decode_chunks"]
+        assert value(got, "loadgen_decode_tokens_total", **labels) / chunks \
+            == pytest.approx(result["stream_acceptance_length"])
+        for position, rate in enumerate(result["stream_acceptance_per_position"]):
+            accepted = [s.value for s in got
+                        if s.name == "loadgen_decode_accepted_tokens_per_position_total"
+                        and s.labels["conc"] == labels["conc"]
+                        and s.labels["position"] == str(position)]
+            assert sum(accepted) / chunks == pytest.approx(rate)
+        assert value(got, "loadgen_server_spec_decode_acceptance_length", **labels) \
+            == pytest.approx(result["server_acceptance_length"])
+    assert failed_total > 0, "the fault injection should have produced some errors"
