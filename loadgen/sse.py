@@ -10,7 +10,7 @@ read that carried that byte.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _EOL = re.compile(rb"\r\n|\r|\n")
 
@@ -44,8 +44,7 @@ class ArrivalLog:
         return self.stamps[cursor]
 
 
-@dataclass(frozen=True, slots=True)
-class SseEvent:
+class SseEvent(NamedTuple):  # a tuple: one is built per streamed event
     offset: int  # body offset of the event's first byte
     data: bytes  # the joined `data:` lines
 

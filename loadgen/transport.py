@@ -59,6 +59,13 @@ class StampingResponseHandler(ResponseHandler):
         if self.body_listener is not None:
             self.body_listener(False)
 
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp's StreamReader calls this after every read it serves; when reading is
+        # not paused it would only re-run the parser on b"" and re-arm the transport,
+        # a few us per chunk on the ingest path for nothing.
+        if self._reading_paused or self._buffer_paused:
+            super().resume_reading(resume_parser)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         listener = self.body_listener
         if listener is not None:
@@ -129,7 +136,10 @@ def _trace_config() -> aiohttp.TraceConfig:
 
 
 def open_session(
-    *, max_connections: int, headers: Mapping[str, str] | None = None
+    *,
+    max_connections: int,
+    headers: Mapping[str, str] | None = None,
+    read_bufsize: int = READ_BUFSIZE,
 ) -> aiohttp.ClientSession:
     """One session per run: `max_connections` sockets at once, no timeouts of its own."""
     connector = StampingConnector(
@@ -142,7 +152,7 @@ def open_session(
                                       sock_connect=None),
         headers={"Accept-Encoding": "identity", **(headers or {})},
         auto_decompress=False,  # bytes stay the bytes that were stamped
-        read_bufsize=READ_BUFSIZE,
+        read_bufsize=read_bufsize,
         trace_configs=[_trace_config()],
         skip_auto_headers=("User-Agent",),
     )

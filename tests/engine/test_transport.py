@@ -117,6 +117,16 @@ async def test_long_event_has_no_size_limit(sse_server: tuple[str, dict]) -> Non
     assert record.ok and record.chunk_tokens == (300_000,)
 
 
+async def test_paused_reading_resumes(sse_server: tuple[str, dict]) -> None:
+    """A tiny read buffer makes aiohttp pause the socket; the protocol must resume it."""
+    base, _ = sse_server
+    async with open_session(max_connections=1, read_bufsize=1024) as session:
+        record, _ = await send(base, "long", session, limit_s=20)
+        again, _ = await send(base, "ok", session, limit_s=20)
+    assert record.ok and record.chunk_tokens == (300_000,)
+    assert again.ok and again.chunk_tokens == (1, 2, 3)
+
+
 async def test_split_events_and_connection_reuse(sse_server: tuple[str, dict]) -> None:
     base, sent = sse_server
     async with open_session(max_connections=1) as session:
