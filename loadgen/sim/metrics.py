@@ -98,90 +98,92 @@ class SimMetrics:
 
     def __init__(self, registry: CollectorRegistry, *, model_name: str, max_model_len: int,
                  spec_tokens: int) -> None:
-        labels = {"model_name": model_name, "engine": "0"}
+        self._registry = registry
+        self._labels = {"model_name": model_name, "engine": "0"}
         self.spec_tokens = spec_tokens
+        if spec_tokens > 0:
+            self._spec_decode_counters()
+        self._gauges_and_counters()
+        self._histograms(one_two_five_buckets(max_model_len))
 
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, LABELS, registry=registry)
+    def _counter(self, name: str, doc: str) -> Counter:
+        return Counter(name, doc, LABELS, registry=self._registry)
+
+    def _histogram(self, name: str, doc: str, buckets: Sequence[float]) -> BulkHistogram:
+        return BulkHistogram(name, doc, self._labels, buckets, self._registry)
+
+    def _spec_decode_counters(self) -> None:
+        labels = self._labels
+        self.drafts = self._counter("vllm:spec_decode_num_drafts",
+                                    "Number of spec decoding drafts.").labels(**labels)
+        self.draft_tokens = self._counter("vllm:spec_decode_num_draft_tokens",
+                                          "Number of draft tokens.").labels(**labels)
+        self.accepted = self._counter("vllm:spec_decode_num_accepted_tokens",
+                                      "Number of accepted tokens.").labels(**labels)
+        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                          "Accepted tokens per draft position.", (*LABELS, "position"),
+                          registry=self._registry)
+        self.accepted_per_pos = [per_pos.labels(**labels, position=str(i))
+                                 for i in range(self.spec_tokens)]
+
+    def _gauges_and_counters(self) -> None:
+        labels = self._labels
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, LABELS, registry=registry)
+            return Gauge(name, doc, LABELS, registry=self._registry).labels(**labels)
 
-        def histogram(name: str, doc: str, buckets: Sequence[float]) -> BulkHistogram:
-            return BulkHistogram(name, doc, labels, buckets, registry)
-
-        if spec_tokens > 0:
-            self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
-            self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens",
-                                        "Number of draft tokens.")
-            self.accepted = counter("vllm:spec_decode_num_accepted_tokens",
-                                    "Number of accepted tokens.")
-            per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                              "Accepted tokens per draft position.", (*LABELS, "position"),
-                              registry=registry)
-            self.accepted_per_pos = [per_pos.labels(**labels, position=str(i))
-                                     for i in range(spec_tokens)]
         self.running = gauge("vllm:num_requests_running",
-                             "Number of requests in model execution batches.").labels(**labels)
+                             "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting",
-                             "Number of requests waiting to be processed.").labels(**labels)
+                             "Number of requests waiting to be processed.")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc",
-                              "KV-cache usage. 1 means 100 percent usage.").labels(**labels)
-        self.preemptions = counter("vllm:num_preemptions",
-                                   "Cumulative number of preemption from the engine.")
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
-        self.generation_tokens = counter("vllm:generation_tokens",
-                                         "Number of generation tokens processed.")
+                              "KV-cache usage. 1 means 100 percent usage.")
+        self.preemptions = self._counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        ).labels(**labels)
+        self.prompt_tokens = self._counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**labels)
+        self.generation_tokens = self._counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.").labels(**labels)
         success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                          ("model_name", "engine", "finished_reason"), registry=registry)
+                          ("model_name", "engine", "finished_reason"), registry=self._registry)
         self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISHED_REASONS}
-        token_buckets = one_two_five_buckets(max_model_len)
-        self.req_prompt_tokens = histogram("vllm:request_prompt_tokens",
-                                           "Number of prefill tokens processed.", token_buckets)
-        self.req_generation_tokens = histogram(
-            "vllm:request_generation_tokens", "Number of generation tokens processed.",
-            token_buckets)
-        self.iteration_tokens = histogram(
-            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-            ITERATION_BUCKETS)
-        self.max_generation_tokens = histogram(
+
+    def _histograms(self, token_buckets: list[float]) -> None:
+        h = self._histogram
+        self.req_prompt_tokens = h("vllm:request_prompt_tokens",
+                                   "Number of prefill tokens processed.", token_buckets)
+        self.req_generation_tokens = h("vllm:request_generation_tokens",
+                                       "Number of generation tokens processed.", token_buckets)
+        self.iteration_tokens = h("vllm:iteration_tokens_total",
+                                  "Histogram of number of tokens per engine_step.",
+                                  ITERATION_BUCKETS)
+        self.max_generation_tokens = h(
             "vllm:request_max_num_generation_tokens",
             "Histogram of maximum number of requested generation tokens.", token_buckets)
-        self.params_n = histogram("vllm:request_params_n",
-                                  "Histogram of the n request parameter.", [1, 2, 5, 10, 20])
-        self.params_max_tokens = histogram(
-            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
-            token_buckets)
-        self.ttft = histogram("vllm:time_to_first_token_seconds",
-                              "Histogram of time to first token in seconds.", TTFT_BUCKETS)
-        self.itl = histogram("vllm:inter_token_latency_seconds",
-                             "Histogram of inter-token latency in seconds.", ITL_BUCKETS)
-        self.tpot = histogram("vllm:request_time_per_output_token_seconds",
-                              "Histogram of time_per_output_token_seconds per request.",
-                              ITL_BUCKETS)
-        self.e2e = histogram("vllm:e2e_request_latency_seconds",
-                             "Histogram of e2e request latency in seconds.", REQUEST_TIME_BUCKETS)
-        self.queue = histogram("vllm:request_queue_time_seconds",
-                               "Histogram of time spent in WAITING phase for request.",
-                               REQUEST_TIME_BUCKETS)
-        self.inference = histogram("vllm:request_inference_time_seconds",
-                                   "Histogram of time spent in RUNNING phase for request.",
-                                   REQUEST_TIME_BUCKETS)
-        self.prefill = histogram("vllm:request_prefill_time_seconds",
-                                 "Histogram of time spent in PREFILL phase for request.",
-                                 REQUEST_TIME_BUCKETS)
-        self.decode = histogram("vllm:request_decode_time_seconds",
-                                "Histogram of time spent in DECODE phase for request.",
-                                REQUEST_TIME_BUCKETS)
-        self._bind(labels)
+        self.params_n = h("vllm:request_params_n", "Histogram of the n request parameter.",
+                          [1, 2, 5, 10, 20])
+        self.params_max_tokens = h("vllm:request_params_max_tokens",
+                                   "Histogram of the max_tokens request parameter.",
+                                   token_buckets)
+        self.ttft = h("vllm:time_to_first_token_seconds",
+                      "Histogram of time to first token in seconds.", TTFT_BUCKETS)
+        self.itl = h("vllm:inter_token_latency_seconds",
+                     "Histogram of inter-token latency in seconds.", ITL_BUCKETS)
+        self.tpot = h("vllm:request_time_per_output_token_seconds",
+                      "Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS)
+        def request_time(phase: str, doc: str) -> BulkHistogram:
+            return h(f"vllm:{phase}_seconds", f"Histogram of {doc}", REQUEST_TIME_BUCKETS)
 
-    def _bind(self, labels: dict[str, str]) -> None:
-        """Resolve label children once: .labels() per observation would cost a dict lookup."""
-        for name in ("preemptions", "prompt_tokens", "generation_tokens"):
-            setattr(self, name, getattr(self, name).labels(**labels))
-        if self.spec_tokens > 0:
-            for name in ("drafts", "draft_tokens", "accepted"):
-                setattr(self, name, getattr(self, name).labels(**labels))
+        self.e2e = request_time("e2e_request_latency", "e2e request latency in seconds.")
+        self.queue = request_time("request_queue_time",
+                                  "time spent in WAITING phase for request.")
+        self.inference = request_time("request_inference_time",
+                                      "time spent in RUNNING phase for request.")
+        self.prefill = request_time("request_prefill_time",
+                                    "time spent in PREFILL phase for request.")
+        self.decode = request_time("request_decode_time",
+                                   "time spent in DECODE phase for request.")
 
     def record_drafts(self, drafts: int, accepted_histogram: list[int]) -> None:
         """One step's MTP verifications: `accepted_histogram[a]` requests accepted `a` drafts.
