@@ -40,6 +40,25 @@ class _Parser(argparse.ArgumentParser):
         raise SpecError(message)
 
 
+class _Help(argparse.HelpFormatter):
+    """Every flag's help ends with its default (or says it is required), exactly once."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or not action.option_strings or action.dest == "help":
+            return text
+        if action.required:
+            return f"{text} (required)"
+        default = action.default
+        if isinstance(action, argparse._StoreTrueAction):
+            return f"{text} (default: off)"
+        if default is None or default in ("", [], {}):
+            return f"{text} (default: none)"
+        if isinstance(default, tuple):
+            default = ",".join(f"{v:g}" for v in default)
+        return f"{text} (default: {default})"
+
+
 def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     def convert(text: str) -> Any:
         try:
@@ -57,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure an OpenAI-compatible (vLLM) server at controlled concurrency: "
         "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. Other commands: "
         "`loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
     )
     t = p.add_argument_group("target")
     t.add_argument("--base-url", metavar="URL", help="server root, e.g. http://127.0.0.1:8000 "
@@ -72,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--api-key", metavar="KEY",
                    help="bearer token (default: $OPENAI_API_KEY; never written to results)")
     t.add_argument("--header", action="append", default=[], type=_typed(parse_header),
-                   metavar="K:V", help="extra request header, repeatable (e.g. session affinity)")
+                   metavar="K:V",
+                   help="extra request header, repeatable, e.g. X-Session-Affinity:abc "
+                   "(default: none)")
     w = p.add_argument_group("workload")
     w.add_argument("--conc", required=True, type=_typed(parse_conc), metavar="SPEC",
                    help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S")
@@ -115,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "server's /metrics)")
     r.add_argument("--slo", type=_typed(parse_slos), default={}, metavar="M=T,...",
                    help="goodput SLOs, e.g. ttft=2s,tpot=50ms (metrics ttft, tpot, itl, e2el; "
-                   "units us, ms, s)")
+                   "units us, ms, s; bare numbers are ms) (default: none: no goodput "
+                   "figure)")
     r.add_argument("--percentiles", type=_typed(parse_percentiles),
                    default=(50.0, 90.0, 99.0, 99.9), metavar="P,...",
                    help="percentiles to report, e.g. 50,90,99,99.9")
