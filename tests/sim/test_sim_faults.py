@@ -114,3 +114,20 @@ def test_fault_draws_are_deterministic_and_near_their_fractions(seed: int) -> No
     assert all(1 <= d.abort_at_token < 100 for d in draws if d.abort_at_token is not None)
     assert not any(draw_faults(config, seed, i, 100, stream=False).abort_at_token
                    for i in range(200))
+
+
+async def test_client_leaving_mid_stream_is_an_abort(sim_factory: SimFactory) -> None:
+    async with sim_factory() as sim, aiohttp.ClientSession() as session:
+        body = {**BODY, "max_tokens": 5000}
+        response = await session.post(sim.base_url + "/v1/completions", json=body)
+        await response.content.readuntil(b"\n\n")
+        response.close()
+        for _ in range(200):  # bounded: the engine notices within a step
+            if sim.registry.get_sample_value("vllm:request_success_total", {
+                    "model_name": MODEL, "engine": "0", "finished_reason": "abort"}):
+                break
+            await asyncio.sleep(0.01)
+        assert sim.registry.get_sample_value("vllm:num_requests_running",
+                                             {"model_name": MODEL, "engine": "0"}) == 0
+        status, _, _ = await fetch("GET", sim.base_url + "/health")
+    assert status == 200
