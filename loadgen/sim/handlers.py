@@ -114,7 +114,8 @@ class GenerationHandlers:
                             spec_tokens=c.spec_tokens, acceptance=c.acceptance,
                             fragment_fraction=c.byte_fragment_fraction)
         seed = gen.seed if gen.seed is not None else c.seed + index
-        return make_plan(self.table, seed, params)
+        # numpy seeds must be non-negative; a negative request seed is still a valid seed.
+        return make_plan(self.table, seed % 2**64, params)
 
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = self.clock()

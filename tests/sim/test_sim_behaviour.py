@@ -52,10 +52,12 @@ async def test_request_seed_overrides_server_seed(sim_factory: SimFactory) -> No
     outputs = []
     for server_seed in (1, 2):
         async with sim_factory(seed=server_seed) as sim, aiohttp.ClientSession() as session:
-            events = await post_stream(session, sim.base_url + "/v1/completions",
-                                       {**BODY, "max_tokens": 20, "seed": 99})
-            outputs.append(chunk_token_ids(events))
-    assert outputs[0] == outputs[1]
+            for request_seed in (99, -5):
+                events = await post_stream(session, sim.base_url + "/v1/completions",
+                                           {**BODY, "max_tokens": 20, "seed": request_seed})
+                outputs.append(chunk_token_ids(events))
+    assert outputs[0] == outputs[2] and outputs[1] == outputs[3]
+    assert outputs[0] != outputs[1]
 
 
 async def test_spec_decode_metrics_match_what_was_streamed(
