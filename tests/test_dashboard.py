@@ -4,15 +4,28 @@ here, so its queries are run the way Grafana would send them)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
 import json
 import math
 import re
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry
+
+from loadgen.exporter import LoadgenMetrics, loop_lag_probe, serve_metrics
+
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_PATH = ROOT / "dashboards" / "loadgen.json"
+MODEL = "sim/model-v4"  # a "/" and a "." exercise the regex escaping of $model
 
 
 def load_dashboard() -> dict[str, Any]:
@@ -108,3 +121,128 @@ def has_data(result: list[dict[str, Any]]) -> bool:
 
 def regex_literal(text: str) -> str:
     return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
+
+
+def free_port() -> int:
+    """Prometheus cannot report a port it picked itself, so pick one and hand it over
+    (retried when another process takes it first)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def prometheus(tmp: Path, targets: dict[str, int]) -> AsyncIterator[str]:
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus missing: run scripts/ensure-prometheus"
+    config = tmp / "prometheus.yml"
+    jobs = "".join(f"  - job_name: {job}\n    static_configs:\n"
+                   f"      - targets: ['127.0.0.1:{port}']\n" for job, port in targets.items())
+    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                      f"scrape_configs:\n{jobs}")
+    for _attempt in range(3):
+        port = free_port()
+        process = await asyncio.create_subprocess_exec(
+            binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            if await wait_ready(url, process):
+                yield url
+                return
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                await asyncio.wait_for(process.wait(), 10)
+    raise AssertionError("prometheus did not start on a free port in 3 attempts")
+
+
+async def wait_ready(url: str, process: asyncio.subprocess.Process) -> bool:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(300):
+            if process.returncode is not None:
+                return False  # e.g. the port was taken meanwhile
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"{url}/-/ready") as response:
+                    if response.status == 200:
+                        return True
+            await asyncio.sleep(0.1)
+    raise AssertionError("prometheus not ready after 30 s")
+
+
+async def prom_get(session: aiohttp.ClientSession, url: str,
+                   params: dict[str, str]) -> Any:
+    async with session.get(url, params=params) as response:
+        body = await response.json()
+        assert response.status == 200 and body["status"] == "success", (params, body)
+        return body["data"]
+
+
+async def wait_scraped(session: aiohttp.ClientSession, url: str, jobs: int) -> None:
+    for _ in range(100):
+        data = await prom_get(session, f"{url}/api/v1/targets", {})
+        if sum(t["health"] == "up" for t in data["activeTargets"]) == jobs:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"targets never all up: {data}")
+
+
+async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Path) -> None:
+    from loadgen.cli import spec_from_options
+    from loadgen.runner import run_sweep
+
+    spec = spec_from_options({"base_url": sim_url, "conc": "2,4", "isl": 64, "osl": 96,
+                              "prompts_per_conc": 4, "warmup_per_conc": 0, "encoder": "raw",
+                              "spec_tokens": 2, "no_progress": True, "results": str(results)})
+    observer = metrics.observer(model=MODEL, endpoint=spec.endpoint, points=len(spec.conc),
+                                spec_tokens=spec.spec_tokens)
+    async with loop_lag_probe(metrics, interval_s=0.01):
+        await run_sweep(spec, observer=observer)
+
+
+@pytest.mark.prometheus
+async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: Path) -> None:
+    from loadgen.sim.server import SimConfig, running_simulator
+
+    dashboard = load_dashboard()
+    registry = CollectorRegistry()
+    metrics = LoadgenMetrics(registry)
+    sim_config = SimConfig(model=MODEL, spec_tokens=2, step_fixed_ms=12.0)
+    async with (running_simulator(sim_config) as sim, serve_metrics(registry) as exporter,
+                prometheus(tmp_path, {"loadgen": exporter.port, "vllm": sim.port}) as prom,
+                aiohttp.ClientSession() as session):
+        await wait_scraped(session, prom, jobs=2)
+        await sweep_with_exporter(sim.base_url, metrics, tmp_path / "results")
+        await asyncio.sleep(2.5)  # two more scrapes: the final counts are in
+
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        models = await label_values(session, prom, variables["model"]["definition"], {})
+        assert MODEL in models
+        concs = await label_values(session, prom, variables["conc"]["definition"],
+                                   {"model": regex_literal(MODEL)})
+        assert {"2", "4"} <= set(concs)
+
+        empty = []
+        for conc in (".*", "4"):  # "All", then one point
+            values = {"model": regex_literal(MODEL), "conc": conc, "__rate_interval": "1m",
+                      "__range": "5m", "__interval": "5s"}
+            for p in query_panels(dashboard):
+                for target in p["targets"]:
+                    query = substitute(target["expr"], values)
+                    data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
+                    if not has_data(data["result"]):
+                        empty.append(f"[conc={conc}] {p['title']} / {target['legendFormat']}: "
+                                     f"{query}")
+        assert not empty, "panels without data:\n" + "\n".join(empty)
+
+
+async def label_values(session: aiohttp.ClientSession, prom: str, definition: str,
+                       variables: dict[str, str]) -> list[str]:
+    """Grafana's label_values(selector, label) as the Prometheus series API answers it."""
+    match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", definition)
+    assert match, definition
+    selector = substitute(match[1], variables)
+    data = await prom_get(session, f"{prom}/api/v1/label/{match[2]}/values",
+                          {"match[]": selector})
+    return list(data)
