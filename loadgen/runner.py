@@ -274,15 +274,15 @@ class _Point:
         after = await scrape_metrics(self.session, self.sweep.base_url)
         self.outcome = self.finalize(complete=True, after=after)
 
-    async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> None:
-        await self.transport.send(
+    async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
+        return await self.transport.send(
             request, x_request_id=x_request_id(self.sweep.run_id, self.plan.conc,
                                                request.index, warmup=True),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=_discard)
 
-    async def _send(self, request: RequestSpec, scheduled_ns: int) -> None:
+    async def _send(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         self.sweep.hooks.request_started(self.plan.conc)
-        await self.transport.send(
+        return await self.transport.send(
             request, x_request_id=x_request_id(self.sweep.run_id, self.plan.conc, request.index),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=self._on_record)
 

@@ -13,9 +13,11 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from loadgen.records import RequestRecord
 from loadgen.workload import RequestSpec
 
-Send = Callable[[RequestSpec, int], Awaitable[object]]  # (request, scheduled_ns)
+# (request, scheduled_ns) -> its record (None when not recorded, e.g. warmup)
+Send = Callable[[RequestSpec, int], Awaitable[RequestRecord | None]]
 
 
 def deadline_after(duration_s: float | None, now_ns: int) -> int | None:
@@ -34,8 +36,11 @@ async def closed_loop(
         for request in pending:  # one shared iterator: requests go out in index order
             if deadline_ns is not None and scheduled >= deadline_ns:
                 return
-            await send(request, scheduled)
-            scheduled = perf_counter_ns()  # the slot is free again now
+            record = await send(request, scheduled)
+            # The slot became free when the previous response ended, not when the client
+            # got round to it: the client's own turnaround counts as queue time.
+            scheduled = record.end_ns if record is not None and record.end_ns else (
+                perf_counter_ns())
 
     async with asyncio.TaskGroup() as group:
         for _ in range(min(conc, len(requests))):

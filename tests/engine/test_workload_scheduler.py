@@ -104,6 +104,7 @@ async def test_closed_loop_slots() -> None:
         await asyncio.sleep(0.002 * (1 + request.index % 3))
         in_flight -= 1
         log.append((request.index, scheduled, start, perf_counter_ns()))
+        return None
 
     await closed_loop(requests(12), 3, send)
     assert peak == 3 and sorted(i for i, *_ in log) == list(range(12))
@@ -142,3 +143,23 @@ async def test_open_loop_intended_times_and_cap() -> None:
     # request 3 was due at 5 ms but both slots were busy until ~20 ms: queued, not dropped
     assert log[3][2] - log[3][1] > 10_000_000
     assert log[4][2] - log[4][1] < 5_000_000  # on time once a slot was free
+
+
+async def test_closed_loop_slot_free_at_previous_response_end() -> None:
+    """The next request is due when the previous response ended, not when the client
+    finished its bookkeeping: that turnaround shows as queue time."""
+    from loadgen.records import RequestRecord, TokenSource
+
+    ends: dict[int, int] = {}
+    scheduled_of: dict[int, int] = {}
+
+    async def send(request: RequestSpec, scheduled: int) -> RequestRecord:
+        scheduled_of[request.index] = scheduled
+        await asyncio.sleep(0.002)
+        ends[request.index] = end = perf_counter_ns()
+        await asyncio.sleep(0.003)  # client-side turnaround after the stream ended
+        return RequestRecord(request.index, 1, 1, 1, scheduled, scheduled, 0, (end,), (1,),
+                             end, TokenSource.TOKEN_IDS)
+
+    await closed_loop(requests(3), 1, send)
+    assert scheduled_of[1] == ends[0] and scheduled_of[2] == ends[1]
