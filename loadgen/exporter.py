@@ -270,6 +270,10 @@ class MetricsObserver:
 
     def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
         m, key = self.metrics, (*self._run, str(conc))
+        if self.spec_tokens is None and isinstance(result.get("spec_tokens"), int):
+            # K found from the server's /metrics by the first point: later points then
+            # count decode chunks exactly as their result files do.
+            self.spec_tokens = result["spec_tokens"]
         self._completed_points += 1
         self._point_requests = self._point_finished = 0
         m.sweep_points_completed.labels(*self._run).set(self._completed_points)
@@ -385,6 +389,20 @@ class MetricsServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/metrics"
+
+
+@asynccontextmanager
+async def live_metrics(*, model: str, endpoint: str, points: int, spec_tokens: int | None,
+                       port: int, host: str = "127.0.0.1",
+                       ) -> AsyncIterator[tuple[MetricsServer, MetricsObserver]]:
+    """Everything the CLI's --metrics-port needs: a fresh registry served on host:port,
+    the loop-lag probe running, and the observer to pass to run_sweep."""
+    registry = CollectorRegistry()
+    metrics = LoadgenMetrics(registry)
+    observer = metrics.observer(model=model, endpoint=endpoint, points=points,
+                                spec_tokens=spec_tokens)
+    async with serve_metrics(registry, host, port) as server, loop_lag_probe(metrics):
+        yield server, observer
 
 
 @asynccontextmanager

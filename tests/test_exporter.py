@@ -20,7 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from loadgen.bulk_histogram import BulkHistogram
-from loadgen.exporter import ITL_BUCKETS, LoadgenMetrics, loop_lag_probe, serve_metrics
+from loadgen.exporter import (
+    ITL_BUCKETS,
+    LoadgenMetrics,
+    live_metrics,
+    loop_lag_probe,
+    serve_metrics,
+)
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 
 MS = 1_000_000
@@ -215,3 +221,22 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
         assert value(got, "loadgen_server_spec_decode_acceptance_length", **labels) \
             == pytest.approx(result["server_acceptance_length"])
     assert failed_total > 0, "the fault injection should have produced some errors"
+
+
+async def test_live_metrics_serves_an_observer_that_learns_k_from_the_first_point() -> None:
+    async with live_metrics(model="m", endpoint="chat", points=2, spec_tokens=None,
+                            port=0) as (server, observer):
+        # finish "length", last chunk of 3 tokens: cut or not depends on K.
+        for conc, result in ((1, {"spec_tokens": 2}), (2, {})):
+            observer.point_started(conc, 1)
+            observer.request_started(conc)
+            observer.request_finished(make_record(0, conc, [2.0, 1.0, 1.0], [1, 3, 3]))
+            observer.point_finished(conc, result)
+        async with aiohttp.ClientSession() as session, session.get(server.url) as response:
+            text = await response.text()
+    got = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    # K unknown at conc 1: every length-cut final chunk is left out, as the results do.
+    assert value(got, "loadgen_decode_chunks_total", conc="1") == 1
+    # K = 2 learned from conc 1's result: a final chunk of K+1 tokens was not cut.
+    assert value(got, "loadgen_decode_chunks_total", conc="2") == 2
+    assert value(got, "loadgen_sweep_progress_ratio") == 1.0
