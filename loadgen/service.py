@@ -285,7 +285,7 @@ async def running_service(config: ServiceConfig) -> AsyncIterator[Service]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="loadgen serve", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="loadgen serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", required=True, help="base URL of the server, e.g. http://vllm:8000")
     p.add_argument("--model", required=True, help="served model name to benchmark")
@@ -325,11 +325,11 @@ async def serve_until_signalled(config: ServiceConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with running_service(config) as service:
-        log.warning("loadgen serve: listening on http://%s:%d (target %s, model %s, auth %s)",
+        log.info("loadgen serve: listening on http://%s:%d (target %s, model %s, auth %s)",
                     config.host, service.port, config.target, config.model,
                     "on" if config.token else "off")
         await stop.wait()
-        log.warning("loadgen serve: stopping (cancelling the active run, flushing results)")
+        log.info("loadgen serve: stopping (cancelling the active run, flushing results)")
 
 
 def main(argv: list[str] | None = None) -> int:

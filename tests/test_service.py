@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from yarl import URL
 
 from loadgen.records import read_jsonl
 from loadgen.service import ServiceConfig, ServiceError, config_from_args, main, running_service
@@ -111,6 +112,12 @@ async def test_run_start_progress_results_and_metrics(tmp_path: Path) -> None:
         async with client.get("/v1/runs/" + started["id"] + "/files/requests_conc_2.jsonl") as r:
             assert r.status == 200
             assert len((await r.read()).splitlines()) == points[-1]["completed"]
+        # Nothing outside the run's results directory is served.
+        escape = URL(f"/v1/runs/{started['id']}/files/..%2F..%2F..%2Fruns", encoded=True)
+        async with client.get(escape) as r:
+            assert r.status == 404
+        async with client.get(f"/v1/runs/{started['id']}/files/%2Fetc%2Fpasswd") as r:
+            assert r.status == 404
 
 
 async def test_busy_409_then_cancel_keeps_what_was_measured(tmp_path: Path) -> None:
@@ -257,9 +264,13 @@ async def test_sigterm_cancels_the_run_flushes_and_exits_0(tmp_path: Path) -> No
             stderr=asyncio.subprocess.PIPE, env={**os.environ, "LOADGEN_API_TOKEN": ""})
         try:
             assert process.stderr is not None
-            line = await asyncio.wait_for(process.stderr.readline(), 30)
-            port = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
-            assert port, line
+            port = None
+            for _ in range(50):  # the "listening" line, after any warnings
+                line = await asyncio.wait_for(process.stderr.readline(), 30)
+                port = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
+                if port or not line:
+                    break
+            assert port, "the sidecar never said where it listens"
             async with aiohttp.ClientSession(f"http://127.0.0.1:{int(port[1])}") as client:
                 _, started = await call(client, "POST", "/v1/runs", LONG)
                 await wait_for(client, started["id"], states={"running"}, min_requests=1)
