@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,6 +22,10 @@ from loadgen.sim.accounting import Accounting
 from loadgen.sim.config import SimConfig
 from loadgen.sim.request import EngineRequest
 from loadgen.sim.wire import http_chunk, malformed_event
+
+log = logging.getLogger("loadgen.sim")
+BEHIND_WARN_NS = 50_000_000  # the simulator itself is now the bottleneck
+WARN_EVERY_NS = 5_000_000_000
 
 DECODE = -1  # a batch entry is (request, prefill chunk size) or (request, DECODE)
 
@@ -59,6 +64,7 @@ class Engine:
         self._stopping = False
         self._decode_width = config.spec_tokens + 1
         self._spin_ns = int(config.spin_us * 1000)
+        self._last_warning_ns = 0
 
     def submit(self, request: EngineRequest) -> None:
         self.waiting.append(request)
@@ -81,6 +87,7 @@ class Engine:
                                            batch.decode_tokens, len(batch.entries))
                 sends = self._advance(batch, deadline)
                 await self._sleep_until(deadline)
+                self._warn_if_behind(deadline)
                 self._send(sends, deadline)
                 self._retire(deadline)
                 start = deadline
@@ -97,6 +104,14 @@ class Engine:
             timeout = max(0.0, (min(stalls) - self.clock()) / 1e9)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _warn_if_behind(self, deadline: int) -> None:
+        now = self.clock()
+        if now - deadline > BEHIND_WARN_NS and now - self._last_warning_ns > WARN_EVERY_NS:
+            self._last_warning_ns = now
+            log.warning("loadgen sim: %.0f ms behind its step schedule (CPU-starved?): "
+                        "sends are late; the trace records by how much",
+                        (now - deadline) / 1e6)
 
     async def _sleep_until(self, deadline: int) -> None:
         # Timers fire up to ~1 ms late (ms-grained epoll/libuv), so sleep short and spin.
