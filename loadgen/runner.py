@@ -27,6 +27,7 @@ from tokenizers import Tokenizer
 
 from loadgen import __version__
 from loadgen.api import BodyOptions
+from loadgen.loop_health import LoopLag
 from loadgen.preflight import ServerInfo, preflight, scrape_metrics
 from loadgen.records import JsonlSink, RequestRecord
 from loadgen.scheduler import arrival_offsets_ns, closed_loop, deadline_after, open_loop
@@ -255,6 +256,7 @@ class _Point:
         self.before: ServerSnapshot | None = None
         self.started = False
         self.cpu_start = 0.0
+        self.loop_lag = LoopLag()
         self.outcome: PointOutcome
 
     async def run(self) -> None:
@@ -264,6 +266,7 @@ class _Point:
         hooks.point_started(conc, len(self.plan.measured))
         self.started = True
         self.cpu_start = time.process_time()
+        self.loop_lag.start()
         deadline = deadline_after(spec.duration_s, perf_counter_ns())
         if spec.request_rate is None:
             await closed_loop(self.plan.measured, conc, self._send, deadline_ns=deadline)
@@ -309,6 +312,7 @@ class _Point:
             # stamps late); per chunk it is the client's cost of ingesting one event
             "client_cpu_seconds": cpu,
             "client_cpu_per_chunk_us": cpu / chunks * 1e6 if chunks else None,
+            **self.loop_lag.stop(),
             "complete": complete, "target": sweep.target, "run_id": sweep.run_id,
             "model_id": server.model if server else spec.model, "endpoint_type": "openai",
             "endpoint": spec.endpoint, "base_url": sweep.base_url, "backend": "vllm",

@@ -40,7 +40,8 @@ RESULT_FIELDS = [f"{s}_{m}_ms" for s in ("mean", "median", "std", "p90", "p99", 
     "steady_output_throughput", "mean_queue_time_ms", "request_goodput", "errors_by_kind",
     "stream_acceptance_length", "stream_acceptance_rate", "stream_acceptance_per_position",
     "server_acceptance_length", "server_acceptance_rate", "server_acceptance_per_position",
-    "complete", "target",
+    "complete", "target", "client_cpu_per_chunk_us", "client_loop_lag_p99_ms",
+    "client_loop_lag_max_ms",
 ]
 
 

@@ -6,6 +6,7 @@ import asyncio
 from time import perf_counter_ns
 
 from loadgen.ingest import Ingest
+from loadgen.loop_health import LoopLag
 
 
 class SlowStream:
@@ -37,3 +38,16 @@ async def test_ingest_yields_to_the_loop_between_slices() -> None:
     position = log.index("loop")
     assert 0 < position < 5  # ran after the first slice (2-3 drains), not after all 10
     assert not any(s.queued for s in streams)
+
+
+async def test_loop_lag_sees_a_blocked_loop() -> None:
+    monitor = LoopLag(interval_s=0.005)
+    monitor.start()
+    await asyncio.sleep(0.03)
+    end = perf_counter_ns() + 60_000_000
+    while perf_counter_ns() < end:  # the client loop blocked for 60 ms
+        pass
+    await asyncio.sleep(0.03)
+    health = monitor.stop()
+    assert health["client_loop_lag_max_ms"] >= 50
+    assert len(monitor.samples) >= 5
