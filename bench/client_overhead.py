@@ -108,7 +108,9 @@ def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
     print(f"\nconc {conc}: {a['requests']} requests, {a['chunks']} chunks, "
           f"{a['chunks_per_s']:,.0f} chunks/s ingested")
     if per_chunk is not None and busy is not None:
-        print(f"  client CPU {per_chunk:.1f} us per chunk, {busy:.0%} of its core")
+        print(f"  client CPU {per_chunk:.1f} us per chunk, {busy:.0%} of its core; loop lag "
+              f"p99 {result['client_loop_lag_p99_ms']:.2f} ms, "
+              f"max {result['client_loop_lag_max_ms']:.2f} ms")
     print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}")
     print(f"  receive lag vs step due (us)      {stats_us(a['lag_intended'])}")
     print(f"  TTFT error vs truth (us)          {stats_us(a['ttft_err'])}")
