@@ -133,19 +133,26 @@ def build_venv(venv: Path) -> dict[str, Any]:
 
 
 # Runs inside the vLLM venv (it has tokenizers, transformers and torch). Everything it
-# uses is seeded or sorted, so two builds give byte-identical files.
-MODEL_BUILDER = r'''
-import json, pathlib, sys, sysconfig
+# uses is seeded or sorted, so two builds on one machine give byte-identical files.
+MODEL_BUILDER = r"""
+import collections, json, pathlib, re, sys, sysconfig
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 out = pathlib.Path(sys.argv[1])
 vocab_size = int(sys.argv[2])
-# Local text: the interpreter's own standard library, a fixed sorted slice of it.
+# Local text: the interpreter's own documentation and standard library. loadgen's prompt
+# synthesis needs >= 1000 single-token lowercase words with and without a leading space,
+# so a glossary repeats the 1500 most frequent short words (ties alphabetical) to make
+# them merge into whole tokens; the rest of the vocabulary comes from the prose.
 stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
-sources = sorted(p for p in stdlib.glob("*.py"))[:120]
-corpus = [p.read_text(encoding="utf-8", errors="replace") for p in sources]
+docs = (stdlib / "pydoc_data" / "topics.py").read_text(encoding="utf-8")
+code = "".join(p.read_text(encoding="utf-8", errors="replace")
+               for p in sorted(stdlib.glob("*.py")))
+counts = collections.Counter(re.findall(r"(?<![A-Za-z_])[a-z]{1,5}(?![A-Za-z_])", docs + code))
+short = sorted(counts, key=lambda w: (-counts[w], w))[:1500]
+glossary = "".join(f" {w}" * 40 + "\n" for w in short)
 specials = ["<unk>", "<s>", "</s>"]
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -153,8 +160,8 @@ tok.decoder = decoders.ByteLevel()
 trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                               show_progress=False)
-tok.train_from_iterator(corpus, trainer=trainer)
-# A deliberately plain template: the chat test checks its token overhead via /tokenize.
+tok.train_from_iterator([docs, glossary], trainer=trainer)
+# A deliberately plain template: the chat test measures its token overhead via /tokenize.
 template = ("{% for m in messages %}{{ '<s>' + m['role'] + '\n' + m['content'] + '</s>\n' }}"
             "{% endfor %}{% if add_generation_prompt %}{{ '<s>assistant\n' }}{% endif %}")
 fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
@@ -169,15 +176,20 @@ config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=128, intermedi
                      torch_dtype="float32")
 model = LlamaForCausalLM(config)
 model.save_pretrained(out, safe_serialization=True)
-print(json.dumps({"vocab_size": tok.get_vocab_size(), "corpus_files": len(sources),
+print(json.dumps({"vocab_size": tok.get_vocab_size(), "corpus_chars": len(docs) + len(glossary),
                   "parameters": sum(p.numel() for p in model.parameters())}))
-'''
+"""
+# A cached model built by another recipe (an older version of this script) is rebuilt.
+MODEL_RECIPE = hashlib.sha256(MODEL_BUILDER.encode()).hexdigest()[:16]
 
 
 def build_model(python: str, model: Path, vocab_size: int = 4096) -> dict[str, Any]:
     marker = model / MODEL_MARKER
     if marker.is_file():
-        return dict(json.loads(marker.read_text()), cached=True)
+        info = json.loads(marker.read_text())
+        if info.get("recipe") == MODEL_RECIPE:
+            return dict(info, cached=True)
+        log("the cached tiny model was built by another recipe: rebuilding it")
     if model.exists():
         shutil.rmtree(model)
     model.mkdir(parents=True)
@@ -189,7 +201,8 @@ def build_model(python: str, model: Path, vocab_size: int = 4096) -> dict[str, A
     for path in sorted(model.iterdir()):
         if path.is_file() and path.name != MODEL_MARKER:
             digest.update(path.name.encode() + path.read_bytes())
-    info = {"build_s": seconds, "size_mb": dir_size_mb(model), "sha256": digest.hexdigest()}
+    info = {"recipe": MODEL_RECIPE, "build_s": seconds, "size_mb": dir_size_mb(model),
+            "sha256": digest.hexdigest()}
     marker.write_text(json.dumps(info, indent=1))
     return dict(info, cached=False)
 
