@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from tokenizers import Tokenizer
 
@@ -41,6 +42,17 @@ from loadgen.tokenizer import decode, load_tokenizer
 __all__ = ["RunningSimulator", "SimConfig", "SimServer", "running_simulator"]
 
 MAX_BODY_BYTES = 256 * 1024 * 1024
+
+
+@web.middleware
+async def fastapi_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown paths and methods answer as vLLM's FastAPI does: {"detail": ...} JSON."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return json_response(b'{"detail":"Not Found"}', 404)
+    except web.HTTPMethodNotAllowed:
+        return json_response(b'{"detail":"Method Not Allowed"}', 405)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +90,7 @@ class SimServer:
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[fastapi_errors])
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)

@@ -200,3 +200,15 @@ async def test_metrics_names_labels_and_buckets_match_capture(
     for name, (kind, labels, buckets) in got.items():
         assert name in expected, f"{name} is not a vLLM 0.32 metric"
         assert (kind, labels, buckets) == expected[name], name
+
+
+@pytest.mark.parametrize(("method", "path", "status", "detail"), [
+    ("GET", "/v1/nothing", 404, "Not Found"),
+    ("GET", "/v1/completions", 405, "Method Not Allowed"),
+])
+async def test_unknown_routes_answer_like_fastapi(method: str, path: str, status: int,
+                                                  detail: str, sim_factory: SimFactory) -> None:
+    async with sim_factory() as sim:
+        got_status, _, body = await fetch(method, sim.base_url + path)
+    assert got_status == status
+    assert orjson.loads(body) == {"detail": detail}
