@@ -286,3 +286,20 @@ async def test_sigterm_cancels_the_run_flushes_and_exits_0(tmp_path: Path) -> No
         run = orjson.loads((tmp_path / "runs" / started["id"] / "run.json").read_bytes())
         assert run["state"] == "cancelled" and run["finished_unix"] is not None
         assert read_jsonl(tmp_path / "runs" / started["id"] / "results" / "requests_conc_2.jsonl")
+
+
+async def test_a_failing_run_is_reported_and_frees_the_slot(tmp_path: Path) -> None:
+    # Port 9 (discard) on loopback: nothing listens, the engine's preflight fails.
+    async with sidecar(tmp_path, "http://127.0.0.1:9") as client:
+        status, started = await call(client, "POST", "/v1/runs", QUICK)
+        assert status == 202
+        run = await wait_for(client, started["id"], states={"failed"})
+        assert run["error"] and run["finished_unix"] is not None
+        status, again = await call(client, "POST", "/v1/runs", QUICK)
+        assert status == 202, again
+        await wait_for(client, again["id"], states={"failed"})
+        for method in ("GET", "DELETE"):
+            status, missing = await call(client, method, "/v1/runs/20990101T000000Z-000000")
+            assert status == 404 and "no run" in missing["error"]
+        status, _ = await call(client, "GET", "/v1/runs/../../etc")
+        assert status == 404
