@@ -67,6 +67,10 @@ class Engine:
         self._last_warning_ns = 0
 
     def submit(self, request: EngineRequest) -> None:
+        if self._stopping:  # stopped, or crashed: never leave a handler waiting forever
+            request.finish_reason = "abort"
+            request.done.set_result("abort")
+            return
         self.waiting.append(request)
         self._wake.set()
 
@@ -92,6 +96,7 @@ class Engine:
                 self._retire(deadline)
                 start = deadline
         finally:
+            self._stopping = True
             self._abort_all()
 
     async def _idle(self) -> None:
