@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from pathlib import Path
 
@@ -186,3 +187,18 @@ async def test_prompt_forms_and_add_special_tokens(sim_factory: SimFactory,
     assert final_usage(with_bos)["prompt_tokens"] == expected + 1
     assert final_usage(without)["prompt_tokens"] == expected
     assert final_usage(as_ids)["prompt_tokens"] == 3
+
+
+async def test_leaving_the_context_with_open_streams_stops_promptly(
+        sim_factory: SimFactory) -> None:
+    async with aiohttp.ClientSession() as session:
+        started = asyncio.get_running_loop().time()
+        async with sim_factory() as sim:
+            response = await session.post(sim.base_url + "/v1/completions",
+                                          json={**BODY, "max_tokens": 100_000, "stream": True})
+            await response.content.readuntil(b"\n\n")
+        assert asyncio.get_running_loop().time() - started < 5
+        rest = b""
+        with contextlib.suppress(aiohttp.ClientPayloadError):
+            rest = await response.content.read()
+        assert b"[DONE]" not in rest
