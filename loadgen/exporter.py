@@ -260,6 +260,11 @@ class MetricsObserver:
         series.ok.inc()
         observe_completed(series, record, self.spec_tokens)
 
+    def finished(self) -> None:
+        """The sweep is over (done, failed or cancelled): no target, nothing in flight."""
+        self.metrics.target_concurrency.labels(*self._run).set(0)
+        self._in_flight.set(0)
+
     def _set_progress(self) -> None:
         if not self._planned_points:
             return
@@ -402,7 +407,10 @@ async def live_metrics(*, model: str, endpoint: str, points: int, spec_tokens: i
     observer = metrics.observer(model=model, endpoint=endpoint, points=points,
                                 spec_tokens=spec_tokens)
     async with serve_metrics(registry, host, port) as server, loop_lag_probe(metrics):
-        yield server, observer
+        try:
+            yield server, observer
+        finally:
+            observer.finished()
 
 
 @asynccontextmanager

@@ -192,10 +192,13 @@ class Service:
         from loadgen.runner import run_sweep
 
         spec = spec_for(self.config, record.options, results_dir)
-        observer = FanoutObserver(progress, self.metrics.observer(
+        metrics = self.metrics.observer(
             model=self.config.model, endpoint=spec.endpoint, points=len(spec.conc),
-            spec_tokens=spec.spec_tokens))
-        await run_sweep(spec, observer=observer)
+            spec_tokens=spec.spec_tokens)
+        try:
+            await run_sweep(spec, observer=FanoutObserver(progress, metrics))
+        finally:
+            metrics.finished()
 
     def _record(self, request: web.Request) -> RunRecord | None:
         run_id = request.match_info["id"]

@@ -86,5 +86,8 @@ class Canary:
         })
         observer = self.metrics.observer(model=s.model, endpoint=spec.endpoint, points=1,
                                          spec_tokens=spec.spec_tokens)
-        await run_sweep(spec, observer=observer)
+        try:
+            await run_sweep(spec, observer=observer)
+        finally:
+            observer.finished()
         self.rounds += 1

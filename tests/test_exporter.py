@@ -240,3 +240,6 @@ async def test_live_metrics_serves_an_observer_that_learns_k_from_the_first_poin
     # K = 2 learned from conc 1's result: a final chunk of K+1 tokens was not cut.
     assert value(got, "loadgen_decode_chunks_total", conc="2") == 2
     assert value(got, "loadgen_sweep_progress_ratio") == 1.0
+    assert value(got, "loadgen_target_concurrency") == 2  # still inside the block
+    observer.finished()
+    assert value(samples(observer.metrics.registry), "loadgen_target_concurrency") == 0
