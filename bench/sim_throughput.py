@@ -55,7 +55,7 @@ def new_loop() -> asyncio.AbstractEventLoop:
         import uvloop
     except ImportError:
         return asyncio.new_event_loop()
-    return uvloop.new_event_loop()  # type: ignore[no-any-return]
+    return uvloop.new_event_loop()
 
 
 def server_main(config: SimConfig, ports: mp.Queue[int], stop: MpEvent,

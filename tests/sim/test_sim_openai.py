@@ -26,7 +26,9 @@ async def test_completions_stream(sim: RunningSimulator, tokenizer: Tokenizer) -
         stream = await api.completions.create(
             model=sim.config.model, prompt=PROMPT, max_tokens=40, stream=True,
             stream_options={"include_usage": True}, extra_body=EXTRA)
-        texts, ids, usage, finish = [], [], None, None
+        texts: list[str] = []
+        ids: list[int] = []
+        usage, finish = None, None
         async for chunk in stream:
             if chunk.usage is not None:
                 usage = chunk.usage
@@ -59,7 +61,10 @@ async def test_chat_stream(sim: RunningSimulator, tokenizer: Tokenizer) -> None:
         stream = await api.chat.completions.create(
             model=sim.config.model, messages=MESSAGES, max_tokens=25, stream=True,
             stream_options={"include_usage": True}, extra_body=EXTRA)
-        roles, texts, ids, usage = [], [], [], None
+        roles: list[str] = []
+        texts: list[str] = []
+        ids: list[int] = []
+        usage = None
         async for chunk in stream:
             if chunk.usage is not None:
                 usage = chunk.usage
