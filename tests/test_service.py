@@ -30,7 +30,7 @@ TOKEN = "s3cret-token-for-tests"
 QUICK = {"conc": "1,2", "isl": 64, "osl": 16, "prompts_per_conc": 2, "warmup_per_conc": 0,
          "encoder": "raw", "spec_tokens": 2}
 # Long enough to still be running when the test cancels it.
-LONG = {"conc": "2", "isl": 64, "osl": 200, "prompts_per_conc": 50, "warmup_per_conc": 0,
+LONG = {"conc": "2", "isl": 64, "osl": 100, "prompts_per_conc": 50, "warmup_per_conc": 0,
         "encoder": "raw"}
 
 
