@@ -246,7 +246,8 @@ class Service:
         if not self.manager.is_active(record.id):
             return error(409, f"run {record.id} is not running (state {record.state})")
         await self.manager.cancel_active()
-        return json_response(record.to_json())
+        # 202 if the engine is still flushing after the wait: GET shows when it is done.
+        return json_response(record.to_json(), 202 if record.state == "running" else 200)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return json_response({"status": "ok", "busy": self.manager.is_busy()})
