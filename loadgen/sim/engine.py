@@ -227,22 +227,23 @@ class Engine:
             sink = request.sink
             if sink is None:
                 request.chunks.append((intended, intended, send.tokens))
-                delivered = True
-            else:
-                delivered = sink.deliver(send.data)
-                if delivered:
-                    request.chunks.append((intended, clock(), send.tokens))
-            if not delivered:
-                request.finish_reason = "abort"
-            elif send.then == "finish":
-                request.finish_reason = request.plan.finish_reason
-            elif send.then == "abort":
-                assert sink is not None
+            elif request.finish_reason is None:
+                try:
+                    sink.write(send.data)
+                except (RuntimeError, ConnectionError):  # uvloop: the transport is closed
+                    request.finish_reason = "abort"
+                    continue
+                request.chunks.append((intended, clock(), send.tokens))
+            then = send.then
+            if then is None:
+                continue
+            if then == "finish":
+                request.finish_reason = request.finish_reason or request.plan.finish_reason
+            elif then == "abort" and sink is not None:
                 sink.close()
                 request.finish_reason = "abort"
-            elif send.then == "stall":
-                request.stall_until_ns = intended + int(
-                    self.config.faults.stall_seconds * 1e9)
+            elif then == "stall":
+                request.stall_until_ns = intended + int(self.config.faults.stall_seconds * 1e9)
 
     def _retire(self, now: int) -> None:
         """Drop finished requests (and streams whose client left) from the batch."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -14,8 +15,9 @@ from loadgen.sim.wire import StreamFormat
 class Sink(Protocol):
     """The client connection of a streamed request."""
 
-    def deliver(self, data: bytes) -> bool:
-        """Write bytes now; False when the client is gone."""
+    @property
+    def write(self) -> Callable[[bytes], None]:
+        """The transport's own write: the hot path calls it with no Python frame between."""
         ...
 
     def close(self) -> None:
@@ -31,19 +33,15 @@ class TransportSink:
     The handler has already sent the headers of a chunked response (aiohttp's
     StreamResponse.prepare); data given here is already framed as HTTP chunks, exactly
     as aiohttp would frame it, so aiohttp's own write_eof() can end the body afterwards.
+    Writing to a transport that is closing drops the data (asyncio) or raises
+    (uvloop, once closed); the engine treats both as the client having left.
     """
 
-    __slots__ = ("_transport",)
+    __slots__ = ("_transport", "write")
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-
-    def deliver(self, data: bytes) -> bool:
-        transport = self._transport
-        if transport.is_closing():
-            return False
-        transport.write(data)
-        return True
+        self.write = transport.write
 
     def close(self) -> None:
         self._transport.close()
