@@ -255,6 +255,7 @@ class _Point:
         self.sink = JsonlSink(sweep.results_dir / f"requests_conc_{plan.conc}.jsonl")
         self.before: ServerSnapshot | None = None
         self.started = False
+        self.warmup_failed = 0
         self.cpu_start = 0.0
         self.loop_lag = LoopLag()
         self.outcome: PointOutcome
@@ -278,10 +279,13 @@ class _Point:
         self.outcome = self.finalize(complete=True, after=after)
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
-        return await self.transport.send(
+        record = await self.transport.send(
             request, x_request_id=x_request_id(self.sweep.run_id, self.plan.conc,
                                                request.index, warmup=True),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=_discard)
+        if record.error is not None:  # not a measurement, but a sign worth reporting
+            self.warmup_failed += 1
+        return record
 
     async def _send(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         self.sweep.hooks.request_started(self.plan.conc)
@@ -319,7 +323,8 @@ class _Point:
             "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,
             "request_rate": spec.request_rate if spec.request_rate is not None else "inf",
             "burstiness": spec.burstiness, "planned_requests": len(self.plan.measured),
-            "warmup_requests": len(self.plan.warmup), "loadgen_version": __version__,
+            "warmup_requests": len(self.plan.warmup), "warmup_failed": self.warmup_failed,
+            "loadgen_version": __version__,
             "tokenizer_check": server.tokenize_check if server else None,
         })
         path = write_point(sweep.results_dir, result)

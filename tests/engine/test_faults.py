@@ -35,7 +35,7 @@ def tokenizer() -> Tokenizer:
 )
 async def test_fault_mode(tmp_path: Path, tokenizer: Tokenizer, fault: tuple[str, ...],
                           kind: ErrorKind, mid_stream: bool) -> None:
-    spec = RunSpec(conc=(CONC,), isl=48, osl=32, prompts_per_conc=PER_CONC, warmup_per_conc=0,
+    spec = RunSpec(conc=(CONC,), isl=48, osl=32, prompts_per_conc=PER_CONC, warmup_per_conc=1,
                    sim=True, sim_args=(*FAST_SIM, *fault), results_dir=tmp_path,
                    request_timeout_s=1.0, progress=False)
     outcome = await run_sweep(spec, tokenizer=tokenizer)
@@ -57,3 +57,5 @@ async def test_fault_mode(tmp_path: Path, tokenizer: Tokenizer, fault: tuple[str
         assert all(r.status == 500 and not r.chunk_tokens for r in failed)
     # The completed requests' figures do not include the failed ones.
     assert result["total_output_tokens"] == 32 * result["completed"]
+    # warmup requests meet the same faults; they are counted, never mixed into the point
+    assert 0 <= result["warmup_failed"] <= result["warmup_requests"] == CONC
