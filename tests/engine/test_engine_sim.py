@@ -151,6 +151,13 @@ def check_against_trace(record: RequestRecord, truth: dict[str, Any]) -> list[in
     assert all(c >= i for c, i in zip(record.chunk_ns, intended, strict=True))
     lags = [client - server for client, server in zip(record.chunk_ns, sent, strict=True)]
     assert max(abs(lag) for lag in lags) < MAX_LAG_NS, lags
+    # TTFT and ITL against the truth from the same clock: the errors are the lags.
+    assert record.ttft_ns is not None
+    ttft_error = record.ttft_ns - (sent[0] - record.start_ns)
+    itl_errors = [(b - a) - (sb - sa) for a, b, sa, sb in zip(
+        record.chunk_ns, record.chunk_ns[1:], sent, sent[1:], strict=False)]
+    assert ttft_error == lags[0] and abs(ttft_error) < MAX_LAG_NS
+    assert all(abs(e) < MAX_LAG_NS for e in itl_errors)
     return lags
 
 
@@ -181,6 +188,10 @@ async def test_chat_endpoint_open_loop_with_duration(tmp_path: Path,
     assert 20 <= len(records) <= 70 and result["num_prompts"] == len(records)
     assert result["complete"] is True and outcome.exit_code == 0
     assert result["request_rate"] == 40.0
+    opened = [r for r in records if r.connect_ns > 0]  # no warmup: first use of each socket
+    assert 1 <= len(opened) <= 4
+    for r in opened:  # opening the connection happened before the clock started
+        assert r.queue_ns >= r.connect_ns
     for r in records:
         assert r.ok and r.completion_tokens == sum(r.chunk_tokens) == 16
         # the server applied the same DeepSeek-V4 template loadgen counted
