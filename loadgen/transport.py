@@ -231,11 +231,17 @@ class Transport:
             self.url, data=request.body, headers=headers, trace_request_ctx=clock
         ) as response:
             state.status = response.status
-            if response.status != 200:
+            # A JSON body with 200 means the server ignored stream: true. Other content
+            # types are tolerated: some servers label a valid event stream loosely.
+            if response.status != 200 or response.content_type == "application/json":
                 body = await response.content.read(2000)
                 state.end_ns = perf_counter_ns()
-                state.fail(ErrorKind.HTTP, f"HTTP {response.status}: "
-                           f"{body.decode('utf-8', 'replace').strip()}")
+                text = body.decode("utf-8", "replace").strip()
+                if response.status != 200:
+                    state.fail(ErrorKind.HTTP, f"HTTP {response.status}: {text}")
+                else:  # e.g. a server that ignored stream: true
+                    state.fail(ErrorKind.MALFORMED, f"expected text/event-stream, got "
+                               f"application/json: {text}")
                 return
             await self._follow(response, state, counter)
 

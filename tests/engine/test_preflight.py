@@ -49,7 +49,7 @@ async def serve(script: Script) -> AsyncIterator[str]:
         if script.reject_token_ids and "return_token_ids" in body:
             return web.json_response({"error": {"message": "unknown field return_token_ids",
                                                 "code": 400}}, status=400)
-        response = web.StreamResponse()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         for n in range(1, body["max_tokens"] + 1):
             choice: dict[str, Any] = {"index": 0, "text": "w "}

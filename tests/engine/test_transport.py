@@ -52,6 +52,8 @@ async def sse_server() -> AsyncIterator[tuple[str, dict[str, list[int]]]]:
         script = request.query.get("s", "ok")
         if script == "http500":
             return web.json_response({"error": {"message": "no"}}, status=500)
+        if script == "json":  # a server that ignored stream: true
+            return web.json_response({"choices": [{"text": "x"}]})
         stamps = sent.setdefault(request.headers["X-Request-Id"], [])
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -141,17 +143,20 @@ async def test_split_events_and_connection_reuse(sse_server: tuple[str, dict]) -
 @pytest.mark.parametrize(("script", "kind"), [("abort", ErrorKind.DISCONNECT),
                                               ("malformed", ErrorKind.MALFORMED),
                                               ("server_error", ErrorKind.SERVER_ERROR),
-                                              ("http500", ErrorKind.HTTP)])
+                                              ("http500", ErrorKind.HTTP),
+                                              ("json", ErrorKind.MALFORMED)])
 async def test_failures_become_error_kinds(sse_server: tuple[str, dict], script: str,
                                            kind: ErrorKind) -> None:
     base, _ = sse_server
     async with open_session(max_connections=1) as session:
         record, seen = await send(base, script, session)
     assert seen == [record] and record.error is kind and record.error_detail
-    if script != "http500":
-        assert record.chunk_tokens[0] == 1  # what arrived before the failure is kept
-    else:
+    if script == "http500":
         assert record.status == 500 and "HTTP 500" in record.error_detail
+    elif script == "json":
+        assert "text/event-stream" in record.error_detail and not record.chunk_tokens
+    else:
+        assert record.chunk_tokens[0] == 1  # what arrived before the failure is kept
 
 
 async def test_timeout_and_cancel_keep_partial_records(sse_server: tuple[str, dict]) -> None:
