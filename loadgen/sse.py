@@ -27,7 +27,7 @@ class ArrivalLog:
 
     def add(self, stamp_ns: int, total_bytes: int) -> None:
         """Called from the protocol's data callback; a read that added no body bytes is dropped."""
-        if not self.ends or total_bytes > self.ends[-1]:
+        if total_bytes > (self.ends[-1] if self.ends else 0):
             self.stamps.append(stamp_ns)
             self.ends.append(total_bytes)
 
