@@ -135,7 +135,8 @@ async def run_sweep(
     progress = ProgressLine(len(spec.conc)) if spec.progress else None
     hooks = _Observers(observer, progress)
     if tokenizer is None:
-        tokenizer = await asyncio.to_thread(load_tokenizer, spec.tokenizer)
+        tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
+            load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     async with _target(spec, results_dir) as (spec, target):
         assert spec.base_url is not None
         sweep = _Sweep(spec, target, results_dir, tokenizer, hooks)
