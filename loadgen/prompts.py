@@ -19,7 +19,7 @@ from __future__ import annotations
 import operator
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,11 +158,49 @@ def synthesize_prompts(
     tokenizer that cannot give exact lengths; EncodingError for a bad mode or effort.
     Same rng state (seed) and inputs -> identical prompts.
     """
+    return list(
+        iter_prompts(
+            lengths,
+            encoder=encoder,
+            thinking_mode=thinking_mode,
+            reasoning_effort=reasoning_effort,
+            tokenizer=tokenizer,
+            rng=rng,
+            pool=pool,
+        )
+    )
+
+
+def iter_prompts(
+    lengths: Sequence[int],
+    *,
+    encoder: str,
+    thinking_mode: str,
+    reasoning_effort: str | None,
+    tokenizer: Tokenizer,
+    rng: np.random.Generator,
+    pool: WordPool | None = None,
+) -> Iterator[Prompt]:
+    """`synthesize_prompts`, one prompt at a time: a caller that turns each prompt into a
+    request body and drops it holds one prompt's text, while all prompts of the call still
+    get distinct openings. Arguments are checked now; rng is drawn from as prompts are taken
+    (same prompts as synthesize_prompts as long as nothing else draws from rng meanwhile).
+    """
     pool = word_pool(tokenizer) if pool is None else pool
     template = _template(tokenizer, encoder, thinking_mode, reasoning_effort, pool)
     targets = [_checked_length(length, template.tokens, encoder) for length in lengths]
-    firsts, seconds = _distinct_heads(len(targets), rng, len(pool.first), len(pool.later))
-    prompts = []
+    heads = _distinct_heads(len(targets), rng, len(pool.first), len(pool.later))
+    return _generate(targets, heads, template, pool, rng)
+
+
+def _generate(
+    targets: Sequence[int],
+    heads: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None],
+    template: _Template,
+    pool: WordPool,
+    rng: np.random.Generator,
+) -> Iterator[Prompt]:
+    firsts, seconds = heads
     start = len(template.prefix)
     for number, target in enumerate(targets):
         words = target - template.tokens
@@ -171,9 +209,9 @@ def synthesize_prompts(
             head.append(pool.later[seconds[number]])
         tail = pool.later[rng.integers(0, len(pool.later), size=max(words - len(head), 0))]
         content = "".join(head) + "".join(tail.tolist())
-        text = template.prefix + content + template.suffix
-        prompts.append(Prompt(text, target, start, start + len(content)))
-    return prompts
+        yield Prompt(
+            template.prefix + content + template.suffix, target, start, start + len(content)
+        )
 
 
 def _checked_length(length: int, template_tokens: int, encoder: str) -> int:

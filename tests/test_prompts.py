@@ -15,6 +15,7 @@ from loadgen.prompts import (
     Prompt,
     WordPool,
     build_word_pool,
+    iter_prompts,
     synthesize_prompts,
     template_tokens,
     word_pool,
@@ -120,6 +121,28 @@ def test_same_seed_same_prompts_other_seed_other_prompts(tok: Tokenizer) -> None
     assert [p.text for p in make(tok, lengths, seed=7)] != [
         p.text for p in make(tok, lengths, seed=8)
     ]
+
+
+def test_iter_prompts_yields_the_same_prompts_lazily(tok: Tokenizer) -> None:
+    lengths = [30, 500, 4, 77] * 100
+    options = {
+        "encoder": "dsv4", "thinking_mode": "chat", "reasoning_effort": None, "tokenizer": tok,
+    }  # fmt: skip
+    eager = synthesize_prompts(lengths, rng=np.random.default_rng(5), **options)  # type: ignore[arg-type]
+    lazy = iter_prompts(lengths, rng=np.random.default_rng(5), **options)  # type: ignore[arg-type]
+    assert next(lazy) == eager[0]
+    assert [eager[0], *lazy] == eager
+    # openings are distinct over the whole call, not per batch taken from the iterator
+    openings = [p.content.split(" ")[0] for p in eager if p.content]
+    assert len(set(openings)) == len(openings) == 300
+
+
+def test_iter_prompts_checks_arguments_before_the_first_prompt(tok: Tokenizer) -> None:
+    with pytest.raises(ValueError, match="at least 4"):
+        iter_prompts(
+            [10, 2], encoder="dsv4", thinking_mode="chat", reasoning_effort=None,
+            tokenizer=tok, rng=np.random.default_rng(0),
+        )  # fmt: skip
 
 
 def test_length_equal_to_the_template_gives_empty_content(tok: Tokenizer) -> None:
