@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 
 from loadgen import __version__
 from loadgen.api import BodyOptions
-from loadgen.loop_health import LoopLag
+from loadgen.loop_health import LoopLag, no_gc_pauses
 from loadgen.preflight import ServerInfo, preflight, scrape_metrics
 from loadgen.records import JsonlSink, RequestRecord
 from loadgen.scheduler import arrival_offsets_ns, closed_loop, deadline_after, open_loop
@@ -259,6 +259,7 @@ class _Point:
         self.warmup_failed = 0
         self.cpu_start = 0.0
         self.loop_lag = LoopLag()
+        self.health: dict[str, Any] | None = None
         self.outcome: PointOutcome
 
     async def run(self) -> None:
@@ -270,12 +271,19 @@ class _Point:
         self.cpu_start = time.process_time()
         self.loop_lag.start()
         deadline = deadline_after(spec.duration_s, perf_counter_ns())
-        if spec.request_rate is None:
-            await closed_loop(self.plan.measured, conc, self._send, deadline_ns=deadline)
-        else:
-            offsets = arrival_offsets_ns(len(self.plan.measured), spec.request_rate,
-                                         spec.burstiness, point_rng(spec, conc, ARRIVALS))
-            await open_loop(self.plan.measured, conc, self._send, offsets, deadline_ns=deadline)
+        with no_gc_pauses():
+            try:
+                if spec.request_rate is None:
+                    await closed_loop(self.plan.measured, conc, self._send,
+                                      deadline_ns=deadline)
+                else:
+                    offsets = arrival_offsets_ns(len(self.plan.measured), spec.request_rate,
+                                                 spec.burstiness,
+                                                 point_rng(spec, conc, ARRIVALS))
+                    await open_loop(self.plan.measured, conc, self._send, offsets,
+                                    deadline_ns=deadline)
+            finally:  # before the deferred collection, which is not the point's
+                self.health = self.loop_lag.stop()
         after = await scrape_metrics(self.session, self.sweep.base_url)
         self.outcome = self.finalize(complete=True, after=after)
 
@@ -317,7 +325,7 @@ class _Point:
             # stamps late); per chunk it is the client's cost of ingesting one event
             "client_cpu_seconds": cpu,
             "client_cpu_per_chunk_us": cpu / chunks * 1e6 if chunks else None,
-            **self.loop_lag.stop(),
+            **(self.health or self.loop_lag.stop()),
             "complete": complete, "target": sweep.target, "run_id": sweep.run_id,
             "model_id": server.model if server else spec.model, "endpoint_type": "openai",
             "endpoint": spec.endpoint, "base_url": sweep.base_url, "backend": "vllm",
