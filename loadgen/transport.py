@@ -26,7 +26,7 @@ import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
 from loadgen.api import MalformedEvent, TokenCounter
-from loadgen.ingest import BodyStream, Exchange, Ingest
+from loadgen.ingest import BodyStream, Exchange, Ingest, StartPacer
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.sse import ArrivalLog
 from loadgen.workload import RequestSpec
@@ -174,6 +174,7 @@ class Transport:
         self.request_timeout_s = request_timeout_s
         self.count_text = count_text
         self.ingest = Ingest()
+        self.pacer = StartPacer()
 
     async def send(
         self,
@@ -192,6 +193,7 @@ class Transport:
         sent_unix = time.time()
         cancelled = False
         try:
+            await self.pacer.turn()
             async with asyncio.timeout(self.request_timeout_s):
                 await self._exchange(request, x_request_id, clock, state, counter)
         except asyncio.CancelledError:

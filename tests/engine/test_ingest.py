@@ -51,3 +51,23 @@ async def test_loop_lag_sees_a_blocked_loop() -> None:
     health = monitor.stop()
     assert health["client_loop_lag_max_ms"] >= 50
     assert len(monitor.samples) >= 5
+
+
+async def test_start_pacer_spreads_starts_over_loop_turns() -> None:
+    from loadgen.ingest import StartPacer
+
+    pacer = StartPacer(per_turn=3)
+    order: list[str] = []
+
+    async def start(name: str) -> None:
+        await pacer.turn()
+        order.append(name)
+
+    async with asyncio.TaskGroup() as group:
+        for i in range(7):
+            group.create_task(start(f"r{i}"))
+        # a socket read that becomes ready meanwhile: runs between the paced starts
+        asyncio.get_running_loop().call_soon(order.append, "poll")
+    assert sorted(x for x in order if x != "poll") == [f"r{i}" for i in range(7)]
+    assert [x for x in order if x != "poll"] == [f"r{i}" for i in range(7)]  # FIFO
+    assert 0 < order.index("poll") <= 3  # not after all seven starts
