@@ -259,7 +259,10 @@ async def _run(spec: RunSpec) -> int:
         print(f"loadgen: interrupted; everything measured so far is in {spec.results_dir} "
               "(the last point is marked complete: false)", file=sys.stderr)
         return 130
-    except (PreflightError, SimulatorError, TokenizerError, SpecError) as exc:
+    except SpecError as exc:  # bad input found once the run had started (dataset, lengths)
+        print(f"loadgen: error: {exc}", file=sys.stderr)
+        return 2
+    except (PreflightError, SimulatorError, TokenizerError) as exc:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return 1
     finally:

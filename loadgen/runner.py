@@ -137,9 +137,15 @@ async def run_sweep(
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
+    options = BodyOptions(
+        endpoint=spec.endpoint, model=spec.model or "", temperature=spec.temperature,
+        seed=spec.seed, thinking=spec.thinking, reasoning_effort=spec.reasoning_effort,
+    )
+    # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
+    probe = await asyncio.to_thread(Workload(spec, tokenizer, options).preflight_prompt)
     async with _target(spec, results_dir) as (spec, target):
         assert spec.base_url is not None
-        sweep = _Sweep(spec, target, results_dir, tokenizer, hooks)
+        sweep = _Sweep(spec, target, results_dir, tokenizer, hooks, options, probe)
         headers = dict(spec.headers)
         if spec.api_key:
             headers["Authorization"] = f"Bearer {spec.api_key}"
@@ -157,8 +163,10 @@ async def run_sweep(
 
 class _Sweep:
     def __init__(self, spec: RunSpec, target: str, results_dir: Path, tokenizer: Tokenizer,
-                 hooks: _Observers) -> None:
+                 hooks: _Observers, options: BodyOptions, probe: tuple[str, int]) -> None:
         assert spec.base_url is not None
+        self.options = options
+        self.probe = probe
         self.spec = spec
         self.base_url = spec.base_url.rstrip("/")
         self.target = target
@@ -174,15 +182,9 @@ class _Sweep:
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         spec = self.spec
-        options = BodyOptions(
-            endpoint=spec.endpoint, model=spec.model or "", temperature=spec.temperature,
-            seed=spec.seed, thinking=spec.thinking, reasoning_effort=spec.reasoning_effort,
-        )
-        probe_workload = Workload(spec, self.tokenizer, options)
         self.server = await preflight(
             session, self.base_url, wanted_model=spec.model, isl=spec.isl, osl=spec.osl,
-            options=options, prompt=probe_workload.preflight_prompt(),
-            request_timeout_s=spec.request_timeout_s,
+            options=self.options, prompt=self.probe, request_timeout_s=spec.request_timeout_s,
         )
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)

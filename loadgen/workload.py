@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 from tokenizers import Tokenizer
 
+from encoders.errors import EncodingError
 from loadgen.api import BodyOptions, chat_body, completion_body, encode_body
 from loadgen.spec import RunSpec, SpecError
 from loadgen.tokenizer import encode
@@ -95,6 +96,13 @@ class Workload:
         return PointPlan(conc=conc, warmup=tuple(warmup), measured=tuple(measured))
 
     def requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
+        try:
+            return self._requests(count, rng)
+        except (ValueError, EncodingError) as exc:  # synthesis refuses the settings
+            raise SpecError(f"cannot build prompts for --isl {self.spec.isl} "
+                            f"--encoder {self.spec.encoder}: {exc}") from None
+
+    def _requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
         if count == 0:
             return []
         spec = self.spec
@@ -159,6 +167,13 @@ class Workload:
 
     def preflight_prompt(self) -> tuple[str, int]:
         """One prompt (text, loadgen's token count) for the server's /tokenize check."""
+        try:
+            return self._preflight_prompt()
+        except (ValueError, EncodingError) as exc:
+            raise SpecError(f"cannot build prompts for --isl {self.spec.isl} "
+                            f"--encoder {self.spec.encoder}: {exc}") from None
+
+    def _preflight_prompt(self) -> tuple[str, int]:
         rng = point_rng(self.spec, 0, PREFLIGHT)
         if self.dataset is not None:
             from encoders import ENCODERS
@@ -169,8 +184,9 @@ class Workload:
             return text, len(encode(self.tokenizer, text))
         from loadgen.prompts import synthesize_prompts
 
-        [prompt] = synthesize_prompts(
-            [min(self.spec.isl, 256)], encoder=self.spec.encoder,
+        shortest = min(self.spec.isl, max(1, int(self.spec.isl * self.spec.range_ratio)))
+        [prompt] = synthesize_prompts(  # the shortest allowed length: if it fits, all do
+            [min(shortest, 256)], encoder=self.spec.encoder,
             thinking_mode=self.spec.thinking, reasoning_effort=self.spec.reasoning_effort,
             tokenizer=self.tokenizer, rng=rng,
         )

@@ -162,3 +162,15 @@ def test_sim_args_cannot_move_the_simulator() -> None:
     with pytest.raises(SpecError, match="--port is chosen by loadgen"):
         spec_from_argv(["--sim", "--conc", "4", "--isl", "8", "--osl", "2",
                         "--sim-args", "--port 9000"], env={})
+
+
+def test_impossible_lengths_exit_2_before_connecting(tmp_path: Path) -> None:
+    """Caught while building the probe prompt: no server (port 1 is closed) is needed."""
+    done = _loadgen("--base-url", "http://127.0.0.1:1", "--conc", "1", "--isl", "3",
+                    "--osl", "2", "--results", str(tmp_path), "--no-progress")
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--isl 3" in lines[0] and "template" in lines[0]
+    done = _loadgen("--base-url", "http://127.0.0.1:1", "--conc", "1", "--isl", "300",
+                    "--range-ratio", "0.001", "--osl", "2", "--results", str(tmp_path))
+    assert done.returncode == 2 and "shorter than" in done.stderr
