@@ -255,7 +255,9 @@ class _Point:
         self.transport = transport
         self.session = session
         self.records: list[RequestRecord] = []
-        self.sink = JsonlSink(sweep.results_dir / f"requests_conc_{plan.conc}.jsonl")
+        path = sweep.results_dir / f"requests_conc_{plan.conc}.jsonl"
+        path.unlink(missing_ok=True)  # a reused --results dir must not mix two runs' records
+        self.sink = JsonlSink(path)
         self.before: ServerSnapshot | None = None
         self.started = False
         self.warmup_failed = 0
