@@ -158,7 +158,7 @@ class Ingest:
 
 
 class StartPacer:
-    """At most `per_turn` requests start per event-loop turn.
+    """At most `per_turn` requests start (or are recorded) per event-loop turn.
 
     Starting a request costs aiohttp ~100 us of CPU; when hundreds of slots free up at
     once (a wave of requests ending in the same engine step), starting them all in one

@@ -205,6 +205,13 @@ class Transport:
         except Exception as exc:  # the one translation boundary (programming errors re-raise)
             state.fail(*_classify(exc, clock))
         end_ns = state.end_ns or perf_counter_ns()
+        if not cancelled:
+            # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with
+            # starts: many requests ending in one engine step must not stop the polling.
+            try:
+                await self.pacer.turn()
+            except asyncio.CancelledError:
+                cancelled = True  # the request itself completed: its outcome stands
         start_ns = clock.sent_ns or clock.acquired_ns or called_ns
         record = RequestRecord(
             request_id=request.index, conc=conc, input_len=request.input_len,
