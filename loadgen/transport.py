@@ -2,9 +2,11 @@
 
 Timing (DESIGN, "Timing under bursts"): `StampingResponseHandler.data_received` is the
 first Python code that sees a socket read. It reads perf_counter_ns before letting aiohttp
-parse anything and logs (stamp, body bytes so far) for the response being received. The
-request task parses events later and maps each event's first byte back to its stamp, so
-parsing cost and task wake-up order never shift a timestamp.
+parse anything and logs (stamp, body bytes so far) for the response being received.
+The ingest (ingest.py) parses the events later, in short slices between socket polls,
+and maps each event's first byte back to its stamp, so parsing cost never shifts a
+timestamp. Request starts and per-request bookkeeping are paced (a few per loop turn)
+so that a wave of requests ending or starting together cannot stop the polling either.
 
 A request's clock starts immediately before its body bytes (with the buffered headers)
 are written to the socket (aiohttp's `request_chunk_sent` trace signal). Opening a new
