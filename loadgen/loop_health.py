@@ -1,10 +1,12 @@
-"""Client health: how late the client's own event loop runs a timer during a point.
+"""Client health: how long the client's own event loop takes to get round, per point.
 
-Arrival stamps are only as good as the loop's promptness: if the client process is
-starved (CPU contention) or blocked, every stamp taken meanwhile is late by that much.
-A timer every `INTERVAL_S` measures it; the result files report its p99 and max so a
-stalled client is visible instead of silently inflating TTFT and ITL. (uvloop's timers
-are millisecond-grained, so values below ~1 ms are timer resolution, not stalls.)
+Arrival stamps are only as good as the loop's promptness: a socket that becomes readable
+while the loop is busy (or the process is starved of CPU) is stamped late by that much.
+Every `INTERVAL_S` a timer posts a callback and measures how long the loop takes to run
+it: the backlog an arrival at that moment would wait behind. (Not the timer's own
+lateness: uvloop's timers fire up to ~4 ms late on an idle loop here, which delays no
+socket read and would drown the signal.) The result files report its p99 and max, so a
+stalled client is visible instead of silently inflating TTFT and ITL.
 """
 
 from __future__ import annotations
@@ -25,20 +27,25 @@ class LoopLag:
     def __init__(self, interval_s: float = INTERVAL_S) -> None:
         self.interval_ns = int(interval_s * 1e9)
         self.samples: list[int] = []
-        self._due = 0
         self._handle: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         self._schedule()
 
     def _schedule(self) -> None:
-        self._due = perf_counter_ns() + self.interval_ns
         self._handle = asyncio.get_running_loop().call_later(
             self.interval_ns / 1e9, self._tick)
 
     def _tick(self) -> None:
-        self.samples.append(max(0, perf_counter_ns() - self._due))
+        self.probe()
         self._schedule()
+
+    def probe(self) -> None:
+        """Measure how long the loop takes from now to run a callback posted now."""
+        asyncio.get_running_loop().call_soon(self._measure, perf_counter_ns())
+
+    def _measure(self, posted_ns: int) -> None:
+        self.samples.append(perf_counter_ns() - posted_ns)
 
     def stop(self) -> dict[str, Any]:
         if self._handle is not None:
