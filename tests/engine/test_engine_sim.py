@@ -29,7 +29,7 @@ from loadgen.spec import RunSpec
 from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",
-            "--spin-us", "300", "--seed", "7")
+            "--spin-us", "0", "--seed", "7")
 CONFIGURED_AL = 1 + 0.8 + 0.8 * 0.6  # the simulator's default MTP acceptance (K=2)
 MEDIAN_LAG_NS, MAX_LAG_NS = 2_000_000, 250_000_000
 

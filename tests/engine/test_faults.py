@@ -15,7 +15,7 @@ from loadgen.spec import RunSpec
 from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",
-            "--spin-us", "300", "--seed", "7")
+            "--spin-us", "0", "--seed", "7")
 CONC, PER_CONC = 4, 4
 
 

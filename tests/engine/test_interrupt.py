@@ -18,7 +18,7 @@ def test_sigint_keeps_partial_results(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "loadgen", "--sim", "--conc", "2", "--isl", "48", "--osl", "300",
          "--prompts-per-conc", "50", "--warmup-per-conc", "0", "--results", str(tmp_path),
-         "--no-progress", "--sim-args", "--step-fixed-ms 3 --spin-us 300"],
+         "--no-progress", "--sim-args", "--step-fixed-ms 3 --spin-us 0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
