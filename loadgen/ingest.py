@@ -167,7 +167,7 @@ class StartPacer:
     A request's clock starts at its write, so the wait here is queue time.
     """
 
-    def __init__(self, per_turn: int = 8) -> None:
+    def __init__(self, per_turn: int = 2) -> None:
         self.per_turn = per_turn
         self._budget = per_turn
         self._waiting: deque[asyncio.Future[None]] = deque()
