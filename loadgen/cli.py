@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from loadgen.spec import (
     ENCODER_NAMES,
@@ -29,6 +30,9 @@ from loadgen.spec import (
     parse_percentiles,
     parse_slos,
 )
+
+if TYPE_CHECKING:
+    from loadgen.runner import RunObserver
 
 SUBCOMMANDS = ("run", "sim", "serve")
 
@@ -149,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tokenizer", metavar="PATH",
                    help="tokenizer.json or model dir (default: official DeepSeek-V4)")
     r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    r.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "
+                   "(0 = any free port, printed) (default: off)")
     return p
 
 
@@ -228,21 +235,71 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "run":
         args = args[1:]
     try:
-        spec = spec_from_argv(args)
+        parsed = build_parser().parse_args(args)
+        spec = _spec(parsed, os.environ)
     except SpecError as exc:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return 2
-    return run(spec)
+    if parsed.metrics_port is not None and not 0 <= parsed.metrics_port <= 65535:
+        print(f"loadgen: error: --metrics-port {parsed.metrics_port}: need 0..65535",
+              file=sys.stderr)
+        return 2
+    return run(spec, metrics_port=parsed.metrics_port)
 
 
-def run(spec: RunSpec) -> int:
+def run(spec: RunSpec, *, metrics_port: int | None = None) -> int:
     """Run the sweep on uvloop; Ctrl-C/SIGTERM stop it cleanly (partial results kept)."""
     import uvloop
 
-    return int(uvloop.run(_run(spec)))
+    return int(uvloop.run(_run(spec, metrics_port)))
 
 
-async def _run(spec: RunSpec) -> int:
+async def _metrics_model_label(spec: RunSpec) -> str:
+    """The `model` label of live metrics: the served name, so the dashboard can put
+    the server's own `vllm:` series (labelled model_name) beside loadgen's."""
+    if spec.model:
+        return spec.model
+    if spec.sim:
+        from loadgen.sim.config import build_parser as sim_parser
+
+        return str(sim_parser().parse_known_args(list(spec.sim_args))[0].model)
+    import aiohttp
+
+    from loadgen.preflight import find_model
+
+    assert spec.base_url is not None
+    async with aiohttp.ClientSession() as session:
+        name, _ = await find_model(session, spec.base_url.rstrip("/"), None)
+    return name
+
+
+async def _run(spec: RunSpec, metrics_port: int | None = None) -> int:
+    if metrics_port is None:
+        return await _run_sweep(spec, None)
+    from loadgen.exporter import live_metrics
+    from loadgen.preflight import PreflightError
+
+    try:
+        model = await _metrics_model_label(spec)
+    except PreflightError as exc:
+        print(f"loadgen: error: {exc}", file=sys.stderr)
+        return 1
+    stack = contextlib.AsyncExitStack()
+    try:  # bind before the sweep, so a taken port fails fast and alone
+        server, observer = await stack.enter_async_context(live_metrics(
+            model=model, endpoint=spec.endpoint, points=len(spec.conc),
+            spec_tokens=spec.spec_tokens, port=metrics_port))
+    except OSError as exc:
+        print(f"loadgen: error: --metrics-port {metrics_port}: {exc.strerror or exc}; "
+              "pick a free port (0 = any)", file=sys.stderr)
+        return 2
+    async with stack:
+        print(f"loadgen: live metrics at http://{server.host}:{server.port}/metrics",
+              file=sys.stderr)
+        return await _run_sweep(spec, observer)
+
+
+async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
     from loadgen.embedded_sim import SimulatorError
     from loadgen.preflight import PreflightError
     from loadgen.runner import run_sweep
@@ -254,7 +311,7 @@ async def _run(spec: RunSpec) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, task.cancel)
     try:
-        outcome = await run_sweep(spec)
+        outcome = await run_sweep(spec, observer=observer)
     except asyncio.CancelledError:
         print(f"loadgen: interrupted; everything measured so far is in {spec.results_dir} "
               "(the last point is marked complete: false)", file=sys.stderr)
