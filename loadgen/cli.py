@@ -32,7 +32,7 @@ from loadgen.spec import (
 )
 
 if TYPE_CHECKING:
-    from loadgen.runner import RunObserver
+    from loadgen.observers import RunObserver
 
 SUBCOMMANDS = ("run", "sim", "serve")
 

@@ -15,11 +15,11 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 import orjson
@@ -28,6 +28,7 @@ from tokenizers import Tokenizer
 from loadgen import __version__
 from loadgen.api import BodyOptions
 from loadgen.loop_health import LoopLag, no_gc_pauses
+from loadgen.observers import FanoutObserver, RunObserver
 from loadgen.preflight import ServerInfo, preflight, scrape_metrics
 from loadgen.records import JsonlSink, RequestRecord
 from loadgen.scheduler import arrival_offsets_ns, closed_loop, deadline_after, open_loop
@@ -38,38 +39,6 @@ from loadgen.transport import Transport, open_session
 from loadgen.workload import PointPlan, RequestSpec, Workload, point_rng, text_counter
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
-
-
-class RunObserver(Protocol):
-    """Live hooks (progress line, Prometheus exporter); all sync and cheap."""
-
-    def point_started(self, conc: int, num_requests: int) -> None: ...
-    def request_started(self, conc: int) -> None: ...
-    def request_finished(self, record: RequestRecord) -> None: ...
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None: ...
-
-
-class _Observers:
-    """Fans one hook call out to several observers."""
-
-    def __init__(self, *observers: RunObserver | None) -> None:
-        self.observers = [o for o in observers if o is not None]
-
-    def point_started(self, conc: int, num_requests: int) -> None:
-        for o in self.observers:
-            o.point_started(conc, num_requests)
-
-    def request_started(self, conc: int) -> None:
-        for o in self.observers:
-            o.request_started(conc)
-
-    def request_finished(self, record: RequestRecord) -> None:
-        for o in self.observers:
-            o.request_finished(record)
-
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
-        for o in self.observers:
-            o.point_finished(conc, result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +102,7 @@ async def run_sweep(
     results_dir = spec.results_dir or default_results_dir()
     results_dir.mkdir(parents=True, exist_ok=True)
     progress = ProgressLine(len(spec.conc)) if spec.progress else None
-    hooks = _Observers(observer, progress)
+    hooks = FanoutObserver(observer, progress)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
@@ -163,7 +132,7 @@ async def run_sweep(
 
 class _Sweep:
     def __init__(self, spec: RunSpec, target: str, results_dir: Path, tokenizer: Tokenizer,
-                 hooks: _Observers, options: BodyOptions, probe: tuple[str, int]) -> None:
+                 hooks: FanoutObserver, options: BodyOptions, probe: tuple[str, int]) -> None:
         assert spec.base_url is not None
         self.options = options
         self.probe = probe

@@ -35,11 +35,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from loadgen.exporter import LoadgenMetrics, loop_lag_probe, metrics_handler
+from loadgen.observers import FanoutObserver
 from loadgen.service_canary import Canary, CanarySettings
 from loadgen.service_runs import (
     RUN_ID,
     Busy,
-    FanoutObserver,
     ProgressObserver,
     RunManager,
     RunRecord,

@@ -119,29 +119,6 @@ class ProgressObserver:
         self._on_point()
 
 
-class FanoutObserver:
-    """Forwards every RunObserver call to each of several observers."""
-
-    def __init__(self, *observers: Any) -> None:
-        self._observers = observers
-
-    def point_started(self, conc: int, num_requests: int) -> None:
-        for o in self._observers:
-            o.point_started(conc, num_requests)
-
-    def request_started(self, conc: int) -> None:
-        for o in self._observers:
-            o.request_started(conc)
-
-    def request_finished(self, record: RequestRecord) -> None:
-        for o in self._observers:
-            o.request_finished(record)
-
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
-        for o in self._observers:
-            o.point_finished(conc, result)
-
-
 class Busy(Exception):
     """A run is already active (HTTP 409)."""
 

@@ -1,0 +1,40 @@
+"""The runner's live hooks: what a progress line, an exporter or the sidecar implement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from loadgen.records import RequestRecord
+
+
+class RunObserver(Protocol):
+    """Live hooks (progress line, Prometheus exporter, sidecar); all sync and cheap."""
+
+    def point_started(self, conc: int, num_requests: int) -> None: ...
+    def request_started(self, conc: int) -> None: ...
+    def request_finished(self, record: RequestRecord) -> None: ...
+    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None: ...
+
+
+class FanoutObserver:
+    """Forwards every hook call to each of several observers (None entries are skipped)."""
+
+    def __init__(self, *observers: RunObserver | None) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def point_started(self, conc: int, num_requests: int) -> None:
+        for o in self.observers:
+            o.point_started(conc, num_requests)
+
+    def request_started(self, conc: int) -> None:
+        for o in self.observers:
+            o.request_started(conc)
+
+    def request_finished(self, record: RequestRecord) -> None:
+        for o in self.observers:
+            o.request_finished(record)
+
+    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
+        for o in self.observers:
+            o.point_finished(conc, result)
