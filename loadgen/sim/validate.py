@@ -1,7 +1,7 @@
 """Request bodies -> a validated Generation, or an ApiError carrying vLLM 0.32's error body.
 
-Captured messages (fixtures/vllm_0.32_cpu/error_*.txt) are reproduced verbatim; the
-prompt-too-long message, not captured, follows vLLM's renderer (parameter=input_tokens).
+Captured messages (fixtures/vllm_0.32_cpu/error_*.txt and notes/vllm_vs_sim.md) are
+reproduced verbatim.
 """
 
 from __future__ import annotations
@@ -107,13 +107,19 @@ def stream_options(body: dict[str, Any], stream: bool) -> StreamOptions:
     return StreamOptions(include, continuous, return_ids)
 
 
+def missing_prompt() -> ApiError:
+    """vLLM 0.32's words (captured): the parameter is named, no value given."""
+    return ApiError(400, "Either prompt or prompt_embeds must be provided and non-empty. "
+                    "(parameter=prompt)", "BadRequestError", "prompt")
+
+
 def _completion_prompt(body: dict[str, Any]) -> tuple[str | None, list[int] | None]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
+    if prompt is None or prompt == "" or prompt == []:
+        raise missing_prompt()
     if isinstance(prompt, str):
-        if not prompt:
-            raise bad_request("prompt must not be empty", "prompt", "")
         return prompt, None
     if isinstance(prompt, list) and prompt and all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompt):
@@ -152,21 +158,27 @@ def parse_generation(body: dict[str, Any], *, chat: bool) -> Generation:
 
 
 def check_lengths(gen: Generation, prompt_len: int, max_model_len: int) -> int:
-    """The effective max_tokens, after vLLM's context-length checks."""
+    """The effective max_tokens, after vLLM 0.32's context-length checks.
+
+    vLLM rejects max_tokens > max_model_len and a prompt that leaves no room for one
+    output token; otherwise it silently lowers max_tokens to what fits (captured: a
+    2000-token prompt with max_tokens 100 at max_model_len 2048 answers 200 with 48
+    tokens, finish_reason "length").
+    """
     requested = gen.max_tokens
     param = gen.max_tokens_param
     if requested is not None and requested > max_model_len:
         raise bad_request(f"{param}={requested} cannot be greater than max_model_len="
                           f"{max_model_len}. Please request fewer output tokens.",
                           param, requested)
-    out = requested if requested is not None else 1
-    if prompt_len > max_model_len - out:
+    if prompt_len >= max_model_len:
         raise bad_request(
-            f"You passed {prompt_len} input tokens and requested {out} output tokens. "
-            f"However, the model's context length is only {max_model_len} tokens, resulting "
-            f"in a maximum input length of {max_model_len - out} tokens. Please reduce the "
-            "length of the input prompt.", "input_tokens", prompt_len)
-    return requested if requested is not None else max_model_len - prompt_len
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {prompt_len} input tokens, which exceeds this limit even "
+            "without any output tokens. Please reduce the length of the input prompt.",
+            "input_tokens", prompt_len)
+    room = max_model_len - prompt_len
+    return room if requested is None else min(requested, room)
 
 
 def check_token_ids(ids: list[int], vocab_size: int) -> None:
