@@ -196,28 +196,29 @@ class Engine:
         if end > len(plan.token_ids):
             plan.ensure_tokens(end)
         fmt = request.fmt
-        if fmt is not None and start and not finished and not request.has_faults:
+        if fmt is not None and start and not finished and fmt.plain and not request.has_faults:
             return Send(request, fmt.middle_frame(plan.token_ids[start:end],
                                                   "".join(plan.texts[start:end]), end),
                         end - start)
         send = Send(request, b"", end - start, "finish" if finished else None)
         if fmt is None:
             return send
-        first = start == 0
-        data = fmt.role_event() if first else b""
+        # vLLM writes every SSE event as its own HTTP chunk (role, content, usage, [DONE]).
+        events = [fmt.role_event()] if start == 0 and fmt.chat else []
         faults = request.faults
         if faults.malformed_at_token is not None and start < faults.malformed_at_token <= end:
-            data += malformed_event("cmpl-malformed")
+            events.append(malformed_event("cmpl-malformed"))
         else:
-            data += fmt.content_event(plan.token_ids[start:end], "".join(plan.texts[start:end]),
-                                      end, plan.finish_reason if finished else None, first)
+            events.append(fmt.content_event(plan.token_ids[start:end], plan.texts[start:end],
+                                            end, plan.finish_reason if finished else None,
+                                            start == 0))
         if finished:
-            data += fmt.final_events(end)
+            events.extend(fmt.final_events(end))
         elif faults.abort_at_token is not None and start < faults.abort_at_token <= end:
             send.then = "abort"
         elif faults.stall_at_token is not None and start < faults.stall_at_token <= end:
             send.then = "stall"
-        send.data = http_chunk(data)
+        send.data = b"".join([http_chunk(event) for event in events])
         return send
 
     def _send(self, sends: list[Send], intended: int) -> None:

@@ -9,15 +9,20 @@ Observed shapes worth knowing:
 - chat: the first chunk is role-only with content "" and carries the top-level
   "prompt_token_ids"/"prompt_text"; content chunks add "stop_reason" only on the last one;
   continuous usage there has "completion_tokens_details": null.
-- the final usage-only chunk has "choices": [] and "system_fingerprint".
+- the final usage-only chunk has "choices": [] and "system_fingerprint"; without
+  include_usage, the completions chunk carrying finish_reason has "system_fingerprint".
+- every SSE event is its own HTTP/1.1 chunk (vLLM never coalesces two events in one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import orjson
+
+from loadgen.sim.logprobs import LogprobsBuilder
 
 VLLM_VERSION = "0.32.0"
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -65,12 +70,16 @@ def _usage(prompt: int, completion: int, details: bool) -> bytes:
 class StreamFormat:
     """Builds one request's SSE events (chat or completions)."""
 
-    __slots__ = ("_chat", "_fingerprint", "_head", "_mid_ids", "_mid_pre", "_mid_tail", "_opts",
-                 "_prompt_ids", "_prompt_len")
+    __slots__ = ("_chat", "_fingerprint", "_head", "_logprobs", "_mid_ids", "_mid_pre",
+                 "_mid_tail", "_opts", "_prompt_ids", "_prompt_len", "plain")
 
     def __init__(self, *, chat: bool, request_id: str, created: int, model: str,
-                 prompt_ids: list[int], opts: StreamOptions, fingerprint: str) -> None:
+                 prompt_ids: list[int], opts: StreamOptions, fingerprint: str,
+                 logprobs: LogprobsBuilder | None = None) -> None:
         self._chat = chat
+        self._logprobs = logprobs
+        # middle_frame (the hot path) serves only chunks without logprobs.
+        self.plain = logprobs is None
         self._opts = opts
         self._prompt_ids = prompt_ids
         self._prompt_len = len(prompt_ids)
@@ -88,10 +97,12 @@ class StreamFormat:
                              b'"prompt_token_ids":null,"token_ids":')
         self._mid_tail = b"}]}\n\n"
 
+    @property
+    def chat(self) -> bool:
+        return self._chat
+
     def role_event(self) -> bytes:
-        """Chat's first event: role only, content "" (empty for completions)."""
-        if not self._chat:
-            return b""
+        """Chat's first event: role only, content ""."""
         parts = [self._head,
                  b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
                  b'"finish_reason":null}]']
@@ -101,23 +112,29 @@ class StreamFormat:
         parts.append(b',"prompt_token_ids":%b,"prompt_text":null}' % ids)
         return sse(b"".join(parts))
 
-    def content_event(self, ids: list[int], text: str, completion_tokens: int,
+    def content_event(self, ids: list[int], texts: Sequence[str], completion_tokens: int,
                       finish: str | None, first: bool) -> bytes:
+        """A content event for tokens `ids` whose streamed texts are `texts`."""
         opts = self._opts
+        text = orjson.dumps("".join(texts))
         token_ids = orjson.dumps(ids) if opts.return_token_ids else NULL
         finish_json = b'"%b"' % finish.encode() if finish else NULL
+        logprobs = self._logprobs.chunk(ids, texts) if self._logprobs is not None else NULL
         if self._chat:
             stop = b',"stop_reason":null' if finish else b""
-            body = b'[{"index":0,"delta":{"content":%b},"logprobs":null,"finish_reason":%b%b,' \
-                   b'"token_ids":%b}]' % (orjson.dumps(text), finish_json, stop, token_ids)
+            body = b'[{"index":0,"delta":{"content":%b},"logprobs":%b,"finish_reason":%b%b,' \
+                   b'"token_ids":%b}]' % (text, logprobs, finish_json, stop, token_ids)
         else:
             prompt_ids = (orjson.dumps(self._prompt_ids)
                           if first and opts.return_token_ids else NULL)
-            body = b'[{"index":0,"text":%b,"logprobs":null,"finish_reason":%b,' \
+            body = b'[{"index":0,"text":%b,"logprobs":%b,"finish_reason":%b,' \
                    b'"stop_reason":null,"prompt_token_ids":%b,"token_ids":%b}]' % (
-                       orjson.dumps(text), finish_json, prompt_ids, token_ids)
+                       text, logprobs, finish_json, prompt_ids, token_ids)
         if opts.continuous_usage:
             body += b"," + _usage(self._prompt_len, completion_tokens, details=self._chat)
+        elif finish and not opts.include_usage and not self._chat:
+            # Captured: without include_usage the fingerprint rides on the finishing chunk.
+            body += b',"system_fingerprint":%b' % orjson.dumps(self._fingerprint)
         return sse(self._head + body + b"}")
 
     def middle_frame(self, ids: list[int], text: str, completion_tokens: int) -> bytes:
@@ -131,13 +148,13 @@ class StreamFormat:
         payload = self._mid_pre + orjson.dumps(text) + self._mid_ids + token_ids + tail
         return b"%x\r\n%b\r\n" % (len(payload), payload)
 
-    def final_events(self, completion_tokens: int) -> bytes:
-        """The usage-only chunk (with include_usage) and [DONE]."""
+    def final_events(self, completion_tokens: int) -> tuple[bytes, ...]:
+        """The usage-only event (with include_usage) and [DONE], each to be its own chunk."""
         if not self._opts.include_usage:
-            return DONE_EVENT
+            return (DONE_EVENT,)
         usage = _usage(self._prompt_len, completion_tokens, details=False)
         tail = b',"system_fingerprint":%b}' % orjson.dumps(self._fingerprint)
-        return sse(self._head + b"[]," + usage + tail) + DONE_EVENT
+        return sse(self._head + b"[]," + usage + tail), DONE_EVENT
 
 
 def malformed_event(request_id: str) -> bytes:

@@ -18,5 +18,5 @@ def test_middle_frame_equals_the_general_event(chat: bool, include: bool, contin
                        opts=StreamOptions(include, include and continuous, ids),
                        fingerprint="vllm-0.32.0-00000000")
     text = 'say "hi"\n\u4e2d'
-    expected = http_chunk(fmt.content_event([11, 12], text, 9, None, first=False))
+    expected = http_chunk(fmt.content_event([11, 12], [text[:3], text[3:]], 9, None, first=False))
     assert fmt.middle_frame([11, 12], text, 9) == expected
