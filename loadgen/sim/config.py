@@ -45,6 +45,9 @@ class FaultConfig:
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     model: str = DEFAULT_MODEL
+    # What vLLM reports as /v1/models "root": the path given to `vllm serve --model`.
+    # None means /models/<model>.
+    model_path: str | None = None
     max_model_len: int = 131072
     max_num_seqs: int = 512
     max_num_batched_tokens: int = 8192
@@ -81,6 +84,10 @@ class SimConfig:
         if self.spec_tokens > 0 and not self.acceptance:
             object.__setattr__(self, "acceptance", default_acceptance(self.spec_tokens))
         validate(self)
+
+    @property
+    def root(self) -> str:
+        return self.model_path if self.model_path is not None else f"/models/{self.model}"
 
     @property
     def mtp(self) -> bool:
@@ -177,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind")
     p.add_argument("--port", type=int, default=8000, help="port to bind (0 = any free port)")
     p.add_argument("--model", default=d.model, help="served model name")
+    p.add_argument("--model-path", default=None,
+                   help="reported as /v1/models 'root', where vLLM puts the path it loaded "
+                   "the model from (default: /models/<--model>)")
     _engine_flags(p, d)
     _output_flags(p, d)
     _fault_flags(p)
@@ -250,7 +260,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         stall=args.fault_stall, stall_seconds=args.stall_seconds, max_waiting=args.max_waiting,
     )
     return SimConfig(
-        model=args.model, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+        model=args.model, model_path=args.model_path, max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, step_fixed_ms=args.step_fixed_ms,
         decode_token_us=args.decode_token_us, prefill_token_us=args.prefill_token_us,
         seq_us=args.seq_us, spec_tokens=args.spec_tokens,

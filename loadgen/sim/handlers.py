@@ -35,7 +35,8 @@ from loadgen.sim.validate import (
 )
 from loadgen.sim.wire import Outcome, StreamFormat, chat_body, completion_body, error_body
 
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+# As vLLM 0.32 sends them: no Cache-Control.
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
 # Prompts longer than this are tokenized off the event loop (it would delay chunk sends).
 INLINE_TOKENIZE_CHARS = 4096
 

