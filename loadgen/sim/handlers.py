@@ -20,6 +20,7 @@ from loadgen.sim.config import SimConfig
 from loadgen.sim.detok import BOS_ID, TokenTable
 from loadgen.sim.engine import Engine
 from loadgen.sim.faults import NO_FAULTS, draw_faults
+from loadgen.sim.logprobs import MAX_LOGPROBS, LogprobsBuilder
 from loadgen.sim.plan import PlanParams, RequestPlan, make_plan
 from loadgen.sim.request import EngineRequest, TransportSink
 from loadgen.sim.validate import (
@@ -101,6 +102,13 @@ class GenerationHandlers:
         self.fingerprint = fingerprint
         self.clock = clock
         self._indices = itertools.count()
+        # Alternative tokens for top_logprobs: a fixed slice of the generated vocabulary.
+        self._alternatives = tuple(unit.texts[0] for unit in table.clean[:4 * MAX_LOGPROBS])
+
+    def _logprobs(self, gen: Generation) -> LogprobsBuilder | None:
+        if gen.logprobs is None:
+            return None
+        return LogprobsBuilder(chat=gen.chat, top=gen.logprobs, alternatives=self._alternatives)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
@@ -151,18 +159,27 @@ class GenerationHandlers:
         if gen.stream:
             return await self._stream(request, engine_request, gen, prompt_ids, request_id,
                                       created)
+        return await self._complete(engine_request, gen, prompt_ids, request_id, created)
+
+    async def _complete(self, engine_request: EngineRequest, gen: Generation,
+                        prompt_ids: list[int], request_id: str, created: int) -> web.Response:
+        """A non-streamed request: run it, then answer with the whole body."""
         reason = await self._run(engine_request)
         if reason == "abort":
             return json_response(error_body("The request was aborted by the server.",
                                             "InternalServerError", None, 500), 500)
+        plan = engine_request.plan
         emitted = engine_request.emitted
         plan.ensure_tokens(emitted)
+        token_ids, texts = plan.token_ids[:emitted], plan.texts[:emitted]
+        builder = self._logprobs(gen)
         outcome = Outcome(
             request_id=request_id, created=created, model=self.config.model,
-            fingerprint=self.fingerprint, prompt_ids=prompt_ids,
-            token_ids=plan.token_ids[:emitted], text="".join(plan.texts[:emitted]),
-            finish_reason=reason, return_token_ids=gen.options.return_token_ids)
-        return json_response(chat_body(outcome) if chat else completion_body(outcome))
+            fingerprint=self.fingerprint, prompt_ids=prompt_ids, token_ids=token_ids,
+            text="".join(texts), finish_reason=reason,
+            return_token_ids=gen.options.return_token_ids,
+            logprobs=builder.chunk_object(token_ids, texts) if builder else None)
+        return json_response(chat_body(outcome) if gen.chat else completion_body(outcome))
 
     async def _run(self, engine_request: EngineRequest) -> str:
         self.engine.accounting.admitted(engine_request.max_tokens)
@@ -187,7 +204,8 @@ class GenerationHandlers:
             return response
         engine_request.fmt = StreamFormat(
             chat=gen.chat, request_id=request_id, created=created, model=self.config.model,
-            prompt_ids=prompt_ids, opts=gen.options, fingerprint=self.fingerprint)
+            prompt_ids=prompt_ids, opts=gen.options, fingerprint=self.fingerprint,
+            logprobs=self._logprobs(gen))
         engine_request.sink = TransportSink(transport)
         reason = await self._run(engine_request)
         if reason != "abort" and not transport.is_closing():

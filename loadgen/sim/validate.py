@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.sim.logprobs import MAX_LOGPROBS
 from loadgen.sim.wire import StreamOptions, error_body
 
 
@@ -44,6 +45,7 @@ class Generation:
     stream: bool
     options: StreamOptions
     add_special_tokens: bool
+    logprobs: int | None = None  # alternatives per token; None = no logprobs
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -129,6 +131,29 @@ def _completion_prompt(body: dict[str, Any]) -> tuple[str | None, list[int] | No
                       type(prompt).__name__)
 
 
+def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
+    """Completions: `logprobs: N`; chat: `logprobs: true` plus `top_logprobs: N`."""
+    if chat:
+        top = _int(body, "top_logprobs", None)
+        if not _bool(body, "logprobs", False):
+            if top is not None:
+                raise bad_request("when using `top_logprobs`, `logprobs` must be set to true.",
+                                  "top_logprobs", top)
+            return None
+        count, param = (top or 0), "top_logprobs"
+    else:
+        maybe = _int(body, "logprobs", None)
+        if maybe is None:
+            return None
+        count, param = maybe, "logprobs"
+    if count < 0:
+        raise bad_request(f"{param} must be non-negative, got {count}.", param, count)
+    if count > MAX_LOGPROBS:
+        raise bad_request(f"Requested sample logprobs of {count}, which is greater than max "
+                          f"allowed: {MAX_LOGPROBS}", param, count)
+    return count
+
+
 def parse_generation(body: dict[str, Any], *, chat: bool) -> Generation:
     """Everything except the prompt's tokenization and the length checks that need it."""
     if _int(body, "n", 1) != 1:
@@ -154,6 +179,7 @@ def parse_generation(body: dict[str, Any], *, chat: bool) -> Generation:
         ignore_eos=_bool(body, "ignore_eos", False), seed=_int(body, "seed", None),
         stream=stream, options=stream_options(body, stream),
         add_special_tokens=_bool(body, "add_special_tokens", not chat),
+        logprobs=_logprobs(body, chat),
     )
 
 

@@ -182,11 +182,12 @@ class Outcome:
     text: str
     finish_reason: str
     return_token_ids: bool
+    logprobs: dict[str, Any] | None = None
 
 
 def completion_body(o: Outcome) -> bytes:
     choice = {
-        "index": 0, "text": o.text, "logprobs": None, "finish_reason": o.finish_reason,
+        "index": 0, "text": o.text, "logprobs": o.logprobs, "finish_reason": o.finish_reason,
         "stop_reason": None, "token_ids": o.token_ids if o.return_token_ids else None,
         "prompt_logprobs": None,
         "prompt_token_ids": o.prompt_ids if o.return_token_ids else None,
@@ -204,7 +205,8 @@ def chat_body(o: Outcome) -> bytes:
     message = {"role": "assistant", "content": o.text, "refusal": None, "annotations": None,
                "audio": None, "function_call": None, "reasoning": None}
     choice = {
-        "index": 0, "message": message, "logprobs": None, "finish_reason": o.finish_reason,
+        "index": 0, "message": message, "logprobs": o.logprobs,
+        "finish_reason": o.finish_reason,
         "stop_reason": None, "token_ids": o.token_ids if o.return_token_ids else None,
         "routed_experts": None,
     }

@@ -162,3 +162,102 @@ async def test_models_root_is_the_model_path(fields: dict[str, str], root: str,
     assert status == 200
     card = orjson.loads(raw)["data"][0]
     assert (card["id"], card["root"]) == ("tiny", root)
+
+
+# Captured from vLLM 0.32 (`"logprobs":1`, one token in the chunk).
+VLLM_COMPLETION_LOGPROBS = {"text_offset": [0], "token_logprobs": [-8.38942813873291],
+                            "tokens": [" bc"],
+                            "top_logprobs": [{" bc": -8.38942813873291,
+                                              "xception": -7.438394069671631}]}
+
+
+def content_chunks(events: list[Any]) -> list[dict[str, Any]]:
+    return [e["choices"][0] for e in events
+            if e != "[DONE]" and e["choices"] and e["choices"][0].get("token_ids")]
+
+
+async def test_completion_logprobs_stream_one_entry_per_token(sim_factory: SimFactory) -> None:
+    body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 12, "ignore_eos": True,
+            "stream": True, "logprobs": 1, "return_token_ids": True}
+    _, _, raw = await post(sim_factory, body)
+    chunks = content_chunks(sse_events(raw))
+    assert [len(c["token_ids"]) for c in chunks] == [1, 4, 4, 3]
+    offset = 0
+    for choice in chunks:
+        logprobs = choice["logprobs"]
+        assert shape_of(logprobs) == shape_of(VLLM_COMPLETION_LOGPROBS)
+        count = len(choice["token_ids"])
+        assert all(len(logprobs[key]) == count for key in logprobs)
+        assert "".join(logprobs["tokens"]) == choice["text"]
+        for token, logprob, top, start in zip(logprobs["tokens"], logprobs["token_logprobs"],
+                                              logprobs["top_logprobs"],
+                                              logprobs["text_offset"], strict=True):
+            assert start == offset
+            offset += len(token)
+            assert len(top) == 2 and top[token] == logprob < 0
+            assert max(top.values()) > logprob  # the alternative is the likelier one
+
+
+def shape_of(value: Any) -> Any:
+    """Keys in order and value types; lists by their first element; {token: logprob} maps."""
+    if isinstance(value, dict):
+        if value and all(isinstance(v, float) for v in value.values()):
+            return "dict[str, float]"
+        return [(key, shape_of(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return ["list", shape_of(value[0]) if value else None]
+    return type(value).__name__
+
+
+async def test_logprobs_are_deterministic_and_non_stream_matches(
+        sim_factory: SimFactory) -> None:
+    base = {"model": "tiny", "prompt": "Hello there", "max_tokens": 6, "ignore_eos": True,
+            "logprobs": 3, "seed": 5}
+    async with sim_factory(**TINY) as sim:
+        url = sim.base_url + "/v1/completions"
+        first = orjson.loads((await fetch("POST", url, json=base))[2])
+        second = orjson.loads((await fetch("POST", url, json=base))[2])
+        streamed = sse_events((await fetch("POST", url, json={**base, "stream": True}))[2])
+    logprobs = first["choices"][0]["logprobs"]
+    assert logprobs == second["choices"][0]["logprobs"]
+    assert len(logprobs["tokens"]) == 6 and all(len(t) == 4 for t in logprobs["top_logprobs"])
+    pieces = [e["choices"][0]["logprobs"] for e in streamed[:-1] if e["choices"]]
+    streamed_logprobs = [lp for piece in pieces for lp in piece["token_logprobs"]]
+    assert streamed_logprobs == logprobs["token_logprobs"]
+
+
+async def test_chat_logprobs_shape(sim_factory: SimFactory) -> None:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5,
+            "ignore_eos": True, "stream": True, "logprobs": True, "top_logprobs": 2,
+            "return_token_ids": True}
+    _, _, raw = await post(sim_factory, body, "/v1/chat/completions")
+    events = sse_events(raw)
+    assert events[0]["choices"][0]["logprobs"] is None  # the role event
+    for choice in content_chunks(events):
+        content = choice["logprobs"]["content"]
+        assert list(choice["logprobs"]) == ["content"]
+        assert len(content) == len(choice["token_ids"])
+        for entry in content:
+            assert list(entry) == ["token", "logprob", "bytes", "top_logprobs"]
+            assert entry["bytes"] == list(entry["token"].encode())
+            assert len(entry["top_logprobs"]) == 2
+            for alt in entry["top_logprobs"]:
+                assert list(alt) == ["token", "logprob", "bytes"]
+                assert alt["logprob"] > entry["logprob"]
+
+
+async def test_loadgen_decodes_the_simulators_logprobs(sim_factory: SimFactory) -> None:
+    from loadgen.api import TokenCounter, decode_event
+    from loadgen.records import TokenSource
+
+    for path, extra in [("/v1/completions", {"prompt": "Hello", "logprobs": 0}),
+                        ("/v1/chat/completions", {"messages": [{"role": "user",
+                                                                "content": "Hello"}],
+                                                  "logprobs": True, "top_logprobs": 0})]:
+        body = {"model": "tiny", "max_tokens": 10, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True}, **extra}
+        _, _, raw = await post(sim_factory, body, path)
+        counter = TokenCounter()
+        payloads = [block[6:] for block in raw.split(b"\n\n") if block]
+        counts = [counter.count(decode_event(payload)) for payload in payloads]
+        assert sum(counts) == 10 and counter.source is TokenSource.LOGPROBS
