@@ -20,6 +20,8 @@ DEFAULT_ACCEPTANCE = (0.8, 0.6)
 # Used for draft positions beyond the defaults when only --spec-tokens is given.
 DEFAULT_LATER_ACCEPTANCE = 0.5
 CLI_SPIN_US = 1000.0
+# vLLM extensions a plainer OpenAI-compatible server lacks (--reject-params).
+REJECTABLE_PARAMS = ("return_token_ids", "continuous_usage_stats")
 
 
 class ConfigError(ValueError):
@@ -79,6 +81,9 @@ class SimConfig:
     # Off by default because an embedded simulator shares its event loop with the client,
     # whose callbacks a spin would delay; `loadgen sim` (its own process) spins 1 ms.
     spin_us: float = 0.0
+    # Answer 400 to requests using these vLLM extensions (REJECTABLE_PARAMS), as a server
+    # without them would: drives a client onto its fallbacks (e.g. logprobs token counts).
+    reject_params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.spec_tokens > 0 and not self.acceptance:
@@ -146,6 +151,10 @@ def validate(config: SimConfig) -> None:
         raise ConfigError(f"--max-waiting must be >= 0, got {faults.max_waiting}")
     if not config.model:
         raise ConfigError("--model must not be empty")
+    unknown = sorted(set(config.reject_params) - set(REJECTABLE_PARAMS))
+    if unknown:
+        raise ConfigError(f"--reject-params: unknown {','.join(unknown)}; choose from "
+                          f"{','.join(REJECTABLE_PARAMS)}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -165,6 +174,10 @@ def _acceptance(text: str) -> tuple[float, ...]:
     if not values:
         raise argparse.ArgumentTypeError("--acceptance needs at least one probability")
     return values
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,6 +264,9 @@ def _fault_flags(p: argparse.ArgumentParser) -> None:
                    help="how long a --fault-stall stream pauses")
     p.add_argument("--max-waiting", type=int, default=None,
                    help="answer 503 when this many requests are already waiting")
+    p.add_argument("--reject-params", type=_names, default=(), metavar="NAMES",
+                   help="answer 400 to requests using these vLLM extensions, like a server "
+                   f"without them (comma-separated: {','.join(REJECTABLE_PARAMS)})")
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
@@ -269,5 +285,5 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         stream_interval=args.stream_interval, seed=args.seed, eos_prob=args.eos_prob,
         byte_fragment_fraction=args.byte_fragment_fraction, kv_cache_tokens=args.kv_cache_tokens,
         tokenizer=args.tokenizer, add_bos=args.add_bos, trace_path=args.trace_path,
-        faults=faults, spin_us=args.spin_us,
+        faults=faults, spin_us=args.spin_us, reject_params=args.reject_params,
     )

@@ -30,6 +30,7 @@ from loadgen.sim.validate import (
     chat_template_args,
     check_lengths,
     check_model,
+    check_rejected,
     check_token_ids,
     parse_generation,
     parse_json,
@@ -131,6 +132,7 @@ class GenerationHandlers:
         try:
             body = parse_json(await request.read())
             check_model(body, self.config.model)
+            check_rejected(body, self.config.reject_params)
             gen = parse_generation(body, chat=chat)
             prompt_ids = await self.tokenization.prompt_ids(gen, body)
             max_tokens = check_lengths(gen, len(prompt_ids), self.config.max_model_len)

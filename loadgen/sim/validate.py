@@ -76,6 +76,22 @@ def check_model(body: dict[str, Any], served: str) -> None:
                        "NotFoundError", "model")
 
 
+def check_rejected(body: dict[str, Any], rejected: tuple[str, ...]) -> None:
+    """--reject-params: 400 for vLLM extensions this simulated server pretends to lack."""
+    if not rejected:
+        return
+    used: dict[str, Any] = {}
+    if body.get("return_token_ids") is not None:
+        used["return_token_ids"] = body["return_token_ids"]
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("continuous_usage_stats") is not None:
+        used["continuous_usage_stats"] = options["continuous_usage_stats"]
+    for name in rejected:
+        if name in used:
+            raise bad_request(f"Unrecognized request argument supplied: {name}", name,
+                              used[name])
+
+
 def _int(body: dict[str, Any], name: str, default: int | None) -> int | None:
     value = body.get(name)
     if value is None:

@@ -25,6 +25,7 @@ from loadgen.sim.config import SimConfig, build_parser, config_from_args
     (["--port", "eighty"], "--port"),
     (["--step-fixed-ms", "-1"], "--step-fixed-ms"),
     (["--no-such-flag"], "--no-such-flag"),
+    (["--reject-params", "return_token_ids,logprobs"], "--reject-params"),
 ])
 def test_bad_flags_exit_2_with_one_line(argv: list[str], mentions: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,8 +46,11 @@ def test_help_documents_the_defaults(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_flags_map_onto_the_config() -> None:
     args = build_parser().parse_args(["--spec-tokens", "3", "--acceptance", "0.9,0.7,0.5",
-                                      "--fault-stall", "0.25", "--max-waiting", "7"])
+                                      "--fault-stall", "0.25", "--max-waiting", "7",
+                                      "--model-path", "/srv/m", "--reject-params",
+                                      "return_token_ids"])
     config = config_from_args(args)
+    assert config.root == "/srv/m" and config.reject_params == ("return_token_ids",)
     assert config.acceptance == (0.9, 0.7, 0.5) and config.spec_tokens == 3
     assert config.faults.stall == 0.25 and config.faults.max_waiting == 7
     defaults = config_from_args(build_parser().parse_args([]))

@@ -261,3 +261,16 @@ async def test_loadgen_decodes_the_simulators_logprobs(sim_factory: SimFactory) 
         payloads = [block[6:] for block in raw.split(b"\n\n") if block]
         counts = [counter.count(decode_event(payload)) for payload in payloads]
         assert sum(counts) == 10 and counter.source is TokenSource.LOGPROBS
+
+
+async def test_reject_params_answers_400_like_a_server_without_them(
+        sim_factory: SimFactory) -> None:
+    base = {"model": "tiny", "prompt": "Hi", "max_tokens": 2, "stream": True}
+    async with sim_factory(**TINY, reject_params=("return_token_ids",)) as sim:
+        url = sim.base_url + "/v1/completions"
+        rejected = await fetch("POST", url, json={**base, "return_token_ids": True})
+        allowed = await fetch("POST", url, json={
+            **base, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    assert rejected[0] == 400
+    assert orjson.loads(rejected[2])["error"]["param"] == "return_token_ids"
+    assert allowed[0] == 200
