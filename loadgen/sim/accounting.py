@@ -1,7 +1,9 @@
 """Bookkeeping off the send path: Prometheus instruments and the trace, per step and request.
 
 Engine-side times are the intended (model) times, as vLLM's engine stamps its own
-outputs: TTFT = first token's step end - arrival, ITL = gaps between a request's chunks.
+outputs: TTFT = first token's step end - arrival, ITL = gaps between a request's chunks
+(and steps whose output the frontend lag model merged into a later chunk: vLLM's engine
+observes ITL per step, before its frontend merges).
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ class Accounting:
         m.decode.observe((end - first) * NS)
         if request.emitted > 1:
             m.tpot.observe((end - first) * NS / (request.emitted - 1))
-        if len(request.chunks) > 1:
+        if len(request.chunks) + len(request.merged_steps) > 1:
             intended = np.fromiter((c[0] for c in request.chunks), dtype=np.int64,
                                    count=len(request.chunks))
+            if request.merged_steps:
+                intended = np.sort(np.concatenate((intended, request.merged_steps)))
             m.itl.observe_many(np.diff(intended) * NS)

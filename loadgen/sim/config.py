@@ -64,6 +64,9 @@ class SimConfig:
     # Empty means the default for K: 0.8, 0.6, then 0.5 for later positions.
     acceptance: tuple[float, ...] = ()
     stream_interval: int = 1
+    # Frontend lag model: chance per sent event that a request's step output is instead
+    # merged into its next step's event (as vLLM's frontend does when it falls behind).
+    merge_steps_prob: float = 0.0
     seed: int = 0
     # Probability per generated token (after min_tokens, without ignore_eos) of drawing EOS.
     eos_prob: float = 0.0005
@@ -139,7 +142,7 @@ def validate(config: SimConfig) -> None:
     if config.mtp and config.max_num_batched_tokens < config.spec_tokens + 1:
         raise ConfigError("--max-num-batched-tokens must fit one MTP decode step (K+1 tokens)")
     probabilities = {"--eos-prob": config.eos_prob, "--byte-fragment-fraction": (
-        config.byte_fragment_fraction)}
+        config.byte_fragment_fraction), "--merge-steps-prob": config.merge_steps_prob}
     probabilities.update({f"--acceptance[{i}]": p for i, p in enumerate(config.acceptance)})
     faults = config.faults
     probabilities.update({"--fault-500": faults.error_500, "--fault-abort": faults.abort,
@@ -234,6 +237,11 @@ def _engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
 def _output_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
     p.add_argument("--stream-interval", type=int, default=d.stream_interval,
                    help="engine steps merged into one streamed chunk")
+    p.add_argument("--merge-steps-prob", type=float, default=d.merge_steps_prob,
+                   help="frontend lag model: chance that a request's step output is held "
+                   "and sent with its next step's event, as vLLM's frontend merges steps "
+                   "when it falls behind (first chunks may then carry >1 token); "
+                   "deterministic under --seed; the final step is never held")
     p.add_argument("--seed", type=int, default=d.seed,
                    help="server seed (request i without 'seed' uses seed + i)")
     p.add_argument("--eos-prob", type=float, default=d.eos_prob,
@@ -282,7 +290,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         decode_token_us=args.decode_token_us, prefill_token_us=args.prefill_token_us,
         seq_us=args.seq_us, spec_tokens=args.spec_tokens,
         acceptance=acceptance,
-        stream_interval=args.stream_interval, seed=args.seed, eos_prob=args.eos_prob,
+        stream_interval=args.stream_interval, merge_steps_prob=args.merge_steps_prob,
+        seed=args.seed, eos_prob=args.eos_prob,
         byte_fragment_fraction=args.byte_fragment_fraction, kv_cache_tokens=args.kv_cache_tokens,
         tokenizer=args.tokenizer, add_bos=args.add_bos, trace_path=args.trace_path,
         faults=faults, spin_us=args.spin_us, reject_params=args.reject_params,

@@ -162,6 +162,7 @@ class Engine:
         produced_total = drafts = 0
         accepted_histogram = [0] * self._decode_width
         interval = self.config.stream_interval
+        merge_prob = self.config.merge_steps_prob
         for request, prefill in batch.entries:
             if prefill != DECODE:
                 request.prefilled += prefill
@@ -183,6 +184,10 @@ class Engine:
             produced_total += produced
             finished = request.emitted == request.plan.num_tokens
             if prefill == DECODE and not finished and request.steps_since_send < interval:
+                continue
+            merge = request.merge_draw
+            if merge is not None and not finished and merge() < merge_prob:
+                request.merged_steps.append(deadline)  # sent with the next step's event
                 continue
             request.steps_since_send = 0
             sends.append(self._chunk(request, finished))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from loadgen.sim.wire import Outcome, StreamFormat, chat_body, completion_body, 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
 # Prompts longer than this are tokenized off the event loop (it would delay chunk sends).
 INLINE_TOKENIZE_CHARS = 4096
+MERGE_SEED_SALT = 0x6D657267  # keeps merge draws apart from the plan's streams
 
 
 def json_response(body: bytes, status: int = 200) -> web.Response:
@@ -123,9 +125,18 @@ class GenerationHandlers:
                             ignore_eos=gen.ignore_eos, eos_prob=c.eos_prob,
                             spec_tokens=c.spec_tokens, acceptance=c.acceptance,
                             fragment_fraction=c.byte_fragment_fraction)
-        seed = gen.seed if gen.seed is not None else c.seed + index
+        return make_plan(self.table, self._seed(gen, index), params)
+
+    def _seed(self, gen: Generation, index: int) -> int:
+        seed = gen.seed if gen.seed is not None else self.config.seed + index
         # numpy seeds must be non-negative; a negative request seed is still a valid seed.
-        return make_plan(self.table, seed % 2**64, params)
+        return seed % 2**64
+
+    def _merge_draw(self, gen: Generation, index: int) -> Callable[[], float] | None:
+        """--merge-steps-prob: a per-request stream, so merging ignores batching and timing."""
+        if self.config.merge_steps_prob <= 0 or not gen.stream:
+            return None
+        return random.Random(self._seed(gen, index) ^ MERGE_SEED_SALT).random
 
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = self.clock()
@@ -155,7 +166,7 @@ class GenerationHandlers:
             index=index, x_request_id=request.headers.get("X-Request-Id"),
             prompt_len=len(prompt_ids), max_tokens=max_tokens, plan=plan, arrival_ns=arrival,
             done=asyncio.get_running_loop().create_future(), faults=faults,
-            has_faults=faults != NO_FAULTS)
+            has_faults=faults != NO_FAULTS, merge_draw=self._merge_draw(gen, index))
         request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(8)
         created = int(time.time())
         if gen.stream:

@@ -74,8 +74,12 @@ class EngineRequest:
     last_token_ns: int = 0
     stall_until_ns: int = 0
     finish_reason: str | None = None
+    # --merge-steps-prob: the request's own uniform draws (None when off).
+    merge_draw: Callable[[], float] | None = None
     # (intended_ns, sent_ns, tokens) per token-bearing chunk.
     chunks: list[tuple[int, int, int]] = field(default_factory=list)
+    # Step ends whose output was merged into a later chunk (still one ITL each, as vLLM).
+    merged_steps: list[int] = field(default_factory=list)
 
     @property
     def prefill_remaining(self) -> int:
