@@ -75,7 +75,9 @@ async def test_stall_mid_stream(sim_factory: SimFactory) -> None:
         payloads, error, times = await read_raw_stream(sim.base_url + "/v1/completions")
     assert error is None and payloads[-1] == b"[DONE]"
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert max(gaps) >= 0.4
+    # The stall runs from the stalled chunk's intended send time; that chunk's own send
+    # can be late by a few ms on a busy machine, shortening the arrival gap by as much.
+    assert max(gaps) >= 0.4 - 0.01
     assert sorted(gaps)[-2] < 0.2  # one stall, not a slow stream
 
 
