@@ -92,6 +92,19 @@ async def _target(spec: RunSpec, results_dir: Path) -> AsyncIterator[tuple[RunSp
         yield dataclasses.replace(spec, base_url=url), "simulator"
 
 
+def body_options(spec: RunSpec) -> BodyOptions:
+    return BodyOptions(
+        endpoint=spec.endpoint, model=spec.model or "", temperature=spec.temperature,
+        seed=spec.seed, thinking=spec.thinking, reasoning_effort=spec.reasoning_effort,
+    )
+
+
+def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
+    """The preflight prompt (text, tokens); raises SpecError when the workload cannot be
+    built (isl below the template, range ratio too low, bad dataset)."""
+    return Workload(spec, tokenizer, body_options(spec)).preflight_prompt()
+
+
 async def run_sweep(
     spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None
 ) -> SweepOutcome:
@@ -106,12 +119,9 @@ async def run_sweep(
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
-    options = BodyOptions(
-        endpoint=spec.endpoint, model=spec.model or "", temperature=spec.temperature,
-        seed=spec.seed, thinking=spec.thinking, reasoning_effort=spec.reasoning_effort,
-    )
+    options = body_options(spec)
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
-    probe = await asyncio.to_thread(Workload(spec, tokenizer, options).preflight_prompt)
+    probe = await asyncio.to_thread(probe_prompt, spec, tokenizer)
     async with _target(spec, results_dir) as (spec, target):
         assert spec.base_url is not None
         sweep = _Sweep(spec, target, results_dir, tokenizer, hooks, options, probe)
