@@ -82,7 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         "`loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
         formatter_class=_Help,
     )
-    t = p.add_argument_group("target")
+    _target_flags(p.add_argument_group("target"))
+    _workload_flags(p.add_argument_group("workload"))
+    _results_flags(p.add_argument_group("results"))
+    return p
+
+
+def _target_flags(t: argparse._ArgumentGroup) -> None:
     t.add_argument("--base-url", metavar="URL", help="server root, e.g. http://127.0.0.1:8000 "
                    "(required unless --sim)")
     t.add_argument("--model", metavar="NAME",
@@ -98,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="K:V",
                    help="extra request header, repeatable, e.g. X-Session-Affinity:abc "
                    "(default: none)")
-    w = p.add_argument_group("workload")
+
+
+def _workload_flags(w: argparse._ArgumentGroup) -> None:
     w.add_argument("--conc", required=True, type=_typed(parse_conc), metavar="SPEC",
                    help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S")
     w.add_argument("--isl", required=True, type=int, metavar="TOKENS",
@@ -130,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
     w.add_argument("--seed", type=int, default=0, help="seed for prompts, lengths, arrivals")
-    r = p.add_argument_group("results")
+
+
+def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--results", type=Path, default=None, metavar="DIR",
                    help="output directory (default: ./results/<timestamp>)")
     r.add_argument("--num-gpus", type=int, default=None, metavar="N",
@@ -156,7 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                    help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "
                    "(0 = any free port, printed) (default: off)")
-    return p
 
 
 def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
