@@ -107,10 +107,12 @@ class BodyStream:
             self.error = exc
 
     def _parse(self, data: bytes) -> None:
+        events = self.framer.feed(data)  # always: the framer keeps its place in the body
         state, log, counter = self.state, self.log, self.counter
-        for event in self.framer.feed(data):
-            if not state.done:
-                state.on_event(decode_event(event.data), log.stamp_of(event.offset), counter)
+        for offset, payload in events:
+            if state.done:  # nothing after [DONE] or an error event counts
+                break
+            state.on_event(decode_event(payload), log.stamp_of(offset), counter)
 
     def finish(self) -> None:
         """The body ended: parse the rest; raise its error or record a missing [DONE]."""

@@ -128,3 +128,25 @@ def test_framer_fast_path_any_split(cuts: list[int]) -> None:
     assert [d for _, d in events] == [b'{"a":1}', b"x\ny", b"z", b"[DONE]"]
     for offset, _ in events:
         assert LF_STREAM[offset:].startswith((b"data:", b"id:"))
+
+
+def test_framer_one_event_per_read_matches_line_by_line() -> None:
+    """The one-event-per-read path gives the same offsets and data as line-by-line framing."""
+    blocks = [b + b"\n\n" for b in LF_STREAM.split(b"\n\n")[:-1]]
+    per_read = frame_all(blocks)
+    byte_by_byte = frame_all([LF_STREAM[i:i + 1] for i in range(len(LF_STREAM))])
+    assert per_read == byte_by_byte
+    assert [d for _, d in per_read] == [b'{"a":1}', b"x\ny", b"z", b"[DONE]"]
+
+
+def test_decode_event_fields_by_name() -> None:
+    """Every field lands under its own name (the event is built positionally)."""
+    ev = decode_event(b'{"choices":[{"text":"ab","token_ids":[5,6,7],"finish_reason":"length",'
+                      b'"logprobs":{"tokens":["a","b"]}}],'
+                      b'"usage":{"completion_tokens":11,"prompt_tokens":9}}')
+    assert ev._asdict() == {
+        "done": False, "has_choice": True, "token_ids": 3, "logprobs": 2, "text": "ab",
+        "completion_tokens": 11, "prompt_tokens": 9, "finish_reason": "length", "error": None}
+    chat = decode_event(b'{"choices":[{"delta":{"reasoning_content":"r"},"logprobs":null}]}')
+    assert (chat.text, chat.logprobs, chat.token_ids, chat.finish_reason) == ("r", None, None, None)
+    assert type(ev) is type(chat) is type(decode_event(b"[DONE]"))
