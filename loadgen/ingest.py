@@ -93,7 +93,7 @@ class BodyStream:
         """Called by the protocol on every read; on connection loss, salvage bytes now."""
         if lost:
             self.drain()  # before aiohttp replaces the buffered bytes with an exception
-        else:
+        elif not self.queued:
             self._ingest.notify(self)
 
     def drain(self) -> None:

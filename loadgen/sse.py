@@ -28,9 +28,10 @@ class ArrivalLog:
 
     def add(self, stamp_ns: int, total_bytes: int) -> None:
         """Called from the protocol's data callback; a read that added no body bytes is dropped."""
-        if total_bytes > (self.ends[-1] if self.ends else 0):
+        ends = self.ends
+        if total_bytes > (ends[-1] if ends else 0):
             self.stamps.append(stamp_ns)
-            self.ends.append(total_bytes)
+            ends.append(total_bytes)
 
     def last_stamp(self) -> int | None:
         return self.stamps[-1] if self.stamps else None

@@ -36,6 +36,9 @@ from loadgen.workload import RequestSpec
 READ_BUFSIZE = 1 << 22  # aiohttp pauses the socket only past 2x this: never for one event
 
 
+_aiohttp_data_received = ResponseHandler.data_received
+
+
 class StampingResponseHandler(ResponseHandler):
     """aiohttp's protocol, plus an arrival log per response body and a body listener."""
 
@@ -49,7 +52,7 @@ class StampingResponseHandler(ResponseHandler):
 
     def data_received(self, data: bytes) -> None:
         stamp = perf_counter_ns()  # before any parsing: this is the arrival time
-        super().data_received(data)
+        _aiohttp_data_received(self, data)  # not super(): this runs once per socket read
         if not data:  # aiohttp re-enters with b"" when it resumes reading
             return
         payload = self._payload
@@ -58,8 +61,9 @@ class StampingResponseHandler(ResponseHandler):
                 self._log_payload = payload
                 self._log = ArrivalLog()
             self._log.add(stamp, getattr(payload, "total_bytes", 0))
-        if self.body_listener is not None:
-            self.body_listener(False)
+        listener = self.body_listener
+        if listener is not None:
+            listener(False)
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's StreamReader calls this after every read it serves; when reading is
