@@ -241,6 +241,8 @@ class _Point:
         self.started = False
         self.warmup_failed = 0
         self.cpu_start = 0.0
+        # CPU of the measured phase only: not the /metrics scrape, GC or summarize after it.
+        self.cpu_seconds: float | None = None
         self.loop_lag = LoopLag()
         self.health: dict[str, Any] | None = None
         self.outcome: PointOutcome
@@ -267,6 +269,7 @@ class _Point:
                                     deadline_ns=deadline)
             finally:  # before the deferred collection, which is not the point's
                 self.health = self.loop_lag.stop()
+                self.cpu_seconds = time.process_time() - self.cpu_start
         after = await scrape_metrics(self.session, self.sweep.base_url)
         self.outcome = self.finalize(complete=True, after=after)
 
@@ -301,7 +304,9 @@ class _Point:
         result = summarize(self.records, ctx, server_before=self.before,
                            server_after=after if complete else None)
         server = sweep.server
-        cpu = time.process_time() - self.cpu_start
+        cpu = self.cpu_seconds
+        if cpu is None:  # stopped before the measured phase ended
+            cpu = time.process_time() - self.cpu_start
         chunks = result.get("total_chunks") or 0
         result.update({
             # client health: this process's CPU over the measured phase (a loaded client
