@@ -6,12 +6,12 @@ one by name and never needs to know which template it applies.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from encoders.deepseek_v4 import DeepSeekV4Encoder
+from encoders import deepseek_v4, raw
 from encoders.errors import EncodingError
-from encoders.raw import RawEncoder
 
 __all__ = ["ENCODERS", "Encoder", "EncodingError", "get_encoder"]
 
@@ -40,9 +40,18 @@ class Encoder(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class _ModuleEncoder:
+    """An `Encoder` made of a module's two functions of the same names."""
+
+    name: str
+    encode_messages: Callable[..., str]
+    wrap_user: Callable[..., tuple[str, str]]
+
+
 ENCODERS: dict[str, Encoder] = {
-    "dsv4": DeepSeekV4Encoder(),
-    "raw": RawEncoder(),
+    "dsv4": _ModuleEncoder("dsv4", deepseek_v4.encode_messages, deepseek_v4.wrap_user),
+    "raw": _ModuleEncoder("raw", raw.encode_messages, raw.wrap_user),
 }
 
 

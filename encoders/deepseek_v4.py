@@ -360,23 +360,3 @@ def _message(content: str, reasoning: str | None, calls: list[dict[str, Any]]) -
         "reasoning_content": reasoning,
         "tool_calls": calls,
     }
-
-
-class DeepSeekV4Encoder:
-    """The `Encoder` for DeepSeek-V4 (registry key "dsv4")."""
-
-    name = "dsv4"
-
-    def encode_messages(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        thinking_mode: str,
-        *,
-        reasoning_effort: str | None = None,
-    ) -> str:
-        return encode_messages(messages, thinking_mode, reasoning_effort=reasoning_effort)
-
-    def wrap_user(
-        self, content: str, thinking_mode: str, *, reasoning_effort: str | None = None
-    ) -> tuple[str, str]:
-        return wrap_user(content, thinking_mode, reasoning_effort=reasoning_effort)

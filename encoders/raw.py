@@ -47,23 +47,3 @@ def wrap_user(
     if not isinstance(content, str):
         raise EncodingError(f"message 0: content must be a string, got {type(content).__name__}")
     return "", ""
-
-
-class RawEncoder:
-    """The `Encoder` without a template (registry key "raw")."""
-
-    name = "raw"
-
-    def encode_messages(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        thinking_mode: str,
-        *,
-        reasoning_effort: str | None = None,
-    ) -> str:
-        return encode_messages(messages, thinking_mode, reasoning_effort=reasoning_effort)
-
-    def wrap_user(
-        self, content: str, thinking_mode: str, *, reasoning_effort: str | None = None
-    ) -> tuple[str, str]:
-        return wrap_user(content, thinking_mode, reasoning_effort=reasoning_effort)

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from encoders import ENCODERS
+from encoders import get_encoder
 
 # Short words keep prompts small in memory (text is stored, ~5 characters per token) while
 # leaving thousands of distinct words to draw from.
@@ -116,9 +116,7 @@ def _template(
     reasoning_effort: str | None,
     pool: WordPool,
 ) -> _Template:
-    if encoder not in ENCODERS:
-        raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
-    prefix, suffix = ENCODERS[encoder].wrap_user(
+    prefix, suffix = get_encoder(encoder).wrap_user(
         "", thinking_mode, reasoning_effort=reasoning_effort
     )
     count = len(tokenizer.encode(prefix, add_special_tokens=False).ids)
