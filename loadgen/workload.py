@@ -88,6 +88,7 @@ class Workload:
         self.tokenizer = tokenizer
         self.options = options
         self.dataset = load_dataset(spec.dataset) if spec.dataset is not None else None
+        self._dataset_prompts: dict[int, tuple[str, int]] = {}
 
     def point(self, conc: int) -> PointPlan:
         spec = self.spec
@@ -146,24 +147,34 @@ class Workload:
     def _from_dataset(
         self, osls: Sequence[int], seeds: Sequence[int], rng: np.random.Generator
     ) -> list[RequestSpec]:
-        from encoders import ENCODERS
-
         assert self.dataset is not None
-        encoder = ENCODERS[self.spec.encoder]
         order = rng.permutation(len(self.dataset))
         requests = []
         for index, (osl, seed) in enumerate(zip(osls, seeds, strict=True)):
-            messages = self.dataset[int(order[index % len(order)])]
-            text = encoder.encode_messages(
-                messages, self.spec.thinking, reasoning_effort=self.spec.reasoning_effort
-            )
-            input_len = len(encode(self.tokenizer, text))
+            line = int(order[index % len(order)])
+            messages = self.dataset[line]
+            text, input_len = self._encoded(line)
             if self.options.endpoint == "completions":
                 body = encode_body(completion_body(self.options, text, osl, seed))
             else:
                 body = encode_body(chat_body(self.options, messages, osl, seed))
             requests.append(RequestSpec(index, input_len, osl, body))
         return requests
+
+    def _encoded(self, line: int) -> tuple[str, int]:
+        """(prompt text, tokens) of dataset line `line`, encoded once per run: a sweep
+        reuses each conversation in many requests and points."""
+        cached = self._dataset_prompts.get(line)
+        if cached is None:
+            from encoders import ENCODERS
+
+            assert self.dataset is not None
+            text = ENCODERS[self.spec.encoder].encode_messages(
+                self.dataset[line], self.spec.thinking,
+                reasoning_effort=self.spec.reasoning_effort,
+            )
+            cached = self._dataset_prompts[line] = (text, len(encode(self.tokenizer, text)))
+        return cached
 
     def preflight_prompt(self) -> tuple[str, int]:
         """One prompt (text, loadgen's token count) for the server's /tokenize check."""
@@ -176,12 +187,7 @@ class Workload:
     def _preflight_prompt(self) -> tuple[str, int]:
         rng = point_rng(self.spec, 0, PREFLIGHT)
         if self.dataset is not None:
-            from encoders import ENCODERS
-
-            text = ENCODERS[self.spec.encoder].encode_messages(
-                self.dataset[0], self.spec.thinking, reasoning_effort=self.spec.reasoning_effort
-            )
-            return text, len(encode(self.tokenizer, text))
+            return self._encoded(0)
         from loadgen.prompts import synthesize_prompts
 
         shortest = min(self.spec.isl, max(1, int(self.spec.isl * self.spec.range_ratio)))
