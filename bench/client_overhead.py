@@ -40,10 +40,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen.embedded_sim import embedded_simulator
-from loadgen.records import RequestRecord, read_jsonl
-from loadgen.runner import run_sweep, x_request_id
-from loadgen.spec import RunSpec
+from loadgen.config.spec import RunSpec
+from loadgen.records import RequestRecord
+from loadgen.run.embedded_sim import embedded_simulator
+from loadgen.run.ids import x_request_id
+from loadgen.run.sweep import run_sweep
+from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
 
 # decode-token-us 12: a conc-512 MTP step costs 3 ms + 512 x 3 x 12 us = 21 ms, i.e.
@@ -147,10 +149,10 @@ async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
 
 RSS_CHILD = """
 import resource, sys, time
-from loadgen.api import BodyOptions
-from loadgen.spec import RunSpec, parse_conc
+from loadgen.workload.bodies import BodyOptions
+from loadgen.config.spec import RunSpec, parse_conc
 from loadgen.tokenizer import load_tokenizer
-from loadgen.workload import Workload
+from loadgen.workload.plan import Workload
 spec = RunSpec(conc=parse_conc("4..512"), isl=8192, osl=1024, base_url="http://127.0.0.1:1")
 workload = Workload(spec, load_tokenizer(), BodyOptions(endpoint="completions", model="m"))
 t0 = time.perf_counter(); total = 0

@@ -13,8 +13,8 @@ import time
 import numpy as np
 from prometheus_client import CollectorRegistry, Histogram
 
-from loadgen.exporter import ITL_BUCKETS, LoadgenMetrics
 from loadgen.records import RequestRecord, TokenSource
+from loadgen.sinks.prometheus import ITL_BUCKETS, LoadgenMetrics
 
 
 def synthetic_records(count: int, osl: int, seed: int) -> list[RequestRecord]:

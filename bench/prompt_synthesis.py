@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from loadgen.prompts import synthesize_prompts, word_pool
 from loadgen.tokenizer import encode, load_tokenizer
+from loadgen.workload.prompts import synthesize_prompts, word_pool
 
 TARGET_SECONDS = 10.0
 

@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from loadgen.point_arrays import PointArrays
+from loadgen.metrics.arrays import PointArrays
+from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import RequestRecord, TokenSource
-from loadgen.summary import PointContext, summarize
 
 
 def synthetic_point(conc: int, requests: int, osl: int, seed: int) -> list[RequestRecord]:

@@ -1,234 +1,26 @@
-"""argv -> RunSpec -> run; the only module that reads argv or the environment.
+"""The `loadgen` command: subcommands, signals, and the one map from errors to exit codes.
 
 `loadgen [run] ...` measures a server, `loadgen sim ...` runs the simulator, `loadgen
-serve ...` runs the sidecar. Invalid input gets one line (what is wrong, what is allowed)
-and exit status 2; the sidecar's JSON options go through the very same parser
-(`spec_from_options`), so both reject the same things with the same words.
+serve ...` runs the sidecar. Every run-level failure is a `LoadgenError`; `_guarded`
+turns it into one line on stderr and its exit status, here and nowhere else.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING
 
-from loadgen.spec import (
-    ENCODER_NAMES,
-    ENDPOINTS,
-    REASONING_EFFORTS,
-    THINKING_MODES,
-    RunSpec,
-    SpecError,
-    parse_conc,
-    parse_header,
-    parse_percentiles,
-    parse_slos,
-)
+from loadgen.config.args import parse_run_args
+from loadgen.config.spec import RunSpec
+from loadgen.errors import Interrupted, LoadgenError, UsageError
 
 if TYPE_CHECKING:
-    from loadgen.observers import RunObserver
-
-SUBCOMMANDS = ("run", "sim", "serve")
-
-
-class _Parser(argparse.ArgumentParser):
-    """Raises SpecError instead of printing usage and exiting, so errors stay one line."""
-
-    def error(self, message: str) -> NoReturn:
-        raise SpecError(message)
-
-
-class _Help(argparse.HelpFormatter):
-    """Every flag's help ends with its default (or says it is required), exactly once."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "default" in text or not action.option_strings or action.dest == "help":
-            return text
-        if action.required:
-            return f"{text} (required)"
-        default = action.default
-        if isinstance(action, argparse._StoreTrueAction):
-            return f"{text} (default: off)"
-        if default is None or default in ("", [], {}):
-            return f"{text} (default: none)"
-        if isinstance(default, tuple):
-            default = ",".join(f"{v:g}" for v in default)
-        return f"{text} (default: {default})"
-
-
-def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except SpecError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = parse.__name__
-    return convert
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="loadgen",
-        description="Measure an OpenAI-compatible (vLLM) server at controlled concurrency: "
-        "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. Other commands: "
-        "`loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
-        formatter_class=_Help,
-    )
-    _target_flags(p.add_argument_group("target"))
-    _workload_flags(p.add_argument_group("workload"))
-    _results_flags(p.add_argument_group("results"))
-    return p
-
-
-def _target_flags(t: argparse._ArgumentGroup) -> None:
-    t.add_argument("--base-url", metavar="URL", help="server root, e.g. http://127.0.0.1:8000 "
-                   "(required unless --sim)")
-    t.add_argument("--model", metavar="NAME",
-                   help="served model name (default: the only model the server serves)")
-    t.add_argument("--sim", action="store_true",
-                   help="start the embedded simulator (MTP, 2 draft tokens) on a free "
-                   "loopback port and measure it; results say target: simulator")
-    t.add_argument("--sim-args", default="", metavar='"FLAGS"',
-                   help="extra `loadgen sim` flags for --sim, e.g. \"--step-fixed-ms 5\"")
-    t.add_argument("--api-key", metavar="KEY",
-                   help="bearer token (default: $OPENAI_API_KEY; never written to results)")
-    t.add_argument("--header", action="append", default=[], type=_typed(parse_header),
-                   metavar="K:V",
-                   help="extra request header, repeatable, e.g. X-Session-Affinity:abc "
-                   "(default: none)")
-
-
-def _workload_flags(w: argparse._ArgumentGroup) -> None:
-    w.add_argument("--conc", required=True, type=_typed(parse_conc), metavar="SPEC",
-                   help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S")
-    w.add_argument("--isl", required=True, type=int, metavar="TOKENS",
-                   help="input length in tokens (chat template and BOS included)")
-    w.add_argument("--osl", required=True, type=int, metavar="TOKENS",
-                   help="output length in tokens (max_tokens, with ignore_eos)")
-    w.add_argument("--range-ratio", type=float, default=1.0, metavar="R",
-                   help="lengths uniform in [R*L, L] for --isl and --osl (1.0 = exact)")
-    w.add_argument("--dataset", type=Path, metavar="FILE.jsonl",
-                   help="one OpenAI messages list per line instead of random prompts")
-    w.add_argument("--endpoint", choices=ENDPOINTS, default="completions",
-                   help="completions: loadgen encodes the prompt; chat: the server does")
-    w.add_argument("--encoder", choices=ENCODER_NAMES, default="dsv4",
-                   help="prompt template loadgen applies")
-    w.add_argument("--thinking", choices=THINKING_MODES, default="thinking",
-                   help="DeepSeek-V4 thinking mode")
-    w.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, default=None,
-                   help="DeepSeek-V4 reasoning effort (default: none)")
-    w.add_argument("--prompts-per-conc", type=int, default=10, metavar="N",
-                   help="measured requests per point = conc x N")
-    w.add_argument("--warmup-per-conc", type=int, default=2, metavar="N",
-                   help="unrecorded warmup requests per point = conc x N (they also open "
-                   "the connections)")
-    w.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                   help="stop sending new requests this long into a point (default: no limit)")
-    w.add_argument("--request-rate", type=float, default=None, metavar="REQ/S",
-                   help="open loop at this arrival rate, capped by --conc (default: closed loop)")
-    w.add_argument("--burstiness", type=float, default=1.0, metavar="SHAPE",
-                   help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
-    w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
-    w.add_argument("--seed", type=int, default=0, help="seed for prompts, lengths, arrivals")
-
-
-def _results_flags(r: argparse._ArgumentGroup) -> None:
-    r.add_argument("--results", type=Path, default=None, metavar="DIR",
-                   help="output directory (default: ./results/<timestamp>)")
-    r.add_argument("--num-gpus", type=int, default=None, metavar="N",
-                   help="GPUs behind the server, for per-GPU throughput")
-    r.add_argument("--spec-tokens", type=int, default=None, metavar="K",
-                   help="draft tokens per step for the acceptance rate (default: from the "
-                   "server's /metrics)")
-    r.add_argument("--slo", type=_typed(parse_slos), default={}, metavar="M=T,...",
-                   help="goodput SLOs, e.g. ttft=2s,tpot=50ms (metrics ttft, tpot, itl, e2el; "
-                   "units us, ms, s; bare numbers are ms) (default: none: no goodput "
-                   "figure)")
-    r.add_argument("--percentiles", type=_typed(parse_percentiles),
-                   default=(50.0, 90.0, 99.0, 99.9), metavar="P,...",
-                   help="percentiles to report, e.g. 50,90,99,99.9")
-    r.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
-                   help="give up on a request after this long (default: no timeout)")
-    r.add_argument("--max-error-rate", type=float, default=0.05, metavar="FRACTION",
-                   help="exit non-zero when a point's failed share exceeds this "
-                   "(results are written anyway)")
-    r.add_argument("--tokenizer", metavar="PATH",
-                   help="tokenizer.json or model dir (default: official DeepSeek-V4)")
-    r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
-    r.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                   help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "
-                   "(0 = any free port, printed) (default: off)")
-
-
-def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
-    from loadgen.embedded_sim import split_sim_args
-    from loadgen.runner import default_results_dir
-
-    if args.sim and args.base_url:
-        raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
-    try:
-        sim_args = split_sim_args(args.sim_args)
-    except ValueError as exc:
-        raise SpecError(f"--sim-args {args.sim_args!r}: {exc}") from None
-    taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
-    if taken:
-        raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
-    return RunSpec(
-        conc=args.conc, isl=args.isl, osl=args.osl, base_url=args.base_url, model=args.model,
-        endpoint=args.endpoint, encoder=args.encoder, thinking=args.thinking,
-        reasoning_effort=args.reasoning_effort, prompts_per_conc=args.prompts_per_conc,
-        warmup_per_conc=args.warmup_per_conc, duration_s=args.duration,
-        range_ratio=args.range_ratio, dataset=args.dataset, request_rate=args.request_rate,
-        burstiness=args.burstiness, temperature=args.temperature, seed=args.seed,
-        num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
-        percentiles=args.percentiles, request_timeout_s=args.request_timeout,
-        max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
-        tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
-        headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
-        progress=not args.no_progress,
-    )
-
-
-def spec_from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) -> RunSpec:
-    args = build_parser().parse_args(list(argv))
-    return _spec(args, os.environ if env is None else env)
-
-
-def _option_argv(name: str, value: Any) -> list[str]:
-    flag = "--" + name.replace("_", "-")
-    if value is None or value is False:
-        return []
-    if value is True:
-        return [flag]
-    if isinstance(value, Mapping):  # slo
-        return [flag, ",".join(f"{k}={v}" for k, v in value.items())]
-    if isinstance(value, list | tuple):
-        if name == "header":
-            return [part for item in value for part in (flag, str(item))]
-        return [flag, ",".join(str(v) for v in value)]
-    return [flag, str(value)]
-
-
-def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
-    """The sidecar's JSON options (flag names, `-` or `_`), validated like argv."""
-    parser = build_parser()
-    known = {action.dest for action in parser._actions} - {"help"}
-    argv: list[str] = []
-    for key, value in options.items():
-        name = key.replace("-", "_")
-        name = {"results_dir": "results", "headers": "header"}.get(name, name)
-        if name not in known:
-            raise SpecError(f"unknown option {key!r}; allowed: {', '.join(sorted(known))}")
-        argv += _option_argv(name, value)
-    return spec_from_argv(argv)
+    from loadgen.run.observers import RunObserver
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -238,29 +30,49 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(sim_main(args[1:]))
     if args and args[0] == "serve":
-        from loadgen.service import main as serve_main  # type: ignore[import-not-found,unused-ignore]
+        from loadgen.sidecar.service import main as serve_main
 
         return int(serve_main(args[1:]))
     if args and args[0] == "run":
         args = args[1:]
     try:
-        parsed = build_parser().parse_args(args)
-        spec = _spec(parsed, os.environ)
-    except SpecError as exc:
-        print(f"loadgen: error: {exc}", file=sys.stderr)
-        return 2
-    if parsed.metrics_port is not None and not 0 <= parsed.metrics_port <= 65535:
-        print(f"loadgen: error: --metrics-port {parsed.metrics_port}: need 0..65535",
-              file=sys.stderr)
-        return 2
-    return run(spec, metrics_port=parsed.metrics_port)
+        spec, metrics_port = parse_run_args(args, os.environ)
+    except LoadgenError as exc:
+        return _report(exc)
+    return run(spec, metrics_port=metrics_port)
 
 
 def run(spec: RunSpec, *, metrics_port: int | None = None) -> int:
     """Run the sweep on uvloop; Ctrl-C/SIGTERM stop it cleanly (partial results kept)."""
     import uvloop
 
-    return int(uvloop.run(_run(spec, metrics_port)))
+    return int(uvloop.run(_guarded(_run(spec, metrics_port), spec)))
+
+
+def _report(exc: LoadgenError) -> int:
+    print(f"loadgen: error: {exc}", file=sys.stderr)
+    return exc.exit_code
+
+
+async def _guarded(work: Awaitable[int], spec: RunSpec) -> int:
+    """Signals cancel the run; every LoadgenError becomes its line and exit status."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        stopped = Interrupted(f"interrupted; everything measured so far is in "
+                              f"{spec.results_dir} (the last point is marked complete: false)")
+        print(f"loadgen: {stopped}", file=sys.stderr)
+        return stopped.exit_code
+    except LoadgenError as exc:
+        return _report(exc)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 async def _metrics_model_label(spec: RunSpec) -> str:
@@ -274,7 +86,7 @@ async def _metrics_model_label(spec: RunSpec) -> str:
         return str(sim_parser().parse_known_args(list(spec.sim_args))[0].model)
     import aiohttp
 
-    from loadgen.preflight import find_model
+    from loadgen.client.preflight import find_model
 
     assert spec.base_url is not None
     async with aiohttp.ClientSession() as session:
@@ -282,26 +94,20 @@ async def _metrics_model_label(spec: RunSpec) -> str:
     return name
 
 
-async def _run(spec: RunSpec, metrics_port: int | None = None) -> int:
+async def _run(spec: RunSpec, metrics_port: int | None) -> int:
     if metrics_port is None:
         return await _run_sweep(spec, None)
-    from loadgen.exporter import live_metrics
-    from loadgen.preflight import PreflightError
+    from loadgen.sinks.prometheus import live_metrics
 
-    try:
-        model = await _metrics_model_label(spec)
-    except PreflightError as exc:
-        print(f"loadgen: error: {exc}", file=sys.stderr)
-        return 1
+    model = await _metrics_model_label(spec)
     stack = contextlib.AsyncExitStack()
     try:  # bind before the sweep, so a taken port fails fast and alone
         server, observer = await stack.enter_async_context(live_metrics(
             model=model, endpoint=spec.endpoint, points=len(spec.conc),
             spec_tokens=spec.spec_tokens, port=metrics_port))
     except OSError as exc:
-        print(f"loadgen: error: --metrics-port {metrics_port}: {exc.strerror or exc}; "
-              "pick a free port (0 = any)", file=sys.stderr)
-        return 2
+        raise UsageError(f"--metrics-port {metrics_port}: {exc.strerror or exc}; "
+                         "pick a free port (0 = any)") from None
     async with stack:
         print(f"loadgen: live metrics at http://{server.host}:{server.port}/metrics",
               file=sys.stderr)
@@ -309,31 +115,9 @@ async def _run(spec: RunSpec, metrics_port: int | None = None) -> int:
 
 
 async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
-    from loadgen.embedded_sim import SimulatorError
-    from loadgen.preflight import PreflightError
-    from loadgen.runner import run_sweep
-    from loadgen.tokenizer import TokenizerError
+    from loadgen.run.sweep import run_sweep
 
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        outcome = await run_sweep(spec, observer=observer)
-    except asyncio.CancelledError:
-        print(f"loadgen: interrupted; everything measured so far is in {spec.results_dir} "
-              "(the last point is marked complete: false)", file=sys.stderr)
-        return 130
-    except SpecError as exc:  # bad input found once the run had started (dataset, lengths)
-        print(f"loadgen: error: {exc}", file=sys.stderr)
-        return 2
-    except (PreflightError, SimulatorError, TokenizerError) as exc:
-        print(f"loadgen: error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+    outcome = await run_sweep(spec, observer=observer)
     print(f"loadgen: results in {outcome.results_dir}", file=sys.stderr)
     for conc in outcome.failed_points:
         point = next(p for p in outcome.points if p.conc == conc)

@@ -1,4 +1,4 @@
-"""Per-request measurement records and the JSONL sink that keeps them on disk.
+"""Per-request measurement records: what the client produces and every later stage reads.
 
 A record is what one request measured, in raw form: the clock readings (perf_counter_ns)
 at each chunk's arrival and the exact token count of each chunk. Everything published is
@@ -9,11 +9,9 @@ disagree with its raw data.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -31,7 +29,7 @@ class ErrorKind(StrEnum):
 
 
 class TokenSource(StrEnum):
-    """Where the per-chunk token counts came from, best first (DESIGN: tokens per chunk)."""
+    """Where the per-chunk token counts came from, best first (docs/design.md: tokens per chunk)."""
 
     TOKEN_IDS = "token_ids"
     USAGE = "usage"
@@ -99,45 +97,3 @@ class RequestRecord:
             values["error"] = ErrorKind(values["error"])
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
-
-
-class JsonlSink:
-    """Appends each record as one JSON line the moment it is finished.
-
-    Each line is written with one write() call and flushed to the OS, so a crash or
-    Ctrl-C loses nothing already measured and never leaves half a line behind a record.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] = open(path, "ab")  # noqa: SIM115 - lives as long as the sink
-        self.count = 0
-
-    def write(self, record: RequestRecord) -> None:
-        self._file.write(record.to_json() + b"\n")
-        self._file.flush()
-        self.count += 1
-
-    def close(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-
-    def __enter__(self) -> JsonlSink:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def read_jsonl(path: Path) -> list[RequestRecord]:
-    """Records from a JSONL file; a torn last line (killed mid-write) is ignored."""
-    records = []
-    with open(path, "rb") as fh:
-        for line in fh:
-            if not line.endswith(b"\n"):
-                break
-            records.append(RequestRecord.from_dict(orjson.loads(line)))
-    return records

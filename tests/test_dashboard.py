@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from loadgen.exporter import LoadgenMetrics, loop_lag_probe, serve_metrics
+from loadgen.sinks.prometheus import LoadgenMetrics, loop_lag_probe, serve_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_PATH = ROOT / "dashboards" / "loadgen.json"
@@ -189,8 +189,8 @@ async def wait_scraped(session: aiohttp.ClientSession, url: str, jobs: int) -> N
 
 
 async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Path) -> None:
-    from loadgen.cli import spec_from_options
-    from loadgen.runner import run_sweep
+    from loadgen.config.args import spec_from_options
+    from loadgen.run.sweep import run_sweep
 
     spec = spec_from_options({"base_url": sim_url, "conc": "2,4", "isl": 64, "osl": 96,
                               "prompts_per_conc": 4, "warmup_per_conc": 0, "encoder": "raw",

@@ -19,15 +19,15 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from loadgen.bulk_histogram import BulkHistogram
-from loadgen.exporter import (
+from loadgen.histogram import BulkHistogram
+from loadgen.records import ErrorKind, RequestRecord, TokenSource
+from loadgen.sinks.prometheus import (
     ITL_BUCKETS,
     LoadgenMetrics,
     live_metrics,
     loop_lag_probe,
     serve_metrics,
 )
-from loadgen.records import ErrorKind, RequestRecord, TokenSource
 
 MS = 1_000_000
 
@@ -164,8 +164,8 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
     """A real sweep against the simulator (MTP, K=2, injected 500s and
     mid-stream aborts) with the exporter
     as the runner's observer: every counter equals the matching field of the result file."""
-    from loadgen.cli import spec_from_options
-    from loadgen.runner import run_sweep
+    from loadgen.config.args import spec_from_options
+    from loadgen.run.sweep import run_sweep
     from loadgen.sim.config import FaultConfig
     from loadgen.sim.server import SimConfig, running_simulator
 

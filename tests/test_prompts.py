@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from encoders import ENCODERS, EncodingError
-from loadgen.prompts import (
+from loadgen.tokenizer import decode, encode, load_tokenizer
+from loadgen.workload.prompts import (
     Prompt,
     WordPool,
     build_word_pool,
@@ -20,7 +21,6 @@ from loadgen.prompts import (
     template_tokens,
     word_pool,
 )
-from loadgen.tokenizer import decode, encode, load_tokenizer
 
 MODES = ("chat", "thinking")
 EFFORTS = (None, "low", "high", "max")

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadgen.records import ErrorKind, JsonlSink, RequestRecord, TokenSource, read_jsonl
+from loadgen.records import ErrorKind, RequestRecord, TokenSource
+from loadgen.sinks.jsonl import JsonlSink, read_jsonl
 
 
 def make(i: int, **kw: object) -> RequestRecord:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from fake_records import MS, failed_record, make_record
 
+from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import ErrorKind, RequestRecord
-from loadgen.report import (
+from loadgen.sinks.files import (
     SWEEP_COLUMNS,
     format_table,
     plot_sweep,
@@ -20,7 +21,6 @@ from loadgen.report import (
     write_csv,
     write_point,
 )
-from loadgen.summary import PointContext, summarize
 
 
 def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> dict[str, Any]:

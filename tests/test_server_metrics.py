@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.server_metrics import (
+from loadgen.metrics.server import (
     SPEC_ACCEPTED_PER_POS,
     MetricsParseError,
     ServerSnapshot,

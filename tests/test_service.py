@@ -20,9 +20,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
-from loadgen.records import read_jsonl
-from loadgen.service import ServiceConfig, ServiceError, config_from_args, main, running_service
+from loadgen.sidecar.service import (
+    ServiceConfig,
+    ServiceError,
+    config_from_args,
+    main,
+    running_service,
+)
 from loadgen.sim.server import SimConfig, running_simulator
+from loadgen.sinks.jsonl import read_jsonl
 
 MODEL = "sim-model"
 TOKEN = "s3cret-token-for-tests"

@@ -13,11 +13,11 @@ from fake_records import MS, completed_records, failed_record, make_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.point_arrays import PointArrays
+from loadgen.metrics.arrays import PointArrays
+from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.summary import PointContext, latency_samples, percentile_word, summarize
+from loadgen.metrics.throughput import steady_window
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
-from loadgen.server_metrics import ServerSnapshot
-from loadgen.summary import PointContext, latency_samples, percentile_word, summarize
-from loadgen.throughput import steady_window
 
 CTX = PointContext(conc=2, input_len=100, output_len=8)
 

@@ -15,6 +15,8 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
+from loadgen.errors import UsageError
+
 DEFAULT_MODEL = "deepseek-v4-sim"
 DEFAULT_ACCEPTANCE = (0.8, 0.6)
 # Used for draft positions beyond the defaults when only --spec-tokens is given.
@@ -24,7 +26,7 @@ CLI_SPIN_US = 1000.0
 REJECTABLE_PARAMS = ("return_token_ids", "continuous_usage_stats")
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """A simulator setting is invalid; the message says what to change."""
 
 

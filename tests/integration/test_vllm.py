@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from vllm_servers import SPEC_TOKENS, ServerPool, VllmServer, frontend_kept_awake
 
-from loadgen.records import RequestRecord, TokenSource, read_jsonl
+from loadgen.records import RequestRecord, TokenSource
+from loadgen.sinks.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500)]
 
@@ -216,8 +217,8 @@ def test_chat_endpoint_and_token_count_sources(vllm_ngram: VllmServer,
 def raw_prompts(server: VllmServer, count: int) -> list[Any]:
     import numpy as np
 
-    from loadgen.prompts import synthesize_prompts
     from loadgen.tokenizer import load_tokenizer
+    from loadgen.workload.prompts import synthesize_prompts
 
     tokenizer = load_tokenizer(str(server.model), check_dsv4=False)
     return synthesize_prompts([ISL] * count, encoder="raw", thinking_mode="chat",
@@ -239,8 +240,9 @@ def without_token_ids(data: bytes) -> bytes:
 def count_both_ways(server: VllmServer, prompt: str) -> tuple[list[int], list[int]]:
     import urllib.request
 
-    from loadgen.api import BodyOptions, TokenCounter, completion_body, decode_event, encode_body
-    from loadgen.sse import SseFramer
+    from loadgen.client.events import TokenCounter, decode_event
+    from loadgen.client.sse import SseFramer
+    from loadgen.workload.bodies import BodyOptions, completion_body, encode_body
 
     options = BodyOptions(endpoint="completions", model="tiny")  # token ids + usage
     request = urllib.request.Request(
@@ -265,9 +267,9 @@ def send_with_each_source(server: VllmServer, prompts: Sequence[Any]
                           ) -> tuple[list[RequestRecord], list[RequestRecord]]:
     import asyncio
 
-    from loadgen.api import BodyOptions, completion_body, encode_body
-    from loadgen.transport import Transport, open_session
-    from loadgen.workload import RequestSpec
+    from loadgen.client.transport import Transport, open_session
+    from loadgen.workload.bodies import BodyOptions, completion_body, encode_body
+    from loadgen.workload.plan import RequestSpec
 
     async def send_all(return_token_ids: bool) -> list[RequestRecord]:
         options = BodyOptions(endpoint="completions", model="tiny",

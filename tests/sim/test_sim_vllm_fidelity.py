@@ -247,7 +247,7 @@ async def test_chat_logprobs_shape(sim_factory: SimFactory) -> None:
 
 
 async def test_loadgen_decodes_the_simulators_logprobs(sim_factory: SimFactory) -> None:
-    from loadgen.api import TokenCounter, decode_event
+    from loadgen.client.events import TokenCounter, decode_event
     from loadgen.records import TokenSource
 
     for path, extra in [("/v1/completions", {"prompt": "Hello", "logprobs": 0}),

@@ -1,0 +1,203 @@
+"""Parsing stamped bytes off the timing path, in short slices between socket polls.
+
+Arrival stamps are taken in the protocol's data callback (transport.py). Everything
+after that -- SSE framing, orjson, token counting -- happens here, in one loop callback
+that drains the streams with new bytes for at most `SLICE_NS` and then yields. The event
+loop polls its sockets between two slices, so a burst of 512 chunks is stamped as it
+arrives: a stamp waits for at most one slice of parsing, never for the whole burst.
+No task is woken per chunk: a request's coroutine wakes once, when its body ends
+(aiohttp's own end-of-body signal), and parses whatever the ingest has not yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from time import perf_counter_ns
+
+from aiohttp import StreamReader
+
+from loadgen.client.events import StreamEvent, TokenCounter, decode_event
+from loadgen.client.sse import ArrivalLog, SseFramer
+from loadgen.records import ErrorKind
+
+SLICE_NS = 200_000  # longest parsing run between two socket polls
+
+
+class Exchange:
+    """Mutable state of one request in flight; becomes a frozen RequestRecord at the end."""
+
+    __slots__ = ("chunk_ns", "chunk_tokens", "completion_tokens", "detail", "done", "end_ns",
+                 "error", "finish_reason", "prompt_tokens", "status")
+
+    def __init__(self) -> None:
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.status: int | None = None
+        self.error: ErrorKind | None = None
+        self.detail = ""
+        self.done = False  # [DONE] or an error event arrived: later events are ignored
+        self.end_ns = 0
+
+    def fail(self, kind: ErrorKind, detail: str) -> None:
+        if self.error is None:  # the first failure is the cause; later ones are echoes
+            self.error, self.detail = kind, detail[:500]
+
+    def on_event(self, event: StreamEvent, stamp: int, counter: TokenCounter) -> None:
+        if event.done:
+            self.done, self.end_ns = True, stamp
+            return
+        if event.error is not None:
+            self.fail(ErrorKind.SERVER_ERROR, event.error)
+            self.done, self.end_ns = True, stamp
+            return
+        if event.prompt_tokens is not None:
+            self.prompt_tokens = event.prompt_tokens
+        if event.completion_tokens is not None:
+            self.completion_tokens = event.completion_tokens
+        if event.finish_reason is not None:
+            self.finish_reason = event.finish_reason
+        tokens = counter.count(event)
+        if tokens > 0:
+            self.chunk_ns.append(stamp)
+            self.chunk_tokens.append(tokens)
+
+
+class BodyStream:
+    """One streamed response body: its stamped bytes and parse state.
+
+    The ingest parses it progressively (`drain`, never raises); the request's coroutine
+    calls `finish` once the body has ended, which parses the rest and raises the
+    connection or parse error, if any, for the transport to classify.
+    """
+
+    __slots__ = ("_ingest", "closed", "content", "counter", "error", "framer", "log",
+                 "queued", "state")
+
+    def __init__(self, content: StreamReader, log: ArrivalLog, state: Exchange,
+                 counter: TokenCounter, ingest: Ingest) -> None:
+        self.content = content
+        self.log = log
+        self.state = state
+        self.counter = counter
+        self.framer = SseFramer()
+        self.error: Exception | None = None
+        self.queued = False
+        self.closed = False
+        self._ingest = ingest
+
+    def wake(self, lost: bool = False) -> None:
+        """Called by the protocol on every read; on connection loss, salvage bytes now."""
+        if lost:
+            self.drain()  # before aiohttp replaces the buffered bytes with an exception
+        elif not self.queued:
+            self._ingest.notify(self)
+
+    def drain(self) -> None:
+        if self.closed or self.error is not None:
+            return
+        try:
+            data = self.content.read_nowait()
+            if data:
+                self._parse(data)
+        except Exception as exc:  # kept for finish(): the transport classifies it
+            self.error = exc
+
+    def _parse(self, data: bytes) -> None:
+        events = self.framer.feed(data)  # always: the framer keeps its place in the body
+        state, log, counter = self.state, self.log, self.counter
+        for offset, payload in events:
+            if state.done:  # nothing after [DONE] or an error event counts
+                break
+            state.on_event(decode_event(payload), log.stamp_of(offset), counter)
+
+    def finish(self) -> None:
+        """The body ended: parse the rest; raise its error or record a missing [DONE]."""
+        self.drain()
+        self.closed = True
+        if self.error is not None:
+            raise self.error
+        state = self.state
+        if not state.done:
+            state.end_ns = self.log.last_stamp() or perf_counter_ns()
+            state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
+                       + (" (mid-event)" if self.framer.pending else ""))
+
+
+class Ingest:
+    """Round-robin, time-sliced parsing of every stream that has new bytes."""
+
+    def __init__(self, slice_ns: int = SLICE_NS) -> None:
+        self.slice_ns = slice_ns
+        self._ready: deque[BodyStream] = deque()
+        self._scheduled = False
+
+    def notify(self, stream: BodyStream) -> None:
+        if stream.queued:
+            return
+        stream.queued = True
+        self._ready.append(stream)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        ready = self._ready
+        deadline = perf_counter_ns() + self.slice_ns
+        while ready:
+            stream = ready.popleft()
+            stream.queued = False
+            stream.drain()
+            if perf_counter_ns() > deadline:
+                break
+        if ready:  # yield: the loop polls its sockets (and stamps) before the next slice
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+
+class StartPacer:
+    """At most `per_turn` requests start (or are recorded) per event-loop turn.
+
+    Starting a request costs aiohttp ~100 us of CPU; when hundreds of slots free up at
+    once (a wave of requests ending in the same engine step), starting them all in one
+    loop turn would stop socket polling for tens of ms and stamp every arrival in that
+    window late. Paced, the loop polls (and stamps) between every `per_turn` starts.
+    A request's clock starts at its write, so the wait here is queue time.
+    """
+
+    def __init__(self, per_turn: int = 2) -> None:
+        self.per_turn = per_turn
+        self._budget = per_turn
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._scheduled = False
+
+    async def turn(self) -> None:
+        if self._budget > 0 and not self._waiting:
+            self._budget -= 1
+            self._arm()
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        self._arm()
+        await waiter
+
+    def _arm(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._refill)
+
+    def _refill(self) -> None:
+        self._scheduled = False
+        self._budget = self.per_turn
+        waiting = self._waiting
+        while self._budget > 0 and waiting:
+            waiter = waiting.popleft()
+            if not waiter.done():  # a cancelled request gave its turn up
+                self._budget -= 1
+                waiter.set_result(None)
+        if waiting or self._budget < self.per_turn:
+            self._arm()

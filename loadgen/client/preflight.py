@@ -1,0 +1,215 @@
+"""Before the first measured request: is this the server, model and tokenizer we think?
+
+Each check either passes, stops the run with one line saying what to change, or (for a
+tokenizer mismatch, which silently skews every number) is reported loudly and recorded
+in run.json. Request options the server rejects are detected once here; the run then
+uses the best token-count source the server supports and records which one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from loadgen.client.transport import Transport
+from loadgen.errors import ServerError
+from loadgen.metrics.server import ServerSnapshot, parse_metrics, speculative_decoding_enabled
+from loadgen.records import RequestRecord, TokenSource
+from loadgen.workload.bodies import BodyOptions, completion_body, encode_body
+from loadgen.workload.plan import RequestSpec
+
+PROBE_TOKENS = 4
+PROBE_ATTEMPTS = 3
+
+
+class PreflightError(ServerError):
+    """The run cannot start; str() is the one line to show the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    model: str
+    max_model_len: int | None
+    version: str | None
+    spec_decoding: bool | None  # None: /metrics unavailable
+    token_source: TokenSource  # where per-chunk counts will come from
+    options: BodyOptions  # the request options the server accepted
+    tokenize_check: dict[str, Any]
+    warnings: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["options"] = dataclasses.asdict(self.options)
+        return data
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
+    async with session.get(url) as response:
+        if response.status != 200:
+            raise PreflightError(f"GET {url}: HTTP {response.status}")
+        return orjson.loads(await response.read())
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, base_url: str) -> ServerSnapshot | None:
+    """The server's Prometheus text parsed, or None when it has no usable /metrics."""
+    try:
+        async with session.get(base_url + "/metrics") as response:
+            if response.status != 200:
+                return None
+            return parse_metrics(await response.text())
+    except (aiohttp.ClientError, OSError, ValueError):
+        return None
+
+
+async def find_model(
+    session: aiohttp.ClientSession, base_url: str, wanted: str | None
+) -> tuple[str, int | None]:
+    try:
+        listing = await get_json(session, base_url + "/v1/models")
+    except (aiohttp.ClientError, OSError) as exc:
+        raise PreflightError(
+            f"cannot reach the server at {base_url} ({type(exc).__name__}: {exc}); "
+            "is it running, and is --base-url right?"
+        ) from None
+    cards = {card["id"]: card for card in listing.get("data", []) if "id" in card}
+    if not cards:
+        raise PreflightError(f"{base_url}/v1/models lists no models")
+    if wanted is None:
+        if len(cards) > 1:
+            raise PreflightError(f"the server serves {len(cards)} models ({', '.join(cards)}); "
+                                 "pick one with --model")
+        wanted = next(iter(cards))
+    if wanted not in cards:
+        raise PreflightError(f"model {wanted!r} is not served at {base_url}; "
+                             f"served: {', '.join(sorted(cards))} (use --model)")
+    max_len = cards[wanted].get("max_model_len")
+    return wanted, int(max_len) if isinstance(max_len, int) else None
+
+
+def check_context(max_model_len: int | None, isl: int, osl: int) -> None:
+    if max_model_len is not None and isl + osl > max_model_len:
+        raise PreflightError(
+            f"--isl {isl} + --osl {osl} = {isl + osl} tokens exceeds the server's max_model_len "
+            f"{max_model_len}: restart the server with --max-model-len >= {isl + osl} "
+            "(vLLM) or lower --isl/--osl"
+        )
+
+
+async def tokenize_check(
+    session: aiohttp.ClientSession, base_url: str, model: str, text: str, ours: int
+) -> dict[str, Any]:
+    """Compare loadgen's token count of one prompt with the server's /tokenize."""
+    body = {"model": model, "prompt": text, "add_special_tokens": False}
+    try:
+        async with session.post(base_url + "/tokenize", json=body) as response:
+            if response.status != 200:
+                return {"loadgen": ours, "server": None, "match": None,
+                        "note": f"/tokenize answered HTTP {response.status}"}
+            server = orjson.loads(await response.read()).get("count")
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        return {"loadgen": ours, "server": None, "match": None, "note": str(exc)}
+    return {"loadgen": ours, "server": server, "match": server == ours, "note": ""}
+
+
+# Request options from best to plainest; the first the server accepts and that yields
+# token counts is used for the whole run.
+# (return_token_ids, continuous_usage_stats, logprobs)
+FALLBACKS: tuple[tuple[bool, bool, bool], ...] = (
+    (True, True, False),
+    (False, True, False),
+    (False, False, True),
+    (False, False, False),
+)
+
+
+async def probe_options(
+    transport: Transport,
+    base: BodyOptions,
+    prompt: str,
+    on_probe: Callable[[RequestRecord], None] | None = None,
+) -> tuple[BodyOptions, TokenSource]:
+    """Send one tiny request per option set until the server accepts one."""
+    details = []
+    attempts = 0
+    for token_ids, usage, logprobs in FALLBACKS:
+        options = dataclasses.replace(
+            base, return_token_ids=token_ids, continuous_usage=usage, logprobs=logprobs
+        )
+        body = _probe_body(options, prompt)
+        for _ in range(PROBE_ATTEMPTS):  # a transient failure is not a rejected option
+            attempts += 1
+            request = RequestSpec(index=attempts, input_len=0, max_tokens=PROBE_TOKENS,
+                                  body=body)
+            record = await transport.send(
+                request, x_request_id=f"preflight-{attempts}", conc=0, scheduled_ns=0,
+                on_record=on_probe or (lambda _r: None),
+            )
+            if record.ok and record.chunk_tokens:
+                return options, record.token_source
+            if record.status == 400:
+                break
+        details.append(f"{options.path} {record.error}: {record.error_detail[:160]}")
+        if record.status != 400:
+            break  # not an option problem: fewer options will not help
+    raise PreflightError("the server rejected every streaming request option set: "
+                         + " | ".join(details))
+
+
+def _probe_body(options: BodyOptions, prompt: str) -> bytes:
+    if options.endpoint == "completions":
+        return encode_body(completion_body(options, prompt, PROBE_TOKENS))
+    from loadgen.workload.bodies import chat_body
+
+    return encode_body(chat_body(options, [{"role": "user", "content": prompt}], PROBE_TOKENS))
+
+
+async def server_version(session: aiohttp.ClientSession, base_url: str) -> str | None:
+    try:
+        data = await get_json(session, base_url + "/version")
+    except (PreflightError, aiohttp.ClientError, OSError, ValueError):
+        return None
+    return str(data.get("version")) if isinstance(data, dict) else None
+
+
+async def preflight(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    *,
+    wanted_model: str | None,
+    isl: int,
+    osl: int,
+    options: BodyOptions,
+    prompt: tuple[str, int],
+    request_timeout_s: float | None = None,
+) -> ServerInfo:
+    """All checks in order; raises PreflightError with one line when the run cannot start."""
+    model, max_model_len = await find_model(session, base_url, wanted_model)
+    check_context(max_model_len, isl, osl)
+    options = dataclasses.replace(options, model=model)
+    text, ours = prompt
+    check = await tokenize_check(session, base_url, model, text, ours)
+    warnings = []
+    if check["match"] is False:
+        warnings.append(
+            f"TOKENIZER MISMATCH: loadgen counts {ours} tokens in a probe prompt, the server "
+            f"counts {check['server']}; every token count and length will be off "
+            "(pass the server's tokenizer with --tokenizer)"
+        )
+    snapshot = await scrape_metrics(session, base_url)
+    spec_decoding = speculative_decoding_enabled(snapshot) if snapshot is not None else None
+    transport = Transport(session, base_url + options.path, request_timeout_s=request_timeout_s)
+    options, source = await probe_options(transport, options, text)
+    if source is not TokenSource.TOKEN_IDS:
+        warnings.append(f"the server does not return token ids; per-chunk token counts come "
+                        f"from {source.value}" + (" (approximate)" if source is TokenSource.TEXT
+                                                  else ""))
+    return ServerInfo(
+        model=model, max_model_len=max_model_len,
+        version=await server_version(session, base_url), spec_decoding=spec_decoding,
+        token_source=source, options=options, tokenize_check=check, warnings=tuple(warnings),
+    )

@@ -1,0 +1,241 @@
+"""The one aiohttp session of a run, arrival stamping, and the exception -> ErrorKind boundary.
+
+Timing (docs/design.md, "Timing under bursts"): `StampingResponseHandler.data_received` is the
+first Python code that sees a socket read. It reads perf_counter_ns before letting aiohttp
+parse anything and logs (stamp, body bytes so far) for the response being received.
+The ingest (ingest.py) parses the events later, in short slices between socket polls,
+and maps each event's first byte back to its stamp, so parsing cost never shifts a
+timestamp. Request starts and per-request bookkeeping are paced (a few per loop turn)
+so that a wave of requests ending or starting together cannot stop the polling either.
+
+A request's clock starts immediately before its body bytes (with the buffered headers)
+are written to the socket (aiohttp's `request_chunk_sent` trace signal). Opening a new
+connection is timed separately (`connection_create` start to end = `connect_ns`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from time import perf_counter_ns
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+
+from loadgen.client.aiohttp_seam import StampingConnector, protocol_of
+from loadgen.client.events import MalformedEvent, TokenCounter
+from loadgen.client.ingest import BodyStream, Exchange, Ingest, StartPacer
+from loadgen.client.sse import ArrivalLog
+from loadgen.records import ErrorKind, RequestRecord
+from loadgen.workload.plan import RequestSpec
+
+READ_BUFSIZE = 1 << 22  # aiohttp pauses the socket only past 2x this: never for one event
+
+
+@dataclass(slots=True)
+class _Clock:
+    """Per-request trace context: filled in by aiohttp's trace signals."""
+
+    connect_begin: int = 0
+    connect_ns: int = 0
+    acquired_ns: int = 0
+    sent_ns: int = 0  # immediately before the first body bytes go to the socket
+
+
+# Requests without a _Clock (preflight GETs) pass through the same session untraced.
+async def _on_create_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+        clock.connect_begin = perf_counter_ns()
+
+
+async def _on_create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+        clock.acquired_ns = perf_counter_ns()
+        clock.connect_ns = clock.acquired_ns - clock.connect_begin
+
+
+async def _on_reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+        clock.acquired_ns = perf_counter_ns()
+
+
+async def _on_chunk_sent(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    # On Python < 3.12 aiohttp writes the body (with the buffered headers) from a task of
+    # its own, which runs only after every other ready callback: with 256 requests
+    # starting together, tens of ms after the connection was acquired. The request's
+    # clock starts here, at the write, so that delay is queue time and not TTFT.
+    if isinstance(clock := ctx.trace_request_ctx, _Clock) and not clock.sent_ns:
+        clock.sent_ns = perf_counter_ns()
+
+
+def _trace_config() -> aiohttp.TraceConfig:
+    config = aiohttp.TraceConfig(trace_config_ctx_factory=SimpleNamespace)
+    config.on_connection_create_start.append(_on_create_start)
+    config.on_connection_create_end.append(_on_create_end)
+    config.on_connection_reuseconn.append(_on_reuse)
+    config.on_request_chunk_sent.append(_on_chunk_sent)
+    return config
+
+
+def open_session(
+    *,
+    max_connections: int,
+    headers: Mapping[str, str] | None = None,
+    read_bufsize: int = READ_BUFSIZE,
+) -> aiohttp.ClientSession:
+    """One session per run: `max_connections` sockets at once, no timeouts of its own."""
+    connector = StampingConnector(
+        limit=max_connections, limit_per_host=0, keepalive_timeout=3600.0,
+        force_close=False, ttl_dns_cache=None,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None,
+                                      sock_connect=None),
+        headers={"Accept-Encoding": "identity", **(headers or {})},
+        auto_decompress=False,  # bytes stay the bytes that were stamped
+        read_bufsize=read_bufsize,
+        trace_configs=[_trace_config()],
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+class Transport:
+    """Sends requests over one session and turns every outcome into a RequestRecord."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        *,
+        request_timeout_s: float | None = None,
+        count_text: Callable[[str], int] | None = None,
+    ) -> None:
+        self.session = session
+        self.url = url
+        self.request_timeout_s = request_timeout_s
+        self.count_text = count_text
+        self.ingest = Ingest()
+        self.pacer = StartPacer()
+
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: Callable[[RequestRecord], None],
+    ) -> RequestRecord:
+        """Send, stream, and record; `on_record` sees the record even when cancelled."""
+        clock = _Clock()
+        state = Exchange()
+        counter = TokenCounter(self.count_text)
+        called_ns = perf_counter_ns()
+        sent_unix = time.time()
+        cancelled = False
+        try:
+            await self.pacer.turn()
+            async with asyncio.timeout(self.request_timeout_s):
+                await self._exchange(request, x_request_id, clock, state, counter)
+        except asyncio.CancelledError:
+            cancelled = True
+            state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
+        except TimeoutError:
+            if not state.done:  # a server that never closes the body after [DONE] is complete
+                state.fail(ErrorKind.TIMEOUT, "--request-timeout elapsed")
+        except Exception as exc:  # the one translation boundary (programming errors re-raise)
+            state.fail(*_classify(exc, clock))
+        end_ns = state.end_ns or perf_counter_ns()
+        if not cancelled:
+            # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with
+            # starts: many requests ending in one engine step must not stop the polling.
+            try:
+                await self.pacer.turn()
+            except asyncio.CancelledError:
+                cancelled = True  # the request itself completed: its outcome stands
+        start_ns = clock.sent_ns or clock.acquired_ns or called_ns
+        record = RequestRecord(
+            request_id=request.index, conc=conc, input_len=request.input_len,
+            max_tokens=request.max_tokens, scheduled_ns=scheduled_ns, start_ns=start_ns,
+            connect_ns=clock.connect_ns, chunk_ns=tuple(state.chunk_ns),
+            chunk_tokens=tuple(state.chunk_tokens), end_ns=end_ns, token_source=counter.source,
+            prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
+            finish_reason=state.finish_reason, status=state.status, error=state.error,
+            error_detail=state.detail, sent_unix=sent_unix,
+        )
+        on_record(record)
+        if cancelled:
+            raise asyncio.CancelledError
+        return record
+
+    async def _exchange(
+        self,
+        request: RequestSpec,
+        x_request_id: str,
+        clock: _Clock,
+        state: Exchange,
+        counter: TokenCounter,
+    ) -> None:
+        headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
+        async with self.session.post(
+            self.url, data=request.body, headers=headers, trace_request_ctx=clock
+        ) as response:
+            state.status = response.status
+            # A JSON body with 200 means the server ignored stream: true. Other content
+            # types are tolerated: some servers label a valid event stream loosely.
+            if response.status != 200 or response.content_type == "application/json":
+                body = await response.content.read(2000)
+                state.end_ns = perf_counter_ns()
+                text = body.decode("utf-8", "replace").strip()
+                if response.status != 200:
+                    state.fail(ErrorKind.HTTP, f"HTTP {response.status}: {text}")
+                else:  # e.g. a server that ignored stream: true
+                    state.fail(ErrorKind.MALFORMED, f"expected text/event-stream, got "
+                               f"application/json: {text}")
+                return
+            await self._follow(response, state, counter)
+
+    async def _follow(
+        self, response: aiohttp.ClientResponse, state: Exchange, counter: TokenCounter
+    ) -> None:
+        """Hand the body to the ingest, then sleep until it has ended."""
+        protocol = protocol_of(response)
+        log = protocol.log_for(response.content) if protocol is not None else None
+        if log is None:  # never expected: the protocol was rebound under us
+            log = ArrivalLog()
+            log.add(perf_counter_ns(), response.content.total_bytes)
+        stream = BodyStream(response.content, log, state, counter, self.ingest)
+        if protocol is not None:
+            protocol.body_listener = stream.wake
+        stream.wake()  # bytes that arrived with the headers
+        try:
+            await response.content.wait_eof()  # end of body, or the connection broke
+        except (aiohttp.ClientError, OSError):
+            pass  # finish() below raises it, after parsing everything that came before
+        finally:
+            if protocol is not None and protocol.body_listener == stream.wake:
+                protocol.body_listener = None
+            stream.drain()  # a cancelled or timed-out request keeps what had arrived
+        stream.finish()
+
+
+def _classify(exc: Exception, clock: _Clock) -> tuple[ErrorKind, str]:
+    """The only place where exceptions become ErrorKind values."""
+    detail = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, TimeoutError):
+        return ErrorKind.TIMEOUT, "--request-timeout elapsed"
+    if isinstance(exc, MalformedEvent):
+        return ErrorKind.MALFORMED, str(exc)
+    if isinstance(exc, aiohttp.ClientConnectorError) or (
+        isinstance(exc, OSError) and not clock.acquired_ns
+    ):
+        return ErrorKind.CONNECT, detail
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return ErrorKind.MALFORMED, detail  # not valid HTTP
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return ErrorKind.DISCONNECT, detail
+    raise exc  # a programming error is not a measurement

@@ -1,0 +1,129 @@
+"""Speculative-decoding (MTP) acceptance, measured two independent ways (docs/design.md).
+
+From the stream: with stream interval 1 each decode step emits one chunk per request
+carrying 1 + accepted tokens, so the chunk token counts are the acceptance samples.
+From the server: deltas of vLLM's `vllm:spec_decode_*` counters over the point.
+Both are reported side by side with their difference; disagreement points at chunk
+coalescing (stream interval > 1, a proxy) or at other traffic on the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from loadgen.metrics.arrays import PointArrays, is_completed
+from loadgen.metrics.server import (
+    SPEC_ACCEPTED,
+    SPEC_DRAFT_TOKENS,
+    SPEC_DRAFTS,
+    ServerSnapshot,
+    counter_delta,
+)
+from loadgen.records import RequestRecord
+
+STREAM_KEYS = (
+    "stream_acceptance_length",
+    "stream_acceptance_rate",
+    "stream_acceptance_per_position",
+    "stream_acceptance_decode_chunks",
+    "stream_acceptance_oversized_chunks",
+)
+SERVER_KEYS = (
+    "server_acceptance_length",
+    "server_acceptance_rate",
+    "server_acceptance_per_position",
+    "server_spec_tokens",
+    "server_spec_decode_drafts",
+    "server_spec_decode_draft_tokens",
+    "server_spec_decode_accepted_tokens",
+)
+
+
+def stream_acceptance(records: Sequence[RequestRecord], spec_tokens: int | None) -> dict[str, Any]:
+    """Acceptance from chunk token counts of the completed records (docs/design.md definitions)."""
+    completed = [r for r in records if is_completed(r)]
+    return stream_acceptance_from_arrays(PointArrays.build(completed), spec_tokens)
+
+
+def stream_acceptance_from_arrays(arrays: PointArrays, spec_tokens: int | None) -> dict[str, Any]:
+    """Keys STREAM_KEYS; all None without speculative decoding (spec_tokens None or 0).
+
+    - stream_acceptance_length: mean tokens per decode chunk (AL).
+    - stream_acceptance_rate: (AL - 1) / K.
+    - stream_acceptance_per_position[i], i < K: share of decode chunks with more than i
+      tokens beyond the first.
+    - stream_acceptance_decode_chunks: how many chunks were averaged.
+    - stream_acceptance_oversized_chunks: decode chunks with more than K+1 tokens, which
+      one step cannot emit: the stream coalesced steps and the stream figures are wrong.
+    """
+    result: dict[str, Any] = dict.fromkeys(STREAM_KEYS)
+    if not spec_tokens:
+        return result
+    decode = arrays.chunk_tokens[arrays.decode_chunk_mask(spec_tokens)]
+    result["stream_acceptance_decode_chunks"] = int(decode.size)
+    if decode.size == 0:
+        return result
+    length = float(decode.mean())
+    beyond_first = decode - 1
+    result["stream_acceptance_length"] = length
+    result["stream_acceptance_rate"] = (length - 1.0) / spec_tokens
+    result["stream_acceptance_per_position"] = [
+        float(np.count_nonzero(beyond_first > i)) / decode.size for i in range(spec_tokens)
+    ]
+    result["stream_acceptance_oversized_chunks"] = int(np.count_nonzero(decode > spec_tokens + 1))
+    return result
+
+
+def server_acceptance(before: ServerSnapshot, after: ServerSnapshot) -> dict[str, Any]:
+    """Keys SERVER_KEYS from counter deltas; all None when the server drafted nothing.
+
+    AL = 1 + accepted/drafts; rate = accepted/draft_tokens; per-position i =
+    accepted_per_pos[i]/drafts; server_spec_tokens (K) = draft_tokens/drafts.
+    """
+    result: dict[str, Any] = dict.fromkeys(SERVER_KEYS)
+    drafts = counter_delta(before, after, SPEC_DRAFTS)
+    draft_tokens = counter_delta(before, after, SPEC_DRAFT_TOKENS)
+    accepted = counter_delta(before, after, SPEC_ACCEPTED)
+    if not drafts or draft_tokens is None or accepted is None:
+        return result
+    start = before.accepted_per_position
+    per_position = {
+        position: value - start.get(position, 0.0)
+        for position, value in after.accepted_per_position.items()
+    }
+    result.update(
+        server_acceptance_length=1.0 + accepted / drafts,
+        server_acceptance_rate=accepted / draft_tokens if draft_tokens else None,
+        server_acceptance_per_position=[per_position[p] / drafts for p in sorted(per_position)]
+        if per_position
+        else None,
+        server_spec_tokens=round(draft_tokens / drafts),
+        server_spec_decode_drafts=int(drafts),
+        server_spec_decode_draft_tokens=int(draft_tokens),
+        server_spec_decode_accepted_tokens=int(accepted),
+    )
+    return result
+
+
+def acceptance_difference(stream: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+    """stream - server for length, rate and each common position; None when either is unknown."""
+
+    def minus(key: str) -> float | None:
+        a, b = stream.get(f"stream_{key}"), server.get(f"server_{key}")
+        return None if a is None or b is None else float(a) - float(b)
+
+    a_pos = stream.get("stream_acceptance_per_position")
+    b_pos = server.get("server_acceptance_per_position")
+    per_position = (
+        None
+        if a_pos is None or b_pos is None
+        else [x - y for x, y in zip(a_pos, b_pos, strict=False)]
+    )
+    return {
+        "acceptance_length_diff": minus("acceptance_length"),
+        "acceptance_rate_diff": minus("acceptance_rate"),
+        "acceptance_per_position_diff": per_position,
+    }

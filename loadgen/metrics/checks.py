@@ -1,0 +1,87 @@
+"""Health checks of a point's records: errors by kind and token-count consistency.
+
+A wrong tokenizer, a server ignoring `ignore_eos`, or a transport that miscounts chunk
+tokens all skew every figure silently; these counts make them visible in the result.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from loadgen.metrics.arrays import IntArray, PointArrays, is_completed
+from loadgen.records import ErrorKind, RequestRecord, TokenSource
+
+NO_TOKENS = "no_tokens"  # ended without error but carried no token-bearing chunk
+ERROR_TEXT_LIMIT = 200  # keep the per-request `errors` list bounded
+
+
+def failure_kind(record: RequestRecord) -> str | None:
+    if record.error is not None:
+        return record.error.value
+    return None if is_completed(record) else NO_TOKENS
+
+
+def error_fields(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """errors_by_kind (every kind, zeros included, for a stable schema) and error_rate."""
+    counts = Counter(kind for r in records if (kind := failure_kind(r)) is not None)
+    by_kind = {kind.value: counts.get(kind.value, 0) for kind in ErrorKind}
+    by_kind[NO_TOKENS] = counts.get(NO_TOKENS, 0)
+    failed = sum(by_kind.values())
+    return {
+        "errors_by_kind": by_kind,
+        "error_rate": failed / len(records) if records else None,
+    }
+
+
+def error_text(record: RequestRecord) -> str:
+    """vLLM's per-request `errors` entry: empty for a completed request."""
+    kind = failure_kind(record)
+    if kind is None:
+        return ""
+    text = f"{kind}: {record.error_detail}" if record.error_detail else kind
+    return text[:ERROR_TEXT_LIMIT]
+
+
+def _mismatch(actual: IntArray, expected: IntArray) -> tuple[int, int]:
+    diff = np.abs(actual - expected)
+    return int(np.count_nonzero(diff)), int(diff.max()) if diff.size else 0
+
+
+def token_count_checks(arrays: PointArrays) -> dict[str, int]:
+    """Over completed requests:
+    - prompt_tokens_*: server usage.prompt_tokens vs loadgen's intended input length;
+    - completion_tokens_vs_max_tokens_*: output tokens vs max_tokens (with ignore_eos a
+      request should produce exactly max_tokens);
+    - chunk_tokens_vs_usage_*: summed chunk token counts vs usage.completion_tokens.
+    *_unreported counts requests whose server usage lacked the figure (not compared).
+    """
+    prompt_known = arrays.prompt_tokens >= 0
+    usage_known = arrays.completion_tokens >= 0
+    prompt = _mismatch(arrays.prompt_tokens[prompt_known], arrays.input_len[prompt_known])
+    limit = _mismatch(arrays.output_tokens, arrays.max_tokens)
+    chunks = _mismatch(arrays.chunk_token_sum[usage_known], arrays.completion_tokens[usage_known])
+    return {
+        "prompt_tokens_mismatches": prompt[0],
+        "prompt_tokens_max_abs_diff": prompt[1],
+        "prompt_tokens_unreported": int(np.count_nonzero(~prompt_known)),
+        "completion_tokens_vs_max_tokens_mismatches": limit[0],
+        "completion_tokens_vs_max_tokens_max_abs_diff": limit[1],
+        "chunk_tokens_vs_usage_mismatches": chunks[0],
+        "chunk_tokens_vs_usage_max_abs_diff": chunks[1],
+        "completion_tokens_unreported": int(np.count_nonzero(~usage_known)),
+    }
+
+
+def token_source_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Where the chunk token counts came from; `approximate` when any were re-tokenized text."""
+    counts = Counter(r.token_source for r in completed)
+    used = [source for source in TokenSource if counts.get(source)]  # best source first
+    return {
+        "token_count_source": ",".join(source.value for source in used) if used else None,
+        "token_count_sources": {source.value: counts[source] for source in used},
+        "approximate": TokenSource.TEXT in counts,
+    }

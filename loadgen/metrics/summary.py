@@ -1,0 +1,217 @@
+"""Records of one concurrency point -> the published numbers (pure numpy, no I/O).
+
+Field names follow vLLM `bench serve` / InferenceX result files; loadgen's own fields are
+added beside them. Definitions are docs/design.md, "Metric definitions (normative)":
+- TTFT = first chunk - start; E2EL = last chunk - start (one sample per request).
+- ITL = every chunk gap of every request, pooled (vLLM's convention).
+- ITL per token = each gap / tokens in the later chunk, repeated once per such token.
+- TPOT = (E2EL - TTFT) / (output_tokens - 1); undefined for 1-token outputs, which are
+  left out of TPOT and interactivity (counted in `tpot_excluded_single_token`).
+- interactivity = 1 / TPOT per request, in tokens/s/user.
+- Percentiles from the raw samples, numpy's default (linear) method, as vLLM; std is
+  numpy's population std (ddof=0), as vLLM. Empty samples give None, never 0.
+- queue_time = start - scheduled (slot wait / open-loop lateness), every completed request;
+  connect_time = connection set-up before start, over the requests that opened one
+  (`new_connections` counts them).
+- Failed requests count in `failed` and the error fields, never in latency statistics.
+- duration = first send (earliest start of any request) to last completion (latest end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from loadgen.metrics.acceptance import (
+    SERVER_KEYS,
+    acceptance_difference,
+    server_acceptance,
+    stream_acceptance_from_arrays,
+)
+from loadgen.metrics.arrays import NS_PER_MS, FloatArray, PointArrays, is_completed
+from loadgen.metrics.checks import error_fields, error_text, token_count_checks, token_source_fields
+from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
+from loadgen.metrics.throughput import throughput_fields
+from loadgen.records import RequestRecord
+
+SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
+BASE_PERCENTILES = (90.0, 99.0, 99.9)  # always published (docs/design.md), plus --percentiles
+
+
+@dataclass(frozen=True, slots=True)
+class PointContext:
+    """What summarize needs to know about the point besides its records."""
+
+    conc: int
+    input_len: int
+    output_len: int
+    spec_tokens: int | None = None  # K draft tokens per step; None/0 = no spec decoding known
+    slos: Mapping[str, float] = field(default_factory=dict)  # 'ttft'|'tpot'|'itl'|'e2el' -> ms
+    percentiles: tuple[float, ...] = ()
+    num_gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.slos) - set(SLO_METRICS))
+        if unknown:
+            raise ValueError(f"unknown SLO metric {unknown}: use {', '.join(SLO_METRICS)}")
+        if any(not 0 <= p <= 100 for p in self.percentiles):
+            raise ValueError(f"percentiles must be between 0 and 100, got {self.percentiles}")
+        if self.num_gpus is not None and self.num_gpus < 1:
+            raise ValueError(f"num_gpus must be at least 1, got {self.num_gpus}")
+
+    @property
+    def all_percentiles(self) -> tuple[float, ...]:
+        return tuple(sorted(set(BASE_PERCENTILES) | {float(p) for p in self.percentiles}))
+
+
+def percentile_word(p: float) -> str:
+    """vLLM's key spelling: 99 -> "99", 99.9 -> "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def distribution(
+    name: str, values: FloatArray, percentiles: Iterable[float], unit: str = "ms"
+) -> dict[str, float | None]:
+    """mean/median/std/p{X} of raw samples under vLLM's `{stat}_{name}_{unit}` keys."""
+    ps = list(percentiles)
+    keys = [f"{stat}_{name}_{unit}" for stat in ("mean", "median", "std")]
+    keys += [f"p{percentile_word(p)}_{name}_{unit}" for p in ps]
+    if values.size == 0:
+        return dict.fromkeys(keys)
+    quantiles = np.percentile(values, [50.0, *ps])
+    stats = [float(values.mean()), float(quantiles[0]), float(values.std())]
+    stats += [float(q) for q in quantiles[1:]]
+    return dict(zip(keys, stats, strict=True))
+
+
+def latency_samples(arrays: PointArrays) -> dict[str, FloatArray]:
+    """Raw samples per metric (ms, or tok/s/user for interactivity)."""
+    ttft, e2el = arrays.ttft_ms(), arrays.e2el_ms()
+    itl, later_tokens = arrays.itl_per_chunk_ms()
+    has_tokens = later_tokens > 0  # a zero-token chunk would carry no per-token sample
+    per_token = np.repeat(itl[has_tokens] / later_tokens[has_tokens], later_tokens[has_tokens])
+    multi = arrays.output_tokens > 1
+    tpot = (e2el - ttft)[multi] / (arrays.output_tokens[multi] - 1)
+    return {
+        "ttft": ttft,
+        "tpot": tpot,
+        "itl": itl,
+        "e2el": e2el,
+        "itl_per_token": per_token,
+        "interactivity": 1000.0 / tpot[tpot > 0],
+        "queue_time": arrays.queue_ns / NS_PER_MS,
+        # Only requests that had to open a connection: with warm connections most are 0,
+        # and a median of zeros would hide what opening one costs.
+        "connect_time": arrays.connect_ns[arrays.connect_ns > 0] / NS_PER_MS,
+    }
+
+
+def goodput_fields(
+    arrays: PointArrays,
+    samples: Mapping[str, FloatArray],
+    slos: Mapping[str, float],
+    duration_s: float | None,
+) -> dict[str, Any]:
+    """A request is good when it meets every SLO given (vLLM's request_goodput).
+
+    Per request: ttft, e2el, tpot as defined; itl = the request's largest chunk gap
+    (every gap must meet the SLO). A metric that is undefined for a request (TPOT of a
+    1-token output, ITL of a 1-chunk one) does not fail it, as in vLLM (TPOT 0).
+    """
+    if not slos:
+        return {"request_goodput": None, "good_requests": None, "goodput_slos_ms": None}
+    good = np.ones(arrays.num_records, dtype=np.bool_)
+    multi = arrays.output_tokens > 1
+    per_request = {
+        "ttft": samples["ttft"],
+        "e2el": samples["e2el"],
+        "itl": arrays.max_gap_ms(),
+        "tpot": np.zeros(arrays.num_records),
+    }
+    per_request["tpot"][multi] = samples["tpot"]
+    for metric, limit_ms in slos.items():
+        good &= per_request[metric] <= limit_ms
+    count = int(np.count_nonzero(good))
+    return {
+        "request_goodput": count / duration_s if duration_s else None,
+        "good_requests": count,
+        "goodput_slos_ms": dict(slos),
+    }
+
+
+def _server_fields(before: ServerSnapshot | None, after: ServerSnapshot | None) -> dict[str, Any]:
+    if before is None or after is None:
+        latency_keys = [f"server_mean_{m}_ms" for m in LATENCY_HISTOGRAMS] + ["server_requests"]
+        return dict.fromkeys([*SERVER_KEYS, *latency_keys])
+    return {**server_acceptance(before, after), **server_latency_means(before, after)}
+
+
+def _per_request_lists(ordered: Sequence[RequestRecord]) -> dict[str, list[Any]]:
+    """vLLM's per-request lists, in request order; a failed request has ttft None, output 0.
+
+    vLLM's `itls` (every gap of every request: ~1.7 M numbers at conc 512) and
+    `generated_texts` are not repeated here: the per-request JSONL holds the raw chunks.
+    """
+    return {
+        "input_lens": [r.input_len for r in ordered],
+        "output_lens": [r.output_tokens if is_completed(r) else 0 for r in ordered],
+        "ttfts": [(r.chunk_ns[0] - r.start_ns) / 1e9 if is_completed(r) else None for r in ordered],
+        "errors": [error_text(r) for r in ordered],
+    }
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    ctx: PointContext,
+    *,
+    server_before: ServerSnapshot | None = None,
+    server_after: ServerSnapshot | None = None,
+) -> dict[str, Any]:
+    """The result-JSON metric fields of one point (see module doc and the report's field list).
+
+    With the server's /metrics snapshots from before and after the point, the server-side
+    acceptance and latency means are added (else those keys are None), and K falls back
+    to the server's draft tokens per draft when ctx.spec_tokens is None.
+    """
+    ordered = sorted(records, key=lambda r: r.request_id)
+    completed = [r for r in ordered if is_completed(r)]
+    arrays = PointArrays.build(completed)
+    samples = latency_samples(arrays)
+    server = _server_fields(server_before, server_after)
+    spec_tokens = ctx.spec_tokens if ctx.spec_tokens is not None else server["server_spec_tokens"]
+    stream = stream_acceptance_from_arrays(arrays, spec_tokens)
+    throughput = throughput_fields(ordered, arrays, ctx.conc, ctx.num_gpus)
+    result: dict[str, Any] = {
+        "num_prompts": len(ordered),
+        "max_concurrency": ctx.conc,
+        "completed": len(completed),
+        "failed": len(ordered) - len(completed),
+        "num_gpus": ctx.num_gpus,
+        "spec_tokens": spec_tokens,
+        "benchmark_start_time_unix": min(ordered, key=lambda r: r.start_ns).sent_unix
+        if ordered
+        else None,
+        **throughput,
+        "total_chunks": int(arrays.chunk_ns.size),
+        "tpot_excluded_single_token": int(np.count_nonzero(arrays.output_tokens <= 1)),
+    }
+    for name in ("ttft", "tpot", "itl", "e2el", "itl_per_token", "queue_time", "connect_time"):
+        result.update(distribution(name, samples[name], ctx.all_percentiles))
+    result.update(
+        distribution("interactivity", samples["interactivity"], ctx.all_percentiles, "tok_s_user")
+    )
+    connect = samples["connect_time"]
+    result["max_connect_time_ms"] = float(connect.max()) if connect.size else None
+    result["new_connections"] = int(np.count_nonzero(arrays.connect_ns > 0))
+    result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"]))
+    result.update(error_fields(ordered))
+    result.update(token_count_checks(arrays))
+    result.update(token_source_fields(completed))
+    result.update(stream)
+    result.update(server)
+    result.update(acceptance_difference(stream, server))
+    result.update(_per_request_lists(ordered))
+    return result

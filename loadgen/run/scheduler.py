@@ -1,0 +1,95 @@
+"""When each request is sent: closed loop (conc slots) or open loop (precomputed arrivals).
+
+`scheduled_ns` is when a request was due: the moment its slot became free (closed loop)
+or its intended arrival time (open loop). The transport stamps `start_ns` when the request
+gets its connection, so `start_ns - scheduled_ns` is queue time, never part of TTFT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from time import perf_counter_ns
+
+import numpy as np
+
+from loadgen.records import RequestRecord
+from loadgen.workload.plan import RequestSpec
+
+# (request, scheduled_ns) -> its record (None when not recorded, e.g. warmup)
+Send = Callable[[RequestSpec, int], Awaitable[RequestRecord | None]]
+
+
+def deadline_after(duration_s: float | None, now_ns: int) -> int | None:
+    return None if duration_s is None else now_ns + int(duration_s * 1e9)
+
+
+async def closed_loop(
+    requests: Sequence[RequestSpec], conc: int, send: Send, *, deadline_ns: int | None = None
+) -> None:
+    """`conc` slots; each sends its next request as soon as its previous one has ended."""
+    pending = iter(requests)
+    point_start = perf_counter_ns()
+
+    async def slot() -> None:
+        scheduled = point_start
+        for request in pending:  # one shared iterator: requests go out in index order
+            if deadline_ns is not None and scheduled >= deadline_ns:
+                return
+            record = await send(request, scheduled)
+            # The slot became free when the previous response ended, not when the client
+            # got round to it: the client's own turnaround counts as queue time.
+            scheduled = record.end_ns if record is not None and record.end_ns else (
+                perf_counter_ns())
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(conc, len(requests))):
+            group.create_task(slot())
+
+
+def arrival_offsets_ns(
+    count: int, rate: float, burstiness: float, rng: np.random.Generator
+) -> list[int]:
+    """Intended send times after the point start: gamma gaps with mean 1/rate (shape 1 = Poisson).
+
+    The first request goes at 0; the gaps' coefficient of variation is 1/sqrt(burstiness).
+    """
+    if count == 0:
+        return []
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=count - 1)
+    offsets = np.concatenate(([0.0], np.cumsum(gaps)))
+    return [int(v * 1e9) for v in offsets]
+
+
+async def open_loop(
+    requests: Sequence[RequestSpec],
+    conc: int,
+    send: Send,
+    offsets_ns: Sequence[int],
+    *,
+    deadline_ns: int | None = None,
+) -> None:
+    """Send each request at its intended time, at most `conc` in flight.
+
+    A request that finds every slot busy waits; its lateness shows as queue time against
+    its intended time, so an overloaded server cannot hide behind a slower arrival rate.
+    """
+    slots = asyncio.Semaphore(conc)
+    point_start = perf_counter_ns()
+
+    async def run(request: RequestSpec, intended: int) -> None:
+        try:
+            await send(request, intended)
+        finally:
+            slots.release()
+
+    async with asyncio.TaskGroup() as group:
+        for request, offset in zip(requests, offsets_ns, strict=True):
+            intended = point_start + offset
+            if deadline_ns is not None and intended >= deadline_ns:
+                break
+            delay = intended - perf_counter_ns()
+            if delay > 0:
+                await asyncio.sleep(delay / 1e9)
+            await slots.acquire()
+            group.create_task(run(request, intended))

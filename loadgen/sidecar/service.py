@@ -1,0 +1,368 @@
+"""`loadgen serve`: the sidecar. An HTTP control API that runs sweeps against one target,
+plus /metrics (live Prometheus), /healthz and /readyz.
+
+  POST   /v1/runs                 {"conc": "4..64", "isl": 8192, ...} -> 202 {"id": ...}
+                                  (400 invalid, 409 a run is active)
+  GET    /v1/runs                 every run, newest first (survives restarts)
+  GET    /v1/runs/{id}            state, progress, per-point summaries
+  GET    /v1/runs/{id}/results    the result files (point JSONs parsed, all files listed)
+  GET    /v1/runs/{id}/files/{f}  one result file as stored
+  DELETE /v1/runs/{id}            cancel; what was measured is kept
+Security: with LOADGEN_API_TOKEN set, /v1/* needs `Authorization: Bearer <token>`;
+a non-loopback --listen without a token is refused unless --insecure-no-auth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from tokenizers import Tokenizer
+
+from loadgen.config.args import spec_from_options
+from loadgen.config.spec import RunSpec, SpecError
+from loadgen.errors import UsageError
+from loadgen.run.ids import RUN_ID
+from loadgen.run.observers import FanoutObserver
+from loadgen.sidecar.canary import Canary, CanarySettings
+from loadgen.sidecar.runs import (
+    Busy,
+    ProgressObserver,
+    RunManager,
+    RunRecord,
+)
+from loadgen.sinks.prometheus import LoadgenMetrics, loop_lag_probe, metrics_handler
+from loadgen.tokenizer import load_tokenizer
+
+log = logging.getLogger("loadgen.serve")
+TOKEN_ENV = "LOADGEN_API_TOKEN"
+MAX_BODY_BYTES = 64 * 1024
+# Options the sidecar sets itself (the target, where results go) or does not accept from
+# the network (paths on its disk, credentials): normalised names (`-` -> `_`).
+RESERVED_OPTIONS = frozenset({
+    "base_url", "model", "sim", "sim_args", "results", "results_dir", "dataset", "tokenizer",
+    "metrics_port", "api_key", "no_progress",
+})
+
+
+class ServiceError(UsageError):
+    """The sidecar cannot start as configured; the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    target: str
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 9400
+    data_dir: Path = Path("loadgen-data")
+    token: str | None = None
+    canary_conc: int = 0
+    canary_interval_s: float = 60.0
+    insecure_no_auth: bool = False
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name may resolve anywhere: treat it as public
+
+
+def check_exposure(config: ServiceConfig) -> None:
+    if not config.token and not is_loopback(config.host) and not config.insecure_no_auth:
+        raise ServiceError(
+            f"refusing to listen on {config.host} without {TOKEN_ENV}: set {TOKEN_ENV} "
+            "to a secret (e.g. `openssl rand -hex 16`), listen on 127.0.0.1, or pass "
+            "--insecure-no-auth")
+
+
+def spec_for(config: ServiceConfig, options: Mapping[str, Any], results_dir: Path) -> RunSpec:
+    """The caller's options, validated by the CLI's own code, aimed at our target."""
+    reserved = sorted(k for k in options if k.replace("-", "_") in RESERVED_OPTIONS)
+    if reserved:
+        raise SpecError(f"{', '.join(reserved)}: not accepted over the API (the sidecar sets "
+                        "the target, model and results directory itself)")
+    return spec_from_options({**options, "base_url": config.target, "model": config.model,
+                              "results": str(results_dir), "no_progress": True})
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY),
+                        status=status, content_type="application/json")
+
+
+def error(status: int, message: str) -> web.Response:
+    return json_response({"error": message}, status)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def auth_middleware(token: str | None) -> Any:
+    expected = token.encode() if token else None
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if expected is not None and request.path.startswith("/v1/"):
+            given = request.headers.get("Authorization", "")
+            scheme, _, credential = given.partition(" ")
+            # compare_digest: the time taken does not reveal how much of the token matched.
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                    credential.strip().encode(), expected):
+                response = error(401, "missing or wrong bearer token")
+                response.headers["WWW-Authenticate"] = 'Bearer realm="loadgen"'
+                return response
+        return await handler(request)
+
+    return check
+
+
+class Service:
+    """The HTTP handlers over a RunManager, the metrics and the canary."""
+
+    def __init__(self, config: ServiceConfig, session: aiohttp.ClientSession) -> None:
+        self.config = config
+        self.session = session
+        self.registry = CollectorRegistry()
+        self.metrics = LoadgenMetrics(self.registry)
+        self.manager = RunManager(config.data_dir)
+        self.canary = Canary(
+            CanarySettings(config.target, config.model, config.canary_conc,
+                           config.canary_interval_s, config.data_dir),
+            self.metrics, self.manager.is_busy)
+        self.port = 0
+        self._loaded_tokenizer: Tokenizer | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes,
+                              middlewares=[auth_middleware(self.config.token)])
+        app.router.add_post("/v1/runs", self.post_run)
+        app.router.add_get("/v1/runs", self.list_runs)
+        app.router.add_get("/v1/runs/{id}", self.get_run)
+        app.router.add_get("/v1/runs/{id}/results", self.get_results)
+        app.router.add_get("/v1/runs/{id}/files/{name:.+}", self.get_file)
+        app.router.add_delete("/v1/runs/{id}", self.delete_run)
+        app.router.add_get("/metrics", metrics_handler(self.registry))
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        return app
+
+    async def post_run(self, request: web.Request) -> web.Response:
+        try:
+            options = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return error(400, f"body is not JSON: {exc}")
+        if not isinstance(options, dict):
+            return error(400, 'body must be a JSON object of run options, e.g. '
+                         '{"conc": "4..64", "isl": 1024, "osl": 256}')
+        if self.manager.active_id is not None:
+            return error(409, f"run {self.manager.active_id} is still running; DELETE it or wait")
+        probe_dir = self.config.data_dir / "runs" / "pending"
+        try:
+            spec = spec_for(self.config, options, probe_dir)
+            await self._check_workload(spec)
+        except SpecError as exc:
+            return error(400, str(exc))
+        await self.canary.pause()
+        try:
+            record = self.manager.start(options, len(spec.conc), self._sweep)
+        except Busy as exc:
+            return error(409, str(exc))
+        return json_response({"id": record.id, "state": record.state,
+                              "url": f"/v1/runs/{record.id}"}, 202)
+
+    async def _tokenizer(self) -> Tokenizer:
+        # Loaded once (~0.4 s), on first use: the sidecar's runs cannot pick a tokenizer.
+        if self._loaded_tokenizer is None:
+            self._loaded_tokenizer = await asyncio.to_thread(load_tokenizer)
+        return self._loaded_tokenizer
+
+    async def _check_workload(self, spec: RunSpec) -> None:
+        """Options that parse but describe prompts that cannot be built are a 400 too."""
+        from loadgen.run.sweep import probe_prompt
+
+        await asyncio.to_thread(probe_prompt, spec, await self._tokenizer())
+
+    async def _sweep(self, record: RunRecord, results_dir: Path,
+                     progress: ProgressObserver) -> None:
+        from loadgen.run.sweep import run_sweep
+
+        spec = spec_for(self.config, record.options, results_dir)
+        metrics = self.metrics.observer(
+            model=self.config.model, endpoint=spec.endpoint, points=len(spec.conc),
+            spec_tokens=spec.spec_tokens)
+        try:
+            await run_sweep(spec, observer=FanoutObserver(progress, metrics),
+                            tokenizer=await self._tokenizer())
+        finally:
+            metrics.finished()
+
+    def _record(self, request: web.Request) -> RunRecord | None:
+        run_id = request.match_info["id"]
+        return self.manager.runs.get(run_id) if RUN_ID.match(run_id) else None
+
+    async def list_runs(self, request: web.Request) -> web.Response:
+        runs = sorted(self.manager.runs.values(), key=lambda r: r.id, reverse=True)
+        return json_response({"runs": [r.summary() for r in runs]})
+
+    async def get_run(self, request: web.Request) -> web.Response:
+        record = self._record(request)
+        if record is None:
+            return error(404, f"no run {request.match_info['id']}")
+        return json_response(record.to_json())
+
+    async def get_results(self, request: web.Request) -> web.Response:
+        record = self._record(request)
+        if record is None:
+            return error(404, f"no run {request.match_info['id']}")
+        base = self.manager.results_dir(record.id)
+        files, points = [], []
+        for path in self.manager.result_files(record.id):
+            name = path.relative_to(base).as_posix()
+            files.append({"name": name, "bytes": path.stat().st_size})
+            if path.suffix == ".json":
+                with contextlib.suppress(OSError, orjson.JSONDecodeError):
+                    points.append({"file": name, "result": orjson.loads(path.read_bytes())})
+        return json_response({"id": record.id, "state": record.state, "files": files,
+                              "results": points})
+
+    async def get_file(self, request: web.Request) -> web.StreamResponse:
+        record = self._record(request)
+        if record is None:
+            return error(404, f"no run {request.match_info['id']}")
+        base = self.manager.results_dir(record.id).resolve()
+        path = (base / request.match_info["name"]).resolve()
+        if not path.is_relative_to(base) or not path.is_file():
+            return error(404, f"no file {request.match_info['name']} in run {record.id}")
+        return web.FileResponse(path)
+
+    async def delete_run(self, request: web.Request) -> web.Response:
+        record = self._record(request)
+        if record is None:
+            return error(404, f"no run {request.match_info['id']}")
+        if not self.manager.is_active(record.id):
+            return error(409, f"run {record.id} is not running (state {record.state})")
+        await self.manager.cancel_active()
+        # 202 if the engine is still flushing after the wait: GET shows when it is done.
+        return json_response(record.to_json(), 202 if record.state == "running" else 200)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return json_response({"status": "ok", "busy": self.manager.is_busy()})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        url = f"{self.config.target.rstrip('/')}/v1/models"
+        try:
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=3)) as resp:
+                if resp.status != 200:
+                    return error(503, f"{url} answered HTTP {resp.status}")
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            return error(503, f"{url} unreachable: {type(exc).__name__}: {exc}")
+        served = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+        if self.config.model not in served:
+            return error(503, f"target serves {served}, not {self.config.model!r}")
+        return json_response({"ready": True, "model": self.config.model})
+
+
+@asynccontextmanager
+async def running_service(config: ServiceConfig) -> AsyncIterator[Service]:
+    """The sidecar on config.host:config.port (0 = a free port, in `service.port`)."""
+    check_exposure(config)
+    async with aiohttp.ClientSession() as session:
+        service = Service(config, session)
+        runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, config.host, config.port)
+            await site.start()
+            service.port = int(runner.addresses[0][1])
+            async with loop_lag_probe(service.metrics), service.canary.running():
+                try:
+                    yield service
+                finally:
+                    await service.manager.cancel_active()
+        finally:
+            await runner.cleanup()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="loadgen serve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", required=True, help="base URL of the server, e.g. http://vllm:8000")
+    p.add_argument("--model", required=True, help="served model name to benchmark")
+    p.add_argument("--listen", default="127.0.0.1:9400", help="HOST:PORT (default %(default)s)")
+    p.add_argument("--data-dir", type=Path, default=Path("loadgen-data"),
+                   help="where runs and results are kept (default %(default)s)")
+    p.add_argument("--canary-conc", type=int, default=0,
+                   help="steady canary load between runs at this concurrency (0 = off)")
+    p.add_argument("--canary-interval", type=float, default=60.0,
+                   help="seconds between canary rounds (default %(default)s)")
+    p.add_argument("--insecure-no-auth", action="store_true",
+                   help=f"allow a non-loopback --listen without {TOKEN_ENV}")
+    return p
+
+
+def config_from_args(argv: list[str], env: Mapping[str, str]) -> ServiceConfig:
+    args = build_parser().parse_args(argv)
+    host, sep, port_text = args.listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ServiceError(f"--listen {args.listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9400")
+    if not args.target.startswith(("http://", "https://")):
+        raise ServiceError(f"--target {args.target!r}: must start with http:// or https://")
+    if args.canary_conc < 0 or args.canary_interval <= 0:
+        raise ServiceError("--canary-conc must be >= 0 and --canary-interval > 0 seconds")
+    config = ServiceConfig(
+        target=args.target, model=args.model, host=host.strip("[]"), port=int(port_text),
+        data_dir=args.data_dir, token=env.get(TOKEN_ENV) or None,
+        canary_conc=args.canary_conc, canary_interval_s=args.canary_interval,
+        insecure_no_auth=args.insecure_no_auth)
+    check_exposure(config)
+    return config
+
+
+async def serve_until_signalled(config: ServiceConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_service(config) as service:
+        log.info("loadgen serve: listening on http://%s:%d (target %s, model %s, auth %s)",
+                    config.host, service.port, config.target, config.model,
+                    "on" if config.token else "off")
+        await stop.wait()
+        log.info("loadgen serve: stopping (cancelling the active run, flushing results)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        config = config_from_args(list(sys.argv[1:] if argv is None else argv), os.environ)
+        asyncio.run(serve_until_signalled(config))
+    except (ServiceError, OSError) as exc:
+        print(f"loadgen serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

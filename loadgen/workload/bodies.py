@@ -1,0 +1,132 @@
+"""OpenAI request bodies as vLLM reads them (wire shapes are TypedDicts).
+
+Bodies are serialized to bytes once, when a point is planned, so no JSON encoding ever
+happens between a request's `start_ns` and its bytes reaching the socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+import orjson
+
+
+class StreamOptions(TypedDict):
+    include_usage: bool
+    continuous_usage_stats: NotRequired[bool]
+
+
+class CompletionRequest(TypedDict):
+    model: str
+    prompt: str
+    stream: bool
+    stream_options: StreamOptions
+    max_tokens: int
+    temperature: float
+    seed: int
+    ignore_eos: bool
+    add_special_tokens: bool
+    return_token_ids: NotRequired[bool]
+    logprobs: NotRequired[int]
+
+
+class ChatRequest(TypedDict):
+    model: str
+    messages: list[dict[str, Any]]
+    stream: bool
+    stream_options: StreamOptions
+    max_tokens: int
+    temperature: float
+    seed: int
+    ignore_eos: bool
+    chat_template_kwargs: dict[str, Any]
+    return_token_ids: NotRequired[bool]
+    logprobs: NotRequired[bool]
+    top_logprobs: NotRequired[int]
+
+
+@dataclass(frozen=True, slots=True)
+class BodyOptions:
+    """Everything in a request body that is the same for every request of a run."""
+
+    endpoint: str  # "completions" | "chat"
+    model: str
+    temperature: float = 0.0
+    seed: int = 0
+    thinking: str = "thinking"
+    reasoning_effort: str | None = None
+    return_token_ids: bool = True  # vLLM's exact per-chunk token ids
+    continuous_usage: bool = True  # cumulative usage on every chunk
+    logprobs: bool = False  # only when the server rejects both of the above
+
+    @property
+    def path(self) -> str:
+        return "/v1/completions" if self.endpoint == "completions" else "/v1/chat/completions"
+
+
+def _stream_options(options: BodyOptions) -> StreamOptions:
+    stream_options: StreamOptions = {"include_usage": True}
+    if options.continuous_usage:
+        stream_options["continuous_usage_stats"] = True
+    return stream_options
+
+
+def completion_body(
+    options: BodyOptions, prompt: str, max_tokens: int, seed: int | None = None
+) -> CompletionRequest:
+    """The encoded prompt string as is: loadgen already added BOS and the chat template.
+
+    `seed` is per request (drawn from the run's seed): one shared seed would give every
+    request the same sampling stream (and, on the simulator, the same acceptance draws).
+    """
+    body: CompletionRequest = {
+        "model": options.model,
+        "prompt": prompt,
+        "stream": True,
+        "stream_options": _stream_options(options),
+        "max_tokens": max_tokens,
+        "temperature": options.temperature,
+        "seed": options.seed if seed is None else seed,
+        "ignore_eos": True,
+        "add_special_tokens": False,
+    }
+    if options.return_token_ids:
+        body["return_token_ids"] = True
+    if options.logprobs:
+        body["logprobs"] = 0  # 0 alternatives: one entry per sampled token
+    return body
+
+
+def chat_body(
+    options: BodyOptions,
+    messages: Sequence[dict[str, Any]],
+    max_tokens: int,
+    seed: int | None = None,
+) -> ChatRequest:
+    """The server applies its chat template; thinking mode and effort go as template kwargs."""
+    kwargs: dict[str, Any] = {"thinking": options.thinking == "thinking"}
+    if options.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = options.reasoning_effort
+    body: ChatRequest = {
+        "model": options.model,
+        "messages": list(messages),
+        "stream": True,
+        "stream_options": _stream_options(options),
+        "max_tokens": max_tokens,
+        "temperature": options.temperature,
+        "seed": options.seed if seed is None else seed,
+        "ignore_eos": True,
+        "chat_template_kwargs": kwargs,
+    }
+    if options.return_token_ids:
+        body["return_token_ids"] = True
+    if options.logprobs:
+        body["logprobs"] = True
+        body["top_logprobs"] = 0
+    return body
+
+
+def encode_body(body: CompletionRequest | ChatRequest) -> bytes:
+    return orjson.dumps(body)

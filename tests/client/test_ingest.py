@@ -1,0 +1,75 @@
+"""The ingest parses in short slices and lets the event loop run in between."""
+
+from __future__ import annotations
+
+import asyncio
+from time import perf_counter_ns
+
+from loadgen.client.ingest import Ingest
+from loadgen.run.loop_health import LoopLag
+
+
+class SlowStream:
+    """Stands in for a BodyStream whose drain costs `cost_ns` of CPU (no I/O involved)."""
+
+    def __init__(self, cost_ns: int, log: list[str], name: str) -> None:
+        self.queued = False
+        self.cost_ns = cost_ns
+        self.log = log
+        self.name = name
+
+    def drain(self) -> None:
+        end = perf_counter_ns() + self.cost_ns
+        while perf_counter_ns() < end:
+            pass
+        self.log.append(self.name)
+
+
+async def test_ingest_yields_to_the_loop_between_slices() -> None:
+    log: list[str] = []
+    ingest = Ingest(slice_ns=200_000)
+    streams = [SlowStream(100_000, log, f"s{i}") for i in range(10)]
+    for stream in streams:
+        ingest.notify(stream)  # type: ignore[arg-type]
+        ingest.notify(stream)  # type: ignore[arg-type]  # queued once only
+    asyncio.get_running_loop().call_soon(log.append, "loop")  # e.g. a socket read
+    await asyncio.sleep(0.05)
+    assert sorted(x for x in log if x != "loop") == sorted(s.name for s in streams)
+    position = log.index("loop")
+    assert 0 < position < 5  # ran after the first slice (2-3 drains), not after all 10
+    assert not any(s.queued for s in streams)
+
+
+async def test_loop_lag_sees_a_blocked_loop() -> None:
+    monitor = LoopLag(interval_s=0.005)
+    monitor.start()
+    await asyncio.sleep(0.03)
+    idle = max(monitor.samples)
+    monitor.probe()  # an arrival now would wait behind what the loop does next:
+    end = perf_counter_ns() + 60_000_000
+    while perf_counter_ns() < end:  # the client loop blocked for 60 ms
+        pass
+    await asyncio.sleep(0.03)
+    health = monitor.stop()
+    assert health["client_loop_lag_max_ms"] >= 50
+    assert idle < 20_000_000 and len(monitor.samples) >= 5
+
+
+async def test_start_pacer_spreads_starts_over_loop_turns() -> None:
+    from loadgen.client.ingest import StartPacer
+
+    pacer = StartPacer(per_turn=3)
+    order: list[str] = []
+
+    async def start(name: str) -> None:
+        await pacer.turn()
+        order.append(name)
+
+    async with asyncio.TaskGroup() as group:
+        for i in range(7):
+            group.create_task(start(f"r{i}"))
+        # a socket read that becomes ready meanwhile: runs between the paced starts
+        asyncio.get_running_loop().call_soon(order.append, "poll")
+    assert sorted(x for x in order if x != "poll") == [f"r{i}" for i in range(7)]
+    assert [x for x in order if x != "poll"] == [f"r{i}" for i in range(7)]  # FIFO
+    assert 0 < order.index("poll") <= 3  # not after all seven starts

@@ -1,0 +1,131 @@
+"""Preflight against a small scripted OpenAI server on 127.0.0.1 (port 0).
+
+The server is scripted (not the simulator) so it can refuse `return_token_ids` or count
+tokens differently, which no faithful vLLM twin would do on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from loadgen.client.preflight import PreflightError, preflight
+from loadgen.client.transport import open_session
+from loadgen.records import TokenSource
+from loadgen.workload.bodies import BodyOptions
+
+
+def event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+class Script:
+    def __init__(self, *, reject_token_ids: bool = False, tokenize_extra: int = 0,
+                 max_model_len: int = 4096, models: tuple[str, ...] = ("m",)) -> None:
+        self.reject_token_ids = reject_token_ids
+        self.tokenize_extra = tokenize_extra
+        self.max_model_len = max_model_len
+        self.models = models
+        self.bodies: list[dict[str, Any]] = []
+
+
+async def serve(script: Script) -> AsyncIterator[str]:
+    async def models(_r: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": m, "object": "model", "max_model_len": script.max_model_len}
+            for m in script.models]})
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"count": len(body["prompt"].split()) + script.tokenize_extra})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        script.bodies.append(body)
+        if script.reject_token_ids and "return_token_ids" in body:
+            return web.json_response({"error": {"message": "unknown field return_token_ids",
+                                                "code": 400}}, status=400)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for n in range(1, body["max_tokens"] + 1):
+            choice: dict[str, Any] = {"index": 0, "text": "w "}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = [7]
+            await response.write(event({"choices": [choice], "usage": {
+                "prompt_tokens": 3, "completion_tokens": n}}))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def run_preflight(script: Script, *, model: str | None = None, isl: int = 100,
+                        osl: int = 10) -> Any:
+    gen = serve(script)
+    base = await gen.__anext__()
+    try:
+        async with open_session(max_connections=2) as session:
+            return await preflight(
+                session, base, wanted_model=model, isl=isl, osl=osl,
+                options=BodyOptions(endpoint="completions", model=""),
+                prompt=("one two three", 3),
+            )
+    finally:
+        await gen.aclose()
+
+
+async def test_accepts_and_prefers_token_ids() -> None:
+    script = Script()
+    info = await run_preflight(script)
+    assert info.model == "m" and info.max_model_len == 4096
+    assert info.token_source is TokenSource.TOKEN_IDS and info.options.return_token_ids
+    assert info.tokenize_check["match"] is True and not info.warnings
+    assert info.spec_decoding is None  # this server has no /metrics
+    assert script.bodies[0]["add_special_tokens"] is False
+
+
+async def test_rejected_option_falls_back_to_usage() -> None:
+    script = Script(reject_token_ids=True)
+    info = await run_preflight(script)
+    assert not info.options.return_token_ids and info.options.continuous_usage
+    assert info.token_source is TokenSource.USAGE
+    assert any("usage" in w for w in info.warnings)
+    assert "return_token_ids" in script.bodies[0] and "return_token_ids" not in script.bodies[-1]
+
+
+async def test_tokenizer_mismatch_is_loud() -> None:
+    info = await run_preflight(Script(tokenize_extra=2))
+    assert info.tokenize_check == {"loadgen": 3, "server": 5, "match": False, "note": ""}
+    assert any(w.startswith("TOKENIZER MISMATCH") and "--tokenizer" in w for w in info.warnings)
+
+
+@pytest.mark.parametrize(
+    ("script", "model", "isl", "message"),
+    [
+        (Script(models=("a", "b")), "c", 10, "model 'c' is not served .* served: a, b"),
+        (Script(models=("a", "b")), None, 10, "pick one with --model"),
+        (Script(max_model_len=2048), None, 2040, "max_model_len 2048.*--max-model-len >= 2050"),
+    ],
+)
+async def test_stops_with_one_clear_line(script: Script, model: str | None, isl: int,
+                                         message: str) -> None:
+    with pytest.raises(PreflightError, match=message) as caught:
+        await run_preflight(script, model=model, isl=isl)
+    assert "\n" not in str(caught.value)

@@ -1,0 +1,164 @@
+"""Workload building (seeded, exact lengths) and the two schedulers' timing rules."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from time import perf_counter_ns
+
+import numpy as np
+import orjson
+import pytest
+from tokenizers import Tokenizer
+
+from loadgen.config.spec import RunSpec, SpecError
+from loadgen.run.scheduler import arrival_offsets_ns, closed_loop, open_loop
+from loadgen.tokenizer import encode, load_tokenizer
+from loadgen.workload.bodies import BodyOptions
+from loadgen.workload.plan import RequestSpec, Workload, load_dataset, sample_lengths
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return load_tokenizer()
+
+
+def spec(**changes: object) -> RunSpec:
+    values: dict[str, object] = dict(conc=(2,), isl=96, osl=12, base_url="http://x",
+                                     prompts_per_conc=3, warmup_per_conc=1)
+    values.update(changes)
+    return RunSpec(**values)  # type: ignore[arg-type]
+
+
+COMPLETIONS = BodyOptions(endpoint="completions", model="m")
+
+
+def test_sample_lengths() -> None:
+    rng = np.random.default_rng(0)
+    assert sample_lengths(rng, 5, 100, 1.0) == [100] * 5
+    values = sample_lengths(rng, 2000, 100, 0.5)
+    assert min(values) == 50 and max(values) == 100  # InferenceX: uniform in [R*L, L]
+
+
+def test_point_requests_exact_and_seeded(tokenizer: Tokenizer) -> None:
+    workload = Workload(spec(), tokenizer, COMPLETIONS)
+    plan = workload.point(2)
+    assert len(plan.measured) == 6 and len(plan.warmup) == 2
+    bodies = [orjson.loads(r.body) for r in plan.measured]
+    for request, body in zip(plan.measured, bodies, strict=True):
+        assert request.input_len == 96 == len(encode(tokenizer, body["prompt"]))
+        assert body["max_tokens"] == request.max_tokens == 12 and body["stream"]
+    assert len({b["seed"] for b in bodies}) == 6  # one sampling stream per request
+    warm = {orjson.loads(r.body)["prompt"] for r in plan.warmup}
+    assert warm.isdisjoint(b["prompt"] for b in bodies)  # no shared prefix with warmup
+    again = Workload(spec(), tokenizer, COMPLETIONS).point(2)
+    assert [r.body for r in again.measured] == [r.body for r in plan.measured]
+    other = Workload(spec(seed=1), tokenizer, COMPLETIONS).point(2)
+    assert [r.body for r in other.measured] != [r.body for r in plan.measured]
+
+
+def test_chat_bodies_carry_the_user_content(tokenizer: Tokenizer) -> None:
+    options = BodyOptions(endpoint="chat", model="m", thinking="chat")
+    plan = Workload(spec(endpoint="chat", thinking="chat"), tokenizer, options).point(2)
+    body = orjson.loads(plan.measured[0].body)
+    assert body["messages"][0]["role"] == "user" and body["messages"][0]["content"]
+    assert body["chat_template_kwargs"] == {"thinking": False}
+
+
+def test_dataset_requests(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text('[{"role":"user","content":"hello there"}]\n\n'
+                    '{"messages":[{"role":"user","content":"second"}]}\n')
+    plan = Workload(spec(dataset=path), tokenizer, COMPLETIONS).point(2)
+    prompts = {orjson.loads(r.body)["prompt"] for r in plan.measured}
+    assert len(prompts) == 2 and any("hello there" in p for p in prompts)
+    for r in plan.measured:
+        assert r.input_len == len(encode(tokenizer, orjson.loads(r.body)["prompt"]))
+    path.write_text('{"messages": "nope"}\n')
+    with pytest.raises(SpecError, match=r"d.jsonl:1"):
+        load_dataset(path)
+
+
+def test_arrival_offsets() -> None:
+    rng = np.random.default_rng(1)
+    offsets = np.array(arrival_offsets_ns(20001, rate=100.0, burstiness=1.0, rng=rng))
+    gaps = np.diff(offsets) / 1e9
+    assert offsets[0] == 0 and abs(gaps.mean() - 0.01) < 0.0005
+    assert abs(gaps.std() / gaps.mean() - 1.0) < 0.05  # Poisson: CV 1
+    bursty = np.diff(arrival_offsets_ns(20001, 100.0, 0.25, np.random.default_rng(1))) / 1e9
+    assert abs(bursty.std() / bursty.mean() - 2.0) < 0.15  # gamma shape k: CV 1/sqrt(k)
+
+
+def requests(n: int) -> list[RequestSpec]:
+    return [RequestSpec(i, 1, 1, b"") for i in range(n)]
+
+
+async def test_closed_loop_slots() -> None:
+    in_flight, peak, log = 0, 0, []
+
+    async def send(request: RequestSpec, scheduled: int) -> None:
+        nonlocal in_flight, peak
+        start = perf_counter_ns()
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.002 * (1 + request.index % 3))
+        in_flight -= 1
+        log.append((request.index, scheduled, start, perf_counter_ns()))
+        return None
+
+    await closed_loop(requests(12), 3, send)
+    assert peak == 3 and sorted(i for i, *_ in log) == list(range(12))
+    ends = sorted(end for *_, end in log)
+    for _, scheduled, start, _ in log:
+        assert 0 <= start - scheduled < 20_000_000  # sent as soon as its slot was free
+    # after the first wave, every request was due the moment an earlier one ended
+    later = sorted(s for i, s, _, _ in log if i >= 3)
+    assert all(any(0 <= s - e < 1_000_000 for e in ends) for s in later)
+
+
+async def test_closed_loop_duration_stops_new_requests() -> None:
+    sent = []
+
+    async def send(request: RequestSpec, scheduled: int) -> None:
+        sent.append(request.index)
+        await asyncio.sleep(0.01)
+
+    await closed_loop(requests(100), 2, send, deadline_ns=perf_counter_ns() + 35_000_000)
+    assert 4 <= len(sent) <= 10  # 2 slots x 10 ms requests in 35 ms (fewer when loaded)
+
+
+async def test_open_loop_intended_times_and_cap() -> None:
+    offsets = [0, 5_000_000, 5_000_000, 5_000_000, 40_000_000]
+    log = []
+
+    async def send(request: RequestSpec, scheduled: int) -> None:
+        log.append((request.index, scheduled, perf_counter_ns()))
+        await asyncio.sleep(0.02)
+
+    await open_loop(requests(5), 2, send, offsets)
+    log.sort()
+    for index, scheduled, start in log:  # due exactly at the precomputed offsets
+        assert start >= scheduled and scheduled - log[0][1] == offsets[index]
+    # request 3 was due at 5 ms but both slots were busy until ~20 ms: queued, not dropped
+    assert log[3][2] - log[3][1] > 10_000_000
+    assert log[4][2] - log[4][1] < 15_000_000  # on time once a slot was free
+
+
+async def test_closed_loop_slot_free_at_previous_response_end() -> None:
+    """The next request is due when the previous response ended, not when the client
+    finished its bookkeeping: that turnaround shows as queue time."""
+    from loadgen.records import RequestRecord, TokenSource
+
+    ends: dict[int, int] = {}
+    scheduled_of: dict[int, int] = {}
+
+    async def send(request: RequestSpec, scheduled: int) -> RequestRecord:
+        scheduled_of[request.index] = scheduled
+        await asyncio.sleep(0.002)
+        ends[request.index] = end = perf_counter_ns()
+        await asyncio.sleep(0.003)  # client-side turnaround after the stream ended
+        return RequestRecord(request.index, 1, 1, 1, scheduled, scheduled, 0, (end,), (1,),
+                             end, TokenSource.TOKEN_IDS)
+
+    await closed_loop(requests(3), 1, send)
+    assert scheduled_of[1] == ends[0] and scheduled_of[2] == ends[1]
