@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from loadgen.sinks.prometheus import LoadgenMetrics, loop_lag_probe, serve_metrics
+from loadgen.sinks.prometheus import LoadgenMetrics, serve_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_PATH = ROOT / "dashboards" / "loadgen.json"
@@ -197,8 +197,7 @@ async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Pa
                               "spec_tokens": 2, "no_progress": True, "results": str(results)})
     observer = metrics.observer(model=MODEL, endpoint=spec.endpoint, points=len(spec.conc),
                                 spec_tokens=spec.spec_tokens)
-    async with loop_lag_probe(metrics, interval_s=0.01):
-        await run_sweep(spec, observer=observer)
+    await run_sweep(spec, observer=observer)
 
 
 @pytest.mark.prometheus

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import orjson
 
+from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
 from loadgen.run.ids import RUN_ID, new_run_id
 from loadgen.sinks.files import write_atomic
@@ -25,13 +26,24 @@ from loadgen.sinks.files import write_atomic
 RunStateName = Literal["running", "succeeded", "cancelled", "failed", "interrupted"]
 # Per-point fields kept in run.json and shown by GET /v1/runs/{id}; the full result is in
 # the result files.
-POINT_FIELDS = (
-    "max_concurrency", "num_prompts", "completed", "failed", "duration",
-    "request_throughput", "output_throughput", "total_token_throughput",
-    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-    "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_itl_per_token_ms", "mean_e2el_ms",
-    "p99_e2el_ms", "stream_acceptance_length", "server_acceptance_length", "error_rate",
-)
+def point_summary(result: PointResult) -> dict[str, Any]:
+    """What run.json and GET /v1/runs/{id} show of each point (the files have the rest)."""
+    return {
+        "max_concurrency": result["max_concurrency"], "num_prompts": result["num_prompts"],
+        "completed": result["completed"], "failed": result["failed"],
+        "duration": result["duration"], "request_throughput": result["request_throughput"],
+        "output_throughput": result["output_throughput"],
+        "total_token_throughput": result["total_token_throughput"],
+        "mean_ttft_ms": result["mean_ttft_ms"], "median_ttft_ms": result["median_ttft_ms"],
+        "p99_ttft_ms": result["p99_ttft_ms"], "mean_tpot_ms": result["mean_tpot_ms"],
+        "median_tpot_ms": result["median_tpot_ms"], "p99_tpot_ms": result["p99_tpot_ms"],
+        "mean_itl_ms": result["mean_itl_ms"], "p99_itl_ms": result["p99_itl_ms"],
+        "mean_itl_per_token_ms": result["mean_itl_per_token_ms"],
+        "mean_e2el_ms": result["mean_e2el_ms"], "p99_e2el_ms": result["p99_e2el_ms"],
+        "stream_acceptance_length": result["stream_acceptance_length"],
+        "server_acceptance_length": result["server_acceptance_length"],
+        "error_rate": result["error_rate"],
+    }
 
 
 @dataclass(slots=True)
@@ -87,15 +99,18 @@ class ProgressObserver:
     def request_started(self, conc: int) -> None:
         self.record.progress.in_flight += 1
 
+    def loop_lag(self, seconds: float) -> None:
+        pass  # the sidecar's /metrics has it (MetricsObserver); run.json keeps progress
+
     def request_finished(self, record: RequestRecord) -> None:
         p = self.record.progress
         p.in_flight -= 1
         p.point_requests_done += 1
         p.requests_done += 1
 
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
+    def point_finished(self, conc: int, result: PointResult) -> None:
         self.record.progress.points_done += 1
-        point = {"conc": conc, **{k: result.get(k) for k in POINT_FIELDS if k in result}}
+        point = {"conc": conc, **point_summary(result)}
         self.record.points.append(point)
         self._on_point()
 

@@ -47,7 +47,7 @@ from loadgen.sidecar.runs import (
     RunManager,
     RunRecord,
 )
-from loadgen.sinks.prometheus import LoadgenMetrics, loop_lag_probe, metrics_handler
+from loadgen.sinks.prometheus import LoadgenMetrics, metrics_handler
 from loadgen.tokenizer import load_tokenizer
 
 log = logging.getLogger("loadgen.serve")
@@ -296,7 +296,7 @@ async def running_service(config: ServiceConfig) -> AsyncIterator[Service]:
             site = web.TCPSite(runner, config.host, config.port)
             await site.start()
             service.port = int(runner.addresses[0][1])
-            async with loop_lag_probe(service.metrics), service.canary.running():
+            async with service.canary.running():
                 try:
                     yield service
                 finally:
