@@ -28,6 +28,7 @@ from loadgen import __version__
 from loadgen.client.preflight import ServerInfo, preflight, scrape_metrics
 from loadgen.client.transport import Transport, open_session
 from loadgen.config.args import default_results_dir
+from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext, summarize
@@ -188,7 +189,7 @@ class _Sweep:
         results = [p.result for p in self.points]
         run = {
             "run_id": self.run_id, "loadgen_version": __version__, "target": self.target,
-            "base_url": self.base_url, "started_unix": self.started_unix,
+            "base_url": redact_url(self.base_url), "started_unix": self.started_unix,
             "finished_unix": time.time(), "interrupted": interrupted,
             "settings": _settings(self.spec),
             "server": self.server.to_json() if self.server else None,
@@ -210,6 +211,7 @@ def _settings(spec: RunSpec) -> dict[str, Any]:
     settings = dataclasses.asdict(spec)
     settings.pop("api_key", None)  # never write a credential into results
     settings["headers"] = [name for name, _ in spec.headers]  # names only: may hold tokens
+    settings["base_url"] = spec.base_url and redact_url(spec.base_url)  # user:pw@ -> ***@
     return {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()}
 
 
@@ -305,7 +307,7 @@ class _Point:
             **(self.health or self.loop_lag.stop()),
             "complete": complete, "target": sweep.target, "run_id": sweep.run_id,
             "model_id": server.model if server else spec.model, "endpoint_type": "openai",
-            "endpoint": spec.endpoint, "base_url": sweep.base_url, "backend": "vllm",
+            "endpoint": spec.endpoint, "base_url": redact_url(sweep.base_url), "backend": "vllm",
             "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,
             "request_rate": spec.request_rate if spec.request_rate is not None else "inf",
             "burstiness": spec.burstiness, "planned_requests": len(self.plan.measured),
