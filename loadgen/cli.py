@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from loadgen.config.args import parse_run_args
+from loadgen.config.redact import redact_text
 from loadgen.config.spec import RunSpec
 from loadgen.errors import Interrupted, LoadgenError, UsageError
 
@@ -50,7 +51,8 @@ def run(spec: RunSpec, *, metrics_port: int | None = None) -> int:
 
 
 def _report(exc: LoadgenError) -> int:
-    print(f"loadgen: error: {exc}", file=sys.stderr)
+    # redacted: a preflight error names --base-url, credentials and all (CI logs keep it)
+    print(f"loadgen: error: {redact_text(str(exc))}", file=sys.stderr)
     return exc.exit_code
 
 

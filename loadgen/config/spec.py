@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from encoders import ENCODERS
+from loadgen.config.redact import url_has_credentials
 from loadgen.errors import UsageError
 
 Endpoint = Literal["completions", "chat"]
@@ -170,6 +171,12 @@ def validate(spec: RunSpec) -> None:
     if spec.base_url:
         _check(spec.base_url.startswith(("http://", "https://")),
                f"--base-url {spec.base_url!r}: must start with http:// or https://")
+        # aiohttp refuses both at the first request (a traceback, not a line): say it here
+        _check(not url_has_credentials(spec.base_url) or not (spec.api_key or any(
+            name.lower() == "authorization" for name, _ in spec.headers)),
+            "--base-url carries credentials (user:password@, sent as Basic auth) and "
+            "--api-key, $OPENAI_API_KEY or --header Authorization sets Authorization "
+            "too: keep one")
     _check(spec.endpoint in ENDPOINTS, f"--endpoint {spec.endpoint!r}: allowed: completions, chat")
     _check(spec.encoder in ENCODER_NAMES,
            f"--encoder {spec.encoder!r}: allowed: {', '.join(ENCODER_NAMES)}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
+from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.schema import PointMetrics, PointResult
 from loadgen.metrics.server import ServerSnapshot
@@ -164,7 +165,8 @@ class Point:
             "client_loop_lag_samples": health.samples,
             "complete": complete, "target": run.backend.target, "run_id": run.run_id,
             "model_id": run.server.model, "endpoint_type": "openai",
-            "endpoint": spec.endpoint, "base_url": run.backend.base_url, "backend": "vllm",
+            "endpoint": spec.endpoint, "base_url": redact_url(run.backend.base_url),
+            "backend": "vllm",
             "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,
             "request_rate": spec.request_rate if spec.request_rate is not None else "inf",
             "burstiness": spec.burstiness, "planned_requests": len(self.plan.measured),

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
+from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.ids import new_run_id
@@ -164,7 +165,7 @@ class _Sweep:
         run = {
             "run_id": self.run_id, "loadgen_version": __version__,
             "target": backend.target if backend else None,
-            "base_url": backend.base_url if backend else self.spec.base_url,
+            "base_url": redact_url(backend.base_url if backend else self.spec.base_url or ""),
             "started_unix": self.started_unix,
             "finished_unix": time.time(), "interrupted": interrupted,
             "settings": _settings(self.spec),
@@ -187,4 +188,5 @@ def _settings(spec: RunSpec) -> dict[str, Any]:
     settings = dataclasses.asdict(spec)
     settings.pop("api_key", None)  # never write a credential into results
     settings["headers"] = [name for name, _ in spec.headers]  # names only: may hold tokens
+    settings["base_url"] = spec.base_url and redact_url(spec.base_url)  # user:pw@ -> ***@
     return {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()}
