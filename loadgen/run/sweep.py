@@ -25,11 +25,13 @@ import orjson
 from tokenizers import Tokenizer
 
 from loadgen import __version__
-from loadgen.client.preflight import ServerInfo, preflight, scrape_metrics
+from loadgen.client.preflight import ServerInfo, preflight
+from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls, scrape_all
 from loadgen.client.transport import Transport, open_session
 from loadgen.config.args import default_results_dir
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import RequestRecord
 from loadgen.run.ids import new_run_id, x_request_id
@@ -94,6 +96,13 @@ def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
     return Workload(spec, tokenizer, body_options(spec)).preflight_prompt()
 
 
+def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> tuple[tuple[str, int], tuple[int, int]]:
+    """(the preflight prompt, (input, output) tokens of the longest request) from one
+    Workload: the dataset is read and encoded once."""
+    workload = Workload(spec, tokenizer, body_options(spec))
+    return workload.preflight_prompt(), workload.longest_request()
+
+
 async def run_sweep(
     spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None
 ) -> SweepOutcome:
@@ -110,10 +119,11 @@ async def run_sweep(
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     options = body_options(spec)
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
-    probe = await asyncio.to_thread(probe_prompt, spec, tokenizer)
+    probe, longest = await asyncio.to_thread(probe_workload, spec, tokenizer)
     async with _target(spec, results_dir) as (spec, target):
         assert spec.base_url is not None
         sweep = _Sweep(spec, target, results_dir, tokenizer, hooks, options, probe)
+        sweep.longest = longest
         headers = dict(spec.headers)
         if spec.api_key:
             headers["Authorization"] = f"Bearer {spec.api_key}"
@@ -135,6 +145,8 @@ class _Sweep:
         assert spec.base_url is not None
         self.options = options
         self.probe = probe
+        self.longest = (spec.isl or 0, spec.osl or 0)  # run_sweep sets the workload's
+        self.metrics_urls = metrics_urls(spec.server_metrics, spec.base_url)
         self.spec = spec
         self.base_url = spec.base_url.rstrip("/")
         self.target = target
@@ -151,8 +163,10 @@ class _Sweep:
     async def run(self, session: aiohttp.ClientSession) -> None:
         spec = self.spec
         self.server = await preflight(
-            session, self.base_url, wanted_model=spec.model, isl=spec.isl, osl=spec.osl,
-            options=self.options, prompt=self.probe, request_timeout_s=spec.request_timeout_s,
+            session, self.base_url, wanted_model=spec.model, isl=self.longest[0],
+            osl=self.longest[1], options=self.options, prompt=self.probe,
+            request_timeout_s=spec.request_timeout_s,
+            metrics_urls=self.metrics_urls if spec.server_metrics else (),
         )
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
@@ -196,7 +210,8 @@ class _Sweep:
                         "error_rate": p.error_rate} for p in self.points],
         }
         (self.results_dir / "run.json").write_bytes(
-            orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+            orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
+                         default=str))  # nested settings (vllm_result) hold Paths
         if not results:
             return
         rows = sweep_rows(results)
@@ -227,6 +242,8 @@ class _Point:
         path.unlink(missing_ok=True)  # a reused --results dir must not mix two runs' records
         self.sink = JsonlSink(path)
         self.before: ServerSnapshot | None = None
+        self.before_each: Scrape = Scrape()
+        self.watch: GaugeWatch | None = None
         self.started = False
         self.warmup_failed = 0
         self.cpu_start = 0.0
@@ -239,7 +256,11 @@ class _Point:
     async def run(self) -> None:
         spec, conc, hooks = self.sweep.spec, self.plan.conc, self.sweep.hooks
         await closed_loop(self.plan.warmup, conc, self._send_warmup)
-        self.before = await scrape_metrics(self.session, self.sweep.base_url)
+        self.before_each = await scrape_all(self.session, self.sweep.metrics_urls)
+        self.before = self.before_each.total
+        if spec.server_metrics:
+            self.watch = GaugeWatch(self.session, self.sweep.metrics_urls)
+            self.watch.start()
         hooks.point_started(conc, len(self.plan.measured))
         self.started = True
         self.cpu_start = time.process_time()
@@ -259,8 +280,11 @@ class _Point:
             finally:  # before the deferred collection, which is not the point's
                 self.health = self.loop_lag.stop()
                 self.cpu_seconds = time.process_time() - self.cpu_start
-        after = await scrape_metrics(self.session, self.sweep.base_url)
-        self.outcome = self.finalize(complete=True, after=after)
+        gauges = await self.watch.stop() if self.watch is not None else {}
+        after = await scrape_all(self.session, self.sweep.metrics_urls)
+        by_url = per_url_fields(self.sweep.metrics_urls, self.before_each.each, after.each,
+                                gauges) if spec.server_metrics else None
+        self.outcome = self.finalize(complete=True, after=after.total, by_url=by_url)
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         record = await self.transport.send(
@@ -282,10 +306,13 @@ class _Point:
         self.sink.write(record)
         self.sweep.hooks.request_finished(record)
 
-    def finalize(self, *, complete: bool, after: ServerSnapshot | None) -> PointOutcome:
+    def finalize(self, *, complete: bool, after: ServerSnapshot | None,
+                 by_url: list[dict[str, Any]] | None = None) -> PointOutcome:
         from loadgen.sinks.files import write_point
 
         self.sink.close()
+        if self.watch is not None:
+            self.watch.cancel()  # interrupted: the gauge watch must not outlive the point
         spec, sweep = self.sweep.spec, self.sweep
         ctx = PointContext(conc=self.plan.conc, input_len=spec.isl, output_len=spec.osl,
                            spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
@@ -313,7 +340,14 @@ class _Point:
             "loadgen_version": __version__,
             "tokenizer_check": server.tokenize_check if server else None,
         })
+        if spec.server_metrics:  # each URL's own figures beside the summed ones
+            result["server_metrics_by_url"] = by_url
         path = write_point(sweep.results_dir, result)
+        if spec.vllm_result is not None and complete:  # vLLM writes none when interrupted
+            from loadgen.sinks.vllm_result import write_vllm_result
+
+            write_vllm_result(sweep.results_dir, result, self.records, spec.vllm_result,
+                              points=len(spec.conc))
         sweep.hooks.point_finished(self.plan.conc, result)
         return PointOutcome(self.plan.conc, result, complete, path)
 
