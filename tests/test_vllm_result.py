@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from fake_records import MS, completed_records, failed_record, make_record
 from hypothesis import given, settings
 
-from fake_records import MS, completed_records, failed_record, make_record
 from loadgen.config.spec import VllmResultOptions
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext, summarize

@@ -103,8 +103,9 @@ class GaugeWatch:
     """Samples WATCHED_GAUGES of each URL every `interval_s` until stopped."""
 
     def __init__(self, session: aiohttp.ClientSession, urls: Sequence[str],
-                 interval_s: float = WATCH_INTERVAL_S) -> None:
-        self.session, self.urls, self.interval_s = session, tuple(urls), interval_s
+                 interval_s: float | None = None) -> None:
+        self.session, self.urls = session, tuple(urls)
+        self.interval_s = WATCH_INTERVAL_S if interval_s is None else interval_s
         self.samples: dict[str, dict[str, list[float]]] = {
             url: {name: [] for name in WATCHED_GAUGES} for url in self.urls}
         self._task: asyncio.Task[None] | None = None

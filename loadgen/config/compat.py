@@ -65,14 +65,20 @@ def parse_key_value(text: str) -> tuple[str, str]:
 
 
 def parse_metric_names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [n for n in names if n not in VLLM_PERCENTILE_METRICS]
+    if not names or unknown:
+        raise SpecError(f"--percentile-metrics: {','.join(unknown) or '(none)'} not reported; "
+                        f"allowed: {', '.join(VLLM_PERCENTILE_METRICS)}")
+    return names
 
 
 def add_compat_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         GROUP, "Each flag means what it means to `vllm bench serve` (vLLM 0.32) or "
         "InferenceX's benchmark_serving.py, translated to the loadgen flag named.")
-    g.add_argument("--max-concurrency", nargs="+", type=typed(parse_conc), metavar="N",
+    g.add_argument("--max-concurrency", nargs="+", action="extend", type=typed(parse_conc),
+                   metavar="N",
                    help="= --conc: one value or a list (4 8 16, or 4,8,16), one point each "
                    "(default: none)")
     g.add_argument("--num-prompts", type=int, metavar="N",
@@ -89,7 +95,8 @@ def add_compat_flags(p: argparse.ArgumentParser) -> None:
                    help="= --range-ratio: lengths uniform in [R*L, L], as InferenceX's "
                    "benchmark_serving.py (vLLM 0.32 samples [(1-R)*L, (1+R)*L]) (default: none)")
     g.add_argument("--dataset-name", choices=DATASET_NAMES,
-                   help="random: synthesized prompts; sharegpt: ShareGPT JSON; custom: JSONL "
+                   help="random: synthesized prompts (lengths default to vLLM's 1024 in, 128 "
+                   "out); sharegpt: ShareGPT JSON; custom: JSONL "
                    "({prompt} or {messages} per line) from --dataset-path (default: none)")
     g.add_argument("--dataset-path", type=Path, metavar="FILE", help="= --dataset (default: none)")
     g.add_argument("--backend", choices=BACKENDS,
@@ -109,14 +116,15 @@ def add_compat_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dsv4", action="store_true",
                    help="= --encoder dsv4 --thinking thinking, as InferenceX (implies "
                    "--use-chat-template)")
-    g.add_argument("--percentile-metrics", type=parse_metric_names, metavar="M,...",
+    g.add_argument("--percentile-metrics", type=typed(parse_metric_names), metavar="M,...",
                    help="metrics with percentiles in the --save-result file, from "
                    f"{','.join(VLLM_PERCENTILE_METRICS)} (default: ttft,tpot,itl,e2el, as "
                    "InferenceX; vLLM's is ttft,tpot,itl)")
     g.add_argument("--metric-percentiles", type=typed(parse_percentiles), metavar="P,...",
                    help="their percentiles, also added to --percentiles (default: 90,99,99.9, "
                    "as InferenceX; vLLM's is 99)")
-    g.add_argument("--goodput", nargs="+", type=typed(parse_goodput_pair), metavar="M:MS",
+    g.add_argument("--goodput", nargs="+", action="extend", type=typed(parse_goodput_pair),
+                   metavar="M:MS",
                    help="= --slo, vLLM syntax in ms: --goodput ttft:2000 tpot:50 (default: none)")
     g.add_argument("--save-result", action="store_true",
                    help="also write each point as vLLM `bench serve --save-result` JSON")
@@ -131,7 +139,8 @@ def add_compat_flags(p: argparse.ArgumentParser) -> None:
                    "--save-result (default: vLLM's {label}-{rate}qps-concurrency{N}-{model}-"
                    "{date}.json)")
     g.add_argument("--label", help="the result file's label and name prefix (default: none)")
-    g.add_argument("--metadata", nargs="+", type=typed(parse_key_value), metavar="K=V",
+    g.add_argument("--metadata", nargs="+", action="extend", type=typed(parse_key_value),
+                   metavar="K=V",
                    help="KEY=VALUE pairs written into the --save-result file (default: none)")
     g.add_argument("--disable-tqdm", action="store_true", help="= --no-progress")
     g.add_argument("--trust-remote-code", action="store_true",
@@ -170,6 +179,9 @@ def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
     _merge(args, "osl", "random_output_len", "--osl and --random-output-len")
     _merge(args, "range_ratio", "random_range_ratio", "--range-ratio and --random-range-ratio")
     _merge(args, "dataset", "dataset_path", "--dataset and --dataset-path")
+    if args.dataset_name == "random":  # vLLM 0.32's --random-input-len/--random-output-len
+        args.isl = 1024 if args.isl is None else args.isl
+        args.osl = 128 if args.osl is None else args.osl
     _apply_target(args)
     _apply_prompt_format(args)
     if args.goodput:

@@ -89,6 +89,8 @@ def test_same_value_twice_is_fine_and_random_dataset_refuses_a_path(tmp_path: Pa
     spec = spec_from_argv(["--sim", "--conc", "4", "--max-concurrency", "4", "--isl", "64",
                            "--random-input-len", "64", "--osl", "8"], env={})
     assert spec.conc == (4,) and spec.isl == 64
+    spec = spec_from_argv(["--sim", "--conc", "4", "--dataset-name", "random"], env={})
+    assert (spec.isl, spec.osl, spec.encoder) == (1024, 128, "raw")  # vLLM's defaults
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "hi"}\n')
     with pytest.raises(SpecError, match="drop --dataset-path"):
