@@ -121,3 +121,15 @@ def test_help_keeps_the_aliases_in_their_own_group() -> None:
                           text=True, check=True, timeout=60).stdout
     text = " ".join(text.split())
     assert GROUP in text and "as InferenceX's" in text
+
+
+@pytest.mark.parametrize("option", ["host", "port", "served-model-name", "dataset_path",
+                                    "result_dir", "server_metrics"])
+def test_sidecar_refuses_aliases_of_what_it_sets_itself(option: str, tmp_path: Path) -> None:
+    from loadgen.sidecar.service import ServiceConfig, spec_for
+
+    config = ServiceConfig(target="http://127.0.0.1:9", model="m", data_dir=tmp_path)
+    with pytest.raises(SpecError, match="not accepted over the API"):
+        spec_for(config, {"conc": "2", "isl": 64, "osl": 8, option: "x"}, tmp_path)
+    assert spec_for(config, {"max_concurrency": [2], "random_input_len": 64, "osl": 8,
+                             "save_result": True}, tmp_path).vllm_result is not None
