@@ -40,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec, metrics_port = parse_run_args(args, os.environ)
     except LoadgenError as exc:
         return _report(exc)
+    for note in spec.ignored_flags:  # compatibility flags that change nothing, said once
+        print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port)
 
 

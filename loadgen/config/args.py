@@ -11,13 +11,13 @@ import argparse
 import os
 import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.spec import (
     ENCODER_NAMES,
-    ENDPOINTS,
     REASONING_EFFORTS,
     THINKING_MODES,
     RunSpec,
@@ -59,15 +59,26 @@ class _Help(argparse.HelpFormatter):
         return f"{text} (default: {default})"
 
 
-def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except SpecError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+_typed = typed
 
-    convert.__name__ = parse.__name__
-    return convert
+
+def parse_endpoint(text: str) -> str:
+    """`completions` or `chat`, or vLLM's paths /v1/completions and /v1/chat/completions."""
+    name = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(text, text)
+    if name not in ("completions", "chat"):
+        raise SpecError(f"--endpoint {text!r}: allowed: completions, chat (or vLLM's "
+                        "/v1/completions, /v1/chat/completions)")
+    return name
+
+
+def parse_request_rate(text: str) -> float | None:
+    """Requests/s; `inf` (vLLM's default: all at once, capped by the concurrency) is the
+    closed loop, None."""
+    try:
+        rate = float(text)
+    except ValueError:
+        raise SpecError(f"--request-rate {text!r}: need a number of requests/s or inf") from None
+    return None if rate == float("inf") else rate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     _target_flags(p.add_argument_group("target"))
     _workload_flags(p.add_argument_group("workload"))
     _results_flags(p.add_argument_group("results"))
+    add_compat_flags(p)
     return p
 
 
@@ -96,29 +108,43 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
                    help="extra `loadgen sim` flags for --sim, e.g. \"--step-fixed-ms 5\"")
     t.add_argument("--api-key", metavar="KEY",
                    help="bearer token (default: $OPENAI_API_KEY; never written to results)")
-    t.add_argument("--header", action="append", default=[], type=_typed(parse_header),
-                   metavar="K:V",
-                   help="extra request header, repeatable, e.g. X-Session-Affinity:abc "
-                   "(default: none)")
+    t.add_argument("--header", action="extend", nargs="+", default=[],
+                   type=_typed(parse_header), metavar="K:V",
+                   help="extra request headers, repeatable, e.g. X-Session-Affinity:abc "
+                   "(K=V as vLLM works too) (default: none)")
+    t.add_argument("--server-metrics", action="append", default=[], metavar="URL",
+                   help="scrape this Prometheus /metrics instead of the target's, repeatable: "
+                   "the workers behind a router or a Dynamo frontend; counters are summed, "
+                   "each URL's own figures kept (a URL without a path gets /metrics; "
+                   "list the target too to keep it) (default: the target's)")
 
 
 def _workload_flags(w: argparse._ArgumentGroup) -> None:
-    w.add_argument("--conc", required=True, type=_typed(parse_conc), metavar="SPEC",
-                   help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S")
-    w.add_argument("--isl", required=True, type=int, metavar="TOKENS",
-                   help="input length in tokens (chat template and BOS included)")
-    w.add_argument("--osl", required=True, type=int, metavar="TOKENS",
-                   help="output length in tokens (max_tokens, with ignore_eos)")
-    w.add_argument("--range-ratio", type=float, default=1.0, metavar="R",
-                   help="lengths uniform in [R*L, L] for --isl and --osl (1.0 = exact)")
-    w.add_argument("--dataset", type=Path, metavar="FILE.jsonl",
-                   help="one OpenAI messages list per line instead of random prompts")
-    w.add_argument("--endpoint", choices=ENDPOINTS, default="completions",
-                   help="completions: loadgen encodes the prompt; chat: the server does")
-    w.add_argument("--encoder", choices=ENCODER_NAMES, default="dsv4",
-                   help="prompt template loadgen applies")
-    w.add_argument("--thinking", choices=THINKING_MODES, default="thinking",
-                   help="DeepSeek-V4 thinking mode")
+    w.add_argument("--conc", type=_typed(parse_conc), metavar="SPEC",
+                   help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S "
+                   "(required, or --max-concurrency)")
+    w.add_argument("--isl", type=int, metavar="TOKENS",
+                   help="input length in tokens (chat template and BOS included) (required "
+                   "unless --dataset: then each prompt's own length)")
+    w.add_argument("--osl", type=int, metavar="TOKENS",
+                   help="output length in tokens (max_tokens, with ignore_eos) (required "
+                   "unless a ShareGPT --dataset: then each answer's length)")
+    w.add_argument("--range-ratio", type=float, default=None, metavar="R",
+                   help="lengths uniform in [R*L, L] for --isl and --osl (1.0 = exact) "
+                   "(default: 1.0)")
+    w.add_argument("--dataset", type=Path, metavar="FILE",
+                   help="prompts from a file instead of random ones: ShareGPT JSON "
+                   "(conversations of from/value; the first turn is the prompt, the second "
+                   "the reference answer) or JSONL, one OpenAI messages list (or {messages}, "
+                   "or vLLM custom {prompt, output_tokens}) per line (default: none)")
+    w.add_argument("--endpoint", type=_typed(parse_endpoint), default=None,
+                   metavar="{completions,chat}",
+                   help="completions: loadgen encodes the prompt; chat: the server does "
+                   "(default: completions)")
+    w.add_argument("--encoder", choices=ENCODER_NAMES, default=None,
+                   help="prompt template loadgen applies (default: dsv4)")
+    w.add_argument("--thinking", choices=THINKING_MODES, default=None,
+                   help="DeepSeek-V4 thinking mode (default: thinking)")
     w.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, default=None,
                    help="DeepSeek-V4 reasoning effort (default: none)")
     w.add_argument("--prompts-per-conc", type=int, default=10, metavar="N",
@@ -128,8 +154,10 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
                    "the connections)")
     w.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="stop sending new requests this long into a point (default: no limit)")
-    w.add_argument("--request-rate", type=float, default=None, metavar="REQ/S",
-                   help="open loop at this arrival rate, capped by --conc (default: closed loop)")
+    w.add_argument("--request-rate", type=_typed(parse_request_rate), default=None,
+                   metavar="REQ/S",
+                   help="open loop at this arrival rate, capped by --conc (default: closed "
+                   "loop, also `inf`)")
     w.add_argument("--burstiness", type=float, default=1.0, metavar="SHAPE",
                    help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
@@ -165,6 +193,9 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
 
 
 def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
+    compat = apply_compat(args)
+    if args.conc is None:
+        raise SpecError("--conc is required (or --max-concurrency), e.g. --conc 4..512")
     if args.sim and args.base_url:
         raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
     try:
@@ -174,19 +205,23 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
     taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
     if taken:
         raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
+    if args.sim and args.model and not any(a.split("=")[0] == "--model" for a in sim_args):
+        sim_args = ("--model", args.model, *sim_args)  # the simulator serves the name asked for
     return RunSpec(
         conc=args.conc, isl=args.isl, osl=args.osl, base_url=args.base_url, model=args.model,
-        endpoint=args.endpoint, encoder=args.encoder, thinking=args.thinking,
+        endpoint=args.endpoint or "completions", encoder=args.encoder or "dsv4",
+        thinking=args.thinking or "thinking",
         reasoning_effort=args.reasoning_effort, prompts_per_conc=args.prompts_per_conc,
         warmup_per_conc=args.warmup_per_conc, duration_s=args.duration,
-        range_ratio=args.range_ratio, dataset=args.dataset, request_rate=args.request_rate,
+        range_ratio=1.0 if args.range_ratio is None else args.range_ratio,
+        dataset=args.dataset, request_rate=args.request_rate,
         burstiness=args.burstiness, temperature=args.temperature, seed=args.seed,
         num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
         percentiles=args.percentiles, request_timeout_s=args.request_timeout,
         max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
         tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
-        progress=not args.no_progress,
+        progress=not args.no_progress, server_metrics=tuple(args.server_metrics), **compat,
     )
 
 
@@ -219,10 +254,14 @@ def _option_argv(name: str, value: Any) -> list[str]:
     if isinstance(value, Mapping):  # slo
         return [flag, ",".join(f"{k}={v}" for k, v in value.items())]
     if isinstance(value, list | tuple):
-        if name == "header":
+        if name in REPEATED_OPTIONS:
             return [part for item in value for part in (flag, str(item))]
         return [flag, ",".join(str(v) for v in value)]
     return [flag, str(value)]
+
+
+# JSON list options given as one flag per item (their items may hold commas).
+REPEATED_OPTIONS = frozenset({"header", "server_metrics", "goodput", "metadata"})
 
 
 def spec_from_options(options: Mapping[str, Any]) -> RunSpec:

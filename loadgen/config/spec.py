@@ -23,6 +23,9 @@ THINKING_MODES: tuple[str, ...] = ("chat", "thinking")
 REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 SLO_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
 MAX_CONC = 65536
+DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl")
+# vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
+VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
 
 
 class SpecError(UsageError):
@@ -30,12 +33,30 @@ class SpecError(UsageError):
 
 
 @dataclass(frozen=True, slots=True)
+class VllmResultOptions:
+    """`--save-result`: also write each point as vLLM `bench serve --save-result` JSON."""
+
+    result_dir: Path | None = None  # None: the run's results directory
+    filename: str | None = None  # NAME of NAME.json / NAME_conc<N>.json; None: vLLM's name
+    detailed: bool = False  # --save-detailed: the per-request lists
+    # InferenceX's defaults (vLLM 0.32's are ttft,tpot,itl and 99): its dashboards read
+    # p90/p99/p99.9 of TTFT, TPOT and E2EL.
+    percentile_metrics: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+    metric_percentiles: tuple[float, ...] = (90.0, 99.0, 99.9)
+    label: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+    model_id: str | None = None  # the model as the user named it (--model)
+    tokenizer_id: str | None = None
+    backend: str = "vllm"
+
+
+@dataclass(frozen=True, slots=True)
 class RunSpec:
     """One benchmark run: a sweep of concurrency points against one server."""
 
     conc: tuple[int, ...]
-    isl: int
-    osl: int
+    isl: int | None  # None only with a dataset: lengths come from the data
+    osl: int | None  # None only with a dataset that carries output lengths (ShareGPT)
     base_url: str | None = None  # None only with sim=True (filled in when it starts)
     model: str | None = None  # None: the only model the server serves
     endpoint: Endpoint = "completions"
@@ -44,9 +65,12 @@ class RunSpec:
     reasoning_effort: str | None = None
     prompts_per_conc: int = 10
     warmup_per_conc: int = 2
+    num_prompts: int | None = None  # measured requests per point; None: conc x prompts_per_conc
+    num_warmups: int | None = None  # warmup requests per point; None: conc x warmup_per_conc
     duration_s: float | None = None
     range_ratio: float = 1.0
     dataset: Path | None = None
+    dataset_format: str = "auto"  # auto: ShareGPT JSON or JSONL, told apart by content
     request_rate: float | None = None  # requests/s, open loop; None = closed loop
     burstiness: float = 1.0  # gamma shape; 1.0 = Poisson
     temperature: float = 0.0
@@ -64,13 +88,18 @@ class RunSpec:
     sim: bool = False
     sim_args: tuple[str, ...] = ()
     progress: bool = True
+    server_metrics: tuple[str, ...] = ()  # /metrics URLs scraped instead of the target's
+    vllm_result: VllmResultOptions | None = None
+    ignored_flags: tuple[str, ...] = ()  # accepted for compatibility, said once on stderr
 
     def __post_init__(self) -> None:
         validate(self)
 
-    @property
-    def total_len(self) -> int:
-        return self.isl + self.osl
+    def measured_requests(self, conc: int) -> int:
+        return self.num_prompts if self.num_prompts is not None else conc * self.prompts_per_conc
+
+    def warmup_requests(self, conc: int) -> int:
+        return self.num_warmups if self.num_warmups is not None else conc * self.warmup_per_conc
 
 
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)(?::\+(\d+))?$")
@@ -149,11 +178,18 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     return values
 
 
+_HEADER_SEP = re.compile(r"[:=]")
+
+
 def parse_header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip() or any(c in name for c in " \t\r\n"):
-        raise SpecError(f"--header {text!r}: expected NAME:VALUE, e.g. X-Session-Affinity:abc")
-    return name.strip(), value.strip()
+    """`NAME:VALUE` (loadgen) or `NAME=VALUE` (vLLM): a header name has neither character,
+    so the first of them ends the name."""
+    match = _HEADER_SEP.search(text)
+    name = text[: match.start()] if match else ""
+    if not match or not name.strip() or any(c in name for c in " \t\r\n"):
+        raise SpecError(f"--header {text!r}: expected NAME:VALUE or NAME=VALUE, "
+                        "e.g. X-Session-Affinity:abc")
+    return name.strip(), text[match.end() :].strip()
 
 
 def _check(condition: bool, message: str) -> None:
@@ -165,8 +201,16 @@ def validate(spec: RunSpec) -> None:
     """Raise SpecError for the first invalid setting (RunSpec calls this on construction)."""
     _check(bool(spec.conc) and all(1 <= c <= MAX_CONC for c in spec.conc),
            f"--conc: every concurrency must be in 1..{MAX_CONC}")
-    _check(spec.isl >= 1, f"--isl {spec.isl}: must be >= 1 token")
-    _check(spec.osl >= 1, f"--osl {spec.osl}: must be >= 1 token")
+    _check(spec.isl is not None or spec.dataset is not None,
+           "--isl is required (or --dataset, whose prompts give the input lengths)")
+    _check(spec.osl is not None or spec.dataset is not None,
+           "--osl is required (or a ShareGPT --dataset, whose answers give the output lengths)")
+    _check(spec.isl is None or spec.isl >= 1, f"--isl {spec.isl}: must be >= 1 token")
+    _check(spec.osl is None or spec.osl >= 1, f"--osl {spec.osl}: must be >= 1 token")
+    _check(spec.num_prompts is None or spec.num_prompts >= 1, "--num-prompts: must be >= 1")
+    _check(spec.num_warmups is None or spec.num_warmups >= 0, "--num-warmups: must be >= 0")
+    _check(spec.dataset_format in DATASET_FORMATS,
+           f"dataset format {spec.dataset_format!r}: allowed: {', '.join(DATASET_FORMATS)}")
     _check(spec.sim or bool(spec.base_url), "--base-url is required (or use --sim)")
     if spec.base_url:
         _check(spec.base_url.startswith(("http://", "https://")),
@@ -203,3 +247,22 @@ def validate(spec: RunSpec) -> None:
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
     if spec.dataset is not None:
         _check(spec.dataset.is_file(), f"--dataset {spec.dataset}: no such file")
+    for url in spec.server_metrics:
+        _check(url.startswith(("http://", "https://")),
+               f"--server-metrics {url!r}: must start with http:// or https://")
+    if spec.vllm_result is not None:
+        _validate_vllm_result(spec.vllm_result)
+
+
+def _validate_vllm_result(options: VllmResultOptions) -> None:
+    unknown = [m for m in options.percentile_metrics if m not in VLLM_PERCENTILE_METRICS]
+    _check(bool(options.percentile_metrics) and not unknown,
+           f"--percentile-metrics: {','.join(unknown) or '(none)'} not reported; allowed: "
+           f"{', '.join(VLLM_PERCENTILE_METRICS)}")
+    _check(bool(options.metric_percentiles)
+           and all(0 < p < 100 for p in options.metric_percentiles),
+           "--metric-percentiles: each must be strictly between 0 and 100")
+    if options.filename is not None:
+        _check(bool(options.filename) and "/" not in options.filename,
+               f"--result-filename {options.filename!r}: a file name, not a path "
+               "(use --result-dir for the directory)")

@@ -165,8 +165,8 @@ class PointResult(PointMetrics):
     endpoint: str
     base_url: str
     backend: str
-    input_len: int
-    output_len: int
+    input_len: int | None
+    output_len: int | None
     range_ratio: float
     request_rate: float | str
     burstiness: float
@@ -175,3 +175,4 @@ class PointResult(PointMetrics):
     warmup_failed: int
     loadgen_version: str
     tokenizer_check: dict[str, Any] | None
+    server_metrics_by_url: list[dict[str, Any]] | None

@@ -16,10 +16,10 @@ from typing import Protocol
 import aiohttp
 from tokenizers import Tokenizer
 
-from loadgen.client.preflight import ServerInfo, preflight, scrape_metrics
+from loadgen.client.preflight import ServerInfo, preflight
+from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls, scrape_all
 from loadgen.client.transport import Transport, open_session
 from loadgen.config.spec import RunSpec
-from loadgen.metrics.server import ServerSnapshot
 from loadgen.records import RequestRecord
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec, text_counter
@@ -38,9 +38,11 @@ class Backend(Protocol):
     @property
     def base_url(self) -> str: ...
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int]) -> ServerInfo:
-        """Check the server (ServerError when the run cannot start); after it, `send`
-        uses the request options the server accepted (`ServerInfo.options`)."""
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
+        """Check the server (ServerError when the run cannot start) for requests up to
+        `longest` (input, output) tokens; after it, `send` uses the request options the
+        server accepted (`ServerInfo.options`)."""
         ...
 
     async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
@@ -49,8 +51,12 @@ class Backend(Protocol):
         request is cancelled (which then re-raises CancelledError)."""
         ...
 
-    async def scrape(self) -> ServerSnapshot | None:
-        """The server's /metrics now, or None when it has none."""
+    async def scrape(self) -> Scrape:
+        """The server's /metrics now (each `--server-metrics` URL's, or the target's)."""
+        ...
+
+    def gauge_watch(self) -> GaugeWatch | None:
+        """A watcher of the KV-cache and queue gauges during a point, when asked for."""
         ...
 
 
@@ -65,13 +71,17 @@ class HttpBackend:
         self.target = target
         self.base_url = spec.base_url.rstrip("/")
         self.tokenizer = tokenizer
+        self.metrics_urls = metrics_urls(spec.server_metrics, self.base_url)
         self._transport: Transport | None = None
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int]) -> ServerInfo:
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
         spec = self.spec
         server = await preflight(
-            self.session, self.base_url, wanted_model=spec.model, isl=spec.isl, osl=spec.osl,
-            options=options, prompt=probe, request_timeout_s=spec.request_timeout_s,
+            self.session, self.base_url, wanted_model=spec.model, isl=longest[0],
+            osl=longest[1], options=options, prompt=probe,
+            request_timeout_s=spec.request_timeout_s,
+            metrics_urls=self.metrics_urls if spec.server_metrics else (),
         )
         self._transport = Transport(self.session, self.base_url + server.options.path,
                                     request_timeout_s=spec.request_timeout_s,
@@ -84,8 +94,11 @@ class HttpBackend:
         return await self._transport.send(request, x_request_id=x_request_id, conc=conc,
                                           scheduled_ns=scheduled_ns, on_record=on_record)
 
-    async def scrape(self) -> ServerSnapshot | None:
-        return await scrape_metrics(self.session, self.base_url)
+    async def scrape(self) -> Scrape:
+        return await scrape_all(self.session, self.metrics_urls)
+
+    def gauge_watch(self) -> GaugeWatch | None:
+        return GaugeWatch(self.session, self.metrics_urls) if self.spec.server_metrics else None
 
 
 @contextlib.asynccontextmanager

@@ -11,13 +11,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
+from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.schema import PointMetrics, PointResult
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import RequestRecord
 from loadgen.run.backend import Backend
@@ -34,6 +37,7 @@ from loadgen.run.scheduler import (
 )
 from loadgen.sinks.files import write_point
 from loadgen.sinks.jsonl import JsonlSink
+from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
@@ -75,7 +79,8 @@ class Point:
         path = run.results_dir / f"requests_conc_{plan.conc}.jsonl"
         path.unlink(missing_ok=True)  # a reused --results dir must not mix two runs' records
         self.sink = JsonlSink(path)
-        self.before: ServerSnapshot | None = None
+        self.before = Scrape()
+        self.watch: GaugeWatch | None = None
         self.started = False
         self.warmup_failed = 0
         self.cpu_start = 0.0
@@ -88,6 +93,9 @@ class Point:
         run, conc = self.run, self.plan.conc
         await closed_loop(self.plan.warmup, conc, self._send_warmup, clock=run.clock)
         self.before = await run.backend.scrape()
+        self.watch = run.backend.gauge_watch()
+        if self.watch is not None:
+            self.watch.start()
         run.hooks.point_started(conc, len(self.plan.measured))
         self.started = True
         self.cpu_start = time.process_time()
@@ -98,8 +106,11 @@ class Point:
             finally:  # before the deferred collection, which is not the point's
                 self.health = self.loop_lag.stop()
                 self.cpu_seconds = time.process_time() - self.cpu_start
+        gauges = await self.watch.stop() if self.watch is not None else {}
         after = await run.backend.scrape()
-        return self.finalize(complete=True, after=after)
+        by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
+                                gauges) if run.spec.server_metrics else None
+        return self.finalize(complete=True, after=after.total, by_url=by_url)
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
@@ -133,20 +144,27 @@ class Point:
         self.sink.write(record)
         self.run.hooks.request_finished(record)
 
-    def finalize(self, *, complete: bool, after: ServerSnapshot | None) -> PointOutcome:
+    def finalize(self, *, complete: bool, after: ServerSnapshot | None,
+                 by_url: list[dict[str, Any]] | None = None) -> PointOutcome:
         self.sink.close()
+        if self.watch is not None:
+            self.watch.cancel()  # interrupted: the gauge watch must not outlive the point
         spec = self.run.spec
         ctx = PointContext(conc=self.plan.conc, input_len=spec.isl, output_len=spec.osl,
                            spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
                            percentiles=spec.percentiles, num_gpus=spec.num_gpus)
-        metrics = summarize(self.records, ctx, server_before=self.before,
+        metrics = summarize(self.records, ctx, server_before=self.before.total,
                             server_after=after if complete else None)
-        result = self._result(metrics, complete)
+        result = self._result(metrics, complete, by_url)
         path = write_point(self.run.results_dir, result)
+        if spec.vllm_result is not None and complete:  # vLLM writes none when interrupted
+            write_vllm_result(self.run.results_dir, result, self.records, spec.vllm_result,
+                              points=len(spec.conc))
         self.run.hooks.point_finished(self.plan.conc, result)
         return PointOutcome(self.plan.conc, result, complete, path)
 
-    def _result(self, metrics: PointMetrics, complete: bool) -> PointResult:
+    def _result(self, metrics: PointMetrics, complete: bool,
+                by_url: list[dict[str, Any]] | None) -> PointResult:
         """The metrics plus what only the runner knows (client health, identity, settings)."""
         run, spec = self.run, self.run.spec
         cpu = self.cpu_seconds
@@ -173,6 +191,8 @@ class Point:
             "warmup_requests": len(self.plan.warmup), "warmup_failed": self.warmup_failed,
             "loadgen_version": __version__,
             "tokenizer_check": run.server.tokenize_check,
+            # each --server-metrics URL's own figures beside the summed ones
+            "server_metrics_by_url": by_url,
         }
 
 

@@ -71,6 +71,13 @@ def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
     return Workload(spec, tokenizer, body_options(spec)).preflight_prompt()
 
 
+def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> tuple[tuple[str, int], tuple[int, int]]:
+    """(the preflight prompt, (input, output) tokens of the longest request) from one
+    Workload: the dataset is read and encoded once."""
+    workload = Workload(spec, tokenizer, body_options(spec))
+    return workload.preflight_prompt(), workload.longest_request()
+
+
 async def run_sweep(
     spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None,
     backend: Backend | None = None, clock: Clock = perf_counter_ns,
@@ -89,11 +96,11 @@ async def run_sweep(
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
-    probe = await asyncio.to_thread(probe_prompt, spec, tokenizer)
+    probe, longest = await asyncio.to_thread(probe_workload, spec, tokenizer)
     sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep)
     try:
         async with _backend(spec, results_dir, tokenizer, backend) as server:
-            await sweep.run(server, probe)
+            await sweep.run(server, probe, longest)
     except asyncio.CancelledError:
         sweep.finish(interrupted=True)
         raise
@@ -130,9 +137,10 @@ class _Sweep:
         self.current: Point | None = None
         self._finished: SweepOutcome | None = None
 
-    async def run(self, backend: Backend, probe: tuple[str, int]) -> None:
+    async def run(self, backend: Backend, probe: tuple[str, int],
+                  longest: tuple[int, int]) -> None:
         self.backend = backend
-        self.server = await backend.preflight(body_options(self.spec), probe)
+        self.server = await backend.preflight(body_options(self.spec), probe, longest)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
@@ -174,7 +182,8 @@ class _Sweep:
                         "error_rate": p.error_rate} for p in self.points],
         }
         write_atomic(self.results_dir / "run.json",
-                     orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+                     orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
+                                  default=str))  # nested settings (vllm_result) hold Paths
         if not results:
             return
         rows = sweep_rows(results)

@@ -71,6 +71,8 @@ MAX_PARSED_JSON_BYTES = 16 * 1024 * 1024
 RESERVED_OPTIONS = frozenset({
     "base_url", "model", "sim", "sim_args", "results", "results_dir", "dataset", "tokenizer",
     "metrics_port", "api_key", "no_progress",
+    # their vLLM-compatible aliases, and URLs the sidecar would fetch
+    "host", "port", "served_model_name", "dataset_path", "result_dir", "server_metrics",
 })
 
 

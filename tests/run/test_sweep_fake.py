@@ -17,6 +17,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from loadgen.client.preflight import ServerInfo
+from loadgen.client.server_metrics import Scrape
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord, TokenSource
@@ -53,7 +54,8 @@ class ExactServer:
         self.clock = clock
         self.sent: list[str] = []
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int]) -> ServerInfo:
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
         return ServerInfo(model="exact", max_model_len=None, version=None, spec_decoding=False,
                           token_source=TokenSource.TOKEN_IDS, options=options,
                           tokenize_check={"loadgen": probe[1], "server": probe[1],
@@ -78,7 +80,10 @@ class ExactServer:
         on_record(record)
         return record
 
-    async def scrape(self) -> None:
+    async def scrape(self) -> Scrape:
+        return Scrape()  # no /metrics: the server-side fields are null
+
+    def gauge_watch(self) -> None:
         return None
 
 
