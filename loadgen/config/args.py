@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import orjson
+
 from loadgen.config.spec import (
     ENCODER_NAMES,
     ENDPOINTS,
@@ -23,6 +25,7 @@ from loadgen.config.spec import (
     RunSpec,
     SpecError,
     parse_conc,
+    parse_extra_body,
     parse_header,
     parse_percentiles,
     parse_slos,
@@ -134,6 +137,9 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
                    help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
     w.add_argument("--seed", type=int, default=0, help="seed for prompts, lengths, arrivals")
+    w.add_argument("--extra-body", type=_typed(parse_extra_body), default={}, metavar="JSON",
+                   help='extra request-body fields, e.g. \'{"min_p": 0.1}\' (not those '
+                   "loadgen sets: model, prompt, max_tokens, stream, ...) (default: none)")
 
 
 def _results_flags(r: argparse._ArgumentGroup) -> None:
@@ -186,7 +192,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
         tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
-        progress=not args.no_progress,
+        progress=not args.no_progress, extra_body=args.extra_body,
     )
 
 
@@ -210,13 +216,19 @@ def parse_port(text: str) -> int:
     return port
 
 
-def _option_argv(name: str, value: Any) -> list[str]:
+def option_argv(name: str, value: Any) -> list[str]:
     flag = "--" + name.replace("_", "-")
     if value is None or value is False:
         return []
     if value is True:
         return [flag]
-    if isinstance(value, Mapping):  # slo
+    if name == "extra_body" and isinstance(value, Mapping):
+        return [flag, orjson.dumps(dict(value)).decode()]
+    if name == "sim_args" and isinstance(value, list | tuple):
+        return [flag, shlex.join(str(v) for v in value)]
+    if isinstance(value, Mapping):  # slo, header
+        if name == "header":
+            return [part for k, v in value.items() for part in (flag, f"{k}:{v}")]
         return [flag, ",".join(f"{k}={v}" for k, v in value.items())]
     if isinstance(value, list | tuple):
         if name == "header":
@@ -225,15 +237,25 @@ def _option_argv(name: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
-def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
-    """The sidecar's JSON options (flag names, `-` or `_`), validated like argv."""
+def option_dest(key: str) -> str:
+    """An option's argparse dest: flag names with `-` or `_`, plus the API's aliases."""
+    name = key.replace("-", "_")
+    return {"results_dir": "results", "headers": "header"}.get(name, name)
+
+
+def options_argv(options: Mapping[str, Any]) -> list[str]:
+    """Run options (flag names -> values, as JSON or YAML give them) as argv."""
     parser = build_parser()
     known = {action.dest for action in parser._actions} - {"help"}
     argv: list[str] = []
     for key, value in options.items():
-        name = key.replace("-", "_")
-        name = {"results_dir": "results", "headers": "header"}.get(name, name)
+        name = option_dest(key)
         if name not in known:
             raise SpecError(f"unknown option {key!r}; allowed: {', '.join(sorted(known))}")
-        argv += _option_argv(name, value)
-    return spec_from_argv(argv)
+        argv += option_argv(name, value)
+    return argv
+
+
+def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
+    """The sidecar's JSON options (flag names, `-` or `_`), validated like argv."""
+    return spec_from_argv(options_argv(options))
