@@ -245,6 +245,8 @@ def _redact(dest: str, value: Any) -> Any:
 
 
 def _redact_document(value: Any, key: str = "") -> Any:
+    if key and option_dest(key) in ("api_key", "header"):
+        return _redact(option_dest(key), value)
     if isinstance(value, Mapping):
         return {k: _redact_document(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):

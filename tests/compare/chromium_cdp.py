@@ -128,8 +128,9 @@ async def _browser(binary: str) -> AsyncIterator[int]:
                     await process.wait()
 
 
-async def open_page(binary: str, page: Path, screenshot: Path, expression: str) -> PageReport:
-    """Load `page` (a file), wait for it, screenshot it whole, evaluate `expression`."""
+async def open_page(binary: str, url_of_page: str, screenshot: Path,
+                    expression: str) -> PageReport:
+    """Load the page (a file: URL), wait for it, screenshot it whole, evaluate `expression`."""
     report = PageReport()
     async with _browser(binary) as port, aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{port}/json/list") as response:
@@ -143,7 +144,7 @@ async def open_page(binary: str, page: Path, screenshot: Path, expression: str) 
                     await cdp.call(f"{domain}.enable")
                 await cdp.call("Emulation.setDeviceMetricsOverride", width=1280, height=900,
                                deviceScaleFactor=1, mobile=False)
-                await cdp.call("Page.navigate", url=page.resolve().as_uri())
+                await cdp.call("Page.navigate", url=url_of_page)
                 await asyncio.wait_for(cdp.loaded.wait(), 30)
                 await asyncio.sleep(0.5)  # late requests and console messages, if any
                 size = (await cdp.call("Page.getLayoutMetrics"))["cssContentSize"]
@@ -151,7 +152,7 @@ async def open_page(binary: str, page: Path, screenshot: Path, expression: str) 
                                       captureBeyondViewport=True,
                                       clip={"x": 0, "y": 0, "width": size["width"],
                                             "height": min(size["height"], 16000), "scale": 1})
-                screenshot.write_bytes(base64.b64decode(shot["data"]))
+                await asyncio.to_thread(screenshot.write_bytes, base64.b64decode(shot["data"]))
                 report.screenshot = screenshot
                 value = await cdp.call("Runtime.evaluate", expression=expression,
                                        returnByValue=True)
