@@ -30,7 +30,8 @@ def _get(result: Mapping[str, Any], key: str) -> float | None:
 def _client_warnings(result: Mapping[str, Any]) -> list[str]:
     warnings = []
     lag, itl = _get(result, "client_loop_lag_p99_ms"), _get(result, "median_itl_ms")
-    relative = bool(itl) and lag is not None and lag >= max(LAG_FLOOR_MS, LAG_SHARE_OF_ITL * itl)
+    relative = (lag is not None and itl is not None and itl > 0
+                and lag >= max(LAG_FLOOR_MS, LAG_SHARE_OF_ITL * itl))
     if lag is not None and (lag >= LAG_ABS_MS or relative):
         share = f" ({lag / itl:.0%} of the median ITL {itl:.2f} ms)" if itl else ""
         warnings.append(f"client event-loop lag p99 {lag:.2f} ms{share}: arrival stamps may "
