@@ -7,7 +7,9 @@ is the baseline. Three comparisons, as MTP-vs-no-speculation studies publish the
   concurrency (the DeepSeek-V4 recipe's "+75% at conc 1" is the interactivity ratio);
 - matched interactivity: on each run's throughput-vs-interactivity Pareto frontier,
   throughput interpolated linearly between frontier points (never extrapolated) at the
-  interactivity levels of both frontiers' points inside their common range;
+  interactivity of each of the baseline's frontier points, where the run's frontier
+  reaches it: "at the interactivity the baseline had at conc N, this run serves x times
+  the throughput";
 - crossover: the concurrency where a run stops being ahead of (or behind) the baseline
   in throughput at matched concurrency, estimated where the ratio crosses 1 between two
   measured concurrencies (linear in log ratio against log concurrency).
@@ -65,6 +67,7 @@ class MatchedPoint:
     """Throughput of a run and of the baseline at one interactivity level."""
 
     run: str
+    baseline_conc: int  # the baseline point that set the level
     interactivity: float
     baseline_throughput: float
     throughput: float
@@ -157,13 +160,13 @@ def interpolate(frontier: Sequence[FrontierPoint], interactivity: float) -> floa
 
 def matched_interactivity(name: str, frontier: Sequence[FrontierPoint],
                           base: Sequence[FrontierPoint]) -> list[MatchedPoint]:
-    """Both frontiers at every interactivity of either's points within their common range."""
-    levels = sorted({p.interactivity for p in (*frontier, *base)})
+    """The run's frontier at the interactivity of each baseline frontier point it covers."""
     matched = []
-    for level in levels:
-        mine, theirs = interpolate(frontier, level), interpolate(base, level)
-        if mine is not None and theirs is not None and theirs > 0:
-            matched.append(MatchedPoint(name, level, theirs, mine, mine / theirs))
+    for point in base:
+        mine = interpolate(frontier, point.interactivity)
+        if mine is not None and point.throughput > 0:
+            matched.append(MatchedPoint(name, point.conc, point.interactivity,
+                                        point.throughput, mine, mine / point.throughput))
     return matched
 
 

@@ -82,9 +82,9 @@ def summary_lines(comparison: Comparison) -> list[str]:
         lines.append(f"{run} / {base} throughput at matched concurrency: "
                      f"{', '.join(speedups) or 'no common concurrency'}")
         matched = [m for m in comparison.matched if m.run == run]
-        lines.append(f"{run} / {base} throughput at matched interactivity: " + (", ".join(
-            f"{m.interactivity:,.1f} tok/s/user {times(m.ratio)}" for m in matched)
-            or "the frontiers share no interactivity range"))
+        lines.append(f"{run} / {base} throughput at {base}'s interactivity: " + (", ".join(
+            f"{m.interactivity:,.1f} tok/s/user (conc {m.baseline_conc}) {times(m.ratio)}"
+            for m in matched) or "the frontiers share no interactivity range"))
         found = [c for c in comparison.crossovers if c.run == run]
         for c in found:
             lines.append(f"crossover: {crossover_sentence(c)}")

@@ -143,15 +143,17 @@ def matched_section(comparison: Comparison) -> str:
     if not comparison.matched:
         return "<p>No two frontiers share an interactivity range.</p>"
     rows = "".join(
-        f'<tr data-run="{_e(m.run)}"><th>{_e(m.run)}</th>'
+        f'<tr data-run="{_e(m.run)}"><th>{_e(m.run)}</th><td class=num>{m.baseline_conc}</td>'
         + _num(m.interactivity, 1, "interactivity") + _num(m.baseline_throughput, 1,
                                                            "baseline_throughput")
         + _num(m.throughput, 1, "throughput") + _num(m.ratio, 2, "ratio") + "</tr>"
         for m in comparison.matched)
-    return (f'<table id="matched"><tr><th>run</th><th>tok/s/user</th>'
-            f"<th>{_e(comparison.baseline)} throughput</th><th>run throughput</th>"
-            f"<th>x</th></tr>{rows}</table><p class=meta>Throughput interpolated linearly "
-            "on each run's Pareto frontier (never extrapolated).</p>")
+    base = _e(comparison.baseline)
+    return (f'<table id="matched"><tr><th>run</th><th>{base} conc</th><th>tok/s/user</th>'
+            f"<th>{base} throughput</th><th>run throughput</th>"
+            f"<th>x</th></tr>{rows}</table><p class=meta>At the interactivity {base} reached "
+            "at each concurrency (its Pareto frontier), the run's throughput interpolated "
+            "linearly on its own frontier (never extrapolated).</p>")
 
 
 def warnings_section(warnings: Sequence[Warning_]) -> str:

@@ -72,8 +72,9 @@ def test_compare_ratios_matched_interactivity_and_per_gpu() -> None:
     at_75 = next(m for m in comparison.matched if m.interactivity == 75)
     expected = 1000 + (75 - 31.25) / (112.5 - 31.25) * (900 - 1000)
     assert at_75.throughput == pytest.approx(expected) and at_75.baseline_throughput == 600
-    assert at_75.ratio == pytest.approx(expected / 600)
-    assert all(50 <= m.interactivity <= 100 for m in comparison.matched)  # common range only
+    assert at_75.ratio == pytest.approx(expected / 600) and at_75.baseline_conc == 8
+    # at the baseline's other levels: 50 is inside mtp's frontier, 100 too (up to 175)
+    assert [m.baseline_conc for m in comparison.matched] == [32, 8, 1]
     with_gpus = compare([RunInput("a", {1: result(1, 80, 10, output_throughput_per_gpu=10)}),
                          RunInput("b", {1: result(1, 80, 10, output_throughput_per_gpu=20)})])
     assert with_gpus.per_gpu and with_gpus.rows[1].ratios["throughput"] == 2.0
