@@ -77,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="loadgen",
         description="Measure an OpenAI-compatible (vLLM) server at controlled concurrency: "
-        "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. Other commands: "
-        "`loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
+        "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. `loadgen --config "
+        "sweep.yaml [flags]` runs a sweep file's lanes (flags given apply to every lane). "
+        "Other commands: `loadgen compare --help`, `loadgen report --help` (compare result "
+        "directories), `loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
         formatter_class=_Help,
     )
     _target_flags(p.add_argument_group("target"))
