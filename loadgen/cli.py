@@ -1,8 +1,9 @@
 """The `loadgen` command: subcommands, signals, and the one map from errors to exit codes.
 
-`loadgen [run] ...` measures a server, `loadgen sim ...` runs the simulator, `loadgen
-serve ...` runs the sidecar. Every run-level failure is a `LoadgenError`; `_guarded`
-turns it into one line on stderr and its exit status, here and nowhere else.
+`loadgen [run] ...` measures a server, `loadgen --config sweep.yaml` runs a sweep file's
+lanes, `loadgen compare|report RUN...` compares results, `loadgen sim ...` runs the
+simulator, `loadgen serve ...` runs the sidecar. Every run-level failure is a
+`LoadgenError`; `_guarded` turns it into one line on stderr and its exit status.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loadgen.config.args import parse_run_args
@@ -21,6 +23,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.errors import Interrupted, LoadgenError, UsageError
 
 if TYPE_CHECKING:
+    from loadgen.config.sweepfile import SweepPlan
     from loadgen.run.observers import RunObserver
 
 
@@ -34,8 +37,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loadgen.sidecar.service import main as serve_main
 
         return int(serve_main(args[1:]))
+    if args and args[0] in ("compare", "report"):
+        from loadgen.compare.cli import compare_main, report_main
+
+        return (compare_main if args[0] == "compare" else report_main)(args[1:])
     if args and args[0] == "run":
         args = args[1:]
+    if any(a == "--config" or a.startswith("--config=") for a in args):
+        return run_config(args)
     try:
         spec, metrics_port = parse_run_args(args, os.environ)
     except LoadgenError as exc:
@@ -49,7 +58,36 @@ def run(spec: RunSpec, *, metrics_port: int | None = None) -> int:
     """Run the sweep on uvloop; Ctrl-C/SIGTERM stop it cleanly (partial results kept)."""
     import uvloop
 
-    return int(uvloop.run(_guarded(_run(spec, metrics_port), spec)))
+    return int(uvloop.run(_guarded(_run(spec, metrics_port), spec.results_dir)))
+
+
+def run_config(argv: Sequence[str]) -> int:
+    """`loadgen --config sweep.yaml [flags for every lane]`: every lane, then the comparison
+    and the HTML report of the tree."""
+    import uvloop
+
+    from loadgen.config.sweepfile import load_sweep, parse_config_argv
+
+    try:
+        path, tree, overrides = parse_config_argv(argv)
+        plan = load_sweep(path, overrides=overrides, env=os.environ, results_dir=tree)
+    except LoadgenError as exc:
+        return _report(exc)
+    return int(uvloop.run(_guarded(_run_lanes(plan), plan.results_dir)))
+
+
+async def _run_lanes(plan: SweepPlan) -> int:
+    from loadgen.compare.cli import publish_tree
+    from loadgen.run.lanes import check_workloads, run_lanes
+
+    await check_workloads(plan)
+    outcome = await run_lanes(plan)
+    print(f"loadgen: results in {outcome.results_dir} (one directory per lane)",
+          file=sys.stderr)
+    if outcome.measured:
+        report = await asyncio.to_thread(publish_tree, outcome.results_dir)
+        print(f"loadgen: report in {report}", file=sys.stderr)
+    return outcome.exit_code
 
 
 def _report(exc: LoadgenError) -> int:
@@ -58,7 +96,7 @@ def _report(exc: LoadgenError) -> int:
     return exc.exit_code
 
 
-async def _guarded(work: Awaitable[int], spec: RunSpec) -> int:
+async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
     """Signals cancel the run; every LoadgenError becomes its line and exit status."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
@@ -69,7 +107,7 @@ async def _guarded(work: Awaitable[int], spec: RunSpec) -> int:
         return await work
     except asyncio.CancelledError:
         stopped = Interrupted(f"interrupted; everything measured so far is in "
-                              f"{spec.results_dir} (the last point is marked complete: false)")
+                              f"{results_dir} (the last point is marked complete: false)")
         print(f"loadgen: {stopped}", file=sys.stderr)
         return stopped.exit_code
     except LoadgenError as exc:

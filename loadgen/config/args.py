@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import orjson
+
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.spec import (
     ENCODER_NAMES,
@@ -23,6 +25,7 @@ from loadgen.config.spec import (
     RunSpec,
     SpecError,
     parse_conc,
+    parse_extra_body,
     parse_header,
     parse_percentiles,
     parse_slos,
@@ -85,8 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="loadgen",
         description="Measure an OpenAI-compatible (vLLM) server at controlled concurrency: "
-        "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. Other commands: "
-        "`loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
+        "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. `loadgen --config "
+        "sweep.yaml [flags]` runs a sweep file's lanes (flags given apply to every lane). "
+        "Other commands: `loadgen compare --help`, `loadgen report --help` (compare result "
+        "directories), `loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
         formatter_class=_Help,
     )
     _target_flags(p.add_argument_group("target"))
@@ -162,6 +167,9 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
                    help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
     w.add_argument("--seed", type=int, default=0, help="seed for prompts, lengths, arrivals")
+    w.add_argument("--extra-body", type=_typed(parse_extra_body), default={}, metavar="JSON",
+                   help='extra request-body fields, e.g. \'{"min_p": 0.1}\' (not those '
+                   "loadgen sets: model, prompt, max_tokens, stream, ...) (default: none)")
 
 
 def _results_flags(r: argparse._ArgumentGroup) -> None:
@@ -221,7 +229,8 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
         tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
-        progress=not args.no_progress, server_metrics=tuple(args.server_metrics), **compat,
+        progress=not args.no_progress, server_metrics=tuple(args.server_metrics),
+        extra_body=args.extra_body, **compat,
     )
 
 
@@ -245,13 +254,19 @@ def parse_port(text: str) -> int:
     return port
 
 
-def _option_argv(name: str, value: Any) -> list[str]:
+def option_argv(name: str, value: Any) -> list[str]:
     flag = "--" + name.replace("_", "-")
     if value is None or value is False:
         return []
     if value is True:
         return [flag]
-    if isinstance(value, Mapping):  # slo
+    if name == "extra_body" and isinstance(value, Mapping):
+        return [flag, orjson.dumps(dict(value)).decode()]
+    if name == "sim_args" and isinstance(value, list | tuple):
+        return [flag, shlex.join(str(v) for v in value)]
+    if isinstance(value, Mapping):  # slo, header
+        if name == "header":
+            return [part for k, v in value.items() for part in (flag, f"{k}:{v}")]
         return [flag, ",".join(f"{k}={v}" for k, v in value.items())]
     if isinstance(value, list | tuple):
         if name in REPEATED_OPTIONS:
@@ -264,15 +279,25 @@ def _option_argv(name: str, value: Any) -> list[str]:
 REPEATED_OPTIONS = frozenset({"header", "server_metrics", "goodput", "metadata"})
 
 
-def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
-    """The sidecar's JSON options (flag names, `-` or `_`), validated like argv."""
+def option_dest(key: str) -> str:
+    """An option's argparse dest: flag names with `-` or `_`, plus the API's aliases."""
+    name = key.replace("-", "_")
+    return {"results_dir": "results", "headers": "header"}.get(name, name)
+
+
+def options_argv(options: Mapping[str, Any]) -> list[str]:
+    """Run options (flag names -> values, as JSON or YAML give them) as argv."""
     parser = build_parser()
     known = {action.dest for action in parser._actions} - {"help"}
     argv: list[str] = []
     for key, value in options.items():
-        name = key.replace("-", "_")
-        name = {"results_dir": "results", "headers": "header"}.get(name, name)
+        name = option_dest(key)
         if name not in known:
             raise SpecError(f"unknown option {key!r}; allowed: {', '.join(sorted(known))}")
-        argv += _option_argv(name, value)
-    return spec_from_argv(argv)
+        argv += option_argv(name, value)
+    return argv
+
+
+def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
+    """The sidecar's JSON options (flag names, `-` or `_`), validated like argv."""
+    return spec_from_argv(options_argv(options))

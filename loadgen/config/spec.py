@@ -10,7 +10,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+import orjson
 
 from encoders import ENCODERS
 from loadgen.config.redact import url_has_credentials
@@ -91,6 +93,9 @@ class RunSpec:
     server_metrics: tuple[str, ...] = ()  # /metrics URLs scraped instead of the target's
     vllm_result: VllmResultOptions | None = None
     ignored_flags: tuple[str, ...] = ()  # accepted for compatibility, said once on stderr
+    # Extra request-body fields (vLLM's `--extra-body`), e.g. {"min_p": 0.1}; never the
+    # fields loadgen sets itself (EXTRA_BODY_RESERVED).
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -179,6 +184,40 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 
 
 _HEADER_SEP = re.compile(r"[:=]")
+# Body fields loadgen sets itself: overriding them would change what is measured (the
+# token counts, the stream, the length) behind the back of the flag that owns them.
+EXTRA_BODY_RESERVED: Mapping[str, str] = {
+    "model": "use --model", "prompt": "loadgen builds the prompt",
+    "messages": "loadgen builds the messages", "max_tokens": "use --osl",
+    "max_completion_tokens": "use --osl", "temperature": "use --temperature",
+    "seed": "use --seed", "chat_template_kwargs": "use --thinking / --reasoning-effort",
+    "stream": "loadgen always streams", "stream_options": "loadgen needs per-chunk usage",
+    "ignore_eos": "loadgen needs exactly --osl tokens",
+    "return_token_ids": "loadgen counts tokens with it", "logprobs": "loadgen may count "
+    "tokens with it", "top_logprobs": "loadgen may count tokens with it",
+    "add_special_tokens": "loadgen adds the template and BOS itself",
+    "n": "one choice per request is what is measured",
+    "best_of": "one choice per request is what is measured",
+}
+
+
+def parse_extra_body(text: str) -> dict[str, Any]:
+    """`{"min_p": 0.1}`: a JSON object of extra request-body fields."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise SpecError(f"--extra-body {text!r}: not JSON; expected an object like "
+                        '{"min_p": 0.1}') from None
+    if not isinstance(value, dict):
+        raise SpecError(f"--extra-body {text!r}: expected a JSON object like {{\"min_p\": 0.1}}")
+    check_extra_body(value)
+    return value
+
+
+def check_extra_body(body: Mapping[str, Any]) -> None:
+    for key in body:
+        if key in EXTRA_BODY_RESERVED:
+            raise SpecError(f"--extra-body: {key!r} is set by loadgen ({EXTRA_BODY_RESERVED[key]})")
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -245,6 +284,7 @@ def validate(spec: RunSpec) -> None:
     _check(spec.request_timeout_s is None or spec.request_timeout_s > 0,
            "--request-timeout: must be > 0 seconds")
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
+    check_extra_body(spec.extra_body)
     if spec.dataset is not None:
         _check(spec.dataset.is_file(), f"--dataset {spec.dataset}: no such file")
     for url in spec.server_metrics:

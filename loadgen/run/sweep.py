@@ -62,6 +62,7 @@ def body_options(spec: RunSpec) -> BodyOptions:
     return BodyOptions(
         endpoint=spec.endpoint, model=spec.model or "", temperature=spec.temperature,
         seed=spec.seed, thinking=spec.thinking, reasoning_effort=spec.reasoning_effort,
+        extra_body=spec.extra_body,
     )
 
 

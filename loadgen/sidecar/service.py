@@ -2,7 +2,9 @@
 plus /metrics (live Prometheus), /healthz and /readyz.
 
   POST   /v1/runs                 {"conc": "4..64", "isl": 8192, ...} -> 202 {"id": ...}
-                                  (400 invalid, 409 a run is active)
+                                  (400 invalid, 409 a run is active); or a sweep file's
+                                  document ({"lanes": [...]}, JSON or application/yaml):
+                                  its lanes run one after another into results/<lane>/
   GET    /v1/runs                 every run, newest first (survives restarts)
   GET    /v1/runs/{id}            state, progress, per-point summaries
   GET    /v1/runs/{id}/results    the result files (point JSONs parsed, all files listed)
@@ -37,14 +39,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from tokenizers import Tokenizer
 
-from loadgen.config.args import spec_from_options
 from loadgen.config.redact import redact_json, redact_text
 from loadgen.config.spec import RunSpec, SpecError
+from loadgen.config.sweepfile import Lane
 from loadgen.errors import UsageError
 from loadgen.run.ids import RUN_ID
 from loadgen.run.observers import FanoutObserver
 from loadgen.sidecar.auth import auth_middleware, token_problem
 from loadgen.sidecar.canary import Canary, CanarySettings
+from loadgen.sidecar.options import parse_body, plan_for, spec_for
 from loadgen.sidecar.result_files import (
     NotServed,
     list_beneath,
@@ -66,14 +69,6 @@ TOKEN_ENV = "LOADGEN_API_TOKEN"
 MAX_BODY_BYTES = 64 * 1024
 # GET /results parses each JSON file; a point file is ~10 KB, anything this big is not one.
 MAX_PARSED_JSON_BYTES = 16 * 1024 * 1024
-# Options the sidecar sets itself (the target, where results go) or does not accept from
-# the network (paths on its disk, credentials): normalised names (`-` -> `_`).
-RESERVED_OPTIONS = frozenset({
-    "base_url", "model", "sim", "sim_args", "results", "results_dir", "dataset", "tokenizer",
-    "metrics_port", "api_key", "no_progress",
-    # their vLLM-compatible aliases, and URLs the sidecar would fetch
-    "host", "port", "served_model_name", "dataset_path", "result_dir", "server_metrics",
-})
 
 
 class ServiceError(UsageError):
@@ -112,16 +107,6 @@ def check_exposure(config: ServiceConfig) -> None:
             f"refusing to listen on {config.host} without {TOKEN_ENV}: set {TOKEN_ENV} "
             "to a secret (e.g. `openssl rand -hex 16`), listen on 127.0.0.1, or pass "
             "--insecure-no-auth")
-
-
-def spec_for(config: ServiceConfig, options: Mapping[str, Any], results_dir: Path) -> RunSpec:
-    """The caller's options, validated by the CLI's own code, aimed at our target."""
-    reserved = sorted(k for k in options if k.replace("-", "_") in RESERVED_OPTIONS)
-    if reserved:
-        raise SpecError(f"{', '.join(reserved)}: not accepted over the API (the sidecar sets "
-                        "the target, model and results directory itself)")
-    return spec_from_options({**options, "base_url": config.target, "model": config.model,
-                              "results": str(results_dir), "no_progress": True})
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -168,25 +153,31 @@ class Service:
 
     async def post_run(self, request: web.Request) -> web.Response:
         try:
-            options = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            return error(400, f"body is not JSON: {exc}")
+            options = parse_body(await request.read(), request.content_type)
+        except SpecError as exc:
+            return error(400, str(exc))
         if not isinstance(options, dict):
             return error(400, 'body must be a JSON object of run options, e.g. '
-                         '{"conc": "4..64", "isl": 1024, "osl": 256}')
+                         '{"conc": "4..64", "isl": 1024, "osl": 256}, or a sweep document')
         if self.manager.active_id is not None:
             return error(409, f"run {self.manager.active_id} is still running; DELETE it or wait")
         probe_dir = self.config.data_dir / "runs" / "pending"
         try:
-            spec = spec_for(self.config, options, probe_dir)
-            await self._check_workload(spec)
+            if "lanes" in options:
+                plan = plan_for(self.config, options, probe_dir)
+                for lane in plan.lanes:
+                    await self._check_workload(lane.spec)
+                points, sweep = plan.points, self._lanes
+            else:
+                spec = spec_for(self.config, options, probe_dir)
+                await self._check_workload(spec)
+                points, sweep = len(spec.conc), self._sweep
         except SpecError as exc:
             return error(400, str(exc))
         await self.canary.pause()
         try:
             # The record (run.json, GET) keeps the options redacted; the sweep the real ones.
-            record = self.manager.start(options, len(spec.conc),
-                                        functools.partial(self._sweep, options))
+            record = self.manager.start(options, points, functools.partial(sweep, options))
         except Busy as exc:
             return error(409, str(exc))
         return json_response({"id": record.id, "state": record.state,
@@ -217,6 +208,33 @@ class Service:
                             tokenizer=await self._tokenizer())
         finally:
             metrics.finished()
+
+    async def _lanes(self, options: Mapping[str, Any], record: RunRecord, results_dir: Path,
+                     progress: ProgressObserver) -> None:
+        """A sweep document's lanes, each with its own live-metrics observer."""
+        from loadgen.run.lanes import run_lanes
+        from loadgen.sinks.prometheus import MetricsObserver
+
+        plan = plan_for(self.config, options, results_dir)
+        current: list[MetricsObserver] = []
+
+        def observer_for(lane: Lane) -> FanoutObserver:
+            for done in current:  # the previous lane's series: nothing in flight any more
+                done.finished()
+            current[:] = [self.metrics.observer(
+                model=self.config.model, endpoint=lane.spec.endpoint,
+                points=len(lane.spec.conc), spec_tokens=lane.spec.spec_tokens)]
+            return FanoutObserver(progress, current[0])
+
+        try:
+            outcome = await run_lanes(plan, observer_for=observer_for,
+                                      tokenizer=await self._tokenizer())
+        finally:
+            for done in current:
+                done.finished()
+        failed = [lane.name for lane in outcome.lanes if lane.state == "failed"]
+        if failed:
+            raise RuntimeError(f"lanes failed: {', '.join(failed)} (see results/lanes.json)")
 
     def _record(self, request: web.Request) -> RunRecord | None:
         run_id = request.match_info["id"]
