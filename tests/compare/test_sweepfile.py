@@ -75,7 +75,7 @@ def test_argv_flags_override_every_lane_and_the_tree() -> None:
     ("lanes: [{name: a, conc: [4, x]}]", "lanes[0].conc: --conc '4,x': expected"),
     ("lanes: [{name: a, conc: {x: 1}}]", "lanes[0].conc: expected a list of numbers"),
     ("lanes: [{name: a, conc: 9..3}]", "lanes[0].conc: --conc 9..3: need 1 <= A <= B"),
-    ("lanes: [{name: a, endpoint: rest}]", "lanes[0].endpoint: --endpoint 'rest': allowed: completions, chat"),
+    ("lanes: [{name: a, endpoint: rest}]", "lanes[0].endpoint: --endpoint 'rest': allowed"),
     ("workload: {isl: 0}\nlanes: [{name: a, osl: 1, conc: 1, sim: true}]",
      "workload.isl: --isl 0: must be >= 1 token"),
     ("lanes: [{name: a, sim: true}]", "lanes[0] (a): --conc is required"),
