@@ -23,9 +23,12 @@ from loadgen.config.spec import (
     RunSpec,
     SpecError,
     parse_conc,
+    parse_cpu_list,
     parse_header,
     parse_percentiles,
+    parse_shard,
     parse_slos,
+    parse_workers,
 )
 
 
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     _target_flags(p.add_argument_group("target"))
     _workload_flags(p.add_argument_group("workload"))
     _results_flags(p.add_argument_group("results"))
+    _scale_flags(p.add_argument_group("scale out (README: workers and shards)"))
     return p
 
 
@@ -164,6 +168,19 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
                    "(0 = any free port, printed) (default: off)")
 
 
+def _scale_flags(s: argparse._ArgumentGroup) -> None:
+    s.add_argument("--workers", type=_typed(parse_workers), default=1, metavar="N|auto",
+                   help="client processes on this machine, each with its own event loop, "
+                   "connections and share of every point's concurrency; auto picks from the "
+                   "cores and the largest --conc and says what it chose (1 = this process)")
+    s.add_argument("--cpu-affinity", type=_typed(parse_cpu_list), default=(), metavar="CPUS",
+                   help="pin worker i to the i-th CPU of this list (taskset syntax, e.g. 2-7) "
+                   "(default: not pinned)")
+    s.add_argument("--shard", type=_typed(parse_shard), default=(0, 1), metavar="I/N",
+                   help="run shard I (from 0) of N of every point, for `loadgen merge` to "
+                   "combine with the other shards' results (default: 0/1, the whole point)")
+
+
 def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
     if args.sim and args.base_url:
         raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
@@ -186,7 +203,9 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
         tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
-        progress=not args.no_progress,
+        progress=not args.no_progress, workers=args.workers,
+        cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
+        shard_count=args.shard[1],
     )
 
 

@@ -22,6 +22,7 @@ THINKING_MODES: tuple[str, ...] = ("chat", "thinking")
 REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 SLO_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
 MAX_CONC = 65536
+MAX_WORKERS = 256
 
 
 class SpecError(UsageError):
@@ -63,6 +64,10 @@ class RunSpec:
     sim: bool = False
     sim_args: tuple[str, ...] = ()
     progress: bool = True
+    workers: int | None = 1  # client processes on this machine; None = auto (resolved at run)
+    cpu_affinity: tuple[int, ...] = ()  # worker i runs on cpu_affinity[i % len]
+    shard_index: int = 0  # this run sends shard `shard_index` of `shard_count` of each point
+    shard_count: int = 1
 
     def __post_init__(self) -> None:
         validate(self)
@@ -155,6 +160,50 @@ def parse_header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def parse_workers(text: str) -> int | None:
+    """`N` worker processes, or `auto` (None: chosen from the cores and the concurrency)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SpecError(f"--workers {text!r}: expected a number of processes or auto") from None
+    if not 1 <= value <= MAX_WORKERS:
+        raise SpecError(f"--workers {value}: must be in 1..{MAX_WORKERS} (or auto)")
+    return value
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Linux cpu-list syntax, as taskset -c: `0-3`, `2,4,6`, `0-1,8-9`."""
+    cpus: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            low, sep, high = part.partition("-")
+            first, last = int(low), int(high) if sep else int(low)
+            if first < 0 or last < first:
+                raise ValueError
+            cpus += range(first, last + 1)
+    except ValueError:
+        raise SpecError(f"--cpu-affinity {text!r}: expected CPU numbers like 0-3 or 2,4,6") \
+            from None
+    if not cpus or len(set(cpus)) != len(cpus):
+        raise SpecError(f"--cpu-affinity {text!r}: list each CPU once")
+    return tuple(cpus)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`I/N`: shard I (0-based, like a Kubernetes completion index) of N."""
+    index, sep, count = text.strip().partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not sep or not 0 <= i < n:
+        raise SpecError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/4 "
+                        "(I counts from 0, like a Kubernetes Job completion index)")
+    return i, n
+
+
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise SpecError(message)
@@ -196,3 +245,10 @@ def validate(spec: RunSpec) -> None:
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
     if spec.dataset is not None:
         _check(spec.dataset.is_file(), f"--dataset {spec.dataset}: no such file")
+    _check(spec.workers is None or 1 <= spec.workers <= MAX_WORKERS,
+           f"--workers: must be in 1..{MAX_WORKERS} (or auto)")
+    _check(0 <= spec.shard_index < spec.shard_count,
+           f"--shard {spec.shard_index}/{spec.shard_count}: need 0 <= I < N")
+    _check(not spec.cpu_affinity or spec.workers != 1,
+           "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
+           "auto), or start a single process under taskset")

@@ -73,10 +73,15 @@ class HttpBackend:
             self.session, self.base_url, wanted_model=spec.model, isl=spec.isl, osl=spec.osl,
             options=options, prompt=probe, request_timeout_s=spec.request_timeout_s,
         )
-        self._transport = Transport(self.session, self.base_url + server.options.path,
-                                    request_timeout_s=spec.request_timeout_s,
-                                    count_text=text_counter(self.tokenizer))
+        self.adopt(server)
         return server
+
+    def adopt(self, server: ServerInfo) -> None:
+        """Send with what another process's preflight found (a worker process: the
+        parent checked the server once for all of them)."""
+        self._transport = Transport(self.session, self.base_url + server.options.path,
+                                    request_timeout_s=self.spec.request_timeout_s,
+                                    count_text=text_counter(self.tokenizer))
 
     async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
                    scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
@@ -86,6 +91,13 @@ class HttpBackend:
 
     async def scrape(self) -> ServerSnapshot | None:
         return await scrape_metrics(self.session, self.base_url)
+
+
+def request_headers(spec: RunSpec) -> dict[str, str]:
+    headers = dict(spec.headers)
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
+    return headers
 
 
 @contextlib.asynccontextmanager
@@ -100,9 +112,6 @@ async def http_backend(spec: RunSpec, results_dir: Path,
             url = await stack.enter_async_context(
                 embedded_simulator(spec.sim_args, log_path=results_dir / "simulator.log"))
             spec, target = dataclasses.replace(spec, base_url=url), "simulator"
-        headers = dict(spec.headers)
-        if spec.api_key:
-            headers["Authorization"] = f"Bearer {spec.api_key}"
         session = await stack.enter_async_context(
-            open_session(max_connections=max(spec.conc), headers=headers))
+            open_session(max_connections=max(spec.conc), headers=request_headers(spec)))
         yield HttpBackend(spec, session, target, tokenizer)

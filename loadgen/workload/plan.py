@@ -25,6 +25,11 @@ from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, enc
 MEASURED, WARMUP, PREFLIGHT = 0, 1, 2  # rng stream ids
 SYNTH_BATCH = 256  # prompts synthesized at a time (bounds peak memory)
 SEED_BITS = 31  # request seeds fit a signed 32-bit int (vLLM accepts any int)
+Keep = Callable[[int], bool]  # request index -> build it (one process's share of a point)
+
+
+def _all(_index: int) -> bool:
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,29 +95,33 @@ class Workload:
         self.dataset = load_dataset(spec.dataset) if spec.dataset is not None else None
         self._dataset_prompts: dict[int, tuple[str, int]] = {}
 
-    def point(self, conc: int) -> PointPlan:
+    def point(self, conc: int, keep: Keep | None = None) -> PointPlan:
+        """The point's requests; with `keep`, only those whose index it accepts (one
+        process's share: the others are drawn, so the kept ones are the same, not built)."""
         spec = self.spec
-        warmup = self.requests(conc * spec.warmup_per_conc, point_rng(spec, conc, WARMUP))
-        measured = self.requests(conc * spec.prompts_per_conc, point_rng(spec, conc, MEASURED))
+        warmup = self.requests(conc * spec.warmup_per_conc, point_rng(spec, conc, WARMUP), keep)
+        measured = self.requests(conc * spec.prompts_per_conc, point_rng(spec, conc, MEASURED),
+                                 keep)
         return PointPlan(conc=conc, warmup=tuple(warmup), measured=tuple(measured))
 
-    def requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
+    def requests(self, count: int, rng: np.random.Generator,
+                 keep: Keep | None = None) -> list[RequestSpec]:
         try:
-            return self._requests(count, rng)
+            return self._requests(count, rng, keep or _all)
         except (ValueError, EncodingError) as exc:  # synthesis refuses the settings
             raise SpecError(f"cannot build prompts for --isl {self.spec.isl} "
                             f"--encoder {self.spec.encoder}: {exc}") from None
 
-    def _requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
+    def _requests(self, count: int, rng: np.random.Generator, keep: Keep) -> list[RequestSpec]:
         if count == 0:
             return []
         spec = self.spec
         osls = sample_lengths(rng, count, spec.osl, spec.range_ratio)
         seeds = [int(s) for s in rng.integers(0, 1 << SEED_BITS, size=count)]
         if self.dataset is not None:
-            return self._from_dataset(osls, seeds, rng)
+            return self._from_dataset(osls, seeds, rng, keep)
         isls = sample_lengths(rng, count, spec.isl, spec.range_ratio)
-        return self._synthesized(isls, osls, seeds, rng)
+        return self._synthesized(isls, osls, seeds, rng, keep)
 
     def _synthesized(
         self,
@@ -120,6 +129,7 @@ class Workload:
         osls: Sequence[int],
         seeds: Sequence[int],
         rng: np.random.Generator,
+        keep: Keep,
     ) -> list[RequestSpec]:
         from loadgen.workload.prompts import synthesize_prompts, word_pool  # the encoder helper's
 
@@ -134,6 +144,8 @@ class Workload:
                 tokenizer=self.tokenizer, rng=rng, pool=pool,
             )
             for index, prompt in enumerate(prompts, first):
+                if not keep(index):
+                    continue
                 osl, seed = osls[index], seeds[index]
                 if self.options.endpoint == "completions":
                     body = encode_body(completion_body(self.options, prompt.text, osl, seed))
@@ -145,12 +157,14 @@ class Workload:
         return requests
 
     def _from_dataset(
-        self, osls: Sequence[int], seeds: Sequence[int], rng: np.random.Generator
+        self, osls: Sequence[int], seeds: Sequence[int], rng: np.random.Generator, keep: Keep
     ) -> list[RequestSpec]:
         assert self.dataset is not None
         order = rng.permutation(len(self.dataset))
         requests = []
         for index, (osl, seed) in enumerate(zip(osls, seeds, strict=True)):
+            if not keep(index):
+                continue
             line = int(order[index % len(order)])
             messages = self.dataset[line]
             text, input_len = self._encoded(line)
