@@ -1,8 +1,9 @@
 """The `loadgen` command: subcommands, signals, and the one map from errors to exit codes.
 
 `loadgen [run] ...` measures a server, `loadgen sim ...` runs the simulator, `loadgen
-serve ...` runs the sidecar. Every run-level failure is a `LoadgenError`; `_guarded`
-turns it into one line on stderr and its exit status, here and nowhere else.
+serve ...` runs the sidecar, `loadgen merge ...` combines shard results. Every run-level
+failure is a `LoadgenError`; `_guarded` turns it into one line on stderr and its exit
+status, here and nowhere else.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loadgen.sidecar.service import main as serve_main
 
         return int(serve_main(args[1:]))
+    if args and args[0] == "merge":
+        return merge(args[1:])
     if args and args[0] == "run":
         args = args[1:]
     try:
@@ -40,6 +43,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoadgenError as exc:
         return _report(exc)
     return run(spec, metrics_port=metrics_port)
+
+
+def merge(argv: Sequence[str]) -> int:
+    """`loadgen merge DIR... --results OUT`: shard result directories -> one result set."""
+    import argparse
+    from pathlib import Path
+
+    from loadgen.run.shards import merge_results
+
+    parser = argparse.ArgumentParser(
+        prog="loadgen merge", description="Combine the result directories of the N shards "
+        "of one run (`loadgen --shard I/N ...`) into one result set, exactly: every point "
+        "is summarized again from all shards' raw records.")
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                        help="each shard's --results directory")
+    parser.add_argument("--results", type=Path, required=True, metavar="OUT",
+                        help="where the merged result set goes (a new directory)")
+    args = parser.parse_args(list(argv))  # argparse's own usage errors exit 2 as well
+    try:
+        outcome = merge_results(args.dirs, args.results)
+    except LoadgenError as exc:
+        return _report(exc)
+    for line in outcome.refused:
+        print(f"loadgen merge: refused {line}", file=sys.stderr)
+    print(f"loadgen merge: {len(outcome.points)} point(s) of {len(args.dirs)} shards in "
+          f"{outcome.results_dir}", file=sys.stderr)
+    return outcome.exit_code
 
 
 def run(spec: RunSpec, *, metrics_port: int | None = None) -> int:

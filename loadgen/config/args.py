@@ -179,6 +179,10 @@ def _scale_flags(s: argparse._ArgumentGroup) -> None:
     s.add_argument("--shard", type=_typed(parse_shard), default=(0, 1), metavar="I/N",
                    help="run shard I (from 0) of N of every point, for `loadgen merge` to "
                    "combine with the other shards' results (default: 0/1, the whole point)")
+    s.add_argument("--shard-sync", type=Path, default=None, metavar="DIR",
+                   help="a directory every shard can write (e.g. on the shared results "
+                   "volume), empty for each run: shards start each point's measured phase "
+                   "together, so their points overlap (default: shards run independently)")
 
 
 def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
@@ -205,7 +209,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
         progress=not args.no_progress, workers=args.workers,
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
-        shard_count=args.shard[1],
+        shard_count=args.shard[1], shard_sync=args.shard_sync,
     )
 
 

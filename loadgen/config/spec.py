@@ -68,6 +68,7 @@ class RunSpec:
     cpu_affinity: tuple[int, ...] = ()  # worker i runs on cpu_affinity[i % len]
     shard_index: int = 0  # this run sends shard `shard_index` of `shard_count` of each point
     shard_count: int = 1
+    shard_sync: Path | None = None  # a directory all shards share: start points together
 
     def __post_init__(self) -> None:
         validate(self)
@@ -249,6 +250,8 @@ def validate(spec: RunSpec) -> None:
            f"--workers: must be in 1..{MAX_WORKERS} (or auto)")
     _check(0 <= spec.shard_index < spec.shard_count,
            f"--shard {spec.shard_index}/{spec.shard_count}: need 0 <= I < N")
+    _check(spec.shard_sync is None or spec.shard_count > 1,
+           "--shard-sync lines up the shards of a --shard I/N run: use it with --shard")
     _check(not spec.cpu_affinity or spec.workers != 1,
            "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
            "auto), or start a single process under taskset")

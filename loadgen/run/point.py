@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,8 @@ class RunContext:
     hooks: RunObserver
     clock: Clock
     sleep: Sleep
+    # before each measured phase, once warmed up: wait for the other shards (--shard-sync)
+    barrier: Callable[[int], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,8 @@ class PointOutcome:
 
     @property
     def error_rate(self) -> float:
-        return self.result["error_rate"]
+        # None without requests (a shard holding none of a small point's slots)
+        return self.result["error_rate"] or 0.0
 
 
 class PointRecords:
@@ -187,6 +190,8 @@ class Point:
     async def run_to_end(self) -> PointOutcome:
         assert self.recorded is not None
         await self.warm_up()
+        if self.run.barrier is not None:
+            await self.run.barrier(self.plan.conc)
         self.recorded.begin(await self.run.backend.scrape())
         await self.measure()
         after = await self.run.backend.scrape()

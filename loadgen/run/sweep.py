@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
@@ -32,6 +32,7 @@ from loadgen.run.ids import new_run_id
 from loadgen.run.observers import FanoutObserver, RunObserver
 from loadgen.run.point import Point, PointOutcome, RunContext
 from loadgen.run.scheduler import Clock, Sleep
+from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
 from loadgen.sinks.files import write_atomic
 from loadgen.sinks.plot import plot_sweep
@@ -144,7 +145,7 @@ class _Sweep:
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
-                             self.hooks, self.clock, self.sleep)
+                             self.hooks, self.clock, self.sleep, self._barrier())
         if self.spec.workers != 1:
             await self._run_on_workers(context)
             return
@@ -157,6 +158,14 @@ class _Sweep:
                                  label=share.label)
             self.points.append(await self.current.run_to_end())
             self.current = None
+
+    def _barrier(self) -> Callable[[int], Awaitable[None]] | None:
+        spec = self.spec
+        if spec.shard_sync is None:
+            return None
+        barrier = ShardBarrier(spec.shard_sync, spec.shard_index, spec.shard_count)
+        barrier.check_fresh()
+        return barrier.wait
 
     async def _run_on_workers(self, context: RunContext) -> None:
         from loadgen.run.workers import worker_pool

@@ -150,6 +150,8 @@ class WorkerPool:
             handle.send(Kind.POINT, {"conc": conc})
         for body in (await self._collect(state.active, Kind.WARM)).values():
             state.warmup_failed += int(body["warmup_failed"])
+        if self.context.barrier is not None:
+            await self.context.barrier(conc)
         state.recorded.begin(await self.context.backend.scrape())
         state.cpu_start = time.process_time()
         at_ns = perf_counter_ns() + GO_DELAY_NS
