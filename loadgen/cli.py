@@ -134,7 +134,8 @@ async def _run(spec: RunSpec, metrics_port: int | None) -> int:
     try:  # bind before the sweep, so a taken port fails fast and alone
         server, observer = await stack.enter_async_context(live_metrics(
             model=model, endpoint=spec.endpoint, points=len(spec.conc),
-            spec_tokens=spec.spec_tokens, port=metrics_port))
+            spec_tokens=spec.spec_tokens, port=metrics_port,
+            labels={"shard": str(spec.shard_index)} if spec.shard_count > 1 else None))
     except OSError as exc:
         raise UsageError(f"--metrics-port {metrics_port}: {exc.strerror or exc}; "
                          "pick a free port (0 = any)") from None
