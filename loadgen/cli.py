@@ -39,10 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "run":
         args = args[1:]
     try:
-        spec, metrics_port = parse_run_args(args, os.environ)
+        spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
     except LoadgenError as exc:
         return _report(exc)
-    return run(spec, metrics_port=metrics_port)
+    return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
 
 
 def merge(argv: Sequence[str]) -> int:
@@ -72,11 +72,12 @@ def merge(argv: Sequence[str]) -> int:
     return outcome.exit_code
 
 
-def run(spec: RunSpec, *, metrics_port: int | None = None) -> int:
+def run(spec: RunSpec, *, metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1") -> int:
     """Run the sweep on uvloop; Ctrl-C/SIGTERM stop it cleanly (partial results kept)."""
     import uvloop
 
-    return int(uvloop.run(_guarded(_run(spec, metrics_port), spec)))
+    return int(uvloop.run(_guarded(_run(spec, metrics_port, metrics_host), spec)))
 
 
 def _report(exc: LoadgenError) -> int:
@@ -124,7 +125,7 @@ async def _metrics_model_label(spec: RunSpec) -> str:
     return name
 
 
-async def _run(spec: RunSpec, metrics_port: int | None) -> int:
+async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
     if metrics_port is None:
         return await _run_sweep(spec, None)
     from loadgen.sinks.prometheus import live_metrics
@@ -134,7 +135,7 @@ async def _run(spec: RunSpec, metrics_port: int | None) -> int:
     try:  # bind before the sweep, so a taken port fails fast and alone
         server, observer = await stack.enter_async_context(live_metrics(
             model=model, endpoint=spec.endpoint, points=len(spec.conc),
-            spec_tokens=spec.spec_tokens, port=metrics_port,
+            spec_tokens=spec.spec_tokens, port=metrics_port, host=metrics_host,
             labels={"shard": str(spec.shard_index)} if spec.shard_count > 1 else None))
     except OSError as exc:
         raise UsageError(f"--metrics-port {metrics_port}: {exc.strerror or exc}; "

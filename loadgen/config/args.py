@@ -166,6 +166,9 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--metrics-port", type=_typed(parse_port), default=None, metavar="PORT",
                    help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "
                    "(0 = any free port, printed) (default: off)")
+    r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address for --metrics-port; 0.0.0.0 lets Prometheus in a cluster "
+                   "scrape a loadgen pod")
 
 
 def _scale_flags(s: argparse._ArgumentGroup) -> None:
@@ -217,10 +220,11 @@ def spec_from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     return parse_run_args(argv, os.environ if env is None else env)[0]
 
 
-def parse_run_args(argv: Sequence[str], env: Mapping[str, str]) -> tuple[RunSpec, int | None]:
-    """(the run, the --metrics-port to serve live metrics on, if any)."""
+def parse_run_args(argv: Sequence[str], env: Mapping[str, str],
+                   ) -> tuple[RunSpec, int | None, str]:
+    """(the run, the --metrics-port to serve live metrics on, if any, and its host)."""
     args = build_parser().parse_args(list(argv))
-    return _spec(args, env), args.metrics_port
+    return _spec(args, env), args.metrics_port, args.metrics_host
 
 
 def parse_port(text: str) -> int:
