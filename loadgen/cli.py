@@ -65,6 +65,8 @@ def merge(argv: Sequence[str]) -> int:
         outcome = merge_results(args.dirs, args.results)
     except LoadgenError as exc:
         return _report(exc)
+    for line in outcome.warnings:
+        print(f"loadgen merge: WARNING: {line}", file=sys.stderr)
     for line in outcome.refused:
         print(f"loadgen merge: refused {line}", file=sys.stderr)
     print(f"loadgen merge: {len(outcome.points)} point(s) of {len(args.dirs)} shards in "

@@ -65,6 +65,7 @@ class MergeOutcome:
     results_dir: Path
     points: tuple[PointResult, ...]
     refused: tuple[str, ...]  # one line per point that could not be merged
+    warnings: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -132,13 +133,19 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
         results.append(result)
         entries.append(entry)
     _write_run(out, shards, run_id, entries, refused)
+    unknown = [r["max_concurrency"] for r in results
+               if r["clock_alignment_uncertainty_ms"] is None]
+    warnings = [f"conc {', '.join(map(str, unknown))}: the shards ran on different machines "
+                "and a machine's wall clock is not NTP-synchronized (its kernel says so): "
+                "they are aligned with an unknown error (clock_alignment_uncertainty_ms "
+                "null); duration and throughput may be off by that much"] if unknown else []
     if results:
         rows = sweep_rows(results)
         write_csv(out / "sweep.csv", rows)
         print(format_table(rows))
         with contextlib.suppress(Exception):  # a plot must never cost the measurements
             plot_sweep(out / "sweep.png", results)
-    return MergeOutcome(out, tuple(results), tuple(refused))
+    return MergeOutcome(out, tuple(results), tuple(refused), tuple(warnings))
 
 
 def merge_point(shards: Sequence[Shard], conc: int, out: Path,

@@ -154,6 +154,7 @@ def check_alignment_across_machines(dirs: list[Path], tmp: Path) -> None:
     (other / "run.json").write_bytes(orjson.dumps(run))
     unsynced = merge_results([tmp / "same", other], tmp / "unsynced")
     assert unsynced.points[0]["clock_alignment_uncertainty_ms"] is None
+    assert "not NTP-synchronized" in unsynced.warnings[0] and unsynced.exit_code == 0
 
 
 async def test_merge_refuses_shards_that_did_not_overlap(tmp_path: Path, sim_url: str,
