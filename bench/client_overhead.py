@@ -67,6 +67,7 @@ from loadgen.tokenizer import load_tokenizer
 SIM_ARGS = ("--decode-token-us", "12", "--prefill-token-us", "1", "--spin-us", "0",
             "--seed", "1")
 CLIENT_CPU, SIM_CPU = 0, 1
+REFERENCE_CHUNKS_PER_S = 22_000  # a fast server at conc 512 (the scale-out issue)
 
 
 def pin_client() -> str:
@@ -148,11 +149,13 @@ def project(a: dict[str, Any], result: dict[str, Any], conc: int) -> None:
     per_chunk = result.get("client_cpu_per_chunk_us")
     if not per_chunk or not a["chunks_per_s"]:
         return
-    per_stream = a["chunks_per_s"] / conc
-    streams = 1e6 / (per_chunk * per_stream)
-    print(f"  projection: at {per_stream:.0f} chunks/s per stream and {per_chunk:.1f} us per "
-          f"chunk, one core is saturated at ~{streams:,.0f} streams; N cores (one worker "
-          f"each) ~N x that, less the parent's share")
+    for per_stream, what in ((a["chunks_per_s"] / conc, "this point's rate"),
+                             (REFERENCE_CHUNKS_PER_S / 512, "the 22k chunks/s at conc 512 "
+                              "reference")):
+        streams = 1e6 / (per_chunk * per_stream)
+        print(f"  projection at {per_stream:.0f} chunks/s per stream ({what}): "
+              f"{per_chunk:.1f} us per chunk saturates one core at ~{streams:,.0f} streams; "
+              "N cores (a worker each) ~N x that, less the parent's share")
 
 
 def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
