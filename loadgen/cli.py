@@ -1,9 +1,10 @@
 """The `loadgen` command: subcommands, signals, and the one map from errors to exit codes.
 
 `loadgen [run] ...` measures a server, `loadgen --config sweep.yaml` runs a sweep file's
-lanes, `loadgen compare|report RUN...` compares results, `loadgen sim ...` runs the
-simulator, `loadgen serve ...` runs the sidecar. Every run-level failure is a
-`LoadgenError`; `_guarded` turns it into one line on stderr and its exit status.
+lanes, `loadgen compare|report RUN...` compares results, `loadgen merge ...` combines shard
+results, `loadgen sim ...` runs the simulator, `loadgen serve ...` runs the sidecar. Every
+run-level failure is a `LoadgenError`; `_guarded` turns it into one line on stderr and its
+exit status, here and nowhere else.
 """
 
 from __future__ import annotations
@@ -41,24 +42,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loadgen.compare.cli import compare_main, report_main
 
         return (compare_main if args[0] == "compare" else report_main)(args[1:])
+    if args and args[0] == "merge":
+        return merge(args[1:])
     if args and args[0] == "run":
         args = args[1:]
     if any(a == "--config" or a.startswith("--config=") for a in args):
         return run_config(args)
     try:
-        spec, metrics_port = parse_run_args(args, os.environ)
+        spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
     except LoadgenError as exc:
         return _report(exc)
     for note in spec.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
-    return run(spec, metrics_port=metrics_port)
+    return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
 
 
-def run(spec: RunSpec, *, metrics_port: int | None = None) -> int:
+def merge(argv: Sequence[str]) -> int:
+    """`loadgen merge DIR... --results OUT`: shard result directories -> one result set."""
+    import argparse
+    from pathlib import Path
+
+    from loadgen.run.shards import merge_results
+
+    parser = argparse.ArgumentParser(
+        prog="loadgen merge", description="Combine the result directories of the N shards "
+        "of one run (`loadgen --shard I/N ...`) into one result set, exactly: every point "
+        "is summarized again from all shards' raw records.")
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                        help="each shard's --results directory")
+    parser.add_argument("--results", type=Path, required=True, metavar="OUT",
+                        help="where the merged result set goes (a new directory)")
+    args = parser.parse_args(list(argv))  # argparse's own usage errors exit 2 as well
+    try:
+        outcome = merge_results(args.dirs, args.results)
+    except LoadgenError as exc:
+        return _report(exc)
+    for line in outcome.warnings:
+        print(f"loadgen merge: WARNING: {line}", file=sys.stderr)
+    for line in outcome.refused:
+        print(f"loadgen merge: refused {line}", file=sys.stderr)
+    print(f"loadgen merge: {len(outcome.points)} point(s) of {len(args.dirs)} shards in "
+          f"{outcome.results_dir}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def run(spec: RunSpec, *, metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1") -> int:
     """Run the sweep on uvloop; Ctrl-C/SIGTERM stop it cleanly (partial results kept)."""
     import uvloop
 
-    return int(uvloop.run(_guarded(_run(spec, metrics_port), spec.results_dir)))
+    return int(uvloop.run(_guarded(_run(spec, metrics_port, metrics_host), spec.results_dir)))
 
 
 def run_config(argv: Sequence[str]) -> int:
@@ -136,7 +169,7 @@ async def _metrics_model_label(spec: RunSpec) -> str:
     return name
 
 
-async def _run(spec: RunSpec, metrics_port: int | None) -> int:
+async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
     if metrics_port is None:
         return await _run_sweep(spec, None)
     from loadgen.sinks.prometheus import live_metrics
@@ -146,7 +179,8 @@ async def _run(spec: RunSpec, metrics_port: int | None) -> int:
     try:  # bind before the sweep, so a taken port fails fast and alone
         server, observer = await stack.enter_async_context(live_metrics(
             model=model, endpoint=spec.endpoint, points=len(spec.conc),
-            spec_tokens=spec.spec_tokens, port=metrics_port))
+            spec_tokens=spec.spec_tokens, port=metrics_port, host=metrics_host,
+            labels={"shard": str(spec.shard_index)} if spec.shard_count > 1 else None))
     except OSError as exc:
         raise UsageError(f"--metrics-port {metrics_port}: {exc.strerror or exc}; "
                          "pick a free port (0 = any)") from None

@@ -478,3 +478,24 @@ async def test_symbolic_links_in_the_data_dir_are_neither_listed_nor_followed(
     async with sidecar(data_dir, "http://127.0.0.1:9") as client:
         status, runs = await call(client, "GET", "/v1/runs")
         assert [r["id"] for r in runs["runs"]] == [run_id]
+async def test_a_run_on_worker_processes(tmp_path: Path) -> None:
+    """`workers` in the run options: the sidecar spawns them; one result set, one /metrics."""
+    options = {**QUICK, "conc": "2,4", "workers": 2}
+    async with simulator() as target, sidecar(tmp_path, target) as client:
+        status, refused = await call(client, "POST", "/v1/runs",
+                                     {**options, "shard_sync": "/tmp"})
+        assert status == 400 and "shard_sync" in refused["error"]
+        status, started = await call(client, "POST", "/v1/runs", options)
+        assert status == 202, started
+        run = await wait_for(client, started["id"], states={"succeeded"})
+        assert [p["completed"] for p in run["points"]] == [4, 8]
+        status, results = await call(client, "GET", f"/v1/runs/{started['id']}/results")
+        points = [r["result"] for r in results["results"] if "max_concurrency" in r["result"]]
+        async with client.get("/metrics") as response:
+            text = await response.text()
+        for point in points:
+            workers = [p for p in point["client_processes"] if p["process"] != "parent"]
+            assert len(workers) == 2 and sum(p["requests"] for p in workers) == \
+                point["num_prompts"]
+            assert metric_sum(text, "loadgen_requests_total", conc=str(point["max_concurrency"]),
+                              outcome="ok") == point["completed"]

@@ -25,10 +25,13 @@ from loadgen.config.spec import (
     RunSpec,
     SpecError,
     parse_conc,
+    parse_cpu_list,
     parse_extra_body,
     parse_header,
     parse_percentiles,
+    parse_shard,
     parse_slos,
+    parse_workers,
 )
 
 
@@ -98,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_flags(p.add_argument_group("workload"))
     _results_flags(p.add_argument_group("results"))
     add_compat_flags(p)
+    _scale_flags(p.add_argument_group("scale out (README: workers and shards)"))
     return p
 
 
@@ -198,6 +202,26 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--metrics-port", type=_typed(parse_port), default=None, metavar="PORT",
                    help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "
                    "(0 = any free port, printed) (default: off)")
+    r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address for --metrics-port; 0.0.0.0 lets Prometheus in a cluster "
+                   "scrape a loadgen pod")
+
+
+def _scale_flags(s: argparse._ArgumentGroup) -> None:
+    s.add_argument("--workers", type=_typed(parse_workers), default=1, metavar="N|auto",
+                   help="client processes on this machine, each with its own event loop, "
+                   "connections and share of every point's concurrency; auto picks from the "
+                   "cores and the largest --conc and says what it chose (1 = this process)")
+    s.add_argument("--cpu-affinity", type=_typed(parse_cpu_list), default=(), metavar="CPUS",
+                   help="pin worker i to the i-th CPU of this list (taskset syntax, e.g. 2-7) "
+                   "(default: not pinned)")
+    s.add_argument("--shard", type=_typed(parse_shard), default=(0, 1), metavar="I/N",
+                   help="run shard I (from 0) of N of every point, for `loadgen merge` to "
+                   "combine with the other shards' results (default: 0/1, the whole point)")
+    s.add_argument("--shard-sync", type=Path, default=None, metavar="DIR",
+                   help="a directory every shard can write (e.g. on the shared results "
+                   "volume), empty for each run: shards start each point's measured phase "
+                   "together, so their points overlap (default: shards run independently)")
 
 
 def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
@@ -230,7 +254,9 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
         progress=not args.no_progress, server_metrics=tuple(args.server_metrics),
-        extra_body=args.extra_body, **compat,
+        extra_body=args.extra_body, workers=args.workers,
+        cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
+        shard_count=args.shard[1], shard_sync=args.shard_sync, **compat,
     )
 
 
@@ -238,10 +264,11 @@ def spec_from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     return parse_run_args(argv, os.environ if env is None else env)[0]
 
 
-def parse_run_args(argv: Sequence[str], env: Mapping[str, str]) -> tuple[RunSpec, int | None]:
-    """(the run, the --metrics-port to serve live metrics on, if any)."""
+def parse_run_args(argv: Sequence[str], env: Mapping[str, str],
+                   ) -> tuple[RunSpec, int | None, str]:
+    """(the run, the --metrics-port to serve live metrics on, if any, and its host)."""
     args = build_parser().parse_args(list(argv))
-    return _spec(args, env), args.metrics_port
+    return _spec(args, env), args.metrics_port, args.metrics_host
 
 
 def parse_port(text: str) -> int:

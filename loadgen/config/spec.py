@@ -28,6 +28,7 @@ MAX_CONC = 65536
 DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl")
 # vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
 VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
+MAX_WORKERS = 256
 
 
 class SpecError(UsageError):
@@ -96,6 +97,11 @@ class RunSpec:
     # Extra request-body fields (vLLM's `--extra-body`), e.g. {"min_p": 0.1}; never the
     # fields loadgen sets itself (EXTRA_BODY_RESERVED).
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    workers: int | None = 1  # client processes on this machine; None = auto (resolved at run)
+    cpu_affinity: tuple[int, ...] = ()  # worker i runs on cpu_affinity[i % len]
+    shard_index: int = 0  # this run sends shard `shard_index` of `shard_count` of each point
+    shard_count: int = 1
+    shard_sync: Path | None = None  # a directory all shards share: start points together
 
     def __post_init__(self) -> None:
         validate(self)
@@ -231,6 +237,50 @@ def parse_header(text: str) -> tuple[str, str]:
     return name.strip(), text[match.end() :].strip()
 
 
+def parse_workers(text: str) -> int | None:
+    """`N` worker processes, or `auto` (None: chosen from the cores and the concurrency)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SpecError(f"--workers {text!r}: expected a number of processes or auto") from None
+    if not 1 <= value <= MAX_WORKERS:
+        raise SpecError(f"--workers {value}: must be in 1..{MAX_WORKERS} (or auto)")
+    return value
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Linux cpu-list syntax, as taskset -c: `0-3`, `2,4,6`, `0-1,8-9`."""
+    cpus: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            low, sep, high = part.partition("-")
+            first, last = int(low), int(high) if sep else int(low)
+            if first < 0 or last < first:
+                raise ValueError
+            cpus += range(first, last + 1)
+    except ValueError:
+        raise SpecError(f"--cpu-affinity {text!r}: expected CPU numbers like 0-3 or 2,4,6") \
+            from None
+    if not cpus or len(set(cpus)) != len(cpus):
+        raise SpecError(f"--cpu-affinity {text!r}: list each CPU once")
+    return tuple(cpus)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`I/N`: shard I (0-based, like a Kubernetes completion index) of N."""
+    index, sep, count = text.strip().partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not sep or not 0 <= i < n:
+        raise SpecError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/4 "
+                        "(I counts from 0, like a Kubernetes Job completion index)")
+    return i, n
+
+
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise SpecError(message)
@@ -292,6 +342,15 @@ def validate(spec: RunSpec) -> None:
                f"--server-metrics {url!r}: must start with http:// or https://")
     if spec.vllm_result is not None:
         _validate_vllm_result(spec.vllm_result)
+    _check(spec.workers is None or 1 <= spec.workers <= MAX_WORKERS,
+           f"--workers: must be in 1..{MAX_WORKERS} (or auto)")
+    _check(0 <= spec.shard_index < spec.shard_count,
+           f"--shard {spec.shard_index}/{spec.shard_count}: need 0 <= I < N")
+    _check(spec.shard_sync is None or spec.shard_count > 1,
+           "--shard-sync lines up the shards of a --shard I/N run: use it with --shard")
+    _check(not spec.cpu_affinity or spec.workers != 1,
+           "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
+           "auto), or start a single process under taskset")
 
 
 def _validate_vllm_result(options: VllmResultOptions) -> None:

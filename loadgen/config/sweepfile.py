@@ -318,7 +318,7 @@ def parse_sweep(document: Any, *, source: str, overrides: Sequence[str] = (),
         argv = [*_argv(options), *overrides,
                 *_argv({**(fixed or {}), "results": str(tree / name)})]
         try:
-            spec, _ = parse_run_args(argv, {} if env is None else env)
+            spec, _, _ = parse_run_args(argv, {} if env is None else env)
         except SpecError as exc:
             raise _spec_error(exc, f"{where} ({name})", keys, source) from None
         planned.append(Lane(name, spec, {d: _redact(d, v) for d, v in options.items()}))

@@ -157,7 +157,12 @@ class PointResult(PointMetrics):
     client_loop_lag_p99_ms: float | None
     client_loop_lag_max_ms: float | None
     client_loop_lag_samples: int
+    client_processes: list[dict[str, Any]]
+    clock_alignment_uncertainty_ms: float | None
     complete: bool
+    incomplete_reason: str | None
+    shard: str | None
+    shards_merged: int
     target: str
     run_id: str
     model_id: str | None

@@ -83,10 +83,15 @@ class HttpBackend:
             request_timeout_s=spec.request_timeout_s,
             metrics_urls=self.metrics_urls if spec.server_metrics else (),
         )
-        self._transport = Transport(self.session, self.base_url + server.options.path,
-                                    request_timeout_s=spec.request_timeout_s,
-                                    count_text=text_counter(self.tokenizer))
+        self.adopt(server)
         return server
+
+    def adopt(self, server: ServerInfo) -> None:
+        """Send with what another process's preflight found (a worker process: the
+        parent checked the server once for all of them)."""
+        self._transport = Transport(self.session, self.base_url + server.options.path,
+                                    request_timeout_s=self.spec.request_timeout_s,
+                                    count_text=text_counter(self.tokenizer))
 
     async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
                    scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
@@ -101,6 +106,13 @@ class HttpBackend:
         return GaugeWatch(self.session, self.metrics_urls) if self.spec.server_metrics else None
 
 
+def request_headers(spec: RunSpec) -> dict[str, str]:
+    headers = dict(spec.headers)
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
+    return headers
+
+
 @contextlib.asynccontextmanager
 async def http_backend(spec: RunSpec, results_dir: Path,
                        tokenizer: Tokenizer) -> AsyncIterator[HttpBackend]:
@@ -113,9 +125,6 @@ async def http_backend(spec: RunSpec, results_dir: Path,
             url = await stack.enter_async_context(
                 embedded_simulator(spec.sim_args, log_path=results_dir / "simulator.log"))
             spec, target = dataclasses.replace(spec, base_url=url), "simulator"
-        headers = dict(spec.headers)
-        if spec.api_key:
-            headers["Authorization"] = f"Bearer {spec.api_key}"
         session = await stack.enter_async_context(
-            open_session(max_connections=max(spec.conc), headers=headers))
+            open_session(max_connections=max(spec.conc), headers=request_headers(spec)))
         yield HttpBackend(spec, session, target, tokenizer)

@@ -23,7 +23,7 @@ RESERVED_WHY = ("not accepted over the API (the sidecar sets the target, model a
 # the network (paths on its disk, credentials): normalised names (`-` -> `_`).
 RESERVED_OPTIONS = frozenset({
     "base_url", "model", "sim", "sim_args", "results", "results_dir", "dataset", "tokenizer",
-    "metrics_port", "api_key", "no_progress",
+    "metrics_port", "metrics_host", "api_key", "no_progress", "shard_sync",
     # their vLLM-compatible aliases, and URLs the sidecar would fetch
     "host", "port", "served_model_name", "dataset_path", "result_dir", "server_metrics",
 })

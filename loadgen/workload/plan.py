@@ -23,6 +23,11 @@ from loadgen.workload.datasets import VLLM_SHAREGPT_LIMITS, Conversation, load_d
 MEASURED, WARMUP, PREFLIGHT = 0, 1, 2  # rng stream ids
 SYNTH_BATCH = 256  # prompts synthesized at a time (bounds peak memory)
 SEED_BITS = 31  # request seeds fit a signed 32-bit int (vLLM accepts any int)
+Keep = Callable[[int], bool]  # request index -> build it (one process's share of a point)
+
+
+def _all(_index: int) -> bool:
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +77,19 @@ class Workload:
                                 "carry no output length (only ShareGPT answers and "
                                 "output_tokens do)")
 
-    def point(self, conc: int) -> PointPlan:
+    def point(self, conc: int, keep: Keep | None = None) -> PointPlan:
+        """The point's requests; with `keep`, only those whose index it accepts (one
+        process's share: the others are drawn, so the kept ones are the same, not built)."""
         spec = self.spec
-        warmup = self.requests(spec.warmup_requests(conc), point_rng(spec, conc, WARMUP))
-        measured = self.requests(spec.measured_requests(conc), point_rng(spec, conc, MEASURED))
+        warmup = self.requests(spec.warmup_requests(conc), point_rng(spec, conc, WARMUP), keep)
+        measured = self.requests(spec.measured_requests(conc), point_rng(spec, conc, MEASURED),
+                                 keep)
         return PointPlan(conc=conc, warmup=tuple(warmup), measured=tuple(measured))
 
-    def requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
+    def requests(self, count: int, rng: np.random.Generator,
+                 keep: Keep | None = None) -> list[RequestSpec]:
         try:
-            return self._requests(count, rng)
+            return self._requests(count, rng, keep or _all)
         except (ValueError, EncodingError) as exc:  # synthesis refuses the settings
             raise SpecError(f"cannot build prompts for {self._described()}: {exc}") from None
 
@@ -89,7 +98,7 @@ class Workload:
             return f"--dataset {self.spec.dataset} --encoder {self.spec.encoder}"
         return f"--isl {self.spec.isl} --encoder {self.spec.encoder}"
 
-    def _requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
+    def _requests(self, count: int, rng: np.random.Generator, keep: Keep) -> list[RequestSpec]:
         if count == 0:
             return []
         spec = self.spec
@@ -97,10 +106,10 @@ class Workload:
                                                              spec.range_ratio)
         seeds = [int(s) for s in rng.integers(0, 1 << SEED_BITS, size=count)]
         if self.dataset is not None:
-            return self._from_dataset(osls, seeds, rng)
+            return self._from_dataset(osls, seeds, rng, keep)
         assert osls is not None and spec.isl is not None  # RunSpec: None only with a dataset
         isls = sample_lengths(rng, count, spec.isl, spec.range_ratio)
-        return self._synthesized(isls, osls, seeds, rng)
+        return self._synthesized(isls, osls, seeds, rng, keep)
 
     def _synthesized(
         self,
@@ -108,6 +117,7 @@ class Workload:
         osls: Sequence[int],
         seeds: Sequence[int],
         rng: np.random.Generator,
+        keep: Keep,
     ) -> list[RequestSpec]:
         from loadgen.workload.prompts import synthesize_prompts, word_pool  # the encoder helper's
 
@@ -122,6 +132,8 @@ class Workload:
                 tokenizer=self.tokenizer, rng=rng, pool=pool,
             )
             for index, prompt in enumerate(prompts, first):
+                if not keep(index):
+                    continue
                 osl, seed = osls[index], seeds[index]
                 if self.options.endpoint == "completions":
                     body = encode_body(completion_body(self.options, prompt.text, osl, seed))
@@ -133,13 +145,16 @@ class Workload:
         return requests
 
     def _from_dataset(
-        self, osls: Sequence[int] | None, seeds: Sequence[int], rng: np.random.Generator
+        self, osls: Sequence[int] | None, seeds: Sequence[int], rng: np.random.Generator,
+        keep: Keep,
     ) -> list[RequestSpec]:
         assert self.dataset is not None
         order = self._usable(rng.permutation(len(self.dataset)), len(seeds))
         requests = []
         for index, seed in enumerate(seeds):
-            line = order[index % len(order)]
+            if not keep(index):
+                continue
+            line = int(order[index % len(order)])
             messages = self.dataset[line].messages
             text, input_len = self._encoded(line)
             osl = self._output_len(line) if osls is None else osls[index]
