@@ -117,7 +117,8 @@ async def run_sweep(
         headers = dict(spec.headers)
         if spec.api_key:
             headers["Authorization"] = f"Bearer {spec.api_key}"
-        async with open_session(max_connections=max(spec.conc), headers=headers) as session:
+        async with open_session(max_connections=max(spec.conc), headers=headers,
+                                http_timeout_s=spec.http_timeout_s) as session:
             try:
                 await sweep.run(session)
             except asyncio.CancelledError:
@@ -153,12 +154,14 @@ class _Sweep:
         self.server = await preflight(
             session, self.base_url, wanted_model=spec.model, isl=spec.isl, osl=spec.osl,
             options=self.options, prompt=self.probe, request_timeout_s=spec.request_timeout_s,
+            stream_idle_timeout_s=spec.stream_idle_timeout_s,
         )
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         workload = Workload(spec, self.tokenizer, self.server.options)
         transport = Transport(session, self.base_url + self.server.options.path,
                               request_timeout_s=spec.request_timeout_s,
+                              stream_idle_timeout_s=spec.stream_idle_timeout_s,
                               count_text=text_counter(self.tokenizer))
         for conc in spec.conc:
             plan = await asyncio.to_thread(workload.point, conc)
