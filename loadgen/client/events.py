@@ -144,7 +144,7 @@ def decode_event(data: bytes) -> StreamEvent:
     """One SSE data payload -> StreamEvent; raises MalformedEvent on anything unexpected.
 
     The server is not trusted: every input either decodes into validated fields or
-    raises MalformedEvent (tests/client/test_sse_api.py fuzzes this), so no later
+    raises MalformedEvent (tests/client/test_sse_properties.py fuzzes this), so no later
     arithmetic can meet a string, a bool, a float, a negative or a 2^70 count.
     """
     if data == b"[DONE]":
@@ -179,8 +179,11 @@ def decode_event(data: bytes) -> StreamEvent:
         raise _bad("choices[0].finish_reason", finish_reason, "a string or null")
     logprobs = get("logprobs")
     text = get("text")
-    if type(text) is not str:  # not the /v1/completions shape: chat's delta, or bad
-        text = _text(choice)
+    if type(text) is not str:  # not /v1/completions: chat's delta.content, else the rest
+        delta = get("delta")
+        text = delta.get("content") if type(delta) is dict else None
+        if type(text) is not str:
+            text = _text(choice)
     return _new_event(StreamEvent, (  # the fields in declaration order
         False,  # done
         True,  # has_choice
