@@ -164,7 +164,8 @@ async def _metrics_model_label(spec: RunSpec) -> str:
     from loadgen.client.preflight import find_model
 
     assert spec.base_url is not None
-    async with aiohttp.ClientSession() as session:
+    timeout = aiohttp.ClientTimeout(total=spec.http_timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         name, _ = await find_model(session, spec.base_url.rstrip("/"), None)
     return name
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from loadgen.client.deadlines import unanswered
 from loadgen.errors import ServerError
 from loadgen.metrics.server import (
     WATCHED_GAUGES,
@@ -63,12 +65,24 @@ async def fetch_metrics_text(session: aiohttp.ClientSession, url: str) -> str:
         return await response.text()
 
 
-async def scrape_url(session: aiohttp.ClientSession, url: str) -> ServerSnapshot | None:
-    """The URL's Prometheus text parsed, or None when it has no usable metrics."""
+def warn(message: str) -> None:
+    print(f"loadgen: WARNING: {message}", file=sys.stderr)
+
+
+async def scrape_url(session: aiohttp.ClientSession, url: str, *,
+                     on_warning: Callable[[str], None] = warn) -> ServerSnapshot | None:
+    """During a run: never raises. No usable metrics is None; a URL that stops answering
+    costs the point its server-side fields (null), with a warning, never the sweep."""
     try:
         return parse_metrics(await fetch_metrics_text(session, url))
-    except (aiohttp.ClientError, OSError, ValueError, MetricsUrlError):
+    except (ValueError, MetricsUrlError):
         return None
+    except TimeoutError:
+        problem = unanswered(session, url)
+    except (aiohttp.ClientError, OSError) as exc:
+        problem = f"GET {url} failed ({type(exc).__name__}: {exc})"
+    on_warning(f"{problem}: this point's server-side (server_*) fields will be null")
+    return None
 
 
 async def scrape_all(session: aiohttp.ClientSession, urls: Sequence[str]) -> Scrape:

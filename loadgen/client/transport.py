@@ -11,6 +11,10 @@ so that a wave of requests ending or starting together cannot stop the polling e
 A request's clock starts immediately before its body bytes (with the buffered headers)
 are written to the socket (aiohttp's `request_chunk_sent` trace signal). Opening a new
 connection is timed separately (`connection_create` start to end = `connect_ns`).
+
+No wait is unbounded (deadlines.py): the session's default timeout (`--http-timeout`)
+bounds every non-streaming call; a streamed request has an idle deadline instead
+(`--stream-idle-timeout`) under the optional overall `--request-timeout`.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from typing import Any
 
 import aiohttp
 
-from loadgen.client.aiohttp_seam import StampingConnector, protocol_of
+from loadgen.client.aiohttp_seam import MalformedBody, StampingConnector, protocol_of
+from loadgen.client.deadlines import STREAM_TIMEOUT, IdleDeadline, StreamIdle, http_timeout
 from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import BodyStream, Exchange, Ingest, StartPacer
 from loadgen.client.sse import ArrivalLog
+from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S, DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
@@ -43,6 +49,13 @@ class _Clock:
     connect_ns: int = 0
     acquired_ns: int = 0
     sent_ns: int = 0  # immediately before the first body bytes go to the socket
+    begin_ns: int = 0  # when the request was handed to aiohttp
+    log: ArrivalLog | None = None  # the response body's arrival stamps, once it has one
+
+    def last_activity_ns(self) -> int:
+        """Newest sign of life: the last body read, else the send (for the idle deadline)."""
+        last = self.log.last_stamp() if self.log is not None else None
+        return last or self.sent_ns or self.begin_ns
 
 
 # Requests without a _Clock (preflight GETs) pass through the same session untraced.
@@ -85,16 +98,17 @@ def open_session(
     max_connections: int,
     headers: Mapping[str, str] | None = None,
     read_bufsize: int = READ_BUFSIZE,
+    http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
 ) -> aiohttp.ClientSession:
-    """One session per run: `max_connections` sockets at once, no timeouts of its own."""
+    """One session per run: `max_connections` sockets at once. Its default timeout bounds
+    every non-streaming call; streamed requests replace it with their own deadlines."""
     connector = StampingConnector(
         limit=max_connections, limit_per_host=0, keepalive_timeout=3600.0,
         force_close=False, ttl_dns_cache=None,
     )
     return aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None,
-                                      sock_connect=None),
+        timeout=http_timeout(http_timeout_s),
         headers={"Accept-Encoding": "identity", **(headers or {})},
         auto_decompress=False,  # bytes stay the bytes that were stamped
         read_bufsize=read_bufsize,
@@ -112,11 +126,13 @@ class Transport:
         url: str,
         *,
         request_timeout_s: float | None = None,
+        stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         count_text: Callable[[str], int] | None = None,
     ) -> None:
         self.session = session
         self.url = url
         self.request_timeout_s = request_timeout_s
+        self.stream_idle_timeout_s = stream_idle_timeout_s
         self.count_text = count_text
         self.ingest = Ingest()
         self.pacer = StartPacer()
@@ -132,23 +148,19 @@ class Transport:
     ) -> RequestRecord:
         """Send, stream, and record; `on_record` sees the record even when cancelled."""
         clock = _Clock()
-        state = Exchange()
+        state = Exchange(request.max_tokens)
         counter = TokenCounter(self.count_text)
         called_ns = perf_counter_ns()
         sent_unix = time.time()
         cancelled = False
         try:
             await self.pacer.turn()
-            async with asyncio.timeout(self.request_timeout_s):
-                await self._exchange(request, x_request_id, clock, state, counter)
+            clock.begin_ns = perf_counter_ns()
+            await self._bounded(request, x_request_id, clock, state, counter)
         except asyncio.CancelledError:
             cancelled = True
             state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
-        except TimeoutError:
-            if not state.done:  # a server that never closes the body after [DONE] is complete
-                state.fail(ErrorKind.TIMEOUT, "--request-timeout elapsed")
-        except Exception as exc:  # the one translation boundary (programming errors re-raise)
-            state.fail(*_classify(exc, clock))
+        state.check_chunk_total()
         end_ns = state.end_ns or perf_counter_ns()
         if not cancelled:
             # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with
@@ -172,6 +184,20 @@ class Transport:
             raise asyncio.CancelledError
         return record
 
+    async def _bounded(self, request: RequestSpec, x_request_id: str, clock: _Clock,
+                       state: Exchange, counter: TokenCounter) -> None:
+        """The exchange under its deadlines; any outcome but cancellation becomes state."""
+        overall = asyncio.timeout(self.request_timeout_s)
+        try:
+            async with overall, IdleDeadline(self.stream_idle_timeout_s,
+                                             clock.last_activity_ns):
+                await self._exchange(request, x_request_id, clock, state, counter)
+        except Exception as exc:  # the one translation boundary (programming errors re-raise)
+            if not (isinstance(exc, TimeoutError) and state.done):
+                # (a server that never closes the body after [DONE] is complete)
+                capped = self.request_timeout_s if overall.expired() else None
+                state.fail(*_classify(exc, clock, capped))
+
     async def _exchange(
         self,
         request: RequestSpec,
@@ -182,7 +208,8 @@ class Transport:
     ) -> None:
         headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
         async with self.session.post(
-            self.url, data=request.body, headers=headers, trace_request_ctx=clock
+            self.url, data=request.body, headers=headers, trace_request_ctx=clock,
+            timeout=STREAM_TIMEOUT,
         ) as response:
             state.status = response.status
             # A JSON body with 200 means the server ignored stream: true. Other content
@@ -197,17 +224,17 @@ class Transport:
                     state.fail(ErrorKind.MALFORMED, f"expected text/event-stream, got "
                                f"application/json: {text}")
                 return
-            await self._follow(response, state, counter)
+            await self._follow(response, clock, state, counter)
 
-    async def _follow(
-        self, response: aiohttp.ClientResponse, state: Exchange, counter: TokenCounter
-    ) -> None:
+    async def _follow(self, response: aiohttp.ClientResponse, clock: _Clock, state: Exchange,
+                      counter: TokenCounter) -> None:
         """Hand the body to the ingest, then sleep until it has ended."""
         protocol = protocol_of(response)
         log = protocol.log_for(response.content) if protocol is not None else None
         if log is None:  # never expected: the protocol was rebound under us
             log = ArrivalLog()
             log.add(perf_counter_ns(), response.content.total_bytes)
+        clock.log = log
         stream = BodyStream(response.content, log, state, counter, self.ingest)
         if protocol is not None:
             protocol.body_listener = stream.wake
@@ -223,12 +250,17 @@ class Transport:
         stream.finish()
 
 
-def _classify(exc: Exception, clock: _Clock) -> tuple[ErrorKind, str]:
-    """The only place where exceptions become ErrorKind values."""
+def _classify(exc: Exception, clock: _Clock,
+              capped_s: float | None = None) -> tuple[ErrorKind, str]:
+    """The only place where exceptions become ErrorKind values (`capped_s`: the
+    --request-timeout that expired, if that is what ended the request)."""
     detail = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, StreamIdle):
+        return ErrorKind.TIMEOUT, str(exc)
     if isinstance(exc, TimeoutError):
-        return ErrorKind.TIMEOUT, "--request-timeout elapsed"
-    if isinstance(exc, MalformedEvent):
+        return ErrorKind.TIMEOUT, (f"--request-timeout {capped_s:g} s elapsed"
+                                   if capped_s is not None else detail)
+    if isinstance(exc, MalformedEvent | MalformedBody):
         return ErrorKind.MALFORMED, str(exc)
     if isinstance(exc, aiohttp.ClientConnectorError) or (
         isinstance(exc, OSError) and not clock.acquired_ns

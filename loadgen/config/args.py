@@ -19,11 +19,14 @@ import orjson
 
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.spec import (
+    DEFAULT_HTTP_TIMEOUT_S,
+    DEFAULT_STREAM_IDLE_TIMEOUT_S,
     ENCODER_NAMES,
     REASONING_EFFORTS,
     THINKING_MODES,
     RunSpec,
     SpecError,
+    check_api_key,
     parse_conc,
     parse_cpu_list,
     parse_extra_body,
@@ -192,7 +195,16 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
                    default=(50.0, 90.0, 99.0, 99.9), metavar="P,...",
                    help="percentiles to report, e.g. 50,90,99,99.9")
     r.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
-                   help="give up on a request after this long (default: no timeout)")
+                   help="give up on a streamed request this long after it was sent, "
+                   "however steadily it streams (default: no timeout)")
+    r.add_argument("--stream-idle-timeout", type=float, default=DEFAULT_STREAM_IDLE_TIMEOUT_S,
+                   metavar="SECONDS",
+                   help="a streamed request that receives no byte for this long (waiting "
+                   "for the first token included) ends as a timeout")
+    r.add_argument("--http-timeout", type=float, default=DEFAULT_HTTP_TIMEOUT_S,
+                   metavar="SECONDS",
+                   help="deadline of each non-streaming call: /v1/models, /version, "
+                   "/tokenize, /metrics scrapes")
     r.add_argument("--max-error-rate", type=float, default=0.05, metavar="FRACTION",
                    help="exit non-zero when a point's failed share exceeds this "
                    "(results are written anyway)")
@@ -250,14 +262,22 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         burstiness=args.burstiness, temperature=args.temperature, seed=args.seed,
         num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
         percentiles=args.percentiles, request_timeout_s=args.request_timeout,
+        http_timeout_s=args.http_timeout, stream_idle_timeout_s=args.stream_idle_timeout,
         max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
-        tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
+        tokenizer=args.tokenizer, api_key=_api_key(args.api_key or env.get("OPENAI_API_KEY")),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
         progress=not args.no_progress, server_metrics=tuple(args.server_metrics),
         extra_body=args.extra_body, workers=args.workers,
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
         shard_count=args.shard[1], shard_sync=args.shard_sync, **compat,
     )
+
+
+def _api_key(key: str | None) -> str | None:
+    """Surrounding whitespace stripped (a secret file's newline); empty means none."""
+    if key is None:
+        return None
+    return check_api_key(key) or None
 
 
 def spec_from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) -> RunSpec:

@@ -29,6 +29,11 @@ DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl")
 # vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
 VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
 MAX_WORKERS = 256
+# Deadlines (no wait is unbounded): a non-streaming call (/v1/models, /tokenize, /version,
+# /metrics) must answer within DEFAULT_HTTP_TIMEOUT_S; a streamed response that delivers
+# no byte for DEFAULT_STREAM_IDLE_TIMEOUT_S (time to first byte included) is a timeout.
+DEFAULT_HTTP_TIMEOUT_S = 30.0
+DEFAULT_STREAM_IDLE_TIMEOUT_S = 300.0
 
 
 class SpecError(UsageError):
@@ -83,6 +88,8 @@ class RunSpec:
     slos_ms: Mapping[str, float] = field(default_factory=dict)
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
     request_timeout_s: float | None = None
+    http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S
+    stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S
     max_error_rate: float = 0.05
     results_dir: Path | None = None  # None: ./results/<timestamp>
     tokenizer: str | None = None
@@ -226,15 +233,33 @@ def check_extra_body(body: Mapping[str, Any]) -> None:
             raise SpecError(f"--extra-body: {key!r} is set by loadgen ({EXTRA_BODY_RESERVED[key]})")
 
 
+# RFC 9110: a field name is a token; a field value has no control characters but HTAB.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def parse_header(text: str) -> tuple[str, str]:
     """`NAME:VALUE` (loadgen) or `NAME=VALUE` (vLLM): a header name has neither character,
     so the first of them ends the name."""
     match = _HEADER_SEP.search(text)
-    name = text[: match.start()] if match else ""
-    if not match or not name.strip() or any(c in name for c in " \t\r\n"):
-        raise SpecError(f"--header {text!r}: expected NAME:VALUE or NAME=VALUE, "
-                        "e.g. X-Session-Affinity:abc")
-    return name.strip(), text[match.end() :].strip()
+    name = text[: match.start()].strip(" \t") if match else ""
+    if not match or not _HEADER_NAME.match(name):
+        raise SpecError(f"--header {text!r}: expected NAME:VALUE or NAME=VALUE with NAME made "
+                        "of letters, digits and !#$%&'*+-.^_`|~, e.g. X-Session-Affinity:abc")
+    value = text[match.end() :].strip(" \t")  # not CR/LF: those are refused
+    if _CONTROL.search(value):
+        raise SpecError(f"--header {text!r}: the value contains a control character (CR, LF, "
+                        "...), which would break or inject HTTP headers; remove it")
+    return name, value
+
+
+def check_api_key(key: str) -> str:
+    """The bearer token without surrounding whitespace (a secret file's trailing newline)."""
+    key = key.strip()
+    if _CONTROL.search(key):
+        raise SpecError("--api-key / OPENAI_API_KEY contains a control character (CR, LF, "
+                        "...); it cannot be sent in an HTTP header")
+    return key
 
 
 def parse_workers(text: str) -> int | None:
@@ -333,8 +358,15 @@ def validate(spec: RunSpec) -> None:
            "--percentiles: each must be strictly between 0 and 100")
     _check(spec.request_timeout_s is None or spec.request_timeout_s > 0,
            "--request-timeout: must be > 0 seconds")
+    _check(spec.http_timeout_s > 0, "--http-timeout: must be > 0 seconds")
+    _check(spec.stream_idle_timeout_s > 0, "--stream-idle-timeout: must be > 0 seconds")
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
     check_extra_body(spec.extra_body)
+    for name, value in spec.headers:  # argv went through parse_header; RunSpec(...) may not
+        parse_header(f"{name}:{value}")
+    if spec.api_key is not None:
+        _check(not _CONTROL.search(spec.api_key),
+               "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)")
     if spec.dataset is not None:
         _check(spec.dataset.is_file(), f"--dataset {spec.dataset}: no such file")
     for url in spec.server_metrics:

@@ -81,6 +81,7 @@ class HttpBackend:
             self.session, self.base_url, wanted_model=spec.model, isl=longest[0],
             osl=longest[1], options=options, prompt=probe,
             request_timeout_s=spec.request_timeout_s,
+            stream_idle_timeout_s=spec.stream_idle_timeout_s,
             metrics_urls=self.metrics_urls if spec.server_metrics else (),
         )
         self.adopt(server)
@@ -91,6 +92,7 @@ class HttpBackend:
         parent checked the server once for all of them)."""
         self._transport = Transport(self.session, self.base_url + server.options.path,
                                     request_timeout_s=self.spec.request_timeout_s,
+                                    stream_idle_timeout_s=self.spec.stream_idle_timeout_s,
                                     count_text=text_counter(self.tokenizer))
 
     async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
@@ -126,5 +128,6 @@ async def http_backend(spec: RunSpec, results_dir: Path,
                 embedded_simulator(spec.sim_args, log_path=results_dir / "simulator.log"))
             spec, target = dataclasses.replace(spec, base_url=url), "simulator"
         session = await stack.enter_async_context(
-            open_session(max_connections=max(spec.conc), headers=request_headers(spec)))
+            open_session(max_connections=max(spec.conc), headers=request_headers(spec),
+                         http_timeout_s=spec.http_timeout_s))
         yield HttpBackend(spec, session, target, tokenizer)

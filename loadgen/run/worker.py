@@ -210,7 +210,8 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
     workload = Workload(spec, tokenizer, config.server.options)
     slots = max(len(config.share.slots(conc)) for conc in spec.conc) or 1
     commands: asyncio.Queue[Command] = asyncio.Queue()
-    async with open_session(max_connections=slots, headers=request_headers(spec)) as session:
+    async with open_session(max_connections=slots, headers=request_headers(spec),
+                            http_timeout_s=spec.http_timeout_s) as session:
         backend = HttpBackend(spec, session, config.target, tokenizer)
         backend.adopt(config.server)
         context = RunContext(spec, backend, config.server, config.run_id, Path("."), link,

@@ -99,7 +99,9 @@ class _Cdp:
 
 @contextlib.asynccontextmanager
 async def _browser(binary: str) -> AsyncIterator[int]:
-    with tempfile.TemporaryDirectory(prefix="loadgen-chromium-") as profile:
+    # Chromium's helper processes may still write to the profile as the browser exits.
+    with tempfile.TemporaryDirectory(prefix="loadgen-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
         process = await asyncio.create_subprocess_exec(
             binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             "--no-first-run", "--no-default-browser-check", "--disable-extensions",
