@@ -162,6 +162,7 @@ class _Sweep:
                               count_text=text_counter(self.tokenizer))
         for conc in spec.conc:
             plan = await asyncio.to_thread(workload.point, conc)
+            _warn_inexact(plan)
             self.current = _Point(self, plan, transport, session)
             await self.current.run()
             self.points.append(self.current.outcome)
@@ -204,6 +205,15 @@ class _Sweep:
         print(format_table(rows))
         with contextlib.suppress(Exception):  # a plot must never cost the measurements
             plot_sweep(self.results_dir / "sweep.png", results)
+
+
+def _warn_inexact(plan: PointPlan) -> None:
+    lengths = plan.input_len_fields()
+    if lengths["input_len_approximate"]:
+        print(f"loadgen: WARNING: conc {plan.conc}: {lengths['input_len_mismatches']} prompts "
+              f"are not of the requested length (up to {lengths['input_len_max_abs_diff']} "
+              "tokens off): this tokenizer cannot give them exactly "
+              f"({plan.synthesis_note}); input_lens hold their true lengths", file=sys.stderr)
 
 
 def _settings(spec: RunSpec) -> dict[str, Any]:
@@ -312,6 +322,7 @@ class _Point:
             "warmup_requests": len(self.plan.warmup), "warmup_failed": self.warmup_failed,
             "loadgen_version": __version__,
             "tokenizer_check": server.tokenize_check if server else None,
+            **self.plan.input_len_fields(),
         })
         path = write_point(sweep.results_dir, result)
         sweep.hooks.point_finished(self.plan.conc, result)

@@ -35,6 +35,7 @@ class RequestSpec:
     input_len: int  # prompt tokens by loadgen's tokenizer (template + BOS included)
     max_tokens: int
     body: bytes
+    target_len: int | None = None  # the synthetic length asked for (None: dataset prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,22 @@ class PointPlan:
     conc: int
     warmup: tuple[RequestSpec, ...]
     measured: tuple[RequestSpec, ...]
+    synthesis: str = "words"  # how prompts were built: words, fitted or dataset
+    synthesis_note: str | None = None  # why "fitted"
+
+    def input_len_fields(self) -> dict[str, Any]:
+        """Result fields saying whether the measured prompts have the lengths asked for."""
+        diffs = [abs(r.input_len - r.target_len) for r in self.measured
+                 if r.target_len is not None]
+        missed = [d for d in diffs if d]
+        synthetic = self.synthesis != "dataset"
+        return {
+            "prompt_synthesis": self.synthesis,
+            "prompt_synthesis_note": self.synthesis_note,
+            "input_len_approximate": bool(missed) if synthetic else None,
+            "input_len_mismatches": len(missed) if synthetic else None,
+            "input_len_max_abs_diff": max(missed, default=0) if synthetic else None,
+        }
 
 
 def sample_lengths(rng: np.random.Generator, count: int, nominal: int, ratio: float) -> list[int]:
@@ -94,7 +111,24 @@ class Workload:
         spec = self.spec
         warmup = self.requests(conc * spec.warmup_per_conc, point_rng(spec, conc, WARMUP))
         measured = self.requests(conc * spec.prompts_per_conc, point_rng(spec, conc, MEASURED))
-        return PointPlan(conc=conc, warmup=tuple(warmup), measured=tuple(measured))
+        method, note = self.synthesis()
+        return PointPlan(conc=conc, warmup=tuple(warmup), measured=tuple(measured),
+                         synthesis=method, synthesis_note=note)
+
+    def synthesis(self) -> tuple[str, str | None]:
+        """(method, why) prompts are built with: words, fitted (and why) or dataset."""
+        if self.dataset is not None:
+            return "dataset", None
+        from loadgen.workload.prompts import synthesis
+
+        try:
+            how = synthesis(encoder=self.spec.encoder, thinking_mode=self.spec.thinking,
+                            reasoning_effort=self.spec.reasoning_effort,
+                            tokenizer=self.tokenizer)
+        except (ValueError, EncodingError) as exc:
+            raise SpecError(f"cannot build prompts for --encoder {self.spec.encoder}: "
+                            f"{exc}") from None
+        return how.method, how.reason
 
     def requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
         try:
@@ -121,9 +155,8 @@ class Workload:
         seeds: Sequence[int],
         rng: np.random.Generator,
     ) -> list[RequestSpec]:
-        from loadgen.workload.prompts import synthesize_prompts, word_pool  # the encoder helper's
+        from loadgen.workload.prompts import synthesize_prompts
 
-        pool = word_pool(self.tokenizer)
         requests: list[RequestSpec] = []
         # In batches: a batch's prompt strings are dropped once they are bodies, so a
         # conc-512 x isl-8192 point holds its bodies plus one batch, not every text twice.
@@ -131,7 +164,7 @@ class Workload:
             prompts = synthesize_prompts(
                 isls[first : first + SYNTH_BATCH], encoder=self.spec.encoder,
                 thinking_mode=self.spec.thinking, reasoning_effort=self.spec.reasoning_effort,
-                tokenizer=self.tokenizer, rng=rng, pool=pool,
+                tokenizer=self.tokenizer, rng=rng,
             )
             for index, prompt in enumerate(prompts, first):
                 osl, seed = osls[index], seeds[index]
@@ -140,7 +173,7 @@ class Workload:
                 else:
                     messages = [{"role": "user", "content": prompt.content}]
                     body = encode_body(chat_body(self.options, messages, osl, seed))
-                requests.append(RequestSpec(index, prompt.num_tokens, osl, body))
+                requests.append(RequestSpec(index, prompt.num_tokens, osl, body, prompt.target))
             del prompts
         return requests
 
