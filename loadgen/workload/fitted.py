@@ -33,6 +33,10 @@ class FitUnits:
 
     ids: npt.NDArray[np.int64]
     openers: npt.NDArray[np.int64]  # those whose text does not start with a space
+    # Tokens per unit once decoded text is re-encoded (merges make it differ from 1),
+    # measured once on a fixed sample: prompts start near their length (and the same
+    # seed gives the same prompts whatever ran before).
+    ratio: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,7 @@ class Fitted:
 
 
 _units: weakref.WeakKeyDictionary[Tokenizer, FitUnits] = weakref.WeakKeyDictionary()
+_RATIO_SAMPLE = 4096  # units decoded and re-encoded to measure the ratio
 
 
 def fit_units(tokenizer: Tokenizer) -> FitUnits:
@@ -63,8 +68,11 @@ def _find_units(tokenizer: Tokenizer) -> FitUnits:
     if not kept:
         raise ValueError("no token of this tokenizer decodes to text that encodes back to it")
     openers = [i for i, t in kept if not t[0].isspace()] or [i for i, _ in kept]
-    return FitUnits(np.array([i for i, _ in kept], dtype=np.int64),
-                    np.array(openers, dtype=np.int64))
+    unit_ids = np.array([i for i, _ in kept], dtype=np.int64)
+    sample = np.random.default_rng(0).choice(unit_ids, size=_RATIO_SAMPLE).tolist()
+    tokens = _count(tokenizer, [tokenizer.decode(sample, skip_special_tokens=False)])[0]
+    ratio = min(4.0, max(0.25, tokens / _RATIO_SAMPLE))
+    return FitUnits(unit_ids, np.array(openers, dtype=np.int64), ratio)
 
 
 def fit_contents(
@@ -79,10 +87,11 @@ def fit_contents(
     (or the closest count found). `opening[i]` are the first unit ids of content i
     (distinct openings are chosen by the caller); the rest are drawn from rng."""
     units = fit_units(tokenizer)
+    ratio = units.ratio
     base = _count(tokenizer, [prefix + suffix])[0]
     ids = [list(head) for head in opening]
     for i, target in enumerate(targets):
-        missing = target - base - len(ids[i])
+        missing = round((target - base) / ratio) - len(ids[i])
         if missing > 0:
             ids[i].extend(rng.choice(units.ids, size=missing).tolist())
         elif target <= base:
@@ -102,24 +111,25 @@ def fit_contents(
             if held is None or abs(count - targets[i]) < abs(held.num_tokens - targets[i]):
                 best[i] = Fitted(content, count)
             if count != targets[i] and _adjust(ids[i], count - targets[i], tried[i],
-                                               units, rng):
+                                               units, rng, ratio):
                 still.append(i)
         active = still
     return [b for b in best if b is not None]
 
 
 def _adjust(ids: list[int], excess: int, tried: set[int], units: FitUnits,
-            rng: np.random.Generator) -> bool:
-    """Cut or extend `ids` by `excess` tokens; at a length already tried (cutting one
-    more overshoots, adding one undershoots) redraw the last few units instead.
+            rng: np.random.Generator, ratio: float) -> bool:
+    """Cut or extend `ids` by about `excess` tokens; at a length already tried (cutting
+    one more overshoots, adding one undershoots) redraw the last few units instead.
     False when nothing can change the count any more."""
     tried.add(len(ids))
+    step = max(1, round(abs(excess) / ratio))
     if excess > 0:
         if len(ids) <= 1:
             return False
-        del ids[max(1, len(ids) - excess):]
+        del ids[max(1, len(ids) - step):]
     else:
-        ids.extend(rng.choice(units.ids, size=-excess).tolist())
+        ids.extend(rng.choice(units.ids, size=step).tolist())
     if len(ids) in tried and len(ids) > 1:
         redraw = min(len(ids) - 1, 4)
         ids[-redraw:] = rng.choice(units.ids, size=redraw).tolist()
