@@ -14,48 +14,51 @@ from typing import Any
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # loadgen labels its series with the served model's name as vLLM does (`model_name`), so
-# one selector picks both. `instance` is Prometheus' target label: several servers (or
-# loadgen sidecars) serving one model name are shown side by side, never summed.
+# one selector picks both. `instance` is Prometheus' target label: the variable picks the
+# servers and loadgen processes to show. Server series are grouped by instance: several
+# servers serving one model name are separate lines, never one sum. Client series are
+# summed over the loadgen processes selected (the shards of one run are one client).
 RUN = 'model_name=~"$model", instance=~"$instance"'  # series of a sweep (no conc label)
 POINT = f'{RUN}, conc=~"$conc"'  # series of a concurrency point
 SERVER = 'model_name=~"$model", instance=~"$instance"'  # vLLM's series
-BOTH = "loadgen_target_concurrency|vllm:num_requests_running"  # who serves / drives a model
+BOTH = "loadgen_target_concurrency|vllm:num_requests_running"  # who drives / serves a model
 RATE = "[$__rate_interval]"
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 
 
-def quantile(q: float, metric: str, selector: str) -> str:
-    return (f"histogram_quantile({q}, sum by (le, instance) "
-            f"(rate({metric}_bucket{{{selector}}}{RATE})))")
-
-
 def quantiles(metric: str, selector: str, prefix: str = "") -> list[tuple[str, str]]:
-    return [(f"{{{{instance}}}} {prefix}{name}", quantile(q, metric, selector))
+    return [(f"{prefix}{name}",
+             f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{selector}}}{RATE})))")
             for name, q in QUANTILES]
 
 
 def rate_sum(metric: str, selector: str, by: str = "") -> str:
-    return f"sum by ({', '.join(['instance', *filter(None, [by])])}) " \
-           f"(rate({metric}{{{selector}}}{RATE}))"
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (rate({metric}{{{selector}}}{RATE}))"
 
 
-def total(metric: str, selector: str) -> str:
-    return f"sum by (instance) ({metric}{{{selector}}})"
+def server_rate(metric: str, by: str = "") -> str:
+    """A vLLM counter's rate per server (instance), never summed over servers."""
+    return rate_sum(metric, SERVER, ", ".join(["instance", *filter(None, [by])]))
 
 
-def client_vs_server(client: str, server: str, *, client_selector: str = POINT,
-                     ) -> list[tuple[str, str]]:
+def server_quantile(q: float, metric: str) -> str:
+    return (f"histogram_quantile({q}, sum by (le, instance) "
+            f"(rate({metric}_bucket{{{SERVER}}}{RATE})))")
+
+
+def client_vs_server(client: str, server: str) -> list[tuple[str, str]]:
     """p50/p99 of one latency from loadgen's histogram and the same from vLLM's."""
     picked = (("p50", 0.5), ("p99", 0.99))
     return [
-        *[(f"loadgen {{{{instance}}}} {n}", quantile(q, client, client_selector))
-          for n, q in picked],
-        *[(f"vLLM {{{{instance}}}} {n}", quantile(q, server, SERVER)) for n, q in picked],
+        *[(f"loadgen {n}", f"histogram_quantile({q}, sum by (le) "
+           f"(rate({client}_bucket{{{POINT}}}{RATE})))") for n, q in picked],
+        *[(f"vLLM {{{{instance}}}} {n}", server_quantile(q, server)) for n, q in picked],
     ]
 
 
 def server_quantiles(metrics: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(f"{name} {{{{instance}}}} {q_name}", quantile(q, metric, SERVER))
+    return [(f"{name} {{{{instance}}}} {q_name}", server_quantile(q, metric))
             for name, metric in metrics for q_name, q in (("p50", 0.5), ("p99", 0.99))]
 
 
@@ -63,25 +66,26 @@ def server_quantiles(metrics: list[tuple[str, str]]) -> list[tuple[str, str]]:
 Panel = tuple[str, str, str, int, list[tuple[str, str]], str]
 ROWS: list[tuple[str, list[Panel]]] = [
     ("Sweep", [
-        ("Sweep progress", "Share of the sweep's requests finished.", "percentunit", 4,
-         [("{{instance}} {{endpoint}}", f"loadgen_sweep_progress_ratio{{{RUN}}}")], "gauge"),
-        ("Points done", "Concurrency points finished / planned.", "none", 4,
-         [("{{instance}} done", total("loadgen_sweep_points_completed", RUN)),
-          ("{{instance}} planned", total("loadgen_sweep_points", RUN))], "stat"),
+        ("Sweep progress", "Share of the sweep's requests finished (with shards: the "
+         "slowest shard's).", "percentunit", 4,
+         [("{{endpoint}}", f"min by (endpoint) (loadgen_sweep_progress_ratio{{{RUN}}})")],
+         "gauge"),
+        ("Points done", "Concurrency points finished (by every shard) / planned.", "none", 4,
+         [("done", f"min(loadgen_sweep_points_completed{{{RUN}}})"),
+          ("planned", f"max(loadgen_sweep_points{{{RUN}}})")], "stat"),
         ("Requests in flight vs target concurrency",
          "In flight should sit at the target during a point: less means the client or the "
          "queue could not keep the slots busy.", "short", 8,
-         [("{{instance}} in flight", total("loadgen_requests_in_flight", RUN)),
-          ("{{instance}} target concurrency",
-           f"max by (instance) (loadgen_target_concurrency{{{RUN}}})"),
-          ("vLLM {{instance}} running", total("vllm:num_requests_running", SERVER))],
-         "timeseries"),
+         [("in flight", f"sum(loadgen_requests_in_flight{{{RUN}}})"),
+          ("target concurrency", f"max(loadgen_target_concurrency{{{RUN}}})"),
+          ("vLLM {{instance}} running",
+           f"sum by (instance) (vllm:num_requests_running{{{SERVER}}})")], "timeseries"),
         ("Requests by outcome", "Finished requests per second.", "reqps", 4,
-         [("{{instance}} {{outcome}}", rate_sum("loadgen_requests_total", POINT, "outcome"))],
+         [("{{outcome}}", rate_sum("loadgen_requests_total", POINT, "outcome"))],
          "timeseries"),
         ("Errors by kind", "Failed requests per second by kind (transport boundary).",
          "reqps", 4,
-         [("{{instance}} {{kind}}", rate_sum("loadgen_request_errors_total", POINT, "kind"))],
+         [("{{kind}}", rate_sum("loadgen_request_errors_total", POINT, "kind"))],
          "timeseries"),
     ]),
     ("Client latency", [
@@ -98,59 +102,56 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ("Queue time", "Wait for a concurrency slot before sending (never inside TTFT).",
          "s", 8, quantiles("loadgen_queue_time_seconds", POINT), "timeseries"),
         ("TTFT p50 by concurrency", "Median TTFT of each concurrency point.", "s", 12,
-         [("{{instance}} conc {{conc}}", "histogram_quantile(0.5, sum by (le, instance, conc) "
+         [("conc {{conc}}", "histogram_quantile(0.5, sum by (le, conc) "
            f"(rate(loadgen_time_to_first_token_seconds_bucket{{{POINT}}}{RATE})))")],
          "timeseries"),
         ("TPOT p50 by concurrency", "Median TPOT of each concurrency point.", "s", 12,
-         [("{{instance}} conc {{conc}}", "histogram_quantile(0.5, sum by (le, instance, conc) "
+         [("conc {{conc}}", "histogram_quantile(0.5, sum by (le, conc) "
            f"(rate(loadgen_time_per_output_token_seconds_bucket{{{POINT}}}{RATE})))")],
          "timeseries"),
     ]),
     ("Throughput", [
         ("Token throughput", "Client output and total (prompt + output) tokens/s of "
          "completed requests, beside the server's generation rate.", "suffix:tok/s", 8,
-         [("output (loadgen {{instance}})", rate_sum("loadgen_output_tokens_total", POINT)),
-          ("total (loadgen {{instance}})",
-           f"{rate_sum('loadgen_output_tokens_total', POINT)} + "
+         [("output (loadgen)", rate_sum("loadgen_output_tokens_total", POINT)),
+          ("total (loadgen)", f"{rate_sum('loadgen_output_tokens_total', POINT)} + "
            f"{rate_sum('loadgen_prompt_tokens_total', POINT)}"),
-          ("generation (vLLM {{instance}})", rate_sum("vllm:generation_tokens_total", SERVER))],
+          ("generation (vLLM {{instance}})", server_rate("vllm:generation_tokens_total"))],
          "timeseries"),
         ("Prompt tokens/s", "Prompt tokens of the requests loadgen completed, beside the "
          "prefill tokens vLLM processed (cache hits included).", "suffix:tok/s", 8,
-         [("loadgen {{instance}}", rate_sum("loadgen_prompt_tokens_total", POINT)),
-          ("vLLM {{instance}}", rate_sum("vllm:prompt_tokens_total", SERVER))], "timeseries"),
+         [("loadgen", rate_sum("loadgen_prompt_tokens_total", POINT)),
+          ("vLLM {{instance}}", server_rate("vllm:prompt_tokens_total"))], "timeseries"),
         ("Request throughput", "Completed requests/s: loadgen vs vLLM's successes.",
          "reqps", 8,
-         [("loadgen {{instance}}",
-           rate_sum("loadgen_requests_total", f'{POINT}, outcome="ok"')),
-          ("vLLM {{instance}}", rate_sum("vllm:request_success_total", SERVER))],
-         "timeseries"),
+         [("loadgen", rate_sum("loadgen_requests_total", f'{POINT}, outcome="ok"')),
+          ("vLLM {{instance}}", server_rate("vllm:request_success_total"))], "timeseries"),
     ]),
     ("Speculative decoding (MTP)", [
         ("Acceptance length", "Stream: tokens per decode chunk. Server: 1 + accepted / "
          "drafts from vllm:spec_decode_*. They should agree with stream interval 1.",
          "short", 8,
-         [("stream (loadgen {{instance}})",
-           f"{rate_sum('loadgen_decode_tokens_total', POINT)} / "
+         [("stream (loadgen)", f"{rate_sum('loadgen_decode_tokens_total', POINT)} / "
            f"{rate_sum('loadgen_decode_chunks_total', POINT)}"),
           ("server (vLLM {{instance}})",
-           f"1 + {rate_sum('vllm:spec_decode_num_accepted_tokens_total', SERVER)}"
-           f" / {rate_sum('vllm:spec_decode_num_drafts_total', SERVER)}")], "timeseries"),
+           f"1 + {server_rate('vllm:spec_decode_num_accepted_tokens_total')}"
+           f" / {server_rate('vllm:spec_decode_num_drafts_total')}")], "timeseries"),
         ("Per-position acceptance rate", "Share of decode steps whose draft at position i "
          "was accepted: from the stream and from the server.", "percentunit", 8,
-         [("stream {{instance}} pos {{position}}",
+         [("stream pos {{position}}",
            f"{rate_sum('loadgen_decode_accepted_tokens_per_position_total', POINT, 'position')}"
-           f" / on(instance) group_left {rate_sum('loadgen_decode_chunks_total', POINT)}"),
+           f" / on() group_left {rate_sum('loadgen_decode_chunks_total', POINT)}"),
           ("server {{instance}} pos {{position}}",
-           f"{rate_sum('vllm:spec_decode_num_accepted_tokens_per_pos_total', SERVER, 'position')}"
-           f" / on(instance) group_left {rate_sum('vllm:spec_decode_num_drafts_total', SERVER)}")],
+           f"{server_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', 'position')}"
+           f" / on(instance) group_left {server_rate('vllm:spec_decode_num_drafts_total')}")],
          "timeseries"),
         ("Acceptance length per point", "Per finished point: server-side (counter deltas "
-         "loadgen scraped around the point) and stream-side.", "short", 8,
-         [("server {{instance}} conc {{conc}}",
-           f"loadgen_server_spec_decode_acceptance_length{{{POINT}}}"),
-          ("stream {{instance}} conc {{conc}}",
-           f"loadgen_stream_acceptance_length{{{POINT}}}")],
+         "loadgen scraped around the point) and stream-side (with shards: their average; "
+         "`loadgen merge` gives the exact figure).", "short", 8,
+         [("server conc {{conc}}",
+           f"avg by (conc) (loadgen_server_spec_decode_acceptance_length{{{POINT}}})"),
+          ("stream conc {{conc}}",
+           f"avg by (conc) (loadgen_stream_acceptance_length{{{POINT}}})")],
          "timeseries"),
         ("Tokens per decode chunk", "Distribution of 1 + accepted draft tokens per step.",
          "short", 24,
@@ -159,20 +160,20 @@ ROWS: list[tuple[str, list[Panel]]] = [
     ]),
     ("Server (vLLM)", [
         ("vLLM requests running / waiting", "The server's scheduler queue.", "short", 8,
-         [("{{instance}} running", total("vllm:num_requests_running", SERVER)),
-          ("{{instance}} waiting", total("vllm:num_requests_waiting", SERVER))],
-         "timeseries"),
+         [("{{instance}} running", f"sum by (instance) (vllm:num_requests_running{{{SERVER}}})"),
+          ("{{instance}} waiting",
+           f"sum by (instance) (vllm:num_requests_waiting{{{SERVER}}})")], "timeseries"),
         ("vLLM KV cache usage", "Fraction of KV-cache blocks in use.", "percentunit", 8,
          [("{{instance}} engine {{engine}}", f"vllm:kv_cache_usage_perc{{{SERVER}}}")],
          "timeseries"),
         ("vLLM prefix-cache hit rate", "Prompt tokens found in the prefix cache / tokens "
          "looked up. loadgen's synthetic prompts share no prefix beyond the template, so a "
          "high rate means the prompts are not what a run should measure.", "percentunit", 8,
-         [("{{instance}}", f"{rate_sum('vllm:prefix_cache_hits_total', SERVER)} / "
-           f"{rate_sum('vllm:prefix_cache_queries_total', SERVER)}")], "timeseries"),
+         [("{{instance}}", f"{server_rate('vllm:prefix_cache_hits_total')} / "
+           f"{server_rate('vllm:prefix_cache_queries_total')}")], "timeseries"),
         ("vLLM preemptions", "Requests the scheduler preempted per second (KV cache full): "
          "their latency includes a recompute.", "short", 8,
-         [("{{instance}}", rate_sum("vllm:num_preemptions_total", SERVER))], "timeseries"),
+         [("{{instance}}", server_rate("vllm:num_preemptions_total"))], "timeseries"),
         ("Queue time: loadgen vs vLLM", "loadgen: wait for a concurrency slot before "
          "sending. vLLM: time in the server's WAITING queue, inside the client's TTFT.",
          "s", 8, client_vs_server("loadgen_queue_time_seconds",
@@ -191,7 +192,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
                           "vllm:inter_token_latency_seconds"), "timeseries"),
         ("E2E: loadgen vs vLLM", "Request latency at the client and in the server.", "s",
          8, client_vs_server("loadgen_e2e_request_latency_seconds",
-                             "vllm:e2e_request_latency_seconds"), "timeseries"),
+                              "vllm:e2e_request_latency_seconds"), "timeseries"),
     ]),
     ("Client health", [
         ("Event-loop lag", "How late loadgen's event loop wakes up: chunk timestamps can be "

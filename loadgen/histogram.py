@@ -13,18 +13,23 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+_go_float = cast(Callable[[float], str], floatToGoString)
 
 
 class HistogramSeries:
     """The bucket counts and sum of one label combination."""
 
-    __slots__ = ("_bound_list", "_bounds", "_counts", "_lock", "_sum")
+    __slots__ = ("_bound_list", "_bounds", "_counts", "_lock", "_sum", "created")
 
     def __init__(self, bounds: npt.NDArray[np.float64], lock: threading.Lock) -> None:
         self._bounds = bounds
@@ -32,6 +37,7 @@ class HistogramSeries:
         self._counts = np.zeros(len(bounds) + 1, dtype=np.int64)  # last: above every bound
         self._sum = 0.0
         self._lock = lock
+        self.created = time.time()  # exposed as `_created`, like prometheus-client's own
 
     def observe(self, value: float, weight: int = 1) -> None:
         # bisect_left: a value equal to a bound belongs to that bound's bucket (le).
@@ -79,7 +85,8 @@ class BulkHistogram(Collector):
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self._bounds = np.asarray(bounds, dtype=np.float64)
-        self._le = [repr(b) for b in bounds] + ["+Inf"]  # e.g. "0.005", "1e-05"
+        # Spelled as prometheus-client (and so vLLM) spells them: "0.005", "1e-05", "+Inf".
+        self._le = [_go_float(b) for b in bounds] + ["+Inf"]
         self._series: dict[tuple[str, ...], HistogramSeries] = {}
         self._lock = threading.Lock()
         registry.register(self)
@@ -112,4 +119,6 @@ class BulkHistogram(Collector):
                 list(values), buckets=list(zip(self._le, cumulative, strict=True)),
                 sum_value=total,
             )
+            family.add_sample(self.name + "_created", dict(zip(self.labelnames, values,
+                                                                strict=True)), series.created)
         return [family]

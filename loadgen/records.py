@@ -59,6 +59,13 @@ class RequestRecord:
     error: ErrorKind | None = None
     error_detail: str = ""
     sent_unix: float = 0.0  # wall clock at start, a label only
+    # perf_counter_ns and time_ns read together when this record's point started in its
+    # process: maps this record's *_ns onto the wall clock (`loadgen merge` across machines)
+    clock_mono_ns: int = 0
+    clock_unix_ns: int = 0
+    # the synthetic prompt length asked for (None: a dataset prompt); differs from
+    # input_len only where the tokenizer cannot give that length exactly
+    target_len: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -3,11 +3,11 @@ counters agree with the result files of the same run against the real simulator.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from loadgen.histogram import BulkHistogram
+from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 from loadgen.sinks.prometheus import (
     ITL_BUCKETS,
     LoadgenMetrics,
     live_metrics,
-    loop_lag_probe,
     serve_metrics,
 )
 
@@ -45,6 +45,12 @@ def make_record(request_id: int, conc: int, gaps_ms: list[float], tokens: list[i
         completion_tokens=None if error else sum(tokens), finish_reason=finish,
         status=200, error=error,
     )
+
+
+def point_result(**fields: Any) -> Any:
+    """A real summary of one record, with the server-side fields a test sets."""
+    record = make_record(0, 1, [1.0, 1.0], [1, 1])
+    return {**summarize([record], PointContext(conc=1, input_len=100, output_len=2)), **fields}
 
 
 def samples(registry: CollectorRegistry) -> list[Sample]:
@@ -69,8 +75,8 @@ def test_exposition_carries_what_the_records_measured() -> None:
     for record in (ok_a, ok_b, failed):
         observer.request_started(4)
         observer.request_finished(record)
-    observer.point_finished(4, {"server_acceptance_length": 2.25,
-                                "server_acceptance_per_position": [0.7, 0.3, 0.1]})
+    observer.point_finished(4, point_result(server_acceptance_length=2.25,
+                                            server_acceptance_per_position=[0.7, 0.3, 0.1]))
     got = samples(registry)
     point = {"model_name": "m", "endpoint": "chat", "conc": "4"}
 
@@ -118,7 +124,7 @@ def test_promtool_accepts_the_exposition() -> None:
     observer.point_started(1, 1)
     observer.request_started(1)
     observer.request_finished(make_record(0, 1, [3.0, 1.0, 1.0], [1, 3, 2]))
-    observer.point_finished(1, {"server_acceptance_rate": 0.5})
+    observer.point_finished(1, point_result(server_acceptance_rate=0.5))
     checked = subprocess.run([promtool, "check", "metrics"], input=generate_latest(registry),
                              capture_output=True, timeout=30, check=False)
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
@@ -148,15 +154,17 @@ def test_bulk_histogram_buckets_like_prometheus_client(values: list[float], edge
 async def test_metrics_served_over_http_and_loop_lag_recorded() -> None:
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
-    async with loop_lag_probe(metrics, interval_s=0.005):
-        await asyncio.sleep(0.1)
+    observer = metrics.observer(model="m", endpoint="completions", points=1)
+    for lag_s in (0.0001, 0.0002, 0.003, 0.0004, 0.02):
+        observer.loop_lag(lag_s)
     async with (serve_metrics(registry) as server, aiohttp.ClientSession() as session,
                 session.get(server.url) as response):
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain")
         text = await response.text()
     got = [s for f in text_string_to_metric_families(text) for s in f.samples]
-    assert value(got, "loadgen_event_loop_lag_seconds_count") >= 5
+    assert value(got, "loadgen_event_loop_lag_seconds_count") == 5
+    assert value(got, "loadgen_event_loop_lag_seconds_sum") == pytest.approx(0.0237)
     assert value(got, "loadgen_build_info", version=__import__("loadgen").__version__) == 1
 
 
@@ -221,17 +229,30 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
         assert value(got, "loadgen_server_spec_decode_acceptance_length", **labels) \
             == pytest.approx(result["server_acceptance_length"])
     assert failed_total > 0, "the fault injection should have produced some errors"
+    # One loop-lag quantity: the live histogram holds exactly the samples the result
+    # files summarize, and its largest sample is the files' largest.
+    results = [orjson.loads(point.path.read_bytes()) for point in outcome.points]
+    lag_count = value(got, "loadgen_event_loop_lag_seconds_count")
+    assert lag_count == sum(r["client_loop_lag_samples"] for r in results) > 0
+    largest_ms = max(r["client_loop_lag_max_ms"] for r in results)
+    buckets = sorted((float(s.labels["le"]), s.value) for s in got
+                     if s.name == "loadgen_event_loop_lag_seconds_bucket")
+    first_full = next(le for le, count in buckets if count == lag_count)
+    below = [le for le, _ in buckets if le < first_full]
+    assert largest_ms / 1e3 <= first_full and (not below or largest_ms / 1e3 > below[-1])
 
 
 async def test_live_metrics_serves_an_observer_that_learns_k_from_the_first_point() -> None:
     async with live_metrics(model="m", endpoint="chat", points=2, spec_tokens=None,
                             port=0) as (server, observer):
         # finish "length", last chunk of 3 tokens: cut or not depends on K.
-        for conc, result in ((1, {"spec_tokens": 2}), (2, {})):
+        for conc, spec_tokens in ((1, 2), (2, None)):
+            record = make_record(0, conc, [2.0, 1.0, 1.0], [1, 3, 3])
             observer.point_started(conc, 1)
             observer.request_started(conc)
-            observer.request_finished(make_record(0, conc, [2.0, 1.0, 1.0], [1, 3, 3]))
-            observer.point_finished(conc, result)
+            observer.request_finished(record)
+            ctx = PointContext(conc=conc, input_len=100, output_len=7, spec_tokens=spec_tokens)
+            observer.point_finished(conc, summarize([record], ctx))  # type: ignore[arg-type]
         async with aiohttp.ClientSession() as session, session.get(server.url) as response:
             text = await response.text()
     got = [s for f in text_string_to_metric_families(text) for s in f.samples]

@@ -13,14 +13,9 @@ from fake_records import MS, failed_record, make_record
 
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import ErrorKind, RequestRecord
-from loadgen.sinks.files import (
-    SWEEP_COLUMNS,
-    format_table,
-    plot_sweep,
-    sweep_rows,
-    write_csv,
-    write_point,
-)
+from loadgen.sinks.files import write_point
+from loadgen.sinks.plot import plot_sweep
+from loadgen.sinks.table import COLUMN_NAMES, SWEEP_COLUMNS, format_table, sweep_rows, write_csv
 
 
 def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> dict[str, Any]:
@@ -68,8 +63,8 @@ def test_sweep_rows_ordered_and_taken_from_results() -> None:
     by_conc = {r["max_concurrency"]: r for r in results}
     for row in rows:
         source = by_conc[row["conc"]]
-        for column, field in SWEEP_COLUMNS.items():
-            assert row[column] == source[field], column
+        for column, read in SWEEP_COLUMNS:
+            assert row[column] == read(source), column
 
 
 def test_table_one_line_per_conc_with_labelled_columns() -> None:
@@ -106,8 +101,11 @@ def test_table_per_gpu_and_failed_columns_when_relevant() -> None:
 
 
 def test_table_shows_unknown_as_dash() -> None:
-    rows = sweep_rows([{"max_concurrency": 1, "completed": 0, "failed": 1}])
-    assert format_table(rows).splitlines()[2].split()[1:4] == ["-", "-", "-"]
+    ctx = PointContext(conc=1, input_len=100, output_len=8)
+    rows = sweep_rows([summarize([failed_record(0, ErrorKind.HTTP)], ctx)])
+    cells = format_table(rows).splitlines()[2].split()
+    # no completed request: every latency, interactivity and acceptance cell is unknown
+    assert cells[3:10] == ["-"] * 7 and cells[-1] == "1"
 
 
 def test_csv_round_trip(tmp_path: Path) -> None:
@@ -115,7 +113,7 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "sweep.csv", rows)
     with path.open(newline="") as fh:
         read = list(csv.DictReader(fh))
-    assert list(read[0]) == list(SWEEP_COLUMNS)
+    assert list(read[0]) == list(COLUMN_NAMES)
     for got, row in zip(read, rows, strict=True):
         assert int(got["conc"]) == row["conc"]
         assert float(got["ttft_p99_ms"]) == pytest.approx(row["ttft_p99_ms"])
@@ -132,7 +130,9 @@ def test_plot_writes_png(tmp_path: Path) -> None:
 
 
 def test_plot_without_plottable_points_is_none(tmp_path: Path) -> None:
-    assert plot_sweep(tmp_path / "x.png", [{"max_concurrency": 1}]) is None
+    failed_only = summarize([failed_record(0, ErrorKind.HTTP)],
+                            PointContext(conc=1, input_len=100, output_len=8))
+    assert plot_sweep(tmp_path / "x.png", [failed_only]) is None
     assert not (tmp_path / "x.png").exists()
 
 

@@ -16,9 +16,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from loadgen.client.server_metrics import check_metrics_urls, scrape_url
 from loadgen.client.transport import Transport
 from loadgen.errors import ServerError
-from loadgen.metrics.server import ServerSnapshot, parse_metrics, speculative_decoding_enabled
+from loadgen.metrics.server import ServerSnapshot, speculative_decoding_enabled
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.workload.bodies import BodyOptions, completion_body, encode_body
 from loadgen.workload.plan import RequestSpec
@@ -57,13 +58,7 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
 
 async def scrape_metrics(session: aiohttp.ClientSession, base_url: str) -> ServerSnapshot | None:
     """The server's Prometheus text parsed, or None when it has no usable /metrics."""
-    try:
-        async with session.get(base_url + "/metrics") as response:
-            if response.status != 200:
-                return None
-            return parse_metrics(await response.text())
-    except (aiohttp.ClientError, OSError, ValueError):
-        return None
+    return await scrape_url(session, base_url + "/metrics")
 
 
 async def find_model(
@@ -186,8 +181,14 @@ async def preflight(
     options: BodyOptions,
     prompt: tuple[str, int],
     request_timeout_s: float | None = None,
+    metrics_urls: tuple[str, ...] = (),
 ) -> ServerInfo:
-    """All checks in order; raises PreflightError with one line when the run cannot start."""
+    """All checks in order; raises PreflightError with one line when the run cannot start.
+
+    isl/osl are the longest request's lengths (a dataset's longest prompt and output).
+    With `metrics_urls` (--server-metrics) each is checked once and their sum tells
+    whether speculative decoding is on; otherwise the target's own /metrics does.
+    """
     model, max_model_len = await find_model(session, base_url, wanted_model)
     check_context(max_model_len, isl, osl)
     options = dataclasses.replace(options, model=model)
@@ -200,7 +201,10 @@ async def preflight(
             f"counts {check['server']}; every token count and length will be off "
             "(pass the server's tokenizer with --tokenizer)"
         )
-    snapshot = await scrape_metrics(session, base_url)
+    if metrics_urls:
+        snapshot = (await check_metrics_urls(session, metrics_urls)).total
+    else:
+        snapshot = await scrape_metrics(session, base_url)
     spec_decoding = speculative_decoding_enabled(snapshot) if snapshot is not None else None
     transport = Transport(session, base_url + options.path, request_timeout_s=request_timeout_s)
     options, source = await probe_options(transport, options, text)

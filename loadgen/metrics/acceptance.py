@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.metrics.arrays import PointArrays, is_completed
+from loadgen.metrics.arrays import IntArray, PointArrays, is_completed
 from loadgen.metrics.server import (
     SPEC_ACCEPTED,
     SPEC_DRAFT_TOKENS,
@@ -42,6 +42,15 @@ SERVER_KEYS = (
 )
 
 
+def accepted_at_position(decode_tokens: IntArray, positions: int) -> list[int]:
+    """Per draft position i < `positions`: decode chunks with more than i tokens beyond
+    the first (the chunk's own sampled token), i.e. a draft accepted at position i."""
+    beyond_first = np.clip(decode_tokens - 1, 0, positions)
+    counts = np.bincount(beyond_first, minlength=positions + 1)
+    at_least = np.cumsum(counts[::-1])[::-1]  # at_least[k]: chunks with >= k beyond first
+    return [int(at_least[i + 1]) for i in range(positions)]
+
+
 def stream_acceptance(records: Sequence[RequestRecord], spec_tokens: int | None) -> dict[str, Any]:
     """Acceptance from chunk token counts of the completed records (docs/design.md definitions)."""
     completed = [r for r in records if is_completed(r)]
@@ -67,11 +76,10 @@ def stream_acceptance_from_arrays(arrays: PointArrays, spec_tokens: int | None) 
     if decode.size == 0:
         return result
     length = float(decode.mean())
-    beyond_first = decode - 1
     result["stream_acceptance_length"] = length
     result["stream_acceptance_rate"] = (length - 1.0) / spec_tokens
     result["stream_acceptance_per_position"] = [
-        float(np.count_nonzero(beyond_first > i)) / decode.size for i in range(spec_tokens)
+        count / decode.size for count in accepted_at_position(decode, spec_tokens)
     ]
     result["stream_acceptance_oversized_chunks"] = int(np.count_nonzero(decode > spec_tokens + 1))
     return result

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from loadgen.config.spec import SLO_METRICS
 from loadgen.metrics.acceptance import (
     SERVER_KEYS,
     acceptance_difference,
@@ -33,11 +34,11 @@ from loadgen.metrics.acceptance import (
 )
 from loadgen.metrics.arrays import NS_PER_MS, FloatArray, PointArrays, is_completed
 from loadgen.metrics.checks import error_fields, error_text, token_count_checks, token_source_fields
+from loadgen.metrics.schema import PointMetrics
 from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
 from loadgen.metrics.throughput import throughput_fields
 from loadgen.records import RequestRecord
 
-SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
 BASE_PERCENTILES = (90.0, 99.0, 99.9)  # always published (docs/design.md), plus --percentiles
 
 
@@ -46,8 +47,8 @@ class PointContext:
     """What summarize needs to know about the point besides its records."""
 
     conc: int
-    input_len: int
-    output_len: int
+    input_len: int | None  # None: lengths come from a dataset, per request
+    output_len: int | None
     spec_tokens: int | None = None  # K draft tokens per step; None/0 = no spec decoding known
     slos: Mapping[str, float] = field(default_factory=dict)  # 'ttft'|'tpot'|'itl'|'e2el' -> ms
     percentiles: tuple[float, ...] = ()
@@ -169,7 +170,7 @@ def summarize(
     *,
     server_before: ServerSnapshot | None = None,
     server_after: ServerSnapshot | None = None,
-) -> dict[str, Any]:
+) -> PointMetrics:
     """The result-JSON metric fields of one point (see module doc and the report's field list).
 
     With the server's /metrics snapshots from before and after the point, the server-side
@@ -214,4 +215,5 @@ def summarize(
     result.update(server)
     result.update(acceptance_difference(stream, server))
     result.update(_per_request_lists(ordered))
-    return result
+    # The keys are exactly PointMetrics' (tests/test_summary.py holds them together).
+    return cast(PointMetrics, result)

@@ -6,7 +6,9 @@ Every `INTERVAL_S` a timer posts a callback and measures how long the loop takes
 it: the backlog an arrival at that moment would wait behind. (Not the timer's own
 lateness: uvloop's timers fire up to ~4 ms late on an idle loop here, which delays no
 socket read and would drown the signal.) The result files report its p99 and max, so a
-stalled client is visible instead of silently inflating TTFT and ITL.
+stalled client is visible instead of silently inflating TTFT and ITL; each sample also
+goes to `on_sample` (the live `loadgen_event_loop_lag_seconds` histogram), so Grafana
+and the result file show the one same quantity.
 """
 
 from __future__ import annotations
@@ -14,20 +16,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import Any
 
 import numpy as np
 
 INTERVAL_S = 0.01
 
 
+@dataclass(frozen=True, slots=True)
+class LoopHealth:
+    """The loop-lag samples of one measured phase, summarized for the result file."""
+
+    p99_ms: float | None
+    max_ms: float | None
+    samples: int
+
+
 class LoopLag:
-    def __init__(self, interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, interval_s: float = INTERVAL_S, *,
+                 on_sample: Callable[[float], None] | None = None,
+                 clock: Callable[[], int] = perf_counter_ns) -> None:
         self.interval_ns = int(interval_s * 1e9)
         self.samples: list[int] = []
+        self._on_sample = on_sample
+        self._clock = clock
         self._handle: asyncio.TimerHandle | None = None
+        self._stopped = False
 
     def start(self) -> None:
         self._schedule()
@@ -42,20 +58,25 @@ class LoopLag:
 
     def probe(self) -> None:
         """Measure how long the loop takes from now to run a callback posted now."""
-        asyncio.get_running_loop().call_soon(self._measure, perf_counter_ns())
+        asyncio.get_running_loop().call_soon(self._measure, self._clock())
 
     def _measure(self, posted_ns: int) -> None:
-        self.samples.append(perf_counter_ns() - posted_ns)
+        if self._stopped:  # posted before stop(), ran after: not in the summary either
+            return
+        lag_ns = self._clock() - posted_ns
+        self.samples.append(lag_ns)
+        if self._on_sample is not None:
+            self._on_sample(lag_ns / 1e9)
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> LoopHealth:
+        self._stopped = True
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
         if not self.samples:
-            return {"client_loop_lag_p99_ms": None, "client_loop_lag_max_ms": None}
+            return LoopHealth(None, None, 0)
         lags = np.array(self.samples, dtype=np.float64) / 1e6
-        return {"client_loop_lag_p99_ms": float(np.percentile(lags, 99)),
-                "client_loop_lag_max_ms": float(lags.max())}
+        return LoopHealth(float(np.percentile(lags, 99)), float(lags.max()), len(lags))
 
 
 @contextlib.contextmanager

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
+from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
 
 
@@ -14,7 +14,8 @@ class RunObserver(Protocol):
     def point_started(self, conc: int, num_requests: int) -> None: ...
     def request_started(self, conc: int) -> None: ...
     def request_finished(self, record: RequestRecord) -> None: ...
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None: ...
+    def point_finished(self, conc: int, result: PointResult) -> None: ...
+    def loop_lag(self, seconds: float) -> None: ...
 
 
 class FanoutObserver:
@@ -35,6 +36,10 @@ class FanoutObserver:
         for o in self.observers:
             o.request_finished(record)
 
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
+    def point_finished(self, conc: int, result: PointResult) -> None:
         for o in self.observers:
             o.point_finished(conc, result)
+
+    def loop_lag(self, seconds: float) -> None:
+        for o in self.observers:
+            o.loop_lag(seconds)

@@ -1,8 +1,10 @@
 """When each request is sent: closed loop (conc slots) or open loop (precomputed arrivals).
 
 `scheduled_ns` is when a request was due: the moment its slot became free (closed loop)
-or its intended arrival time (open loop). The transport stamps `start_ns` when the request
-gets its connection, so `start_ns - scheduled_ns` is queue time, never part of TTFT.
+or its intended arrival time (open loop). The transport stamps `start_ns` when the request's
+bytes are written to its connection, so `start_ns - scheduled_ns` is queue time (slot wait,
+pacing, connection acquisition), never part of TTFT. The clock (and the open loop's sleep)
+are passed in, so a test can drive the scheduler on a virtual clock.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from loadgen.workload.plan import RequestSpec
 
 # (request, scheduled_ns) -> its record (None when not recorded, e.g. warmup)
 Send = Callable[[RequestSpec, int], Awaitable[RequestRecord | None]]
+Clock = Callable[[], int]
+Sleep = Callable[[float], Awaitable[None]]
 
 
 def deadline_after(duration_s: float | None, now_ns: int) -> int | None:
@@ -25,11 +29,12 @@ def deadline_after(duration_s: float | None, now_ns: int) -> int | None:
 
 
 async def closed_loop(
-    requests: Sequence[RequestSpec], conc: int, send: Send, *, deadline_ns: int | None = None
+    requests: Sequence[RequestSpec], conc: int, send: Send, *, deadline_ns: int | None = None,
+    clock: Clock = perf_counter_ns,
 ) -> None:
     """`conc` slots; each sends its next request as soon as its previous one has ended."""
     pending = iter(requests)
-    point_start = perf_counter_ns()
+    point_start = clock()
 
     async def slot() -> None:
         scheduled = point_start
@@ -39,8 +44,7 @@ async def closed_loop(
             record = await send(request, scheduled)
             # The slot became free when the previous response ended, not when the client
             # got round to it: the client's own turnaround counts as queue time.
-            scheduled = record.end_ns if record is not None and record.end_ns else (
-                perf_counter_ns())
+            scheduled = record.end_ns if record is not None and record.end_ns else clock()
 
     async with asyncio.TaskGroup() as group:
         for _ in range(min(conc, len(requests))):
@@ -68,6 +72,8 @@ async def open_loop(
     offsets_ns: Sequence[int],
     *,
     deadline_ns: int | None = None,
+    clock: Clock = perf_counter_ns,
+    sleep: Sleep = asyncio.sleep,
 ) -> None:
     """Send each request at its intended time, at most `conc` in flight.
 
@@ -75,7 +81,7 @@ async def open_loop(
     its intended time, so an overloaded server cannot hide behind a slower arrival rate.
     """
     slots = asyncio.Semaphore(conc)
-    point_start = perf_counter_ns()
+    point_start = clock()
 
     async def run(request: RequestSpec, intended: int) -> None:
         try:
@@ -88,8 +94,8 @@ async def open_loop(
             intended = point_start + offset
             if deadline_ns is not None and intended >= deadline_ns:
                 break
-            delay = intended - perf_counter_ns()
+            delay = intended - clock()
             if delay > 0:
-                await asyncio.sleep(delay / 1e9)
+                await sleep(delay / 1e9)
             await slots.acquire()
             group.create_task(run(request, intended))

@@ -3,13 +3,16 @@
 Each run lives in `<data-dir>/runs/<id>/`: `run.json` (state, options, progress, per-point
 summaries; replaced atomically on every change of state) and `results/` (the engine's
 result files). A restarted sidecar lists the runs it finds there; one that was still
-running when the process died is reported as `interrupted`.
+running when the process died is reported as `interrupted`. A record holds the options
+with their secrets redacted (config/redact.py): the sweep gets the real ones from the
+caller, never from the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -18,20 +21,34 @@ from typing import Any, Literal
 
 import orjson
 
+from loadgen.config.redact import redact_options, redact_text
+from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
 from loadgen.run.ids import RUN_ID, new_run_id
 from loadgen.sinks.files import write_atomic
 
+log = logging.getLogger("loadgen.serve")
 RunStateName = Literal["running", "succeeded", "cancelled", "failed", "interrupted"]
 # Per-point fields kept in run.json and shown by GET /v1/runs/{id}; the full result is in
 # the result files.
-POINT_FIELDS = (
-    "max_concurrency", "num_prompts", "completed", "failed", "duration",
-    "request_throughput", "output_throughput", "total_token_throughput",
-    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-    "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_itl_per_token_ms", "mean_e2el_ms",
-    "p99_e2el_ms", "stream_acceptance_length", "server_acceptance_length", "error_rate",
-)
+def point_summary(result: PointResult) -> dict[str, Any]:
+    """What run.json and GET /v1/runs/{id} show of each point (the files have the rest)."""
+    return {
+        "max_concurrency": result["max_concurrency"], "num_prompts": result["num_prompts"],
+        "completed": result["completed"], "failed": result["failed"],
+        "duration": result["duration"], "request_throughput": result["request_throughput"],
+        "output_throughput": result["output_throughput"],
+        "total_token_throughput": result["total_token_throughput"],
+        "mean_ttft_ms": result["mean_ttft_ms"], "median_ttft_ms": result["median_ttft_ms"],
+        "p99_ttft_ms": result["p99_ttft_ms"], "mean_tpot_ms": result["mean_tpot_ms"],
+        "median_tpot_ms": result["median_tpot_ms"], "p99_tpot_ms": result["p99_tpot_ms"],
+        "mean_itl_ms": result["mean_itl_ms"], "p99_itl_ms": result["p99_itl_ms"],
+        "mean_itl_per_token_ms": result["mean_itl_per_token_ms"],
+        "mean_e2el_ms": result["mean_e2el_ms"], "p99_e2el_ms": result["p99_e2el_ms"],
+        "stream_acceptance_length": result["stream_acceptance_length"],
+        "server_acceptance_length": result["server_acceptance_length"],
+        "error_rate": result["error_rate"],
+    }
 
 
 @dataclass(slots=True)
@@ -87,15 +104,18 @@ class ProgressObserver:
     def request_started(self, conc: int) -> None:
         self.record.progress.in_flight += 1
 
+    def loop_lag(self, seconds: float) -> None:
+        pass  # the sidecar's /metrics has it (MetricsObserver); run.json keeps progress
+
     def request_finished(self, record: RequestRecord) -> None:
         p = self.record.progress
         p.in_flight -= 1
         p.point_requests_done += 1
         p.requests_done += 1
 
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
+    def point_finished(self, conc: int, result: PointResult) -> None:
         self.record.progress.points_done += 1
-        point = {"conc": conc, **{k: result.get(k) for k in POINT_FIELDS if k in result}}
+        point = {"conc": conc, **point_summary(result)}
         self.record.points.append(point)
         self._on_point()
 
@@ -116,6 +136,7 @@ class RunManager:
     """At most one active run; every run's record kept in memory and on disk."""
 
     def __init__(self, data_dir: Path, clock: Callable[[], float] = time.time) -> None:
+        self.data_dir = data_dir
         self.runs_dir = data_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._clock = clock
@@ -128,14 +149,23 @@ class RunManager:
         for path in sorted(self.runs_dir.glob("*/run.json")):
             if not RUN_ID.match(path.parent.name):
                 continue
+            if path.parent.is_symlink() or path.is_symlink():  # never made by loadgen
+                log.warning("loadgen serve: %s is reached through a symbolic link; ignored",
+                            path)
+                continue
             try:
                 record = RunRecord.from_json(orjson.loads(path.read_bytes()))
             except (OSError, ValueError, TypeError) as exc:
                 # A damaged file must not keep the service from starting; say which.
                 record = RunRecord(id=path.parent.name, state="failed", created_unix=0.0,
                                    options={}, error=f"unreadable run.json: {exc}")
-            if record.state == "running":
-                record.state, record.error = "interrupted", "the sidecar stopped during the run"
+            options = redact_options(record.options)
+            if record.state == "running" or options != record.options:
+                if record.state == "running":
+                    record.state = "interrupted"
+                    record.error = "the sidecar stopped during the run"
+                # also rewrites a record kept by a version that stored secrets in clear
+                record.options = options
                 self.save(record)
             self.runs[record.id] = record
 
@@ -151,12 +181,13 @@ class RunManager:
         write_atomic(self.run_dir(record.id) / "run.json",
                      orjson.dumps(record.to_json(), option=orjson.OPT_INDENT_2))
 
-    def start(self, options: dict[str, Any], points: int, sweep: SweepStarter) -> RunRecord:
+    def start(self, options: Mapping[str, Any], points: int, sweep: SweepStarter) -> RunRecord:
+        """Start `sweep`; the record keeps `options` redacted (the sweep has its own)."""
         if self.active is not None and not self.active[1].done():
             raise Busy(self.active[0].id)
         now = self._clock()
         record = RunRecord(id=new_run_id(now), state="running", created_unix=now,
-                           options=options)
+                           options=redact_options(options))
         record.progress.points_total = points
         self.runs[record.id] = record
         self.save(record)
@@ -175,7 +206,8 @@ class RunManager:
             record.state = "cancelled"
             raise
         except Exception as exc:  # a failed sweep is reported, the sidecar keeps serving
-            record.state, record.error = "failed", f"{type(exc).__name__}: {exc}"
+            # redacted: a preflight error names the target URL, credentials and all
+            record.state, record.error = "failed", redact_text(f"{type(exc).__name__}: {exc}")
         finally:
             record.finished_unix = self._clock()
             record.progress.in_flight = 0
@@ -200,10 +232,3 @@ class RunManager:
 
     def is_busy(self) -> bool:
         return self.active is not None and not self.active[1].done()
-
-    def result_files(self, run_id: str) -> list[Path]:
-        directory = self.results_dir(run_id)
-        if not directory.is_dir():
-            return []
-        return sorted(p for p in directory.rglob("*") if p.is_file()
-                      and not p.name.startswith("."))

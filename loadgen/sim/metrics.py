@@ -8,19 +8,12 @@ short by max_tokens (or EOS) still counts all the drafts it accepted.
 
 from __future__ import annotations
 
-import bisect
-import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import cast
+from collections.abc import Sequence
 
-import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.metrics_core import HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
-# prometheus-client's own bound formatting ("0.001", "1.0", "+Inf", "1e+06"); it is untyped.
-go_float = cast(Callable[[float], str], floatToGoString)
+from loadgen.histogram import BulkHistogram, HistogramSeries
+
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -49,50 +42,6 @@ ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 20
                      8192.0, 16384.0)
 
 
-class BulkHistogram(Collector):
-    """One labelled histogram that takes a whole request's samples in one numpy call.
-
-    prometheus-client's Histogram takes a lock per observation; a request finishing with
-    a few hundred inter-token gaps would cost the engine loop a millisecond. Rendered
-    exactly like prometheus-client's own (buckets, _count, _sum, then _created).
-    Single-threaded use only: the engine loop is the only writer.
-    """
-
-    def __init__(self, name: str, documentation: str, labels: dict[str, str],
-                 buckets: Sequence[float], registry: CollectorRegistry) -> None:
-        self._name = name
-        self._documentation = documentation
-        self._labels = labels
-        self._bounds = [float(b) for b in buckets] + [float("inf")]
-        self._counts = [0] * len(self._bounds)
-        self._sum = 0.0
-        self._created = time.time()
-        registry.register(self)
-
-    def observe(self, value: float) -> None:
-        self._counts[bisect.bisect_left(self._bounds, value)] += 1
-        self._sum += value
-
-    def observe_many(self, values: np.ndarray) -> None:
-        if not len(values):
-            return
-        indices = np.searchsorted(self._bounds, values, side="left")
-        for index, count in enumerate(np.bincount(indices, minlength=len(self._bounds))):
-            self._counts[index] += int(count)
-        self._sum += float(values.sum())
-
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self._name, self._documentation,
-                                       labels=list(self._labels))
-        cumulative = np.cumsum(self._counts).tolist()
-        family.add_metric(list(self._labels.values()),
-                          [(go_float(b), c) for b, c in zip(self._bounds, cumulative,
-                                                                    strict=True)],
-                          self._sum)
-        family.add_sample(self._name + "_created", dict(self._labels), self._created)
-        yield family
-
-
 class SimMetrics:
     """All instruments, bound to one registry and one (model_name, engine) label pair."""
 
@@ -109,8 +58,9 @@ class SimMetrics:
     def _counter(self, name: str, doc: str) -> Counter:
         return Counter(name, doc, LABELS, registry=self._registry)
 
-    def _histogram(self, name: str, doc: str, buckets: Sequence[float]) -> BulkHistogram:
-        return BulkHistogram(name, doc, self._labels, buckets, self._registry)
+    def _histogram(self, name: str, doc: str, buckets: Sequence[float]) -> HistogramSeries:
+        family = BulkHistogram(name, doc, list(self._labels), buckets, self._registry)
+        return family.labels(*self._labels.values())
 
     def _spec_decode_counters(self) -> None:
         labels = self._labels
@@ -179,7 +129,7 @@ class SimMetrics:
                      "Histogram of inter-token latency in seconds.", ITL_BUCKETS)
         self.tpot = h("vllm:request_time_per_output_token_seconds",
                       "Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS)
-        def request_time(phase: str, doc: str) -> BulkHistogram:
+        def request_time(phase: str, doc: str) -> HistogramSeries:
             return h(f"vllm:{phase}_seconds", f"Histogram of {doc}", REQUEST_TIME_BUCKETS)
 
         self.e2e = request_time("e2e_request_latency", "e2e request latency in seconds.")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Mapping
 from time import perf_counter
-from typing import Any, TextIO
+from typing import TextIO
 
+from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
 
 REFRESH_S = 0.25
@@ -51,9 +51,12 @@ class ProgressLine:
         if record.error is not None:
             self.errors += 1
 
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
+    def point_finished(self, conc: int, result: PointResult) -> None:
         self._cancel()
         self.draw(final=True)
+
+    def loop_lag(self, seconds: float) -> None:
+        pass  # the progress line shows requests, not client health
 
     # ---- drawing ----------------------------------------------------------------------------
     def line(self) -> str:

@@ -28,16 +28,13 @@ histograms and token counters count completed requests only; decode chunks follo
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -47,10 +44,15 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 
 from loadgen import __version__
 from loadgen.histogram import BulkHistogram, HistogramSeries
+from loadgen.metrics.acceptance import accepted_at_position
+from loadgen.metrics.arrays import PointArrays
 from loadgen.metrics.checks import NO_TOKENS, failure_kind
+from loadgen.metrics.schema import PointResult
+from loadgen.metrics.summary import latency_samples
 from loadgen.records import ErrorKind, RequestRecord
 
 POINT_LABELS = ("model_name", "endpoint", "conc")
@@ -159,7 +161,8 @@ class LoadgenMetrics:
                                  "Acceptance rate from the stream over the point.", pl)
         self.loop_lag = BulkHistogram(
             "loadgen_event_loop_lag_seconds",
-            "Oversleep of a periodic asyncio.sleep: how late the client's loop runs.",
+            "Client event-loop backlog during measured phases: time for a posted callback to "
+            "run (the same samples as the result files' client_loop_lag_*).",
             (), LOOP_LAG_BUCKETS, registry)
         self.loop_lag.labels()  # unlabelled: exposed (empty) from the start
         Info("loadgen_build", "loadgen version.", registry=registry).info(
@@ -208,6 +211,7 @@ class MetricsObserver:
         self._point_requests = 0
         self._point_finished = 0
         self._completed_points = 0
+        self._loop_lag = metrics.loop_lag.labels()
         self._in_flight = metrics.in_flight.labels(*self._run)
         self._in_flight.set(0)
         metrics.sweep_points.labels(*self._run).set(points or 0)
@@ -275,9 +279,12 @@ class MetricsObserver:
         done = min(1.0, (self._completed_points + within) / self._planned_points)
         self.metrics.sweep_progress.labels(*self._run).set(done)
 
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
+    def loop_lag(self, seconds: float) -> None:
+        self._loop_lag.observe(seconds)
+
+    def point_finished(self, conc: int, result: PointResult) -> None:
         m, key = self.metrics, (*self._run, str(conc))
-        if self.spec_tokens is None and isinstance(result.get("spec_tokens"), int):
+        if self.spec_tokens is None and result["spec_tokens"] is not None:
             # K found from the server's /metrics by the first point: later points then
             # count decode chunks exactly as their result files do.
             self.spec_tokens = result["spec_tokens"]
@@ -285,96 +292,47 @@ class MetricsObserver:
         self._point_requests = self._point_finished = 0
         m.sweep_points_completed.labels(*self._run).set(self._completed_points)
         self._set_progress()
-        for gauge, field in ((m.server_al, "server_acceptance_length"),
-                             (m.server_rate, "server_acceptance_rate"),
-                             (m.stream_al, "stream_acceptance_length"),
-                             (m.stream_rate, "stream_acceptance_rate")):
-            value = result.get(field)
-            if isinstance(value, int | float):
+        for gauge, value in ((m.server_al, result["server_acceptance_length"]),
+                             (m.server_rate, result["server_acceptance_rate"]),
+                             (m.stream_al, result["stream_acceptance_length"]),
+                             (m.stream_rate, result["stream_acceptance_rate"])):
+            if value is not None:
                 gauge.labels(*key).set(value)
-        per_position = result.get("server_acceptance_per_position")
-        if isinstance(per_position, list | tuple):
-            for position, rate in enumerate(per_position):
-                if isinstance(rate, int | float):
-                    m.server_rate_pos.labels(*key, str(position)).set(rate)
-
+        for position, rate in enumerate(result["server_acceptance_per_position"] or ()):
+            m.server_rate_pos.labels(*key, str(position)).set(rate)
 
 def observe_completed(series: _PointSeries, record: RequestRecord,
                       spec_tokens: int | None) -> None:
-    """All instruments of one completed request (at least one chunk), numpy over chunks."""
+    """All instruments of one completed request (at least one chunk).
+
+    Every quantity comes from the same definitions the result files use (metrics/), on
+    this one record: a live series and its result field can never disagree on meaning.
+    """
+    arrays = PointArrays.build([record])
+    samples = latency_samples(arrays)
     series.prompt_tokens.inc(record.input_len)
-    output = record.output_tokens
-    series.output_tokens.inc(output)
+    series.output_tokens.inc(record.output_tokens)
     series.queue.observe(max(0, record.queue_ns) / 1e9)
-    times = np.asarray(record.chunk_ns, dtype=np.int64)
-    tokens = np.asarray(record.chunk_tokens, dtype=np.int64)
-    ttft_s = (record.chunk_ns[0] - record.start_ns) / 1e9
-    e2e_s = (record.chunk_ns[-1] - record.start_ns) / 1e9
-    series.ttft.observe(ttft_s)
-    series.e2e.observe(e2e_s)
-    if output > 1:
-        series.tpot.observe((e2e_s - ttft_s) / (output - 1))
-    if times.size < 2:
+    series.ttft.observe(float(samples["ttft"][0]) / 1e3)
+    series.e2e.observe(float(samples["e2el"][0]) / 1e3)
+    if samples["tpot"].size:
+        series.tpot.observe(float(samples["tpot"][0]) / 1e3)
+    gaps_ms, later = arrays.itl_per_chunk_ms()
+    if gaps_ms.size == 0:
         return
-    gaps = np.diff(times).astype(np.float64) / 1e9
-    later = tokens[1:]
-    series.itl_chunk.observe_many(gaps)
+    series.itl_chunk.observe_many(gaps_ms / 1e3)
     positive = later > 0
-    series.itl_token.observe_many(gaps[positive] / later[positive], later[positive])
-    decode = later[:-1] if _last_chunk_cut(record, tokens, spec_tokens) else later
+    series.itl_token.observe_many(gaps_ms[positive] / later[positive] / 1e3, later[positive])
+    decode = arrays.chunk_tokens[arrays.decode_chunk_mask(spec_tokens)]
     if decode.size == 0:
         return
     series.decode_chunks.inc(int(decode.size))
     series.decode_tokens.inc(int(decode.sum()))
     series.chunk_tokens.observe_many(decode.astype(np.float64))
-    # accepted[p] counts chunks with more than p tokens beyond the first.
-    beyond = np.bincount(np.clip(decode - 1, 0, MAX_POSITIONS), minlength=MAX_POSITIONS + 1)
-    at_least = np.cumsum(beyond[::-1])[::-1]
-    for position in range(MAX_POSITIONS):
-        count = int(at_least[position + 1])
+    for position, count in enumerate(accepted_at_position(decode, MAX_POSITIONS)):
         if count == 0:
             break
         series.accepted(position).inc(count)
-
-
-def _last_chunk_cut(record: RequestRecord, tokens: npt.NDArray[np.int64],
-                    spec_tokens: int | None) -> bool:
-    """A final chunk max_tokens may have cut short (PointArrays.decode_chunk_mask)."""
-    at_limit = record.finish_reason == "length" or int(tokens.sum()) >= record.max_tokens
-    if spec_tokens is not None:
-        return at_limit and int(tokens[-1]) < spec_tokens + 1
-    return at_limit
-
-
-class LoopLagProbe:
-    """Sleeps `interval_s` again and again and records how late each wake-up is."""
-
-    def __init__(self, series: HistogramSeries, interval_s: float = 0.05,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
-        self._series = series
-        self._interval_ns = int(interval_s * 1e9)
-        self._clock = clock
-
-    async def run(self) -> None:
-        interval_s = self._interval_ns / 1e9
-        while True:
-            before = self._clock()
-            await asyncio.sleep(interval_s)
-            late_ns = self._clock() - before - self._interval_ns
-            self._series.observe(max(0, late_ns) / 1e9)
-
-
-@asynccontextmanager
-async def loop_lag_probe(metrics: LoadgenMetrics, interval_s: float = 0.05,
-                         ) -> AsyncIterator[LoopLagProbe]:
-    """Runs a LoopLagProbe on the current loop for the duration of the block."""
-    probe = LoopLagProbe(metrics.loop_lag.labels(), interval_s)
-    task = asyncio.create_task(probe.run(), name="loadgen-loop-lag")
-    try:
-        yield probe
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
 
 
 def metrics_handler(registry: CollectorRegistry,
@@ -398,17 +356,38 @@ class MetricsServer:
         return f"http://{self.host}:{self.port}/metrics"
 
 
+class WithLabels:
+    """Every series of `registry` with `labels` added: a shard's `shard` label, so that
+    Prometheus keeps the shards' series apart and a dashboard sums them (`sum by (le)`)."""
+
+    def __init__(self, registry: CollectorRegistry, labels: Mapping[str, str]) -> None:
+        self.registry = registry
+        self.labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [s._replace(labels={**s.labels, **self.labels})
+                                for s in family.samples]
+            yield labelled
+
+
 @asynccontextmanager
 async def live_metrics(*, model: str, endpoint: str, points: int, spec_tokens: int | None,
                        port: int, host: str = "127.0.0.1",
+                       labels: Mapping[str, str] | None = None,
                        ) -> AsyncIterator[tuple[MetricsServer, MetricsObserver]]:
-    """Everything the CLI's --metrics-port needs: a fresh registry served on host:port,
-    the loop-lag probe running, and the observer to pass to run_sweep."""
+    """Everything the CLI's --metrics-port needs: a fresh registry served on host:port
+    (every series with `labels` added), and the observer to pass to run_sweep."""
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
     observer = metrics.observer(model=model, endpoint=endpoint, points=points,
                                 spec_tokens=spec_tokens)
-    async with serve_metrics(registry, host, port) as server, loop_lag_probe(metrics):
+    served = registry
+    if labels:
+        served = CollectorRegistry()
+        served.register(WithLabels(registry, labels))
+    async with serve_metrics(served, host, port) as server:
         try:
             yield server, observer
         finally:

@@ -70,6 +70,9 @@ class Hooks:
     def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
         self.calls.append(("point_finished", (conc, result["completed"])))
 
+    def loop_lag(self, seconds: float) -> None:
+        self.lag_samples = getattr(self, "lag_samples", 0) + 1
+
 
 def sim_spec(tmp_path: Path, *extra_sim: str, **changes: Any) -> RunSpec:
     values: dict[str, Any] = dict(

@@ -1,0 +1,130 @@
+"""The runner's seam to a server: preflight, send a request, scrape its metrics.
+
+The runner only ever talks to a `Backend`. `http_backend` is the real one (one aiohttp
+session per run, aimed at `--base-url` or at the embedded simulator it starts); tests can
+pass a backend of their own to run a whole sweep in-process, exactly and fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Protocol
+
+import aiohttp
+from tokenizers import Tokenizer
+
+from loadgen.client.preflight import ServerInfo, preflight
+from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls, scrape_all
+from loadgen.client.transport import Transport, open_session
+from loadgen.config.spec import RunSpec
+from loadgen.records import RequestRecord
+from loadgen.workload.bodies import BodyOptions
+from loadgen.workload.plan import RequestSpec, text_counter
+
+OnRecord = Callable[[RequestRecord], None]
+
+
+class Backend(Protocol):
+    """A server as the runner sees it."""
+
+    @property
+    def target(self) -> str:
+        """`server`, `simulator`, or a test backend's own name (written to the results)."""
+        ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
+        """Check the server (ServerError when the run cannot start) for requests up to
+        `longest` (input, output) tokens; after it, `send` uses the request options the
+        server accepted (`ServerInfo.options`)."""
+        ...
+
+    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
+                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+        """Send one request and return its record; `on_record` sees it even when the
+        request is cancelled (which then re-raises CancelledError)."""
+        ...
+
+    async def scrape(self) -> Scrape:
+        """The server's /metrics now (each `--server-metrics` URL's, or the target's)."""
+        ...
+
+    def gauge_watch(self) -> GaugeWatch | None:
+        """A watcher of the KV-cache and queue gauges during a point, when asked for."""
+        ...
+
+
+class HttpBackend:
+    """A real server over one aiohttp session (the run's only session)."""
+
+    def __init__(self, spec: RunSpec, session: aiohttp.ClientSession, target: str,
+                 tokenizer: Tokenizer) -> None:
+        assert spec.base_url is not None
+        self.spec = spec
+        self.session = session
+        self.target = target
+        self.base_url = spec.base_url.rstrip("/")
+        self.tokenizer = tokenizer
+        self.metrics_urls = metrics_urls(spec.server_metrics, self.base_url)
+        self._transport: Transport | None = None
+
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
+        spec = self.spec
+        server = await preflight(
+            self.session, self.base_url, wanted_model=spec.model, isl=longest[0],
+            osl=longest[1], options=options, prompt=probe,
+            request_timeout_s=spec.request_timeout_s,
+            metrics_urls=self.metrics_urls if spec.server_metrics else (),
+        )
+        self.adopt(server)
+        return server
+
+    def adopt(self, server: ServerInfo) -> None:
+        """Send with what another process's preflight found (a worker process: the
+        parent checked the server once for all of them)."""
+        self._transport = Transport(self.session, self.base_url + server.options.path,
+                                    request_timeout_s=self.spec.request_timeout_s,
+                                    count_text=text_counter(self.tokenizer))
+
+    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
+                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+        assert self._transport is not None, "preflight() first"
+        return await self._transport.send(request, x_request_id=x_request_id, conc=conc,
+                                          scheduled_ns=scheduled_ns, on_record=on_record)
+
+    async def scrape(self) -> Scrape:
+        return await scrape_all(self.session, self.metrics_urls)
+
+    def gauge_watch(self) -> GaugeWatch | None:
+        return GaugeWatch(self.session, self.metrics_urls) if self.spec.server_metrics else None
+
+
+def request_headers(spec: RunSpec) -> dict[str, str]:
+    headers = dict(spec.headers)
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
+    return headers
+
+
+@contextlib.asynccontextmanager
+async def http_backend(spec: RunSpec, results_dir: Path,
+                       tokenizer: Tokenizer) -> AsyncIterator[HttpBackend]:
+    """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`."""
+    async with contextlib.AsyncExitStack() as stack:
+        target = "server"
+        if spec.sim:
+            from loadgen.run.embedded_sim import embedded_simulator
+
+            url = await stack.enter_async_context(
+                embedded_simulator(spec.sim_args, log_path=results_dir / "simulator.log"))
+            spec, target = dataclasses.replace(spec, base_url=url), "simulator"
+        session = await stack.enter_async_context(
+            open_session(max_connections=max(spec.conc), headers=request_headers(spec)))
+        yield HttpBackend(spec, session, target, tokenizer)

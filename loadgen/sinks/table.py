@@ -1,0 +1,99 @@
+"""The sweep table: one row per point, as console text and as sweep.csv.
+
+The columns use the median for TPOT, ITL, TTFT and interactivity (p50 = median, numpy's
+linear method), and p99 beside them for TTFT and ITL.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from loadgen.metrics.schema import PointResult
+from loadgen.sinks.files import write_atomic
+
+# CSV columns (and sweep_rows keys), each with the result field it is read from.
+SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
+    ("conc", lambda r: r["max_concurrency"]),
+    ("completed", lambda r: r["completed"]),
+    ("failed", lambda r: r["failed"]),
+    ("duration_s", lambda r: r["duration"]),
+    ("request_throughput", lambda r: r["request_throughput"]),
+    ("output_throughput", lambda r: r["output_throughput"]),
+    ("output_throughput_per_gpu", lambda r: r["output_throughput_per_gpu"]),
+    ("total_token_throughput", lambda r: r["total_token_throughput"]),
+    ("steady_output_throughput", lambda r: r["steady_output_throughput"]),
+    ("interactivity_tok_s_user", lambda r: r["median_interactivity_tok_s_user"]),
+    ("ttft_p50_ms", lambda r: r["median_ttft_ms"]),
+    ("ttft_p99_ms", lambda r: r["p99_ttft_ms"]),
+    ("itl_p50_ms", lambda r: r["median_itl_ms"]),
+    ("itl_p99_ms", lambda r: r["p99_itl_ms"]),
+    ("itl_per_token_p50_ms", lambda r: r["median_itl_per_token_ms"]),
+    ("tpot_p50_ms", lambda r: r["median_tpot_ms"]),
+    ("e2el_p50_ms", lambda r: r["median_e2el_ms"]),
+    ("stream_acceptance_length", lambda r: r["stream_acceptance_length"]),
+    ("server_acceptance_length", lambda r: r["server_acceptance_length"]),
+)
+COLUMN_NAMES = tuple(name for name, _ in SWEEP_COLUMNS)
+
+
+def sweep_rows(results: Iterable[PointResult]) -> list[dict[str, Any]]:
+    """One row per point (keys SWEEP_COLUMNS), ordered by concurrency."""
+    rows = [{column: read(result) for column, read in SWEEP_COLUMNS} for result in results]
+    return sorted(rows, key=lambda row: row["conc"])
+
+
+def _cell(value: Any, digits: int) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Console table, one line per concurrency. Output throughput is per GPU when every row
+    has it; the failed column appears only when some point had failures."""
+    per_gpu = bool(rows) and all(row.get("output_throughput_per_gpu") is not None for row in rows)
+    columns: list[tuple[str, str, int]] = [  # header, row key, decimals
+        ("conc", "conc", 0),
+        ("req/s", "request_throughput", 2),
+        (
+            "out tok/s/GPU" if per_gpu else "out tok/s",
+            "output_throughput_per_gpu" if per_gpu else "output_throughput",
+            1,
+        ),
+        ("tok/s/user", "interactivity_tok_s_user", 1),
+        ("TTFT p50 ms", "ttft_p50_ms", 1),
+        ("TTFT p99 ms", "ttft_p99_ms", 1),
+        ("ITL p50 ms", "itl_p50_ms", 2),
+        ("ITL p99 ms", "itl_p99_ms", 2),
+        ("TPOT p50 ms", "tpot_p50_ms", 2),
+        ("AL", "stream_acceptance_length", 2),
+    ]
+    if any(row.get("failed") for row in rows):
+        columns.append(("failed", "failed", 0))
+    table = [[header for header, _, _ in columns]]
+    table += [[_cell(row.get(key), digits) for _, key, digits in columns] for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    lines = [
+        "  ".join(text.rjust(width) for text, width in zip(line, widths, strict=True))
+        for line in table
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """The sweep rows as CSV (header = SWEEP_COLUMNS; unknown values are empty)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(COLUMN_NAMES), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {column: "" if row.get(column) is None else row.get(column) for column in COLUMN_NAMES}
+        )
+    return write_atomic(Path(path), buffer.getvalue().encode())

@@ -1,0 +1,182 @@
+"""A whole sweep in-process, through the backend seam, on a virtual clock.
+
+The backend here stands in for a server so that every figure has one exact expected
+value (no sockets, no scheduling noise); the real paths are covered against the
+simulator (test_sweep_sim.py) and a real vLLM (tests/integration). It is not a mock of
+loadgen's own code: the scheduler, point, summary, sinks and observers all run for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from tokenizers import Tokenizer
+
+from loadgen.client.preflight import ServerInfo
+from loadgen.client.server_metrics import Scrape
+from loadgen.config.spec import RunSpec
+from loadgen.metrics.schema import PointResult
+from loadgen.records import RequestRecord, TokenSource
+from loadgen.run.backend import OnRecord
+from loadgen.run.sweep import run_sweep
+from loadgen.sinks.jsonl import read_jsonl
+from loadgen.tokenizer import load_tokenizer
+from loadgen.workload.bodies import BodyOptions
+from loadgen.workload.plan import RequestSpec
+
+MS = 1_000_000
+TTFT_MS, ITL_MS, TOKENS_PER_CHUNK = 40, 10, 2
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now_ns = 1_000 * MS
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    async def sleep(self, seconds: float) -> None:
+        self.now_ns += int(seconds * 1e9)
+        await asyncio.sleep(0)
+
+
+class ExactServer:
+    """Answers every request after TTFT_MS, then a chunk of TOKENS_PER_CHUNK every ITL_MS."""
+
+    target = "exact-fake"
+    base_url = "fake://exact"
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.sent: list[str] = []
+
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
+        return ServerInfo(model="exact", max_model_len=None, version=None, spec_decoding=False,
+                          token_source=TokenSource.TOKEN_IDS, options=options,
+                          tokenize_check={"loadgen": probe[1], "server": probe[1],
+                                          "match": True, "note": ""},
+                          warnings=())
+
+    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
+                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+        await asyncio.sleep(0)  # let the other slots interleave, as a real send would
+        self.sent.append(x_request_id)
+        start = scheduled_ns
+        chunks = request.max_tokens // TOKENS_PER_CHUNK
+        times = tuple(start + (TTFT_MS + i * ITL_MS) * MS for i in range(chunks))
+        self.clock.now_ns = max(self.clock.now_ns, times[-1])
+        record = RequestRecord(
+            request_id=request.index, conc=conc, input_len=request.input_len,
+            max_tokens=request.max_tokens, scheduled_ns=scheduled_ns, start_ns=start,
+            connect_ns=0, chunk_ns=times, chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
+            end_ns=times[-1], token_source=TokenSource.TOKEN_IDS,
+            prompt_tokens=request.input_len, completion_tokens=request.max_tokens,
+            finish_reason="length", status=200)
+        on_record(record)
+        return record
+
+    async def scrape(self) -> Scrape:
+        return Scrape()  # no /metrics: the server-side fields are null
+
+    def gauge_watch(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return load_tokenizer()
+
+
+def spec(tmp_path: Path, **changes: Any) -> RunSpec:
+    values: dict[str, Any] = dict(conc=(2, 4), isl=64, osl=16, base_url="http://unused",
+                                  prompts_per_conc=3, warmup_per_conc=1, encoder="raw",
+                                  results_dir=tmp_path, progress=False, num_gpus=2)
+    values.update(changes)
+    return RunSpec(**values)
+
+
+async def test_a_sweep_through_the_seam_gives_the_exact_figures(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    clock = VirtualClock()
+    server = ExactServer(clock)
+    outcome = await run_sweep(spec(tmp_path), tokenizer=tokenizer, backend=server,
+                              clock=clock, sleep=clock.sleep)
+    assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [2, 4]
+    chunks = 16 // TOKENS_PER_CHUNK
+    e2el_ms = TTFT_MS + (chunks - 1) * ITL_MS
+    for point in outcome.points:
+        result = orjson.loads(point.path.read_bytes())
+        conc = point.conc
+        assert result["completed"] == conc * 3 and result["failed"] == 0
+        assert result["median_ttft_ms"] == result["p99_ttft_ms"] == TTFT_MS
+        assert result["median_itl_ms"] == ITL_MS
+        assert result["mean_itl_per_token_ms"] == ITL_MS / TOKENS_PER_CHUNK
+        assert result["mean_tpot_ms"] == pytest.approx((e2el_ms - TTFT_MS) / 15)
+        assert result["mean_e2el_ms"] == e2el_ms
+        # each slot sends its 3 requests back to back: the point lasts 3 latencies
+        assert result["duration"] == pytest.approx(3 * e2el_ms / 1e3)
+        assert result["output_throughput"] == pytest.approx(conc * 3 * 16 / result["duration"])
+        assert result["output_throughput_per_gpu"] == pytest.approx(
+            result["output_throughput"] / 2)
+        assert result["target"] == "exact-fake" and result["model_id"] == "exact"
+        assert result["complete"] is True and result["warmup_requests"] == conc
+        assert set(result) == set(PointResult.__required_keys__)
+        assert len(read_jsonl(tmp_path / f"requests_conc_{conc}.jsonl")) == conc * 3
+    run = orjson.loads((tmp_path / "run.json").read_bytes())
+    assert run["target"] == "exact-fake" and [p["conc"] for p in run["points"]] == [2, 4]
+    assert (tmp_path / "sweep.csv").read_text().count("\n") == 3
+    # warmups and measured requests each carry their own id, unique within the run
+    assert len(server.sent) == len(set(server.sent)) == (2 + 4) * (1 + 3)
+
+
+async def test_the_open_loop_runs_on_the_clock_it_is_given(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """At 10 req/s on a virtual clock, arrivals follow the seeded gaps exactly."""
+    clock = VirtualClock()
+    outcome = await run_sweep(
+        spec(tmp_path, conc=(64,), prompts_per_conc=1, warmup_per_conc=0, request_rate=10.0),
+        tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep)
+    records = read_jsonl(tmp_path / "requests_conc_64.jsonl")
+    assert len(records) == 64
+    starts = sorted(r.start_ns for r in records)
+    span_s = (starts[-1] - starts[0]) / 1e9
+    assert 63 / 10.0 * 0.6 < span_s < 63 / 10.0 * 1.6  # 63 Poisson gaps of mean 0.1 s
+    assert all(r.queue_ns == 0 for r in records)  # 64 slots: nobody waited
+    assert outcome.points[0].result["request_rate"] == 10.0
+
+
+async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """Open loop over 3 shards: each sends its slots' requests at their own arrival
+    times of the whole point, so the union is the single-process plan (same ids, bodies,
+    intended send times); each shard's file holds its share, labelled as such."""
+    def sent(results: Path) -> dict[int, int]:
+        records = read_jsonl(results / "requests_conc_5.jsonl")
+        return {r.request_id: r.scheduled_ns for r in records}
+
+    base = spec(tmp_path, conc=(5,), prompts_per_conc=3, warmup_per_conc=0, request_rate=50.0)
+    whole_clock = VirtualClock()
+    await run_sweep(spec(tmp_path / "one", conc=(5,), prompts_per_conc=3, warmup_per_conc=0,
+                         request_rate=50.0), tokenizer=tokenizer,
+                    backend=ExactServer(whole_clock), clock=whole_clock, sleep=whole_clock.sleep)
+    union: dict[int, int] = {}
+    for index in range(3):
+        clock = VirtualClock()  # every shard starts at the same (virtual) instant
+        results = tmp_path / f"shard{index}"
+        shard = dataclasses.replace(base, shard_index=index, shard_count=3, results_dir=results)
+        await run_sweep(shard, tokenizer=tokenizer, backend=ExactServer(clock), clock=clock,
+                        sleep=clock.sleep)
+        mine = sent(results)
+        assert not set(mine) & set(union)
+        assert all(request_id % 5 % 3 == index for request_id in mine)  # slot i mod 5
+        union.update(mine)
+        result = orjson.loads((results / "conc_5.json").read_bytes())
+        assert result["shard"] == f"{index}/3" and result["max_concurrency"] == 5
+        assert result["planned_requests"] == len(mine)
+    assert union == sent(tmp_path / "one")
