@@ -103,15 +103,19 @@ def test_sweep_with_the_dsv4_tokenizer_as_a_hub_id_from_the_cache(tmp_path: Path
     assert sent_prompt_lengths(args, str(bundled_tokenizer_path())) == [ISL] * 16
 
 
-def test_a_tokenizer_without_exact_lengths_is_flagged_approximate(tmp_path: Path) -> None:
-    """WordLevel without a pre-tokenizer: any text with a space is one unknown token."""
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_tokenizer_without_exact_lengths_is_flagged_approximate(tmp_path: Path,
+                                                                 workers: str) -> None:
+    """WordLevel without a pre-tokenizer: any text with a space is one unknown token.
+    With two worker processes the figures come from their records, the same."""
     from tokenizers import Tokenizer, models
 
     words = {"[unk]": 0} | {a + b: i + 1 for i, (a, b) in enumerate(
         (a, b) for a in "abcdefgh" for b in "abcdefgh")}
     path = tmp_path / "tokenizer.json"
     Tokenizer(models.WordLevel(words, unk_token="[unk]")).save(str(path))
-    done = run_loadgen(sweep_args(str(path), tmp_path / "results", "--encoder", "raw"))
+    done = run_loadgen(sweep_args(str(path), tmp_path / "results", "--encoder", "raw",
+                                  "--workers", workers))
     assert done.returncode == 0, done.stderr
     assert "not of the requested length" in done.stderr
     for point in points(tmp_path / "results"):
