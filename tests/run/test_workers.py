@@ -127,8 +127,8 @@ def check_live_metrics(registry: CollectorRegistry, results: Path) -> None:
     gaps = sum(load(results, c)[0]["total_chunks"] - load(results, c)[0]["completed"]
                for c in (3, 4))
     ok = sum(registry.get_sample_value("loadgen_requests_total",
-                                       {"model_name": "m", "endpoint": "completions", "conc": str(c),
-                                        "outcome": "ok"}) or 0 for c in (3, 4))
+                                       {"model_name": "m", "endpoint": "completions",
+                                        "conc": str(c), "outcome": "ok"}) or 0 for c in (3, 4))
     itl = sum(registry.get_sample_value("loadgen_inter_chunk_latency_seconds_count",
                                         {"model_name": "m", "endpoint": "completions",
                                          "conc": str(c)}) or 0 for c in (3, 4))
