@@ -177,7 +177,7 @@ class Transport:
             chunk_tokens=tuple(state.chunk_tokens), end_ns=end_ns, token_source=counter.source,
             prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
             finish_reason=state.finish_reason, status=state.status, error=state.error,
-            error_detail=state.detail, sent_unix=sent_unix,
+            error_detail=state.detail, sent_unix=sent_unix, target_len=request.target_len,
         )
         on_record(record)
         if cancelled:

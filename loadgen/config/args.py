@@ -208,8 +208,9 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--max-error-rate", type=float, default=0.05, metavar="FRACTION",
                    help="exit non-zero when a point's failed share exceeds this "
                    "(results are written anyway)")
-    r.add_argument("--tokenizer", metavar="PATH",
-                   help="tokenizer.json or model dir (default: official DeepSeek-V4)")
+    r.add_argument("--tokenizer", metavar="PATH|ORG/NAME",
+                   help="tokenizer.json, model dir or Hugging Face Hub id (HF cache and "
+                   "HF_HUB_OFFLINE honoured) (default: official DeepSeek-V4)")
     r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     r.add_argument("--metrics-port", type=_typed(parse_port), default=None, metavar="PORT",
                    help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "

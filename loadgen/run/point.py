@@ -9,6 +9,7 @@ process CPU clock cover the measured phase only.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from loadgen.client.preflight import ServerInfo
 from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
+from loadgen.metrics.prompt_lengths import input_len_fields
 from loadgen.metrics.schema import PointMetrics, PointResult
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
@@ -61,6 +63,8 @@ class RunContext:
     sleep: Sleep
     # before each measured phase, once warmed up: wait for the other shards (--shard-sync)
     barrier: Callable[[int], Awaitable[None]] | None = None
+    # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
+    synthesis: tuple[str, str | None] = ("words", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,7 @@ class PointRecords:
         metrics["max_concurrency"] = self.conc
         health = [p.to_json() for p in processes]
         result = self._result(metrics, complete, health, warmup_failed, reason, by_url)
+        _warn_inexact(result)
         path = write_point(self.run.results_dir, result)
         if spec.vllm_result is not None and complete:  # vLLM writes none when interrupted
             write_vllm_result(self.run.results_dir, result, self.records, spec.vllm_result,
@@ -181,7 +186,18 @@ class PointRecords:
             "tokenizer_check": run.server.tokenize_check,
             # each --server-metrics URL's own figures beside the summed ones
             "server_metrics_by_url": by_url,
+            # whether the prompts have the lengths asked for
+            **input_len_fields(self.records, *run.synthesis),
         }
+
+
+def _warn_inexact(result: PointResult) -> None:
+    if result["input_len_approximate"]:
+        print(f"loadgen: WARNING: conc {result['max_concurrency']}: "
+              f"{result['input_len_mismatches']} prompts are not of the requested length (up "
+              f"to {result['input_len_max_abs_diff']} tokens off): this tokenizer cannot give "
+              f"them exactly ({result['prompt_synthesis_note']}); input_lens hold their true "
+              "lengths", file=sys.stderr)
 
 
 class Point:

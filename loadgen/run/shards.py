@@ -27,6 +27,7 @@ import orjson
 
 from loadgen import __version__
 from loadgen.errors import UsageError
+from loadgen.metrics.prompt_lengths import input_len_fields
 from loadgen.metrics.schema import PointResult
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext, summarize
@@ -269,6 +270,8 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[dict[str, Any]],
         "warmup_requests": sum(f["warmup_requests"] for f in files),
         "warmup_failed": sum(f["warmup_failed"] for f in files),
         "loadgen_version": __version__,
+        **input_len_fields(records, files[0].get("prompt_synthesis", "words"),
+                           files[0].get("prompt_synthesis_note")),
     }
     return cast(PointResult, result)
 

@@ -41,7 +41,7 @@ from loadgen.sinks.progress import ProgressLine
 from loadgen.sinks.table import format_table, sweep_rows, write_csv
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
-from loadgen.workload.plan import Workload
+from loadgen.workload.plan import Workload, synthesis_of
 
 __all__ = ["PointOutcome", "SweepOutcome", "run_sweep"]
 
@@ -155,7 +155,8 @@ class _Sweep:
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
-                             self.hooks, self.clock, self.sleep, self._barrier())
+                             self.hooks, self.clock, self.sleep, self._barrier(),
+                             synthesis_of(self.spec, self.tokenizer))
         if self.spec.workers != 1:
             await self._run_on_workers(context)
             return

@@ -127,17 +127,17 @@ def check_live_metrics(registry: CollectorRegistry, results: Path) -> None:
     gaps = sum(load(results, c)[0]["total_chunks"] - load(results, c)[0]["completed"]
                for c in (3, 4))
     ok = sum(registry.get_sample_value("loadgen_requests_total",
-                                       {"model": "m", "endpoint": "completions", "conc": str(c),
-                                        "outcome": "ok"}) or 0 for c in (3, 4))
+                                       {"model_name": "m", "endpoint": "completions",
+                                        "conc": str(c), "outcome": "ok"}) or 0 for c in (3, 4))
     itl = sum(registry.get_sample_value("loadgen_inter_chunk_latency_seconds_count",
-                                        {"model": "m", "endpoint": "completions",
+                                        {"model_name": "m", "endpoint": "completions",
                                          "conc": str(c)}) or 0 for c in (3, 4))
     lag = registry.get_sample_value("loadgen_event_loop_lag_seconds_count", {})
     samples = sum(load(results, c)[0]["client_loop_lag_samples"] for c in (3, 4))
     assert ok == completed and itl == gaps
     assert lag == samples  # every worker's samples, once
     assert registry.get_sample_value("loadgen_requests_in_flight",
-                                     {"model": "m", "endpoint": "completions"}) == 0
+                                     {"model_name": "m", "endpoint": "completions"}) == 0
 
 
 def test_slots_partition_the_point_exactly() -> None:
