@@ -8,6 +8,7 @@ raises SpecError (exit status 2), one line saying what is wrong and what is allo
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import time
@@ -18,6 +19,9 @@ from typing import Any, NoReturn
 from loadgen.config.spec import (
     ENCODER_NAMES,
     ENDPOINTS,
+    MAX_CONVERSATION_BYTES,
+    MAX_DATASET_BYTES,
+    MAX_SEED,
     REASONING_EFFORTS,
     THINKING_MODES,
     RunSpec,
@@ -30,7 +34,13 @@ from loadgen.config.spec import (
 
 
 def default_results_dir(now: float | None = None) -> Path:
-    return Path("results") / time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    """./results/<timestamp>, with -2, -3, ... when a run started in the same second."""
+    base = Path("results") / time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +106,12 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
                    help="extra `loadgen sim` flags for --sim, e.g. \"--step-fixed-ms 5\"")
     t.add_argument("--api-key", metavar="KEY",
                    help="bearer token (default: $OPENAI_API_KEY; never written to results)")
+    t.add_argument("--server-pid", type=int, default=None, metavar="PID",
+                   help="the server's process id, when it runs on this machine: the sweep "
+                   "stops (the point in progress kept, marked complete: false) as soon as "
+                   "it exits or stays stopped (SIGSTOP) for 2 s (default: none; without "
+                   "it a server that refuses or drops every connection for 1 s is "
+                   "taken as gone)")
     t.add_argument("--header", action="append", default=[], type=_typed(parse_header),
                    metavar="K:V",
                    help="extra request header, repeatable, e.g. X-Session-Affinity:abc "
@@ -112,7 +128,9 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
     w.add_argument("--range-ratio", type=float, default=1.0, metavar="R",
                    help="lengths uniform in [R*L, L] for --isl and --osl (1.0 = exact)")
     w.add_argument("--dataset", type=Path, metavar="FILE.jsonl",
-                   help="one OpenAI messages list per line instead of random prompts")
+                   help="one OpenAI messages list per line instead of random prompts; read "
+                   f"into memory, so at most {MAX_DATASET_BYTES >> 30} GiB, each line at "
+                   f"most {MAX_CONVERSATION_BYTES >> 20} MiB (about 1M tokens)")
     w.add_argument("--endpoint", choices=ENDPOINTS, default="completions",
                    help="completions: loadgen encodes the prompt; chat: the server does")
     w.add_argument("--encoder", choices=ENCODER_NAMES, default="dsv4",
@@ -129,16 +147,25 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
     w.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="stop sending new requests this long into a point (default: no limit)")
     w.add_argument("--request-rate", type=float, default=None, metavar="REQ/S",
-                   help="open loop at this arrival rate, capped by --conc (default: closed loop)")
+                   help="open loop at this arrival rate, capped by --conc; inf = closed "
+                   "loop, as in vLLM (default: closed loop)")
     w.add_argument("--burstiness", type=float, default=1.0, metavar="SHAPE",
                    help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
-    w.add_argument("--seed", type=int, default=0, help="seed for prompts, lengths, arrivals")
+    w.add_argument("--seed", type=int, default=0,
+                   help=f"seed for prompts, lengths, arrivals, 0..{MAX_SEED}")
 
 
 def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--results", type=Path, default=None, metavar="DIR",
-                   help="output directory (default: ./results/<timestamp>)")
+                   help="output directory; one that already holds a run is refused "
+                   "(default: ./results/<timestamp>)")
+    r.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                   help="continue the interrupted sweep in DIR from its first incomplete "
+                   "point; give the same flags as the first run (default: none)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace the run already in --results DIR (its result files are "
+                   "deleted first)")
     r.add_argument("--num-gpus", type=int, default=None, metavar="N",
                    help="GPUs behind the server, for per-GPU throughput")
     r.add_argument("--spec-tokens", type=int, default=None, metavar="K",
@@ -174,19 +201,25 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
     taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
     if taken:
         raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
+    if args.resume is not None and args.results is not None and args.results != args.resume:
+        raise SpecError(f"--resume {args.resume} continues the run in that directory; "
+                        f"drop --results {args.results}")
+    results = args.resume or args.results or default_results_dir()
+    rate = None if args.request_rate == math.inf else args.request_rate  # vLLM's closed loop
     return RunSpec(
         conc=args.conc, isl=args.isl, osl=args.osl, base_url=args.base_url, model=args.model,
         endpoint=args.endpoint, encoder=args.encoder, thinking=args.thinking,
         reasoning_effort=args.reasoning_effort, prompts_per_conc=args.prompts_per_conc,
         warmup_per_conc=args.warmup_per_conc, duration_s=args.duration,
-        range_ratio=args.range_ratio, dataset=args.dataset, request_rate=args.request_rate,
+        range_ratio=args.range_ratio, dataset=args.dataset, request_rate=rate,
         burstiness=args.burstiness, temperature=args.temperature, seed=args.seed,
         num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
         percentiles=args.percentiles, request_timeout_s=args.request_timeout,
-        max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
+        max_error_rate=args.max_error_rate, results_dir=results,
         tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
-        progress=not args.no_progress,
+        progress=not args.no_progress, server_pid=args.server_pid,
+        resume=args.resume is not None, overwrite=args.overwrite,
     )
 
 
