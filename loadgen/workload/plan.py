@@ -8,7 +8,7 @@ sweep also ran point 32, and warmup prompts never share a prefix with measured o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import orjson
 from tokenizers import Tokenizer
 
 from encoders.errors import EncodingError
-from loadgen.config.spec import RunSpec, SpecError
+from loadgen.config.spec import MAX_CONVERSATION_BYTES, MAX_DATASET_BYTES, RunSpec, SpecError
 from loadgen.tokenizer import encode
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
 
@@ -56,25 +56,47 @@ def point_rng(spec: RunSpec, conc: int, stream: int) -> np.random.Generator:
     return np.random.default_rng([spec.seed, conc, stream])
 
 
+def _dataset_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line), refusing a line over MAX_CONVERSATION_BYTES before it is read
+    whole: one giant conversation would otherwise be tokenized in one piece (minutes,
+    gigabytes) only to be too long for any server."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_DATASET_BYTES:
+            raise SpecError(f"--dataset {path}: {size / 2**20:,.0f} MiB is over the "
+                            f"{MAX_DATASET_BYTES >> 30} GiB limit (read into memory)")
+        with open(path, "rb") as fh:
+            number = 0
+            while line := fh.readline(MAX_CONVERSATION_BYTES + 2):
+                number += 1
+                if len(line.rstrip(b"\r\n")) > MAX_CONVERSATION_BYTES:
+                    raise SpecError(
+                        f"--dataset {path}:{number}: the conversation is over "
+                        f"{MAX_CONVERSATION_BYTES >> 20} MiB (about 1M tokens, more than any "
+                        "model's context); shorten or drop it")
+                yield number, line
+    except OSError as exc:
+        raise SpecError(f"--dataset {path}: cannot read it ({exc.strerror or exc})") from None
+
+
 def load_dataset(path: Path) -> list[list[dict[str, Any]]]:
     """One OpenAI `messages` list per line (or an object with a `messages` key)."""
     conversations: list[list[dict[str, Any]]] = []
-    with open(path, "rb") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                item = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise SpecError(f"--dataset {path}:{number}: not JSON ({exc})") from None
-            messages = item.get("messages") if isinstance(item, dict) else item
-            if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and "role" in m for m in messages
-            ):
-                raise SpecError(
-                    f"--dataset {path}:{number}: expected a list of {{role, content}} messages"
-                )
-            conversations.append(messages)
+    for number, line in _dataset_lines(path):
+        if not line.strip():
+            continue
+        try:
+            item = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise SpecError(f"--dataset {path}:{number}: not JSON ({exc})") from None
+        messages = item.get("messages") if isinstance(item, dict) else item
+        if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and "role" in m for m in messages
+        ):
+            raise SpecError(
+                f"--dataset {path}:{number}: expected a list of {{role, content}} messages"
+            )
+        conversations.append(messages)
     if not conversations:
         raise SpecError(f"--dataset {path}: no conversations in the file")
     return conversations
