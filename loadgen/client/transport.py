@@ -16,6 +16,7 @@ connection is timed separately (`connection_create` start to end = `connect_ns`)
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from loadgen.client.aiohttp_seam import StampingConnector, protocol_of
 from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import BodyStream, Exchange, Ingest, StartPacer
 from loadgen.client.sse import ArrivalLog
+from loadgen.errors import SetupError
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
@@ -223,9 +225,23 @@ class Transport:
         stream.finish()
 
 
+class OutOfDescriptors(SetupError):
+    """This process ran out of file descriptors: a limit of this machine, not a server
+    failure, so it stops the run instead of being counted as a `connect` error."""
+
+
+def _out_of_descriptors(exc: Exception) -> bool:
+    """EMFILE/ENFILE, also when aiohttp wraps it (ClientConnectorError is an OSError
+    carrying the socket call's errno)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
 def _classify(exc: Exception, clock: _Clock) -> tuple[ErrorKind, str]:
     """The only place where exceptions become ErrorKind values."""
     detail = f"{type(exc).__name__}: {exc}".strip()
+    if _out_of_descriptors(exc):
+        raise OutOfDescriptors(f"this process ran out of file descriptors ({detail}); raise "
+                               "`ulimit -n` or lower --conc") from exc
     if isinstance(exc, TimeoutError):
         return ErrorKind.TIMEOUT, "--request-timeout elapsed"
     if isinstance(exc, MalformedEvent):
