@@ -158,6 +158,8 @@ class PointResult(PointMetrics):
     client_loop_lag_max_ms: float | None
     client_loop_lag_samples: int
     complete: bool
+    stop_reason: str | None
+    stop_detail: str | None
     target: str
     run_id: str
     model_id: str | None

@@ -16,6 +16,7 @@ from typing import Protocol
 import aiohttp
 from tokenizers import Tokenizer
 
+from loadgen.client.liveness import answers_http
 from loadgen.client.preflight import ServerInfo, preflight, scrape_metrics
 from loadgen.client.transport import Transport, open_session
 from loadgen.config.spec import RunSpec
@@ -25,6 +26,7 @@ from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec, text_counter
 
 OnRecord = Callable[[RequestRecord], None]
+PROBE_TIMEOUT_S = 0.5  # a liveness probe; loopback or LAN answers in milliseconds
 
 
 class Backend(Protocol):
@@ -51,6 +53,11 @@ class Backend(Protocol):
 
     async def scrape(self) -> ServerSnapshot | None:
         """The server's /metrics now, or None when it has none."""
+        ...
+
+    async def probe(self) -> bool:
+        """Whether the server answers at all right now (any HTTP status); asked only
+        while it is suspected gone (run/server_watch.py)."""
         ...
 
 
@@ -86,6 +93,9 @@ class HttpBackend:
 
     async def scrape(self) -> ServerSnapshot | None:
         return await scrape_metrics(self.session, self.base_url)
+
+    async def probe(self) -> bool:
+        return await answers_http(self.base_url, PROBE_TIMEOUT_S)
 
 
 @contextlib.asynccontextmanager

@@ -3,7 +3,9 @@
 Warmup requests open (and keep) the connections and are not recorded. Then the server's
 /metrics is scraped, the measured requests run (each record to JSONL the moment it ends),
 /metrics is scraped again and the records are summarized. The loop-lag probe and the
-process CPU clock cover the measured phase only.
+process CPU clock cover the measured phase only. Every outcome, warmup included, goes to
+the server watch (server_watch.py), which holds new requests back while the server is
+suspected gone; a point is never written complete while that question is open.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from loadgen.run.scheduler import (
     deadline_after,
     open_loop,
 )
-from loadgen.sinks.files import write_point
+from loadgen.run.server_watch import ServerWatch
+from loadgen.sinks.files import ResultsWriteError, write_point
 from loadgen.sinks.jsonl import JsonlSink
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
@@ -50,6 +53,15 @@ class RunContext:
     hooks: RunObserver
     clock: Clock
     sleep: Sleep
+    watch: ServerWatch
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Why a point ended before its plan did (`stop_reason`/`stop_detail` in its result)."""
+
+    reason: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +70,7 @@ class PointOutcome:
     result: PointResult
     complete: bool
     path: Path
+    write_error: ResultsWriteError | None = None  # conc_<N>.json or the JSONL not written
 
     @property
     def error_rate(self) -> float:
@@ -97,6 +110,7 @@ class Point:
             finally:  # before the deferred collection, which is not the point's
                 self.health = self.loop_lag.stop()
                 self.cpu_seconds = time.process_time() - self.cpu_start
+        await run.watch.settled()
         after = await run.backend.scrape()
         return self.finalize(complete=True, after=after)
 
@@ -113,15 +127,18 @@ class Point:
                         clock=run.clock, sleep=run.sleep)
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
+        await self.run.watch.admit()
         record = await self.run.backend.send(
             request, x_request_id=x_request_id(self.run.run_id, self.plan.conc,
                                                request.index, warmup=True),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=_discard)
+        self.run.watch.observe(record)
         if record.error is not None:  # not a measurement, but a sign worth reporting
             self.warmup_failed += 1
         return record
 
     async def _send(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
+        await self.run.watch.admit()
         self.run.hooks.request_started(self.plan.conc)
         return await self.run.backend.send(
             request, x_request_id=x_request_id(self.run.run_id, self.plan.conc, request.index),
@@ -129,23 +146,36 @@ class Point:
 
     def _on_record(self, record: RequestRecord) -> None:
         self.records.append(record)
-        self.sink.write(record)
+        self.run.watch.observe(record)
+        self.sink.write(record)  # ResultsWriteError stops the run (records so far intact)
         self.run.hooks.request_finished(record)
 
-    def finalize(self, *, complete: bool, after: ServerSnapshot | None) -> PointOutcome:
-        self.sink.close()
+    def finalize(self, *, complete: bool, after: ServerSnapshot | None,
+                 stop: Stop | None = None) -> PointOutcome:
+        """Summarize and write conc_<N>.json. A write that fails is on the outcome
+        (`write_error`), not raised: an interrupted point is finalized on the way out of
+        a run that is already stopping, and the caller decides."""
+        write_error: ResultsWriteError | None = None
+        try:
+            self.sink.close()
+        except ResultsWriteError as exc:
+            write_error = exc
         spec = self.run.spec
         ctx = PointContext(conc=self.plan.conc, input_len=spec.isl, output_len=spec.osl,
                            spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
                            percentiles=spec.percentiles, num_gpus=spec.num_gpus)
         metrics = summarize(self.records, ctx, server_before=self.before,
                             server_after=after if complete else None)
-        result = self._result(metrics, complete)
-        path = write_point(self.run.results_dir, result)
+        result = self._result(metrics, complete, stop)
+        path = self.run.results_dir / f"conc_{self.plan.conc}.json"
+        try:
+            write_point(self.run.results_dir, result)
+        except ResultsWriteError as exc:
+            write_error = write_error or exc
         self.run.hooks.point_finished(self.plan.conc, result)
-        return PointOutcome(self.plan.conc, result, complete, path)
+        return PointOutcome(self.plan.conc, result, complete, path, write_error)
 
-    def _result(self, metrics: PointMetrics, complete: bool) -> PointResult:
+    def _result(self, metrics: PointMetrics, complete: bool, stop: Stop | None) -> PointResult:
         """The metrics plus what only the runner knows (client health, identity, settings)."""
         run, spec = self.run, self.run.spec
         cpu = self.cpu_seconds
@@ -162,7 +192,9 @@ class Point:
             "client_loop_lag_p99_ms": health.p99_ms,
             "client_loop_lag_max_ms": health.max_ms,
             "client_loop_lag_samples": health.samples,
-            "complete": complete, "target": run.backend.target, "run_id": run.run_id,
+            "complete": complete, "stop_reason": stop.reason if stop else None,
+            "stop_detail": stop.detail if stop else None,
+            "target": run.backend.target, "run_id": run.run_id,
             "model_id": run.server.model, "endpoint_type": "openai",
             "endpoint": spec.endpoint, "base_url": run.backend.base_url, "backend": "vllm",
             "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,

@@ -78,6 +78,9 @@ class ExactServer:
         on_record(record)
         return record
 
+    async def probe(self) -> bool:
+        return True
+
     async def scrape(self) -> None:
         return None
 
