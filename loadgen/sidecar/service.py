@@ -57,7 +57,7 @@ MAX_BODY_BYTES = 64 * 1024
 # the network (paths on its disk, credentials): normalised names (`-` -> `_`).
 RESERVED_OPTIONS = frozenset({
     "base_url", "model", "sim", "sim_args", "results", "results_dir", "dataset", "tokenizer",
-    "metrics_port", "api_key", "no_progress",
+    "metrics_port", "api_key", "no_progress", "resume", "overwrite", "server_pid",
 })
 
 
