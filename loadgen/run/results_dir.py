@@ -23,6 +23,7 @@ import orjson
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.metrics.schema import PointResult
 from loadgen.run.point import PointOutcome
+from loadgen.sinks.files import ResultsWriteError
 
 RUN_FILE = "run.json"
 INCOMPLETE_DIR = "incomplete"
@@ -80,7 +81,11 @@ def _remove_results(directory: Path) -> None:
     """--overwrite: loadgen's own result files only; anything else in the directory stays."""
     for pattern in _RESULT_GLOBS:
         for path in directory.glob(pattern):
-            path.unlink()
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise ResultsWriteError(path, exc, "--overwrite could not remove it") \
+                    from None
     shutil.rmtree(directory / INCOMPLETE_DIR, ignore_errors=True)
 
 
@@ -101,8 +106,12 @@ def set_aside(directory: Path, earlier: Earlier) -> None:
         for name in (f"conc_{conc}.json", f"requests_conc_{conc}.jsonl"):
             if (directory / name).exists():
                 aside = directory / INCOMPLETE_DIR / attempt
-                aside.mkdir(parents=True, exist_ok=True)
-                (directory / name).rename(aside / name)
+                try:
+                    aside.mkdir(parents=True, exist_ok=True)
+                    (directory / name).rename(aside / name)
+                except OSError as exc:
+                    raise ResultsWriteError(aside / name, exc, "nothing was measured yet; "
+                                            f"{name} is where it was") from None
 
 
 def _read_run(directory: Path) -> dict[str, Any]:
