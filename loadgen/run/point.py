@@ -85,8 +85,7 @@ class Point:
         self.plan = plan
         self.records: list[RequestRecord] = []
         path = run.results_dir / f"requests_conc_{plan.conc}.jsonl"
-        path.unlink(missing_ok=True)  # a reused --results dir must not mix two runs' records
-        self.sink = JsonlSink(path)
+        self.sink = JsonlSink(path)  # a fresh file: results_dir.prepare() cleared the way
         self.before: ServerSnapshot | None = None
         self.started = False
         self.warmup_failed = 0

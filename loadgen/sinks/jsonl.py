@@ -26,8 +26,9 @@ class JsonlSink:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                               0o666)
+            # O_EXCL: records of two runs never share a file, and none is ever replaced
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                               | os.O_CLOEXEC, 0o666)
         except OSError as exc:
             raise ResultsWriteError(path, exc) from None
         self._size = os.fstat(self._fd).st_size  # end of the last whole line
