@@ -163,6 +163,8 @@ class PointResult(PointMetrics):
     incomplete_reason: str | None
     shard: str | None
     shards_merged: int
+    stop_reason: str | None
+    stop_detail: str | None
     target: str
     run_id: str
     model_id: str | None
