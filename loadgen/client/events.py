@@ -34,6 +34,7 @@ class StreamEvent(NamedTuple):
     prompt_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None  # an error object inside the stream
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (vLLM)
 
 
 DONE_EVENT = StreamEvent(done=True)
@@ -73,15 +74,19 @@ def decode_event(data: bytes) -> StreamEvent:
     if "error" in obj or get("object") == "error":
         return StreamEvent(error=_error_text(get("error", obj)))
     usage = get("usage")
-    completion_tokens = prompt_tokens = None
+    completion_tokens = prompt_tokens = cached_tokens = None
     if isinstance(usage, dict):
         completion_tokens = usage.get("completion_tokens")
         prompt_tokens = usage.get("prompt_tokens")
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            cached_tokens = details.get("cached_tokens")
     choices = get("choices")
     if not isinstance(choices, list):
         raise MalformedEvent(f"no choices list: {data[:120]!r}")
     if not choices:
-        return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens)
+        return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens,
+                           cached_tokens=cached_tokens)
     choice = choices[0]
     if not isinstance(choice, dict):
         raise MalformedEvent(f"choice is not an object: {data[:120]!r}")
@@ -104,6 +109,7 @@ def decode_event(data: bytes) -> StreamEvent:
         prompt_tokens,
         get("finish_reason"),
         None,  # error
+        cached_tokens,
     ))
 
 

@@ -27,14 +27,15 @@ SLICE_NS = 200_000  # longest parsing run between two socket polls
 class Exchange:
     """Mutable state of one request in flight; becomes a frozen RequestRecord at the end."""
 
-    __slots__ = ("chunk_ns", "chunk_tokens", "completion_tokens", "detail", "done", "end_ns",
-                 "error", "finish_reason", "prompt_tokens", "status")
+    __slots__ = ("cached_tokens", "chunk_ns", "chunk_tokens", "completion_tokens", "detail",
+                 "done", "end_ns", "error", "finish_reason", "prompt_tokens", "status")
 
     def __init__(self) -> None:
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.finish_reason: str | None = None
         self.status: int | None = None
         self.error: ErrorKind | None = None
@@ -58,6 +59,8 @@ class Exchange:
             self.prompt_tokens = event.prompt_tokens
         if event.completion_tokens is not None:
             self.completion_tokens = event.completion_tokens
+        if event.cached_tokens is not None:
+            self.cached_tokens = event.cached_tokens
         if event.finish_reason is not None:
             self.finish_reason = event.finish_reason
         tokens = counter.count(event)

@@ -35,6 +35,13 @@ class RequestSpec:
     input_len: int  # prompt tokens by loadgen's tokenizer (template + BOS included)
     max_tokens: int
     body: bytes
+    # Sessions: which session and turn this request is, the affinity headers it carries
+    # (e.g. X-Session-ID) and, for trace replay, the prompt tokens hash_ids say are cached.
+    session_id: str | None = None
+    turn_index: int | None = None
+    tree_id: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    theoretical_cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
