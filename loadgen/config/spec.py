@@ -63,6 +63,24 @@ class RunSpec:
     sim: bool = False
     sim_args: tuple[str, ...] = ()
     progress: bool = True
+    # Sessions (multi-turn, trace replay): docs/sessions.md.
+    dataset_format: str = "auto"  # resolved from the file when "auto"
+    multi_turn: bool = False  # a messages/ShareGPT dataset as one session per conversation
+    turns: str | None = None  # synthetic sessions: turns per session (a distribution)
+    turn_tokens: str = "256"  # new user tokens per later turn
+    think_time: str = "0"  # seconds between a reply and the next turn
+    sessions_per_conc: int = 2  # synthetic sessions per point = conc x this
+    session_headers: tuple[str, ...] = ("X-Session-ID",)
+    start_ratio: tuple[float, float] | None = None  # None: (0.25, 0.75) for Weka traces
+    idle_cap_system_s: float | None = 10.0
+    idle_cap_tree_s: float | None = 300.0
+    cache_bust: bool = True
+
+    @property
+    def sessions(self) -> bool:
+        """A session run: synthetic multi-turn, a multi-turn dataset or a trace replay."""
+        return (self.turns is not None or self.multi_turn
+                or self.dataset_format in ("weka", "mooncake"))
 
     def __post_init__(self) -> None:
         validate(self)
@@ -195,4 +213,21 @@ def validate(spec: RunSpec) -> None:
            "--request-timeout: must be > 0 seconds")
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
     if spec.dataset is not None:
-        _check(spec.dataset.is_file(), f"--dataset {spec.dataset}: no such file")
+        _check(spec.dataset.is_file() or (spec.dataset.is_dir() and spec.dataset_format in (
+            "weka", "auto")), f"--dataset {spec.dataset}: no such file")
+    _validate_sessions(spec)
+
+
+def _validate_sessions(spec: RunSpec) -> None:
+    _check(spec.sessions_per_conc >= 1, "--sessions-per-conc: must be >= 1")
+    _check(spec.turns is None or spec.dataset is None,
+           "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)")
+    if spec.start_ratio is not None:
+        low, high = spec.start_ratio
+        _check(0.0 <= low <= high < 1.0, "--start-ratio LO,HI: need 0 <= LO <= HI < 1")
+    for flag, cap in (("--idle-cap-system", spec.idle_cap_system_s),
+                      ("--idle-cap-tree", spec.idle_cap_tree_s)):
+        _check(cap is None or cap > 0, f"{flag}: must be > 0 seconds (0 = no cap: omit it)")
+    _check(all(name and not any(c in name for c in " :\t\r\n")
+               for name in spec.session_headers),
+           "--session-header: a header name without spaces or colons, e.g. X-Session-ID")

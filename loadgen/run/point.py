@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import cast
 from pathlib import Path
 
 from loadgen import __version__
@@ -75,6 +76,7 @@ class Point:
         path.unlink(missing_ok=True)  # a reused --results dir must not mix two runs' records
         self.sink = JsonlSink(path)
         self.before: ServerSnapshot | None = None
+        self.after: ServerSnapshot | None = None
         self.started = False
         self.warmup_failed = 0
         self.cpu_start = 0.0
@@ -83,11 +85,15 @@ class Point:
         self.loop_lag = LoopLag(on_sample=run.hooks.loop_lag)  # real time, always
         self.health: LoopHealth | None = None
 
+    @property
+    def planned_requests(self) -> int:
+        return len(self.plan.measured)
+
     async def run_to_end(self) -> PointOutcome:
         run, conc = self.run, self.plan.conc
-        await closed_loop(self.plan.warmup, conc, self._send_warmup, clock=run.clock)
+        await self._warmup()
         self.before = await run.backend.scrape()
-        run.hooks.point_started(conc, len(self.plan.measured))
+        run.hooks.point_started(conc, self.planned_requests)
         self.started = True
         self.cpu_start = time.process_time()
         self.loop_lag.start()
@@ -99,6 +105,10 @@ class Point:
                 self.cpu_seconds = time.process_time() - self.cpu_start
         after = await run.backend.scrape()
         return self.finalize(complete=True, after=after)
+
+    async def _warmup(self) -> None:
+        await closed_loop(self.plan.warmup, self.plan.conc, self._send_warmup,
+                          clock=self.run.clock)
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
@@ -138,8 +148,9 @@ class Point:
         ctx = PointContext(conc=self.plan.conc, input_len=spec.isl, output_len=spec.osl,
                            spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
                            percentiles=spec.percentiles, num_gpus=spec.num_gpus)
+        self.after = after if complete else None
         metrics = summarize(self.records, ctx, server_before=self.before,
-                            server_after=after if complete else None)
+                            server_after=self.after)
         result = self._result(metrics, complete)
         path = write_point(self.run.results_dir, result)
         self.run.hooks.point_finished(self.plan.conc, result)
@@ -153,7 +164,8 @@ class Point:
             cpu = time.process_time() - self.cpu_start
         health = self.health or self.loop_lag.stop()
         chunks = metrics["total_chunks"]
-        return {
+        # A cast: mypy will not spread into a TypedDict with NotRequired (session) keys.
+        return cast(PointResult, {
             **metrics,
             # client health: this process's CPU over the measured phase (a loaded client
             # stamps late); per chunk it is the client's cost of ingesting one event
@@ -167,11 +179,11 @@ class Point:
             "endpoint": spec.endpoint, "base_url": run.backend.base_url, "backend": "vllm",
             "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,
             "request_rate": spec.request_rate if spec.request_rate is not None else "inf",
-            "burstiness": spec.burstiness, "planned_requests": len(self.plan.measured),
+            "burstiness": spec.burstiness, "planned_requests": self.planned_requests,
             "warmup_requests": len(self.plan.warmup), "warmup_failed": self.warmup_failed,
             "loadgen_version": __version__,
             "tokenizer_check": run.server.tokenize_check,
-        }
+        })
 
 
 def _discard(_record: RequestRecord) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import sys
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ from loadgen.run.ids import new_run_id
 from loadgen.run.observers import FanoutObserver, RunObserver
 from loadgen.run.point import Point, PointOutcome, RunContext
 from loadgen.run.scheduler import Clock, Sleep
+from loadgen.run.session_point import SessionPoint
+from loadgen.run.sessions import ReplayOptions, SessionReplay
 from loadgen.sinks.files import write_atomic
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.progress import ProgressLine
@@ -38,6 +41,8 @@ from loadgen.sinks.table import format_table, sweep_rows, write_csv
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload
+from loadgen.workload.session_plan import SessionSource, session_source
+from loadgen.workload.session_render import SessionRenderer
 
 __all__ = ["PointOutcome", "SweepOutcome", "run_sweep"]
 
@@ -64,10 +69,15 @@ def body_options(spec: RunSpec) -> BodyOptions:
     )
 
 
+def single_turn_spec(spec: RunSpec) -> RunSpec:
+    """What the single-turn workload sees: a session run's dataset is read as sessions."""
+    return dataclasses.replace(spec, dataset=None) if spec.sessions else spec
+
+
 def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
     """The preflight prompt (text, tokens); raises SpecError when the workload cannot be
     built (isl below the template, range ratio too low, bad dataset)."""
-    return Workload(spec, tokenizer, body_options(spec)).preflight_prompt()
+    return Workload(single_turn_spec(spec), tokenizer, body_options(spec)).preflight_prompt()
 
 
 async def run_sweep(
@@ -89,7 +99,9 @@ async def run_sweep(
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probe = await asyncio.to_thread(probe_prompt, spec, tokenizer)
-    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep)
+    sessions = (await asyncio.to_thread(session_source, spec, tokenizer)
+                if spec.sessions else None)
+    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, sessions)
     try:
         async with _backend(spec, results_dir, tokenizer, backend) as server:
             await sweep.run(server, probe)
@@ -114,8 +126,10 @@ async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
 
 class _Sweep:
     def __init__(self, spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                 hooks: RunObserver, clock: Clock, sleep: Sleep) -> None:
+                 hooks: RunObserver, clock: Clock, sleep: Sleep,
+                 sessions: SessionSource | None = None) -> None:
         self.spec = spec
+        self.sessions = sessions
         self.results_dir = results_dir
         self.tokenizer = tokenizer
         self.hooks = hooks
@@ -136,12 +150,29 @@ class _Sweep:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
                              self.hooks, self.clock, self.sleep)
-        workload = Workload(self.spec, self.tokenizer, self.server.options)
+        workload = Workload(single_turn_spec(self.spec), self.tokenizer, self.server.options)
         for conc in self.spec.conc:
-            plan = await asyncio.to_thread(workload.point, conc)
-            self.current = Point(context, plan)
+            if self.sessions is not None:
+                self.current = await self._session_point(context, conc, self.sessions)
+            else:
+                plan = await asyncio.to_thread(workload.point, conc)
+                self.current = Point(context, plan)
             self.points.append(await self.current.run_to_end())
             self.current = None
+
+    async def _session_point(self, context: RunContext, conc: int,
+                             source: SessionSource) -> SessionPoint:
+        spec = self.spec
+        assert self.server is not None
+        trees = await asyncio.to_thread(source.trees, conc)
+        renderer = SessionRenderer(source.settings(), self.tokenizer, self.server.options,
+                                   source.block_size, spec.seed + conc)
+        options = ReplayOptions(
+            conc=conc, duration_s=spec.duration_s, start_ratio=source.start_ratio,
+            idle_cap_system_s=spec.idle_cap_system_s, idle_cap_tree_s=spec.idle_cap_tree_s,
+            seed=spec.seed, run_key=zlib.crc32(self.run_id.encode()))
+        replay = SessionReplay(trees, renderer, options, clock=self.clock, sleep=self.sleep)
+        return SessionPoint(context, conc, replay)
 
     def finish(self, *, interrupted: bool) -> SweepOutcome:
         if self._finished is not None:
