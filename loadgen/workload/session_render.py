@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from encoders import get_encoder
 from loadgen.tokenizer import encode
-from loadgen.workload.blocks import BlockRenderer, BlockText, TheoreticalCache
+from loadgen.workload.blocks import MARKER_WORDS, BlockRenderer, BlockText, TheoreticalCache
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
 from loadgen.workload.plan import SEED_BITS, RequestSpec
 from loadgen.workload.prompts import user_template, word_pool
@@ -96,7 +96,8 @@ class SessionRenderer:
 
     def _message_body(self, play: Play, session: Session, turn: Turn, max_tokens: int,
                       seed: int) -> tuple[bytes, int]:
-        messages = _with_marker(session.messages[: turn.history_end], play.marker)
+        messages = _with_marker(session.messages[: turn.history_end], play.marker,
+                                replace=play.tree.synthetic)
         settings = self.settings
         text = self._encoder.encode_messages(messages, settings.thinking,
                                              reasoning_effort=settings.reasoning_effort)
@@ -109,14 +110,24 @@ class SessionRenderer:
         return body, input_len
 
 
-def _with_marker(messages: tuple[Mapping[str, Any], ...],
-                 marker: str) -> list[Mapping[str, Any]]:
-    """The conversation with the play's marker before its first user message's content."""
+def _with_marker(messages: tuple[Mapping[str, Any], ...], marker: str, *,
+                 replace: bool) -> list[Mapping[str, Any]]:
+    """The conversation with the play's marker before its first user message's content.
+
+    Synthetic contents are pool words (" word" each, one token): there the marker takes
+    the place of as many words, so the first turn keeps its exact --isl.
+    """
     result = list(messages)
     if not marker:
         return result
     for position, message in enumerate(result):
-        if message.get("role") == "user" and isinstance(message.get("content"), str):
-            result[position] = {**message, "content": marker.lstrip() + " " + message["content"]}
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str):
+            if replace and content.count(" ") > MARKER_WORDS:
+                words = content.split(" ")[1 + MARKER_WORDS:]
+                content = marker + "".join(" " + word for word in words)
+            else:
+                content = marker.lstrip() + " " + content
+            result[position] = {**message, "content": content}
             break
     return result

@@ -55,6 +55,7 @@ class SessionTree:
     namespace: int = 0  # hash-id scope: equal ids in one namespace are equal blocks
     start_at_s: float | None = None  # fixed arrival (Mooncake) instead of lane order
     block_size: int = 64
+    synthetic: bool = False  # pool words only: the marker replaces words, keeping lengths
 
     def request_count(self) -> int:
         return self.root.request_count()
@@ -94,7 +95,7 @@ def synthetic_trees(shape: SyntheticSessions, count: int, rng: np.random.Generat
                                       else 0.0, history_end=len(messages)))
             messages.append({"role": "assistant", "content": words(outputs[index], rng)})
         root = Session("", tuple(session_turns), tuple(messages))
-        trees.append(SessionTree(f"s{number:05d}", root, "messages"))
+        trees.append(SessionTree(f"s{number:05d}", root, "messages", synthetic=True))
     return trees
 
 
