@@ -103,7 +103,7 @@ class BlockRenderer:
             raise ValueError(f"a request of {num_tokens} tokens is shorter than the template "
                              f"and marker ({head + template.suffix_tokens} tokens)")
         parts = [marker]
-        position, block = head, 0
+        position, block = head, head // size  # a long template may fill whole blocks
         while position < body:
             end = min((block + 1) * size, body)
             hash_id = hash_ids[block] if block < len(hash_ids) else _fresh_id(num_tokens, block)
