@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import cast
 from pathlib import Path
+from typing import cast
 
 from loadgen import __version__
 from loadgen.client.preflight import ServerInfo

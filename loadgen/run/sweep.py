@@ -37,6 +37,7 @@ from loadgen.run.sessions import ReplayOptions, SessionReplay
 from loadgen.sinks.files import write_atomic
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.progress import ProgressLine
+from loadgen.sinks.session_table import format_session_table
 from loadgen.sinks.table import format_table, sweep_rows, write_csv
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
@@ -210,6 +211,9 @@ class _Sweep:
         rows = sweep_rows(results)
         write_csv(self.results_dir / "sweep.csv", rows)
         print(format_table(rows))
+        sessions = format_session_table(results)
+        if sessions is not None:
+            print(sessions)
         with contextlib.suppress(Exception):  # a plot must never cost the measurements
             plot_sweep(self.results_dir / "sweep.png", results)
 

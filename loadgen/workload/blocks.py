@@ -36,33 +36,51 @@ class RenderedPrompt:
 
 
 class BlockText:
-    """Block words per (namespace, hash id), built on first use and kept for the run."""
+    """Block texts per (namespace, hash id), built on first use and kept for the run.
+
+    A block's words come from a counter-based hash of (namespace, hash id, position)
+    (splitmix64), so a turn's new blocks are drawn in one vectorized step and any block
+    can be rebuilt from its key alone.
+    """
 
     def __init__(self, pool: WordPool, block_size: int) -> None:
         self.pool = pool
         self.block_size = block_size
-        self._indices: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
         self._texts: dict[tuple[int, int], str] = {}
         self._later = pool.later
+        self._positions = np.arange(block_size, dtype=np.uint64) * np.uint64(_GOLDEN)
 
-    def indices(self, namespace: int, hash_id: int) -> npt.NDArray[np.int64]:
-        key = (namespace, hash_id)
-        found = self._indices.get(key)
-        if found is None:
-            rng = np.random.default_rng([namespace & 0xFFFFFFFF, hash_id & 0xFFFFFFFFFFFF])
-            found = self._indices[key] = rng.integers(0, len(self._later), self.block_size)
-        return found
+    def _draw(self, keys: Sequence[tuple[int, int]]) -> npt.NDArray[np.int64]:
+        """Word indices, one row per key."""
+        spaces = np.array([k[0] & _MASK64 for k in keys], dtype=np.uint64)
+        ids = np.array([k[1] & _MASK64 for k in keys], dtype=np.uint64)
+        x = (spaces * np.uint64(_MIX1)) ^ (ids * np.uint64(_MIX2))
+        x = x[:, None] + self._positions[None, :]
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(_MIX1)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(_MIX2)
+        x = x ^ (x >> np.uint64(31))
+        return (x % np.uint64(len(self._later))).astype(np.int64)
+
+    def ensure(self, keys: Sequence[tuple[int, int]]) -> None:
+        texts = self._texts
+        missing = [k for k in dict.fromkeys(keys) if k not in texts]
+        if not missing:
+            return
+        rows = self._later[self._draw(missing)]
+        for key, row in zip(missing, rows, strict=True):
+            texts[key] = "".join(row.tolist())
+
+    def text(self, key: tuple[int, int]) -> str:
+        return self._texts[key]
 
     def words(self, namespace: int, hash_id: int, count: int) -> str:
-        """The first `count` words of the block (all of them come from the text cache)."""
+        """The first `count` words of the block."""
+        key = (namespace, hash_id)
+        self.ensure([key])
+        text = self._texts[key]
         if count == self.block_size:
-            key = (namespace, hash_id)
-            text = self._texts.get(key)
-            if text is None:
-                text = self._texts[key] = "".join(
-                    self._later[self.indices(namespace, hash_id)].tolist())
             return text
-        return "".join(self._later[self.indices(namespace, hash_id)[:count]].tolist())
+        return "".join(" " + word for word in text.split(" ")[1 : count + 1])
 
     def marker(self, key: Sequence[int]) -> str:
         """A cache-bust marker: MARKER_WORDS words drawn from `key` (e.g. run, lane, play)."""
@@ -71,7 +89,11 @@ class BlockText:
 
     @property
     def cached_blocks(self) -> int:
-        return len(self._indices)
+        return len(self._texts)
+
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 class BlockRenderer:
@@ -102,13 +124,18 @@ class BlockRenderer:
         if body <= head:
             raise ValueError(f"a request of {num_tokens} tokens is shorter than the template "
                              f"and marker ({head + template.suffix_tokens} tokens)")
-        parts = [marker]
-        position, block = head, head // size  # a long template may fill whole blocks
-        while position < body:
-            end = min((block + 1) * size, body)
-            hash_id = hash_ids[block] if block < len(hash_ids) else _fresh_id(num_tokens, block)
-            parts.append(self.blocks.words(namespace, hash_id, end - position))
-            position, block = end, block + 1
+        first, last = head // size, (body - 1) // size  # blocks holding content
+        ids = [hash_ids[b] if b < len(hash_ids) else _fresh_id(num_tokens, b)
+               for b in range(first, last + 1)]
+        blocks = self.blocks
+        keys = [(namespace, h) for h in ids]
+        blocks.ensure(keys)
+        if first == last:
+            parts = [marker, blocks.words(namespace, ids[0], body - head)]
+        else:
+            parts = [marker, blocks.words(namespace, ids[0], (first + 1) * size - head)]
+            parts += map(blocks.text, keys[1:-1])
+            parts.append(blocks.words(namespace, ids[-1], body - last * size))
         content = "".join(parts)
         return RenderedPrompt(content, template.prefix + content + template.suffix, num_tokens)
 
@@ -132,6 +159,8 @@ class TheoreticalCache:
         self.block_size = block_size
         self.suffix_tokens = suffix_tokens
         self._seen: set[int] = set()
+        # namespace -> (hash ids, keys of its pure-content blocks) of its last request
+        self._last: dict[int, tuple[tuple[int, ...], list[int]]] = {}
 
     def observe(self, namespace: int, hash_ids: Sequence[int], num_tokens: int) -> int:
         keys = self._chain(namespace, hash_ids, num_tokens)
@@ -144,13 +173,24 @@ class TheoreticalCache:
         return hits * self.block_size
 
     def _chain(self, namespace: int, hash_ids: Sequence[int], num_tokens: int) -> list[int]:
+        """Block keys; the leading pure-content keys of the namespace's previous request
+        are reused when its hash ids are a prefix of these (a session's growing context)."""
         size = self.block_size
         body = num_tokens - self.suffix_tokens
+        ids = tuple(hash_ids)
         keys: list[int] = []
         previous = hash(("trace-prefix", namespace))
-        for block in range(num_tokens // size):
-            hash_id = hash_ids[block] if block < len(hash_ids) else _fresh_id(num_tokens, block)
+        last = self._last.get(namespace)
+        if last is not None:
+            old_ids, old_keys = last
+            reuse = min(len(old_keys), body // size, len(ids))
+            if reuse and ids[:reuse] == old_ids[:reuse]:
+                keys = old_keys[:reuse]
+                previous = keys[-1]
+        for block in range(len(keys), num_tokens // size):
+            hash_id = ids[block] if block < len(ids) else _fresh_id(num_tokens, block)
             end = body - block * size
             previous = hash((previous, hash_id, end if end < size else None))
             keys.append(previous)
+        self._last[namespace] = (ids, keys[: body // size])
         return keys

@@ -22,8 +22,8 @@ from loadgen.run.sweep import run_sweep
 from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.sessions import Session
-from loadgen.workload.traces import load_weka
 from loadgen.workload.tracegen import TraceShape, generate_traces
+from loadgen.workload.traces import load_weka
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 CACHE_SIM = ("--enable-prefix-caching --enable-prompt-tokens-details --block-size 64 "
