@@ -8,6 +8,7 @@ and what the simulator reported per request in `cached_tokens`.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -175,5 +176,5 @@ async def test_synthetic_multi_turn_sessions_hit_the_prefix_cache(
         # each turn resends the history: its prompt grows by the reply and the new message
         assert session[0].input_len < session[1].input_len < session[2].input_len
         assert all((r.cached_tokens or 0) > 0 for r in session[1:])
-        assert all(b.start_ns - a.end_ns >= 20_000_000 for a, b in zip(session, session[1:]))
+        assert all(b.start_ns - a.end_ns >= 20_000_000 for a, b in itertools.pairwise(session))
     assert result["client_cached_tokens"] == result["server_prefix_cache_hits"] > 0
