@@ -59,7 +59,8 @@ class BlockText:
         x = (x ^ (x >> np.uint64(30))) * np.uint64(_MIX1)
         x = (x ^ (x >> np.uint64(27))) * np.uint64(_MIX2)
         x = x ^ (x >> np.uint64(31))
-        return (x % np.uint64(len(self._later))).astype(np.int64)
+        indices: npt.NDArray[np.int64] = (x % np.uint64(len(self._later))).astype(np.int64)
+        return indices
 
     def ensure(self, keys: Sequence[tuple[int, int]]) -> None:
         texts = self._texts
