@@ -12,13 +12,20 @@
   whose tree has ended takes the next tree from turn 0 (a fresh play: a fresh marker).
 - Without --duration every tree is played once; with it, trees are recycled (in a seeded
   order) until it elapses, then nothing new is sent and in-flight turns finish.
-Each turn is rendered when it is due (session_render.py): no prompt text is kept.
+Each turn is rendered when it is due (session_render.py): no prompt text is kept. It is
+rendered on a worker thread, never on the event loop: a long history takes tens of ms
+to encode and tokenize, and chunks arriving meanwhile would be stamped late, together
+(collapsed ITLs). One thread, fed in the order turns become due, keeps the renderer's
+shared state (block texts, theoretical cache, seed stream) single-threaded and ordered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +135,7 @@ class SessionReplay:
         self._deadline: int | None = None
         self._start_ns = 0
         self._lanes: list[tuple[Play, int] | None] = []
+        self._executor: ThreadPoolExecutor | None = None
 
     def _tree_order(self) -> Iterator[tuple[int, SessionTree]]:
         """Trees in file order once; recycled in seeded shuffles when there is a duration."""
@@ -161,22 +169,31 @@ class SessionReplay:
 
     async def warmup(self, send: SendTurn) -> None:
         """Choose each lane's first play and start turn; send the primers."""
-        async with asyncio.TaskGroup() as group:
-            for lane in range(self.options.conc):
-                play = self._next_play(lane)
-                if play is None:
-                    self._lanes.append(None)
-                    continue
-                start = self._start_turn(play.tree)
-                self._lanes.append((play, start))
-                if start > 0:
-                    request = self._render(play, play.tree.root, start - 1, primer=True)
-                    self.stats.primers += 1
-                    group.create_task(send(request, self.clock()))
+        with self._render_thread():
+            async with asyncio.TaskGroup() as group:
+                for lane in range(self.options.conc):
+                    play = self._next_play(lane)
+                    if play is None:
+                        self._lanes.append(None)
+                        continue
+                    start = self._start_turn(play.tree)
+                    self._lanes.append((play, start))
+                    if start > 0:
+                        rendered = self._render(play, play.tree.root, start - 1, primer=True)
+                        self.stats.primers += 1
+                        group.create_task(self._send_primer(rendered, send))
+
+    async def _send_primer(self, rendered: asyncio.Future[RequestSpec],
+                           send: SendTurn) -> None:
+        await send(await rendered, self.clock())
 
     async def measure(self, send: SendTurn, deadline_ns: int | None) -> None:
         self._deadline = deadline_ns
         self._start_ns = self.clock()
+        with self._render_thread():
+            await self._play_lanes(send)
+
+    async def _play_lanes(self, send: SendTurn) -> None:
         async with asyncio.TaskGroup() as group:
             watcher = (group.create_task(self.gate.watch())
                        if self.gate.cap_ns is not None else None)
@@ -187,11 +204,25 @@ class SessionReplay:
             if watcher is not None:
                 watcher.cancel()
 
+    @contextlib.contextmanager
+    def _render_thread(self) -> Iterator[None]:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="loadgen-render")
+        try:
+            yield
+        finally:  # a cancelled phase must not wait for a render nobody awaits
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
     def _render(self, play: Play, session: Session, turn: int, *,
-                primer: bool = False) -> RequestSpec:
-        request = self.renderer.render(play, session, turn, self._index, primer=primer)
+                primer: bool = False) -> asyncio.Future[RequestSpec]:
+        """The turn's request, rendered on the render thread; submitted (and numbered)
+        now, so renders run in call order."""
+        assert self._executor is not None, "render outside warmup/measure"
+        index = self._index
         self._index += 1
-        return request
+        render = functools.partial(self.renderer.render, play, session, turn, index,
+                                   primer=primer)
+        return asyncio.get_running_loop().run_in_executor(self._executor, render)
 
     def _stopped(self) -> bool:
         return self._deadline is not None and self.clock() >= self._deadline
@@ -249,9 +280,9 @@ class SessionReplay:
 
     async def _send(self, play: Play, session: Session, number: int, due: int,
                     send: SendTurn) -> RequestRecord:
-        request = self._render(play, session, number)
-        self.gate.started()
+        self.gate.started()  # a turn being rendered is not idle time
         try:
+            request = await self._render(play, session, number)
             return await send(request, due)
         finally:
             self.gate.ended()

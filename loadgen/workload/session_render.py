@@ -4,6 +4,9 @@ Trace turns go through the block renderer (blocks.py); message turns through the
 (/v1/completions) or as messages (/v1/chat/completions). A play of a tree (one lane's run
 of it) gets a cache-bust marker of its own before its first user turn, so a recycled
 trace never finds the previous play's prefix in the server's cache.
+
+Not thread-safe (block texts, the theoretical cache and the seed stream are shared
+state): run/sessions.py renders on one worker thread, in the order turns become due.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from encoders import get_encoder
-from loadgen.tokenizer import encode
+from loadgen.tokenizer import count_tokens
 from loadgen.workload.blocks import MARKER_WORDS, BlockRenderer, BlockText, TheoreticalCache
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
 from loadgen.workload.plan import SEED_BITS, RequestSpec
@@ -101,7 +104,7 @@ class SessionRenderer:
         settings = self.settings
         text = self._encoder.encode_messages(messages, settings.thinking,
                                              reasoning_effort=settings.reasoning_effort)
-        input_len = len(encode(self.tokenizer, text))
+        input_len = count_tokens(self.tokenizer, text)
         if self.options.endpoint == "completions":
             body = encode_body(completion_body(self.options, text, max_tokens, seed))
         else:
