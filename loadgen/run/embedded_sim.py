@@ -135,7 +135,7 @@ def behind_warning(log: bytes, log_path: Path | None) -> str | None:
     late = [int(ms) for ms in BEHIND_LINE.findall(log)]
     if not late:
         return None
-    where = f" ({log_path})" if log_path is not None else ""
-    return (f"the simulator fell behind its step schedule (logged {len(late)} times, up to "
-            f"{max(late)} ms{where}): short of CPU, it sent late steps back to back, so "
-            "ITL/TTFT describe an overloaded simulator; give it a free core or less load")
+    where = f" in {log_path}" if log_path is not None else ""
+    return (f"the simulator fell behind its step schedule by up to {max(late)} ms "
+            f"({len(late)} warnings{where}): short of CPU, it sent late steps back to back, "
+            "so ITL/TTFT describe an overloaded simulator; give it a free core or less load")

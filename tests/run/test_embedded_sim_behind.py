@@ -59,4 +59,4 @@ def test_behind_warning_reads_the_simulator_log() -> None:
                     b"loadgen sim: 291 ms behind its step schedule (CPU-starved?): sends\n")
     warning = behind_warning(late, Path("r/simulator.log"))
     assert warning is not None
-    assert "logged 2 times, up to 291 ms (r/simulator.log)" in warning
+    assert "by up to 291 ms (2 warnings in r/simulator.log)" in warning
