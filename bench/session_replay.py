@@ -3,8 +3,11 @@
 Builds synthetic Weka-schema traces whose contexts grow to ~128k tokens, then plays them on
 512 lanes the way run/sessions.py does, without a server: every lane renders each of its
 turns when it is due (body bytes and all, as sent) and drops it. Reports the process's
-peak RSS and the render time per turn (p50/p99/max), which bounds how late a turn can be
-against its think time.
+peak RSS and the render time per turn (p50/p99/max), wall and CPU (thread time: on a
+shared machine the wall figure also holds the time other processes had the core). Turns
+render on a worker thread (run/sessions.py), so this is how late a turn is sent after it
+is due, and the CPU figure is how long the render holds the GIL (the event loop gets it
+back within the interpreter's 5 ms switch interval at most).
 
     .venv/bin/python bench/session_replay.py [--lanes 512] [--max-context 128000]
 """
@@ -51,31 +54,32 @@ def main() -> None:
     plays = [renderer.play(tree, (1, args.lanes, lane, lane), f"b.{lane}")
              for lane, tree in enumerate(trees)]
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    times: list[int] = []
+    times: list[tuple[int, int]] = []
     contexts: list[int] = []
     longest = max(len(tree.root.turns) for tree in trees)
     with no_gc_pauses():  # as in a point's measured phase (run/loop_health.py)
         render_all(renderer, plays, longest, times, contexts)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    ms = np.asarray(times) / 1e6
     print(f"lanes {args.lanes}, turns rendered {len(times)}, max context {max(contexts):,} "
           f"tokens, mean context {int(np.mean(contexts)):,}")
-    print(f"render per turn (body bytes ready): p50 {np.percentile(ms, 50):.2f} ms, "
-          f"p99 {np.percentile(ms, 99):.2f} ms, max {ms.max():.2f} ms")
+    for name, column in (("wall", 0), ("CPU", 1)):
+        ms = np.asarray([t[column] for t in times]) / 1e6
+        print(f"render per turn (body bytes ready), {name}: p50 {np.percentile(ms, 50):.2f} "
+              f"ms, p99 {np.percentile(ms, 99):.2f} ms, max {ms.max():.2f} ms")
     print(f"cached blocks {renderer.blocks.cached_blocks:,}; peak RSS {rss:,.0f} MiB "
           f"(after loading traces and tokenizer: {rss_before:,.0f} MiB)")
 
 
 def render_all(renderer: SessionRenderer, plays: list[Play], longest: int,
-               times: list[int], contexts: list[int]) -> None:
+               times: list[tuple[int, int]], contexts: list[int]) -> None:
     index = 0
     for turn in range(longest):  # all lanes advance together: every session is live
         for play in plays:
             if turn >= len(play.tree.root.turns):
                 continue
-            start = time.perf_counter_ns()
+            start, cpu = time.perf_counter_ns(), time.thread_time_ns()
             request = renderer.render(play, play.tree.root, turn, index)
-            times.append(time.perf_counter_ns() - start)
+            times.append((time.perf_counter_ns() - start, time.thread_time_ns() - cpu))
             contexts.append(request.input_len)
             index += 1
             del request
