@@ -63,6 +63,12 @@ class RequestRecord:
     # process: maps this record's *_ns onto the wall clock (`loadgen merge` across machines)
     clock_mono_ns: int = 0
     clock_unix_ns: int = 0
+    # Sessions (multi-turn, agentic replay); None for independent requests.
+    session_id: str | None = None  # the session (or subagent) the request belongs to
+    turn_index: int | None = None  # its place in that session, from 0
+    tree_id: str | None = None  # the session tree (root and its subagents)
+    cached_tokens: int | None = None  # server usage.prompt_tokens_details.cached_tokens
+    theoretical_cached_tokens: int | None = None  # from the trace's hash_ids (replay only)
 
     @property
     def ok(self) -> bool:

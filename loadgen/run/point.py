@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,9 @@ from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
+# (records, server counters before, after the measured phase: None when not both read)
+ExtraFields = Callable[[Sequence[RequestRecord], ServerSnapshot | None, ServerSnapshot | None],
+                       Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,9 @@ class PointRecords:
         self.gauges: dict[str, dict[str, list[float]]] = {}
         self.started = False
         self.clock: ClockPair | None = None
+        # More fields a point kind adds from its records and the server's counters around
+        # the measured phase (session runs: run/session_point.py); written with the rest.
+        self.extra: ExtraFields | None = None
 
     def begin(self, before: Scrape) -> None:
         """The measured phase starts now (the server's counters were just read)."""
@@ -143,6 +149,8 @@ class PointRecords:
         metrics["max_concurrency"] = self.conc
         health = [p.to_json() for p in processes]
         result = self._result(metrics, complete, health, warmup_failed, reason, by_url)
+        if self.extra is not None:
+            result.update(self.extra(self.records, self.before.total, server_after))  # type: ignore[typeddict-item]
         path = write_point(self.run.results_dir, result)
         if spec.vllm_result is not None and complete:  # vLLM writes none when interrupted
             write_vllm_result(self.run.results_dir, result, self.records, spec.vllm_result,

@@ -26,6 +26,7 @@ from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
 from loadgen.config.redact import redact_url
+from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
 from loadgen.config.spec import RunSpec
 from loadgen.errors import LoadgenError
 from loadgen.run.backend import Backend, http_backend
@@ -33,15 +34,18 @@ from loadgen.run.ids import new_run_id
 from loadgen.run.observers import FanoutObserver, RunObserver
 from loadgen.run.point import Point, PointOutcome, RunContext
 from loadgen.run.scheduler import Clock, Sleep
+from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
 from loadgen.sinks.files import write_atomic
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.progress import ProgressLine
+from loadgen.sinks.session_table import format_session_table
 from loadgen.sinks.table import format_table, sweep_rows, write_csv
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload
+from loadgen.workload.session_plan import SessionSource, session_source
 
 __all__ = ["PointOutcome", "SweepOutcome", "run_sweep"]
 
@@ -69,16 +73,28 @@ def body_options(spec: RunSpec) -> BodyOptions:
     )
 
 
+def single_turn_spec(spec: RunSpec) -> RunSpec:
+    """What the single-turn workload (the preflight probe) sees: a session run's dataset is
+    read as sessions, so the probe is a synthetic prompt of --isl/--osl (or of probe
+    lengths when the dataset alone gives them)."""
+    if not spec.sessions:
+        return spec
+    return dataclasses.replace(
+        spec, dataset=None, dataset_format="auto", multi_turn=False, turns=None,
+        isl=spec.isl or TRACE_PROBE_ISL, osl=spec.osl or TRACE_PROBE_OSL)
+
+
 def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
     """The preflight prompt (text, tokens); raises SpecError when the workload cannot be
     built (isl below the template, range ratio too low, bad dataset)."""
-    return Workload(spec, tokenizer, body_options(spec)).preflight_prompt()
+    return Workload(single_turn_spec(spec), tokenizer, body_options(spec)).preflight_prompt()
 
 
 def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> tuple[tuple[str, int], tuple[int, int]]:
     """(the preflight prompt, (input, output) tokens of the longest request) from one
-    Workload: the dataset is read and encoded once."""
-    workload = Workload(spec, tokenizer, body_options(spec))
+    Workload: the dataset is read and encoded once. A session run's probe is a
+    single-turn prompt of its --isl/--osl (its turns' lengths are known only as played)."""
+    workload = Workload(single_turn_spec(spec), tokenizer, body_options(spec))
     return workload.preflight_prompt(), workload.longest_request()
 
 
@@ -104,7 +120,9 @@ async def run_sweep(
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probe, longest = await asyncio.to_thread(probe_workload, spec, tokenizer)
-    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep)
+    sessions = (await asyncio.to_thread(session_source, spec, tokenizer)
+                if spec.sessions else None)
+    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, sessions)
     try:
         async with _backend(spec, results_dir, tokenizer, backend) as server:
             await sweep.run(server, probe, longest)
@@ -133,8 +151,10 @@ async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
 
 class _Sweep:
     def __init__(self, spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                 hooks: RunObserver, clock: Clock, sleep: Sleep) -> None:
+                 hooks: RunObserver, clock: Clock, sleep: Sleep,
+                 sessions: SessionSource | None = None) -> None:
         self.spec = spec
+        self.sessions = sessions
         self.results_dir = results_dir
         self.tokenizer = tokenizer
         self.hooks = hooks
@@ -159,9 +179,15 @@ class _Sweep:
         if self.spec.workers != 1:
             await self._run_on_workers(context)
             return
-        workload = Workload(self.spec, self.tokenizer, self.server.options)
+        workload = Workload(single_turn_spec(self.spec), self.tokenizer, self.server.options)
         share = Share(self.spec.shard_index, self.spec.shard_count)
         for conc in self.spec.conc:
+            if self.sessions is not None:  # one process, the whole point (RunSpec checks)
+                self.current = await build_session_point(context, conc, self.sessions,
+                                                         self.tokenizer)
+                self.points.append(await self.current.run_to_end())
+                self.current = None
+                continue
             keep = share.owner(conc) if share.shards > 1 else None
             plan = await asyncio.to_thread(workload.point, conc, keep)
             self.current = Point(context, plan, slots=len(share.slots(conc)),
@@ -222,6 +248,9 @@ class _Sweep:
         rows = sweep_rows(results)
         write_csv(self.results_dir / "sweep.csv", rows)
         print(format_table(rows))
+        sessions = format_session_table(results)
+        if sessions is not None:
+            print(sessions)
         with contextlib.suppress(Exception):  # a plot must never cost the measurements
             plot_sweep(self.results_dir / "sweep.png", results)
 

@@ -38,6 +38,13 @@ class RequestSpec:
     input_len: int  # prompt tokens by loadgen's tokenizer (template + BOS included)
     max_tokens: int
     body: bytes
+    # Sessions: which session and turn this request is, the affinity headers it carries
+    # (e.g. X-Session-ID) and, for trace replay, the prompt tokens hash_ids say are cached.
+    session_id: str | None = None
+    turn_index: int | None = None
+    tree_id: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    theoretical_cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +201,7 @@ class Workload:
 
     def _keeps(self, line: int) -> bool:
         """vLLM's ShareGPT length pruning, with `--dataset-name sharegpt` only."""
-        if self.spec.dataset_format != "sharegpt":
+        if not self.spec.sharegpt_limits:
             return True
         output = self.spec.osl if self.spec.osl is not None else self._output_len(line)
         return VLLM_SHAREGPT_LIMITS.keeps(self._encoded(line)[1], output,

@@ -1,0 +1,97 @@
+"""--dataset files: reading their items and detecting their format (--dataset-format,
+vLLM's --dataset-name). The one reader every dataset loader uses: workload/datasets.py
+(single-turn prompts) and workload/traces.py (sessions and trace replay).
+
+A directory is a Weka trace directory (one trace per `.json` file). A file is one JSON
+array (ShareGPT as vLLM reads it, or an array of traces) or JSONL; the first item decides
+the format when it is `auto`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.config.spec import DATASET_FORMATS, SpecError
+
+# --dataset-format choices -> RunSpec.dataset_format: OpenAI messages and vLLM custom
+# {prompt, output_tokens} lines are read by one JSONL reader, which takes either per line.
+FORMAT_CHOICES = ("auto", "sharegpt", "messages", "custom", "weka", "mooncake")
+_SPEC_FORMAT = {"messages": "jsonl", "custom": "jsonl"}
+
+
+def spec_format(choice: str) -> str:
+    """The RunSpec.dataset_format a --dataset-format choice names."""
+    fmt = _SPEC_FORMAT.get(choice, choice)
+    assert fmt in DATASET_FORMATS
+    return fmt
+
+
+def items(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, JSON value) per trace file in a directory, per array item, or per line."""
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise SpecError(f"--dataset {path}: a trace directory needs *.json files")
+        for file in files:
+            yield str(file), loads(file.read_bytes(), str(file))
+        return
+    data = path.read_bytes()
+    whole = _whole_array(data)
+    if whole is not None:
+        for number, item in enumerate(whole):
+            yield f"{path}[{number}]", item
+        return
+    for number, line in enumerate(data.splitlines(), 1):
+        if line.strip():
+            yield f"{path}:{number}", loads(line, f"{path}:{number}")
+
+
+def _whole_array(data: bytes) -> list[Any] | None:
+    """The file as one JSON array of items, or None when it is JSONL (whose lines may
+    themselves be arrays: a messages list per line, or one such line alone)."""
+    if not data.lstrip().startswith(b"["):
+        return None
+    try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None  # several lines, each a JSON value
+    if not isinstance(whole, list) or _is_messages(whole):
+        return None
+    return whole
+
+
+def _is_messages(value: list[Any]) -> bool:
+    return bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def loads(data: bytes, where: str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SpecError(f"--dataset {where}: not JSON ({exc}); expected ShareGPT JSON, "
+                        "JSONL (messages, {prompt}) or a Weka/Mooncake trace") from None
+
+
+def detect_format(path: Path) -> str:
+    """The RunSpec.dataset_format of the first item (a directory is Weka traces)."""
+    if path.is_dir():
+        return "weka"
+    for where, item in items(path):
+        if isinstance(item, list):
+            return "jsonl"
+        if isinstance(item, dict):
+            if "requests" in item:
+                return "weka"
+            if "input_length" in item and "hash_ids" in item:
+                return "mooncake"
+            if "conversations" in item:
+                return "sharegpt"
+            if "messages" in item or "prompt" in item:
+                return "jsonl"
+        raise SpecError(f"--dataset {where}: unknown format; use --dataset-format "
+                        f"{'|'.join(FORMAT_CHOICES[1:])}")
+    raise SpecError(f"--dataset {path}: no records in the file")
