@@ -66,6 +66,12 @@ class RequestRecord:
     # the synthetic prompt length asked for (None: a dataset prompt); differs from
     # input_len only where the tokenizer cannot give that length exactly
     target_len: int | None = None
+    # Sessions (multi-turn, agentic replay); None for independent requests.
+    session_id: str | None = None  # the session (or subagent) the request belongs to
+    turn_index: int | None = None  # its place in that session, from 0
+    tree_id: str | None = None  # the session tree (root and its subagents)
+    cached_tokens: int | None = None  # server usage.prompt_tokens_details.cached_tokens
+    theoretical_cached_tokens: int | None = None  # from the trace's hash_ids (replay only)
 
     @property
     def ok(self) -> bool:

@@ -40,6 +40,7 @@ class StreamEvent(NamedTuple):
     prompt_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None  # an error object inside the stream
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (vLLM)
 
 
 DONE_EVENT = StreamEvent(done=True)
@@ -75,8 +76,8 @@ def _count(value: Any, field: str) -> int | None:
     raise _bad(field, value, f"an integer in 0..{MAX_TOKEN_COUNT}")
 
 
-def _usage(usage: Any) -> tuple[int | None, int | None]:
-    """(completion_tokens, prompt_tokens) of a usage object, both checked."""
+def _usage(usage: Any) -> tuple[int | None, int | None, int | None]:
+    """(completion_tokens, prompt_tokens, cached_tokens) of a usage object, all checked."""
     if type(usage) is not dict:
         raise _bad("usage", usage, "an object or null")
     completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
@@ -86,7 +87,21 @@ def _usage(usage: Any) -> tuple[int | None, int | None]:
         _count(completion, "usage.completion_tokens")
     if prompt is not None and not (type(prompt) is int and 0 <= prompt <= MAX_TOKEN_COUNT):
         _count(prompt, "usage.prompt_tokens")
-    return completion, prompt
+    details = usage.get("prompt_tokens_details")  # vLLM: null unless --enable-prompt-tokens-details
+    if details is None:
+        return completion, prompt, None
+    return completion, prompt, _cached_tokens(details, prompt)
+
+
+def _cached_tokens(details: Any, prompt: int | None) -> int | None:
+    """usage.prompt_tokens_details.cached_tokens: a count, and no more than the prompt."""
+    if type(details) is not dict:
+        raise _bad("usage.prompt_tokens_details", details, "an object or null")
+    field = "usage.prompt_tokens_details.cached_tokens"
+    cached = _count(details.get("cached_tokens"), field)
+    if cached is not None and prompt is not None and cached > prompt:
+        raise _bad(field, cached, f"at most usage.prompt_tokens ({prompt})")
+    return cached
 
 
 def _error_text(error: Any) -> str:
@@ -159,14 +174,15 @@ def decode_event(data: bytes) -> StreamEvent:
     if "error" in obj or get("object") == "error":
         return StreamEvent(error=_error_text(get("error", obj)))
     usage = get("usage")
-    completion_tokens = prompt_tokens = None
+    completion_tokens = prompt_tokens = cached_tokens = None
     if usage is not None:
-        completion_tokens, prompt_tokens = _usage(usage)
+        completion_tokens, prompt_tokens, cached_tokens = _usage(usage)
     choices = get("choices")
     if type(choices) is not list:
         raise MalformedEvent(f"no choices list: {show(choices)}")
     if not choices:
-        return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens)
+        return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens,
+                           cached_tokens=cached_tokens)
     choice = choices[0]
     if type(choice) is not dict:
         raise MalformedEvent(f"choices[0] is {show(choice)}, expected an object")
@@ -194,6 +210,7 @@ def decode_event(data: bytes) -> StreamEvent:
         prompt_tokens,
         finish_reason,
         None,  # error
+        cached_tokens,
     ))
 
 

@@ -30,14 +30,16 @@ COMPLETION_OVERSHOOT = 64
 class Exchange:
     """Mutable state of one request in flight; becomes a frozen RequestRecord at the end."""
 
-    __slots__ = ("chunk_ns", "chunk_tokens", "completion_tokens", "detail", "done", "end_ns",
-                 "error", "finish_reason", "max_tokens", "prompt_tokens", "status", "token_cap")
+    __slots__ = ("cached_tokens", "chunk_ns", "chunk_tokens", "completion_tokens", "detail",
+                 "done", "end_ns", "error", "finish_reason", "max_tokens", "prompt_tokens",
+                 "status", "token_cap")
 
     def __init__(self, max_tokens: int | None = None) -> None:
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.finish_reason: str | None = None
         self.status: int | None = None
         self.error: ErrorKind | None = None
@@ -68,6 +70,8 @@ class Exchange:
                 self.impossible("usage.completion_tokens", event.completion_tokens, stamp)
                 return
             self.completion_tokens = event.completion_tokens
+        if event.cached_tokens is not None:
+            self.cached_tokens = event.cached_tokens
         if event.finish_reason is not None:
             self.finish_reason = event.finish_reason
         tokens = counter.count(event)

@@ -180,6 +180,10 @@ class Transport:
             prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
             finish_reason=state.finish_reason, status=state.status, error=state.error,
             error_detail=state.detail, sent_unix=sent_unix, target_len=request.target_len,
+            session_id=request.session_id,
+            turn_index=request.turn_index, tree_id=request.tree_id,
+            cached_tokens=state.cached_tokens,
+            theoretical_cached_tokens=request.theoretical_cached_tokens,
         )
         on_record(record)
         if cancelled:
@@ -209,6 +213,8 @@ class Transport:
         counter: TokenCounter,
     ) -> None:
         headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
+        if request.headers:  # session affinity (X-Session-ID or the router's own name)
+            headers.update(request.headers)
         async with self.session.post(
             self.url, data=request.body, headers=headers, trace_request_ctx=clock,
             timeout=STREAM_TIMEOUT,

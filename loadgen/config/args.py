@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 import orjson
 
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
+from loadgen.config.session_args import add_session_flags, dataset_format, session_fields
 from loadgen.config.spec import (
     DEFAULT_HTTP_TIMEOUT_S,
     DEFAULT_STREAM_IDLE_TIMEOUT_S,
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _target_flags(p.add_argument_group("target"))
     _workload_flags(p.add_argument_group("workload"))
+    add_session_flags(p.add_argument_group("sessions (multi-turn, agentic trace replay)"))
     _results_flags(p.add_argument_group("results"))
     add_compat_flags(p)
     _scale_flags(p.add_argument_group("scale out (README: workers and shards)"))
@@ -152,7 +154,8 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
                    "(required, or --max-concurrency)")
     w.add_argument("--isl", type=int, metavar="TOKENS",
                    help="input length in tokens (chat template and BOS included) (required "
-                   "unless --dataset: then each prompt's own length)")
+                   "unless --dataset: then each prompt's own length; for trace replay it "
+                   "only sizes the preflight probe)")
     w.add_argument("--osl", type=int, metavar="TOKENS",
                    help="output length in tokens (max_tokens, with ignore_eos) (required "
                    "unless a ShareGPT --dataset: then each answer's length)")
@@ -163,10 +166,10 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
                    help="prompts from a file instead of random ones: ShareGPT JSON "
                    "(conversations of from/value; the first turn is the prompt, the second "
                    "the reference answer) or JSONL, one OpenAI messages list (or {messages}, "
-                   "or vLLM custom {prompt, output_tokens}) per line; read into memory, so "
-                   f"at most {MAX_DATASET_BYTES >> 30} GiB, each line at most "
-                   f"{MAX_CONVERSATION_BYTES >> 20} MiB (about 1M tokens; a ShareGPT entry "
-                   "likewise) (default: none)")
+                   "or vLLM custom {prompt, output_tokens}) per line; or agentic traces to "
+                   "replay as sessions (see --dataset-format, --multi-turn); read into "
+                   f"memory, so at most {MAX_DATASET_BYTES >> 30} GiB, each line at "
+                   f"most {MAX_CONVERSATION_BYTES >> 20} MiB (about 1M tokens) (default: none)")
     w.add_argument("--endpoint", type=_typed(parse_endpoint), default=None,
                    metavar="{completions,chat}",
                    help="completions: loadgen encodes the prompt; chat: the server does "
@@ -217,9 +220,10 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
                    help="goodput SLOs, e.g. ttft=2s,tpot=50ms (metrics ttft, tpot, itl, e2el; "
                    "units us, ms, s; bare numbers are ms) (default: none: no goodput "
                    "figure)")
-    r.add_argument("--percentiles", type=_typed(parse_percentiles),
-                   default=(50.0, 90.0, 99.0, 99.9), metavar="P,...",
-                   help="percentiles to report, e.g. 50,90,99,99.9")
+    r.add_argument("--percentiles", type=_typed(parse_percentiles), default=None,
+                   metavar="P,...",
+                   help="percentiles to report (default: 50,90,99,99.9; session runs add "
+                   "75,95)")
     r.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
                    help="give up on a streamed request this long after it was sent, "
                    "however steadily it streams (default: no timeout)")
@@ -231,9 +235,10 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
                    metavar="SECONDS",
                    help="deadline of each non-streaming call: /v1/models, /version, "
                    "/tokenize, /metrics scrapes")
-    r.add_argument("--max-error-rate", type=float, default=0.05, metavar="FRACTION",
+    r.add_argument("--max-error-rate", type=float, default=None, metavar="FRACTION",
                    help="exit non-zero when a point's failed share exceeds this "
-                   "(results are written anyway)")
+                   "(results are written anyway) (default: 0.05; 0.10 for session runs, "
+                   "InferenceX's agentic gate)")
     r.add_argument("--tokenizer", metavar="PATH|ORG/NAME",
                    help="tokenizer.json, model dir or Hugging Face Hub id (HF cache and "
                    "HF_HUB_OFFLINE honoured) (default: official DeepSeek-V4)")
@@ -282,8 +287,9 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         raise SpecError(f"--resume {args.resume} continues the run in that directory; "
                         f"drop --results {args.results}")
     results = args.resume or args.results or default_results_dir()
+    fmt = dataset_format(args, compat.pop("dataset_format"))
     return RunSpec(
-        conc=args.conc, isl=args.isl, osl=args.osl, base_url=args.base_url, model=args.model,
+        conc=args.conc, base_url=args.base_url, model=args.model,
         endpoint=args.endpoint or "completions", encoder=args.encoder or "dsv4",
         thinking=args.thinking or "thinking",
         reasoning_effort=args.reasoning_effort, prompts_per_conc=args.prompts_per_conc,
@@ -292,9 +298,9 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         dataset=args.dataset, request_rate=args.request_rate,
         burstiness=args.burstiness, temperature=args.temperature, seed=args.seed,
         num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
-        percentiles=args.percentiles, request_timeout_s=args.request_timeout,
+        request_timeout_s=args.request_timeout,
         http_timeout_s=args.http_timeout, stream_idle_timeout_s=args.stream_idle_timeout,
-        max_error_rate=args.max_error_rate, results_dir=results,
+        results_dir=results,
         tokenizer=args.tokenizer, api_key=_api_key(args.api_key or env.get("OPENAI_API_KEY")),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
         progress=not args.no_progress, server_metrics=tuple(args.server_metrics),
@@ -302,6 +308,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
         shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,
         resume=args.resume is not None, overwrite=args.overwrite, **compat,
+        **session_fields(args, fmt),
     )
 
 

@@ -188,15 +188,16 @@ def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
         if args.slo:
             raise SpecError("--slo and --goodput: give one (they set the same SLOs)")
         args.slo = _goodput_slos(_flatten(args.goodput))
-    if args.metric_percentiles:
-        args.percentiles = tuple(sorted({*args.percentiles, *args.metric_percentiles}))
     if args.disable_tqdm:
         args.no_progress = True
     if args.results is None and args.result_dir is not None:
         args.results = args.result_dir
     return {
         "num_prompts": args.num_prompts, "num_warmups": args.num_warmups,
-        "dataset_format": _dataset_format(args), "vllm_result": _vllm_result(args),
+        # the format --dataset-name names (args.py reconciles it with --dataset-format);
+        # vLLM prunes ShareGPT by length only under its own flag
+        "dataset_format": _dataset_format(args),
+        "sharegpt_limits": args.dataset_name == "sharegpt", "vllm_result": _vllm_result(args),
         "ignored_flags": _ignored(args),
     }
 

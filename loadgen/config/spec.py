@@ -27,7 +27,10 @@ THINKING_MODES: tuple[str, ...] = ("chat", "thinking")
 REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 SLO_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
 MAX_CONC = 65536
-DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl")
+# jsonl: OpenAI messages or vLLM custom {prompt} per line; weka, mooncake: traces replayed
+# as sessions (docs/sessions.md). Detection and reading: config/dataset_format.py.
+DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl", "weka", "mooncake")
+TRACE_FORMATS: tuple[str, ...] = ("weka", "mooncake")
 # vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
 VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
 MAX_WORKERS = 256
@@ -85,7 +88,9 @@ class RunSpec:
     duration_s: float | None = None
     range_ratio: float = 1.0
     dataset: Path | None = None
-    dataset_format: str = "auto"  # auto: ShareGPT JSON or JSONL, told apart by content
+    # auto: told apart by content (trace formats are resolved when the spec is built)
+    dataset_format: str = "auto"
+    sharegpt_limits: bool = False  # vLLM's ShareGPT length pruning (--dataset-name sharegpt)
     request_rate: float | None = None  # requests/s, open loop; None = closed loop
     burstiness: float = 1.0  # gamma shape; 1.0 = Poisson
     temperature: float = 0.0
@@ -119,6 +124,23 @@ class RunSpec:
     server_pid: int | None = None  # stop the sweep when this process dies or stays stopped
     resume: bool = False  # continue the interrupted sweep in results_dir
     overwrite: bool = False  # replace the earlier run's files in results_dir
+    # Sessions (multi-turn, trace replay): docs/sessions.md.
+    multi_turn: bool = False  # a messages/ShareGPT dataset as one session per conversation
+    turns: str | None = None  # synthetic sessions: turns per session (a distribution)
+    turn_tokens: str = "256"  # new user tokens per later turn
+    think_time: str = "0"  # seconds between a reply and the next turn
+    sessions_per_conc: int = 2  # synthetic sessions per point = conc x this
+    session_headers: tuple[str, ...] = ("X-Session-ID",)
+    start_ratio: tuple[float, float] | None = None  # None: (0.25, 0.75) for Weka traces
+    idle_cap_system_s: float | None = 10.0
+    idle_cap_tree_s: float | None = 300.0
+    cache_bust: bool = True
+
+    @property
+    def sessions(self) -> bool:
+        """A session run: synthetic multi-turn, a multi-turn dataset or a trace replay."""
+        return (self.turns is not None or self.multi_turn
+                or self.dataset_format in TRACE_FORMATS)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -379,7 +401,8 @@ def validate(spec: RunSpec) -> None:
         _check(not _CONTROL.search(spec.api_key),
                "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)")
     if spec.dataset is not None:
-        _check(spec.dataset.is_file(), f"--dataset {spec.dataset}: no such file")
+        _check(spec.dataset.is_file() or (spec.dataset.is_dir() and spec.dataset_format in (
+            "weka", "auto")), f"--dataset {spec.dataset}: no such file")
     for url in spec.server_metrics:
         _check(url.startswith(("http://", "https://")),
                f"--server-metrics {url!r}: must start with http:// or https://")
@@ -395,6 +418,8 @@ def validate(spec: RunSpec) -> None:
            "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
            "auto), or start a single process under taskset")
     _validate_run_level(spec)
+
+    _validate_sessions(spec)
 
 
 def _validate_vllm_result(options: VllmResultOptions) -> None:
@@ -476,3 +501,28 @@ def _process_exists(pid: int) -> bool:
     except OverflowError:
         return False
     return True
+
+
+def _validate_sessions(spec: RunSpec) -> None:
+    _check(spec.sessions_per_conc >= 1, "--sessions-per-conc: must be >= 1")
+    _check(not spec.multi_turn or spec.dataset is not None,
+           "--multi-turn plays a --dataset's conversations: give --dataset (or --turns N "
+           "for synthetic sessions)")
+    _check(not spec.multi_turn or spec.osl is not None,
+           "--multi-turn: --osl is required (the max_tokens of each turn)")
+    _check(spec.turns is None or spec.dataset is None,
+           "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)")
+    if spec.start_ratio is not None:
+        low, high = spec.start_ratio
+        _check(0.0 <= low <= high < 1.0, "--start-ratio LO,HI: need 0 <= LO <= HI < 1")
+    for flag, cap in (("--idle-cap-system", spec.idle_cap_system_s),
+                      ("--idle-cap-tree", spec.idle_cap_tree_s)):
+        _check(cap is None or cap > 0, f"{flag}: must be > 0 seconds (0 = no cap: omit it)")
+    _check(all(name and not any(c in name for c in " :\t\r\n")
+               for name in spec.session_headers),
+           "--session-header: a header name without spaces or colons, e.g. X-Session-ID")
+    # One process plays a point's session trees: lanes share a live cache-hit state and
+    # subagents wait on their parents, which a split across processes would break.
+    _check(not spec.sessions or (spec.workers in (1, None) and spec.shard_count == 1),
+           "--workers and --shard do not support session runs (--turns, --multi-turn, "
+           "trace replay): run them with one client process (--workers 1, no --shard)")

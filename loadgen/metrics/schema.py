@@ -149,7 +149,41 @@ PointMetrics = TypedDict(
 )
 
 
-class PointResult(PointMetrics):
+class SessionFields(TypedDict, total=False):
+    """Session runs only (--turns, multi-turn datasets, trace replay): docs/results.md,
+    "Sessions and prefix caching". Optional keys: a single-turn point has none of them."""
+
+    prompt_tokens_sent: int
+    theoretical_cached_tokens: int | None
+    theoretical_prefix_hit_rate: float | None
+    server_prefix_cache_queries: int | None
+    server_prefix_cache_hits: int | None
+    server_prefix_hit_rate: float | None
+    client_cached_tokens: int | None
+    client_cached_requests: int
+    client_prefix_hit_rate: float | None
+    prefix_hit_rate_diff: float | None
+    session_ttft_ms: dict[str, float | None]
+    session_e2el_ms: dict[str, float | None]
+    session_itl_ms: dict[str, float | None]
+    session_interactivity_tok_s_user: dict[str, float | None]
+    session_e2e_interactivity_tok_s_user: dict[str, float | None]
+    ttft_by_context: list[dict[str, Any]]
+    session_ids: int
+    session_trees: int
+    subagent_session_ids: int
+    replay_trees_started: int
+    replay_trees_completed: int
+    replay_sessions_started: int
+    replay_subagents_started: int
+    replay_max_live_trees: int
+    replay_gaps_capped_tree: int
+    replay_gaps_cut_system: int
+    replay_primers: int
+    replay_primers_failed: int
+
+
+class PointResult(PointMetrics, SessionFields):
     """A point's metrics plus what only the runner knows (docs/results.md, last sections)."""
 
     client_cpu_seconds: float

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,6 +29,8 @@ from loadgen.errors import SetupError
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0
+# The simulator's own log line when its engine runs late (loadgen/sim/engine.py).
+BEHIND_LINE = re.compile(rb"loadgen sim: (\d+) ms behind its step schedule")
 MTP_DRAFT_TOKENS = 2  # as the DeepSeek-V4 MTP recipes
 
 
@@ -115,4 +118,25 @@ async def embedded_simulator(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        log.seek(0)
+        warning = behind_warning(log.read(), log_path)
         log.close()
+        if warning:
+            print(f"loadgen: WARNING: {warning}", file=sys.stderr)
+
+
+def behind_warning(log: bytes, log_path: Path | None) -> str | None:
+    """One line when the simulator fell behind its step schedule, else None.
+
+    A CPU-starved simulator (e.g. tokenizing long prompts on a busy machine) writes the
+    steps it missed back to back once it runs again: chunks meant to be a step apart
+    arrive together, and ITL p50 can read 0. The figures are then those of an overloaded
+    simulator, not of the engine it models, and the user must be told.
+    """
+    late = [int(ms) for ms in BEHIND_LINE.findall(log)]
+    if not late:
+        return None
+    where = f" in {log_path}" if log_path is not None else ""
+    return (f"the simulator fell behind its step schedule by up to {max(late)} ms "
+            f"({len(late)} warnings{where}): short of CPU, it sent late steps back to back, "
+            "so ITL/TTFT describe an overloaded simulator; give it a free core or less load")

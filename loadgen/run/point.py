@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,9 @@ from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
+# (records, server counters before, after the measured phase: None when not both read)
+ExtraFields = Callable[[Sequence[RequestRecord], ServerSnapshot | None, ServerSnapshot | None],
+                       Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,9 @@ class PointRecords:
         self.gauges: dict[str, dict[str, list[float]]] = {}
         self.started = False
         self.clock: ClockPair | None = None
+        # More fields a point kind adds from its records and the server's counters around
+        # the measured phase (session runs: run/session_point.py); written with the rest.
+        self.extra: ExtraFields | None = None
 
     def begin(self, before: Scrape) -> None:
         """The measured phase starts now (the server's counters were just read)."""
@@ -165,6 +171,8 @@ class PointRecords:
         metrics["max_concurrency"] = self.conc
         health = [p.to_json() for p in processes]
         result = self._result(metrics, complete, health, warmup_failed, stop, by_url)
+        if self.extra is not None:
+            result.update(self.extra(self.records, self.before.total, server_after))  # type: ignore[typeddict-item]
         _warn_inexact(result)
         path = self.run.results_dir / f"conc_{self.conc}.json"
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,6 +29,7 @@ from tokenizers import Tokenizer
 
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
+from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import Interrupted, LoadgenError
 from loadgen.run import results_dir as results_files
@@ -40,16 +42,19 @@ from loadgen.run.results_dir import Earlier
 from loadgen.run.run_file import RunFile
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
+from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
 from loadgen.run.stops import INTERRUPTED_DETAIL, add_context, run_level_error, stop_of
 from loadgen.sinks.files import ResultsWriteError
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.progress import ProgressLine
+from loadgen.sinks.session_table import format_session_table
 from loadgen.sinks.table import format_table, sweep_rows, write_csv
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload, synthesis_of
+from loadgen.workload.session_plan import SessionSource, session_source
 
 __all__ = ["PointOutcome", "SweepOutcome", "run_sweep"]
 
@@ -78,16 +83,28 @@ def body_options(spec: RunSpec) -> BodyOptions:
     )
 
 
+def single_turn_spec(spec: RunSpec) -> RunSpec:
+    """What the single-turn workload (the preflight probe) sees: a session run's dataset is
+    read as sessions, so the probe is a synthetic prompt of --isl/--osl (or of probe
+    lengths when the dataset alone gives them)."""
+    if not spec.sessions:
+        return spec
+    return dataclasses.replace(
+        spec, dataset=None, dataset_format="auto", multi_turn=False, turns=None,
+        isl=spec.isl or TRACE_PROBE_ISL, osl=spec.osl or TRACE_PROBE_OSL)
+
+
 def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
     """The preflight prompt (text, tokens); raises SpecError when the workload cannot be
     built (isl below the template, range ratio too low, bad dataset)."""
-    return Workload(spec, tokenizer, body_options(spec)).preflight_prompt()
+    return Workload(single_turn_spec(spec), tokenizer, body_options(spec)).preflight_prompt()
 
 
 def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> tuple[tuple[str, int], tuple[int, int]]:
     """(the preflight prompt, (input, output) tokens of the longest request) from one
-    Workload: the dataset is read and encoded once."""
-    workload = Workload(spec, tokenizer, body_options(spec))
+    Workload: the dataset is read and encoded once. A session run's probe is a
+    single-turn prompt of its --isl/--osl (its turns' lengths are known only as played)."""
+    workload = Workload(single_turn_spec(spec), tokenizer, body_options(spec))
     return workload.preflight_prompt(), workload.longest_request()
 
 
@@ -117,7 +134,9 @@ async def run_sweep(
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probe, longest = await asyncio.to_thread(probe_workload, spec, tokenizer)
-    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier)
+    sessions = (await asyncio.to_thread(session_source, spec, tokenizer)
+                if spec.sessions else None)
+    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions)
     try:
         async with _backend(spec, results_dir, tokenizer, backend) as server:
             await sweep.run(server, probe, longest)
@@ -146,8 +165,10 @@ async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
 
 class _Sweep:
     def __init__(self, spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                 hooks: RunObserver, clock: Clock, sleep: Sleep, earlier: Earlier | None) -> None:
+                 hooks: RunObserver, clock: Clock, sleep: Sleep, earlier: Earlier | None,
+                 sessions: SessionSource | None = None) -> None:
         self.spec = spec
+        self.sessions = sessions
         self.results_dir = results_dir
         self.tokenizer = tokenizer
         self.hooks = hooks
@@ -191,10 +212,18 @@ class _Sweep:
 
     async def _run_here(self, context: RunContext) -> None:
         assert self.server is not None
-        workload = Workload(self.spec, self.tokenizer, self.server.options)
+        workload = Workload(single_turn_spec(self.spec), self.tokenizer, self.server.options)
         share = Share(self.spec.shard_index, self.spec.shard_count)
         for conc in self.todo:
             self.at = conc
+            if self.sessions is not None:  # one process, the whole point (RunSpec checks)
+                self.current = await build_session_point(context, conc, self.sessions,
+                                                         self.tokenizer)
+                outcome = await self.current.run_to_end()
+                self.current = None
+                self._record(outcome)
+                self._point_done(outcome)
+                continue
             keep = share.owner(conc) if share.shards > 1 else None
             plan = await asyncio.to_thread(workload.point, conc, keep)
             self.current = Point(context, plan, slots=len(share.slots(conc)),
@@ -298,5 +327,8 @@ class _Sweep:
         except ResultsWriteError:
             self.unwritten.append("sweep.csv")
         print(format_table(rows))
+        sessions = format_session_table(results)
+        if sessions is not None:
+            print(sessions)
         with contextlib.suppress(Exception):  # a plot must never cost the measurements
             plot_sweep(self.results_dir / "sweep.png", results)

@@ -77,6 +77,10 @@ def resolve_workers(spec: RunSpec) -> RunSpec:
     """The spec with `--workers auto` replaced by the count chosen (and said so)."""
     if spec.workers is not None:
         return spec
+    if spec.sessions:  # RunSpec refuses more than one process for sessions
+        print("loadgen: --workers auto: 1 process (this one): session runs are played by "
+              "one process", file=sys.stderr)
+        return dataclasses.replace(spec, workers=1, cpu_affinity=())
     count, why = choose_workers(spec, len(os.sched_getaffinity(0)))
     noun = "process (this one)" if count == 1 else "worker processes"
     print(f"loadgen: --workers auto: {count} {noun} ({why})", file=sys.stderr)

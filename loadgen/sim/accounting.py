@@ -33,9 +33,11 @@ class Accounting:
         m.params_max_tokens.observe(max_tokens)
         m.max_generation_tokens.observe(max_tokens)
 
-    def scheduled(self, request: EngineRequest) -> None:
-        """First scheduled: vLLM looks its prompt up in the prefix cache then."""
-        self.metrics.prefix_cache_queries.inc(request.prompt_len)
+    def prefix_cache(self, queried: int, hits: int) -> None:
+        m = self.metrics
+        m.prefix_cache_queries.inc(queried)
+        if hits:
+            m.prefix_cache_hits.inc(hits)
 
     def prompt_done(self, request: EngineRequest) -> None:
         self.metrics.prompt_tokens.inc(request.prompt_len)

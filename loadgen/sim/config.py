@@ -89,6 +89,13 @@ class SimConfig:
     # Answer 400 to requests using these vLLM extensions (REJECTABLE_PARAMS), as a server
     # without them would: drives a client onto its fallbacks (e.g. logprobs token counts).
     reject_params: tuple[str, ...] = ()
+    # Automatic prefix caching (vLLM's --enable-prefix-caching; off here by default so a
+    # plain run's ground truth does not depend on which prompts happen to share a prefix).
+    enable_prefix_caching: bool = False
+    block_size: int = 16  # tokens per KV block (vLLM's --block-size)
+    prefix_cache_blocks: int | None = None  # pool size in blocks; None: kv_cache_tokens
+    # usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details)
+    enable_prompt_tokens_details: bool = False
 
     def __post_init__(self) -> None:
         if self.spec_tokens > 0 and not self.acceptance:
@@ -98,6 +105,12 @@ class SimConfig:
     @property
     def root(self) -> str:
         return self.model_path if self.model_path is not None else f"/models/{self.model}"
+
+    @property
+    def cache_blocks(self) -> int:
+        if self.prefix_cache_blocks is not None:
+            return self.prefix_cache_blocks
+        return max(1, self.kv_cache_tokens // self.block_size)
 
     @property
     def mtp(self) -> bool:
@@ -117,6 +130,8 @@ def validate(config: SimConfig) -> None:
         "--max-num-batched-tokens": config.max_num_batched_tokens,
         "--stream-interval": config.stream_interval,
         "--kv-cache-tokens": config.kv_cache_tokens,
+        "--block-size": config.block_size,
+        "--prefix-cache-blocks": config.cache_blocks,
     }
     for flag, value in positive_ints.items():
         if value < 1:
@@ -234,6 +249,18 @@ def _engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
                    f"{DEFAULT_LATER_ACCEPTANCE} for later positions)")
     p.add_argument("--spin-us", type=float, default=CLI_SPIN_US,
                    help="busy-wait this long before each step deadline (timer precision)")
+    p.add_argument("--enable-prefix-caching", action="store_true",
+                   help="automatic prefix caching as vLLM: hashed full blocks in an LRU "
+                   "pool; cached prompt tokens are not prefilled (vllm:prefix_cache_* "
+                   "counters count queried and hit tokens)")
+    p.add_argument("--block-size", type=int, default=d.block_size,
+                   help="tokens per KV block (the prefix cache's unit)")
+    p.add_argument("--prefix-cache-blocks", type=int, default=None,
+                   help="blocks the prefix-cache pool holds, least recently used evicted "
+                   "first (default: --kv-cache-tokens / --block-size)")
+    p.add_argument("--enable-prompt-tokens-details", action="store_true",
+                   help="report usage.prompt_tokens_details.cached_tokens, as vLLM does "
+                   "with this flag")
 
 
 def _output_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
@@ -298,4 +325,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         byte_fragment_fraction=args.byte_fragment_fraction, kv_cache_tokens=args.kv_cache_tokens,
         tokenizer=args.tokenizer, add_bos=args.add_bos, trace_path=args.trace_path,
         faults=faults, spin_us=args.spin_us, reject_params=args.reject_params,
+        enable_prefix_caching=args.enable_prefix_caching, block_size=args.block_size,
+        prefix_cache_blocks=args.prefix_cache_blocks,
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from loadgen.sim.accounting import Accounting
 from loadgen.sim.config import SimConfig
+from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.request import EngineRequest
 from loadgen.sim.wire import http_chunk, malformed_event
 
@@ -65,6 +66,8 @@ class Engine:
         self._decode_width = config.spec_tokens + 1
         self._spin_ns = int(config.spin_us * 1000)
         self._last_warning_ns = 0
+        self.prefix_cache = (PrefixCache(config.block_size, config.cache_blocks)
+                             if config.enable_prefix_caching else None)
 
     def submit(self, request: EngineRequest) -> None:
         if self._stopping:  # stopped, or crashed: never leave a handler waiting forever
@@ -142,6 +145,7 @@ class Engine:
                     batch.entries.append((request, take))
                     batch.prefill_tokens += take
                     budget -= take
+                    self._cache_blocks(request, request.prefilled + take)
             elif budget >= width:
                 batch.entries.append((request, DECODE))
                 batch.decode_tokens += width
@@ -149,13 +153,36 @@ class Engine:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.popleft()
             request.first_sched_ns = now
-            self.accounting.scheduled(request)
+            self._lookup_prefix(request)
             self.running.append(request)
-            take = min(request.prompt_len, budget)
+            take = min(request.prefill_remaining, budget)
             batch.entries.append((request, take))
             batch.prefill_tokens += take
             budget -= take
+            self._cache_blocks(request, request.prefilled + take)
         return batch
+
+    def _lookup_prefix(self, request: EngineRequest) -> None:
+        """First scheduling: the cached prefix is not prefilled (vLLM's num_cached_tokens)."""
+        cache, hashes = self.prefix_cache, request.block_hashes
+        if cache is None or hashes is None:
+            # No cache: vLLM's counters still see the lookup, and every token misses.
+            self.accounting.prefix_cache(request.prompt_len, 0)
+            return
+        cached = cache.lookup(hashes, request.prompt_len)
+        request.cached_tokens = request.prefilled = cached
+        request.blocks_cached = cached // cache.block_size
+        self.accounting.prefix_cache(request.prompt_len, cached)
+
+    def _cache_blocks(self, request: EngineRequest, computed: int) -> None:
+        """Blocks full once this step's prefill chunk is computed enter the pool now."""
+        cache, hashes = self.prefix_cache, request.block_hashes
+        if cache is None or hashes is None:
+            return
+        full = min(computed // cache.block_size, len(hashes))
+        if full > request.blocks_cached:
+            cache.insert(hashes, request.blocks_cached, full)
+            request.blocks_cached = full
 
     def _advance(self, batch: Batch, deadline: int) -> list[Send]:
         """Apply the step to every scheduled request; return the chunks to send at deadline."""
@@ -219,7 +246,8 @@ class Engine:
                                             end, plan.finish_reason if finished else None,
                                             start == 0))
         if finished:
-            events.extend(fmt.final_events(end))
+            cached = request.cached_tokens if self.config.enable_prompt_tokens_details else None
+            events.extend(fmt.final_events(end, cached))
         elif faults.abort_at_token is not None and start < faults.abort_at_token <= end:
             send.then = "abort"
         elif faults.stall_at_token is not None and start < faults.stall_at_token <= end:

@@ -23,6 +23,7 @@ from loadgen.sim.engine import Engine
 from loadgen.sim.faults import NO_FAULTS, draw_faults
 from loadgen.sim.logprobs import MAX_LOGPROBS, LogprobsBuilder
 from loadgen.sim.plan import PlanParams, RequestPlan, make_plan
+from loadgen.sim.prefix_cache import block_hashes
 from loadgen.sim.request import EngineRequest, TransportSink
 from loadgen.sim.validate import (
     ApiError,
@@ -138,6 +139,11 @@ class GenerationHandlers:
             return None
         return random.Random(self._seed(gen, index) ^ MERGE_SEED_SALT).random
 
+    def _block_hashes(self, prompt_ids: list[int]) -> list[int] | None:
+        if not self.config.enable_prefix_caching:
+            return None
+        return block_hashes(prompt_ids, self.config.block_size)
+
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = self.clock()
         try:
@@ -166,7 +172,8 @@ class GenerationHandlers:
             index=index, x_request_id=request.headers.get("X-Request-Id"),
             prompt_len=len(prompt_ids), max_tokens=max_tokens, plan=plan, arrival_ns=arrival,
             done=asyncio.get_running_loop().create_future(), faults=faults,
-            has_faults=faults != NO_FAULTS, merge_draw=self._merge_draw(gen, index))
+            has_faults=faults != NO_FAULTS, merge_draw=self._merge_draw(gen, index),
+            block_hashes=self._block_hashes(prompt_ids))
         request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(8)
         created = int(time.time())
         if gen.stream:
@@ -191,7 +198,9 @@ class GenerationHandlers:
             fingerprint=self.fingerprint, prompt_ids=prompt_ids, token_ids=token_ids,
             text="".join(texts), finish_reason=reason,
             return_token_ids=gen.options.return_token_ids,
-            logprobs=builder.chunk_object(token_ids, texts) if builder else None)
+            logprobs=builder.chunk_object(token_ids, texts) if builder else None,
+            cached_tokens=(engine_request.cached_tokens
+                           if self.config.enable_prompt_tokens_details else None))
         return json_response(chat_body(outcome) if gen.chat else completion_body(outcome))
 
     async def _run(self, engine_request: EngineRequest) -> str:

@@ -76,6 +76,11 @@ class EngineRequest:
     finish_reason: str | None = None
     # --merge-steps-prob: the request's own uniform draws (None when off).
     merge_draw: Callable[[], float] | None = None
+    # Prefix caching: the prompt's chained block hashes (None when caching is off), the
+    # prompt tokens found cached when first scheduled, and how many blocks are in the pool.
+    block_hashes: list[int] | None = None
+    cached_tokens: int = 0
+    blocks_cached: int = 0
     # (intended_ns, sent_ns, tokens) per token-bearing chunk.
     chunks: list[tuple[int, int, int]] = field(default_factory=list)
     # Step ends whose output was merged into a later chunk (still one ITL each, as vLLM).

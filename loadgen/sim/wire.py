@@ -148,11 +148,18 @@ class StreamFormat:
         payload = self._mid_pre + orjson.dumps(text) + self._mid_ids + token_ids + tail
         return b"%x\r\n%b\r\n" % (len(payload), payload)
 
-    def final_events(self, completion_tokens: int) -> tuple[bytes, ...]:
-        """The usage-only event (with include_usage) and [DONE], each to be its own chunk."""
+    def final_events(self, completion_tokens: int,
+                     cached_tokens: int | None = None) -> tuple[bytes, ...]:
+        """The usage-only event (with include_usage) and [DONE], each to be its own chunk.
+
+        `cached_tokens` (vLLM's --enable-prompt-tokens-details) rides on the final usage
+        only, as in vLLM: continuous usage chunks never carry it.
+        """
         if not self._opts.include_usage:
             return (DONE_EVENT,)
         usage = _usage(self._prompt_len, completion_tokens, details=False)
+        if cached_tokens is not None:
+            usage = usage[:-1] + b',"prompt_tokens_details":{"cached_tokens":%d}}' % cached_tokens
         tail = b',"system_fingerprint":%b}' % orjson.dumps(self._fingerprint)
         return sse(self._head + b"[]," + usage + tail), DONE_EVENT
 
@@ -163,9 +170,10 @@ def malformed_event(request_id: str) -> bytes:
                orjson.dumps(request_id))
 
 
-def usage_dict(prompt: int, completion: int) -> dict[str, Any]:
+def usage_dict(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
+    details = None if cached is None else {"cached_tokens": cached}
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-            "completion_tokens": completion, "prompt_tokens_details": None,
+            "completion_tokens": completion, "prompt_tokens_details": details,
             "completion_tokens_details": None}
 
 
@@ -183,6 +191,7 @@ class Outcome:
     finish_reason: str
     return_token_ids: bool
     logprobs: dict[str, Any] | None = None
+    cached_tokens: int | None = None  # with --enable-prompt-tokens-details
 
 
 def completion_body(o: Outcome) -> bytes:
@@ -196,7 +205,7 @@ def completion_body(o: Outcome) -> bytes:
     return orjson.dumps({
         "id": o.request_id, "object": "text_completion", "created": o.created, "model": o.model,
         "choices": [choice], "service_tier": None, "system_fingerprint": o.fingerprint,
-        "usage": usage_dict(len(o.prompt_ids), len(o.token_ids)),
+        "usage": usage_dict(len(o.prompt_ids), len(o.token_ids), o.cached_tokens),
         "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
     })
 
@@ -213,7 +222,7 @@ def chat_body(o: Outcome) -> bytes:
     return orjson.dumps({
         "id": o.request_id, "object": "chat.completion", "created": o.created, "model": o.model,
         "choices": [choice], "service_tier": None, "system_fingerprint": o.fingerprint,
-        "usage": usage_dict(len(o.prompt_ids), len(o.token_ids)),
+        "usage": usage_dict(len(o.prompt_ids), len(o.token_ids), o.cached_tokens),
         "prompt_logprobs": None,
         "prompt_token_ids": o.prompt_ids if o.return_token_ids else None,
         "prompt_text": None, "kv_transfer_params": None, "ec_transfer_params": None,

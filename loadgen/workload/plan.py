@@ -39,6 +39,13 @@ class RequestSpec:
     max_tokens: int
     body: bytes
     target_len: int | None = None  # the synthetic length asked for (None: dataset prompt)
+    # Sessions: which session and turn this request is, the affinity headers it carries
+    # (e.g. X-Session-ID) and, for trace replay, the prompt tokens hash_ids say are cached.
+    session_id: str | None = None
+    turn_index: int | None = None
+    tree_id: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    theoretical_cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +162,8 @@ class Workload:
                 else:
                     messages = [{"role": "user", "content": prompt.content}]
                     body = encode_body(chat_body(self.options, messages, osl, seed))
-                requests.append(RequestSpec(index, prompt.num_tokens, osl, body, prompt.target))
+                requests.append(RequestSpec(index, prompt.num_tokens, osl, body,
+                                            target_len=prompt.target))
             del prompts
         return requests
 
@@ -209,7 +217,7 @@ class Workload:
 
     def _keeps(self, line: int) -> bool:
         """vLLM's ShareGPT length pruning, with `--dataset-name sharegpt` only."""
-        if self.spec.dataset_format != "sharegpt":
+        if not self.spec.sharegpt_limits:
             return True
         output = self.spec.osl if self.spec.osl is not None else self._output_len(line)
         return VLLM_SHAREGPT_LIMITS.keeps(self._encoded(line)[1], output,

@@ -114,6 +114,31 @@ def _template(
     return _Template(prefix, suffix, count, Synthesis("words", None), pool)
 
 
+@dataclass(frozen=True, slots=True)
+class UserTemplate:
+    """The encoder's one-user-turn frame, with its tokens counted on each side."""
+
+    prefix: str
+    suffix: str
+    prefix_tokens: int
+    suffix_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prefix_tokens + self.suffix_tokens
+
+
+def user_template(
+    *, encoder: str, thinking_mode: str, reasoning_effort: str | None, tokenizer: Tokenizer
+) -> UserTemplate:
+    """The frame trace prompts are rendered in (checked to tokenize apart from content)."""
+    pool = word_pool(tokenizer)
+    template = _template(tokenizer, encoder, thinking_mode, reasoning_effort, pool)
+    prefix_tokens = len(tokenizer.encode(template.prefix, add_special_tokens=False).ids)
+    return UserTemplate(template.prefix, template.suffix, prefix_tokens,
+                        template.tokens - prefix_tokens)
+
+
 def template_tokens(
     *, encoder: str, thinking_mode: str, reasoning_effort: str | None, tokenizer: Tokenizer
 ) -> int:

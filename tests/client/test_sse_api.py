@@ -137,10 +137,19 @@ def test_decode_event_fields_by_name() -> None:
     """Every field lands under its own name (the event is built positionally)."""
     ev = decode_event(b'{"choices":[{"text":"ab","token_ids":[5,6,7],"finish_reason":"length",'
                       b'"logprobs":{"tokens":["a","b"]}}],'
-                      b'"usage":{"completion_tokens":11,"prompt_tokens":9}}')
+                      b'"usage":{"completion_tokens":11,"prompt_tokens":9,'
+                      b'"prompt_tokens_details":{"cached_tokens":4}}}')
     assert ev._asdict() == {
         "done": False, "has_choice": True, "token_ids": 3, "logprobs": 2, "text": "ab",
-        "completion_tokens": 11, "prompt_tokens": 9, "finish_reason": "length", "error": None}
+        "completion_tokens": 11, "prompt_tokens": 9, "finish_reason": "length", "error": None,
+        "cached_tokens": 4}
+    usage_only = decode_event(b'{"choices":[],"usage":{"prompt_tokens":9,"total_tokens":20,'
+                              b'"completion_tokens":11,"prompt_tokens_details":'
+                              b'{"cached_tokens":8}}}')
+    assert (usage_only.cached_tokens, usage_only.has_choice) == (8, False)
+    no_details = decode_event(b'{"choices":[],"usage":{"prompt_tokens":9,'
+                              b'"prompt_tokens_details":null}}')
+    assert no_details.cached_tokens is None
     chat = decode_event(b'{"choices":[{"delta":{"reasoning_content":"r"},"logprobs":null}]}')
     assert (chat.text, chat.logprobs, chat.token_ids, chat.finish_reason) == ("r", None, None, None)
     assert type(ev) is type(chat) is type(decode_event(b"[DONE]"))

@@ -70,6 +70,11 @@ def vllm_plain(vllm_pool: ServerPool) -> VllmServer:
     return vllm_pool.get("plain")
 
 
+@pytest.fixture()
+def vllm_prefix(vllm_pool: ServerPool) -> VllmServer:
+    return vllm_pool.get("prefix")
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for reason in dict.fromkeys(_skip_reasons):
         terminalreporter.write_line(f"vLLM integration tests were SKIPPED: {reason}", red=True)

@@ -34,6 +34,12 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
               "num_speculative_tokens": SPEC_TOKENS},
     "ngram": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 4},
     "plain": None,
+    "prefix": None,
+}
+# Server flags beyond the speculative config. vLLM 0.32 caches prefixes by default; the
+# flag makes it explicit, and --enable-prompt-tokens-details adds cached_tokens to usage.
+EXTRA_ARGS: dict[str, tuple[str, ...]] = {
+    "prefix": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
 }
 
 
@@ -136,6 +142,7 @@ class ServerPool:
         state = vllm_cpu.start_server(python=self._env.python, model=str(self._env.model),
                                       work_dir=self._work_root / config,
                                       speculative_config=spec_json, timeout_s=900.0,
+                                      extra=EXTRA_ARGS.get(config, ()),
                                       preexec_fn=_die_with_parent)
         self._live = VllmServer(config=config, url=state["url"], pid=state["pid"],
                                 spec_tokens=SPEC_TOKENS if speculative else None,

@@ -126,7 +126,7 @@ def test_help_documents_every_flag_with_default() -> None:
         for flag in action.option_strings:
             assert flag in text
     assert "(default: 10)" in text and "(default: completions)" in text
-    assert "(default: 0.05)" in text
+    assert "(default: 0.05; 0.10 for session runs" in " ".join(text.split())
 
 
 def _loadgen(*args: str) -> subprocess.CompletedProcess[str]:

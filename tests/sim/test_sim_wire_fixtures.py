@@ -208,7 +208,7 @@ async def test_unknown_routes_answer_like_fastapi(method: str, path: str, status
     assert orjson.loads(body) == {"detail": detail}
 
 
-async def test_prefix_cache_queries_count_prompt_tokens_and_nothing_hits(
+async def test_without_prefix_caching_queries_count_prompt_tokens_and_nothing_hits(
         sim_factory: SimFactory) -> None:
     async with sim_factory(**CAPTURE_SETUP) as sim, aiohttp.ClientSession() as session:
         body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 2, "ignore_eos": True}

@@ -1,0 +1,125 @@
+"""--dataset files: reading their items and detecting their format (--dataset-format,
+vLLM's --dataset-name). The one reader every dataset loader uses: workload/datasets.py
+(single-turn prompts) and workload/traces.py (sessions and trace replay).
+
+A directory is a Weka trace directory (one trace per `.json` file). A file is one JSON
+array (ShareGPT as vLLM reads it, or an array of traces) or JSONL; the first item decides
+the format when it is `auto`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.config.spec import (
+    DATASET_FORMATS,
+    MAX_CONVERSATION_BYTES,
+    MAX_DATASET_BYTES,
+    SpecError,
+)
+
+# --dataset-format choices -> RunSpec.dataset_format: OpenAI messages and vLLM custom
+# {prompt, output_tokens} lines are read by one JSONL reader, which takes either per line.
+FORMAT_CHOICES = ("auto", "sharegpt", "messages", "custom", "weka", "mooncake")
+_SPEC_FORMAT = {"messages": "jsonl", "custom": "jsonl"}
+
+
+def spec_format(choice: str) -> str:
+    """The RunSpec.dataset_format a --dataset-format choice names."""
+    fmt = _SPEC_FORMAT.get(choice, choice)
+    assert fmt in DATASET_FORMATS
+    return fmt
+
+
+def items(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, JSON value) per trace file in a directory, per array item, or per line."""
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise SpecError(f"--dataset {path}: a trace directory needs *.json files")
+        for file in files:
+            yield str(file), loads(read_bounded(file), str(file))
+        return
+    data = read_bounded(path)
+    whole = _whole_array(data)
+    if whole is not None:
+        for number, item in enumerate(whole):
+            check_item_size(len(orjson.dumps(item)), f"--dataset {path}[{number}]")
+            yield f"{path}[{number}]", item
+        return
+    for number, line in enumerate(data.splitlines(), 1):
+        if line.strip():
+            check_item_size(len(line), f"--dataset {path}:{number}")
+            yield f"{path}:{number}", loads(line, f"{path}:{number}")
+
+
+def read_bounded(path: Path) -> bytes:
+    """The file's bytes; refused from its size alone when it would not fit in memory."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_DATASET_BYTES:
+            raise SpecError(f"--dataset {path}: {size / 2**20:,.0f} MiB is over the "
+                            f"{MAX_DATASET_BYTES >> 30} GiB limit (read into memory); split "
+                            "it or keep only the conversations you need")
+        return path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"--dataset {path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def check_item_size(size: int, where: str) -> None:
+    """One conversation over the limit would be tokenized in one piece (minutes,
+    gigabytes) only to be too long for any server's context."""
+    if size > MAX_CONVERSATION_BYTES:
+        raise SpecError(f"{where}: the conversation is over {MAX_CONVERSATION_BYTES >> 20} MiB "
+                        "(about 1M tokens, more than any model's context); shorten or drop it")
+
+
+def _whole_array(data: bytes) -> list[Any] | None:
+    """The file as one JSON array of items, or None when it is JSONL (whose lines may
+    themselves be arrays: a messages list per line, or one such line alone)."""
+    if not data.lstrip().startswith(b"["):
+        return None
+    try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None  # several lines, each a JSON value
+    if not isinstance(whole, list) or _is_messages(whole):
+        return None
+    return whole
+
+
+def _is_messages(value: list[Any]) -> bool:
+    return bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def loads(data: bytes, where: str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SpecError(f"--dataset {where}: not JSON ({exc}); expected ShareGPT JSON, "
+                        "JSONL (messages, {prompt}) or a Weka/Mooncake trace") from None
+
+
+def detect_format(path: Path) -> str:
+    """The RunSpec.dataset_format of the first item (a directory is Weka traces)."""
+    if path.is_dir():
+        return "weka"
+    for where, item in items(path):
+        if isinstance(item, list):
+            return "jsonl"
+        if isinstance(item, dict):
+            if "requests" in item:
+                return "weka"
+            if "input_length" in item and "hash_ids" in item:
+                return "mooncake"
+            if "conversations" in item:
+                return "sharegpt"
+            if "messages" in item or "prompt" in item:
+                return "jsonl"
+        raise SpecError(f"--dataset {where}: unknown format; use --dataset-format "
+                        f"{'|'.join(FORMAT_CHOICES[1:])}")
+    raise SpecError(f"--dataset {path}: no records in the file")

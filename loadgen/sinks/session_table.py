@@ -1,0 +1,41 @@
+"""The console table of a session run: sessions, prefix-cache hit rates side by side,
+latency percentiles and TTFT by context length, one line per point."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loadgen.metrics.schema import PointResult
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def format_session_table(results: Sequence[PointResult]) -> str | None:
+    """None when no point is a session run."""
+    rows = [r for r in results if "session_ids" in r]
+    if not rows:
+        return None
+    head = ("conc  trees  sessions  turns  hit theory  hit server  hit client  "
+            "TTFT p50  TTFT p90  TTFT p99  E2E tok/s/user p50  TTFT p50 by context")
+    lines = [head, "  ".join("-" * len(part) for part in head.split("  ") if part)]
+    for r in sorted(rows, key=lambda r: r["max_concurrency"]):
+        ttft = r.get("session_ttft_ms") or {}
+        e2e = r.get("session_e2e_interactivity_tok_s_user") or {}
+        bins = " ".join(f"<{(b['context_max'] or 0) // 1024}k:{_ms(b['p50_ttft_ms'])}"
+                        if b["context_max"] else f">={b['context_min'] // 1024}k:"
+                        f"{_ms(b['p50_ttft_ms'])}" for b in r.get("ttft_by_context", []))
+        lines.append(
+            f"{r['max_concurrency']:>4}  {r.get('session_trees', 0):>5}  "
+            f"{r.get('session_ids', 0):>8}  {r['completed']:>5}  "
+            f"{_pct(r.get('theoretical_prefix_hit_rate')):>10}  "
+            f"{_pct(r.get('server_prefix_hit_rate')):>10}  "
+            f"{_pct(r.get('client_prefix_hit_rate')):>10}  {_ms(ttft.get('p50')):>8}  "
+            f"{_ms(ttft.get('p90')):>8}  {_ms(ttft.get('p99')):>8}  "
+            f"{_ms(e2e.get('p50')):>18}  {bins}")
+    return "\n".join(lines)

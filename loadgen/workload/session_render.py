@@ -1,0 +1,137 @@
+"""One session turn -> a RequestSpec, rendered when it is sent (pure but for tokenizing).
+
+Trace turns go through the block renderer (blocks.py); message turns through the encoder
+(/v1/completions) or as messages (/v1/chat/completions). A play of a tree (one lane's run
+of it) gets a cache-bust marker of its own before its first user turn, so a recycled
+trace never finds the previous play's prefix in the server's cache.
+
+Not thread-safe (block texts, the theoretical cache and the seed stream are shared
+state): run/sessions.py renders on one worker thread, in the order turns become due.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from encoders import get_encoder
+from loadgen.tokenizer import count_tokens
+from loadgen.workload.blocks import MARKER_WORDS, BlockRenderer, BlockText, TheoreticalCache
+from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
+from loadgen.workload.plan import SEED_BITS, RequestSpec
+from loadgen.workload.prompts import user_template, word_pool
+from loadgen.workload.sessions import Session, SessionTree, Turn
+
+
+@dataclass(frozen=True, slots=True)
+class RenderSettings:
+    encoder: str
+    thinking: str
+    reasoning_effort: str | None
+    session_headers: tuple[str, ...]  # header names that carry the session id
+    cache_bust: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Play:
+    """One lane's run of one tree: its identity, marker and hash namespace."""
+
+    tree: SessionTree
+    tree_id: str  # unique per play: the tree's id, lane and play number
+    marker: str  # cache-bust words ("" when off)
+    namespace: int
+
+
+class SessionRenderer:
+    def __init__(self, settings: RenderSettings, tokenizer: Tokenizer, options: BodyOptions,
+                 block_size: int, seed: int) -> None:
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.options = options
+        self.seed = seed
+        template = user_template(encoder=settings.encoder, thinking_mode=settings.thinking,
+                                 reasoning_effort=settings.reasoning_effort,
+                                 tokenizer=tokenizer)
+        self.blocks = BlockText(word_pool(tokenizer), block_size)
+        self.traces = BlockRenderer(self.blocks, template)
+        self.theory = TheoreticalCache(block_size, template.suffix_tokens)
+        self._encoder = get_encoder(settings.encoder)
+        self._seeds = np.random.default_rng([seed, 0x5E55])
+
+    def play(self, tree: SessionTree, key: tuple[int, ...], label: str) -> Play:
+        """A play of `tree`; `key` (run, point, lane, play number) seeds its marker."""
+        marker = self.blocks.marker(key) if self.settings.cache_bust else ""
+        namespace = tree.namespace
+        if marker:  # a marked play shares no block with any other play
+            namespace = zlib.crc32(marker.encode(), tree.namespace & 0xFFFFFFFF)
+        return Play(tree, f"{label}:{tree.tree_id}", marker, namespace)
+
+    def render(self, play: Play, session: Session, turn_index: int, index: int, *,
+               primer: bool = False) -> RequestSpec:
+        turn = session.turns[turn_index]
+        session_id = play.tree_id + (f"::{session.name}" if session.name else "")
+        headers = tuple((name, session_id) for name in self.settings.session_headers)
+        seed = int(self._seeds.integers(0, 1 << SEED_BITS))
+        max_tokens = 1 if primer else turn.max_tokens
+        if play.tree.kind == "trace":
+            body, input_len, theoretical = self._trace_body(play, turn, max_tokens, seed)
+        else:
+            body, input_len = self._message_body(play, session, turn, max_tokens, seed)
+            theoretical = None
+        return RequestSpec(index, input_len, max_tokens, body, session_id=session_id,
+                           turn_index=turn_index, tree_id=play.tree_id, headers=headers,
+                           theoretical_cached_tokens=theoretical)
+
+    def _trace_body(self, play: Play, turn: Turn, max_tokens: int,
+                    seed: int) -> tuple[bytes, int, int]:
+        prompt = self.traces.render(play.namespace, turn.hash_ids, turn.input_len, play.marker)
+        theoretical = self.theory.observe(play.namespace, turn.hash_ids, turn.input_len)
+        if self.options.endpoint == "completions":
+            body = encode_body(completion_body(self.options, prompt.text, max_tokens, seed))
+        else:
+            messages = [{"role": "user", "content": prompt.content}]
+            body = encode_body(chat_body(self.options, messages, max_tokens, seed))
+        return body, prompt.num_tokens, theoretical
+
+    def _message_body(self, play: Play, session: Session, turn: Turn, max_tokens: int,
+                      seed: int) -> tuple[bytes, int]:
+        messages = _with_marker(session.messages[: turn.history_end], play.marker,
+                                replace=play.tree.synthetic)
+        settings = self.settings
+        text = self._encoder.encode_messages(messages, settings.thinking,
+                                             reasoning_effort=settings.reasoning_effort)
+        input_len = count_tokens(self.tokenizer, text)
+        if self.options.endpoint == "completions":
+            body = encode_body(completion_body(self.options, text, max_tokens, seed))
+        else:
+            body = encode_body(chat_body(self.options, [dict(m) for m in messages],
+                                         max_tokens, seed))
+        return body, input_len
+
+
+def _with_marker(messages: tuple[Mapping[str, Any], ...], marker: str, *,
+                 replace: bool) -> list[Mapping[str, Any]]:
+    """The conversation with the play's marker before its first user message's content.
+
+    Synthetic contents are pool words (" word" each, one token): there the marker takes
+    the place of as many words, so the first turn keeps its exact --isl.
+    """
+    result = list(messages)
+    if not marker:
+        return result
+    for position, message in enumerate(result):
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str):
+            if replace and content.count(" ") > MARKER_WORDS:
+                words = content.split(" ")[1 + MARKER_WORDS:]
+                content = marker + "".join(" " + word for word in words)
+            else:
+                content = marker.lstrip() + " " + content
+            result[position] = {**message, "content": content}
+            break
+    return result

@@ -1,0 +1,78 @@
+"""Multi-turn sessions against real vLLM with prefix caching: loadgen's per-request
+`cached_tokens` add up to exactly the server's prefix-cache hit counter.
+
+vLLM (v1) looks a waiting request up in its block cache when it first tries to schedule
+it: `vllm:prefix_cache_queries` grows by the request's prompt tokens and
+`vllm:prefix_cache_hits` by the tokens found (whole blocks), and the same number
+becomes the request's `num_cached_tokens`, which `--enable-prompt-tokens-details`
+reports as `usage.prompt_tokens_details.cached_tokens`. So over a measured phase:
+  hits delta == sum(cached_tokens) and queries delta == sum(prompt_tokens).
+The one way they part: a request looked up but not scheduled in that step (token budget
+or KV blocks exhausted) is looked up again next step, and a preempted one when it is
+resumed; both count twice in the counters, once in usage (hits >= sum, queries >= sum).
+This run stays far from both (2 streams, prompts < 1k tokens, a 1 GiB KV cache), so the
+test asserts equality; a failure with hits > sum means a deferral or preemption, not a
+loadgen miscount.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from test_vllm import records, run_loadgen
+from vllm_servers import VllmServer
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+CONC, TURNS = 2, 4
+
+
+def block_size(server: VllmServer) -> int:
+    """The server's KV block size (the prefix cache's unit), from vllm:cache_config_info."""
+    found = re.search(rb'vllm:cache_config_info\{[^}]*block_size="(\d+)"', server.get("/metrics"))
+    assert found, "vllm:cache_config_info has no block_size label"
+    return int(found.group(1))
+
+
+def test_multi_turn_cached_tokens_equal_the_server_hits(vllm_prefix: VllmServer,
+                                                        tmp_path: Path) -> None:
+    done = run_loadgen(vllm_prefix, tmp_path, "--conc", str(CONC), "--isl", "256",
+                       "--osl", "32", "--turns", str(TURNS), "--turn-tokens", "64",
+                       "--think-time", "0", "--sessions-per-conc", "2")
+    assert done.returncode == 0, f"loadgen failed (log {vllm_prefix.log}):\n{done.stderr}"
+    result = json.loads((tmp_path / f"conc_{CONC}.json").read_text())
+    recs = records(tmp_path, CONC)
+    assert len(recs) == CONC * 2 * TURNS and all(r.ok for r in recs)
+    assert all(r.cached_tokens is not None for r in recs)  # every response reported it
+    cached = sum(r.cached_tokens or 0 for r in recs)
+    prompts = sum(r.prompt_tokens or 0 for r in recs)
+
+    assert cached > 0 and result["client_cached_tokens"] == cached
+    assert result["server_prefix_cache_hits"] == cached, result
+    assert result["server_prefix_cache_queries"] == prompts, result
+    assert result["client_prefix_hit_rate"] == result["server_prefix_hit_rate"]
+    assert result["prefix_hit_rate_diff"] == 0.0
+
+    by_session: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for r in recs:
+        assert r.session_id is not None and r.turn_index is not None
+        by_session[r.session_id].append((r.turn_index, r.cached_tokens or 0,
+                                         r.prompt_tokens or 0))
+    assert len(by_session) == CONC * 2
+    size = block_size(vllm_prefix)
+    for turns in by_session.values():
+        turns.sort()
+        assert [t for t, _, _ in turns] == list(range(TURNS))
+        # Each play's cache-bust marker: a first turn shares no block with any other
+        # session (or with an earlier run against the same server).
+        assert turns[0][1] == 0, turns
+        for (_, _, previous_prompt), (_, hit, _) in itertools.pairwise(turns):
+            # The previous turn's prompt is a prefix of this one (--encoder raw renders
+            # the history as it was sent; replies are the recorded ones, so the blocks
+            # vLLM cached from the live output match nothing): every full block of it hits.
+            assert hit == previous_prompt // size * size, (size, turns)
