@@ -7,20 +7,28 @@ clocks are CLOCK_MONOTONIC, so per chunk:
 
   receive lag   = client arrival stamp - simulator send time (its clock read just after
                   the socket write)
-  TTFT error    = client TTFT - true TTFT, the truth being request written -> first chunk
-                  sent (the client's clock starts at its write, so this is the first
-                  chunk's lag); shown beside it: server admission = request written ->
-                  simulator handler start (a real server-side delay, part of real TTFT)
+  TTFT error    = client TTFT - true TTFT, matched per request, the truth being request
+                  written -> first chunk sent (the client's clock starts at its write, so
+                  this is the first chunk's receive lag)
+  send cost     = reported separately: request written (client clock) -> simulator
+                  handler start, i.e. the client's write, the kernel, and the simulator
+                  parsing the request (a real delay a user sees, part of real TTFT)
   ITL error     = client chunk gap - true chunk gap
   collapsed     = share of client chunk gaps under 50 us (chunks read together)
   chunks/s      = token-bearing events ingested per second over the point
   client CPU    = the client process's CPU time per chunk and its share of one core
+
+`--http-client native,aiohttp --runs 3` measures both streaming clients in the same
+sitting, alternating (native, aiohttp, native, ...), each run against a fresh simulator,
+then prints the median of each figure over the runs and its spread (min..max).
 
 Then the peak RSS of building a full `--conc 4..512 --isl 8192 --osl 1024` sweep's
 prompts (one point at a time, as the runner does), in a fresh process.
 
     .venv/bin/python bench/client_overhead.py            # everything
     .venv/bin/python bench/client_overhead.py --skip-rss --conc 64
+    .venv/bin/python bench/client_overhead.py --skip-rss --conc 256,512 \
+        --http-client native,aiohttp --runs 3
 
 Figures on a shared 2-core machine are noisy; the method is what matters.
 """
@@ -113,6 +121,24 @@ def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
     }
 
 
+def figures(a: dict[str, Any], result: dict[str, Any]) -> dict[str, float]:
+    """The headline figures of one point (what the summary takes medians of)."""
+    def pct(values: np.ndarray, q: float) -> float:
+        return float(np.percentile(values, q) / 1e3) if values.size else float("nan")
+
+    cpu, duration = result.get("client_cpu_seconds"), result.get("duration")
+    return {
+        "chunks/s": a["chunks_per_s"],
+        "cpu us/chunk": result.get("client_cpu_per_chunk_us") or float("nan"),
+        "core busy %": 100 * cpu / duration if cpu is not None and duration else float("nan"),
+        "lag p50 ms": pct(a["lag"], 50) / 1e3, "lag p99 ms": pct(a["lag"], 99) / 1e3,
+        "ttft err p99 ms": pct(a["ttft_err"], 99) / 1e3,
+        "send p50 ms": pct(a["send_side"], 50) / 1e3,
+        "send p99 ms": pct(a["send_side"], 99) / 1e3,
+        "collapsed %": 100 * a["collapsed"],
+    }
+
+
 def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
     cpu, per_chunk = result.get("client_cpu_seconds"), result.get("client_cpu_per_chunk_us")
     busy = cpu / result["duration"] if cpu is not None and result.get("duration") else None
@@ -125,13 +151,14 @@ def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
     print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}")
     print(f"  receive lag vs step due (us)      {stats_us(a['lag_intended'])}")
     print(f"  TTFT error vs truth (us)          {stats_us(a['ttft_err'])}")
-    print(f"  server admission (us, not error)  {stats_us(a['send_side'])}")
+    print(f"  send cost: written -> sim handler {stats_us(a['send_side'])}")
     print(f"  ITL error vs truth, |err| (us)    {stats_us(np.abs(a['itl_err']))}")
     print(f"  chunk gaps < 50 us (collapsed)    {a['collapsed']:.2%}")
 
 
 async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
-                  extra: tuple[str, ...], workdir: Path) -> None:
+                  extra: tuple[str, ...], workdir: Path,
+                  http_client: str) -> dict[int, dict[str, float]]:
     trace_path = workdir / "trace.jsonl"
     tokenizer = load_tokenizer()
     sim_args = (*SIM_ARGS, *extra, "--trace", str(trace_path))
@@ -139,12 +166,31 @@ async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
                                   cpus=frozenset({SIM_CPU})) as base_url:
         spec = RunSpec(conc=concs, isl=isl, osl=osl, base_url=base_url,
                        prompts_per_conc=per_conc, warmup_per_conc=1,
-                       results_dir=workdir / "results", progress=False)
+                       results_dir=workdir / "results", progress=False,
+                       http_client=http_client)
         outcome = await run_sweep(spec, tokenizer=tokenizer)
     trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
+    out = {}
     for point in outcome.points:
         records = read_jsonl(outcome.results_dir / f"requests_conc_{point.conc}.jsonl")
-        report(point.conc, analyse(records, trace, outcome.run_id, point.conc), point.result)
+        analysis = analyse(records, trace, outcome.run_id, point.conc)
+        report(point.conc, analysis, point.result)
+        out[point.conc] = figures(analysis, point.result)
+    return out
+
+
+def summarise(runs: dict[str, list[dict[int, dict[str, float]]]]) -> None:
+    """Median over the runs of each figure, and its spread (min..max)."""
+    print("\nsummary: median [min..max] over "
+          + ", ".join(f"{len(v)} {k} runs" for k, v in runs.items()))
+    for client, results in runs.items():
+        for conc in sorted({c for r in results for c in r}):
+            rows = [r[conc] for r in results if conc in r]
+            print(f"\n{client} conc {conc}:")
+            for name in rows[0]:
+                values = np.array([row[name] for row in rows])
+                print(f"  {name:16} {np.median(values):10.3f}  "
+                      f"[{values.min():.3f}..{values.max():.3f}]")
 
 
 RSS_CHILD = """
@@ -180,6 +226,9 @@ def main() -> None:
     parser.add_argument("--osl", type=int, default=256)
     parser.add_argument("--prompts-per-conc", type=int, default=2)
     parser.add_argument("--sim-args", default="", help="extra simulator flags")
+    parser.add_argument("--http-client", default="native",
+                        help="comma-separated streaming clients to compare: native, aiohttp")
+    parser.add_argument("--runs", type=int, default=1, help="runs per client, alternating")
     parser.add_argument("--skip-rss", action="store_true")
     parser.add_argument("--rss-only", action="store_true")
     args = parser.parse_args()
@@ -188,9 +237,18 @@ def main() -> None:
         import uvloop
 
         concs = tuple(int(c) for c in args.conc.split(","))
-        with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp:
-            uvloop.run(measure(concs, args.isl, args.osl, args.prompts_per_conc,
-                               tuple(args.sim_args.split()), Path(tmp)))
+        clients = args.http_client.split(",")
+        runs: dict[str, list[dict[int, dict[str, float]]]] = {c: [] for c in clients}
+        for run in range(args.runs):
+            for client in clients:
+                print(f"\n=== run {run + 1}/{args.runs}, --http-client {client}; "
+                      f"load average {os.getloadavg()[0]:.2f} ===")
+                with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp:
+                    runs[client].append(uvloop.run(measure(
+                        concs, args.isl, args.osl, args.prompts_per_conc,
+                        tuple(args.sim_args.split()), Path(tmp), client)))
+        if args.runs > 1 or len(clients) > 1:
+            summarise(runs)
     if not args.skip_rss:
         prompt_set_rss()
     print(f"bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f}"

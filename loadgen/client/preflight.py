@@ -16,7 +16,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadgen.client.transport import Transport
+from loadgen.client.stream_client import StreamClient
+from loadgen.client.transport import AiohttpStreams, Transport
 from loadgen.errors import ServerError
 from loadgen.metrics.server import ServerSnapshot, parse_metrics, speculative_decoding_enabled
 from loadgen.records import RequestRecord, TokenSource
@@ -186,8 +187,13 @@ async def preflight(
     options: BodyOptions,
     prompt: tuple[str, int],
     request_timeout_s: float | None = None,
+    streams: StreamClient | None = None,
 ) -> ServerInfo:
-    """All checks in order; raises PreflightError with one line when the run cannot start."""
+    """All checks in order; raises PreflightError with one line when the run cannot start.
+
+    The probe requests go through `streams`, the client the measured requests will use
+    (default: the aiohttp session), so a server that client cannot read fails here.
+    """
     model, max_model_len = await find_model(session, base_url, wanted_model)
     check_context(max_model_len, isl, osl)
     options = dataclasses.replace(options, model=model)
@@ -202,7 +208,8 @@ async def preflight(
         )
     snapshot = await scrape_metrics(session, base_url)
     spec_decoding = speculative_decoding_enabled(snapshot) if snapshot is not None else None
-    transport = Transport(session, base_url + options.path, request_timeout_s=request_timeout_s)
+    transport = Transport(streams or AiohttpStreams(session), base_url + options.path,
+                          request_timeout_s=request_timeout_s)
     options, source = await probe_options(transport, options, text)
     if source is not TokenSource.TOKEN_IDS:
         warnings.append(f"the server does not return token ids; per-chunk token counts come "

@@ -21,6 +21,7 @@ ENCODER_NAMES: tuple[str, ...] = tuple(ENCODERS)
 THINKING_MODES: tuple[str, ...] = ("chat", "thinking")
 REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 SLO_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 MAX_CONC = 65536
 
 
@@ -63,6 +64,7 @@ class RunSpec:
     sim: bool = False
     sim_args: tuple[str, ...] = ()
     progress: bool = True
+    http_client: str = "native"  # the measured streams' client (see HTTP_CLIENTS)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -152,6 +154,8 @@ def parse_header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     if not sep or not name.strip() or any(c in name for c in " \t\r\n"):
         raise SpecError(f"--header {text!r}: expected NAME:VALUE, e.g. X-Session-Affinity:abc")
+    if any(c in value for c in "\r\n\0"):
+        raise SpecError(f"--header {text!r}: a value cannot hold CR, LF or NUL")
     return name.strip(), value.strip()
 
 
@@ -194,5 +198,7 @@ def validate(spec: RunSpec) -> None:
     _check(spec.request_timeout_s is None or spec.request_timeout_s > 0,
            "--request-timeout: must be > 0 seconds")
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
+    _check(spec.http_client in HTTP_CLIENTS,
+           f"--http-client {spec.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}")
     if spec.dataset is not None:
         _check(spec.dataset.is_file(), f"--dataset {spec.dataset}: no such file")

@@ -1,8 +1,10 @@
 """The runner's seam to a server: preflight, send a request, scrape its metrics.
 
-The runner only ever talks to a `Backend`. `http_backend` is the real one (one aiohttp
-session per run, aimed at `--base-url` or at the embedded simulator it starts); tests can
-pass a backend of their own to run a whole sweep in-process, exactly and fast.
+The runner only ever talks to a `Backend`. `http_backend` is the real one, aimed at
+`--base-url` or at the embedded simulator it starts: the measured streams go through the
+client `--http-client` names (native by default; aiohttp kept for comparison), preflight
+GETs and /metrics scrapes through one aiohttp session. Tests can pass a backend of their
+own to run a whole sweep in-process, exactly and fast.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Protocol
 import aiohttp
 from tokenizers import Tokenizer
 
+from loadgen.client.native.client import NativeStreams
 from loadgen.client.preflight import ServerInfo, preflight, scrape_metrics
-from loadgen.client.transport import Transport, open_session
+from loadgen.client.stream_client import StreamClient
+from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.records import RequestRecord
@@ -55,13 +59,14 @@ class Backend(Protocol):
 
 
 class HttpBackend:
-    """A real server over one aiohttp session (the run's only session)."""
+    """A real server: measured streams through `streams`, everything else through `session`."""
 
     def __init__(self, spec: RunSpec, session: aiohttp.ClientSession, target: str,
-                 tokenizer: Tokenizer) -> None:
+                 tokenizer: Tokenizer, streams: StreamClient | None = None) -> None:
         assert spec.base_url is not None
         self.spec = spec
         self.session = session
+        self.streams = streams or AiohttpStreams(session)
         self.target = target
         self.base_url = spec.base_url.rstrip("/")
         self.tokenizer = tokenizer
@@ -72,8 +77,9 @@ class HttpBackend:
         server = await preflight(
             self.session, self.base_url, wanted_model=spec.model, isl=spec.isl, osl=spec.osl,
             options=options, prompt=probe, request_timeout_s=spec.request_timeout_s,
+            streams=self.streams,
         )
-        self._transport = Transport(self.session, self.base_url + server.options.path,
+        self._transport = Transport(self.streams, self.base_url + server.options.path,
                                     request_timeout_s=spec.request_timeout_s,
                                     count_text=text_counter(self.tokenizer))
         return server
@@ -105,4 +111,8 @@ async def http_backend(spec: RunSpec, results_dir: Path,
             headers["Authorization"] = f"Bearer {spec.api_key}"
         session = await stack.enter_async_context(
             open_session(max_connections=max(spec.conc), headers=headers))
-        yield HttpBackend(spec, session, target, tokenizer)
+        streams: StreamClient = AiohttpStreams(session)
+        if spec.http_client == "native":
+            streams = NativeStreams(max_connections=max(spec.conc), headers=headers)
+            stack.push_async_callback(streams.close)
+        yield HttpBackend(spec, session, target, tokenizer, streams)
