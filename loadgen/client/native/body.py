@@ -135,10 +135,13 @@ class EventStream:
                 return
             state.on_event(decode_event(payload), log.stamp_of(offset), counter)
 
-    @property
-    def mid_event(self) -> bool:
-        """Bytes of an unfinished event are buffered (the stream was cut mid-event)."""
-        return bool(self._pending) or (self._framer is not None and self._framer.pending)
+    def _cut_mid_event(self) -> bool:
+        """At the end of the body: bytes of an unfinished event are buffered."""
+        pending = self._pending
+        if pending:  # the framer decides what counts as mid-event (a blank line does not)
+            self._pending = b""
+            self._switch(pending, self._pending_stamp, len(pending), self._pending_stamp)
+        return self._framer is not None and self._framer.pending
 
     def finish(self) -> None:
         """The body ended: parse the rest; raise its error or record a missing [DONE]."""
@@ -150,4 +153,4 @@ class EventStream:
         if not state.done:
             state.end_ns = self.last_stamp or perf_counter_ns()
             state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
-                       + (" (mid-event)" if self.mid_event else ""))
+                       + (" (mid-event)" if self._cut_mid_event() else ""))

@@ -67,8 +67,7 @@ class NativeStreams:
                 raise response.error
             state.status = response.status
             if not is_event_stream(response.status, response.content_type):
-                await response.ended
-                record_rejection(state, response.status, response.read_nowait())
+                record_rejection(state, response.status, await _first_bytes(response))
                 return
             await _follow(response, state, counter, ingest)
         finally:
@@ -76,6 +75,25 @@ class NativeStreams:
 
     async def close(self) -> None:
         await self.pool.close()
+
+
+async def _first_bytes(response: Response) -> bytes:
+    """What has arrived of a body that is not an event stream, once anything has (as
+    aiohttp's read(n)): an error body that never ends must not turn into a timeout."""
+    if not response.pieces and not response.ended.done():
+        arrived = asyncio.get_running_loop().create_future()
+
+        def wake(_: object = None) -> None:
+            if not arrived.done():
+                arrived.set_result(None)
+
+        response.listener = wake
+        response.ended.add_done_callback(wake)
+        try:
+            await arrived
+        finally:
+            response.listener = None
+    return response.read_nowait()
 
 
 async def _follow(response: Response, state: Exchange, counter: TokenCounter,
