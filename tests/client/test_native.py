@@ -230,6 +230,23 @@ async def test_connection_limit_queues_requests() -> None:
     assert starts[1] >= ends[0] and starts[2] >= ends[1]
 
 
+async def test_a_cancelled_waiter_does_not_keep_its_place() -> None:
+    async def script(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.1)
+        writer.write(CHUNKED + chunk(BODY) + b"0\r\n\r\n")
+
+    async with serve(script) as (url, _), native(max_connections=1) as streams:
+        first = asyncio.create_task(send(streams, url, "a"))
+        await asyncio.sleep(0.02)
+        queued = asyncio.create_task(send(streams, url, "b"))
+        await asyncio.sleep(0.02)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        last = await send(streams, url, "c")  # gets the connection once "a" is done
+    assert (await first).ok and last.ok
+
+
 async def test_connect_errors() -> None:
     async with native() as streams:
         refused = await send(streams, "http://127.0.0.1:9/v1/completions")

@@ -74,9 +74,12 @@ class ConnectionPool:
             self._waiters.append(waiter)
             try:
                 await waiter
-            finally:
-                if waiter.cancelled() and self._waiters and waiter in self._waiters:
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken, then cancelled: pass the free slot on
+                elif waiter in self._waiters:
                     self._waiters.remove(waiter)
+                raise
 
     def release(self, origin: Origin, connection: StreamProtocol) -> None:
         """Back to the idle list if its response ended cleanly, else closed."""

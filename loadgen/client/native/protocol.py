@@ -78,6 +78,9 @@ class StreamProtocol(asyncio.Protocol):
         """Expect a new response; the caller writes its request right after."""
         response = Response(loop)
         self._response = response
+        if self.lost is not None:  # closed by the server between acquire and now
+            self._fail(response, ServerDisconnected(
+                f"the server closed the connection before the request was sent: {self.lost}"))
         return response
 
     @property
