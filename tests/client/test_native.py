@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from time import perf_counter_ns
 
 import pytest
 from aiohttp import web
+from tls_certs import make_certificate, server_context
 
 from loadgen.client.native.client import NativeStreams, encode_headers
 from loadgen.client.native.pool import parse_target
@@ -269,14 +268,7 @@ def test_targets_and_headers() -> None:
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (openssl CLI)."""
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60)
-    return cert, key
+    return make_certificate(tmp_path_factory.mktemp("tls"))
 
 
 @contextlib.asynccontextmanager
@@ -290,8 +282,7 @@ async def tls_server(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
         await response.write_eof()
         return response
 
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(*certificate)
+    context = server_context(certificate)
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
     runner = web.AppRunner(app)
