@@ -1,11 +1,10 @@
 """One HTTP/1.1 client connection: a protocol that stamps, de-chunks and appends, nothing more.
 
 The measured streams' read path (docs/design.md, "Timing under bursts"). Per socket read
-`data_received` takes the arrival stamp first, hands the bytes to llhttp (httptools, C),
-whose body callback appends the de-chunked bytes to the response's buffer, logs (stamp,
-body bytes so far) and wakes the body's listener once. SSE framing and JSON decoding stay
-in the ingest, off the timing path, exactly as for the aiohttp path: the ingest reads the
-buffer through `read_nowait` (the `BodySource` it already knows).
+`data_received` takes the arrival stamp first and hands the bytes to llhttp (httptools,
+C), whose body callback appends (stamp, de-chunked bytes) to the response and wakes its
+listener (the ingest's EventStream, body.py). SSE framing and JSON decoding happen
+there, off the timing path, as for the aiohttp path.
 
 One `Response` per request; the connection is kept alive across them. Every failure is a
 value here (`Response.error`); the exchange raises it for transport.py's `_classify`.
@@ -58,7 +57,6 @@ class Response:
         data = b"".join(body for _, body in self.pieces)
         self.pieces = []
         return data
-
 
 
 class StreamProtocol(asyncio.Protocol):
@@ -179,9 +177,8 @@ class StreamProtocol(asyncio.Protocol):
         response = self._response
         if response is None or response.complete:
             return
-        if response.status < 200:  # the end of an interim 1xx response
-            response.status = 0
-            response.eof_body = True
+        if response.status < 200:  # the end of an interim 1xx response: forget its head
+            response.status, response.content_type, response.eof_body = 0, "", True
             return
         response.complete = True
         _resolve(response.ended)
