@@ -18,6 +18,13 @@ clocks are CLOCK_MONOTONIC, so per chunk:
   chunks/s      = token-bearing events ingested per second over the point
   client CPU    = the client process's CPU time per chunk and its share of one core
 
+With `--workers N` the client is N worker processes (plus the parent collecting their
+records): the same figures per worker and in total, and a projection of how many
+streams one core takes (measured CPU per chunk x this point's chunk rate per stream).
+All client processes inherit the client core's pinning unless --cpu-affinity spreads
+the workers; on a 2-core machine (one core for the simulator) the workers then share
+one core, which measures the per-worker cost, not the scaling.
+
 `--http-client native,aiohttp --runs 3` measures both streaming clients in the same
 sitting, alternating (native, aiohttp, native, ...), each run against a fresh simulator,
 then prints the median of each figure over the runs and its spread (min..max).
@@ -29,6 +36,7 @@ prompts (one point at a time, as the runner does), in a fresh process.
     .venv/bin/python bench/client_overhead.py --skip-rss --conc 64
     .venv/bin/python bench/client_overhead.py --skip-rss --conc 256,512 \
         --http-client native,aiohttp --runs 3
+    .venv/bin/python bench/client_overhead.py --skip-rss --conc 512 --workers 2
 
 Figures on a shared 2-core machine are noisy; the method is what matters.
 """
@@ -48,10 +56,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen.config.spec import RunSpec
+from loadgen.config.spec import RunSpec, parse_cpu_list
 from loadgen.records import RequestRecord
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.ids import x_request_id
+from loadgen.run.shares import Share
 from loadgen.run.sweep import run_sweep
 from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
@@ -66,6 +75,7 @@ from loadgen.tokenizer import load_tokenizer
 SIM_ARGS = ("--decode-token-us", "12", "--prefill-token-us", "1", "--spin-us", "0",
             "--seed", "1")
 CLIENT_CPU, SIM_CPU = 0, 1
+REFERENCE_CHUNKS_PER_S = 22_000  # a fast server at conc 512 (the scale-out issue)
 
 
 def pin_client() -> str:
@@ -139,13 +149,48 @@ def figures(a: dict[str, Any], result: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def report_workers(conc: int, workers: int, records: list[RequestRecord],
+                   trace: dict[str, Any], run_id: str, result: dict[str, Any]) -> None:
+    """Per worker: its requests' chunks/s, its CPU per chunk and its receive lag."""
+    processes = {p["process"]: p for p in result["client_processes"]}
+    for worker in range(workers):
+        share = Share(worker=worker, workers=workers)
+        mine = [r for r in records if share.owner(conc)(r.request_id)]
+        entry = processes.get(share.label)
+        if not mine or entry is None:
+            continue
+        a = analyse(mine, trace, run_id, conc)
+        print(f"  worker {worker}/{workers}: {a['requests']} requests, "
+              f"{a['chunks_per_s']:,.0f} chunks/s, CPU {entry['cpu_per_chunk_us']:.1f} us per "
+              f"chunk, loop lag p99 {entry['loop_lag_p99_ms']:.2f} ms; "
+              f"receive lag (us) {stats_us(a['lag'])}")
+    parent = processes.get("parent")
+    if parent is not None:
+        print(f"  parent (collects records, writes JSONL): CPU {parent['cpu_seconds']:.2f} s")
+
+
+def project(a: dict[str, Any], result: dict[str, Any], conc: int) -> None:
+    """Streams per core at this point's chunk rate per stream: a projection, not a
+    measurement of more cores."""
+    per_chunk = result.get("client_cpu_per_chunk_us")
+    if not per_chunk or not a["chunks_per_s"]:
+        return
+    for per_stream, what in ((a["chunks_per_s"] / conc, "this point's rate"),
+                             (REFERENCE_CHUNKS_PER_S / 512, "the 22k chunks/s at conc 512 "
+                              "reference")):
+        streams = 1e6 / (per_chunk * per_stream)
+        print(f"  projection at {per_stream:.0f} chunks/s per stream ({what}): "
+              f"{per_chunk:.1f} us per chunk saturates one core at ~{streams:,.0f} streams; "
+              "N cores (a worker each) ~N x that, less the parent's share")
+
+
 def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
     cpu, per_chunk = result.get("client_cpu_seconds"), result.get("client_cpu_per_chunk_us")
     busy = cpu / result["duration"] if cpu is not None and result.get("duration") else None
     print(f"\nconc {conc}: {a['requests']} requests, {a['chunks']} chunks, "
           f"{a['chunks_per_s']:,.0f} chunks/s ingested")
     if per_chunk is not None and busy is not None:
-        print(f"  client CPU {per_chunk:.1f} us per chunk, {busy:.0%} of its core; loop lag "
+        print(f"  client CPU {per_chunk:.1f} us per chunk, {busy:.0%} of one core; loop lag "
               f"p99 {result['client_loop_lag_p99_ms']:.2f} ms, "
               f"max {result['client_loop_lag_max_ms']:.2f} ms")
     print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}")
@@ -157,8 +202,9 @@ def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
 
 
 async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
-                  extra: tuple[str, ...], workdir: Path,
-                  http_client: str) -> dict[int, dict[str, float]]:
+                  extra: tuple[str, ...], workdir: Path, http_client: str = "native",
+                  workers: int = 1,
+                  cpu_affinity: tuple[int, ...] = ()) -> dict[int, dict[str, float]]:
     trace_path = workdir / "trace.jsonl"
     tokenizer = load_tokenizer()
     sim_args = (*SIM_ARGS, *extra, "--trace", str(trace_path))
@@ -166,16 +212,19 @@ async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
                                   cpus=frozenset({SIM_CPU})) as base_url:
         spec = RunSpec(conc=concs, isl=isl, osl=osl, base_url=base_url,
                        prompts_per_conc=per_conc, warmup_per_conc=1,
-                       results_dir=workdir / "results", progress=False,
-                       http_client=http_client)
+                       results_dir=workdir / "results", progress=False, workers=workers,
+                       cpu_affinity=cpu_affinity, http_client=http_client)
         outcome = await run_sweep(spec, tokenizer=tokenizer)
     trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
     out = {}
     for point in outcome.points:
         records = read_jsonl(outcome.results_dir / f"requests_conc_{point.conc}.jsonl")
-        analysis = analyse(records, trace, outcome.run_id, point.conc)
-        report(point.conc, analysis, point.result)
-        out[point.conc] = figures(analysis, point.result)
+        totals = analyse(records, trace, outcome.run_id, point.conc)
+        report(point.conc, totals, point.result)
+        if workers > 1:
+            report_workers(point.conc, workers, records, trace, outcome.run_id, point.result)
+        project(totals, point.result, point.conc)
+        out[point.conc] = figures(totals, point.result)
     return out
 
 
@@ -196,7 +245,7 @@ def summarise(runs: dict[str, list[dict[int, dict[str, float]]]]) -> None:
 RSS_CHILD = """
 import resource, sys, time
 from loadgen.workload.bodies import BodyOptions
-from loadgen.config.spec import RunSpec, parse_conc
+from loadgen.config.spec import RunSpec, parse_cpu_list, parse_conc
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import Workload
 spec = RunSpec(conc=parse_conc("4..512"), isl=8192, osl=1024, base_url="http://127.0.0.1:1")
@@ -231,6 +280,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="runs per client, alternating")
     parser.add_argument("--skip-rss", action="store_true")
     parser.add_argument("--rss-only", action="store_true")
+    parser.add_argument("--workers", type=int, default=1, help="client worker processes")
+    parser.add_argument("--cpu-affinity", default="",
+                        help="pin worker i to the i-th of these CPUs (e.g. 2-5); default: "
+                        "all client processes on the client core")
     args = parser.parse_args()
     print(f"client_overhead: {pin_client()}; loop: uvloop; {time.strftime('%Y-%m-%d %H:%M')}")
     if not args.rss_only:
@@ -238,6 +291,7 @@ def main() -> None:
 
         concs = tuple(int(c) for c in args.conc.split(","))
         clients = args.http_client.split(",")
+        cpus = parse_cpu_list(args.cpu_affinity) if args.cpu_affinity else ()
         runs: dict[str, list[dict[int, dict[str, float]]]] = {c: [] for c in clients}
         for run in range(args.runs):
             for client in clients:
@@ -246,7 +300,7 @@ def main() -> None:
                 with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp:
                     runs[client].append(uvloop.run(measure(
                         concs, args.isl, args.osl, args.prompts_per_conc,
-                        tuple(args.sim_args.split()), Path(tmp), client)))
+                        tuple(args.sim_args.split()), Path(tmp), client, args.workers, cpus)))
         if args.runs > 1 or len(clients) > 1:
             summarise(runs)
     if not args.skip_rss:

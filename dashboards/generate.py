@@ -46,11 +46,13 @@ def client_vs_server(client: str, server: str) -> list[tuple[str, str]]:
 Panel = tuple[str, str, str, int, list[tuple[str, str]], str]
 ROWS: list[tuple[str, list[Panel]]] = [
     ("Sweep", [
-        ("Sweep progress", "Share of the sweep's requests finished.", "percentunit", 4,
-         [("{{endpoint}}", f"loadgen_sweep_progress_ratio{{{RUN}}}")], "gauge"),
-        ("Points done", "Concurrency points finished / planned.", "none", 4,
-         [("done", f"sum(loadgen_sweep_points_completed{{{RUN}}})"),
-          ("planned", f"sum(loadgen_sweep_points{{{RUN}}})")], "stat"),
+        ("Sweep progress", "Share of the sweep's requests finished (with shards: the "
+         "slowest shard's).", "percentunit", 4,
+         [("{{endpoint}}", f"min by (endpoint) (loadgen_sweep_progress_ratio{{{RUN}}})")],
+         "gauge"),
+        ("Points done", "Concurrency points finished (by every shard) / planned.", "none", 4,
+         [("done", f"min(loadgen_sweep_points_completed{{{RUN}}})"),
+          ("planned", f"max(loadgen_sweep_points{{{RUN}}})")], "stat"),
         ("Requests in flight vs target concurrency",
          "In flight should sit at the target during a point: less means the client or the "
          "queue could not keep the slots busy.", "short", 8,
@@ -118,10 +120,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
            f" / on() group_left {rate_sum('vllm:spec_decode_num_drafts_total', SERVER)}")],
          "timeseries"),
         ("Acceptance length per point", "Per finished point: server-side (counter deltas "
-         "loadgen scraped around the point) and stream-side.", "short", 8,
+         "loadgen scraped around the point) and stream-side (with shards: their average; "
+         "`loadgen merge` gives the exact figure).", "short", 8,
          [("server conc {{conc}}",
-           f"loadgen_server_spec_decode_acceptance_length{{{POINT}}}"),
-          ("stream conc {{conc}}", f"loadgen_stream_acceptance_length{{{POINT}}}")],
+           f"avg by (conc) (loadgen_server_spec_decode_acceptance_length{{{POINT}}})"),
+          ("stream conc {{conc}}",
+           f"avg by (conc) (loadgen_stream_acceptance_length{{{POINT}}})")],
          "timeseries"),
         ("Tokens per decode chunk", "Distribution of 1 + accepted draft tokens per step.",
          "short", 24,

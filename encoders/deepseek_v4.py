@@ -64,8 +64,6 @@ TASK_TOKENS = {
 }
 THINKING_MODES = ("chat", "thinking")
 ROLES = ("system", "user", "assistant", "tool", "developer", "latest_reminder")
-# Roles that open a user turn (and so may be answered by an assistant).
-_USER_TURN_ROLES = ("user", "tool", "developer")
 
 
 def check_thinking_mode(thinking_mode: str) -> bool:

@@ -1,8 +1,10 @@
 """The `loadgen` command: subcommands, signals, and the one map from errors to exit codes.
 
-`loadgen [run] ...` measures a server, `loadgen sim ...` runs the simulator, `loadgen
-serve ...` runs the sidecar. Every run-level failure is a `LoadgenError`; `_guarded`
-turns it into one line on stderr and its exit status, here and nowhere else.
+`loadgen [run] ...` measures a server, `loadgen --config sweep.yaml` runs a sweep file's
+lanes, `loadgen compare|report RUN...` compares results, `loadgen merge ...` combines shard
+results, `loadgen sim ...` runs the simulator, `loadgen serve ...` runs the sidecar. Every
+run-level failure is a `LoadgenError`; `_guarded` turns it into one line on stderr and its
+exit status, here and nowhere else.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loadgen.config.args import parse_run_args
+from loadgen.config.redact import redact_text
 from loadgen.config.spec import RunSpec
 from loadgen.errors import Interrupted, LoadgenError, UsageError
 
 if TYPE_CHECKING:
+    from loadgen.config.sweepfile import SweepPlan
     from loadgen.run.observers import RunObserver
 
 
@@ -33,28 +38,98 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loadgen.sidecar.service import main as serve_main
 
         return int(serve_main(args[1:]))
+    if args and args[0] in ("compare", "report"):
+        from loadgen.compare.cli import compare_main, report_main
+
+        return (compare_main if args[0] == "compare" else report_main)(args[1:])
+    if args and args[0] == "merge":
+        return merge(args[1:])
     if args and args[0] == "run":
         args = args[1:]
+    if any(a == "--config" or a.startswith("--config=") for a in args):
+        return run_config(args)
     try:
-        spec, metrics_port = parse_run_args(args, os.environ)
+        spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
     except LoadgenError as exc:
         return _report(exc)
-    return run(spec, metrics_port=metrics_port)
+    for note in spec.ignored_flags:  # compatibility flags that change nothing, said once
+        print(f"loadgen: note: {note}", file=sys.stderr)
+    return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
 
 
-def run(spec: RunSpec, *, metrics_port: int | None = None) -> int:
+def merge(argv: Sequence[str]) -> int:
+    """`loadgen merge DIR... --results OUT`: shard result directories -> one result set."""
+    import argparse
+    from pathlib import Path
+
+    from loadgen.run.shards import merge_results
+
+    parser = argparse.ArgumentParser(
+        prog="loadgen merge", description="Combine the result directories of the N shards "
+        "of one run (`loadgen --shard I/N ...`) into one result set, exactly: every point "
+        "is summarized again from all shards' raw records.")
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                        help="each shard's --results directory")
+    parser.add_argument("--results", type=Path, required=True, metavar="OUT",
+                        help="where the merged result set goes (a new directory)")
+    args = parser.parse_args(list(argv))  # argparse's own usage errors exit 2 as well
+    try:
+        outcome = merge_results(args.dirs, args.results)
+    except LoadgenError as exc:
+        return _report(exc)
+    for line in outcome.warnings:
+        print(f"loadgen merge: WARNING: {line}", file=sys.stderr)
+    for line in outcome.refused:
+        print(f"loadgen merge: refused {line}", file=sys.stderr)
+    print(f"loadgen merge: {len(outcome.points)} point(s) of {len(args.dirs)} shards in "
+          f"{outcome.results_dir}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def run(spec: RunSpec, *, metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1") -> int:
     """Run the sweep on uvloop; Ctrl-C/SIGTERM stop it cleanly (partial results kept)."""
     import uvloop
 
-    return int(uvloop.run(_guarded(_run(spec, metrics_port), spec)))
+    return int(uvloop.run(_guarded(_run(spec, metrics_port, metrics_host), spec.results_dir)))
+
+
+def run_config(argv: Sequence[str]) -> int:
+    """`loadgen --config sweep.yaml [flags for every lane]`: every lane, then the comparison
+    and the HTML report of the tree."""
+    import uvloop
+
+    from loadgen.config.sweepfile import load_sweep, parse_config_argv
+
+    try:
+        path, tree, overrides = parse_config_argv(argv)
+        plan = load_sweep(path, overrides=overrides, env=os.environ, results_dir=tree)
+    except LoadgenError as exc:
+        return _report(exc)
+    return int(uvloop.run(_guarded(_run_lanes(plan), plan.results_dir)))
+
+
+async def _run_lanes(plan: SweepPlan) -> int:
+    from loadgen.compare.cli import publish_tree
+    from loadgen.run.lanes import check_workloads, run_lanes
+
+    await check_workloads(plan)
+    outcome = await run_lanes(plan)
+    print(f"loadgen: results in {outcome.results_dir} (one directory per lane)",
+          file=sys.stderr)
+    if outcome.measured:
+        report = await asyncio.to_thread(publish_tree, outcome.results_dir)
+        print(f"loadgen: report in {report}", file=sys.stderr)
+    return outcome.exit_code
 
 
 def _report(exc: LoadgenError) -> int:
-    print(f"loadgen: error: {exc}", file=sys.stderr)
+    # redacted: a preflight error names --base-url, credentials and all (CI logs keep it)
+    print(f"loadgen: error: {redact_text(str(exc))}", file=sys.stderr)
     return exc.exit_code
 
 
-async def _guarded(work: Awaitable[int], spec: RunSpec) -> int:
+async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
     """Signals cancel the run; every LoadgenError becomes its line and exit status."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
@@ -65,7 +140,7 @@ async def _guarded(work: Awaitable[int], spec: RunSpec) -> int:
         return await work
     except asyncio.CancelledError:
         stopped = Interrupted(f"interrupted; everything measured so far is in "
-                              f"{spec.results_dir} (the last point is marked complete: false)")
+                              f"{results_dir} (the last point is marked complete: false)")
         print(f"loadgen: {stopped}", file=sys.stderr)
         return stopped.exit_code
     except LoadgenError as exc:
@@ -89,12 +164,13 @@ async def _metrics_model_label(spec: RunSpec) -> str:
     from loadgen.client.preflight import find_model
 
     assert spec.base_url is not None
-    async with aiohttp.ClientSession() as session:
+    timeout = aiohttp.ClientTimeout(total=spec.http_timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         name, _ = await find_model(session, spec.base_url.rstrip("/"), None)
     return name
 
 
-async def _run(spec: RunSpec, metrics_port: int | None) -> int:
+async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
     if metrics_port is None:
         return await _run_sweep(spec, None)
     from loadgen.sinks.prometheus import live_metrics
@@ -104,7 +180,8 @@ async def _run(spec: RunSpec, metrics_port: int | None) -> int:
     try:  # bind before the sweep, so a taken port fails fast and alone
         server, observer = await stack.enter_async_context(live_metrics(
             model=model, endpoint=spec.endpoint, points=len(spec.conc),
-            spec_tokens=spec.spec_tokens, port=metrics_port))
+            spec_tokens=spec.spec_tokens, port=metrics_port, host=metrics_host,
+            labels={"shard": str(spec.shard_index)} if spec.shard_count > 1 else None))
     except OSError as exc:
         raise UsageError(f"--metrics-port {metrics_port}: {exc.strerror or exc}; "
                          "pick a free port (0 = any)") from None

@@ -23,8 +23,8 @@ class ErrorKind(StrEnum):
     HTTP = "http"  # the server answered a non-2xx status before streaming
     SERVER_ERROR = "server_error"  # an `error` object arrived inside the stream
     DISCONNECT = "disconnect"  # the stream ended without `data: [DONE]`
-    MALFORMED = "malformed"  # an event that is not valid JSON / not the expected shape
-    TIMEOUT = "timeout"  # --request-timeout elapsed
+    MALFORMED = "malformed"  # not valid JSON / HTTP, not the expected shape, an impossible value
+    TIMEOUT = "timeout"  # --stream-idle-timeout (no byte for that long) or --request-timeout
     CANCELLED = "cancelled"  # the run was stopped (Ctrl-C, DELETE) while it was in flight
 
 
@@ -59,6 +59,10 @@ class RequestRecord:
     error: ErrorKind | None = None
     error_detail: str = ""
     sent_unix: float = 0.0  # wall clock at start, a label only
+    # perf_counter_ns and time_ns read together when this record's point started in its
+    # process: maps this record's *_ns onto the wall clock (`loadgen merge` across machines)
+    clock_mono_ns: int = 0
+    clock_unix_ns: int = 0
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -121,3 +122,76 @@ def test_kubernetes_example_runs_the_sidecar_non_root_with_a_secret_token() -> N
     (token,) = [e for e in sidecar["env"] if e["name"] == "LOADGEN_API_TOKEN"]
     assert "secretKeyRef" in token["valueFrom"]
     assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+K8S_VERSION = "1.30"  # the oldest Kubernetes the examples must be valid for
+
+
+def k8s_documents() -> list[tuple[str, dict[str, Any]]]:
+    return [(path.name, doc) for path in sorted((DOCKER / "k8s").glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+@pytest.mark.parametrize("name,doc", k8s_documents(),
+                         ids=[f"{n}:{d['kind']}" for n, d in k8s_documents()])
+def test_kubernetes_examples_are_valid_against_the_api_schemas(name: str,
+                                                               doc: dict[str, Any]) -> None:
+    import kubernetes_validate
+
+    # strict: an unknown or misplaced field is an error, as the API server's own check
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_the_validator_rejects_a_broken_job() -> None:
+    """The schema check above can fail: the same Job with a misspelt field and a wrong type."""
+    import kubernetes_validate
+
+    job = next(d for n, d in k8s_documents() if n == "shards.yaml" and d["kind"] == "Job")
+    for broken in ({**job, "spec": {**job["spec"], "completions": "four"}},
+                   {**job, "spec": {**job["spec"], "completionMod": "Indexed"}}):
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """Kubernetes' $(VAR) expansion of container args from the container's env."""
+    out = []
+    for arg in args:
+        for name, value in env.items():
+            arg = arg.replace(f"$({name})", value)
+        assert "$(" not in arg, arg
+        out.append(arg)
+    return out
+
+
+def test_sharded_job_and_merge_job_fit_together() -> None:
+    """The Indexed Job's pods run shards 0..N-1 of one run, as loadgen parses their args;
+    the merge Job reads exactly those N result directories of the same RUN."""
+    from loadgen.config.args import spec_from_argv
+
+    docs = dict((d["metadata"]["name"], d) for _, d in k8s_documents() if d["kind"] == "Job")
+    shards, merge = docs["loadgen-shards"], docs["loadgen-merge"]
+    count = shards["spec"]["completions"]
+    assert shards["spec"]["completionMode"] == "Indexed"
+    assert shards["spec"]["parallelism"] == count  # every shard at once: one load
+    (pod,) = shards["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value", "") for e in pod["env"]}
+    index_env = next(e for e in pod["env"] if e["name"] == "JOB_COMPLETION_INDEX")
+    assert "job-completion-index" in index_env["valueFrom"]["fieldRef"]["fieldPath"]
+    results = set()
+    for index in range(count):
+        spec = spec_from_argv(expand(pod["args"], {**env, "JOB_COMPLETION_INDEX": str(index)}),
+                              env={})
+        assert (spec.shard_index, spec.shard_count) == (index, count)
+        assert spec.shard_sync is not None and spec.workers is None
+        results.add(str(spec.results_dir))
+    (merger,) = merge["spec"]["template"]["spec"]["containers"]
+    merge_env = {e["name"]: e.get("value", "") for e in merger["env"]}
+    assert merge_env["RUN"] == env["RUN"]
+    args = expand(merger["args"], merge_env)
+    assert args[0] == "merge" and set(args[1:-1]) == results
+    assert args[-1].startswith(f"--results=/results/{env['RUN']}/")
+    claims = {v["persistentVolumeClaim"]["claimName"]
+              for job in (shards, merge) for v in job["spec"]["template"]["spec"]["volumes"]
+              if "persistentVolumeClaim" in v}
+    assert len(claims) == 1

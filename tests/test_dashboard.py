@@ -245,3 +245,16 @@ async def label_values(session: aiohttp.ClientSession, prom: str, definition: st
     data = await prom_get(session, f"{prom}/api/v1/label/{match[2]}/values",
                           {"match[]": selector})
     return list(data)
+
+
+def test_queries_aggregate_the_shards_of_a_sharded_run() -> None:
+    """A sharded run's pods label every series shard="I": each loadgen panel must combine
+    them (histograms by `sum by (le...)`, never a bare per-series query or a by (shard))."""
+    for p in query_panels(load_dashboard()):
+        for target in p["targets"]:
+            expr = target["expr"]
+            assert "shard" not in expr, expr
+            if "histogram_quantile(" in expr:
+                assert re.search(r"histogram_quantile\([0-9.]+, sum by \(le[,)]", expr), expr
+            if expr.startswith("loadgen_"):
+                raise AssertionError(f"{p['title']}: one series per shard: {expr}")

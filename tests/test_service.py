@@ -1,9 +1,11 @@
 """The sidecar end to end over HTTP on 127.0.0.1 (port 0) against the real simulator:
-start, progress, results, cancel, 409, 400, 401, exposure refusal, restart, SIGTERM."""
+start, progress, results, cancel, 409, 400, 401, exposure refusal, restart, SIGTERM;
+secrets redacted, malformed Authorization bytes, symbolic links in the data directory."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import re
 import signal
@@ -18,6 +20,7 @@ import aiohttp
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from recording_proxy import recording_proxy
 from yarl import URL
 
 from loadgen.sidecar.service import (
@@ -311,3 +314,188 @@ async def test_a_failing_run_is_reported_and_frees_the_slot(tmp_path: Path) -> N
             assert status == 404 and "no run" in missing["error"]
         status, _ = await call(client, "GET", "/v1/runs/../../etc")
         assert status == 404
+
+
+# --- hardening: secrets redacted, malformed auth is 401, no symbolic link followed -----
+
+UPSTREAM_SECRET = "sk-upstream-7f3a9c1e"
+URL_PASSWORD = "hunter2-pw-5150"
+
+
+def all_bytes_under(directory: Path) -> bytes:
+    return b"\n".join(p.read_bytes() for p in directory.rglob("*")
+                      if p.is_file() and not p.is_symlink())
+
+
+async def test_secrets_are_redacted_in_run_records_results_and_answers(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    async with simulator() as sim_url:
+        port = int(sim_url.rsplit(":", 1)[1])
+        async with recording_proxy("127.0.0.1", port) as wire:
+            target = f"http://alice:{URL_PASSWORD}@127.0.0.1:{wire.port}"
+            options = {**QUICK, "header": [f"X-Upstream-Auth:Bearer {UPSTREAM_SECRET}",
+                                           "X-Session-Affinity:abc"]}
+            async with sidecar(data_dir, target) as client:
+                status, started = await call(client, "POST", "/v1/runs", options)
+                assert status == 202, started
+                run = await wait_for(client, started["id"], states={"succeeded"})
+                answers = [orjson.dumps(run)]
+                for path in ("/v1/runs", f"/v1/runs/{started['id']}/results", "/readyz"):
+                    status, answer = await call(client, "GET", path)
+                    assert status == 200, answer
+                    answers.append(orjson.dumps(answer))
+                    if path.endswith("/results"):
+                        results = answer
+    shown = ["X-Upstream-Auth:***", "X-Session-Affinity:abc"]
+    assert run["options"]["header"] == shown
+    on_disk = orjson.loads((data_dir / "runs" / started["id"] / "run.json").read_bytes())
+    assert on_disk["options"]["header"] == shown
+    points = [r["result"] for r in results["results"] if "max_concurrency" in r["result"]]
+    assert [p["base_url"] for p in points] == [f"http://***@127.0.0.1:{wire.port}"] * 2
+    for blob in (*answers, all_bytes_under(data_dir)):
+        assert UPSTREAM_SECRET.encode() not in blob and URL_PASSWORD.encode() not in blob
+    # Redacted where stored, real on the wire: the header and the URL's Basic auth.
+    basic = base64.b64encode(f"alice:{URL_PASSWORD}".encode())
+    assert wire.sent.count(f"X-Upstream-Auth: Bearer {UPSTREAM_SECRET}".encode()) >= 6
+    assert wire.sent.count(b"Authorization: Basic " + basic) >= 6
+
+
+async def test_url_credentials_are_redacted_in_errors(tmp_path: Path) -> None:
+    async with sidecar(tmp_path, f"http://alice:{URL_PASSWORD}@127.0.0.1:9") as client:
+        status, ready = await call(client, "GET", "/readyz")
+        assert status == 503 and "http://***@127.0.0.1:9" in ready["error"]
+        status, started = await call(client, "POST", "/v1/runs", QUICK)
+        assert status == 202
+        run = await wait_for(client, started["id"], states={"failed"})
+        assert "http://***@127.0.0.1:9" in run["error"]
+        assert URL_PASSWORD not in orjson.dumps(run).decode() + ready["error"]
+    assert URL_PASSWORD.encode() not in all_bytes_under(tmp_path)
+
+
+async def test_a_record_stored_with_secrets_is_redacted_on_load(tmp_path: Path) -> None:
+    """Run records written before redaction existed are rewritten when the sidecar starts."""
+    old = tmp_path / "runs" / "20260101T000000Z-abcdef" / "run.json"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(orjson.dumps({
+        "id": old.parent.name, "state": "succeeded", "created_unix": 1.0,
+        "options": {**QUICK, "header": [f"Authorization:Bearer {UPSTREAM_SECRET}"]}}))
+    async with sidecar(tmp_path, "http://127.0.0.1:9") as client:
+        status, run = await call(client, "GET", f"/v1/runs/{old.parent.name}")
+        assert status == 200 and run["options"]["header"] == ["Authorization:***"]
+    assert UPSTREAM_SECRET.encode() not in old.read_bytes()
+
+
+async def raw_get(port: int, path: str, header_lines: list[bytes]) -> tuple[int, bytes]:
+    """GET over a plain socket, header bytes sent exactly as given (no client encoding)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = [f"GET {path} HTTP/1.1".encode(), b"Host: 127.0.0.1", *header_lines,
+            b"Connection: close"]
+    writer.write(b"\r\n".join(head) + b"\r\n\r\n")
+    await writer.drain()
+    response = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    status_line, _, rest = response.partition(b"\r\n")
+    return int(status_line.split()[1]), rest
+
+
+@pytest.mark.parametrize("header_lines", [
+    [b"Authorization: Bearer \xff\xfe"],
+    [b"Authorization: \xff\xfe"],
+    [b"Authorization: Bearer " + TOKEN.encode() + b"\xe9"],
+    [b"Authorization: Bearer s3cr\xc3\xa9t"],
+    [b"Authorization: Bearer"],
+    [b"Authorization: Bearer "],
+    [b"Authorization:"],
+    [b"Authorization: Basic " + TOKEN.encode()],
+    [b"Authorization: Bearer " + TOKEN.encode()] * 2,
+], ids=["bearer-ff-fe", "ff-fe", "token-then-latin1", "utf8", "no-token", "empty-token",
+        "empty", "basic", "twice"])
+async def test_malformed_authorization_is_401_never_500(
+        tmp_path: Path, header_lines: list[bytes]) -> None:
+    config = ServiceConfig(target="http://127.0.0.1:9", model=MODEL, port=0,
+                           data_dir=tmp_path, token=TOKEN)
+    async with running_service(config) as service:
+        for path in ("/v1/runs", "/v1/runs/20260101T000000Z-abcdef/files/x"):
+            status, rest = await raw_get(service.port, path, header_lines)
+            assert status == 401, rest
+            assert b'WWW-Authenticate: Bearer realm="loadgen"' in rest
+        # The same socket path with the right token works (the 401 is the header's fault).
+        status, _ = await raw_get(service.port, "/v1/runs",
+                                  [b"Authorization: bearer " + TOKEN.encode()])
+        assert status == 200
+
+
+@pytest.mark.parametrize("token", ["two words", "tr\u00e9s", "tab\there", "newline\n"])
+def test_an_unusable_api_token_is_refused_at_start(token: str) -> None:
+    argv = ["--target", "http://127.0.0.1:9", "--model", MODEL]
+    with pytest.raises(ServiceError, match="visible ASCII"):
+        config_from_args(argv, {"LOADGEN_API_TOKEN": token})
+
+
+async def test_symbolic_links_in_the_data_dir_are_neither_listed_nor_followed(
+        tmp_path: Path) -> None:
+    data_dir, outside = tmp_path / "data", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.json").write_bytes(b'{"max_concurrency": 1, "leak": "OUTSIDE-DATA"}')
+    async with simulator() as target, sidecar(data_dir, target) as client:
+        status, started = await call(client, "POST", "/v1/runs", QUICK)
+        run_id = started["id"]
+        await wait_for(client, run_id, states={"succeeded"})
+        results_dir = data_dir / "runs" / run_id / "results"
+        (results_dir / "leak.json").symlink_to(outside / "secret.json")
+        (results_dir / "linkdir").symlink_to(outside, target_is_directory=True)
+        (results_dir / "inner.json").symlink_to(results_dir / "conc_1.json")  # inside, too
+        os.mkfifo(results_dir / "fifo.json")  # must not hang a read
+
+        status, listing = await call(client, "GET", f"/v1/runs/{run_id}/results")
+        assert status == 200
+        names = {f["name"] for f in listing["files"]}
+        assert {"conc_1.json", "conc_2.json", "run.json"} <= names
+        assert not names & {"leak.json", "inner.json", "fifo.json", "linkdir/secret.json"}
+        assert b"OUTSIDE-DATA" not in orjson.dumps(listing)
+        for name in ("leak.json", "linkdir/secret.json", "linkdir%2Fsecret.json",
+                     "inner.json", "fifo.json"):
+            async with client.get(URL(f"/v1/runs/{run_id}/files/{name}", encoded=True)) as r:
+                assert r.status == 404, name
+                assert b"OUTSIDE-DATA" not in await r.read()
+        async with client.get(f"/v1/runs/{run_id}/files/conc_1.json") as r:
+            assert r.status == 200 and r.content_type == "application/json"
+            assert await r.read() == (results_dir / "conc_1.json").read_bytes()
+
+        # The whole results directory swapped for a link: nothing behind it is reachable.
+        results_dir.rename(results_dir.with_name("moved"))
+        results_dir.symlink_to(outside, target_is_directory=True)
+        status, listing = await call(client, "GET", f"/v1/runs/{run_id}/results")
+        assert status == 200 and listing["files"] == [] and listing["results"] == []
+        async with client.get(f"/v1/runs/{run_id}/files/secret.json") as r:
+            assert r.status == 404
+
+    # A run directory that is a link is not loaded by a restarted sidecar.
+    planted = data_dir / "runs" / "20260101T000000Z-abcdef"
+    (outside / "run.json").write_bytes(orjson.dumps({
+        "id": planted.name, "state": "succeeded", "created_unix": 1.0, "options": {}}))
+    planted.symlink_to(outside, target_is_directory=True)
+    async with sidecar(data_dir, "http://127.0.0.1:9") as client:
+        status, runs = await call(client, "GET", "/v1/runs")
+        assert [r["id"] for r in runs["runs"]] == [run_id]
+async def test_a_run_on_worker_processes(tmp_path: Path) -> None:
+    """`workers` in the run options: the sidecar spawns them; one result set, one /metrics."""
+    options = {**QUICK, "conc": "2,4", "workers": 2}
+    async with simulator() as target, sidecar(tmp_path, target) as client:
+        status, refused = await call(client, "POST", "/v1/runs",
+                                     {**options, "shard_sync": "/tmp"})
+        assert status == 400 and "shard_sync" in refused["error"]
+        status, started = await call(client, "POST", "/v1/runs", options)
+        assert status == 202, started
+        run = await wait_for(client, started["id"], states={"succeeded"})
+        assert [p["completed"] for p in run["points"]] == [4, 8]
+        status, results = await call(client, "GET", f"/v1/runs/{started['id']}/results")
+        points = [r["result"] for r in results["results"] if "max_concurrency" in r["result"]]
+        async with client.get("/metrics") as response:
+            text = await response.text()
+        for point in points:
+            workers = [p for p in point["client_processes"] if p["process"] != "parent"]
+            assert len(workers) == 2 and sum(p["requests"] for p in workers) == \
+                point["num_prompts"]
+            assert metric_sum(text, "loadgen_requests_total", conc=str(point["max_concurrency"]),
+                              outcome="ok") == point["completed"]

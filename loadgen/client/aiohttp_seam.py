@@ -25,6 +25,10 @@ from loadgen.errors import SetupError
 _PRIVATE_ATTRIBUTES = ("_payload", "_reading_paused", "_buffer_paused")
 
 
+class MalformedBody(aiohttp.ClientPayloadError):
+    """The response body's HTTP framing is invalid (not a truncation: a lie)."""
+
+
 _aiohttp_data_received = ResponseHandler.data_received
 
 
@@ -65,7 +69,14 @@ class StampingResponseHandler(ResponseHandler):
         listener = self.body_listener
         if listener is not None:
             listener(True)  # parse what arrived before aiohttp turns it into an exception
+        payload, broken = self._payload, self.exception()
         super().connection_lost(exc)
+        # A body whose framing failed to parse (a chunk size that is not hex) after its
+        # headers: aiohttp closes the connection but never fails the body, whose reader
+        # would then wait forever. Fail it, so it ends now, as malformed.
+        if (broken is not None and isinstance(payload, aiohttp.StreamReader)
+                and not payload.is_eof() and payload.exception() is None):
+            payload.set_exception(MalformedBody(f"invalid HTTP body framing: {broken}"))
         if listener is not None:
             listener(False)
 

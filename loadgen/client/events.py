@@ -13,9 +13,14 @@ import orjson
 
 from loadgen.records import TokenSource
 
+MAX_TOKEN_COUNT = 2**31 - 1  # a count above this is a lie, not a long request
+_SHOWN = 80  # characters of a bad value quoted in a MalformedEvent message
+
 
 class MalformedEvent(ValueError):
-    """An SSE data payload that is not JSON or not a completion chunk."""
+    """An SSE data payload that is not JSON, not a completion chunk, or carries a value
+    of the wrong type or an impossible one (the server's data is validated here, before
+    any arithmetic sees it)."""
 
 
 class StreamEvent(NamedTuple):
@@ -23,6 +28,7 @@ class StreamEvent(NamedTuple):
 
     A NamedTuple rather than a frozen dataclass: one is built per streamed event, and
     tuple construction costs a fraction of a frozen dataclass's per-field setattr.
+    Every field is validated: counts are ints in 0..MAX_TOKEN_COUNT, texts are str.
     """
 
     done: bool = False  # the `[DONE]` sentinel
@@ -39,19 +45,94 @@ class StreamEvent(NamedTuple):
 DONE_EVENT = StreamEvent(done=True)
 
 
+def show(value: Any) -> str:
+    """A short, always-printable description of a JSON value from the server.
+
+    Never str()/repr() of a container (a 1,000-deep nesting would recurse past Python's
+    limit) nor of a huge int (int -> str is limited to 4,300 digits).
+    """
+    if isinstance(value, bool) or value is None:
+        return orjson.dumps(value).decode()
+    if isinstance(value, str):
+        return orjson.dumps(value[:_SHOWN]).decode() + ("..." if len(value) > _SHOWN else "")
+    if isinstance(value, int):  # orjson yields ints of at most 64 bits, but be sure
+        if -(10**30) < value < 10**30:
+            return str(value)
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, float):
+        return repr(value)
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _bad(field: str, value: Any, expected: str) -> MalformedEvent:
+    return MalformedEvent(f"{field} is {show(value)}, expected {expected}")
+
+
+def _count(value: Any, field: str) -> int | None:
+    """A token count as sent, or MalformedEvent: bools, floats, negatives are not counts."""
+    if value is None or (type(value) is int and 0 <= value <= MAX_TOKEN_COUNT):
+        return value
+    raise _bad(field, value, f"an integer in 0..{MAX_TOKEN_COUNT}")
+
+
+def _usage(usage: Any) -> tuple[int | None, int | None]:
+    """(completion_tokens, prompt_tokens) of a usage object, both checked."""
+    if type(usage) is not dict:
+        raise _bad("usage", usage, "an object or null")
+    completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+    # Inline for the common case (exact ints in range); _count raises for the rest.
+    if completion is not None and not (
+            type(completion) is int and 0 <= completion <= MAX_TOKEN_COUNT):
+        _count(completion, "usage.completion_tokens")
+    if prompt is not None and not (type(prompt) is int and 0 <= prompt <= MAX_TOKEN_COUNT):
+        _count(prompt, "usage.prompt_tokens")
+    return completion, prompt
+
+
 def _error_text(error: Any) -> str:
     if isinstance(error, dict):
-        return f"{error.get('type', 'error')} {error.get('code', '')}: {error.get('message', '')}"
-    return str(error)
+        message = error.get("message", "")
+        message = message if isinstance(message, str) else show(message)
+        return f"{_label(error.get('type', 'error'))} {_label(error.get('code', ''))}: {message}"
+    return error if isinstance(error, str) else show(error)
+
+
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) else show(value)
 
 
 def _logprob_count(logprobs: Any) -> int | None:
-    if not isinstance(logprobs, dict):
+    if logprobs is None:
         return None
+    if not isinstance(logprobs, dict):
+        raise _bad("choices[0].logprobs", logprobs, "an object or null")
     entries = logprobs.get("tokens")  # /v1/completions shape
     if entries is None:
         entries = logprobs.get("content")  # /v1/chat/completions shape
-    return len(entries) if isinstance(entries, list) else None
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        raise _bad("choices[0].logprobs entries", entries, "a list")
+    return len(entries)
+
+
+def _text(choice: dict[str, Any]) -> str:
+    """The choice's text: `text` (completions) or the delta's content or reasoning (chat)."""
+    text = choice.get("text")
+    if text is None:
+        delta = choice.get("delta")
+        if delta is None:
+            return ""
+        if not isinstance(delta, dict):
+            raise _bad("choices[0].delta", delta, "an object")
+        text = delta.get("content")
+        if text is None:
+            text = delta.get("reasoning_content") or delta.get("reasoning")
+            if text is None:
+                return ""
+    if type(text) is not str:
+        raise _bad("choices[0] text", text, "a string")
+    return text
 
 
 # tuple.__new__ builds the NamedTuple without its Python-level __new__ (a lambda taking
@@ -60,49 +141,58 @@ _new_event: Callable[[type[StreamEvent], tuple[Any, ...]], StreamEvent] = tuple.
 
 
 def decode_event(data: bytes) -> StreamEvent:
-    """One SSE data payload -> StreamEvent; raises MalformedEvent on anything unexpected."""
+    """One SSE data payload -> StreamEvent; raises MalformedEvent on anything unexpected.
+
+    The server is not trusted: every input either decodes into validated fields or
+    raises MalformedEvent (tests/client/test_sse_properties.py fuzzes this), so no later
+    arithmetic can meet a string, a bool, a float, a negative or a 2^70 count.
+    """
     if data == b"[DONE]":
         return DONE_EVENT
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise MalformedEvent(f"not JSON: {data[:120]!r}") from exc
-    if not isinstance(obj, dict):
-        raise MalformedEvent(f"not a JSON object: {data[:120]!r}")
+    if type(obj) is not dict:
+        raise MalformedEvent(f"not a JSON object: {show(obj)}")
     get = obj.get
     if "error" in obj or get("object") == "error":
         return StreamEvent(error=_error_text(get("error", obj)))
     usage = get("usage")
     completion_tokens = prompt_tokens = None
-    if isinstance(usage, dict):
-        completion_tokens = usage.get("completion_tokens")
-        prompt_tokens = usage.get("prompt_tokens")
+    if usage is not None:
+        completion_tokens, prompt_tokens = _usage(usage)
     choices = get("choices")
-    if not isinstance(choices, list):
-        raise MalformedEvent(f"no choices list: {data[:120]!r}")
+    if type(choices) is not list:
+        raise MalformedEvent(f"no choices list: {show(choices)}")
     if not choices:
         return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens)
     choice = choices[0]
-    if not isinstance(choice, dict):
-        raise MalformedEvent(f"choice is not an object: {data[:120]!r}")
+    if type(choice) is not dict:
+        raise MalformedEvent(f"choices[0] is {show(choice)}, expected an object")
     get = choice.get
-    text = get("text")
-    if text is None:
-        delta = get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else None
-        if text is None and isinstance(delta, dict):
-            text = delta.get("reasoning_content") or delta.get("reasoning")
     token_ids = get("token_ids")
+    if token_ids is not None and type(token_ids) is not list:
+        raise _bad("choices[0].token_ids", token_ids, "a list")
+    finish_reason = get("finish_reason")
+    if finish_reason is not None and type(finish_reason) is not str:
+        raise _bad("choices[0].finish_reason", finish_reason, "a string or null")
     logprobs = get("logprobs")
+    text = get("text")
+    if type(text) is not str:  # not /v1/completions: chat's delta.content, else the rest
+        delta = get("delta")
+        text = delta.get("content") if type(delta) is dict else None
+        if type(text) is not str:
+            text = _text(choice)
     return _new_event(StreamEvent, (  # the fields in declaration order
         False,  # done
         True,  # has_choice
-        len(token_ids) if isinstance(token_ids, list) else None,
+        None if token_ids is None else len(token_ids),
         None if logprobs is None else _logprob_count(logprobs),
-        text or "",
+        text,
         completion_tokens,
         prompt_tokens,
-        get("finish_reason"),
+        finish_reason,
         None,  # error
     ))
 

@@ -16,20 +16,23 @@ from collections import deque
 from time import perf_counter_ns
 from typing import Protocol
 
-from loadgen.client.events import StreamEvent, TokenCounter, decode_event
+from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter, decode_event
 from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ErrorKind
 
 SLICE_NS = 200_000  # longest parsing run between two socket polls
+# A server may overshoot max_tokens by a few draft tokens of its last speculative step;
+# more than this many is a count no server generating for this request could report.
+COMPLETION_OVERSHOOT = 64
 
 
 class Exchange:
     """Mutable state of one request in flight; becomes a frozen RequestRecord at the end."""
 
     __slots__ = ("chunk_ns", "chunk_tokens", "completion_tokens", "detail", "done", "end_ns",
-                 "error", "finish_reason", "prompt_tokens", "status")
+                 "error", "finish_reason", "max_tokens", "prompt_tokens", "status", "token_cap")
 
-    def __init__(self) -> None:
+    def __init__(self, max_tokens: int | None = None) -> None:
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.prompt_tokens: int | None = None
@@ -40,6 +43,10 @@ class Exchange:
         self.detail = ""
         self.done = False  # [DONE] or an error event arrived: later events are ignored
         self.end_ns = 0
+        self.max_tokens = max_tokens  # the request's cap (None: unknown)
+        # The most completion tokens the server can truthfully report for this request.
+        self.token_cap = (MAX_TOKEN_COUNT if max_tokens is None
+                          else max_tokens + COMPLETION_OVERSHOOT)
 
     def fail(self, kind: ErrorKind, detail: str) -> None:
         if self.error is None:  # the first failure is the cause; later ones are echoes
@@ -56,6 +63,9 @@ class Exchange:
         if event.prompt_tokens is not None:
             self.prompt_tokens = event.prompt_tokens
         if event.completion_tokens is not None:
+            if event.completion_tokens > self.token_cap:  # never stored: it is not a count
+                self.impossible("usage.completion_tokens", event.completion_tokens, stamp)
+                return
             self.completion_tokens = event.completion_tokens
         if event.finish_reason is not None:
             self.finish_reason = event.finish_reason
@@ -63,6 +73,19 @@ class Exchange:
         if tokens > 0:
             self.chunk_ns.append(stamp)
             self.chunk_tokens.append(tokens)
+
+    def impossible(self, what: str, tokens: int, stamp: int) -> None:
+        """More completion tokens than the request allowed: malformed, and nothing after
+        it counts (a count like this must never reach a published throughput)."""
+        self.fail(ErrorKind.MALFORMED, f"{what} is {tokens}, more than max_tokens "
+                  f"{self.max_tokens} (+{COMPLETION_OVERSHOOT}) allows")
+        self.done, self.end_ns = True, self.end_ns or stamp
+
+    def check_chunk_total(self) -> None:
+        """The summed chunk counts obey the same cap as usage (one sum per request)."""
+        total = sum(self.chunk_tokens)
+        if self.error is None and total > self.token_cap:
+            self.impossible("the sum of chunk token counts", total, self.end_ns)
 
 
 class BodySource(Protocol):
@@ -134,10 +157,12 @@ class BodyStream:
         if self.error is not None:
             raise self.error
         state = self.state
+        cut = self.framer.close()  # an unterminated last event is discarded (WHATWG)
         if not state.done:
             state.end_ns = self.log.last_stamp() or perf_counter_ns()
             state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
-                       + (" (mid-event)" if self.framer.pending else ""))
+                       + (" (inside an event no blank line ended: discarded, as the SSE "
+                          "standard says)" if cut else ""))
 
 
 class Ingest:

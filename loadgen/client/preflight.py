@@ -4,6 +4,11 @@ Each check either passes, stops the run with one line saying what to change, or 
 tokenizer mismatch, which silently skews every number) is reported loudly and recorded
 in run.json. Request options the server rejects are detected once here; the run then
 uses the best token-count source the server supports and records which one.
+
+Every call here is bounded by the session's default timeout (`--http-timeout`); the
+probe requests stream, under the transport's deadlines. A server that does not answer
+/v1/models or /metrics here, or answers something that is not what an OpenAI-compatible
+server says, stops the run with one line (exit 1).
 """
 
 from __future__ import annotations
@@ -16,10 +21,18 @@ from typing import Any
 import aiohttp
 import orjson
 
+from loadgen.client.deadlines import timeout_of, unanswered
+from loadgen.client.server_metrics import check_metrics_urls
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport
+from loadgen.config.spec import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import ServerError
-from loadgen.metrics.server import ServerSnapshot, parse_metrics, speculative_decoding_enabled
+from loadgen.metrics.server import (
+    MetricsParseError,
+    ServerSnapshot,
+    parse_metrics,
+    speculative_decoding_enabled,
+)
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.workload.bodies import BodyOptions, completion_body, encode_body
 from loadgen.workload.plan import RequestSpec
@@ -50,34 +63,51 @@ class ServerInfo:
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
+    """The JSON body of a GET; PreflightError on a non-200 status or a body not JSON."""
     async with session.get(url) as response:
         if response.status != 200:
             raise PreflightError(f"GET {url}: HTTP {response.status}")
-        return orjson.loads(await response.read())
-
-
-async def scrape_metrics(session: aiohttp.ClientSession, base_url: str) -> ServerSnapshot | None:
-    """The server's Prometheus text parsed, or None when it has no usable /metrics."""
+        body = await response.read()
     try:
-        async with session.get(base_url + "/metrics") as response:
-            if response.status != 200:
-                return None
-            return parse_metrics(await response.text())
-    except (aiohttp.ClientError, OSError, ValueError):
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        start = body[:60].decode("utf-8", "replace").split()
+        raise PreflightError(
+            f"GET {url} answered {response.content_type or 'no content type'}, not JSON "
+            f"({' '.join(start)[:60]!r}); is --base-url the root of an OpenAI-compatible "
+            "server (not a proxy's or dashboard's page)?"
+        ) from None
+
+
+async def fetch_metrics(session: aiohttp.ClientSession, base_url: str) -> ServerSnapshot | None:
+    """The server's Prometheus text parsed, or None when it has no usable /metrics.
+
+    Raises TimeoutError (or aiohttp.ClientError / OSError) when it does not answer.
+    """
+    async with session.get(base_url + "/metrics") as response:
+        if response.status != 200:
+            return None
+        body = await response.read()
+    try:
+        return parse_metrics(body.decode("utf-8", "replace"))
+    except MetricsParseError:
         return None
 
 
 async def find_model(
     session: aiohttp.ClientSession, base_url: str, wanted: str | None
 ) -> tuple[str, int | None]:
+    url = base_url + "/v1/models"
     try:
-        listing = await get_json(session, base_url + "/v1/models")
+        listing = await get_json(session, url)
+    except TimeoutError:
+        raise PreflightError(unanswered(session, url)) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise PreflightError(
             f"cannot reach the server at {base_url} ({type(exc).__name__}: {exc}); "
             "is it running, and is --base-url right?"
         ) from None
-    cards = {card["id"]: card for card in listing.get("data", []) if "id" in card}
+    cards = _model_cards(listing, url)
     if not cards:
         raise PreflightError(f"{base_url}/v1/models lists no models")
     if wanted is None:
@@ -89,7 +119,17 @@ async def find_model(
         raise PreflightError(f"model {wanted!r} is not served at {base_url}; "
                              f"served: {', '.join(sorted(cards))} (use --model)")
     max_len = cards[wanted].get("max_model_len")
-    return wanted, int(max_len) if isinstance(max_len, int) else None
+    return wanted, max_len if type(max_len) is int and max_len > 0 else None
+
+
+def _model_cards(listing: Any, url: str) -> dict[str, dict[str, Any]]:
+    """id -> model card of an OpenAI model list; PreflightError when it is not one."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        raise PreflightError(f"GET {url} answered JSON that is not an OpenAI model list "
+                             "(no `data` list); is --base-url an OpenAI-compatible server?")
+    return {card["id"]: card for card in data
+            if isinstance(card, dict) and isinstance(card.get("id"), str)}
 
 
 def check_context(max_model_len: int | None, isl: int, osl: int) -> None:
@@ -106,14 +146,20 @@ async def tokenize_check(
 ) -> dict[str, Any]:
     """Compare loadgen's token count of one prompt with the server's /tokenize."""
     body = {"model": model, "prompt": text, "add_special_tokens": False}
+    unknown = {"loadgen": ours, "server": None, "match": None}
     try:
         async with session.post(base_url + "/tokenize", json=body) as response:
             if response.status != 200:
-                return {"loadgen": ours, "server": None, "match": None,
-                        "note": f"/tokenize answered HTTP {response.status}"}
-            server = orjson.loads(await response.read()).get("count")
+                return {**unknown, "note": f"/tokenize answered HTTP {response.status}"}
+            answer = orjson.loads(await response.read())
+    except TimeoutError:
+        return {**unknown, "note": f"/tokenize did not answer within {timeout_of(session)} "
+                                   "(--http-timeout)"}
     except (aiohttp.ClientError, OSError, ValueError) as exc:
-        return {"loadgen": ours, "server": None, "match": None, "note": str(exc)}
+        return {**unknown, "note": f"{type(exc).__name__}: {exc}"[:200]}
+    server = answer.get("count") if isinstance(answer, dict) else None
+    if type(server) is not int:
+        return {**unknown, "note": "/tokenize answered without an integer `count`"}
     return {"loadgen": ours, "server": server, "match": server == ours, "note": ""}
 
 
@@ -172,9 +218,10 @@ def _probe_body(options: BodyOptions, prompt: str) -> bytes:
 async def server_version(session: aiohttp.ClientSession, base_url: str) -> str | None:
     try:
         data = await get_json(session, base_url + "/version")
-    except (PreflightError, aiohttp.ClientError, OSError, ValueError):
+    except (PreflightError, aiohttp.ClientError, OSError):  # optional: any failure is "unknown"
         return None
-    return str(data.get("version")) if isinstance(data, dict) else None
+    version = data.get("version") if isinstance(data, dict) else None
+    return version[:100] if isinstance(version, str) else None
 
 
 async def preflight(
@@ -187,10 +234,15 @@ async def preflight(
     options: BodyOptions,
     prompt: tuple[str, int],
     request_timeout_s: float | None = None,
+    metrics_urls: tuple[str, ...] = (),
+    stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
     streams: StreamClient | None = None,
 ) -> ServerInfo:
     """All checks in order; raises PreflightError with one line when the run cannot start.
 
+    isl/osl are the longest request's lengths (a dataset's longest prompt and output).
+    With `metrics_urls` (--server-metrics) each is checked once and their sum tells
+    whether speculative decoding is on; otherwise the target's own /metrics does.
     The probe requests go through `streams`, the client the measured requests will use
     (default: the aiohttp session), so a server that client cannot read fails here.
     """
@@ -206,10 +258,16 @@ async def preflight(
             f"counts {check['server']}; every token count and length will be off "
             "(pass the server's tokenizer with --tokenizer)"
         )
-    snapshot = await scrape_metrics(session, base_url)
+    if check["note"].startswith("/tokenize did not answer"):
+        warnings.append(f"the server's {check['note']}: the tokenizer check was skipped")
+    if metrics_urls:
+        snapshot = (await check_metrics_urls(session, metrics_urls)).total
+    else:
+        snapshot = await _preflight_metrics(session, base_url)
     spec_decoding = speculative_decoding_enabled(snapshot) if snapshot is not None else None
     transport = Transport(streams or AiohttpStreams(session), base_url + options.path,
-                          request_timeout_s=request_timeout_s)
+                          request_timeout_s=request_timeout_s,
+                          stream_idle_timeout_s=stream_idle_timeout_s)
     options, source = await probe_options(transport, options, text)
     if source is not TokenSource.TOKEN_IDS:
         warnings.append(f"the server does not return token ids; per-chunk token counts come "
@@ -220,3 +278,16 @@ async def preflight(
         version=await server_version(session, base_url), spec_decoding=spec_decoding,
         token_source=source, options=options, tokenize_check=check, warnings=tuple(warnings),
     )
+
+
+async def _preflight_metrics(
+    session: aiohttp.ClientSession, base_url: str
+) -> ServerSnapshot | None:
+    """/metrics before the run: absent is fine; hanging stops the run (it would hang, or
+    null the server-side fields, at every point)."""
+    try:
+        return await fetch_metrics(session, base_url)
+    except TimeoutError:
+        raise PreflightError(unanswered(session, base_url + "/metrics")) from None
+    except (aiohttp.ClientError, OSError):
+        return None

@@ -20,14 +20,27 @@ from loadgen.records import ErrorKind
 ERROR_BODY_LIMIT = 2000  # bytes of a rejected response's body kept in the record
 
 
+class Activity(Protocol):
+    """Where a response's newest arrival stamp is (sse.ArrivalLog, the native Response)."""
+
+    def last_stamp(self) -> int | None: ...
+
+
 @dataclass(slots=True)
 class RequestClock:
-    """A request's timestamps before its first response byte (perf_counter_ns)."""
+    """A request's timestamps (perf_counter_ns), filled in by the client that sends it."""
 
     connect_begin: int = 0
     connect_ns: int = 0  # time to open a new connection (TCP + TLS); 0 when one was reused
     acquired_ns: int = 0  # a connection is ours
     sent_ns: int = 0  # immediately before the request bytes go to the socket
+    begin_ns: int = 0  # when the request was handed to the client
+    activity: Activity | None = None  # the response's arrival stamps, once it has some
+
+    def last_activity_ns(self) -> int:
+        """Newest sign of life: the last body read, else the send (for the idle deadline)."""
+        last = self.activity.last_stamp() if self.activity is not None else None
+        return last or self.sent_ns or self.begin_ns
 
 
 class StreamClient(Protocol):

@@ -3,17 +3,21 @@
 Timing (docs/design.md, "Timing under bursts"): the first Python code that sees a socket
 read is the client protocol's data callback (client/native/protocol.py, or
 `StampingResponseHandler` in aiohttp_seam.py for `--http-client aiohttp`). It reads
-perf_counter_ns before parsing anything and logs (stamp, body bytes so far) for the
-response being received. The ingest (ingest.py) parses the events later, in short slices
-between socket polls, and maps each event's first byte back to its stamp, so parsing
-cost never shifts a timestamp. Request starts and per-request bookkeeping are paced (a
-few per loop turn) so that a wave of requests ending or starting together cannot stop
-the polling either.
+perf_counter_ns before parsing anything and keeps the stamp with the bytes. The ingest
+(ingest.py) parses the events later, in short slices between socket polls, and gives
+each event the stamp of the read that carried its first byte, so parsing cost never
+shifts a timestamp. Request starts and per-request bookkeeping are paced (a few per loop
+turn) so that a wave of requests ending or starting together cannot stop the polling
+either.
 
 A request's clock starts immediately before its bytes are written to the socket (the
 native client stamps it before its one write; aiohttp's `request_chunk_sent` trace
 signal marks the body write, with the buffered headers). Opening a new connection is
 timed separately (`connect_ns`).
+
+No wait is unbounded (deadlines.py): the session's default timeout (`--http-timeout`)
+bounds every non-streaming call; a streamed request has an idle deadline instead
+(`--stream-idle-timeout`) under the optional overall `--request-timeout`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from typing import Any
 
 import aiohttp
 
-from loadgen.client.aiohttp_seam import StampingConnector, protocol_of
+from loadgen.client.aiohttp_seam import MalformedBody, StampingConnector, protocol_of
+from loadgen.client.deadlines import STREAM_TIMEOUT, IdleDeadline, StreamIdle, http_timeout
 from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import BodyStream, Exchange, Ingest, StartPacer
 from loadgen.client.native.protocol import BadHttpResponse
@@ -39,6 +44,7 @@ from loadgen.client.stream_client import (
     is_event_stream,
     record_rejection,
 )
+from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S, DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
@@ -85,16 +91,17 @@ def open_session(
     max_connections: int,
     headers: Mapping[str, str] | None = None,
     read_bufsize: int = READ_BUFSIZE,
+    http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
 ) -> aiohttp.ClientSession:
-    """One session per run: `max_connections` sockets at once, no timeouts of its own."""
+    """One session per run: `max_connections` sockets at once. Its default timeout bounds
+    every non-streaming call; streamed requests replace it with their own deadlines."""
     connector = StampingConnector(
         limit=max_connections, limit_per_host=0, keepalive_timeout=3600.0,
         force_close=False, ttl_dns_cache=None,
     )
     return aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None,
-                                      sock_connect=None),
+        timeout=http_timeout(http_timeout_s),
         headers={"Accept-Encoding": "identity", **(headers or {})},
         auto_decompress=False,  # bytes stay the bytes that were stamped
         read_bufsize=read_bufsize,
@@ -112,11 +119,13 @@ class Transport:
         url: str,
         *,
         request_timeout_s: float | None = None,
+        stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         count_text: Callable[[str], int] | None = None,
     ) -> None:
         self.client = client
         self.url = url
         self.request_timeout_s = request_timeout_s
+        self.stream_idle_timeout_s = stream_idle_timeout_s
         self.count_text = count_text
         self.ingest = Ingest()
         self.pacer = StartPacer()
@@ -132,25 +141,19 @@ class Transport:
     ) -> RequestRecord:
         """Send, stream, and record; `on_record` sees the record even when cancelled."""
         clock = RequestClock()
-        state = Exchange()
+        state = Exchange(request.max_tokens)
         counter = TokenCounter(self.count_text)
         called_ns = perf_counter_ns()
         sent_unix = time.time()
         cancelled = False
-        headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
         try:
             await self.pacer.turn()
-            async with asyncio.timeout(self.request_timeout_s):
-                await self.client.exchange(self.url, request.body, headers, clock, state,
-                                           counter, self.ingest)
+            clock.begin_ns = perf_counter_ns()
+            await self._bounded(request, x_request_id, clock, state, counter)
         except asyncio.CancelledError:
             cancelled = True
             state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
-        except TimeoutError:
-            if not state.done:  # a server that never closes the body after [DONE] is complete
-                state.fail(ErrorKind.TIMEOUT, "--request-timeout elapsed")
-        except Exception as exc:  # the one translation boundary (programming errors re-raise)
-            state.fail(*_classify(exc, clock))
+        state.check_chunk_total()
         end_ns = state.end_ns or perf_counter_ns()
         if not cancelled:
             # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with
@@ -174,6 +177,22 @@ class Transport:
             raise asyncio.CancelledError
         return record
 
+    async def _bounded(self, request: RequestSpec, x_request_id: str, clock: RequestClock,
+                       state: Exchange, counter: TokenCounter) -> None:
+        """The exchange under its deadlines; any outcome but cancellation becomes state."""
+        headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
+        overall = asyncio.timeout(self.request_timeout_s)
+        try:
+            async with overall, IdleDeadline(self.stream_idle_timeout_s,
+                                             clock.last_activity_ns):
+                await self.client.exchange(self.url, request.body, headers, clock, state,
+                                           counter, self.ingest)
+        except Exception as exc:  # the one translation boundary (programming errors re-raise)
+            if not (isinstance(exc, TimeoutError) and state.done):
+                # (a server that never closes the body after [DONE] is complete)
+                capped = self.request_timeout_s if overall.expired() else None
+                state.fail(*_classify(exc, clock, capped))
+
 
 class AiohttpStreams:
     """The `StreamClient` over an aiohttp session (`--http-client aiohttp`)."""
@@ -184,20 +203,20 @@ class AiohttpStreams:
     async def exchange(self, url: str, body: bytes, headers: Mapping[str, str],
                        clock: RequestClock, state: Exchange, counter: TokenCounter,
                        ingest: Ingest) -> None:
-        async with self.session.post(url, data=body, headers=headers,
-                                     trace_request_ctx=clock) as response:
+        async with self.session.post(url, data=body, headers=headers, trace_request_ctx=clock,
+                                     timeout=STREAM_TIMEOUT) as response:
             state.status = response.status
             if not is_event_stream(response.status, response.content_type):
                 record_rejection(state, response.status,
                                  await response.content.read(ERROR_BODY_LIMIT))
                 return
-            await self._follow(response, state, counter, ingest)
+            await self._follow(response, clock, state, counter, ingest)
 
     async def close(self) -> None:
         pass  # the session belongs to whoever opened it
 
     @staticmethod
-    async def _follow(response: aiohttp.ClientResponse, state: Exchange,
+    async def _follow(response: aiohttp.ClientResponse, clock: RequestClock, state: Exchange,
                       counter: TokenCounter, ingest: Ingest) -> None:
         """Hand the body to the ingest, then sleep until it has ended."""
         protocol = protocol_of(response)
@@ -205,6 +224,7 @@ class AiohttpStreams:
         if log is None:  # never expected: the protocol was rebound under us
             log = ArrivalLog()
             log.add(perf_counter_ns(), response.content.total_bytes)
+        clock.activity = log
         stream = BodyStream(response.content, log, state, counter, ingest)
         if protocol is not None:
             protocol.body_listener = stream.wake
@@ -220,12 +240,17 @@ class AiohttpStreams:
         stream.finish()
 
 
-def _classify(exc: Exception, clock: RequestClock) -> tuple[ErrorKind, str]:
-    """The only place where exceptions become ErrorKind values."""
+def _classify(exc: Exception, clock: RequestClock,
+              capped_s: float | None = None) -> tuple[ErrorKind, str]:
+    """The only place where exceptions become ErrorKind values (`capped_s`: the
+    --request-timeout that expired, if that is what ended the request)."""
     detail = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, StreamIdle):
+        return ErrorKind.TIMEOUT, str(exc)
     if isinstance(exc, TimeoutError):
-        return ErrorKind.TIMEOUT, "--request-timeout elapsed"
-    if isinstance(exc, MalformedEvent):
+        return ErrorKind.TIMEOUT, (f"--request-timeout {capped_s:g} s elapsed"
+                                   if capped_s is not None else detail)
+    if isinstance(exc, MalformedEvent | MalformedBody):
         return ErrorKind.MALFORMED, str(exc)
     if isinstance(exc, aiohttp.ClientConnectorError) or (
         isinstance(exc, OSError) and not clock.acquired_ns

@@ -11,22 +11,31 @@ import argparse
 import os
 import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import orjson
+
+from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.spec import (
+    DEFAULT_HTTP_TIMEOUT_S,
+    DEFAULT_STREAM_IDLE_TIMEOUT_S,
     ENCODER_NAMES,
-    ENDPOINTS,
     HTTP_CLIENTS,
     REASONING_EFFORTS,
     THINKING_MODES,
     RunSpec,
     SpecError,
+    check_api_key,
     parse_conc,
+    parse_cpu_list,
+    parse_extra_body,
     parse_header,
     parse_percentiles,
+    parse_shard,
     parse_slos,
+    parse_workers,
 )
 
 
@@ -60,28 +69,43 @@ class _Help(argparse.HelpFormatter):
         return f"{text} (default: {default})"
 
 
-def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except SpecError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+_typed = typed
 
-    convert.__name__ = parse.__name__
-    return convert
+
+def parse_endpoint(text: str) -> str:
+    """`completions` or `chat`, or vLLM's paths /v1/completions and /v1/chat/completions."""
+    name = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(text, text)
+    if name not in ("completions", "chat"):
+        raise SpecError(f"--endpoint {text!r}: allowed: completions, chat (or vLLM's "
+                        "/v1/completions, /v1/chat/completions)")
+    return name
+
+
+def parse_request_rate(text: str) -> float | None:
+    """Requests/s; `inf` (vLLM's default: all at once, capped by the concurrency) is the
+    closed loop, None."""
+    try:
+        rate = float(text)
+    except ValueError:
+        raise SpecError(f"--request-rate {text!r}: need a number of requests/s or inf") from None
+    return None if rate == float("inf") else rate
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="loadgen",
         description="Measure an OpenAI-compatible (vLLM) server at controlled concurrency: "
-        "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. Other commands: "
-        "`loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
+        "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. `loadgen --config "
+        "sweep.yaml [flags]` runs a sweep file's lanes (flags given apply to every lane). "
+        "Other commands: `loadgen compare --help`, `loadgen report --help` (compare result "
+        "directories), `loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
         formatter_class=_Help,
     )
     _target_flags(p.add_argument_group("target"))
     _workload_flags(p.add_argument_group("workload"))
     _results_flags(p.add_argument_group("results"))
+    add_compat_flags(p)
+    _scale_flags(p.add_argument_group("scale out (README: workers and shards)"))
     return p
 
 
@@ -97,34 +121,48 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
                    help="extra `loadgen sim` flags for --sim, e.g. \"--step-fixed-ms 5\"")
     t.add_argument("--api-key", metavar="KEY",
                    help="bearer token (default: $OPENAI_API_KEY; never written to results)")
-    t.add_argument("--header", action="append", default=[], type=_typed(parse_header),
-                   metavar="K:V",
-                   help="extra request header, repeatable, e.g. X-Session-Affinity:abc "
-                   "(default: none)")
+    t.add_argument("--header", action="extend", nargs="+", default=[],
+                   type=_typed(parse_header), metavar="K:V",
+                   help="extra request headers, repeatable, e.g. X-Session-Affinity:abc "
+                   "(K=V as vLLM works too) (default: none)")
+    t.add_argument("--server-metrics", action="append", default=[], metavar="URL",
+                   help="scrape this Prometheus /metrics instead of the target's, repeatable: "
+                   "the workers behind a router or a Dynamo frontend; counters are summed, "
+                   "each URL's own figures kept (a URL without a path gets /metrics; "
+                   "list the target too to keep it) (default: the target's)")
     t.add_argument("--http-client", choices=HTTP_CLIENTS, default="native",
                    help="client of the measured streams: native (loadgen's own HTTP/1.1 "
-                   "reader on uvloop + llhttp, ~half the CPU per chunk) or aiohttp (the "
-                   "previous path, kept for comparison); preflight and /metrics scrapes "
-                   "always use aiohttp")
+                   "reader on uvloop + llhttp: per socket read it only stamps and appends) "
+                   "or aiohttp (the previous client, kept for comparison); preflight GETs "
+                   "and /metrics scrapes always use aiohttp")
 
 
 def _workload_flags(w: argparse._ArgumentGroup) -> None:
-    w.add_argument("--conc", required=True, type=_typed(parse_conc), metavar="SPEC",
-                   help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S")
-    w.add_argument("--isl", required=True, type=int, metavar="TOKENS",
-                   help="input length in tokens (chat template and BOS included)")
-    w.add_argument("--osl", required=True, type=int, metavar="TOKENS",
-                   help="output length in tokens (max_tokens, with ignore_eos)")
-    w.add_argument("--range-ratio", type=float, default=1.0, metavar="R",
-                   help="lengths uniform in [R*L, L] for --isl and --osl (1.0 = exact)")
-    w.add_argument("--dataset", type=Path, metavar="FILE.jsonl",
-                   help="one OpenAI messages list per line instead of random prompts")
-    w.add_argument("--endpoint", choices=ENDPOINTS, default="completions",
-                   help="completions: loadgen encodes the prompt; chat: the server does")
-    w.add_argument("--encoder", choices=ENCODER_NAMES, default="dsv4",
-                   help="prompt template loadgen applies")
-    w.add_argument("--thinking", choices=THINKING_MODES, default="thinking",
-                   help="DeepSeek-V4 thinking mode")
+    w.add_argument("--conc", type=_typed(parse_conc), metavar="SPEC",
+                   help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S "
+                   "(required, or --max-concurrency)")
+    w.add_argument("--isl", type=int, metavar="TOKENS",
+                   help="input length in tokens (chat template and BOS included) (required "
+                   "unless --dataset: then each prompt's own length)")
+    w.add_argument("--osl", type=int, metavar="TOKENS",
+                   help="output length in tokens (max_tokens, with ignore_eos) (required "
+                   "unless a ShareGPT --dataset: then each answer's length)")
+    w.add_argument("--range-ratio", type=float, default=None, metavar="R",
+                   help="lengths uniform in [R*L, L] for --isl and --osl (1.0 = exact) "
+                   "(default: 1.0)")
+    w.add_argument("--dataset", type=Path, metavar="FILE",
+                   help="prompts from a file instead of random ones: ShareGPT JSON "
+                   "(conversations of from/value; the first turn is the prompt, the second "
+                   "the reference answer) or JSONL, one OpenAI messages list (or {messages}, "
+                   "or vLLM custom {prompt, output_tokens}) per line (default: none)")
+    w.add_argument("--endpoint", type=_typed(parse_endpoint), default=None,
+                   metavar="{completions,chat}",
+                   help="completions: loadgen encodes the prompt; chat: the server does "
+                   "(default: completions)")
+    w.add_argument("--encoder", choices=ENCODER_NAMES, default=None,
+                   help="prompt template loadgen applies (default: dsv4)")
+    w.add_argument("--thinking", choices=THINKING_MODES, default=None,
+                   help="DeepSeek-V4 thinking mode (default: thinking)")
     w.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, default=None,
                    help="DeepSeek-V4 reasoning effort (default: none)")
     w.add_argument("--prompts-per-conc", type=int, default=10, metavar="N",
@@ -134,12 +172,17 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
                    "the connections)")
     w.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="stop sending new requests this long into a point (default: no limit)")
-    w.add_argument("--request-rate", type=float, default=None, metavar="REQ/S",
-                   help="open loop at this arrival rate, capped by --conc (default: closed loop)")
+    w.add_argument("--request-rate", type=_typed(parse_request_rate), default=None,
+                   metavar="REQ/S",
+                   help="open loop at this arrival rate, capped by --conc (default: closed "
+                   "loop, also `inf`)")
     w.add_argument("--burstiness", type=float, default=1.0, metavar="SHAPE",
                    help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
     w.add_argument("--seed", type=int, default=0, help="seed for prompts, lengths, arrivals")
+    w.add_argument("--extra-body", type=_typed(parse_extra_body), default={}, metavar="JSON",
+                   help='extra request-body fields, e.g. \'{"min_p": 0.1}\' (not those '
+                   "loadgen sets: model, prompt, max_tokens, stream, ...) (default: none)")
 
 
 def _results_flags(r: argparse._ArgumentGroup) -> None:
@@ -158,7 +201,16 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
                    default=(50.0, 90.0, 99.0, 99.9), metavar="P,...",
                    help="percentiles to report, e.g. 50,90,99,99.9")
     r.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
-                   help="give up on a request after this long (default: no timeout)")
+                   help="give up on a streamed request this long after it was sent, "
+                   "however steadily it streams (default: no timeout)")
+    r.add_argument("--stream-idle-timeout", type=float, default=DEFAULT_STREAM_IDLE_TIMEOUT_S,
+                   metavar="SECONDS",
+                   help="a streamed request that receives no byte for this long (waiting "
+                   "for the first token included) ends as a timeout")
+    r.add_argument("--http-timeout", type=float, default=DEFAULT_HTTP_TIMEOUT_S,
+                   metavar="SECONDS",
+                   help="deadline of each non-streaming call: /v1/models, /version, "
+                   "/tokenize, /metrics scrapes")
     r.add_argument("--max-error-rate", type=float, default=0.05, metavar="FRACTION",
                    help="exit non-zero when a point's failed share exceeds this "
                    "(results are written anyway)")
@@ -168,9 +220,32 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--metrics-port", type=_typed(parse_port), default=None, metavar="PORT",
                    help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "
                    "(0 = any free port, printed) (default: off)")
+    r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address for --metrics-port; 0.0.0.0 lets Prometheus in a cluster "
+                   "scrape a loadgen pod")
+
+
+def _scale_flags(s: argparse._ArgumentGroup) -> None:
+    s.add_argument("--workers", type=_typed(parse_workers), default=1, metavar="N|auto",
+                   help="client processes on this machine, each with its own event loop, "
+                   "connections and share of every point's concurrency; auto picks from the "
+                   "cores and the largest --conc and says what it chose (1 = this process)")
+    s.add_argument("--cpu-affinity", type=_typed(parse_cpu_list), default=(), metavar="CPUS",
+                   help="pin worker i to the i-th CPU of this list (taskset syntax, e.g. 2-7) "
+                   "(default: not pinned)")
+    s.add_argument("--shard", type=_typed(parse_shard), default=(0, 1), metavar="I/N",
+                   help="run shard I (from 0) of N of every point, for `loadgen merge` to "
+                   "combine with the other shards' results (default: 0/1, the whole point)")
+    s.add_argument("--shard-sync", type=Path, default=None, metavar="DIR",
+                   help="a directory every shard can write (e.g. on the shared results "
+                   "volume), empty for each run: shards start each point's measured phase "
+                   "together, so their points overlap (default: shards run independently)")
 
 
 def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
+    compat = apply_compat(args)
+    if args.conc is None:
+        raise SpecError("--conc is required (or --max-concurrency), e.g. --conc 4..512")
     if args.sim and args.base_url:
         raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
     try:
@@ -180,30 +255,47 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
     taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
     if taken:
         raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
+    if args.sim and args.model and not any(a.split("=")[0] == "--model" for a in sim_args):
+        sim_args = ("--model", args.model, *sim_args)  # the simulator serves the name asked for
     return RunSpec(
         conc=args.conc, isl=args.isl, osl=args.osl, base_url=args.base_url, model=args.model,
-        endpoint=args.endpoint, encoder=args.encoder, thinking=args.thinking,
+        endpoint=args.endpoint or "completions", encoder=args.encoder or "dsv4",
+        thinking=args.thinking or "thinking",
         reasoning_effort=args.reasoning_effort, prompts_per_conc=args.prompts_per_conc,
         warmup_per_conc=args.warmup_per_conc, duration_s=args.duration,
-        range_ratio=args.range_ratio, dataset=args.dataset, request_rate=args.request_rate,
+        range_ratio=1.0 if args.range_ratio is None else args.range_ratio,
+        dataset=args.dataset, request_rate=args.request_rate,
         burstiness=args.burstiness, temperature=args.temperature, seed=args.seed,
         num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
         percentiles=args.percentiles, request_timeout_s=args.request_timeout,
+        http_timeout_s=args.http_timeout, stream_idle_timeout_s=args.stream_idle_timeout,
         max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
-        tokenizer=args.tokenizer, api_key=args.api_key or env.get("OPENAI_API_KEY"),
+        tokenizer=args.tokenizer, api_key=_api_key(args.api_key or env.get("OPENAI_API_KEY")),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
-        progress=not args.no_progress, http_client=args.http_client,
+        progress=not args.no_progress, server_metrics=tuple(args.server_metrics),
+        extra_body=args.extra_body, workers=args.workers,
+        cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
+        shard_count=args.shard[1], shard_sync=args.shard_sync, http_client=args.http_client,
+        **compat,
     )
+
+
+def _api_key(key: str | None) -> str | None:
+    """Surrounding whitespace stripped (a secret file's newline); empty means none."""
+    if key is None:
+        return None
+    return check_api_key(key) or None
 
 
 def spec_from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) -> RunSpec:
     return parse_run_args(argv, os.environ if env is None else env)[0]
 
 
-def parse_run_args(argv: Sequence[str], env: Mapping[str, str]) -> tuple[RunSpec, int | None]:
-    """(the run, the --metrics-port to serve live metrics on, if any)."""
+def parse_run_args(argv: Sequence[str], env: Mapping[str, str],
+                   ) -> tuple[RunSpec, int | None, str]:
+    """(the run, the --metrics-port to serve live metrics on, if any, and its host)."""
     args = build_parser().parse_args(list(argv))
-    return _spec(args, env), args.metrics_port
+    return _spec(args, env), args.metrics_port, args.metrics_host
 
 
 def parse_port(text: str) -> int:
@@ -216,30 +308,50 @@ def parse_port(text: str) -> int:
     return port
 
 
-def _option_argv(name: str, value: Any) -> list[str]:
+def option_argv(name: str, value: Any) -> list[str]:
     flag = "--" + name.replace("_", "-")
     if value is None or value is False:
         return []
     if value is True:
         return [flag]
-    if isinstance(value, Mapping):  # slo
+    if name == "extra_body" and isinstance(value, Mapping):
+        return [flag, orjson.dumps(dict(value)).decode()]
+    if name == "sim_args" and isinstance(value, list | tuple):
+        return [flag, shlex.join(str(v) for v in value)]
+    if isinstance(value, Mapping):  # slo, header
+        if name == "header":
+            return [part for k, v in value.items() for part in (flag, f"{k}:{v}")]
         return [flag, ",".join(f"{k}={v}" for k, v in value.items())]
     if isinstance(value, list | tuple):
-        if name == "header":
+        if name in REPEATED_OPTIONS:
             return [part for item in value for part in (flag, str(item))]
         return [flag, ",".join(str(v) for v in value)]
     return [flag, str(value)]
 
 
-def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
-    """The sidecar's JSON options (flag names, `-` or `_`), validated like argv."""
+# JSON list options given as one flag per item (their items may hold commas).
+REPEATED_OPTIONS = frozenset({"header", "server_metrics", "goodput", "metadata"})
+
+
+def option_dest(key: str) -> str:
+    """An option's argparse dest: flag names with `-` or `_`, plus the API's aliases."""
+    name = key.replace("-", "_")
+    return {"results_dir": "results", "headers": "header"}.get(name, name)
+
+
+def options_argv(options: Mapping[str, Any]) -> list[str]:
+    """Run options (flag names -> values, as JSON or YAML give them) as argv."""
     parser = build_parser()
     known = {action.dest for action in parser._actions} - {"help"}
     argv: list[str] = []
     for key, value in options.items():
-        name = key.replace("-", "_")
-        name = {"results_dir": "results", "headers": "header"}.get(name, name)
+        name = option_dest(key)
         if name not in known:
             raise SpecError(f"unknown option {key!r}; allowed: {', '.join(sorted(known))}")
-        argv += _option_argv(name, value)
-    return spec_from_argv(argv)
+        argv += option_argv(name, value)
+    return argv
+
+
+def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
+    """The sidecar's JSON options (flag names, `-` or `_`), validated like argv."""
+    return spec_from_argv(options_argv(options))

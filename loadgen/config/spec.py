@@ -10,9 +10,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+import orjson
 
 from encoders import ENCODERS
+from loadgen.config.redact import url_has_credentials
 from loadgen.errors import UsageError
 
 Endpoint = Literal["completions", "chat"]
@@ -23,6 +26,15 @@ REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 SLO_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
 HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 MAX_CONC = 65536
+DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl")
+# vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
+VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
+MAX_WORKERS = 256
+# Deadlines (no wait is unbounded): a non-streaming call (/v1/models, /tokenize, /version,
+# /metrics) must answer within DEFAULT_HTTP_TIMEOUT_S; a streamed response that delivers
+# no byte for DEFAULT_STREAM_IDLE_TIMEOUT_S (time to first byte included) is a timeout.
+DEFAULT_HTTP_TIMEOUT_S = 30.0
+DEFAULT_STREAM_IDLE_TIMEOUT_S = 300.0
 
 
 class SpecError(UsageError):
@@ -30,12 +42,30 @@ class SpecError(UsageError):
 
 
 @dataclass(frozen=True, slots=True)
+class VllmResultOptions:
+    """`--save-result`: also write each point as vLLM `bench serve --save-result` JSON."""
+
+    result_dir: Path | None = None  # None: the run's results directory
+    filename: str | None = None  # NAME of NAME.json / NAME_conc<N>.json; None: vLLM's name
+    detailed: bool = False  # --save-detailed: the per-request lists
+    # InferenceX's defaults (vLLM 0.32's are ttft,tpot,itl and 99): its dashboards read
+    # p90/p99/p99.9 of TTFT, TPOT and E2EL.
+    percentile_metrics: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+    metric_percentiles: tuple[float, ...] = (90.0, 99.0, 99.9)
+    label: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+    model_id: str | None = None  # the model as the user named it (--model)
+    tokenizer_id: str | None = None
+    backend: str = "vllm"
+
+
+@dataclass(frozen=True, slots=True)
 class RunSpec:
     """One benchmark run: a sweep of concurrency points against one server."""
 
     conc: tuple[int, ...]
-    isl: int
-    osl: int
+    isl: int | None  # None only with a dataset: lengths come from the data
+    osl: int | None  # None only with a dataset that carries output lengths (ShareGPT)
     base_url: str | None = None  # None only with sim=True (filled in when it starts)
     model: str | None = None  # None: the only model the server serves
     endpoint: Endpoint = "completions"
@@ -44,9 +74,12 @@ class RunSpec:
     reasoning_effort: str | None = None
     prompts_per_conc: int = 10
     warmup_per_conc: int = 2
+    num_prompts: int | None = None  # measured requests per point; None: conc x prompts_per_conc
+    num_warmups: int | None = None  # warmup requests per point; None: conc x warmup_per_conc
     duration_s: float | None = None
     range_ratio: float = 1.0
     dataset: Path | None = None
+    dataset_format: str = "auto"  # auto: ShareGPT JSON or JSONL, told apart by content
     request_rate: float | None = None  # requests/s, open loop; None = closed loop
     burstiness: float = 1.0  # gamma shape; 1.0 = Poisson
     temperature: float = 0.0
@@ -56,6 +89,8 @@ class RunSpec:
     slos_ms: Mapping[str, float] = field(default_factory=dict)
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
     request_timeout_s: float | None = None
+    http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S
+    stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S
     max_error_rate: float = 0.05
     results_dir: Path | None = None  # None: ./results/<timestamp>
     tokenizer: str | None = None
@@ -64,14 +99,27 @@ class RunSpec:
     sim: bool = False
     sim_args: tuple[str, ...] = ()
     progress: bool = True
+    server_metrics: tuple[str, ...] = ()  # /metrics URLs scraped instead of the target's
+    vllm_result: VllmResultOptions | None = None
+    ignored_flags: tuple[str, ...] = ()  # accepted for compatibility, said once on stderr
+    # Extra request-body fields (vLLM's `--extra-body`), e.g. {"min_p": 0.1}; never the
+    # fields loadgen sets itself (EXTRA_BODY_RESERVED).
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    workers: int | None = 1  # client processes on this machine; None = auto (resolved at run)
+    cpu_affinity: tuple[int, ...] = ()  # worker i runs on cpu_affinity[i % len]
+    shard_index: int = 0  # this run sends shard `shard_index` of `shard_count` of each point
+    shard_count: int = 1
+    shard_sync: Path | None = None  # a directory all shards share: start points together
     http_client: str = "native"  # the measured streams' client (see HTTP_CLIENTS)
 
     def __post_init__(self) -> None:
         validate(self)
 
-    @property
-    def total_len(self) -> int:
-        return self.isl + self.osl
+    def measured_requests(self, conc: int) -> int:
+        return self.num_prompts if self.num_prompts is not None else conc * self.prompts_per_conc
+
+    def warmup_requests(self, conc: int) -> int:
+        return self.num_warmups if self.num_warmups is not None else conc * self.warmup_per_conc
 
 
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)(?::\+(\d+))?$")
@@ -150,13 +198,114 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     return values
 
 
+_HEADER_SEP = re.compile(r"[:=]")
+# Body fields loadgen sets itself: overriding them would change what is measured (the
+# token counts, the stream, the length) behind the back of the flag that owns them.
+EXTRA_BODY_RESERVED: Mapping[str, str] = {
+    "model": "use --model", "prompt": "loadgen builds the prompt",
+    "messages": "loadgen builds the messages", "max_tokens": "use --osl",
+    "max_completion_tokens": "use --osl", "temperature": "use --temperature",
+    "seed": "use --seed", "chat_template_kwargs": "use --thinking / --reasoning-effort",
+    "stream": "loadgen always streams", "stream_options": "loadgen needs per-chunk usage",
+    "ignore_eos": "loadgen needs exactly --osl tokens",
+    "return_token_ids": "loadgen counts tokens with it", "logprobs": "loadgen may count "
+    "tokens with it", "top_logprobs": "loadgen may count tokens with it",
+    "add_special_tokens": "loadgen adds the template and BOS itself",
+    "n": "one choice per request is what is measured",
+    "best_of": "one choice per request is what is measured",
+}
+
+
+def parse_extra_body(text: str) -> dict[str, Any]:
+    """`{"min_p": 0.1}`: a JSON object of extra request-body fields."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise SpecError(f"--extra-body {text!r}: not JSON; expected an object like "
+                        '{"min_p": 0.1}') from None
+    if not isinstance(value, dict):
+        raise SpecError(f"--extra-body {text!r}: expected a JSON object like {{\"min_p\": 0.1}}")
+    check_extra_body(value)
+    return value
+
+
+def check_extra_body(body: Mapping[str, Any]) -> None:
+    for key in body:
+        if key in EXTRA_BODY_RESERVED:
+            raise SpecError(f"--extra-body: {key!r} is set by loadgen ({EXTRA_BODY_RESERVED[key]})")
+
+
+# RFC 9110: a field name is a token; a field value has no control characters but HTAB.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def parse_header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip() or any(c in name for c in " \t\r\n"):
-        raise SpecError(f"--header {text!r}: expected NAME:VALUE, e.g. X-Session-Affinity:abc")
-    if any(c in value for c in "\r\n\0"):
-        raise SpecError(f"--header {text!r}: a value cannot hold CR, LF or NUL")
-    return name.strip(), value.strip()
+    """`NAME:VALUE` (loadgen) or `NAME=VALUE` (vLLM): a header name has neither character,
+    so the first of them ends the name."""
+    match = _HEADER_SEP.search(text)
+    name = text[: match.start()].strip(" \t") if match else ""
+    if not match or not _HEADER_NAME.match(name):
+        raise SpecError(f"--header {text!r}: expected NAME:VALUE or NAME=VALUE with NAME made "
+                        "of letters, digits and !#$%&'*+-.^_`|~, e.g. X-Session-Affinity:abc")
+    value = text[match.end() :].strip(" \t")  # not CR/LF: those are refused
+    if _CONTROL.search(value):
+        raise SpecError(f"--header {text!r}: the value contains a control character (CR, LF, "
+                        "...), which would break or inject HTTP headers; remove it")
+    return name, value
+
+
+def check_api_key(key: str) -> str:
+    """The bearer token without surrounding whitespace (a secret file's trailing newline)."""
+    key = key.strip()
+    if _CONTROL.search(key):
+        raise SpecError("--api-key / OPENAI_API_KEY contains a control character (CR, LF, "
+                        "...); it cannot be sent in an HTTP header")
+    return key
+
+
+def parse_workers(text: str) -> int | None:
+    """`N` worker processes, or `auto` (None: chosen from the cores and the concurrency)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SpecError(f"--workers {text!r}: expected a number of processes or auto") from None
+    if not 1 <= value <= MAX_WORKERS:
+        raise SpecError(f"--workers {value}: must be in 1..{MAX_WORKERS} (or auto)")
+    return value
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Linux cpu-list syntax, as taskset -c: `0-3`, `2,4,6`, `0-1,8-9`."""
+    cpus: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            low, sep, high = part.partition("-")
+            first, last = int(low), int(high) if sep else int(low)
+            if first < 0 or last < first:
+                raise ValueError
+            cpus += range(first, last + 1)
+    except ValueError:
+        raise SpecError(f"--cpu-affinity {text!r}: expected CPU numbers like 0-3 or 2,4,6") \
+            from None
+    if not cpus or len(set(cpus)) != len(cpus):
+        raise SpecError(f"--cpu-affinity {text!r}: list each CPU once")
+    return tuple(cpus)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`I/N`: shard I (0-based, like a Kubernetes completion index) of N."""
+    index, sep, count = text.strip().partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not sep or not 0 <= i < n:
+        raise SpecError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/4 "
+                        "(I counts from 0, like a Kubernetes Job completion index)")
+    return i, n
 
 
 def _check(condition: bool, message: str) -> None:
@@ -168,12 +317,26 @@ def validate(spec: RunSpec) -> None:
     """Raise SpecError for the first invalid setting (RunSpec calls this on construction)."""
     _check(bool(spec.conc) and all(1 <= c <= MAX_CONC for c in spec.conc),
            f"--conc: every concurrency must be in 1..{MAX_CONC}")
-    _check(spec.isl >= 1, f"--isl {spec.isl}: must be >= 1 token")
-    _check(spec.osl >= 1, f"--osl {spec.osl}: must be >= 1 token")
+    _check(spec.isl is not None or spec.dataset is not None,
+           "--isl is required (or --dataset, whose prompts give the input lengths)")
+    _check(spec.osl is not None or spec.dataset is not None,
+           "--osl is required (or a ShareGPT --dataset, whose answers give the output lengths)")
+    _check(spec.isl is None or spec.isl >= 1, f"--isl {spec.isl}: must be >= 1 token")
+    _check(spec.osl is None or spec.osl >= 1, f"--osl {spec.osl}: must be >= 1 token")
+    _check(spec.num_prompts is None or spec.num_prompts >= 1, "--num-prompts: must be >= 1")
+    _check(spec.num_warmups is None or spec.num_warmups >= 0, "--num-warmups: must be >= 0")
+    _check(spec.dataset_format in DATASET_FORMATS,
+           f"dataset format {spec.dataset_format!r}: allowed: {', '.join(DATASET_FORMATS)}")
     _check(spec.sim or bool(spec.base_url), "--base-url is required (or use --sim)")
     if spec.base_url:
         _check(spec.base_url.startswith(("http://", "https://")),
                f"--base-url {spec.base_url!r}: must start with http:// or https://")
+        # aiohttp refuses both at the first request (a traceback, not a line): say it here
+        _check(not url_has_credentials(spec.base_url) or not (spec.api_key or any(
+            name.lower() == "authorization" for name, _ in spec.headers)),
+            "--base-url carries credentials (user:password@, sent as Basic auth) and "
+            "--api-key, $OPENAI_API_KEY or --header Authorization sets Authorization "
+            "too: keep one")
     _check(spec.endpoint in ENDPOINTS, f"--endpoint {spec.endpoint!r}: allowed: completions, chat")
     _check(spec.encoder in ENCODER_NAMES,
            f"--encoder {spec.encoder!r}: allowed: {', '.join(ENCODER_NAMES)}")
@@ -197,8 +360,44 @@ def validate(spec: RunSpec) -> None:
            "--percentiles: each must be strictly between 0 and 100")
     _check(spec.request_timeout_s is None or spec.request_timeout_s > 0,
            "--request-timeout: must be > 0 seconds")
+    _check(spec.http_timeout_s > 0, "--http-timeout: must be > 0 seconds")
+    _check(spec.stream_idle_timeout_s > 0, "--stream-idle-timeout: must be > 0 seconds")
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
     _check(spec.http_client in HTTP_CLIENTS,
            f"--http-client {spec.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}")
+    check_extra_body(spec.extra_body)
+    for name, value in spec.headers:  # argv went through parse_header; RunSpec(...) may not
+        parse_header(f"{name}:{value}")
+    if spec.api_key is not None:
+        _check(not _CONTROL.search(spec.api_key),
+               "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)")
     if spec.dataset is not None:
         _check(spec.dataset.is_file(), f"--dataset {spec.dataset}: no such file")
+    for url in spec.server_metrics:
+        _check(url.startswith(("http://", "https://")),
+               f"--server-metrics {url!r}: must start with http:// or https://")
+    if spec.vllm_result is not None:
+        _validate_vllm_result(spec.vllm_result)
+    _check(spec.workers is None or 1 <= spec.workers <= MAX_WORKERS,
+           f"--workers: must be in 1..{MAX_WORKERS} (or auto)")
+    _check(0 <= spec.shard_index < spec.shard_count,
+           f"--shard {spec.shard_index}/{spec.shard_count}: need 0 <= I < N")
+    _check(spec.shard_sync is None or spec.shard_count > 1,
+           "--shard-sync lines up the shards of a --shard I/N run: use it with --shard")
+    _check(not spec.cpu_affinity or spec.workers != 1,
+           "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
+           "auto), or start a single process under taskset")
+
+
+def _validate_vllm_result(options: VllmResultOptions) -> None:
+    unknown = [m for m in options.percentile_metrics if m not in VLLM_PERCENTILE_METRICS]
+    _check(bool(options.percentile_metrics) and not unknown,
+           f"--percentile-metrics: {','.join(unknown) or '(none)'} not reported; allowed: "
+           f"{', '.join(VLLM_PERCENTILE_METRICS)}")
+    _check(bool(options.metric_percentiles)
+           and all(0 < p < 100 for p in options.metric_percentiles),
+           "--metric-percentiles: each must be strictly between 0 and 100")
+    if options.filename is not None:
+        _check(bool(options.filename) and "/" not in options.filename,
+               f"--result-filename {options.filename!r}: a file name, not a path "
+               "(use --result-dir for the directory)")

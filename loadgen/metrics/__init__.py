@@ -1,1 +1,1 @@
-"""metrics"""
+"""Stage 5: records -> numbers. Pure numpy; the one typed PointResult schema lives here."""

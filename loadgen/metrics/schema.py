@@ -157,7 +157,12 @@ class PointResult(PointMetrics):
     client_loop_lag_p99_ms: float | None
     client_loop_lag_max_ms: float | None
     client_loop_lag_samples: int
+    client_processes: list[dict[str, Any]]
+    clock_alignment_uncertainty_ms: float | None
     complete: bool
+    incomplete_reason: str | None
+    shard: str | None
+    shards_merged: int
     target: str
     run_id: str
     model_id: str | None
@@ -165,8 +170,8 @@ class PointResult(PointMetrics):
     endpoint: str
     base_url: str
     backend: str
-    input_len: int
-    output_len: int
+    input_len: int | None
+    output_len: int | None
     range_ratio: float
     request_rate: float | str
     burstiness: float
@@ -175,3 +180,4 @@ class PointResult(PointMetrics):
     warmup_failed: int
     loadgen_version: str
     tokenizer_check: dict[str, Any] | None
+    server_metrics_by_url: list[dict[str, Any]] | None

@@ -9,7 +9,7 @@ of histograms are kept, which is all a mean over a point needs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -105,3 +105,48 @@ def server_latency_means(before: ServerSnapshot, after: ServerSnapshot) -> dict[
         result[f"server_mean_{metric}_ms"] = mean
     result["server_requests"] = counter_delta(before, after, LATENCY_HISTOGRAMS["ttft"] + "_count")
     return result
+
+
+def merge_snapshots(snapshots: Sequence[ServerSnapshot | None]) -> ServerSnapshot | None:
+    """Sum of several servers' snapshots (engines behind a router, workers behind a
+    frontend); None when any is missing, since a partial sum would be a wrong total."""
+    if not snapshots or any(s is None for s in snapshots):
+        return None
+    samples: dict[str, float] = {}
+    keyed: dict[str, dict[str, float]] = {}
+    for snapshot in snapshots:
+        assert snapshot is not None
+        for name, value in snapshot.samples.items():
+            samples[name] = samples.get(name, 0.0) + value
+        for name, by_key in snapshot.keyed.items():
+            into = keyed.setdefault(name, {})
+            for key, value in by_key.items():
+                into[key] = into.get(key, 0.0) + value
+    return ServerSnapshot(samples=samples, keyed=keyed)
+
+
+KV_USAGE = "vllm:kv_cache_usage_perc"
+WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"
+# Gauges watched during a point: KV usage is a fraction per engine (the fullest engine
+# is kept); queue lengths are summed over engines.
+WATCHED_GAUGES: Mapping[str, str] = MappingProxyType(
+    {KV_USAGE: "max", WAITING: "sum", RUNNING: "sum"}
+)
+
+
+def gauge_samples(text: str) -> dict[str, float]:
+    """WATCHED_GAUGES from /metrics text by a line scan (no full parse: this runs during
+    the measured phase, on the client's loop). Absent gauges are absent from the dict."""
+    found: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in WATCHED_GAUGES:
+            try:
+                found.setdefault(name, []).append(float(line.rsplit(" ", 1)[-1]))
+            except ValueError:
+                continue
+    return {name: (max(values) if WATCHED_GAUGES[name] == "max" else sum(values))
+            for name, values in found.items()}

@@ -47,8 +47,8 @@ class PointContext:
     """What summarize needs to know about the point besides its records."""
 
     conc: int
-    input_len: int
-    output_len: int
+    input_len: int | None  # None: lengths come from a dataset, per request
+    output_len: int | None
     spec_tokens: int | None = None  # K draft tokens per step; None/0 = no spec decoding known
     slos: Mapping[str, float] = field(default_factory=dict)  # 'ttft'|'tpot'|'itl'|'e2el' -> ms
     percentiles: tuple[float, ...] = ()

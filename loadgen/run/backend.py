@@ -19,11 +19,11 @@ import aiohttp
 from tokenizers import Tokenizer
 
 from loadgen.client.native.client import NativeStreams
-from loadgen.client.preflight import ServerInfo, preflight, scrape_metrics
+from loadgen.client.preflight import ServerInfo, preflight
+from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls, scrape_all
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
-from loadgen.metrics.server import ServerSnapshot
 from loadgen.records import RequestRecord
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec, text_counter
@@ -42,9 +42,11 @@ class Backend(Protocol):
     @property
     def base_url(self) -> str: ...
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int]) -> ServerInfo:
-        """Check the server (ServerError when the run cannot start); after it, `send`
-        uses the request options the server accepted (`ServerInfo.options`)."""
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
+        """Check the server (ServerError when the run cannot start) for requests up to
+        `longest` (input, output) tokens; after it, `send` uses the request options the
+        server accepted (`ServerInfo.options`)."""
         ...
 
     async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
@@ -53,8 +55,12 @@ class Backend(Protocol):
         request is cancelled (which then re-raises CancelledError)."""
         ...
 
-    async def scrape(self) -> ServerSnapshot | None:
-        """The server's /metrics now, or None when it has none."""
+    async def scrape(self) -> Scrape:
+        """The server's /metrics now (each `--server-metrics` URL's, or the target's)."""
+        ...
+
+    def gauge_watch(self) -> GaugeWatch | None:
+        """A watcher of the KV-cache and queue gauges during a point, when asked for."""
         ...
 
 
@@ -70,19 +76,30 @@ class HttpBackend:
         self.target = target
         self.base_url = spec.base_url.rstrip("/")
         self.tokenizer = tokenizer
+        self.metrics_urls = metrics_urls(spec.server_metrics, self.base_url)
         self._transport: Transport | None = None
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int]) -> ServerInfo:
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
         spec = self.spec
         server = await preflight(
-            self.session, self.base_url, wanted_model=spec.model, isl=spec.isl, osl=spec.osl,
-            options=options, prompt=probe, request_timeout_s=spec.request_timeout_s,
+            self.session, self.base_url, wanted_model=spec.model, isl=longest[0],
+            osl=longest[1], options=options, prompt=probe,
+            request_timeout_s=spec.request_timeout_s,
+            stream_idle_timeout_s=spec.stream_idle_timeout_s,
+            metrics_urls=self.metrics_urls if spec.server_metrics else (),
             streams=self.streams,
         )
-        self._transport = Transport(self.streams, self.base_url + server.options.path,
-                                    request_timeout_s=spec.request_timeout_s,
-                                    count_text=text_counter(self.tokenizer))
+        self.adopt(server)
         return server
+
+    def adopt(self, server: ServerInfo) -> None:
+        """Send with what another process's preflight found (a worker process: the
+        parent checked the server once for all of them)."""
+        self._transport = Transport(self.streams, self.base_url + server.options.path,
+                                    request_timeout_s=self.spec.request_timeout_s,
+                                    stream_idle_timeout_s=self.spec.stream_idle_timeout_s,
+                                    count_text=text_counter(self.tokenizer))
 
     async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
                    scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
@@ -90,8 +107,32 @@ class HttpBackend:
         return await self._transport.send(request, x_request_id=x_request_id, conc=conc,
                                           scheduled_ns=scheduled_ns, on_record=on_record)
 
-    async def scrape(self) -> ServerSnapshot | None:
-        return await scrape_metrics(self.session, self.base_url)
+    async def scrape(self) -> Scrape:
+        return await scrape_all(self.session, self.metrics_urls)
+
+    def gauge_watch(self) -> GaugeWatch | None:
+        return GaugeWatch(self.session, self.metrics_urls) if self.spec.server_metrics else None
+
+
+def request_headers(spec: RunSpec) -> dict[str, str]:
+    headers = dict(spec.headers)
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
+    return headers
+
+
+@contextlib.asynccontextmanager
+async def open_streams(spec: RunSpec, session: aiohttp.ClientSession,
+                       max_connections: int) -> AsyncIterator[StreamClient]:
+    """The client of the measured streams that `--http-client` names."""
+    if spec.http_client == "aiohttp":
+        yield AiohttpStreams(session)
+        return
+    native = NativeStreams(max_connections=max_connections, headers=request_headers(spec))
+    try:
+        yield native
+    finally:
+        await native.close()
 
 
 @contextlib.asynccontextmanager
@@ -106,13 +147,8 @@ async def http_backend(spec: RunSpec, results_dir: Path,
             url = await stack.enter_async_context(
                 embedded_simulator(spec.sim_args, log_path=results_dir / "simulator.log"))
             spec, target = dataclasses.replace(spec, base_url=url), "simulator"
-        headers = dict(spec.headers)
-        if spec.api_key:
-            headers["Authorization"] = f"Bearer {spec.api_key}"
         session = await stack.enter_async_context(
-            open_session(max_connections=max(spec.conc), headers=headers))
-        streams: StreamClient = AiohttpStreams(session)
-        if spec.http_client == "native":
-            streams = NativeStreams(max_connections=max(spec.conc), headers=headers)
-            stack.push_async_callback(streams.close)
+            open_session(max_connections=max(spec.conc), headers=request_headers(spec),
+                         http_timeout_s=spec.http_timeout_s))
+        streams = await stack.enter_async_context(open_streams(spec, session, max(spec.conc)))
         yield HttpBackend(spec, session, target, tokenizer, streams)

@@ -54,7 +54,8 @@ def simulator_argv(port: int, extra: Sequence[str]) -> list[str]:
 
 async def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
     deadline = perf_counter() + START_TIMEOUT_S
-    async with aiohttp.ClientSession() as session:
+    # Each poll is bounded too: a simulator that accepts but never answers is not up.
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while perf_counter() < deadline:
             if process.poll() is not None:
                 log.seek(0)

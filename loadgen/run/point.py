@@ -8,20 +8,28 @@ process CPU clock cover the measured phase only.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
+from loadgen.client.server_metrics import GaugeWatch, Scrape
+from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.schema import PointMetrics, PointResult
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import RequestRecord
 from loadgen.run.backend import Backend
+from loadgen.run.client_health import ProcessHealth, client_fields
+from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.ids import x_request_id
-from loadgen.run.loop_health import LoopHealth, LoopLag, no_gc_pauses
+from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.observers import RunObserver
 from loadgen.run.scheduler import (
     Clock,
@@ -33,6 +41,7 @@ from loadgen.run.scheduler import (
 )
 from loadgen.sinks.files import write_point
 from loadgen.sinks.jsonl import JsonlSink
+from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
@@ -50,6 +59,8 @@ class RunContext:
     hooks: RunObserver
     clock: Clock
     sleep: Sleep
+    # before each measured phase, once warmed up: wait for the other shards (--shard-sync)
+    barrier: Callable[[int], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,59 +69,202 @@ class PointOutcome:
     result: PointResult
     complete: bool
     path: Path
+    # run.json's extra facts about the point, for `loadgen merge`: clock readings and the
+    # server's raw counters before and after
+    facts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def error_rate(self) -> float:
-        return self.result["error_rate"]
+        # None without requests (a shard holding none of a small point's slots)
+        return self.result["error_rate"] or 0.0
+
+
+class PointRecords:
+    """A point's records as they finish (kept, appended to requests_conc_<N>.jsonl, shown
+    live) and, at the end, its PointResult written as conc_<N>.json. The records may come
+    from this process (`Point`) or from worker processes (run/workers.py)."""
+
+    def __init__(self, run: RunContext, conc: int, *, planned: int, warmup: int,
+                 slots: int) -> None:
+        self.run = run
+        self.conc = conc
+        self.planned = planned
+        self.warmup = warmup
+        self.slots = slots  # this run's slots of the point: conc, or its shard's share
+        self.records: list[RequestRecord] = []
+        path = run.results_dir / f"requests_conc_{conc}.jsonl"
+        path.unlink(missing_ok=True)  # a reused --results dir must not mix two runs' records
+        self.sink = JsonlSink(path)
+        self.before = Scrape()
+        self.watch: GaugeWatch | None = None
+        self.gauges: dict[str, dict[str, list[float]]] = {}
+        self.started = False
+        self.clock: ClockPair | None = None
+
+    def begin(self, before: Scrape) -> None:
+        """The measured phase starts now (the server's counters were just read)."""
+        self.before, self.started, self.clock = before, True, read_pair()
+        self.watch = self.run.backend.gauge_watch()
+        if self.watch is not None:
+            self.watch.start()
+        self.run.hooks.point_started(self.conc, self.planned)
+
+    async def scrape_after(self) -> Scrape:
+        """The measured phase is over: the gauges watched during it, then the counters."""
+        if self.watch is not None:
+            self.gauges, self.watch = await self.watch.stop(), None
+        return await self.run.backend.scrape()
+
+    def add(self, record: RequestRecord) -> None:
+        self.records.append(record)
+        self.sink.write(record)
+        self.run.hooks.request_finished(record)
+
+    def close(self) -> None:
+        """Stopped during warmup: nothing was measured."""
+        self.sink.close()
+
+    def finalize(self, *, complete: bool, after: Scrape | None,
+                 processes: Sequence[ProcessHealth], warmup_failed: int,
+                 reason: str | None = None) -> PointOutcome:
+        self.sink.close()
+        if self.watch is not None:
+            self.watch.cancel()  # interrupted: the gauge watch must not outlive the point
+        spec = self.run.spec
+        server_after = after.total if complete and after is not None else None
+        by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
+                                self.gauges) if spec.server_metrics and after else None
+        # A shard's own result: the steady window is that of its own slots.
+        ctx = PointContext(conc=self.slots, input_len=spec.isl, output_len=spec.osl,
+                           spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
+                           percentiles=spec.percentiles, num_gpus=spec.num_gpus)
+        metrics = summarize(self.records, ctx, server_before=self.before.total,
+                            server_after=server_after)
+        metrics["max_concurrency"] = self.conc
+        health = [p.to_json() for p in processes]
+        result = self._result(metrics, complete, health, warmup_failed, reason, by_url)
+        path = write_point(self.run.results_dir, result)
+        if spec.vllm_result is not None and complete:  # vLLM writes none when interrupted
+            write_vllm_result(self.run.results_dir, result, self.records, spec.vllm_result,
+                              points=len(spec.conc))
+        self.run.hooks.point_finished(self.conc, result)
+        facts = {"clock": clock_facts(self.clock, read_pair()) if self.clock else None,
+                 "server_before": snapshot_json(self.before.total),
+                 "server_after": snapshot_json(server_after)}
+        return PointOutcome(self.conc, result, complete, path, facts)
+
+    def _result(self, metrics: PointMetrics, complete: bool, processes: list[dict[str, Any]],
+                warmup_failed: int, reason: str | None,
+                by_url: list[dict[str, Any]] | None) -> PointResult:
+        """The metrics plus what only the runner knows (client health, identity, settings)."""
+        run, spec = self.run, self.run.spec
+        return {
+            **metrics,
+            # client health: the client processes' CPU over the measured phase (a loaded
+            # client stamps late); per chunk it is the client's cost of ingesting one event
+            **client_fields(processes, metrics["total_chunks"]),  # type: ignore[typeddict-item]
+            # one machine: every process read the same CLOCK_MONOTONIC
+            "clock_alignment_uncertainty_ms": 0.0,
+            "complete": complete, "incomplete_reason": None if complete else reason,
+            # a shard's own file holds its share only; `loadgen merge` writes the whole point
+            "shard": f"{spec.shard_index}/{spec.shard_count}" if spec.shard_count > 1 else None,
+            "shards_merged": 1,
+            "target": run.backend.target, "run_id": run.run_id,
+            "model_id": run.server.model, "endpoint_type": "openai",
+            "endpoint": spec.endpoint, "base_url": redact_url(run.backend.base_url),
+            "backend": "vllm",
+            "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,
+            "request_rate": spec.request_rate if spec.request_rate is not None else "inf",
+            "burstiness": spec.burstiness, "planned_requests": self.planned,
+            "warmup_requests": self.warmup, "warmup_failed": warmup_failed,
+            "loadgen_version": __version__,
+            "tokenizer_check": run.server.tokenize_check,
+            # each --server-metrics URL's own figures beside the summed ones
+            "server_metrics_by_url": by_url,
+        }
 
 
 class Point:
-    """Runs one plan; `finalize` writes whatever it measured, complete or not."""
+    """Runs one plan (or one process's share of it) in this process: warmup, then the
+    measured requests. Records go to `on_record`, by default this point's own
+    PointRecords; `finalize` writes whatever was measured, complete or not."""
 
-    def __init__(self, run: RunContext, plan: PointPlan) -> None:
+    def __init__(self, run: RunContext, plan: PointPlan, *, slots: int | None = None,
+                 on_record: Callable[[RequestRecord], None] | None = None,
+                 label: str = "shard 0/1 worker 0/1") -> None:
         self.run = run
         self.plan = plan
-        self.records: list[RequestRecord] = []
-        path = run.results_dir / f"requests_conc_{plan.conc}.jsonl"
-        path.unlink(missing_ok=True)  # a reused --results dir must not mix two runs' records
-        self.sink = JsonlSink(path)
-        self.before: ServerSnapshot | None = None
-        self.started = False
+        self.slots = plan.conc if slots is None else slots
+        self.label = label
+        self.recorded: PointRecords | None = None
+        if on_record is None:
+            self.recorded = PointRecords(run, plan.conc, planned=len(plan.measured),
+                                         warmup=len(plan.warmup), slots=self.slots)
+            on_record = self.recorded.add
+        self._deliver = on_record
+        self.sent_requests = self.sent_chunks = 0
         self.warmup_failed = 0
+        self.clock = ClockPair(0, 0, 0)
         self.cpu_start = 0.0
         # CPU of the measured phase only: not the /metrics scrape, GC or summarize after it.
         self.cpu_seconds: float | None = None
         self.loop_lag = LoopLag(on_sample=run.hooks.loop_lag)  # real time, always
-        self.health: LoopHealth | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.recorded is not None and self.recorded.started
 
     async def run_to_end(self) -> PointOutcome:
-        run, conc = self.run, self.plan.conc
-        await closed_loop(self.plan.warmup, conc, self._send_warmup, clock=run.clock)
-        self.before = await run.backend.scrape()
-        run.hooks.point_started(conc, len(self.plan.measured))
-        self.started = True
+        assert self.recorded is not None
+        await self.warm_up()
+        if self.run.barrier is not None:
+            await self.run.barrier(self.plan.conc)
+        self.recorded.begin(await self.run.backend.scrape())
+        await self.measure()
+        return self.finalize(complete=True, after=await self.recorded.scrape_after())
+
+    async def warm_up(self) -> None:
+        await closed_loop(self.plan.warmup, self.slots, self._send_warmup, clock=self.run.clock)
+
+    async def measure(self) -> None:
+        self.clock = read_pair()
         self.cpu_start = time.process_time()
         self.loop_lag.start()
         with no_gc_pauses():
             try:
                 await self._measured_phase()
             finally:  # before the deferred collection, which is not the point's
-                self.health = self.loop_lag.stop()
+                self.loop_lag.stop()
                 self.cpu_seconds = time.process_time() - self.cpu_start
-        after = await run.backend.scrape()
-        return self.finalize(complete=True, after=after)
+
+    def health(self) -> ProcessHealth:
+        cpu = self.cpu_seconds
+        if cpu is None:  # stopped before the measured phase ended
+            self.loop_lag.stop()
+            cpu = time.process_time() - self.cpu_start if self.cpu_start else 0.0
+        return ProcessHealth(self.label, self.sent_requests, self.sent_chunks, cpu,
+                             tuple(self.loop_lag.samples))
+
+    def finalize(self, *, complete: bool, after: Scrape | None) -> PointOutcome:
+        assert self.recorded is not None
+        return self.recorded.finalize(complete=complete, after=after,
+                                      processes=[self.health()],
+                                      warmup_failed=self.warmup_failed)
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
         deadline = deadline_after(spec.duration_s, run.clock())
         if spec.request_rate is None:
-            await closed_loop(measured, self.plan.conc, self._send, deadline_ns=deadline,
+            await closed_loop(measured, self.slots, self._send, deadline_ns=deadline,
                               clock=run.clock)
             return
-        offsets = arrival_offsets_ns(len(measured), spec.request_rate, spec.burstiness,
+        # The whole point's arrival times (a share keeps its requests' own), so the union
+        # of all processes' arrivals is the single-process one.
+        offsets = arrival_offsets_ns(spec.measured_requests(self.plan.conc),
+                                     spec.request_rate, spec.burstiness,
                                      point_rng(spec, self.plan.conc, ARRIVALS))
-        await open_loop(measured, self.plan.conc, self._send, offsets, deadline_ns=deadline,
-                        clock=run.clock, sleep=run.sleep)
+        await open_loop(measured, self.slots, self._send, offsets_for(measured, offsets),
+                        deadline_ns=deadline, clock=run.clock, sleep=run.sleep)
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         record = await self.run.backend.send(
@@ -128,51 +282,24 @@ class Point:
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=self._on_record)
 
     def _on_record(self, record: RequestRecord) -> None:
-        self.records.append(record)
-        self.sink.write(record)
-        self.run.hooks.request_finished(record)
-
-    def finalize(self, *, complete: bool, after: ServerSnapshot | None) -> PointOutcome:
-        self.sink.close()
-        spec = self.run.spec
-        ctx = PointContext(conc=self.plan.conc, input_len=spec.isl, output_len=spec.osl,
-                           spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
-                           percentiles=spec.percentiles, num_gpus=spec.num_gpus)
-        metrics = summarize(self.records, ctx, server_before=self.before,
-                            server_after=after if complete else None)
-        result = self._result(metrics, complete)
-        path = write_point(self.run.results_dir, result)
-        self.run.hooks.point_finished(self.plan.conc, result)
-        return PointOutcome(self.plan.conc, result, complete, path)
-
-    def _result(self, metrics: PointMetrics, complete: bool) -> PointResult:
-        """The metrics plus what only the runner knows (client health, identity, settings)."""
-        run, spec = self.run, self.run.spec
-        cpu = self.cpu_seconds
-        if cpu is None:  # stopped before the measured phase ended
-            cpu = time.process_time() - self.cpu_start
-        health = self.health or self.loop_lag.stop()
-        chunks = metrics["total_chunks"]
-        return {
-            **metrics,
-            # client health: this process's CPU over the measured phase (a loaded client
-            # stamps late); per chunk it is the client's cost of ingesting one event
-            "client_cpu_seconds": cpu,
-            "client_cpu_per_chunk_us": cpu / chunks * 1e6 if chunks else None,
-            "client_loop_lag_p99_ms": health.p99_ms,
-            "client_loop_lag_max_ms": health.max_ms,
-            "client_loop_lag_samples": health.samples,
-            "complete": complete, "target": run.backend.target, "run_id": run.run_id,
-            "model_id": run.server.model, "endpoint_type": "openai",
-            "endpoint": spec.endpoint, "base_url": run.backend.base_url, "backend": "vllm",
-            "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,
-            "request_rate": spec.request_rate if spec.request_rate is not None else "inf",
-            "burstiness": spec.burstiness, "planned_requests": len(self.plan.measured),
-            "warmup_requests": len(self.plan.warmup), "warmup_failed": self.warmup_failed,
-            "loadgen_version": __version__,
-            "tokenizer_check": run.server.tokenize_check,
-        }
+        record = dataclasses.replace(record, clock_mono_ns=self.clock.mono_ns,
+                                     clock_unix_ns=self.clock.unix_ns)
+        self.sent_requests += 1
+        self.sent_chunks += len(record.chunk_ns)
+        self._deliver(record)
 
 
 def _discard(_record: RequestRecord) -> None:
     """Warmup records are not measurements."""
+
+
+def offsets_for(requests: Sequence[RequestSpec], offsets: Sequence[int]) -> list[int]:
+    """Each request's own arrival offset (requests carry their index in the point)."""
+    return [offsets[request.index] for request in requests]
+
+
+def snapshot_json(snapshot: ServerSnapshot | None) -> dict[str, Any] | None:
+    if snapshot is None:
+        return None
+    return {"samples": dict(snapshot.samples),
+            "keyed": {name: dict(values) for name, values in snapshot.keyed.items()}}

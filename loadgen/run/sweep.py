@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
@@ -25,12 +25,16 @@ from tokenizers import Tokenizer
 from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
+from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
+from loadgen.errors import LoadgenError
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.ids import new_run_id
 from loadgen.run.observers import FanoutObserver, RunObserver
 from loadgen.run.point import Point, PointOutcome, RunContext
 from loadgen.run.scheduler import Clock, Sleep
+from loadgen.run.shard_sync import ShardBarrier
+from loadgen.run.shares import Share
 from loadgen.sinks.files import write_atomic
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.progress import ProgressLine
@@ -61,6 +65,7 @@ def body_options(spec: RunSpec) -> BodyOptions:
     return BodyOptions(
         endpoint=spec.endpoint, model=spec.model or "", temperature=spec.temperature,
         seed=spec.seed, thinking=spec.thinking, reasoning_effort=spec.reasoning_effort,
+        extra_body=spec.extra_body,
     )
 
 
@@ -68,6 +73,13 @@ def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
     """The preflight prompt (text, tokens); raises SpecError when the workload cannot be
     built (isl below the template, range ratio too low, bad dataset)."""
     return Workload(spec, tokenizer, body_options(spec)).preflight_prompt()
+
+
+def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> tuple[tuple[str, int], tuple[int, int]]:
+    """(the preflight prompt, (input, output) tokens of the longest request) from one
+    Workload: the dataset is read and encoded once."""
+    workload = Workload(spec, tokenizer, body_options(spec))
+    return workload.preflight_prompt(), workload.longest_request()
 
 
 async def run_sweep(
@@ -80,6 +92,9 @@ async def run_sweep(
     Without `backend` the server is `spec.base_url` (or the embedded simulator for
     `spec.sim`) over HTTP; `clock` and `sleep` drive the scheduler (tests pass virtual ones).
     """
+    from loadgen.run.workers import resolve_workers
+
+    spec = resolve_workers(spec)
     results_dir = spec.results_dir or default_results_dir()
     results_dir.mkdir(parents=True, exist_ok=True)
     progress = ProgressLine(len(spec.conc)) if spec.progress else None
@@ -88,13 +103,17 @@ async def run_sweep(
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
-    probe = await asyncio.to_thread(probe_prompt, spec, tokenizer)
+    probe, longest = await asyncio.to_thread(probe_workload, spec, tokenizer)
     sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep)
     try:
         async with _backend(spec, results_dir, tokenizer, backend) as server:
-            await sweep.run(server, probe)
+            await sweep.run(server, probe, longest)
     except asyncio.CancelledError:
         sweep.finish(interrupted=True)
+        raise
+    except LoadgenError:
+        if sweep.points:  # e.g. a worker died: what was measured is written
+            sweep.finish(interrupted=True)
         raise
     finally:
         if progress is not None:
@@ -129,19 +148,41 @@ class _Sweep:
         self.current: Point | None = None
         self._finished: SweepOutcome | None = None
 
-    async def run(self, backend: Backend, probe: tuple[str, int]) -> None:
+    async def run(self, backend: Backend, probe: tuple[str, int],
+                  longest: tuple[int, int]) -> None:
         self.backend = backend
-        self.server = await backend.preflight(body_options(self.spec), probe)
+        self.server = await backend.preflight(body_options(self.spec), probe, longest)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
-                             self.hooks, self.clock, self.sleep)
+                             self.hooks, self.clock, self.sleep, self._barrier())
+        if self.spec.workers != 1:
+            await self._run_on_workers(context)
+            return
         workload = Workload(self.spec, self.tokenizer, self.server.options)
+        share = Share(self.spec.shard_index, self.spec.shard_count)
         for conc in self.spec.conc:
-            plan = await asyncio.to_thread(workload.point, conc)
-            self.current = Point(context, plan)
+            keep = share.owner(conc) if share.shards > 1 else None
+            plan = await asyncio.to_thread(workload.point, conc, keep)
+            self.current = Point(context, plan, slots=len(share.slots(conc)),
+                                 label=share.label)
             self.points.append(await self.current.run_to_end())
             self.current = None
+
+    def _barrier(self) -> Callable[[int], Awaitable[None]] | None:
+        spec = self.spec
+        if spec.shard_sync is None:
+            return None
+        barrier = ShardBarrier(spec.shard_sync, spec.shard_index, spec.shard_count)
+        barrier.check_fresh()
+        return barrier.wait
+
+    async def _run_on_workers(self, context: RunContext) -> None:
+        from loadgen.run.workers import worker_pool
+
+        async with worker_pool(context) as pool:
+            for conc in self.spec.conc:
+                await pool.run_point(conc, self.points.append)
 
     def finish(self, *, interrupted: bool) -> SweepOutcome:
         if self._finished is not None:
@@ -149,8 +190,8 @@ class _Sweep:
         if self.current is not None:  # the interrupted point: keep what it measured
             if self.current.started:
                 self.points.append(self.current.finalize(complete=False, after=None))
-            else:
-                self.current.sink.close()  # stopped during warmup: nothing was measured
+            elif self.current.recorded is not None:  # stopped during warmup: nothing measured
+                self.current.recorded.close()
             self.current = None
         failed = tuple(p.conc for p in self.points if p.error_rate > self.spec.max_error_rate)
         self._write_sweep_files(interrupted)
@@ -164,16 +205,18 @@ class _Sweep:
         run = {
             "run_id": self.run_id, "loadgen_version": __version__,
             "target": backend.target if backend else None,
-            "base_url": backend.base_url if backend else self.spec.base_url,
+            "base_url": redact_url(backend.base_url if backend else self.spec.base_url or ""),
             "started_unix": self.started_unix,
             "finished_unix": time.time(), "interrupted": interrupted,
             "settings": _settings(self.spec),
             "server": self.server.to_json() if self.server else None,
+            "shard": {"index": self.spec.shard_index, "count": self.spec.shard_count},
             "points": [{"conc": p.conc, "complete": p.complete, "file": p.path.name,
-                        "error_rate": p.error_rate} for p in self.points],
+                        "error_rate": p.error_rate, **p.facts} for p in self.points],
         }
         write_atomic(self.results_dir / "run.json",
-                     orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+                     orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
+                                  default=str))  # nested settings (vllm_result) hold Paths
         if not results:
             return
         rows = sweep_rows(results)
@@ -187,4 +230,5 @@ def _settings(spec: RunSpec) -> dict[str, Any]:
     settings = dataclasses.asdict(spec)
     settings.pop("api_key", None)  # never write a credential into results
     settings["headers"] = [name for name, _ in spec.headers]  # names only: may hold tokens
+    settings["base_url"] = spec.base_url and redact_url(spec.base_url)  # user:pw@ -> ***@
     return {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()}

@@ -3,13 +3,16 @@
 Each run lives in `<data-dir>/runs/<id>/`: `run.json` (state, options, progress, per-point
 summaries; replaced atomically on every change of state) and `results/` (the engine's
 result files). A restarted sidecar lists the runs it finds there; one that was still
-running when the process died is reported as `interrupted`.
+running when the process died is reported as `interrupted`. A record holds the options
+with their secrets redacted (config/redact.py): the sweep gets the real ones from the
+caller, never from the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -18,11 +21,13 @@ from typing import Any, Literal
 
 import orjson
 
+from loadgen.config.redact import redact_options, redact_text
 from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
 from loadgen.run.ids import RUN_ID, new_run_id
 from loadgen.sinks.files import write_atomic
 
+log = logging.getLogger("loadgen.serve")
 RunStateName = Literal["running", "succeeded", "cancelled", "failed", "interrupted"]
 # Per-point fields kept in run.json and shown by GET /v1/runs/{id}; the full result is in
 # the result files.
@@ -131,6 +136,7 @@ class RunManager:
     """At most one active run; every run's record kept in memory and on disk."""
 
     def __init__(self, data_dir: Path, clock: Callable[[], float] = time.time) -> None:
+        self.data_dir = data_dir
         self.runs_dir = data_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._clock = clock
@@ -143,14 +149,23 @@ class RunManager:
         for path in sorted(self.runs_dir.glob("*/run.json")):
             if not RUN_ID.match(path.parent.name):
                 continue
+            if path.parent.is_symlink() or path.is_symlink():  # never made by loadgen
+                log.warning("loadgen serve: %s is reached through a symbolic link; ignored",
+                            path)
+                continue
             try:
                 record = RunRecord.from_json(orjson.loads(path.read_bytes()))
             except (OSError, ValueError, TypeError) as exc:
                 # A damaged file must not keep the service from starting; say which.
                 record = RunRecord(id=path.parent.name, state="failed", created_unix=0.0,
                                    options={}, error=f"unreadable run.json: {exc}")
-            if record.state == "running":
-                record.state, record.error = "interrupted", "the sidecar stopped during the run"
+            options = redact_options(record.options)
+            if record.state == "running" or options != record.options:
+                if record.state == "running":
+                    record.state = "interrupted"
+                    record.error = "the sidecar stopped during the run"
+                # also rewrites a record kept by a version that stored secrets in clear
+                record.options = options
                 self.save(record)
             self.runs[record.id] = record
 
@@ -166,12 +181,13 @@ class RunManager:
         write_atomic(self.run_dir(record.id) / "run.json",
                      orjson.dumps(record.to_json(), option=orjson.OPT_INDENT_2))
 
-    def start(self, options: dict[str, Any], points: int, sweep: SweepStarter) -> RunRecord:
+    def start(self, options: Mapping[str, Any], points: int, sweep: SweepStarter) -> RunRecord:
+        """Start `sweep`; the record keeps `options` redacted (the sweep has its own)."""
         if self.active is not None and not self.active[1].done():
             raise Busy(self.active[0].id)
         now = self._clock()
         record = RunRecord(id=new_run_id(now), state="running", created_unix=now,
-                           options=options)
+                           options=redact_options(options))
         record.progress.points_total = points
         self.runs[record.id] = record
         self.save(record)
@@ -190,7 +206,8 @@ class RunManager:
             record.state = "cancelled"
             raise
         except Exception as exc:  # a failed sweep is reported, the sidecar keeps serving
-            record.state, record.error = "failed", f"{type(exc).__name__}: {exc}"
+            # redacted: a preflight error names the target URL, credentials and all
+            record.state, record.error = "failed", redact_text(f"{type(exc).__name__}: {exc}")
         finally:
             record.finished_unix = self._clock()
             record.progress.in_flight = 0
@@ -215,10 +232,3 @@ class RunManager:
 
     def is_busy(self) -> bool:
         return self.active is not None and not self.active[1].done()
-
-    def result_files(self, run_id: str) -> list[Path]:
-        directory = self.results_dir(run_id)
-        if not directory.is_dir():
-            return []
-        return sorted(p for p in directory.rglob("*") if p.is_file()
-                      and not p.name.startswith("."))

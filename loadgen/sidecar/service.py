@@ -2,14 +2,18 @@
 plus /metrics (live Prometheus), /healthz and /readyz.
 
   POST   /v1/runs                 {"conc": "4..64", "isl": 8192, ...} -> 202 {"id": ...}
-                                  (400 invalid, 409 a run is active)
+                                  (400 invalid, 409 a run is active); or a sweep file's
+                                  document ({"lanes": [...]}, JSON or application/yaml):
+                                  its lanes run one after another into results/<lane>/
   GET    /v1/runs                 every run, newest first (survives restarts)
   GET    /v1/runs/{id}            state, progress, per-point summaries
   GET    /v1/runs/{id}/results    the result files (point JSONs parsed, all files listed)
   GET    /v1/runs/{id}/files/{f}  one result file as stored
   DELETE /v1/runs/{id}            cancel; what was measured is kept
 Security: with LOADGEN_API_TOKEN set, /v1/* needs `Authorization: Bearer <token>`;
-a non-loopback --listen without a token is refused unless --insecure-no-auth.
+a non-loopback --listen without a token is refused unless --insecure-no-auth. Secrets
+in run options and the target URL are redacted in everything stored or returned; no
+symbolic link below the data directory is listed or followed.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hmac
+import functools
 import ipaddress
 import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +39,22 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from tokenizers import Tokenizer
 
-from loadgen.config.args import spec_from_options
+from loadgen.config.redact import redact_json, redact_text
 from loadgen.config.spec import RunSpec, SpecError
+from loadgen.config.sweepfile import Lane
 from loadgen.errors import UsageError
 from loadgen.run.ids import RUN_ID
 from loadgen.run.observers import FanoutObserver
+from loadgen.sidecar.auth import auth_middleware, token_problem
 from loadgen.sidecar.canary import Canary, CanarySettings
+from loadgen.sidecar.options import parse_body, plan_for, spec_for
+from loadgen.sidecar.result_files import (
+    NotServed,
+    list_beneath,
+    open_beneath,
+    read_beneath,
+    stream_file,
+)
 from loadgen.sidecar.runs import (
     Busy,
     ProgressObserver,
@@ -53,12 +67,8 @@ from loadgen.tokenizer import load_tokenizer
 log = logging.getLogger("loadgen.serve")
 TOKEN_ENV = "LOADGEN_API_TOKEN"
 MAX_BODY_BYTES = 64 * 1024
-# Options the sidecar sets itself (the target, where results go) or does not accept from
-# the network (paths on its disk, credentials): normalised names (`-` -> `_`).
-RESERVED_OPTIONS = frozenset({
-    "base_url", "model", "sim", "sim_args", "results", "results_dir", "dataset", "tokenizer",
-    "metrics_port", "api_key", "no_progress",
-})
+# GET /results parses each JSON file; a point file is ~10 KB, anything this big is not one.
+MAX_PARSED_JSON_BYTES = 16 * 1024 * 1024
 
 
 class ServiceError(UsageError):
@@ -89,21 +99,14 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(config: ServiceConfig) -> None:
+    problem = token_problem(config.token) if config.token else None
+    if problem:
+        raise ServiceError(f"{TOKEN_ENV} {problem}")
     if not config.token and not is_loopback(config.host) and not config.insecure_no_auth:
         raise ServiceError(
             f"refusing to listen on {config.host} without {TOKEN_ENV}: set {TOKEN_ENV} "
             "to a secret (e.g. `openssl rand -hex 16`), listen on 127.0.0.1, or pass "
             "--insecure-no-auth")
-
-
-def spec_for(config: ServiceConfig, options: Mapping[str, Any], results_dir: Path) -> RunSpec:
-    """The caller's options, validated by the CLI's own code, aimed at our target."""
-    reserved = sorted(k for k in options if k.replace("-", "_") in RESERVED_OPTIONS)
-    if reserved:
-        raise SpecError(f"{', '.join(reserved)}: not accepted over the API (the sidecar sets "
-                        "the target, model and results directory itself)")
-    return spec_from_options({**options, "base_url": config.target, "model": config.model,
-                              "results": str(results_dir), "no_progress": True})
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -113,28 +116,6 @@ def json_response(data: Any, status: int = 200) -> web.Response:
 
 def error(status: int, message: str) -> web.Response:
     return json_response({"error": message}, status)
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def auth_middleware(token: str | None) -> Any:
-    expected = token.encode() if token else None
-
-    @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if expected is not None and request.path.startswith("/v1/"):
-            given = request.headers.get("Authorization", "")
-            scheme, _, credential = given.partition(" ")
-            # compare_digest: the time taken does not reveal how much of the token matched.
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                    credential.strip().encode(), expected):
-                response = error(401, "missing or wrong bearer token")
-                response.headers["WWW-Authenticate"] = 'Bearer realm="loadgen"'
-                return response
-        return await handler(request)
-
-    return check
 
 
 class Service:
@@ -150,6 +131,9 @@ class Service:
             CanarySettings(config.target, config.model, config.canary_conc,
                            config.canary_interval_s, config.data_dir),
             self.metrics, self.manager.is_busy)
+        # Files are only ever opened below this (resolved once: the data directory itself
+        # may be a link the operator made; nothing below it may be).
+        self.root = config.data_dir.resolve()
         self.port = 0
         self._loaded_tokenizer: Tokenizer | None = None
 
@@ -169,23 +153,31 @@ class Service:
 
     async def post_run(self, request: web.Request) -> web.Response:
         try:
-            options = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            return error(400, f"body is not JSON: {exc}")
+            options = parse_body(await request.read(), request.content_type)
+        except SpecError as exc:
+            return error(400, str(exc))
         if not isinstance(options, dict):
             return error(400, 'body must be a JSON object of run options, e.g. '
-                         '{"conc": "4..64", "isl": 1024, "osl": 256}')
+                         '{"conc": "4..64", "isl": 1024, "osl": 256}, or a sweep document')
         if self.manager.active_id is not None:
             return error(409, f"run {self.manager.active_id} is still running; DELETE it or wait")
         probe_dir = self.config.data_dir / "runs" / "pending"
         try:
-            spec = spec_for(self.config, options, probe_dir)
-            await self._check_workload(spec)
+            if "lanes" in options:
+                plan = plan_for(self.config, options, probe_dir)
+                for lane in plan.lanes:
+                    await self._check_workload(lane.spec)
+                points, sweep = plan.points, self._lanes
+            else:
+                spec = spec_for(self.config, options, probe_dir)
+                await self._check_workload(spec)
+                points, sweep = len(spec.conc), self._sweep
         except SpecError as exc:
             return error(400, str(exc))
         await self.canary.pause()
         try:
-            record = self.manager.start(options, len(spec.conc), self._sweep)
+            # The record (run.json, GET) keeps the options redacted; the sweep the real ones.
+            record = self.manager.start(options, points, functools.partial(sweep, options))
         except Busy as exc:
             return error(409, str(exc))
         return json_response({"id": record.id, "state": record.state,
@@ -203,11 +195,11 @@ class Service:
 
         await asyncio.to_thread(probe_prompt, spec, await self._tokenizer())
 
-    async def _sweep(self, record: RunRecord, results_dir: Path,
+    async def _sweep(self, options: Mapping[str, Any], record: RunRecord, results_dir: Path,
                      progress: ProgressObserver) -> None:
         from loadgen.run.sweep import run_sweep
 
-        spec = spec_for(self.config, record.options, results_dir)
+        spec = spec_for(self.config, options, results_dir)
         metrics = self.metrics.observer(
             model=self.config.model, endpoint=spec.endpoint, points=len(spec.conc),
             spec_tokens=spec.spec_tokens)
@@ -216,6 +208,33 @@ class Service:
                             tokenizer=await self._tokenizer())
         finally:
             metrics.finished()
+
+    async def _lanes(self, options: Mapping[str, Any], record: RunRecord, results_dir: Path,
+                     progress: ProgressObserver) -> None:
+        """A sweep document's lanes, each with its own live-metrics observer."""
+        from loadgen.run.lanes import run_lanes
+        from loadgen.sinks.prometheus import MetricsObserver
+
+        plan = plan_for(self.config, options, results_dir)
+        current: list[MetricsObserver] = []
+
+        def observer_for(lane: Lane) -> FanoutObserver:
+            for done in current:  # the previous lane's series: nothing in flight any more
+                done.finished()
+            current[:] = [self.metrics.observer(
+                model=self.config.model, endpoint=lane.spec.endpoint,
+                points=len(lane.spec.conc), spec_tokens=lane.spec.spec_tokens)]
+            return FanoutObserver(progress, current[0])
+
+        try:
+            outcome = await run_lanes(plan, observer_for=observer_for,
+                                      tokenizer=await self._tokenizer())
+        finally:
+            for done in current:
+                done.finished()
+        failed = [lane.name for lane in outcome.lanes if lane.state == "failed"]
+        if failed:
+            raise RuntimeError(f"lanes failed: {', '.join(failed)} (see results/lanes.json)")
 
     def _record(self, request: web.Request) -> RunRecord | None:
         run_id = request.match_info["id"]
@@ -231,30 +250,38 @@ class Service:
             return error(404, f"no run {request.match_info['id']}")
         return json_response(record.to_json())
 
+    def _results_path(self, record: RunRecord) -> str:
+        return self.manager.results_dir(record.id).relative_to(self.manager.data_dir).as_posix()
+
     async def get_results(self, request: web.Request) -> web.Response:
         record = self._record(request)
         if record is None:
             return error(404, f"no run {request.match_info['id']}")
-        base = self.manager.results_dir(record.id)
+        base = self._results_path(record)
         files, points = [], []
-        for path in self.manager.result_files(record.id):
-            name = path.relative_to(base).as_posix()
-            files.append({"name": name, "bytes": path.stat().st_size})
-            if path.suffix == ".json":
-                with contextlib.suppress(OSError, orjson.JSONDecodeError):
-                    points.append({"file": name, "result": orjson.loads(path.read_bytes())})
+        for listed in list_beneath(self.root, base):  # symbolic links are skipped
+            files.append({"name": listed.name, "bytes": listed.size})
+            if listed.name.endswith(".json"):
+                with contextlib.suppress(NotServed, orjson.JSONDecodeError):
+                    data = read_beneath(self.root, f"{base}/{listed.name}",
+                                        MAX_PARSED_JSON_BYTES)
+                    # redacted again: files written before loadgen redacted them
+                    points.append({"file": listed.name, "result": redact_json(orjson.loads(data))})
         return json_response({"id": record.id, "state": record.state, "files": files,
                               "results": points})
 
     async def get_file(self, request: web.Request) -> web.StreamResponse:
         record = self._record(request)
+        name = request.match_info["name"]
         if record is None:
             return error(404, f"no run {request.match_info['id']}")
-        base = self.manager.results_dir(record.id).resolve()
-        path = (base / request.match_info["name"]).resolve()
-        if not path.is_relative_to(base) or not path.is_file():
-            return error(404, f"no file {request.match_info['name']} in run {record.id}")
-        return web.FileResponse(path)
+        try:
+            # A link at any level below the data directory is refused, not followed.
+            with open_beneath(self.root, f"{self._results_path(record)}/{name}") as fd:
+                return await stream_file(request, fd, name)
+        except NotServed:
+            return error(404, f"no file {name} in run {record.id} (symbolic links are "
+                         "not served)")
 
     async def delete_run(self, request: web.Request) -> web.Response:
         record = self._record(request)
@@ -274,10 +301,10 @@ class Service:
         try:
             async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=3)) as resp:
                 if resp.status != 200:
-                    return error(503, f"{url} answered HTTP {resp.status}")
+                    return error(503, redact_text(f"{url} answered HTTP {resp.status}"))
                 body = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            return error(503, f"{url} unreachable: {type(exc).__name__}: {exc}")
+            return error(503, redact_text(f"{url} unreachable: {type(exc).__name__}: {exc}"))
         served = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
         if self.config.model not in served:
             return error(503, f"target serves {served}, not {self.config.model!r}")
@@ -347,7 +374,7 @@ async def serve_until_signalled(config: ServiceConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with running_service(config) as service:
         log.info("loadgen serve: listening on http://%s:%d (target %s, model %s, auth %s)",
-                    config.host, service.port, config.target, config.model,
+                    config.host, service.port, redact_text(config.target), config.model,
                     "on" if config.token else "off")
         await stop.wait()
         log.info("loadgen serve: stopping (cancelling the active run, flushing results)")

@@ -28,7 +28,7 @@ histograms and token counters count completed requests only; decode chunks follo
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +43,7 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 
 from loadgen import __version__
 from loadgen.histogram import BulkHistogram, HistogramSeries
@@ -353,17 +354,38 @@ class MetricsServer:
         return f"http://{self.host}:{self.port}/metrics"
 
 
+class WithLabels:
+    """Every series of `registry` with `labels` added: a shard's `shard` label, so that
+    Prometheus keeps the shards' series apart and a dashboard sums them (`sum by (le)`)."""
+
+    def __init__(self, registry: CollectorRegistry, labels: Mapping[str, str]) -> None:
+        self.registry = registry
+        self.labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [s._replace(labels={**s.labels, **self.labels})
+                                for s in family.samples]
+            yield labelled
+
+
 @asynccontextmanager
 async def live_metrics(*, model: str, endpoint: str, points: int, spec_tokens: int | None,
                        port: int, host: str = "127.0.0.1",
+                       labels: Mapping[str, str] | None = None,
                        ) -> AsyncIterator[tuple[MetricsServer, MetricsObserver]]:
-    """Everything the CLI's --metrics-port needs: a fresh registry served on host:port,
-    and the observer to pass to run_sweep."""
+    """Everything the CLI's --metrics-port needs: a fresh registry served on host:port
+    (every series with `labels` added), and the observer to pass to run_sweep."""
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
     observer = metrics.observer(model=model, endpoint=endpoint, points=points,
                                 spec_tokens=spec_tokens)
-    async with serve_metrics(registry, host, port) as server:
+    served = registry
+    if labels:
+        served = CollectorRegistry()
+        served.register(WithLabels(registry, labels))
+    async with serve_metrics(served, host, port) as server:
         try:
             yield server, observer
         finally:

@@ -6,9 +6,9 @@ happens between a request's `start_ns` and its bytes reaching the socket.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -60,6 +60,8 @@ class BodyOptions:
     return_token_ids: bool = True  # vLLM's exact per-chunk token ids
     continuous_usage: bool = True  # cumulative usage on every chunk
     logprobs: bool = False  # only when the server rejects both of the above
+    # --extra-body: merged into every body; RunSpec has already refused the fields above.
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def path(self) -> str:
@@ -96,6 +98,7 @@ def completion_body(
         body["return_token_ids"] = True
     if options.logprobs:
         body["logprobs"] = 0  # 0 alternatives: one entry per sampled token
+    cast(dict[str, Any], body).update(options.extra_body)
     return body
 
 
@@ -125,6 +128,7 @@ def chat_body(
     if options.logprobs:
         body["logprobs"] = True
         body["top_logprobs"] = 0
+    cast(dict[str, Any], body).update(options.extra_body)
     return body
 
 

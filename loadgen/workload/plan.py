@@ -10,21 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
-import orjson
 from tokenizers import Tokenizer
 
 from encoders.errors import EncodingError
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.tokenizer import encode
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
+from loadgen.workload.datasets import VLLM_SHAREGPT_LIMITS, Conversation, load_dataset
 
 MEASURED, WARMUP, PREFLIGHT = 0, 1, 2  # rng stream ids
 SYNTH_BATCH = 256  # prompts synthesized at a time (bounds peak memory)
 SEED_BITS = 31  # request seeds fit a signed 32-bit int (vLLM accepts any int)
+Keep = Callable[[int], bool]  # request index -> build it (one process's share of a point)
+
+
+def _all(_index: int) -> bool:
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,30 +59,6 @@ def point_rng(spec: RunSpec, conc: int, stream: int) -> np.random.Generator:
     return np.random.default_rng([spec.seed, conc, stream])
 
 
-def load_dataset(path: Path) -> list[list[dict[str, Any]]]:
-    """One OpenAI `messages` list per line (or an object with a `messages` key)."""
-    conversations: list[list[dict[str, Any]]] = []
-    with open(path, "rb") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                item = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise SpecError(f"--dataset {path}:{number}: not JSON ({exc})") from None
-            messages = item.get("messages") if isinstance(item, dict) else item
-            if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and "role" in m for m in messages
-            ):
-                raise SpecError(
-                    f"--dataset {path}:{number}: expected a list of {{role, content}} messages"
-                )
-            conversations.append(messages)
-    if not conversations:
-        raise SpecError(f"--dataset {path}: no conversations in the file")
-    return conversations
-
-
 class Workload:
     """Builds each point's requests from a RunSpec; holds the tokenizer and dataset once."""
 
@@ -87,32 +66,50 @@ class Workload:
         self.spec = spec
         self.tokenizer = tokenizer
         self.options = options
-        self.dataset = load_dataset(spec.dataset) if spec.dataset is not None else None
+        self.dataset: list[Conversation] | None = None
         self._dataset_prompts: dict[int, tuple[str, int]] = {}
+        self._answer_tokens: dict[int, int] = {}
+        if spec.dataset is not None:
+            self.dataset = load_dataset(spec.dataset, spec.dataset_format)
+            if spec.osl is None and any(c.answer is None and c.output_tokens is None
+                                        for c in self.dataset):
+                raise SpecError(f"--osl is required with --dataset {spec.dataset}: its items "
+                                "carry no output length (only ShareGPT answers and "
+                                "output_tokens do)")
 
-    def point(self, conc: int) -> PointPlan:
+    def point(self, conc: int, keep: Keep | None = None) -> PointPlan:
+        """The point's requests; with `keep`, only those whose index it accepts (one
+        process's share: the others are drawn, so the kept ones are the same, not built)."""
         spec = self.spec
-        warmup = self.requests(conc * spec.warmup_per_conc, point_rng(spec, conc, WARMUP))
-        measured = self.requests(conc * spec.prompts_per_conc, point_rng(spec, conc, MEASURED))
+        warmup = self.requests(spec.warmup_requests(conc), point_rng(spec, conc, WARMUP), keep)
+        measured = self.requests(spec.measured_requests(conc), point_rng(spec, conc, MEASURED),
+                                 keep)
         return PointPlan(conc=conc, warmup=tuple(warmup), measured=tuple(measured))
 
-    def requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
+    def requests(self, count: int, rng: np.random.Generator,
+                 keep: Keep | None = None) -> list[RequestSpec]:
         try:
-            return self._requests(count, rng)
+            return self._requests(count, rng, keep or _all)
         except (ValueError, EncodingError) as exc:  # synthesis refuses the settings
-            raise SpecError(f"cannot build prompts for --isl {self.spec.isl} "
-                            f"--encoder {self.spec.encoder}: {exc}") from None
+            raise SpecError(f"cannot build prompts for {self._described()}: {exc}") from None
 
-    def _requests(self, count: int, rng: np.random.Generator) -> list[RequestSpec]:
+    def _described(self) -> str:
+        if self.spec.dataset is not None:
+            return f"--dataset {self.spec.dataset} --encoder {self.spec.encoder}"
+        return f"--isl {self.spec.isl} --encoder {self.spec.encoder}"
+
+    def _requests(self, count: int, rng: np.random.Generator, keep: Keep) -> list[RequestSpec]:
         if count == 0:
             return []
         spec = self.spec
-        osls = sample_lengths(rng, count, spec.osl, spec.range_ratio)
+        osls = None if spec.osl is None else sample_lengths(rng, count, spec.osl,
+                                                             spec.range_ratio)
         seeds = [int(s) for s in rng.integers(0, 1 << SEED_BITS, size=count)]
         if self.dataset is not None:
-            return self._from_dataset(osls, seeds, rng)
+            return self._from_dataset(osls, seeds, rng, keep)
+        assert osls is not None and spec.isl is not None  # RunSpec: None only with a dataset
         isls = sample_lengths(rng, count, spec.isl, spec.range_ratio)
-        return self._synthesized(isls, osls, seeds, rng)
+        return self._synthesized(isls, osls, seeds, rng, keep)
 
     def _synthesized(
         self,
@@ -120,6 +117,7 @@ class Workload:
         osls: Sequence[int],
         seeds: Sequence[int],
         rng: np.random.Generator,
+        keep: Keep,
     ) -> list[RequestSpec]:
         from loadgen.workload.prompts import synthesize_prompts, word_pool  # the encoder helper's
 
@@ -134,6 +132,8 @@ class Workload:
                 tokenizer=self.tokenizer, rng=rng, pool=pool,
             )
             for index, prompt in enumerate(prompts, first):
+                if not keep(index):
+                    continue
                 osl, seed = osls[index], seeds[index]
                 if self.options.endpoint == "completions":
                     body = encode_body(completion_body(self.options, prompt.text, osl, seed))
@@ -145,15 +145,19 @@ class Workload:
         return requests
 
     def _from_dataset(
-        self, osls: Sequence[int], seeds: Sequence[int], rng: np.random.Generator
+        self, osls: Sequence[int] | None, seeds: Sequence[int], rng: np.random.Generator,
+        keep: Keep,
     ) -> list[RequestSpec]:
         assert self.dataset is not None
-        order = rng.permutation(len(self.dataset))
+        order = self._usable(rng.permutation(len(self.dataset)), len(seeds))
         requests = []
-        for index, (osl, seed) in enumerate(zip(osls, seeds, strict=True)):
+        for index, seed in enumerate(seeds):
+            if not keep(index):
+                continue
             line = int(order[index % len(order)])
-            messages = self.dataset[line]
+            messages = self.dataset[line].messages
             text, input_len = self._encoded(line)
+            osl = self._output_len(line) if osls is None else osls[index]
             if self.options.endpoint == "completions":
                 body = encode_body(completion_body(self.options, text, osl, seed))
             else:
@@ -170,19 +174,72 @@ class Workload:
 
             assert self.dataset is not None
             text = ENCODERS[self.spec.encoder].encode_messages(
-                self.dataset[line], self.spec.thinking,
+                self.dataset[line].messages, self.spec.thinking,
                 reasoning_effort=self.spec.reasoning_effort,
             )
             cached = self._dataset_prompts[line] = (text, len(encode(self.tokenizer, text)))
         return cached
+
+    def _output_len(self, line: int) -> int:
+        """The item's own output length: ShareGPT answer tokens or `output_tokens`."""
+        assert self.dataset is not None
+        item = self.dataset[line]
+        if item.output_tokens is not None:
+            return item.output_tokens
+        cached = self._answer_tokens.get(line)
+        if cached is None:
+            assert item.answer is not None  # checked when the dataset was loaded
+            cached = self._answer_tokens[line] = max(1, len(encode(self.tokenizer, item.answer)))
+        return cached
+
+    def _keeps(self, line: int) -> bool:
+        """vLLM's ShareGPT length pruning, with `--dataset-name sharegpt` only."""
+        if self.spec.dataset_format != "sharegpt":
+            return True
+        output = self.spec.osl if self.spec.osl is not None else self._output_len(line)
+        return VLLM_SHAREGPT_LIMITS.keeps(self._encoded(line)[1], output,
+                                          output_given=self.spec.osl is not None)
+
+    def _usable(self, order: np.ndarray[tuple[int], np.dtype[np.int64]], count: int) -> list[int]:
+        """The first `count` lines of `order` that are kept (all of them when fewer: the
+        requests then cycle through them, as vLLM oversamples)."""
+        kept: list[int] = []
+        for line in (int(i) for i in order):
+            if len(kept) == count:
+                break
+            if self._keeps(line):
+                kept.append(line)
+        if not kept:
+            raise self._nothing_usable()
+        return kept
+
+    def _nothing_usable(self) -> SpecError:
+        limits = VLLM_SHAREGPT_LIMITS
+        return SpecError(f"--dataset {self.spec.dataset}: no conversation is within vLLM's "
+                         f"ShareGPT bounds (prompt {limits.min_len}..{limits.max_prompt_len} "
+                         f"tokens, prompt + output <= {limits.max_total_len})")
+
+    def longest_request(self) -> tuple[int, int]:
+        """(input, output) tokens of the longest request the run can send: what the
+        server's max_model_len must hold. Encodes every usable dataset item once."""
+        spec = self.spec
+        if self.dataset is None:
+            assert spec.isl is not None and spec.osl is not None
+            return spec.isl, spec.osl
+        lines = [line for line in range(len(self.dataset)) if self._keeps(line)]
+        if not lines:
+            raise self._nothing_usable()
+        return max(
+            ((self._encoded(line)[1], spec.osl or self._output_len(line)) for line in lines),
+            key=sum,
+        )
 
     def preflight_prompt(self) -> tuple[str, int]:
         """One prompt (text, loadgen's token count) for the server's /tokenize check."""
         try:
             return self._preflight_prompt()
         except (ValueError, EncodingError) as exc:
-            raise SpecError(f"cannot build prompts for --isl {self.spec.isl} "
-                            f"--encoder {self.spec.encoder}: {exc}") from None
+            raise SpecError(f"cannot build prompts for {self._described()}: {exc}") from None
 
     def _preflight_prompt(self) -> tuple[str, int]:
         rng = point_rng(self.spec, 0, PREFLIGHT)
@@ -190,6 +247,7 @@ class Workload:
             return self._encoded(0)
         from loadgen.workload.prompts import synthesize_prompts
 
+        assert self.spec.isl is not None  # RunSpec: None only with a dataset
         shortest = min(self.spec.isl, max(1, int(self.spec.isl * self.spec.range_ratio)))
         [prompt] = synthesize_prompts(  # the shortest allowed length: if it fits, all do
             [min(shortest, 256)], encoder=self.spec.encoder,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import orjson
 from hypothesis import given, settings
@@ -42,6 +43,7 @@ EVENT = st.one_of(
     st.just("\n"),
     st.just('data: {"choices":[{"index":0,\ndata: "token_ids":[1,2]}]}\n\n'),
     st.just("data: {not json\n\n"),
+    st.integers(1, 2).map(lambda n: "\ufeff" + data_event(n)),  # a BOM: only the first is one
 )
 
 
@@ -106,6 +108,22 @@ def test_native_framing_matches_the_reference(events: list[str], done: bool,
     cuts = data.draw(st.lists(st.integers(0, len(body)), max_size=8))
     native, reference = run_both(body, cuts, drain_every)
     assert native == reference
+
+
+def test_a_huge_event_in_small_reads_is_linear() -> None:
+    """Past 64 KB an unfinished event goes to the linear framer: 8 MB in 4 KB reads."""
+    payload = orjson.dumps({"choices": [{"index": 0, "text": "x" * (8 << 20),
+                                         "token_ids": [1]}]})
+    body = b"data: " + payload + b"\n\ndata: [DONE]\n\n"
+    reads, state = Reads(), Exchange()
+    stream = EventStream(reads, state, TokenCounter(), Ingest())
+    started = time.perf_counter()
+    for i in range(0, len(body), 4096):
+        reads.pieces.append((i, body[i:i + 4096]))
+        stream.drain()
+    stream.finish()
+    assert state.chunk_tokens == [1] and state.chunk_ns == [0] and state.done
+    assert time.perf_counter() - started < 5  # quadratic re-joining took minutes
 
 
 def test_common_framing_never_reaches_the_framer() -> None:

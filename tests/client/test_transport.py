@@ -106,11 +106,17 @@ async def open_streams(kind: str, max_connections: int,
         yield AiohttpStreams(session)
 
 
+# A count above max_tokens is malformed (tests/client/test_hostile.py): the long script's
+# 300,000 tokens need a request that allows them.
+LONG_REQUEST = RequestSpec(index=3, input_len=5, max_tokens=300_000, body=b"{}")
+
+
 async def send(base: str, script: str, session: StreamClient, *,
-               limit_s: float | None = None, rid: str = "r1") -> tuple[RequestRecord, list]:
+               limit_s: float | None = None, rid: str = "r1",
+               request: RequestSpec = REQUEST) -> tuple[RequestRecord, list]:
     seen: list[RequestRecord] = []
     transport = Transport(session, f"{base}/v1/completions?s={script}", request_timeout_s=limit_s)
-    record = await transport.send(REQUEST, x_request_id=rid, conc=2, scheduled_ns=1,
+    record = await transport.send(request, x_request_id=rid, conc=2, scheduled_ns=1,
                                   on_record=seen.append)
     return record, seen
 
@@ -138,7 +144,7 @@ async def test_ok_stream_exact_tokens_and_stamps(sse_server: tuple[str, dict], k
 async def test_long_event_has_no_size_limit(sse_server: tuple[str, dict], kind: str) -> None:
     base, _ = sse_server
     async with open_streams(kind, 1) as session:
-        record, _ = await send(base, "long", session)
+        record, _ = await send(base, "long", session, request=LONG_REQUEST)
     assert record.ok and record.chunk_tokens == (300_000,)
 
 
@@ -146,7 +152,7 @@ async def test_paused_reading_resumes(sse_server: tuple[str, dict]) -> None:
     """A tiny read buffer makes aiohttp pause the socket; the protocol must resume it."""
     base, _ = sse_server
     async with open_streams("aiohttp", 1, read_bufsize=1024) as session:
-        record, _ = await send(base, "long", session, limit_s=20)
+        record, _ = await send(base, "long", session, limit_s=20, request=LONG_REQUEST)
         again, _ = await send(base, "ok", session, limit_s=20)
     assert record.ok and record.chunk_tokens == (300_000,)
     assert again.ok and again.chunk_tokens == (1, 2, 3)

@@ -65,3 +65,35 @@ def test_taken_metrics_port_is_one_clear_line(tmp_path: Path) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"--metrics-port {port}" in lines[0], done.stderr
     assert not (tmp_path / "run.json").exists()  # nothing started
+
+
+def test_a_shard_with_workers_serves_one_labelled_set_of_series(tmp_path: Path) -> None:
+    """--shard 1/2 --workers 2: one /metrics for both workers' requests, every series
+    labelled shard="1" (the dashboard sums shards with `sum by (le)`)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "--sim", "--conc", "4", "--isl", "48", "--osl", "300",
+         "--prompts-per-conc", "3", "--warmup-per-conc", "0", "--results", str(tmp_path),
+         "--no-progress", "--metrics-port", "0", "--shard", "1/2", "--workers", "2",
+         "--sim-args", SIM_ARGS],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        match = re.search(r"live metrics at (http://127\.0\.0\.1:\d+/metrics)", line)
+        assert match, line
+        text, seen = "", 0.0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and seen < 3 and process.poll() is None:
+            with urllib.request.urlopen(match.group(1), timeout=5) as response:
+                text = response.read().decode()
+            seen = _ok_requests(text)
+            time.sleep(0.05)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert seen >= 3, "the requests of both workers never showed on /metrics"
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert samples and all(s.labels.get("shard") == "1" for s in samples)
+    assert process.returncode == 0, stderr

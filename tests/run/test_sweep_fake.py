@@ -9,6 +9,7 @@ loadgen's own code: the scheduler, point, summary, sinks and observers all run f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from loadgen.client.preflight import ServerInfo
+from loadgen.client.server_metrics import Scrape
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord, TokenSource
@@ -53,7 +55,8 @@ class ExactServer:
         self.clock = clock
         self.sent: list[str] = []
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int]) -> ServerInfo:
+    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
+                        longest: tuple[int, int]) -> ServerInfo:
         return ServerInfo(model="exact", max_model_len=None, version=None, spec_decoding=False,
                           token_source=TokenSource.TOKEN_IDS, options=options,
                           tokenize_check={"loadgen": probe[1], "server": probe[1],
@@ -78,7 +81,10 @@ class ExactServer:
         on_record(record)
         return record
 
-    async def scrape(self) -> None:
+    async def scrape(self) -> Scrape:
+        return Scrape()  # no /metrics: the server-side fields are null
+
+    def gauge_watch(self) -> None:
         return None
 
 
@@ -143,3 +149,34 @@ async def test_the_open_loop_runs_on_the_clock_it_is_given(
     assert 63 / 10.0 * 0.6 < span_s < 63 / 10.0 * 1.6  # 63 Poisson gaps of mean 0.1 s
     assert all(r.queue_ns == 0 for r in records)  # 64 slots: nobody waited
     assert outcome.points[0].result["request_rate"] == 10.0
+
+
+async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """Open loop over 3 shards: each sends its slots' requests at their own arrival
+    times of the whole point, so the union is the single-process plan (same ids, bodies,
+    intended send times); each shard's file holds its share, labelled as such."""
+    def sent(results: Path) -> dict[int, int]:
+        records = read_jsonl(results / "requests_conc_5.jsonl")
+        return {r.request_id: r.scheduled_ns for r in records}
+
+    base = spec(tmp_path, conc=(5,), prompts_per_conc=3, warmup_per_conc=0, request_rate=50.0)
+    whole_clock = VirtualClock()
+    await run_sweep(spec(tmp_path / "one", conc=(5,), prompts_per_conc=3, warmup_per_conc=0,
+                         request_rate=50.0), tokenizer=tokenizer,
+                    backend=ExactServer(whole_clock), clock=whole_clock, sleep=whole_clock.sleep)
+    union: dict[int, int] = {}
+    for index in range(3):
+        clock = VirtualClock()  # every shard starts at the same (virtual) instant
+        results = tmp_path / f"shard{index}"
+        shard = dataclasses.replace(base, shard_index=index, shard_count=3, results_dir=results)
+        await run_sweep(shard, tokenizer=tokenizer, backend=ExactServer(clock), clock=clock,
+                        sleep=clock.sleep)
+        mine = sent(results)
+        assert not set(mine) & set(union)
+        assert all(request_id % 5 % 3 == index for request_id in mine)  # slot i mod 5
+        union.update(mine)
+        result = orjson.loads((results / "conc_5.json").read_bytes())
+        assert result["shard"] == f"{index}/3" and result["max_concurrency"] == 5
+        assert result["planned_requests"] == len(mine)
+    assert union == sent(tmp_path / "one")

@@ -55,6 +55,7 @@ class NativeStreams:
         try:
             assert connection.transport is not None
             response = connection.begin(asyncio.get_running_loop())
+            clock.activity = response  # every read, head included, resets the idle deadline
             request = b"".join((
                 b"POST ", target.path, b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n",
                 self._fixed, encode_headers(headers),

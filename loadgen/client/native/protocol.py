@@ -37,7 +37,7 @@ class Response:
     """One response as it arrives: head, stamped body bytes, end or error."""
 
     __slots__ = ("complete", "content_type", "ended", "eof_body", "error", "head",
-                 "keep_alive", "listener", "pieces", "status")
+                 "keep_alive", "last_read_ns", "listener", "pieces", "status")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0  # 0 until the head has arrived
@@ -45,12 +45,16 @@ class Response:
         self.eof_body = True  # no Content-Length and not chunked: the body ends at EOF
         self.keep_alive = False
         self.pieces: list[Piece] = []  # (arrival stamp, body bytes) per read, not yet parsed
+        self.last_read_ns = 0  # the newest read's stamp (the idle deadline looks here)
         self.complete = False
         self.error: Exception | None = None
         self.head: asyncio.Future[None] = loop.create_future()  # status and headers are here
         self.ended: asyncio.Future[None] = loop.create_future()  # body complete, or error
         # The ingest's EventStream.wake: called for every read that carried body bytes.
         self.listener: Callable[[], None] | None = None
+
+    def last_stamp(self) -> int | None:
+        return self.last_read_ns or None
 
     def read_nowait(self) -> bytes:
         """The body bytes not parsed yet, joined (the text of an error response)."""
@@ -112,11 +116,12 @@ class StreamProtocol(asyncio.Protocol):
             self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
             self.abort()
             return
-        self._stamp = stamp
+        self._stamp = response.last_read_ns = stamp
         try:
             self._feed(data)  # calls on_body with the de-chunked bytes
         except httptools.HttpParserError as exc:
-            self._fail(response, BadHttpResponse(f"invalid HTTP response: {exc}"))
+            what = "body framing" if response.status else "response"
+            self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
             self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -1,0 +1,1 @@
+"""`loadgen compare` and `loadgen report`: read result directories, compare, publish."""

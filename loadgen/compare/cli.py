@@ -1,0 +1,128 @@
+"""`loadgen compare RUN...` and `loadgen report RUN... -o report.html`.
+
+RUN is a result directory or a sweep file's results tree (all its lanes, in the file's
+order); the first run is the baseline every ratio is taken against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from loadgen.compare.inputs import RunDir, load_runs
+from loadgen.errors import LoadgenError, UsageError
+from loadgen.metrics.compare import Comparison, compare
+from loadgen.metrics.trust import point_warnings
+from loadgen.sinks.compare_files import (
+    Warning_,
+    format_comparison,
+    write_comparison_csv,
+    write_comparison_json,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _runs_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN",
+                        help="result directory (holding conc_<N>.json) or a sweep file's "
+                        "results tree (every lane); the first run is the baseline")
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="loadgen compare", description="Compare runs point by point: per "
+                "concurrency throughput, interactivity, TTFT/TPOT p50/p99 and acceptance "
+                "with ratios to the first run; speedup at matched concurrency and at matched "
+                "interactivity (on each run's throughput-vs-interactivity frontier); the "
+                "crossover concurrency.")
+    _runs_argument(p)
+    p.add_argument("--csv", type=Path, metavar="FILE", help="also write the table as CSV")
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="also write everything (tables, frontiers, crossovers) as JSON")
+    return p
+
+
+def report_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="loadgen report", description="One self-contained HTML file (no network "
+                "requests): run settings, comparison tables, throughput-vs-interactivity "
+                "frontiers, TTFT/ITL distributions, acceptance per position and client-"
+                "health warnings.")
+    _runs_argument(p)
+    p.add_argument("-o", "--output", type=Path, default=Path("report.html"), metavar="FILE",
+                   help="where to write the report (default: report.html)")
+    return p
+
+
+def warnings_of(runs: Sequence[RunDir]) -> list[Warning_]:
+    return [(run.name, conc, message) for run in runs for conc, point in run.points.items()
+            for message in point_warnings(point)]
+
+
+def compare_dirs(runs: Sequence[RunDir]) -> Comparison:
+    return compare([run.as_input() for run in runs])
+
+
+def _paths(runs: Sequence[RunDir]) -> dict[str, str]:
+    return {run.name: str(run.path) for run in runs}
+
+
+def write_outputs(runs: Sequence[RunDir], *, csv: Path | None = None,
+                  json: Path | None = None) -> str:
+    """The comparison as text (returned), plus CSV/JSON where asked."""
+    comparison, warnings = compare_dirs(runs), warnings_of(runs)
+    if csv is not None:
+        write_comparison_csv(csv, comparison, _paths(runs))
+    if json is not None:
+        write_comparison_json(json, comparison, _paths(runs), warnings)
+    return format_comparison(comparison, warnings)
+
+
+def build_report(runs: Sequence[RunDir], output: Path) -> Path:
+    from loadgen.compare.distributions import load_distributions
+    from loadgen.sinks.html_report import ReportRun, write_report
+
+    report_runs = [ReportRun(run.name, str(run.path), run.run, run.points,
+                             load_distributions(run)) for run in runs]
+    return write_report(output, report_runs, compare_dirs(runs), warnings_of(runs),
+                        generated_unix=time.time())
+
+
+def publish_tree(tree: Path) -> Path:
+    """After a sweep file: the comparison on the console, compare.csv/.json and report.html
+    in the tree. Returns the report's path."""
+    runs = load_runs([tree])
+    print(write_outputs(runs, csv=tree / "compare.csv", json=tree / "compare.json"))
+    return build_report(runs, tree / "report.html")
+
+
+def _guard(command: str, argv: Sequence[str]) -> int:
+    try:
+        if command == "compare":
+            args = compare_parser().parse_args(list(argv))
+            print(write_outputs(load_runs(args.runs), csv=args.csv, json=args.json))
+        else:
+            args = report_parser().parse_args(list(argv))
+            path = build_report(load_runs(args.runs), args.output)
+            print(f"loadgen: report in {path}", file=sys.stderr)
+    except LoadgenError as exc:
+        print(f"loadgen: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except OSError as exc:  # an output path that cannot be written
+        print(f"loadgen: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def compare_main(argv: Sequence[str]) -> int:
+    return _guard("compare", argv)
+
+
+def report_main(argv: Sequence[str]) -> int:
+    return _guard("report", argv)

@@ -1,0 +1,98 @@
+"""Result directories as `compare` and `report` read them.
+
+A RUN argument is a result directory (it holds conc_<N>.json) or a tree written by a
+sweep file (its lanes.json lists the lanes in the file's order; a directory of result
+directories without one is read in name order). Result files are read as dicts: the
+fields are those of docs/results.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.errors import UsageError
+from loadgen.metrics.compare import RunInput
+
+LANES_INDEX = "lanes.json"
+
+
+@dataclass(frozen=True, slots=True)
+class RunDir:
+    name: str
+    path: Path
+    run: Mapping[str, Any]  # run.json, {} when the run never wrote one
+    points: Mapping[int, Mapping[str, Any]]  # concurrency -> conc_<N>.json
+
+    def as_input(self) -> RunInput:
+        return RunInput(self.name, self.points)
+
+    def requests_file(self, conc: int) -> Path:
+        return self.path / f"requests_conc_{conc}.jsonl"
+
+
+def _is_run(path: Path) -> bool:
+    return any(path.glob("conc_*.json"))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it as JSON: {exc}") from None
+
+
+def _tree_lanes(path: Path) -> list[tuple[str, Path]]:
+    index = path / LANES_INDEX
+    if index.is_file():
+        lanes = _read_json(index).get("lanes") or []
+        found = [(str(lane["name"]), path / str(lane.get("dir", lane["name"])))
+                 for lane in lanes if isinstance(lane, dict) and "name" in lane]
+        return [(name, lane) for name, lane in found if lane.is_dir() and _is_run(lane)]
+    return [(child.name, child) for child in sorted(path.iterdir())
+            if child.is_dir() and _is_run(child)]
+
+
+def expand(arguments: Sequence[Path]) -> list[tuple[str, Path]]:
+    """(name, result directory) for every run the arguments name, in order."""
+    runs: list[tuple[str, Path]] = []
+    for path in arguments:
+        if not path.is_dir():
+            raise UsageError(f"{path}: no such directory; give result directories "
+                             "(holding conc_<N>.json) or a sweep file's results tree")
+        if _is_run(path):
+            runs.append((path.name, path))
+            continue
+        lanes = _tree_lanes(path)
+        if not lanes:
+            raise UsageError(f"{path}: no results here (no conc_<N>.json, no lane directories "
+                             "holding them)")
+        runs += lanes
+    return _unique_names(runs)
+
+
+def _unique_names(runs: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """Directory names, or the paths themselves where two runs share a name."""
+    names = [name for name, _ in runs]
+    return [(name if names.count(name) == 1 else str(path), path) for name, path in runs]
+
+
+def load_run(name: str, path: Path) -> RunDir:
+    points: dict[int, Mapping[str, Any]] = {}
+    for file in sorted(path.glob("conc_*.json")):
+        result = _read_json(file)
+        conc = result.get("max_concurrency") if isinstance(result, dict) else None
+        if not isinstance(conc, int):
+            raise UsageError(f"{file}: not a point result (no max_concurrency)")
+        points[conc] = result
+    run_file = path / "run.json"
+    run = _read_json(run_file) if run_file.is_file() else {}
+    return RunDir(name, path, run, dict(sorted(points.items())))
+
+
+def load_runs(arguments: Sequence[Path]) -> list[RunDir]:
+    return [load_run(name, path) for name, path in expand(arguments)]

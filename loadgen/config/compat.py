@@ -1,0 +1,289 @@
+"""vLLM `bench serve` / InferenceX `benchmark_serving.py` flags, mapped onto loadgen's own.
+
+People arrive with a working `vllm bench serve` command line; each flag here means what it
+means there (vLLM 0.32; where InferenceX's script differs, InferenceX, and the help says
+so) and is translated into loadgen's flags before the RunSpec is built. A flag that is
+accepted but changes nothing is listed in `RunSpec.ignored_flags`, which the CLI prints
+once. Giving a loadgen flag and its alias with different values is an error, never a
+silent choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadgen.config.spec import (
+    VLLM_PERCENTILE_METRICS,
+    SpecError,
+    VllmResultOptions,
+    parse_conc,
+    parse_percentiles,
+)
+
+GROUP = "vLLM bench serve / InferenceX compatibility"
+BACKENDS = ("vllm", "openai", "openai-chat")
+DATASET_NAMES = ("random", "sharegpt", "custom")
+
+
+def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse `type` from a parser that raises SpecError (the message is kept)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except SpecError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def parse_goodput_pair(text: str) -> list[tuple[str, float]]:
+    """vLLM's `KEY:VALUE` SLO (milliseconds); a comma-joined list is accepted too."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition(":")
+        try:
+            limit = float(value)
+        except ValueError:
+            limit = math.nan
+        if not sep or not math.isfinite(limit):
+            raise SpecError(f"--goodput {part!r}: expected METRIC:MILLISECONDS, e.g. ttft:2000")
+        pairs.append((name.strip().lower(), limit))
+    return pairs
+
+
+def parse_key_value(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise SpecError(f"--metadata {text!r}: expected KEY=VALUE")
+    return name.strip(), value.strip()
+
+
+def parse_metric_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [n for n in names if n not in VLLM_PERCENTILE_METRICS]
+    if not names or unknown:
+        raise SpecError(f"--percentile-metrics: {','.join(unknown) or '(none)'} not reported; "
+                        f"allowed: {', '.join(VLLM_PERCENTILE_METRICS)}")
+    return names
+
+
+def add_compat_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        GROUP, "Each flag means what it means to `vllm bench serve` (vLLM 0.32) or "
+        "InferenceX's benchmark_serving.py, translated to the loadgen flag named.")
+    g.add_argument("--max-concurrency", nargs="+", action="extend", type=typed(parse_conc),
+                   metavar="N",
+                   help="= --conc: one value or a list (4 8 16, or 4,8,16), one point each "
+                   "(default: none)")
+    g.add_argument("--num-prompts", type=int, metavar="N",
+                   help="measured requests per point (instead of conc x --prompts-per-conc) "
+                   "(default: none)")
+    g.add_argument("--num-warmups", type=int, metavar="N",
+                   help="warmup requests per point (instead of conc x --warmup-per-conc) "
+                   "(default: none)")
+    g.add_argument("--random-input-len", "--input-len", type=int, metavar="TOKENS",
+                   dest="random_input_len", help="= --isl (default: none)")
+    g.add_argument("--random-output-len", "--output-len", "--sharegpt-output-len", type=int,
+                   metavar="TOKENS", dest="random_output_len", help="= --osl (default: none)")
+    g.add_argument("--random-range-ratio", type=float, metavar="R",
+                   help="= --range-ratio: lengths uniform in [R*L, L], as InferenceX's "
+                   "benchmark_serving.py (vLLM 0.32 samples [(1-R)*L, (1+R)*L]) (default: none)")
+    g.add_argument("--dataset-name", choices=DATASET_NAMES,
+                   help="random: synthesized prompts (lengths default to vLLM's 1024 in, 128 "
+                   "out); sharegpt: ShareGPT JSON; custom: JSONL "
+                   "({prompt} or {messages} per line) from --dataset-path (default: none)")
+    g.add_argument("--dataset-path", type=Path, metavar="FILE", help="= --dataset (default: none)")
+    g.add_argument("--backend", choices=BACKENDS,
+                   help="openai-chat = --endpoint chat; vllm, openai = completions; also the "
+                   "result file's `backend` (default: vllm)")
+    g.add_argument("--host", help="with --port: --base-url http://HOST:PORT (default: none)")
+    g.add_argument("--port", type=int, help="see --host (default: none)")
+    g.add_argument("--served-model-name", metavar="NAME",
+                   help="the model name in requests, when --model is the model id written "
+                   "to results (default: none)")
+    g.add_argument("--ignore-eos", action="store_true",
+                   help="accepted: loadgen always sends ignore_eos")
+    g.add_argument("--use-chat-template", action="store_true",
+                   help="= --encoder dsv4 (loadgen's chat template is DeepSeek-V4's). Without "
+                   "it or --dsv4, --dataset-name random|sharegpt and --random-input-len send "
+                   "untemplated prompts as vLLM does (--encoder raw)")
+    g.add_argument("--dsv4", action="store_true",
+                   help="= --encoder dsv4 --thinking thinking, as InferenceX (implies "
+                   "--use-chat-template)")
+    g.add_argument("--percentile-metrics", type=typed(parse_metric_names), metavar="M,...",
+                   help="metrics with percentiles in the --save-result file, from "
+                   f"{','.join(VLLM_PERCENTILE_METRICS)} (default: ttft,tpot,itl,e2el, as "
+                   "InferenceX; vLLM's is ttft,tpot,itl)")
+    g.add_argument("--metric-percentiles", type=typed(parse_percentiles), metavar="P,...",
+                   help="their percentiles, also added to --percentiles (default: 90,99,99.9, "
+                   "as InferenceX; vLLM's is 99)")
+    g.add_argument("--goodput", nargs="+", action="extend", type=typed(parse_goodput_pair),
+                   metavar="M:MS",
+                   help="= --slo, vLLM syntax in ms: --goodput ttft:2000 tpot:50 (default: none)")
+    g.add_argument("--save-result", action="store_true",
+                   help="also write each point as vLLM `bench serve --save-result` JSON")
+    g.add_argument("--save-detailed", action="store_true",
+                   help="add its per-request lists (input_lens, output_lens, ttfts, itls, "
+                   "start_times, errors)")
+    g.add_argument("--result-dir", type=Path, metavar="DIR",
+                   help="directory of the --save-result files, and --results when that is "
+                   "not given (default: none)")
+    g.add_argument("--result-filename", metavar="NAME",
+                   help="NAME.json (one concurrency) or NAME_conc<N>.json per point; implies "
+                   "--save-result (default: vLLM's {label}-{rate}qps-concurrency{N}-{model}-"
+                   "{date}.json)")
+    g.add_argument("--label", help="the result file's label and name prefix (default: none)")
+    g.add_argument("--metadata", nargs="+", action="extend", type=typed(parse_key_value),
+                   metavar="K=V",
+                   help="KEY=VALUE pairs written into the --save-result file (default: none)")
+    g.add_argument("--disable-tqdm", action="store_true", help="= --no-progress")
+    g.add_argument("--trust-remote-code", action="store_true",
+                   help="accepted and ignored: loadgen runs no model code")
+    g.add_argument("--tokenizer-mode", metavar="MODE",
+                   help="accepted and ignored: loadgen's tokenizer is HF `tokenizers` "
+                   "(default: none)")
+
+
+def _merge(args: argparse.Namespace, dest: str, alias: str, flags: str) -> None:
+    """Take the alias's value into `dest`; both given with different values is an error."""
+    value = getattr(args, alias)
+    if value is None:
+        return
+    current = getattr(args, dest)
+    if current is not None and current != value:
+        raise SpecError(f"{flags}: both given with different values ({current} vs {value}); "
+                        "give one")
+    setattr(args, dest, value)
+
+
+def _flatten(lists: list[Any] | None) -> list[Any]:
+    return [item for part in lists or () for item in part]
+
+
+def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
+    """Fold the aliases into loadgen's own dests (in place); returns the RunSpec fields
+    that only the compatibility flags set."""
+    if args.max_concurrency is not None:
+        conc = tuple(_flatten(args.max_concurrency))
+        if len(set(conc)) != len(conc):
+            raise SpecError(f"--max-concurrency {conc}: a concurrency appears twice")
+        args.max_concurrency = conc
+    _merge(args, "conc", "max_concurrency", "--conc and --max-concurrency")
+    _merge(args, "isl", "random_input_len", "--isl and --random-input-len")
+    _merge(args, "osl", "random_output_len", "--osl and --random-output-len")
+    _merge(args, "range_ratio", "random_range_ratio", "--range-ratio and --random-range-ratio")
+    _merge(args, "dataset", "dataset_path", "--dataset and --dataset-path")
+    if args.dataset_name == "random":  # vLLM 0.32's --random-input-len/--random-output-len
+        args.isl = 1024 if args.isl is None else args.isl
+        args.osl = 128 if args.osl is None else args.osl
+    _apply_target(args)
+    _apply_prompt_format(args)
+    if args.goodput:
+        if args.slo:
+            raise SpecError("--slo and --goodput: give one (they set the same SLOs)")
+        args.slo = _goodput_slos(_flatten(args.goodput))
+    if args.metric_percentiles:
+        args.percentiles = tuple(sorted({*args.percentiles, *args.metric_percentiles}))
+    if args.disable_tqdm:
+        args.no_progress = True
+    if args.results is None and args.result_dir is not None:
+        args.results = args.result_dir
+    return {
+        "num_prompts": args.num_prompts, "num_warmups": args.num_warmups,
+        "dataset_format": _dataset_format(args), "vllm_result": _vllm_result(args),
+        "ignored_flags": _ignored(args),
+    }
+
+
+def _apply_target(args: argparse.Namespace) -> None:
+    given = args.host is not None or args.port is not None
+    if given and args.base_url is None and not args.sim:
+        args.base_url = f"http://{args.host or '127.0.0.1'}:{args.port or 8000}"
+    if args.backend == "openai-chat":
+        if args.endpoint not in (None, "chat"):
+            raise SpecError("--backend openai-chat sends to /v1/chat/completions: drop "
+                            f"--endpoint {args.endpoint} or use --backend vllm")
+        args.endpoint = "chat"
+    args.model_id = args.model
+    if args.served_model_name is not None:
+        args.model = args.served_model_name
+
+
+def _apply_prompt_format(args: argparse.Namespace) -> None:
+    """--dsv4 / --use-chat-template pick loadgen's DeepSeek-V4 encoder; a vLLM-style
+    random or ShareGPT workload without either is sent untemplated, as vLLM sends it."""
+    if args.dsv4 or args.use_chat_template:
+        if args.encoder not in (None, "dsv4"):
+            raise SpecError(f"--{'dsv4' if args.dsv4 else 'use-chat-template'} applies the "
+                            f"DeepSeek-V4 template: drop --encoder {args.encoder}")
+        args.encoder = "dsv4"
+        if args.dsv4:
+            if args.thinking not in (None, "thinking"):
+                raise SpecError("--dsv4 encodes in thinking mode, as InferenceX: drop "
+                                f"--thinking {args.thinking}")
+            args.thinking = "thinking"
+        return
+    vllm_style = args.dataset_name in ("random", "sharegpt") or args.random_input_len is not None
+    if vllm_style and args.encoder is None:
+        args.encoder = "raw"
+
+
+def _dataset_format(args: argparse.Namespace) -> str:
+    name = args.dataset_name
+    if name == "random" and args.dataset is not None:
+        raise SpecError("--dataset-name random synthesizes prompts: drop --dataset-path, or "
+                        "use --dataset-name sharegpt or custom")
+    if name in ("sharegpt", "custom") and args.dataset is None:
+        raise SpecError(f"--dataset-name {name} needs --dataset-path FILE")
+    return {"sharegpt": "sharegpt", "custom": "jsonl"}.get(name or "", "auto")
+
+
+def _goodput_slos(pairs: list[tuple[str, float]]) -> dict[str, float]:
+    slos = {}
+    for name, limit in pairs:
+        if name not in ("ttft", "tpot", "itl", "e2el"):
+            raise SpecError(f"--goodput {name}:{limit:g}: metric must be ttft, tpot, e2el "
+                            "(or itl)")
+        if limit <= 0:
+            raise SpecError(f"--goodput {name}: the limit must be > 0 ms")
+        slos[name] = limit
+    return slos
+
+
+def _vllm_result(args: argparse.Namespace) -> VllmResultOptions | None:
+    wanted = args.save_result or args.save_detailed or args.result_filename is not None
+    if not wanted:
+        return None
+    filename = args.result_filename
+    if filename is not None and filename.endswith(".json"):
+        filename = filename[: -len(".json")]  # InferenceX passes NAME.json
+    defaults = VllmResultOptions()
+    return VllmResultOptions(
+        result_dir=args.result_dir, filename=filename, detailed=args.save_detailed,
+        percentile_metrics=args.percentile_metrics or defaults.percentile_metrics,
+        metric_percentiles=args.metric_percentiles or defaults.metric_percentiles,
+        label=args.label, metadata=tuple(args.metadata or ()), model_id=args.model_id,
+        tokenizer_id=args.tokenizer or args.model_id, backend=args.backend or "vllm",
+    )
+
+
+def _ignored(args: argparse.Namespace) -> tuple[str, ...]:
+    notes = []
+    if args.trust_remote_code:
+        notes.append("--trust-remote-code is accepted and ignored: loadgen runs no model code")
+    if args.tokenizer_mode is not None:
+        notes.append(f"--tokenizer-mode {args.tokenizer_mode} is accepted and ignored: loadgen "
+                     "counts tokens with HF `tokenizers` (--tokenizer)")
+    if args.sim and (args.host is not None or args.port is not None):
+        notes.append("--host/--port are ignored with --sim: the simulator gets a free port")
+    if args.label is not None and not (args.save_result or args.result_filename):
+        notes.append("--label is ignored without --save-result")
+    if args.metadata and not (args.save_result or args.result_filename):
+        notes.append("--metadata is ignored without --save-result")
+    return tuple(notes)

@@ -1,0 +1,99 @@
+"""What counts as a secret in settings, and its redacted form (pure, no I/O).
+
+The one rule for everything loadgen stores or returns (result files, the sidecar's
+run.json and API answers, error lines): header values whose name looks like a
+credential, and credentials inside URLs (`user:password@`, secret-named query
+parameters), become `***`. Requests themselves always carry the real values; only
+what is written down or shown is redacted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "***"
+# A header or query parameter whose name contains one of these (case-insensitive) is a
+# credential: Authorization, Proxy-Authorization, X-Api-Key, X-Upstream-Auth, Cookie,
+# X-Auth-Token, ... Wider than strictly needed: a redacted harmless value costs less
+# than a leaked key.
+_SECRET_NAME = re.compile(r"key|token|secret|auth|cookie|passw(?:or)?d|credential", re.I)
+# scheme://userinfo@ in free text; greedy up to the last `@` of the authority, which
+# ends at the first `/`, `?`, `#` or whitespace (RFC 3986 section 3.2).
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#]*@")
+# ?name=value or &name=value (a query parameter), value up to the next & # or whitespace.
+_QUERY_PARAM = re.compile(r"(?P<sep>[?&])(?P<name>[^=&#\s]+)=[^&#\s]*")
+# Sidecar options (and argv flags) that hold `NAME:VALUE` headers.
+_HEADER_OPTIONS = frozenset({"header", "headers"})
+
+
+def is_secret_name(name: str) -> bool:
+    return _SECRET_NAME.search(name) is not None
+
+
+def redact_header(name: str, value: str) -> str:
+    """The value to show for header `name` (any other header may still hold a URL)."""
+    return REDACTED if is_secret_name(name) else redact_text(value)
+
+
+def redact_header_text(text: str) -> str:
+    """`NAME:VALUE` (the --header form) with a secret value replaced."""
+    name, sep, value = text.partition(":")
+    return f"{name}{sep}{redact_header(name.strip(), value)}" if sep else text
+
+
+def url_has_credentials(url: str) -> bool:
+    """Whether the URL carries `userinfo@` (aiohttp sends it as Basic auth)."""
+    return _URL_USERINFO.match(url) is not None
+
+
+def redact_url(url: str) -> str:
+    """A URL with its userinfo and secret-named query values replaced; everything else is
+    kept exactly as given (the recorded base_url stays what the user typed)."""
+    return redact_text(url)
+
+
+def redact_text(text: str) -> str:
+    """Free text (an option, an error message) with every URL's credentials replaced."""
+    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    return _QUERY_PARAM.sub(_redact_param, text)
+
+
+def _redact_param(match: re.Match[str]) -> str:
+    if not is_secret_name(match["name"]):
+        return match[0]
+    return f"{match['sep']}{match['name']}={REDACTED}"
+
+
+def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Run options (the sidecar's JSON, flag names with `-` or `_`) safe to store/show."""
+    return {key: _redact_option(key, value) for key, value in options.items()}
+
+
+def _redact_option(key: str, value: Any) -> Any:
+    if key.replace("-", "_").lower() in _HEADER_OPTIONS:
+        if isinstance(value, str):
+            return redact_header_text(value)
+        if isinstance(value, list | tuple):
+            return [redact_header_text(v) if isinstance(v, str) else v for v in value]
+    if key.replace("-", "_").lower() == "api_key":  # refused by the sidecar; never shown
+        return REDACTED
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, list | tuple):
+        return [_redact_option("", v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _redact_option(str(k), v) for k, v in value.items()}
+    return value
+
+
+def redact_json(value: Any) -> Any:
+    """A parsed JSON document with every string passed through `redact_text`."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, list):
+        return [redact_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: redact_json(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,367 @@
+"""Sweep files (`loadgen --config sweep.yaml`): a matrix of lanes, each lane one run.
+
+    results: results/mtp-vs-stp    # the tree: each lane's results go to <results>/<name>
+    conc: 1,4,16                   # any run flag here is shared by every lane
+    workload: {isl: 1024, osl: 256}
+    lanes:
+      - name: no-spec              # [A-Za-z0-9._-]: the lane's directory
+        target: {sim: true, sim-args: "--spec-tokens 0"}
+      - name: mtp
+        target: {sim: true, sim-args: "--spec-tokens 2"}
+
+Every key is a run flag's long name (`-` or `_`), with the value the flag takes (lists
+and mappings where the flag takes a list: conc, percentiles, header, slo, extra-body,
+sim-args). `target:` and `workload:` group the flags of those `loadgen --help` groups;
+the others (num-gpus, slo, spec-tokens, ...) sit beside them. A lane's keys override the
+top level's; argv flags given with --config override both. Each lane goes through the
+very parser argv does (`build_parser`), so it accepts and rejects the same things; every
+error is one line naming the key path (`lanes[1].workload.isl: ...`), exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from loadgen.config.args import (
+    build_parser,
+    default_results_dir,
+    option_argv,
+    option_dest,
+    parse_run_args,
+)
+from loadgen.config.spec import RunSpec, SpecError
+
+SECTIONS = ("target", "workload")  # argparse groups a document may group keys under
+LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Keys a lane cannot set: its results directory is <tree>/<name>; live metrics would mix
+# lanes that share a model and concurrency into one series.
+LANE_REFUSED: Mapping[str, str] = {
+    "results": "set once for the whole tree: put `results` at the top level (each lane "
+               "writes <results>/<name>)",
+    "metrics_port": "not available with a sweep file (lanes sharing a model and "
+                    "concurrency would mix in one series): run a lane alone with --metrics-port",
+}
+REDACTED = "<redacted>"
+
+
+class SweepFileError(SpecError):
+    """A sweep file is invalid; the message names the file and the key path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    name: str
+    spec: RunSpec
+    options: dict[str, Any]  # the lane's resolved keys (dest -> value), credentials redacted
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    results_dir: Path  # the tree
+    lanes: tuple[Lane, ...]
+    document: dict[str, Any]  # as written, credentials redacted (kept with the results)
+
+    @property
+    def points(self) -> int:
+        return sum(len(lane.spec.conc) for lane in self.lanes)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A key given twice is an error, not a silent last-one-wins."""
+
+
+def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def read_sweep_document(path: Path) -> Any:
+    """The YAML (or JSON) document in `path`; unreadable or invalid YAML is one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SweepFileError(f"--config {path}: cannot read it: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
+    return load_yaml(text, source=str(path))
+
+
+def load_yaml(text: str, *, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SweepFileError(f"{source}: not valid YAML{where}: {problem}") from None
+
+
+def _groups() -> tuple[dict[str, argparse.Action], dict[str, frozenset[str]]]:
+    parser = build_parser()
+    actions = {a.dest: a for a in parser._actions if a.dest != "help"}
+    groups = {g.title or "": frozenset(a.dest for a in g._group_actions)
+              for g in parser._action_groups}
+    return actions, groups
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def _shape_error(dest: str, action: argparse.Action, value: Any) -> str | None:
+    """What the value should have been, when its YAML type cannot be the flag's."""
+    if isinstance(action, argparse._StoreTrueAction):
+        return None if isinstance(value, bool) else "true or false"
+    if dest in ("conc", "percentiles"):
+        ok = _scalar(value) or (isinstance(value, list) and value and all(
+            _scalar(v) for v in value))
+        return None if ok else "a list of numbers or a string like 1,4,16"
+    if dest in ("slo", "header"):
+        ok = isinstance(value, str) or (isinstance(value, Mapping) and all(
+            _scalar(v) for v in value.values()))
+        ok = ok or (dest == "header" and isinstance(value, list)
+                    and all(isinstance(v, str) for v in value))
+        return None if ok else ("a mapping like {ttft: 2s}" if dest == "slo"
+                                else "a mapping NAME: VALUE or a list of NAME:VALUE strings")
+    if dest == "extra_body":
+        return None if isinstance(value, Mapping | str) else "a mapping of body fields"
+    if dest == "sim_args":
+        ok = isinstance(value, str) or (isinstance(value, list) and all(
+            _scalar(v) for v in value))
+        return None if ok else "a string of simulator flags or a list of them"
+    if action.type is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if action.type is float:
+        return None if _scalar(value) and not isinstance(value, str) else "a number"
+    return None if _scalar(value) else "a single value"
+
+
+def _check_value(dest: str, action: argparse.Action, value: Any, where: str) -> None:
+    if value is None:
+        return  # null: the flag's default
+    expected = _shape_error(dest, action, value)
+    if expected is not None:
+        raise SweepFileError(f"{where}: expected {expected}, got {value!r}")
+    argv = option_argv(dest, value)
+    for text in argv[1::2] if len(argv) > 1 else ():
+        if action.choices is not None and text not in action.choices:
+            raise SweepFileError(f"{where}: {text!r} is not one of "
+                                 f"{', '.join(map(str, action.choices))}")
+        convert = action.type
+        if callable(convert) and convert not in (int, float):
+            try:
+                convert(text)
+            except (argparse.ArgumentTypeError, SpecError, ValueError, TypeError) as exc:
+                raise SweepFileError(f"{where}: {exc}") from None
+
+
+class _Resolver:
+    """Flattens one level (top or lane) into dest -> (value, key path)."""
+
+    def __init__(self, source: str, forbidden: Mapping[str, str]) -> None:
+        self.source = source
+        self.forbidden = forbidden
+        self.actions, self.groups = _groups()
+
+    def fail(self, where: str, message: str) -> SweepFileError:
+        return SweepFileError(f"{self.source}: {where}: {message}")
+
+    def level(self, mapping: Mapping[Any, Any], prefix: str,
+              skip: frozenset[str]) -> dict[str, tuple[Any, str]]:
+        out: dict[str, tuple[Any, str]] = {}
+        for key, value in mapping.items():
+            where = f"{prefix}{key}"
+            if not isinstance(key, str):
+                raise self.fail(where, "keys must be setting names (strings)")
+            if key in skip:
+                continue
+            if key in SECTIONS:
+                if not isinstance(value, Mapping):
+                    raise self.fail(where, f"expected a mapping of {key} settings, "
+                                    f"got {value!r}")
+                for inner, inner_value in value.items():
+                    self._add(out, str(inner), inner_value, f"{where}.{inner}", key)
+            else:
+                self._add(out, key, value, where, None)
+        return out
+
+    def _add(self, out: dict[str, tuple[Any, str]], key: str, value: Any, where: str,
+             section: str | None) -> None:
+        dest = option_dest(key)
+        allowed = self.groups[section] if section else frozenset(self.actions)
+        if dest not in allowed or dest == "help":
+            raise self.fail(where, self._unknown(key, section))
+        if dest in self.forbidden:
+            raise self.fail(where, self.forbidden[dest])
+        if dest in out:
+            raise self.fail(where, f"given twice (also at {out[dest][1]})")
+        _check_value(dest, self.actions[dest], value, f"{self.source}: {where}")
+        out[dest] = (value, where)
+
+    def _unknown(self, key: str, section: str | None) -> str:
+        if section is None and key in ("name", "lanes"):
+            return f"{key!r} belongs in a lane" if key == "name" else "only at the top level"
+        names = sorted(_flag(d)[2:] for d in (self.groups[section] if section
+                                              else self.actions))
+        close = difflib.get_close_matches(key.replace("_", "-"), names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        other = [s for s in SECTIONS if s != section and option_dest(key) in self.groups[s]]
+        if other:
+            hint = f"it is a {other[0]} setting (put it under {other[0]}:); " + hint
+        what = f"{section} setting" if section else "setting"
+        return f"unknown {what} {key!r}; {hint}allowed: {', '.join(names)}"
+
+
+def _redact(dest: str, value: Any) -> Any:
+    if dest == "api_key" and value is not None:
+        return REDACTED
+    if dest == "header" and value is not None:  # values may hold tokens: names only
+        items = value.items() if isinstance(value, Mapping) else (
+            (str(v).partition(":")[0], "") for v in ([value] if isinstance(value, str)
+                                                      else value))
+        return [f"{name}:{REDACTED}" for name, _ in items]
+    return value
+
+
+def _redact_document(value: Any, key: str = "") -> Any:
+    if key and option_dest(key) in ("api_key", "header"):
+        return _redact(option_dest(key), value)
+    if isinstance(value, Mapping):
+        return {k: _redact_document(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_document(v, key) for v in value]
+    return _redact(option_dest(key), value) if key else value
+
+
+def _lane_name(lane: Mapping[Any, Any], where: str, seen: set[str], source: str) -> str:
+    name = lane.get("name")
+    if name is None:
+        raise SweepFileError(f"{source}: {where}.name: required (the lane's directory name)")
+    if not isinstance(name, str) or not LANE_NAME.match(name):
+        raise SweepFileError(f"{source}: {where}.name: {name!r} must be 1-64 of A-Z a-z 0-9 "
+                             ". _ - (it names the lane's directory), starting with a letter "
+                             "or digit")
+    if name in seen:
+        raise SweepFileError(f"{source}: {where}.name: {name!r} is used by another lane")
+    seen.add(name)
+    return name
+
+
+def _spec_error(exc: SpecError, where: str, keys: Mapping[str, tuple[Any, str]],
+                source: str) -> SweepFileError:
+    """The parser's message, located at the key it is about when it names a flag."""
+    message = str(exc)
+    required = re.match(r"the following arguments are required: (.*)", message)
+    if required:
+        missing = [f.strip().lstrip("-") for f in required.group(1).split(",")]
+        return SweepFileError(f"{source}: {where}: missing {', '.join(missing)}: give them in "
+                              "the lane or at the top level")
+    for flag in re.findall(r"--[a-z][a-z-]*", message):
+        dest = flag[2:].replace("-", "_")
+        if dest in keys:
+            return SweepFileError(f"{source}: {keys[dest][1]}: {message}")
+    return SweepFileError(f"{source}: {where}: {message}")
+
+
+def parse_sweep(document: Any, *, source: str, overrides: Sequence[str] = (),
+                env: Mapping[str, str] | None = None, results_dir: Path | None = None,
+                forbidden: Mapping[str, str] | None = None,
+                fixed: Mapping[str, Any] | None = None) -> SweepPlan:
+    """Every lane of `document` as a validated RunSpec.
+
+    overrides: argv flags applied to every lane, after the file (the CLI's extra flags).
+    results_dir: the tree (else the document's `results`, else ./results/<timestamp>).
+    forbidden: dest -> why the key is refused here (the sidecar refuses target keys).
+    fixed: options set on every lane after everything else (the sidecar's target).
+    """
+    if not isinstance(document, Mapping):
+        raise SweepFileError(f"{source}: expected a mapping with a `lanes` list at the top, "
+                             f"got {type(document).__name__}")
+    lanes = document.get("lanes")
+    if not isinstance(lanes, list) or not lanes:
+        raise SweepFileError(f"{source}: lanes: {'empty' if lanes == [] else 'missing'}; "
+                             "give a list of lanes, each a mapping with a name")
+    resolver = _Resolver(source, {**LANE_REFUSED, **(forbidden or {})})
+    shared = resolver.level(document, "", frozenset({"lanes", "results"}))
+    tree = _tree(document, source, results_dir, forbidden or {})
+    seen: set[str] = set()
+    planned = []
+    for index, lane in enumerate(lanes):
+        where = f"lanes[{index}]"
+        if not isinstance(lane, Mapping):
+            raise SweepFileError(f"{source}: {where}: expected a mapping with a name, "
+                                 f"got {lane!r}")
+        name = _lane_name(lane, where, seen, source)
+        keys = {**shared, **resolver.level(lane, f"{where}.", frozenset({"name"}))}
+        options = {dest: value for dest, (value, _) in keys.items()}
+        argv = [*_argv(options), *overrides,
+                *_argv({**(fixed or {}), "results": str(tree / name)})]
+        try:
+            spec, _, _ = parse_run_args(argv, {} if env is None else env)
+        except SpecError as exc:
+            raise _spec_error(exc, f"{where} ({name})", keys, source) from None
+        planned.append(Lane(name, spec, {d: _redact(d, v) for d, v in options.items()}))
+    return SweepPlan(tree, tuple(planned), _redact_document(document))
+
+
+def _argv(options: Mapping[str, Any]) -> list[str]:
+    return [part for dest, value in options.items() for part in option_argv(dest, value)]
+
+
+def _tree(document: Mapping[str, Any], source: str, results_dir: Path | None,
+          forbidden: Mapping[str, str]) -> Path:
+    value = document.get("results")
+    if value is not None and "results" in forbidden:
+        raise SweepFileError(f"{source}: results: {forbidden['results']}")
+    if results_dir is not None:
+        return results_dir
+    if value is None:
+        return default_results_dir()
+    if not isinstance(value, str) or not value:
+        raise SweepFileError(f"{source}: results: expected a directory path, got {value!r}")
+    return Path(value)
+
+
+class _ConfigParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise SweepFileError(message)
+
+
+def parse_config_argv(argv: Sequence[str]) -> tuple[Path, Path | None, list[str]]:
+    """`--config FILE [--results DIR] [run flags...]` -> (file, tree, flags for every lane)."""
+    parser = _ConfigParser(prog="loadgen", add_help=False, allow_abbrev=False)
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--results", type=Path, default=None)
+    parser.add_argument("--metrics-port", default=None)
+    known, rest = parser.parse_known_args(list(argv))
+    if known.metrics_port is not None:
+        raise SweepFileError(f"--metrics-port: {LANE_REFUSED['metrics_port']}")
+    return known.config, known.results, rest
+
+
+def load_sweep(path: Path, *, overrides: Sequence[str] = (), env: Mapping[str, str] | None = None,
+               results_dir: Path | None = None) -> SweepPlan:
+    """`loadgen --config PATH`: the file's lanes, argv overrides applied."""
+    return parse_sweep(read_sweep_document(path), source=str(path), overrides=overrides,
+                       env=env, results_dir=results_dir)

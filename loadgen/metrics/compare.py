@@ -1,0 +1,224 @@
+"""Runs side by side: the numbers behind `loadgen compare` and the HTML report (pure).
+
+A run is its point results (`conc_<N>.json` as dicts) keyed by concurrency; the first run
+is the baseline. Three comparisons, as MTP-vs-no-speculation studies publish them:
+
+- matched concurrency: each metric of each run divided by the baseline's at the same
+  concurrency (the DeepSeek-V4 recipe's "+75% at conc 1" is the interactivity ratio);
+- matched interactivity: on each run's throughput-vs-interactivity Pareto frontier,
+  throughput interpolated linearly between frontier points (never extrapolated) at the
+  interactivity of each of the baseline's frontier points, where the run's frontier
+  reaches it: "at the interactivity the baseline had at conc N, this run serves x times
+  the throughput";
+- crossover: the concurrency where a run stops being ahead of (or behind) the baseline
+  in throughput at matched concurrency, estimated where the ratio crosses 1 between two
+  measured concurrencies (linear in log ratio against log concurrency).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Result = Mapping[str, Any]
+
+INTERACTIVITY = "median_interactivity_tok_s_user"
+# metric key -> (result field, higher is better); "throughput" is resolved per comparison.
+METRIC_FIELDS: Mapping[str, str] = {
+    "throughput": "",
+    "interactivity": INTERACTIVITY,
+    "ttft_p50_ms": "median_ttft_ms",
+    "ttft_p99_ms": "p99_ttft_ms",
+    "tpot_p50_ms": "median_tpot_ms",
+    "tpot_p99_ms": "p99_tpot_ms",
+    "acceptance_length": "stream_acceptance_length",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunInput:
+    name: str
+    points: Mapping[int, Result]  # concurrency -> its point result
+
+
+@dataclass(frozen=True, slots=True)
+class PointRow:
+    """One run at one concurrency: its metrics and their ratios to the baseline's."""
+
+    conc: int
+    run: str
+    values: Mapping[str, float | None]
+    ratios: Mapping[str, float | None]  # value / baseline value; None when either is unknown
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierPoint:
+    conc: int
+    interactivity: float
+    throughput: float
+
+
+@dataclass(frozen=True, slots=True)
+class MatchedPoint:
+    """Throughput of a run and of the baseline at one interactivity level."""
+
+    run: str
+    baseline_conc: int  # the baseline point that set the level
+    interactivity: float
+    baseline_throughput: float
+    throughput: float
+    ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class Crossover:
+    run: str
+    baseline: str
+    low_conc: int  # last measured concurrency before the lead changes
+    high_conc: int  # first measured concurrency after it
+    ahead_below: str  # who has more throughput at low_conc
+    ahead_above: str
+    estimate: float  # where the throughput ratio crosses 1 (log-log interpolation)
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    runs: tuple[str, ...]  # the first is the baseline
+    throughput_field: str  # output_throughput_per_gpu when every point has it
+    concs: tuple[int, ...]  # every concurrency of any run, ascending
+    rows: tuple[PointRow, ...]  # by concurrency, then run order
+    frontiers: Mapping[str, tuple[FrontierPoint, ...]]
+    all_points: Mapping[str, tuple[FrontierPoint, ...]]  # every point with both values
+    matched: tuple[MatchedPoint, ...]
+    crossovers: tuple[Crossover, ...]
+
+    @property
+    def baseline(self) -> str:
+        return self.runs[0]
+
+    @property
+    def per_gpu(self) -> bool:
+        return self.throughput_field.endswith("_per_gpu")
+
+    def rows_at(self, conc: int) -> list[PointRow]:
+        return [row for row in self.rows if row.conc == conc]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base == 0:
+        return None
+    return value / base
+
+
+def throughput_field(runs: Sequence[RunInput]) -> str:
+    per_gpu = all(_number(p.get("output_throughput_per_gpu")) is not None
+                  for run in runs for p in run.points.values())
+    return "output_throughput_per_gpu" if per_gpu else "output_throughput"
+
+
+def metric_values(result: Result, throughput: str) -> dict[str, float | None]:
+    return {key: _number(result.get(field or throughput)) for key, field in
+            METRIC_FIELDS.items()}
+
+
+def pareto_frontier(points: Sequence[FrontierPoint]) -> tuple[FrontierPoint, ...]:
+    """The points no other point beats in both interactivity and throughput, ascending in
+    interactivity (so descending in throughput)."""
+    frontier: list[FrontierPoint] = []
+    best = -math.inf
+    for point in sorted(points, key=lambda p: (-p.interactivity, -p.throughput)):
+        if point.throughput > best:
+            frontier.append(point)
+            best = point.throughput
+    return tuple(reversed(frontier))
+
+
+def interpolate(frontier: Sequence[FrontierPoint], interactivity: float) -> float | None:
+    """Throughput on the frontier at this interactivity; None outside its range."""
+    if not frontier or not (frontier[0].interactivity <= interactivity
+                            <= frontier[-1].interactivity):
+        return None
+    for low, high in itertools.pairwise(frontier):
+        if low.interactivity <= interactivity <= high.interactivity:
+            span = high.interactivity - low.interactivity
+            if span == 0:
+                return max(low.throughput, high.throughput)
+            t = (interactivity - low.interactivity) / span
+            return low.throughput + t * (high.throughput - low.throughput)
+    return frontier[0].throughput  # a one-point frontier, at exactly its interactivity
+
+
+def matched_interactivity(name: str, frontier: Sequence[FrontierPoint],
+                          base: Sequence[FrontierPoint]) -> list[MatchedPoint]:
+    """The run's frontier at the interactivity of each baseline frontier point it covers."""
+    matched = []
+    for point in base:
+        mine = interpolate(frontier, point.interactivity)
+        if mine is not None and point.throughput > 0:
+            matched.append(MatchedPoint(name, point.conc, point.interactivity,
+                                        point.throughput, mine, mine / point.throughput))
+    return matched
+
+
+def crossovers(name: str, baseline: str, ratios: Sequence[tuple[int, float]]) -> list[Crossover]:
+    """Where the run's throughput ratio to the baseline crosses 1, over ascending concurrency
+    (ties, ratio exactly 1, are skipped: no one is ahead there)."""
+    signed = [(conc, r) for conc, r in sorted(ratios) if r > 0 and r != 1.0]
+    found = []
+    for (c1, r1), (c2, r2) in itertools.pairwise(signed):
+        if (r1 > 1) == (r2 > 1):
+            continue
+        t = math.log(r1) / (math.log(r1) - math.log(r2))
+        estimate = math.exp(math.log(c1) + t * (math.log(c2) - math.log(c1)))
+        ahead_below, ahead_above = (name, baseline) if r1 > 1 else (baseline, name)
+        found.append(Crossover(name, baseline, c1, c2, ahead_below, ahead_above, estimate))
+    return found
+
+
+def compare(runs: Sequence[RunInput]) -> Comparison:
+    """The comparison of `runs` (at least one; the first is the baseline)."""
+    if not runs:
+        raise ValueError("compare needs at least one run")
+    field = throughput_field(runs)
+    concs = tuple(sorted({c for run in runs for c in run.points}))
+    base = runs[0]
+    rows = []
+    for conc in concs:
+        base_values = metric_values(base.points[conc], field) if conc in base.points else {}
+        for run in runs:
+            if conc not in run.points:
+                continue
+            values = metric_values(run.points[conc], field)
+            rows.append(PointRow(conc, run.name, values,
+                                 {k: ratio(v, base_values.get(k)) for k, v in values.items()},
+                                 run.points[conc].get("complete") is not False))
+    all_points = {run.name: _points(run, field) for run in runs}
+    frontiers = {name: pareto_frontier(points) for name, points in all_points.items()}
+    matched: list[MatchedPoint] = []
+    found: list[Crossover] = []
+    for run in runs[1:]:
+        matched += matched_interactivity(run.name, frontiers[run.name], frontiers[base.name])
+        pairs = [(row.conc, r) for row in rows if row.run == run.name
+                 and (r := row.ratios["throughput"]) is not None]
+        found += crossovers(run.name, base.name, pairs)
+    return Comparison(tuple(run.name for run in runs), field, concs, tuple(rows), frontiers,
+                      all_points, tuple(matched), tuple(found))
+
+
+def _points(run: RunInput, field: str) -> tuple[FrontierPoint, ...]:
+    points = []
+    for conc, result in sorted(run.points.items()):
+        x, y = _number(result.get(INTERACTIVITY)), _number(result.get(field))
+        if x is not None and y is not None:
+            points.append(FrontierPoint(conc, x, y))
+    return tuple(points)

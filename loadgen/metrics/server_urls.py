@@ -1,0 +1,53 @@
+"""Per-URL server figures of a point scraped from several /metrics (`--server-metrics`).
+
+The summed counters give the point's `server_*` fields (summary.py); this keeps what each
+URL saw on its own, so one slow or badly-accepting worker behind a router or a Dynamo
+frontend is visible: its acceptance (counter deltas), its server-side latency means
+(queue time among them), and the KV-cache and queue gauges sampled during the point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from loadgen.metrics.acceptance import server_acceptance
+from loadgen.metrics.server import (
+    KV_USAGE,
+    RUNNING,
+    WAITING,
+    ServerSnapshot,
+    server_latency_means,
+)
+
+GAUGE_FIELDS = {KV_USAGE: "kv_cache_usage", WAITING: "requests_waiting",
+                RUNNING: "requests_running"}
+
+
+def _gauge_stats(samples: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for metric, name in GAUGE_FIELDS.items():
+        values = samples.get(metric) or []
+        fields[f"{name}_max"] = max(values) if values else None
+        fields[f"{name}_mean"] = sum(values) / len(values) if values else None
+    fields["gauge_samples"] = max((len(v) for v in samples.values()), default=0)
+    return fields
+
+
+def per_url_fields(
+    urls: Sequence[str],
+    before: Mapping[str, ServerSnapshot | None],
+    after: Mapping[str, ServerSnapshot | None] | None,
+    gauges: Mapping[str, Mapping[str, Sequence[float]]],
+) -> list[dict[str, Any]]:
+    """One dict per URL, in the order given; counter figures None where a scrape failed."""
+    rows = []
+    for url in urls:
+        start, end = before.get(url), (after or {}).get(url)
+        row: dict[str, Any] = {"url": url, "scraped": start is not None and end is not None}
+        if start is not None and end is not None:
+            row.update(server_acceptance(start, end))
+            row.update(server_latency_means(start, end))
+        row.update(_gauge_stats(gauges.get(url, {})))
+        rows.append(row)
+    return rows

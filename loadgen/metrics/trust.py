@@ -1,0 +1,74 @@
+"""When a published number should not be trusted: warnings from one point's result (pure).
+
+The client stamps arrivals on its event loop: a loop that lags, or a process short of
+CPU, stamps late, which inflates TTFT and ITL by that much. The thresholds say when the
+error is a noticeable part of what was measured:
+- loop lag p99 at least LAG_SHARE_OF_ITL of the median chunk gap (and above LAG_FLOOR_MS,
+  loopback noise), or at least LAG_ABS_MS whatever the gap (TTFT is hit as well);
+- client CPU at least CPU_BUSY of one core over the point (the loop cannot keep up).
+The other warnings repeat what the result already says in its check fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+LAG_SHARE_OF_ITL = 0.25
+LAG_FLOOR_MS = 1.0
+LAG_ABS_MS = 10.0
+CPU_BUSY = 0.90
+
+
+def _get(result: Mapping[str, Any], key: str) -> float | None:
+    value = result.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _client_warnings(result: Mapping[str, Any]) -> list[str]:
+    warnings = []
+    lag, itl = _get(result, "client_loop_lag_p99_ms"), _get(result, "median_itl_ms")
+    relative = (lag is not None and itl is not None and itl > 0
+                and lag >= max(LAG_FLOOR_MS, LAG_SHARE_OF_ITL * itl))
+    if lag is not None and (lag >= LAG_ABS_MS or relative):
+        share = f" ({lag / itl:.0%} of the median ITL {itl:.2f} ms)" if itl else ""
+        warnings.append(f"client event-loop lag p99 {lag:.2f} ms{share}: arrival stamps may "
+                        "be late by that much, inflating TTFT and ITL")
+    cpu, duration = _get(result, "client_cpu_seconds"), _get(result, "duration")
+    if cpu is not None and duration and cpu / duration >= CPU_BUSY:
+        warnings.append(f"client used {cpu / duration:.0%} of a CPU core over the point: it "
+                        "was saturated, so its timestamps may be late")
+    return warnings
+
+
+def _check_warnings(result: Mapping[str, Any]) -> list[str]:
+    warnings = []
+    if result.get("complete") is False:
+        warnings.append("point interrupted: figures cover only the requests that finished")
+    failed, planned = result.get("failed") or 0, result.get("num_prompts") or 0
+    if failed:
+        kinds = {k: v for k, v in (result.get("errors_by_kind") or {}).items() if v}
+        warnings.append(f"{failed} of {planned} requests failed "
+                        f"({', '.join(f'{k} {v}' for k, v in kinds.items())})")
+    if result.get("approximate"):
+        warnings.append("token counts re-tokenized from text: approximate")
+    mismatches = result.get("chunk_tokens_vs_usage_mismatches") or 0
+    if mismatches:
+        warnings.append(f"{mismatches} requests' chunk token counts disagree with the "
+                        "server's usage")
+    short = result.get("completion_tokens_vs_max_tokens_mismatches") or 0
+    if short:
+        warnings.append(f"{short} requests did not produce max_tokens tokens "
+                        "(server ignores ignore_eos?)")
+    oversized = result.get("stream_acceptance_oversized_chunks") or 0
+    if oversized:
+        warnings.append(f"{oversized} decode chunks carry more than K+1 tokens (steps merged): "
+                        "stream acceptance is not per step")
+    return warnings
+
+
+def point_warnings(result: Mapping[str, Any]) -> list[str]:
+    """Why this point's numbers may be off; empty when nothing is suspect."""
+    return _client_warnings(result) + _check_warnings(result)

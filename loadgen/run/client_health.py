@@ -1,0 +1,60 @@
+"""Client health of a point measured by one or many client processes.
+
+Each process that sent requests reports its own CPU time and event-loop lag over the
+measured phase (`ProcessHealth`); the result's `client_*` fields combine them: CPU adds
+up (the whole client's cost per chunk), loop lag is the worst process's (one lagging
+process stamps its own requests late, whatever the others did), and `client_processes`
+lists every process so a hot one can be found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loadgen.records import RequestRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessHealth:
+    """One client process over one point's measured phase."""
+
+    label: str  # "shard 0/1 worker 1/2", or "parent" for the process collecting records
+    requests: int
+    chunks: int
+    cpu_seconds: float
+    lag_ns: tuple[int, ...]  # loop-lag samples (empty for a process that stamps nothing)
+
+    def to_json(self) -> dict[str, Any]:
+        lags = np.asarray(self.lag_ns, dtype=np.float64) / 1e6
+        return {
+            "process": self.label, "requests": self.requests, "chunks": self.chunks,
+            "cpu_seconds": self.cpu_seconds,
+            "cpu_per_chunk_us": self.cpu_seconds / self.chunks * 1e6 if self.chunks else None,
+            "loop_lag_p99_ms": float(np.percentile(lags, 99)) if lags.size else None,
+            "loop_lag_max_ms": float(lags.max()) if lags.size else None,
+            "loop_lag_samples": int(lags.size),
+        }
+
+
+def counts(records: Sequence[RequestRecord]) -> tuple[int, int]:
+    """(requests, chunks) of the records a process produced."""
+    return len(records), sum(len(r.chunk_ns) for r in records)
+
+
+def client_fields(processes: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
+    """The result's client_* fields from every process's `ProcessHealth.to_json()`
+    (`chunks` = the point's total_chunks, completed requests only, as before)."""
+    cpu = sum(p["cpu_seconds"] for p in processes)
+    lagging = [p for p in processes if p["loop_lag_samples"]]
+    return {
+        "client_cpu_seconds": cpu,
+        "client_cpu_per_chunk_us": cpu / chunks * 1e6 if chunks else None,
+        "client_loop_lag_p99_ms": max((p["loop_lag_p99_ms"] for p in lagging), default=None),
+        "client_loop_lag_max_ms": max((p["loop_lag_max_ms"] for p in lagging), default=None),
+        "client_loop_lag_samples": sum(p["loop_lag_samples"] for p in processes),
+        "client_processes": list(processes),
+    }

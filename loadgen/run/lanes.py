@@ -1,0 +1,143 @@
+"""A sweep file's lanes, one after another, into one results tree.
+
+    <tree>/lanes.json     the lanes in the file's order: name, directory, state, exit code
+    <tree>/sweep.yaml     the document that ran (credentials redacted)
+    <tree>/<lane>/        that lane's result directory, as a plain run writes it
+
+Lanes run in sequence (two at once would measure each other). Every lane's prompts are
+built before the first lane starts, so a workload that cannot be built fails at once. A
+lane the server or the machine fails (exit 1) is reported and the next lane runs; Ctrl-C
+stops the matrix, keeping what was measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import yaml
+from tokenizers import Tokenizer
+
+from loadgen import __version__
+from loadgen.config.spec import SpecError
+from loadgen.config.sweepfile import Lane, SweepPlan
+from loadgen.errors import LoadgenError, UsageError
+from loadgen.run.observers import RunObserver
+from loadgen.sinks.files import write_atomic
+
+INDEX = "lanes.json"
+LaneState = Literal["pending", "running", "succeeded", "failed", "interrupted"]
+
+
+@dataclass(slots=True)
+class LaneStatus:
+    name: str
+    state: LaneState = "pending"
+    exit_code: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dir": self.name, "state": self.state,
+                "exit_code": self.exit_code, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class LanesOutcome:
+    results_dir: Path
+    lanes: tuple[LaneStatus, ...]
+    interrupted: bool
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return max((lane.exit_code or 0 for lane in self.lanes), default=0)
+
+    @property
+    def measured(self) -> list[Path]:
+        """Lane directories holding at least one point, in the file's order."""
+        return [self.results_dir / lane.name for lane in self.lanes
+                if any((self.results_dir / lane.name).glob("conc_*.json"))]
+
+
+def _say(message: str) -> None:
+    print(f"loadgen: {message}", file=sys.stderr)
+
+
+async def check_workloads(plan: SweepPlan) -> None:
+    """Build every lane's preflight prompt now: a lane that cannot run fails before any does."""
+    from loadgen.run.sweep import probe_prompt
+    from loadgen.tokenizer import load_tokenizer
+
+    tokenizers: dict[tuple[str | None, bool], Tokenizer] = {}
+    for index, lane in enumerate(plan.lanes):
+        key = (lane.spec.tokenizer, lane.spec.encoder == "dsv4")
+        if key not in tokenizers:
+            tokenizers[key] = await asyncio.to_thread(load_tokenizer, key[0], check_dsv4=key[1])
+        try:
+            await asyncio.to_thread(probe_prompt, lane.spec, tokenizers[key])
+        except SpecError as exc:
+            raise SpecError(f"lanes[{index}] ({lane.name}): {exc}") from None
+
+
+class _Index:
+    def __init__(self, plan: SweepPlan) -> None:
+        self.plan = plan
+        self.statuses = [LaneStatus(lane.name) for lane in plan.lanes]
+        self.started_unix = time.time()
+
+    def write(self, *, finished: bool = False) -> None:
+        index = {
+            "loadgen_version": __version__, "started_unix": self.started_unix,
+            "finished_unix": time.time() if finished else None,
+            "lanes": [status.to_json() for status in self.statuses],
+            "document": self.plan.document,
+        }
+        write_atomic(self.plan.results_dir / INDEX, orjson.dumps(index, option=orjson.OPT_INDENT_2))
+
+
+async def run_lanes(plan: SweepPlan, *,
+                    observer_for: Callable[[Lane], RunObserver | None] | None = None,
+                    tokenizer: Tokenizer | None = None) -> LanesOutcome:
+    """Run every lane of `plan`; CancelledError (Ctrl-C, DELETE) is re-raised after the
+    index says which lanes were interrupted."""
+    from loadgen.run.sweep import run_sweep
+
+    plan.results_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(plan.results_dir / "sweep.yaml",
+                 yaml.safe_dump(plan.document, sort_keys=False).encode())
+    index = _Index(plan)
+    index.write()
+    for number, (lane, status) in enumerate(zip(plan.lanes, index.statuses, strict=True), 1):
+        _say(f"lane {number}/{len(plan.lanes)} {lane.name}: conc "
+             f"{','.join(map(str, lane.spec.conc))} -> {lane.spec.results_dir}")
+        status.state = "running"
+        index.write()
+        try:
+            outcome = await run_sweep(lane.spec, tokenizer=tokenizer,
+                                      observer=observer_for(lane) if observer_for else None)
+        except asyncio.CancelledError:
+            status.state, status.exit_code = "interrupted", 130
+            for later in index.statuses[number:]:
+                later.error = "not run: the sweep was interrupted"
+            index.write(finished=True)
+            raise
+        except UsageError:
+            raise  # bad input is the whole command's problem, not one lane's
+        except LoadgenError as exc:
+            status.state, status.exit_code, status.error = "failed", exc.exit_code, str(exc)
+            _say(f"lane {lane.name} failed: {exc}")
+        else:  # ran to the end; a point over --max-error-rate still makes the exit status 1
+            status.state, status.exit_code = "succeeded", outcome.exit_code
+            if outcome.failed_points:
+                status.error = (f"error rate above --max-error-rate at conc "
+                                f"{','.join(map(str, outcome.failed_points))}")
+        index.write()
+    index.write(finished=True)
+    return LanesOutcome(plan.results_dir, tuple(index.statuses), interrupted=False)

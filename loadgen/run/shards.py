@@ -1,0 +1,323 @@
+"""`loadgen merge DIR... --results OUT`: the shards of one run (`--shard I/N`) -> one result set.
+
+Each shard sent its own slots of every point (run/shares.py) and kept every raw record.
+The merge puts all shards' records of a point on one timeline and summarizes them once,
+exactly as a single process would have (percentiles over the concatenated raw values,
+never combined from per-shard summaries).
+
+Timeline: shards on one machine (same boot id) share CLOCK_MONOTONIC: records are taken
+as they are. Across machines each record carries the (monotonic, wall) pair its process
+read at the start of the point; records are moved onto the first shard's clock through
+the wall clock, and the result says how far the clocks may disagree
+(`clock_alignment_uncertainty_ms`, run/clock.py). Shards whose measured spans do not
+overlap by more than that were not one concurrency point: that point is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+
+from loadgen import __version__
+from loadgen.errors import UsageError
+from loadgen.metrics.schema import PointResult
+from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.summary import PointContext, summarize
+from loadgen.records import RequestRecord
+from loadgen.run.client_health import client_fields
+from loadgen.run.ids import new_run_id
+from loadgen.sinks.files import write_atomic, write_point
+from loadgen.sinks.jsonl import JsonlSink, read_jsonl
+from loadgen.sinks.plot import plot_sweep
+from loadgen.sinks.table import format_table, sweep_rows, write_csv
+
+# Settings that may differ between the shards of one run (everything else must match).
+PER_SHARD = frozenset({"shard_index", "results_dir", "progress", "workers", "cpu_affinity",
+                       "headers", "base_url", "max_error_rate", "shard_sync"})
+
+
+class PointRefused(Exception):
+    """This point's shards cannot be combined; str() says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    path: Path
+    run: dict[str, Any]  # its run.json
+
+    @property
+    def index(self) -> int:
+        return int(self.run["shard"]["index"])
+
+    def point(self, conc: int) -> dict[str, Any] | None:
+        return next((p for p in self.run["points"] if p["conc"] == conc), None)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeOutcome:
+    results_dir: Path
+    points: tuple[PointResult, ...]
+    refused: tuple[str, ...]  # one line per point that could not be merged
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.refused else 0
+
+
+def load_shards(dirs: Sequence[Path]) -> list[Shard]:
+    """The shards, checked to be all N shards of one run, sorted by index."""
+    shards = [Shard(d, _run_json(d)) for d in dirs]
+    counts = {s.run["shard"]["count"] for s in shards}
+    if len(counts) != 1:
+        raise UsageError(f"the directories are shards of different splits (N = "
+                         f"{sorted(counts)}); merge the shards of one run")
+    count = counts.pop()
+    indices = sorted(s.index for s in shards)
+    if indices != list(range(count)):
+        raise UsageError(f"need each shard 0..{count - 1} of {count} once, got shards "
+                         f"{indices}: a missing shard's slots were never sent")
+    first = shards[0].run
+    if any(s.run.get("target") == "simulator" for s in shards) and count > 1:
+        raise UsageError("these shards each measured their own embedded simulator (--sim): "
+                         "start one `loadgen sim` and point every shard at it with --base-url")
+    for shard in shards[1:]:
+        different = sorted(k for k in set(first["settings"]) | set(shard.run["settings"])
+                           if k not in PER_SHARD
+                           and first["settings"].get(k) != shard.run["settings"].get(k))
+        if different:
+            raise UsageError(f"{shard.path}: settings differ from {shards[0].path} "
+                             f"({', '.join(different)}): not shards of one run")
+    return sorted(shards, key=lambda s: s.index)
+
+
+def _run_json(directory: Path) -> dict[str, Any]:
+    try:
+        run: dict[str, Any] = orjson.loads((directory / "run.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise UsageError(f"{directory}: no readable run.json ({exc}); pass loadgen result "
+                         "directories (--results of each shard)") from None
+    if "shard" not in run:
+        raise UsageError(f"{directory}: run.json has no shard information (written by an "
+                         "older loadgen?); rerun the shards with --shard I/N")
+    if run["shard"]["index"] is None:
+        raise UsageError(f"{directory}: is already a merge; pass the shards' own directories")
+    return run
+
+
+def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
+    """Merge every point all shards have; refused points are listed, the rest written."""
+    if not dirs:
+        raise UsageError("loadgen merge: give the shards' result directories")
+    shards = load_shards(dirs)
+    if any(out.resolve() == s.path.resolve() for s in shards):
+        raise UsageError(f"--results {out}: is one of the inputs; merge into a new directory")
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = new_run_id(time.time())
+    results: list[PointResult] = []
+    refused: list[str] = []
+    entries: list[dict[str, Any]] = []
+    for conc in shards[0].run["settings"]["conc"]:
+        try:
+            result, entry = merge_point(shards, conc, out, run_id)
+        except PointRefused as exc:
+            refused.append(f"conc {conc}: {exc}")
+            continue
+        results.append(result)
+        entries.append(entry)
+    _write_run(out, shards, run_id, entries, refused)
+    unknown = [r["max_concurrency"] for r in results
+               if r["clock_alignment_uncertainty_ms"] is None]
+    warnings = [f"conc {', '.join(map(str, unknown))}: the shards ran on different machines "
+                "and a machine's wall clock is not NTP-synchronized (its kernel says so): "
+                "they are aligned with an unknown error (clock_alignment_uncertainty_ms "
+                "null); duration and throughput may be off by that much"] if unknown else []
+    if results:
+        rows = sweep_rows(results)
+        write_csv(out / "sweep.csv", rows)
+        print(format_table(rows))
+        with contextlib.suppress(Exception):  # a plot must never cost the measurements
+            plot_sweep(out / "sweep.png", results)
+    return MergeOutcome(out, tuple(results), tuple(refused), tuple(warnings))
+
+
+def merge_point(shards: Sequence[Shard], conc: int, out: Path,
+                run_id: str) -> tuple[PointResult, dict[str, Any]]:
+    entries = [s.point(conc) for s in shards]
+    missing = [s.index for s, e in zip(shards, entries, strict=True) if e is None]
+    if missing:
+        raise PointRefused(f"shard(s) {missing} have no such point (stopped before it?)")
+    points = cast(list[dict[str, Any]], entries)
+    per_shard = [read_jsonl(s.path / f"requests_conc_{conc}.jsonl") for s in shards]
+    records, uncertainty_ns = align(per_shard, [p["clock"] for p in points])
+    spans = check_overlap(per_shard, records, uncertainty_ns)
+    ids = [r.request_id for r in records]
+    if len(set(ids)) != len(ids):
+        raise PointRefused("a request index appears in two shards: these are not the shards "
+                           "of one --shard I/N split")
+    files = [orjson.loads((s.path / f"conc_{conc}.json").read_bytes()) for s in shards]
+    result = _merged_result(shards, files, points, records, conc, uncertainty_ns, run_id)
+    with JsonlSink(out / f"requests_conc_{conc}.jsonl") as sink:
+        for record in records:
+            sink.write(record)
+    write_point(out, result)
+    entry = {"conc": conc, "complete": result["complete"], "file": f"conc_{conc}.json",
+             "error_rate": result["error_rate"], "shard_spans_s": spans,
+             "clock_alignment_uncertainty_ms": result["clock_alignment_uncertainty_ms"]}
+    return result, entry
+
+
+def align(per_shard: Sequence[Sequence[RequestRecord]], clocks: Sequence[dict[str, Any] | None],
+          ) -> tuple[list[RequestRecord], int | None]:
+    """All records on the first shard's monotonic clock, and the alignment's uncertainty
+    in ns (0 on one machine; None when a clock's error is unknown)."""
+    boots = {c.get("boot_id") if c else None for c in clocks}
+    if len(boots) == 1 and None not in boots:  # one machine: one CLOCK_MONOTONIC
+        return sorted((r for rs in per_shard for r in rs), key=lambda r: r.request_id), 0
+    offsets = [r.clock_unix_ns - r.clock_mono_ns for rs in per_shard for r in rs[:1]]
+    reference = offsets[0] if offsets else 0
+    moved = [_shift(r, r.clock_unix_ns - r.clock_mono_ns - reference)
+             for rs in per_shard for r in rs]
+    return sorted(moved, key=lambda r: r.request_id), alignment_uncertainty_ns(clocks)
+
+
+def alignment_uncertainty_ns(clocks: Sequence[dict[str, Any] | None]) -> int | None:
+    """Two machines' wall clocks may differ by both their kernels' error estimates; each
+    pairing of clocks adds half its read bracket; a wall-clock step adds its size."""
+    if any(c is None or c.get("synced") is not True or c.get("esterror_us") is None
+           for c in clocks):
+        return None
+    known = cast(list[dict[str, Any]], clocks)
+    errors = sorted((int(c["esterror_us"]) * 1000 for c in known), reverse=True)
+    pairing = max(int(c["pair_read_ns"]) for c in known)  # two half-brackets at most
+    steps = max(abs(int(c.get("offset_change_ns") or 0)) for c in known)
+    return sum(errors[:2]) + pairing + steps
+
+
+def _shift(record: RequestRecord, by_ns: int) -> RequestRecord:
+    if by_ns == 0:
+        return record
+    return dataclasses.replace(
+        record, scheduled_ns=record.scheduled_ns + by_ns, start_ns=record.start_ns + by_ns,
+        chunk_ns=tuple(t + by_ns for t in record.chunk_ns), end_ns=record.end_ns + by_ns,
+        clock_mono_ns=record.clock_mono_ns + by_ns)
+
+
+def check_overlap(per_shard: Sequence[Sequence[RequestRecord]], aligned: Sequence[RequestRecord],
+                  uncertainty_ns: int | None) -> list[list[float] | None]:
+    """Each shard's measured span (s, from the earliest start); PointRefused when the
+    shards that sent requests were not all measuring at one time."""
+    ids = [{r.request_id for r in rs} for rs in per_shard]
+    spans_ns: list[tuple[int, int] | None] = []
+    for shard_ids in ids:
+        mine = [r for r in aligned if r.request_id in shard_ids]
+        spans_ns.append((min(r.start_ns for r in mine), max(r.end_ns for r in mine))
+                        if mine else None)
+    sending = [s for s in spans_ns if s is not None]
+    if not sending:
+        raise PointRefused("no shard recorded a request")
+    origin = min(start for start, _ in sending)
+    first_end = min(end for _, end in sending)
+    last_start = max(start for start, _ in sending)
+    if first_end - last_start <= (uncertainty_ns or 0):
+        raise PointRefused(
+            f"the shards did not overlap in time (one started {(last_start - first_end) / 1e9:.3f}"
+            f" s after another had finished{_plus_minus(uncertainty_ns)}): they were not one "
+            "concurrency point; run the shards at the same time")
+    return [None if span is None else [(span[0] - origin) / 1e9, (span[1] - origin) / 1e9]
+            for span in spans_ns]
+
+
+def _plus_minus(uncertainty_ns: int | None) -> str:
+    if uncertainty_ns is None:
+        return ", clocks not NTP-synchronized"
+    return f", ±{uncertainty_ns / 1e6:.3f} ms" if uncertainty_ns else ""
+
+
+def _merged_result(shards: Sequence[Shard], files: Sequence[dict[str, Any]],
+                   points: Sequence[dict[str, Any]], records: Sequence[RequestRecord],
+                   conc: int, uncertainty_ns: int | None, run_id: str) -> PointResult:
+    settings = shards[0].run["settings"]
+    ctx = PointContext(conc=conc, input_len=settings["isl"], output_len=settings["osl"],
+                       spec_tokens=settings["spec_tokens"], slos=settings["slos_ms"] or {},
+                       percentiles=tuple(settings["percentiles"]),
+                       num_gpus=settings["num_gpus"])
+    complete = all(f["complete"] for f in files)
+    before, after = combined_snapshots(shards, points) if complete else (None, None)
+    metrics = summarize(records, ctx, server_before=before, server_after=after)
+    processes = [p for f in files for p in f["client_processes"]]
+    reasons = [f"shard {s.index}: {f['incomplete_reason'] or 'interrupted'}"
+               for s, f in zip(shards, files, strict=True) if not f["complete"]]
+    result: dict[str, Any] = {
+        **metrics, **client_fields(processes, metrics["total_chunks"]),
+        **{k: files[0][k] for k in ("target", "model_id", "endpoint_type", "endpoint",
+                                    "base_url", "backend", "input_len", "output_len",
+                                    "range_ratio", "request_rate", "burstiness",
+                                    "tokenizer_check")},
+        "clock_alignment_uncertainty_ms": None if uncertainty_ns is None
+        else uncertainty_ns / 1e6,
+        "complete": complete, "incomplete_reason": "; ".join(reasons) or None,
+        "shard": None, "shards_merged": len(shards), "run_id": run_id,
+        "planned_requests": sum(f["planned_requests"] for f in files),
+        "warmup_requests": sum(f["warmup_requests"] for f in files),
+        "warmup_failed": sum(f["warmup_failed"] for f in files),
+        "loadgen_version": __version__,
+    }
+    return cast(PointResult, result)
+
+
+def combined_snapshots(shards: Sequence[Shard], points: Sequence[dict[str, Any]],
+                       ) -> tuple[ServerSnapshot | None, ServerSnapshot | None]:
+    """The server counters around the whole merged point: per server (base URL) the
+    earliest scrape before and the latest after (counters only grow, so the smallest and
+    largest), summed over servers. None when a shard has no scrape."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for shard, point in zip(shards, points, strict=True):
+        if point.get("server_before") is None or point.get("server_after") is None:
+            return None, None
+        groups.setdefault(shard.run.get("base_url") or "", []).append(point)
+    befores = [min((p["server_before"] for p in g), key=_counter_total) for g in groups.values()]
+    afters = [max((p["server_after"] for p in g), key=_counter_total) for g in groups.values()]
+    return _sum_snapshots(befores), _sum_snapshots(afters)
+
+
+def _counter_total(snapshot: dict[str, Any]) -> float:
+    return float(sum(v for k, v in snapshot["samples"].items()
+                     if k.endswith(("_total", "_count"))))
+
+
+def _sum_snapshots(snapshots: Sequence[dict[str, Any]]) -> ServerSnapshot:
+    samples: dict[str, float] = {}
+    keyed: dict[str, dict[str, float]] = {}
+    for snapshot in snapshots:
+        for name, value in snapshot["samples"].items():
+            samples[name] = samples.get(name, 0.0) + value
+        for name, values in snapshot["keyed"].items():
+            into = keyed.setdefault(name, {})
+            for key, value in values.items():
+                into[key] = into.get(key, 0.0) + value
+    return ServerSnapshot(samples=samples, keyed=keyed)
+
+
+def _write_run(out: Path, shards: Sequence[Shard], run_id: str,
+               entries: list[dict[str, Any]], refused: list[str]) -> None:
+    first = shards[0].run
+    settings = {k: v for k, v in first["settings"].items() if k not in PER_SHARD}
+    run = {
+        "run_id": run_id, "loadgen_version": __version__, "target": first.get("target"),
+        "base_url": first.get("base_url"), "merged_unix": time.time(),
+        "interrupted": any(s.run.get("interrupted") for s in shards),
+        "settings": settings, "server": first.get("server"),
+        "shard": {"index": None, "count": len(shards)},
+        "merged_from": [{"path": str(s.path), "run_id": s.run["run_id"], "shard": s.index,
+                         "base_url": s.run.get("base_url")} for s in shards],
+        "points": entries, "refused": refused,
+    }
+    write_atomic(out / "run.json", orjson.dumps(run, option=orjson.OPT_INDENT_2))

@@ -1,0 +1,319 @@
+"""`--workers N`: N client processes on this machine, one result.
+
+The parent checks the server (preflight), starts any embedded simulator and then N
+worker processes (run/worker.py), each on its own socketpair. Per point it asks every
+worker holding some of the point's slots (run/shares.py) to build its share and warm up,
+reads the server's counters, and tells all of them to start at one perf_counter_ns
+instant (one CLOCK_MONOTONIC on a machine). Every record comes back the moment it ends
+and goes where a single process's would: the point's list, the JSONL file, the progress
+line and the live metrics. Percentiles are computed over all raw records, never
+averaged from per-worker summaries.
+
+Ctrl-C (or SIGTERM, or the sidecar's DELETE) stops every worker, whose in-flight
+requests end as `cancelled` records; the point is written `complete: false`. A worker
+that dies is reported; the others are stopped the same way, the point is written
+`complete: false` with the reason, and the run ends (exit 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+import orjson
+
+from loadgen.config.spec import RunSpec
+from loadgen.errors import SetupError, UsageError
+from loadgen.records import RequestRecord
+from loadgen.run.backend import HttpBackend
+from loadgen.run.client_health import ProcessHealth
+from loadgen.run.frames import FrameError, Kind, frame, message, read_frame
+from loadgen.run.point import PointOutcome, PointRecords, RunContext
+from loadgen.run.shares import Share, requests_in
+from loadgen.run.worker import WorkerConfig
+
+START_TIMEOUT_S = 120.0  # import, tokenizer load, word pool: a few seconds, more when busy
+STOP_TIMEOUT_S = 30.0  # cancelled requests end at once; this bounds a wedged worker
+GO_DELAY_NS = 50_000_000  # every worker has read GO well before the common start
+STREAMS_PER_WORKER = 128  # bench/client_overhead.py: receive lag grows with streams/process
+
+
+class WorkerDied(SetupError):
+    """A worker process exited or failed during the run; str() says which and why."""
+
+
+def choose_workers(spec: RunSpec, cpus: int) -> tuple[int, str]:
+    """`--workers auto`: one worker per STREAMS_PER_WORKER streams of this run's largest
+    point, within the cores left after the parent (and an embedded simulator)."""
+    share = Share(spec.shard_index, spec.shard_count)
+    streams = max(len(share.shard_slots(conc)) for conc in spec.conc)
+    spare = cpus - 1 - (1 if spec.sim else 0)
+    wanted = math.ceil(streams / STREAMS_PER_WORKER)
+    count = max(1, min(spare, wanted))
+    why = (f"{cpus} cores available, 1 kept for the parent"
+           f"{' and 1 for the embedded simulator' if spec.sim else ''}; the largest point "
+           f"has {streams} streams here, up to {STREAMS_PER_WORKER} per worker")
+    return count, why
+
+
+def resolve_workers(spec: RunSpec) -> RunSpec:
+    """The spec with `--workers auto` replaced by the count chosen (and said so)."""
+    if spec.workers is not None:
+        return spec
+    count, why = choose_workers(spec, len(os.sched_getaffinity(0)))
+    noun = "process (this one)" if count == 1 else "worker processes"
+    print(f"loadgen: --workers auto: {count} {noun} ({why})", file=sys.stderr)
+    return dataclasses.replace(spec, workers=count,
+                               cpu_affinity=spec.cpu_affinity if count > 1 else ())
+
+
+@dataclass(slots=True)
+class _Handle:
+    index: int
+    process: subprocess.Popen[bytes]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    share: Share
+    alive: bool = True
+    records: int = 0
+    chunks: int = 0
+    reader_task: asyncio.Task[None] | None = None
+
+    def send(self, kind: Kind, body: dict[str, Any] | None = None) -> None:
+        if self.alive and not self.writer.is_closing():
+            self.writer.write(message(kind, body))
+
+    async def death(self) -> str:
+        """Why this worker is gone (its exit status, once it has one)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(self.process.wait, 5)
+        status = self.process.poll()
+        how = f"exited with status {status}" if status is not None else "closed its connection"
+        return f"worker {self.share.worker}/{self.share.workers} (pid {self.process.pid}) {how}"
+
+
+class _Lost(Exception):
+    def __init__(self, handle: _Handle, reason: str) -> None:
+        super().__init__(reason)
+        self.handle = handle
+
+
+@dataclass(slots=True)
+class WorkerPool:
+    context: RunContext
+    share: Share  # this run's shard; workers split it
+    handles: list[_Handle] = field(default_factory=list)
+    events: asyncio.Queue[tuple[_Handle, Kind | None, bytes]] = field(
+        default_factory=asyncio.Queue)
+    current: PointRecords | None = None
+
+    async def run_point(self, conc: int, keep: Callable[[PointOutcome], None]) -> None:
+        """Run one point on the workers; its outcome goes to `keep`, also when the point
+        is interrupted or a worker dies (then CancelledError or WorkerDied follows)."""
+        spec, shard_slots = self.context.spec, self.share.shard_slots(conc)
+        recorded = PointRecords(
+            self.context, conc, planned=requests_in(spec.measured_requests(conc), conc,
+                                                    shard_slots),
+            warmup=requests_in(spec.warmup_requests(conc), conc, shard_slots),
+            slots=len(shard_slots))
+        state = _PointState(recorded, [h for h in self.handles if h.share.slots(conc)])
+        self.current = recorded
+        try:
+            await self._measure(conc, state)
+            keep(state.finalize(complete=True, after=await recorded.scrape_after()))
+        except asyncio.CancelledError:
+            await self._stop(state, "interrupted", keep)
+            raise
+        except _Lost as lost:
+            reason = str(lost) or await lost.handle.death()
+            await self._stop(state, reason, keep)
+            raise WorkerDied(f"{reason} during conc {conc}; the point is written with "
+                             f"complete: false and the run stops") from None
+        finally:
+            self.current = None
+
+    async def _measure(self, conc: int, state: _PointState) -> None:
+        for handle in state.active:
+            handle.send(Kind.POINT, {"conc": conc})
+        for body in (await self._collect(state.active, Kind.WARM)).values():
+            state.warmup_failed += int(body["warmup_failed"])
+        if self.context.barrier is not None:
+            await self.context.barrier(conc)
+        state.recorded.begin(await self.context.backend.scrape())
+        state.cpu_start = time.process_time()
+        at_ns = perf_counter_ns() + GO_DELAY_NS
+        for handle in state.active:
+            handle.send(Kind.GO, {"at_ns": at_ns})
+        state.done = await self._collect(state.active, Kind.DONE)
+        state.parent_cpu = time.process_time() - state.cpu_start
+
+    async def _collect(self, handles: list[_Handle], kind: Kind, *,
+                       fail_fast: bool = True) -> dict[int, dict[str, Any]]:
+        """Wait until each live worker of `handles` has sent `kind`. A worker that dies
+        first raises _Lost, or (fail_fast False) is no longer waited for."""
+        waiting = {h.index for h in handles if h.alive}
+        got: dict[int, dict[str, Any]] = {}
+        while waiting:
+            handle, got_kind, body = await self.events.get()
+            if got_kind is None or got_kind is Kind.FAILED:
+                handle.alive = False
+                error = orjson.loads(body).get("error", "?") if body else ""
+                reason = (f"worker {handle.share.worker}/{handle.share.workers} (pid "
+                          f"{handle.process.pid}) failed: {error}") if error else ""
+                if fail_fast and handle.index in waiting:
+                    raise _Lost(handle, reason)
+                waiting.discard(handle.index)
+            elif got_kind is kind and handle.index in waiting:
+                got[handle.index] = orjson.loads(body)
+                waiting.discard(handle.index)
+        return got
+
+    async def _stop(self, state: _PointState, reason: str,
+                    keep: Callable[[PointOutcome], None]) -> None:
+        """Stop the point on every live worker, keep what was measured, write it."""
+        try:
+            for handle in state.active:
+                handle.send(Kind.STOP)
+            pending = [h for h in state.active if h.index not in state.done]
+            with contextlib.suppress(TimeoutError):
+                state.done.update(await asyncio.wait_for(
+                    self._collect(pending, Kind.DONE, fail_fast=False), STOP_TIMEOUT_S))
+        finally:
+            if state.recorded.started:
+                state.parent_cpu = time.process_time() - state.cpu_start
+                keep(state.finalize(complete=False, after=None, reason=reason))
+            else:
+                state.recorded.close()
+
+    def _on_frame(self, handle: _Handle, kind: Kind, body: bytes) -> None:
+        hooks, conc = self.context.hooks, self.current.conc if self.current else 0
+        if kind is Kind.RECORD:
+            record = RequestRecord.from_dict(orjson.loads(body))
+            handle.records += 1
+            handle.chunks += len(record.chunk_ns)
+            if self.current is not None:
+                self.current.add(record)
+        elif kind is Kind.STARTED:
+            for _ in range(int(orjson.loads(body)["n"])):
+                hooks.request_started(conc)
+        elif kind is Kind.LAG:
+            for lag_ns in orjson.loads(body)["ns"]:
+                hooks.loop_lag(lag_ns / 1e9)
+        else:
+            self.events.put_nowait((handle, kind, body))
+
+    async def _listen(self, handle: _Handle) -> None:
+        try:
+            while (got := await read_frame(handle.reader)) is not None:
+                self._on_frame(handle, *got)
+        except FrameError:
+            pass
+        handle.alive = False
+        self.events.put_nowait((handle, None, b""))
+
+
+@dataclass(slots=True)
+class _PointState:
+    recorded: PointRecords
+    active: list[_Handle]
+    warmup_failed: int = 0
+    cpu_start: float = 0.0
+    parent_cpu: float = 0.0
+    done: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def finalize(self, *, complete: bool, after: Any, reason: str | None = None,
+                 ) -> PointOutcome:
+        processes = [ProcessHealth("parent", 0, 0, self.parent_cpu, ())]
+        for handle in self.active:
+            body = self.done.get(handle.index)
+            if body is None:  # died, or never answered: what the parent received from it
+                processes.append(ProcessHealth(handle.share.label + " (lost)", handle.records,
+                                               handle.chunks, 0.0, ()))
+                continue
+            h = body["health"]
+            processes.append(ProcessHealth(h["label"], h["requests"], h["chunks"],
+                                           h["cpu_seconds"], tuple(h["lag_ns"])))
+        return self.recorded.finalize(complete=complete, after=after, processes=processes,
+                                      warmup_failed=self.warmup_failed, reason=reason)
+
+
+def _spawn(index: int) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    ours, theirs = socket.socketpair()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.run.worker", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            start_new_session=True)  # Ctrl-C reaches the parent only; it stops the workers
+    finally:
+        theirs.close()
+    return process, ours
+
+
+@contextlib.asynccontextmanager
+async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
+    """Start `spec.workers` worker processes; stop them all on exit, whatever happened."""
+    spec = context.spec
+    backend = context.backend
+    if not isinstance(backend, HttpBackend):
+        raise UsageError("--workers needs an HTTP server (--base-url or --sim)")
+    assert spec.workers is not None
+    pool = WorkerPool(context, Share(spec.shard_index, spec.shard_count))
+    worker_spec = dataclasses.replace(spec, base_url=backend.base_url, sim=False, sim_args=(),
+                                      workers=1, cpu_affinity=())
+    try:
+        for index in range(spec.workers):
+            share = pool.share.worker_share(index, spec.workers)
+            process, sock = _spawn(index)
+            reader, writer = await asyncio.open_connection(sock=sock)
+            handle = _Handle(index, process, reader, writer, share)
+            pool.handles.append(handle)
+            cpu = spec.cpu_affinity[index % len(spec.cpu_affinity)] if spec.cpu_affinity else None
+            config = WorkerConfig(worker_spec, context.server, context.run_id, backend.target,
+                                  share, cpu)
+            writer.write(frame(Kind.CONFIG, pickle.dumps(config)))
+            handle.reader_task = asyncio.create_task(pool._listen(handle))
+        await _wait_ready(pool)
+        yield pool
+    finally:
+        await _shut_down(pool)
+
+
+async def _wait_ready(pool: WorkerPool) -> None:
+    try:
+        await asyncio.wait_for(pool._collect(pool.handles, Kind.READY), START_TIMEOUT_S)
+    except _Lost as lost:
+        reason = str(lost) or await lost.handle.death()
+        raise WorkerDied(f"{reason} while starting") from None
+    except TimeoutError:
+        raise WorkerDied(f"the worker processes did not start within {START_TIMEOUT_S:.0f} s"
+                         ) from None
+
+
+async def _shut_down(pool: WorkerPool) -> None:
+    for handle in pool.handles:
+        handle.send(Kind.EXIT)
+    for handle in pool.handles:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await handle.writer.drain()
+        try:
+            await asyncio.to_thread(handle.process.wait, 10)
+        except subprocess.TimeoutExpired:
+            handle.process.kill()
+            await asyncio.to_thread(handle.process.wait)
+        handle.writer.close()
+        if handle.reader_task is not None:
+            handle.reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await handle.reader_task

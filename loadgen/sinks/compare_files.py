@@ -1,0 +1,157 @@
+"""A comparison as console text, CSV and JSON (`loadgen compare`, the end of a sweep file).
+
+Cells show a value and, for every run after the first, its ratio to the first run's value
+at the same concurrency (`568.1 x1.75`). The CSV has one row per run and concurrency
+with each metric and `<metric>_ratio`; the JSON holds everything, summaries included.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.metrics.compare import METRIC_FIELDS, Comparison, Crossover, PointRow
+from loadgen.sinks.files import write_atomic
+
+Warning_ = tuple[str, int, str]  # run, concurrency, message
+
+# metric key -> (console header, decimals)
+COLUMNS: Mapping[str, tuple[str, int]] = {
+    "throughput": ("out tok/s", 1),
+    "interactivity": ("tok/s/user", 1),
+    "ttft_p50_ms": ("TTFT p50 ms", 1),
+    "ttft_p99_ms": ("TTFT p99 ms", 1),
+    "tpot_p50_ms": ("TPOT p50 ms", 2),
+    "tpot_p99_ms": ("TPOT p99 ms", 2),
+    "acceptance_length": ("AL", 2),
+}
+
+
+def throughput_label(comparison: Comparison) -> str:
+    return "out tok/s/GPU" if comparison.per_gpu else "out tok/s"
+
+
+def number(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def times(value: float | None) -> str:
+    return "" if value is None else f"x{value:.2f}"
+
+
+def _cell(row: PointRow, key: str, baseline: str) -> str:
+    text = number(row.values[key], COLUMNS[key][1])
+    if row.run != baseline and row.ratios[key] is not None:
+        text += f" {times(row.ratios[key])}"
+    return text
+
+
+def _block(comparison: Comparison, conc: int) -> list[str]:
+    rows = comparison.rows_at(conc)
+    headers = ["run"] + [throughput_label(comparison) if k == "throughput" else h
+                         for k, (h, _) in COLUMNS.items()]
+    table = [headers] + [[row.run + ("" if row.complete else " (partial)")]
+                         + [_cell(row, k, comparison.baseline) for k in COLUMNS]
+                         for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
+    lines = ["  ".join(text.ljust(w) if i == 0 else text.rjust(w)
+                       for i, (text, w) in enumerate(zip(line, widths, strict=True)))
+             for line in table]
+    return [f"conc {conc}", *lines, ""]
+
+
+def crossover_sentence(c: Crossover) -> str:
+    return (f"{c.ahead_below} is ahead up to conc {c.low_conc}, {c.ahead_above} from conc "
+            f"{c.high_conc} on (throughput {c.run} / {c.baseline} crosses 1 near conc "
+            f"{c.estimate:.0f})")
+
+
+def summary_lines(comparison: Comparison) -> list[str]:
+    """Matched-concurrency speedups, matched-interactivity speedups and crossovers."""
+    lines = []
+    base = comparison.baseline
+    for run in comparison.runs[1:]:
+        speedups = [f"{row.conc} {times(row.ratios['throughput'])}" for row in comparison.rows
+                    if row.run == run and row.ratios["throughput"] is not None]
+        lines.append(f"{run} / {base} throughput at matched concurrency: "
+                     f"{', '.join(speedups) or 'no common concurrency'}")
+        matched = [m for m in comparison.matched if m.run == run]
+        lines.append(f"{run} / {base} throughput at {base}'s interactivity: " + (", ".join(
+            f"{m.interactivity:,.1f} tok/s/user (conc {m.baseline_conc}) {times(m.ratio)}"
+            for m in matched) or "the frontiers share no interactivity range"))
+        found = [c for c in comparison.crossovers if c.run == run]
+        for c in found:
+            lines.append(f"crossover: {crossover_sentence(c)}")
+        if not found and speedups:
+            ahead = all((row.ratios["throughput"] or 1) >= 1 for row in comparison.rows
+                        if row.run == run)
+            lines.append(f"no crossover: {run if ahead else base} is ahead at every common "
+                         "concurrency")
+    return lines
+
+
+def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = ()) -> str:
+    head = (f"baseline: {comparison.baseline} (ratios x are run / baseline at the same "
+            "concurrency)")
+    lines = [head, ""]
+    for conc in comparison.concs:
+        lines += _block(comparison, conc)
+    lines += summary_lines(comparison)
+    if warnings:
+        lines += ["", "warnings (numbers to check before publishing):"]
+        lines += [f"  {run} conc {conc}: {message}" for run, conc, message in warnings]
+    return "\n".join(lines)
+
+
+def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str, Any]]:
+    rows = []
+    for row in comparison.rows:
+        line: dict[str, Any] = {"conc": row.conc, "run": row.run, "path": paths.get(row.run, ""),
+                                "complete": row.complete}
+        for key in METRIC_FIELDS:
+            line[key] = row.values[key]
+            line[f"{key}_ratio"] = row.ratios[key]
+        rows.append(line)
+    return rows
+
+
+def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str, str]) -> Path:
+    columns = ["conc", "run", "path", "complete"] + [
+        name for key in METRIC_FIELDS for name in (key, f"{key}_ratio")]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in csv_rows(comparison, paths):
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return write_atomic(path, buffer.getvalue().encode())
+
+
+def comparison_json(comparison: Comparison, paths: Mapping[str, str],
+                    warnings: Sequence[Warning_] = ()) -> dict[str, Any]:
+    return {
+        "baseline": comparison.baseline,
+        "runs": [{"name": name, "path": paths.get(name, "")} for name in comparison.runs],
+        "throughput_field": comparison.throughput_field,
+        "metric_fields": {k: v or comparison.throughput_field for k, v in METRIC_FIELDS.items()},
+        "rows": csv_rows(comparison, paths),
+        "frontiers": {name: [asdict(p) for p in points]
+                      for name, points in comparison.frontiers.items()},
+        "matched_interactivity": [asdict(m) for m in comparison.matched],
+        "crossovers": [{**asdict(c), "sentence": crossover_sentence(c)}
+                       for c in comparison.crossovers],
+        "summary": summary_lines(comparison),
+        "warnings": [{"run": r, "conc": c, "message": m} for r, c, m in warnings],
+    }
+
+
+def write_comparison_json(path: Path, comparison: Comparison, paths: Mapping[str, str],
+                          warnings: Sequence[Warning_] = ()) -> Path:
+    data = orjson.dumps(comparison_json(comparison, paths, warnings),
+                        option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    return write_atomic(path, data)

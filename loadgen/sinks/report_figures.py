@@ -1,0 +1,138 @@
+"""The HTML report's figures: matplotlib SVG, returned as data: URIs to inline in the page.
+
+SVG keeps the page sharp at any zoom and, with text drawn as paths (matplotlib's
+default), needs no font from the viewer; a data: URI makes no request. Each run has one
+colour throughout the report. Everything returns None when matplotlib (the `plot`
+extra) is not installed: the report then has its tables only, and says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from loadgen.metrics.compare import Comparison
+from loadgen.metrics.distributions import Distribution, PointDistributions
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def colour(index: int) -> str:
+    return COLOURS[index % len(COLOURS)]
+
+
+def _figure(width: float, height: float) -> Figure | None:
+    try:
+        from matplotlib.backends.backend_svg import FigureCanvasSVG
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasSVG(figure)  # no pyplot: no global backend state, headless-safe
+    return figure
+
+
+def _data_uri(figure: Figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return "data:image/svg+xml;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def frontier_figure(comparison: Comparison, throughput_label: str) -> str | None:
+    """Throughput against interactivity: every point of every run (labelled with its
+    concurrency) and each run's Pareto frontier as a line."""
+    figure = _figure(8.5, 5.5)
+    if figure is None:
+        return None
+    axes = figure.add_subplot()
+    for index, name in enumerate(comparison.runs):
+        points, frontier = comparison.all_points[name], comparison.frontiers[name]
+        if not points:
+            continue
+        axes.scatter([p.interactivity for p in points], [p.throughput for p in points],
+                     color=colour(index), s=22, zorder=3)
+        axes.plot([p.interactivity for p in frontier], [p.throughput for p in frontier],
+                  color=colour(index), label=f"{name} (frontier)", linewidth=1.8)
+        for p in points:
+            axes.annotate(str(p.conc), (p.interactivity, p.throughput), fontsize=7,
+                          textcoords="offset points", xytext=(4, 4), color=colour(index))
+    axes.set_xlabel("Interactivity (tok/s/user, median)")
+    axes.set_ylabel(throughput_label)
+    axes.set_title("Throughput vs interactivity (labels: concurrency)")
+    axes.grid(True, alpha=0.3)
+    axes.margins(x=0.08, y=0.1)
+    if axes.lines:
+        axes.legend(fontsize=8)
+    return _data_uri(figure)
+
+
+def _cdf(axes: Axes, curve: Distribution, label: str, index: int) -> None:
+    if curve.samples:
+        axes.plot(curve.values, curve.probabilities, color=colour(index), label=label,
+                  linewidth=1.5)
+
+
+def _log_x(axes: Axes, curves: Sequence[Distribution]) -> None:
+    low = [float(c.values[0]) for c in curves if c.samples and c.values[0] > 0]
+    high = [float(c.values[-1]) for c in curves if c.samples]
+    if low and high and max(high) / min(low) > 30:  # long tails: a linear axis hides the body
+        axes.set_xscale("log")
+
+
+def distribution_figure(conc: int, by_run: Mapping[str, tuple[int, PointDistributions]]
+                        ) -> str | None:
+    """TTFT, ITL per chunk and ITL per token as CDFs at one concurrency, a line per run
+    (by_run: name -> (colour index, distributions))."""
+    figure = _figure(11.0, 3.4)
+    if figure is None:
+        return None
+    panels: list[tuple[str, Any]] = [
+        ("TTFT (ms)", lambda d: d.ttft_ms), ("ITL per chunk (ms)", lambda d: d.itl_ms),
+        ("ITL per token (ms)", lambda d: d.itl_per_token_ms)]
+    for number, (title, pick) in enumerate(panels, 1):
+        axes = figure.add_subplot(1, 3, number)
+        curves = [pick(d) for _, d in by_run.values()]
+        for name, (index, dists) in by_run.items():
+            _cdf(axes, pick(dists), name, index)
+        _log_x(axes, curves)
+        axes.set_xlabel(title)
+        axes.set_ylabel("fraction of samples" if number == 1 else "")
+        axes.set_ylim(0, 1.02)
+        axes.grid(True, alpha=0.3, which="both")
+        if number == 1 and axes.lines:
+            axes.legend(fontsize=8, loc="lower right")
+    figure.suptitle(f"conc {conc}: cumulative distributions", fontsize=10)
+    return _data_uri(figure)
+
+
+def acceptance_figure(series: Sequence[tuple[str, int, int, Sequence[float]]]) -> str | None:
+    """Stream acceptance rate per draft position: one line per (run, concurrency);
+    series entries are (run, colour index, conc, per-position rates)."""
+    if not series:
+        return None
+    figure = _figure(7.0, 4.0)
+    if figure is None:
+        return None
+    axes = figure.add_subplot()
+    concs = sorted({conc for _, _, conc, _ in series})
+    for run, index, conc, rates in series:
+        alpha = 0.35 + 0.65 * (concs.index(conc) + 1) / len(concs)
+        axes.plot(range(1, len(rates) + 1), rates, marker="o", color=colour(index),
+                  alpha=alpha, label=f"{run} conc {conc}")
+    axes.set_xlabel("draft position")
+    axes.set_ylabel("acceptance rate (stream)")
+    axes.set_ylim(0, 1.02)
+    axes.set_xticks(range(1, max(len(rates) for *_, rates in series) + 1))
+    axes.grid(True, alpha=0.3)
+    if len(series) <= 12:
+        axes.legend(fontsize=7, ncol=max(1, math.ceil(len(series) / 6)))
+    axes.set_title("Acceptance per draft position (darker: higher concurrency)")
+    return _data_uri(figure)

@@ -1,0 +1,305 @@
+"""The client against a hostile server (tests/hostile_server.py): the hardening issue's rows.
+
+Each test names the row of the issue it guards and runs the real client (Transport,
+run_sweep) over real sockets against a raw asyncio server that sends exactly the bytes
+the row describes. The CLI-level rows (one line on stderr, an exit status) are in
+test_hostile_cli.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hostile_server import (
+    Conn,
+    Handler,
+    HostileServer,
+    Request,
+    alternate,
+    completion,
+    hang,
+    sse,
+    token_events,
+)
+from tokenizers import Tokenizer
+
+from loadgen.client.native.client import NativeStreams
+from loadgen.client.sse import SseFramer
+from loadgen.client.transport import AiohttpStreams, Transport, open_session
+from loadgen.config.spec import RunSpec
+from loadgen.records import ErrorKind, RequestRecord
+from loadgen.run.sweep import SweepOutcome, run_sweep
+from loadgen.sinks.jsonl import read_jsonl
+from loadgen.tokenizer import load_tokenizer
+from loadgen.workload.plan import RequestSpec
+
+pytestmark = pytest.mark.timeout(120)
+
+ISL, OSL = 48, 4
+CONC, PER_CONC = 2, 2  # four measured requests per sweep
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return load_tokenizer()
+
+
+@pytest.fixture(params=["native", "aiohttp"])
+def client(request: pytest.FixtureRequest) -> str:
+    """The streaming client (`--http-client`) the transport-level rows run through."""
+    return str(request.param)
+
+
+async def send_one(base_url: str, client: str, *, idle_s: float = 5.0,
+                   request_timeout_s: float | None = None,
+                   max_tokens: int = OSL) -> RequestRecord:
+    """One streamed request through the real transport and the given client."""
+    async with open_session(max_connections=1, http_timeout_s=5.0) as session:
+        native = NativeStreams(max_connections=1)
+        streams = native if client == "native" else AiohttpStreams(session)
+        transport = Transport(streams, base_url + "/v1/completions",
+                              request_timeout_s=request_timeout_s, stream_idle_timeout_s=idle_s)
+        request = RequestSpec(index=0, input_len=3, max_tokens=max_tokens,
+                              body=orjson.dumps({"max_tokens": max_tokens}))
+        try:
+            async with asyncio.timeout(60):  # an old client would hang: fail instead
+                return await transport.send(request, x_request_id="r", conc=1, scheduled_ns=0,
+                                            on_record=lambda _r: None)
+        finally:
+            await native.close()
+
+
+async def sweep(server: HostileServer, results: Path, tokenizer: Tokenizer,
+                **settings: Any) -> tuple[SweepOutcome, dict[str, Any], list[RequestRecord]]:
+    spec = RunSpec(conc=(CONC,), isl=ISL, osl=OSL, base_url=server.base_url,
+                   prompts_per_conc=PER_CONC, warmup_per_conc=0, results_dir=results,
+                   progress=False, **settings)
+    async with asyncio.timeout(90):
+        outcome = await run_sweep(spec, tokenizer=tokenizer)
+    result = orjson.loads((results / f"conc_{CONC}.json").read_bytes())
+    assert (results / "run.json").is_file()
+    return outcome, result, read_jsonl(results / f"requests_conc_{CONC}.jsonl")
+
+
+# --- row 1: CRLF / CR line endings --------------------------------------------------------
+
+
+@pytest.mark.parametrize("piece", [None, 5], ids=["one-write", "5-byte-writes"])
+@pytest.mark.parametrize("eol", [b"\r\n", b"\r"], ids=["crlf", "cr"])
+async def test_row1_crlf_and_cr_streams_complete(eol: bytes, piece: int | None,
+                                                 client: str) -> None:
+    async with HostileServer({"/v1/completions": completion(eol=eol, piece=piece)}) as server:
+        record = await send_one(server.base_url, client)
+    assert record.ok, record.error_detail
+    assert record.chunk_tokens == (1,) * OSL and record.completion_tokens == OSL
+
+
+async def test_row1_crlf_sweep_has_no_disconnects(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    routes = {"/v1/completions": completion(eol=b"\r\n")}
+    async with HostileServer(routes) as server:
+        outcome, result, records = await sweep(server, tmp_path, tokenizer)
+    assert outcome.exit_code == 0 and result["completed"] == CONC * PER_CONC
+    assert all(count == 0 for count in result["errors_by_kind"].values())
+    assert result["total_output_tokens"] == OSL * CONC * PER_CONC
+    assert all(r.ok for r in records)
+
+
+async def test_event_cut_by_end_of_stream_is_not_dispatched(client: str) -> None:
+    """WHATWG: an event no blank line ended is discarded at end of stream."""
+    async def unterminated(request: Request, conn: Conn) -> None:
+        body = sse(token_events(OSL))
+        await conn.head(chunked=True)
+        await conn.chunk(body[:-1])  # `data: [DONE]\n` without its blank line
+        await conn.end()
+
+    async with HostileServer({"/v1/completions": unterminated}) as server:
+        record = await send_one(server.base_url, client)
+    assert record.error is ErrorKind.DISCONNECT and "discarded" in record.error_detail
+    assert record.chunk_tokens == (1,) * OSL  # what came before is kept
+
+
+# --- rows 2 and 4: wrong types and impossible values ---------------------------------------
+
+PLAIN = completion(usage=None, ids=False)  # no token ids, no usage: counts from the text
+
+
+def _assert_published_figures_sane(result: dict[str, Any]) -> None:
+    for key, value in result.items():
+        if isinstance(value, int | float) and not isinstance(value, bool) and (
+                "throughput" in key or key.endswith(("_ms", "_tokens", "duration"))):
+            assert value >= 0, (key, value)
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "reason"),
+    [
+        (completion(), completion(usage="7"), 'usage.completion_tokens is "7"'),
+        (PLAIN, completion(usage=None, ids=False, text=5), "text is 5"),
+        (completion(), completion(usage=2**70), "usage.completion_tokens is 1.18"),
+    ],
+    ids=["usage-string", "text-number", "usage-2^70"],
+)
+async def test_row2_wrong_types_are_malformed_not_a_crash(
+        tmp_path: Path, tokenizer: Tokenizer, good: Handler, bad: Handler, reason: str) -> None:
+    # The preflight probe gets `good`, then measured requests alternate bad, good, ...
+    async with HostileServer({"/v1/completions": alternate(good, bad)}) as server:
+        outcome, result, records = await sweep(server, tmp_path, tokenizer)
+    malformed = [r for r in records if r.error is ErrorKind.MALFORMED]
+    assert len(records) == CONC * PER_CONC and len(malformed) == CONC * PER_CONC // 2
+    assert all(reason in r.error_detail for r in malformed), malformed[0].error_detail
+    assert result["errors_by_kind"]["malformed"] == len(malformed)
+    assert result["completed"] == len(records) - len(malformed)
+    assert outcome.failed_points == (CONC,)  # 50% errors > --max-error-rate
+    assert result["output_throughput"] > 0
+    _assert_published_figures_sane(result)
+
+
+@pytest.mark.parametrize(
+    ("usage", "reason"),
+    [
+        (-5, "usage.completion_tokens is -5"),
+        (1e15, "usage.completion_tokens is 1000000000000000.0"),
+        (10**15, "usage.completion_tokens is 1000000000000000"),
+        (3.7, "usage.completion_tokens is 3.7"),
+        (True, "usage.completion_tokens is true"),
+        (10**6, "usage.completion_tokens is 1000000, more than max_tokens 4"),
+    ],
+    ids=["negative", "1e15", "10^15", "3.7", "true", "over-max-tokens"],
+)
+async def test_row4_impossible_usage_never_reaches_a_figure(
+        tmp_path: Path, tokenizer: Tokenizer, usage: Any, reason: str) -> None:
+    async with HostileServer({"/v1/completions": alternate(completion(),
+                                                           completion(usage=usage))}) as server:
+        _, result, records = await sweep(server, tmp_path, tokenizer)
+    malformed = [r for r in records if r.error is ErrorKind.MALFORMED]
+    assert len(malformed) == CONC * PER_CONC // 2
+    assert all(reason in r.error_detail for r in malformed), malformed[0].error_detail
+    assert all(r.completion_tokens in (None, OSL) for r in records)  # never stored
+    # The published figures are the good requests' own, exactly.
+    completed = result["completed"]
+    assert completed == CONC * PER_CONC // 2
+    assert result["total_output_tokens"] == OSL * completed
+    assert result["output_throughput"] == pytest.approx(
+        result["total_output_tokens"] / result["duration"])
+    assert result["output_lens"].count(0) == len(malformed)
+    _assert_published_figures_sane(result)
+
+
+# --- row 3: no unbounded wait ------------------------------------------------------------
+
+
+def _bad_chunk_then_silence(tail: bytes) -> Handler:
+    async def handle(request: Request, conn: Conn) -> None:
+        await conn.head(chunked=True)
+        await conn.chunk(sse(token_events(OSL))[:200])  # the first event, whole
+        await asyncio.sleep(0.05)
+        await conn.send(tail)
+        await conn.hang()
+    return handle
+
+
+@pytest.mark.parametrize("tail", [b"fffffff\r\nabc", b"5\r\nab", b"3"],
+                         ids=["huge-size", "short-chunk", "unterminated-size"])
+async def test_row3_bad_chunk_size_then_silence_times_out(tail: bytes, client: str) -> None:
+    async with HostileServer({"/v1/completions": _bad_chunk_then_silence(tail)}) as server:
+        started = time.perf_counter()
+        record = await send_one(server.base_url, client, idle_s=0.5)
+    assert record.error is ErrorKind.TIMEOUT, record
+    assert "--stream-idle-timeout" in record.error_detail
+    assert record.chunk_tokens == (1,)  # the event before the silence is kept
+    assert time.perf_counter() - started < 10
+
+
+async def test_invalid_chunk_size_is_malformed_at_once(client: str) -> None:
+    """aiohttp closes the connection but never fails the body: it would wait forever.
+    The native client's llhttp rejects the size in the read that carries it."""
+    async with HostileServer({"/v1/completions": _bad_chunk_then_silence(b"zz\r\n")}) as server:
+        started = time.perf_counter()
+        record = await send_one(server.base_url, client, idle_s=30)
+    assert record.error is ErrorKind.MALFORMED, record
+    assert "invalid HTTP body framing" in record.error_detail
+    assert "chunk size" in record.error_detail
+    assert record.chunk_tokens == (1,)
+    assert time.perf_counter() - started < 10
+
+
+async def test_row3_post_never_answered_times_out(client: str) -> None:
+    async with HostileServer({"/v1/completions": hang}) as server:
+        record = await send_one(server.base_url, client, idle_s=0.5)
+    assert record.error is ErrorKind.TIMEOUT and record.status is None
+    assert "--stream-idle-timeout" in record.error_detail
+
+
+async def test_request_timeout_still_caps_a_steady_stream(client: str) -> None:
+    """A stream that never idles is still ended by --request-timeout, and says so."""
+    async def endless(request: Request, conn: Conn) -> None:
+        event = sse(token_events(1))[: -len(b"data: [DONE]\n\n")]
+        await conn.head(chunked=True)
+        for _ in range(1000):
+            await conn.chunk(event)
+            await asyncio.sleep(0.02)
+
+    async with HostileServer({"/v1/completions": endless}) as server:
+        record = await send_one(server.base_url, client, idle_s=5, request_timeout_s=0.5,
+                                max_tokens=10_000)
+    assert record.error is ErrorKind.TIMEOUT
+    assert record.error_detail == "--request-timeout 0.5 s elapsed"
+    assert len(record.chunk_tokens) > 5
+
+
+METRICS_TEXT = (b"# TYPE vllm:time_to_first_token_seconds histogram\n"
+                b"vllm:time_to_first_token_seconds_sum 1.0\n"
+                b"vllm:time_to_first_token_seconds_count 2\n")
+
+
+async def test_row3_hanging_scrape_mid_sweep_nulls_server_fields(
+        tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]) -> None:
+    scrapes = 0
+
+    async def metrics(request: Request, conn: Conn) -> None:
+        nonlocal scrapes
+        scrapes += 1
+        if scrapes == 1:  # preflight's scrape is answered; every later one hangs
+            await conn.answer(200, METRICS_TEXT, "text/plain; version=0.0.4")
+        else:
+            await conn.hang()
+
+    async with HostileServer({"/metrics": metrics}) as server:
+        outcome, result, _ = await sweep(server, tmp_path, tokenizer, http_timeout_s=0.5)
+    assert outcome.exit_code == 0 and result["completed"] == CONC * PER_CONC
+    assert result["server_requests"] is None and result["server_mean_ttft_ms"] is None
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert len(warnings) == 2 and scrapes == 3  # before and after the point
+    assert all("/metrics did not answer within 0.5 s (--http-timeout)" in w and
+               "server-side" in w for w in warnings)
+
+
+# --- row 12: a huge event in small reads ---------------------------------------------------
+
+
+def test_row12_framer_is_linear_in_event_size() -> None:
+    """20 MB in 1 KB reads: the old framer re-scanned its buffer per read (quadratic,
+    hours here); each byte is now searched once. A generous bound, not a benchmark."""
+    event = b"data: " + b"x" * (20 << 20) + b"\r\n\r\n"
+    framer = SseFramer()
+    started = time.perf_counter()
+    events = [e for i in range(0, len(event), 1024) for e in framer.feed(event[i:i + 1024])]
+    elapsed = time.perf_counter() - started
+    assert len(events) == 1 and len(events[0].data) == 20 << 20 and events[0].offset == 0
+    assert elapsed < 5, f"{elapsed:.1f} s for 20 MB"
+
+
+async def test_row12_20mb_event_in_4kb_writes_through_the_transport(client: str) -> None:
+    routes = {"/v1/completions": completion(pad=20 << 20, piece=4096)}
+    async with HostileServer(routes) as server:
+        started = time.perf_counter()
+        record = await send_one(server.base_url, client)
+        elapsed = time.perf_counter() - started
+    assert record.ok, record.error_detail
+    assert record.chunk_tokens == (1,) * OSL
+    assert elapsed < 30, f"{elapsed:.1f} s"

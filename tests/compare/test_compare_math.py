@@ -1,0 +1,143 @@
+"""The comparison's arithmetic on hand-made points: frontier, interpolation, crossover,
+trust warnings, and the reading of result directories and trees."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from loadgen.compare.inputs import expand, load_runs
+from loadgen.errors import UsageError
+from loadgen.metrics.compare import (
+    FrontierPoint,
+    RunInput,
+    compare,
+    crossovers,
+    interpolate,
+    pareto_frontier,
+)
+from loadgen.metrics.trust import point_warnings
+
+
+def result(conc: int, throughput: float, interactivity: float, **extra: Any) -> dict[str, Any]:
+    return {"max_concurrency": conc, "output_throughput": throughput,
+            "median_interactivity_tok_s_user": interactivity, "median_ttft_ms": 10.0 * conc,
+            "p99_ttft_ms": 20.0 * conc, "median_tpot_ms": 1000 / interactivity,
+            "p99_tpot_ms": 1100 / interactivity, "stream_acceptance_length": None, **extra}
+
+
+def test_pareto_frontier_drops_dominated_points() -> None:
+    points = [FrontierPoint(1, 100, 100), FrontierPoint(2, 90, 180), FrontierPoint(4, 80, 170),
+              FrontierPoint(8, 50, 300), FrontierPoint(16, 20, 290)]
+    assert [p.conc for p in pareto_frontier(points)] == [8, 2, 1]
+
+
+def test_interpolation_is_linear_between_frontier_points_and_never_extrapolates() -> None:
+    frontier = pareto_frontier([FrontierPoint(8, 50, 300), FrontierPoint(2, 90, 180)])
+    assert interpolate(frontier, 50) == 300 and interpolate(frontier, 90) == 180
+    assert interpolate(frontier, 70) == pytest.approx(240)
+    assert interpolate(frontier, 49.9) is None and interpolate(frontier, 90.1) is None
+
+
+def test_crossover_is_found_and_placed_in_log_space() -> None:
+    [found] = crossovers("mtp", "base", [(1, 1.75), (8, 1.38), (32, 0.63)])
+    assert (found.low_conc, found.high_conc) == (8, 32)
+    assert (found.ahead_below, found.ahead_above) == ("mtp", "base")
+    t = math.log(1.38) / (math.log(1.38) - math.log(0.63))
+    assert found.estimate == pytest.approx(math.exp(math.log(8) + t * math.log(4)))
+    assert crossovers("mtp", "base", [(1, 1.2), (4, 1.1)]) == []
+    back = crossovers("x", "base", [(1, 0.5), (4, 1.0), (16, 2.0)])  # 1.0 is nobody's lead
+    assert [(c.low_conc, c.high_conc, c.ahead_below) for c in back] == [(1, 16, "base")]
+
+
+def test_compare_ratios_matched_interactivity_and_per_gpu() -> None:
+    base = RunInput("base", {1: result(1, 100, 100), 8: result(8, 600, 75),
+                             32: result(32, 1600, 50)})
+    mtp = RunInput("mtp", {1: result(1, 175, 175), 8: result(8, 900, 112.5),
+                           32: result(32, 1000, 31.25), 64: result(64, 1200, 18.75)})
+    comparison = compare([base, mtp])
+    assert comparison.concs == (1, 8, 32, 64) and comparison.throughput_field == "output_throughput"
+    rows = {(r.run, r.conc): r for r in comparison.rows}
+    assert rows[("mtp", 1)].ratios["throughput"] == 1.75
+    assert rows[("mtp", 8)].ratios["interactivity"] == 1.5
+    assert rows[("mtp", 64)].ratios["throughput"] is None  # the baseline has no conc 64
+    assert rows[("base", 8)].ratios["ttft_p50_ms"] == 1.0
+    [cross] = comparison.crossovers
+    assert (cross.low_conc, cross.high_conc) == (8, 32)
+    # at 75 tok/s/user: base measured 600; mtp between (31.25, 1000) and (112.5, 900)
+    at_75 = next(m for m in comparison.matched if m.interactivity == 75)
+    expected = 1000 + (75 - 31.25) / (112.5 - 31.25) * (900 - 1000)
+    assert at_75.throughput == pytest.approx(expected) and at_75.baseline_throughput == 600
+    assert at_75.ratio == pytest.approx(expected / 600) and at_75.baseline_conc == 8
+    # at the baseline's other levels: 50 is inside mtp's frontier, 100 too (up to 175)
+    assert [m.baseline_conc for m in comparison.matched] == [32, 8, 1]
+    with_gpus = compare([RunInput("a", {1: result(1, 80, 10, output_throughput_per_gpu=10)}),
+                         RunInput("b", {1: result(1, 80, 10, output_throughput_per_gpu=20)})])
+    assert with_gpus.per_gpu and with_gpus.rows[1].ratios["throughput"] == 2.0
+
+
+def test_trust_warnings_flag_a_lagging_or_busy_client_and_failed_checks() -> None:
+    clean = {"client_loop_lag_p99_ms": 0.4, "median_itl_ms": 20.0, "client_cpu_seconds": 1.0,
+             "duration": 10.0, "complete": True, "failed": 0}
+    assert point_warnings(clean) == []
+    lagging = point_warnings({**clean, "client_loop_lag_p99_ms": 6.0})
+    assert len(lagging) == 1 and "loop lag p99 6.00 ms (30% of the median ITL" in lagging[0]
+    busy = point_warnings({**clean, "client_cpu_seconds": 9.5})
+    assert len(busy) == 1 and "95% of a CPU core" in busy[0]
+    broken = point_warnings({**clean, "complete": False, "failed": 2, "num_prompts": 10,
+                             "errors_by_kind": {"http": 2, "timeout": 0}, "approximate": True,
+                             "stream_acceptance_oversized_chunks": 3})
+    assert [w.split(" ")[0] for w in broken] == ["point", "2", "token", "3"]
+    assert "http 2" in broken[1] and "timeout" not in broken[1]
+
+
+def write_run(path: Path, *points: dict[str, Any]) -> None:
+    path.mkdir(parents=True)
+    for point in points:
+        (path / f"conc_{point['max_concurrency']}.json").write_bytes(orjson.dumps(point))
+
+
+def test_trees_expand_to_their_lanes_in_the_files_order(tmp_path: Path) -> None:
+    write_run(tmp_path / "tree" / "zeta", result(1, 10, 10))
+    write_run(tmp_path / "tree" / "alpha", result(1, 20, 10))
+    (tmp_path / "tree" / "lanes.json").write_bytes(orjson.dumps(
+        {"lanes": [{"name": "zeta", "dir": "zeta"}, {"name": "alpha", "dir": "alpha"},
+                   {"name": "never-ran", "dir": "never-ran"}]}))
+    assert [name for name, _ in expand([tmp_path / "tree"])] == ["zeta", "alpha"]
+    (tmp_path / "tree" / "lanes.json").unlink()
+    assert [name for name, _ in expand([tmp_path / "tree"])] == ["alpha", "zeta"]
+    write_run(tmp_path / "other" / "zeta", result(1, 30, 10))
+    runs = load_runs([tmp_path / "tree" / "zeta", tmp_path / "other" / "zeta"])
+    assert [r.name for r in runs] == [str(tmp_path / "tree" / "zeta"),
+                                      str(tmp_path / "other" / "zeta")]
+    assert runs[1].points[1]["output_throughput"] == 30
+
+
+def test_unreadable_inputs_are_usage_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such directory"):
+        expand([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no results here"):
+        expand([tmp_path / "empty"])
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "conc_4.json").write_text('{"max_concurrency": 4,')
+    with pytest.raises(UsageError, match="cannot read it as JSON"):
+        load_runs([tmp_path / "torn"])
+
+
+def test_compare_and_report_commands_exit_2_on_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from loadgen.cli import main
+
+    assert main(["compare", str(tmp_path / "missing")]) == 2
+    assert main(["report"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and "missing: no such directory" in lines[0]
+    assert "the following arguments are required: RUN" in lines[1]
+    write_run(tmp_path / "one", result(1, 10, 10))
+    assert main(["compare", str(tmp_path / "one")]) == 0
+    assert "conc 1" in capsys.readouterr().out

@@ -1,0 +1,140 @@
+"""Sweep files: each key a run flag through the one flag parser; bad files are one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from loadgen.config.args import spec_from_argv, spec_from_options
+from loadgen.config.spec import SpecError
+from loadgen.config.sweepfile import SweepFileError, SweepPlan, load_yaml, parse_sweep
+from loadgen.workload.bodies import BodyOptions, chat_body, completion_body
+
+DOC = """
+results: results/ab
+conc: 1,4
+workload: {isl: 64, osl: 16, encoder: raw}
+prompts-per-conc: 3
+slo: {ttft: 2s}
+lanes:
+  - name: a
+    target: {base-url: "http://127.0.0.1:9", model: m, header: {X-Session: secret}}
+    workload: {extra-body: {min_p: 0.1}, osl: 32}
+    num-gpus: 8
+  - name: b.2
+    target: {sim: true, sim-args: [--spec-tokens, 0]}
+    conc: [2, 8]
+    api-key: sk-secret
+"""
+
+
+def parse(text: str, **kwargs: Any) -> SweepPlan:
+    return parse_sweep(load_yaml(text, source="s.yaml"), source="s.yaml", **kwargs)
+
+
+def test_lanes_are_the_runs_the_same_flags_would_make() -> None:
+    plan = parse(DOC)
+    a, b = plan.lanes
+    assert plan.results_dir == Path("results/ab")
+    assert a.spec == spec_from_argv([
+        "--base-url", "http://127.0.0.1:9", "--model", "m", "--header", "X-Session:secret",
+        "--conc", "1,4", "--isl", "64", "--osl", "32", "--encoder", "raw",
+        "--prompts-per-conc", "3", "--slo", "ttft=2s", "--num-gpus", "8",
+        "--extra-body", '{"min_p": 0.1}', "--results", "results/ab/a"], env={})
+    assert b.spec.conc == (2, 8) and b.spec.sim and b.spec.sim_args == ("--spec-tokens", "0")
+    assert b.spec.osl == 16 and b.spec.results_dir == Path("results/ab/b.2")
+    assert b.spec.api_key == "sk-secret"
+    # what is kept with the results never holds a credential
+    kept = orjson.dumps([plan.document, a.options, b.options]).decode()
+    assert "secret" not in kept and "X-Session" in kept
+
+
+def test_argv_flags_override_every_lane_and_the_tree() -> None:
+    plan = parse(DOC, overrides=["--prompts-per-conc", "1", "--conc", "16"],
+                 results_dir=Path("elsewhere"))
+    assert [(lane.spec.prompts_per_conc, lane.spec.conc) for lane in plan.lanes] == [
+        (1, (16,)), (1, (16,))]
+    assert [lane.spec.results_dir for lane in plan.lanes] == [
+        Path("elsewhere/a"), Path("elsewhere/b.2")]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("lanes: []", "s.yaml: lanes: empty"),
+    ("conc: 4", "s.yaml: lanes: missing"),
+    ("- a", "expected a mapping with a `lanes` list"),
+    ("lanes: [{name: a, isll: 3}]", "lanes[0].isll: unknown setting 'isll'; did you mean 'isl'?"),
+    ("lanes: [{name: a, workload: {sim: true}}]",
+     "lanes[0].workload.sim: unknown workload setting 'sim'; it is a target setting"),
+    ("lanes: [{name: a, isl: twelve}]", "lanes[0].isl: expected an integer, got 'twelve'"),
+    ("lanes: [{name: a, sim: 1}]", "lanes[0].sim: expected true or false"),
+    ("lanes: [{name: a, conc: [4, x]}]", "lanes[0].conc: --conc '4,x': expected"),
+    ("lanes: [{name: a, conc: {x: 1}}]", "lanes[0].conc: expected a list of numbers"),
+    ("lanes: [{name: a, conc: 9..3}]", "lanes[0].conc: --conc 9..3: need 1 <= A <= B"),
+    ("lanes: [{name: a, endpoint: rest}]", "lanes[0].endpoint: --endpoint 'rest': allowed"),
+    ("workload: {isl: 0}\nlanes: [{name: a, osl: 1, conc: 1, sim: true}]",
+     "workload.isl: --isl 0: must be >= 1 token"),
+    ("lanes: [{name: a, sim: true}]", "lanes[0] (a): --conc is required"),
+    ("lanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2}, {name: a}]",
+     "lanes[1].name: 'a' is used by another lane"),
+    ("lanes: [{name: ../up}]", "lanes[0].name: '../up' must be"),
+    ("lanes: [{sim: true}]", "lanes[0].name: required"),
+    ("lanes: [{name: a, results: x}]", "lanes[0].results: set once for the whole tree"),
+    ("lanes: [{name: a, metrics-port: 9}]", "lanes[0].metrics-port: not available"),
+    ("lanes: [{name: a, extra-body: {stream: false}}]",
+     "lanes[0].extra-body: --extra-body: 'stream' is set by loadgen"),
+    ("lanes: [{name: a, isl: 1, isl: 2}]", "not valid YAML (line 1, column 27): key 'isl' "
+     "appears twice"),
+    ("lanes: [{name: a, target: [sim]}]", "lanes[0].target: expected a mapping"),
+    ("lanes: [{name: a, sim: true, base-url: 'http://x', conc: 1, isl: 1, osl: 1}]",
+     "lanes[0].sim: --sim and --base-url exclude each other"),
+])
+def test_bad_files_name_the_key_path(text: str, message: str) -> None:
+    with pytest.raises(SweepFileError) as caught:
+        parse(text)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert str(caught.value).startswith("s.yaml: ")
+
+
+@pytest.mark.parametrize(("text", "path"), [
+    ("lanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2, bogus: 1}]", "lanes[0].bogus"),
+    ("conc: 1\nisl: 8\nosl: two\nlanes: [{name: a, sim: true}]", "osl: expected an integer"),
+    ("lanes: []\n", "lanes: empty"),
+])
+def test_the_cli_exits_2_with_one_line(tmp_path: Path, text: str, path: str) -> None:
+    (tmp_path / "bad.yaml").write_text(text)
+    done = subprocess.run([sys.executable, "-m", "loadgen", "--config", str(tmp_path / "bad.yaml")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("loadgen: error: ") and path in lines[0], lines
+    assert not (tmp_path / "results").exists()
+
+
+def test_missing_config_file_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "loadgen", "--config", str(tmp_path / "no.yaml")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "cannot read it" in done.stderr
+
+
+def test_extra_body_reaches_every_body_but_never_overrides_loadgen() -> None:
+    spec = spec_from_options({"base-url": "http://127.0.0.1:9", "conc": 1, "isl": 8, "osl": 4,
+                              "extra_body": {"min_p": 0.1, "top_k": 5}})
+    assert spec.extra_body == {"min_p": 0.1, "top_k": 5}
+    options = BodyOptions(endpoint="completions", model="m", extra_body=spec.extra_body)
+    body = completion_body(options, "hi", 4)
+    assert body["max_tokens"] == 4 and body["stream"] is True
+    assert {k: body[k] for k in ("min_p", "top_k")} == {"min_p": 0.1, "top_k": 5}
+    chat = chat_body(BodyOptions(endpoint="chat", model="m", extra_body={"min_p": 0.2}), [], 4)
+    assert chat["min_p"] == 0.2
+    for reserved in ("max_tokens", "ignore_eos", "stream_options", "n"):
+        with pytest.raises(SpecError, match=f"'{reserved}' is set by loadgen"):
+            spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "4",
+                            "--extra-body", orjson.dumps({reserved: 1}).decode()], env={})
+    with pytest.raises(SpecError, match="not JSON"):
+        spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "4",
+                        "--extra-body", "{min_p"], env={})
