@@ -14,7 +14,9 @@ clocks are CLOCK_MONOTONIC, so per chunk:
                   handler start, i.e. the client's write, the kernel, and the simulator
                   parsing the request (a real delay a user sees, part of real TTFT)
   ITL error     = client chunk gap - true chunk gap
-  collapsed     = share of client chunk gaps under 50 us (chunks read together)
+  collapsed     = share of client chunk gaps under 50 us (chunks read together); and the
+                  share the client collapsed itself: under 50 us at the client though the
+                  simulator sent them >= 1 ms apart (a late simulator collapses gaps too)
   chunks/s      = token-bearing events ingested per second over the point
   client CPU    = the client process's CPU time per chunk and its share of one core
 
@@ -96,6 +98,7 @@ def stats_us(values: np.ndarray) -> str:
 def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
             conc: int) -> dict[str, Any]:
     lag, lag_intended, ttft_err, send_side, itl_err, gaps = [], [], [], [], [], []
+    true_gaps: list[np.ndarray] = []
     chunks = 0
     for r in records:
         truth = trace.get(x_request_id(run_id, conc, r.request_id))
@@ -114,6 +117,7 @@ def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
         send_side.append(np.array([truth["arrival_ns"] - r.start_ns]))
         itl_err.append(np.diff(client) - np.diff(sent))
         gaps.append(np.diff(client))
+        true_gaps.append(np.diff(sent))
         chunks += len(client)
     starts = min(r.start_ns for r in records)
     ends = max(r.end_ns for r in records)
@@ -121,11 +125,13 @@ def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
     def cat(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    all_gaps = cat(gaps)
+    all_gaps, all_true = cat(gaps), cat(true_gaps)
     return {
         "lag": cat(lag), "lag_intended": cat(lag_intended), "ttft_err": cat(ttft_err),
         "send_side": cat(send_side), "itl_err": cat(itl_err),
         "collapsed": float(np.mean(all_gaps < 50_000)) if all_gaps.size else 0.0,
+        "client_collapsed": float(np.mean((all_gaps < 50_000) & (all_true >= 1_000_000)))
+        if all_gaps.size else 0.0,
         "chunks_per_s": chunks / ((ends - starts) / 1e9), "chunks": chunks,
         "requests": len(records),
     }
@@ -146,6 +152,7 @@ def figures(a: dict[str, Any], result: dict[str, Any]) -> dict[str, float]:
         "send p50 ms": pct(a["send_side"], 50) / 1e3,
         "send p99 ms": pct(a["send_side"], 99) / 1e3,
         "collapsed %": 100 * a["collapsed"],
+        "client-collapsed %": 100 * a["client_collapsed"],
     }
 
 
@@ -198,7 +205,8 @@ def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
     print(f"  TTFT error vs truth (us)          {stats_us(a['ttft_err'])}")
     print(f"  send cost: written -> sim handler {stats_us(a['send_side'])}")
     print(f"  ITL error vs truth, |err| (us)    {stats_us(np.abs(a['itl_err']))}")
-    print(f"  chunk gaps < 50 us (collapsed)    {a['collapsed']:.2%}")
+    print(f"  chunk gaps < 50 us (collapsed)    {a['collapsed']:.2%}, by the client "
+          f"(sent >= 1 ms apart) {a['client_collapsed']:.2%}")
 
 
 async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
