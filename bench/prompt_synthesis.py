@@ -6,6 +6,7 @@ itself to one CPU and the tokenizer to one thread, so the figure is a one-core f
 shared machine it is still noisy, so run it a few times.
 
     .venv/bin/python bench/prompt_synthesis.py [--count 5120] [--isl 8192] [--verify 32]
+        [--tokenizer PATH|ORG/NAME --encoder raw]   # another model's tokenizer
 
 After timing, --verify N re-encodes N prompts spread over the batch and checks their lengths.
 """
@@ -25,7 +26,7 @@ import time
 import numpy as np
 
 from loadgen.tokenizer import encode, load_tokenizer
-from loadgen.workload.prompts import synthesize_prompts, word_pool
+from loadgen.workload.prompts import synthesis, synthesize_prompts
 
 TARGET_SECONDS = 10.0
 
@@ -52,6 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: first)")
     parser.add_argument("--verify", type=int, default=32, help="prompts to re-encode after")
+    parser.add_argument("--tokenizer", default=None, help="default: DeepSeek-V4's")
     return parser.parse_args(argv)
 
 
@@ -59,9 +61,10 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     cpu = args.cpu if args.cpu is not None else min(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpu})
-    tokenizer = load_tokenizer()
+    tokenizer = load_tokenizer(args.tokenizer, check_dsv4=args.encoder == "dsv4")
     started = time.perf_counter()
-    word_pool(tokenizer)  # built once per tokenizer; timed apart from the prompts
+    how = synthesis(encoder=args.encoder, thinking_mode=args.thinking,  # word pool, once
+                    reasoning_effort=args.effort, tokenizer=tokenizer)
     pool_s = time.perf_counter() - started
     rss_before = rss_mib()
 
@@ -83,6 +86,7 @@ def main(argv: list[str]) -> int:
         f"prompts: {args.count} x {args.isl} tokens ({args.encoder}, {args.thinking}, "
         f"effort={args.effort}) on CPU {cpu}"
     )
+    print(f"construction: {how.method}" + (f" ({how.reason})" if how.reason else ""))
     print(f"word pool build: {pool_s:.3f} s (once per tokenizer)")
     print(
         f"synthesis: {elapsed:.3f} s  ->  {args.count / elapsed:,.0f} prompts/s, "

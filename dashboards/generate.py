@@ -13,9 +13,15 @@ from pathlib import Path
 from typing import Any
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
-RUN = 'model=~"$model"'  # series of a sweep (no concurrency label)
-POINT = 'model=~"$model", conc=~"$conc"'  # series of a concurrency point
-SERVER = 'model_name=~"$model"'  # vLLM labels the served model `model_name`
+# loadgen labels its series with the served model's name as vLLM does (`model_name`), so
+# one selector picks both. `instance` is Prometheus' target label: the variable picks the
+# servers and loadgen processes to show. Server series are grouped by instance: several
+# servers serving one model name are separate lines, never one sum. Client series are
+# summed over the loadgen processes selected (the shards of one run are one client).
+RUN = 'model_name=~"$model", instance=~"$instance"'  # series of a sweep (no conc label)
+POINT = f'{RUN}, conc=~"$conc"'  # series of a concurrency point
+SERVER = 'model_name=~"$model", instance=~"$instance"'  # vLLM's series
+BOTH = "loadgen_target_concurrency|vllm:num_requests_running"  # who drives / serves a model
 RATE = "[$__rate_interval]"
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 
@@ -31,15 +37,29 @@ def rate_sum(metric: str, selector: str, by: str = "") -> str:
     return f"sum{grouping} (rate({metric}{{{selector}}}{RATE}))"
 
 
+def server_rate(metric: str, by: str = "") -> str:
+    """A vLLM counter's rate per server (instance), never summed over servers."""
+    return rate_sum(metric, SERVER, ", ".join(["instance", *filter(None, [by])]))
+
+
+def server_quantile(q: float, metric: str) -> str:
+    return (f"histogram_quantile({q}, sum by (le, instance) "
+            f"(rate({metric}_bucket{{{SERVER}}}{RATE})))")
+
+
 def client_vs_server(client: str, server: str) -> list[tuple[str, str]]:
     """p50/p99 of one latency from loadgen's histogram and the same from vLLM's."""
     picked = (("p50", 0.5), ("p99", 0.99))
     return [
         *[(f"loadgen {n}", f"histogram_quantile({q}, sum by (le) "
            f"(rate({client}_bucket{{{POINT}}}{RATE})))") for n, q in picked],
-        *[(f"vLLM {n}", f"histogram_quantile({q}, sum by (le) "
-           f"(rate({server}_bucket{{{SERVER}}}{RATE})))") for n, q in picked],
+        *[(f"vLLM {{{{instance}}}} {n}", server_quantile(q, server)) for n, q in picked],
     ]
+
+
+def server_quantiles(metrics: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(f"{name} {{{{instance}}}} {q_name}", server_quantile(q, metric))
+            for name, metric in metrics for q_name, q in (("p50", 0.5), ("p99", 0.99))]
 
 
 # (title, description, unit, width, [(legend, expr)], panel type)
@@ -58,7 +78,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
          "queue could not keep the slots busy.", "short", 8,
          [("in flight", f"sum(loadgen_requests_in_flight{{{RUN}}})"),
           ("target concurrency", f"max(loadgen_target_concurrency{{{RUN}}})"),
-          ("vLLM running", f"sum(vllm:num_requests_running{{{SERVER}}})")], "timeseries"),
+          ("vLLM {{instance}} running",
+           f"sum by (instance) (vllm:num_requests_running{{{SERVER}}})")], "timeseries"),
         ("Requests by outcome", "Finished requests per second.", "reqps", 4,
          [("{{outcome}}", rate_sum("loadgen_requests_total", POINT, "outcome"))],
          "timeseries"),
@@ -91,16 +112,20 @@ ROWS: list[tuple[str, list[Panel]]] = [
     ]),
     ("Throughput", [
         ("Token throughput", "Client output and total (prompt + output) tokens/s of "
-         "completed requests, beside the server's generation rate.", "suffix:tok/s", 12,
+         "completed requests, beside the server's generation rate.", "suffix:tok/s", 8,
          [("output (loadgen)", rate_sum("loadgen_output_tokens_total", POINT)),
           ("total (loadgen)", f"{rate_sum('loadgen_output_tokens_total', POINT)} + "
            f"{rate_sum('loadgen_prompt_tokens_total', POINT)}"),
-          ("generation (vLLM)", rate_sum("vllm:generation_tokens_total", SERVER))],
+          ("generation (vLLM {{instance}})", server_rate("vllm:generation_tokens_total"))],
          "timeseries"),
+        ("Prompt tokens/s", "Prompt tokens of the requests loadgen completed, beside the "
+         "prefill tokens vLLM processed (cache hits included).", "suffix:tok/s", 8,
+         [("loadgen", rate_sum("loadgen_prompt_tokens_total", POINT)),
+          ("vLLM {{instance}}", server_rate("vllm:prompt_tokens_total"))], "timeseries"),
         ("Request throughput", "Completed requests/s: loadgen vs vLLM's successes.",
-         "reqps", 12,
+         "reqps", 8,
          [("loadgen", rate_sum("loadgen_requests_total", f'{POINT}, outcome="ok"')),
-          ("vLLM", rate_sum("vllm:request_success_total", SERVER))], "timeseries"),
+          ("vLLM {{instance}}", server_rate("vllm:request_success_total"))], "timeseries"),
     ]),
     ("Speculative decoding (MTP)", [
         ("Acceptance length", "Stream: tokens per decode chunk. Server: 1 + accepted / "
@@ -108,16 +133,17 @@ ROWS: list[tuple[str, list[Panel]]] = [
          "short", 8,
          [("stream (loadgen)", f"{rate_sum('loadgen_decode_tokens_total', POINT)} / "
            f"{rate_sum('loadgen_decode_chunks_total', POINT)}"),
-          ("server (vLLM)", f"1 + {rate_sum('vllm:spec_decode_num_accepted_tokens_total', SERVER)}"
-           f" / {rate_sum('vllm:spec_decode_num_drafts_total', SERVER)}")], "timeseries"),
+          ("server (vLLM {{instance}})",
+           f"1 + {server_rate('vllm:spec_decode_num_accepted_tokens_total')}"
+           f" / {server_rate('vllm:spec_decode_num_drafts_total')}")], "timeseries"),
         ("Per-position acceptance rate", "Share of decode steps whose draft at position i "
          "was accepted: from the stream and from the server.", "percentunit", 8,
          [("stream pos {{position}}",
            f"{rate_sum('loadgen_decode_accepted_tokens_per_position_total', POINT, 'position')}"
            f" / on() group_left {rate_sum('loadgen_decode_chunks_total', POINT)}"),
-          ("server pos {{position}}",
-           f"{rate_sum('vllm:spec_decode_num_accepted_tokens_per_pos_total', SERVER, 'position')}"
-           f" / on() group_left {rate_sum('vllm:spec_decode_num_drafts_total', SERVER)}")],
+          ("server {{instance}} pos {{position}}",
+           f"{server_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', 'position')}"
+           f" / on(instance) group_left {server_rate('vllm:spec_decode_num_drafts_total')}")],
          "timeseries"),
         ("Acceptance length per point", "Per finished point: server-side (counter deltas "
          "loadgen scraped around the point) and stream-side (with shards: their average; "
@@ -134,26 +160,44 @@ ROWS: list[tuple[str, list[Panel]]] = [
     ]),
     ("Server (vLLM)", [
         ("vLLM requests running / waiting", "The server's scheduler queue.", "short", 8,
-         [("running", f"sum(vllm:num_requests_running{{{SERVER}}})"),
-          ("waiting", f"sum(vllm:num_requests_waiting{{{SERVER}}})")], "timeseries"),
+         [("{{instance}} running", f"sum by (instance) (vllm:num_requests_running{{{SERVER}}})"),
+          ("{{instance}} waiting",
+           f"sum by (instance) (vllm:num_requests_waiting{{{SERVER}}})")], "timeseries"),
         ("vLLM KV cache usage", "Fraction of KV-cache blocks in use.", "percentunit", 8,
-         [("{{engine}}", f"vllm:kv_cache_usage_perc{{{SERVER}}}")], "timeseries"),
+         [("{{instance}} engine {{engine}}", f"vllm:kv_cache_usage_perc{{{SERVER}}}")],
+         "timeseries"),
+        ("vLLM prefix-cache hit rate", "Prompt tokens found in the prefix cache / tokens "
+         "looked up. loadgen's synthetic prompts share no prefix beyond the template, so a "
+         "high rate means the prompts are not what a run should measure.", "percentunit", 8,
+         [("{{instance}}", f"{server_rate('vllm:prefix_cache_hits_total')} / "
+           f"{server_rate('vllm:prefix_cache_queries_total')}")], "timeseries"),
+        ("vLLM preemptions", "Requests the scheduler preempted per second (KV cache full): "
+         "their latency includes a recompute.", "short", 8,
+         [("{{instance}}", server_rate("vllm:num_preemptions_total"))], "timeseries"),
+        ("Queue time: loadgen vs vLLM", "loadgen: wait for a concurrency slot before "
+         "sending. vLLM: time in the server's WAITING queue, inside the client's TTFT.",
+         "s", 8, client_vs_server("loadgen_queue_time_seconds",
+                                  "vllm:request_queue_time_seconds"), "timeseries"),
+        ("vLLM prefill / decode time", "Per request, in the server: first scheduled to "
+         "first token (prefill), first to last token (decode).", "s", 8,
+         server_quantiles([("prefill", "vllm:request_prefill_time_seconds"),
+                           ("decode", "vllm:request_decode_time_seconds")]), "timeseries"),
         ("TTFT: loadgen vs vLLM", "The client's TTFT includes the network and HTTP "
          "stack; the server's starts at arrival.", "s", 8,
          client_vs_server("loadgen_time_to_first_token_seconds",
                           "vllm:time_to_first_token_seconds"), "timeseries"),
         ("ITL: loadgen vs vLLM", "Per-chunk gaps seen by the client vs vLLM's "
-         "inter-token latency histogram.", "s", 12,
+         "inter-token latency histogram.", "s", 8,
          client_vs_server("loadgen_inter_chunk_latency_seconds",
                           "vllm:inter_token_latency_seconds"), "timeseries"),
         ("E2E: loadgen vs vLLM", "Request latency at the client and in the server.", "s",
-         12, client_vs_server("loadgen_e2e_request_latency_seconds",
+         8, client_vs_server("loadgen_e2e_request_latency_seconds",
                               "vllm:e2e_request_latency_seconds"), "timeseries"),
     ]),
     ("Client health", [
         ("Event-loop lag", "How late loadgen's event loop wakes up: chunk timestamps can be "
          "late by up to this much.", "s", 24,
-         quantiles("loadgen_event_loop_lag_seconds", ""), "timeseries"),
+         quantiles("loadgen_event_loop_lag_seconds", 'instance=~"$instance"'), "timeseries"),
     ]),
 ]
 
@@ -204,10 +248,13 @@ def dashboard() -> dict[str, Any]:
     templating = [
         {"name": "datasource", "label": "Datasource", "type": "datasource",
          "query": "prometheus", "current": {}, "hide": 0, "refresh": 1},
-        variable("model", "Model", "label_values(loadgen_target_concurrency, model)",
+        variable("model", "Model", f'label_values({{__name__=~"{BOTH}"}}, model_name)',
                  multi=False),
-        variable("conc", "Concurrency", 'label_values(loadgen_point_requests{model=~"$model"}, '
-                 "conc)", multi=True),
+        variable("instance", "Instance",
+                 f'label_values({{__name__=~"{BOTH}", model_name=~"$model"}}, instance)',
+                 multi=True),
+        variable("conc", "Concurrency", f"label_values(loadgen_point_requests{{{RUN}}}, conc)",
+                 multi=True),
     ]
     return {
         "uid": "loadgen", "title": "loadgen", "tags": ["loadgen", "vllm", "llm-serving"],

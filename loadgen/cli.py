@@ -195,6 +195,10 @@ async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
     from loadgen.run.sweep import run_sweep
 
     outcome = await run_sweep(spec, observer=observer)
+    if outcome.nothing_to_resume:
+        print(f"loadgen: every point of the run in {outcome.results_dir} is complete; "
+              "nothing to resume", file=sys.stderr)
+        return 0
     print(f"loadgen: results in {outcome.results_dir}", file=sys.stderr)
     for conc in outcome.failed_points:
         point = next(p for p in outcome.points if p.conc == conc)

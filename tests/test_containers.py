@@ -110,11 +110,33 @@ def test_grafana_provisioning_points_at_the_compose_prometheus_and_dashboards() 
     assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
     provider = yaml.safe_load((provisioning / "dashboards" / "loadgen.yaml").read_text())
     (entry,) = provider["providers"]
-    assert entry["options"]["path"] == "/var/lib/grafana/dashboards"
+    assert entry["options"]["path"] == "/etc/grafana/dashboards"
+
+
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.sim.yaml"])
+def test_grafana_keeps_its_data_where_grafana_writes_it(name: str) -> None:
+    """GF_PATHS_DATA is /var/lib/grafana in the official image: a volume anywhere else
+    (e.g. /var/lib/grafana/data) loses users, dashboards edits and alerts on recreate."""
+    result = run([compose_binary(), "-f", DOCKER / name, "config", "--format", "json"],
+                 STACK_ENV)
+    assert result.returncode == 0, result.stderr
+    grafana = yaml.safe_load(result.stdout)["services"]["grafana"]
+    mounts = {v["target"]: v for v in grafana["volumes"]}
+    assert mounts["/var/lib/grafana"]["type"] == "volume"
+    dashboards = mounts["/etc/grafana/dashboards"]
+    assert dashboards["type"] == "bind" and dashboards["read_only"] is True
+    assert grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == \
+        "/etc/grafana/dashboards/loadgen.json"
+    assert not any(t.startswith("/var/lib/grafana/") for t in mounts), "nested in the data"
+
+
+def kubernetes_objects() -> dict[str, dict[str, Any]]:
+    docs = list(yaml.safe_load_all((DOCKER / "k8s" / "pod.yaml").read_text()))
+    return {doc["kind"]: doc for doc in docs}
 
 
 def test_kubernetes_example_runs_the_sidecar_non_root_with_a_secret_token() -> None:
-    pod = yaml.safe_load((DOCKER / "k8s" / "pod.yaml").read_text())
+    pod = kubernetes_objects()["Pod"]
     containers = {c["name"]: c for c in pod["spec"]["containers"]}
     sidecar = containers["loadgen"]
     assert sidecar["args"][0] == "serve"
@@ -122,6 +144,29 @@ def test_kubernetes_example_runs_the_sidecar_non_root_with_a_secret_token() -> N
     (token,) = [e for e in sidecar["env"] if e["name"] == "LOADGEN_API_TOKEN"]
     assert "secretKeyRef" in token["valueFrom"]
     assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_kubernetes_example_does_not_pull_latest_and_caches_the_model() -> None:
+    objects = kubernetes_objects()
+    pod = objects["Pod"]
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    every = [c for _, doc in k8s_documents() if doc["kind"] in ("Pod", "Job")
+             for c in (doc["spec"] if doc["kind"] == "Pod"
+                       else doc["spec"]["template"]["spec"])["containers"]]
+    assert len(every) >= 4
+    for container in every:
+        # :latest defaults to Always, which fails for an image loaded into the node
+        assert container["imagePullPolicy"] == "IfNotPresent", container["name"]
+    vllm = containers["vllm"]
+    requests = vllm["resources"]["requests"]
+    assert {"cpu", "memory", "nvidia.com/gpu"} <= set(requests)
+    assert requests["nvidia.com/gpu"] == vllm["resources"]["limits"]["nvidia.com/gpu"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    claim = volumes["model-cache"]["persistentVolumeClaim"]["claimName"]
+    assert objects["PersistentVolumeClaim"]["metadata"]["name"] == claim
+    (mount,) = [m for m in vllm["volumeMounts"] if m["name"] == "model-cache"]
+    hf_home = next(e["value"] for e in vllm["env"] if e["name"] == "HF_HOME")
+    assert hf_home.startswith(mount["mountPath"] + "/"), "the download lands in the volume"
 
 
 K8S_VERSION = "1.30"  # the oldest Kubernetes the examples must be valid for

@@ -25,7 +25,7 @@ from loadgen.sinks.prometheus import LoadgenMetrics, serve_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_PATH = ROOT / "dashboards" / "loadgen.json"
-MODEL = "sim/model-v4"  # a "/" and a "." exercise the regex escaping of $model
+MODEL = "sim/model-v4.1"  # a "/" and a "." exercise the regex escaping of $model
 
 
 def load_dashboard() -> dict[str, Any]:
@@ -77,13 +77,30 @@ def test_variables_and_schema() -> None:
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    for name in ("model", "conc"):
+    for name in ("model", "instance", "conc"):
         assert variables[name]["datasource"]["uid"] == "${datasource}"
         assert "label_values(" in variables[name]["definition"]
+    assert variables["model"]["definition"].endswith(", model_name)")  # vLLM's label
+    assert variables["instance"]["multi"] is True
     exprs = [t["expr"] for p in query_panels(dashboard) for t in p["targets"]]
     assert all("$model" in e or "loadgen_event_loop_lag" in e for e in exprs), \
         "every query except the client-health one filters by model"
+    assert all('instance=~"$instance"' in e for e in exprs), "every query filters by server"
+    assert not any(re.search(r"\bmodel=", e) for e in exprs), "the label is model_name"
     assert any("$conc" in e for e in exprs)
+
+
+def test_no_query_sums_over_servers() -> None:
+    """Every aggregation of a vLLM series keeps `instance`: two servers serving one model
+    name are two lines. (loadgen's own series are summed: a sharded run is one client.)"""
+    aggregation = re.compile(r"\b(sum|max|min|avg)\b(?: by \(([^)]*)\))? \((?:rate\()?vllm:")
+    seen = 0
+    for p in query_panels(load_dashboard()):
+        for target in p["targets"]:
+            for _op, grouping in aggregation.findall(target["expr"]):
+                seen += 1
+                assert "instance" in grouping.split(", "), f"{p['title']}: {target['expr']}"
+    assert seen >= 15
 
 
 def test_the_issue_panels_are_there() -> None:
@@ -101,6 +118,10 @@ def test_the_issue_panels_are_there() -> None:
         "vllm:spec_decode_num_accepted_tokens_per_pos_total", "vllm:num_requests_running",
         "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+        "vllm:prompt_tokens_total", "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total", "vllm:num_preemptions_total",
+        "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds",
     ):
         assert metric in exprs, f"no panel shows {metric}"
 
@@ -120,7 +141,9 @@ def has_data(result: list[dict[str, Any]]) -> bool:
 
 
 def regex_literal(text: str) -> str:
-    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
+    r"""Grafana's escaping of a variable value for a PromQL regex inside a "..." string:
+    the regex backslash is itself escaped (\\. in the query is \. in the regex)."""
+    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\\\1", text)
 
 
 def free_port() -> int:
@@ -202,38 +225,59 @@ async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Pa
 
 @pytest.mark.prometheus
 async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: Path) -> None:
+    """loadgen drives one simulator; a second one serving the same model name stays idle.
+    Every query has data for "All" and for one chosen server, and the two servers are
+    two series, not one sum."""
     from loadgen.sim.server import SimConfig, running_simulator
 
     dashboard = load_dashboard()
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
     sim_config = SimConfig(model=MODEL, spec_tokens=2, step_fixed_ms=12.0)
-    async with (running_simulator(sim_config) as sim, serve_metrics(registry) as exporter,
-                prometheus(tmp_path, {"loadgen": exporter.port, "vllm": sim.port}) as prom,
+    async with (running_simulator(sim_config) as sim, running_simulator(sim_config) as twin,
+                serve_metrics(registry) as exporter,
+                prometheus(tmp_path, {"loadgen": exporter.port, "vllm": sim.port,
+                                      "vllm-twin": twin.port}) as prom,
                 aiohttp.ClientSession() as session):
-        await wait_scraped(session, prom, jobs=2)
+        await wait_scraped(session, prom, jobs=3)
         await sweep_with_exporter(sim.base_url, metrics, tmp_path / "results")
         await asyncio.sleep(2.5)  # two more scrapes: the final counts are in
 
         variables = {v["name"]: v for v in dashboard["templating"]["list"]}
         models = await label_values(session, prom, variables["model"]["definition"], {})
         assert MODEL in models
+        model = {"model": regex_literal(MODEL)}
+        instances = await label_values(session, prom, variables["instance"]["definition"],
+                                       model)
+        busy, idle, client = (f"127.0.0.1:{port}"
+                              for port in (sim.port, twin.port, exporter.port))
+        assert {busy, idle, client} <= set(instances)
         concs = await label_values(session, prom, variables["conc"]["definition"],
-                                   {"model": regex_literal(MODEL)})
+                                   {**model, "instance": ".*"})
         assert {"2", "4"} <= set(concs)
 
+        chosen = "(" + "|".join(regex_literal(i) for i in (busy, client)) + ")"
         empty = []
-        for conc in (".*", "4"):  # "All", then one point
-            values = {"model": regex_literal(MODEL), "conc": conc, "__rate_interval": "1m",
+        for instance, conc in ((".*", ".*"), (".*", "4"), (chosen, ".*")):
+            values = {**model, "instance": instance, "conc": conc, "__rate_interval": "1m",
                       "__range": "5m", "__interval": "5s"}
             for p in query_panels(dashboard):
                 for target in p["targets"]:
                     query = substitute(target["expr"], values)
                     data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
                     if not has_data(data["result"]):
-                        empty.append(f"[conc={conc}] {p['title']} / {target['legendFormat']}: "
-                                     f"{query}")
+                        empty.append(f"[instance={instance} conc={conc}] {p['title']} / "
+                                     f"{target['legendFormat']}: {query}")
         assert not empty, "panels without data:\n" + "\n".join(empty)
+
+        # One model name, two servers: two series, the idle one at 0, not one sum.
+        prompt_rate = next(t["expr"] for p in query_panels(dashboard)
+                           for t in p["targets"] if "rate(vllm:prompt_tokens_total" in t["expr"])
+        data = await prom_get(session, f"{prom}/api/v1/query", {"query": substitute(
+            prompt_rate, {**model, "instance": ".*", "__rate_interval": "1m"})})
+        by_instance = {r["metric"]["instance"]: float(r["value"][1]) for r in data["result"]}
+        assert set(by_instance) == {busy, idle}
+        assert by_instance[busy] > 0 and by_instance[idle] == 0
 
 
 async def label_values(session: aiohttp.ClientSession, prom: str, definition: str,

@@ -78,7 +78,7 @@ def test_exposition_carries_what_the_records_measured() -> None:
     observer.point_finished(4, point_result(server_acceptance_length=2.25,
                                             server_acceptance_per_position=[0.7, 0.3, 0.1]))
     got = samples(registry)
-    point = {"model": "m", "endpoint": "chat", "conc": "4"}
+    point = {"model_name": "m", "endpoint": "chat", "conc": "4"}
 
     assert value(got, "loadgen_requests_total", outcome="ok", **point) == 2
     assert value(got, "loadgen_requests_total", outcome="error", **point) == 1
@@ -105,9 +105,9 @@ def test_exposition_carries_what_the_records_measured() -> None:
     tpot = (0.007 / 7) + (0.006 / 4)
     assert value(got, "loadgen_time_per_output_token_seconds_sum", **point) == pytest.approx(tpot)
     assert value(got, "loadgen_queue_time_seconds_sum", **point) == pytest.approx(0.004)
-    assert value(got, "loadgen_requests_in_flight", model="m", endpoint="chat") == 0
-    assert value(got, "loadgen_target_concurrency", model="m", endpoint="chat") == 4
-    assert value(got, "loadgen_sweep_progress_ratio", model="m", endpoint="chat") == 0.5
+    assert value(got, "loadgen_requests_in_flight", model_name="m", endpoint="chat") == 0
+    assert value(got, "loadgen_target_concurrency", model_name="m", endpoint="chat") == 4
+    assert value(got, "loadgen_sweep_progress_ratio", model_name="m", endpoint="chat") == 0.5
     assert value(got, "loadgen_server_spec_decode_acceptance_length", **point) == 2.25
     assert value(got, "loadgen_server_spec_decode_acceptance_rate_per_position",
                  position="1", **point) == 0.3

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from encoders import ENCODERS, EncodingError
 from loadgen.tokenizer import decode, encode, load_tokenizer
 from loadgen.workload.prompts import (
+    PoolUnusable,
     Prompt,
     WordPool,
     build_word_pool,
@@ -179,10 +180,11 @@ def test_numpy_integer_lengths_are_accepted(tok: Tokenizer) -> None:
 
 def test_prompt_stores_only_text_and_offsets() -> None:
     names = [f.name for f in dataclasses.fields(Prompt)]
-    assert names == ["text", "num_tokens", "content_start", "content_end"]
-    prompt = Prompt("abcdef", 2, 1, 4)
+    assert names == ["text", "num_tokens", "content_start", "content_end", "target"]
+    prompt = Prompt("abcdef", 2, 1, 4, 2)
     assert not hasattr(prompt, "__dict__")
-    assert prompt.content == "bcd"
+    assert prompt.content == "bcd" and prompt.exact
+    assert not Prompt("abcdef", 2, 1, 4, 3).exact
     with pytest.raises(dataclasses.FrozenInstanceError):
         prompt.text = "x"  # type: ignore[misc]
 
@@ -221,15 +223,19 @@ def test_another_tokenizer_works_with_the_raw_encoder() -> None:
     assert [len(encode(tokenizer, p.text)) for p in prompts] == [1, 2, 50]
 
 
-def test_tokenizer_that_merges_words_is_refused() -> None:
-    with pytest.raises(ValueError, match="merges adjacent words"):
+def test_tokenizer_that_merges_words_has_no_word_pool() -> None:
+    with pytest.raises(PoolUnusable, match="merges adjacent words"):
         build_word_pool(word_level(None))  # no pre-tokenizer: "abc bcd" is one unknown token
 
 
-def test_tokenizer_without_words_is_refused() -> None:
+def test_tokenizer_without_words_has_no_word_pool_and_gets_fitted_prompts() -> None:
     tokenizer = Tokenizer(models.WordLevel({"[unk]": 0, "a": 1}, unk_token="[unk]"))
-    with pytest.raises(ValueError, match="too few single-token lowercase words"):
+    with pytest.raises(PoolUnusable, match="too few single-token lowercase words"):
         build_word_pool(tokenizer)
+    [prompt] = synthesize_prompts([1], encoder="raw", thinking_mode="chat",
+                                  reasoning_effort=None, tokenizer=tokenizer,
+                                  rng=np.random.default_rng(0))
+    assert prompt.num_tokens == len(encode(tokenizer, prompt.text)) == 1 and prompt.exact
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

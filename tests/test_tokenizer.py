@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +17,7 @@ from loadgen.tokenizer import (
     encode,
     file_sha256,
     load_tokenizer,
+    looks_like_hub_id,
 )
 
 
@@ -60,3 +64,159 @@ def test_corrupt_file_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text(json.dumps({"not": "a tokenizer"}))
     with pytest.raises(TokenizerError, match="cannot load tokenizer"):
         load_tokenizer(path)
+
+
+# --- Hugging Face Hub ids -------------------------------------------------------------
+# huggingface_hub reads HF_HOME / HF_HUB_OFFLINE / HF_ENDPOINT when it is imported, so each
+# case runs in a fresh interpreter with its own environment. The Hub is a local aiohttp
+# server speaking the two calls hf_hub_download makes (HEAD, then GET of .../resolve/...).
+
+REPO = "deepseek-ai/DeepSeek-V4-Pro"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+LOAD = ("import sys; from loadgen.tokenizer import encode, load_tokenizer, "
+        "resolve_tokenizer_path; print(resolve_tokenizer_path(sys.argv[1])); "
+        "print(encode(load_tokenizer(sys.argv[1]), 'Hello, 世界'))")
+HELLO_IDS = "[19923, 14, 223, 3427]"
+
+
+def hub_env(home: Path, endpoint: str, *, offline: bool) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    return {**env, "HF_HOME": str(home), "HF_ENDPOINT": endpoint,
+            "HF_HUB_OFFLINE": "1" if offline else "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+async def python(code: str, arg: str, env: dict[str, str]) -> tuple[int, str, str]:
+    import asyncio
+    import sys
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, arg, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+class FakeHub:
+    """The Hub's resolve endpoint for one repository holding one file."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.requests: list[str] = []
+
+    async def resolve(self, request: Any) -> Any:
+        import hashlib
+
+        from aiohttp import web
+
+        self.requests.append(f"{request.method} {request.path}")
+        repo = f"{request.match_info['org']}/{request.match_info['name']}"
+        if repo != REPO:
+            return web.Response(status=404, headers={"X-Error-Code": "RepoNotFound"})
+        body = self.files.get(request.match_info["file"])
+        if body is None:
+            return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"})
+        return web.Response(body=body, headers={
+            "X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(body).hexdigest()}"'})
+
+    @contextlib.asynccontextmanager
+    async def serve(self) -> AsyncIterator[str]:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_get("/{org}/{name}/resolve/{rev}/{file}", self.resolve)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        finally:
+            await runner.cleanup()
+
+
+def closed_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"  # nobody listens once closed
+
+
+async def test_hub_id_is_downloaded_once_then_read_from_the_cache_offline(tmp_path: Path) -> None:
+    hub = FakeHub({"tokenizer.json": bundled_tokenizer_path().read_bytes()})
+    async with hub.serve() as endpoint:
+        code, out, err = await python(LOAD, REPO, hub_env(tmp_path, endpoint, offline=False))
+        assert code == 0, err
+        assert out.splitlines()[1] == HELLO_IDS
+        assert any(r.startswith("GET /deepseek-ai/DeepSeek-V4-Pro/resolve/main/tokenizer.json")
+                   for r in hub.requests)
+        cached = Path(out.splitlines()[0])
+        assert cached.name == "tokenizer.json" and tmp_path in cached.parents
+        assert f"snapshots/{COMMIT}" in str(cached)
+        seen = len(hub.requests)
+        # Cached: no request at all, with or without offline mode.
+        for offline in (False, True):
+            code, out, err = await python(LOAD, REPO, hub_env(tmp_path, endpoint,
+                                                              offline=offline))
+            assert code == 0, err
+            assert out.splitlines()[1] == HELLO_IDS
+        assert len(hub.requests) == seen
+
+
+async def test_a_cache_laid_out_as_huggingface_hub_lays_it_is_used_offline(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "hub" / "models--deepseek-ai--DeepSeek-V4-Pro"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    (repo / "snapshots" / COMMIT).mkdir(parents=True)
+    (repo / "snapshots" / COMMIT / "tokenizer.json").write_bytes(
+        bundled_tokenizer_path().read_bytes())
+    code, out, err = await python(LOAD, REPO, hub_env(tmp_path, closed_port(), offline=True))
+    assert code == 0, err
+    assert out.splitlines()[1] == HELLO_IDS
+
+
+async def test_offline_without_the_file_cached_is_one_line_saying_how_to_get_it(
+    tmp_path: Path,
+) -> None:
+    code, _out, err = await python(LOAD, REPO, hub_env(tmp_path, closed_port(), offline=True))
+    assert code != 0
+    last = err.strip().splitlines()[-1]
+    assert "HF_HUB_OFFLINE is set" in last and f"hf download {REPO} tokenizer.json" in last
+    assert str(tmp_path / "hub") in last
+
+
+async def test_an_unreachable_hub_without_the_file_cached_is_one_clear_line(
+    tmp_path: Path,
+) -> None:
+    """No network: huggingface_hub retries for ~25 s (its own backoff), then one line."""
+    code, _out, err = await python(LOAD, REPO, hub_env(tmp_path, closed_port(), offline=False))
+    assert code != 0
+    last = err.strip().splitlines()[-1]
+    assert "cannot be reached" in last and f"hf download {REPO} tokenizer.json" in last
+
+
+async def test_hub_errors_name_the_repository_and_the_fix(tmp_path: Path) -> None:
+    hub = FakeHub({})  # the repository exists but has no tokenizer.json
+    async with hub.serve() as endpoint:
+        env = hub_env(tmp_path, endpoint, offline=False)
+        _, _, err = await python(LOAD, REPO, env)
+        assert "has no tokenizer.json" in err.strip().splitlines()[-1]
+        _, _, err = await python(LOAD, "nobody/nothing", env)
+        assert "no such Hub repository" in err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("text", ["./nope", "nope.json", "a/b/c", "~/nope", "/abs/nope"])
+def test_path_like_strings_are_never_taken_for_hub_ids(text: str) -> None:
+    assert not looks_like_hub_id(text)
+    with pytest.raises(TokenizerError, match=r"no tokenizer\.json at"):
+        load_tokenizer(text)
+
+
+def test_hub_ids_are_recognized() -> None:
+    assert looks_like_hub_id(REPO) and looks_like_hub_id("gpt2")
+    assert not looks_like_hub_id("two//slashes") and not looks_like_hub_id("bad name")

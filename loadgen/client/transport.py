@@ -23,6 +23,7 @@ bounds every non-streaming call; a streamed request has an idle deadline instead
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
@@ -45,6 +46,7 @@ from loadgen.client.stream_client import (
     record_rejection,
 )
 from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S, DEFAULT_STREAM_IDLE_TIMEOUT_S
+from loadgen.errors import SetupError
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
@@ -170,7 +172,7 @@ class Transport:
             chunk_tokens=tuple(state.chunk_tokens), end_ns=end_ns, token_source=counter.source,
             prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
             finish_reason=state.finish_reason, status=state.status, error=state.error,
-            error_detail=state.detail, sent_unix=sent_unix,
+            error_detail=state.detail, sent_unix=sent_unix, target_len=request.target_len,
         )
         on_record(record)
         if cancelled:
@@ -240,11 +242,26 @@ class AiohttpStreams:
         stream.finish()
 
 
+class OutOfDescriptors(SetupError):
+    """This process ran out of file descriptors: a limit of this machine, not a server
+    failure, so it stops the run instead of being counted as a `connect` error."""
+
+
+def _out_of_descriptors(exc: Exception) -> bool:
+    """EMFILE/ENFILE, also when aiohttp wraps it (ClientConnectorError is an OSError
+    carrying the socket call's errno)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
 def _classify(exc: Exception, clock: RequestClock,
               capped_s: float | None = None) -> tuple[ErrorKind, str]:
     """The only place where exceptions become ErrorKind values (`capped_s`: the
-    --request-timeout that expired, if that is what ended the request)."""
+    --request-timeout that expired, if that is what ended the request). Running out of
+    file descriptors is no value: it raises OutOfDescriptors, which stops the run."""
     detail = f"{type(exc).__name__}: {exc}".strip()
+    if _out_of_descriptors(exc):
+        raise OutOfDescriptors(f"this process ran out of file descriptors ({detail}); raise "
+                               "`ulimit -n` or lower --conc") from exc
     if isinstance(exc, StreamIdle):
         return ErrorKind.TIMEOUT, str(exc)
     if isinstance(exc, TimeoutError):

@@ -23,6 +23,9 @@ from loadgen.config.spec import (
     DEFAULT_STREAM_IDLE_TIMEOUT_S,
     ENCODER_NAMES,
     HTTP_CLIENTS,
+    MAX_CONVERSATION_BYTES,
+    MAX_DATASET_BYTES,
+    MAX_SEED,
     REASONING_EFFORTS,
     THINKING_MODES,
     RunSpec,
@@ -40,7 +43,13 @@ from loadgen.config.spec import (
 
 
 def default_results_dir(now: float | None = None) -> Path:
-    return Path("results") / time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    """./results/<timestamp>, with -2, -3, ... when a run started in the same second."""
+    base = Path("results") / time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -121,6 +130,12 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
                    help="extra `loadgen sim` flags for --sim, e.g. \"--step-fixed-ms 5\"")
     t.add_argument("--api-key", metavar="KEY",
                    help="bearer token (default: $OPENAI_API_KEY; never written to results)")
+    t.add_argument("--server-pid", type=int, default=None, metavar="PID",
+                   help="the server's process id, when it runs on this machine: the sweep "
+                   "stops (the point in progress kept, marked complete: false) as soon as "
+                   "it exits or stays stopped (SIGSTOP) for 2 s (default: none; without "
+                   "it a server that refuses or drops every connection for 1 s is "
+                   "taken as gone)")
     t.add_argument("--header", action="extend", nargs="+", default=[],
                    type=_typed(parse_header), metavar="K:V",
                    help="extra request headers, repeatable, e.g. X-Session-Affinity:abc "
@@ -154,7 +169,10 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
                    help="prompts from a file instead of random ones: ShareGPT JSON "
                    "(conversations of from/value; the first turn is the prompt, the second "
                    "the reference answer) or JSONL, one OpenAI messages list (or {messages}, "
-                   "or vLLM custom {prompt, output_tokens}) per line (default: none)")
+                   "or vLLM custom {prompt, output_tokens}) per line; read into memory, so "
+                   f"at most {MAX_DATASET_BYTES >> 30} GiB, each line at most "
+                   f"{MAX_CONVERSATION_BYTES >> 20} MiB (about 1M tokens; a ShareGPT entry "
+                   "likewise) (default: none)")
     w.add_argument("--endpoint", type=_typed(parse_endpoint), default=None,
                    metavar="{completions,chat}",
                    help="completions: loadgen encodes the prompt; chat: the server does "
@@ -179,7 +197,8 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
     w.add_argument("--burstiness", type=float, default=1.0, metavar="SHAPE",
                    help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
-    w.add_argument("--seed", type=int, default=0, help="seed for prompts, lengths, arrivals")
+    w.add_argument("--seed", type=int, default=0,
+                   help=f"seed for prompts, lengths, arrivals, 0..{MAX_SEED}")
     w.add_argument("--extra-body", type=_typed(parse_extra_body), default={}, metavar="JSON",
                    help='extra request-body fields, e.g. \'{"min_p": 0.1}\' (not those '
                    "loadgen sets: model, prompt, max_tokens, stream, ...) (default: none)")
@@ -187,7 +206,14 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
 
 def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--results", type=Path, default=None, metavar="DIR",
-                   help="output directory (default: ./results/<timestamp>)")
+                   help="output directory; one that already holds a run is refused "
+                   "(default: ./results/<timestamp>)")
+    r.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                   help="continue the interrupted sweep in DIR from its first incomplete "
+                   "point; give the same flags as the first run (default: none)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace the run already in --results DIR (its result files are "
+                   "deleted first)")
     r.add_argument("--num-gpus", type=int, default=None, metavar="N",
                    help="GPUs behind the server, for per-GPU throughput")
     r.add_argument("--spec-tokens", type=int, default=None, metavar="K",
@@ -214,8 +240,9 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--max-error-rate", type=float, default=0.05, metavar="FRACTION",
                    help="exit non-zero when a point's failed share exceeds this "
                    "(results are written anyway)")
-    r.add_argument("--tokenizer", metavar="PATH",
-                   help="tokenizer.json or model dir (default: official DeepSeek-V4)")
+    r.add_argument("--tokenizer", metavar="PATH|ORG/NAME",
+                   help="tokenizer.json, model dir or Hugging Face Hub id (HF cache and "
+                   "HF_HUB_OFFLINE honoured) (default: official DeepSeek-V4)")
     r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     r.add_argument("--metrics-port", type=_typed(parse_port), default=None, metavar="PORT",
                    help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "
@@ -257,6 +284,10 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
     if args.sim and args.model and not any(a.split("=")[0] == "--model" for a in sim_args):
         sim_args = ("--model", args.model, *sim_args)  # the simulator serves the name asked for
+    if args.resume is not None and args.results is not None and args.results != args.resume:
+        raise SpecError(f"--resume {args.resume} continues the run in that directory; "
+                        f"drop --results {args.results}")
+    results = args.resume or args.results or default_results_dir()
     return RunSpec(
         conc=args.conc, isl=args.isl, osl=args.osl, base_url=args.base_url, model=args.model,
         endpoint=args.endpoint or "completions", encoder=args.encoder or "dsv4",
@@ -269,14 +300,15 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
         percentiles=args.percentiles, request_timeout_s=args.request_timeout,
         http_timeout_s=args.http_timeout, stream_idle_timeout_s=args.stream_idle_timeout,
-        max_error_rate=args.max_error_rate, results_dir=args.results or default_results_dir(),
+        max_error_rate=args.max_error_rate, results_dir=results,
         tokenizer=args.tokenizer, api_key=_api_key(args.api_key or env.get("OPENAI_API_KEY")),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
         progress=not args.no_progress, server_metrics=tuple(args.server_metrics),
         extra_body=args.extra_body, workers=args.workers,
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
-        shard_count=args.shard[1], shard_sync=args.shard_sync, http_client=args.http_client,
-        **compat,
+        shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,
+        resume=args.resume is not None, overwrite=args.overwrite,
+        http_client=args.http_client, **compat,
     )
 
 

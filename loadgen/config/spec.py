@@ -6,6 +6,8 @@ from the sidecar's JSON options, so both paths reject bad input with the same me
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +37,11 @@ MAX_WORKERS = 256
 # no byte for DEFAULT_STREAM_IDLE_TIMEOUT_S (time to first byte included) is a timeout.
 DEFAULT_HTTP_TIMEOUT_S = 30.0
 DEFAULT_STREAM_IDLE_TIMEOUT_S = 300.0
+MAX_SEED = 2**63 - 1  # numpy's SeedSequence takes any such int, vLLM's request seed an int64
+# A dataset is read into memory whole, and each conversation is tokenized in one piece
+# (~1.4 s and ~130 MB of RSS per MB of text): bound both before reading a byte of it.
+MAX_DATASET_BYTES = 1 << 30  # 1 GiB
+MAX_CONVERSATION_BYTES = 4 << 20  # 4 MiB per line: ~1M tokens of text, above any context
 
 
 class SpecError(UsageError):
@@ -110,6 +117,9 @@ class RunSpec:
     shard_index: int = 0  # this run sends shard `shard_index` of `shard_count` of each point
     shard_count: int = 1
     shard_sync: Path | None = None  # a directory all shards share: start points together
+    server_pid: int | None = None  # stop the sweep when this process dies or stays stopped
+    resume: bool = False  # continue the interrupted sweep in results_dir
+    overwrite: bool = False  # replace the earlier run's files in results_dir
     http_client: str = "native"  # the measured streams' client (see HTTP_CLIENTS)
 
     def __post_init__(self) -> None:
@@ -315,6 +325,7 @@ def _check(condition: bool, message: str) -> None:
 
 def validate(spec: RunSpec) -> None:
     """Raise SpecError for the first invalid setting (RunSpec calls this on construction)."""
+    _check_finite(spec)
     _check(bool(spec.conc) and all(1 <= c <= MAX_CONC for c in spec.conc),
            f"--conc: every concurrency must be in 1..{MAX_CONC}")
     _check(spec.isl is not None or spec.dataset is not None,
@@ -387,6 +398,7 @@ def validate(spec: RunSpec) -> None:
     _check(not spec.cpu_affinity or spec.workers != 1,
            "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
            "auto), or start a single process under taskset")
+    _validate_run_level(spec)
 
 
 def _validate_vllm_result(options: VllmResultOptions) -> None:
@@ -401,3 +413,70 @@ def _validate_vllm_result(options: VllmResultOptions) -> None:
         _check(bool(options.filename) and "/" not in options.filename,
                f"--result-filename {options.filename!r}: a file name, not a path "
                "(use --result-dir for the directory)")
+
+
+# Flags whose value is a float, with the name the user typed: each must be a finite number
+# (`inf` would overflow a deadline or turn arrival gaps into NaN; `nan` passes every `>`).
+_FLOAT_FLAGS = (("duration_s", "--duration"), ("request_rate", "--request-rate"),
+                ("burstiness", "--burstiness"), ("temperature", "--temperature"),
+                ("range_ratio", "--range-ratio"), ("request_timeout_s", "--request-timeout"),
+                ("http_timeout_s", "--http-timeout"),
+                ("stream_idle_timeout_s", "--stream-idle-timeout"),
+                ("max_error_rate", "--max-error-rate"))
+
+
+def _check_finite(spec: RunSpec) -> None:
+    for name, flag in _FLOAT_FLAGS:
+        value = getattr(spec, name)
+        _check(value is None or math.isfinite(value), f"{flag} {value}: must be a finite number")
+    _check(all(math.isfinite(v) for v in spec.slos_ms.values()),
+           "--slo: each limit must be a finite duration")
+
+
+def _validate_run_level(spec: RunSpec) -> None:
+    """A seed numpy and vLLM accept, a results directory that can be written, a dataset
+    that fits in memory, a server process that exists."""
+    _check(0 <= spec.seed <= MAX_SEED, f"--seed {spec.seed}: must be in 0..{MAX_SEED} (2^63-1)")
+    _check(not (spec.resume and spec.overwrite),
+           "--resume and --overwrite exclude each other: continue the run, or replace it")
+    if spec.results_dir is not None:
+        check_results_dir(spec.results_dir)
+    if spec.dataset is not None and spec.dataset.is_file():
+        size = spec.dataset.stat().st_size
+        _check(size <= MAX_DATASET_BYTES,
+               f"--dataset {spec.dataset}: {size / 2**20:,.0f} MiB is over the "
+               f"{MAX_DATASET_BYTES >> 30} GiB limit (the file is read into memory); "
+               "split it or keep only the conversations you need")
+    if spec.server_pid is not None:
+        _check(spec.server_pid > 0 and _process_exists(spec.server_pid),
+               f"--server-pid {spec.server_pid}: no such process on this machine")
+
+
+def check_results_dir(path: Path) -> None:
+    """`path` is a directory, or can be made one, that this process may write into.
+
+    No side effect: the nearest existing ancestor decides. access(2) answers EROFS for a
+    read-only mount even to root, so this holds inside containers too.
+    """
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == path else f"is under {existing}, which is a file"
+        raise SpecError(f"--results {path}: {what}; give a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == path else f" ({existing} is where it would be created)"
+        raise SpecError(f"--results {path}: not writable{where}: read-only or no permission; "
+                        "give a directory you can write")
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else: /proc still shows its state
+    except OverflowError:
+        return False
+    return True

@@ -163,6 +163,8 @@ class PointResult(PointMetrics):
     incomplete_reason: str | None
     shard: str | None
     shards_merged: int
+    stop_reason: str | None
+    stop_detail: str | None
     target: str
     run_id: str
     model_id: str | None
@@ -180,4 +182,9 @@ class PointResult(PointMetrics):
     warmup_failed: int
     loadgen_version: str
     tokenizer_check: dict[str, Any] | None
+    prompt_synthesis: str
+    prompt_synthesis_note: str | None
+    input_len_approximate: bool | None
+    input_len_mismatches: int | None
+    input_len_max_abs_diff: int | None
     server_metrics_by_url: list[dict[str, Any]] | None

@@ -18,6 +18,7 @@ from typing import Protocol
 import aiohttp
 from tokenizers import Tokenizer
 
+from loadgen.client.liveness import answers_http
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.preflight import ServerInfo, preflight
 from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls, scrape_all
@@ -29,6 +30,7 @@ from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec, text_counter
 
 OnRecord = Callable[[RequestRecord], None]
+PROBE_TIMEOUT_S = 0.5  # a liveness probe; loopback or LAN answers in milliseconds
 
 
 class Backend(Protocol):
@@ -61,6 +63,11 @@ class Backend(Protocol):
 
     def gauge_watch(self) -> GaugeWatch | None:
         """A watcher of the KV-cache and queue gauges during a point, when asked for."""
+        ...
+
+    async def probe(self) -> bool:
+        """Whether the server answers at all right now (any HTTP status); asked only
+        while it is suspected gone (run/server_watch.py)."""
         ...
 
 
@@ -112,6 +119,9 @@ class HttpBackend:
 
     def gauge_watch(self) -> GaugeWatch | None:
         return GaugeWatch(self.session, self.metrics_urls) if self.spec.server_metrics else None
+
+    async def probe(self) -> bool:
+        return await answers_http(self.base_url, PROBE_TIMEOUT_S)
 
 
 def request_headers(spec: RunSpec) -> dict[str, str]:

@@ -3,12 +3,16 @@
 Warmup requests open (and keep) the connections and are not recorded. Then the server's
 /metrics is scraped, the measured requests run (each record to JSONL the moment it ends),
 /metrics is scraped again and the records are summarized. The loop-lag probe and the
-process CPU clock cover the measured phase only.
+process CPU clock cover the measured phase only. Every outcome, warmup included, goes to
+the server watch (server_watch.py), which holds new requests back while the server is
+suspected gone; a point is never written complete while that question is open.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +24,7 @@ from loadgen.client.preflight import ServerInfo
 from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
+from loadgen.metrics.prompt_lengths import input_len_fields
 from loadgen.metrics.schema import PointMetrics, PointResult
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
@@ -39,7 +44,9 @@ from loadgen.run.scheduler import (
     deadline_after,
     open_loop,
 )
-from loadgen.sinks.files import write_point
+from loadgen.run.server_watch import ServerWatch
+from loadgen.run.stops import Stop
+from loadgen.sinks.files import ResultsWriteError, write_point
 from loadgen.sinks.jsonl import JsonlSink
 from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
@@ -61,6 +68,11 @@ class RunContext:
     sleep: Sleep
     # before each measured phase, once warmed up: wait for the other shards (--shard-sync)
     barrier: Callable[[int], Awaitable[None]] | None = None
+    # fed every request outcome; holds new requests back while the server is suspected
+    # gone (None in a worker process: its parent watches the records it gets)
+    watch: ServerWatch | None = None
+    # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
+    synthesis: tuple[str, str | None] = ("words", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +84,7 @@ class PointOutcome:
     # run.json's extra facts about the point, for `loadgen merge`: clock readings and the
     # server's raw counters before and after
     facts: dict[str, Any] = field(default_factory=dict)
+    write_error: ResultsWriteError | None = None  # conc_<N>.json or the JSONL not written
 
     @property
     def error_rate(self) -> float:
@@ -93,10 +106,9 @@ class PointRecords:
         self.slots = slots  # this run's slots of the point: conc, or its shard's share
         self.records: list[RequestRecord] = []
         path = run.results_dir / f"requests_conc_{conc}.jsonl"
-        path.unlink(missing_ok=True)  # a reused --results dir must not mix two runs' records
-        self.sink = JsonlSink(path)
+        self.sink = JsonlSink(path)  # a fresh file: results_dir.prepare() cleared the way
         self.before = Scrape()
-        self.watch: GaugeWatch | None = None
+        self.gauge_watch: GaugeWatch | None = None
         self.gauges: dict[str, dict[str, list[float]]] = {}
         self.started = False
         self.clock: ClockPair | None = None
@@ -104,32 +116,42 @@ class PointRecords:
     def begin(self, before: Scrape) -> None:
         """The measured phase starts now (the server's counters were just read)."""
         self.before, self.started, self.clock = before, True, read_pair()
-        self.watch = self.run.backend.gauge_watch()
-        if self.watch is not None:
-            self.watch.start()
+        self.gauge_watch = self.run.backend.gauge_watch()
+        if self.gauge_watch is not None:
+            self.gauge_watch.start()
         self.run.hooks.point_started(self.conc, self.planned)
 
     async def scrape_after(self) -> Scrape:
         """The measured phase is over: the gauges watched during it, then the counters."""
-        if self.watch is not None:
-            self.gauges, self.watch = await self.watch.stop(), None
+        if self.gauge_watch is not None:
+            self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
         return await self.run.backend.scrape()
 
     def add(self, record: RequestRecord) -> None:
         self.records.append(record)
-        self.sink.write(record)
+        if self.run.watch is not None:
+            self.run.watch.observe(record)
+        self.sink.write(record)  # ResultsWriteError stops the run (records so far intact)
         self.run.hooks.request_finished(record)
 
     def close(self) -> None:
         """Stopped during warmup: nothing was measured."""
-        self.sink.close()
+        with contextlib.suppress(ResultsWriteError):  # the run is stopping already
+            self.sink.close()
 
     def finalize(self, *, complete: bool, after: Scrape | None,
                  processes: Sequence[ProcessHealth], warmup_failed: int,
-                 reason: str | None = None) -> PointOutcome:
-        self.sink.close()
-        if self.watch is not None:
-            self.watch.cancel()  # interrupted: the gauge watch must not outlive the point
+                 stop: Stop | None = None) -> PointOutcome:
+        """Summarize and write conc_<N>.json. A write that fails is on the outcome
+        (`write_error`), not raised: a stopped point is finalized on the way out of a run
+        that is already stopping, and the caller decides."""
+        write_error: ResultsWriteError | None = None
+        try:
+            self.sink.close()
+        except ResultsWriteError as exc:
+            write_error = exc
+        if self.gauge_watch is not None:
+            self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
         spec = self.run.spec
         server_after = after.total if complete and after is not None else None
         by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
@@ -142,19 +164,24 @@ class PointRecords:
                             server_after=server_after)
         metrics["max_concurrency"] = self.conc
         health = [p.to_json() for p in processes]
-        result = self._result(metrics, complete, health, warmup_failed, reason, by_url)
-        path = write_point(self.run.results_dir, result)
-        if spec.vllm_result is not None and complete:  # vLLM writes none when interrupted
-            write_vllm_result(self.run.results_dir, result, self.records, spec.vllm_result,
-                              points=len(spec.conc))
+        result = self._result(metrics, complete, health, warmup_failed, stop, by_url)
+        _warn_inexact(result)
+        path = self.run.results_dir / f"conc_{self.conc}.json"
+        try:
+            write_point(self.run.results_dir, result)
+            if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
+                write_vllm_result(self.run.results_dir, result, self.records,
+                                  spec.vllm_result, points=len(spec.conc))
+        except ResultsWriteError as exc:
+            write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
         facts = {"clock": clock_facts(self.clock, read_pair()) if self.clock else None,
                  "server_before": snapshot_json(self.before.total),
                  "server_after": snapshot_json(server_after)}
-        return PointOutcome(self.conc, result, complete, path, facts)
+        return PointOutcome(self.conc, result, complete, path, facts, write_error)
 
     def _result(self, metrics: PointMetrics, complete: bool, processes: list[dict[str, Any]],
-                warmup_failed: int, reason: str | None,
+                warmup_failed: int, stop: Stop | None,
                 by_url: list[dict[str, Any]] | None) -> PointResult:
         """The metrics plus what only the runner knows (client health, identity, settings)."""
         run, spec = self.run, self.run.spec
@@ -165,7 +192,12 @@ class PointRecords:
             **client_fields(processes, metrics["total_chunks"]),  # type: ignore[typeddict-item]
             # one machine: every process read the same CLOCK_MONOTONIC
             "clock_alignment_uncertainty_ms": 0.0,
-            "complete": complete, "incomplete_reason": None if complete else reason,
+            # why a point stopped early: a code, and the line loadgen printed about it
+            # (`incomplete_reason` is that same line, the name `loadgen merge` reads)
+            "complete": complete,
+            "stop_reason": None if complete or stop is None else stop.reason,
+            "stop_detail": None if complete or stop is None else stop.detail,
+            "incomplete_reason": None if complete or stop is None else stop.detail,
             # a shard's own file holds its share only; `loadgen merge` writes the whole point
             "shard": f"{spec.shard_index}/{spec.shard_count}" if spec.shard_count > 1 else None,
             "shards_merged": 1,
@@ -181,7 +213,18 @@ class PointRecords:
             "tokenizer_check": run.server.tokenize_check,
             # each --server-metrics URL's own figures beside the summed ones
             "server_metrics_by_url": by_url,
+            # whether the prompts have the lengths asked for
+            **input_len_fields(self.records, *run.synthesis),
         }
+
+
+def _warn_inexact(result: PointResult) -> None:
+    if result["input_len_approximate"]:
+        print(f"loadgen: WARNING: conc {result['max_concurrency']}: "
+              f"{result['input_len_mismatches']} prompts are not of the requested length (up "
+              f"to {result['input_len_max_abs_diff']} tokens off): this tokenizer cannot give "
+              f"them exactly ({result['prompt_synthesis_note']}); input_lens hold their true "
+              "lengths", file=sys.stderr)
 
 
 class Point:
@@ -221,6 +264,8 @@ class Point:
             await self.run.barrier(self.plan.conc)
         self.recorded.begin(await self.run.backend.scrape())
         await self.measure()
+        if self.run.watch is not None:  # never complete while the server may be gone
+            await self.run.watch.settled()
         return self.finalize(complete=True, after=await self.recorded.scrape_after())
 
     async def warm_up(self) -> None:
@@ -245,11 +290,12 @@ class Point:
         return ProcessHealth(self.label, self.sent_requests, self.sent_chunks, cpu,
                              tuple(self.loop_lag.samples))
 
-    def finalize(self, *, complete: bool, after: Scrape | None) -> PointOutcome:
+    def finalize(self, *, complete: bool, after: Scrape | None,
+                 stop: Stop | None = None) -> PointOutcome:
         assert self.recorded is not None
         return self.recorded.finalize(complete=complete, after=after,
                                       processes=[self.health()],
-                                      warmup_failed=self.warmup_failed)
+                                      warmup_failed=self.warmup_failed, stop=stop)
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
@@ -267,15 +313,22 @@ class Point:
                         deadline_ns=deadline, clock=run.clock, sleep=run.sleep)
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
+        watch = self.run.watch
+        if watch is not None:
+            await watch.admit()
         record = await self.run.backend.send(
             request, x_request_id=x_request_id(self.run.run_id, self.plan.conc,
                                                request.index, warmup=True),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=_discard)
+        if watch is not None:
+            watch.observe(record)
         if record.error is not None:  # not a measurement, but a sign worth reporting
             self.warmup_failed += 1
         return record
 
     async def _send(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
+        if self.run.watch is not None:
+            await self.run.watch.admit()
         self.run.hooks.request_started(self.plan.conc)
         return await self.run.backend.send(
             request, x_request_id=x_request_id(self.run.run_id, self.plan.conc, request.index),

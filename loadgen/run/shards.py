@@ -27,6 +27,7 @@ import orjson
 
 from loadgen import __version__
 from loadgen.errors import UsageError
+from loadgen.metrics.prompt_lengths import input_len_fields
 from loadgen.metrics.schema import PointResult
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext, summarize
@@ -253,8 +254,9 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[dict[str, Any]],
     before, after = combined_snapshots(shards, points) if complete else (None, None)
     metrics = summarize(records, ctx, server_before=before, server_after=after)
     processes = [p for f in files for p in f["client_processes"]]
-    reasons = [f"shard {s.index}: {f['incomplete_reason'] or 'interrupted'}"
-               for s, f in zip(shards, files, strict=True) if not f["complete"]]
+    stopped = [(s, f) for s, f in zip(shards, files, strict=True) if not f["complete"]]
+    reasons = [f"shard {s.index}: {f['incomplete_reason'] or 'interrupted'}" for s, f in stopped]
+    codes = {f.get("stop_reason") or "interrupted" for _, f in stopped}
     result: dict[str, Any] = {
         **metrics, **client_fields(processes, metrics["total_chunks"]),
         **{k: files[0][k] for k in ("target", "model_id", "endpoint_type", "endpoint",
@@ -264,11 +266,17 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[dict[str, Any]],
         "clock_alignment_uncertainty_ms": None if uncertainty_ns is None
         else uncertainty_ns / 1e6,
         "complete": complete, "incomplete_reason": "; ".join(reasons) or None,
+        # the incomplete shards' code when they agree (`mixed` when not); the detail is
+        # incomplete_reason, each shard's own line
+        "stop_reason": (codes.pop() if len(codes) == 1 else "mixed") if stopped else None,
+        "stop_detail": "; ".join(reasons) or None,
         "shard": None, "shards_merged": len(shards), "run_id": run_id,
         "planned_requests": sum(f["planned_requests"] for f in files),
         "warmup_requests": sum(f["warmup_requests"] for f in files),
         "warmup_failed": sum(f["warmup_failed"] for f in files),
         "loadgen_version": __version__,
+        **input_len_fields(records, files[0].get("prompt_synthesis", "words"),
+                           files[0].get("prompt_synthesis_note")),
     }
     return cast(PointResult, result)
 

@@ -1,47 +1,55 @@
 """Composition root: RunSpec -> preflight -> one point after another -> result files.
 
-Per point (run/point.py): build its requests (off the loop), warm up, measure, write
-conc_<N>.json. At the end: run.json, sweep.csv, the console table and the plot.
-Cancellation (Ctrl-C, the sidecar's DELETE) keeps every record, writes the interrupted
-point marked `complete: false`, and re-raises.
+Per point (run/point.py, or run/workers.py with --workers): build its requests (off the
+loop), warm up, measure, write conc_<N>.json; run.json (run/run_file.py) is written when
+the first point starts and rewritten after each point, so even a killed loadgen leaves
+a run that `--resume` can continue. At the end: run.json, sweep.csv, the console table
+and the plot (complete points only: an incomplete point's figures are in its own file,
+marked, never in the table people publish).
+
+A run that stops early, by Ctrl-C (cancellation) or by a run-level error (the server
+gone, a full disk, no file descriptors left), keeps every record, writes the point in
+progress marked `complete: false` with its `stop_reason`, runs no later point, and
+re-raises: the CLI turns the error into one line and its exit status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
 
-import orjson
 from tokenizers import Tokenizer
 
-from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
-from loadgen.config.redact import redact_url
-from loadgen.config.spec import RunSpec
-from loadgen.errors import LoadgenError
+from loadgen.config.spec import RunSpec, SpecError
+from loadgen.errors import Interrupted, LoadgenError
+from loadgen.run import results_dir as results_files
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.ids import new_run_id
+from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, RunObserver
 from loadgen.run.point import Point, PointOutcome, RunContext
+from loadgen.run.results_dir import Earlier
+from loadgen.run.run_file import RunFile
 from loadgen.run.scheduler import Clock, Sleep
+from loadgen.run.server_watch import ServerWatch
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
-from loadgen.sinks.files import write_atomic
+from loadgen.run.stops import INTERRUPTED_DETAIL, add_context, run_level_error, stop_of
+from loadgen.sinks.files import ResultsWriteError
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.progress import ProgressLine
 from loadgen.sinks.table import format_table, sweep_rows, write_csv
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
-from loadgen.workload.plan import Workload
+from loadgen.workload.plan import Workload, synthesis_of
 
 __all__ = ["PointOutcome", "SweepOutcome", "run_sweep"]
 
@@ -53,6 +61,7 @@ class SweepOutcome:
     points: tuple[PointOutcome, ...]
     interrupted: bool
     failed_points: tuple[int, ...]  # conc of points over --max-error-rate
+    nothing_to_resume: bool = False  # --resume of a run whose points were all complete
 
     @property
     def exit_code(self) -> int:
@@ -96,7 +105,11 @@ async def run_sweep(
 
     spec = resolve_workers(spec)
     results_dir = spec.results_dir or default_results_dir()
-    results_dir.mkdir(parents=True, exist_ok=True)
+    earlier = results_files.prepare(results_dir, spec)
+    if earlier is not None and not earlier.remaining:
+        return SweepOutcome(results_dir, str(earlier.run.get("run_id")), earlier.points,
+                            False, (), nothing_to_resume=True)
+    ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
     progress = ProgressLine(len(spec.conc)) if spec.progress else None
     hooks = FanoutObserver(observer, progress)
     if tokenizer is None:
@@ -104,21 +117,21 @@ async def run_sweep(
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probe, longest = await asyncio.to_thread(probe_workload, spec, tokenizer)
-    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep)
+    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier)
     try:
         async with _backend(spec, results_dir, tokenizer, backend) as server:
             await sweep.run(server, probe, longest)
     except asyncio.CancelledError:
-        sweep.finish(interrupted=True)
+        sweep.finish(Interrupted(INTERRUPTED_DETAIL))
         raise
-    except LoadgenError:
-        if sweep.points:  # e.g. a worker died: what was measured is written
-            sweep.finish(interrupted=True)
-        raise
+    except LoadgenError as stop:
+        raise sweep.stopped(stop) from None
+    except BaseExceptionGroup as group:  # from a request's task: a disk, a limit, a server
+        raise sweep.stopped(run_level_error(group)) from None
     finally:
         if progress is not None:
             progress.close()
-    return sweep.finish(interrupted=False)
+    return sweep.finish(None)
 
 
 @contextlib.asynccontextmanager
@@ -133,19 +146,24 @@ async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
 
 class _Sweep:
     def __init__(self, spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                 hooks: RunObserver, clock: Clock, sleep: Sleep) -> None:
+                 hooks: RunObserver, clock: Clock, sleep: Sleep, earlier: Earlier | None) -> None:
         self.spec = spec
         self.results_dir = results_dir
         self.tokenizer = tokenizer
         self.hooks = hooks
         self.clock = clock
         self.sleep = sleep
+        self.earlier = earlier
         self.started_unix = time.time()
         self.run_id = new_run_id(self.started_unix)
         self.backend: Backend | None = None
         self.server: ServerInfo | None = None
-        self.points: list[PointOutcome] = []
-        self.current: Point | None = None
+        self.points: list[PointOutcome] = list(earlier.points) if earlier else []
+        self.todo = earlier.remaining if earlier else spec.conc
+        self.at: int | None = None  # the point in progress (in this process or on workers)
+        self.current: Point | None = None  # ... when it runs in this process
+        self.began = False  # a point was started: from then on run.json exists
+        self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
 
     async def run(self, backend: Backend, probe: tuple[str, int],
@@ -154,20 +172,57 @@ class _Sweep:
         self.server = await backend.preflight(body_options(self.spec), probe, longest)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
+        self._check_same_model()
+        watch = ServerWatch(backend.probe, self.spec.server_pid)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
-                             self.hooks, self.clock, self.sleep, self._barrier())
-        if self.spec.workers != 1:
-            await self._run_on_workers(context)
-            return
+                             self.hooks, self.clock, self.sleep, self._barrier(), watch,
+                             synthesis_of(self.spec, self.tokenizer))
+        if self.earlier is not None:
+            results_files.set_aside(self.results_dir, self.earlier)
+        self.began = True
+        self._write_run_file(None, final=False)
+        async with asyncio.TaskGroup() as group:
+            watcher = group.create_task(watch.run(), name="loadgen-server-watch")
+            if self.spec.workers != 1:
+                await self._run_on_workers(context)
+            else:
+                await self._run_here(context)
+            watcher.cancel()
+
+    async def _run_here(self, context: RunContext) -> None:
+        assert self.server is not None
         workload = Workload(self.spec, self.tokenizer, self.server.options)
         share = Share(self.spec.shard_index, self.spec.shard_count)
-        for conc in self.spec.conc:
+        for conc in self.todo:
+            self.at = conc
             keep = share.owner(conc) if share.shards > 1 else None
             plan = await asyncio.to_thread(workload.point, conc, keep)
             self.current = Point(context, plan, slots=len(share.slots(conc)),
                                  label=share.label)
-            self.points.append(await self.current.run_to_end())
+            outcome = await self.current.run_to_end()
             self.current = None
+            self._record(outcome)
+            self._point_done(outcome)
+
+    async def _run_on_workers(self, context: RunContext) -> None:
+        from loadgen.run.workers import worker_pool
+
+        async with worker_pool(context) as pool:
+            for conc in self.todo:
+                self.at = conc
+                await pool.run_point(conc, self._record)
+                self._point_done(self.points[-1])
+
+    def _record(self, outcome: PointOutcome) -> None:
+        self.points.append(outcome)
+        if outcome.write_error is not None:
+            self.unwritten.append(outcome.write_error.path.name)
+
+    def _point_done(self, outcome: PointOutcome) -> None:
+        self.at = None
+        if outcome.write_error is not None:
+            raise outcome.write_error
+        self._write_run_file(None, final=False)  # for --resume after a hard kill
 
     def _barrier(self) -> Callable[[int], Awaitable[None]] | None:
         spec = self.spec
@@ -177,58 +232,71 @@ class _Sweep:
         barrier.check_fresh()
         return barrier.wait
 
-    async def _run_on_workers(self, context: RunContext) -> None:
-        from loadgen.run.workers import worker_pool
+    def _check_same_model(self) -> None:
+        assert self.server is not None
+        before = (self.earlier.run.get("server") or {}).get("model") if self.earlier else None
+        if before is not None and before != self.server.model:
+            raise SpecError(f"--resume {self.results_dir}: the server now serves "
+                            f"{self.server.model!r}; the run being resumed measured {before!r}")
 
-        async with worker_pool(context) as pool:
-            for conc in self.spec.conc:
-                await pool.run_point(conc, self.points.append)
+    def stopped(self, stop: LoadgenError) -> LoadgenError:
+        """Finish the sweep for `stop`; the error with where it stopped and what is kept."""
+        where = self.at
+        self.finish(stop)
+        if not self.began:
+            return stop  # stopped before any point: nothing was written
+        parts = []
+        point_file = f"conc_{where}.json"
+        if where is not None:
+            kept = any(p.conc == where and p.result["run_id"] == self.run_id
+                       for p in self.points)
+            parts.append(f"conc {where} stopped during its warmup (nothing measured)"
+                         if not kept else f"conc {where} stopped" if point_file in
+                         self.unwritten else f"{point_file} is kept marked complete: false")
+        if self.unwritten:
+            parts.append(f"not written: {', '.join(self.unwritten)}")
+        parts.append(f"results in {self.results_dir}")
+        if not isinstance(stop, SpecError):  # run.json exists since the first point began
+            parts.append(f"once fixed, continue with --resume {self.results_dir} (same flags)")
+        return add_context(stop, "; ".join(parts))
 
-    def finish(self, *, interrupted: bool) -> SweepOutcome:
+    def finish(self, stop: LoadgenError | None) -> SweepOutcome:
         if self._finished is not None:
             return self._finished
-        if self.current is not None:  # the interrupted point: keep what it measured
-            if self.current.started:
-                self.points.append(self.current.finalize(complete=False, after=None))
-            elif self.current.recorded is not None:  # stopped during warmup: nothing measured
-                self.current.recorded.close()
+        if self.current is not None:  # the stopped point: keep what it measured
+            point = self.current
             self.current = None
+            if point.started:
+                self._record(point.finalize(complete=False, after=None, stop=stop_of(stop)))
+            elif point.recorded is not None:  # stopped during warmup: nothing was measured
+                point.recorded.close()
         failed = tuple(p.conc for p in self.points if p.error_rate > self.spec.max_error_rate)
-        self._write_sweep_files(interrupted)
+        if self.began:
+            self._write_run_file(stop, final=True)
+            self._write_sweep_files()
         self._finished = SweepOutcome(self.results_dir, self.run_id, tuple(self.points),
-                                      interrupted, failed)
+                                      isinstance(stop, Interrupted), failed)
         return self._finished
 
-    def _write_sweep_files(self, interrupted: bool) -> None:
-        results = [p.result for p in self.points]
-        backend = self.backend
-        run = {
-            "run_id": self.run_id, "loadgen_version": __version__,
-            "target": backend.target if backend else None,
-            "base_url": redact_url(backend.base_url if backend else self.spec.base_url or ""),
-            "started_unix": self.started_unix,
-            "finished_unix": time.time(), "interrupted": interrupted,
-            "settings": _settings(self.spec),
-            "server": self.server.to_json() if self.server else None,
-            "shard": {"index": self.spec.shard_index, "count": self.spec.shard_count},
-            "points": [{"conc": p.conc, "complete": p.complete, "file": p.path.name,
-                        "error_rate": p.error_rate, **p.facts} for p in self.points],
-        }
-        write_atomic(self.results_dir / "run.json",
-                     orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
-                                  default=str))  # nested settings (vllm_result) hold Paths
+    def _write_run_file(self, stop: LoadgenError | None, *, final: bool) -> None:
+        run = RunFile(self.spec, self.run_id, self.started_unix, self.earlier)
+        try:
+            run.write(self.results_dir, self.backend, self.server, self.points, stop,
+                      final=final)
+        except ResultsWriteError:
+            if not final:
+                raise
+            self.unwritten.append(results_files.RUN_FILE)
+
+    def _write_sweep_files(self) -> None:
+        results = [p.result for p in self.points if p.complete]
         if not results:
             return
         rows = sweep_rows(results)
-        write_csv(self.results_dir / "sweep.csv", rows)
+        try:
+            write_csv(self.results_dir / "sweep.csv", rows)
+        except ResultsWriteError:
+            self.unwritten.append("sweep.csv")
         print(format_table(rows))
         with contextlib.suppress(Exception):  # a plot must never cost the measurements
             plot_sweep(self.results_dir / "sweep.png", results)
-
-
-def _settings(spec: RunSpec) -> dict[str, Any]:
-    settings = dataclasses.asdict(spec)
-    settings.pop("api_key", None)  # never write a credential into results
-    settings["headers"] = [name for name, _ in spec.headers]  # names only: may hold tokens
-    settings["base_url"] = spec.base_url and redact_url(spec.base_url)  # user:pw@ -> ***@
-    return {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()}

@@ -12,7 +12,11 @@ averaged from per-worker summaries.
 Ctrl-C (or SIGTERM, or the sidecar's DELETE) stops every worker, whose in-flight
 requests end as `cancelled` records; the point is written `complete: false`. A worker
 that dies is reported; the others are stopped the same way, the point is written
-`complete: false` with the reason, and the run ends (exit 1).
+`complete: false` with the reason, and the run ends (exit 1). So do the run-level stops
+the parent sees: every record it receives feeds the server watch (run/server_watch.py),
+whose verdict (the server gone) stops the point the same way, and a JSONL line the
+parent cannot write (disk full) stops it with `results_write_failed`. The workers do
+not hold requests back while the server is only suspected gone (a single process does).
 """
 
 from __future__ import annotations
@@ -35,14 +39,16 @@ from typing import Any
 import orjson
 
 from loadgen.config.spec import RunSpec
-from loadgen.errors import SetupError, UsageError
+from loadgen.errors import UsageError
 from loadgen.records import RequestRecord
 from loadgen.run.backend import HttpBackend
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.frames import FrameError, Kind, frame, message, read_frame
 from loadgen.run.point import PointOutcome, PointRecords, RunContext
 from loadgen.run.shares import Share, requests_in
+from loadgen.run.stops import INTERRUPTED, Stop, WorkerDied, stop_of
 from loadgen.run.worker import WorkerConfig
+from loadgen.sinks.files import ResultsWriteError
 
 START_TIMEOUT_S = 120.0  # import, tokenizer load, word pool: a few seconds, more when busy
 STOP_TIMEOUT_S = 30.0  # cancelled requests end at once; this bounds a wedged worker
@@ -50,8 +56,7 @@ GO_DELAY_NS = 50_000_000  # every worker has read GO well before the common star
 STREAMS_PER_WORKER = 128  # bench/client_overhead.py: receive lag grows with streams/process
 
 
-class WorkerDied(SetupError):
-    """A worker process exited or failed during the run; str() says which and why."""
+__all__ = ["WorkerDied", "WorkerPool", "choose_workers", "resolve_workers", "worker_pool"]
 
 
 def choose_workers(spec: RunSpec, cpus: int) -> tuple[int, str]:
@@ -115,9 +120,11 @@ class WorkerPool:
     context: RunContext
     share: Share  # this run's shard; workers split it
     handles: list[_Handle] = field(default_factory=list)
-    events: asyncio.Queue[tuple[_Handle, Kind | None, bytes]] = field(
+    # (handle, kind, body); kind None: that worker is gone; handle None: look at write_error
+    events: asyncio.Queue[tuple[_Handle | None, Kind | None, bytes]] = field(
         default_factory=asyncio.Queue)
     current: PointRecords | None = None
+    write_error: ResultsWriteError | None = None  # a record the parent could not write
 
     async def run_point(self, conc: int, keep: Callable[[PointOutcome], None]) -> None:
         """Run one point on the workers; its outcome goes to `keep`, also when the point
@@ -130,15 +137,22 @@ class WorkerPool:
             slots=len(shard_slots))
         state = _PointState(recorded, [h for h in self.handles if h.share.slots(conc)])
         self.current = recorded
+        watch = self.context.watch
         try:
             await self._measure(conc, state)
+            if watch is not None:  # never complete while the server may be gone
+                await watch.settled()
             keep(state.finalize(complete=True, after=await recorded.scrape_after()))
-        except asyncio.CancelledError:
-            await self._stop(state, "interrupted", keep)
+        except asyncio.CancelledError:  # Ctrl-C, or the server watch's verdict
+            gone = watch.verdict if watch is not None else None
+            await self._stop(state, stop_of(gone) or INTERRUPTED, keep)
+            raise
+        except ResultsWriteError as exc:
+            await self._stop(state, Stop("results_write_failed", str(exc)), keep)
             raise
         except _Lost as lost:
             reason = str(lost) or await lost.handle.death()
-            await self._stop(state, reason, keep)
+            await self._stop(state, Stop("worker_died", reason), keep)
             raise WorkerDied(f"{reason} during conc {conc}; the point is written with "
                              f"complete: false and the run stops") from None
         finally:
@@ -166,7 +180,11 @@ class WorkerPool:
         waiting = {h.index for h in handles if h.alive}
         got: dict[int, dict[str, Any]] = {}
         while waiting:
+            if self.write_error is not None and fail_fast:
+                raise self.write_error
             handle, got_kind, body = await self.events.get()
+            if handle is None:
+                continue  # woken to look at write_error
             if got_kind is None or got_kind is Kind.FAILED:
                 handle.alive = False
                 error = orjson.loads(body).get("error", "?") if body else ""
@@ -180,7 +198,7 @@ class WorkerPool:
                 waiting.discard(handle.index)
         return got
 
-    async def _stop(self, state: _PointState, reason: str,
+    async def _stop(self, state: _PointState, stop: Stop,
                     keep: Callable[[PointOutcome], None]) -> None:
         """Stop the point on every live worker, keep what was measured, write it."""
         try:
@@ -193,7 +211,7 @@ class WorkerPool:
         finally:
             if state.recorded.started:
                 state.parent_cpu = time.process_time() - state.cpu_start
-                keep(state.finalize(complete=False, after=None, reason=reason))
+                keep(state.finalize(complete=False, after=None, stop=stop))
             else:
                 state.recorded.close()
 
@@ -204,7 +222,7 @@ class WorkerPool:
             handle.records += 1
             handle.chunks += len(record.chunk_ns)
             if self.current is not None:
-                self.current.add(record)
+                self._add(record)
         elif kind is Kind.STARTED:
             for _ in range(int(orjson.loads(body)["n"])):
                 hooks.request_started(conc)
@@ -213,6 +231,14 @@ class WorkerPool:
                 hooks.loop_lag(lag_ns / 1e9)
         else:
             self.events.put_nowait((handle, kind, body))
+
+    def _add(self, record: RequestRecord) -> None:
+        assert self.current is not None
+        try:
+            self.current.add(record)
+        except ResultsWriteError as exc:  # the sink takes no more lines; the point stops
+            self.write_error = self.write_error or exc
+            self.events.put_nowait((None, None, b""))
 
     async def _listen(self, handle: _Handle) -> None:
         try:
@@ -233,7 +259,7 @@ class _PointState:
     parent_cpu: float = 0.0
     done: dict[int, dict[str, Any]] = field(default_factory=dict)
 
-    def finalize(self, *, complete: bool, after: Any, reason: str | None = None,
+    def finalize(self, *, complete: bool, after: Any, stop: Stop | None = None,
                  ) -> PointOutcome:
         processes = [ProcessHealth("parent", 0, 0, self.parent_cpu, ())]
         for handle in self.active:
@@ -246,7 +272,7 @@ class _PointState:
             processes.append(ProcessHealth(h["label"], h["requests"], h["chunks"],
                                            h["cpu_seconds"], tuple(h["lag_ns"])))
         return self.recorded.finalize(complete=complete, after=after, processes=processes,
-                                      warmup_failed=self.warmup_failed, reason=reason)
+                                      warmup_failed=self.warmup_failed, stop=stop)
 
 
 def _spawn(index: int) -> tuple[subprocess.Popen[bytes], socket.socket]:

@@ -33,6 +33,10 @@ class Accounting:
         m.params_max_tokens.observe(max_tokens)
         m.max_generation_tokens.observe(max_tokens)
 
+    def scheduled(self, request: EngineRequest) -> None:
+        """First scheduled: vLLM looks its prompt up in the prefix cache then."""
+        self.metrics.prefix_cache_queries.inc(request.prompt_len)
+
     def prompt_done(self, request: EngineRequest) -> None:
         self.metrics.prompt_tokens.inc(request.prompt_len)
 

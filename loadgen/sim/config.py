@@ -253,7 +253,8 @@ def _output_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
     p.add_argument("--kv-cache-tokens", type=int, default=d.kv_cache_tokens,
                    help="KV capacity used for vllm:kv_cache_usage_perc (not enforced)")
     p.add_argument("--tokenizer", default=None,
-                   help="tokenizer.json or model dir (default: official DeepSeek-V4)")
+                   help="a DeepSeek-V4 tokenizer.json, model dir or Hugging Face Hub id "
+                   "(default: official DeepSeek-V4)")
     p.add_argument("--add-bos", action="store_true",
                    help="prepend BOS id 0 when add_special_tokens is true (off: the "
                    "DeepSeek-V4 tokenizer_config has add_bos_token=false)")

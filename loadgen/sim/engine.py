@@ -149,6 +149,7 @@ class Engine:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.popleft()
             request.first_sched_ns = now
+            self.accounting.scheduled(request)
             self.running.append(request)
             take = min(request.prompt_len, budget)
             batch.entries.append((request, take))

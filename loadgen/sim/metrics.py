@@ -93,6 +93,13 @@ class SimMetrics:
         ).labels(**labels)
         self.prompt_tokens = self._counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**labels)
+        # The simulator caches no prefix: every queried token misses (hits stay 0).
+        self.prefix_cache_queries = self._counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.").labels(**labels)
+        self.prefix_cache_hits = self._counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.").labels(**labels)
         self.generation_tokens = self._counter(
             "vllm:generation_tokens", "Number of generation tokens processed.").labels(**labels)
         success = Counter("vllm:request_success", "Count of successfully processed requests.",

@@ -2,38 +2,78 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import IO
 
 import orjson
 
 from loadgen.records import RequestRecord
+from loadgen.sinks.files import ResultsWriteError
 
 
 class JsonlSink:
     """Appends each record as one JSON line the moment it is finished.
 
-    Each line is written with one write() call and flushed to the OS, so a crash or
-    Ctrl-C loses nothing already measured and never leaves half a line behind a record.
+    Each line goes to the OS with write(2) on an unbuffered descriptor (no flush that
+    could push half a line), so a crash or Ctrl-C loses nothing already measured. A
+    write that fails part-way (disk full, I/O error, file size limit) is cut back to the
+    last whole line before ResultsWriteError is raised: the file never ends in a torn
+    line. After a failure the sink takes no more lines (`dropped` counts them).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] = open(path, "ab")  # noqa: SIM115 - lives as long as the sink
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # O_EXCL: records of two runs never share a file, and none is ever replaced
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                               | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise ResultsWriteError(path, exc) from None
+        self._size = os.fstat(self._fd).st_size  # end of the last whole line
+        self._closed = False
+        self.failed = False
         self.count = 0
+        self.dropped = 0
 
     def write(self, record: RequestRecord) -> None:
-        self._file.write(record.to_json() + b"\n")
-        self._file.flush()
+        if self.failed or self._closed:
+            self.dropped += 1
+            return
+        line = record.to_json() + b"\n"
+        rest = memoryview(line)
+        try:
+            while rest:  # write(2) may take part of it (a full disk takes what fits)
+                rest = rest[os.write(self._fd, rest):]
+        except OSError as exc:
+            self.failed = True
+            self.dropped += 1
+            self._cut_back()
+            raise ResultsWriteError(self.path, exc, f"its {self.count} records before this "
+                                    "one are intact (no torn line)") from None
+        self._size += len(line)
         self.count += 1
 
+    def _cut_back(self) -> None:
+        """Drop a partly written line; on a disk that fails even this, the reader
+        (read_jsonl) still skips a last line without its newline."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._size)
+
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if not self.failed:
+                os.fsync(self._fd)
+        except OSError as exc:
+            self.failed = True
+            raise ResultsWriteError(self.path, exc, f"{self.count} records were written "
+                                    "but may not all have reached the disk") from None
+        finally:
+            os.close(self._fd)
 
     def __enter__(self) -> JsonlSink:
         return self

@@ -5,7 +5,8 @@ the CLI and the sidecar each own theirs. The runner calls a `MetricsObserver` (t
 `RunObserver` protocol) once per point and once per request; all per-chunk work is
 done per finished record with numpy, never per chunk from the transport.
 
-Series and labels (model, endpoint, conc = the concurrency point; never per request):
+Series and labels (model_name, endpoint, conc = the concurrency point; never per request;
+`model_name` is vLLM's name for the served model label, so one selector matches both):
   loadgen_requests_total{outcome="ok"|"error"}, loadgen_request_errors_total{kind}
   loadgen_{prompt,output}_tokens_total, loadgen_decode_{chunks,tokens}_total,
   loadgen_decode_accepted_tokens_per_position_total{position}
@@ -54,8 +55,8 @@ from loadgen.metrics.schema import PointResult
 from loadgen.metrics.summary import latency_samples
 from loadgen.records import ErrorKind, RequestRecord
 
-POINT_LABELS = ("model", "endpoint", "conc")
-RUN_LABELS = ("model", "endpoint")
+POINT_LABELS = ("model_name", "endpoint", "conc")
+RUN_LABELS = ("model_name", "endpoint")
 # Chunk gaps: ~100 us (MTP bursts, loopback) to seconds (prefill stalls, preemption).
 ITL_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03,
@@ -177,7 +178,8 @@ class LoadgenMetrics:
 
 @dataclass(slots=True)
 class _PointSeries:
-    """The children of one (model, endpoint, conc): looked up once per point, not per record."""
+    """The children of one (model_name, endpoint, conc): looked up once per point, not per
+    record."""
 
     ok: Any
     error: Any

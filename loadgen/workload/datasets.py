@@ -9,6 +9,10 @@ Three formats, told apart by content unless the user names one (`--dataset-name`
   vLLM's custom dataset object {prompt, output_tokens?}.
 vLLM additionally drops ShareGPT pairs by length (`is_valid_sequence`); `VLLM_SHAREGPT_LIMITS`
 holds its bounds, which the workload applies with `--dataset-name sharegpt`.
+
+A dataset is read into memory whole and each conversation is tokenized in one piece, so
+both are bounded before any tokenizing: the file by MAX_DATASET_BYTES, each conversation
+(a JSONL line, a ShareGPT prompt and answer) by MAX_CONVERSATION_BYTES.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.config.spec import SpecError
+from loadgen.config.spec import MAX_CONVERSATION_BYTES, MAX_DATASET_BYTES, SpecError
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +54,7 @@ VLLM_SHAREGPT_LIMITS = LengthLimits()
 
 def load_dataset(path: Path, fmt: str = "auto") -> list[Conversation]:
     """Read `path` as ShareGPT JSON (`sharegpt`), JSONL (`jsonl`) or either (`auto`)."""
-    data = path.read_bytes()
+    data = _read(path)
     if fmt in ("auto", "sharegpt"):
         try:
             whole = orjson.loads(data)
@@ -61,6 +65,26 @@ def load_dataset(path: Path, fmt: str = "auto") -> list[Conversation]:
         if _is_sharegpt(whole) or fmt == "sharegpt":
             return _sharegpt(path, whole)
     return _jsonl(path, data)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_DATASET_BYTES:
+            raise SpecError(f"--dataset {path}: {size / 2**20:,.0f} MiB is over the "
+                            f"{MAX_DATASET_BYTES >> 30} GiB limit (read into memory); split "
+                            "it or keep only the conversations you need")
+        return path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"--dataset {path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _check_size(size: int, where: str) -> None:
+    """One conversation over the limit would be tokenized in one piece (minutes,
+    gigabytes) only to be too long for any server's context."""
+    if size > MAX_CONVERSATION_BYTES:
+        raise SpecError(f"{where}: the conversation is over {MAX_CONVERSATION_BYTES >> 20} MiB "
+                        "(about 1M tokens, more than any model's context); shorten or drop it")
 
 
 def _is_sharegpt(value: Any) -> bool:
@@ -83,6 +107,8 @@ def _sharegpt(path: Path, entries: Any) -> list[Conversation]:
             raise SpecError(f"--dataset {path}: entry {number}: each turn needs a string "
                             "\"value\"")
         prompt, answer = texts
+        _check_size(sum(len(text.encode()) for text in texts if text),
+                    f"--dataset {path}: entry {number}")
         conversations.append(Conversation([{"role": "user", "content": prompt}], answer=answer))
     if not conversations:
         raise SpecError(f"--dataset {path}: no ShareGPT entry has two turns")
@@ -94,6 +120,7 @@ def _jsonl(path: Path, data: bytes) -> list[Conversation]:
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
+        _check_size(len(line), f"--dataset {path}:{number}")
         try:
             item = orjson.loads(line)
         except orjson.JSONDecodeError as exc:

@@ -38,6 +38,7 @@ class RequestSpec:
     input_len: int  # prompt tokens by loadgen's tokenizer (template + BOS included)
     max_tokens: int
     body: bytes
+    target_len: int | None = None  # the synthetic length asked for (None: dataset prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,21 @@ def sample_lengths(rng: np.random.Generator, count: int, nominal: int, ratio: fl
 
 def point_rng(spec: RunSpec, conc: int, stream: int) -> np.random.Generator:
     return np.random.default_rng([spec.seed, conc, stream])
+
+
+def synthesis_of(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, str | None]:
+    """(method, why) the run's prompts are built with: `words` (exact by construction),
+    `fitted` (re-tokenized until exact where possible; why not words) or `dataset`."""
+    if spec.dataset is not None:
+        return "dataset", None
+    from loadgen.workload.prompts import synthesis
+
+    try:
+        how = synthesis(encoder=spec.encoder, thinking_mode=spec.thinking,
+                        reasoning_effort=spec.reasoning_effort, tokenizer=tokenizer)
+    except (ValueError, EncodingError) as exc:
+        raise SpecError(f"cannot build prompts for --encoder {spec.encoder}: {exc}") from None
+    return how.method, how.reason
 
 
 class Workload:
@@ -119,9 +135,8 @@ class Workload:
         rng: np.random.Generator,
         keep: Keep,
     ) -> list[RequestSpec]:
-        from loadgen.workload.prompts import synthesize_prompts, word_pool  # the encoder helper's
+        from loadgen.workload.prompts import synthesize_prompts
 
-        pool = word_pool(self.tokenizer)
         requests: list[RequestSpec] = []
         # In batches: a batch's prompt strings are dropped once they are bodies, so a
         # conc-512 x isl-8192 point holds its bodies plus one batch, not every text twice.
@@ -129,7 +144,7 @@ class Workload:
             prompts = synthesize_prompts(
                 isls[first : first + SYNTH_BATCH], encoder=self.spec.encoder,
                 thinking_mode=self.spec.thinking, reasoning_effort=self.spec.reasoning_effort,
-                tokenizer=self.tokenizer, rng=rng, pool=pool,
+                tokenizer=self.tokenizer, rng=rng,
             )
             for index, prompt in enumerate(prompts, first):
                 if not keep(index):
@@ -140,7 +155,7 @@ class Workload:
                 else:
                     messages = [{"role": "user", "content": prompt.content}]
                     body = encode_body(chat_body(self.options, messages, osl, seed))
-                requests.append(RequestSpec(index, prompt.num_tokens, osl, body))
+                requests.append(RequestSpec(index, prompt.num_tokens, osl, body, prompt.target))
             del prompts
         return requests
 

@@ -2,37 +2,51 @@
 
 Random vocabulary ids are not usable as text: decode(ids) often re-encodes to other ids (and
 another count). So content is built from words proven to be single tokens that never merge
-with their neighbours: lowercase ASCII words, the first without a leading space and every
-later one with one (" word"). The DeepSeek-V4 pre-tokenizer cuts text at each such space
-(and at every special token), so a content of n words is exactly n tokens by construction;
-`build_word_pool` checks that property on the tokenizer it is given, and the template's
-token count is measured once per call. Nothing is re-encoded per prompt, which is what
-keeps 5,120 prompts of 8,192 tokens within a couple of seconds.
+with their neighbours (wordpool.py): the first without a leading space and every later one
+with one (" word"). Byte-level BPE (DeepSeek-V4's among them) and Metaspace/SentencePiece
+pre-tokenizers cut text at each such space, so a content of n words is exactly n tokens by
+construction, and the template's token count is measured once per call. Nothing is
+re-encoded per prompt, which is what keeps 5,120 prompts of 8,192 tokens within a couple
+of seconds.
 
-Only the text is stored (no id lists). Prompts of one call start with distinct first words
-(distinct first two words when there are more prompts than first words), so they share no
-prefix beyond the template.
+A tokenizer without such words (too few, or words merge), or a template whose tokens
+depend on its content, gets prompts fitted by re-tokenizing instead (fitted.py): exact
+whenever a re-tokenized length can reach the target, otherwise the closest one, whose
+true count `Prompt.num_tokens` reports (`Prompt.exact` is then False).
+
+Only the text is stored (no id lists). Prompts of one call start with distinct openings
+(first word; first two words, or more, when there are more prompts than first words), so
+they share no prefix beyond the template.
 """
 
 from __future__ import annotations
 
 import operator
-import re
-import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from encoders import get_encoder
+from loadgen.workload.fitted import fit_contents, fit_units
+from loadgen.workload.wordpool import PoolUnusable, WordPool, build_word_pool, word_pool
 
-# Short words keep prompts small in memory (text is stored, ~5 characters per token) while
-# leaving thousands of distinct words to draw from.
-_FIRST_WORD = re.compile(r"[a-z]{2,8}")
-_LATER_WORD = re.compile(r"(?:Ġ|▁| )([a-z]{1,5})")  # byte-level / metaspace / plain space
-_MIN_WORDS = 1000
+__all__ = [
+    "PoolUnusable",
+    "Prompt",
+    "Synthesis",
+    "WordPool",
+    "build_word_pool",
+    "iter_prompts",
+    "synthesis",
+    "synthesize_prompts",
+    "template_tokens",
+    "word_pool",
+]
+FIT_BATCH = 64  # prompts fitted together (one encode_batch per round)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,73 +54,36 @@ class Prompt:
     """One synthetic prompt: the full encoded prompt text and where the user content lies."""
 
     text: str  # the whole prompt (BOS and template included), for /v1/completions
-    num_tokens: int  # exact token count of `text`
+    num_tokens: int  # token count of `text`, measured or exact by construction
     content_start: int  # character offsets of the user message content within `text`
     content_end: int
+    target: int  # the length asked for; differs from num_tokens only when not exact
 
     @property
     def content(self) -> str:
         """The user message text (for /v1/chat/completions, where the server templates it)."""
         return self.text[self.content_start : self.content_end]
 
+    @property
+    def exact(self) -> bool:
+        return self.num_tokens == self.target
+
 
 @dataclass(frozen=True, slots=True)
-class WordPool:
-    """Words that each encode to one token: `first` opens a content, `later` ones follow."""
+class Synthesis:
+    """How prompts are built for a tokenizer and template, and why."""
 
-    first: npt.NDArray[np.object_]  # object array of str, no leading space
-    later: npt.NDArray[np.object_]  # object array of str, each " word"
-
-
-_pools: weakref.WeakKeyDictionary[Tokenizer, WordPool] = weakref.WeakKeyDictionary()
-
-
-def word_pool(tokenizer: Tokenizer) -> WordPool:
-    """The tokenizer's word pool, built on first use and kept while the tokenizer lives."""
-    pool = _pools.get(tokenizer)
-    if pool is None:
-        pool = _pools[tokenizer] = build_word_pool(tokenizer)
-    return pool
-
-
-def build_word_pool(tokenizer: Tokenizer) -> WordPool:
-    """Collect single-token words from the vocabulary and prove they concatenate exactly."""
-    vocab = tokenizer.get_vocab(with_added_tokens=False)
-    first = sorted({s for s in vocab if _FIRST_WORD.fullmatch(s)})
-    later = sorted({" " + m.group(1) for s in vocab if (m := _LATER_WORD.fullmatch(s))})
-    first = _single_tokens(tokenizer, first)
-    later = _single_tokens(tokenizer, later)
-    if len(first) < _MIN_WORDS or len(later) < _MIN_WORDS:
-        raise ValueError(
-            f"this tokenizer has too few single-token lowercase words for prompt synthesis "
-            f"({len(first)} plain, {len(later)} space-prefixed; need {_MIN_WORDS} of each); "
-            "use the DeepSeek-V4 tokenizer or a byte-level BPE tokenizer"
-        )
-    # Each first word followed by a later word, and every later word after another, must
-    # add up exactly: the concatenation property the construction relies on.
-    pairs = [f + later[i % len(later)] for i, f in enumerate(first)]
-    run = "".join(later[::-1]) + "".join(later)
-    counts = [len(e.ids) for e in tokenizer.encode_batch([*pairs, run], add_special_tokens=False)]
-    broken = [pairs[i] for i, n in enumerate(counts[:-1]) if n != 2]
-    if broken or counts[-1] != 2 * len(later):
-        raise ValueError(
-            "this tokenizer merges adjacent words (e.g. "
-            f"{broken[:3] or 'in a run of space-prefixed words'}), so exact prompt lengths "
-            "cannot be synthesized with it"
-        )
-    return WordPool(first=np.array(first, dtype=object), later=np.array(later, dtype=object))
-
-
-def _single_tokens(tokenizer: Tokenizer, words: list[str]) -> list[str]:
-    encoded = tokenizer.encode_batch(words, add_special_tokens=False)
-    return [w for w, e in zip(words, encoded, strict=True) if len(e.ids) == 1]
+    method: Literal["words", "fitted"]
+    reason: str | None  # why not "words", for the results and the user
 
 
 @dataclass(frozen=True, slots=True)
 class _Template:
     prefix: str
     suffix: str
-    tokens: int  # tokens of prefix + suffix; content tokens add to it exactly
+    tokens: int  # tokens of prefix + suffix; content tokens add to it exactly (words)
+    synthesis: Synthesis
+    pool: WordPool | None  # None: fitted
 
 
 def _template(
@@ -114,30 +91,41 @@ def _template(
     encoder: str,
     thinking_mode: str,
     reasoning_effort: str | None,
-    pool: WordPool,
+    pool: WordPool | None,
 ) -> _Template:
     prefix, suffix = get_encoder(encoder).wrap_user(
         "", thinking_mode, reasoning_effort=reasoning_effort
     )
     count = len(tokenizer.encode(prefix, add_special_tokens=False).ids)
     count += len(tokenizer.encode(suffix, add_special_tokens=False).ids)
-    probe = str(pool.first[0]) + str(pool.later[0])
-    for content, words in (("", 0), (probe, 2)):
-        got = len(tokenizer.encode(prefix + content + suffix, add_special_tokens=False).ids)
-        if got != count + words:
-            raise ValueError(
-                f"the {encoder} template does not tokenize independently of its content with "
-                "this tokenizer, so exact prompt lengths cannot be synthesized"
-            )
-    return _Template(prefix, suffix, count)
+    if pool is None:
+        try:
+            pool = word_pool(tokenizer)
+        except PoolUnusable as exc:
+            return _Template(prefix, suffix, count, Synthesis("fitted", str(exc)), None)
+    probes = [("", 0)] + [(str(pool.first[i]) + str(pool.later[i % len(pool.later)]), 2)
+                          for i in range(0, len(pool.first), max(1, len(pool.first) // 16))]
+    texts = [prefix + content + suffix for content, _ in probes]
+    got = [len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+    if any(n != count + words for n, (_, words) in zip(got, probes, strict=True)):
+        reason = (f"the {encoder} template does not tokenize independently of its content "
+                  "with this tokenizer")
+        return _Template(prefix, suffix, count, Synthesis("fitted", reason), None)
+    return _Template(prefix, suffix, count, Synthesis("words", None), pool)
 
 
 def template_tokens(
     *, encoder: str, thinking_mode: str, reasoning_effort: str | None, tokenizer: Tokenizer
 ) -> int:
     """Tokens a prompt has before any content: the smallest valid target length."""
-    pool = word_pool(tokenizer)
-    return _template(tokenizer, encoder, thinking_mode, reasoning_effort, pool).tokens
+    return _template(tokenizer, encoder, thinking_mode, reasoning_effort, None).tokens
+
+
+def synthesis(
+    *, encoder: str, thinking_mode: str, reasoning_effort: str | None, tokenizer: Tokenizer
+) -> Synthesis:
+    """Which construction prompts get with this tokenizer and template (and why)."""
+    return _template(tokenizer, encoder, thinking_mode, reasoning_effort, None).synthesis
 
 
 def synthesize_prompts(
@@ -150,11 +138,12 @@ def synthesize_prompts(
     rng: np.random.Generator,
     pool: WordPool | None = None,
 ) -> list[Prompt]:
-    """One prompt per target length, each exactly that many tokens (BOS, template included).
+    """One prompt per target length, exactly that many tokens (BOS, template included)
+    whenever the tokenizer allows it (see `Prompt.exact`).
 
-    Raises ValueError for a length shorter than the template, an unknown encoder, or a
-    tokenizer that cannot give exact lengths; EncodingError for a bad mode or effort.
-    Same rng state (seed) and inputs -> identical prompts.
+    Raises ValueError for a length shorter than the template or an unknown encoder;
+    EncodingError for a bad mode or effort. Same rng state (seed) and inputs -> identical
+    prompts.
     """
     return list(
         iter_prompts(
@@ -184,32 +173,53 @@ def iter_prompts(
     get distinct openings. Arguments are checked now; rng is drawn from as prompts are taken
     (same prompts as synthesize_prompts as long as nothing else draws from rng meanwhile).
     """
-    pool = word_pool(tokenizer) if pool is None else pool
     template = _template(tokenizer, encoder, thinking_mode, reasoning_effort, pool)
     targets = [_checked_length(length, template.tokens, encoder) for length in lengths]
-    heads = _distinct_heads(len(targets), rng, len(pool.first), len(pool.later))
-    return _generate(targets, heads, template, pool, rng)
+    if template.pool is None:
+        units = fit_units(tokenizer)
+        heads = _distinct_heads(len(targets), rng, len(units.openers), len(units.ids))
+        return _fit(targets, heads, template, tokenizer, rng)
+    heads = _distinct_heads(len(targets), rng, len(template.pool.first), len(template.pool.later))
+    return _generate(targets, heads, template, template.pool, rng)
 
 
 def _generate(
     targets: Sequence[int],
-    heads: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None],
+    heads: npt.NDArray[np.int64],
     template: _Template,
     pool: WordPool,
     rng: np.random.Generator,
 ) -> Iterator[Prompt]:
-    firsts, seconds = heads
     start = len(template.prefix)
     for number, target in enumerate(targets):
         words = target - template.tokens
-        head = [pool.first[firsts[number]]] if words else []
-        if seconds is not None and words >= 2:
-            head.append(pool.later[seconds[number]])
+        opening = heads[number, : min(words, heads.shape[1])]
+        head = [pool.first[opening[0]], *pool.later[opening[1:]]] if words else []
         tail = pool.later[rng.integers(0, len(pool.later), size=max(words - len(head), 0))]
         content = "".join(head) + "".join(tail.tolist())
         yield Prompt(
-            template.prefix + content + template.suffix, target, start, start + len(content)
+            template.prefix + content + template.suffix, target, start,
+            start + len(content), target,
         )
+
+
+def _fit(
+    targets: Sequence[int],
+    heads: npt.NDArray[np.int64],
+    template: _Template,
+    tokenizer: Tokenizer,
+    rng: np.random.Generator,
+) -> Iterator[Prompt]:
+    units = fit_units(tokenizer)
+    start = len(template.prefix)
+    for first in range(0, len(targets), FIT_BATCH):
+        batch = targets[first : first + FIT_BATCH]
+        openings = [[int(units.openers[row[0]]), *units.ids[row[1:]].tolist()]
+                    for row in heads[first : first + FIT_BATCH]]
+        fitted = fit_contents(tokenizer, template.prefix, template.suffix, batch, openings, rng)
+        for target, fit in zip(batch, fitted, strict=True):
+            yield Prompt(template.prefix + fit.content + template.suffix, fit.num_tokens,
+                         start, start + len(fit.content), target)
 
 
 def _checked_length(length: int, template_tokens: int, encoder: str) -> int:
@@ -226,16 +236,23 @@ def _checked_length(length: int, template_tokens: int, encoder: str) -> int:
 
 
 def _distinct_heads(
-    count: int, rng: np.random.Generator, firsts: int, seconds: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
-    """Opening word indices that differ between all `count` prompts.
+    count: int, rng: np.random.Generator, firsts: int, laters: int
+) -> npt.NDArray[np.int64]:
+    """Opening word indices that differ between all `count` prompts: row i holds prompt
+    i's first word (an index into `firsts`) and the later words (indices into `laters`).
 
-    Distinct first words while there are enough of them, otherwise distinct (first, second)
-    pairs; both drawn without replacement, so the choice is still seeded and uniform.
+    Distinct first words while there are enough of them, otherwise distinct (first,
+    second, ...) tuples of as few words as make enough of them; drawn without
+    replacement, so the choice is still seeded and uniform.
     """
-    if count <= firsts:
-        return rng.choice(firsts, size=count, replace=False), None
-    if count > firsts * seconds:
-        raise ValueError(f"cannot make {count} prompts distinct; synthesize fewer per call")
-    pairs = rng.choice(firsts * seconds, size=count, replace=False)
-    return pairs // seconds, pairs % seconds
+    width, space = 1, firsts
+    while space < count:
+        if width >= 8 or laters < 2:
+            raise ValueError(f"cannot make {count} prompts distinct; synthesize fewer per call")
+        width, space = width + 1, space * laters
+    picks = rng.choice(space, size=count, replace=False).astype(np.int64)
+    heads = np.empty((count, width), dtype=np.int64)
+    for column in range(width - 1, 0, -1):
+        picks, heads[:, column] = np.divmod(picks, laters)
+    heads[:, 0] = picks
+    return heads

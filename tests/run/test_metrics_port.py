@@ -20,7 +20,7 @@ def _ok_requests(text: str) -> float:
         if family.name == "loadgen_requests":
             return sum(s.value for s in family.samples
                        if s.name == "loadgen_requests_total" and s.labels["outcome"] == "ok"
-                       and s.labels["model"] == "metrics-test")
+                       and s.labels["model_name"] == "metrics-test")
     return 0.0
 
 

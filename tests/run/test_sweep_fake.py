@@ -81,6 +81,9 @@ class ExactServer:
         on_record(record)
         return record
 
+    async def probe(self) -> bool:
+        return True
+
     async def scrape(self) -> Scrape:
         return Scrape()  # no /metrics: the server-side fields are null
 

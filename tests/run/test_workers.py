@@ -127,17 +127,17 @@ def check_live_metrics(registry: CollectorRegistry, results: Path) -> None:
     gaps = sum(load(results, c)[0]["total_chunks"] - load(results, c)[0]["completed"]
                for c in (3, 4))
     ok = sum(registry.get_sample_value("loadgen_requests_total",
-                                       {"model": "m", "endpoint": "completions", "conc": str(c),
-                                        "outcome": "ok"}) or 0 for c in (3, 4))
+                                       {"model_name": "m", "endpoint": "completions",
+                                        "conc": str(c), "outcome": "ok"}) or 0 for c in (3, 4))
     itl = sum(registry.get_sample_value("loadgen_inter_chunk_latency_seconds_count",
-                                        {"model": "m", "endpoint": "completions",
+                                        {"model_name": "m", "endpoint": "completions",
                                          "conc": str(c)}) or 0 for c in (3, 4))
     lag = registry.get_sample_value("loadgen_event_loop_lag_seconds_count", {})
     samples = sum(load(results, c)[0]["client_loop_lag_samples"] for c in (3, 4))
     assert ok == completed and itl == gaps
     assert lag == samples  # every worker's samples, once
     assert registry.get_sample_value("loadgen_requests_in_flight",
-                                     {"model": "m", "endpoint": "completions"}) == 0
+                                     {"model_name": "m", "endpoint": "completions"}) == 0
 
 
 def test_slots_partition_the_point_exactly() -> None:
@@ -217,17 +217,19 @@ def test_stopping_keeps_every_finished_record(tmp_path: Path, how: str) -> None:
     records = read_jsonl(jsonl)
     result = orjson.loads((tmp_path / "conc_4.json").read_bytes())
     run = orjson.loads((tmp_path / "run.json").read_bytes())
-    assert result["complete"] is False and run["interrupted"] is True
+    assert result["complete"] is False and run["stop_reason"] == result["stop_reason"]
+    assert result["incomplete_reason"] == result["stop_detail"]  # one line, two names
     assert result["num_prompts"] == len(records) and jsonl.read_bytes().endswith(b"\n")
     cancelled = [r for r in records if r.error is ErrorKind.CANCELLED]
     assert all(sum(r.chunk_tokens) < 400 for r in cancelled)
     if how == "sigint":
         assert process.returncode == 130, stderr
         assert len(cancelled) == 4  # every slot of both workers was in flight
-        assert result["incomplete_reason"] == "interrupted"
+        assert result["stop_reason"] == "interrupted" and run["interrupted"] is True
     else:
         assert process.returncode == 1, stderr
         assert "worker 1/2" in stderr and "status -9" in stderr
+        assert result["stop_reason"] == "worker_died" and run["interrupted"] is False
         assert "exited with status -9" in result["incomplete_reason"]
         assert len(cancelled) == 2  # the survivor's two slots, stopped
         assert any(p["process"].endswith("(lost)") for p in result["client_processes"])

@@ -185,6 +185,10 @@ async def test_metrics_names_labels_and_buckets_match_capture(
         "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
         "vllm:spec_decode_num_accepted_tokens_total",
         "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        # the dashboard's server panels
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total", "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds",
     ]
     assert set(required) <= set(got)
     for name, (kind, labels, buckets) in got.items():
@@ -202,3 +206,19 @@ async def test_unknown_routes_answer_like_fastapi(method: str, path: str, status
         got_status, _, body = await fetch(method, sim.base_url + path)
     assert got_status == status
     assert orjson.loads(body) == {"detail": detail}
+
+
+async def test_prefix_cache_queries_count_prompt_tokens_and_nothing_hits(
+        sim_factory: SimFactory) -> None:
+    async with sim_factory(**CAPTURE_SETUP) as sim, aiohttp.ClientSession() as session:
+        body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 2, "ignore_eos": True}
+        for _ in range(2):  # the same prompt twice: a real cache would hit the second time
+            async with session.post(sim.base_url + "/v1/completions", json=body) as response:
+                usage = (await response.json())["usage"]
+        async with session.get(sim.base_url + "/metrics") as response:
+            text = await response.text()
+    samples = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(("vllm:prefix_cache_", "vllm:num_preemptions_total"))}
+    assert samples["vllm:prefix_cache_queries_total"] == 2 * usage["prompt_tokens"] > 0
+    assert samples["vllm:prefix_cache_hits_total"] == 0
+    assert samples["vllm:num_preemptions_total"] == 0

@@ -1,0 +1,24 @@
+"""Does the server answer at all? One GET on a connection of its own.
+
+Used only while the server is suspected gone (run/server_watch.py). Any HTTP status is
+an answer: a 404 or 401 proves the server is up as much as a 200. The probe never goes
+through the run's session, whose connections may all be taken by stuck requests.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+PROBE_PATH = "/health"  # vLLM's; other servers answer 404, which counts as an answer
+
+
+async def answers_http(base_url: str, timeout_s: float) -> bool:
+    """True when an HTTP response (any status) arrives within `timeout_s`."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    connector = aiohttp.TCPConnector(force_close=True, limit=1)
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session, \
+                session.get(base_url + PROBE_PATH, allow_redirects=False) as response:
+            return response.status > 0
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return False

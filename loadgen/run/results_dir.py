@@ -1,0 +1,160 @@
+"""The results directory: fresh, replaced (`--overwrite`) or continued (`--resume`).
+
+A directory that already holds a run (run.json, conc_<N>.json or requests_conc_<N>.jsonl)
+is never written over silently: it is refused unless `--overwrite` (its result files are
+deleted first, nothing else) or `--resume` (the sweep goes on from its first incomplete
+point). A resumed sweep keeps the earlier complete points as they are, moves the files
+of the incomplete one to incomplete/<run_id>/ (measured, so never deleted), and records
+each attempt in run.json. Settings must match the interrupted run's: points measured
+with different settings are not one sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+
+from loadgen.config.redact import redact_url
+from loadgen.config.spec import RunSpec, SpecError
+from loadgen.metrics.schema import PointResult
+from loadgen.run.point import PointOutcome
+from loadgen.sinks.files import ResultsWriteError
+
+RUN_FILE = "run.json"
+INCOMPLETE_DIR = "incomplete"
+_RUN_GLOBS = ("run.json", "conc_*.json", "requests_conc_*.jsonl")
+_RESULT_GLOBS = (*_RUN_GLOBS, "sweep.csv", "sweep.png", "simulator.log")
+# Settings that may differ between an interrupted run and its --resume: where results go
+# and how the run is driven, not what is measured. (A restarted server has a new pid.)
+_FACTS = ("clock", "server_before", "server_after")  # run.json's per-point extras (point.py)
+_NOT_COMPARED = frozenset({"results_dir", "progress", "resume", "overwrite", "server_pid"})
+
+
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """What a resumed sweep takes over from the run in its directory."""
+
+    run: dict[str, Any]  # the earlier run.json
+    points: tuple[PointOutcome, ...]  # its complete points, kept as they are
+    remaining: tuple[int, ...]  # concurrencies still to measure, in --conc order
+
+
+def settings_of(spec: RunSpec) -> dict[str, Any]:
+    """The run's settings as run.json records them (JSON types, no credentials)."""
+    settings = dataclasses.asdict(spec)
+    settings.pop("api_key", None)  # never write a credential into results
+    settings["headers"] = [name for name, _ in spec.headers]  # names only: may hold tokens
+    settings["base_url"] = spec.base_url and redact_url(spec.base_url)  # user:pw@ -> ***@
+    # nested settings (vllm_result) hold Paths
+    return cast(dict[str, Any], orjson.loads(orjson.dumps(settings, default=str)))
+
+
+def run_files(directory: Path) -> list[str]:
+    """Names of the files that mark `directory` as holding a run."""
+    return sorted({p.name for pattern in _RUN_GLOBS for p in directory.glob(pattern)})
+
+
+def prepare(directory: Path, spec: RunSpec) -> Earlier | None:
+    """Make `directory` ready for `spec`; the earlier run when resuming."""
+    if spec.resume:
+        return _resume(directory, spec)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"--results {directory}: cannot create it ({exc.strerror or exc})") \
+            from None
+    used = run_files(directory)
+    if used and not spec.overwrite:
+        shown = ", ".join(used[:3]) + (", ..." if len(used) > 3 else "")
+        raise SpecError(f"--results {directory} already holds a run ({shown}); continue it "
+                        f"with --resume {directory}, replace it with --overwrite, or choose "
+                        "another directory")
+    if used:
+        _remove_results(directory)
+    return None
+
+
+def _remove_results(directory: Path) -> None:
+    """--overwrite: loadgen's own result files only; anything else in the directory stays."""
+    for pattern in _RESULT_GLOBS:
+        for path in directory.glob(pattern):
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise ResultsWriteError(path, exc, "--overwrite could not remove it") \
+                    from None
+    shutil.rmtree(directory / INCOMPLETE_DIR, ignore_errors=True)
+
+
+def _resume(directory: Path, spec: RunSpec) -> Earlier:
+    run = _read_run(directory)
+    _check_settings(directory, spec, run.get("settings"))
+    points = _complete_points(directory, run)
+    done = {p.conc for p in points}
+    remaining = tuple(c for c in spec.conc if c not in done)
+    return Earlier(run, tuple(sorted(points, key=lambda p: spec.conc.index(p.conc))), remaining)
+
+
+def set_aside(directory: Path, earlier: Earlier) -> None:
+    """Move the files of the points about to be measured again to incomplete/<run_id>/:
+    they were measured, so they are kept, but out of the new attempt's way."""
+    attempt = str(earlier.run.get("run_id") or "earlier")
+    for conc in earlier.remaining:
+        for name in (f"conc_{conc}.json", f"requests_conc_{conc}.jsonl"):
+            if (directory / name).exists():
+                aside = directory / INCOMPLETE_DIR / attempt
+                try:
+                    aside.mkdir(parents=True, exist_ok=True)
+                    (directory / name).rename(aside / name)
+                except OSError as exc:
+                    raise ResultsWriteError(aside / name, exc, "nothing was measured yet; "
+                                            f"{name} is where it was") from None
+
+
+def _read_run(directory: Path) -> dict[str, Any]:
+    path = directory / RUN_FILE
+    if not path.is_file():
+        raise SpecError(f"--resume {directory}: no {RUN_FILE} there, so no run to continue; "
+                        f"start one with --results {directory}")
+    try:
+        run = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise SpecError(f"--resume {directory}: {RUN_FILE} is unreadable ({exc})") from None
+    if not isinstance(run, dict) or not isinstance(run.get("points"), list):
+        raise SpecError(f"--resume {directory}: {RUN_FILE} is not a loadgen run file")
+    return run
+
+
+def _check_settings(directory: Path, spec: RunSpec, earlier: Any) -> None:
+    if not isinstance(earlier, Mapping):
+        raise SpecError(f"--resume {directory}: {RUN_FILE} has no settings to compare")
+    now = settings_of(spec)
+    differ = [f"{key} {now.get(key)!r} (was {earlier.get(key)!r})"
+              for key in sorted(set(now) | set(earlier))
+              if key not in _NOT_COMPARED and now.get(key) != earlier.get(key)]
+    if differ:
+        raise SpecError(f"--resume {directory}: the settings differ from the run being "
+                        f"resumed: {'; '.join(differ)}; give the same flags as that run")
+
+
+def _complete_points(directory: Path, run: Mapping[str, Any]) -> list[PointOutcome]:
+    """Points run.json lists as complete whose conc_<N>.json says so too."""
+    points = []
+    for entry in run["points"]:
+        if not (isinstance(entry, Mapping) and entry.get("complete") is True):
+            continue
+        path = directory / f"conc_{entry['conc']}.json"
+        try:
+            result = cast(PointResult, orjson.loads(path.read_bytes()))
+        except (OSError, orjson.JSONDecodeError):
+            continue  # listed but missing or damaged: measure it again
+        if result.get("complete") is True:  # its facts too, for `loadgen merge`
+            facts = {key: entry[key] for key in _FACTS if key in entry}
+            points.append(PointOutcome(int(entry["conc"]), result, True, path, facts))
+    return points

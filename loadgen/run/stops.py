@@ -1,0 +1,84 @@
+"""Why a sweep stopped early: the run-level error, and the code written as `stop_reason`.
+
+A run-level error raised inside a request's task (a full disk under the JSONL sink, no
+file descriptors left, the server gone) reaches the sweep wrapped in the ExceptionGroup
+of every TaskGroup it crossed; `run_level_error` takes it out again, so the CLI shows
+its one line. A group holding anything else is a programming error and stays a
+traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from loadgen.client.transport import OutOfDescriptors
+from loadgen.errors import Interrupted, LoadgenError, ServerError, SetupError, UsageError
+from loadgen.run.server_watch import ServerGone
+from loadgen.sinks.files import ResultsWriteError
+
+
+class WorkerDied(SetupError):
+    """A --workers process exited or failed during the run; str() says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Why a point ended before its plan did (`stop_reason`/`stop_detail` in its result)."""
+
+    reason: str
+    detail: str
+
+
+# (error class, stop_reason), most specific first: docs/results.md lists these codes.
+STOP_REASONS: tuple[tuple[type[LoadgenError], str], ...] = (
+    (Interrupted, "interrupted"),
+    (ServerGone, "server_gone"),
+    (WorkerDied, "worker_died"),
+    (ResultsWriteError, "results_write_failed"),
+    (OutOfDescriptors, "out_of_file_descriptors"),
+    (ServerError, "server_error"),
+    (SetupError, "setup_error"),
+    (UsageError, "bad_input"),
+)
+INTERRUPTED_DETAIL = "stopped by Ctrl-C, SIGTERM or the sidecar's DELETE"
+
+
+def stop_reason(stop: LoadgenError) -> str:
+    for cls, reason in STOP_REASONS:
+        if isinstance(stop, cls):
+            return reason
+    return "error"
+
+
+def stop_of(stop: LoadgenError | None) -> Stop | None:
+    """A point's stop fields for the error that stopped the run (None: not stopped)."""
+    return None if stop is None else Stop(stop_reason(stop), str(stop))
+
+
+INTERRUPTED = Stop("interrupted", INTERRUPTED_DETAIL)
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return leaves
+
+
+def run_level_error(group: BaseExceptionGroup[BaseException]) -> LoadgenError:
+    """The first run-level error in `group`; re-raises `group` when it holds anything else
+    (a bug must not pass for a clean stop)."""
+    leaves = _leaves(group)
+    run_level = [e for e in leaves if isinstance(e, LoadgenError)]
+    others = [e for e in leaves
+              if not isinstance(e, LoadgenError | asyncio.CancelledError)]
+    if others or not run_level:
+        raise group
+    return run_level[0]
+
+
+def add_context(stop: LoadgenError, context: str) -> LoadgenError:
+    """The same error, its line extended (where the run stopped, what is on disk)."""
+    stop.args = (f"{stop}; {context}",)
+    return stop
