@@ -7,12 +7,16 @@ clocks are CLOCK_MONOTONIC, so per chunk:
 
   receive lag   = client arrival stamp - simulator send time (its clock read just after
                   the socket write)
-  TTFT error    = client TTFT - true TTFT, the truth being request written -> first chunk
-                  sent (the client's clock starts at its write, so this is the first
-                  chunk's lag); shown beside it: server admission = request written ->
-                  simulator handler start (a real server-side delay, part of real TTFT)
+  TTFT error    = client TTFT - true TTFT, matched per request, the truth being request
+                  written -> first chunk sent (the client's clock starts at its write, so
+                  this is the first chunk's receive lag)
+  send cost     = reported separately: request written (client clock) -> simulator
+                  handler start, i.e. the client's write, the kernel, and the simulator
+                  parsing the request (a real delay a user sees, part of real TTFT)
   ITL error     = client chunk gap - true chunk gap
-  collapsed     = share of client chunk gaps under 50 us (chunks read together)
+  collapsed     = share of client chunk gaps under 50 us (chunks read together); and the
+                  share the client collapsed itself: under 50 us at the client though the
+                  simulator sent them >= 1 ms apart (a late simulator collapses gaps too)
   chunks/s      = token-bearing events ingested per second over the point
   client CPU    = the client process's CPU time per chunk and its share of one core
 
@@ -23,11 +27,17 @@ All client processes inherit the client core's pinning unless --cpu-affinity spr
 the workers; on a 2-core machine (one core for the simulator) the workers then share
 one core, which measures the per-worker cost, not the scaling.
 
+`--http-client native,aiohttp --runs 3` measures both streaming clients in the same
+sitting, alternating (native, aiohttp, native, ...), each run against a fresh simulator,
+then prints the median of each figure over the runs and its spread (min..max).
+
 Then the peak RSS of building a full `--conc 4..512 --isl 8192 --osl 1024` sweep's
 prompts (one point at a time, as the runner does), in a fresh process.
 
     .venv/bin/python bench/client_overhead.py            # everything
     .venv/bin/python bench/client_overhead.py --skip-rss --conc 64
+    .venv/bin/python bench/client_overhead.py --skip-rss --conc 256,512 \
+        --http-client native,aiohttp --runs 3
     .venv/bin/python bench/client_overhead.py --skip-rss --conc 512 --workers 2
 
 Figures on a shared 2-core machine are noisy; the method is what matters.
@@ -88,6 +98,7 @@ def stats_us(values: np.ndarray) -> str:
 def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
             conc: int) -> dict[str, Any]:
     lag, lag_intended, ttft_err, send_side, itl_err, gaps = [], [], [], [], [], []
+    true_gaps: list[np.ndarray] = []
     chunks = 0
     for r in records:
         truth = trace.get(x_request_id(run_id, conc, r.request_id))
@@ -106,6 +117,7 @@ def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
         send_side.append(np.array([truth["arrival_ns"] - r.start_ns]))
         itl_err.append(np.diff(client) - np.diff(sent))
         gaps.append(np.diff(client))
+        true_gaps.append(np.diff(sent))
         chunks += len(client)
     starts = min(r.start_ns for r in records)
     ends = max(r.end_ns for r in records)
@@ -113,13 +125,34 @@ def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
     def cat(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    all_gaps = cat(gaps)
+    all_gaps, all_true = cat(gaps), cat(true_gaps)
     return {
         "lag": cat(lag), "lag_intended": cat(lag_intended), "ttft_err": cat(ttft_err),
         "send_side": cat(send_side), "itl_err": cat(itl_err),
         "collapsed": float(np.mean(all_gaps < 50_000)) if all_gaps.size else 0.0,
+        "client_collapsed": float(np.mean((all_gaps < 50_000) & (all_true >= 1_000_000)))
+        if all_gaps.size else 0.0,
         "chunks_per_s": chunks / ((ends - starts) / 1e9), "chunks": chunks,
         "requests": len(records),
+    }
+
+
+def figures(a: dict[str, Any], result: dict[str, Any]) -> dict[str, float]:
+    """The headline figures of one point (what the summary takes medians of)."""
+    def pct(values: np.ndarray, q: float) -> float:
+        return float(np.percentile(values, q) / 1e3) if values.size else float("nan")
+
+    cpu, duration = result.get("client_cpu_seconds"), result.get("duration")
+    return {
+        "chunks/s": a["chunks_per_s"],
+        "cpu us/chunk": result.get("client_cpu_per_chunk_us") or float("nan"),
+        "core busy %": 100 * cpu / duration if cpu is not None and duration else float("nan"),
+        "lag p50 ms": pct(a["lag"], 50) / 1e3, "lag p99 ms": pct(a["lag"], 99) / 1e3,
+        "ttft err p99 ms": pct(a["ttft_err"], 99) / 1e3,
+        "send p50 ms": pct(a["send_side"], 50) / 1e3,
+        "send p99 ms": pct(a["send_side"], 99) / 1e3,
+        "collapsed %": 100 * a["collapsed"],
+        "client-collapsed %": 100 * a["client_collapsed"],
     }
 
 
@@ -170,14 +203,16 @@ def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
     print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}")
     print(f"  receive lag vs step due (us)      {stats_us(a['lag_intended'])}")
     print(f"  TTFT error vs truth (us)          {stats_us(a['ttft_err'])}")
-    print(f"  server admission (us, not error)  {stats_us(a['send_side'])}")
+    print(f"  send cost: written -> sim handler {stats_us(a['send_side'])}")
     print(f"  ITL error vs truth, |err| (us)    {stats_us(np.abs(a['itl_err']))}")
-    print(f"  chunk gaps < 50 us (collapsed)    {a['collapsed']:.2%}")
+    print(f"  chunk gaps < 50 us (collapsed)    {a['collapsed']:.2%}, by the client "
+          f"(sent >= 1 ms apart) {a['client_collapsed']:.2%}")
 
 
 async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
-                  extra: tuple[str, ...], workdir: Path, workers: int = 1,
-                  cpu_affinity: tuple[int, ...] = ()) -> None:
+                  extra: tuple[str, ...], workdir: Path, http_client: str = "native",
+                  workers: int = 1,
+                  cpu_affinity: tuple[int, ...] = ()) -> dict[int, dict[str, float]]:
     trace_path = workdir / "trace.jsonl"
     tokenizer = load_tokenizer()
     sim_args = (*SIM_ARGS, *extra, "--trace", str(trace_path))
@@ -186,9 +221,10 @@ async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
         spec = RunSpec(conc=concs, isl=isl, osl=osl, base_url=base_url,
                        prompts_per_conc=per_conc, warmup_per_conc=1,
                        results_dir=workdir / "results", progress=False, workers=workers,
-                       cpu_affinity=cpu_affinity)
+                       cpu_affinity=cpu_affinity, http_client=http_client)
         outcome = await run_sweep(spec, tokenizer=tokenizer)
     trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
+    out = {}
     for point in outcome.points:
         records = read_jsonl(outcome.results_dir / f"requests_conc_{point.conc}.jsonl")
         totals = analyse(records, trace, outcome.run_id, point.conc)
@@ -196,6 +232,22 @@ async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
         if workers > 1:
             report_workers(point.conc, workers, records, trace, outcome.run_id, point.result)
         project(totals, point.result, point.conc)
+        out[point.conc] = figures(totals, point.result)
+    return out
+
+
+def summarise(runs: dict[str, list[dict[int, dict[str, float]]]]) -> None:
+    """Median over the runs of each figure, and its spread (min..max)."""
+    print("\nsummary: median [min..max] over "
+          + ", ".join(f"{len(v)} {k} runs" for k, v in runs.items()))
+    for client, results in runs.items():
+        for conc in sorted({c for r in results for c in r}):
+            rows = [r[conc] for r in results if conc in r]
+            print(f"\n{client} conc {conc}:")
+            for name in rows[0]:
+                values = np.array([row[name] for row in rows])
+                print(f"  {name:16} {np.median(values):10.3f}  "
+                      f"[{values.min():.3f}..{values.max():.3f}]")
 
 
 RSS_CHILD = """
@@ -231,6 +283,9 @@ def main() -> None:
     parser.add_argument("--osl", type=int, default=256)
     parser.add_argument("--prompts-per-conc", type=int, default=2)
     parser.add_argument("--sim-args", default="", help="extra simulator flags")
+    parser.add_argument("--http-client", default="native",
+                        help="comma-separated streaming clients to compare: native, aiohttp")
+    parser.add_argument("--runs", type=int, default=1, help="runs per client, alternating")
     parser.add_argument("--skip-rss", action="store_true")
     parser.add_argument("--rss-only", action="store_true")
     parser.add_argument("--workers", type=int, default=1, help="client worker processes")
@@ -243,10 +298,19 @@ def main() -> None:
         import uvloop
 
         concs = tuple(int(c) for c in args.conc.split(","))
-        with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp:
-            cpus = parse_cpu_list(args.cpu_affinity) if args.cpu_affinity else ()
-            uvloop.run(measure(concs, args.isl, args.osl, args.prompts_per_conc,
-                               tuple(args.sim_args.split()), Path(tmp), args.workers, cpus))
+        clients = args.http_client.split(",")
+        cpus = parse_cpu_list(args.cpu_affinity) if args.cpu_affinity else ()
+        runs: dict[str, list[dict[int, dict[str, float]]]] = {c: [] for c in clients}
+        for run in range(args.runs):
+            for client in clients:
+                print(f"\n=== run {run + 1}/{args.runs}, --http-client {client}; "
+                      f"load average {os.getloadavg()[0]:.2f} ===")
+                with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp:
+                    runs[client].append(uvloop.run(measure(
+                        concs, args.isl, args.osl, args.prompts_per_conc,
+                        tuple(args.sim_args.split()), Path(tmp), client, args.workers, cpus)))
+        if args.runs > 1 or len(clients) > 1:
+            summarise(runs)
     if not args.skip_rss:
         prompt_set_rss()
     print(f"bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f}"

@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from time import perf_counter_ns
-
-from aiohttp import StreamReader
+from typing import Protocol
 
 from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter, decode_event
 from loadgen.client.sse import ArrivalLog, SseFramer
@@ -93,6 +92,20 @@ class Exchange:
             self.impossible("the sum of chunk token counts", total, self.end_ns)
 
 
+class BodySource(Protocol):
+    """Where a body's received bytes wait (aiohttp's StreamReader, the native Response)."""
+
+    def read_nowait(self) -> bytes: ...
+
+
+class Drainable(Protocol):
+    """A body the ingest parses: BodyStream, or the native client's EventStream."""
+
+    queued: bool
+
+    def drain(self) -> None: ...
+
+
 class BodyStream:
     """One streamed response body: its stamped bytes and parse state.
 
@@ -104,7 +117,7 @@ class BodyStream:
     __slots__ = ("_ingest", "closed", "content", "counter", "error", "framer", "log",
                  "queued", "state")
 
-    def __init__(self, content: StreamReader, log: ArrivalLog, state: Exchange,
+    def __init__(self, content: BodySource, log: ArrivalLog, state: Exchange,
                  counter: TokenCounter, ingest: Ingest) -> None:
         self.content = content
         self.log = log
@@ -161,10 +174,10 @@ class Ingest:
 
     def __init__(self, slice_ns: int = SLICE_NS) -> None:
         self.slice_ns = slice_ns
-        self._ready: deque[BodyStream] = deque()
+        self._ready: deque[Drainable] = deque()
         self._scheduled = False
 
-    def notify(self, stream: BodyStream) -> None:
+    def notify(self, stream: Drainable) -> None:
         if stream.queued:
             return
         stream.queued = True

@@ -1,16 +1,19 @@
-"""The one aiohttp session of a run, arrival stamping, and the exception -> ErrorKind boundary.
+"""A request's timing and outcome, the exception -> ErrorKind boundary, and the aiohttp client.
 
-Timing (docs/design.md, "Timing under bursts"): `StampingResponseHandler.data_received` is the
-first Python code that sees a socket read. It reads perf_counter_ns before letting aiohttp
-parse anything and logs (stamp, body bytes so far) for the response being received.
-The ingest (ingest.py) parses the events later, in short slices between socket polls,
-and maps each event's first byte back to its stamp, so parsing cost never shifts a
-timestamp. Request starts and per-request bookkeeping are paced (a few per loop turn)
-so that a wave of requests ending or starting together cannot stop the polling either.
+Timing (docs/design.md, "Timing under bursts"): the first Python code that sees a socket
+read is the client protocol's data callback (client/native/protocol.py, or
+`StampingResponseHandler` in aiohttp_seam.py for `--http-client aiohttp`). It reads
+perf_counter_ns before parsing anything and keeps the stamp with the bytes. The ingest
+(ingest.py) parses the events later, in short slices between socket polls, and gives
+each event the stamp of the read that carried its first byte, so parsing cost never
+shifts a timestamp. Request starts and per-request bookkeeping are paced (a few per loop
+turn) so that a wave of requests ending or starting together cannot stop the polling
+either.
 
-A request's clock starts immediately before its body bytes (with the buffered headers)
-are written to the socket (aiohttp's `request_chunk_sent` trace signal). Opening a new
-connection is timed separately (`connection_create` start to end = `connect_ns`).
+A request's clock starts immediately before its bytes are written to the socket (the
+native client stamps it before its one write; aiohttp's `request_chunk_sent` trace
+signal marks the body write, with the buffered headers). Opening a new connection is
+timed separately (`connect_ns`).
 
 No wait is unbounded (deadlines.py): the session's default timeout (`--http-timeout`)
 bounds every non-streaming call; a streamed request has an idle deadline instead
@@ -23,7 +26,6 @@ import asyncio
 import errno
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from time import perf_counter_ns
 from types import SimpleNamespace
 from typing import Any
@@ -34,7 +36,15 @@ from loadgen.client.aiohttp_seam import MalformedBody, StampingConnector, protoc
 from loadgen.client.deadlines import STREAM_TIMEOUT, IdleDeadline, StreamIdle, http_timeout
 from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import BodyStream, Exchange, Ingest, StartPacer
+from loadgen.client.native.protocol import BadHttpResponse
 from loadgen.client.sse import ArrivalLog
+from loadgen.client.stream_client import (
+    ERROR_BODY_LIMIT,
+    RequestClock,
+    StreamClient,
+    is_event_stream,
+    record_rejection,
+)
 from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S, DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import SetupError
 from loadgen.records import ErrorKind, RequestRecord
@@ -43,37 +53,20 @@ from loadgen.workload.plan import RequestSpec
 READ_BUFSIZE = 1 << 22  # aiohttp pauses the socket only past 2x this: never for one event
 
 
-@dataclass(slots=True)
-class _Clock:
-    """Per-request trace context: filled in by aiohttp's trace signals."""
-
-    connect_begin: int = 0
-    connect_ns: int = 0
-    acquired_ns: int = 0
-    sent_ns: int = 0  # immediately before the first body bytes go to the socket
-    begin_ns: int = 0  # when the request was handed to aiohttp
-    log: ArrivalLog | None = None  # the response body's arrival stamps, once it has one
-
-    def last_activity_ns(self) -> int:
-        """Newest sign of life: the last body read, else the send (for the idle deadline)."""
-        last = self.log.last_stamp() if self.log is not None else None
-        return last or self.sent_ns or self.begin_ns
-
-
-# Requests without a _Clock (preflight GETs) pass through the same session untraced.
+# Requests without a RequestClock (preflight GETs) pass through the same session untraced.
 async def _on_create_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+    if isinstance(clock := ctx.trace_request_ctx, RequestClock):
         clock.connect_begin = perf_counter_ns()
 
 
 async def _on_create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+    if isinstance(clock := ctx.trace_request_ctx, RequestClock):
         clock.acquired_ns = perf_counter_ns()
         clock.connect_ns = clock.acquired_ns - clock.connect_begin
 
 
 async def _on_reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-    if isinstance(clock := ctx.trace_request_ctx, _Clock):
+    if isinstance(clock := ctx.trace_request_ctx, RequestClock):
         clock.acquired_ns = perf_counter_ns()
 
 
@@ -82,7 +75,7 @@ async def _on_chunk_sent(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
     # its own, which runs only after every other ready callback: with 256 requests
     # starting together, tens of ms after the connection was acquired. The request's
     # clock starts here, at the write, so that delay is queue time and not TTFT.
-    if isinstance(clock := ctx.trace_request_ctx, _Clock) and not clock.sent_ns:
+    if isinstance(clock := ctx.trace_request_ctx, RequestClock) and not clock.sent_ns:
         clock.sent_ns = perf_counter_ns()
 
 
@@ -120,18 +113,18 @@ def open_session(
 
 
 class Transport:
-    """Sends requests over one session and turns every outcome into a RequestRecord."""
+    """Sends requests through one StreamClient and turns every outcome into a RequestRecord."""
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        client: StreamClient,
         url: str,
         *,
         request_timeout_s: float | None = None,
         stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         count_text: Callable[[str], int] | None = None,
     ) -> None:
-        self.session = session
+        self.client = client
         self.url = url
         self.request_timeout_s = request_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
@@ -149,7 +142,7 @@ class Transport:
         on_record: Callable[[RequestRecord], None],
     ) -> RequestRecord:
         """Send, stream, and record; `on_record` sees the record even when cancelled."""
-        clock = _Clock()
+        clock = RequestClock()
         state = Exchange(request.max_tokens)
         counter = TokenCounter(self.count_text)
         called_ns = perf_counter_ns()
@@ -190,60 +183,57 @@ class Transport:
             raise asyncio.CancelledError
         return record
 
-    async def _bounded(self, request: RequestSpec, x_request_id: str, clock: _Clock,
+    async def _bounded(self, request: RequestSpec, x_request_id: str, clock: RequestClock,
                        state: Exchange, counter: TokenCounter) -> None:
         """The exchange under its deadlines; any outcome but cancellation becomes state."""
+        headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
+        if request.headers:  # session affinity (X-Session-ID or the router's own name)
+            headers.update(request.headers)
         overall = asyncio.timeout(self.request_timeout_s)
         try:
             async with overall, IdleDeadline(self.stream_idle_timeout_s,
                                              clock.last_activity_ns):
-                await self._exchange(request, x_request_id, clock, state, counter)
+                await self.client.exchange(self.url, request.body, headers, clock, state,
+                                           counter, self.ingest)
         except Exception as exc:  # the one translation boundary (programming errors re-raise)
             if not (isinstance(exc, TimeoutError) and state.done):
                 # (a server that never closes the body after [DONE] is complete)
                 capped = self.request_timeout_s if overall.expired() else None
                 state.fail(*_classify(exc, clock, capped))
 
-    async def _exchange(
-        self,
-        request: RequestSpec,
-        x_request_id: str,
-        clock: _Clock,
-        state: Exchange,
-        counter: TokenCounter,
-    ) -> None:
-        headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
-        if request.headers:  # session affinity (X-Session-ID or the router's own name)
-            headers.update(request.headers)
-        async with self.session.post(
-            self.url, data=request.body, headers=headers, trace_request_ctx=clock,
-            timeout=STREAM_TIMEOUT,
-        ) as response:
-            state.status = response.status
-            # A JSON body with 200 means the server ignored stream: true. Other content
-            # types are tolerated: some servers label a valid event stream loosely.
-            if response.status != 200 or response.content_type == "application/json":
-                body = await response.content.read(2000)
-                state.end_ns = perf_counter_ns()
-                text = body.decode("utf-8", "replace").strip()
-                if response.status != 200:
-                    state.fail(ErrorKind.HTTP, f"HTTP {response.status}: {text}")
-                else:  # e.g. a server that ignored stream: true
-                    state.fail(ErrorKind.MALFORMED, f"expected text/event-stream, got "
-                               f"application/json: {text}")
-                return
-            await self._follow(response, clock, state, counter)
 
-    async def _follow(self, response: aiohttp.ClientResponse, clock: _Clock, state: Exchange,
-                      counter: TokenCounter) -> None:
+class AiohttpStreams:
+    """The `StreamClient` over an aiohttp session (`--http-client aiohttp`)."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+
+    async def exchange(self, url: str, body: bytes, headers: Mapping[str, str],
+                       clock: RequestClock, state: Exchange, counter: TokenCounter,
+                       ingest: Ingest) -> None:
+        async with self.session.post(url, data=body, headers=headers, trace_request_ctx=clock,
+                                     timeout=STREAM_TIMEOUT) as response:
+            state.status = response.status
+            if not is_event_stream(response.status, response.content_type):
+                record_rejection(state, response.status,
+                                 await response.content.read(ERROR_BODY_LIMIT))
+                return
+            await self._follow(response, clock, state, counter, ingest)
+
+    async def close(self) -> None:
+        pass  # the session belongs to whoever opened it
+
+    @staticmethod
+    async def _follow(response: aiohttp.ClientResponse, clock: RequestClock, state: Exchange,
+                      counter: TokenCounter, ingest: Ingest) -> None:
         """Hand the body to the ingest, then sleep until it has ended."""
         protocol = protocol_of(response)
         log = protocol.log_for(response.content) if protocol is not None else None
         if log is None:  # never expected: the protocol was rebound under us
             log = ArrivalLog()
             log.add(perf_counter_ns(), response.content.total_bytes)
-        clock.log = log
-        stream = BodyStream(response.content, log, state, counter, self.ingest)
+        clock.activity = log
+        stream = BodyStream(response.content, log, state, counter, ingest)
         if protocol is not None:
             protocol.body_listener = stream.wake
         stream.wake()  # bytes that arrived with the headers
@@ -269,7 +259,7 @@ def _out_of_descriptors(exc: Exception) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
-def _classify(exc: Exception, clock: _Clock,
+def _classify(exc: Exception, clock: RequestClock,
               capped_s: float | None = None) -> tuple[ErrorKind, str]:
     """The only place where exceptions become ErrorKind values (`capped_s`: the
     --request-timeout that expired, if that is what ended the request). Running out of
@@ -289,7 +279,7 @@ def _classify(exc: Exception, clock: _Clock,
         isinstance(exc, OSError) and not clock.acquired_ns
     ):
         return ErrorKind.CONNECT, detail
-    if isinstance(exc, aiohttp.ClientResponseError):
+    if isinstance(exc, aiohttp.ClientResponseError | BadHttpResponse):
         return ErrorKind.MALFORMED, detail  # not valid HTTP
     if isinstance(exc, aiohttp.ClientError | OSError):
         return ErrorKind.DISCONNECT, detail

@@ -23,6 +23,7 @@ from loadgen.config.spec import (
     DEFAULT_HTTP_TIMEOUT_S,
     DEFAULT_STREAM_IDLE_TIMEOUT_S,
     ENCODER_NAMES,
+    HTTP_CLIENTS,
     MAX_CONVERSATION_BYTES,
     MAX_DATASET_BYTES,
     MAX_SEED,
@@ -146,6 +147,11 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
                    "the workers behind a router or a Dynamo frontend; counters are summed, "
                    "each URL's own figures kept (a URL without a path gets /metrics; "
                    "list the target too to keep it) (default: the target's)")
+    t.add_argument("--http-client", choices=HTTP_CLIENTS, default="native",
+                   help="client of the measured streams: native (loadgen's own HTTP/1.1 "
+                   "reader on uvloop + llhttp: per socket read it only stamps and appends) "
+                   "or aiohttp (the previous client, kept for comparison); preflight GETs "
+                   "and /metrics scrapes always use aiohttp")
 
 
 def _workload_flags(w: argparse._ArgumentGroup) -> None:
@@ -307,8 +313,8 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         extra_body=args.extra_body, workers=args.workers,
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
         shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,
-        resume=args.resume is not None, overwrite=args.overwrite, **compat,
-        **session_fields(args, fmt),
+        resume=args.resume is not None, overwrite=args.overwrite,
+        http_client=args.http_client, **compat, **session_fields(args, fmt),
     )
 
 

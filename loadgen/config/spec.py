@@ -26,6 +26,7 @@ ENCODER_NAMES: tuple[str, ...] = tuple(ENCODERS)
 THINKING_MODES: tuple[str, ...] = ("chat", "thinking")
 REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 SLO_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 MAX_CONC = 65536
 # jsonl: OpenAI messages or vLLM custom {prompt} per line; weka, mooncake: traces replayed
 # as sessions (docs/sessions.md). Detection and reading: config/dataset_format.py.
@@ -124,6 +125,7 @@ class RunSpec:
     server_pid: int | None = None  # stop the sweep when this process dies or stays stopped
     resume: bool = False  # continue the interrupted sweep in results_dir
     overwrite: bool = False  # replace the earlier run's files in results_dir
+    http_client: str = "native"  # the measured streams' client (see HTTP_CLIENTS)
     # Sessions (multi-turn, trace replay): docs/sessions.md.
     multi_turn: bool = False  # a messages/ShareGPT dataset as one session per conversation
     turns: str | None = None  # synthetic sessions: turns per session (a distribution)
@@ -394,6 +396,8 @@ def validate(spec: RunSpec) -> None:
     _check(spec.http_timeout_s > 0, "--http-timeout: must be > 0 seconds")
     _check(spec.stream_idle_timeout_s > 0, "--stream-idle-timeout: must be > 0 seconds")
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
+    _check(spec.http_client in HTTP_CLIENTS,
+           f"--http-client {spec.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}")
     check_extra_body(spec.extra_body)
     for name, value in spec.headers:  # argv went through parse_header; RunSpec(...) may not
         parse_header(f"{name}:{value}")

@@ -1,8 +1,10 @@
 """The runner's seam to a server: preflight, send a request, scrape its metrics.
 
-The runner only ever talks to a `Backend`. `http_backend` is the real one (one aiohttp
-session per run, aimed at `--base-url` or at the embedded simulator it starts); tests can
-pass a backend of their own to run a whole sweep in-process, exactly and fast.
+The runner only ever talks to a `Backend`. `http_backend` is the real one, aimed at
+`--base-url` or at the embedded simulator it starts: the measured streams go through the
+client `--http-client` names (native by default; aiohttp kept for comparison), preflight
+GETs and /metrics scrapes through one aiohttp session. Tests can pass a backend of their
+own to run a whole sweep in-process, exactly and fast.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import aiohttp
 from tokenizers import Tokenizer
 
 from loadgen.client.liveness import answers_http
+from loadgen.client.native.client import NativeStreams
 from loadgen.client.preflight import ServerInfo, preflight
 from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls, scrape_all
-from loadgen.client.transport import Transport, open_session
+from loadgen.client.stream_client import StreamClient
+from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.workload.bodies import BodyOptions
@@ -68,13 +72,14 @@ class Backend(Protocol):
 
 
 class HttpBackend:
-    """A real server over one aiohttp session (the run's only session)."""
+    """A real server: measured streams through `streams`, everything else through `session`."""
 
     def __init__(self, spec: RunSpec, session: aiohttp.ClientSession, target: str,
-                 tokenizer: Tokenizer) -> None:
+                 tokenizer: Tokenizer, streams: StreamClient | None = None) -> None:
         assert spec.base_url is not None
         self.spec = spec
         self.session = session
+        self.streams = streams or AiohttpStreams(session)
         self.target = target
         self.base_url = spec.base_url.rstrip("/")
         self.tokenizer = tokenizer
@@ -90,6 +95,7 @@ class HttpBackend:
             request_timeout_s=spec.request_timeout_s,
             stream_idle_timeout_s=spec.stream_idle_timeout_s,
             metrics_urls=self.metrics_urls if spec.server_metrics else (),
+            streams=self.streams,
         )
         self.adopt(server)
         return server
@@ -97,7 +103,7 @@ class HttpBackend:
     def adopt(self, server: ServerInfo) -> None:
         """Send with what another process's preflight found (a worker process: the
         parent checked the server once for all of them)."""
-        self._transport = Transport(self.session, self.base_url + server.options.path,
+        self._transport = Transport(self.streams, self.base_url + server.options.path,
                                     request_timeout_s=self.spec.request_timeout_s,
                                     stream_idle_timeout_s=self.spec.stream_idle_timeout_s,
                                     count_text=text_counter(self.tokenizer))
@@ -126,6 +132,20 @@ def request_headers(spec: RunSpec) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
+async def open_streams(spec: RunSpec, session: aiohttp.ClientSession,
+                       max_connections: int) -> AsyncIterator[StreamClient]:
+    """The client of the measured streams that `--http-client` names."""
+    if spec.http_client == "aiohttp":
+        yield AiohttpStreams(session)
+        return
+    native = NativeStreams(max_connections=max_connections, headers=request_headers(spec))
+    try:
+        yield native
+    finally:
+        await native.close()
+
+
+@contextlib.asynccontextmanager
 async def http_backend(spec: RunSpec, results_dir: Path,
                        tokenizer: Tokenizer) -> AsyncIterator[HttpBackend]:
     """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`."""
@@ -140,4 +160,5 @@ async def http_backend(spec: RunSpec, results_dir: Path,
         session = await stack.enter_async_context(
             open_session(max_connections=max(spec.conc), headers=request_headers(spec),
                          http_timeout_s=spec.http_timeout_s))
-        yield HttpBackend(spec, session, target, tokenizer)
+        streams = await stack.enter_async_context(open_streams(spec, session, max(spec.conc)))
+        yield HttpBackend(spec, session, target, tokenizer, streams)

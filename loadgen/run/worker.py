@@ -31,7 +31,7 @@ from loadgen.client.transport import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
-from loadgen.run.backend import HttpBackend, request_headers
+from loadgen.run.backend import HttpBackend, open_streams, request_headers
 from loadgen.run.frames import Kind, frame, message, read_frame
 from loadgen.run.point import Point, RunContext
 from loadgen.run.shares import Share
@@ -211,8 +211,9 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
     slots = max(len(config.share.slots(conc)) for conc in spec.conc) or 1
     commands: asyncio.Queue[Command] = asyncio.Queue()
     async with open_session(max_connections=slots, headers=request_headers(spec),
-                            http_timeout_s=spec.http_timeout_s) as session:
-        backend = HttpBackend(spec, session, config.target, tokenizer)
+                            http_timeout_s=spec.http_timeout_s) as session, \
+            open_streams(spec, session, slots) as streams:
+        backend = HttpBackend(spec, session, config.target, tokenizer, streams)
         backend.adopt(config.server)
         context = RunContext(spec, backend, config.server, config.run_id, Path("."), link,
                              perf_counter_ns, asyncio.sleep)

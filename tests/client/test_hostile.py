@@ -28,8 +28,9 @@ from hostile_server import (
 )
 from tokenizers import Tokenizer
 
+from loadgen.client.native.client import NativeStreams
 from loadgen.client.sse import SseFramer
-from loadgen.client.transport import Transport, open_session
+from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.run.sweep import SweepOutcome, run_sweep
@@ -48,17 +49,29 @@ def tokenizer() -> Tokenizer:
     return load_tokenizer()
 
 
-async def send_one(base_url: str, *, idle_s: float = 5.0, request_timeout_s: float | None = None,
+@pytest.fixture(params=["native", "aiohttp"])
+def client(request: pytest.FixtureRequest) -> str:
+    """The streaming client (`--http-client`) the transport-level rows run through."""
+    return str(request.param)
+
+
+async def send_one(base_url: str, client: str, *, idle_s: float = 5.0,
+                   request_timeout_s: float | None = None,
                    max_tokens: int = OSL) -> RequestRecord:
-    """One streamed request through the real transport."""
+    """One streamed request through the real transport and the given client."""
     async with open_session(max_connections=1, http_timeout_s=5.0) as session:
-        transport = Transport(session, base_url + "/v1/completions",
+        native = NativeStreams(max_connections=1)
+        streams = native if client == "native" else AiohttpStreams(session)
+        transport = Transport(streams, base_url + "/v1/completions",
                               request_timeout_s=request_timeout_s, stream_idle_timeout_s=idle_s)
         request = RequestSpec(index=0, input_len=3, max_tokens=max_tokens,
                               body=orjson.dumps({"max_tokens": max_tokens}))
-        async with asyncio.timeout(60):  # an old client would hang: fail instead
-            return await transport.send(request, x_request_id="r", conc=1, scheduled_ns=0,
-                                        on_record=lambda _r: None)
+        try:
+            async with asyncio.timeout(60):  # an old client would hang: fail instead
+                return await transport.send(request, x_request_id="r", conc=1, scheduled_ns=0,
+                                            on_record=lambda _r: None)
+        finally:
+            await native.close()
 
 
 async def sweep(server: HostileServer, results: Path, tokenizer: Tokenizer,
@@ -78,9 +91,10 @@ async def sweep(server: HostileServer, results: Path, tokenizer: Tokenizer,
 
 @pytest.mark.parametrize("piece", [None, 5], ids=["one-write", "5-byte-writes"])
 @pytest.mark.parametrize("eol", [b"\r\n", b"\r"], ids=["crlf", "cr"])
-async def test_row1_crlf_and_cr_streams_complete(eol: bytes, piece: int | None) -> None:
+async def test_row1_crlf_and_cr_streams_complete(eol: bytes, piece: int | None,
+                                                 client: str) -> None:
     async with HostileServer({"/v1/completions": completion(eol=eol, piece=piece)}) as server:
-        record = await send_one(server.base_url)
+        record = await send_one(server.base_url, client)
     assert record.ok, record.error_detail
     assert record.chunk_tokens == (1,) * OSL and record.completion_tokens == OSL
 
@@ -95,7 +109,7 @@ async def test_row1_crlf_sweep_has_no_disconnects(tmp_path: Path, tokenizer: Tok
     assert all(r.ok for r in records)
 
 
-async def test_event_cut_by_end_of_stream_is_not_dispatched() -> None:
+async def test_event_cut_by_end_of_stream_is_not_dispatched(client: str) -> None:
     """WHATWG: an event no blank line ended is discarded at end of stream."""
     async def unterminated(request: Request, conn: Conn) -> None:
         body = sse(token_events(OSL))
@@ -104,7 +118,7 @@ async def test_event_cut_by_end_of_stream_is_not_dispatched() -> None:
         await conn.end()
 
     async with HostileServer({"/v1/completions": unterminated}) as server:
-        record = await send_one(server.base_url)
+        record = await send_one(server.base_url, client)
     assert record.error is ErrorKind.DISCONNECT and "discarded" in record.error_detail
     assert record.chunk_tokens == (1,) * OSL  # what came before is kept
 
@@ -191,21 +205,22 @@ def _bad_chunk_then_silence(tail: bytes) -> Handler:
 
 @pytest.mark.parametrize("tail", [b"fffffff\r\nabc", b"5\r\nab", b"3"],
                          ids=["huge-size", "short-chunk", "unterminated-size"])
-async def test_row3_bad_chunk_size_then_silence_times_out(tail: bytes) -> None:
+async def test_row3_bad_chunk_size_then_silence_times_out(tail: bytes, client: str) -> None:
     async with HostileServer({"/v1/completions": _bad_chunk_then_silence(tail)}) as server:
         started = time.perf_counter()
-        record = await send_one(server.base_url, idle_s=0.5)
+        record = await send_one(server.base_url, client, idle_s=0.5)
     assert record.error is ErrorKind.TIMEOUT, record
     assert "--stream-idle-timeout" in record.error_detail
     assert record.chunk_tokens == (1,)  # the event before the silence is kept
     assert time.perf_counter() - started < 10
 
 
-async def test_invalid_chunk_size_is_malformed_at_once() -> None:
-    """aiohttp closes the connection but never fails the body: it would wait forever."""
+async def test_invalid_chunk_size_is_malformed_at_once(client: str) -> None:
+    """aiohttp closes the connection but never fails the body: it would wait forever.
+    The native client's llhttp rejects the size in the read that carries it."""
     async with HostileServer({"/v1/completions": _bad_chunk_then_silence(b"zz\r\n")}) as server:
         started = time.perf_counter()
-        record = await send_one(server.base_url, idle_s=30)
+        record = await send_one(server.base_url, client, idle_s=30)
     assert record.error is ErrorKind.MALFORMED, record
     assert "invalid HTTP body framing" in record.error_detail
     assert "chunk size" in record.error_detail
@@ -213,14 +228,14 @@ async def test_invalid_chunk_size_is_malformed_at_once() -> None:
     assert time.perf_counter() - started < 10
 
 
-async def test_row3_post_never_answered_times_out() -> None:
+async def test_row3_post_never_answered_times_out(client: str) -> None:
     async with HostileServer({"/v1/completions": hang}) as server:
-        record = await send_one(server.base_url, idle_s=0.5)
+        record = await send_one(server.base_url, client, idle_s=0.5)
     assert record.error is ErrorKind.TIMEOUT and record.status is None
     assert "--stream-idle-timeout" in record.error_detail
 
 
-async def test_request_timeout_still_caps_a_steady_stream() -> None:
+async def test_request_timeout_still_caps_a_steady_stream(client: str) -> None:
     """A stream that never idles is still ended by --request-timeout, and says so."""
     async def endless(request: Request, conn: Conn) -> None:
         event = sse(token_events(1))[: -len(b"data: [DONE]\n\n")]
@@ -230,7 +245,7 @@ async def test_request_timeout_still_caps_a_steady_stream() -> None:
             await asyncio.sleep(0.02)
 
     async with HostileServer({"/v1/completions": endless}) as server:
-        record = await send_one(server.base_url, idle_s=5, request_timeout_s=0.5,
+        record = await send_one(server.base_url, client, idle_s=5, request_timeout_s=0.5,
                                 max_tokens=10_000)
     assert record.error is ErrorKind.TIMEOUT
     assert record.error_detail == "--request-timeout 0.5 s elapsed"
@@ -279,11 +294,11 @@ def test_row12_framer_is_linear_in_event_size() -> None:
     assert elapsed < 5, f"{elapsed:.1f} s for 20 MB"
 
 
-async def test_row12_20mb_event_in_4kb_writes_through_the_transport() -> None:
+async def test_row12_20mb_event_in_4kb_writes_through_the_transport(client: str) -> None:
     routes = {"/v1/completions": completion(pad=20 << 20, piece=4096)}
     async with HostileServer(routes) as server:
         started = time.perf_counter()
-        record = await send_one(server.base_url)
+        record = await send_one(server.base_url, client)
         elapsed = time.perf_counter() - started
     assert record.ok, record.error_detail
     assert record.chunk_tokens == (1,) * OSL

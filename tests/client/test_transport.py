@@ -1,23 +1,26 @@
-"""The transport against a small real SSE server on 127.0.0.1 (port 0).
+"""The transport against a small real SSE server on 127.0.0.1 (port 0), through both clients.
 
 The server here is deliberately minimal (scripted byte streams, not the simulator) so
 each wire situation -- split events, missing [DONE], bad JSON, HTTP errors, stalls -- is
-exact and fast. The simulator-based end-to-end tests live in test_engine_sim.py.
+exact and fast. Every case runs through the native client and the aiohttp one
+(`--http-client`); raw-socket wire cases of the native client are in test_native.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
 
-import aiohttp
 import pytest
 from aiohttp import web
 
 from loadgen.client.aiohttp_seam import StampingConnector, StampingResponseHandler
-from loadgen.client.transport import Transport, open_session
+from loadgen.client.native.client import NativeStreams
+from loadgen.client.stream_client import StreamClient
+from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
@@ -84,12 +87,31 @@ async def sse_server() -> AsyncIterator[tuple[str, dict[str, list[int]]]]:
 
 
 REQUEST = RequestSpec(index=3, input_len=5, max_tokens=6, body=b"{}")
+CLIENTS = ("native", "aiohttp")
+
+
+@contextlib.asynccontextmanager
+async def open_streams(kind: str, max_connections: int,
+                       read_bufsize: int | None = None) -> AsyncIterator[StreamClient]:
+    """The measured-stream client `--http-client kind` would use."""
+    if kind == "native":
+        native = NativeStreams(max_connections=max_connections)
+        try:
+            yield native
+        finally:
+            await native.close()
+        return
+    extra = {} if read_bufsize is None else {"read_bufsize": read_bufsize}
+    async with open_session(max_connections=max_connections, **extra) as session:
+        yield AiohttpStreams(session)
+
+
 # A count above max_tokens is malformed (tests/client/test_hostile.py): the long script's
 # 300,000 tokens need a request that allows them.
 LONG_REQUEST = RequestSpec(index=3, input_len=5, max_tokens=300_000, body=b"{}")
 
 
-async def send(base: str, script: str, session: aiohttp.ClientSession, *,
+async def send(base: str, script: str, session: StreamClient, *,
                limit_s: float | None = None, rid: str = "r1",
                request: RequestSpec = REQUEST) -> tuple[RequestRecord, list]:
     seen: list[RequestRecord] = []
@@ -99,9 +121,10 @@ async def send(base: str, script: str, session: aiohttp.ClientSession, *,
     return record, seen
 
 
-async def test_ok_stream_exact_tokens_and_stamps(sse_server: tuple[str, dict]) -> None:
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_ok_stream_exact_tokens_and_stamps(sse_server: tuple[str, dict], kind: str) -> None:
     base, sent = sse_server
-    async with open_session(max_connections=2) as session:
+    async with open_streams(kind, 2) as session:
         record, seen = await send(base, "ok", session)
     assert seen == [record] and record.ok and record.status == 200
     assert record.chunk_tokens == (1, 2, 3) and record.completion_tokens == 6
@@ -117,9 +140,10 @@ async def test_ok_stream_exact_tokens_and_stamps(sse_server: tuple[str, dict]) -
         b - a for a, b in zip(record.chunk_ns, record.chunk_ns[1:], strict=False))
 
 
-async def test_long_event_has_no_size_limit(sse_server: tuple[str, dict]) -> None:
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_long_event_has_no_size_limit(sse_server: tuple[str, dict], kind: str) -> None:
     base, _ = sse_server
-    async with open_session(max_connections=1) as session:
+    async with open_streams(kind, 1) as session:
         record, _ = await send(base, "long", session, request=LONG_REQUEST)
     assert record.ok and record.chunk_tokens == (300_000,)
 
@@ -127,16 +151,17 @@ async def test_long_event_has_no_size_limit(sse_server: tuple[str, dict]) -> Non
 async def test_paused_reading_resumes(sse_server: tuple[str, dict]) -> None:
     """A tiny read buffer makes aiohttp pause the socket; the protocol must resume it."""
     base, _ = sse_server
-    async with open_session(max_connections=1, read_bufsize=1024) as session:
+    async with open_streams("aiohttp", 1, read_bufsize=1024) as session:
         record, _ = await send(base, "long", session, limit_s=20, request=LONG_REQUEST)
         again, _ = await send(base, "ok", session, limit_s=20)
     assert record.ok and record.chunk_tokens == (300_000,)
     assert again.ok and again.chunk_tokens == (1, 2, 3)
 
 
-async def test_split_events_and_connection_reuse(sse_server: tuple[str, dict]) -> None:
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_split_events_and_connection_reuse(sse_server: tuple[str, dict], kind: str) -> None:
     base, sent = sse_server
-    async with open_session(max_connections=1) as session:
+    async with open_streams(kind, 1) as session:
         first, _ = await send(base, "split", session, rid="a")
         second, _ = await send(base, "split", session, rid="b")
     assert first.ok and first.chunk_tokens == (1, 1)
@@ -150,10 +175,11 @@ async def test_split_events_and_connection_reuse(sse_server: tuple[str, dict]) -
                                               ("server_error", ErrorKind.SERVER_ERROR),
                                               ("http500", ErrorKind.HTTP),
                                               ("json", ErrorKind.MALFORMED)])
+@pytest.mark.parametrize("client", CLIENTS)
 async def test_failures_become_error_kinds(sse_server: tuple[str, dict], script: str,
-                                           kind: ErrorKind) -> None:
+                                           kind: ErrorKind, client: str) -> None:
     base, _ = sse_server
-    async with open_session(max_connections=1) as session:
+    async with open_streams(client, 1) as session:
         record, seen = await send(base, script, session)
     assert seen == [record] and record.error is kind and record.error_detail
     if script == "http500":
@@ -164,9 +190,11 @@ async def test_failures_become_error_kinds(sse_server: tuple[str, dict], script:
         assert record.chunk_tokens[0] == 1  # what arrived before the failure is kept
 
 
-async def test_timeout_and_cancel_keep_partial_records(sse_server: tuple[str, dict]) -> None:
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_timeout_and_cancel_keep_partial_records(sse_server: tuple[str, dict],
+                                                       kind: str) -> None:
     base, _ = sse_server
-    async with open_session(max_connections=2) as session:
+    async with open_streams(kind, 2) as session:
         record, _ = await send(base, "stall", session, limit_s=0.3)
         assert record.error is ErrorKind.TIMEOUT and record.chunk_tokens == (1,)
         seen: list[RequestRecord] = []
@@ -181,11 +209,12 @@ async def test_timeout_and_cancel_keep_partial_records(sse_server: tuple[str, di
     assert seen[0].chunk_tokens == (1,)
 
 
-async def test_connection_refused_is_connect_error() -> None:
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_connection_refused_is_connect_error(kind: str) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    async with open_session(max_connections=1) as session:
+    async with open_streams(kind, 1) as session:
         record, _ = await send(f"http://127.0.0.1:{port}", "ok", session)
     assert record.error is ErrorKind.CONNECT and record.status is None
 

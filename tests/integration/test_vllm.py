@@ -214,6 +214,17 @@ def test_chat_endpoint_and_token_count_sources(vllm_ngram: VllmServer,
     assert any(n > 1 for n in from_ids)  # prompt lookup made multi-token chunks
 
 
+def test_both_http_clients_measure_real_vllm_exactly(vllm_ngram: VllmServer,
+                                                     tmp_path: Path) -> None:
+    """The native client (the default, every other test here) and the aiohttp one
+    (`--http-client aiohttp`, kept for comparison) give the same exact counts."""
+    for client in ("aiohttp", "native"):
+        sweep(vllm_ngram, tmp_path / client, "--http-client", client, conc="2")
+        recs = records(tmp_path / client, 2)
+        assert_exact_counts(point(tmp_path / client, 2), recs, 2)
+        assert all(r.connect_ns == 0 for r in recs)  # the warmup opened the connections
+
+
 def raw_prompts(server: VllmServer, count: int) -> list[Any]:
     import numpy as np
 
@@ -267,7 +278,8 @@ def send_with_each_source(server: VllmServer, prompts: Sequence[Any]
                           ) -> tuple[list[RequestRecord], list[RequestRecord]]:
     import asyncio
 
-    from loadgen.client.transport import Transport, open_session
+    from loadgen.client.native.client import NativeStreams
+    from loadgen.client.transport import Transport
     from loadgen.workload.bodies import BodyOptions, completion_body, encode_body
     from loadgen.workload.plan import RequestSpec
 
@@ -275,14 +287,17 @@ def send_with_each_source(server: VllmServer, prompts: Sequence[Any]
         options = BodyOptions(endpoint="completions", model="tiny",
                               return_token_ids=return_token_ids, continuous_usage=True)
         out = []
-        async with open_session(max_connections=1) as session:
-            transport = Transport(session, server.url + options.path, request_timeout_s=120)
+        streams = NativeStreams(max_connections=1)  # the measured streams' default client
+        transport = Transport(streams, server.url + options.path, request_timeout_s=120)
+        try:
             for index, prompt in enumerate(prompts):
                 body = encode_body(completion_body(options, prompt.text, OSL))
                 request = RequestSpec(index, prompt.num_tokens, OSL, body)
                 out.append(await transport.send(request, x_request_id=f"src-{index}",
                                                 conc=1, scheduled_ns=0,
                                                 on_record=lambda _r: None))
+        finally:
+            await streams.close()
         assert all(r.ok for r in out), [r.error_detail for r in out]
         return out
 

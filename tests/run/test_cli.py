@@ -48,6 +48,8 @@ def test_parse_header() -> None:
     assert parse_header("X-Session-Affinity: abc:1") == ("X-Session-Affinity", "abc:1")
     with pytest.raises(SpecError, match="NAME:VALUE"):
         parse_header("novalue")
+    with pytest.raises(SpecError, match="CR, LF"):  # would smuggle a second request
+        parse_header("X-A: b\r\nX-B: c")
 
 
 def test_defaults_from_argv(tmp_path: Path) -> None:
@@ -59,6 +61,9 @@ def test_defaults_from_argv(tmp_path: Path) -> None:
     assert spec.max_error_rate == 0.05
     assert spec.results_dir == tmp_path
     assert spec.api_key is None
+    assert spec.http_client == "native"
+    spec = spec_from_argv([*BASE, "--conc", "4", "--http-client", "aiohttp"], env={})
+    assert spec.http_client == "aiohttp"
 
 
 def test_api_key_from_environment() -> None:
@@ -127,6 +132,7 @@ def test_help_documents_every_flag_with_default() -> None:
             assert flag in text
     assert "(default: 10)" in text and "(default: completions)" in text
     assert "(default: 0.05; 0.10 for session runs" in " ".join(text.split())
+    assert "{native,aiohttp}" in text and "(default: native)" in text
 
 
 def _loadgen(*args: str) -> subprocess.CompletedProcess[str]:
@@ -138,6 +144,7 @@ def test_bad_flags_exit_2_with_one_line() -> None:
     for args in (["--conc", "3..12", "--isl", "8", "--osl", "8", "--sim"],
                  ["--conc", "4", "--isl", "-1", "--osl", "8", "--sim"],
                  ["--conc", "4", "--isl", "8", "--osl", "8", "--bogus"],
+                 ["--conc", "4", "--isl", "8", "--osl", "8", "--sim", "--http-client", "curl"],
                  ["--isl", "8", "--osl", "8", "--sim"]):
         done = _loadgen(*args)
         assert done.returncode == 2, done

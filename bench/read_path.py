@@ -1,0 +1,180 @@
+"""Client CPU per streamed chunk, transport and ingest only, against a lean chunk server.
+
+client_overhead.py measures the whole runner against the simulator, whose own Python
+cost makes it fall behind its schedule on a busy machine. This isolates the read path:
+a minimal server (its own process, pinned to cpu 1) streams vLLM-shaped chunks
+(`token_ids` and continuous usage, ~350 bytes each) to every open stream once per step;
+the client (pinned to cpu 0) runs `conc` closed-loop slots through `Transport.send` and
+reports its CPU time (user and system) per chunk, by `--http-client`, in one sitting.
+
+    .venv/bin/python bench/read_path.py --conc 512 --http-client native,aiohttp --runs 3
+    perf record -g -p <client pid printed> ...   # to see where the time goes
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import orjson
+
+from loadgen.client.ingest import Exchange  # noqa: F401  (import cost outside the timing)
+from loadgen.client.native.client import NativeStreams
+from loadgen.client.stream_client import StreamClient
+from loadgen.client.transport import AiohttpStreams, Transport, open_session
+from loadgen.workload.plan import RequestSpec
+
+CLIENT_CPU, SERVER_CPU = 0, 1
+
+
+def chunk_bytes(index: int, prompt: int = 256) -> bytes:
+    event = {"id": "cmpl-5f0c3a1b2d4e6f70", "object": "text_completion", "created": 1764556800,
+             "model": "deepseek-ai/DeepSeek-V4-Flash",
+             "choices": [{"index": 0, "text": " the lean path", "logprobs": None,
+                          "finish_reason": None, "stop_reason": None,
+                          "token_ids": [20012, 3110]}],
+             "usage": {"prompt_tokens": prompt, "total_tokens": prompt + 2 * index,
+                       "completion_tokens": 2 * index}}
+    data = b"data: " + orjson.dumps(event) + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+SERVER = r'''
+import asyncio, sys, uvloop
+from bench.read_path import chunk_bytes
+gap_s, chunks = float(sys.argv[1]), int(sys.argv[2])
+CHUNKS = [chunk_bytes(i) for i in range(1, chunks + 1)]
+DONE = b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n")
+streams = {}  # transport -> chunks sent
+
+class Server(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buf = transport, b""
+    def data_received(self, data):
+        self.buf += data
+        head, sep, rest = self.buf.partition(b"\r\n\r\n")
+        if not sep:
+            return
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        if len(rest) < length:
+            return
+        self.buf = rest[length:]
+        self.transport.write(HEAD)
+        streams[self.transport] = 0
+
+async def main():
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Server, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    while True:
+        await asyncio.sleep(gap_s)
+        for transport, sent in list(streams.items()):
+            if sent == chunks:
+                transport.write(DONE)
+                del streams[transport]
+            else:
+                transport.write(CHUNKS[sent])
+                streams[transport] = sent + 1
+
+uvloop.run(main())
+'''
+
+
+@contextlib.asynccontextmanager
+async def chunk_server(gap_ms: float, chunks: int) -> AsyncIterator[str]:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    process = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is timed
+        [sys.executable, "-c", SERVER, str(gap_ms / 1e3), str(chunks)],
+        stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(process.pid, {SERVER_CPU})
+        assert process.stdout is not None
+        port = int(await asyncio.to_thread(process.stdout.readline))
+        yield f"http://127.0.0.1:{port}/v1/completions"
+    finally:
+        process.kill()
+        process.wait()
+
+
+@contextlib.asynccontextmanager
+async def streams_of(kind: str, conc: int) -> AsyncIterator[StreamClient]:
+    if kind == "native":
+        native = NativeStreams(max_connections=conc)
+        yield native
+        await native.close()
+        return
+    async with open_session(max_connections=conc) as session:
+        yield AiohttpStreams(session)
+
+
+async def measure(kind: str, conc: int, per_slot: int, gap_ms: float,
+                  chunks: int) -> dict[str, float]:
+    request = RequestSpec(index=0, input_len=256, max_tokens=2 * chunks, body=b"{}" * 200)
+    async with chunk_server(gap_ms, chunks) as url, streams_of(kind, conc) as streams:
+        transport = Transport(streams, url)
+        received = 0
+
+        async def slot(n: int) -> None:
+            nonlocal received
+            for _ in range(n):
+                record = await transport.send(request, x_request_id="x", conc=conc,
+                                              scheduled_ns=0, on_record=lambda _r: None)
+                assert record.ok, record.error_detail
+                received += len(record.chunk_ns)
+
+        async with asyncio.TaskGroup() as group:  # warmup: every connection opened
+            for _ in range(conc):
+                group.create_task(slot(1))
+        received = 0
+        before, wall = os.times(), time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for _ in range(conc):
+                group.create_task(slot(per_slot))
+        after, wall = os.times(), time.perf_counter() - wall
+    user, system = after.user - before.user, after.system - before.system
+    return {"chunks/s": received / wall, "cpu us/chunk": (user + system) / received * 1e6,
+            "user us/chunk": user / received * 1e6, "sys us/chunk": system / received * 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conc", type=int, default=512)
+    parser.add_argument("--gap-ms", type=float, default=20.0, help="server step interval")
+    parser.add_argument("--chunks", type=int, default=120, help="chunks per request")
+    parser.add_argument("--per-slot", type=int, default=2, help="measured requests per slot")
+    parser.add_argument("--http-client", default="native,aiohttp")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, {CLIENT_CPU})
+    print(f"read_path: client pid {os.getpid()} on cpu {CLIENT_CPU}, server on cpu "
+          f"{SERVER_CPU}; conc {args.conc}, a chunk per stream every {args.gap_ms} ms")
+    import uvloop
+
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in args.http_client.split(",")}
+    for run in range(args.runs):
+        for kind in results:
+            figures = uvloop.run(measure(kind, args.conc, args.per_slot, args.gap_ms,
+                                         args.chunks))
+            results[kind].append(figures)
+            print(f"run {run + 1} {kind:8} load {os.getloadavg()[0]:4.1f}  "
+                  + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
+    for kind, rows in results.items():
+        print(f"{kind}: median [min..max] over {len(rows)} runs: " + "  ".join(
+            f"{name} {np.median([r[name] for r in rows]):,.1f} "
+            f"[{min(r[name] for r in rows):,.1f}..{max(r[name] for r in rows):,.1f}]"
+            for name in rows[0]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Framing and decoding an event-stream body off the timing path, from stamped pieces.
+
+The protocol's data callback only stamps and appends (stamp, de-chunked bytes) per
+read (protocol.py). Here, when the ingest gets to the stream, each piece is split into
+events with `bytes.find` (memchr) and each event decoded (`decode_event`) and counted
+with the stamp of the piece holding its first byte -- exact, with no offset bookkeeping.
+
+The split here covers the framing vLLM and the simulator send (`data: <json>\\n\\n`, LF
+only, one data line per event). At the first byte it does not cover (a comment, a CR, a
+second field or data line, `data:` without the space) the stream switches for good to
+the general WHATWG framer (sse.py `SseFramer`, with an ArrivalLog for the stamps),
+starting at that event's first byte: every framing rule lives in one place, and this is
+only a shortcut for the common case.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+from typing import Protocol
+
+from loadgen.client.events import TokenCounter, decode_event
+from loadgen.client.ingest import Exchange, Ingest
+from loadgen.client.sse import ArrivalLog, SseFramer
+from loadgen.records import ErrorKind
+
+Piece = tuple[int, bytes]  # (arrival stamp, body bytes of that read)
+_SEPARATOR = b"\n\n"
+_DATA = b"data: "
+# An event still unfinished past this many bytes goes to the framer, which appends a
+# long line in linear time; the shortcut re-joins and re-searches it per read.
+_PENDING_LIMIT = 1 << 16
+
+
+class PieceSource(Protocol):
+    """Where the protocol appends a body's pieces (the native Response)."""
+
+    pieces: list[Piece]
+
+
+class EventStream:
+    """Parse state of one streamed body. The ingest drains it (never raises); the
+    exchange calls `finish` once the body has ended (parses the rest, raises a parse
+    error or records a missing [DONE])."""
+
+    __slots__ = ("_fed", "_framer", "_ingest", "_log", "_pending", "_pending_stamp",
+                 "_shortcut_used", "closed", "counter", "error", "last_stamp", "queued", "source",
+                 "state")
+
+    def __init__(self, source: PieceSource, state: Exchange, counter: TokenCounter,
+                 ingest: Ingest) -> None:
+        self.source = source  # the protocol appends to source.pieces; drain takes them
+        self.state = state
+        self.counter = counter
+        self.error: Exception | None = None
+        self.queued = False
+        self.closed = False
+        self.last_stamp = 0
+        self._ingest = ingest
+        self._pending = b""  # the start of an event whose end has not arrived
+        self._pending_stamp = 0
+        self._framer: SseFramer | None = None  # set once the body left the common framing
+        self._log = ArrivalLog()  # stamps of the bytes given to the framer
+        self._fed = 0
+        self._shortcut_used = False  # an event was framed here: the body is past its start
+
+    def wake(self) -> None:
+        """Called by the protocol on every read that carried body bytes."""
+        if not self.queued:
+            self._ingest.notify(self)
+
+    def drain(self) -> None:
+        if self.closed or self.error is not None:
+            return
+        source = self.source
+        pieces = source.pieces
+        if not pieces:
+            return
+        source.pieces = []
+        state, counter = self.state, self.counter
+        try:
+            for stamp, data in pieces:
+                if state.done:  # nothing after [DONE] or an error event counts
+                    return
+                # The common case inline: one whole `data: ...\n\n` event, nothing pending.
+                # (No slicing but the payload: each slice is an allocation.)
+                end = data.find(b"\n")
+                if (end == len(data) - 2 and data[-1] == 10 and data.startswith(_DATA)
+                        and not self._pending and self._framer is None
+                        and b"\r" not in data):
+                    self.last_stamp = stamp
+                    self._shortcut_used = True
+                    state.on_event(decode_event(data[6:end]), stamp, counter)
+                else:
+                    self._frame(data, stamp)
+        except Exception as exc:  # kept for finish(): the transport classifies it
+            self.error = exc
+
+    def _frame(self, body: bytes, stamp: int) -> None:
+        self.last_stamp = stamp
+        if self._framer is not None:
+            self._framed(body, stamp, 0, stamp)
+            return
+        pending = self._pending
+        data, first = (pending + body, self._pending_stamp) if pending else (body, stamp)
+        if b"\r" in body or len(pending) > _PENDING_LIMIT:
+            self._switch(data, first, len(pending), stamp)
+            return
+        state, counter = self.state, self.counter
+        end = data.find(_SEPARATOR)
+        pos = 0
+        while end >= 0:
+            # One `data: ` line up to the blank line; anything else goes to the framer.
+            if not data.startswith(_DATA, pos) or data.find(b"\n", pos, end) >= 0:
+                self._switch(data[pos:], first, len(pending) - pos, stamp)
+                return
+            self._shortcut_used = True
+            state.on_event(decode_event(data[pos + 6:end]), stamp if pos else first, counter)
+            if state.done:
+                return
+            pos = end + 2
+            end = data.find(_SEPARATOR, pos)
+        # A separator always ends past the old pending bytes: what is left arrived now.
+        self._pending = data[pos:] if pos < len(data) else b""
+        self._pending_stamp = stamp if pos else first
+
+    def _switch(self, data: bytes, first: int, early: int, stamp: int) -> None:
+        """From here on the SseFramer frames this body; `early` bytes came at `first`."""
+        self._pending = b""
+        self._framer = SseFramer()
+        if self._shortcut_used:
+            # The framer takes a byte order mark at its offset 0 as the stream's own; past
+            # the body's start it is not one. A blank line first (a no-op) keeps it so.
+            self._framed(b"\n", first, 1, first)
+        self._framed(data, first, max(early, 0), stamp)
+
+    def _framed(self, data: bytes, first: int, early: int, stamp: int) -> None:
+        log = self._log
+        if early:
+            log.add(first, self._fed + early)
+        self._fed += len(data)
+        log.add(stamp, self._fed)
+        assert self._framer is not None
+        state, counter = self.state, self.counter
+        for offset, payload in self._framer.feed(data):
+            if state.done:
+                return
+            state.on_event(decode_event(payload), log.stamp_of(offset), counter)
+
+    def _close_framing(self) -> bool:
+        """End of body: True when an unterminated event was discarded (as SseFramer.close)."""
+        pending = self._pending
+        if pending:  # the framer decides what an unterminated event is (a blank line is not)
+            self._pending = b""
+            self._switch(pending, self._pending_stamp, len(pending), self._pending_stamp)
+        return self._framer is not None and self._framer.close()
+
+    def finish(self) -> None:
+        """The body ended: parse the rest; raise its error or record a missing [DONE]."""
+        self.drain()
+        self.closed = True
+        if self.error is not None:
+            raise self.error
+        state = self.state
+        cut = self._close_framing()  # an unterminated last event is discarded (WHATWG)
+        if not state.done:
+            state.end_ns = self.last_stamp or perf_counter_ns()
+            state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
+                       + (" (inside an event no blank line ended: discarded, as the SSE "
+                          "standard says)" if cut else ""))

@@ -1,0 +1,194 @@
+"""One HTTP/1.1 client connection: a protocol that stamps, de-chunks and appends, nothing more.
+
+The measured streams' read path (docs/design.md, "Timing under bursts"). Per socket read
+`data_received` takes the arrival stamp first and hands the bytes to llhttp (httptools,
+C), whose body callback appends (stamp, de-chunked bytes) to the response and wakes its
+listener (the ingest's EventStream, body.py). SSE framing and JSON decoding happen
+there, off the timing path, as for the aiohttp path.
+
+One `Response` per request; the connection is kept alive across them. Every failure is a
+value here (`Response.error`); the exchange raises it for transport.py's `_classify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from time import perf_counter_ns
+from typing import cast
+
+import httptools
+
+from loadgen.client.native.body import Piece
+
+
+class BadHttpResponse(Exception):
+    """The server's bytes are not a valid HTTP/1.1 response (classified MALFORMED)."""
+
+
+class ServerDisconnected(ConnectionError):
+    """The connection closed before the response ended (classified DISCONNECT)."""
+
+
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class Response:
+    """One response as it arrives: head, stamped body bytes, end or error."""
+
+    __slots__ = ("complete", "content_type", "ended", "eof_body", "error", "head",
+                 "keep_alive", "last_read_ns", "listener", "pieces", "status")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.status = 0  # 0 until the head has arrived
+        self.content_type = ""
+        self.eof_body = True  # no Content-Length and not chunked: the body ends at EOF
+        self.keep_alive = False
+        self.pieces: list[Piece] = []  # (arrival stamp, body bytes) per read, not yet parsed
+        self.last_read_ns = 0  # the newest read's stamp (the idle deadline looks here)
+        self.complete = False
+        self.error: Exception | None = None
+        self.head: asyncio.Future[None] = loop.create_future()  # status and headers are here
+        self.ended: asyncio.Future[None] = loop.create_future()  # body complete, or error
+        # The ingest's EventStream.wake: called for every read that carried body bytes.
+        self.listener: Callable[[], None] | None = None
+
+    def last_stamp(self) -> int | None:
+        return self.last_read_ns or None
+
+    def read_nowait(self) -> bytes:
+        """The body bytes not parsed yet, joined (the text of an error response)."""
+        data = b"".join(body for _, body in self.pieces)
+        self.pieces = []
+        return data
+
+
+class StreamProtocol(asyncio.Protocol):
+    """A keep-alive connection carrying one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.lost: Exception | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._feed = self._parser.feed_data
+        self._response: Response | None = None
+        self._stamp = 0  # of the read being parsed
+
+    # -- used by the pool and the exchange --------------------------------------------
+
+    def begin(self, loop: asyncio.AbstractEventLoop) -> Response:
+        """Expect a new response; the caller writes its request right after."""
+        response = Response(loop)
+        self._response = response
+        if self.lost is not None:  # closed by the server between acquire and now
+            self._fail(response, ServerDisconnected(
+                f"the server closed the connection before the request was sent: {self.lost}"))
+        return response
+
+    @property
+    def reusable(self) -> bool:
+        transport = self.transport
+        return (self.lost is None and self._response is None and transport is not None
+                and not transport.is_closing())
+
+    def release(self) -> None:
+        """The exchange is over; keep the connection only if its response ended cleanly."""
+        response = self._response
+        self._response = None
+        if response is None or not (response.complete and response.keep_alive
+                                    and response.error is None):
+            self.abort()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        stamp = perf_counter_ns()  # before any parsing: this is the arrival time
+        response = self._response
+        if response is None:  # bytes nobody asked for: the connection is not reusable
+            self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
+            self.abort()
+            return
+        self._stamp = response.last_read_ns = stamp
+        try:
+            self._feed(data)  # calls on_body with the de-chunked bytes
+        except httptools.HttpParserError as exc:
+            what = "body framing" if response.status else "response"
+            self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = exc or ServerDisconnected("the server closed the connection")
+        response = self._response
+        if response is None or response.complete:
+            return
+        if exc is None and response.status and response.eof_body:
+            self.on_message_complete()  # a body delimited by the connection's end
+            return
+        detail = f": {exc}" if exc is not None else ""
+        self._fail(response, ServerDisconnected(
+            "the server closed the connection " + ("mid-body" if response.status else
+                                                   "before sending a response") + detail))
+
+    def _fail(self, response: Response, error: Exception) -> None:
+        if response.error is None:
+            response.error = error
+        listener = response.listener
+        if listener is not None:
+            listener()  # let the ingest parse what came before the failure
+        _resolve(response.head)
+        _resolve(response.ended)
+
+    # -- llhttp callbacks (httptools) ----------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        response = self._response
+        assert response is not None
+        name = name.lower()
+        if name == b"content-type":
+            response.content_type = value.decode("latin-1").split(";")[0].strip().lower()
+        elif name == b"content-length" or (
+                name == b"transfer-encoding" and b"chunked" in value.lower()):
+            response.eof_body = False
+
+    def on_headers_complete(self) -> None:
+        response = self._response
+        assert response is not None
+        parser = self._parser
+        response.status = status = parser.get_status_code()
+        response.keep_alive = parser.should_keep_alive()
+        if status < 200 or status in _NO_BODY_STATUS:
+            response.eof_body = False
+        if status >= 200:  # a 1xx head is interim: the real one follows
+            _resolve(response.head)
+
+    def on_body(self, body: bytes) -> None:
+        # The timing path: one append, one wake; framing and JSON wait for the ingest.
+        response = self._response
+        if response is not None:
+            response.pieces.append((self._stamp, body))
+            listener = response.listener
+            if listener is not None:
+                listener()
+
+    def on_message_complete(self) -> None:
+        response = self._response
+        if response is None or response.complete:
+            return
+        if response.status < 200:  # the end of an interim 1xx response: forget its head
+            response.status, response.content_type, response.eof_body = 0, "", True
+            return
+        response.complete = True
+        _resolve(response.ended)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
