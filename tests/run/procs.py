@@ -6,12 +6,13 @@ same port); the CLI runs as `python -m loadgen`, exactly as a user runs it.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,17 @@ def stop(process: subprocess.Popen[Any]) -> None:
     if process.poll() is None:
         process.kill()
     process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def simulator(log: Path) -> Iterator[str]:
+    """A `loadgen sim` on a free loopback port for the block: its base URL."""
+    port = free_port()
+    sim = start_sim(port, log)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(sim)
 
 
 def loadgen(args: Sequence[str], **popen: Any) -> subprocess.Popen[str]:

@@ -16,22 +16,18 @@ import pytest
 from loadgen.run.limits import FD_HEADROOM
 from run.procs import (
     SMALL,
-    free_port,
     one_error_line,
     point,
     run_file,
     run_loadgen,
-    start_sim,
-    stop,
+    simulator,
 )
 
 
 @pytest.fixture(scope="module")
 def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    sim = start_sim(port, tmp_path_factory.mktemp("sim") / "sim.log")
-    yield f"http://127.0.0.1:{port}"
-    stop(sim)
+    with simulator(tmp_path_factory.mktemp("sim") / "sim.log") as url:
+        yield url
 
 
 def _limit_files(soft: int, hard: int) -> None:

@@ -12,23 +12,18 @@ import pytest
 from loadgen.config.args import default_results_dir
 from run.procs import (
     SMALL,
-    free_port,
     one_error_line,
     point,
     run_file,
     run_loadgen,
-    start_sim,
-    stop,
+    simulator,
 )
 
 
 @pytest.fixture(scope="module")
 def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    sim: subprocess.Popen[bytes] = start_sim(
-        port, tmp_path_factory.mktemp("sim") / "sim.log")
-    yield f"http://127.0.0.1:{port}"
-    stop(sim)
+    with simulator(tmp_path_factory.mktemp("sim") / "sim.log") as url:
+        yield url
 
 
 def _run(url: str, results: Path, conc: str, *extra: str) -> subprocess.CompletedProcess[str]:
