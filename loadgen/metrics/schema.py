@@ -206,6 +206,7 @@ class PointResult(PointMetrics, SessionFields):
     endpoint: str
     base_url: str
     backend: str
+    http_client: str
     input_len: int | None
     output_len: int | None
     range_ratio: float

@@ -213,6 +213,8 @@ class PointRecords:
             "model_id": run.server.model, "endpoint_type": "openai",
             "endpoint": spec.endpoint, "base_url": redact_url(run.backend.base_url),
             "backend": "vllm",
+            # the client that timed the streams: its per-chunk cost is in client_* above
+            "http_client": spec.http_client,
             "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,
             "request_rate": spec.request_rate if spec.request_rate is not None else "inf",
             "burstiness": spec.burstiness, "planned_requests": self.planned,

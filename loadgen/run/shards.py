@@ -271,6 +271,8 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[dict[str, Any]],
         "stop_reason": (codes.pop() if len(codes) == 1 else "mixed") if stopped else None,
         "stop_detail": "; ".join(reasons) or None,
         "shard": None, "shards_merged": len(shards), "run_id": run_id,
+        # shards may have read their streams with different clients: name each one used
+        "http_client": "/".join(sorted({f.get("http_client") or "unknown" for f in files})),
         "planned_requests": sum(f["planned_requests"] for f in files),
         "warmup_requests": sum(f["warmup_requests"] for f in files),
         "warmup_failed": sum(f["warmup_failed"] for f in files),

@@ -221,7 +221,9 @@ def test_both_http_clients_measure_real_vllm_exactly(vllm_ngram: VllmServer,
     for client in ("aiohttp", "native"):
         sweep(vllm_ngram, tmp_path / client, "--http-client", client, conc="2")
         recs = records(tmp_path / client, 2)
-        assert_exact_counts(point(tmp_path / client, 2), recs, 2)
+        result = point(tmp_path / client, 2)
+        assert_exact_counts(result, recs, 2)
+        assert result["http_client"] == client  # the file names the client that timed it
         assert all(r.connect_ns == 0 for r in recs)  # the warmup opened the connections
 
 

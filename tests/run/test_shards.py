@@ -85,7 +85,8 @@ async def test_two_synced_shards_merge_into_the_unsharded_run(
         result, chunks = point(tmp_path / "merged", conc)
         for key in ("num_prompts", "completed", "failed", "total_input_tokens",
                     "total_output_tokens", "total_chunks", "planned_requests",
-                    "warmup_requests", "stream_acceptance_length", "max_concurrency"):
+                    "warmup_requests", "stream_acceptance_length", "max_concurrency",
+                    "http_client"):
             assert result[key] == whole[key], (conc, key)
         assert chunks == whole_chunks
         assert result["shards_merged"] == 2 and result["shard"] is None
