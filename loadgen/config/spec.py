@@ -135,6 +135,7 @@ class RunSpec:
     idle_cap_system_s: float | None = 10.0
     idle_cap_tree_s: float | None = 300.0
     cache_bust: bool = True
+    live_history: bool = False  # history assistant turns: the server's replies
 
     @property
     def sessions(self) -> bool:
@@ -326,6 +327,12 @@ def _validate_sessions(spec: RunSpec) -> None:
            "for synthetic sessions)")
     _check(not spec.multi_turn or spec.osl is not None,
            "--multi-turn: --osl is required (the max_tokens of each turn)")
+    _check(not spec.live_history or spec.dataset_format not in TRACE_FORMATS,
+           "--live-history: trace replay rebuilds each prompt from the trace's `in` and "
+           "hash_ids, which a reply cannot change; use it with --turns or --multi-turn")
+    _check(not spec.live_history or spec.sessions,
+           "--live-history puts the server's replies into the history of a session: use "
+           "it with --turns N or --multi-turn")
     _check(spec.turns is None or spec.dataset is None,
            "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)")
     if spec.start_ratio is not None:
