@@ -58,7 +58,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen.config.spec import RunSpec, parse_cpu_list
+from loadgen.config.parsers import parse_cpu_list
+from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.ids import x_request_id
@@ -253,7 +254,8 @@ def summarise(runs: dict[str, list[dict[int, dict[str, float]]]]) -> None:
 RSS_CHILD = """
 import resource, sys, time
 from loadgen.workload.bodies import BodyOptions
-from loadgen.config.spec import RunSpec, parse_cpu_list, parse_conc
+from loadgen.config.parsers import parse_conc, parse_cpu_list
+from loadgen.config.spec import RunSpec
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import Workload
 spec = RunSpec(conc=parse_conc("4..512"), isl=8192, osl=1024, base_url="http://127.0.0.1:1")

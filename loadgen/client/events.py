@@ -41,6 +41,7 @@ class StreamEvent(NamedTuple):
     finish_reason: str | None = None
     error: str | None = None  # an error object inside the stream
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (vLLM)
+    reasoning: bool = False  # text is chat's delta.reasoning(_content), not its content
 
 
 DONE_EVENT = StreamEvent(done=True)
@@ -131,23 +132,26 @@ def _logprob_count(logprobs: Any) -> int | None:
     return len(entries)
 
 
-def _text(choice: dict[str, Any]) -> str:
-    """The choice's text: `text` (completions) or the delta's content or reasoning (chat)."""
+def _text(choice: dict[str, Any]) -> tuple[str, bool]:
+    """(text, whether it is reasoning) of a choice: `text` (completions), else the delta's
+    content or, failing that, its reasoning (chat: vLLM streams them in separate deltas)."""
     text = choice.get("text")
+    reasoning = False
     if text is None:
         delta = choice.get("delta")
         if delta is None:
-            return ""
+            return "", False
         if not isinstance(delta, dict):
             raise _bad("choices[0].delta", delta, "an object")
         text = delta.get("content")
         if text is None:
             text = delta.get("reasoning_content") or delta.get("reasoning")
             if text is None:
-                return ""
+                return "", False
+            reasoning = True
     if type(text) is not str:
         raise _bad("choices[0] text", text, "a string")
-    return text
+    return text, reasoning
 
 
 # tuple.__new__ builds the NamedTuple without its Python-level __new__ (a lambda taking
@@ -195,11 +199,12 @@ def decode_event(data: bytes) -> StreamEvent:
         raise _bad("choices[0].finish_reason", finish_reason, "a string or null")
     logprobs = get("logprobs")
     text = get("text")
+    reasoning = False
     if type(text) is not str:  # not /v1/completions: chat's delta.content, else the rest
         delta = get("delta")
         text = delta.get("content") if type(delta) is dict else None
         if type(text) is not str:
-            text = _text(choice)
+            text, reasoning = _text(choice)
     return _new_event(StreamEvent, (  # the fields in declaration order
         False,  # done
         True,  # has_choice
@@ -211,6 +216,7 @@ def decode_event(data: bytes) -> StreamEvent:
         finish_reason,
         None,  # error
         cached_tokens,
+        reasoning,
     ))
 
 

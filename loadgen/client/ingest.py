@@ -19,6 +19,7 @@ from typing import Protocol
 from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter, decode_event
 from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ErrorKind
+from loadgen.workload.reply import ReplyText
 
 SLICE_NS = 200_000  # longest parsing run between two socket polls
 # A server may overshoot max_tokens by a few draft tokens of its last speculative step;
@@ -31,9 +32,9 @@ class Exchange:
 
     __slots__ = ("cached_tokens", "chunk_ns", "chunk_tokens", "completion_tokens", "detail",
                  "done", "end_ns", "error", "finish_reason", "max_tokens", "prompt_tokens",
-                 "status", "token_cap")
+                 "reply", "status", "token_cap")
 
-    def __init__(self, max_tokens: int | None = None) -> None:
+    def __init__(self, max_tokens: int | None = None, reply: ReplyText | None = None) -> None:
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.prompt_tokens: int | None = None
@@ -49,6 +50,7 @@ class Exchange:
         # The most completion tokens the server can truthfully report for this request.
         self.token_cap = (MAX_TOKEN_COUNT if max_tokens is None
                           else max_tokens + COMPLETION_OVERSHOOT)
+        self.reply = reply  # --live-history session turns: the reply's text goes here
 
     def fail(self, kind: ErrorKind, detail: str) -> None:
         if self.error is None:  # the first failure is the cause; later ones are echoes
@@ -73,6 +75,8 @@ class Exchange:
             self.cached_tokens = event.cached_tokens
         if event.finish_reason is not None:
             self.finish_reason = event.finish_reason
+        if self.reply is not None and event.text:
+            self.reply.add(event.text, event.reasoning)
         tokens = counter.count(event)
         if tokens > 0:
             self.chunk_ns.append(stamp)

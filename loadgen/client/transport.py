@@ -143,7 +143,7 @@ class Transport:
     ) -> RequestRecord:
         """Send, stream, and record; `on_record` sees the record even when cancelled."""
         clock = RequestClock()
-        state = Exchange(request.max_tokens)
+        state = Exchange(request.max_tokens, request.reply)
         counter = TokenCounter(self.count_text)
         called_ns = perf_counter_ns()
         sent_unix = time.time()

@@ -18,6 +18,18 @@ from typing import Any, NoReturn
 import orjson
 
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
+from loadgen.config.parsers import (
+    SpecError,
+    check_api_key,
+    parse_conc,
+    parse_cpu_list,
+    parse_extra_body,
+    parse_header,
+    parse_percentiles,
+    parse_shard,
+    parse_slos,
+    parse_workers,
+)
 from loadgen.config.session_args import add_session_flags, dataset_format, session_fields
 from loadgen.config.spec import (
     DEFAULT_HTTP_TIMEOUT_S,
@@ -30,16 +42,6 @@ from loadgen.config.spec import (
     REASONING_EFFORTS,
     THINKING_MODES,
     RunSpec,
-    SpecError,
-    check_api_key,
-    parse_conc,
-    parse_cpu_list,
-    parse_extra_body,
-    parse_header,
-    parse_percentiles,
-    parse_shard,
-    parse_slos,
-    parse_workers,
 )
 
 

@@ -16,13 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadgen.config.spec import (
-    VLLM_PERCENTILE_METRICS,
-    SpecError,
-    VllmResultOptions,
-    parse_conc,
-    parse_percentiles,
-)
+from loadgen.config.parsers import SpecError, parse_conc, parse_percentiles
+from loadgen.config.spec import VLLM_PERCENTILE_METRICS, VllmResultOptions
 
 GROUP = "vLLM bench serve / InferenceX compatibility"
 BACKENDS = ("vllm", "openai", "openai-chat")

@@ -63,6 +63,10 @@ def add_session_flags(g: argparse._ArgumentGroup) -> None:
                    help="when nothing is in flight this long, send the next due turn now")
     g.add_argument("--idle-cap-tree", type=float, default=300.0, metavar="SECONDS",
                    help="cut any recorded gap of a session tree to this")
+    g.add_argument("--live-history", action="store_true",
+                   help="assistant turns in the history are the server's own replies to "
+                   "the previous turns (default: the recorded ones, prefix-stable); a "
+                   "session ends at a turn that failed or came back empty")
     g.add_argument("--no-cache-bust", action="store_true",
                    help="do not give each play of a session tree its own marker before its "
                    "first user turn (recycled plays then hit the previous play's cache)")
@@ -110,4 +114,5 @@ def session_fields(args: argparse.Namespace, fmt: str) -> dict[str, Any]:
         "session_headers": () if headers == ("none",) else headers,
         "start_ratio": args.start_ratio, "idle_cap_system_s": args.idle_cap_system,
         "idle_cap_tree_s": args.idle_cap_tree, "cache_bust": not args.no_cache_bust,
+        "live_history": args.live_history,
     }

@@ -153,6 +153,7 @@ class SessionFields(TypedDict, total=False):
     """Session runs only (--turns, multi-turn datasets, trace replay): docs/results.md,
     "Sessions and prefix caching". Optional keys: a single-turn point has none of them."""
 
+    session_history: str
     prompt_tokens_sent: int
     theoretical_cached_tokens: int | None
     theoretical_prefix_hit_rate: float | None
@@ -181,6 +182,8 @@ class SessionFields(TypedDict, total=False):
     replay_gaps_cut_system: int
     replay_primers: int
     replay_primers_failed: int
+    replay_sessions_cut: int
+    replay_turns_skipped: int
 
 
 class PointResult(PointMetrics, SessionFields):

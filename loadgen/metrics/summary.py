@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from loadgen.config.spec import SLO_METRICS
+from loadgen.config.parsers import SLO_METRICS
 from loadgen.metrics.acceptance import (
     SERVER_KEYS,
     acceptance_difference,

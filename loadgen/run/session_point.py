@@ -64,6 +64,7 @@ class SessionPoint(Point):
     def _session_fields(self, records: Sequence[RequestRecord], before: ServerSnapshot | None,
                         after: ServerSnapshot | None) -> dict[str, Any]:
         fields: dict[str, Any] = {
+            "session_history": "live" if self.run.spec.live_history else "recorded",
             **prefix_cache_rates(records, before, after),
             **latency_stats(records),
             **session_counts(records),

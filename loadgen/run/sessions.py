@@ -10,6 +10,9 @@
 - Trace lanes start at a seeded turn between `start_ratio` of their root session, after
   a primer (the turn before, max_tokens 1, not recorded) has sent their prefix; a lane
   whose tree has ended takes the next tree from turn 0 (a fresh play: a fresh marker).
+- --live-history: each turn's reply (collected by the client) replaces the recorded
+  assistant message in the session's later turns; a turn that failed or came back empty
+  ends its session there (its later turns are not sent: `sessions_cut`, `turns_skipped`).
 - Without --duration every tree is played once; with it, trees are recycled (in a seeded
   order) until it elapses, then nothing new is sent and in-flight turns finish.
 Each turn is rendered when it is due (session_render.py): no prompt text is kept. It is
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +37,7 @@ import numpy as np
 from loadgen.records import RequestRecord
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.workload.plan import RequestSpec
+from loadgen.workload.reply import ReplyText
 from loadgen.workload.session_render import Play, SessionRenderer
 from loadgen.workload.sessions import Session, SessionTree
 
@@ -62,6 +66,8 @@ class ReplayStats:
     gaps_capped_tree: int = 0
     gaps_cut_system: int = 0
     primers: int = 0
+    sessions_cut: int = 0  # --live-history: sessions ended by a failed or empty reply
+    turns_skipped: int = 0  # their turns not sent
     live_trees: int = field(default=0, repr=False)
 
 
@@ -213,15 +219,15 @@ class SessionReplay:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    def _render(self, play: Play, session: Session, turn: int, *,
-                primer: bool = False) -> asyncio.Future[RequestSpec]:
+    def _render(self, play: Play, session: Session, turn: int, *, primer: bool = False,
+                live: Mapping[int, ReplyText] | None = None) -> asyncio.Future[RequestSpec]:
         """The turn's request, rendered on the render thread; submitted (and numbered)
         now, so renders run in call order."""
         assert self._executor is not None, "render outside warmup/measure"
         index = self._index
         self._index += 1
         render = functools.partial(self.renderer.render, play, session, turn, index,
-                                   primer=primer)
+                                   primer=primer, live=dict(live) if live else None)
         return asyncio.get_running_loop().run_in_executor(self._executor, render)
 
     def _stopped(self) -> bool:
@@ -254,6 +260,7 @@ class SessionReplay:
         stats.subagents_started += bool(session.name)
         previous_end = self.clock()
         children: list[asyncio.Task[None]] = []
+        live: dict[int, ReplyText] = {}  # --live-history: history index -> the reply
         async with asyncio.TaskGroup() as group:
             for number in range(first, len(session.turns)):
                 turn = session.turns[number]
@@ -266,8 +273,14 @@ class SessionReplay:
                     due = max(due, self.clock())
                 if self._stopped():
                     return
-                record = await self._send(play, session, number, due, send)
+                request, record = await self._send(play, session, number, due, send, live)
                 previous_end = record.end_ns or self.clock()
+                if request.reply is not None:
+                    if not record.ok or request.reply.empty:
+                        stats.sessions_cut += 1
+                        stats.turns_skipped += len(session.turns) - number - 1
+                        return
+                    live[turn.history_end] = request.reply
                 children = [group.create_task(self._session(play, child, 0, send))
                             for child in turn.spawns]
 
@@ -279,11 +292,12 @@ class SessionReplay:
         return int(gap_s * 1e9)
 
     async def _send(self, play: Play, session: Session, number: int, due: int,
-                    send: SendTurn) -> RequestRecord:
+                    send: SendTurn, live: Mapping[int, ReplyText]
+                    ) -> tuple[RequestSpec, RequestRecord]:
         self.gate.started()  # a turn being rendered is not idle time
         try:
-            request = await self._render(play, session, number)
-            return await send(request, due)
+            request = await self._render(play, session, number, live=live)
+            return request, await send(request, due)
         finally:
             self.gate.ended()
 

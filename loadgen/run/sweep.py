@@ -91,6 +91,7 @@ def single_turn_spec(spec: RunSpec) -> RunSpec:
         return spec
     return dataclasses.replace(
         spec, dataset=None, dataset_format="auto", multi_turn=False, turns=None,
+        live_history=False,
         isl=spec.isl or TRACE_PROBE_ISL, osl=spec.osl or TRACE_PROBE_OSL)
 
 

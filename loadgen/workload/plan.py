@@ -19,6 +19,7 @@ from loadgen.config.spec import RunSpec, SpecError
 from loadgen.tokenizer import encode
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
 from loadgen.workload.datasets import VLLM_SHAREGPT_LIMITS, Conversation, load_dataset
+from loadgen.workload.reply import ReplyText
 
 MEASURED, WARMUP, PREFLIGHT = 0, 1, 2  # rng stream ids
 SYNTH_BATCH = 256  # prompts synthesized at a time (bounds peak memory)
@@ -46,6 +47,9 @@ class RequestSpec:
     tree_id: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     theoretical_cached_tokens: int | None = None
+    # --live-history: the client collects the reply's text here for the session's next
+    # turns (None, the default: nothing is collected)
+    reply: ReplyText | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ class SessionSource:
     def settings(self) -> RenderSettings:
         spec = self.spec
         return RenderSettings(spec.encoder, spec.thinking, spec.reasoning_effort,
-                              spec.session_headers, spec.cache_bust)
+                              spec.session_headers, spec.cache_bust, spec.live_history)
 
     def trees(self, conc: int) -> list[SessionTree]:
         if self.loaded:

@@ -5,6 +5,10 @@ Trace turns go through the block renderer (blocks.py); message turns through the
 of it) gets a cache-bust marker of its own before its first user turn, so a recycled
 trace never finds the previous play's prefix in the server's cache.
 
+With --live-history a message turn's request carries a `ReplyText` the client fills,
+and the session's later turns render the replies collected so far (`live`: history
+index -> reply) in place of the recorded assistant messages (reply.py).
+
 Not thread-safe (block texts, the theoretical cache and the seed stream are shared
 state): run/sessions.py renders on one worker thread, in the order turns become due.
 """
@@ -25,6 +29,7 @@ from loadgen.workload.blocks import MARKER_WORDS, BlockRenderer, BlockText, Theo
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
 from loadgen.workload.plan import SEED_BITS, RequestSpec
 from loadgen.workload.prompts import user_template, word_pool
+from loadgen.workload.reply import ReplyText, assistant_message
 from loadgen.workload.sessions import Session, SessionTree, Turn
 
 
@@ -35,6 +40,7 @@ class RenderSettings:
     reasoning_effort: str | None
     session_headers: tuple[str, ...]  # header names that carry the session id
     cache_bust: bool
+    live_history: bool = False  # message turns: history assistant turns are the replies
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +78,25 @@ class SessionRenderer:
         return Play(tree, f"{label}:{tree.tree_id}", marker, namespace)
 
     def render(self, play: Play, session: Session, turn_index: int, index: int, *,
-               primer: bool = False) -> RequestSpec:
+               primer: bool = False, live: Mapping[int, ReplyText] | None = None
+               ) -> RequestSpec:
         turn = session.turns[turn_index]
         session_id = play.tree_id + (f"::{session.name}" if session.name else "")
         headers = tuple((name, session_id) for name in self.settings.session_headers)
         seed = int(self._seeds.integers(0, 1 << SEED_BITS))
         max_tokens = 1 if primer else turn.max_tokens
+        reply = None
         if play.tree.kind == "trace":
             body, input_len, theoretical = self._trace_body(play, turn, max_tokens, seed)
         else:
-            body, input_len = self._message_body(play, session, turn, max_tokens, seed)
+            body, input_len = self._message_body(play, session, turn, max_tokens, seed,
+                                                 live or {})
             theoretical = None
+            if self.settings.live_history and not primer:
+                reply = ReplyText()
         return RequestSpec(index, input_len, max_tokens, body, session_id=session_id,
                            turn_index=turn_index, tree_id=play.tree_id, headers=headers,
-                           theoretical_cached_tokens=theoretical)
+                           theoretical_cached_tokens=theoretical, reply=reply)
 
     def _trace_body(self, play: Play, turn: Turn, max_tokens: int,
                     seed: int) -> tuple[bytes, int, int]:
@@ -99,10 +110,15 @@ class SessionRenderer:
         return body, prompt.num_tokens, theoretical
 
     def _message_body(self, play: Play, session: Session, turn: Turn, max_tokens: int,
-                      seed: int) -> tuple[bytes, int]:
-        messages = _with_marker(session.messages[: turn.history_end], play.marker,
-                                replace=play.tree.synthetic)
+                      seed: int, live: Mapping[int, ReplyText]) -> tuple[bytes, int]:
         settings = self.settings
+        history = session.messages[: turn.history_end]
+        if live:
+            history = tuple(
+                assistant_message(live[i], endpoint=self.options.endpoint,
+                                  encoder=settings.encoder, thinking=settings.thinking)
+                if i in live else message for i, message in enumerate(history))
+        messages = _with_marker(history, play.marker, replace=play.tree.synthetic)
         text = self._encoder.encode_messages(messages, settings.thinking,
                                              reasoning_effort=settings.reasoning_effort)
         input_len = count_tokens(self.tokenizer, text)

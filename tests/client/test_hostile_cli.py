@@ -32,7 +32,8 @@ from hostile_server import (
 from tokenizers import Tokenizer
 
 from loadgen.config.args import build_parser, spec_from_argv
-from loadgen.config.spec import RunSpec, SpecError, parse_header
+from loadgen.config.parsers import parse_header
+from loadgen.config.spec import RunSpec, SpecError
 from loadgen.records import ErrorKind
 from loadgen.run.embedded_sim import free_port, simulator_argv
 from loadgen.run.sweep import run_sweep

@@ -142,7 +142,9 @@ def test_decode_event_fields_by_name() -> None:
     assert ev._asdict() == {
         "done": False, "has_choice": True, "token_ids": 3, "logprobs": 2, "text": "ab",
         "completion_tokens": 11, "prompt_tokens": 9, "finish_reason": "length", "error": None,
-        "cached_tokens": 4}
+        "cached_tokens": 4, "reasoning": False}
+    chat = decode_event(b'{"choices":[{"delta":{"reasoning":"r"},"token_ids":[5]}]}')
+    assert (chat.text, chat.reasoning, chat.token_ids) == ("r", True, 1)
     usage_only = decode_event(b'{"choices":[],"usage":{"prompt_tokens":9,"total_tokens":20,'
                               b'"completion_tokens":11,"prompt_tokens_details":'
                               b'{"cached_tokens":8}}}')

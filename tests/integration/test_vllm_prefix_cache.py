@@ -76,3 +76,32 @@ def test_multi_turn_cached_tokens_equal_the_server_hits(vllm_prefix: VllmServer,
             # the history as it was sent; replies are the recorded ones, so the blocks
             # vLLM cached from the live output match nothing): every full block of it hits.
             assert hit == previous_prompt // size * size, (size, turns)
+
+
+def test_live_history_cached_tokens_equal_the_server_hits(vllm_prefix: VllmServer,
+                                                          tmp_path: Path) -> None:
+    """--live-history: each turn resends the server's own reply; the two counts still
+    agree, and each later turn still hits every full block of the prompt before it."""
+    done = run_loadgen(vllm_prefix, tmp_path, "--conc", str(CONC), "--isl", "256",
+                       "--osl", "32", "--turns", str(TURNS), "--turn-tokens", "64",
+                       "--think-time", "0", "--sessions-per-conc", "1", "--live-history")
+    assert done.returncode == 0, f"loadgen failed (log {vllm_prefix.log}):\n{done.stderr}"
+    result = json.loads((tmp_path / f"conc_{CONC}.json").read_text())
+    recs = records(tmp_path, CONC)
+    assert result["session_history"] == "live" and result["replay_sessions_cut"] == 0
+    assert len(recs) == CONC * TURNS and all(r.ok for r in recs)
+    cached = sum(r.cached_tokens or 0 for r in recs)
+    assert cached > 0 and result["server_prefix_cache_hits"] == cached, result
+    size = block_size(vllm_prefix)
+    by_session: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for r in recs:
+        assert r.session_id is not None and r.turn_index is not None
+        by_session[r.session_id].append((r.turn_index, r.cached_tokens or 0,
+                                         r.prompt_tokens or 0))
+    for turns in by_session.values():
+        turns.sort()
+        for (_, _, previous_prompt), (_, hit, prompt) in itertools.pairwise(turns):
+            # the reply's text is in this prompt: it grew by more than the new user turn
+            assert prompt > previous_prompt + 64, turns
+            # (vLLM also caches the blocks of its own output, which can add hits)
+            assert hit >= previous_prompt // size * size, (size, turns)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.config.args import build_parser, spec_from_argv, spec_from_options
-from loadgen.config.spec import RunSpec, SpecError, parse_conc, parse_header, parse_slos
+from loadgen.config.parsers import parse_conc, parse_header, parse_slos
+from loadgen.config.spec import RunSpec, SpecError
 
 BASE = ["--base-url", "http://127.0.0.1:9", "--isl", "64", "--osl", "16"]
 

@@ -1,0 +1,211 @@
+"""Flag values from text: concurrency lists, durations, SLOs, percentiles, headers,
+extra body, workers, CPU lists, shards; and `SpecError`, which every one of them and
+RunSpec's validation raise.
+
+Kept apart from spec.py (the RunSpec record and its validation): the parsers turn text into
+typed values, argv and the sidecar's JSON options alike go through them via config/args.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from loadgen.errors import UsageError
+
+SLO_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+MAX_CONC = 65536
+MAX_WORKERS = 256
+
+
+class SpecError(UsageError):
+    """A run setting is invalid; the message says what is wrong and what is allowed."""
+
+
+_RANGE = re.compile(r"^(\d+)\.\.(\d+)(?::\+(\d+))?$")
+
+
+def parse_conc(text: str) -> tuple[int, ...]:
+    """`4..512` (powers of two), `8,16,64` (a list, order kept) or `A..B:+S` (arithmetic)."""
+    text = text.strip().replace(" ", "")
+    match = _RANGE.match(text)
+    if match:
+        low, high = int(match.group(1)), int(match.group(2))
+        if low < 1 or high < low:
+            raise SpecError(f"--conc {text}: need 1 <= A <= B in A..B")
+        if match.group(3) is not None:
+            step = int(match.group(3))
+            if step < 1:
+                raise SpecError(f"--conc {text}: the step S in A..B:+S must be >= 1")
+            values = list(range(low, high + 1, step))
+        else:
+            if low & (low - 1):
+                raise SpecError(f"--conc {text}: A in A..B must be a power of two (or use A..B:+S)")
+            values = []
+            value = low
+            while value <= high:
+                values.append(value)
+                value *= 2
+    else:
+        try:
+            values = [int(part) for part in text.split(",") if part]
+        except ValueError:
+            raise SpecError(
+                f"--conc {text!r}: expected A..B (powers of two), A..B:+S or a list like 8,16,64"
+            ) from None
+    if not values or any(v < 1 or v > MAX_CONC for v in values):
+        raise SpecError(f"--conc {text!r}: every concurrency must be in 1..{MAX_CONC}")
+    if len(set(values)) != len(values):
+        raise SpecError(f"--conc {text!r}: a concurrency appears twice")
+    return tuple(values)
+
+
+_DURATION = re.compile(r"^([0-9]*\.?[0-9]+)\s*(us|ms|s|m)?$")
+_UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0, None: 1.0}
+
+
+def parse_duration_ms(text: str, *, what: str) -> float:
+    """`2s`, `50ms`, `250us`, `0.5m`, or a bare number of milliseconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise SpecError(f"{what}: {text!r} is not a duration (use e.g. 2s, 50ms, 250us)")
+    return float(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def parse_slos(text: str) -> dict[str, float]:
+    """`ttft=2s,tpot=50ms` -> {"ttft": 2000.0, "tpot": 50.0} (milliseconds)."""
+    slos: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        name = name.strip().lower()
+        if not sep or name not in SLO_METRICS:
+            raise SpecError(
+                f"--slo {part!r}: expected METRIC=DURATION with METRIC in {', '.join(SLO_METRICS)}"
+            )
+        slos[name] = parse_duration_ms(value, what=f"--slo {name}")
+        if slos[name] <= 0:
+            raise SpecError(f"--slo {name}: must be > 0")
+    return slos
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise SpecError(f"--percentiles {text!r}: expected numbers like 50,90,99,99.9") from None
+    if not values or any(not 0 < v < 100 for v in values):
+        raise SpecError(f"--percentiles {text!r}: each must be strictly between 0 and 100")
+    return values
+
+
+_HEADER_SEP = re.compile(r"[:=]")
+# Body fields loadgen sets itself: overriding them would change what is measured (the
+# token counts, the stream, the length) behind the back of the flag that owns them.
+EXTRA_BODY_RESERVED: Mapping[str, str] = {
+    "model": "use --model", "prompt": "loadgen builds the prompt",
+    "messages": "loadgen builds the messages", "max_tokens": "use --osl",
+    "max_completion_tokens": "use --osl", "temperature": "use --temperature",
+    "seed": "use --seed", "chat_template_kwargs": "use --thinking / --reasoning-effort",
+    "stream": "loadgen always streams", "stream_options": "loadgen needs per-chunk usage",
+    "ignore_eos": "loadgen needs exactly --osl tokens",
+    "return_token_ids": "loadgen counts tokens with it", "logprobs": "loadgen may count "
+    "tokens with it", "top_logprobs": "loadgen may count tokens with it",
+    "add_special_tokens": "loadgen adds the template and BOS itself",
+    "n": "one choice per request is what is measured",
+    "best_of": "one choice per request is what is measured",
+}
+
+
+def parse_extra_body(text: str) -> dict[str, Any]:
+    """`{"min_p": 0.1}`: a JSON object of extra request-body fields."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise SpecError(f"--extra-body {text!r}: not JSON; expected an object like "
+                        '{"min_p": 0.1}') from None
+    if not isinstance(value, dict):
+        raise SpecError(f"--extra-body {text!r}: expected a JSON object like {{\"min_p\": 0.1}}")
+    check_extra_body(value)
+    return value
+
+
+def check_extra_body(body: Mapping[str, Any]) -> None:
+    for key in body:
+        if key in EXTRA_BODY_RESERVED:
+            raise SpecError(f"--extra-body: {key!r} is set by loadgen ({EXTRA_BODY_RESERVED[key]})")
+
+
+# RFC 9110: a field name is a token; a field value has no control characters but HTAB.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """`NAME:VALUE` (loadgen) or `NAME=VALUE` (vLLM): a header name has neither character,
+    so the first of them ends the name."""
+    match = _HEADER_SEP.search(text)
+    name = text[: match.start()].strip(" \t") if match else ""
+    if not match or not _HEADER_NAME.match(name):
+        raise SpecError(f"--header {text!r}: expected NAME:VALUE or NAME=VALUE with NAME made "
+                        "of letters, digits and !#$%&'*+-.^_`|~, e.g. X-Session-Affinity:abc")
+    value = text[match.end() :].strip(" \t")  # not CR/LF: those are refused
+    if CONTROL_CHARS.search(value):
+        raise SpecError(f"--header {text!r}: the value contains a control character (CR, LF, "
+                        "...), which would break or inject HTTP headers; remove it")
+    return name, value
+
+
+def check_api_key(key: str) -> str:
+    """The bearer token without surrounding whitespace (a secret file's trailing newline)."""
+    key = key.strip()
+    if CONTROL_CHARS.search(key):
+        raise SpecError("--api-key / OPENAI_API_KEY contains a control character (CR, LF, "
+                        "...); it cannot be sent in an HTTP header")
+    return key
+
+
+def parse_workers(text: str) -> int | None:
+    """`N` worker processes, or `auto` (None: chosen from the cores and the concurrency)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SpecError(f"--workers {text!r}: expected a number of processes or auto") from None
+    if not 1 <= value <= MAX_WORKERS:
+        raise SpecError(f"--workers {value}: must be in 1..{MAX_WORKERS} (or auto)")
+    return value
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Linux cpu-list syntax, as taskset -c: `0-3`, `2,4,6`, `0-1,8-9`."""
+    cpus: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            low, sep, high = part.partition("-")
+            first, last = int(low), int(high) if sep else int(low)
+            if first < 0 or last < first:
+                raise ValueError
+            cpus += range(first, last + 1)
+    except ValueError:
+        raise SpecError(f"--cpu-affinity {text!r}: expected CPU numbers like 0-3 or 2,4,6") \
+            from None
+    if not cpus or len(set(cpus)) != len(cpus):
+        raise SpecError(f"--cpu-affinity {text!r}: list each CPU once")
+    return tuple(cpus)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`I/N`: shard I (0-based, like a Kubernetes completion index) of N."""
+    index, sep, count = text.strip().partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not sep or not 0 <= i < n:
+        raise SpecError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/4 "
+                        "(I counts from 0, like a Kubernetes Job completion index)")
+    return i, n
