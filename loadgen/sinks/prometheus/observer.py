@@ -17,7 +17,9 @@ from loadgen.metrics.checks import NO_TOKENS, failure_kind
 from loadgen.metrics.schema import PointResult
 from loadgen.metrics.summary import latency_samples
 from loadgen.records import ErrorKind, RequestRecord
-from loadgen.sinks.prometheus.instruments import MAX_POSITIONS, LoadgenMetrics
+from loadgen.sinks.prometheus.buckets import MAX_POSITIONS
+from loadgen.sinks.prometheus.instruments import LoadgenMetrics
+from loadgen.sinks.prometheus.sessions import SessionObserver
 
 
 @dataclass(slots=True)
@@ -56,6 +58,7 @@ class MetricsObserver:
         self._point_finished = 0
         self._completed_points = 0
         self._loop_lag = metrics.loop_lag.labels()
+        self._sessions = SessionObserver(metrics.sessions, self._run)
         self._in_flight = metrics.in_flight.labels(*self._run)
         self._in_flight.set(0)
         metrics.sweep_points.labels(*self._run).set(points or 0)
@@ -102,6 +105,8 @@ class MetricsObserver:
         series = self._series(record.conc)
         self._point_finished += 1
         self._set_progress()
+        if record.session_id is not None:
+            self._sessions.request_finished(record)
         kind = failure_kind(record)
         if kind is not None:
             series.error.inc()
@@ -114,6 +119,13 @@ class MetricsObserver:
         """The sweep is over (done, failed or cancelled): no target, nothing in flight."""
         self.metrics.target_concurrency.labels(*self._run).set(0)
         self._in_flight.set(0)
+        self._sessions.finished()
+
+    def session_started(self, conc: int, root: bool) -> None:
+        self._sessions.session_started(root)
+
+    def session_finished(self, conc: int, root: bool) -> None:
+        self._sessions.session_finished(root)
 
     def _set_progress(self) -> None:
         if not self._planned_points:
