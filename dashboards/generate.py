@@ -127,6 +127,33 @@ ROWS: list[tuple[str, list[Panel]]] = [
          [("loadgen", rate_sum("loadgen_requests_total", f'{POINT}, outcome="ok"')),
           ("vLLM {{instance}}", server_rate("vllm:request_success_total"))], "timeseries"),
     ]),
+    ("Sessions", [
+        ("Live sessions and trees", "Session runs: sessions (roots and subagents) and "
+         "session trees being played; trees never exceed the lanes (target concurrency), "
+         "sessions may while subagents fan out.", "short", 6,
+         [("sessions", f"sum(loadgen_sessions_live{{{RUN}}})"),
+          ("trees", f"sum(loadgen_session_trees_live{{{RUN}}})"),
+          ("lanes", f"max(loadgen_target_concurrency{{{RUN}}})")], "timeseries"),
+        ("Turns/s", "Session turns finished per second (any outcome).", "reqps", 6,
+         [("turns", rate_sum("loadgen_session_turns_total", POINT))], "timeseries"),
+        ("Prefix-cache hit rate: client vs server", "Client: cached tokens the server "
+         "reported per request (usage.prompt_tokens_details.cached_tokens; vLLM "
+         "--enable-prompt-tokens-details) over those requests' prompt tokens. Theoretical: "
+         "what an unbounded cache would hit per the trace's hash_ids. Server: vLLM's "
+         "prefix_cache_hits / queries.", "percentunit", 12,
+         [("client-reported", f"{rate_sum('loadgen_session_cached_tokens_total', POINT)} / "
+           f"{rate_sum('loadgen_session_cache_reported_prompt_tokens_total', POINT)}"),
+          ("theoretical (trace)",
+           f"{rate_sum('loadgen_session_theoretical_cached_tokens_total', POINT)} / "
+           f"{rate_sum('loadgen_session_prompt_tokens_total', POINT)}"),
+          ("vLLM {{instance}}", f"{server_rate('vllm:prefix_cache_hits_total')} / "
+           f"{server_rate('vllm:prefix_cache_queries_total')}")], "timeseries"),
+        ("TTFT by context length", "p50 and p99 TTFT of session turns by prompt length, in "
+         "the result files' ttft_by_context bins (tokens).", "s", 24,
+         [(f"{name} {{{{context_bin}}}}", f"histogram_quantile({q}, sum by (le, context_bin) "
+           f"(rate(loadgen_session_time_to_first_token_seconds_bucket{{{POINT}}}{RATE})))")
+          for name, q in (("p50", 0.5), ("p99", 0.99))], "timeseries"),
+    ]),
     ("Speculative decoding (MTP)", [
         ("Acceptance length", "Stream: tokens per decode chunk. Server: 1 + accepted / "
          "drafts from vllm:spec_decode_*. They should agree with stream interval 1.",
@@ -259,7 +286,7 @@ def dashboard() -> dict[str, Any]:
     return {
         "uid": "loadgen", "title": "loadgen", "tags": ["loadgen", "vllm", "llm-serving"],
         "description": "loadgen sweep live: client latencies (TTFT, ITL per chunk and per "
-        "token, TPOT, E2E), throughput, MTP acceptance, beside vLLM's own metrics.",
+        "token, TPOT, E2E), throughput, sessions, MTP acceptance, beside vLLM's own metrics.",
         "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
         "timezone": "browser", "refresh": "10s", "time": {"from": "now-1h", "to": "now"},
         "fiscalYearStartMonth": 0, "liveNow": False, "links": [],

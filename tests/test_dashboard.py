@@ -5,36 +5,33 @@ here, so its queries are run the way Grafana would send them)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
-import json
-import math
 import re
-import shutil
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
+from real_prometheus import (
+    DASHBOARD_PATH,
+    ROOT,
+    has_data,
+    label_values,
+    load_dashboard,
+    prom_get,
+    prometheus,
+    query_panels,
+    regex_literal,
+    substitute,
+    wait_scraped,
+)
 
 from loadgen.sinks.prometheus import LoadgenMetrics, serve_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
-DASHBOARD_PATH = ROOT / "dashboards" / "loadgen.json"
 MODEL = "sim/model-v4.1"  # a "/" and a "." exercise the regex escaping of $model
-
-
-def load_dashboard() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(DASHBOARD_PATH.read_text())
-    return data
-
-
-def query_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in dashboard["panels"] if p["type"] != "row"]
+# Checked against a session run by tests/test_session_metrics.py: a single-turn sweep
+# has no session series.
+SESSION_ROWS = {"Sessions"}
 
 
 def test_committed_json_is_what_the_generator_writes() -> None:
@@ -121,94 +118,13 @@ def test_the_issue_panels_are_there() -> None:
         "vllm:prompt_tokens_total", "vllm:prefix_cache_hits_total",
         "vllm:prefix_cache_queries_total", "vllm:num_preemptions_total",
         "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
-        "vllm:request_decode_time_seconds",
+        "vllm:request_decode_time_seconds", "loadgen_sessions_live",
+        "loadgen_session_trees_live", "loadgen_session_turns_total",
+        "loadgen_session_cached_tokens_total",
+        "loadgen_session_cache_reported_prompt_tokens_total",
+        "loadgen_session_time_to_first_token_seconds",
     ):
         assert metric in exprs, f"no panel shows {metric}"
-
-
-def substitute(expr: str, variables: dict[str, str]) -> str:
-    """Grafana's variable interpolation for the variables this dashboard uses."""
-    out = expr
-    for name in sorted(variables, key=len, reverse=True):
-        out = out.replace(f"${name}", variables[name])
-    assert "$" not in out, f"unsubstituted variable in {out}"
-    return out
-
-
-def has_data(result: list[dict[str, Any]]) -> bool:
-    """At least one series with a finite value (NaN is what an empty histogram rate gives)."""
-    return any(math.isfinite(float(r["value"][1])) for r in result)
-
-
-def regex_literal(text: str) -> str:
-    r"""Grafana's escaping of a variable value for a PromQL regex inside a "..." string:
-    the regex backslash is itself escaped (\\. in the query is \. in the regex)."""
-    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\\\1", text)
-
-
-def free_port() -> int:
-    """Prometheus cannot report a port it picked itself, so pick one and hand it over
-    (retried when another process takes it first)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@asynccontextmanager
-async def prometheus(tmp: Path, targets: dict[str, int]) -> AsyncIterator[str]:
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus missing: run scripts/ensure-prometheus"
-    config = tmp / "prometheus.yml"
-    jobs = "".join(f"  - job_name: {job}\n    static_configs:\n"
-                   f"      - targets: ['127.0.0.1:{port}']\n" for job, port in targets.items())
-    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                      f"scrape_configs:\n{jobs}")
-    for _attempt in range(3):
-        port = free_port()
-        process = await asyncio.create_subprocess_exec(
-            binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            if await wait_ready(url, process):
-                yield url
-                return
-        finally:
-            if process.returncode is None:
-                process.terminate()
-                await asyncio.wait_for(process.wait(), 10)
-    raise AssertionError("prometheus did not start on a free port in 3 attempts")
-
-
-async def wait_ready(url: str, process: asyncio.subprocess.Process) -> bool:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(300):
-            if process.returncode is not None:
-                return False  # e.g. the port was taken meanwhile
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(f"{url}/-/ready") as response:
-                    if response.status == 200:
-                        return True
-            await asyncio.sleep(0.1)
-    raise AssertionError("prometheus not ready after 30 s")
-
-
-async def prom_get(session: aiohttp.ClientSession, url: str,
-                   params: dict[str, str]) -> Any:
-    async with session.get(url, params=params) as response:
-        body = await response.json()
-        assert response.status == 200 and body["status"] == "success", (params, body)
-        return body["data"]
-
-
-async def wait_scraped(session: aiohttp.ClientSession, url: str, jobs: int) -> None:
-    for _ in range(100):
-        data = await prom_get(session, f"{url}/api/v1/targets", {})
-        if sum(t["health"] == "up" for t in data["activeTargets"]) == jobs:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"targets never all up: {data}")
 
 
 async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Path) -> None:
@@ -261,7 +177,7 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: P
         for instance, conc in ((".*", ".*"), (".*", "4"), (chosen, ".*")):
             values = {**model, "instance": instance, "conc": conc, "__rate_interval": "1m",
                       "__range": "5m", "__interval": "5s"}
-            for p in query_panels(dashboard):
+            for p in query_panels(dashboard, without=SESSION_ROWS):
                 for target in p["targets"]:
                     query = substitute(target["expr"], values)
                     data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
@@ -278,17 +194,6 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: P
         by_instance = {r["metric"]["instance"]: float(r["value"][1]) for r in data["result"]}
         assert set(by_instance) == {busy, idle}
         assert by_instance[busy] > 0 and by_instance[idle] == 0
-
-
-async def label_values(session: aiohttp.ClientSession, prom: str, definition: str,
-                       variables: dict[str, str]) -> list[str]:
-    """Grafana's label_values(selector, label) as the Prometheus series API answers it."""
-    match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", definition)
-    assert match, definition
-    selector = substitute(match[1], variables)
-    data = await prom_get(session, f"{prom}/api/v1/label/{match[2]}/values",
-                          {"match[]": selector})
-    return list(data)
 
 
 def test_queries_aggregate_the_shards_of_a_sharded_run() -> None:

@@ -3,6 +3,7 @@ counters agree with the result files of the same run against the real simulator.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -124,8 +125,17 @@ def test_promtool_accepts_the_exposition() -> None:
     observer.point_started(1, 1)
     observer.request_started(1)
     observer.request_finished(make_record(0, 1, [3.0, 1.0, 1.0], [1, 3, 2]))
+    observer.session_started(1, True)  # a session turn: the session series too
+    observer.request_started(1)
+    observer.request_finished(dataclasses.replace(
+        make_record(1, 1, [2.0, 1.0], [1, 1]), session_id="r.0.0:t", turn_index=0,
+        tree_id="r.0.0:t", cached_tokens=64, theoretical_cached_tokens=64))
+    observer.session_finished(1, True)
     observer.point_finished(1, point_result(server_acceptance_rate=0.5))
-    checked = subprocess.run([promtool, "check", "metrics"], input=generate_latest(registry),
+    exposition = generate_latest(registry)
+    assert b'loadgen_session_time_to_first_token_seconds_count{conc="1",context_bin="0-8192"' \
+        in exposition
+    checked = subprocess.run([promtool, "check", "metrics"], input=exposition,
                              capture_output=True, timeout=30, check=False)
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
 

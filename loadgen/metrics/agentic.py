@@ -13,8 +13,9 @@ the server's counters count them too); primers and warmup are outside the point.
 
 from __future__ import annotations
 
-import itertools
+import bisect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,53 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 STATS = (("mean", None), ("p50", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0),
          ("p99", 99.0))
+# Lower bounds of the TTFT-by-context bins (prompt tokens); the last bin is open. The
+# result files' `ttft_by_context` and the live histogram's `context_bin` label both use
+# these, through context_bin().
 CONTEXT_BINS = (0, 8_192, 16_384, 32_768, 65_536, 131_072)
+
+
+def context_bin(input_len: int) -> int:
+    """The index into CONTEXT_BINS of the bin holding a prompt of `input_len` tokens."""
+    return max(0, bisect.bisect_right(CONTEXT_BINS, input_len) - 1)
+
+
+def context_bin_bounds(index: int) -> tuple[int, int | None]:
+    """[low, high) of a bin; high is None for the last, open one."""
+    high = CONTEXT_BINS[index + 1] if index + 1 < len(CONTEXT_BINS) else None
+    return CONTEXT_BINS[index], high
+
+
+def context_bin_label(index: int) -> str:
+    """`8192-16384`, the open last bin `131072+`: the live histogram's label value."""
+    low, high = context_bin_bounds(index)
+    return f"{low}+" if high is None else f"{low}-{high}"
+
+
+def has_ttft(record: RequestRecord) -> bool:
+    """Whether a record counts in TTFT by context: ended without error with a first chunk."""
+    return record.ok and record.ttft_ns is not None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTokens:
+    """One sent request's share of the prefix-cache figures: prefix_cache_rates sums
+    these over a point, the live exporter adds them up as requests finish."""
+
+    prompt_sent: int  # loadgen's own prompt length
+    theoretical: int | None  # hits an unbounded block cache would give (trace replay)
+    cached: int | None  # usage.prompt_tokens_details.cached_tokens, when reported
+    cached_prompt: int  # prompt tokens of a request reporting `cached` (else 0)
+
+
+def cache_tokens(record: RequestRecord) -> CacheTokens | None:
+    """None for a request never sent (the server's counters never saw it)."""
+    if not record.start_ns:
+        return None
+    cached_prompt = (0 if record.cached_tokens is None
+                     else record.prompt_tokens or record.input_len)
+    return CacheTokens(record.input_len, record.theoretical_cached_tokens,
+                       record.cached_tokens, cached_prompt)
 
 
 def stats(values: Sequence[float]) -> dict[str, float | None]:
@@ -44,13 +91,13 @@ def _ratio(part: float | None, whole: float | None) -> float | None:
 
 def prefix_cache_rates(records: Sequence[RequestRecord], before: ServerSnapshot | None,
                        after: ServerSnapshot | None) -> dict[str, Any]:
-    sent = [r for r in records if r.start_ns]
-    prompt_tokens = sum(r.input_len for r in sent)
-    theory = [r for r in sent if r.theoretical_cached_tokens is not None]
-    theoretical = sum(r.theoretical_cached_tokens or 0 for r in theory)
-    reported = [r for r in sent if r.cached_tokens is not None]
-    client = sum(r.cached_tokens or 0 for r in reported)
-    client_prompt = sum(r.prompt_tokens or r.input_len for r in reported)
+    sent = [c for c in map(cache_tokens, records) if c is not None]
+    prompt_tokens = sum(c.prompt_sent for c in sent)
+    theory = [c.theoretical for c in sent if c.theoretical is not None]
+    theoretical = sum(theory)
+    reported = [c for c in sent if c.cached is not None]
+    client = sum(c.cached or 0 for c in reported)
+    client_prompt = sum(c.cached_prompt for c in reported)
     queries = hits = None
     if before is not None and after is not None:
         queries = counter_delta(before, after, PREFIX_QUERIES)
@@ -74,13 +121,14 @@ def prefix_cache_rates(records: Sequence[RequestRecord], before: ServerSnapshot 
 
 def ttft_by_context(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
     """TTFT of completed requests binned by prompt length (bins with requests only)."""
-    bounds: list[int | None] = [*CONTEXT_BINS, None]
+    binned: list[list[float]] = [[] for _ in CONTEXT_BINS]
+    for r in records:
+        if has_ttft(r):
+            binned[context_bin(r.input_len)].append((r.ttft_ns or 0) / 1e6)
     rows = []
-    for low, high in itertools.pairwise(bounds):
-        assert low is not None
-        ttfts = [r.ttft_ns / 1e6 for r in records if r.ok and r.ttft_ns is not None
-                 and r.input_len >= low and (high is None or r.input_len < high)]
+    for index, ttfts in enumerate(binned):
         if ttfts:
+            low, high = context_bin_bounds(index)
             figures = stats(ttfts)
             rows.append({"context_min": low, "context_max": high, "requests": len(ttfts),
                          "mean_ttft_ms": figures["mean"], "p50_ttft_ms": figures["p50"],

@@ -16,6 +16,11 @@ class RunObserver(Protocol):
     def request_finished(self, record: RequestRecord) -> None: ...
     def point_finished(self, conc: int, result: PointResult) -> None: ...
     def loop_lag(self, seconds: float) -> None: ...
+    # Session runs only: a session (root or subagent) of a measured replay began / ended.
+    # A root session ends when its whole tree has (it waits for its subagents), so the
+    # live roots are the live trees.
+    def session_started(self, conc: int, root: bool) -> None: ...
+    def session_finished(self, conc: int, root: bool) -> None: ...
 
 
 class FanoutObserver:
@@ -43,3 +48,11 @@ class FanoutObserver:
     def loop_lag(self, seconds: float) -> None:
         for o in self.observers:
             o.loop_lag(seconds)
+
+    def session_started(self, conc: int, root: bool) -> None:
+        for o in self.observers:
+            o.session_started(conc, root)
+
+    def session_finished(self, conc: int, root: bool) -> None:
+        for o in self.observers:
+            o.session_finished(conc, root)

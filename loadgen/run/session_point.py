@@ -89,5 +89,6 @@ async def build_session_point(context: RunContext, conc: int, source: SessionSou
         conc=conc, duration_s=spec.duration_s, start_ratio=source.start_ratio,
         idle_cap_system_s=spec.idle_cap_system_s, idle_cap_tree_s=spec.idle_cap_tree_s,
         seed=spec.seed, run_key=zlib.crc32(context.run_id.encode()))
-    replay = SessionReplay(trees, renderer, options, clock=context.clock, sleep=context.sleep)
+    replay = SessionReplay(trees, renderer, options, clock=context.clock, sleep=context.sleep,
+                           hooks=context.hooks)
     return SessionPoint(context, conc, replay)

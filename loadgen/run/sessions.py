@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.records import RequestRecord
+from loadgen.run.observers import FanoutObserver, RunObserver
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.workload.plan import RequestSpec
 from loadgen.workload.reply import ReplyText
@@ -128,11 +129,13 @@ class SessionReplay:
     """Plays session trees on `conc` lanes; `warmup` (primers) then `measure`."""
 
     def __init__(self, trees: Sequence[SessionTree], renderer: SessionRenderer,
-                 options: ReplayOptions, *, clock: Clock, sleep: Sleep) -> None:
+                 options: ReplayOptions, *, clock: Clock, sleep: Sleep,
+                 hooks: RunObserver | None = None) -> None:
         self.trees = trees
         self.renderer = renderer
         self.options = options
         self.clock, self.sleep = clock, sleep
+        self.hooks: RunObserver = hooks if hooks is not None else FanoutObserver()
         self.stats = ReplayStats()
         self.gate = IdleGate(options.idle_cap_system_s, clock, sleep, self.stats)
         self._rng = np.random.default_rng([options.seed, options.conc, 0xA6E7])
@@ -246,12 +249,23 @@ class SessionReplay:
             stats.live_trees += 1
             stats.max_live_trees = max(stats.max_live_trees, stats.live_trees)
             try:
-                await self._session(play, tree.root, start, send)
+                await self._live_session(play, tree.root, start, send)
             finally:
                 stats.live_trees -= 1
             if not self._stopped():
                 stats.trees_completed += 1
             play, start = self._next_play(lane), 0
+
+    async def _live_session(self, play: Play, session: Session, first: int,
+                            send: SendTurn) -> None:
+        """`_session` between the hooks' session_started and session_finished (live
+        sessions and trees on /metrics)."""
+        root = session is play.tree.root
+        self.hooks.session_started(self.options.conc, root)
+        try:
+            await self._session(play, session, first, send)
+        finally:
+            self.hooks.session_finished(self.options.conc, root)
 
     async def _session(self, play: Play, session: Session, first: int,
                        send: SendTurn) -> None:
@@ -281,7 +295,7 @@ class SessionReplay:
                         stats.turns_skipped += len(session.turns) - number - 1
                         return
                     live[turn.history_end] = request.reply
-                children = [group.create_task(self._session(play, child, 0, send))
+                children = [group.create_task(self._live_session(play, child, 0, send))
                             for child in turn.spawns]
 
     def _capped(self, gap_s: float) -> int:

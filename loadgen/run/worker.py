@@ -105,6 +105,12 @@ class ParentLink:
     def loop_lag(self, seconds: float) -> None:
         self._lag_ns.append(round(seconds * 1e9))
 
+    def session_started(self, conc: int, root: bool) -> None:
+        pass  # session runs are played in one process (RunSpec refuses --workers)
+
+    def session_finished(self, conc: int, root: bool) -> None:
+        pass
+
 
 async def _until_stopped(work: Awaitable[None], commands: asyncio.Queue[Command]) -> bool:
     """Run `work` unless the parent says STOP (or goes away) first; True when stopped."""

@@ -107,6 +107,12 @@ class ProgressObserver:
     def loop_lag(self, seconds: float) -> None:
         pass  # the sidecar's /metrics has it (MetricsObserver); run.json keeps progress
 
+    def session_started(self, conc: int, root: bool) -> None:
+        pass  # live sessions are on /metrics too
+
+    def session_finished(self, conc: int, root: bool) -> None:
+        pass
+
     def request_finished(self, record: RequestRecord) -> None:
         p = self.record.progress
         p.in_flight -= 1

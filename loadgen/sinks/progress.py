@@ -58,6 +58,12 @@ class ProgressLine:
     def loop_lag(self, seconds: float) -> None:
         pass  # the progress line shows requests, not client health
 
+    def session_started(self, conc: int, root: bool) -> None:
+        pass  # the line counts turns (requests); sessions are on /metrics
+
+    def session_finished(self, conc: int, root: bool) -> None:
+        pass
+
     # ---- drawing ----------------------------------------------------------------------------
     def line(self) -> str:
         elapsed = max(perf_counter() - self._started, 1e-9)
