@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -14,7 +15,7 @@ from loadgen.config.spec import SpecError
 from loadgen.tokenizer import encode, load_tokenizer
 from loadgen.workload.blocks import BlockRenderer, BlockText, TheoreticalCache
 from loadgen.workload.prompts import user_template, word_pool
-from loadgen.workload.sessions import conversation_tree
+from loadgen.workload.sessions import Session, conversation_tree
 from loadgen.workload.traces import load_conversations, load_mooncake, load_weka
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
@@ -129,3 +130,32 @@ def test_session_flags_are_validated() -> None:
     assert trace.dataset_format == "weka" and trace.sessions
     with pytest.raises(SpecError, match="--isl is required"):  # restructure's wording
         spec_from_argv(["--sim", "--conc", "1"])
+
+
+def test_a_turns_seed_depends_on_the_turn_not_on_render_order(tokenizer: Tokenizer) -> None:
+    """Turns become due in an order the server's timing decides; the same --seed must
+    still give each turn the same sampling seed in every run."""
+    from loadgen.workload.bodies import BodyOptions
+    from loadgen.workload.session_render import RenderSettings, SessionRenderer
+
+    trees = load_weka(TRACES / "agentic_small.jsonl")
+    settings = RenderSettings("dsv4", "thinking", None, ("X-Session-ID",), cache_bust=True)
+    options = BodyOptions(endpoint="completions", model="m")
+    def sessions(session: Session) -> list[Session]:
+        return [session, *(s for t in session.turns for c in t.spawns for s in sessions(c))]
+
+    turns = [(lane, session, number) for lane, tree in enumerate(trees[:2])
+             for session in sessions(tree.root) for number in range(len(session.turns))]
+    assert len(turns) > 4
+
+    def seeds(order: list[tuple[int, Any, int]]) -> dict[tuple[int, str, int], int]:
+        render = SessionRenderer(settings, tokenizer, options, 64, seed=9)
+        plays = {lane: render.play(tree, (1234, 4, lane, 0), f"r.{lane}.0")
+                 for lane, tree in enumerate(trees[:2])}
+        return {(lane, session.name, number): orjson.loads(
+            render.render(plays[lane], session, number, 0).body)["seed"]
+            for lane, session, number in order}
+
+    forward, backward = seeds(turns), seeds(turns[::-1])
+    assert forward == backward
+    assert len(set(forward.values())) == len(forward)  # and every turn has its own

@@ -19,7 +19,7 @@ Each turn is rendered when it is due (session_render.py): no prompt text is kept
 rendered on a worker thread, never on the event loop: a long history takes tens of ms
 to encode and tokenize, and chunks arriving meanwhile would be stamped late, together
 (collapsed ITLs). One thread, fed in the order turns become due, keeps the renderer's
-shared state (block texts, theoretical cache, seed stream) single-threaded and ordered.
+shared state (block texts, theoretical cache) single-threaded and ordered.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ With --live-history a message turn's request carries a `ReplyText` the client fi
 and the session's later turns render the replies collected so far (`live`: history
 index -> reply) in place of the recorded assistant messages (reply.py).
 
-Not thread-safe (block texts, the theoretical cache and the seed stream are shared
+Not thread-safe (block texts and the theoretical cache are shared
 state): run/sessions.py renders on one worker thread, in the order turns become due.
 """
 
@@ -51,6 +51,7 @@ class Play:
     tree_id: str  # unique per play: the tree's id, lane and play number
     marker: str  # cache-bust words ("" when off)
     namespace: int
+    seed_key: tuple[int, ...] = ()  # (point, lane, play number): the same in every run
 
 
 class SessionRenderer:
@@ -67,7 +68,6 @@ class SessionRenderer:
         self.traces = BlockRenderer(self.blocks, template)
         self.theory = TheoreticalCache(block_size, template.suffix_tokens)
         self._encoder = get_encoder(settings.encoder)
-        self._seeds = np.random.default_rng([seed, 0x5E55])
 
     def play(self, tree: SessionTree, key: tuple[int, ...], label: str) -> Play:
         """A play of `tree`; `key` (run, point, lane, play number) seeds its marker."""
@@ -75,7 +75,16 @@ class SessionRenderer:
         namespace = tree.namespace
         if marker:  # a marked play shares no block with any other play
             namespace = zlib.crc32(marker.encode(), tree.namespace & 0xFFFFFFFF)
-        return Play(tree, f"{label}:{tree.tree_id}", marker, namespace)
+        return Play(tree, f"{label}:{tree.tree_id}", marker, namespace, key[1:])
+
+    def _request_seed(self, play: Play, session: Session, turn_index: int,
+                      primer: bool) -> int:
+        """A turn's sampling seed, from its identity: turns become due in an order that
+        depends on the server's timing, so a shared stream would give a turn a different
+        seed in each run of the same --seed."""
+        identity = [self.seed, 0x5E55, *play.seed_key, zlib.crc32(session.name.encode()),
+                    turn_index, int(primer)]
+        return int(np.random.default_rng(identity).integers(0, 1 << SEED_BITS))
 
     def render(self, play: Play, session: Session, turn_index: int, index: int, *,
                primer: bool = False, live: Mapping[int, ReplyText] | None = None
@@ -83,7 +92,7 @@ class SessionRenderer:
         turn = session.turns[turn_index]
         session_id = play.tree_id + (f"::{session.name}" if session.name else "")
         headers = tuple((name, session_id) for name in self.settings.session_headers)
-        seed = int(self._seeds.integers(0, 1 << SEED_BITS))
+        seed = self._request_seed(play, session, turn_index, primer)
         max_tokens = 1 if primer else turn.max_tokens
         reply = None
         if play.tree.kind == "trace":

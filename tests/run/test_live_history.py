@@ -146,9 +146,7 @@ async def test_default_history_does_not_depend_on_the_replies(
             sessions, result, _ = await play(tmp_path, tokenizer, reply, salt, *flags,
                                              chat=chat)
             assert result["session_history"] == mode
-            # (the request seed is drawn in the order turns become due, which varies)
-            runs.append([{**r.json(), "seed": None} for _, turns in sorted(sessions.items())
-                         for r in turns])
+            runs.append([r.json() for _, turns in sorted(sessions.items()) for r in turns])
         bodies[mode] = runs
     assert bodies["recorded"][0] == bodies["recorded"][1]
     live_a, live_b = bodies["live"]
@@ -227,7 +225,7 @@ def check_sim_replies(sessions: dict[str, list[Request]], replies: dict[str, str
         assert len(turns) == TURNS
         for before, after in itertools.pairwise(turns):
             text = replies[key(before)]
-            assert len(text) > 4  # the simulator streamed real vocabulary text
+            assert text.strip()  # the simulator streamed real vocabulary text
             if chat:
                 assert after.json()["messages"][len(before.json()["messages"])] == {
                     "role": "assistant", "content": text}
