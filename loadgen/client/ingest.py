@@ -1,12 +1,18 @@
-"""Parsing stamped bytes off the timing path, in short slices between socket polls.
+"""Parsing stamped bytes off the timing path, between socket polls, when reads pause.
 
-Arrival stamps are taken in the protocol's data callback (transport.py). Everything
-after that -- SSE framing, orjson, token counting -- happens here, in one loop callback
-that drains the streams with new bytes for at most `SLICE_NS` and then yields. The event
-loop polls its sockets between two slices, so a burst of 512 chunks is stamped as it
-arrives: a stamp waits for at most one slice of parsing, never for the whole burst.
-No task is woken per chunk: a request's coroutine wakes once, when its body ends
-(aiohttp's own end-of-body signal), and parses whatever the ingest has not yet.
+Arrival stamps are taken in the protocol's data callback (transport.py, native/).
+Everything after that -- HTTP de-chunking (native), SSE framing, JSON decoding, token
+counting -- happens here, in one loop callback that drains the streams with new bytes
+and then yields so the event loop polls its sockets. How much it drains per turn
+depends on what the last poll found:
+- reads arrived since the last turn (a burst is being delivered): one stream only, so a
+  read waits behind at most one stream's parsing, and a burst is stamped at the pace of
+  the reads alone, not of reads plus parsing (which together are slower than a fast
+  server's writes: the last sockets of a 512-chunk burst waited milliseconds);
+- no read arrived since the last turn: up to `SLICE_NS` of parsing, the bulk of it in
+  the quiet time between bursts.
+No task is woken per chunk: a request's coroutine wakes once, when its body ends,
+and parses whatever the ingest has not yet.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ from collections import deque
 from time import perf_counter_ns
 from typing import Protocol
 
-from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter, decode_event
+from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter
+from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ErrorKind
 
-SLICE_NS = 200_000  # longest parsing run between two socket polls
+SLICE_NS = 100_000  # longest parsing run between two socket polls (a read may wait this long)
 # A server may overshoot max_tokens by a few draft tokens of its last speculative step;
 # more than this many is a count no server generating for this request could report.
 COMPLETION_OVERSHOOT = 64
@@ -133,7 +140,7 @@ class BodyStream:
         """Called by the protocol on every read; on connection loss, salvage bytes now."""
         if lost:
             self.drain()  # before aiohttp replaces the buffered bytes with an exception
-        elif not self.queued:
+        else:
             self._ingest.notify(self)
 
     def drain(self) -> None:
@@ -170,14 +177,17 @@ class BodyStream:
 
 
 class Ingest:
-    """Round-robin, time-sliced parsing of every stream that has new bytes."""
+    """Round-robin parsing of every stream that has new bytes, paced by the reads."""
 
     def __init__(self, slice_ns: int = SLICE_NS) -> None:
         self.slice_ns = slice_ns
+        # Set by every read (the protocols and notify); cleared by each turn here.
+        self.reads_arrived = False
         self._ready: deque[Drainable] = deque()
         self._scheduled = False
 
     def notify(self, stream: Drainable) -> None:
+        self.reads_arrived = True
         if stream.queued:
             return
         stream.queued = True
@@ -189,14 +199,21 @@ class Ingest:
     def _run(self) -> None:
         self._scheduled = False
         ready = self._ready
-        deadline = perf_counter_ns() + self.slice_ns
-        while ready:
-            stream = ready.popleft()
-            stream.queued = False
-            stream.drain()
-            if perf_counter_ns() > deadline:
-                break
-        if ready:  # yield: the loop polls its sockets (and stamps) before the next slice
+        if self.reads_arrived:  # mid-burst: one stream, then the loop polls again
+            self.reads_arrived = False
+            if ready:
+                stream = ready.popleft()
+                stream.queued = False
+                stream.drain()
+        else:
+            deadline = perf_counter_ns() + self.slice_ns
+            while ready:
+                stream = ready.popleft()
+                stream.queued = False
+                stream.drain()
+                if perf_counter_ns() > deadline:
+                    break
+        if ready:  # yield: the loop polls its sockets (and stamps) before the next turn
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._run)
 

@@ -40,6 +40,26 @@ async def test_ingest_yields_to_the_loop_between_slices() -> None:
     assert not any(s.queued for s in streams)
 
 
+async def test_ingest_parses_one_stream_per_turn_while_reads_arrive() -> None:
+    """Mid-burst the loop goes back to its sockets after each stream; once a poll found
+    no read, the ingest parses in full slices."""
+    log: list[str] = []
+    ingest = Ingest(slice_ns=50_000_000)
+    streams = [SlowStream(0, log, f"s{i}") for i in range(6)]
+    loop = asyncio.get_running_loop()
+    for stream in streams[:3]:
+        ingest.notify(stream)  # type: ignore[arg-type]  # three reads: a burst
+    loop.call_soon(log.append, "poll")  # the next poll finds another read
+    loop.call_soon(ingest.notify, streams[3])
+    await asyncio.sleep(0.01)
+    assert log[:3] == ["s0", "poll", "s1"]  # one stream per turn while reads arrive
+    assert log[3:] == ["s2", "s3"]  # then a quiet turn parses the rest in one slice
+    ingest.reads_arrived = False
+    streams[4].queued = True  # already waiting for its turn
+    ingest.notify(streams[4])  # type: ignore[arg-type]
+    assert ingest.reads_arrived  # a read on a queued stream still marks a burst
+
+
 async def test_loop_lag_sees_a_blocked_loop() -> None:
     monitor = LoopLag(interval_s=0.005)
     monitor.start()
