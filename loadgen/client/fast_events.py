@@ -129,13 +129,13 @@ def decode_event_fast(data: bytes) -> StreamEvent:
         return _new_event(StreamEvent, (False, False, None, None, "", completion, prompt,
                                         None, None, cached))
     choice = choices[0]
-    token_ids = choice.token_ids
+    token_ids, logprobs, text = choice.token_ids, choice.logprobs, choice.text
     return _new_event(StreamEvent, (
         False,  # done
         True,  # has_choice
         None if token_ids is None else len(token_ids),
-        _logprob_count(choice.logprobs),
-        _text(choice),
+        None if logprobs is None else _logprob_count(logprobs),
+        _text(choice) if text is None else text,
         completion,
         prompt,
         choice.finish_reason,
@@ -145,10 +145,7 @@ def decode_event_fast(data: bytes) -> StreamEvent:
 
 
 def _text(choice: _Choice) -> str:
-    """As events._text: `text`, else the delta's content, else its reasoning."""
-    text = choice.text
-    if text is not None:
-        return text
+    """As events._text, `text` being null: the delta's content, else its reasoning."""
     delta = choice.delta
     if delta is None:
         return ""
@@ -158,9 +155,7 @@ def _text(choice: _Choice) -> str:
     return "" if text is None else text
 
 
-def _logprob_count(logprobs: _Logprobs | None) -> int | None:
-    if logprobs is None:
-        return None
+def _logprob_count(logprobs: _Logprobs) -> int | None:
     if logprobs.tokens is not None:
         return len(logprobs.tokens)
     return None if logprobs.content is None else len(logprobs.content)

@@ -44,7 +44,7 @@ async def test_ingest_parses_one_stream_per_turn_while_reads_arrive() -> None:
     """Mid-burst the loop goes back to its sockets after each stream; once a poll found
     no read, the ingest parses in full slices."""
     log: list[str] = []
-    ingest = Ingest(slice_ns=50_000_000)
+    ingest = Ingest(slice_ns=50_000_000, busy_slice_ns=0)
     streams = [SlowStream(0, log, f"s{i}") for i in range(6)]
     loop = asyncio.get_running_loop()
     for stream in streams[:3]:

@@ -40,8 +40,8 @@ class PieceSource(Protocol):
 
 
 class EventStream:
-    """Parse state of one streamed body. The protocol drains it once the ingest has
-    parsed new body pieces (never raises); the exchange calls `finish` once the body has
+    """Parse state of one streamed body. The protocol feeds it each body piece as the
+    ingest de-chunks it (never raises); the exchange calls `finish` once the body has
     ended (parses the rest, raises a parse error or records a missing [DONE])."""
 
     __slots__ = ("_fed", "_framer", "_log", "_pending", "_pending_stamp",
@@ -63,29 +63,33 @@ class EventStream:
         self._shortcut_used = False  # an event was framed here: the body is past its start
 
     def drain(self) -> None:
-        if self.closed or self.error is not None:
-            return
+        """Frame the pieces that wait in the source (those that came before `feed` was
+        the response's sink)."""
         source = self.source
         pieces = source.pieces
-        if not pieces:
-            return
-        source.pieces = []
-        state, counter = self.state, self.counter
-        try:
+        if pieces:
+            source.pieces = []
+            feed = self.feed
             for stamp, data in pieces:
-                if state.done:  # nothing after [DONE] or an error event counts
-                    return
-                # The common case inline: one whole `data: ...\n\n` event, nothing pending.
-                # (No slicing but the payload: each slice is an allocation.)
-                end = data.find(b"\n")
-                if (end == len(data) - 2 and data[-1] == 10 and data.startswith(_DATA)
-                        and not self._pending and self._framer is None
-                        and b"\r" not in data):
-                    self.last_stamp = stamp
-                    self._shortcut_used = True
-                    state.on_event(decode_event(data[6:end]), stamp, counter)
-                else:
-                    self._frame(data, stamp)
+                feed(stamp, data)
+
+    def feed(self, stamp: int, data: bytes) -> None:
+        """One de-chunked body piece and its read's stamp (the protocol's body sink)."""
+        state = self.state
+        if state.done or self.closed or self.error is not None:
+            return  # nothing after [DONE], an error event or a parse error counts
+        try:
+            # The common case inline: one whole `data: ...\n\n` event, nothing pending.
+            # (No slicing but the payload: each slice is an allocation.)
+            end = data.find(b"\n")
+            if (end == len(data) - 2 and data[-1] == 10 and not self._pending
+                    and self._framer is None and data.startswith(_DATA)
+                    and b"\r" not in data):
+                self.last_stamp = stamp
+                self._shortcut_used = True
+                state.on_event(decode_event(data[6:end]), stamp, self.counter)
+            else:
+                self._frame(data, stamp)
         except Exception as exc:  # kept for finish(): the transport classifies it
             self.error = exc
 

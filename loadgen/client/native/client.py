@@ -100,14 +100,13 @@ async def _first_bytes(response: Response) -> bytes:
 async def _follow(response: Response, state: Exchange, counter: TokenCounter) -> None:
     """Let the ingest frame and decode the body as it parses it; sleep until it has ended."""
     stream = EventStream(response, state, counter)
-    response.listener = stream.drain
+    response.sink = stream.feed
     stream.drain()  # body bytes parsed with the head
     try:
         await response.ended  # end of body, or the connection broke
     finally:
         response.parse()  # a cancelled or timed-out request keeps what had arrived
-        response.listener = None
-        stream.drain()
+        response.sink = None
     # A broken connection is the cause unless the events already ended ([DONE]) or one
     # was malformed first; finish() records a body that ended cleanly without [DONE].
     if response.error is not None and stream.error is None and not state.done:

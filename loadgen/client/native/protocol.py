@@ -4,8 +4,9 @@ The measured streams' read path (docs/design.md, "Timing under bursts"). Per soc
 `data_received` takes the arrival stamp, appends (stamp, bytes) and queues the
 connection on the ingest: no parsing at all. The ingest later calls `drain`, which
 hands the bytes to llhttp (httptools, C) read by read, so each de-chunked body piece
-keeps its read's stamp, and then lets the response's listener (the EventStream,
-body.py) frame and decode them -- all off the timing path.
+keeps its read's stamp, and its body callback passes each piece straight to the
+response's sink (the EventStream, body.py), which frames and decodes it -- all off the
+timing path.
 
 One `Response` per request; the connection is kept alive across them. Every failure is a
 value here (`Response.error`); the exchange raises it for transport.py's `_classify`.
@@ -39,7 +40,7 @@ class Response:
     """One response as it arrives: head, stamped body bytes, end or error."""
 
     __slots__ = ("complete", "content_type", "ended", "eof_body", "error", "head",
-                 "keep_alive", "last_read_ns", "listener", "parse", "pieces", "status")
+                 "keep_alive", "last_read_ns", "listener", "parse", "pieces", "sink", "status")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0  # 0 until the head has arrived
@@ -52,7 +53,9 @@ class Response:
         self.error: Exception | None = None
         self.head: asyncio.Future[None] = loop.create_future()  # status and headers are here
         self.ended: asyncio.Future[None] = loop.create_future()  # body complete, or error
-        # The EventStream's drain: called once body pieces were parsed (ingest's turn).
+        # Takes each body piece as it is de-chunked (the EventStream's feed) instead of
+        # `pieces`; `listener` is told when pieces were added (an error body's reader).
+        self.sink: Callable[[int, bytes], None] | None = None
         self.listener: Callable[[], None] | None = None
         self.parse: Callable[[], None] = _nothing  # parse what has arrived (the protocol's drain)
 
@@ -135,7 +138,7 @@ class StreamProtocol(asyncio.Protocol):
             ingest.notify(self)
 
     def drain(self) -> None:
-        """The ingest's turn: parse the reads so far, then let the listener frame them."""
+        """The ingest's turn: parse the reads so far (body pieces go to the sink)."""
         reads = self._reads
         response = self._response
         if not reads or response is None:
@@ -205,7 +208,11 @@ class StreamProtocol(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         response = self._response
         if response is not None:
-            response.pieces.append((self._stamp, body))
+            sink = response.sink
+            if sink is not None:
+                sink(self._stamp, body)
+            else:
+                response.pieces.append((self._stamp, body))
 
     def on_message_complete(self) -> None:
         response = self._response
