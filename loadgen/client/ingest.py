@@ -5,13 +5,12 @@ Everything after that -- HTTP de-chunking (native), SSE framing, JSON decoding, 
 counting -- happens here, in one loop callback that drains the streams with new bytes
 and then yields so the event loop polls its sockets. How much it drains per turn
 depends on what the last poll found:
-- reads arrived since the last turn (a burst is being delivered): `BUSY_SLICE_NS` (at
-  least one stream), so a read waits behind at most that much parsing, and a burst is
-  stamped about at the pace of the reads alone, not of reads plus parsing (which
-  together are slower than a fast server's writes: the last sockets of a 512-chunk
-  burst waited milliseconds behind 200 us parsing slices);
-- no read arrived since the last turn: up to `SLICE_NS` of parsing, the bulk of it in
-  the quiet time between bursts.
+- a read arrived within the last `QUIET_NS` (a burst is being delivered): up to
+  `BUSY_SLICE_NS` (at least one stream), so a read waits behind at most that much
+  parsing, and a burst is stamped about at the pace of the reads alone, not of reads
+  plus parsing (which together are slower than a fast server's writes: the last
+  sockets of a 512-chunk burst waited milliseconds behind 200 us parsing slices);
+- otherwise (between bursts) up to `SLICE_NS`: the bulk of the parsing happens there.
 No task is woken per chunk: a request's coroutine wakes once, when its body ends,
 and parses whatever the ingest has not yet.
 """
@@ -28,8 +27,9 @@ from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ErrorKind
 
-SLICE_NS = 100_000  # longest parsing run between two socket polls (a read may wait this long)
-BUSY_SLICE_NS = 20_000  # the same while reads keep arriving (a poll per turn costs ~1.5 us)
+SLICE_NS = 50_000  # longest parsing run between two socket polls (a read may wait this long)
+BUSY_SLICE_NS = 10_000  # the same while reads keep arriving (a poll per turn costs ~1.5 us)
+QUIET_NS = 200_000  # no read for this long: between bursts (a burst's reads come us apart)
 # A server may overshoot max_tokens by a few draft tokens of its last speculative step;
 # more than this many is a count no server generating for this request could report.
 COMPLETION_OVERSHOOT = 64
@@ -186,13 +186,12 @@ class Ingest:
     def __init__(self, slice_ns: int = SLICE_NS, busy_slice_ns: int = BUSY_SLICE_NS) -> None:
         self.slice_ns = slice_ns
         self.busy_slice_ns = busy_slice_ns
-        # Set by every read (the protocols and notify); cleared by each turn here.
-        self.reads_arrived = False
+        self.last_read_ns = 0  # the newest read's stamp (the protocols set it per read)
         self._ready: deque[Drainable] = deque()
         self._scheduled = False
 
-    def notify(self, stream: Drainable) -> None:
-        self.reads_arrived = True
+    def notify(self, stream: Drainable, stamp: int = 0) -> None:
+        self.last_read_ns = stamp or perf_counter_ns()
         if stream.queued:
             return
         stream.queued = True
@@ -204,9 +203,9 @@ class Ingest:
     def _run(self) -> None:
         self._scheduled = False
         ready = self._ready
-        budget = self.busy_slice_ns if self.reads_arrived else self.slice_ns
-        self.reads_arrived = False
-        deadline = perf_counter_ns() + budget
+        now = perf_counter_ns()
+        busy = now - self.last_read_ns < QUIET_NS
+        deadline = now + (self.busy_slice_ns if busy else self.slice_ns)
         while ready:
             stream = ready.popleft()
             stream.queued = False

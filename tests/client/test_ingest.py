@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter_ns
 
-from loadgen.client.ingest import Ingest
+from loadgen.client.ingest import QUIET_NS, Ingest
 from loadgen.run.loop_health import LoopLag
 
 
@@ -40,24 +40,24 @@ async def test_ingest_yields_to_the_loop_between_slices() -> None:
     assert not any(s.queued for s in streams)
 
 
-async def test_ingest_parses_one_stream_per_turn_while_reads_arrive() -> None:
-    """Mid-burst the loop goes back to its sockets after each stream; once a poll found
-    no read, the ingest parses in full slices."""
+async def test_ingest_parses_briefly_while_reads_arrive() -> None:
+    """Mid-burst the loop goes back to its sockets after each short turn (here: one
+    stream); once no read came for QUIET_NS, the ingest parses in full slices."""
     log: list[str] = []
     ingest = Ingest(slice_ns=50_000_000, busy_slice_ns=0)
     streams = [SlowStream(0, log, f"s{i}") for i in range(6)]
     loop = asyncio.get_running_loop()
     for stream in streams[:3]:
         ingest.notify(stream)  # type: ignore[arg-type]  # three reads: a burst
-    loop.call_soon(log.append, "poll")  # the next poll finds another read
-    loop.call_soon(ingest.notify, streams[3])
+    loop.call_soon(log.append, "poll")
     await asyncio.sleep(0.01)
-    assert log[:3] == ["s0", "poll", "s1"]  # one stream per turn while reads arrive
-    assert log[3:] == ["s2", "s3"]  # then a quiet turn parses the rest in one slice
-    ingest.reads_arrived = False
-    streams[4].queued = True  # already waiting for its turn
-    ingest.notify(streams[4])  # type: ignore[arg-type]
-    assert ingest.reads_arrived  # a read on a queued stream still marks a burst
+    assert log[:4] == ["s0", "poll", "s1", "s2"]  # one stream per turn while reads arrive
+    log.clear()
+    for stream in streams[3:]:
+        ingest.notify(stream, perf_counter_ns() - QUIET_NS)  # type: ignore[arg-type]
+    loop.call_soon(log.append, "poll")
+    await asyncio.sleep(0.01)
+    assert log == ["s3", "s4", "s5", "poll"]  # quiet: one slice took them all
 
 
 async def test_loop_lag_sees_a_blocked_loop() -> None:

@@ -133,9 +133,9 @@ class StreamProtocol(asyncio.Protocol):
         ingest = self._ingest
         assert ingest is not None
         if self.queued:
-            ingest.reads_arrived = True
+            ingest.last_read_ns = stamp
         else:
-            ingest.notify(self)
+            ingest.notify(self, stamp)
 
     def drain(self) -> None:
         """The ingest's turn: parse the reads so far (body pieces go to the sink)."""
