@@ -235,21 +235,22 @@ class TokenCounter:
         self.source = TokenSource.TOKEN_IDS
 
     def count(self, event: StreamEvent) -> int:
-        cumulative = event.completion_tokens
+        _, has_choice, token_ids, logprobs, text, cumulative, _, _, _, _, _ = event
         if cumulative is not None:
             delta = cumulative - self._last_completion
-            self._last_completion = max(self._last_completion, cumulative)
-        if not event.has_choice:
+            if delta > 0:
+                self._last_completion = cumulative
+        if not has_choice:
             return 0
-        if event.token_ids is not None:
-            return event.token_ids
+        if token_ids is not None:
+            return token_ids
         if cumulative is not None:
             return self._use(TokenSource.USAGE, max(delta, 0))
-        if event.logprobs is not None:
-            return self._use(TokenSource.LOGPROBS, event.logprobs)
-        if not event.text:
+        if logprobs is not None:
+            return self._use(TokenSource.LOGPROBS, logprobs)
+        if not text:
             return 0
-        count = self._count_text(event.text) if self._count_text else 1
+        count = self._count_text(text) if self._count_text else 1
         return self._use(TokenSource.TEXT, count)
 
     def _use(self, source: TokenSource, count: int) -> int:

@@ -1,12 +1,18 @@
-"""Parsing stamped bytes off the timing path, in short slices between socket polls.
+"""Parsing stamped bytes off the timing path, between socket polls, when reads pause.
 
-Arrival stamps are taken in the protocol's data callback (transport.py). Everything
-after that -- SSE framing, orjson, token counting -- happens here, in one loop callback
-that drains the streams with new bytes for at most `SLICE_NS` and then yields. The event
-loop polls its sockets between two slices, so a burst of 512 chunks is stamped as it
-arrives: a stamp waits for at most one slice of parsing, never for the whole burst.
-No task is woken per chunk: a request's coroutine wakes once, when its body ends
-(aiohttp's own end-of-body signal), and parses whatever the ingest has not yet.
+Arrival stamps are taken in the protocol's data callback (transport.py, native/).
+Everything after that -- HTTP de-chunking (native), SSE framing, JSON decoding, token
+counting -- happens here, in one loop callback that drains the streams with new bytes
+and then yields so the event loop polls its sockets. How much it drains per turn
+depends on what the last poll found:
+- a read arrived within the last `QUIET_NS` (a burst is being delivered): up to
+  `BUSY_SLICE_NS` (at least one stream), so a read waits behind at most that much
+  parsing, and a burst is stamped about at the pace of the reads alone, not of reads
+  plus parsing (which together are slower than a fast server's writes: the last
+  sockets of a 512-chunk burst waited milliseconds behind 200 us parsing slices);
+- otherwise (between bursts) up to `SLICE_NS`: the bulk of the parsing happens there.
+No task is woken per chunk: a request's coroutine wakes once, when its body ends,
+and parses whatever the ingest has not yet.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from collections import deque
 from time import perf_counter_ns
 from typing import Protocol
 
-from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter, decode_event
+from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter
+from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ErrorKind
 from loadgen.workload.reply import ReplyText
 
-SLICE_NS = 200_000  # longest parsing run between two socket polls
+SLICE_NS = 50_000  # longest parsing run between two socket polls (a read may wait this long)
+BUSY_SLICE_NS = 10_000  # the same while reads keep arriving (a poll per turn costs ~1.5 us)
+QUIET_NS = 200_000  # no read for this long: between bursts (a burst's reads come us apart)
 # A server may overshoot max_tokens by a few draft tokens of its last speculative step;
 # more than this many is a count no server generating for this request could report.
 COMPLETION_OVERSHOOT = 64
@@ -57,26 +66,28 @@ class Exchange:
             self.error, self.detail = kind, detail[:500]
 
     def on_event(self, event: StreamEvent, stamp: int, counter: TokenCounter) -> None:
-        if event.done:
+        # One unpacking instead of a NamedTuple attribute lookup per field (per event).
+        done, _, _, _, text, completion, prompt, finish_reason, error, cached, reasoning = event
+        if done:
             self.done, self.end_ns = True, stamp
             return
-        if event.error is not None:
-            self.fail(ErrorKind.SERVER_ERROR, event.error)
+        if error is not None:
+            self.fail(ErrorKind.SERVER_ERROR, error)
             self.done, self.end_ns = True, stamp
             return
-        if event.prompt_tokens is not None:
-            self.prompt_tokens = event.prompt_tokens
-        if event.completion_tokens is not None:
-            if event.completion_tokens > self.token_cap:  # never stored: it is not a count
-                self.impossible("usage.completion_tokens", event.completion_tokens, stamp)
+        if prompt is not None:
+            self.prompt_tokens = prompt
+        if completion is not None:
+            if completion > self.token_cap:  # never stored: it is not a count
+                self.impossible("usage.completion_tokens", completion, stamp)
                 return
-            self.completion_tokens = event.completion_tokens
-        if event.cached_tokens is not None:
-            self.cached_tokens = event.cached_tokens
-        if event.finish_reason is not None:
-            self.finish_reason = event.finish_reason
-        if self.reply is not None and event.text:
-            self.reply.add(event.text, event.reasoning)
+            self.completion_tokens = completion
+        if cached is not None:
+            self.cached_tokens = cached
+        if finish_reason is not None:
+            self.finish_reason = finish_reason
+        if self.reply is not None and text:
+            self.reply.add(text, reasoning)
         tokens = counter.count(event)
         if tokens > 0:
             self.chunk_ns.append(stamp)
@@ -137,7 +148,7 @@ class BodyStream:
         """Called by the protocol on every read; on connection loss, salvage bytes now."""
         if lost:
             self.drain()  # before aiohttp replaces the buffered bytes with an exception
-        elif not self.queued:
+        else:
             self._ingest.notify(self)
 
     def drain(self) -> None:
@@ -174,14 +185,17 @@ class BodyStream:
 
 
 class Ingest:
-    """Round-robin, time-sliced parsing of every stream that has new bytes."""
+    """Round-robin parsing of every stream that has new bytes, paced by the reads."""
 
-    def __init__(self, slice_ns: int = SLICE_NS) -> None:
+    def __init__(self, slice_ns: int = SLICE_NS, busy_slice_ns: int = BUSY_SLICE_NS) -> None:
         self.slice_ns = slice_ns
+        self.busy_slice_ns = busy_slice_ns
+        self.last_read_ns = 0  # the newest read's stamp (the protocols set it per read)
         self._ready: deque[Drainable] = deque()
         self._scheduled = False
 
-    def notify(self, stream: Drainable) -> None:
+    def notify(self, stream: Drainable, stamp: int = 0) -> None:
+        self.last_read_ns = stamp or perf_counter_ns()
         if stream.queued:
             return
         stream.queued = True
@@ -193,14 +207,16 @@ class Ingest:
     def _run(self) -> None:
         self._scheduled = False
         ready = self._ready
-        deadline = perf_counter_ns() + self.slice_ns
+        now = perf_counter_ns()
+        busy = now - self.last_read_ns < QUIET_NS
+        deadline = now + (self.busy_slice_ns if busy else self.slice_ns)
         while ready:
             stream = ready.popleft()
             stream.queued = False
             stream.drain()
             if perf_counter_ns() > deadline:
                 break
-        if ready:  # yield: the loop polls its sockets (and stamps) before the next slice
+        if ready:  # yield: the loop polls its sockets (and stamps) before the next turn
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._run)
 

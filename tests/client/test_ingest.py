@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter_ns
 
-from loadgen.client.ingest import Ingest
+from loadgen.client.ingest import QUIET_NS, Ingest
 from loadgen.run.loop_health import LoopLag
 
 
@@ -38,6 +38,26 @@ async def test_ingest_yields_to_the_loop_between_slices() -> None:
     position = log.index("loop")
     assert 0 < position < 5  # ran after the first slice (2-3 drains), not after all 10
     assert not any(s.queued for s in streams)
+
+
+async def test_ingest_parses_briefly_while_reads_arrive() -> None:
+    """Mid-burst the loop goes back to its sockets after each short turn (here: one
+    stream); once no read came for QUIET_NS, the ingest parses in full slices."""
+    log: list[str] = []
+    ingest = Ingest(slice_ns=50_000_000, busy_slice_ns=0)
+    streams = [SlowStream(0, log, f"s{i}") for i in range(6)]
+    loop = asyncio.get_running_loop()
+    for stream in streams[:3]:
+        ingest.notify(stream)  # type: ignore[arg-type]  # three reads: a burst
+    loop.call_soon(log.append, "poll")
+    await asyncio.sleep(0.01)
+    assert log[:4] == ["s0", "poll", "s1", "s2"]  # one stream per turn while reads arrive
+    log.clear()
+    for stream in streams[3:]:
+        ingest.notify(stream, perf_counter_ns() - QUIET_NS)  # type: ignore[arg-type]
+    loop.call_soon(log.append, "poll")
+    await asyncio.sleep(0.01)
+    assert log == ["s3", "s4", "s5", "poll"]  # quiet: one slice took them all
 
 
 async def test_loop_lag_sees_a_blocked_loop() -> None:

@@ -8,7 +8,6 @@ those of the aiohttp path's BodyStream over the same reads.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 
@@ -74,7 +73,7 @@ def run_both(body: bytes, cuts: list[int], drain_every: int) -> tuple[tuple, tup
     ingest = Ingest()
     native_state, reference_state = Exchange(), Exchange()
     reads, content, log = Reads(), Content(), ArrivalLog()
-    native = EventStream(reads, native_state, TokenCounter(), ingest)
+    native = EventStream(reads, native_state, TokenCounter())
     reference = BodyStream(content, log, reference_state, TokenCounter(), ingest)  # type: ignore[arg-type]
     bounds = sorted({0, len(body), *cuts})
     received = 0
@@ -116,7 +115,7 @@ def test_a_huge_event_in_small_reads_is_linear() -> None:
                                          "token_ids": [1]}]})
     body = b"data: " + payload + b"\n\ndata: [DONE]\n\n"
     reads, state = Reads(), Exchange()
-    stream = EventStream(reads, state, TokenCounter(), Ingest())
+    stream = EventStream(reads, state, TokenCounter())
     started = time.perf_counter()
     for i in range(0, len(body), 4096):
         reads.pieces.append((i, body[i:i + 4096]))
@@ -128,23 +127,9 @@ def test_a_huge_event_in_small_reads_is_linear() -> None:
 
 def test_common_framing_never_reaches_the_framer() -> None:
     reads, state = Reads(), Exchange()
-    stream = EventStream(reads, state, TokenCounter(), Ingest())
+    stream = EventStream(reads, state, TokenCounter())
     reads.pieces += [(1, data_event(2).encode()), (2, (data_event(1) + data_event(3)).encode()),
                      (3, b"data: [DONE]\n\n")]
     stream.finish()
     assert stream._framer is None  # the shortcut took every event
     assert state.chunk_tokens == [2, 1, 3] and state.chunk_ns == [1, 2, 2] and state.done
-
-
-def test_the_ingest_drains_event_streams() -> None:
-    async def scenario() -> Exchange:
-        reads, state = Reads(), Exchange()
-        stream = EventStream(reads, state, TokenCounter(), Ingest())
-        reads.pieces.append((5, data_event(2).encode()))
-        stream.wake()
-        stream.wake()  # queued once
-        await asyncio.sleep(0)
-        return state
-
-    state = asyncio.run(scenario())
-    assert state.chunk_tokens == [2] and state.chunk_ns == [5]

@@ -1,7 +1,8 @@
 """Framing and decoding an event-stream body off the timing path, from stamped pieces.
 
-The protocol's data callback only stamps and appends (stamp, de-chunked bytes) per
-read (protocol.py). Here, when the ingest gets to the stream, each piece is split into
+The protocol's data callback only stamps and appends (stamp, bytes) per read; on the
+ingest's turn it de-chunks them (protocol.py) into (stamp, body bytes) pieces. Here each
+piece is split into
 events with `bytes.find` (memchr) and each event decoded (`decode_event`) and counted
 with the stamp of the piece holding its first byte -- exact, with no offset bookkeeping.
 
@@ -18,8 +19,9 @@ from __future__ import annotations
 from time import perf_counter_ns
 from typing import Protocol
 
-from loadgen.client.events import TokenCounter, decode_event
-from loadgen.client.ingest import Exchange, Ingest
+from loadgen.client.events import TokenCounter
+from loadgen.client.fast_events import decode_event_fast as decode_event
+from loadgen.client.ingest import Exchange
 from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ErrorKind
 
@@ -38,24 +40,21 @@ class PieceSource(Protocol):
 
 
 class EventStream:
-    """Parse state of one streamed body. The ingest drains it (never raises); the
-    exchange calls `finish` once the body has ended (parses the rest, raises a parse
-    error or records a missing [DONE])."""
+    """Parse state of one streamed body. The protocol feeds it each body piece as the
+    ingest de-chunks it (never raises); the exchange calls `finish` once the body has
+    ended (parses the rest, raises a parse error or records a missing [DONE])."""
 
-    __slots__ = ("_fed", "_framer", "_ingest", "_log", "_pending", "_pending_stamp",
-                 "_shortcut_used", "closed", "counter", "error", "last_stamp", "queued", "source",
+    __slots__ = ("_fed", "_framer", "_log", "_pending", "_pending_stamp",
+                 "_shortcut_used", "closed", "counter", "error", "last_stamp", "source",
                  "state")
 
-    def __init__(self, source: PieceSource, state: Exchange, counter: TokenCounter,
-                 ingest: Ingest) -> None:
+    def __init__(self, source: PieceSource, state: Exchange, counter: TokenCounter) -> None:
         self.source = source  # the protocol appends to source.pieces; drain takes them
         self.state = state
         self.counter = counter
         self.error: Exception | None = None
-        self.queued = False
         self.closed = False
         self.last_stamp = 0
-        self._ingest = ingest
         self._pending = b""  # the start of an event whose end has not arrived
         self._pending_stamp = 0
         self._framer: SseFramer | None = None  # set once the body left the common framing
@@ -63,35 +62,34 @@ class EventStream:
         self._fed = 0
         self._shortcut_used = False  # an event was framed here: the body is past its start
 
-    def wake(self) -> None:
-        """Called by the protocol on every read that carried body bytes."""
-        if not self.queued:
-            self._ingest.notify(self)
-
     def drain(self) -> None:
-        if self.closed or self.error is not None:
-            return
+        """Frame the pieces that wait in the source (those that came before `feed` was
+        the response's sink)."""
         source = self.source
         pieces = source.pieces
-        if not pieces:
-            return
-        source.pieces = []
-        state, counter = self.state, self.counter
-        try:
+        if pieces:
+            source.pieces = []
+            feed = self.feed
             for stamp, data in pieces:
-                if state.done:  # nothing after [DONE] or an error event counts
-                    return
-                # The common case inline: one whole `data: ...\n\n` event, nothing pending.
-                # (No slicing but the payload: each slice is an allocation.)
-                end = data.find(b"\n")
-                if (end == len(data) - 2 and data[-1] == 10 and data.startswith(_DATA)
-                        and not self._pending and self._framer is None
-                        and b"\r" not in data):
-                    self.last_stamp = stamp
-                    self._shortcut_used = True
-                    state.on_event(decode_event(data[6:end]), stamp, counter)
-                else:
-                    self._frame(data, stamp)
+                feed(stamp, data)
+
+    def feed(self, stamp: int, data: bytes) -> None:
+        """One de-chunked body piece and its read's stamp (the protocol's body sink)."""
+        state = self.state
+        if state.done or self.closed or self.error is not None:
+            return  # nothing after [DONE], an error event or a parse error counts
+        try:
+            # The common case inline: one whole `data: ...\n\n` event, nothing pending.
+            # (No slicing but the payload: each slice is an allocation.)
+            end = data.find(b"\n")
+            if (end == len(data) - 2 and data[-1] == 10 and not self._pending
+                    and self._framer is None and data.startswith(_DATA)
+                    and b"\r" not in data):
+                self.last_stamp = stamp
+                self._shortcut_used = True
+                state.on_event(decode_event(data[6:end]), stamp, self.counter)
+            else:
+                self._frame(data, stamp)
         except Exception as exc:  # kept for finish(): the transport classifies it
             self.error = exc
 

@@ -54,7 +54,7 @@ class NativeStreams:
         connection = await self.pool.acquire(target.origin, clock)
         try:
             assert connection.transport is not None
-            response = connection.begin(asyncio.get_running_loop())
+            response = connection.begin(asyncio.get_running_loop(), ingest)
             clock.activity = response  # every read, head included, resets the idle deadline
             request = b"".join((
                 b"POST ", target.path, b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n",
@@ -70,7 +70,7 @@ class NativeStreams:
             if not is_event_stream(response.status, response.content_type):
                 record_rejection(state, response.status, await _first_bytes(response))
                 return
-            await _follow(response, state, counter, ingest)
+            await _follow(response, state, counter)
         finally:
             self.pool.release(target.origin, connection)
 
@@ -97,17 +97,16 @@ async def _first_bytes(response: Response) -> bytes:
     return response.read_nowait()
 
 
-async def _follow(response: Response, state: Exchange, counter: TokenCounter,
-                  ingest: Ingest) -> None:
-    """Hand the body to the ingest, then sleep until it has ended."""
-    stream = EventStream(response, state, counter, ingest)
-    response.listener = stream.wake
-    stream.wake()  # bytes that arrived with the head
+async def _follow(response: Response, state: Exchange, counter: TokenCounter) -> None:
+    """Let the ingest frame and decode the body as it parses it; sleep until it has ended."""
+    stream = EventStream(response, state, counter)
+    response.sink = stream.feed
+    stream.drain()  # body bytes parsed with the head
     try:
         await response.ended  # end of body, or the connection broke
     finally:
-        response.listener = None
-        stream.drain()  # a cancelled or timed-out request keeps what had arrived
+        response.parse()  # a cancelled or timed-out request keeps what had arrived
+        response.sink = None
     # A broken connection is the cause unless the events already ended ([DONE]) or one
     # was malformed first; finish() records a body that ended cleanly without [DONE].
     if response.error is not None and stream.error is None and not state.done:

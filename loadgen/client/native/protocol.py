@@ -1,10 +1,12 @@
-"""One HTTP/1.1 client connection: a protocol that stamps, de-chunks and appends, nothing more.
+"""One HTTP/1.1 client connection: a protocol that stamps and appends, nothing more.
 
 The measured streams' read path (docs/design.md, "Timing under bursts"). Per socket read
-`data_received` takes the arrival stamp first and hands the bytes to llhttp (httptools,
-C), whose body callback appends (stamp, de-chunked bytes) to the response and wakes its
-listener (the ingest's EventStream, body.py). SSE framing and JSON decoding happen
-there, off the timing path, as for the aiohttp path.
+`data_received` takes the arrival stamp, appends (stamp, bytes) and queues the
+connection on the ingest: no parsing at all. The ingest later calls `drain`, which
+hands the bytes to llhttp (httptools, C) read by read, so each de-chunked body piece
+keeps its read's stamp, and its body callback passes each piece straight to the
+response's sink (the EventStream, body.py), which frames and decodes it -- all off the
+timing path.
 
 One `Response` per request; the connection is kept alive across them. Every failure is a
 value here (`Response.error`); the exchange raises it for transport.py's `_classify`.
@@ -19,6 +21,7 @@ from typing import cast
 
 import httptools
 
+from loadgen.client.ingest import Ingest
 from loadgen.client.native.body import Piece
 
 
@@ -37,7 +40,7 @@ class Response:
     """One response as it arrives: head, stamped body bytes, end or error."""
 
     __slots__ = ("complete", "content_type", "ended", "eof_body", "error", "head",
-                 "keep_alive", "last_read_ns", "listener", "pieces", "status")
+                 "keep_alive", "last_read_ns", "listener", "parse", "pieces", "sink", "status")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0  # 0 until the head has arrived
@@ -50,8 +53,11 @@ class Response:
         self.error: Exception | None = None
         self.head: asyncio.Future[None] = loop.create_future()  # status and headers are here
         self.ended: asyncio.Future[None] = loop.create_future()  # body complete, or error
-        # The ingest's EventStream.wake: called for every read that carried body bytes.
+        # Takes each body piece as it is de-chunked (the EventStream's feed) instead of
+        # `pieces`; `listener` is told when pieces were added (an error body's reader).
+        self.sink: Callable[[int, bytes], None] | None = None
         self.listener: Callable[[], None] | None = None
+        self.parse: Callable[[], None] = _nothing  # parse what has arrived (the protocol's drain)
 
     def last_stamp(self) -> int | None:
         return self.last_read_ns or None
@@ -69,17 +75,22 @@ class StreamProtocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.lost: Exception | None = None
+        self.queued = False  # on the ingest's ready queue (the ingest's Drainable)
         self._parser = httptools.HttpResponseParser(self)
         self._feed = self._parser.feed_data
         self._response: Response | None = None
+        self._reads: list[Piece] = []  # (stamp, bytes as received) not parsed yet
+        self._ingest: Ingest | None = None
         self._stamp = 0  # of the read being parsed
 
     # -- used by the pool and the exchange --------------------------------------------
 
-    def begin(self, loop: asyncio.AbstractEventLoop) -> Response:
+    def begin(self, loop: asyncio.AbstractEventLoop, ingest: Ingest) -> Response:
         """Expect a new response; the caller writes its request right after."""
         response = Response(loop)
+        response.parse = self.drain
         self._response = response
+        self._ingest = ingest
         if self.lost is not None:  # closed by the server between acquire and now
             self._fail(response, ServerDisconnected(
                 f"the server closed the connection before the request was sent: {self.lost}"))
@@ -95,8 +106,9 @@ class StreamProtocol(asyncio.Protocol):
         """The exchange is over; keep the connection only if its response ended cleanly."""
         response = self._response
         self._response = None
-        if response is None or not (response.complete and response.keep_alive
-                                    and response.error is None):
+        if self._reads or response is None or not (
+                response.complete and response.keep_alive and response.error is None):
+            self._reads = []  # bytes past the response's end: not a connection to reuse
             self.abort()
 
     def abort(self) -> None:
@@ -110,22 +122,46 @@ class StreamProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        stamp = perf_counter_ns()  # before any parsing: this is the arrival time
+        stamp = perf_counter_ns()  # before anything else: this is the arrival time
         response = self._response
         if response is None:  # bytes nobody asked for: the connection is not reusable
             self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
             self.abort()
             return
-        self._stamp = response.last_read_ns = stamp
-        try:
-            self._feed(data)  # calls on_body with the de-chunked bytes
-        except httptools.HttpParserError as exc:
-            what = "body framing" if response.status else "response"
-            self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
-            self.abort()
+        response.last_read_ns = stamp
+        self._reads.append((stamp, data))
+        ingest = self._ingest
+        assert ingest is not None
+        if self.queued:
+            ingest.last_read_ns = stamp
+        else:
+            ingest.notify(self, stamp)
+
+    def drain(self) -> None:
+        """The ingest's turn: parse the reads so far (body pieces go to the sink)."""
+        reads = self._reads
+        response = self._response
+        if not reads or response is None:
+            return
+        self._reads = []
+        if response.error is None:
+            feed = self._feed
+            try:
+                for stamp, data in reads:
+                    self._stamp = stamp
+                    feed(data)  # calls on_body with the de-chunked bytes
+            except httptools.HttpParserError as exc:
+                what = "body framing" if response.status else "response"
+                self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
+                self.abort()
+                return
+        listener = response.listener
+        if listener is not None and response.pieces:
+            listener()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = exc or ServerDisconnected("the server closed the connection")
+        self.drain()  # what arrived before the end decides how the response ended
         response = self._response
         if response is None or response.complete:
             return
@@ -142,7 +178,7 @@ class StreamProtocol(asyncio.Protocol):
             response.error = error
         listener = response.listener
         if listener is not None:
-            listener()  # let the ingest parse what came before the failure
+            listener()  # parse what came before the failure
         _resolve(response.head)
         _resolve(response.ended)
 
@@ -170,13 +206,13 @@ class StreamProtocol(asyncio.Protocol):
             _resolve(response.head)
 
     def on_body(self, body: bytes) -> None:
-        # The timing path: one append, one wake; framing and JSON wait for the ingest.
         response = self._response
         if response is not None:
-            response.pieces.append((self._stamp, body))
-            listener = response.listener
-            if listener is not None:
-                listener()
+            sink = response.sink
+            if sink is not None:
+                sink(self._stamp, body)
+            else:
+                response.pieces.append((self._stamp, body))
 
     def on_message_complete(self) -> None:
         response = self._response
@@ -187,6 +223,10 @@ class StreamProtocol(asyncio.Protocol):
             return
         response.complete = True
         _resolve(response.ended)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
