@@ -16,6 +16,7 @@ only a shortcut for the common case.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import Protocol
 
@@ -26,6 +27,7 @@ from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ErrorKind
 
 Piece = tuple[int, bytes]  # (arrival stamp, body bytes of that read)
+Read = tuple[int, int]  # (arrival stamp, end offset of that read's bytes in a buffer)
 _SEPARATOR = b"\n\n"
 _DATA = b"data: "
 # An event still unfinished past this many bytes goes to the framer, which appends a
@@ -44,7 +46,7 @@ class EventStream:
     ingest de-chunks it (never raises); the exchange calls `finish` once the body has
     ended (parses the rest, raises a parse error or records a missing [DONE])."""
 
-    __slots__ = ("_fed", "_framer", "_log", "_pending", "_pending_stamp",
+    __slots__ = ("_fed", "_framer", "_log", "_pending", "_pending_reads",
                  "_shortcut_used", "closed", "counter", "error", "last_stamp", "source",
                  "state")
 
@@ -56,7 +58,7 @@ class EventStream:
         self.closed = False
         self.last_stamp = 0
         self._pending = b""  # the start of an event whose end has not arrived
-        self._pending_stamp = 0
+        self._pending_reads: list[Read] = []  # the reads that brought _pending's bytes
         self._framer: SseFramer | None = None  # set once the body left the common framing
         self._log = ArrivalLog()  # stamps of the bytes given to the framer
         self._fed = 0
@@ -96,12 +98,15 @@ class EventStream:
     def _frame(self, body: bytes, stamp: int) -> None:
         self.last_stamp = stamp
         if self._framer is not None:
-            self._framed(body, stamp, 0, stamp)
+            self._framed(body, ((stamp, len(body)),))
             return
         pending = self._pending
-        data, first = (pending + body, self._pending_stamp) if pending else (body, stamp)
+        if pending:  # an event's start came in earlier reads: each keeps its own stamp
+            data, reads = pending + body, [*self._pending_reads, (stamp, len(pending) + len(body))]
+        else:
+            data, reads = body, [(stamp, len(body))]
         if b"\r" in body or len(pending) > _PENDING_LIMIT:
-            self._switch(data, first, len(pending), stamp)
+            self._switch(data, reads)
             return
         state, counter = self.state, self.counter
         end = data.find(_SEPARATOR)
@@ -109,34 +114,37 @@ class EventStream:
         while end >= 0:
             # One `data: ` line up to the blank line; anything else goes to the framer.
             if not data.startswith(_DATA, pos) or data.find(b"\n", pos, end) >= 0:
-                self._switch(data[pos:], first, len(pending) - pos, stamp)
+                self._switch(data[pos:], _after(reads, pos))
                 return
             self._shortcut_used = True
-            state.on_event(decode_event(data[pos + 6:end]), stamp if pos else first, counter)
+            # pos 0: the event starts with the oldest pending byte; past it, a separator
+            # always ends past the old pending bytes, so the rest arrived now.
+            state.on_event(decode_event(data[pos + 6:end]), stamp if pos else reads[0][0],
+                           counter)
             if state.done:
                 return
             pos = end + 2
             end = data.find(_SEPARATOR, pos)
-        # A separator always ends past the old pending bytes: what is left arrived now.
         self._pending = data[pos:] if pos < len(data) else b""
-        self._pending_stamp = stamp if pos else first
+        self._pending_reads = _after(reads, pos) if self._pending else []
 
-    def _switch(self, data: bytes, first: int, early: int, stamp: int) -> None:
-        """From here on the SseFramer frames this body; `early` bytes came at `first`."""
+    def _switch(self, data: bytes, reads: Sequence[Read]) -> None:
+        """From here on the SseFramer frames this body; `reads` say when its bytes came."""
         self._pending = b""
+        self._pending_reads = []
         self._framer = SseFramer()
         if self._shortcut_used:
             # The framer takes a byte order mark at its offset 0 as the stream's own; past
             # the body's start it is not one. A blank line first (a no-op) keeps it so.
-            self._framed(b"\n", first, 1, first)
-        self._framed(data, first, max(early, 0), stamp)
+            self._framed(b"\n", ((reads[0][0], 1),))
+        self._framed(data, reads)
 
-    def _framed(self, data: bytes, first: int, early: int, stamp: int) -> None:
+    def _framed(self, data: bytes, reads: Sequence[Read]) -> None:
         log = self._log
-        if early:
-            log.add(first, self._fed + early)
-        self._fed += len(data)
-        log.add(stamp, self._fed)
+        fed = self._fed
+        for stamp, end in reads:
+            log.add(stamp, fed + end)
+        self._fed = fed + len(data)
         assert self._framer is not None
         state, counter = self.state, self.counter
         for offset, payload in self._framer.feed(data):
@@ -148,8 +156,7 @@ class EventStream:
         """End of body: True when an unterminated event was discarded (as SseFramer.close)."""
         pending = self._pending
         if pending:  # the framer decides what an unterminated event is (a blank line is not)
-            self._pending = b""
-            self._switch(pending, self._pending_stamp, len(pending), self._pending_stamp)
+            self._switch(pending, self._pending_reads)
         return self._framer is not None and self._framer.close()
 
     def finish(self) -> None:
@@ -165,3 +172,8 @@ class EventStream:
             state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
                        + (" (inside an event no blank line ended: discarded, as the SSE "
                           "standard says)" if cut else ""))
+
+
+def _after(reads: Sequence[Read], pos: int) -> list[Read]:
+    """`reads` for the bytes from `pos` on (a buffer cut at pos)."""
+    return [(stamp, end - pos) for stamp, end in reads if end > pos]
