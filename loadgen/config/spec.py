@@ -163,6 +163,18 @@ def validate(spec: RunSpec) -> None:
     _check_finite(spec)
     _check(bool(spec.conc) and all(1 <= c <= MAX_CONC for c in spec.conc),
            f"--conc: every concurrency must be in 1..{MAX_CONC}")
+    _validate_workload(spec)
+    _validate_target(spec)
+    _validate_prompts(spec)
+    _validate_load(spec)
+    _validate_processes(spec)
+    _validate_run_level(spec)
+    _validate_sessions(spec)
+    if spec.vllm_result is not None:
+        _validate_vllm_result(spec.vllm_result)
+
+
+def _validate_workload(spec: RunSpec) -> None:
     _check(spec.isl is not None or spec.dataset is not None,
            "--isl is required (or --dataset, whose prompts give the input lengths)")
     _check(spec.osl is not None or spec.dataset is not None,
@@ -173,6 +185,13 @@ def validate(spec: RunSpec) -> None:
     _check(spec.num_warmups is None or spec.num_warmups >= 0, "--num-warmups: must be >= 0")
     _check(spec.dataset_format in DATASET_FORMATS,
            f"dataset format {spec.dataset_format!r}: allowed: {', '.join(DATASET_FORMATS)}")
+    if spec.dataset is not None:
+        _check(spec.dataset.is_file() or (spec.dataset.is_dir() and spec.dataset_format in (
+            "weka", "auto")), f"--dataset {spec.dataset}: no such file")
+
+
+def _validate_target(spec: RunSpec) -> None:
+    """The server, its credentials and what goes on the wire besides the prompt."""
     _check(spec.sim or bool(spec.base_url), "--base-url is required (or use --sim)")
     if spec.base_url:
         _check(spec.base_url.startswith(("http://", "https://")),
@@ -183,6 +202,18 @@ def validate(spec: RunSpec) -> None:
             "--base-url carries credentials (user:password@, sent as Basic auth) and "
             "--api-key, $OPENAI_API_KEY or --header Authorization sets Authorization "
             "too: keep one")
+    check_extra_body(spec.extra_body)
+    for name, value in spec.headers:  # argv went through parse_header; RunSpec(...) may not
+        parse_header(f"{name}:{value}")
+    if spec.api_key is not None:
+        _check(not CONTROL_CHARS.search(spec.api_key),
+               "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)")
+    for url in spec.server_metrics:
+        _check(url.startswith(("http://", "https://")),
+               f"--server-metrics {url!r}: must start with http:// or https://")
+
+
+def _validate_prompts(spec: RunSpec) -> None:
     _check(spec.endpoint in ENDPOINTS, f"--endpoint {spec.endpoint!r}: allowed: completions, chat")
     _check(spec.encoder in ENCODER_NAMES,
            f"--encoder {spec.encoder!r}: allowed: {', '.join(ENCODER_NAMES)}")
@@ -190,6 +221,10 @@ def validate(spec: RunSpec) -> None:
            f"--thinking {spec.thinking!r}: allowed: chat, thinking")
     _check(spec.reasoning_effort is None or spec.reasoning_effort in REASONING_EFFORTS,
            f"--reasoning-effort {spec.reasoning_effort!r}: allowed: low, high, max")
+
+
+def _validate_load(spec: RunSpec) -> None:
+    """How many requests, how fast, and what the figures are checked against."""
     _check(spec.prompts_per_conc >= 1, "--prompts-per-conc: must be >= 1")
     _check(spec.warmup_per_conc >= 0, "--warmup-per-conc: must be >= 0")
     _check(spec.duration_s is None or spec.duration_s > 0, "--duration: must be > 0 seconds")
@@ -211,20 +246,9 @@ def validate(spec: RunSpec) -> None:
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
     _check(spec.http_client in HTTP_CLIENTS,
            f"--http-client {spec.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}")
-    check_extra_body(spec.extra_body)
-    for name, value in spec.headers:  # argv went through parse_header; RunSpec(...) may not
-        parse_header(f"{name}:{value}")
-    if spec.api_key is not None:
-        _check(not CONTROL_CHARS.search(spec.api_key),
-               "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)")
-    if spec.dataset is not None:
-        _check(spec.dataset.is_file() or (spec.dataset.is_dir() and spec.dataset_format in (
-            "weka", "auto")), f"--dataset {spec.dataset}: no such file")
-    for url in spec.server_metrics:
-        _check(url.startswith(("http://", "https://")),
-               f"--server-metrics {url!r}: must start with http:// or https://")
-    if spec.vllm_result is not None:
-        _validate_vllm_result(spec.vllm_result)
+
+
+def _validate_processes(spec: RunSpec) -> None:
     _check(spec.workers is None or 1 <= spec.workers <= MAX_WORKERS,
            f"--workers: must be in 1..{MAX_WORKERS} (or auto)")
     _check(0 <= spec.shard_index < spec.shard_count,
@@ -234,9 +258,6 @@ def validate(spec: RunSpec) -> None:
     _check(not spec.cpu_affinity or spec.workers != 1,
            "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
            "auto), or start a single process under taskset")
-    _validate_run_level(spec)
-
-    _validate_sessions(spec)
 
 
 def _validate_vllm_result(options: VllmResultOptions) -> None:
