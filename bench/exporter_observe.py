@@ -14,7 +14,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Histogram
 
 from loadgen.records import RequestRecord, TokenSource
-from loadgen.sinks.prometheus import ITL_BUCKETS, LoadgenMetrics
+from loadgen.sinks.prometheus import ITL_BUCKETS, LoadgenMetrics, MetricsObserver
 
 
 def synthetic_records(count: int, osl: int, seed: int) -> list[RequestRecord]:
@@ -44,8 +44,8 @@ def main() -> None:
     records = synthetic_records(args.records, args.osl, args.seed)
     chunks = sum(len(r.chunk_ns) for r in records) / len(records)
 
-    observer = LoadgenMetrics(CollectorRegistry()).observer(
-        model="m", endpoint="completions", points=1, spec_tokens=2)
+    observer = MetricsObserver(LoadgenMetrics(CollectorRegistry()), model="m",
+                               endpoint="completions", points=1, spec_tokens=2)
     observer.point_started(64, len(records))
     start = time.perf_counter_ns()
     for record in records:

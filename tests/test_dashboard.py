@@ -26,7 +26,7 @@ from real_prometheus import (
     wait_scraped,
 )
 
-from loadgen.sinks.prometheus import LoadgenMetrics, serve_metrics
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver, serve_metrics
 
 MODEL = "sim/model-v4.1"  # a "/" and a "." exercise the regex escaping of $model
 # Checked against a session run by tests/test_session_metrics.py: a single-turn sweep
@@ -134,7 +134,7 @@ async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Pa
     spec = spec_from_options({"base_url": sim_url, "conc": "2,4", "isl": 64, "osl": 96,
                               "prompts_per_conc": 4, "warmup_per_conc": 0, "encoder": "raw",
                               "spec_tokens": 2, "no_progress": True, "results": str(results)})
-    observer = metrics.observer(model=MODEL, endpoint=spec.endpoint, points=len(spec.conc),
+    observer = MetricsObserver(metrics, model=MODEL, endpoint=spec.endpoint, points=len(spec.conc),
                                 spec_tokens=spec.spec_tokens)
     await run_sweep(spec, observer=observer)
 

@@ -26,6 +26,7 @@ from loadgen.records import ErrorKind, RequestRecord, TokenSource
 from loadgen.sinks.prometheus import (
     ITL_BUCKETS,
     LoadgenMetrics,
+    MetricsObserver,
     live_metrics,
     serve_metrics,
 )
@@ -68,7 +69,7 @@ def value(found: Iterable[Sample], name: str, **labels: str) -> float:
 
 def test_exposition_carries_what_the_records_measured() -> None:
     registry = CollectorRegistry()
-    observer = LoadgenMetrics(registry).observer(model="m", endpoint="chat", points=2)
+    observer = MetricsObserver(LoadgenMetrics(registry), model="m", endpoint="chat", points=2)
     observer.point_started(4, 3)
     ok_a = make_record(0, 4, [5.0, 2.0, 4.0, 1.0], [1, 2, 4, 1])  # last chunk cut by length
     ok_b = make_record(1, 4, [7.0, 3.0, 3.0], [1, 1, 3], finish="stop")
@@ -121,7 +122,8 @@ def test_promtool_accepts_the_exposition() -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: run scripts/ensure-prometheus"
     registry = CollectorRegistry()
-    observer = LoadgenMetrics(registry).observer(model="m", endpoint="completions", points=1)
+    observer = MetricsObserver(LoadgenMetrics(registry), model="m", endpoint="completions",
+                               points=1)
     observer.point_started(1, 1)
     observer.request_started(1)
     observer.request_finished(make_record(0, 1, [3.0, 1.0, 1.0], [1, 3, 2]))
@@ -164,7 +166,7 @@ def test_bulk_histogram_buckets_like_prometheus_client(values: list[float], edge
 async def test_metrics_served_over_http_and_loop_lag_recorded() -> None:
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
-    observer = metrics.observer(model="m", endpoint="completions", points=1)
+    observer = MetricsObserver(metrics, model="m", endpoint="completions", points=1)
     for lag_s in (0.0001, 0.0002, 0.003, 0.0004, 0.02):
         observer.loop_lag(lag_s)
     async with (serve_metrics(registry) as server, aiohttp.ClientSession() as session,
@@ -196,7 +198,7 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
                                   "osl": 24, "prompts_per_conc": 5, "warmup_per_conc": 0,
                                   "encoder": "raw", "spec_tokens": 2, "no_progress": True,
                                   "max_error_rate": 1.0, "results": str(tmp_path)})
-        observer = metrics.observer(model="sim-model", endpoint=spec.endpoint,
+        observer = MetricsObserver(metrics, model="sim-model", endpoint=spec.endpoint,
                                     points=len(spec.conc), spec_tokens=spec.spec_tokens)
         outcome = await run_sweep(spec, observer=observer)
     got = samples(registry)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loadgen.config.args import spec_from_options
 from loadgen.run.sweep import run_sweep
-from loadgen.sinks.prometheus import LoadgenMetrics
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 
 log = logging.getLogger("loadgen.serve")
 CANARY_ISL = 256
@@ -83,7 +83,7 @@ class Canary:
             "osl": CANARY_OSL, "prompts_per_conc": 1, "warmup_per_conc": 0,
             "results": str(results_dir), "no_progress": True,
         })
-        observer = self.metrics.observer(model=s.model, endpoint=spec.endpoint, points=1,
+        observer = MetricsObserver(self.metrics, model=s.model, endpoint=spec.endpoint, points=1,
                                          spec_tokens=spec.spec_tokens)
         try:
             await run_sweep(spec, observer=observer)

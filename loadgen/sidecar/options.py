@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from loadgen.config.args import option_dest, spec_from_options
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.config.sweepfile import SweepPlan, load_yaml, parse_sweep
-
-if TYPE_CHECKING:
-    from loadgen.sidecar.service import ServiceConfig
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 RESERVED_WHY = ("not accepted over the API (the sidecar sets the target, model and results "
@@ -31,6 +28,15 @@ RESERVED_OPTIONS = frozenset({
 })
 
 
+class Target(Protocol):
+    """Where the sidecar's runs go (its ServiceConfig): the server and its model."""
+
+    @property
+    def target(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+
+
 def parse_body(raw: bytes, content_type: str) -> Any:
     """The request body as data: YAML for a YAML content type, JSON otherwise."""
     if content_type in YAML_TYPES:
@@ -41,7 +47,7 @@ def parse_body(raw: bytes, content_type: str) -> Any:
         raise SpecError(f"body is not JSON: {exc}") from None
 
 
-def spec_for(config: ServiceConfig, options: Mapping[str, Any], results_dir: Path) -> RunSpec:
+def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> RunSpec:
     """The caller's options, validated by the CLI's own code, aimed at our target."""
     reserved = sorted(k for k in options if k.replace("-", "_") in RESERVED_OPTIONS)
     if reserved:
@@ -50,7 +56,7 @@ def spec_for(config: ServiceConfig, options: Mapping[str, Any], results_dir: Pat
                               "results": str(results_dir), "no_progress": True})
 
 
-def plan_for(config: ServiceConfig, document: Mapping[str, Any], results_dir: Path) -> SweepPlan:
+def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> SweepPlan:
     """A sweep file's document, every lane aimed at our target, results in results_dir."""
     refused = {option_dest(name): RESERVED_WHY for name in RESERVED_OPTIONS}
     return parse_sweep(document, source="sweep document", results_dir=results_dir,

@@ -61,7 +61,7 @@ from loadgen.sidecar.runs import (
     RunManager,
     RunRecord,
 )
-from loadgen.sinks.prometheus import LoadgenMetrics, metrics_handler
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver, metrics_handler
 from loadgen.tokenizer import load_tokenizer
 
 log = logging.getLogger("loadgen.serve")
@@ -200,9 +200,9 @@ class Service:
         from loadgen.run.sweep import run_sweep
 
         spec = spec_for(self.config, options, results_dir)
-        metrics = self.metrics.observer(
-            model=self.config.model, endpoint=spec.endpoint, points=len(spec.conc),
-            spec_tokens=spec.spec_tokens)
+        metrics = MetricsObserver(self.metrics, model=self.config.model,
+                                  endpoint=spec.endpoint, points=len(spec.conc),
+                                  spec_tokens=spec.spec_tokens)
         try:
             await run_sweep(spec, observer=FanoutObserver(progress, metrics),
                             tokenizer=await self._tokenizer())
@@ -221,8 +221,8 @@ class Service:
         def observer_for(lane: Lane) -> FanoutObserver:
             for done in current:  # the previous lane's series: nothing in flight any more
                 done.finished()
-            current[:] = [self.metrics.observer(
-                model=self.config.model, endpoint=lane.spec.endpoint,
+            current[:] = [MetricsObserver(
+                self.metrics, model=self.config.model, endpoint=lane.spec.endpoint,
                 points=len(lane.spec.conc), spec_tokens=lane.spec.spec_tokens)]
             return FanoutObserver(progress, current[0])
 

@@ -37,7 +37,7 @@ from loadgen.run.shares import Share, requests_in
 from loadgen.run.sweep import run_sweep
 from loadgen.run.workers import choose_workers
 from loadgen.sinks.jsonl import read_jsonl
-from loadgen.sinks.prometheus import LoadgenMetrics
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 from loadgen.tokenizer import load_tokenizer
 
 SIM = ("--step-fixed-ms", "12", "--decode-token-us", "20", "--prefill-token-us", "2",
@@ -79,8 +79,8 @@ def assert_exact_percentiles(result: dict[str, Any], records: list[RequestRecord
 async def test_one_and_two_workers_measure_the_same_point(tmp_path: Path,
                                                           tokenizer: Tokenizer) -> None:
     registry = CollectorRegistry()
-    observer = LoadgenMetrics(registry).observer(model="m", endpoint="completions", points=2,
-                                                 spec_tokens=None)
+    observer = MetricsObserver(LoadgenMetrics(registry), model="m", endpoint="completions",
+                               points=2, spec_tokens=None)
     one = await run_sweep(spec(tmp_path / "one", 1), tokenizer=tokenizer)
     two = await run_sweep(spec(tmp_path / "two", 2), tokenizer=tokenizer, observer=observer)
     assert one.exit_code == two.exit_code == 0

@@ -31,8 +31,6 @@ histograms and token counters count completed requests only; decode chunks follo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 
 from loadgen import __version__
@@ -48,9 +46,6 @@ from loadgen.sinks.prometheus.buckets import (
     TTFT_BUCKETS,
 )
 from loadgen.sinks.prometheus.sessions import SessionMetrics
-
-if TYPE_CHECKING:
-    from loadgen.sinks.prometheus.observer import MetricsObserver
 
 
 class LoadgenMetrics:
@@ -136,12 +131,3 @@ class LoadgenMetrics:
         self.sessions = SessionMetrics(registry)
         Info("loadgen_build", "loadgen version.", registry=registry).info(
             {"version": __version__})
-
-    def observer(self, *, model: str, endpoint: str, points: int | None = None,
-                 spec_tokens: int | None = None) -> MetricsObserver:
-        """A RunObserver for one sweep of `points` concurrency points; `spec_tokens` (K)
-        decides which truncated final chunks count as decode chunks, as in the results."""
-        from loadgen.sinks.prometheus.observer import MetricsObserver
-
-        return MetricsObserver(self, model=model, endpoint=endpoint, points=points,
-                               spec_tokens=spec_tokens)

@@ -48,7 +48,9 @@ class MetricsObserver:
     """Feeds LoadgenMetrics from the runner's callbacks (all sync and cheap)."""
 
     def __init__(self, metrics: LoadgenMetrics, *, model: str, endpoint: str,
-                 points: int | None, spec_tokens: int | None) -> None:
+                 points: int | None = None, spec_tokens: int | None = None) -> None:
+        """A RunObserver for one sweep of `points` concurrency points; `spec_tokens` (K)
+        decides which truncated final chunks count as decode chunks, as in the results."""
         self.metrics = metrics
         self.spec_tokens = spec_tokens
         self._run = (model, endpoint)

@@ -60,7 +60,7 @@ async def live_metrics(*, model: str, endpoint: str, points: int, spec_tokens: i
     (every series with `labels` added), and the observer to pass to run_sweep."""
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
-    observer = metrics.observer(model=model, endpoint=endpoint, points=points,
+    observer = MetricsObserver(metrics, model=model, endpoint=endpoint, points=points,
                                 spec_tokens=spec_tokens)
     served = registry
     if labels:
