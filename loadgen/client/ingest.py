@@ -61,6 +61,15 @@ class Exchange:
                           else max_tokens + COMPLETION_OVERSHOOT)
         self.reply = reply  # --live-history session turns: the reply's text goes here
 
+    def body_ended(self, last_stamp: int | None, cut: bool) -> None:
+        """The body is over (either client): without [DONE] or an error event the stream
+        was cut short; `cut` says an unterminated last event was discarded."""
+        if not self.done:
+            self.end_ns = last_stamp or perf_counter_ns()
+            self.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
+                      + (" (inside an event no blank line ended: discarded, as the SSE "
+                         "standard says)" if cut else ""))
+
     def fail(self, kind: ErrorKind, detail: str) -> None:
         if self.error is None:  # the first failure is the cause; later ones are echoes
             self.error, self.detail = kind, detail[:500]
@@ -175,13 +184,8 @@ class BodyStream:
         self.closed = True
         if self.error is not None:
             raise self.error
-        state = self.state
         cut = self.framer.close()  # an unterminated last event is discarded (WHATWG)
-        if not state.done:
-            state.end_ns = self.log.last_stamp() or perf_counter_ns()
-            state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
-                       + (" (inside an event no blank line ended: discarded, as the SSE "
-                          "standard says)" if cut else ""))
+        self.state.body_ended(self.log.last_stamp(), cut)
 
 
 class Ingest:

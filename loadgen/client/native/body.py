@@ -17,14 +17,12 @@ only a shortcut for the common case.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from time import perf_counter_ns
 from typing import Protocol
 
 from loadgen.client.events import TokenCounter
 from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.ingest import Exchange
 from loadgen.client.sse import ArrivalLog, SseFramer
-from loadgen.records import ErrorKind
 
 Piece = tuple[int, bytes]  # (arrival stamp, body bytes of that read)
 Read = tuple[int, int]  # (arrival stamp, end offset of that read's bytes in a buffer)
@@ -165,13 +163,8 @@ class EventStream:
         self.closed = True
         if self.error is not None:
             raise self.error
-        state = self.state
         cut = self._close_framing()  # an unterminated last event is discarded (WHATWG)
-        if not state.done:
-            state.end_ns = self.last_stamp or perf_counter_ns()
-            state.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
-                       + (" (inside an event no blank line ended: discarded, as the SSE "
-                          "standard says)" if cut else ""))
+        self.state.body_ended(self.last_stamp, cut)
 
 
 def _after(reads: Sequence[Read], pos: int) -> list[Read]:
