@@ -37,6 +37,13 @@ class TokenSource(StrEnum):
     TEXT = "text"  # re-tokenized text: approximate, flagged in results
 
 
+class ArrivalStamps(StrEnum):
+    """Whose clock reading a request's chunk stamps are (docs/design.md: arrival stamps)."""
+
+    KERNEL = "kernel"  # the kernel's receive stamp of the read's newest packet
+    READ = "read"  # read by the client when its read callback ran (TLS, aiohttp, fallback)
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One measured request. All `*_ns` values are time.perf_counter_ns() readings."""
@@ -72,6 +79,8 @@ class RequestRecord:
     tree_id: str | None = None  # the session tree (root and its subagents)
     cached_tokens: int | None = None  # server usage.prompt_tokens_details.cached_tokens
     theoretical_cached_tokens: int | None = None  # from the trace's hash_ids (replay only)
+    # KERNEL only when every read of the response carried a usable kernel stamp
+    arrival_stamps: ArrivalStamps = ArrivalStamps.READ
 
     @property
     def ok(self) -> bool:
@@ -106,6 +115,7 @@ class RequestRecord:
         values["chunk_ns"] = tuple(values["chunk_ns"])
         values["chunk_tokens"] = tuple(values["chunk_tokens"])
         values["token_source"] = TokenSource(values["token_source"])
+        values["arrival_stamps"] = ArrivalStamps(values.get("arrival_stamps", "read"))
         if values.get("error") is not None:
             values["error"] = ErrorKind(values["error"])
         names = {f.name for f in dataclasses.fields(cls)}

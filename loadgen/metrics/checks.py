@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.metrics.arrays import IntArray, PointArrays, is_completed
-from loadgen.records import ErrorKind, RequestRecord, TokenSource
+from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord, TokenSource
 
 NO_TOKENS = "no_tokens"  # ended without error but carried no token-bearing chunk
 ERROR_TEXT_LIMIT = 200  # keep the per-request `errors` list bounded
@@ -84,4 +84,15 @@ def token_source_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:
         "token_count_source": ",".join(source.value for source in used) if used else None,
         "token_count_sources": {source.value: counts[source] for source in used},
         "approximate": TokenSource.TEXT in counts,
+    }
+
+
+def arrival_stamp_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Whose clock the chunk stamps are: the kernel's receive stamps, or read by the client
+    (late by however long its loop took to come round to the socket)."""
+    counts = Counter(r.arrival_stamps for r in completed)
+    used = [source for source in ArrivalStamps if counts.get(source)]
+    return {
+        "arrival_stamps": ",".join(source.value for source in used) if used else None,
+        "arrival_stamp_sources": {source.value: counts[source] for source in used},
     }

@@ -121,6 +121,8 @@ PointMetrics = TypedDict(
         "token_count_source": str | None,
         "token_count_sources": dict[str, int],
         "approximate": bool,
+        "arrival_stamps": str | None,
+        "arrival_stamp_sources": dict[str, int],
         "stream_acceptance_length": float | None,
         "stream_acceptance_rate": float | None,
         "stream_acceptance_per_position": list[float] | None,

@@ -33,7 +33,13 @@ from loadgen.metrics.acceptance import (
     stream_acceptance_from_arrays,
 )
 from loadgen.metrics.arrays import NS_PER_MS, FloatArray, PointArrays, is_completed
-from loadgen.metrics.checks import error_fields, error_text, token_count_checks, token_source_fields
+from loadgen.metrics.checks import (
+    arrival_stamp_fields,
+    error_fields,
+    error_text,
+    token_count_checks,
+    token_source_fields,
+)
 from loadgen.metrics.schema import PointMetrics
 from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
 from loadgen.metrics.throughput import throughput_fields
@@ -211,6 +217,7 @@ def summarize(
     result.update(error_fields(ordered))
     result.update(token_count_checks(arrays))
     result.update(token_source_fields(completed))
+    result.update(arrival_stamp_fields(completed))
     result.update(stream)
     result.update(server)
     result.update(acceptance_difference(stream, server))

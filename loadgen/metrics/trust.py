@@ -1,8 +1,10 @@
 """When a published number should not be trusted: warnings from one point's result (pure).
 
-The client stamps arrivals on its event loop: a loop that lags, or a process short of
-CPU, stamps late, which inflates TTFT and ITL by that much. The thresholds say when the
-error is a noticeable part of what was measured:
+A client that stamps arrivals on its event loop (`arrival_stamps` `read`) stamps late
+when the loop lags, which inflates TTFT and ITL by that much; kernel stamps are not moved
+by the loop, but a client short of CPU reads late, and chunks read together share one
+stamp (collapsed gaps). The thresholds say when the error is a noticeable part of what
+was measured:
 - loop lag p99 at least LAG_SHARE_OF_ITL of the median chunk gap (and above LAG_FLOOR_MS,
   loopback noise), or at least LAG_ABS_MS whatever the gap (TTFT is hit as well);
 - client CPU at least CPU_BUSY of one core over the point (the loop cannot keep up).
@@ -30,6 +32,8 @@ def _get(result: Mapping[str, Any], key: str) -> float | None:
 def _client_warnings(result: Mapping[str, Any]) -> list[str]:
     warnings = []
     lag, itl = _get(result, "client_loop_lag_p99_ms"), _get(result, "median_itl_ms")
+    if "read" not in (result.get("arrival_stamp_sources") or {"read": 1}):
+        lag = None  # every stamp is the kernel's: the loop's lag did not move them
     relative = (lag is not None and itl is not None and itl > 0
                 and lag >= max(LAG_FLOOR_MS, LAG_SHARE_OF_ITL * itl))
     if lag is not None and (lag >= LAG_ABS_MS or relative):
@@ -39,7 +43,8 @@ def _client_warnings(result: Mapping[str, Any]) -> list[str]:
     cpu, duration = _get(result, "client_cpu_seconds"), _get(result, "duration")
     if cpu is not None and duration and cpu / duration >= CPU_BUSY:
         warnings.append(f"client used {cpu / duration:.0%} of a CPU core over the point: it "
-                        "was saturated, so its timestamps may be late")
+                        "was saturated, so it may have read late (late stamps, or chunks read "
+                        "together)")
     return warnings
 
 

@@ -22,7 +22,7 @@ from tls_certs import make_certificate, server_context
 from loadgen.client.native.client import NativeStreams, encode_headers
 from loadgen.client.native.pool import parse_target
 from loadgen.client.transport import Transport
-from loadgen.records import ErrorKind, RequestRecord
+from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -304,6 +304,7 @@ async def test_https_with_a_trusted_certificate(certificate: tuple[Path, Path],
         second = await send(streams, url)
     assert first.ok and first.chunk_tokens == (1, 2) and first.connect_ns > 0
     assert second.ok and second.connect_ns == 0  # TLS connections are kept alive too
+    assert first.arrival_stamps is second.arrival_stamps is ArrivalStamps.READ
 
 
 async def test_https_with_an_untrusted_certificate_is_a_connect_error(

@@ -86,6 +86,11 @@ def test_trust_warnings_flag_a_lagging_or_busy_client_and_failed_checks() -> Non
     assert point_warnings(clean) == []
     lagging = point_warnings({**clean, "client_loop_lag_p99_ms": 6.0})
     assert len(lagging) == 1 and "loop lag p99 6.00 ms (30% of the median ITL" in lagging[0]
+    # Kernel stamps are not moved by the loop: no lag warning unless some were read stamps.
+    kernel = {**clean, "client_loop_lag_p99_ms": 6.0, "arrival_stamp_sources": {"kernel": 9}}
+    assert point_warnings(kernel) == []
+    mixed = {**kernel, "arrival_stamp_sources": {"kernel": 9, "read": 1}}
+    assert len(point_warnings(mixed)) == 1
     busy = point_warnings({**clean, "client_cpu_seconds": 9.5})
     assert len(busy) == 1 and "95% of a CPU core" in busy[0]
     broken = point_warnings({**clean, "complete": False, "failed": 2, "num_prompts": 10,

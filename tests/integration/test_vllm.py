@@ -224,6 +224,10 @@ def test_both_http_clients_measure_real_vllm_exactly(vllm_ngram: VllmServer,
         result = point(tmp_path / client, 2)
         assert_exact_counts(result, recs, 2)
         assert result["http_client"] == client  # the file names the client that timed it
+        # plain http: the native client's stamps are the kernel's, aiohttp's its reads'
+        stamps = "kernel" if client == "native" else "read"
+        assert result["arrival_stamps"] == stamps
+        assert result["arrival_stamp_sources"] == {stamps: 2}
         assert all(r.connect_ns == 0 for r in recs)  # the warmup opened the connections
 
 

@@ -20,6 +20,7 @@ import orjson
 import pytest
 from tls_certs import make_certificate, server_context
 
+from loadgen.records import ArrivalStamps
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.sinks.jsonl import read_jsonl
 
@@ -69,6 +70,8 @@ async def test_https_base_url_end_to_end(tmp_path: Path, client: str) -> None:
     assert process.returncode == 0, stderr.decode()
     records = read_jsonl(results / "requests_conc_2.jsonl")
     assert len(records) == 4 and all(r.ok and sum(r.chunk_tokens) == 8 for r in records)
+    # TLS is decrypted in user space: stamped at the read, and the file says so
+    assert {r.arrival_stamps for r in records} == {ArrivalStamps.READ}
     run = orjson.loads((results / "run.json").read_bytes())
     assert run["settings"]["http_client"] == client
     assert run["base_url"].startswith("https://")

@@ -17,9 +17,11 @@ from time import perf_counter_ns
 from loadgen.client.events import TokenCounter
 from loadgen.client.ingest import Exchange, Ingest
 from loadgen.client.native.body import EventStream
+from loadgen.client.native.kernel_stamps import KernelStampedTransport
 from loadgen.client.native.pool import ConnectionPool, Target, parse_target
 from loadgen.client.native.protocol import Response
 from loadgen.client.stream_client import RequestClock, is_event_stream, record_rejection
+from loadgen.records import ArrivalStamps
 
 # What the aiohttp session sends too: no compression, so the bytes stamped are the events.
 _FIXED_HEADERS = {"Accept": "*/*", "Accept-Encoding": "identity"}
@@ -40,8 +42,9 @@ class NativeStreams:
     """The `StreamClient` of the measured requests: one pool of keep-alive connections."""
 
     def __init__(self, *, max_connections: int, headers: Mapping[str, str] | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
-        self.pool = ConnectionPool(max_connections, ssl_context)
+                 ssl_context: ssl.SSLContext | None = None, kernel_stamped: bool = True,
+                 ) -> None:
+        self.pool = ConnectionPool(max_connections, ssl_context, kernel_stamped)
         self._fixed = encode_headers({**_FIXED_HEADERS, **(headers or {})})
         self._targets: dict[str, Target] = {}
 
@@ -52,8 +55,11 @@ class NativeStreams:
         if target is None:
             target = self._targets[url] = parse_target(url)
         connection = await self.pool.acquire(target.origin, clock)
+        transport = connection.transport
+        kernel = transport if isinstance(transport, KernelStampedTransport) else None
+        fallbacks = kernel.fallbacks if kernel is not None else 0
         try:
-            assert connection.transport is not None
+            assert transport is not None
             response = connection.begin(asyncio.get_running_loop(), ingest)
             clock.activity = response  # every read, head included, resets the idle deadline
             request = b"".join((
@@ -61,7 +67,7 @@ class NativeStreams:
                 self._fixed, encode_headers(headers),
                 b"Content-Length: %d\r\n\r\n" % len(body), body))
             clock.sent_ns = perf_counter_ns()
-            connection.transport.write(request)
+            transport.write(request)
             await response.head
             if not response.status:  # no head: the connection broke or spoke no HTTP
                 assert response.error is not None
@@ -72,6 +78,8 @@ class NativeStreams:
                 return
             await _follow(response, state, counter)
         finally:
+            if kernel is not None and kernel.fallbacks == fallbacks:
+                state.arrival_stamps = ArrivalStamps.KERNEL
             self.pool.release(target.origin, connection)
 
     async def close(self) -> None:

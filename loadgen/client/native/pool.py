@@ -5,6 +5,9 @@ most-recently-used first (the warmest socket), a connection that closed while id
 dropped when it is next looked at, and a request that finds every connection busy waits
 for one (queue time: its clock starts at its write). Opening a connection -- DNS, TCP
 and, for https, the TLS handshake -- is timed into `RequestClock.connect_ns`.
+
+Plain http:// connections are kernel-stamped where the platform can (kernel_stamps.py);
+https:// ones use uvloop's TLS transport, stamped at the read.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from time import perf_counter_ns
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from loadgen.client.native import kernel_stamps
 from loadgen.client.native.protocol import StreamProtocol
 from loadgen.client.stream_client import RequestClock
 
@@ -49,9 +53,11 @@ def parse_target(url: str) -> Target:
 
 
 class ConnectionPool:
-    def __init__(self, max_connections: int, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, max_connections: int, ssl_context: ssl.SSLContext | None = None,
+                 kernel_stamped: bool = True) -> None:
         self.max_connections = max_connections
         self._ssl_context = ssl_context
+        self._kernel_stamped = kernel_stamped and kernel_stamps.supported()
         self._idle: dict[Origin, list[StreamProtocol]] = {}
         self._open: set[StreamProtocol] = set()  # idle, busy and still connecting
         self._connecting = 0
@@ -107,9 +113,14 @@ class ConnectionPool:
         self._connecting += 1
         clock.connect_begin = perf_counter_ns()
         try:
-            _, connection = await loop.create_connection(
-                StreamProtocol, origin.host, origin.port, ssl=context,
-                server_hostname=origin.host if context is not None else None)
+            if context is None and self._kernel_stamped:
+                connection = StreamProtocol()
+                await kernel_stamps.open_connection(loop, origin.host, origin.port,
+                                                    connection)
+            else:
+                _, connection = await loop.create_connection(
+                    StreamProtocol, origin.host, origin.port, ssl=context,
+                    server_hostname=origin.host if context is not None else None)
         except BaseException:
             self._connecting -= 1
             self._wake_one()  # the slot this attempt held is free again

@@ -122,7 +122,10 @@ class StreamProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        stamp = perf_counter_ns()  # before anything else: this is the arrival time
+        self.received(data, perf_counter_ns())  # before anything else: the arrival time
+
+    def received(self, data: bytes, stamp: int) -> None:
+        """`data` arrived at `stamp` (the read's, or the kernel's: kernel_stamps.py)."""
         response = self._response
         if response is None:  # bytes nobody asked for: the connection is not reusable
             self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")

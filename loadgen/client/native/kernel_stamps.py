@@ -1,0 +1,227 @@
+"""Arrival stamps taken by the kernel: a plain-TCP transport that reads with recvmsg.
+
+A stamp taken in the client's read callback includes the time the bytes waited in the
+socket for the event loop to come round: under a burst of hundreds of streams that is
+the client's own cost showing up in every TTFT and ITL. Linux can stamp each packet as
+it is received (SO_TIMESTAMPING, software receive stamps) and hand the stamp of the
+newest packet a read returned beside the data: the moment the last byte of that read
+arrived on this machine, whatever the client was doing then. That stamp is what this
+transport gives the protocol (`StreamProtocol.received`).
+
+The kernel stamps in CLOCK_REALTIME; every duration loadgen computes is on
+perf_counter_ns (CLOCK_MONOTONIC), so each stamp is moved onto it by the two clocks'
+offset read at the read. A stamp that cannot be right -- later than the read, earlier
+than the connection's previous stamp or than its request's write (a wall-clock step in
+between) -- or a read with no stamp is stamped at the read instead, as without this
+transport, and counted (`fallbacks`): a request with such a read is recorded as stamped
+at the read (`ArrivalStamps.READ`), never as the kernel's.
+
+Only for http://: a TLS record is decrypted in user space, so https keeps uvloop's
+transport and read stamps. Nothing here parses bytes; the protocol does, later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import sys
+from collections.abc import Callable
+from time import perf_counter_ns, time_ns
+from typing import Any, Protocol
+
+# <linux/net_tstamp.h>: generate software receive stamps, and report them.
+_SOF_TIMESTAMPING_RX_SOFTWARE = 1 << 3
+_SOF_TIMESTAMPING_SOFTWARE = 1 << 4
+_SO_TIMESTAMPING = 37  # <asm-generic/socket.h>; also its SCM_ control-message type
+_READ_SIZE = 1 << 16
+_ANCILLARY_SIZE = socket.CMSG_SPACE(3 * 16) if hasattr(socket, "CMSG_SPACE") else 0
+_TIMESPEC = struct.Struct("qq")  # ts[0] of struct scm_timestamping: the software stamp
+
+
+class StampedProtocol(Protocol):
+    """The protocol side: `StreamProtocol`."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
+
+    def received(self, data: bytes, stamp: int) -> None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+def supported() -> bool:
+    """Whether this platform can stamp receives in the kernel (Linux)."""
+    return sys.platform.startswith("linux") and _ANCILLARY_SIZE > 0
+
+
+def enable(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp what `sock` receives; False where it will not."""
+    if not supported():
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPING,
+                        _SOF_TIMESTAMPING_RX_SOFTWARE | _SOF_TIMESTAMPING_SOFTWARE)
+    except OSError:
+        return False
+    return True
+
+
+class KernelStampedTransport(asyncio.Transport):
+    """A connected, non-blocking TCP socket driven by the loop's reader/writer callbacks."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                 protocol: StampedProtocol) -> None:
+        super().__init__()
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._stream = protocol
+        self._recvmsg: Callable[[int, int], tuple[bytes, list[tuple[int, int, bytes]], int,
+                                                  Any]] = sock.recvmsg
+        self._pending = bytearray()  # written bytes the socket has not taken yet
+        self._closing = False
+        self._closed = False
+        self.floor_ns = 0  # no stamp may be earlier: the newest stamp, or the last write
+        self.fallbacks = 0  # reads stamped at the read: no kernel stamp, or an impossible one
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._on_readable)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _on_readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self._recvmsg(_READ_SIZE, _ANCILLARY_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lose(exc)
+            return
+        now = perf_counter_ns()
+        if not data:  # EOF: the server closed its side
+            self._lose(None)
+            return
+        stamp = _kernel_stamp(ancillary, now) if ancillary else -1
+        if not self.floor_ns <= stamp <= now:
+            stamp = now
+            self.fallbacks += 1
+        self.floor_ns = stamp
+        self._stream.received(data, stamp)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing:
+            return
+        self.floor_ns = max(self.floor_ns, perf_counter_ns())  # no reply precedes its request
+        if self._pending:
+            self._pending += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._lose(exc)
+            return
+        if sent < len(data):
+            self._pending += memoryview(data)[sent:]
+            self._loop.add_writer(self._fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self._sock.send(self._pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lose(exc)
+            return
+        del self._pending[:sent]
+        if not self._pending:
+            self._loop.remove_writer(self._fd)
+
+    def get_write_buffer_size(self) -> int:
+        return len(self._pending)
+
+    # -- closing ------------------------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._lose(None)
+
+    def abort(self) -> None:
+        self._lose(None)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "socket":
+            return self._sock
+        if name == "peername":
+            try:
+                return self._sock.getpeername()
+            except OSError:
+                return default
+        return default
+
+    def _lose(self, exc: Exception | None) -> None:
+        """Stop reading and writing, close the socket; the protocol hears it next turn
+        (as from asyncio's transports: never inside a call it made itself)."""
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if self._pending:
+            self._pending.clear()
+            self._loop.remove_writer(self._fd)
+        self._loop.call_soon(self._finish, exc)
+
+    def _finish(self, exc: Exception | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stream.connection_lost(exc)
+        finally:
+            self._sock.close()
+
+
+def _kernel_stamp(ancillary: list[tuple[int, int, bytes]], now: int) -> int:
+    """The kernel's receive stamp (CLOCK_REALTIME) on perf_counter_ns's clock; -1 if the
+    read carried none."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPING and len(data) >= 16:
+            seconds: int
+            nanoseconds: int
+            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+            if seconds or nanoseconds:
+                return seconds * 1_000_000_000 + nanoseconds - (time_ns() - now)
+    return -1
+
+
+async def open_connection(loop: asyncio.AbstractEventLoop, host: str, port: int,
+                          protocol: StampedProtocol) -> KernelStampedTransport:
+    """Connect to host:port (each address in turn, as create_connection does), stamped."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   proto=socket.IPPROTO_TCP)
+    if not infos:
+        raise OSError(f"getaddrinfo({host!r}) returned no address")
+    errors: list[OSError] = []
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            enable(sock)  # if refused, every read is stamped at the read (and counted)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            errors.append(exc)
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return KernelStampedTransport(loop, sock, protocol)
+    if len(errors) == 1:
+        raise errors[0]
+    raise OSError(f"could not connect to {host}:{port}: "
+                  + "; ".join(str(error) for error in errors))
