@@ -149,6 +149,7 @@ def figures(a: dict[str, Any], result: dict[str, Any]) -> dict[str, float]:
         "cpu us/chunk": result.get("client_cpu_per_chunk_us") or float("nan"),
         "core busy %": 100 * cpu / duration if cpu is not None and duration else float("nan"),
         "lag p50 ms": pct(a["lag"], 50) / 1e3, "lag p99 ms": pct(a["lag"], 99) / 1e3,
+        "lag max ms": float(a["lag"].max() / 1e6) if a["lag"].size else float("nan"),
         "ttft err p99 ms": pct(a["ttft_err"], 99) / 1e3,
         "send p50 ms": pct(a["send_side"], 50) / 1e3,
         "send p99 ms": pct(a["send_side"], 99) / 1e3,
@@ -201,7 +202,10 @@ def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
         print(f"  client CPU {per_chunk:.1f} us per chunk, {busy:.0%} of one core; loop lag "
               f"p99 {result['client_loop_lag_p99_ms']:.2f} ms, "
               f"max {result['client_loop_lag_max_ms']:.2f} ms")
-    print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}")
+    sources = result.get("arrival_stamp_sources") or {}
+    print("  arrival stamps: " + ", ".join(f"{k} {v} requests" for k, v in sources.items()))
+    print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}; over 1 ms: "
+          f"{int(np.count_nonzero(a['lag'] > 1_000_000))} chunks")
     print(f"  receive lag vs step due (us)      {stats_us(a['lag_intended'])}")
     print(f"  TTFT error vs truth (us)          {stats_us(a['ttft_err'])}")
     print(f"  send cost: written -> sim handler {stats_us(a['send_side'])}")

@@ -206,7 +206,7 @@ async def test_a_write_the_socket_cannot_take_at_once_is_delivered_whole() -> No
     loop = asyncio.get_running_loop()
     recorder = Recorder()
     transport = await kernel_stamps.open_connection(
-        loop, "127.0.0.1", listener.getsockname()[1], recorder)
+        loop, "127.0.0.1", listener.getsockname()[1], recorder, kernel_stamps.ClockBridge())
     began = perf_counter_ns()
     transport.write(payload)
     assert perf_counter_ns() - began < 100_000_000  # write() never blocks
@@ -238,7 +238,8 @@ async def test_the_server_closing_or_resetting_reaches_the_protocol_once(how: st
     thread.start()
     recorder = Recorder()
     transport = await kernel_stamps.open_connection(
-        asyncio.get_running_loop(), "127.0.0.1", listener.getsockname()[1], recorder)
+        asyncio.get_running_loop(), "127.0.0.1", listener.getsockname()[1], recorder,
+        kernel_stamps.ClockBridge())
     await asyncio.wait_for(recorder.closed, 5)
     thread.join(timeout=5)
     listener.close()
@@ -259,4 +260,20 @@ async def test_connect_refused_is_an_oserror() -> None:
     recorder = Recorder()
     with pytest.raises(ConnectionRefusedError):
         await kernel_stamps.open_connection(asyncio.get_running_loop(), "127.0.0.1", port,
-                                            recorder)
+                                            recorder, kernel_stamps.ClockBridge())
+
+
+def test_the_clock_bridge_takes_the_tightest_reading_and_refreshes_on_schedule() -> None:
+    """Scripted clocks: of three (monotonic, realtime, monotonic) readings the narrowest
+    gives the offset (realtime - the readings' midpoint); it is not read again before
+    REFRESH_NS has passed."""
+    monotonic = iter([100, 900, 1_000, 1_010, 2_000, 2_400])  # widths 800, 10, 400
+    realtime = iter([5_000, 6_000, 7_000])
+    bridge = kernel_stamps.ClockBridge(monotonic=lambda: next(monotonic),
+                                       realtime=lambda: next(realtime))
+    bridge.refresh(now=50)
+    assert bridge.offset_ns == 6_000 - 1_005
+    assert bridge.next_ns == 50 + kernel_stamps.ClockBridge.REFRESH_NS
+    real = kernel_stamps.ClockBridge()
+    real.refresh(perf_counter_ns())
+    assert abs(time.time_ns() - perf_counter_ns() - real.offset_ns) < 1_000_000

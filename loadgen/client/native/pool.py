@@ -58,6 +58,7 @@ class ConnectionPool:
         self.max_connections = max_connections
         self._ssl_context = ssl_context
         self._kernel_stamped = kernel_stamped and kernel_stamps.supported()
+        self._clocks = kernel_stamps.ClockBridge()
         self._idle: dict[Origin, list[StreamProtocol]] = {}
         self._open: set[StreamProtocol] = set()  # idle, busy and still connecting
         self._connecting = 0
@@ -116,7 +117,7 @@ class ConnectionPool:
             if context is None and self._kernel_stamped:
                 connection = StreamProtocol()
                 await kernel_stamps.open_connection(loop, origin.host, origin.port,
-                                                    connection)
+                                                    connection, self._clocks)
             else:
                 _, connection = await loop.create_connection(
                     StreamProtocol, origin.host, origin.port, ssl=context,
