@@ -16,7 +16,7 @@ from typing import NoReturn
 from loadgen.compare.inputs import RunDir, load_runs
 from loadgen.errors import LoadgenError, UsageError
 from loadgen.metrics.compare import Comparison, compare
-from loadgen.metrics.trust import point_warnings
+from loadgen.metrics.trust import point_warnings, stamp_warnings
 from loadgen.sinks.compare_files import (
     Warning_,
     format_comparison,
@@ -62,7 +62,8 @@ def report_parser() -> argparse.ArgumentParser:
 
 def warnings_of(runs: Sequence[RunDir]) -> list[Warning_]:
     return [(run.name, conc, message) for run in runs for conc, point in run.points.items()
-            for message in point_warnings(point)]
+            for message in point_warnings(point)] + stamp_warnings(
+                {run.name: run.points for run in runs})
 
 
 def compare_dirs(runs: Sequence[RunDir]) -> Comparison:

@@ -77,3 +77,21 @@ def _check_warnings(result: Mapping[str, Any]) -> list[str]:
 def point_warnings(result: Mapping[str, Any]) -> list[str]:
     """Why this point's numbers may be off; empty when nothing is suspect."""
     return _client_warnings(result) + _check_warnings(result)
+
+
+def stamp_warnings(points: Mapping[str, Mapping[int, Mapping[str, Any]]],
+                   ) -> list[tuple[str, int, str]]:
+    """Across the runs of a comparison (run -> concurrency -> result): points stamped at
+    the read compared with kernel-stamped ones differ by the client's read delay, which
+    is not the server's (a run before kernel stamps, https, or --http-client aiohttp)."""
+    def sources(point: Mapping[str, Any]) -> set[str]:
+        return set(point.get("arrival_stamp_sources") or {"read": 1})
+
+    kernel = sorted(name for name, run in points.items()
+                    if any("kernel" in sources(p) for p in run.values()))
+    if not kernel:
+        return []
+    return [(name, conc, f"stamped at the read, compared with kernel-stamped {kernel[0]}: "
+             "its TTFT and ITL include the client's read delay (client_loop_lag_p99_ms)")
+            for name, run in points.items() for conc, point in run.items()
+            if "read" in sources(point)]

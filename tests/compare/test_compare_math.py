@@ -20,7 +20,7 @@ from loadgen.metrics.compare import (
     interpolate,
     pareto_frontier,
 )
-from loadgen.metrics.trust import point_warnings
+from loadgen.metrics.trust import point_warnings, stamp_warnings
 
 
 def result(conc: int, throughput: float, interactivity: float, **extra: Any) -> dict[str, Any]:
@@ -98,6 +98,18 @@ def test_trust_warnings_flag_a_lagging_or_busy_client_and_failed_checks() -> Non
                              "stream_acceptance_oversized_chunks": 3})
     assert [w.split(" ")[0] for w in broken] == ["point", "2", "token", "3"]
     assert "http 2" in broken[1] and "timeout" not in broken[1]
+
+
+def test_read_stamps_beside_kernel_stamps_are_flagged_per_point() -> None:
+    kernel = {"arrival_stamp_sources": {"kernel": 4}}
+    read = {"arrival_stamp_sources": {"read": 4}}
+    old: dict[str, Any] = {}  # a result from before arrival stamps were recorded: read stamps
+    assert stamp_warnings({"a": {4: kernel}, "b": {4: kernel}}) == []
+    assert stamp_warnings({"a": {4: read}, "b": {4: old}}) == []  # alike: nothing to say
+    flagged = stamp_warnings({"new": {4: kernel, 8: kernel}, "old": {4: old, 8: read},
+                              "tls": {4: {"arrival_stamp_sources": {"kernel": 3, "read": 1}}}})
+    assert [(run, conc) for run, conc, _ in flagged] == [("old", 4), ("old", 8), ("tls", 4)]
+    assert "kernel-stamped new" in flagged[0][2]
 
 
 def write_run(path: Path, *points: dict[str, Any]) -> None:

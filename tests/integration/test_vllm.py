@@ -227,7 +227,7 @@ def test_both_http_clients_measure_real_vllm_exactly(vllm_ngram: VllmServer,
         # plain http: the native client's stamps are the kernel's, aiohttp's its reads'
         stamps = "kernel" if client == "native" else "read"
         assert result["arrival_stamps"] == stamps
-        assert result["arrival_stamp_sources"] == {stamps: 2}
+        assert result["arrival_stamp_sources"] == {stamps: len(recs)}
         assert all(r.connect_ns == 0 for r in recs)  # the warmup opened the connections
 
 
