@@ -1,4 +1,5 @@
-"""When a published number should not be trusted: warnings from one point's result (pure).
+"""When a published number should not be trusted: warnings from one point's result, and
+across the points of a comparison (pure).
 
 A client that stamps arrivals on its event loop (`arrival_stamps` `read`) stamps late
 when the loop lags, which inflates TTFT and ITL by that much; kernel stamps are not moved
@@ -29,10 +30,17 @@ def _get(result: Mapping[str, Any], key: str) -> float | None:
     return float(value)
 
 
+def _stamp_sources(result: Mapping[str, Any]) -> set[str]:
+    """Whose clocks stamped the point's requests; a result from before loadgen recorded it
+    was stamped at the read."""
+    sources = result.get("arrival_stamp_sources", {"read": 1})
+    return set(sources) if isinstance(sources, dict) else set()
+
+
 def _client_warnings(result: Mapping[str, Any]) -> list[str]:
     warnings = []
     lag, itl = _get(result, "client_loop_lag_p99_ms"), _get(result, "median_itl_ms")
-    if "read" not in (result.get("arrival_stamp_sources") or {"read": 1}):
+    if "read" not in _stamp_sources(result):
         lag = None  # every stamp is the kernel's: the loop's lag did not move them
     relative = (lag is not None and itl is not None and itl > 0
                 and lag >= max(LAG_FLOOR_MS, LAG_SHARE_OF_ITL * itl))
@@ -84,14 +92,11 @@ def stamp_warnings(points: Mapping[str, Mapping[int, Mapping[str, Any]]],
     """Across the runs of a comparison (run -> concurrency -> result): points stamped at
     the read compared with kernel-stamped ones differ by the client's read delay, which
     is not the server's (a run before kernel stamps, https, or --http-client aiohttp)."""
-    def sources(point: Mapping[str, Any]) -> set[str]:
-        return set(point.get("arrival_stamp_sources") or {"read": 1})
-
     kernel = sorted(name for name, run in points.items()
-                    if any("kernel" in sources(p) for p in run.values()))
+                    if any("kernel" in _stamp_sources(p) for p in run.values()))
     if not kernel:
         return []
     return [(name, conc, f"stamped at the read, compared with kernel-stamped {kernel[0]}: "
              "its TTFT and ITL include the client's read delay (client_loop_lag_p99_ms)")
             for name, run in points.items() for conc, point in run.items()
-            if "read" in sources(point)]
+            if "read" in _stamp_sources(point)]

@@ -110,6 +110,8 @@ def test_read_stamps_beside_kernel_stamps_are_flagged_per_point() -> None:
                               "tls": {4: {"arrival_stamp_sources": {"kernel": 3, "read": 1}}}})
     assert [(run, conc) for run, conc, _ in flagged] == [("old", 4), ("old", 8), ("tls", 4)]
     assert "kernel-stamped new" in flagged[0][2]
+    empty = {"arrival_stamp_sources": {}}  # no request completed: nothing was stamped
+    assert stamp_warnings({"new": {4: kernel}, "failed": {4: empty}}) == []
 
 
 def write_run(path: Path, *points: dict[str, Any]) -> None:
