@@ -6,7 +6,9 @@ the simulator and the client each pinned to its own core, at conc 64, 256 and 51
 clocks are CLOCK_MONOTONIC, so per chunk:
 
   receive lag   = client arrival stamp - simulator send time (its clock read just after
-                  the socket write)
+                  the socket write); the native client's stamps on plain http are the
+                  kernel's receive stamps (`arrival stamps: kernel`), so its lag is a few
+                  us negative: the kernel stamps the packet inside the simulator's write
   TTFT error    = client TTFT - true TTFT, matched per request, the truth being request
                   written -> first chunk sent (the client's clock starts at its write, so
                   this is the first chunk's receive lag)
