@@ -277,3 +277,31 @@ def test_the_clock_bridge_takes_the_tightest_reading_and_refreshes_on_schedule()
     real = kernel_stamps.ClockBridge()
     real.refresh(perf_counter_ns())
     assert abs(time.time_ns() - perf_counter_ns() - real.offset_ns) < 1_000_000
+
+
+async def test_a_protocol_that_fails_on_a_read_loses_the_connection() -> None:
+    """As asyncio's transports: the error goes to the loop's handler, the protocol hears
+    the connection lost with it, and nothing more is read."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+
+    class Failing(Recorder):
+        def received(self, data: bytes, stamp: int) -> None:
+            super().received(data, stamp)
+            raise ValueError("a bug")
+
+    recorder = Failing()
+    transport = await kernel_stamps.open_connection(
+        loop, "127.0.0.1", listener.getsockname()[1], recorder, kernel_stamps.ClockBridge())
+    conn, _ = listener.accept()
+    with conn:
+        conn.sendall(b"first")
+        await asyncio.wait_for(recorder.closed, 5)
+        conn.sendall(b"second")
+        await asyncio.sleep(0.05)
+    listener.close()
+    assert recorder.data == b"first" and transport.is_closing()
+    assert len(recorder.lost) == 1 and isinstance(recorder.lost[0], ValueError)
+    assert any(isinstance(c.get("exception"), ValueError) for c in reported)

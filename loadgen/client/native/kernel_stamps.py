@@ -157,7 +157,11 @@ class KernelStampedTransport(asyncio.Transport):
             stamp = now
             self.fallbacks += 1
         self.floor_ns = stamp
-        self._stream.received(data, stamp)
+        try:
+            self._stream.received(data, stamp)
+        except Exception as exc:  # as asyncio's transports: a protocol that failed on
+            self._lose(exc)  # this connection's bytes does not get the next ones
+            raise
 
     # -- writing ------------------------------------------------------------------------
 
