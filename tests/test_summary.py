@@ -19,6 +19,7 @@ from loadgen.metrics.schema import PointMetrics, PointResult
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext, latency_samples, percentile_word, summarize
 from loadgen.metrics.throughput import steady_window
+from loadgen.metrics.trust import point_warnings
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 
 CTX = PointContext(conc=2, input_len=100, output_len=8)
@@ -223,6 +224,20 @@ def test_text_token_source_is_flagged_approximate() -> None:
     assert result["approximate"] is True
     assert result["token_count_source"] == "token_ids,text"
     assert result["token_count_sources"] == {"token_ids": 1, "text": 1}
+
+
+def test_chunks_read_together_are_counted_within_requests_only() -> None:
+    """A 0 ns gap inside a request is two chunks from one read; the same stamp across
+    two requests (their last and first chunks) is not a gap of either."""
+    together = make_record(0, offsets_ns=(10 * MS, 20 * MS, 20 * MS, 30 * MS),
+                           tokens=(1, 1, 1, 1))
+    apart = make_record(1, start_ns=1_000 * MS + 20 * MS, offsets_ns=(10 * MS, 20 * MS))
+    # apart's first chunk lands at 1030 ms, together's last: a tie across requests
+    result = summarize([together, apart], CTX)
+    assert result["chunk_gaps_read_together"] == 1
+    assert summarize([apart], CTX)["chunk_gaps_read_together"] == 0
+    warnings = point_warnings({**result, "complete": True})
+    assert any("of chunk gaps are 0" in w and "25.0%" in w for w in warnings)  # 1 of 4 gaps
 
 
 def test_goodput_applies_every_slo() -> None:

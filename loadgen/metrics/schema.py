@@ -46,6 +46,7 @@ PointMetrics = TypedDict(
         "steady_output_throughput_per_gpu": float | None,
         "steady_total_token_throughput_per_gpu": float | None,
         "total_chunks": int,
+        "chunk_gaps_read_together": int,
         "tpot_excluded_single_token": int,
         "mean_ttft_ms": float | None,
         "median_ttft_ms": float | None,

@@ -203,6 +203,7 @@ def summarize(
         else None,
         **throughput,
         "total_chunks": int(arrays.chunk_ns.size),
+        "chunk_gaps_read_together": arrays.gaps_read_together(),
         "tpot_excluded_single_token": int(np.count_nonzero(arrays.output_tokens <= 1)),
     }
     for name in ("ttft", "tpot", "itl", "e2el", "itl_per_token", "queue_time", "connect_time"):

@@ -21,6 +21,7 @@ LAG_SHARE_OF_ITL = 0.25
 LAG_FLOOR_MS = 1.0
 LAG_ABS_MS = 10.0
 CPU_BUSY = 0.90
+READ_TOGETHER_SHARE = 0.01
 
 
 def _get(result: Mapping[str, Any], key: str) -> float | None:
@@ -67,6 +68,11 @@ def _check_warnings(result: Mapping[str, Any]) -> list[str]:
                         f"({', '.join(f'{k} {v}' for k, v in kinds.items())})")
     if result.get("approximate"):
         warnings.append("token counts re-tokenized from text: approximate")
+    together, chunks = result.get("chunk_gaps_read_together") or 0, result.get("total_chunks")
+    gaps = (chunks or 0) - (result.get("completed") or 0)  # a request's first chunk has none
+    if gaps > 0 and together >= READ_TOGETHER_SHARE * gaps:
+        warnings.append(f"{together / gaps:.1%} of chunk gaps are 0: those chunks came in one "
+                        "read (sent together, or read late), so their ITL was not measured")
     mismatches = result.get("chunk_tokens_vs_usage_mismatches") or 0
     if mismatches:
         warnings.append(f"{mismatches} requests' chunk token counts disagree with the "
