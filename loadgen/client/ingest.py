@@ -196,12 +196,14 @@ class Ingest:
     def __init__(self, slice_ns: int = SLICE_NS, busy_slice_ns: int = BUSY_SLICE_NS) -> None:
         self.slice_ns = slice_ns
         self.busy_slice_ns = busy_slice_ns
-        self.last_read_ns = 0  # the newest read's stamp (the protocols set it per read)
+        # When the loop last read (the protocols set it per read): not a kernel arrival
+        # stamp, which says nothing of whether reads are still coming in.
+        self.last_read_ns = 0
         self._ready: deque[Drainable] = deque()
         self._scheduled = False
 
-    def notify(self, stream: Drainable, stamp: int = 0) -> None:
-        self.last_read_ns = stamp or perf_counter_ns()
+    def notify(self, stream: Drainable, read_ns: int = 0) -> None:
+        self.last_read_ns = read_ns or perf_counter_ns()
         if stream.queued:
             return
         stream.queued = True

@@ -6,6 +6,7 @@ import asyncio
 from time import perf_counter_ns
 
 from loadgen.client.ingest import QUIET_NS, Ingest
+from loadgen.client.native.protocol import StreamProtocol
 from loadgen.run.loop_health import LoopLag
 
 
@@ -58,6 +59,19 @@ async def test_ingest_parses_briefly_while_reads_arrive() -> None:
     loop.call_soon(log.append, "poll")
     await asyncio.sleep(0.01)
     assert log == ["s3", "s4", "s5", "poll"]  # quiet: one slice took them all
+
+
+async def test_the_ingest_is_paced_by_when_reads_happen_not_by_arrival_stamps() -> None:
+    """A kernel stamp says when bytes arrived (maybe long before the read): whether reads
+    are still coming in is the read time's to say."""
+    ingest = Ingest()
+    protocol = StreamProtocol()
+    protocol.begin(asyncio.get_running_loop(), ingest)
+    read_ns = perf_counter_ns()
+    protocol.received(b"HTTP/1.1 200 OK\r\n", read_ns - 10 * QUIET_NS, read_ns)
+    assert ingest.last_read_ns == read_ns
+    protocol.received(b"content-length: 0\r\n", read_ns - 9 * QUIET_NS, read_ns + 1)
+    assert ingest.last_read_ns == read_ns + 1  # already queued: the newest read still counts
 
 
 async def test_loop_lag_sees_a_blocked_loop() -> None:

@@ -176,7 +176,7 @@ class Recorder:
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         pass
 
-    def received(self, data: bytes, stamp: int) -> None:
+    def received(self, data: bytes, stamp: int, read_ns: int) -> None:
         self.data += data
         self.stamps.append(stamp)
         self.arrived.set()
@@ -288,8 +288,8 @@ async def test_a_protocol_that_fails_on_a_read_loses_the_connection() -> None:
     loop.set_exception_handler(lambda _loop, context: reported.append(context))
 
     class Failing(Recorder):
-        def received(self, data: bytes, stamp: int) -> None:
-            super().received(data, stamp)
+        def received(self, data: bytes, stamp: int, read_ns: int) -> None:
+            super().received(data, stamp, read_ns)
             raise ValueError("a bug")
 
     recorder = Failing()

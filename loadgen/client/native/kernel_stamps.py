@@ -50,7 +50,7 @@ class StampedProtocol(Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
 
-    def received(self, data: bytes, stamp: int) -> None: ...
+    def received(self, data: bytes, stamp: int, read_ns: int) -> None: ...
 
     def connection_lost(self, exc: Exception | None) -> None: ...
 
@@ -158,7 +158,7 @@ class KernelStampedTransport(asyncio.Transport):
             self.fallbacks += 1
         self.floor_ns = stamp
         try:
-            self._stream.received(data, stamp)
+            self._stream.received(data, stamp, now)
         except Exception as exc:  # as asyncio's transports: a protocol that failed on
             self._lose(exc)  # this connection's bytes does not get the next ones
             raise

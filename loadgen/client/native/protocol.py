@@ -122,10 +122,12 @@ class StreamProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self.received(data, perf_counter_ns())  # before anything else: the arrival time
+        now = perf_counter_ns()  # before anything else: the arrival time
+        self.received(data, now, now)
 
-    def received(self, data: bytes, stamp: int) -> None:
-        """`data` arrived at `stamp` (the read's, or the kernel's: kernel_stamps.py)."""
+    def received(self, data: bytes, stamp: int, read_ns: int) -> None:
+        """`data` arrived at `stamp` (the read's, or the kernel's: kernel_stamps.py) and
+        was read at `read_ns` (what the ingest paces its parsing by)."""
         response = self._response
         if response is None:  # bytes nobody asked for: the connection is not reusable
             self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
@@ -136,9 +138,9 @@ class StreamProtocol(asyncio.Protocol):
         ingest = self._ingest
         assert ingest is not None
         if self.queued:
-            ingest.last_read_ns = stamp
+            ingest.last_read_ns = read_ns
         else:
-            ingest.notify(self, stamp)
+            ingest.notify(self, read_ns)
 
     def drain(self) -> None:
         """The ingest's turn: parse the reads so far (body pieces go to the sink)."""
