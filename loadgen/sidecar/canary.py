@@ -83,8 +83,8 @@ class Canary:
             "osl": CANARY_OSL, "prompts_per_conc": 1, "warmup_per_conc": 0,
             "results": str(results_dir), "no_progress": True,
         })
-        observer = MetricsObserver(self.metrics, model=s.model, endpoint=spec.endpoint, points=1,
-                                         spec_tokens=spec.spec_tokens)
+        observer = MetricsObserver(self.metrics, model=s.model, endpoint=spec.endpoint,
+                                   points=1, spec_tokens=spec.spec_tokens)
         try:
             await run_sweep(spec, observer=observer)
         finally:
