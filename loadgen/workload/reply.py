@@ -25,11 +25,14 @@ class ReplyText:
     """The text of one reply as it streams: content, and reasoning where the server sends
     it apart (chat's `delta.reasoning`); mutable, written by one request's ingest."""
 
-    __slots__ = ("content", "reasoning")
+    __slots__ = ("_message", "content", "reasoning")
 
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
+        # assistant_message's result, once the reply is complete: every later turn of the
+        # session renders it, and the DSv4 parse need not run again for each
+        self._message: tuple[tuple[str, str, str], dict[str, Any]] | None = None
 
     def add(self, text: str, reasoning: bool) -> None:
         (self.reasoning if reasoning else self.content).append(text)
@@ -41,7 +44,16 @@ class ReplyText:
 
 def assistant_message(reply: ReplyText, *, endpoint: str, encoder: str,
                       thinking: str) -> dict[str, Any]:
-    """The history's assistant message for `reply`, as the endpoint's client sends it."""
+    """The history's assistant message for `reply`, as the endpoint's client sends it
+    (made once per reply and settings; read it only after the reply has ended)."""
+    key = (endpoint, encoder, thinking)
+    cached = reply._message
+    if cached is None or cached[0] != key:
+        cached = reply._message = (key, _message(reply, endpoint, encoder, thinking))
+    return cached[1]
+
+
+def _message(reply: ReplyText, endpoint: str, encoder: str, thinking: str) -> dict[str, Any]:
     content = "".join(reply.content)
     if endpoint == "chat":
         message: dict[str, Any] = {"role": "assistant", "content": content}
