@@ -7,8 +7,9 @@ tokens all skew every figure silently; these counts make them visible in the res
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from enum import StrEnum
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord, TokenSource
 
 NO_TOKENS = "no_tokens"  # ended without error but carried no token-bearing chunk
 ERROR_TEXT_LIMIT = 200  # keep the per-request `errors` list bounded
+SourceT = TypeVar("SourceT", bound=StrEnum)
 
 
 def failure_kind(record: RequestRecord) -> str | None:
@@ -76,23 +78,24 @@ def token_count_checks(arrays: PointArrays) -> dict[str, int]:
     }
 
 
+def _sources(values: Iterable[SourceT], kinds: type[SourceT],
+             ) -> tuple[str | None, dict[str, int]]:
+    """The kinds seen, comma-joined in the enum's order (best first), and requests per kind."""
+    counts = Counter(values)
+    used = [kind for kind in kinds if counts.get(kind)]
+    return (",".join(kind.value for kind in used) or None,
+            {kind.value: counts[kind] for kind in used})
+
+
 def token_source_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:
     """Where the chunk token counts came from; `approximate` when any were re-tokenized text."""
-    counts = Counter(r.token_source for r in completed)
-    used = [source for source in TokenSource if counts.get(source)]  # best source first
-    return {
-        "token_count_source": ",".join(source.value for source in used) if used else None,
-        "token_count_sources": {source.value: counts[source] for source in used},
-        "approximate": TokenSource.TEXT in counts,
-    }
+    joined, counts = _sources((r.token_source for r in completed), TokenSource)
+    return {"token_count_source": joined, "token_count_sources": counts,
+            "approximate": TokenSource.TEXT.value in counts}
 
 
 def arrival_stamp_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:
     """Whose clock the chunk stamps are: the kernel's receive stamps, or read by the client
     (late by however long its loop took to come round to the socket)."""
-    counts = Counter(r.arrival_stamps for r in completed)
-    used = [source for source in ArrivalStamps if counts.get(source)]
-    return {
-        "arrival_stamps": ",".join(source.value for source in used) if used else None,
-        "arrival_stamp_sources": {source.value: counts[source] for source in used},
-    }
+    joined, counts = _sources((r.arrival_stamps for r in completed), ArrivalStamps)
+    return {"arrival_stamps": joined, "arrival_stamp_sources": counts}
