@@ -201,6 +201,9 @@ class Ingest:
         self.last_read_ns = 0
         self._ready: deque[Drainable] = deque()
         self._scheduled = False
+        # The loop, kept from the first read: asyncio.get_running_loop() makes a getpid()
+        # system call each time, and a busy burst reschedules the ingest every 10 us.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def notify(self, stream: Drainable, read_ns: int = 0) -> None:
         self.last_read_ns = read_ns or perf_counter_ns()
@@ -210,7 +213,10 @@ class Ingest:
         self._ready.append(stream)
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._run)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._run)
 
     def _run(self) -> None:
         self._scheduled = False
@@ -226,7 +232,8 @@ class Ingest:
                 break
         if ready:  # yield: the loop polls its sockets (and stamps) before the next turn
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._run)
+            assert self._loop is not None  # _run is only ever scheduled by notify
+            self._loop.call_soon(self._run)
 
 
 class StartPacer:
