@@ -7,7 +7,13 @@ a minimal server (its own process, pinned to cpu 1) streams vLLM-shaped chunks
 the client (pinned to cpu 0) runs `conc` closed-loop slots through `Transport.send` and
 reports its CPU time (user and system) per chunk, by `--http-client`, in one sitting.
 
+Two more "clients" show the floor under the native one: `reads-kernel` and
+`reads-uvloop` write the same requests and only read the responses (kernel-stamped
+transport, or uvloop's own), waiting for each body's last chunk and parsing nothing --
+what reading alone costs per chunk before any de-chunking, framing, decoding or records.
+
     .venv/bin/python bench/read_path.py --conc 512 --http-client native,aiohttp --runs 3
+    .venv/bin/python bench/read_path.py --http-client native,reads-kernel,reads-uvloop
     perf record -g -p <client pid printed> ...   # to see where the time goes
 """
 
@@ -20,12 +26,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from time import perf_counter_ns
+from typing import cast
 
 import numpy as np
 import orjson
 
 from loadgen.client.ingest import Exchange  # noqa: F401  (import cost outside the timing)
+from loadgen.client.native import kernel_stamps
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
@@ -117,29 +126,94 @@ async def streams_of(kind: str, conc: int) -> AsyncIterator[StreamClient]:
         yield AiohttpStreams(session)
 
 
+_BODY = b"{}" * 200
+_LAST_CHUNK = b"0\r\n\r\n"
+
+
+class Reader(asyncio.Protocol):
+    """Reads a response and parses nothing: stamps each read and waits for the body's
+    last chunk (the read-only floor)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.ended: asyncio.Future[None] | None = None
+        self.stamp = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        now = perf_counter_ns()
+        self.received(data, now, now)
+
+    def received(self, data: bytes, stamp: int, read_ns: int) -> None:
+        self.stamp = stamp
+        if data.endswith(_LAST_CHUNK) and self.ended is not None:
+            self.ended.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.ended is not None and not self.ended.done():
+            self.ended.set_exception(exc or ConnectionError("closed"))
+
+
+Send = Callable[[], Awaitable[int]]  # one request, its response read; returns its chunks
+
+
+async def read_only_send(kind: str, url: str, chunks: int) -> Send:
+    """A connection of `kind` (reads-kernel, reads-uvloop), and how to send on it."""
+    loop = asyncio.get_running_loop()
+    port = int(url.split(":")[2].split("/")[0])
+    reader = Reader()
+    if kind == "reads-kernel":
+        await kernel_stamps.open_connection(loop, "127.0.0.1", port, reader,
+                                            kernel_stamps.ClockBridge())
+    else:
+        await loop.create_connection(lambda: reader, "127.0.0.1", port)
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(_BODY), _BODY))
+
+    async def one() -> int:
+        reader.ended = loop.create_future()
+        assert reader.transport is not None
+        reader.transport.write(request)
+        await reader.ended
+        return chunks
+
+    return one
+
+
 async def measure(kind: str, conc: int, per_slot: int, gap_ms: float,
                   chunks: int) -> dict[str, float]:
-    request = RequestSpec(index=0, input_len=256, max_tokens=2 * chunks, body=b"{}" * 200)
-    async with chunk_server(gap_ms, chunks) as url, streams_of(kind, conc) as streams:
-        transport = Transport(streams, url)
-        received = 0
+    request = RequestSpec(index=0, input_len=256, max_tokens=2 * chunks, body=_BODY)
+    async with chunk_server(gap_ms, chunks) as url, contextlib.AsyncExitStack() as stack:
+        if kind.startswith("reads-"):
+            sends = [await read_only_send(kind, url, chunks) for _ in range(conc)]
+        else:
+            transport = Transport(await stack.enter_async_context(streams_of(kind, conc)), url)
 
-        async def slot(n: int) -> None:
-            nonlocal received
-            for _ in range(n):
+            async def send() -> int:
                 record = await transport.send(request, x_request_id="x", conc=conc,
                                               scheduled_ns=0, on_record=lambda _r: None)
                 assert record.ok, record.error_detail
-                received += len(record.chunk_ns)
+                return len(record.chunk_ns)
+
+            sends = [send] * conc
+        received = 0
+
+        async def slot(n: int, one: Send) -> None:
+            nonlocal received
+            for _ in range(n):
+                got = await one()  # not `received += await ...`: that reads before the await
+                received += got
 
         async with asyncio.TaskGroup() as group:  # warmup: every connection opened
-            for _ in range(conc):
-                group.create_task(slot(1))
+            for one in sends:
+                group.create_task(slot(1, one))
         received = 0
         before, wall = os.times(), time.perf_counter()
         async with asyncio.TaskGroup() as group:
-            for _ in range(conc):
-                group.create_task(slot(per_slot))
+            for one in sends:
+                group.create_task(slot(per_slot, one))
         after, wall = os.times(), time.perf_counter() - wall
     user, system = after.user - before.user, after.system - before.system
     return {"chunks/s": received / wall, "cpu us/chunk": (user + system) / received * 1e6,
