@@ -122,11 +122,6 @@ class PointArrays:
         gaps = np.diff(self.chunk_ns)[within] / NS_PER_MS
         return gaps, self.chunk_tokens[1:][within]
 
-    def gaps_read_together(self) -> int:
-        """Chunk gaps of exactly 0 ns within a record: both chunks came in one read (sent
-        together, or read late), so the gap between them was not measured."""
-        return int(np.count_nonzero(np.diff(self.chunk_ns)[self.gap_is_within_record()] == 0))
-
     def max_gap_ms(self) -> FloatArray:
         """Largest chunk gap of each record (0 for a single-chunk record)."""
         if self.num_records == 0:

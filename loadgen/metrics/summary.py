@@ -203,7 +203,9 @@ def summarize(
         else None,
         **throughput,
         "total_chunks": int(arrays.chunk_ns.size),
-        "chunk_gaps_read_together": arrays.gaps_read_together(),
+        # ITL gaps of exactly 0: both chunks came in one read (sent together, or read
+        # late), so the gap between them was not measured
+        "chunk_gaps_read_together": int(np.count_nonzero(samples["itl"] == 0)),
         "tpot_excluded_single_token": int(np.count_nonzero(arrays.output_tokens <= 1)),
     }
     for name in ("ttft", "tpot", "itl", "e2el", "itl_per_token", "queue_time", "connect_time"):
