@@ -36,6 +36,7 @@ import orjson
 from loadgen.client.ingest import Exchange  # noqa: F401  (import cost outside the timing)
 from loadgen.client.native import kernel_stamps
 from loadgen.client.native.client import NativeStreams
+from loadgen.client.native.pool import parse_target
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.workload.plan import RequestSpec
@@ -159,18 +160,20 @@ class Reader(asyncio.Protocol):
 Send = Callable[[], Awaitable[int]]  # one request, its response read; returns its chunks
 
 
-async def read_only_send(kind: str, url: str, chunks: int) -> Send:
-    """A connection of `kind` (reads-kernel, reads-uvloop), and how to send on it."""
+async def read_only_send(kind: str, url: str, chunks: int,
+                         bridge: kernel_stamps.ClockBridge) -> Send:
+    """A connection of `kind` (reads-kernel, reads-uvloop), and how to send on it; the
+    connections share one clock bridge, as the native client's pool does."""
     loop = asyncio.get_running_loop()
-    port = int(url.split(":")[2].split("/")[0])
+    target = parse_target(url)
+    host, port = target.origin.host, target.origin.port
     reader = Reader()
     if kind == "reads-kernel":
-        await kernel_stamps.open_connection(loop, "127.0.0.1", port, reader,
-                                            kernel_stamps.ClockBridge())
+        await kernel_stamps.open_connection(loop, host, port, reader, bridge)
     else:
-        await loop.create_connection(lambda: reader, "127.0.0.1", port)
-    request = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (len(_BODY), _BODY))
+        await loop.create_connection(lambda: reader, host, port)
+    request = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+        target.path, target.host_header, len(_BODY), _BODY)
 
     async def one() -> int:
         reader.ended = loop.create_future()
@@ -187,7 +190,8 @@ async def measure(kind: str, conc: int, per_slot: int, gap_ms: float,
     request = RequestSpec(index=0, input_len=256, max_tokens=2 * chunks, body=_BODY)
     async with chunk_server(gap_ms, chunks) as url, contextlib.AsyncExitStack() as stack:
         if kind.startswith("reads-"):
-            sends = [await read_only_send(kind, url, chunks) for _ in range(conc)]
+            bridge = kernel_stamps.ClockBridge()
+            sends = [await read_only_send(kind, url, chunks, bridge) for _ in range(conc)]
         else:
             transport = Transport(await stack.enter_async_context(streams_of(kind, conc)), url)
 
