@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import numpy as np
 import orjson
 import pytest
+from fake_records import full_point
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -21,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from loadgen.histogram import BulkHistogram
-from loadgen.metrics.summary import PointContext, summarize
+from loadgen.metrics.summary import PointContext
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 from loadgen.sinks.prometheus import (
     ITL_BUCKETS,
@@ -52,7 +54,9 @@ def make_record(request_id: int, conc: int, gaps_ms: list[float], tokens: list[i
 def point_result(**fields: Any) -> Any:
     """A real summary of one record, with the server-side fields a test sets."""
     record = make_record(0, 1, [1.0, 1.0], [1, 1])
-    return {**summarize([record], PointContext(conc=1, input_len=100, output_len=2)), **fields}
+    result = full_point([record], PointContext(conc=1, input_len=100, output_len=2))
+    return msgspec.structs.replace(result, metrics=msgspec.structs.replace(result.metrics,
+                                                                           **fields))
 
 
 def samples(registry: CollectorRegistry) -> list[Sample]:
@@ -264,7 +268,7 @@ async def test_live_metrics_serves_an_observer_that_learns_k_from_the_first_poin
             observer.request_started(conc)
             observer.request_finished(record)
             ctx = PointContext(conc=conc, input_len=100, output_len=7, spec_tokens=spec_tokens)
-            observer.point_finished(conc, summarize([record], ctx))  # type: ignore[arg-type]
+            observer.point_finished(conc, full_point([record], ctx))
         async with aiohttp.ClientSession() as session, session.get(server.url) as response:
             text = await response.text()
     got = [s for f in text_string_to_metric_families(text) for s in f.samples]

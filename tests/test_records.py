@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
-from loadgen.sinks.jsonl import JsonlSink, read_jsonl
+from loadgen.results.jsonl import JsonlSink, read_jsonl
 
 
 def make(i: int, **kw: object) -> RequestRecord:

@@ -6,19 +6,20 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
+import msgspec
 import pytest
-from fake_records import MS, failed_record, make_record
+from fake_records import MS, failed_record, full_point, make_record
 
-from loadgen.metrics.summary import PointContext, summarize
+from loadgen.metrics.summary import PointContext
 from loadgen.records import ErrorKind, RequestRecord
-from loadgen.sinks.files import write_point
+from loadgen.results.point import PointResult
+from loadgen.results.store import ResultsDir
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.table import COLUMN_NAMES, SWEEP_COLUMNS, format_table, sweep_rows, write_csv
 
 
-def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> dict[str, Any]:
+def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> PointResult:
     """A summarized point whose step time grows with concurrency."""
     step = (2 + conc) * MS
     records: list[RequestRecord] = [
@@ -32,26 +33,29 @@ def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> dict[
     ]
     records += [failed_record(conc + i, ErrorKind.DISCONNECT) for i in range(failures)]
     ctx = PointContext(conc=conc, input_len=100, output_len=8, spec_tokens=2, num_gpus=num_gpus)
-    return summarize(records, ctx)
+    return full_point(records, ctx)  # type: ignore[no-any-return]
 
 
 def test_write_point_is_complete_json_and_leaves_no_temp(tmp_path: Path) -> None:
     result = point(4)
-    path = write_point(tmp_path / "results", result)
+    path = ResultsDir(tmp_path / "results").write_point(result)
     assert path == tmp_path / "results" / "conc_4.json"
     loaded = json.loads(path.read_text())
-    assert loaded.keys() == result.keys()
-    assert loaded["mean_ttft_ms"] == pytest.approx(result["mean_ttft_ms"])
-    assert loaded["ttfts"] == pytest.approx(result["ttfts"])
+    assert loaded.keys() == result.to_json().keys()
+    assert loaded["mean_ttft_ms"] == pytest.approx(result.metrics.mean_ttft_ms)
+    assert loaded["ttfts"] == pytest.approx(result.metrics.ttfts)
+    assert ResultsDir(tmp_path / "results").read_point(4) == result
     assert [p.name for p in path.parent.iterdir()] == ["conc_4.json"]
 
 
 def test_write_point_failure_keeps_previous_file(tmp_path: Path) -> None:
-    path = write_point(tmp_path, point(2))
+    path = ResultsDir(tmp_path).write_point(point(2))
     before = path.read_bytes()
-    broken = {**point(2), "unserializable": object()}
+    broken = point(2)
+    broken = msgspec.structs.replace(broken, identity=msgspec.structs.replace(
+        broken.identity, tokenizer_check={"unserializable": object()}))
     with pytest.raises(TypeError):
-        write_point(tmp_path, broken)
+        ResultsDir(tmp_path).write_point(broken)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["conc_2.json"]
 
@@ -60,7 +64,7 @@ def test_sweep_rows_ordered_and_taken_from_results() -> None:
     results = [point(8), point(2), point(4)]
     rows = sweep_rows(results)
     assert [row["conc"] for row in rows] == [2, 4, 8]
-    by_conc = {r["max_concurrency"]: r for r in results}
+    by_conc = {r.conc: r for r in results}
     for row in rows:
         source = by_conc[row["conc"]]
         for column, read in SWEEP_COLUMNS:
@@ -102,7 +106,7 @@ def test_table_per_gpu_and_failed_columns_when_relevant() -> None:
 
 def test_table_shows_unknown_as_dash() -> None:
     ctx = PointContext(conc=1, input_len=100, output_len=8)
-    rows = sweep_rows([summarize([failed_record(0, ErrorKind.HTTP)], ctx)])
+    rows = sweep_rows([full_point([failed_record(0, ErrorKind.HTTP)], ctx)])
     cells = format_table(rows).splitlines()[2].split()
     # no completed request: every latency, interactivity and acceptance cell is unknown
     assert cells[3:10] == ["-"] * 7 and cells[-1] == "1"
@@ -130,8 +134,8 @@ def test_plot_writes_png(tmp_path: Path) -> None:
 
 
 def test_plot_without_plottable_points_is_none(tmp_path: Path) -> None:
-    failed_only = summarize([failed_record(0, ErrorKind.HTTP)],
-                            PointContext(conc=1, input_len=100, output_len=8))
+    failed_only = full_point([failed_record(0, ErrorKind.HTTP)],
+                             PointContext(conc=1, input_len=100, output_len=8))
     assert plot_sweep(tmp_path / "x.png", [failed_only]) is None
     assert not (tmp_path / "x.png").exists()
 

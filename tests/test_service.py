@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from recording_proxy import recording_proxy
 from yarl import URL
 
+from loadgen.results.jsonl import read_jsonl
 from loadgen.sidecar.service import (
     ServiceConfig,
     ServiceError,
@@ -31,7 +32,6 @@ from loadgen.sidecar.service import (
     running_service,
 )
 from loadgen.sim.server import SimConfig, running_simulator
-from loadgen.sinks.jsonl import read_jsonl
 
 MODEL = "sim-model"
 TOKEN = "s3cret-token-for-tests"

@@ -26,7 +26,7 @@ from real_prometheus import (
 
 from loadgen.config.args import spec_from_argv
 from loadgen.records import RequestRecord
-from loadgen.sinks.jsonl import read_jsonl
+from loadgen.results.jsonl import read_jsonl
 from loadgen.sinks.prometheus import live_metrics
 
 MODEL = "sim/agent-v4"

@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from fake_records import MS, completed_records, failed_record, make_record
+from fake_records import MS, completed_records, failed_record, full_point, make_record
 from hypothesis import given, settings
 
 from loadgen.config.spec import VllmResultOptions
 from loadgen.metrics.server import ServerSnapshot
-from loadgen.metrics.summary import PointContext, summarize
+from loadgen.metrics.summary import PointContext
 from loadgen.records import ErrorKind, RequestRecord
+from loadgen.results.point import PointResult
 from loadgen.sinks.vllm_result import inferencex_safe, result_path, vllm_result, write_vllm_result
 
 # process_result.py reads these directly: int(max_concurrency) is the `conc`, model_id the
@@ -83,14 +84,16 @@ def spec_snapshots() -> tuple[ServerSnapshot, ServerSnapshot]:
     return before, after
 
 
-def point(records: list[RequestRecord], **ctx: Any) -> dict[str, Any]:
+def point_struct(records: list[RequestRecord], **ctx: Any) -> PointResult:
     before, after = spec_snapshots()
-    result = summarize(records, PointContext(conc=4, input_len=100, output_len=2,
-                                             num_gpus=8, **ctx),
-                       server_before=before, server_after=after)
-    result.update({"model_id": "served", "request_rate": "inf", "burstiness": 1.0,
-                   "planned_requests": len(records)})
-    return result
+    return full_point(records, PointContext(conc=4, input_len=100, output_len=2,  # type: ignore[no-any-return]
+                                            num_gpus=8, **ctx),
+                      server_before=before, server_after=after)
+
+
+def point(records: list[RequestRecord], **ctx: Any) -> dict[str, Any]:
+    """The point in its file form, which the vLLM-format writer reads."""
+    return point_struct(records, **ctx).to_json()
 
 
 def test_file_has_vllm_keys_and_what_inferencex_reads() -> None:
@@ -166,7 +169,7 @@ def test_metadata_label_and_file_names(tmp_path: Path) -> None:
     records = [make_record(i, sent_unix=1.7e9) for i in range(3)]
     options = VllmResultOptions(filename="dsv4_8k1k", metadata=(("tp", "8"), ("run", "a")),
                                 label="nightly", model_id="org/Model-X")
-    path = write_vllm_result(tmp_path, point(records), records, options, points=1)
+    path = write_vllm_result(tmp_path, point_struct(records), records, options, points=1)
     assert path == tmp_path / "dsv4_8k1k.json"
     bmk = orjson.loads(path.read_bytes())
     assert (bmk["tp"], bmk["run"], bmk["label"]) == ("8", "a", "nightly")

@@ -90,7 +90,7 @@ def build_report(runs: Sequence[RunDir], output: Path) -> Path:
     from loadgen.sinks.html_report import ReportRun, write_report
 
     report_runs = [ReportRun(run.name, str(run.path), run.run, run.points,
-                             load_distributions(run)) for run in runs]
+                             run.results, load_distributions(run)) for run in runs]
     return write_report(output, report_runs, compare_dirs(runs), warnings_of(runs),
                         generated_unix=time.time())
 

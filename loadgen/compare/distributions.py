@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loadgen.compare.inputs import RunDir
 from loadgen.metrics.distributions import PointDistributions, point_distributions
-from loadgen.sinks.jsonl import read_jsonl
+from loadgen.results.jsonl import read_jsonl
 
 
 def load_distributions(run: RunDir) -> dict[int, PointDistributions]:

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from loadgen.errors import UsageError
 from loadgen.metrics.compare import RunInput
-
-LANES_INDEX = "lanes.json"
+from loadgen.results.point import PointResult, ResultFileError
+from loadgen.results.store import ResultsDir, read_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,30 +24,24 @@ class RunDir:
     name: str
     path: Path
     run: Mapping[str, Any]  # run.json, {} when the run never wrote one
-    points: Mapping[int, Mapping[str, Any]]  # concurrency -> conc_<N>.json
+    results: Mapping[int, PointResult]  # concurrency -> conc_<N>.json, decoded
+    points: Mapping[int, Mapping[str, Any]]  # the same in the file's spelling (compare's)
 
     def as_input(self) -> RunInput:
         return RunInput(self.name, self.points)
 
     def requests_file(self, conc: int) -> Path:
-        return self.path / f"requests_conc_{conc}.jsonl"
+        return ResultsDir(self.path).requests_file(conc)
 
 
 def _is_run(path: Path) -> bool:
-    return any(path.glob("conc_*.json"))
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read it as JSON: {exc}") from None
+    return bool(ResultsDir(path).point_concs())
 
 
 def _tree_lanes(path: Path) -> list[tuple[str, Path]]:
-    index = path / LANES_INDEX
+    index = ResultsDir(path).lanes_file
     if index.is_file():
-        lanes = _read_json(index).get("lanes") or []
+        lanes = _lanes_of(read_json(index), index)
         found = [(str(lane["name"]), path / str(lane.get("dir", lane["name"])))
                  for lane in lanes if isinstance(lane, dict) and "name" in lane]
         return [(name, lane) for name, lane in found if lane.is_dir() and _is_run(lane)]
@@ -81,17 +73,20 @@ def _unique_names(runs: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
     return [(name if names.count(name) == 1 else str(path), path) for name, path in runs]
 
 
+def _lanes_of(index: Any, path: Path) -> list[Any]:
+    lanes = index.get("lanes") if isinstance(index, dict) else None
+    if not isinstance(lanes, list):
+        raise ResultFileError(f"{path}: field 'lanes': expected a list; not a lanes.json "
+                              "loadgen wrote")
+    return lanes
+
+
 def load_run(name: str, path: Path) -> RunDir:
-    points: dict[int, Mapping[str, Any]] = {}
-    for file in sorted(path.glob("conc_*.json")):
-        result = _read_json(file)
-        conc = result.get("max_concurrency") if isinstance(result, dict) else None
-        if not isinstance(conc, int):
-            raise UsageError(f"{file}: not a point result (no max_concurrency)")
-        points[conc] = result
-    run_file = path / "run.json"
-    run = _read_json(run_file) if run_file.is_file() else {}
-    return RunDir(name, path, run, dict(sorted(points.items())))
+    store = ResultsDir(path)
+    results = store.read_points()
+    run = store.read_run() if store.run_file.is_file() else {}
+    return RunDir(name, path, run, results,
+                  {conc: result.to_json() for conc, result in results.items()})
 
 
 def load_runs(arguments: Sequence[Path]) -> list[RunDir]:

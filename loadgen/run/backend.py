@@ -26,6 +26,7 @@ from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
+from loadgen.results.store import ResultsDir
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec, text_counter
 
@@ -155,7 +156,7 @@ async def http_backend(spec: RunSpec, results_dir: Path,
             from loadgen.run.embedded_sim import embedded_simulator
 
             url = await stack.enter_async_context(
-                embedded_simulator(spec.sim_args, log_path=results_dir / "simulator.log"))
+                embedded_simulator(spec.sim_args, log_path=ResultsDir(results_dir).simulator_log))
             spec, target = dataclasses.replace(spec, base_url=url), "simulator"
         session = await stack.enter_async_context(
             open_session(max_connections=max(spec.conc), headers=request_headers(spec),

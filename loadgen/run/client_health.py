@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.records import RequestRecord
+from loadgen.results.point import ClientHealth
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +46,19 @@ def counts(records: Sequence[RequestRecord]) -> tuple[int, int]:
     return len(records), sum(len(r.chunk_ns) for r in records)
 
 
-def client_fields(processes: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
+def client_health(processes: Sequence[dict[str, Any]], chunks: int,
+                  clock_uncertainty_ms: float | None) -> ClientHealth:
     """The result's client_* fields from every process's `ProcessHealth.to_json()`
-    (`chunks` = the point's total_chunks, completed requests only, as before)."""
+    (`chunks` = the point's total_chunks, completed requests only, as before), and how far
+    the processes' clocks may disagree (0 on one machine)."""
     cpu = sum(p["cpu_seconds"] for p in processes)
     lagging = [p for p in processes if p["loop_lag_samples"]]
-    return {
-        "client_cpu_seconds": cpu,
-        "client_cpu_per_chunk_us": cpu / chunks * 1e6 if chunks else None,
-        "client_loop_lag_p99_ms": max((p["loop_lag_p99_ms"] for p in lagging), default=None),
-        "client_loop_lag_max_ms": max((p["loop_lag_max_ms"] for p in lagging), default=None),
-        "client_loop_lag_samples": sum(p["loop_lag_samples"] for p in processes),
-        "client_processes": list(processes),
-    }
+    return ClientHealth(
+        client_cpu_seconds=cpu,
+        client_cpu_per_chunk_us=cpu / chunks * 1e6 if chunks else None,
+        client_loop_lag_p99_ms=max((p["loop_lag_p99_ms"] for p in lagging), default=None),
+        client_loop_lag_max_ms=max((p["loop_lag_max_ms"] for p in lagging), default=None),
+        client_loop_lag_samples=sum(p["loop_lag_samples"] for p in processes),
+        client_processes=list(processes),
+        clock_alignment_uncertainty_ms=clock_uncertainty_ms,
+    )

@@ -28,10 +28,11 @@ from loadgen import __version__
 from loadgen.config.spec import SpecError
 from loadgen.config.sweepfile import Lane, SweepPlan
 from loadgen.errors import LoadgenError, UsageError
+from loadgen.results.files import write_atomic
+from loadgen.results.store import LANES_FILE
 from loadgen.run.observers import RunObserver
-from loadgen.sinks.files import write_atomic
 
-INDEX = "lanes.json"
+INDEX = LANES_FILE
 LaneState = Literal["pending", "running", "succeeded", "failed", "interrupted"]
 
 

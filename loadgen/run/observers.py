@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
+from loadgen.results.point import PointResult
 
 
 class RunObserver(Protocol):

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +24,17 @@ from loadgen.client.preflight import ServerInfo
 from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
-from loadgen.metrics.prompt_lengths import input_len_fields
-from loadgen.metrics.schema import PointMetrics, PointResult
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
-from loadgen.metrics.summary import PointContext, summarize
+from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
+from loadgen.results.files import ResultsWriteError
+from loadgen.results.jsonl import JsonlSink
+from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
+from loadgen.results.store import ResultsDir
+from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
-from loadgen.run.client_health import ProcessHealth, client_fields
+from loadgen.run.client_health import ProcessHealth
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
@@ -46,15 +49,13 @@ from loadgen.run.scheduler import (
 )
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import Stop
-from loadgen.sinks.files import ResultsWriteError, write_point
-from loadgen.sinks.jsonl import JsonlSink
 from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
 # (records, server counters before, after the measured phase: None when not both read)
-ExtraFields = Callable[[Sequence[RequestRecord], ServerSnapshot | None, ServerSnapshot | None],
-                       Mapping[str, Any]]
+SessionFields = Callable[[Sequence[RequestRecord], ServerSnapshot | None,
+                          ServerSnapshot | None], SessionMetrics]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +93,7 @@ class PointOutcome:
     @property
     def error_rate(self) -> float:
         # None without requests (a shard holding none of a small point's slots)
-        return self.result["error_rate"] or 0.0
+        return self.result.metrics.error_rate or 0.0
 
 
 class PointRecords:
@@ -108,7 +109,7 @@ class PointRecords:
         self.warmup = warmup
         self.slots = slots  # this run's slots of the point: conc, or its shard's share
         self.records: list[RequestRecord] = []
-        path = run.results_dir / f"requests_conc_{conc}.jsonl"
+        path = ResultsDir(run.results_dir).requests_file(conc)
         self.sink = JsonlSink(path)  # a fresh file: results_dir.prepare() cleared the way
         self.before = Scrape()
         self.gauge_watch: GaugeWatch | None = None
@@ -117,7 +118,7 @@ class PointRecords:
         self.clock: ClockPair | None = None
         # More fields a point kind adds from its records and the server's counters around
         # the measured phase (session runs: run/session_point.py); written with the rest.
-        self.extra: ExtraFields | None = None
+        self.extra: SessionFields | None = None
 
     def begin(self, before: Scrape) -> None:
         """The measured phase starts now (the server's counters were just read)."""
@@ -160,23 +161,11 @@ class PointRecords:
             self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
         spec = self.run.spec
         server_after = after.total if complete and after is not None else None
-        by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
-                                self.gauges) if spec.server_metrics and after else None
-        # A shard's own result: the steady window is that of its own slots.
-        ctx = PointContext(conc=self.slots, input_len=spec.isl, output_len=spec.osl,
-                           spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
-                           percentiles=spec.percentiles, num_gpus=spec.num_gpus)
-        metrics = summarize(self.records, ctx, server_before=self.before.total,
-                            server_after=server_after)
-        metrics["max_concurrency"] = self.conc
-        health = [p.to_json() for p in processes]
-        result = self._result(metrics, complete, health, warmup_failed, stop, by_url)
-        if self.extra is not None:
-            result.update(self.extra(self.records, self.before.total, server_after))  # type: ignore[typeddict-item]
+        result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
-        path = self.run.results_dir / f"conc_{self.conc}.json"
+        path = ResultsDir(self.run.results_dir).point_file(self.conc)
         try:
-            write_point(self.run.results_dir, result)
+            ResultsDir(self.run.results_dir).write_point(result)
             if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
                 write_vllm_result(self.run.results_dir, result, self.records,
                                   spec.vllm_result, points=len(spec.conc))
@@ -188,52 +177,63 @@ class PointRecords:
                  "server_after": snapshot_json(server_after)}
         return PointOutcome(self.conc, result, complete, path, facts, write_error)
 
-    def _result(self, metrics: PointMetrics, complete: bool, processes: list[dict[str, Any]],
-                warmup_failed: int, stop: Stop | None,
-                by_url: list[dict[str, Any]] | None) -> PointResult:
-        """The metrics plus what only the runner knows (client health, identity, settings)."""
+    def _result(self, complete: bool, after: Scrape | None,
+                processes: Sequence[ProcessHealth], warmup_failed: int,
+                stop: Stop | None) -> PointResult:
+        spec = self.run.spec
+        server_after = after.total if complete and after is not None else None
+        by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
+                                self.gauges) if spec.server_metrics and after else None
+        # A shard's own result: the steady window is that of its own slots.
+        ctx = PointContext(conc=self.slots, input_len=spec.isl, output_len=spec.osl,
+                           spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
+                           percentiles=spec.percentiles, num_gpus=spec.num_gpus)
+        sessions = (self.extra(self.records, self.before.total, server_after)
+                    if self.extra is not None else None)
+        parts = PointParts(
+            identity=self._identity(), status=point_status(complete, stop),
+            counts=PointCounts(self.planned, self.warmup, warmup_failed),
+            processes=[p.to_json() for p in processes],
+            clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
+            synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions)
+        return assemble_point(self.records, ctx, self.conc, parts,
+                              server_before=self.before.total, server_after=server_after)
+
+    def _identity(self) -> PointIdentity:
         run, spec = self.run, self.run.spec
-        return {
-            **metrics,
-            # client health: the client processes' CPU over the measured phase (a loaded
-            # client stamps late); per chunk it is the client's cost of ingesting one event
-            **client_fields(processes, metrics["total_chunks"]),  # type: ignore[typeddict-item]
-            # one machine: every process read the same CLOCK_MONOTONIC
-            "clock_alignment_uncertainty_ms": 0.0,
-            # why a point stopped early: a code, and the line loadgen printed about it
-            # (`incomplete_reason` is that same line, the name `loadgen merge` reads)
-            "complete": complete,
-            "stop_reason": None if complete or stop is None else stop.reason,
-            "stop_detail": None if complete or stop is None else stop.detail,
-            "incomplete_reason": None if complete or stop is None else stop.detail,
+        return PointIdentity(
             # a shard's own file holds its share only; `loadgen merge` writes the whole point
-            "shard": f"{spec.shard_index}/{spec.shard_count}" if spec.shard_count > 1 else None,
-            "shards_merged": 1,
-            "target": run.backend.target, "run_id": run.run_id,
-            "model_id": run.server.model, "endpoint_type": "openai",
-            "endpoint": spec.endpoint, "base_url": redact_url(run.backend.base_url),
-            "backend": "vllm",
-            # the client that timed the streams: its per-chunk cost is in client_* above
-            "http_client": spec.http_client,
-            "input_len": spec.isl, "output_len": spec.osl, "range_ratio": spec.range_ratio,
-            "request_rate": spec.request_rate if spec.request_rate is not None else "inf",
-            "burstiness": spec.burstiness, "planned_requests": self.planned,
-            "warmup_requests": self.warmup, "warmup_failed": warmup_failed,
-            "loadgen_version": __version__,
-            "tokenizer_check": run.server.tokenize_check,
-            # each --server-metrics URL's own figures beside the summed ones
-            "server_metrics_by_url": by_url,
-            # whether the prompts have the lengths asked for
-            **input_len_fields(self.records, *run.synthesis),
-        }
+            shard=f"{spec.shard_index}/{spec.shard_count}" if spec.shard_count > 1 else None,
+            shards_merged=1,
+            target=run.backend.target, run_id=run.run_id,
+            model_id=run.server.model, endpoint_type="openai",
+            endpoint=spec.endpoint, base_url=redact_url(run.backend.base_url),
+            backend="vllm",
+            # the client that timed the streams: its per-chunk cost is in client_*
+            http_client=spec.http_client,
+            input_len=spec.isl, output_len=spec.osl, range_ratio=spec.range_ratio,
+            request_rate=spec.request_rate if spec.request_rate is not None else "inf",
+            burstiness=spec.burstiness, loadgen_version=__version__,
+            tokenizer_check=run.server.tokenize_check)
+
+
+def point_status(complete: bool, stop: Stop | None) -> PointStatus:
+    """Why a point stopped early: a code, and the line loadgen printed about it
+    (`incomplete_reason` is that same line, the name `loadgen merge` reads)."""
+    if complete or stop is None:
+        return PointStatus(complete=complete, stop_reason=None, stop_detail=None,
+                           incomplete_reason=None)
+    return PointStatus(complete=False, stop_reason=stop.reason, stop_detail=stop.detail,
+                       incomplete_reason=stop.detail)
 
 
 def _warn_inexact(result: PointResult) -> None:
-    if result["input_len_approximate"]:
-        print(f"loadgen: WARNING: conc {result['max_concurrency']}: "
-              f"{result['input_len_mismatches']} prompts are not of the requested length (up "
-              f"to {result['input_len_max_abs_diff']} tokens off): this tokenizer cannot give "
-              f"them exactly ({result['prompt_synthesis_note']}); input_lens hold their true "
+    prompts = result.prompts
+    if prompts.input_len_approximate:
+        print(f"loadgen: WARNING: conc {result.conc}: "
+              f"{prompts.input_len_mismatches} prompts are not of the requested length (up "
+              f"to {prompts.input_len_max_abs_diff} tokens off): this tokenizer cannot give "
+              f"them exactly ({prompts.prompt_synthesis_note}); input_lens hold their true "
               "lengths", file=sys.stderr)
 
 

@@ -22,14 +22,23 @@ import orjson
 
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec, SpecError
-from loadgen.metrics.schema import PointResult
+from loadgen.results.files import ResultsWriteError
+from loadgen.results.point import ResultFileError
+from loadgen.results.store import (
+    INCOMPLETE_DIR,
+    POINT_GLOB,
+    REQUESTS_GLOB,
+    RUN_FILE,
+    SIMULATOR_LOG,
+    SWEEP_CSV,
+    SWEEP_PNG,
+    ResultsDir,
+    check_run,
+)
 from loadgen.run.point import PointOutcome
-from loadgen.sinks.files import ResultsWriteError
 
-RUN_FILE = "run.json"
-INCOMPLETE_DIR = "incomplete"
-_RUN_GLOBS = ("run.json", "conc_*.json", "requests_conc_*.jsonl")
-_RESULT_GLOBS = (*_RUN_GLOBS, "sweep.csv", "sweep.png", "simulator.log")
+_RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
+_RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG)
 # Settings that may differ between an interrupted run and its --resume: where results go
 # and how the run is driven, not what is measured. (A restarted server has a new pid.)
 _FACTS = ("clock", "server_before", "server_after")  # run.json's per-point extras (point.py)
@@ -105,8 +114,9 @@ def set_aside(directory: Path, earlier: Earlier) -> None:
     """Move the files of the points about to be measured again to incomplete/<run_id>/:
     they were measured, so they are kept, but out of the new attempt's way."""
     attempt = str(earlier.run.get("run_id") or "earlier")
+    store = ResultsDir(directory)
     for conc in earlier.remaining:
-        for name in (f"conc_{conc}.json", f"requests_conc_{conc}.jsonl"):
+        for name in (store.point_file(conc).name, store.requests_file(conc).name):
             if (directory / name).exists():
                 aside = directory / INCOMPLETE_DIR / attempt
                 try:
@@ -122,12 +132,8 @@ def _read_run(directory: Path) -> dict[str, Any]:
     if not path.is_file():
         raise SpecError(f"--resume {directory}: no {RUN_FILE} there, so no run to continue; "
                         f"start one with --results {directory}")
-    try:
-        run = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise SpecError(f"--resume {directory}: {RUN_FILE} is unreadable ({exc})") from None
-    if not isinstance(run, dict) or not isinstance(run.get("points"), list):
-        raise SpecError(f"--resume {directory}: {RUN_FILE} is not a loadgen run file")
+    run = ResultsDir(directory).read_run()
+    check_run(run, path)  # one line naming the field, never a KeyError later
     return run
 
 
@@ -149,12 +155,16 @@ def _complete_points(directory: Path, run: Mapping[str, Any]) -> list[PointOutco
     for entry in run["points"]:
         if not (isinstance(entry, Mapping) and entry.get("complete") is True):
             continue
-        path = directory / f"conc_{entry['conc']}.json"
-        try:
-            result = cast(PointResult, orjson.loads(path.read_bytes()))
-        except (OSError, orjson.JSONDecodeError):
-            continue  # listed but missing or damaged: measure it again
-        if result.get("complete") is True:  # its facts too, for `loadgen merge`
+        conc = entry.get("conc")
+        if not isinstance(conc, int) or isinstance(conc, bool):
+            raise ResultFileError(f"{directory / RUN_FILE}: field 'points[].conc': expected "
+                                  f"an integer, got {conc!r}; not a run.json this loadgen wrote")
+        store = ResultsDir(directory)
+        path = store.point_file(conc)
+        if not path.is_file():
+            continue  # listed but missing: measure it again
+        result = store.read_point(conc)  # a damaged file is one line, not a re-measurement
+        if result.status.complete:  # its facts too, for `loadgen merge`
             facts = {key: entry[key] for key in _FACTS if key in entry}
-            points.append(PointOutcome(int(entry["conc"]), result, True, path, facts))
+            points.append(PointOutcome(conc, result, True, path, facts))
     return points

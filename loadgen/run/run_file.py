@@ -19,11 +19,12 @@ from loadgen.client.preflight import ServerInfo
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.errors import Interrupted, LoadgenError
+from loadgen.results.files import write_atomic
+from loadgen.results.store import RUN_FILE
 from loadgen.run.backend import Backend
 from loadgen.run.point import PointOutcome
-from loadgen.run.results_dir import RUN_FILE, Earlier, settings_of
+from loadgen.run.results_dir import Earlier, settings_of
 from loadgen.run.stops import stop_of
-from loadgen.sinks.files import write_atomic
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class RunFile:
                    "started_unix": self.started_unix, "finished_unix": now if final else None,
                    "stop_reason": reason.reason if reason else None,
                    "stop_detail": reason.detail if reason else None,
-                   "points": [p.conc for p in points if p.result["run_id"] == self.run_id]}
+                   "points": [p.conc for p in points if p.result.identity.run_id == self.run_id]}
         earlier = self.earlier.run if self.earlier else None
         attempts = list(earlier.get("attempts") or [_as_attempt(earlier)]) if earlier else []
         return {
@@ -65,7 +66,7 @@ class RunFile:
             "shard": {"index": spec.shard_index, "count": spec.shard_count},
             "points": [{"conc": p.conc, "complete": p.complete,
                         "file": None if p.write_error else p.path.name,
-                        "error_rate": p.error_rate, "run_id": p.result["run_id"], **p.facts}
+                        "error_rate": p.error_rate, "run_id": p.result.identity.run_id, **p.facts}
                        for p in points],
             "attempts": [*attempts, attempt],
         }

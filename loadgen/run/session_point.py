@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 from tokenizers import Tokenizer
 
 from loadgen.metrics.agentic import (
@@ -25,6 +26,7 @@ from loadgen.metrics.agentic import (
 )
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.records import RequestRecord
+from loadgen.results.point import SessionMetrics
 from loadgen.run.point import Point, RunContext
 from loadgen.run.scheduler import deadline_after
 from loadgen.run.sessions import ReplayOptions, SessionReplay
@@ -62,7 +64,7 @@ class SessionPoint(Point):
         return record
 
     def _session_fields(self, records: Sequence[RequestRecord], before: ServerSnapshot | None,
-                        after: ServerSnapshot | None) -> dict[str, Any]:
+                        after: ServerSnapshot | None) -> SessionMetrics:
         fields: dict[str, Any] = {
             "session_history": "live" if self.run.spec.live_history else "recorded",
             **prefix_cache_rates(records, before, after),
@@ -75,7 +77,7 @@ class SessionPoint(Point):
             if field.name != "live_trees":
                 fields[f"replay_{field.name}"] = getattr(stats, field.name)
         fields["replay_primers_failed"] = self.primers_failed
-        return fields
+        return msgspec.convert(fields, SessionMetrics)
 
 
 async def build_session_point(context: RunContext, conc: int, source: SessionSource,

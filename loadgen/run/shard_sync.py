@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 
 from loadgen.errors import SetupError, UsageError
-from loadgen.sinks.files import write_atomic
+from loadgen.results.files import write_atomic
 
 POLL_S = 0.05
 START_DELAY_S = 0.5  # shared volumes (NFS) may show a new file a little late

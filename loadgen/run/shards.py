@@ -23,19 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
 import orjson
 
 from loadgen import __version__
 from loadgen.errors import UsageError
-from loadgen.metrics.prompt_lengths import input_len_fields
-from loadgen.metrics.schema import PointResult
 from loadgen.metrics.server import ServerSnapshot
-from loadgen.metrics.summary import PointContext, summarize
+from loadgen.metrics.server_urls import per_url_fields
+from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
-from loadgen.run.client_health import client_fields
+from loadgen.results.files import write_atomic
+from loadgen.results.jsonl import JsonlSink
+from loadgen.results.point import PointResult, PointStatus
+from loadgen.results.store import ResultsDir, check_run
+from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.ids import new_run_id
-from loadgen.sinks.files import write_atomic, write_point
-from loadgen.sinks.jsonl import JsonlSink, read_jsonl
+from loadgen.run.results_dir import run_files
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.table import format_table, sweep_rows, write_csv
 
@@ -100,15 +103,17 @@ def load_shards(dirs: Sequence[Path]) -> list[Shard]:
 
 
 def _run_json(directory: Path) -> dict[str, Any]:
-    try:
-        run: dict[str, Any] = orjson.loads((directory / "run.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise UsageError(f"{directory}: no readable run.json ({exc}); pass loadgen result "
-                         "directories (--results of each shard)") from None
-    if "shard" not in run:
+    store = ResultsDir(directory)
+    if not store.run_file.is_file():
+        raise UsageError(f"{directory}: no readable run.json (there is none); pass loadgen "
+                         "result directories "
+                         "(--results of each shard)")
+    run = store.read_run()
+    header = check_run(run, store.run_file)
+    if header.shard is None:
         raise UsageError(f"{directory}: run.json has no shard information (written by an "
                          "older loadgen?); rerun the shards with --shard I/N")
-    if run["shard"]["index"] is None:
+    if header.shard.index is None:
         raise UsageError(f"{directory}: is already a merge; pass the shards' own directories")
     return run
 
@@ -120,7 +125,7 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
     shards = load_shards(dirs)
     if any(out.resolve() == s.path.resolve() for s in shards):
         raise UsageError(f"--results {out}: is one of the inputs; merge into a new directory")
-    out.mkdir(parents=True, exist_ok=True)
+    _check_out(out)
     run_id = new_run_id(time.time())
     results: list[PointResult] = []
     refused: list[str] = []
@@ -134,19 +139,33 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
         results.append(result)
         entries.append(entry)
     _write_run(out, shards, run_id, entries, refused)
-    unknown = [r["max_concurrency"] for r in results
-               if r["clock_alignment_uncertainty_ms"] is None]
+    unknown = [r.conc for r in results if r.client.clock_alignment_uncertainty_ms is None]
     warnings = [f"conc {', '.join(map(str, unknown))}: the shards ran on different machines "
                 "and a machine's wall clock is not NTP-synchronized (its kernel says so): "
                 "they are aligned with an unknown error (clock_alignment_uncertainty_ms "
                 "null); duration and throughput may be off by that much"] if unknown else []
     if results:
         rows = sweep_rows(results)
-        write_csv(out / "sweep.csv", rows)
+        write_csv(ResultsDir(out).sweep_csv, rows)
         print(format_table(rows))
         with contextlib.suppress(Exception):  # a plot must never cost the measurements
-            plot_sweep(out / "sweep.png", results)
+            plot_sweep(ResultsDir(out).sweep_png, results)
     return MergeOutcome(out, tuple(results), tuple(refused), tuple(warnings))
+
+
+def _check_out(out: Path) -> None:
+    """A merge writes a new result directory: never over a file or another run."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--results {out}: is a file, not a directory; merge into a new "
+                         "directory")
+    used = run_files(out) if out.is_dir() else []
+    if used:
+        raise UsageError(f"--results {out}: already holds a run ({', '.join(used[:3])}); "
+                         "merge into a new directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--results {out}: cannot create it ({exc.strerror or exc})") from None
 
 
 def merge_point(shards: Sequence[Shard], conc: int, out: Path,
@@ -156,22 +175,24 @@ def merge_point(shards: Sequence[Shard], conc: int, out: Path,
     if missing:
         raise PointRefused(f"shard(s) {missing} have no such point (stopped before it?)")
     points = cast(list[dict[str, Any]], entries)
-    per_shard = [read_jsonl(s.path / f"requests_conc_{conc}.jsonl") for s in shards]
+    per_shard = [ResultsDir(s.path).read_records(conc) for s in shards]
     records, uncertainty_ns = align(per_shard, [p["clock"] for p in points])
     spans = check_overlap(per_shard, records, uncertainty_ns)
     ids = [r.request_id for r in records]
     if len(set(ids)) != len(ids):
         raise PointRefused("a request index appears in two shards: these are not the shards "
                            "of one --shard I/N split")
-    files = [orjson.loads((s.path / f"conc_{conc}.json").read_bytes()) for s in shards]
+    files = [ResultsDir(s.path).read_point(conc) for s in shards]
     result = _merged_result(shards, files, points, records, conc, uncertainty_ns, run_id)
-    with JsonlSink(out / f"requests_conc_{conc}.jsonl") as sink:
+    store = ResultsDir(out)
+    with JsonlSink(store.requests_file(conc)) as sink:
         for record in records:
             sink.write(record)
-    write_point(out, result)
-    entry = {"conc": conc, "complete": result["complete"], "file": f"conc_{conc}.json",
-             "error_rate": result["error_rate"], "shard_spans_s": spans,
-             "clock_alignment_uncertainty_ms": result["clock_alignment_uncertainty_ms"]}
+    store.write_point(result)
+    entry = {"conc": conc, "complete": result.status.complete,
+             "file": store.point_file(conc).name, "error_rate": result.metrics.error_rate,
+             "shard_spans_s": spans,
+             "clock_alignment_uncertainty_ms": result.client.clock_alignment_uncertainty_ms}
     return result, entry
 
 
@@ -242,7 +263,7 @@ def _plus_minus(uncertainty_ns: int | None) -> str:
     return f", ±{uncertainty_ns / 1e6:.3f} ms" if uncertainty_ns else ""
 
 
-def _merged_result(shards: Sequence[Shard], files: Sequence[dict[str, Any]],
+def _merged_result(shards: Sequence[Shard], files: Sequence[PointResult],
                    points: Sequence[dict[str, Any]], records: Sequence[RequestRecord],
                    conc: int, uncertainty_ns: int | None, run_id: str) -> PointResult:
     settings = shards[0].run["settings"]
@@ -250,37 +271,57 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[dict[str, Any]],
                        spec_tokens=settings["spec_tokens"], slos=settings["slos_ms"] or {},
                        percentiles=tuple(settings["percentiles"]),
                        num_gpus=settings["num_gpus"])
-    complete = all(f["complete"] for f in files)
+    complete = all(f.status.complete for f in files)
     before, after = combined_snapshots(shards, points) if complete else (None, None)
-    metrics = summarize(records, ctx, server_before=before, server_after=after)
-    processes = [p for f in files for p in f["client_processes"]]
-    stopped = [(s, f) for s, f in zip(shards, files, strict=True) if not f["complete"]]
-    reasons = [f"shard {s.index}: {f['incomplete_reason'] or 'interrupted'}" for s, f in stopped]
-    codes = {f.get("stop_reason") or "interrupted" for _, f in stopped}
-    result: dict[str, Any] = {
-        **metrics, **client_fields(processes, metrics["total_chunks"]),
-        **{k: files[0][k] for k in ("target", "model_id", "endpoint_type", "endpoint",
-                                    "base_url", "backend", "input_len", "output_len",
-                                    "range_ratio", "request_rate", "burstiness",
-                                    "tokenizer_check")},
-        "clock_alignment_uncertainty_ms": None if uncertainty_ns is None
-        else uncertainty_ns / 1e6,
-        "complete": complete, "incomplete_reason": "; ".join(reasons) or None,
-        # the incomplete shards' code when they agree (`mixed` when not); the detail is
-        # incomplete_reason, each shard's own line
-        "stop_reason": (codes.pop() if len(codes) == 1 else "mixed") if stopped else None,
-        "stop_detail": "; ".join(reasons) or None,
-        "shard": None, "shards_merged": len(shards), "run_id": run_id,
-        # shards may have read their streams with different clients: name each one used
-        "http_client": "/".join(sorted({f.get("http_client") or "unknown" for f in files})),
-        "planned_requests": sum(f["planned_requests"] for f in files),
-        "warmup_requests": sum(f["warmup_requests"] for f in files),
-        "warmup_failed": sum(f["warmup_failed"] for f in files),
-        "loadgen_version": __version__,
-        **input_len_fields(records, files[0].get("prompt_synthesis", "words"),
-                           files[0].get("prompt_synthesis_note")),
-    }
-    return cast(PointResult, result)
+    first = files[0]
+    parts = PointParts(
+        identity=msgspec.structs.replace(
+            first.identity, shard=None, shards_merged=len(shards), run_id=run_id,
+            loadgen_version=__version__,
+            # shards may have read their streams with different clients: name each one
+            http_client="/".join(sorted({f.identity.http_client for f in files}))),
+        status=_merged_status(shards, files),
+        counts=PointCounts(sum(f.planned_requests for f in files),
+                           sum(f.warmup_requests for f in files),
+                           sum(f.warmup_failed for f in files)),
+        processes=[p for f in files for p in f.client.client_processes],
+        clock_uncertainty_ms=None if uncertainty_ns is None else uncertainty_ns / 1e6,
+        synthesis=(first.prompts.prompt_synthesis, first.prompts.prompt_synthesis_note),
+        server_metrics_by_url=_merged_by_url(points) if complete else None)
+    return assemble_point(records, ctx, conc, parts, server_before=before, server_after=after)
+
+
+def _merged_status(shards: Sequence[Shard], files: Sequence[PointResult]) -> PointStatus:
+    stopped = [(s, f) for s, f in zip(shards, files, strict=True) if not f.status.complete]
+    if not stopped:
+        return PointStatus(complete=True, stop_reason=None, stop_detail=None,
+                           incomplete_reason=None)
+    reasons = [f"shard {s.index}: {f.status.incomplete_reason or 'interrupted'}"
+               for s, f in stopped]
+    codes = {f.status.stop_reason or "interrupted" for _, f in stopped}
+    # the incomplete shards' code when they agree (`mixed` when not); the detail is each
+    # shard's own line
+    return PointStatus(complete=False, stop_reason=codes.pop() if len(codes) == 1 else "mixed",
+                       stop_detail="; ".join(reasons), incomplete_reason="; ".join(reasons))
+
+
+def _merged_by_url(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Each --server-metrics URL's figures over the whole merged point: per URL the
+    earliest scrape before and the latest after, as for the summed counters. The gauges
+    sampled during each shard's point are not kept in run.json: their fields are null."""
+    if any(not p.get("server_before_by_url") or not p.get("server_after_by_url")
+           for p in points):
+        return None
+    urls = list(points[0]["server_before_by_url"])
+    before: dict[str, ServerSnapshot | None] = {}
+    after: dict[str, ServerSnapshot | None] = {}
+    for url in urls:
+        starts = [p["server_before_by_url"].get(url) for p in points]
+        ends = [p["server_after_by_url"].get(url) for p in points]
+        known = None not in starts and None not in ends
+        before[url] = _sum_snapshots([min(starts, key=_counter_total)]) if known else None
+        after[url] = _sum_snapshots([max(ends, key=_counter_total)]) if known else None
+    return per_url_fields(urls, before, after, {})
 
 
 def combined_snapshots(shards: Sequence[Shard], points: Sequence[dict[str, Any]],
@@ -330,4 +371,4 @@ def _write_run(out: Path, shards: Sequence[Shard], run_id: str,
                          "base_url": s.run.get("base_url")} for s in shards],
         "points": entries, "refused": refused,
     }
-    write_atomic(out / "run.json", orjson.dumps(run, option=orjson.OPT_INDENT_2))
+    write_atomic(ResultsDir(out).run_file, orjson.dumps(run, option=orjson.OPT_INDENT_2))

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from loadgen.client.transport import OutOfDescriptors
 from loadgen.errors import Interrupted, LoadgenError, ServerError, SetupError, UsageError
+from loadgen.results.files import ResultsWriteError
 from loadgen.run.server_watch import ServerGone
-from loadgen.sinks.files import ResultsWriteError
 
 
 class WorkerDied(SetupError):

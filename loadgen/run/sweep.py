@@ -32,6 +32,8 @@ from loadgen.config.args import default_results_dir
 from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import Interrupted, LoadgenError
+from loadgen.results.files import ResultsWriteError
+from loadgen.results.store import RUN_FILE, SWEEP_CSV, ResultsDir
 from loadgen.run import results_dir as results_files
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.ids import new_run_id
@@ -46,7 +48,6 @@ from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
 from loadgen.run.stops import INTERRUPTED_DETAIL, add_context, run_level_error, stop_of
-from loadgen.sinks.files import ResultsWriteError
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.progress import ProgressLine
 from loadgen.sinks.session_table import format_session_table
@@ -276,9 +277,9 @@ class _Sweep:
         if not self.began:
             return stop  # stopped before any point: nothing was written
         parts = []
-        point_file = f"conc_{where}.json"
+        point_file = ResultsDir(self.results_dir).point_file(where).name if where else ""
         if where is not None:
-            kept = any(p.conc == where and p.result["run_id"] == self.run_id
+            kept = any(p.conc == where and p.result.identity.run_id == self.run_id
                        for p in self.points)
             parts.append(f"conc {where} stopped during its warmup (nothing measured)"
                          if not kept else f"conc {where} stopped" if point_file in
@@ -316,7 +317,7 @@ class _Sweep:
         except ResultsWriteError:
             if not final:
                 raise
-            self.unwritten.append(results_files.RUN_FILE)
+            self.unwritten.append(RUN_FILE)
 
     def _write_sweep_files(self) -> None:
         results = [p.result for p in self.points if p.complete]
@@ -324,12 +325,12 @@ class _Sweep:
             return
         rows = sweep_rows(results)
         try:
-            write_csv(self.results_dir / "sweep.csv", rows)
+            write_csv(ResultsDir(self.results_dir).sweep_csv, rows)
         except ResultsWriteError:
-            self.unwritten.append("sweep.csv")
+            self.unwritten.append(SWEEP_CSV)
         print(format_table(rows))
         sessions = format_session_table(results)
         if sessions is not None:
             print(sessions)
         with contextlib.suppress(Exception):  # a plot must never cost the measurements
-            plot_sweep(self.results_dir / "sweep.png", results)
+            plot_sweep(ResultsDir(self.results_dir).sweep_png, results)

@@ -29,8 +29,8 @@ import orjson
 from loadgen.client.preflight import ServerInfo
 from loadgen.client.transport import open_session
 from loadgen.config.spec import RunSpec
-from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
+from loadgen.results.point import PointResult
 from loadgen.run.backend import HttpBackend, open_streams, request_headers
 from loadgen.run.frames import Kind, frame, message, read_frame
 from loadgen.run.point import Point, RunContext

@@ -41,6 +41,7 @@ import orjson
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
 from loadgen.records import RequestRecord
+from loadgen.results.files import ResultsWriteError
 from loadgen.run.backend import HttpBackend
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.frames import FrameError, Kind, frame, message, read_frame
@@ -48,7 +49,6 @@ from loadgen.run.point import PointOutcome, PointRecords, RunContext
 from loadgen.run.shares import Share, requests_in
 from loadgen.run.stops import INTERRUPTED, Stop, WorkerDied, stop_of
 from loadgen.run.worker import WorkerConfig
-from loadgen.sinks.files import ResultsWriteError
 
 START_TIMEOUT_S = 120.0  # import, tokenizer load, word pool: a few seconds, more when busy
 STOP_TIMEOUT_S = 30.0  # cancelled requests end at once; this bounds a wedged worker

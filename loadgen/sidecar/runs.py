@@ -22,33 +22,29 @@ from typing import Any, Literal
 import orjson
 
 from loadgen.config.redact import redact_options, redact_text
-from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
+from loadgen.results.files import write_atomic
+from loadgen.results.point import PointResult
+from loadgen.results.store import ResultsDir
 from loadgen.run.ids import RUN_ID, new_run_id
-from loadgen.sinks.files import write_atomic
 
 log = logging.getLogger("loadgen.serve")
 RunStateName = Literal["running", "succeeded", "cancelled", "failed", "interrupted"]
-# Per-point fields kept in run.json and shown by GET /v1/runs/{id}; the full result is in
-# the result files.
+# Per-point fields kept in run.json and shown by GET /v1/runs/{id}, in the point file's
+# spelling; the full result is in the result files.
+SUMMARY_FIELDS = (
+    "max_concurrency", "num_prompts", "completed", "failed", "duration",
+    "request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms",
+    "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "p99_itl_ms", "mean_itl_per_token_ms", "mean_e2el_ms", "p99_e2el_ms",
+    "stream_acceptance_length", "server_acceptance_length", "error_rate",
+)
+
+
 def point_summary(result: PointResult) -> dict[str, Any]:
     """What run.json and GET /v1/runs/{id} show of each point (the files have the rest)."""
-    return {
-        "max_concurrency": result["max_concurrency"], "num_prompts": result["num_prompts"],
-        "completed": result["completed"], "failed": result["failed"],
-        "duration": result["duration"], "request_throughput": result["request_throughput"],
-        "output_throughput": result["output_throughput"],
-        "total_token_throughput": result["total_token_throughput"],
-        "mean_ttft_ms": result["mean_ttft_ms"], "median_ttft_ms": result["median_ttft_ms"],
-        "p99_ttft_ms": result["p99_ttft_ms"], "mean_tpot_ms": result["mean_tpot_ms"],
-        "median_tpot_ms": result["median_tpot_ms"], "p99_tpot_ms": result["p99_tpot_ms"],
-        "mean_itl_ms": result["mean_itl_ms"], "p99_itl_ms": result["p99_itl_ms"],
-        "mean_itl_per_token_ms": result["mean_itl_per_token_ms"],
-        "mean_e2el_ms": result["mean_e2el_ms"], "p99_e2el_ms": result["p99_e2el_ms"],
-        "stream_acceptance_length": result["stream_acceptance_length"],
-        "server_acceptance_length": result["server_acceptance_length"],
-        "error_rate": result["error_rate"],
-    }
+    flat = result.to_json()
+    return {name: flat[name] for name in SUMMARY_FIELDS}
 
 
 @dataclass(slots=True)
@@ -184,7 +180,7 @@ class RunManager:
         return self.run_dir(run_id) / "results"
 
     def save(self, record: RunRecord) -> None:
-        write_atomic(self.run_dir(record.id) / "run.json",
+        write_atomic(ResultsDir(self.run_dir(record.id)).run_file,
                      orjson.dumps(record.to_json(), option=orjson.OPT_INDENT_2))
 
     def start(self, options: Mapping[str, Any], points: int, sweep: SweepStarter) -> RunRecord:

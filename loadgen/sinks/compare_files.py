@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from loadgen.metrics.compare import METRIC_FIELDS, Comparison, Crossover, PointRow
-from loadgen.sinks.files import write_atomic
+from loadgen.results.files import write_atomic
 
 Warning_ = tuple[str, int, str]  # run, concurrency, message
 

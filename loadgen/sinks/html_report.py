@@ -13,15 +13,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from loadgen import __version__
 from loadgen.metrics.compare import Comparison, PointRow
 from loadgen.metrics.distributions import PointDistributions
-from loadgen.metrics.schema import PointResult
+from loadgen.results.files import write_atomic
+from loadgen.results.point import PointResult
 from loadgen.sinks import report_figures as figures
 from loadgen.sinks.compare_files import COLUMNS, Warning_, summary_lines, throughput_label
-from loadgen.sinks.files import write_atomic
 from loadgen.sinks.table import sweep_rows
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -55,7 +55,8 @@ class ReportRun:
     name: str
     path: str
     run: Mapping[str, Any]  # run.json
-    points: Mapping[int, Mapping[str, Any]]  # conc -> conc_<N>.json
+    points: Mapping[int, Mapping[str, Any]]  # conc -> conc_<N>.json, as in the file
+    results: Mapping[int, PointResult]  # the same points, decoded
     distributions: Mapping[int, PointDistributions] = field(default_factory=dict)
 
 
@@ -215,8 +216,7 @@ def acceptance_section(runs: Sequence[ReportRun]) -> str:
 def points_section(runs: Sequence[ReportRun]) -> str:
     parts = []
     for run in runs:
-        # conc_<N>.json files as read back: this version's PointResults
-        rows = sweep_rows(cast(list[PointResult], list(run.points.values())))
+        rows = sweep_rows(run.results.values())
         if not rows:
             continue
         keys = list(rows[0])

@@ -6,8 +6,8 @@ import io
 from collections.abc import Iterable
 from pathlib import Path
 
-from loadgen.metrics.schema import PointResult
-from loadgen.sinks.files import write_atomic
+from loadgen.results.files import write_atomic
+from loadgen.results.point import PointResult
 from loadgen.sinks.table import sweep_rows
 
 

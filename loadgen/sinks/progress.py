@@ -12,8 +12,8 @@ import sys
 from time import perf_counter
 from typing import TextIO
 
-from loadgen.metrics.schema import PointResult
 from loadgen.records import RequestRecord
+from loadgen.results.point import PointResult
 
 REFRESH_S = 0.25
 

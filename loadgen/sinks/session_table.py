@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loadgen.metrics.schema import PointResult
+from loadgen.results.point import PointResult
 
 
 def _pct(value: float | None) -> str:
@@ -18,7 +18,7 @@ def _ms(value: float | None) -> str:
 
 def format_session_table(results: Sequence[PointResult]) -> str | None:
     """None when no point is a session run."""
-    rows = [r for r in results if "session_ids" in r]
+    rows = [r.to_json() for r in results if r.sessions is not None]
     if not rows:
         return None
     head = ("conc  trees  sessions  turns  hit theory  hit server  hit client  "

@@ -12,30 +12,30 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadgen.metrics.schema import PointResult
-from loadgen.sinks.files import write_atomic
+from loadgen.results.files import write_atomic
+from loadgen.results.point import PointResult
 
 # CSV columns (and sweep_rows keys), each with the result field it is read from.
 SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
-    ("conc", lambda r: r["max_concurrency"]),
-    ("completed", lambda r: r["completed"]),
-    ("failed", lambda r: r["failed"]),
-    ("duration_s", lambda r: r["duration"]),
-    ("request_throughput", lambda r: r["request_throughput"]),
-    ("output_throughput", lambda r: r["output_throughput"]),
-    ("output_throughput_per_gpu", lambda r: r["output_throughput_per_gpu"]),
-    ("total_token_throughput", lambda r: r["total_token_throughput"]),
-    ("steady_output_throughput", lambda r: r["steady_output_throughput"]),
-    ("interactivity_tok_s_user", lambda r: r["median_interactivity_tok_s_user"]),
-    ("ttft_p50_ms", lambda r: r["median_ttft_ms"]),
-    ("ttft_p99_ms", lambda r: r["p99_ttft_ms"]),
-    ("itl_p50_ms", lambda r: r["median_itl_ms"]),
-    ("itl_p99_ms", lambda r: r["p99_itl_ms"]),
-    ("itl_per_token_p50_ms", lambda r: r["median_itl_per_token_ms"]),
-    ("tpot_p50_ms", lambda r: r["median_tpot_ms"]),
-    ("e2el_p50_ms", lambda r: r["median_e2el_ms"]),
-    ("stream_acceptance_length", lambda r: r["stream_acceptance_length"]),
-    ("server_acceptance_length", lambda r: r["server_acceptance_length"]),
+    ("conc", lambda r: r.metrics.max_concurrency),
+    ("completed", lambda r: r.metrics.completed),
+    ("failed", lambda r: r.metrics.failed),
+    ("duration_s", lambda r: r.metrics.duration),
+    ("request_throughput", lambda r: r.metrics.request_throughput),
+    ("output_throughput", lambda r: r.metrics.output_throughput),
+    ("output_throughput_per_gpu", lambda r: r.metrics.output_throughput_per_gpu),
+    ("total_token_throughput", lambda r: r.metrics.total_token_throughput),
+    ("steady_output_throughput", lambda r: r.metrics.steady_output_throughput),
+    ("interactivity_tok_s_user", lambda r: r.metrics.median_interactivity_tok_s_user),
+    ("ttft_p50_ms", lambda r: r.metrics.median_ttft_ms),
+    ("ttft_p99_ms", lambda r: r.metrics.p99_ttft_ms),
+    ("itl_p50_ms", lambda r: r.metrics.median_itl_ms),
+    ("itl_p99_ms", lambda r: r.metrics.p99_itl_ms),
+    ("itl_per_token_p50_ms", lambda r: r.metrics.median_itl_per_token_ms),
+    ("tpot_p50_ms", lambda r: r.metrics.median_tpot_ms),
+    ("e2el_p50_ms", lambda r: r.metrics.median_e2el_ms),
+    ("stream_acceptance_length", lambda r: r.metrics.stream_acceptance_length),
+    ("server_acceptance_length", lambda r: r.metrics.server_acceptance_length),
 )
 COLUMN_NAMES = tuple(name for name, _ in SWEEP_COLUMNS)
 

@@ -29,7 +29,8 @@ from loadgen.metrics.arrays import FloatArray, is_completed
 from loadgen.metrics.checks import error_text
 from loadgen.metrics.summary import distribution, percentile_word
 from loadgen.records import RequestRecord
-from loadgen.sinks.files import write_atomic
+from loadgen.results.files import write_atomic
+from loadgen.results.point import PointResult
 
 SUMMARY_KEYS = (
     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
@@ -171,13 +172,13 @@ def result_path(
 
 def write_vllm_result(
     results_dir: Path,
-    result: Mapping[str, Any],
+    result: PointResult,
     records: Sequence[RequestRecord],
     options: VllmResultOptions,
     *,
     points: int,
 ) -> Path:
     """Write the point's vLLM-shaped JSON atomically; returns its path."""
-    fields = vllm_result(result, records, options)
+    fields = vllm_result(result.to_json(), records, options)
     path = result_path(results_dir, options, fields, points)
     return write_atomic(path, orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY))

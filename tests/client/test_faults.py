@@ -11,8 +11,8 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind
+from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
-from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",

@@ -33,8 +33,8 @@ from loadgen.client.sse import SseFramer
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord
+from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import SweepOutcome, run_sweep
-from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
 

@@ -35,9 +35,9 @@ from loadgen.config.args import build_parser, spec_from_argv
 from loadgen.config.parsers import parse_header
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.records import ErrorKind
+from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import free_port, simulator_argv
 from loadgen.run.sweep import run_sweep
-from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.timeout(180)

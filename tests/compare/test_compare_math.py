@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fake_records import point_file
 
 from loadgen.compare.inputs import expand, load_runs
 from loadgen.errors import UsageError
@@ -117,7 +118,8 @@ def test_read_stamps_beside_kernel_stamps_are_flagged_per_point() -> None:
 def write_run(path: Path, *points: dict[str, Any]) -> None:
     path.mkdir(parents=True)
     for point in points:
-        (path / f"conc_{point['max_concurrency']}.json").write_bytes(orjson.dumps(point))
+        (path / f"conc_{point['max_concurrency']}.json").write_bytes(
+            orjson.dumps(point_file(point)))
 
 
 def test_trees_expand_to_their_lanes_in_the_files_order(tmp_path: Path) -> None:
@@ -144,7 +146,17 @@ def test_unreadable_inputs_are_usage_errors(tmp_path: Path) -> None:
         expand([tmp_path / "empty"])
     (tmp_path / "torn").mkdir()
     (tmp_path / "torn" / "conc_4.json").write_text('{"max_concurrency": 4,')
-    with pytest.raises(UsageError, match="cannot read it as JSON"):
+    with pytest.raises(UsageError, match=r"conc_4\.json: not valid JSON"):
+        load_runs([tmp_path / "torn"])
+    (tmp_path / "torn" / "conc_4.json").write_text('{"max_concurrency": 4}')  # minimal
+    with pytest.raises(UsageError, match=r"conc_4\.json: missing field `num_prompts`"):
+        load_runs([tmp_path / "torn"])
+    (tmp_path / "torn" / "conc_4.json").write_bytes(orjson.dumps([point_file({})]))
+    with pytest.raises(UsageError, match=r"conc_4\.json: not a loadgen point result \(a JSON list"):
+        load_runs([tmp_path / "torn"])
+    wrong = point_file({"max_concurrency": 4, "completed": "3"})
+    (tmp_path / "torn" / "conc_4.json").write_bytes(orjson.dumps(wrong))
+    with pytest.raises(UsageError, match=r"field 'completed': Expected `int`, got `str`"):
         load_runs([tmp_path / "torn"])
 
 

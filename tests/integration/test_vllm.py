@@ -22,7 +22,7 @@ import pytest
 from vllm_servers import SPEC_TOKENS, ServerPool, VllmServer, frontend_kept_awake
 
 from loadgen.records import RequestRecord, TokenSource
-from loadgen.sinks.jsonl import read_jsonl
+from loadgen.results.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500)]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.sinks.jsonl import read_jsonl
+from loadgen.results.jsonl import read_jsonl
 
 # Fast points: 3 ms steps, 64-token prompts; the raw encoder skips the DeepSeek template.
 SMALL = ["--isl", "48", "--osl", "120", "--encoder", "raw", "--no-progress"]

@@ -126,7 +126,7 @@ async def test_sharegpt_without_isl_or_osl(tmp_path: Path, tokenizer: Tokenizer)
         "--results", str(tmp_path / "r"), "--no-progress"], env={})
     assert (spec.isl, spec.osl, spec.encoder) == (None, None, "raw")  # as vLLM sends it
     outcome = await run_sweep(spec, tokenizer=tokenizer)
-    result = outcome.points[0].result
+    result = outcome.points[0].result.to_json()  # as the file spells it
     assert outcome.exit_code == 0 and result["completed"] == 10
     pairs = set(zip(result["input_lens"], result["output_lens"], strict=True))
     assert pairs <= set(kept) and len(pairs) == len(kept)  # every kept one, nothing else
@@ -158,7 +158,7 @@ async def test_server_metrics_sums_urls_and_keeps_each(
             "--no-progress", "--server-metrics", busy_sim.base_url + "/metrics",
             "--server-metrics", idle_sim.base_url], env={})
         outcome = await run_sweep(spec, tokenizer=tokenizer)
-    result = outcome.points[0].result
+    result = outcome.points[0].result.to_json()  # as the file spells it
     busy, quiet = result["server_metrics_by_url"]
     assert quiet["url"] == idle_sim.base_url + "/metrics" and quiet["scraped"]
     assert quiet["server_acceptance_length"] is None and quiet["requests_running_max"] == 0

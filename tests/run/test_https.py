@@ -21,8 +21,8 @@ import pytest
 from tls_certs import make_certificate, server_context
 
 from loadgen.records import ArrivalStamps
+from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
-from loadgen.sinks.jsonl import read_jsonl
 
 SIM = ("--step-fixed-ms", "2", "--decode-token-us", "10", "--spin-us", "0", "--seed", "3")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from loadgen.records import ErrorKind
-from loadgen.sinks.jsonl import read_jsonl
+from loadgen.results.jsonl import read_jsonl
 
 
 def test_sigint_keeps_partial_results(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from encoders.deepseek_v4 import EOS, USER
 from loadgen.config.args import spec_from_argv, spec_from_options
 from loadgen.config.spec import SpecError
 from loadgen.records import RequestRecord
+from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
-from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
 from run.procs import simulator
 

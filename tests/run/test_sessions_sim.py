@@ -19,8 +19,8 @@ from tokenizers import Tokenizer
 
 from loadgen.config.args import spec_from_argv
 from loadgen.records import RequestRecord
+from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
-from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.sessions import Session
 from loadgen.workload.tracegen import TraceShape, generate_traces

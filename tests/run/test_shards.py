@@ -22,10 +22,10 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
+from loadgen.results.jsonl import JsonlSink, read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.shards import merge_results
 from loadgen.run.sweep import run_sweep
-from loadgen.sinks.jsonl import JsonlSink, read_jsonl
 from loadgen.tokenizer import load_tokenizer
 
 SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2",
@@ -92,6 +92,9 @@ async def test_two_synced_shards_merge_into_the_unsharded_run(
         assert result["shards_merged"] == 2 and result["shard"] is None
         assert result["clock_alignment_uncertainty_ms"] == 0.0  # one machine
         assert result["complete"] is True and result["server_acceptance_length"] is not None
+        # every producer writes every field of the model: the merge once forgot one
+        assert set(result) == set(whole), set(result) ^ set(whole)
+        assert "server_metrics_by_url" in result
         own = [point(d, conc)[0] for d in dirs]
         assert [r["shard"] for r in own] == ["0/2", "1/2"]
         assert sum(r["num_prompts"] for r in own) == result["num_prompts"]
@@ -154,7 +157,7 @@ def check_alignment_across_machines(dirs: list[Path], tmp: Path) -> None:
         entry["clock"]["synced"] = False
     (other / "run.json").write_bytes(orjson.dumps(run))
     unsynced = merge_results([tmp / "same", other], tmp / "unsynced")
-    assert unsynced.points[0]["clock_alignment_uncertainty_ms"] is None
+    assert unsynced.points[0].client.clock_alignment_uncertainty_ms is None
     assert "not NTP-synchronized" in unsynced.warnings[0] and unsynced.exit_code == 0
 
 

@@ -25,9 +25,9 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
+from loadgen.results.jsonl import read_jsonl
 from loadgen.run.ids import x_request_id
 from loadgen.run.sweep import SweepOutcome, run_sweep
-from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",
@@ -68,7 +68,7 @@ class Hooks:
         self.calls.append(("request_finished", record.request_id))
 
     def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
-        self.calls.append(("point_finished", (conc, result["completed"])))
+        self.calls.append(("point_finished", (conc, result.metrics.completed)))
 
     def loop_lag(self, seconds: float) -> None:
         self.lag_samples = getattr(self, "lag_samples", 0) + 1

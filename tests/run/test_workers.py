@@ -33,10 +33,10 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord
+from loadgen.results.jsonl import read_jsonl
 from loadgen.run.shares import Share, requests_in
 from loadgen.run.sweep import run_sweep
 from loadgen.run.workers import choose_workers
-from loadgen.sinks.jsonl import read_jsonl
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 from loadgen.tokenizer import load_tokenizer
 

@@ -14,9 +14,9 @@ from loadgen.histogram import HistogramSeries
 from loadgen.metrics.acceptance import accepted_at_position
 from loadgen.metrics.arrays import PointArrays
 from loadgen.metrics.checks import NO_TOKENS, failure_kind
-from loadgen.metrics.schema import PointResult
 from loadgen.metrics.summary import latency_samples
 from loadgen.records import ErrorKind, RequestRecord
+from loadgen.results.point import PointResult
 from loadgen.sinks.prometheus.buckets import MAX_POSITIONS
 from loadgen.sinks.prometheus.instruments import LoadgenMetrics
 from loadgen.sinks.prometheus.sessions import SessionObserver
@@ -142,21 +142,21 @@ class MetricsObserver:
 
     def point_finished(self, conc: int, result: PointResult) -> None:
         m, key = self.metrics, (*self._run, str(conc))
-        if self.spec_tokens is None and result["spec_tokens"] is not None:
+        if self.spec_tokens is None and result.metrics.spec_tokens is not None:
             # K found from the server's /metrics by the first point: later points then
             # count decode chunks exactly as their result files do.
-            self.spec_tokens = result["spec_tokens"]
+            self.spec_tokens = result.metrics.spec_tokens
         self._completed_points += 1
         self._point_requests = self._point_finished = 0
         m.sweep_points_completed.labels(*self._run).set(self._completed_points)
         self._set_progress()
-        for gauge, value in ((m.server_al, result["server_acceptance_length"]),
-                             (m.server_rate, result["server_acceptance_rate"]),
-                             (m.stream_al, result["stream_acceptance_length"]),
-                             (m.stream_rate, result["stream_acceptance_rate"])):
+        for gauge, value in ((m.server_al, result.metrics.server_acceptance_length),
+                             (m.server_rate, result.metrics.server_acceptance_rate),
+                             (m.stream_al, result.metrics.stream_acceptance_length),
+                             (m.stream_rate, result.metrics.stream_acceptance_rate)):
             if value is not None:
                 gauge.labels(*key).set(value)
-        for position, rate in enumerate(result["server_acceptance_per_position"] or ()):
+        for position, rate in enumerate(result.metrics.server_acceptance_per_position or ()):
             m.server_rate_pos.labels(*key, str(position)).set(rate)
 
 def observe_completed(series: _PointSeries, record: RequestRecord,

@@ -1,4 +1,4 @@
-"""Result files: the one atomic writer, and each point's `conc_<N>.json`.
+"""The one atomic writer of result files.
 
 Files are written atomically (temp file in the same directory, fsync, os.replace), so a
 crash or Ctrl-C leaves either the previous file or the new one, never half of one. A
@@ -17,7 +17,6 @@ from pathlib import Path
 import orjson
 
 from loadgen.errors import SetupError
-from loadgen.metrics.schema import PointResult
 
 
 class ResultsWriteError(SetupError):
@@ -66,12 +65,3 @@ def _write_atomic(path: Path, data: bytes) -> Path:
             os.unlink(tmp)
         raise
     return path
-
-
-def write_point(results_dir: Path, result: PointResult) -> Path:
-    """Write one point's result as results_dir/conc_<N>.json (N = max_concurrency)."""
-    data = orjson.dumps(
-        dict(result),
-        option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE,
-    )
-    return write_atomic(Path(results_dir) / f"conc_{result['max_concurrency']}.json", data)

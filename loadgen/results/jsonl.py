@@ -6,10 +6,11 @@ import contextlib
 import os
 from pathlib import Path
 
-import orjson
+import msgspec
 
 from loadgen.records import RequestRecord
-from loadgen.sinks.files import ResultsWriteError
+from loadgen.results.point import ResultFileError, field_message
+from loadgen.results.files import ResultsWriteError
 
 
 class JsonlSink:
@@ -82,12 +83,41 @@ class JsonlSink:
         self.close()
 
 
+_RECORD = msgspec.json.Decoder(RequestRecord)
+
+
 def read_jsonl(path: Path) -> list[RequestRecord]:
-    """Records from a JSONL file; a torn last line (killed mid-write) is ignored."""
+    """Records from a JSONL file, each decoded against RequestRecord; a torn last line
+    (killed mid-write) is ignored. Any other line that is not a record this loadgen wrote
+    is a ResultFileError naming the file, the line and the field."""
     records = []
     with open(path, "rb") as fh:
-        for line in fh:
+        for number, line in enumerate(fh, 1):
             if not line.endswith(b"\n"):
                 break
-            records.append(RequestRecord.from_dict(orjson.loads(line)))
+            records.append(_record(line, f"{path}: line {number}"))
     return records
+
+
+def _record(line: bytes, where: str) -> RequestRecord:
+    try:
+        record = _RECORD.decode(line)
+    except msgspec.ValidationError as exc:
+        raise ResultFileError(f"{where}: {field_message(exc)}") from None
+    except msgspec.DecodeError as exc:
+        raise ResultFileError(f"{where}: not a JSON record ({exc})") from None
+    problem = impossible(record)
+    if problem:
+        raise ResultFileError(f"{where}: {problem}: not a record loadgen wrote")
+    return record
+
+
+def impossible(record: RequestRecord) -> str | None:
+    """What no measured record can hold (a forged or corrupted line)."""
+    if len(record.chunk_ns) != len(record.chunk_tokens):
+        return "chunk_ns and chunk_tokens differ in length"
+    if any(t < 0 for t in record.chunk_tokens):
+        return "field 'chunk_tokens': a negative token count"
+    # Stamps are not held to an order: kernel stamps map onto the monotonic clock with
+    # an error of microseconds, and a read-back file must never lose real measurements.
+    return None
