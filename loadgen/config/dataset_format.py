@@ -58,16 +58,27 @@ def items(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def read_bounded(path: Path) -> bytes:
-    """The file's bytes; refused from its size alone when it would not fit in memory."""
+    """The file's bytes, never more than the limit: a device (/dev/zero) or a FIFO has no
+    size to check beforehand and would be read until memory runs out, or block."""
     try:
-        size = path.stat().st_size
-        if size > MAX_DATASET_BYTES:
-            raise SpecError(f"--dataset {path}: {size / 2**20:,.0f} MiB is over the "
-                            f"{MAX_DATASET_BYTES >> 30} GiB limit (read into memory); split "
-                            "it or keep only the conversations you need")
-        return path.read_bytes()
+        if not path.is_file():  # stat only: a FIFO is not opened, so nothing blocks
+            raise SpecError(f"--dataset {path}: not a regular file (a device, FIFO or socket "
+                            "cannot be a dataset); give a JSON or JSONL file or a directory")
+        # the size first (a large file is refused without reading it), then a bounded read
+        # (the file may grow, or be a /proc-like file whose size says 0)
+        too_big = path.stat().st_size > MAX_DATASET_BYTES
+        data = b"" if too_big else _read_at_most(path)
     except OSError as exc:
         raise SpecError(f"--dataset {path}: cannot read it ({exc.strerror or exc})") from None
+    if too_big or len(data) > MAX_DATASET_BYTES:
+        raise SpecError(f"--dataset {path}: over the {MAX_DATASET_BYTES >> 30} GiB limit (read "
+                        "into memory); split it or keep only the conversations you need")
+    return data
+
+
+def _read_at_most(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(MAX_DATASET_BYTES + 1)
 
 
 def check_item_size(size: int, where: str) -> None:
