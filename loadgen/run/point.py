@@ -33,6 +33,7 @@ from loadgen.records import RequestRecord
 from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth, client_fields
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
+from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.observers import RunObserver
@@ -165,7 +166,9 @@ class PointRecords:
         # A shard's own result: the steady window is that of its own slots.
         ctx = PointContext(conc=self.slots, input_len=spec.isl, output_len=spec.osl,
                            spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
-                           percentiles=spec.percentiles, num_gpus=spec.num_gpus)
+                           percentiles=spec.percentiles, num_gpus=spec.num_gpus,
+                           stream_interval=sim_stream_interval(spec.sim_args)
+                           if spec.sim else None)
         metrics = summarize(self.records, ctx, server_before=self.before.total,
                             server_after=server_after)
         metrics["max_concurrency"] = self.conc

@@ -33,6 +33,7 @@ from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import RequestRecord
 from loadgen.run.client_health import client_fields
+from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import new_run_id
 from loadgen.sinks.files import write_atomic, write_point
 from loadgen.sinks.jsonl import JsonlSink, read_jsonl
@@ -249,7 +250,9 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[dict[str, Any]],
     ctx = PointContext(conc=conc, input_len=settings["isl"], output_len=settings["osl"],
                        spec_tokens=settings["spec_tokens"], slos=settings["slos_ms"] or {},
                        percentiles=tuple(settings["percentiles"]),
-                       num_gpus=settings["num_gpus"])
+                       num_gpus=settings["num_gpus"],
+                       stream_interval=sim_stream_interval(settings.get("sim_args") or ())
+                       if settings.get("sim") else None)
     complete = all(f["complete"] for f in files)
     before, after = combined_snapshots(shards, points) if complete else (None, None)
     metrics = summarize(records, ctx, server_before=before, server_after=after)

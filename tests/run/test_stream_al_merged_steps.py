@@ -163,3 +163,20 @@ def test_the_html_report_shows_no_merged_steps_figure(runs: dict[str, Any],
             continue  # run / baseline, not an acceptance figure
         limit = K + 1 if "acceptance_length" in field else 1.0  # else rates
         assert float(value) <= limit, (field, value)
+
+
+def test_a_known_stream_interval_voids_chunks_that_look_like_one_step(tmp_path: Path) -> None:
+    # K=1 and nothing accepted: two steps of 1 token make chunks of 2 = K+1 tokens, which
+    # one step could emit. Only the simulator's known --stream-interval tells them apart
+    # (the stream would say AL 2.0 against the server's 1.0).
+    done = loadgen("--sim", "--sim-args", "--stream-interval 2 --spec-tokens 1 --acceptance 0",
+                   "--conc", "1", *ARGS, "--results", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = point(tmp_path / "run", 1)
+    assert result["stream_acceptance_decode_chunks"] > 0
+    assert result["stream_acceptance_oversized_chunks"] == 0
+    assert result["stream_acceptance_length"] is None
+    assert result["stream_acceptance_invalid_reason"] == (
+        "the server streams every 2 engine steps: each chunk merges steps")
+    assert result["acceptance_length"] == result["server_acceptance_length"] == 1.0
+    assert al_cells(done.stdout) == {1: "1.00 (server)"}
