@@ -47,6 +47,8 @@ def point_summary(result: PointResult) -> dict[str, Any]:
         "mean_e2el_ms": result["mean_e2el_ms"], "p99_e2el_ms": result["p99_e2el_ms"],
         "stream_acceptance_length": result["stream_acceptance_length"],
         "server_acceptance_length": result["server_acceptance_length"],
+        "acceptance_length": result["acceptance_length"],
+        "acceptance_length_source": result["acceptance_length_source"],
         "error_rate": result["error_rate"],
     }
 
