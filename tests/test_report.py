@@ -15,7 +15,14 @@ from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.sinks.files import write_point
 from loadgen.sinks.plot import plot_sweep
-from loadgen.sinks.table import COLUMN_NAMES, SWEEP_COLUMNS, format_table, sweep_rows, write_csv
+from loadgen.sinks.table import (
+    COLUMN_NAMES,
+    SERVER_AL_NOTE,
+    SWEEP_COLUMNS,
+    format_table,
+    sweep_rows,
+    write_csv,
+)
 
 
 def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> dict[str, Any]:
@@ -143,3 +150,14 @@ def test_plot_without_matplotlib_is_none(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert plot_sweep(tmp_path / "sweep.png", [point(2)]) is None
     assert not (tmp_path / "sweep.png").exists()
+
+
+def test_table_marks_the_server_al_and_explains_it_once() -> None:
+    stream = {**point(2), "acceptance_length": 2.5, "acceptance_length_source": "stream"}
+    server = {**point(4), "acceptance_length": 2.76,
+              "acceptance_length_source": "server_counters"}
+    lines = format_table(sweep_rows([stream, server])).splitlines()  # type: ignore[list-item]
+    assert lines[2].endswith(" 2.50") and lines[3].endswith(" 2.76 (server)")
+    assert lines[-1] == SERVER_AL_NOTE and len(lines) == 5
+    only_stream = format_table(sweep_rows([stream]))  # type: ignore[list-item]
+    assert SERVER_AL_NOTE not in only_stream and "(server)" not in only_stream
