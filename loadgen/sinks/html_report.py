@@ -192,6 +192,12 @@ def distributions_section(runs: Sequence[ReportRun], comparison: Comparison) -> 
     return "".join(parts) or "<p>No per-request records (requests_conc_N.jsonl) found.</p>"
 
 
+def _stream_void_reason(point: Mapping[str, Any]) -> str:
+    oversized = point.get("stream_acceptance_oversized_chunks")
+    old = f"{oversized} decode chunks carried more than K+1 tokens" if oversized else None
+    return str(point.get("stream_acceptance_invalid_reason") or old or "no valid stream figures")
+
+
 def _acceptance_row(run: str, conc: int, point: Mapping[str, Any],
                     stream: Sequence[float]) -> str:
     al, source = published_acceptance_length(point)
@@ -201,9 +207,8 @@ def _acceptance_row(run: str, conc: int, point: Mapping[str, Any],
                     for i, v in enumerate(stream))
     cells += "".join(_num(v, 3, f"server_acceptance_per_position[{i}]")
                      for i, v in enumerate(server))
-    invalid = point.get("stream_acceptance_invalid_reason")
     note = (f'<td class=note data-field="stream_acceptance_invalid_reason">stream not shown: '
-            f"{_e(invalid or 'no valid stream figures')}</td>") if not stream else ""
+            f"{_e(_stream_void_reason(point))}</td>") if not stream else ""
     return (f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}'
             f"</th><td class=num>{conc}</td>"
             + _num(al, 3, "acceptance_length")
