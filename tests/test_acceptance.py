@@ -12,7 +12,16 @@ from fake_records import MS, completed_records, failed_record, make_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.metrics.acceptance import acceptance_difference, server_acceptance, stream_acceptance
+from loadgen.metrics.acceptance import (
+    acceptance_difference,
+    best_acceptance_length,
+    itl_merged_steps,
+    published_acceptance_length,
+    server_acceptance,
+    stream_acceptance,
+    stream_figures_valid,
+    stream_validity,
+)
 from loadgen.metrics.server import ServerSnapshot, parse_metrics
 from loadgen.records import ErrorKind, RequestRecord
 
@@ -161,6 +170,61 @@ def test_failed_and_single_chunk_requests_contribute_nothing() -> None:
 def test_oversized_chunks_flag_coalesced_steps() -> None:
     result = stream_acceptance(records_with([(1, 3, 5, 3)], finish="stop"), 2)
     assert result["stream_acceptance_oversized_chunks"] == 1
+    assert result["stream_acceptance_decode_chunks"] == 3
+    # One step emits at most K+1 = 3 tokens: the 5 proves a merge, so nothing is published.
+    assert result["stream_acceptance_length"] is None
+    assert result["stream_acceptance_rate"] is None
+    assert result["stream_acceptance_per_position"] is None
+    assert result["stream_acceptance_invalid_reason"] == (
+        "1 of 3 decode chunks carried more than K+1=3 tokens: the server merged engine "
+        "steps (stream interval > 1 or a lagging frontend)")
+
+
+def test_a_single_oversized_chunk_among_many_still_voids_the_stream() -> None:
+    # 999 clean steps and one lagging merge: merges within K+1 are invisible, so one
+    # visible merge is enough to stop reading chunks as steps (docs/results.md).
+    clean = [(1, *([2] * 999), 1)]  # the final 1 reaches max_tokens: left out as cut short
+    assert stream_acceptance(records_with(clean, finish="stop"), 2)[
+        "stream_acceptance_length"] == pytest.approx(2.0)
+    merged = [(1, *([2] * 998), 4, 1)]
+    result = stream_acceptance(records_with(merged, finish="stop"), 2)
+    assert result["stream_acceptance_length"] is None
+    assert result["stream_acceptance_oversized_chunks"] == 1
+    assert str(result["stream_acceptance_invalid_reason"]).startswith("1 of 999 ")
+
+
+def test_known_stream_interval_voids_the_stream_even_within_k_plus_1() -> None:
+    assert stream_validity(10, 0, 2) is None
+    assert stream_validity(10, 0, 2, stream_interval=1) is None
+    reason = stream_validity(10, 0, 2, stream_interval=2)
+    assert reason is not None and "every 2 engine steps" in reason
+
+
+def test_best_source_prefers_a_valid_stream() -> None:
+    valid = stream_acceptance(records_with([(1, 3, 2, 1)], finish="stop"), 2)  # (3+2)/2
+    server = {"server_acceptance_length": 2.0}
+    best = best_acceptance_length(valid, server)
+    assert best == {"acceptance_length": pytest.approx(2.5), "acceptance_length_source": "stream"}
+    assert acceptance_difference(valid, server)["acceptance_length_diff"] == pytest.approx(0.5)
+    assert itl_merged_steps(valid) is False
+
+
+def test_best_source_falls_back_to_the_server_when_the_stream_is_invalid() -> None:
+    invalid = stream_acceptance(records_with([(1, 3, 5, 3)], finish="stop"), 2)
+    server = {"server_acceptance_length": 2.5, "server_acceptance_rate": 0.75,
+              "server_acceptance_per_position": [0.9, 0.6]}
+    best = best_acceptance_length(invalid, server)
+    assert best == {"acceptance_length": 2.5, "acceptance_length_source": "server_counters"}
+    assert set(acceptance_difference(invalid, server).values()) == {None}
+    assert itl_merged_steps(invalid) is True
+
+
+def test_best_source_is_null_without_any_measurement() -> None:
+    invalid = stream_acceptance(records_with([(1, 3, 5, 3)], finish="stop"), 2)
+    none = {"acceptance_length": None, "acceptance_length_source": None}
+    assert best_acceptance_length(invalid, {"server_acceptance_length": None}) == none
+    assert best_acceptance_length(stream_acceptance(records_with([(1, 2)]), None), {}) == none
+    assert itl_merged_steps(stream_acceptance(records_with([(1, 2)]), None)) is None
 
 
 @settings(max_examples=80, deadline=None)
@@ -172,8 +236,32 @@ def test_matches_reference_loop(records: list[RequestRecord], k: int) -> None:
     if not decode:
         assert result["stream_acceptance_length"] is None
         return
+    if max(decode) > k + 1:  # steps merged: nothing published, the reason says why
+        assert result["stream_acceptance_length"] is None
+        assert result["stream_acceptance_per_position"] is None
+        assert result["stream_acceptance_invalid_reason"] is not None
+        return
+    assert result["stream_acceptance_invalid_reason"] is None
     length = sum(decode) / len(decode)
     assert result["stream_acceptance_length"] == pytest.approx(length)
     assert result["stream_acceptance_rate"] == pytest.approx((length - 1) / k)
     expected = [sum(1 for t in decode if t - 1 > i) / len(decode) for i in range(k)]
     assert result["stream_acceptance_per_position"] == pytest.approx(expected)
+
+
+def test_old_result_files_get_the_same_rule() -> None:
+    # Files written before acceptance_length: the stream AL is re-checked before shown.
+    merged = {"spec_tokens": 6, "stream_acceptance_length": 27.1,
+              "stream_acceptance_oversized_chunks": 28, "server_acceptance_length": 2.76}
+    assert published_acceptance_length(merged) == (2.76, "server_counters")
+    assert not stream_figures_valid(merged)
+    # No oversized count recorded, but an AL above K+1 no single step can give.
+    above = {**merged, "stream_acceptance_oversized_chunks": None}
+    assert published_acceptance_length(above) == (2.76, "server_counters")
+    clean = {**merged, "stream_acceptance_length": 2.7, "stream_acceptance_oversized_chunks": 0}
+    assert published_acceptance_length(clean) == (2.7, "stream")
+    assert stream_figures_valid(clean)
+    assert published_acceptance_length({"spec_tokens": None}) == (None, None)
+    # New files: their own fields, not re-derived.
+    new = {**merged, "acceptance_length": 2.5, "acceptance_length_source": "server_counters"}
+    assert published_acceptance_length(new) == (2.5, "server_counters")

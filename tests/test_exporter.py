@@ -244,6 +244,9 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
             assert sum(accepted) / chunks == pytest.approx(rate)
         assert value(got, "loadgen_server_spec_decode_acceptance_length", **labels) \
             == pytest.approx(result["server_acceptance_length"])
+        assert result["acceptance_length_source"] == "stream"  # stream interval 1: valid
+        assert value(got, "loadgen_acceptance_length", source="stream", **labels) \
+            == pytest.approx(result["stream_acceptance_length"])
     assert failed_total > 0, "the fault injection should have produced some errors"
     # One loop-lag quantity: the live histogram holds exactly the samples the result
     # files summarize, and its largest sample is the files' largest.

@@ -16,7 +16,14 @@ from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.point import PointResult
 from loadgen.results.store import ResultsDir
 from loadgen.sinks.plot import plot_sweep
-from loadgen.sinks.table import COLUMN_NAMES, SWEEP_COLUMNS, format_table, sweep_rows, write_csv
+from loadgen.sinks.table import (
+    COLUMN_NAMES,
+    SERVER_AL_NOTE,
+    SWEEP_COLUMNS,
+    format_table,
+    sweep_rows,
+    write_csv,
+)
 
 
 def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> PointResult:
@@ -147,3 +154,17 @@ def test_plot_without_matplotlib_is_none(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert plot_sweep(tmp_path / "sweep.png", [point(2)]) is None
     assert not (tmp_path / "sweep.png").exists()
+
+
+def test_table_marks_the_server_al_and_explains_it_once() -> None:
+    def with_al(result: PointResult, length: float, source: str) -> PointResult:
+        return msgspec.structs.replace(result, metrics=msgspec.structs.replace(
+            result.metrics, acceptance_length=length, acceptance_length_source=source))
+
+    stream = with_al(point(2), 2.5, "stream")
+    server = with_al(point(4), 2.76, "server_counters")
+    lines = format_table(sweep_rows([stream, server])).splitlines()
+    assert lines[2].endswith(" 2.50") and lines[3].endswith(" 2.76 (server)")
+    assert lines[-1] == SERVER_AL_NOTE and len(lines) == 5
+    only_stream = format_table(sweep_rows([stream]))
+    assert SERVER_AL_NOTE not in only_stream and "(server)" not in only_stream

@@ -5,6 +5,13 @@ carrying 1 + accepted tokens, so the chunk token counts are the acceptance sampl
 From the server: deltas of vLLM's `vllm:spec_decode_*` counters over the point.
 Both are reported side by side with their difference; disagreement points at chunk
 coalescing (stream interval > 1, a proxy) or at other traffic on the server.
+
+The stream figures are only published when each decode chunk can be one engine step
+(stream_validity); else they are None with the reason. One step emits at most K+1
+tokens, so a single larger chunk proves steps were merged, and merges whose sum stays
+within K+1 are invisible: the oversized count is a lower bound on the merges, so even
+one oversized chunk voids the stream figures rather than a share threshold.
+acceptance_length is the best valid source's AL (best_acceptance_length).
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ STREAM_KEYS = (
     "stream_acceptance_per_position",
     "stream_acceptance_decode_chunks",
     "stream_acceptance_oversized_chunks",
+    "stream_acceptance_invalid_reason",
 )
+BEST_KEYS = ("acceptance_length", "acceptance_length_source")
 SERVER_KEYS = (
     "server_acceptance_length",
     "server_acceptance_rate",
@@ -57,7 +66,27 @@ def stream_acceptance(records: Sequence[RequestRecord], spec_tokens: int | None)
     return stream_acceptance_from_arrays(PointArrays.build(completed), spec_tokens)
 
 
-def stream_acceptance_from_arrays(arrays: PointArrays, spec_tokens: int | None) -> dict[str, Any]:
+def stream_validity(decode_chunks: int, oversized_chunks: int, spec_tokens: int,
+                    stream_interval: int | None = None) -> str | None:
+    """Why the stream's chunks cannot be read as one engine step each; None when they can.
+
+    Invalid when any decode chunk carries more than K+1 tokens (no step emits more), or
+    when the server is known to send every `stream_interval` > 1 steps (its chunks then
+    merge steps even when they stay within K+1). None for the interval means unknown:
+    neither vLLM's /metrics nor /version reports it.
+    """
+    if oversized_chunks > 0:
+        return (f"{oversized_chunks} of {decode_chunks} decode chunks carried more than "
+                f"K+1={spec_tokens + 1} tokens: the server merged engine steps "
+                "(stream interval > 1 or a lagging frontend)")
+    if stream_interval is not None and stream_interval > 1:
+        return (f"the server streams every {stream_interval} engine steps: each chunk "
+                "merges steps")
+    return None
+
+
+def stream_acceptance_from_arrays(arrays: PointArrays, spec_tokens: int | None,
+                                  stream_interval: int | None = None) -> dict[str, Any]:
     """Keys STREAM_KEYS; all None without speculative decoding (spec_tokens None or 0).
 
     - stream_acceptance_length: mean tokens per decode chunk (AL).
@@ -66,7 +95,9 @@ def stream_acceptance_from_arrays(arrays: PointArrays, spec_tokens: int | None) 
       tokens beyond the first.
     - stream_acceptance_decode_chunks: how many chunks were averaged.
     - stream_acceptance_oversized_chunks: decode chunks with more than K+1 tokens, which
-      one step cannot emit: the stream coalesced steps and the stream figures are wrong.
+      one step cannot emit: the stream coalesced steps.
+    - stream_acceptance_invalid_reason: why the three figures above are None although
+      chunks were counted (stream_validity); None when they are valid or not measured.
     """
     result: dict[str, Any] = dict.fromkeys(STREAM_KEYS)
     if not spec_tokens:
@@ -75,14 +106,27 @@ def stream_acceptance_from_arrays(arrays: PointArrays, spec_tokens: int | None) 
     result["stream_acceptance_decode_chunks"] = int(decode.size)
     if decode.size == 0:
         return result
+    oversized = int(np.count_nonzero(decode > spec_tokens + 1))
+    result["stream_acceptance_oversized_chunks"] = oversized
+    reason = stream_validity(int(decode.size), oversized, spec_tokens, stream_interval)
+    if reason is not None:
+        result["stream_acceptance_invalid_reason"] = reason
+        return result
     length = float(decode.mean())
     result["stream_acceptance_length"] = length
     result["stream_acceptance_rate"] = (length - 1.0) / spec_tokens
     result["stream_acceptance_per_position"] = [
         count / decode.size for count in accepted_at_position(decode, spec_tokens)
     ]
-    result["stream_acceptance_oversized_chunks"] = int(np.count_nonzero(decode > spec_tokens + 1))
     return result
+
+
+def itl_merged_steps(stream: Mapping[str, Any]) -> bool | None:
+    """Whether per-chunk ITL pools gaps of chunks that merged engine steps (each such gap
+    spans several steps); None when the stream could not be checked (no K, no chunks)."""
+    if stream.get("stream_acceptance_invalid_reason") is not None:
+        return True
+    return False if stream.get("stream_acceptance_decode_chunks") else None
 
 
 def server_acceptance(before: ServerSnapshot, after: ServerSnapshot) -> dict[str, Any]:
@@ -135,3 +179,43 @@ def acceptance_difference(stream: Mapping[str, Any], server: Mapping[str, Any]) 
         "acceptance_rate_diff": minus("acceptance_rate"),
         "acceptance_per_position_diff": per_position,
     }
+
+
+def best_acceptance_length(stream: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+    """Keys BEST_KEYS: the AL to publish and where it came from, in order of preference.
+
+    The stream first (it is per request and exact when valid; stream_acceptance_length
+    is None when invalid), then the server's spec-decode counters (whole server over the
+    point, so other traffic counts too); None when neither measured it. The one rule
+    for every output: the table, compare, the report and sweep.csv read these keys.
+    """
+    candidates = (
+        ("stream", stream.get("stream_acceptance_length")),
+        ("server_counters", server.get("server_acceptance_length")),
+    )
+    for source, value in candidates:
+        if value is not None:
+            return {"acceptance_length": float(value), "acceptance_length_source": source}
+    return dict.fromkeys(BEST_KEYS)
+
+
+def published_acceptance_length(result: Mapping[str, Any]) -> tuple[float | None, str | None]:
+    """(AL, source) to show for a point result, also for files written before
+    acceptance_length existed: their stream AL is re-checked with the same rule (no
+    oversized chunk, and never above K+1) before it may be shown."""
+    if "acceptance_length_source" in result:
+        value, source = result.get("acceptance_length"), result.get("acceptance_length_source")
+        return (None if value is None else float(value)), source
+    stream = dict(result)
+    length, k = result.get("stream_acceptance_length"), result.get("spec_tokens")
+    if result.get("stream_acceptance_oversized_chunks") or (
+            length is not None and k and float(length) > k + 1):
+        stream["stream_acceptance_length"] = None
+    best = best_acceptance_length(stream, result)
+    return best["acceptance_length"], best["acceptance_length_source"]
+
+
+def stream_figures_valid(result: Mapping[str, Any]) -> bool:
+    """Whether the stream's acceptance figures of a point result may be shown (its AL is
+    the published one), for old result files too (published_acceptance_length)."""
+    return published_acceptance_length(result)[1] == "stream"

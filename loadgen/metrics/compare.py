@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.metrics.acceptance import published_acceptance_length
+
 Result = Mapping[str, Any]
 
 INTERACTIVITY = "median_interactivity_tok_s_user"
@@ -34,7 +36,8 @@ METRIC_FIELDS: Mapping[str, str] = {
     "ttft_p99_ms": "p99_ttft_ms",
     "tpot_p50_ms": "median_tpot_ms",
     "tpot_p99_ms": "p99_tpot_ms",
-    "acceptance_length": "stream_acceptance_length",
+    # the best valid source (stream, else server counters): published_acceptance_length
+    "acceptance_length": "acceptance_length",
 }
 
 
@@ -53,6 +56,7 @@ class PointRow:
     values: Mapping[str, float | None]
     ratios: Mapping[str, float | None]  # value / baseline value; None when either is unknown
     complete: bool
+    acceptance_source: str | None = None  # where values["acceptance_length"] came from
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +131,11 @@ def throughput_field(runs: Sequence[RunInput]) -> str:
 
 
 def metric_values(result: Result, throughput: str) -> dict[str, float | None]:
-    return {key: _number(result.get(field or throughput)) for key, field in
-            METRIC_FIELDS.items()}
+    values = {key: _number(result.get(field or throughput)) for key, field in
+              METRIC_FIELDS.items()}
+    # Also for result files from before acceptance_length: the same rule, re-applied.
+    values["acceptance_length"] = _number(published_acceptance_length(result)[0])
+    return values
 
 
 def pareto_frontier(points: Sequence[FrontierPoint]) -> tuple[FrontierPoint, ...]:
@@ -201,7 +208,8 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
             values = metric_values(run.points[conc], field)
             rows.append(PointRow(conc, run.name, values,
                                  {k: ratio(v, base_values.get(k)) for k, v in values.items()},
-                                 run.points[conc].get("complete") is not False))
+                                 run.points[conc].get("complete") is not False,
+                                 published_acceptance_length(run.points[conc])[1]))
     all_points = {run.name: _points(run, field) for run in runs}
     frontiers = {name: pareto_frontier(points) for name, points in all_points.items()}
     matched: list[MatchedPoint] = []

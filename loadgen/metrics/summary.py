@@ -29,6 +29,8 @@ from loadgen.config.parsers import SLO_METRICS
 from loadgen.metrics.acceptance import (
     SERVER_KEYS,
     acceptance_difference,
+    best_acceptance_length,
+    itl_merged_steps,
     server_acceptance,
     stream_acceptance_from_arrays,
 )
@@ -60,6 +62,9 @@ class PointContext:
     slos: Mapping[str, float] = field(default_factory=dict)  # 'ttft'|'tpot'|'itl'|'e2el' -> ms
     percentiles: tuple[float, ...] = ()
     num_gpus: int | None = None
+    # Engine steps per stream chunk when the server's setting is known (the embedded
+    # simulator's --stream-interval); None: unknown, as vLLM reports it nowhere.
+    stream_interval: int | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.slos) - set(SLO_METRICS))
@@ -190,7 +195,7 @@ def summarize(
     samples = latency_samples(arrays)
     server = _server_fields(server_before, server_after)
     spec_tokens = ctx.spec_tokens if ctx.spec_tokens is not None else server["server_spec_tokens"]
-    stream = stream_acceptance_from_arrays(arrays, spec_tokens)
+    stream = stream_acceptance_from_arrays(arrays, spec_tokens, ctx.stream_interval)
     throughput = throughput_fields(ordered, arrays, ctx.conc, ctx.num_gpus)
     result: dict[str, Any] = {
         "num_prompts": len(ordered),
@@ -225,6 +230,8 @@ def summarize(
     result.update(stream)
     result.update(server)
     result.update(acceptance_difference(stream, server))
+    result.update(best_acceptance_length(stream, server))
+    result["itl_chunks_merged_steps"] = itl_merged_steps(stream)
     result.update(_per_request_lists(ordered))
     # Built, not cast: a key missing here or of the wrong type fails at once.
     return metrics_from_fields(result)

@@ -81,11 +81,22 @@ def _check_warnings(result: Mapping[str, Any]) -> list[str]:
     if short:
         warnings.append(f"{short} requests did not produce max_tokens tokens "
                         "(server ignores ignore_eos?)")
-    oversized = result.get("stream_acceptance_oversized_chunks") or 0
-    if oversized:
-        warnings.append(f"{oversized} decode chunks carry more than K+1 tokens (steps merged): "
-                        "stream acceptance is not per step")
+    warnings += _merged_steps_warnings(result)
     return warnings
+
+
+def _merged_steps_warnings(result: Mapping[str, Any]) -> list[str]:
+    """Chunks that merged engine steps: the stream AL is void (null in new results) and
+    each per-chunk ITL gap spans several steps."""
+    reason = result.get("stream_acceptance_invalid_reason")
+    oversized = result.get("stream_acceptance_oversized_chunks") or 0
+    if reason is None and oversized:  # a result from before the reason was recorded
+        reason = f"{oversized} decode chunks carry more than K+1 tokens (steps merged)"
+    if reason is None:
+        return []
+    return [f"{reason}; so no stream AL is published (the AL shown is the server "
+            "counters'), and per-chunk ITL pools gaps that span several engine steps "
+            "(itl_chunks_merged_steps)"]
 
 
 def point_warnings(result: Mapping[str, Any]) -> list[str]:

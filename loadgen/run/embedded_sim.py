@@ -38,6 +38,22 @@ class SimulatorError(SetupError):
     """The embedded simulator did not come up; str() is the line to show."""
 
 
+def sim_stream_interval(sim_args: Sequence[str]) -> int | None:
+    """Engine steps per stream chunk of the embedded simulator run with `sim_args`.
+
+    The one server whose stream interval loadgen can know: vLLM reports its
+    --stream-interval in neither /metrics nor /version. None when the arguments do not
+    parse (the simulator would not have started).
+    """
+    from loadgen.sim.config import ConfigError, build_parser
+
+    try:
+        args, _ = build_parser().parse_known_args(list(sim_args))
+    except ConfigError:
+        return None
+    return int(args.stream_interval)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))

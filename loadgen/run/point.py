@@ -36,6 +36,7 @@ from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
+from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.observers import RunObserver
@@ -187,7 +188,9 @@ class PointRecords:
         # A shard's own result: the steady window is that of its own slots.
         ctx = PointContext(conc=self.slots, input_len=spec.isl, output_len=spec.osl,
                            spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
-                           percentiles=spec.percentiles, num_gpus=spec.num_gpus)
+                           percentiles=spec.percentiles, num_gpus=spec.num_gpus,
+                           stream_interval=sim_stream_interval(spec.sim_args)
+                           if spec.sim else None)
         sessions = (self.extra(self.records, self.before.total, server_after)
                     if self.extra is not None else None)
         parts = PointParts(

@@ -37,6 +37,7 @@ from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import PointResult, PointStatus
 from loadgen.results.store import ResultsDir, check_run
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
+from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import new_run_id
 from loadgen.run.results_dir import run_files
 from loadgen.sinks.plot import plot_sweep
@@ -270,7 +271,9 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[PointResult],
     ctx = PointContext(conc=conc, input_len=settings["isl"], output_len=settings["osl"],
                        spec_tokens=settings["spec_tokens"], slos=settings["slos_ms"] or {},
                        percentiles=tuple(settings["percentiles"]),
-                       num_gpus=settings["num_gpus"])
+                       num_gpus=settings["num_gpus"],
+                       stream_interval=sim_stream_interval(settings.get("sim_args") or ())
+                       if settings.get("sim") else None)
     complete = all(f.status.complete for f in files)
     before, after = combined_snapshots(shards, points) if complete else (None, None)
     first = files[0]

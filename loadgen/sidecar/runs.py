@@ -37,7 +37,8 @@ SUMMARY_FIELDS = (
     "request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms",
     "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
     "mean_itl_ms", "p99_itl_ms", "mean_itl_per_token_ms", "mean_e2el_ms", "p99_e2el_ms",
-    "stream_acceptance_length", "server_acceptance_length", "error_rate",
+    "stream_acceptance_length", "server_acceptance_length", "acceptance_length",
+    "acceptance_length_source", "error_rate",
 )
 
 

@@ -18,6 +18,7 @@ import orjson
 
 from loadgen.metrics.compare import METRIC_FIELDS, Comparison, Crossover, PointRow
 from loadgen.results.files import write_atomic
+from loadgen.sinks.table import SERVER_AL_MARK, SERVER_AL_NOTE
 
 Warning_ = tuple[str, int, str]  # run, concurrency, message
 
@@ -47,6 +48,8 @@ def times(value: float | None) -> str:
 
 def _cell(row: PointRow, key: str, baseline: str) -> str:
     text = number(row.values[key], COLUMNS[key][1])
+    if key == "acceptance_length" and row.acceptance_source == "server_counters":
+        text += SERVER_AL_MARK  # the stream's merged steps: the server counters' AL
     if row.run != baseline and row.ratios[key] is not None:
         text += f" {times(row.ratios[key])}"
     return text
@@ -102,6 +105,8 @@ def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = ())
     lines = [head, ""]
     for conc in comparison.concs:
         lines += _block(comparison, conc)
+    if any(row.acceptance_source == "server_counters" for row in comparison.rows):
+        lines += [SERVER_AL_NOTE, ""]
     lines += summary_lines(comparison)
     if warnings:
         lines += ["", "warnings (numbers to check before publishing):"]
@@ -117,13 +122,15 @@ def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str,
         for key in METRIC_FIELDS:
             line[key] = row.values[key]
             line[f"{key}_ratio"] = row.ratios[key]
+        line["acceptance_length_source"] = row.acceptance_source
         rows.append(line)
     return rows
 
 
 def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str, str]) -> Path:
     columns = ["conc", "run", "path", "complete"] + [
-        name for key in METRIC_FIELDS for name in (key, f"{key}_ratio")]
+        name for key in METRIC_FIELDS for name in (key, f"{key}_ratio")] + [
+        "acceptance_length_source"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import __version__
+from loadgen.metrics.acceptance import published_acceptance_length, stream_figures_valid
 from loadgen.metrics.compare import Comparison, PointRow
 from loadgen.metrics.distributions import PointDistributions
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 from loadgen.sinks import report_figures as figures
 from loadgen.sinks.compare_files import COLUMNS, Warning_, summary_lines, throughput_label
-from loadgen.sinks.table import sweep_rows
+from loadgen.sinks.table import SERVER_AL_MARK, sweep_rows
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 STYLE = """
@@ -118,12 +119,19 @@ def settings_section(runs: Sequence[ReportRun]) -> str:
             "<p class=meta>Highlighted rows differ between runs.</p>")
 
 
+def _metric_cell(row: PointRow, key: str, digits: int) -> str:
+    cell = _num(row.values[key], digits, key)
+    if key == "acceptance_length" and row.acceptance_source == "server_counters":
+        cell = cell.replace("</td>", f"{_e(SERVER_AL_MARK)}</td>")  # the stream's was void
+    return cell
+
+
 def _comparison_table(comparison: Comparison, conc: int, warned: set[tuple[str, int]]) -> str:
     heads = "".join(f"<th>{_e(throughput_label(comparison) if k == 'throughput' else h)}</th>"
                     f"<th>x</th>" for k, (h, _) in COLUMNS.items())
     body = []
     for row in comparison.rows_at(conc):
-        cells = "".join(_num(row.values[k], d, k) + _ratio_cell(row, k, comparison.baseline)
+        cells = "".join(_metric_cell(row, k, d) + _ratio_cell(row, k, comparison.baseline)
                         for k, (_, d) in COLUMNS.items())
         flag = " warn" if (row.run, conc) in warned else ""
         partial = "" if row.complete else " (partial)"
@@ -185,32 +193,51 @@ def distributions_section(runs: Sequence[ReportRun], comparison: Comparison) -> 
     return "".join(parts) or "<p>No per-request records (requests_conc_N.jsonl) found.</p>"
 
 
+def _stream_void_reason(point: Mapping[str, Any]) -> str:
+    oversized = point.get("stream_acceptance_oversized_chunks")
+    old = f"{oversized} decode chunks carried more than K+1 tokens" if oversized else None
+    return str(point.get("stream_acceptance_invalid_reason") or old or "no valid stream figures")
+
+
+def _acceptance_row(run: str, conc: int, point: Mapping[str, Any],
+                    stream: Sequence[float]) -> str:
+    al, source = published_acceptance_length(point)
+    label = {"stream": "stream", "server_counters": "server"}.get(source or "", "-")
+    server = point.get("server_acceptance_per_position") or []
+    cells = "".join(_num(v, 3, f"stream_acceptance_per_position[{i}]")
+                    for i, v in enumerate(stream))
+    cells += "".join(_num(v, 3, f"server_acceptance_per_position[{i}]")
+                     for i, v in enumerate(server))
+    note = (f'<td class=note data-field="stream_acceptance_invalid_reason">stream not shown: '
+            f"{_e(_stream_void_reason(point))}</td>") if not stream else ""
+    return (f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}'
+            f"</th><td class=num>{conc}</td>"
+            + _num(al, 3, "acceptance_length")
+            + f'<td data-field="acceptance_length_source">{label}</td>'
+            + _num(point.get("server_acceptance_length"), 3, "server_acceptance_length")
+            + cells + note + "</tr>")
+
+
 def acceptance_section(runs: Sequence[ReportRun]) -> str:
+    """The AL shown is the best valid source's; the stream's per-position rates only when
+    its chunks are one engine step each (never a merged-steps figure above 1)."""
     rows, series = [], []
     for index, run in enumerate(runs):
         for conc, point in run.points.items():
-            stream = point.get("stream_acceptance_per_position") or []
+            valid = stream_figures_valid(point)
+            stream = (point.get("stream_acceptance_per_position") or []) if valid else []
             server = point.get("server_acceptance_per_position") or []
             if not stream and not server:
                 continue
             if stream:
                 series.append((run.name, index, conc, stream))
-            cells = "".join(_num(v, 3, f"stream_acceptance_per_position[{i}]")
-                            for i, v in enumerate(stream))
-            cells += "".join(_num(v, 3, f"server_acceptance_per_position[{i}]")
-                             for i, v in enumerate(server))
-            rows.append(f'<tr data-run="{_e(run.name)}" data-conc="{conc}"><th>{_e(run.name)}'
-                        f"</th><td class=num>{conc}</td>"
-                        + _num(point.get("stream_acceptance_length"), 3,
-                               "stream_acceptance_length")
-                        + _num(point.get("server_acceptance_length"), 3,
-                               "server_acceptance_length") + cells + "</tr>")
+            rows.append(_acceptance_row(run.name, conc, point, stream))
     if not rows:
         return "<p>No run used speculative decoding (no acceptance figures).</p>"
-    return ('<table id="acceptance"><tr><th>run</th><th>conc</th><th>AL stream</th>'
-            "<th>AL server</th><th colspan=99>per position: stream, then server</th></tr>"
-            + "".join(rows) + "</table>" + _img(figures.acceptance_figure(series),
-                                                "acceptance per draft position"))
+    return ('<table id="acceptance"><tr><th>run</th><th>conc</th><th>AL</th><th>AL from</th>'
+            "<th>AL server</th><th colspan=99>per position: stream (when valid), then server"
+            "</th></tr>" + "".join(rows) + "</table>"
+            + _img(figures.acceptance_figure(series), "acceptance per draft position"))
 
 
 def points_section(runs: Sequence[ReportRun]) -> str:

@@ -34,9 +34,18 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     ("itl_per_token_p50_ms", lambda r: r.metrics.median_itl_per_token_ms),
     ("tpot_p50_ms", lambda r: r.metrics.median_tpot_ms),
     ("e2el_p50_ms", lambda r: r.metrics.median_e2el_ms),
+    ("acceptance_length", lambda r: r.metrics.acceptance_length),
+    ("acceptance_length_source", lambda r: r.metrics.acceptance_length_source),
+    # null when void (the stream's chunks merged engine steps)
     ("stream_acceptance_length", lambda r: r.metrics.stream_acceptance_length),
     ("server_acceptance_length", lambda r: r.metrics.server_acceptance_length),
 )
+# The AL cell's mark when it is the server's (the stream's merged steps, or was not
+# measured), explained under the table.
+SERVER_AL_MARK = " (server)"
+SERVER_AL_NOTE = ("AL (server): from the server's spec-decode counters over the point (all "
+                  "its traffic); the stream's AL was not valid (or not measured), see "
+                  "stream_acceptance_invalid_reason in conc_<N>.json")
 COLUMN_NAMES = tuple(name for name, _ in SWEEP_COLUMNS)
 
 
@@ -72,19 +81,27 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         ("ITL p50 ms", "itl_p50_ms", 2),
         ("ITL p99 ms", "itl_p99_ms", 2),
         ("TPOT p50 ms", "tpot_p50_ms", 2),
-        ("AL", "stream_acceptance_length", 2),
+        ("AL", "acceptance_length", 2),
     ]
     if any(row.get("failed") for row in rows):
         columns.append(("failed", "failed", 0))
     table = [[header for header, _, _ in columns]]
-    table += [[_cell(row.get(key), digits) for _, key, digits in columns] for row in rows]
+    table += [[_row_cell(row, key, digits) for _, key, digits in columns] for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     lines = [
         "  ".join(text.rjust(width) for text, width in zip(line, widths, strict=True))
         for line in table
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
+    if any(row.get("acceptance_length_source") == "server_counters" for row in rows):
+        lines.append(SERVER_AL_NOTE)
     return "\n".join(lines)
+
+
+def _row_cell(row: Mapping[str, Any], key: str, digits: int) -> str:
+    text = _cell(row.get(key), digits)
+    server = row.get("acceptance_length_source") == "server_counters"
+    return text + SERVER_AL_MARK if key == "acceptance_length" and server else text
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:

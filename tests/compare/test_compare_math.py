@@ -172,3 +172,26 @@ def test_compare_and_report_commands_exit_2_on_bad_input(
     write_run(tmp_path / "one", result(1, 10, 10))
     assert main(["compare", str(tmp_path / "one")]) == 0
     assert "conc 1" in capsys.readouterr().out
+
+
+def test_al_is_the_best_valid_source_also_in_old_result_files() -> None:
+    # An old file with a merged-steps stream AL (27.1 at K=6) and a new one with the field.
+    old = result(1, 100, 100, spec_tokens=6, stream_acceptance_length=27.1,
+                 stream_acceptance_oversized_chunks=28, server_acceptance_length=2.76)
+    new = result(1, 120, 110, spec_tokens=6, stream_acceptance_length=2.5,
+                 stream_acceptance_oversized_chunks=0, server_acceptance_length=2.4,
+                 acceptance_length=2.5, acceptance_length_source="stream")
+    comparison = compare([RunInput("old", {1: old}), RunInput("new", {1: new})])
+    rows = {row.run: row for row in comparison.rows}
+    assert rows["old"].values["acceptance_length"] == 2.76
+    assert rows["old"].acceptance_source == "server_counters"
+    assert rows["new"].values["acceptance_length"] == 2.5
+    assert rows["new"].acceptance_source == "stream"
+    assert rows["new"].ratios["acceptance_length"] == pytest.approx(2.5 / 2.76)
+    [warning] = point_warnings(old)
+    assert warning.startswith("28 decode chunks carry more than K+1 tokens")
+    assert "itl_chunks_merged_steps" in warning
+    reason = "3 of 9 decode chunks carried more than K+1=3 tokens: merged"
+    [named] = point_warnings({**new, "stream_acceptance_invalid_reason": reason})
+    assert named.startswith(reason + "; so no stream AL is published")
+    assert point_warnings(new) == []

@@ -16,7 +16,8 @@ Series and labels (model_name, endpoint, conc = the concurrency point; never per
   loadgen_queue_time_seconds; loadgen_decode_chunk_tokens (tokens per decode chunk)
   gauges: loadgen_requests_in_flight, loadgen_target_concurrency, loadgen_sweep_points,
   loadgen_sweep_points_completed, loadgen_sweep_progress_ratio, loadgen_point_requests,
-  loadgen_{server_spec_decode,stream}_acceptance_{length,rate},
+  loadgen_{server_spec_decode,stream}_acceptance_{length,rate} (stream: only when its
+  chunks are one engine step each), loadgen_acceptance_length{source} (the AL to publish),
   loadgen_server_spec_decode_acceptance_rate_per_position{position}
   loadgen_event_loop_lag_seconds (no labels: the client process itself), loadgen_build_info
   session runs (sessions.py): gauges loadgen_sessions_live, loadgen_session_trees_live;
@@ -122,6 +123,10 @@ class LoadgenMetrics:
                                "Acceptance length from the stream over the point.", pl)
         self.stream_rate = gauge("loadgen_stream_acceptance_rate",
                                  "Acceptance rate from the stream over the point.", pl)
+        self.best_al = gauge("loadgen_acceptance_length",
+                             "The point's acceptance length to publish: the stream's when its "
+                             "chunks are one engine step each, else the server counters' "
+                             "(label source).", (*pl, "source"))
         self.loop_lag = BulkHistogram(
             "loadgen_event_loop_lag_seconds",
             "Client event-loop backlog during measured phases: time for a posted callback to "

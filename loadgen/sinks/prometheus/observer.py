@@ -154,8 +154,11 @@ class MetricsObserver:
                              (m.server_rate, result.metrics.server_acceptance_rate),
                              (m.stream_al, result.metrics.stream_acceptance_length),
                              (m.stream_rate, result.metrics.stream_acceptance_rate)):
-            if value is not None:
+            if value is not None:  # the stream's is None when its chunks merged steps
                 gauge.labels(*key).set(value)
+        if result.metrics.acceptance_length is not None:
+            source = result.metrics.acceptance_length_source or ""
+            m.best_al.labels(*key, source).set(result.metrics.acceptance_length)
         for position, rate in enumerate(result.metrics.server_acceptance_per_position or ()):
             m.server_rate_pos.labels(*key, str(position)).set(rate)
 
