@@ -4,9 +4,11 @@ credentials in every header form, idle connections held open."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+from hostile_documents import laughs
 from test_service import call, sidecar
 
 from loadgen.config.args import spec_from_argv
@@ -61,3 +63,34 @@ def test_a_link_planted_below_the_data_dir_cannot_lead_out(tmp_path: Path) -> No
     inside = spec_for(config, {**RUN, "label": "..", "result_filename": ".."}, data / "ok")
     assert inside.vllm_result is not None and inside.vllm_result.label == ".."
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("levels", [9, 7])
+async def test_a_billion_laughs_body_is_a_400_and_the_sidecar_keeps_answering(
+        tmp_path: Path, levels: int) -> None:
+    async with sidecar(tmp_path / "data", NO_TARGET) as client:
+        started = time.monotonic()
+        async with client.post("/v1/runs", data=laughs(levels).encode(), headers={
+                "Content-Type": "application/yaml"}) as response:
+            body = await response.json()
+            assert response.status == 400, body
+        assert time.monotonic() - started < 2.0
+        assert body["error"].startswith("body: ") and "aliases (*name)" in body["error"]
+        started = time.monotonic()
+        status, health = await call(client, "GET", "/healthz")
+        assert (status, health["busy"]) == (200, False)
+        assert time.monotonic() - started < 1.0
+
+
+async def test_a_deep_json_body_is_a_400_naming_the_key_path(tmp_path: Path) -> None:
+    async with sidecar(tmp_path / "data", NO_TARGET) as client:
+        raw = b'{"lanes": [{"name": "a", "extra-body": {"x": ' + b"[" * 1000 + b"]" * 1000
+        status, body = await call(client, "POST", "/v1/runs", raw + b"}}]}")
+        assert status == 400, body
+        assert body["error"].startswith("body: lanes[0].extra-body.x" + "[0]" * 28
+                                        + ": nested more than 32 levels deep")
+        async with client.post("/v1/runs", data=b"seed: 0x10000000000000000\nlanes: []",
+                               headers={"Content-Type": "application/yaml"}) as response:
+            assert response.status == 400
+            assert (await response.json())["error"] == (
+                "body: seed: 18446744073709551616 does not fit in 64 bits")

@@ -17,7 +17,7 @@ import orjson
 
 from loadgen.config.args import option_dest, spec_from_options
 from loadgen.config.spec import RunSpec, SpecError, VllmResultOptions
-from loadgen.config.sweepfile import SweepPlan, load_yaml, parse_sweep
+from loadgen.config.sweepfile import SweepPlan, check_document, load_yaml, parse_sweep
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 RESERVED_WHY = ("not accepted over the API (the sidecar sets the target, model and results "
@@ -50,9 +50,11 @@ def parse_body(raw: bytes, content_type: str) -> Any:
     if content_type in YAML_TYPES:
         return load_yaml(raw.decode("utf-8", "replace"), source="body")
     try:
-        return orjson.loads(raw)
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise SpecError(f"body is not JSON: {exc}") from None
+    check_document(data, source="body")  # the bounds the YAML loader applies
+    return data
 
 
 def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> RunSpec:

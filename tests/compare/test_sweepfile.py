@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from hostile_documents import laughs
 
 from loadgen.config.args import spec_from_argv, spec_from_options
 from loadgen.config.spec import SpecError
-from loadgen.config.sweepfile import SweepFileError, SweepPlan, load_yaml, parse_sweep
+from loadgen.config.sweepfile import (
+    MAX_DOCUMENT_BYTES,
+    SweepFileError,
+    SweepPlan,
+    check_document,
+    load_yaml,
+    parse_sweep,
+)
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body
 
 DOC = """
@@ -138,3 +148,75 @@ def test_extra_body_reaches_every_body_but_never_overrides_loadgen() -> None:
     with pytest.raises(SpecError, match="not JSON"):
         spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "4",
                         "--extra-body", "{min_p"], env={})
+
+
+@pytest.mark.parametrize(("levels", "message"), [
+    (9, "s.yaml: extra-body.a8[1]: more than 64 aliases (*name)"),  # 9**9 strings
+    (7, "s.yaml: the aliases (*name) expand it to more than 100,000 values"),  # 9**7
+])
+def test_a_billion_laughs_document_is_refused_at_once(levels: int, message: str) -> None:
+    text = laughs(levels)
+    assert len(text) < 600
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    with pytest.raises(SweepFileError) as caught:
+        parse(text)
+    assert time.monotonic() - started < 2.0
+    assert str(caught.value).startswith(message)
+    # the peak did not move by more than 50 MiB (before: 608 MiB for levels=7)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 50 << 10
+
+
+def test_a_few_aliases_still_work() -> None:
+    plan = parse("conc: 1\nworkload: &w {isl: 8, osl: 4}\nslo: &s {ttft: 2s}\n"
+                 "lanes: [{name: a, sim: true}, {name: b, sim: true, workload: *w, slo: *s}]")
+    assert [(lane.spec.osl, lane.spec.slos_ms) for lane in plan.lanes] == [
+        (4, {"ttft": 2000.0})] * 2
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: &a [*a]\nlanes: []", "s.yaml: a: an alias (*name) refers to its own anchor"),
+    ("lanes: [{name: a, workload: " + "[" * 40 + "]" * 40 + "}]",
+     # the 33rd collection: the document, lanes, lanes[0], workload and 29 more lists
+     "s.yaml: lanes[0].workload" + "[0]" * 29 + ": nested more than 32 levels deep"),
+    ("x: " + "[" * 5000 + "]" * 5000, "s.yaml: x" + "[0]" * 31 + ": nested more than 32"),
+    ("lanes: [{name: a, isl: " + "9" * 5000 + "}]",
+     "s.yaml: lanes[0].isl: integer of 5,000 characters; integers here fit in 64 bits"),
+    ("lanes: [{name: a, seed: 0x1" + "0" * 16 + "}]",
+     "s.yaml: lanes[0].seed: 18446744073709551616 does not fit in 64 bits"),
+    ("lanes: [{name: a, workload: {1: 2}}]",
+     "s.yaml: lanes[0].workload: key 1 is not a string"),
+    ("lanes: [{name: a, extra-body: {[x]: 2}}]",
+     "s.yaml: lanes[0].extra-body: key a list is not a string"),
+    ("lanes: [{name: a}]\n" + "#" * MAX_DOCUMENT_BYTES, "s.yaml: over 1 MiB"),
+])
+def test_documents_past_the_bounds_are_one_line(text: str, message: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(SweepFileError) as caught:
+        parse(text)
+    assert time.monotonic() - started < 2.0
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_a_json_document_gets_the_same_bounds() -> None:
+    deep: object = 1
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(SweepFileError, match=r"^body: lanes\[0\]\.x(\[0\]){29}: nested"):
+        check_document({"lanes": [{"x": deep}]}, source="body")
+    with pytest.raises(SweepFileError, match=r"^body: isl: 18446744073709551616 does not"):
+        check_document({"isl": 1 << 64}, source="body")
+    check_document({"lanes": [{"name": "a", "x": [[1]]}], "seed": (1 << 64) - 1}, source="b")
+
+
+def test_the_cli_refuses_a_billion_laughs_file_with_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "laughs.yaml").write_text(laughs(9))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "loadgen", "--config",
+                           str(tmp_path / "laughs.yaml")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"loadgen: error: {tmp_path / 'laughs.yaml'}: extra-body.a8[1]: more than 64 "
+        "aliases (*name) in the document; write the values out"]
+    assert time.monotonic() - started < 30  # the interpreter's start-up, not the file
