@@ -7,9 +7,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 from hostile_documents import laughs
-from test_service import call, sidecar
+from recording_proxy import recording_proxy
+from test_service import QUICK, all_bytes_under, call, sidecar, simulator, wait_for
 
 from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import SpecError
@@ -94,3 +96,53 @@ async def test_a_deep_json_body_is_a_400_naming_the_key_path(tmp_path: Path) -> 
             assert response.status == 400
             assert (await response.json())["error"] == (
                 "body: seed: 18446744073709551616 does not fit in 64 bits")
+
+
+KEY = "sk-mapping-4b1d0e"
+LANE_KEY = "sk-lane-9c2f77"
+SWEEP_WITH_HEADERS = f"""
+workload: {{isl: 64, osl: 16, encoder: raw, prompts-per-conc: 2, warmup-per-conc: 0}}
+target: {{header: {{X-Api-Key: {KEY}, X-Team: a}}}}
+lanes:
+  - name: one
+    conc: 1
+  - name: two
+    conc: 1
+    header: ["X-Upstream-Auth:Bearer {LANE_KEY}"]
+""".encode()
+
+
+async def test_header_secrets_are_redacted_in_the_mapping_form_too(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    async with simulator() as sim_url:
+        port = int(sim_url.rsplit(":", 1)[1])
+        async with recording_proxy("127.0.0.1", port) as wire, sidecar(
+                data_dir, f"http://127.0.0.1:{wire.port}") as client:
+            options = {**QUICK, "conc": "1", "header": {"X-Api-Key": KEY, "X-Team": "a"}}
+            status, started = await call(client, "POST", "/v1/runs", options)
+            assert status == 202, started
+            run = await wait_for(client, started["id"], states={"succeeded"})
+            async with client.post("/v1/runs", data=SWEEP_WITH_HEADERS, headers={
+                    "Content-Type": "application/yaml"}) as response:
+                swept = await response.json()
+                assert response.status == 202, swept
+            sweep = await wait_for(client, swept["id"], states={"succeeded"})
+            answers = [orjson.dumps(run), orjson.dumps(sweep)]
+            for path in ("/v1/runs", f"/v1/runs/{started['id']}/results",
+                         f"/v1/runs/{swept['id']}/results"):
+                status, answer = await call(client, "GET", path)
+                assert status == 200
+                answers.append(orjson.dumps(answer))
+    assert run["options"]["header"] == {"X-Api-Key": "***", "X-Team": "a"}
+    assert sweep["options"]["target"]["header"] == {"X-Api-Key": "***", "X-Team": "a"}
+    assert sweep["options"]["lanes"][1]["header"] == ["X-Upstream-Auth:***"]
+    on_disk = orjson.loads((data_dir / "runs" / started["id"] / "run.json").read_bytes())
+    assert on_disk["options"]["header"] == {"X-Api-Key": "***", "X-Team": "a"}
+    sweep_yaml = (data_dir / "runs" / swept["id"] / "results" / "sweep.yaml").read_text()
+    assert "X-Api-Key: '***'" in sweep_yaml or 'X-Api-Key: "***"' in sweep_yaml, sweep_yaml
+    for blob in (*answers, all_bytes_under(data_dir)):
+        assert KEY.encode() not in blob and LANE_KEY.encode() not in blob
+        assert b"<redacted>" not in blob
+    # redacted where stored, real on the wire
+    assert wire.sent.count(f"X-Api-Key: {KEY}".encode()) >= 4
+    assert wire.sent.count(f"X-Upstream-Auth: Bearer {LANE_KEY}".encode()) >= 1

@@ -37,6 +37,7 @@ from loadgen.config.args import (
     option_dest,
     parse_run_args,
 )
+from loadgen.config.redact import redact_options
 from loadgen.config.spec import RunSpec, SpecError
 
 SECTIONS = ("target", "workload")  # argparse groups a document may group keys under
@@ -49,7 +50,6 @@ LANE_REFUSED: Mapping[str, str] = {
     "metrics_port": "not available with a sweep file (lanes sharing a model and "
                     "concurrency would mix in one series): run a lane alone with --metrics-port",
 }
-REDACTED = "<redacted>"
 
 
 class SweepFileError(SpecError):
@@ -361,27 +361,6 @@ class _Resolver:
         return f"unknown {what} {key!r}; {hint}allowed: {', '.join(names)}"
 
 
-def _redact(dest: str, value: Any) -> Any:
-    if dest == "api_key" and value is not None:
-        return REDACTED
-    if dest == "header" and value is not None:  # values may hold tokens: names only
-        items = value.items() if isinstance(value, Mapping) else (
-            (str(v).partition(":")[0], "") for v in ([value] if isinstance(value, str)
-                                                      else value))
-        return [f"{name}:{REDACTED}" for name, _ in items]
-    return value
-
-
-def _redact_document(value: Any, key: str = "") -> Any:
-    if key and option_dest(key) in ("api_key", "header"):
-        return _redact(option_dest(key), value)
-    if isinstance(value, Mapping):
-        return {k: _redact_document(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_document(v, key) for v in value]
-    return _redact(option_dest(key), value) if key else value
-
-
 def _lane_name(lane: Mapping[Any, Any], where: str, seen: set[str], source: str) -> str:
     name = lane.get("name")
     if name is None:
@@ -449,8 +428,9 @@ def parse_sweep(document: Any, *, source: str, overrides: Sequence[str] = (),
             spec, _, _ = parse_run_args(argv, {} if env is None else env)
         except SpecError as exc:
             raise _spec_error(exc, f"{where} ({name})", keys, source) from None
-        planned.append(Lane(name, spec, {d: _redact(d, v) for d, v in options.items()}))
-    return SweepPlan(tree, tuple(planned), _redact_document(document))
+        planned.append(Lane(name, spec, redact_options(options)))
+    # the one rule (config/redact.py) at every level: lanes, `target:` groups, the top
+    return SweepPlan(tree, tuple(planned), redact_options(document))
 
 
 def _argv(options: Mapping[str, Any]) -> list[str]:

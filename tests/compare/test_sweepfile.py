@@ -61,7 +61,34 @@ def test_lanes_are_the_runs_the_same_flags_would_make() -> None:
     assert b.spec.api_key == "sk-secret"
     # what is kept with the results never holds a credential
     kept = orjson.dumps([plan.document, a.options, b.options]).decode()
-    assert "secret" not in kept and "X-Session" in kept
+    assert "sk-secret" not in kept and '"api-key":"***"' in kept
+    # the one rule (config/redact.py): a header not named like a credential is kept
+    assert plan.document["lanes"][0]["target"]["header"] == {"X-Session": "secret"}
+
+
+def test_the_sweep_document_is_redacted_by_the_one_rule_in_every_form() -> None:
+    plan = parse("""
+conc: 1
+isl: 8
+osl: 8
+header: {X-Api-Key: sk-top, X-Team: a}
+lanes:
+  - name: a
+    target: {sim: true, header: ["Authorization:Bearer sk-list", "X-Trace:t"]}
+  - name: b
+    sim: true
+    header: {X-Upstream-Auth: sk-lane}
+    extra-body: {note: "see http://u:pw@h/x"}
+""")
+    kept = orjson.dumps([plan.document, *(lane.options for lane in plan.lanes)]).decode()
+    assert "sk-" not in kept and ":pw@" not in kept and "<redacted>" not in kept
+    assert plan.document["header"] == {"X-Api-Key": "***", "X-Team": "a"}
+    assert plan.document["lanes"][0]["target"]["header"] == ["Authorization:***", "X-Trace:t"]
+    assert plan.document["lanes"][1]["header"] == {"X-Upstream-Auth": "***"}
+    assert plan.lanes[1].options["header"] == {"X-Upstream-Auth": "***"}  # a lane's wins
+    # the requests carry the real values
+    assert plan.lanes[0].spec.headers == (("Authorization", "Bearer sk-list"), ("X-Trace", "t"))
+    assert plan.lanes[1].spec.headers == (("X-Upstream-Auth", "sk-lane"),)
 
 
 def test_argv_flags_override_every_lane_and_the_tree() -> None:
