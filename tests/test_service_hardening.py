@@ -4,19 +4,27 @@ credentials in every header form, idle connections held open."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 from hostile_documents import laughs
+from prometheus_client import CollectorRegistry
 from recording_proxy import recording_proxy
 from test_service import QUICK, all_bytes_under, call, sidecar, simulator, wait_for
 
 from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import SpecError
 from loadgen.sidecar.options import Escapes, spec_for
-from loadgen.sidecar.service import ServiceConfig
+from loadgen.sidecar.service import ServiceConfig, running_service
+from loadgen.sinks.guarded_http import ServerLimits
+from loadgen.sinks.prometheus.server import serve_metrics
 
 # Nothing listens there: every request in these tests is refused before a run starts.
 NO_TARGET = "http://127.0.0.1:9"
@@ -146,3 +154,106 @@ async def test_header_secrets_are_redacted_in_the_mapping_form_too(tmp_path: Pat
     # redacted where stored, real on the wire
     assert wire.sent.count(f"X-Api-Key: {KEY}".encode()) >= 4
     assert wire.sent.count(f"X-Upstream-Auth: Bearer {LANE_KEY}".encode()) >= 1
+
+
+# Short deadlines so that the test sees them pass; the cap as shipped.
+SHORT = ServerLimits(max_connections=64, header_timeout_s=1.0, body_timeout_s=1.0)
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def closed_within(reader: asyncio.StreamReader, timeout_s: float) -> bool:
+    """Whether the server closes the connection within timeout_s (what it sends first,
+    if anything, is read and ignored)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while await reader.read(65536):
+                pass
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        pass  # reset: closed too
+    return True
+
+
+async def open_idle(port: int, count: int) -> list[Stream]:
+    """`count` connections: half send nothing, half the start of a request head."""
+    streams = []
+    for i in range(count):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if i % 2:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished
+        streams.append((reader, writer))
+    await asyncio.sleep(0.2)  # the server has accepted them all
+    return streams
+
+
+async def held_open(streams: list[Stream], timeout_s: float) -> int:
+    closed = await asyncio.gather(*(closed_within(r, timeout_s) for r, _ in streams))
+    return closed.count(False)
+
+
+async def check_idle_connections_cannot_starve(
+        port: int, answers: Callable[[], Awaitable[int]],
+        caplog: pytest.LogCaptureFixture) -> None:
+    started = time.monotonic()
+    streams = await open_idle(port, 200)
+    try:
+        # at the cap of 64 the oldest idle ones were closed at once: 64 left open
+        assert await held_open(streams, 0.3) == 64
+        t0 = time.monotonic()
+        assert await answers() == 200
+        assert time.monotonic() - t0 < 1.0
+        # the survivors are closed once the header deadline (1 s) has passed
+        assert await held_open(streams, 2.0) == 0
+        assert time.monotonic() - started < 4.0
+    finally:
+        for _, writer in streams:
+            writer.close()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(":")[1].strip() for r in warnings] == [
+        "64 connections open (the cap)"], [r.getMessage() for r in warnings]
+    assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
+
+
+@asynccontextmanager
+async def sidecar_port(tmp_path: Path, limits: ServerLimits) -> AsyncIterator[int]:
+    config = ServiceConfig(target=NO_TARGET, model="m", host="127.0.0.1", port=0,
+                           data_dir=tmp_path / "data", limits=limits)
+    async with running_service(config) as service:
+        yield service.port
+
+
+async def get_status(url: str) -> int:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status
+
+
+async def test_idle_connections_cannot_starve_the_sidecar(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with sidecar_port(tmp_path, SHORT) as port:
+        await check_idle_connections_cannot_starve(
+            port, lambda: get_status(f"http://127.0.0.1:{port}/healthz"), caplog)
+
+
+async def test_idle_connections_cannot_starve_the_metrics_port(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with serve_metrics(CollectorRegistry(), "127.0.0.1", 0, SHORT) as server:
+        await check_idle_connections_cannot_starve(
+            server.port, lambda: get_status(server.url), caplog)
+
+
+async def test_a_body_that_does_not_arrive_is_a_408_after_the_deadline(
+        tmp_path: Path) -> None:
+    async with sidecar_port(tmp_path, SHORT) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: 100\r\n\r\n{\"conc\"")
+        started = time.monotonic()
+        head = await asyncio.wait_for(reader.readline(), 3.0)
+        assert head.startswith(b"HTTP/1.1 408"), head
+        assert 0.9 < time.monotonic() - started < 2.5
+        assert await closed_within(reader, 2.5)  # after at most LINGER_S of draining
+        writer.close()
+        assert await get_status(f"http://127.0.0.1:{port}/healthz") == 200
