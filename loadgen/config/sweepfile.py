@@ -81,7 +81,7 @@ class SweepPlan:
 MAX_DOCUMENT_BYTES = 1 << 20  # 1 MiB
 MAX_DEPTH = 32  # nested mappings/lists
 MAX_ALIASES = 64  # `*name` references
-MAX_EXPANDED_NODES = 100_000  # values in the document with every alias expanded
+MAX_EXPANDED_NODES = 10_000  # values in the document with every alias expanded
 MAX_INT_BITS = 64  # what any integer option can hold
 MAX_INT_CHARS = 32  # an integer's text (digits, sign, _), checked before int() sees it
 
@@ -91,8 +91,10 @@ def _refused(source: str, where: str, problem: str) -> SweepFileError:
 
 
 class _SweepLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with the bounds above; records each node's key path for the
-    errors. A key given twice is an error too, not a silent last-one-wins."""
+    """PyYAML's safe loader with the bounds above, checked as each node is composed (so a
+    hostile document is refused after its first few KiB, long before it is parsed
+    whole); records each node's key path for the errors. A key given twice is an error
+    too, not a silent last-one-wins."""
 
     def __init__(self, text: str, source: str) -> None:
         super().__init__(text)
@@ -100,6 +102,8 @@ class _SweepLoader(yaml.SafeLoader):
         self.where: dict[int, str] = {}  # id(node) -> key path, e.g. lanes[1].workload
         self._paths: list[str] = [""]  # the enclosing collections' paths
         self._aliases = 0
+        self._values = 0  # composed so far, each alias counted as the copy it becomes
+        self._sizes: dict[int, int] = {}  # id(node) -> its values, once composed
 
     def fail(self, node: yaml.Node | None, problem: str) -> SweepFileError:
         return _refused(self.source, self.where.get(id(node), "") if node else "", problem)
@@ -107,28 +111,42 @@ class _SweepLoader(yaml.SafeLoader):
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         where = _step(self._paths[-1], index)
         if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-            if self._aliases > MAX_ALIASES:
-                raise _refused(self.source, where, f"more than {MAX_ALIASES} aliases "
-                               "(*name) in the document; write the values out")
+            self._alias(self.peek_event(), where)  # type: ignore[no-untyped-call]
             return super().compose_node(parent, index)
         if self.check_event(yaml.CollectionStartEvent) and len(self._paths) > MAX_DEPTH:
             raise _refused(self.source, where, f"nested more than {MAX_DEPTH} levels deep; "
                            "a sweep document needs a few")
+        start = self._values
         self._paths.append(where)
         try:
             node = super().compose_node(parent, index)
         finally:
             self._paths.pop()
+        self._count(1, where)
         self.where[id(node)] = where
+        self._sizes[id(node)] = self._values - start
         return node
 
-    def compose_document(self) -> yaml.Node | None:
-        node = super().compose_document()
-        if node is not None and _expanded_size(node, {}, self) > MAX_EXPANDED_NODES:
-            raise self.fail(None, f"the aliases (*name) expand it to more than "
-                            f"{MAX_EXPANDED_NODES:,} values; write the values out")
-        return node
+    def _alias(self, event: yaml.Event, where: str) -> None:
+        self._aliases += 1
+        if self._aliases > MAX_ALIASES:
+            raise _refused(self.source, where, f"more than {MAX_ALIASES} aliases (*name) in "
+                           "the document; write the values out")
+        anchored = self.anchors.get(getattr(event, "anchor", None))
+        if anchored is None:
+            return  # undefined: PyYAML says so
+        size = self._sizes.get(id(anchored))
+        if size is None:  # its anchor's node is still being composed: a cycle
+            raise _refused(self.source, where, "an alias (*name) inside its own anchor; a "
+                           "sweep document cannot be recursive")
+        self._count(size, where)
+
+    def _count(self, values: int, where: str) -> None:
+        self._values += values
+        if self._values > MAX_EXPANDED_NODES:
+            raise _refused(self.source, where, f"more than {MAX_EXPANDED_NODES:,} values, "
+                           "each alias (*name) counted as the copy it becomes; a sweep "
+                           "document needs a few hundred")
 
 
 def _step(parent: str, index: Any) -> str:
@@ -138,26 +156,6 @@ def _step(parent: str, index: Any) -> str:
     if isinstance(index, yaml.ScalarNode):
         return f"{parent}.{index.value}" if parent else str(index.value)
     return parent
-
-
-def _expanded_size(node: yaml.Node, memo: dict[int, int], loader: _SweepLoader) -> int:
-    """Values below `node`, an aliased node counted once per reference (memoized: linear
-    in the distinct nodes; the depth is already bounded)."""
-    known = memo.get(id(node))
-    if known is not None:
-        if known < 0:
-            raise loader.fail(node, "an alias (*name) refers to its own anchor; a sweep "
-                              "document cannot be recursive")
-        return known
-    memo[id(node)] = -1  # in progress: reached again only through a cycle
-    children: list[yaml.Node] = []
-    if isinstance(node, yaml.SequenceNode):
-        children = list(node.value)
-    elif isinstance(node, yaml.MappingNode):
-        children = [part for pair in node.value for part in pair]
-    size = 1 + sum(_expanded_size(child, memo, loader) for child in children)
-    memo[id(node)] = size
-    return size
 
 
 def _mapping(loader: _SweepLoader, node: yaml.MappingNode) -> Any:

@@ -170,7 +170,9 @@ class Service:
             response.force_close()  # the rest of a body that late is not waited for
             return response
         try:
-            options = parse_body(raw, request.content_type)
+            # in a thread: PyYAML takes up to ~0.6 s for a 64 KiB body at the bounds,
+            # time /healthz and the scrapes must not wait for
+            options = await asyncio.to_thread(parse_body, raw, request.content_type)
         except SpecError as exc:
             return error(400, str(exc))
         if not isinstance(options, dict):

@@ -178,8 +178,8 @@ def test_extra_body_reaches_every_body_but_never_overrides_loadgen() -> None:
 
 
 @pytest.mark.parametrize(("levels", "message"), [
-    (9, "s.yaml: extra-body.a8[1]: more than 64 aliases (*name)"),  # 9**9 strings
-    (7, "s.yaml: the aliases (*name) expand it to more than 100,000 values"),  # 9**7
+    (9, "s.yaml: extra-body.a4[0]: more than 10,000 values, each alias (*name) counted"),
+    (7, "s.yaml: extra-body.a4[0]: more than 10,000 values, each alias (*name) counted"),
 ])
 def test_a_billion_laughs_document_is_refused_at_once(levels: int, message: str) -> None:
     text = laughs(levels)
@@ -202,7 +202,8 @@ def test_a_few_aliases_still_work() -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("a: &a [*a]\nlanes: []", "s.yaml: a: an alias (*name) refers to its own anchor"),
+    ("x: &x 1\ny: [" + "*x," * 65 + "]", "s.yaml: y[64]: more than 64 aliases (*name)"),
+    ("a: &a [*a]\nlanes: []", "s.yaml: a[0]: an alias (*name) inside its own anchor"),
     ("lanes: [{name: a, workload: " + "[" * 40 + "]" * 40 + "}]",
      # the 33rd collection: the document, lanes, lanes[0], workload and 29 more lists
      "s.yaml: lanes[0].workload" + "[0]" * 29 + ": nested more than 32 levels deep"),
@@ -216,6 +217,8 @@ def test_a_few_aliases_still_work() -> None:
     ("lanes: [{name: a, extra-body: {[x]: 2}}]",
      "s.yaml: lanes[0].extra-body: key a list is not a string"),
     ("lanes: [{name: a}]\n" + "#" * MAX_DOCUMENT_BYTES, "s.yaml: over 1 MiB"),
+    # no alias at all: refused at the 10,001st value (the key x is one), not after parsing it all
+    ("x: [" + "1," * 500_000 + "]", "s.yaml: x[9999]: more than 10,000 values"),
 ])
 def test_documents_past_the_bounds_are_one_line(text: str, message: str) -> None:
     started = time.monotonic()
@@ -244,6 +247,7 @@ def test_the_cli_refuses_a_billion_laughs_file_with_exit_2(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"loadgen: error: {tmp_path / 'laughs.yaml'}: extra-body.a8[1]: more than 64 "
-        "aliases (*name) in the document; write the values out"]
+        f"loadgen: error: {tmp_path / 'laughs.yaml'}: extra-body.a4[0]: more than 10,000 "
+        "values, each alias (*name) counted as the copy it becomes; a sweep document "
+        "needs a few hundred"]
     assert time.monotonic() - started < 30  # the interpreter's start-up, not the file
