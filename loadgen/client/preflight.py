@@ -22,6 +22,7 @@ import aiohttp
 import orjson
 
 from loadgen.client.deadlines import timeout_of, unanswered
+from loadgen.client.redirects import CrossOriginRedirect
 from loadgen.client.server_metrics import check_metrics_urls
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport
@@ -102,6 +103,8 @@ async def find_model(
         listing = await get_json(session, url)
     except TimeoutError:
         raise PreflightError(unanswered(session, url)) from None
+    except CrossOriginRedirect as exc:
+        raise PreflightError(str(exc)) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise PreflightError(
             f"cannot reach the server at {base_url} ({type(exc).__name__}: {exc}); "
@@ -155,6 +158,8 @@ async def tokenize_check(
     except TimeoutError:
         return {**unknown, "note": f"/tokenize did not answer within {timeout_of(session)} "
                                    "(--http-timeout)"}
+    except CrossOriginRedirect as exc:  # not optional: --base-url points at a redirector
+        raise PreflightError(str(exc)) from None
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         return {**unknown, "note": f"{type(exc).__name__}: {exc}"[:200]}
     server = answer.get("count") if isinstance(answer, dict) else None
@@ -218,6 +223,8 @@ def _probe_body(options: BodyOptions, prompt: str) -> bytes:
 async def server_version(session: aiohttp.ClientSession, base_url: str) -> str | None:
     try:
         data = await get_json(session, base_url + "/version")
+    except CrossOriginRedirect as exc:
+        raise PreflightError(str(exc)) from None
     except (PreflightError, aiohttp.ClientError, OSError):  # optional: any failure is "unknown"
         return None
     version = data.get("version") if isinstance(data, dict) else None
@@ -289,5 +296,7 @@ async def _preflight_metrics(
         return await fetch_metrics(session, base_url)
     except TimeoutError:
         raise PreflightError(unanswered(session, base_url + "/metrics")) from None
+    except CrossOriginRedirect as exc:
+        raise PreflightError(str(exc)) from None
     except (aiohttp.ClientError, OSError):
         return None

@@ -37,6 +37,7 @@ from loadgen.client.deadlines import STREAM_TIMEOUT, IdleDeadline, StreamIdle, h
 from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import BodyStream, Exchange, Ingest, StartPacer
 from loadgen.client.native.protocol import BadHttpResponse
+from loadgen.client.redirects import same_origin_redirects
 from loadgen.client.sse import ArrivalLog
 from loadgen.client.stream_client import (
     ERROR_BODY_LIMIT,
@@ -109,6 +110,8 @@ def open_session(
         read_bufsize=read_bufsize,
         trace_configs=[_trace_config()],
         skip_auto_headers=("User-Agent",),
+        # the session's headers (--header secrets) never follow a redirect elsewhere
+        middlewares=(same_origin_redirects,),
     )
 
 

@@ -67,18 +67,18 @@ def _redact_param(match: re.Match[str]) -> str:
 
 
 def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Run options (the sidecar's JSON, flag names with `-` or `_`) safe to store/show."""
+    """Run options (the sidecar's JSON, flag names with `-` or `_`) or a sweep document
+    (its lanes and `target:` groups hold the same keys, at any depth) safe to store/show."""
     return {key: _redact_option(key, value) for key, value in options.items()}
 
 
 def _redact_option(key: str, value: Any) -> Any:
     if key.replace("-", "_").lower() in _HEADER_OPTIONS:
-        if isinstance(value, str):
-            return redact_header_text(value)
-        if isinstance(value, list | tuple):
-            return [redact_header_text(v) if isinstance(v, str) else v for v in value]
+        headers = _redact_headers(value)
+        if headers is not None:
+            return headers
     if key.replace("-", "_").lower() == "api_key":  # refused by the sidecar; never shown
-        return REDACTED
+        return None if value is None else REDACTED
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, list | tuple):
@@ -86,6 +86,20 @@ def _redact_option(key: str, value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _redact_option(str(k), v) for k, v in value.items()}
     return value
+
+
+def _redact_headers(value: Any) -> Any:
+    """Every form a header option takes: "K:V", ["K:V", ...], {K: V} (a sweep file's);
+    None for anything else (redacted as any other value)."""
+    if isinstance(value, str):
+        return redact_header_text(value)
+    if isinstance(value, list | tuple):
+        return [redact_header_text(v) if isinstance(v, str) else _redact_option("", v)
+                for v in value]
+    if isinstance(value, Mapping):
+        return {k: REDACTED if is_secret_name(str(k)) and v is not None
+                else _redact_option("", v) for k, v in value.items()}
+    return None
 
 
 def redact_json(value: Any) -> Any:

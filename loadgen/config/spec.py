@@ -269,9 +269,15 @@ def _validate_vllm_result(options: VllmResultOptions) -> None:
            and all(0 < p < 100 for p in options.metric_percentiles),
            "--metric-percentiles: each must be strictly between 0 and 100")
     if options.filename is not None:
-        _check(bool(options.filename) and "/" not in options.filename,
+        _check(bool(options.filename) and "/" not in options.filename
+               and "\0" not in options.filename,
                f"--result-filename {options.filename!r}: a file name, not a path "
                "(use --result-dir for the directory)")
+    if options.label is not None:
+        # The label starts vLLM's file name: a `/` in it would put the file elsewhere.
+        _check("/" not in options.label and "\0" not in options.label,
+               f"--label {options.label!r}: a label, not a path: no `/` in it (use "
+               "--result-dir for the directory)")
 
 
 # Flags whose value is a float, with the name the user typed: each must be a finite number

@@ -1,5 +1,11 @@
 """What the sidecar accepts as a run: the CLI's options as JSON, or a sweep file's document
-(JSON or YAML), validated by the CLI's own parsers and aimed at the sidecar's target."""
+(JSON or YAML), validated by the CLI's own parsers and aimed at the sidecar's target.
+
+Every file a run reads or writes stays below the sidecar's data directory: options naming
+a directory are refused outright (RESERVED_OPTIONS), and the ones that still shape a path
+(`label`, `result-filename`) are checked on the built RunSpec, resolved, so `..`, an
+absolute path or a symbolic link planted below the data directory cannot lead out.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +16,8 @@ from typing import Any, Protocol
 import orjson
 
 from loadgen.config.args import option_dest, spec_from_options
-from loadgen.config.spec import RunSpec, SpecError
-from loadgen.config.sweepfile import SweepPlan, load_yaml, parse_sweep
+from loadgen.config.spec import RunSpec, SpecError, VllmResultOptions
+from loadgen.config.sweepfile import SweepPlan, check_document, load_yaml, parse_sweep
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 RESERVED_WHY = ("not accepted over the API (the sidecar sets the target, model and results "
@@ -35,6 +41,8 @@ class Target(Protocol):
     def target(self) -> str: ...
     @property
     def model(self) -> str: ...
+    @property
+    def data_dir(self) -> Path: ...
 
 
 def parse_body(raw: bytes, content_type: str) -> Any:
@@ -42,9 +50,11 @@ def parse_body(raw: bytes, content_type: str) -> Any:
     if content_type in YAML_TYPES:
         return load_yaml(raw.decode("utf-8", "replace"), source="body")
     try:
-        return orjson.loads(raw)
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise SpecError(f"body is not JSON: {exc}") from None
+    check_document(data, source="body")  # the bounds the YAML loader applies
+    return data
 
 
 def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> RunSpec:
@@ -52,14 +62,58 @@ def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> R
     reserved = sorted(k for k in options if k.replace("-", "_") in RESERVED_OPTIONS)
     if reserved:
         raise SpecError(f"{', '.join(reserved)}: {RESERVED_WHY}")
-    return spec_from_options({**options, "base_url": config.target, "model": config.model,
+    spec = spec_from_options({**options, "base_url": config.target, "model": config.model,
                               "results": str(results_dir), "no_progress": True})
+    check_confined(spec, config.data_dir, "")
+    return spec
 
 
 def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> SweepPlan:
     """A sweep file's document, every lane aimed at our target, results in results_dir."""
     refused = {option_dest(name): RESERVED_WHY for name in RESERVED_OPTIONS}
-    return parse_sweep(document, source="sweep document", results_dir=results_dir,
+    plan = parse_sweep(document, source="sweep document", results_dir=results_dir,
                        forbidden=refused, fixed={"base_url": config.target,
                                                  "model": config.model, "no_progress": True})
+    for index, lane in enumerate(plan.lanes):
+        check_confined(lane.spec, config.data_dir,
+                       f"sweep document: lanes[{index}] ({lane.name}): ")
+    return plan
 
+
+class Escapes(SpecError):
+    """A run option names a place outside the sidecar's data directory (HTTP 400)."""
+
+
+def _paths(spec: RunSpec) -> list[tuple[str, str, Path]]:
+    """(option, its value, the path it leads to) for every place the run may touch."""
+    found = [(option, str(path), path) for option, path in (
+        ("results", spec.results_dir), ("dataset", spec.dataset),
+        ("shard-sync", spec.shard_sync)) if path is not None]
+    if spec.tokenizer is not None:  # a local path or a Hub id: either stays inside
+        found.append(("tokenizer", spec.tokenizer, Path(spec.tokenizer)))
+    if spec.vllm_result is not None:
+        found += _result_file_paths(spec.vllm_result, spec.results_dir or Path("results"))
+    return found
+
+
+def _result_file_paths(options: VllmResultOptions,
+                       results_dir: Path) -> list[tuple[str, str, Path]]:
+    directory = options.result_dir or results_dir
+    found = [("result-dir", str(directory), directory)]
+    # with what vLLM appends (`-…`, `.json`): a bare `..` label names no parent directory
+    if options.label is not None:
+        found.append(("label", options.label, directory / f"{options.label}-x"))
+    if options.filename is not None:
+        found.append(("result-filename", options.filename,
+                      directory / f"{options.filename}.json"))
+    return found
+
+
+def check_confined(spec: RunSpec, data_dir: Path, where: str) -> None:
+    """Escapes unless every path of the run resolves (links followed) below data_dir."""
+    root = data_dir.resolve()
+    for option, value, path in _paths(spec):
+        if "\0" in value or not path.resolve().is_relative_to(root):
+            raise Escapes(f"{where}{option} {value!r}: leads outside the sidecar's data "
+                          "directory; the sidecar reads and writes only below it: give a "
+                          "plain name")

@@ -61,6 +61,14 @@ from loadgen.sidecar.runs import (
     RunManager,
     RunRecord,
 )
+from loadgen.sinks.guarded_http import (
+    DEFAULT_LIMITS,
+    BodyTimeout,
+    ServerLimits,
+    guarded_app,
+    read_body,
+    start_guarded,
+)
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver, metrics_handler
 from loadgen.tokenizer import load_tokenizer
 
@@ -87,6 +95,8 @@ class ServiceConfig:
     canary_interval_s: float = 60.0
     insecure_no_auth: bool = False
     max_body_bytes: int = MAX_BODY_BYTES
+    # connections, header and body deadlines (tests shorten them)
+    limits: ServerLimits = DEFAULT_LIMITS
 
 
 def is_loopback(host: str) -> bool:
@@ -138,8 +148,9 @@ class Service:
         self._loaded_tokenizer: Tokenizer | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes,
-                              middlewares=[auth_middleware(self.config.token)])
+        app = guarded_app(self.config.limits, log, "loadgen serve",
+                          client_max_size=self.config.max_body_bytes,
+                          middlewares=[auth_middleware(self.config.token)])
         app.router.add_post("/v1/runs", self.post_run)
         app.router.add_get("/v1/runs", self.list_runs)
         app.router.add_get("/v1/runs/{id}", self.get_run)
@@ -153,7 +164,15 @@ class Service:
 
     async def post_run(self, request: web.Request) -> web.Response:
         try:
-            options = parse_body(await request.read(), request.content_type)
+            raw = await read_body(request, self.config.limits)
+        except BodyTimeout as exc:
+            response = error(408, str(exc))
+            response.force_close()  # the rest of a body that late is not waited for
+            return response
+        try:
+            # in a thread: PyYAML takes up to ~0.6 s for a 64 KiB body at the bounds,
+            # time /healthz and the scrapes must not wait for
+            options = await asyncio.to_thread(parse_body, raw, request.content_type)
         except SpecError as exc:
             return error(400, str(exc))
         if not isinstance(options, dict):
@@ -317,12 +336,9 @@ async def running_service(config: ServiceConfig) -> AsyncIterator[Service]:
     check_exposure(config)
     async with aiohttp.ClientSession() as session:
         service = Service(config, session)
-        runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
+        runner, service.port = await start_guarded(service.app(), config.host, config.port,
+                                                   shutdown_timeout=1.0)
         try:
-            site = web.TCPSite(runner, config.host, config.port)
-            await site.start()
-            service.port = int(runner.addresses[0][1])
             async with service.canary.running():
                 try:
                     yield service

@@ -7,6 +7,7 @@ tokens differently, which no faithful vLLM twin would do on purpose.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -25,7 +26,9 @@ def event(obj: dict[str, Any]) -> bytes:
 
 class Script:
     def __init__(self, *, reject_token_ids: bool = False, tokenize_extra: int = 0,
-                 max_model_len: int = 4096, models: tuple[str, ...] = ("m",)) -> None:
+                 max_model_len: int = 4096, models: tuple[str, ...] = ("m",),
+                 redirect: dict[str, str] | None = None) -> None:
+        self.redirect = redirect or {}  # path -> the Location it answers with (302)
         self.reject_token_ids = reject_token_ids
         self.tokenize_extra = tokenize_extra
         self.max_model_len = max_model_len
@@ -61,8 +64,17 @@ async def serve(script: Script) -> AsyncIterator[str]:
         await response.write_eof()
         return response
 
-    app = web.Application()
+    @web.middleware
+    async def redirects(request: web.Request, handler: Any) -> web.StreamResponse:
+        location = script.redirect.get(request.path)
+        if location is not None:
+            return web.Response(status=302, headers={"Location": location})
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    app = web.Application(middlewares=[redirects])
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/models/", models)  # a same-origin redirect's target
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/v1/completions", completions)
     runner = web.AppRunner(app)
@@ -77,11 +89,11 @@ async def serve(script: Script) -> AsyncIterator[str]:
 
 
 async def run_preflight(script: Script, *, model: str | None = None, isl: int = 100,
-                        osl: int = 10) -> Any:
+                        osl: int = 10, headers: dict[str, str] | None = None) -> Any:
     gen = serve(script)
     base = await gen.__anext__()
     try:
-        async with open_session(max_connections=2) as session:
+        async with open_session(max_connections=2, headers=headers) as session:
             return await preflight(
                 session, base, wanted_model=model, isl=isl, osl=osl,
                 options=BodyOptions(endpoint="completions", model=""),
@@ -129,3 +141,47 @@ async def test_stops_with_one_clear_line(script: Script, model: str | None, isl:
     with pytest.raises(PreflightError, match=message) as caught:
         await run_preflight(script, model=model, isl=isl)
     assert "\n" not in str(caught.value)
+
+
+SECRET = "sk-preflight-6d1e0b"
+
+
+@asynccontextmanager
+async def header_recorder() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
+    """Another origin (another port of 127.0.0.1) that records what reaches it."""
+    seen: list[dict[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({"object": "list", "data": [{"id": "m"}], "count": 3,
+                                  "version": "x"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/tokenize", "/metrics", "/version"])
+async def test_a_redirect_to_another_origin_is_refused_and_the_secret_stays(
+        path: str) -> None:
+    async with header_recorder() as (elsewhere, seen):
+        script = Script(redirect={path: f"{elsewhere}/steal{path}"})
+        with pytest.raises(PreflightError) as caught:
+            await run_preflight(script, headers={"X-Api-Key": SECRET})
+        assert str(caught.value) == (
+            f"the server redirected {path} to {elsewhere}/steal{path}: loadgen does not "
+            "follow redirects to another origin; point --base-url at the server itself")
+        assert seen == [], "nothing at all reached the other origin"
+
+
+async def test_a_redirect_within_the_origin_is_followed() -> None:
+    script = Script(redirect={"/v1/models": "/v1/models/"})
+    info = await run_preflight(script, headers={"X-Api-Key": SECRET})
+    assert info.model == "m"

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from hostile_documents import laughs
 
 from loadgen.config.args import spec_from_argv, spec_from_options
 from loadgen.config.spec import SpecError
-from loadgen.config.sweepfile import SweepFileError, SweepPlan, load_yaml, parse_sweep
+from loadgen.config.sweepfile import (
+    MAX_DOCUMENT_BYTES,
+    SweepFileError,
+    SweepPlan,
+    check_document,
+    load_yaml,
+    parse_sweep,
+)
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body
 
 DOC = """
@@ -51,7 +61,34 @@ def test_lanes_are_the_runs_the_same_flags_would_make() -> None:
     assert b.spec.api_key == "sk-secret"
     # what is kept with the results never holds a credential
     kept = orjson.dumps([plan.document, a.options, b.options]).decode()
-    assert "secret" not in kept and "X-Session" in kept
+    assert "sk-secret" not in kept and '"api-key":"***"' in kept
+    # the one rule (config/redact.py): a header not named like a credential is kept
+    assert plan.document["lanes"][0]["target"]["header"] == {"X-Session": "secret"}
+
+
+def test_the_sweep_document_is_redacted_by_the_one_rule_in_every_form() -> None:
+    plan = parse("""
+conc: 1
+isl: 8
+osl: 8
+header: {X-Api-Key: sk-top, X-Team: a}
+lanes:
+  - name: a
+    target: {sim: true, header: ["Authorization:Bearer sk-list", "X-Trace:t"]}
+  - name: b
+    sim: true
+    header: {X-Upstream-Auth: sk-lane}
+    extra-body: {note: "see http://u:pw@h/x"}
+""")
+    kept = orjson.dumps([plan.document, *(lane.options for lane in plan.lanes)]).decode()
+    assert "sk-" not in kept and ":pw@" not in kept and "<redacted>" not in kept
+    assert plan.document["header"] == {"X-Api-Key": "***", "X-Team": "a"}
+    assert plan.document["lanes"][0]["target"]["header"] == ["Authorization:***", "X-Trace:t"]
+    assert plan.document["lanes"][1]["header"] == {"X-Upstream-Auth": "***"}
+    assert plan.lanes[1].options["header"] == {"X-Upstream-Auth": "***"}  # a lane's wins
+    # the requests carry the real values
+    assert plan.lanes[0].spec.headers == (("Authorization", "Bearer sk-list"), ("X-Trace", "t"))
+    assert plan.lanes[1].spec.headers == (("X-Upstream-Auth", "sk-lane"),)
 
 
 def test_argv_flags_override_every_lane_and_the_tree() -> None:
@@ -138,3 +175,79 @@ def test_extra_body_reaches_every_body_but_never_overrides_loadgen() -> None:
     with pytest.raises(SpecError, match="not JSON"):
         spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "4",
                         "--extra-body", "{min_p"], env={})
+
+
+@pytest.mark.parametrize(("levels", "message"), [
+    (9, "s.yaml: extra-body.a4[0]: more than 10,000 values, each alias (*name) counted"),
+    (7, "s.yaml: extra-body.a4[0]: more than 10,000 values, each alias (*name) counted"),
+])
+def test_a_billion_laughs_document_is_refused_at_once(levels: int, message: str) -> None:
+    text = laughs(levels)
+    assert len(text) < 600
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    with pytest.raises(SweepFileError) as caught:
+        parse(text)
+    assert time.monotonic() - started < 2.0
+    assert str(caught.value).startswith(message)
+    # the peak did not move by more than 50 MiB (before: 608 MiB for levels=7)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 50 << 10
+
+
+def test_a_few_aliases_still_work() -> None:
+    plan = parse("conc: 1\nworkload: &w {isl: 8, osl: 4}\nslo: &s {ttft: 2s}\n"
+                 "lanes: [{name: a, sim: true}, {name: b, sim: true, workload: *w, slo: *s}]")
+    assert [(lane.spec.osl, lane.spec.slos_ms) for lane in plan.lanes] == [
+        (4, {"ttft": 2000.0})] * 2
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("x: &x 1\ny: [" + "*x," * 65 + "]", "s.yaml: y[64]: more than 64 aliases (*name)"),
+    ("a: &a [*a]\nlanes: []", "s.yaml: a[0]: an alias (*name) inside its own anchor"),
+    ("lanes: [{name: a, workload: " + "[" * 40 + "]" * 40 + "}]",
+     # the 33rd collection: the document, lanes, lanes[0], workload and 29 more lists
+     "s.yaml: lanes[0].workload" + "[0]" * 29 + ": nested more than 32 levels deep"),
+    ("x: " + "[" * 5000 + "]" * 5000, "s.yaml: x" + "[0]" * 31 + ": nested more than 32"),
+    ("lanes: [{name: a, isl: " + "9" * 5000 + "}]",
+     "s.yaml: lanes[0].isl: integer of 5,000 characters; integers here fit in 64 bits"),
+    ("lanes: [{name: a, seed: 0x1" + "0" * 16 + "}]",
+     "s.yaml: lanes[0].seed: 18446744073709551616 does not fit in 64 bits"),
+    ("lanes: [{name: a, workload: {1: 2}}]",
+     "s.yaml: lanes[0].workload: key 1 is not a string"),
+    ("lanes: [{name: a, extra-body: {[x]: 2}}]",
+     "s.yaml: lanes[0].extra-body: key a list is not a string"),
+    ("lanes: [{name: a}]\n" + "#" * MAX_DOCUMENT_BYTES, "s.yaml: over 1 MiB"),
+    # no alias at all: refused at the 10,001st value (the key x is one), not after parsing it all
+    ("x: [" + "1," * 500_000 + "]", "s.yaml: x[9999]: more than 10,000 values"),
+])
+def test_documents_past_the_bounds_are_one_line(text: str, message: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(SweepFileError) as caught:
+        parse(text)
+    assert time.monotonic() - started < 2.0
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_a_json_document_gets_the_same_bounds() -> None:
+    deep: object = 1
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(SweepFileError, match=r"^body: lanes\[0\]\.x(\[0\]){29}: nested"):
+        check_document({"lanes": [{"x": deep}]}, source="body")
+    with pytest.raises(SweepFileError, match=r"^body: isl: 18446744073709551616 does not"):
+        check_document({"isl": 1 << 64}, source="body")
+    check_document({"lanes": [{"name": "a", "x": [[1]]}], "seed": (1 << 64) - 1}, source="b")
+
+
+def test_the_cli_refuses_a_billion_laughs_file_with_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "laughs.yaml").write_text(laughs(9))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "loadgen", "--config",
+                           str(tmp_path / "laughs.yaml")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"loadgen: error: {tmp_path / 'laughs.yaml'}: extra-body.a4[0]: more than 10,000 "
+        "values, each alias (*name) counted as the copy it becomes; a sweep document "
+        "needs a few hundred"]
+    assert time.monotonic() - started < 30  # the interpreter's start-up, not the file

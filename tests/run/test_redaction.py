@@ -59,6 +59,21 @@ def test_redact_options_headers_by_name() -> None:
     assert options["header"][0] == "Authorization:Bearer sk-1", "the input is not changed"
 
 
+def test_redact_options_headers_in_every_form_and_at_every_level() -> None:
+    """The mapping form a sweep file takes, and a sweep document's lanes and groups."""
+    assert redact_options({"header": {"X-Api-Key": "sk-1", "X-Team": "a", "X-N": 3}}) == {
+        "header": {"X-Api-Key": "***", "X-Team": "a", "X-N": 3}}
+    document = {"target": {"header": {"Authorization": "Bearer sk-2"}, "api-key": "sk-3",
+                           "base-url": "http://u:pw@h:1"},
+                "lanes": [{"name": "a", "headers": ["Cookie:c=1"]},
+                          {"name": "b", "target": {"header": "X-Auth-Token:t"}}]}
+    assert redact_options(document) == {
+        "target": {"header": {"Authorization": "***"}, "api-key": "***",
+                   "base-url": "http://***@h:1"},
+        "lanes": [{"name": "a", "headers": ["Cookie:***"]},
+                  {"name": "b", "target": {"header": "X-Auth-Token:***"}}]}
+
+
 def test_url_credentials_and_an_authorization_header_conflict() -> None:
     base = ["--conc", "1", "--isl", "64", "--osl", "8", "--base-url", "http://u:p@127.0.0.1:9"]
     assert spec_from_argv(base, env={}).base_url == "http://u:p@127.0.0.1:9"

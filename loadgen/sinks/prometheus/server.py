@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -10,8 +11,16 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
+from loadgen.sinks.guarded_http import (
+    DEFAULT_LIMITS,
+    ServerLimits,
+    guarded_app,
+    start_guarded,
+)
 from loadgen.sinks.prometheus.instruments import LoadgenMetrics
 from loadgen.sinks.prometheus.observer import MetricsObserver
+
+log = logging.getLogger("loadgen.metrics")
 
 
 def metrics_handler(registry: CollectorRegistry,
@@ -74,17 +83,14 @@ async def live_metrics(*, model: str, endpoint: str, points: int, spec_tokens: i
 
 
 @asynccontextmanager
-async def serve_metrics(registry: CollectorRegistry, host: str = "127.0.0.1",
-                        port: int = 0) -> AsyncIterator[MetricsServer]:
-    """/metrics on host:port (0 picks a free port) for the CLI's --metrics-port."""
-    app = web.Application()
+async def serve_metrics(registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0,
+                        limits: ServerLimits = DEFAULT_LIMITS) -> AsyncIterator[MetricsServer]:
+    """/metrics on host:port (0 picks a free port) for the CLI's --metrics-port; with
+    --metrics-host 0.0.0.0 anyone may connect: `limits` keeps them from holding sockets."""
+    app = guarded_app(limits, log, "loadgen --metrics-port")
     app.router.add_get("/metrics", metrics_handler(registry))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    runner, bound = await start_guarded(app, host, port)
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0][1]
-        yield MetricsServer(host, int(bound))
+        yield MetricsServer(host, bound)
     finally:
         await runner.cleanup()
