@@ -178,6 +178,27 @@ def completion(*, eol: bytes = b"\n", usage: Any = COUNT, text: Any = "w", ids: 
     return handle
 
 
+def sized_response(max_tokens: int) -> bytes:
+    """A whole streamed completion with a Content-Length (keep-alive) body."""
+    body = sse(token_events(max_tokens))
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body), body)
+
+
+def answer_twice(delay: float | None = None) -> Handler:
+    """A whole keep-alive response, then a second one no request asked for: in the same
+    write (delay None) or `delay` seconds later (the late end of an earlier answer)."""
+    async def handle(request: Request, conn: Conn) -> None:
+        response = sized_response(request.json()["max_tokens"])
+        if delay is None:
+            await conn.send(response + response)
+            return
+        await conn.send(response)
+        await asyncio.sleep(delay)
+        await conn.send(response)
+    return handle
+
+
 def alternate(*handlers: Handler) -> Handler:
     """Request k is answered by handlers[k % len(handlers)] (per route, in arrival order)."""
     turn = itertools.cycle(handlers)

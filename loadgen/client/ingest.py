@@ -25,7 +25,7 @@ from typing import Protocol
 from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter
 from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.sse import ArrivalLog, SseFramer
-from loadgen.records import ArrivalStamps, ErrorKind
+from loadgen.records import ArrivalStamps, ErrorKind, StrayBytes
 from loadgen.workload.reply import ReplyText
 
 SLICE_NS = 50_000  # longest parsing run between two socket polls (a read may wait this long)
@@ -42,7 +42,7 @@ class Exchange:
     __slots__ = ("arrival_stamps", "cached_tokens", "chunk_ns", "chunk_tokens",
                  "completion_tokens", "detail",
                  "done", "end_ns", "error", "finish_reason", "max_tokens", "prompt_tokens",
-                 "reply", "status", "token_cap")
+                 "reply", "status", "stray_bytes", "token_cap")
 
     def __init__(self, max_tokens: int | None = None, reply: ReplyText | None = None) -> None:
         self.chunk_ns: list[int] = []
@@ -62,6 +62,7 @@ class Exchange:
                           else max_tokens + COMPLETION_OVERSHOOT)
         self.reply = reply  # --live-history session turns: the reply's text goes here
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
+        self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
 
     def body_ended(self, last_stamp: int | None, cut: bool) -> None:
         """The body is over (either client): without [DONE] or an error event the stream

@@ -177,7 +177,7 @@ class Transport:
             turn_index=request.turn_index, tree_id=request.tree_id,
             cached_tokens=state.cached_tokens,
             theoretical_cached_tokens=request.theoretical_cached_tokens,
-            arrival_stamps=state.arrival_stamps,
+            arrival_stamps=state.arrival_stamps, stray_bytes=state.stray_bytes,
         )
         on_record(record)
         if cancelled:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loadgen.metrics.arrays import IntArray, PointArrays, is_completed
-from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord, TokenSource
+from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord, StrayBytes, TokenSource
 
 NO_TOKENS = "no_tokens"  # ended without error but carried no token-bearing chunk
 ERROR_TEXT_LIMIT = 200  # keep the per-request `errors` list bounded
@@ -99,3 +99,11 @@ def arrival_stamp_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:
     (late by however long its loop took to come round to the socket)."""
     joined, counts = _sources((r.arrival_stamps for r in completed), ArrivalStamps)
     return {"arrival_stamps": joined, "arrival_stamp_sources": counts}
+
+
+def stray_bytes_fields(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Requests whose connection carried bytes no request asked for: after their complete
+    response (the connection was closed; the request stands), or stamped before their
+    write (the request is malformed). Nonzero: the server sends answers unasked."""
+    counts = Counter(r.stray_bytes for r in records if r.stray_bytes is not None)
+    return {f"stray_bytes_{kind.value}": counts.get(kind, 0) for kind in StrayBytes}

@@ -111,6 +111,8 @@ PointMetrics = TypedDict(
         "goodput_slos_ms": dict[str, float] | None,
         "errors_by_kind": dict[str, int],
         "error_rate": float,
+        "stray_bytes_after_response": int,
+        "stray_bytes_before_request": int,
         "prompt_tokens_mismatches": int,
         "prompt_tokens_max_abs_diff": int,
         "prompt_tokens_unreported": int,

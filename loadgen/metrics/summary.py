@@ -37,6 +37,7 @@ from loadgen.metrics.checks import (
     arrival_stamp_fields,
     error_fields,
     error_text,
+    stray_bytes_fields,
     token_count_checks,
     token_source_fields,
 )
@@ -218,6 +219,7 @@ def summarize(
     result["new_connections"] = int(np.count_nonzero(arrays.connect_ns > 0))
     result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"]))
     result.update(error_fields(ordered))
+    result.update(stray_bytes_fields(ordered))
     result.update(token_count_checks(arrays))
     result.update(token_source_fields(completed))
     result.update(arrival_stamp_fields(completed))

@@ -9,6 +9,9 @@ test_hostile_cli.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,18 +24,21 @@ from hostile_server import (
     HostileServer,
     Request,
     alternate,
+    answer_twice,
     completion,
     hang,
+    sized_response,
     sse,
     token_events,
 )
 from tokenizers import Tokenizer
 
+from loadgen.client.native import kernel_stamps
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.sse import SseFramer
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
-from loadgen.records import ErrorKind, RequestRecord
+from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.run.sweep import SweepOutcome, run_sweep
 from loadgen.sinks.jsonl import read_jsonl
 from loadgen.tokenizer import load_tokenizer
@@ -72,6 +78,32 @@ async def send_one(base_url: str, client: str, *, idle_s: float = 5.0,
                                             on_record=lambda _r: None)
         finally:
             await native.close()
+
+
+async def send_in_turn(base_url: str, client: str, count: int, *, pause_s: float = 0.0,
+                       block_s: float = 0.0) -> list[RequestRecord]:
+    """`count` requests one after another over one kept-alive connection slot; between
+    two, `pause_s` with the loop running, then `block_s` with it blocked (bytes that
+    arrive then wait in the socket until after the next request's write)."""
+    records = []
+    async with open_session(max_connections=1, http_timeout_s=5.0) as session:
+        native = NativeStreams(max_connections=1)
+        streams = native if client == "native" else AiohttpStreams(session)
+        transport = Transport(streams, base_url + "/v1/completions", stream_idle_timeout_s=5)
+        try:
+            for index in range(count):
+                if index:
+                    await asyncio.sleep(pause_s)
+                    time.sleep(block_s)  # noqa: ASYNC251 -- blocking the loop is the point
+                request = RequestSpec(index=index, input_len=3, max_tokens=OSL,
+                                      body=orjson.dumps({"max_tokens": OSL}))
+                async with asyncio.timeout(60):
+                    records.append(await transport.send(
+                        request, x_request_id="r", conc=1, scheduled_ns=0,
+                        on_record=lambda _r: None))
+        finally:
+            await native.close()
+    return records
 
 
 async def sweep(server: HostileServer, results: Path, tokenizer: Tokenizer,
@@ -303,3 +335,91 @@ async def test_row12_20mb_event_in_4kb_writes_through_the_transport(client: str)
     assert record.ok, record.error_detail
     assert record.chunk_tokens == (1,) * OSL
     assert elapsed < 30, f"{elapsed:.1f} s"
+
+
+# --- bytes that no request asked for --------------------------------------------------------
+
+
+async def test_second_response_in_the_same_write_is_nobodys(client: str) -> None:
+    """A keep-alive response followed by a whole second one: the second was taken as the
+    next request's answer (TTFT 0.16 ms). Now the connection closes after the first."""
+    async with HostileServer({"/v1/completions": answer_twice()}) as server:
+        records = await send_in_turn(server.base_url, client, 3)
+        assert len(server.requests) == 3  # every request reached the server
+    assert all(r.ok for r in records), [r.error_detail for r in records]
+    assert all(r.connect_ns > 0 for r in records)  # a new connection each time
+    assert all(r.chunk_tokens == (1,) * OSL for r in records)
+    if client == "native":  # aiohttp closes such a connection too, without telling
+        assert all(r.stray_bytes is StrayBytes.AFTER_RESPONSE for r in records)
+
+
+async def test_late_response_on_an_idle_connection_reaches_no_request(client: str) -> None:
+    """The second response comes while the connection is idle: aiohttp kept it and gave
+    it to the next request (TTFT -50 ms). Now that connection closes."""
+    async with HostileServer({"/v1/completions": answer_twice(0.05)}) as server:
+        records = await send_in_turn(server.base_url, client, 3, pause_s=0.15)
+        assert len(server.requests) == 3
+    assert all(r.ok for r in records), [r.error_detail for r in records]
+    assert all(r.connect_ns > 0 for r in records)
+    assert all(r.ttft_ns is not None and r.ttft_ns > 0 for r in records)
+
+
+def _serve_twice_in_a_thread(listener: socket.socket) -> None:
+    """Each request answered, then answered again 50 ms later, from a thread of its own:
+    the second answer arrives while the client's loop is blocked (an in-loop server
+    could not write then)."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return  # the test closed the listener
+        with conn:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    more = conn.recv(65536)
+                    if not more:
+                        break
+                    data += more
+                if b"\r\n\r\n" not in data:
+                    break
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(data) < length:
+                    data += conn.recv(65536)
+                data = data[length:]
+                response = sized_response(OSL)
+                with contextlib.suppress(OSError):  # the client may close first
+                    conn.sendall(response)
+                    time.sleep(0.05)
+                    conn.sendall(response)
+
+
+@pytest.mark.skipif(not kernel_stamps.supported(), reason="kernel receive stamps: Linux")
+async def test_bytes_stamped_before_the_write_are_not_its_response() -> None:
+    """The late response waits in the socket while the loop is blocked and is read only
+    after the next request was written; its kernel stamp says it came before."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    thread = threading.Thread(target=_serve_twice_in_a_thread, args=(listener,), daemon=True)
+    thread.start()
+    try:
+        base_url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        records = await send_in_turn(base_url, "native", 3, pause_s=0.01, block_s=0.2)
+    finally:
+        listener.close()
+    first, stale, after = records
+    assert first.ok and first.stray_bytes is None
+    assert stale.error is ErrorKind.MALFORMED and stale.stray_bytes is StrayBytes.BEFORE_REQUEST
+    assert "before this request was written" in stale.error_detail, stale.error_detail
+    assert stale.chunk_tokens == ()  # nothing of it is counted
+    assert after.ok and after.connect_ns > 0  # a new connection
+
+
+async def test_stray_responses_are_counted_in_the_point(tmp_path: Path, tokenizer: Tokenizer,
+                                                        ) -> None:
+    async with HostileServer({"/v1/completions": answer_twice()}) as server:
+        outcome, result, _ = await sweep(server, tmp_path, tokenizer, http_client="native")
+    assert outcome.exit_code == 0 and result["completed"] == CONC * PER_CONC
+    assert result["stray_bytes_after_response"] == CONC * PER_CONC
+    assert result["stray_bytes_before_request"] == 0
+    assert result["new_connections"] == CONC * PER_CONC  # none was reused

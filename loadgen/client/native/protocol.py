@@ -23,10 +23,15 @@ import httptools
 
 from loadgen.client.ingest import Ingest
 from loadgen.client.native.body import Piece
+from loadgen.records import StrayBytes
 
 
 class BadHttpResponse(Exception):
     """The server's bytes are not a valid HTTP/1.1 response (classified MALFORMED)."""
+
+
+class StrayResponse(Exception):
+    """A message began after the response had ended: it belongs to no request."""
 
 
 class ServerDisconnected(ConnectionError):
@@ -40,7 +45,8 @@ class Response:
     """One response as it arrives: head, stamped body bytes, end or error."""
 
     __slots__ = ("complete", "content_type", "ended", "eof_body", "error", "head",
-                 "keep_alive", "last_read_ns", "listener", "parse", "pieces", "sink", "status")
+                 "keep_alive", "last_read_ns", "listener", "parse", "pieces", "sink", "status",
+                 "stray")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0  # 0 until the head has arrived
@@ -51,6 +57,7 @@ class Response:
         self.last_read_ns = 0  # the newest read's stamp (the idle deadline looks here)
         self.complete = False
         self.error: Exception | None = None
+        self.stray: StrayBytes | None = None  # bytes on its connection that were no response's
         self.head: asyncio.Future[None] = loop.create_future()  # status and headers are here
         self.ended: asyncio.Future[None] = loop.create_future()  # body complete, or error
         # Takes each body piece as it is de-chunked (the EventStream's feed) instead of
@@ -103,10 +110,13 @@ class StreamProtocol(asyncio.Protocol):
                 and not transport.is_closing())
 
     def release(self) -> None:
-        """The exchange is over; keep the connection only if its response ended cleanly."""
+        """The exchange is over; keep the connection only if its response ended cleanly
+        and nothing came after it."""
         response = self._response
         self._response = None
-        if self._reads or response is None or not (
+        if response is not None and response.complete and self._reads:
+            response.stray = response.stray or StrayBytes.AFTER_RESPONSE
+        if self._reads or response is None or response.stray is not None or not (
                 response.complete and response.keep_alive and response.error is None):
             self._reads = []  # bytes past the response's end: not a connection to reuse
             self.abort()
@@ -156,13 +166,37 @@ class StreamProtocol(asyncio.Protocol):
                     self._stamp = stamp
                     feed(data)  # calls on_body with the de-chunked bytes
             except httptools.HttpParserError as exc:
-                what = "body framing" if response.status else "response"
-                self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
-                self.abort()
+                self._parse_failed(response, exc)
                 return
         listener = response.listener
         if listener is not None and response.pieces:
             listener()
+
+    def _parse_failed(self, response: Response, exc: Exception) -> None:
+        """llhttp refused the bytes. After a complete response they are no request's
+        (a second response the server sent unasked, or junk): the response stands, the
+        connection closes, and the record says so (`stray_bytes`)."""
+        self.abort()
+        if response.complete:
+            response.stray = StrayBytes.AFTER_RESPONSE
+            return
+        what = "body framing" if response.status else "response"
+        self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
+
+    def arrived_before_write(self, data: bytes, stamp: int, written_ns: int) -> None:
+        """The kernel stamped `data` before this connection's last request was written:
+        the rest of an earlier response that waited in the socket, never this request's
+        answer (kernel_stamps.py). Its request is malformed; the connection closes."""
+        response = self._response
+        self.abort()
+        if response is None:
+            self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
+            return
+        response.stray = StrayBytes.BEFORE_REQUEST
+        self._fail(response, BadHttpResponse(
+            f"{len(data)} bytes on the connection arrived {(written_ns - stamp) / 1e3:.1f} us "
+            f"before this request was written (kernel receive stamp): they belong to an "
+            f"earlier response, not this request's: {data[:80]!r}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = exc or ServerDisconnected("the server closed the connection")
@@ -188,6 +222,12 @@ class StreamProtocol(asyncio.Protocol):
         _resolve(response.ended)
 
     # -- llhttp callbacks (httptools) ----------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        response = self._response
+        if response is not None and response.complete:
+            # Stop llhttp here (a callback error): these bytes must not touch the response.
+            raise StrayResponse("a second response began after the first had ended")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         response = self._response
