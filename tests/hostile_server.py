@@ -105,6 +105,13 @@ async def hang(_request: Request, conn: Conn) -> None:
     await conn.hang()
 
 
+async def upgrade(_request: Request, conn: Conn) -> None:
+    """101 Switching Protocols to a completion, then silence."""
+    await conn.send(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n"
+                    b"Connection: Upgrade\r\n\r\n")
+    await conn.hang()
+
+
 async def not_found(_request: Request, conn: Conn) -> None:
     await conn.answer(404, b'{"detail":"Not Found"}')
 

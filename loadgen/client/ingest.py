@@ -225,16 +225,20 @@ class Ingest:
         now = perf_counter_ns()
         busy = now - self.last_read_ns < QUIET_NS
         deadline = now + (self.busy_slice_ns if busy else self.slice_ns)
-        while ready:
-            stream = ready.popleft()
-            stream.queued = False
-            stream.drain()
-            if perf_counter_ns() > deadline:
-                break
-        if ready:  # yield: the loop polls its sockets (and stamps) before the next turn
-            self._scheduled = True
-            assert self._loop is not None  # _run is only ever scheduled by notify
-            self._loop.call_soon(self._run)
+        try:
+            while ready:
+                stream = ready.popleft()
+                stream.queued = False
+                stream.drain()
+                if perf_counter_ns() > deadline:
+                    break
+        finally:
+            # Also when a drain raised (a bug: drains keep failures as values): the
+            # streams behind it are still parsed, next turn (a `try` costs nothing here).
+            if ready:  # yield: the loop polls its sockets (and stamps) before the next turn
+                self._scheduled = True
+                assert self._loop is not None  # _run is only ever scheduled by notify
+                self._loop.call_soon(self._run)
 
 
 class StartPacer:

@@ -30,6 +30,7 @@ from hostile_server import (
     sized_response,
     sse,
     token_events,
+    upgrade,
 )
 from tokenizers import Tokenizer
 
@@ -423,3 +424,34 @@ async def test_stray_responses_are_counted_in_the_point(tmp_path: Path, tokenize
     assert result["stray_bytes_after_response"] == CONC * PER_CONC
     assert result["stray_bytes_before_request"] == 0
     assert result["new_connections"] == CONC * PER_CONC  # none was reused
+
+
+
+async def test_101_is_that_requests_http_error_and_no_one_elses(client: str) -> None:
+    """A 101 escaped the native parser loop (HttpParserUpgrade is no HttpParserError):
+    streams queued behind it were never parsed, and it surfaced as a timeout."""
+    routes = {"/up": upgrade, "/slow": completion(piece=20)}
+    async with HostileServer(routes) as server, open_session(
+            max_connections=4, http_timeout_s=5.0) as session:
+        native = NativeStreams(max_connections=4)
+        streams = native if client == "native" else AiohttpStreams(session)
+        upgraded = Transport(streams, server.base_url + "/up", stream_idle_timeout_s=5)
+        slow = Transport(streams, server.base_url + "/slow", stream_idle_timeout_s=5)
+        slow.ingest = upgraded.ingest  # one ingest, as in a run
+        request = RequestSpec(index=0, input_len=3, max_tokens=20,
+                              body=orjson.dumps({"max_tokens": 20}))
+        try:
+            async with asyncio.timeout(30):
+                records = await asyncio.gather(*[t.send(
+                    request, x_request_id="r", conc=1, scheduled_ns=0,
+                    on_record=lambda _r: None) for t in (slow, upgraded, slow)])
+        finally:
+            await native.close()
+    first, up, last = records
+    assert up.error is ErrorKind.HTTP and up.status == 101, up
+    assert "the server answered 101 Switching Protocols to a streamed completion" in (
+        up.error_detail)
+    assert "HttpParserUpgrade" not in up.error_detail
+    for record in (first, last):
+        assert record.ok, record.error_detail
+        assert record.chunk_tokens == (1,) * 20

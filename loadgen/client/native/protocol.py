@@ -168,6 +168,9 @@ class StreamProtocol(asyncio.Protocol):
             except httptools.HttpParserError as exc:
                 self._parse_failed(response, exc)
                 return
+            except httptools.HttpParserUpgrade:  # not an HttpParserError
+                self._upgraded(response)
+                return
         listener = response.listener
         if listener is not None and response.pieces:
             listener()
@@ -182,6 +185,15 @@ class StreamProtocol(asyncio.Protocol):
             return
         what = "body framing" if response.status else "response"
         self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
+
+    def _upgraded(self, response: Response) -> None:
+        """A 101 Switching Protocols: llhttp stops parsing this connection for good. The
+        request ends as that status (the exchange records it as an HTTP error); the
+        connection closes; no other connection notices."""
+        self.abort()
+        response.status = self._parser.get_status_code()
+        self._fail(response, BadHttpResponse(
+            f"the server answered {response.status} Switching Protocols"))
 
     def arrived_before_write(self, data: bytes, stamp: int, written_ns: int) -> None:
         """The kernel stamped `data` before this connection's last request was written:
@@ -202,8 +214,8 @@ class StreamProtocol(asyncio.Protocol):
         self.lost = exc or ServerDisconnected("the server closed the connection")
         self.drain()  # what arrived before the end decides how the response ended
         response = self._response
-        if response is None or response.complete:
-            return
+        if response is None or response.complete or response.error is not None:
+            return  # (an error already decided how it ended)
         if exc is None and response.status and response.eof_body:
             self.on_message_complete()  # a body delimited by the connection's end
             return
