@@ -206,6 +206,25 @@ def answer_twice(delay: float | None = None) -> Handler:
     return handle
 
 
+def endless(start: bytes, filler: bytes, *, head: bool = True) -> Handler:
+    """`start`, then `filler` over and over until the client hangs up: an SSE line or
+    event that never ends (head=True: inside a chunked event-stream body), or a response
+    head that never ends (head=False: `start` is the head's beginning)."""
+    async def handle(_request: Request, conn: Conn) -> None:
+        if head:
+            await conn.head(chunked=True)
+            await conn.chunk(start)
+        else:
+            await conn.send(start)
+        block = filler * max(1, (64 << 10) // len(filler))
+        while True:  # the client closing the connection ends this (ConnectionError)
+            if head:
+                await conn.chunk(block)
+            else:
+                await conn.send(block)
+    return handle
+
+
 def alternate(*handlers: Handler) -> Handler:
     """Request k is answered by handlers[k % len(handlers)] (per route, in arrival order)."""
     turn = itertools.cycle(handlers)

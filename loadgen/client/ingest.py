@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Protocol
 
@@ -141,12 +142,14 @@ class BodyStream:
     connection or parse error, if any, for the transport to classify.
     """
 
-    __slots__ = ("_ingest", "closed", "content", "counter", "error", "framer", "log",
-                 "queued", "state")
+    __slots__ = ("_ingest", "_stop", "closed", "content", "counter", "error", "framer",
+                 "log", "queued", "state")
 
     def __init__(self, content: BodySource, log: ArrivalLog, state: Exchange,
-                 counter: TokenCounter, ingest: Ingest) -> None:
+                 counter: TokenCounter, ingest: Ingest,
+                 stop: Callable[[Exception], None] | None = None) -> None:
         self.content = content
+        self._stop = stop  # ends the body now (and closes its connection) on a parse error
         self.log = log
         self.state = state
         self.counter = counter
@@ -172,6 +175,8 @@ class BodyStream:
                 self._parse(data)
         except Exception as exc:  # kept for finish(): the transport classifies it
             self.error = exc
+            if self._stop is not None:  # nothing after it counts: read no further
+                self._stop(exc)
 
     def _parse(self, data: bytes) -> None:
         events = self.framer.feed(data)  # always: the framer keeps its place in the body

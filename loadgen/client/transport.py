@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import time
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
@@ -234,7 +235,8 @@ class AiohttpStreams:
             log = ArrivalLog()
             log.add(perf_counter_ns(), response.content.total_bytes)
         clock.activity = log
-        stream = BodyStream(response.content, log, state, counter, ingest)
+        stream = BodyStream(response.content, log, state, counter, ingest,
+                            functools.partial(_stop_body, response))
         if protocol is not None:
             protocol.body_listener = stream.wake
         stream.wake()  # bytes that arrived with the headers
@@ -247,6 +249,13 @@ class AiohttpStreams:
                 protocol.body_listener = None
             stream.drain()  # a cancelled or timed-out request keeps what had arrived
         stream.finish()
+
+
+def _stop_body(response: aiohttp.ClientResponse, error: Exception) -> None:
+    """The body's parser gave up: wake the reader now and close the connection (aiohttp
+    would read on, into memory, until the server ended the body)."""
+    response.content.set_exception(MalformedBody(str(error)))
+    response.close()
 
 
 class OutOfDescriptors(SetupError):

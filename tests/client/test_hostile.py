@@ -26,6 +26,7 @@ from hostile_server import (
     alternate,
     answer_twice,
     completion,
+    endless,
     hang,
     sized_response,
     sse,
@@ -455,3 +456,39 @@ async def test_101_is_that_requests_http_error_and_no_one_elses(client: str) -> 
     for record in (first, last):
         assert record.ok, record.error_detail
         assert record.chunk_tokens == (1,) * 20
+
+
+
+# --- bounded events and heads ---------------------------------------------------------------
+
+_EVENT = sse(token_events(1))[:200]  # a whole first event, then the endless one
+
+
+@pytest.mark.parametrize(("start", "filler"), [
+    (_EVENT + b"data: ", b"x"),  # one line that never ends
+    (_EVENT, b"data: " + b"x" * 1000 + b"\n"),  # data lines, never a blank line
+    (_EVENT + b": ", b"x"),  # a comment line that never ends
+], ids=["endless-line", "endless-event", "endless-comment"])
+async def test_an_event_that_never_ends_is_malformed_at_the_cap(
+        client: str, start: bytes, filler: bytes) -> None:
+    """It grew without limit (6 GB in 20 s) and, bytes still coming, no deadline fired."""
+    async with HostileServer({"/v1/completions": endless(start, filler)}) as server:
+        started = time.perf_counter()
+        record = await send_one(server.base_url, client, idle_s=60)
+    assert record.error is ErrorKind.MALFORMED, record
+    assert "grew past 32 MiB without ending" in record.error_detail, record.error_detail
+    assert record.chunk_tokens == (1,)  # the event before it is kept
+    assert time.perf_counter() - started < 30
+
+async def test_a_head_that_never_ends_is_malformed_at_the_cap(client: str) -> None:
+    """Native: 64 KiB (MAX_HEAD_BYTES); aiohttp: its own 8190-byte line limit."""
+    handler = endless(b"HTTP/1.1 200 OK\r\nX-A: ", b"a", head=False)
+    async with HostileServer({"/v1/completions": handler}) as server:
+        started = time.perf_counter()
+        record = await send_one(server.base_url, client, idle_s=60)
+    assert record.error is ErrorKind.MALFORMED, record
+    if client == "native":
+        assert "head grew past 64 KiB without ending" in record.error_detail
+    else:
+        assert "8190" in record.error_detail, record.error_detail
+    assert time.perf_counter() - started < 30

@@ -39,6 +39,14 @@ class ServerDisconnected(ConnectionError):
 
 
 _NO_BODY_STATUS = frozenset({204, 304})
+# The most bytes a response head (status line and headers, interim 1xx heads included)
+# may take: llhttp has no limit of its own, and httptools keeps an unfinished header in
+# memory, so a header that never ends grew without bound. vLLM's heads are ~200 bytes.
+MAX_HEAD_BYTES = 64 << 10
+
+
+class HeadTooLarge(BadHttpResponse):
+    """The response head went past MAX_HEAD_BYTES without ending."""
 
 
 class Response:
@@ -46,7 +54,7 @@ class Response:
 
     __slots__ = ("complete", "content_type", "ended", "eof_body", "error", "head",
                  "keep_alive", "last_read_ns", "listener", "parse", "pieces", "sink", "status",
-                 "stray")
+                 "stopper", "stray")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0  # 0 until the head has arrived
@@ -65,9 +73,14 @@ class Response:
         self.sink: Callable[[int, bytes], None] | None = None
         self.listener: Callable[[], None] | None = None
         self.parse: Callable[[], None] = _nothing  # parse what has arrived (the protocol's drain)
+        self.stopper: Callable[[Response, Exception], None] = _ignore  # the protocol's stop
 
     def last_stamp(self) -> int | None:
         return self.last_read_ns or None
+
+    def stop(self, error: Exception) -> None:
+        """The body's parser gave up (body.py): end the response with `error`, close."""
+        self.stopper(self, error)
 
     def read_nowait(self) -> bytes:
         """The body bytes not parsed yet, joined (the text of an error response)."""
@@ -84,7 +97,12 @@ class StreamProtocol(asyncio.Protocol):
         self.lost: Exception | None = None
         self.queued = False  # on the ingest's ready queue (the ingest's Drainable)
         self._parser = httptools.HttpResponseParser(self)
-        self._feed = self._parser.feed_data
+        self._parse_bytes = self._parser.feed_data
+        # Until a response's head is complete, reads go through _feed_head (which counts
+        # them); from then on straight to llhttp: no cost per body read.
+        self._feed: Callable[[bytes], None] = self._feed_head
+        self._in_head = True
+        self._head_bytes = 0
         self._response: Response | None = None
         self._reads: list[Piece] = []  # (stamp, bytes as received) not parsed yet
         self._ingest: Ingest | None = None
@@ -96,7 +114,9 @@ class StreamProtocol(asyncio.Protocol):
         """Expect a new response; the caller writes its request right after."""
         response = Response(loop)
         response.parse = self.drain
+        response.stopper = self._stop
         self._response = response
+        self._feed, self._in_head, self._head_bytes = self._feed_head, True, 0
         self._ingest = ingest
         if self.lost is not None:  # closed by the server between acquire and now
             self._fail(response, ServerDisconnected(
@@ -168,12 +188,30 @@ class StreamProtocol(asyncio.Protocol):
             except httptools.HttpParserError as exc:
                 self._parse_failed(response, exc)
                 return
+            except HeadTooLarge as exc:
+                self._stop(response, exc)
+                return
             except httptools.HttpParserUpgrade:  # not an HttpParserError
                 self._upgraded(response)
                 return
         listener = response.listener
         if listener is not None and response.pieces:
             listener()
+
+    def _feed_head(self, data: bytes) -> None:
+        """Parse a read while the head is unfinished; past MAX_HEAD_BYTES, give up."""
+        self._parse_bytes(data)
+        if self._in_head:  # all of this read was head: the head has not ended in it
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                raise HeadTooLarge(f"the response head grew past {MAX_HEAD_BYTES >> 10} KiB "
+                                   f"without ending (the cap on a head); "
+                                   f"{self._head_bytes} bytes so far")
+
+    def _stop(self, response: Response, error: Exception) -> None:
+        if response is self._response:
+            self.abort()
+            self._fail(response, error)
 
     def _parse_failed(self, response: Response, exc: Exception) -> None:
         """llhttp refused the bytes. After a complete response they are no request's
@@ -260,6 +298,8 @@ class StreamProtocol(asyncio.Protocol):
         if status < 200 or status in _NO_BODY_STATUS:
             response.eof_body = False
         if status >= 200:  # a 1xx head is interim: the real one follows
+            self._in_head = False
+            self._feed = self._parse_bytes
             _resolve(response.head)
 
     def on_body(self, body: bytes) -> None:
@@ -283,6 +323,10 @@ class StreamProtocol(asyncio.Protocol):
 
 
 def _nothing() -> None:
+    pass
+
+
+def _ignore(_response: Response, _error: Exception) -> None:
     pass
 
 
