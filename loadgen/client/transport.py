@@ -156,7 +156,7 @@ class Transport:
         except asyncio.CancelledError:
             cancelled = True
             state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
-        state.check_chunk_total()
+        state.check_counts(counter)
         end_ns = state.end_ns or perf_counter_ns()
         if not cancelled:
             # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with

@@ -492,3 +492,67 @@ async def test_a_head_that_never_ends_is_malformed_at_the_cap(client: str) -> No
     else:
         assert "8190" in record.error_detail, record.error_detail
     assert time.perf_counter() - started < 30
+
+
+
+# --- counts a server lies about -------------------------------------------------------------
+
+
+def _events_with(change: Any) -> list[dict[str, Any]]:
+    events = token_events(OSL)
+    change(events)
+    return events
+
+
+def _usages(*values: int) -> Any:
+    def change(events: list[dict[str, Any]]) -> None:
+        for event, value in zip(events, values, strict=True):
+            event["usage"]["completion_tokens"] = value
+    return change
+
+
+def _no_usage_but_a_final_zero(events: list[dict[str, Any]]) -> None:
+    for event in events[:-1]:
+        del event["usage"]
+    events[-1]["usage"]["completion_tokens"] = 0
+
+
+def _index_one(events: list[dict[str, Any]]) -> None:
+    events[1]["choices"][0]["index"] = 1
+
+
+def _streamed(body: bytes) -> Handler:
+    async def handle(_request: Request, conn: Conn) -> None:
+        await conn.head(chunked=True)
+        await conn.chunk(body)
+        await conn.end()
+    return handle
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (_usages(1, 2, 1, 4, 4), "usage.completion_tokens went down from 2 to 1"),
+    (_usages(1, 2, 3, 4, 0), "went down from 4 to 0"),
+    (_usages(1, 1, 1, 1, 1), "usage.completion_tokens is 1, but the chunks' token_ids hold 4"),
+    (_no_usage_but_a_final_zero, "usage.completion_tokens is 0 after chunks carrying 4"),
+    (_index_one, "choices[0].index is 1, expected 0"),
+    (_usages(1, 2, 3, 4, 14), "usage.completion_tokens is 14, more than max_tokens 4 allows"),
+], ids=["decreases", "final-zero", "under-token-ids", "only-final-zero", "index-1",
+        "over-max-tokens-by-10"])
+async def test_counts_that_contradict_each_other_are_malformed(
+        client: str, change: Any, reason: str) -> None:
+    body = sse(_events_with(change))
+    async with HostileServer({"/v1/completions": _streamed(body)}) as server:
+        record = await send_one(server.base_url, client)
+    assert record.error is ErrorKind.MALFORMED, record
+    assert reason in record.error_detail, record.error_detail
+
+
+async def test_a_duplicate_key_cannot_inflate_a_count(client: str) -> None:
+    """msgspec and orjson keep a duplicate key's last value; the cross-checks (here: the
+    cap at max_tokens and the token ids' sum) refuse what that value claims."""
+    body = sse(token_events(OSL)).replace(
+        b'"completion_tokens": 4}}', b'"completion_tokens": 4, "completion_tokens": 60}}')
+    assert b'"completion_tokens": 60' in body
+    async with HostileServer({"/v1/completions": _streamed(body)}) as server:
+        record = await send_one(server.base_url, client)
+    assert record.error is ErrorKind.MALFORMED and "is 60" in record.error_detail, record
