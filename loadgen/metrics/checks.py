@@ -28,14 +28,21 @@ def failure_kind(record: RequestRecord) -> str | None:
 
 
 def error_fields(records: Sequence[RequestRecord]) -> dict[str, Any]:
-    """errors_by_kind (every kind, zeros included, for a stable schema) and error_rate."""
+    """errors_by_kind (every failure kind, zeros included, for a stable schema), error_rate
+    and `cancelled`. A request the run stopped (Ctrl-C, DELETE) says nothing of the
+    server: it is no failure, in neither the rate nor its denominator (the --max-error-rate
+    gate and InferenceX's failed-requests gate read these)."""
     counts = Counter(kind for r in records if (kind := failure_kind(r)) is not None)
-    by_kind = {kind.value: counts.get(kind.value, 0) for kind in ErrorKind}
+    by_kind = {kind.value: counts.get(kind.value, 0) for kind in ErrorKind
+               if kind is not ErrorKind.CANCELLED}
     by_kind[NO_TOKENS] = counts.get(NO_TOKENS, 0)
     failed = sum(by_kind.values())
+    cancelled = counts.get(ErrorKind.CANCELLED.value, 0)
+    ran = len(records) - cancelled
     return {
         "errors_by_kind": by_kind,
-        "error_rate": failed / len(records) if records else None,
+        "error_rate": failed / ran if ran else None,
+        "cancelled": cancelled,
     }
 
 

@@ -23,6 +23,7 @@ PointMetrics = TypedDict(
         "max_concurrency": int,
         "completed": int,
         "failed": int,
+        "cancelled": int,
         "num_gpus": int | None,
         "spec_tokens": int | None,
         "benchmark_start_time_unix": float | None,

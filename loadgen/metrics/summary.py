@@ -44,7 +44,7 @@ from loadgen.metrics.checks import (
 from loadgen.metrics.schema import PointMetrics
 from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
 from loadgen.metrics.throughput import throughput_fields
-from loadgen.records import RequestRecord
+from loadgen.records import ErrorKind, RequestRecord
 
 BASE_PERCENTILES = (90.0, 99.0, 99.9)  # always published (docs/design.md), plus --percentiles
 
@@ -196,7 +196,8 @@ def summarize(
         "num_prompts": len(ordered),
         "max_concurrency": ctx.conc,
         "completed": len(completed),
-        "failed": len(ordered) - len(completed),
+        "failed": len(ordered) - len(completed) - sum(
+            r.error is ErrorKind.CANCELLED for r in ordered),  # cancelled: its own count
         "num_gpus": ctx.num_gpus,
         "spec_tokens": spec_tokens,
         "benchmark_start_time_unix": min(ordered, key=lambda r: r.start_ns).sent_unix

@@ -32,7 +32,7 @@ from loadgen.records import RequestRecord
 from loadgen.sinks.files import write_atomic
 
 SUMMARY_KEYS = (
-    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+    "duration", "completed", "failed", "cancelled", "total_input_tokens", "total_output_tokens",
     "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
 )
 
