@@ -28,6 +28,13 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"  # the run was stopped (Ctrl-C, DELETE) while it was in flight
 
 
+class StrayBytes(StrEnum):
+    """Bytes on a request's connection that could not be its response (docs/results.md)."""
+
+    AFTER_RESPONSE = "after_response"  # more after its complete response: connection closed
+    BEFORE_REQUEST = "before_request"  # kernel-stamped before its write: malformed
+
+
 class TokenSource(StrEnum):
     """Where the per-chunk token counts came from, best first (docs/design.md: tokens per chunk)."""
 
@@ -81,6 +88,8 @@ class RequestRecord:
     theoretical_cached_tokens: int | None = None  # from the trace's hash_ids (replay only)
     # KERNEL only when every read of the response carried a usable kernel stamp
     arrival_stamps: ArrivalStamps = ArrivalStamps.READ
+    # bytes no request asked for were seen on this request's connection (native client)
+    stray_bytes: StrayBytes | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,6 +125,8 @@ class RequestRecord:
         values["chunk_tokens"] = tuple(values["chunk_tokens"])
         values["token_source"] = TokenSource(values["token_source"])
         values["arrival_stamps"] = ArrivalStamps(values.get("arrival_stamps", "read"))
+        if values.get("stray_bytes") is not None:
+            values["stray_bytes"] = StrayBytes(values["stray_bytes"])
         if values.get("error") is not None:
             values["error"] = ErrorKind(values["error"])
         names = {f.name for f in dataclasses.fields(cls)}

@@ -105,6 +105,13 @@ async def hang(_request: Request, conn: Conn) -> None:
     await conn.hang()
 
 
+async def upgrade(_request: Request, conn: Conn) -> None:
+    """101 Switching Protocols to a completion, then silence."""
+    await conn.send(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n"
+                    b"Connection: Upgrade\r\n\r\n")
+    await conn.hang()
+
+
 async def not_found(_request: Request, conn: Conn) -> None:
     await conn.answer(404, b'{"detail":"Not Found"}')
 
@@ -175,6 +182,46 @@ def completion(*, eol: bytes = b"\n", usage: Any = COUNT, text: Any = "w", ids: 
             await conn.hang()
             return
         await conn.end()
+    return handle
+
+
+def sized_response(max_tokens: int) -> bytes:
+    """A whole streamed completion with a Content-Length (keep-alive) body."""
+    body = sse(token_events(max_tokens))
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body), body)
+
+
+def answer_twice(delay: float | None = None) -> Handler:
+    """A whole keep-alive response, then a second one no request asked for: in the same
+    write (delay None) or `delay` seconds later (the late end of an earlier answer)."""
+    async def handle(request: Request, conn: Conn) -> None:
+        response = sized_response(request.json()["max_tokens"])
+        if delay is None:
+            await conn.send(response + response)
+            return
+        await conn.send(response)
+        await asyncio.sleep(delay)
+        await conn.send(response)
+    return handle
+
+
+def endless(start: bytes, filler: bytes, *, head: bool = True) -> Handler:
+    """`start`, then `filler` over and over until the client hangs up: an SSE line or
+    event that never ends (head=True: inside a chunked event-stream body), or a response
+    head that never ends (head=False: `start` is the head's beginning)."""
+    async def handle(_request: Request, conn: Conn) -> None:
+        if head:
+            await conn.head(chunked=True)
+            await conn.chunk(start)
+        else:
+            await conn.send(start)
+        block = filler * max(1, (64 << 10) // len(filler))
+        while True:  # the client closing the connection ends this (ConnectionError)
+            if head:
+                await conn.chunk(block)
+            else:
+                await conn.send(block)
     return handle
 
 

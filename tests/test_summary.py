@@ -479,3 +479,18 @@ def test_steady_window_matches_brute_force(spans: list[tuple[int, int]], conc: i
         closed = min(t for t in times if t > busy[-1] and in_flight(t) < conc)
         expected = (busy[0], closed)
     assert steady_window(starts, ends, conc) == expected
+
+
+def test_cancelled_requests_are_no_failures() -> None:
+    """A cancelled point read error_rate 0.195: InferenceX's >5% gate would call the
+    server broken. Cancelled is its own count, outside failed and the rate."""
+    records = [*two_ok_one_failed(),
+               failed_record(3, ErrorKind.CANCELLED, start_ns=8 * MS, end_ns=90 * MS),
+               failed_record(4, ErrorKind.CANCELLED, start_ns=9 * MS, end_ns=90 * MS)]
+    result = summarize(records, CTX)
+    assert result["cancelled"] == 2 and result["failed"] == 1 and result["completed"] == 2
+    assert result["completed"] + result["failed"] + result["cancelled"] == result["num_prompts"]
+    assert result["error_rate"] == pytest.approx(1 / 3)
+    assert "cancelled" not in result["errors_by_kind"]
+    only_cancelled = summarize([failed_record(0, ErrorKind.CANCELLED)], CTX)
+    assert only_cancelled["error_rate"] is None and only_cancelled["failed"] == 0

@@ -42,6 +42,13 @@ class StampingResponseHandler(ResponseHandler):
         # The BodyStream of the response being read (set by the transport): woken on
         # every read so it can be parsed later, off the timing path.
         self.body_listener: Callable[[bool], None] | None = None
+        # A request was written (set_response_params) and its response has not begun: a
+        # response that begins otherwise is no request's and must not meet the next one.
+        self._expecting = False
+
+    def set_response_params(self, **kwargs: Any) -> None:
+        self._expecting = True  # before aiohttp re-parses any bytes it kept
+        super().set_response_params(**kwargs)
 
     def data_received(self, data: bytes) -> None:
         stamp = perf_counter_ns()  # before any parsing: this is the arrival time
@@ -50,13 +57,25 @@ class StampingResponseHandler(ResponseHandler):
             return
         payload = self._payload
         if payload is not None:
-            if payload is not self._log_payload:
+            if payload is not self._log_payload:  # a response began (once per response)
+                if not self._expecting:
+                    self._stray()
+                    return
+                self._expecting = False
                 self._log_payload = payload
                 self._log = ArrivalLog()
             self._log.add(stamp, getattr(payload, "total_bytes", 0))
         listener = self.body_listener
         if listener is not None:
             listener(False)
+
+    def _stray(self) -> None:
+        """A response arrived while no request waited for one (the late end of an earlier
+        one, or a second answer): aiohttp would hand it to the next request on this
+        connection. Close the connection instead (the pool then opens a new one)."""
+        self._should_close = True
+        if self.transport is not None:
+            self.transport.close()
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's StreamReader calls this after every read it serves; when reading is

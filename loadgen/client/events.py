@@ -191,6 +191,9 @@ def decode_event(data: bytes) -> StreamEvent:
     if type(choice) is not dict:
         raise MalformedEvent(f"choices[0] is {show(choice)}, expected an object")
     get = choice.get
+    index = get("index")
+    if index is not None and not (type(index) is int and index == 0):
+        raise _bad("choices[0].index", index, "0 (one completion was asked for)")
     token_ids = get("token_ids")
     if token_ids is not None and type(token_ids) is not list:
         raise _bad("choices[0].token_ids", token_ids, "a list")
@@ -227,12 +230,15 @@ class TokenCounter:
     the whole request as approximate instead of hiding among exact counts.
     """
 
-    __slots__ = ("_count_text", "_last_completion", "source")
+    __slots__ = ("_count_text", "_last_completion", "decrease", "source")
 
     def __init__(self, count_text: Callable[[str], int] | None = None) -> None:
         self._count_text = count_text
         self._last_completion = 0
         self.source = TokenSource.TOKEN_IDS
+        # The first (before, after) where the cumulative usage went down: judged once, at
+        # the request's end (Exchange.check_counts); noted only on the rare branch.
+        self.decrease: tuple[int, int] | None = None
 
     def count(self, event: StreamEvent) -> int:
         _, has_choice, token_ids, logprobs, text, cumulative, _, _, _, _, _ = event
@@ -240,6 +246,8 @@ class TokenCounter:
             delta = cumulative - self._last_completion
             if delta > 0:
                 self._last_completion = cumulative
+            elif delta < 0 and self.decrease is None:
+                self.decrease = (self._last_completion, cumulative)
         if not has_choice:
             return 0
         if token_ids is not None:

@@ -77,8 +77,13 @@ class _Logprobs(_Struct):
     refusal: None = None
 
 
+# The one choice asked for is index 0; any other (a choices[0] with index 1) takes the
+# reference path, which refuses it.
+ChoiceIndex = Annotated[int, msgspec.Meta(ge=0, le=0)]
+
+
 class _Choice(_Struct):
-    index: Int64 | None = None
+    index: ChoiceIndex | None = None
     text: str | None = None
     delta: _Delta | None = None
     logprobs: _Logprobs | None = None

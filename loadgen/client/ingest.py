@@ -19,21 +19,22 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Protocol
 
 from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter
 from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.sse import ArrivalLog, SseFramer
-from loadgen.records import ArrivalStamps, ErrorKind
+from loadgen.records import ArrivalStamps, ErrorKind, StrayBytes, TokenSource
 from loadgen.workload.reply import ReplyText
 
 SLICE_NS = 50_000  # longest parsing run between two socket polls (a read may wait this long)
 BUSY_SLICE_NS = 10_000  # the same while reads keep arriving (a poll per turn costs ~1.5 us)
 QUIET_NS = 200_000  # no read for this long: between bursts (a burst's reads come us apart)
-# A server may overshoot max_tokens by a few draft tokens of its last speculative step;
-# more than this many is a count no server generating for this request could report.
-COMPLETION_OVERSHOOT = 64
+# No allowance over max_tokens: vLLM trims a speculative step's accepted tokens at
+# max_tokens (and SGLang stops there), so a count above it is no server's truth; the old
+# +64 let a server report up to 17x the tokens of a max_tokens=4 request.
 
 
 class Exchange:
@@ -42,7 +43,7 @@ class Exchange:
     __slots__ = ("arrival_stamps", "cached_tokens", "chunk_ns", "chunk_tokens",
                  "completion_tokens", "detail",
                  "done", "end_ns", "error", "finish_reason", "max_tokens", "prompt_tokens",
-                 "reply", "status", "token_cap")
+                 "reply", "status", "stray_bytes", "token_cap")
 
     def __init__(self, max_tokens: int | None = None, reply: ReplyText | None = None) -> None:
         self.chunk_ns: list[int] = []
@@ -58,10 +59,10 @@ class Exchange:
         self.end_ns = 0
         self.max_tokens = max_tokens  # the request's cap (None: unknown)
         # The most completion tokens the server can truthfully report for this request.
-        self.token_cap = (MAX_TOKEN_COUNT if max_tokens is None
-                          else max_tokens + COMPLETION_OVERSHOOT)
+        self.token_cap = MAX_TOKEN_COUNT if max_tokens is None else max_tokens
         self.reply = reply  # --live-history session turns: the reply's text goes here
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
+        self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
 
     def body_ended(self, last_stamp: int | None, cut: bool) -> None:
         """The body is over (either client): without [DONE] or an error event the stream
@@ -108,14 +109,38 @@ class Exchange:
         """More completion tokens than the request allowed: malformed, and nothing after
         it counts (a count like this must never reach a published throughput)."""
         self.fail(ErrorKind.MALFORMED, f"{what} is {tokens}, more than max_tokens "
-                  f"{self.max_tokens} (+{COMPLETION_OVERSHOOT}) allows")
+                  f"{self.max_tokens} allows")
         self.done, self.end_ns = True, self.end_ns or stamp
 
-    def check_chunk_total(self) -> None:
-        """The summed chunk counts obey the same cap as usage (one sum per request)."""
+    def check_counts(self, counter: TokenCounter) -> None:
+        """Once per request, at its end (nothing here costs per chunk): the counts the
+        server reported must agree with each other, or none of them is published."""
+        if self.error is not None:
+            return
         total = sum(self.chunk_tokens)
-        if self.error is None and total > self.token_cap:
+        if total > self.token_cap:
             self.impossible("the sum of chunk token counts", total, self.end_ns)
+            return
+        problem = _count_lie(self.completion_tokens, total, counter)
+        if problem:
+            self.fail(ErrorKind.MALFORMED, problem)
+
+
+def _count_lie(usage: int | None, chunk_total: int, counter: TokenCounter) -> str:
+    """Why the request's counts contradict each other ("" when they do not)."""
+    if counter.decrease is not None:
+        before, after = counter.decrease
+        return (f"usage.completion_tokens went down from {before} to {after}: a cumulative "
+                "count never decreases")
+    if usage is None:
+        return ""
+    if usage == 0 and chunk_total > 0:
+        return (f"usage.completion_tokens is 0 after chunks carrying {chunk_total} "
+                "tokens")
+    if counter.source is TokenSource.TOKEN_IDS and chunk_total and usage != chunk_total:
+        return (f"usage.completion_tokens is {usage}, but the chunks' token_ids hold "
+                f"{chunk_total} tokens")
+    return ""
 
 
 class BodySource(Protocol):
@@ -140,12 +165,14 @@ class BodyStream:
     connection or parse error, if any, for the transport to classify.
     """
 
-    __slots__ = ("_ingest", "closed", "content", "counter", "error", "framer", "log",
-                 "queued", "state")
+    __slots__ = ("_ingest", "_stop", "closed", "content", "counter", "error", "framer",
+                 "log", "queued", "state")
 
     def __init__(self, content: BodySource, log: ArrivalLog, state: Exchange,
-                 counter: TokenCounter, ingest: Ingest) -> None:
+                 counter: TokenCounter, ingest: Ingest,
+                 stop: Callable[[Exception], None] | None = None) -> None:
         self.content = content
+        self._stop = stop  # ends the body now (and closes its connection) on a parse error
         self.log = log
         self.state = state
         self.counter = counter
@@ -171,6 +198,8 @@ class BodyStream:
                 self._parse(data)
         except Exception as exc:  # kept for finish(): the transport classifies it
             self.error = exc
+            if self._stop is not None:  # nothing after it counts: read no further
+                self._stop(exc)
 
     def _parse(self, data: bytes) -> None:
         events = self.framer.feed(data)  # always: the framer keeps its place in the body
@@ -224,16 +253,20 @@ class Ingest:
         now = perf_counter_ns()
         busy = now - self.last_read_ns < QUIET_NS
         deadline = now + (self.busy_slice_ns if busy else self.slice_ns)
-        while ready:
-            stream = ready.popleft()
-            stream.queued = False
-            stream.drain()
-            if perf_counter_ns() > deadline:
-                break
-        if ready:  # yield: the loop polls its sockets (and stamps) before the next turn
-            self._scheduled = True
-            assert self._loop is not None  # _run is only ever scheduled by notify
-            self._loop.call_soon(self._run)
+        try:
+            while ready:
+                stream = ready.popleft()
+                stream.queued = False
+                stream.drain()
+                if perf_counter_ns() > deadline:
+                    break
+        finally:
+            # Also when a drain raised (a bug: drains keep failures as values): the
+            # streams behind it are still parsed, next turn (a `try` costs nothing here).
+            if ready:  # yield: the loop polls its sockets (and stamps) before the next turn
+                self._scheduled = True
+                assert self._loop is not None  # _run is only ever scheduled by notify
+                self._loop.call_soon(self._run)
 
 
 class StartPacer:

@@ -27,7 +27,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from loadgen.client.events import MalformedEvent
+
 _BOM = b"\xef\xbb\xbf"
+# The most bytes one event (or one line) may hold before it ends. Far above any real
+# event (vLLM's largest, a first chunk with prompt logprobs, is a few MB; the hostile
+# tests stream 20 MB in one), and what bounds a line that never ends: it grew without
+# limit (6 GB in 20 s), and, bytes still coming, no idle deadline fired.
+MAX_EVENT_BYTES = 32 << 20
 
 
 class ArrivalLog:
@@ -168,7 +175,21 @@ class SseFramer:
             if not self._partial:
                 self._partial_offset = base + pos
             self._partial += memoryview(chunk)[pos:]
+        self._bound()
         return events
+
+    def _bound(self) -> None:
+        """Raise when the unfinished event (or line) is past MAX_EVENT_BYTES: once per
+        read that leaves something pending, never per event of the fast paths."""
+        start = self._start
+        if start is None:
+            if not self._partial:
+                return
+            start = self._partial_offset
+        if self._base - start > MAX_EVENT_BYTES:
+            raise MalformedEvent(
+                f"an SSE event grew past {MAX_EVENT_BYTES >> 20} MiB without ending "
+                f"(the cap on one event); {self._base - start} bytes so far")
 
     def _line(self, line: bytes, offset: int, events: list[SseEvent]) -> None:
         if not line:

@@ -65,7 +65,10 @@ def record_rejection(state: Exchange, status: int, body: bytes) -> None:
     """A response that is not an event stream: an HTTP error, or JSON for stream: true."""
     state.end_ns = perf_counter_ns()
     text = body[:ERROR_BODY_LIMIT].decode("utf-8", "replace").strip()
-    if status != 200:
+    if status == 101:  # aiohttp hands the upgraded response over; native records it so
+        state.fail(ErrorKind.HTTP, "HTTP 101: the server answered 101 Switching Protocols "
+                   "to a streamed completion")
+    elif status != 200:
         state.fail(ErrorKind.HTTP, f"HTTP {status}: {text}")
     else:  # e.g. a server that ignored stream: true
         state.fail(ErrorKind.MALFORMED, f"expected text/event-stream, got "

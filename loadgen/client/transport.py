@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import time
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
@@ -158,7 +159,7 @@ class Transport:
         except asyncio.CancelledError:
             cancelled = True
             state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
-        state.check_chunk_total()
+        state.check_counts(counter)
         end_ns = state.end_ns or perf_counter_ns()
         if not cancelled:
             # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with
@@ -180,7 +181,7 @@ class Transport:
             turn_index=request.turn_index, tree_id=request.tree_id,
             cached_tokens=state.cached_tokens,
             theoretical_cached_tokens=request.theoretical_cached_tokens,
-            arrival_stamps=state.arrival_stamps,
+            arrival_stamps=state.arrival_stamps, stray_bytes=state.stray_bytes,
         )
         on_record(record)
         if cancelled:
@@ -237,7 +238,8 @@ class AiohttpStreams:
             log = ArrivalLog()
             log.add(perf_counter_ns(), response.content.total_bytes)
         clock.activity = log
-        stream = BodyStream(response.content, log, state, counter, ingest)
+        stream = BodyStream(response.content, log, state, counter, ingest,
+                            functools.partial(_stop_body, response))
         if protocol is not None:
             protocol.body_listener = stream.wake
         stream.wake()  # bytes that arrived with the headers
@@ -250,6 +252,13 @@ class AiohttpStreams:
                 protocol.body_listener = None
             stream.drain()  # a cancelled or timed-out request keeps what had arrived
         stream.finish()
+
+
+def _stop_body(response: aiohttp.ClientResponse, error: Exception) -> None:
+    """The body's parser gave up: wake the reader now and close the connection (aiohttp
+    would read on, into memory, until the server ended the body)."""
+    response.content.set_exception(MalformedBody(str(error)))
+    response.close()
 
 
 class OutOfDescriptors(SetupError):

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loadgen.metrics.arrays import IntArray, PointArrays, is_completed
-from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord, TokenSource
+from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord, StrayBytes, TokenSource
 
 NO_TOKENS = "no_tokens"  # ended without error but carried no token-bearing chunk
 ERROR_TEXT_LIMIT = 200  # keep the per-request `errors` list bounded
@@ -28,14 +28,21 @@ def failure_kind(record: RequestRecord) -> str | None:
 
 
 def error_fields(records: Sequence[RequestRecord]) -> dict[str, Any]:
-    """errors_by_kind (every kind, zeros included, for a stable schema) and error_rate."""
+    """errors_by_kind (every failure kind, zeros included, for a stable schema), error_rate
+    and `cancelled`. A request the run stopped (Ctrl-C, DELETE) says nothing of the
+    server: it is no failure, in neither the rate nor its denominator (the --max-error-rate
+    gate and InferenceX's failed-requests gate read these)."""
     counts = Counter(kind for r in records if (kind := failure_kind(r)) is not None)
-    by_kind = {kind.value: counts.get(kind.value, 0) for kind in ErrorKind}
+    by_kind = {kind.value: counts.get(kind.value, 0) for kind in ErrorKind
+               if kind is not ErrorKind.CANCELLED}
     by_kind[NO_TOKENS] = counts.get(NO_TOKENS, 0)
     failed = sum(by_kind.values())
+    cancelled = counts.get(ErrorKind.CANCELLED.value, 0)
+    ran = len(records) - cancelled
     return {
         "errors_by_kind": by_kind,
-        "error_rate": failed / len(records) if records else None,
+        "error_rate": failed / ran if ran else None,
+        "cancelled": cancelled,
     }
 
 
@@ -99,3 +106,11 @@ def arrival_stamp_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:
     (late by however long its loop took to come round to the socket)."""
     joined, counts = _sources((r.arrival_stamps for r in completed), ArrivalStamps)
     return {"arrival_stamps": joined, "arrival_stamp_sources": counts}
+
+
+def stray_bytes_fields(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Requests whose connection carried bytes no request asked for: after their complete
+    response (the connection was closed; the request stands), or stamped before their
+    write (the request is malformed). Nonzero: the server sends answers unasked."""
+    counts = Counter(r.stray_bytes for r in records if r.stray_bytes is not None)
+    return {f"stray_bytes_{kind.value}": counts.get(kind, 0) for kind in StrayBytes}

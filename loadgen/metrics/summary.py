@@ -39,12 +39,13 @@ from loadgen.metrics.checks import (
     arrival_stamp_fields,
     error_fields,
     error_text,
+    stray_bytes_fields,
     token_count_checks,
     token_source_fields,
 )
 from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
 from loadgen.metrics.throughput import throughput_fields
-from loadgen.records import RequestRecord
+from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.point import metrics_from_fields
 from loadgen.results.point_metrics import PointMetrics
 
@@ -201,7 +202,8 @@ def summarize(
         "num_prompts": len(ordered),
         "max_concurrency": ctx.conc,
         "completed": len(completed),
-        "failed": len(ordered) - len(completed),
+        "failed": len(ordered) - len(completed) - sum(
+            r.error is ErrorKind.CANCELLED for r in ordered),  # cancelled: its own count
         "num_gpus": ctx.num_gpus,
         "spec_tokens": spec_tokens,
         "benchmark_start_time_unix": min(ordered, key=lambda r: r.start_ns).sent_unix
@@ -224,6 +226,7 @@ def summarize(
     result["new_connections"] = int(np.count_nonzero(arrays.connect_ns > 0))
     result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"]))
     result.update(error_fields(ordered))
+    result.update(stray_bytes_fields(ordered))
     result.update(token_count_checks(arrays))
     result.update(token_source_fields(completed))
     result.update(arrival_stamp_fields(completed))

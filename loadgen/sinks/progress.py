@@ -12,7 +12,7 @@ import sys
 from time import perf_counter
 from typing import TextIO
 
-from loadgen.records import RequestRecord
+from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.point import PointResult
 
 REFRESH_S = 0.25
@@ -30,6 +30,7 @@ class ProgressLine:
         self.total = 0
         self.done = 0
         self.errors = 0
+        self.cancelled = 0
         self.in_flight = 0
         self._started = perf_counter()
         self._drawn: str | None = None
@@ -39,6 +40,7 @@ class ProgressLine:
     def point_started(self, conc: int, num_requests: int) -> None:
         self.point_index += 1
         self.conc, self.total, self.done, self.errors, self.in_flight = conc, num_requests, 0, 0, 0
+        self.cancelled = 0
         self._started = perf_counter()
         self._schedule()
 
@@ -48,7 +50,9 @@ class ProgressLine:
     def request_finished(self, record: RequestRecord) -> None:
         self.in_flight -= 1
         self.done += 1
-        if record.error is not None:
+        if record.error is ErrorKind.CANCELLED:
+            self.cancelled += 1  # the run stopped it: not the server's error
+        elif record.error is not None:
             self.errors += 1
 
     def point_finished(self, conc: int, result: PointResult) -> None:
@@ -69,7 +73,8 @@ class ProgressLine:
         elapsed = max(perf_counter() - self._started, 1e-9)
         return (f"conc {self.conc} [{self.point_index}/{self.points}]  "
                 f"{self.done}/{self.total} req  {self.done / elapsed:.1f} req/s  "
-                f"in flight {self.in_flight}  errors {self.errors}")
+                f"in flight {self.in_flight}  errors {self.errors}"
+                + (f"  cancelled {self.cancelled}" if self.cancelled else ""))
 
     def draw(self, *, final: bool = False) -> None:
         text = self.line()

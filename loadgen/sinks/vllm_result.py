@@ -33,7 +33,7 @@ from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 
 SUMMARY_KEYS = (
-    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+    "duration", "completed", "failed", "cancelled", "total_input_tokens", "total_output_tokens",
     "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
 )
 

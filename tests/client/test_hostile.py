@@ -9,6 +9,9 @@ test_hostile_cli.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,18 +24,23 @@ from hostile_server import (
     HostileServer,
     Request,
     alternate,
+    answer_twice,
     completion,
+    endless,
     hang,
+    sized_response,
     sse,
     token_events,
+    upgrade,
 )
 from tokenizers import Tokenizer
 
+from loadgen.client.native import kernel_stamps
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.sse import SseFramer
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
-from loadgen.records import ErrorKind, RequestRecord
+from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import SweepOutcome, run_sweep
 from loadgen.tokenizer import load_tokenizer
@@ -72,6 +80,32 @@ async def send_one(base_url: str, client: str, *, idle_s: float = 5.0,
                                             on_record=lambda _r: None)
         finally:
             await native.close()
+
+
+async def send_in_turn(base_url: str, client: str, count: int, *, pause_s: float = 0.0,
+                       block_s: float = 0.0) -> list[RequestRecord]:
+    """`count` requests one after another over one kept-alive connection slot; between
+    two, `pause_s` with the loop running, then `block_s` with it blocked (bytes that
+    arrive then wait in the socket until after the next request's write)."""
+    records = []
+    async with open_session(max_connections=1, http_timeout_s=5.0) as session:
+        native = NativeStreams(max_connections=1)
+        streams = native if client == "native" else AiohttpStreams(session)
+        transport = Transport(streams, base_url + "/v1/completions", stream_idle_timeout_s=5)
+        try:
+            for index in range(count):
+                if index:
+                    await asyncio.sleep(pause_s)
+                    time.sleep(block_s)  # noqa: ASYNC251 -- blocking the loop is the point
+                request = RequestSpec(index=index, input_len=3, max_tokens=OSL,
+                                      body=orjson.dumps({"max_tokens": OSL}))
+                async with asyncio.timeout(60):
+                    records.append(await transport.send(
+                        request, x_request_id="r", conc=1, scheduled_ns=0,
+                        on_record=lambda _r: None))
+        finally:
+            await native.close()
+    return records
 
 
 async def sweep(server: HostileServer, results: Path, tokenizer: Tokenizer,
@@ -303,3 +337,222 @@ async def test_row12_20mb_event_in_4kb_writes_through_the_transport(client: str)
     assert record.ok, record.error_detail
     assert record.chunk_tokens == (1,) * OSL
     assert elapsed < 30, f"{elapsed:.1f} s"
+
+
+# --- bytes that no request asked for --------------------------------------------------------
+
+
+async def test_second_response_in_the_same_write_is_nobodys(client: str) -> None:
+    """A keep-alive response followed by a whole second one: the second was taken as the
+    next request's answer (TTFT 0.16 ms). Now the connection closes after the first."""
+    async with HostileServer({"/v1/completions": answer_twice()}) as server:
+        records = await send_in_turn(server.base_url, client, 3)
+        assert len(server.requests) == 3  # every request reached the server
+    assert all(r.ok for r in records), [r.error_detail for r in records]
+    assert all(r.connect_ns > 0 for r in records)  # a new connection each time
+    assert all(r.chunk_tokens == (1,) * OSL for r in records)
+    if client == "native":  # aiohttp closes such a connection too, without telling
+        assert all(r.stray_bytes is StrayBytes.AFTER_RESPONSE for r in records)
+
+
+async def test_late_response_on_an_idle_connection_reaches_no_request(client: str) -> None:
+    """The second response comes while the connection is idle: aiohttp kept it and gave
+    it to the next request (TTFT -50 ms). Now that connection closes."""
+    async with HostileServer({"/v1/completions": answer_twice(0.05)}) as server:
+        records = await send_in_turn(server.base_url, client, 3, pause_s=0.15)
+        assert len(server.requests) == 3
+    assert all(r.ok for r in records), [r.error_detail for r in records]
+    assert all(r.connect_ns > 0 for r in records)
+    assert all(r.ttft_ns is not None and r.ttft_ns > 0 for r in records)
+
+
+def _serve_twice_in_a_thread(listener: socket.socket) -> None:
+    """Each request answered, then answered again 50 ms later, from a thread of its own:
+    the second answer arrives while the client's loop is blocked (an in-loop server
+    could not write then)."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return  # the test closed the listener
+        with conn:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    more = conn.recv(65536)
+                    if not more:
+                        break
+                    data += more
+                if b"\r\n\r\n" not in data:
+                    break
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(data) < length:
+                    data += conn.recv(65536)
+                data = data[length:]
+                response = sized_response(OSL)
+                with contextlib.suppress(OSError):  # the client may close first
+                    conn.sendall(response)
+                    time.sleep(0.05)
+                    conn.sendall(response)
+
+
+@pytest.mark.skipif(not kernel_stamps.supported(), reason="kernel receive stamps: Linux")
+async def test_bytes_stamped_before_the_write_are_not_its_response() -> None:
+    """The late response waits in the socket while the loop is blocked and is read only
+    after the next request was written; its kernel stamp says it came before."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    thread = threading.Thread(target=_serve_twice_in_a_thread, args=(listener,), daemon=True)
+    thread.start()
+    try:
+        base_url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        records = await send_in_turn(base_url, "native", 3, pause_s=0.01, block_s=0.2)
+    finally:
+        listener.close()
+    first, stale, after = records
+    assert first.ok and first.stray_bytes is None
+    assert stale.error is ErrorKind.MALFORMED and stale.stray_bytes is StrayBytes.BEFORE_REQUEST
+    assert "before this request was written" in stale.error_detail, stale.error_detail
+    assert stale.chunk_tokens == ()  # nothing of it is counted
+    assert after.ok and after.connect_ns > 0  # a new connection
+
+
+async def test_stray_responses_are_counted_in_the_point(tmp_path: Path, tokenizer: Tokenizer,
+                                                        ) -> None:
+    async with HostileServer({"/v1/completions": answer_twice()}) as server:
+        outcome, result, _ = await sweep(server, tmp_path, tokenizer, http_client="native")
+    assert outcome.exit_code == 0 and result["completed"] == CONC * PER_CONC
+    assert result["stray_bytes_after_response"] == CONC * PER_CONC
+    assert result["stray_bytes_before_request"] == 0
+    assert result["new_connections"] == CONC * PER_CONC  # none was reused
+
+
+
+async def test_101_is_that_requests_http_error_and_no_one_elses(client: str) -> None:
+    """A 101 escaped the native parser loop (HttpParserUpgrade is no HttpParserError):
+    streams queued behind it were never parsed, and it surfaced as a timeout."""
+    routes = {"/up": upgrade, "/slow": completion(piece=20)}
+    async with HostileServer(routes) as server, open_session(
+            max_connections=4, http_timeout_s=5.0) as session:
+        native = NativeStreams(max_connections=4)
+        streams = native if client == "native" else AiohttpStreams(session)
+        upgraded = Transport(streams, server.base_url + "/up", stream_idle_timeout_s=5)
+        slow = Transport(streams, server.base_url + "/slow", stream_idle_timeout_s=5)
+        slow.ingest = upgraded.ingest  # one ingest, as in a run
+        request = RequestSpec(index=0, input_len=3, max_tokens=20,
+                              body=orjson.dumps({"max_tokens": 20}))
+        try:
+            async with asyncio.timeout(30):
+                records = await asyncio.gather(*[t.send(
+                    request, x_request_id="r", conc=1, scheduled_ns=0,
+                    on_record=lambda _r: None) for t in (slow, upgraded, slow)])
+        finally:
+            await native.close()
+    first, up, last = records
+    assert up.error is ErrorKind.HTTP and up.status == 101, up
+    assert "the server answered 101 Switching Protocols to a streamed completion" in (
+        up.error_detail)
+    assert "HttpParserUpgrade" not in up.error_detail
+    for record in (first, last):
+        assert record.ok, record.error_detail
+        assert record.chunk_tokens == (1,) * 20
+
+
+
+# --- bounded events and heads ---------------------------------------------------------------
+
+_EVENT = sse(token_events(1))[:200]  # a whole first event, then the endless one
+
+
+@pytest.mark.parametrize(("start", "filler"), [
+    (_EVENT + b"data: ", b"x"),  # one line that never ends
+    (_EVENT, b"data: " + b"x" * 1000 + b"\n"),  # data lines, never a blank line
+    (_EVENT + b": ", b"x"),  # a comment line that never ends
+], ids=["endless-line", "endless-event", "endless-comment"])
+async def test_an_event_that_never_ends_is_malformed_at_the_cap(
+        client: str, start: bytes, filler: bytes) -> None:
+    """It grew without limit (6 GB in 20 s) and, bytes still coming, no deadline fired."""
+    async with HostileServer({"/v1/completions": endless(start, filler)}) as server:
+        started = time.perf_counter()
+        record = await send_one(server.base_url, client, idle_s=60)
+    assert record.error is ErrorKind.MALFORMED, record
+    assert "grew past 32 MiB without ending" in record.error_detail, record.error_detail
+    assert record.chunk_tokens == (1,)  # the event before it is kept
+    assert time.perf_counter() - started < 30
+
+async def test_a_head_that_never_ends_is_malformed_at_the_cap(client: str) -> None:
+    """Native: 64 KiB (MAX_HEAD_BYTES); aiohttp: its own 8190-byte line limit."""
+    handler = endless(b"HTTP/1.1 200 OK\r\nX-A: ", b"a", head=False)
+    async with HostileServer({"/v1/completions": handler}) as server:
+        started = time.perf_counter()
+        record = await send_one(server.base_url, client, idle_s=60)
+    assert record.error is ErrorKind.MALFORMED, record
+    if client == "native":
+        assert "head grew past 64 KiB without ending" in record.error_detail
+    else:
+        assert "8190" in record.error_detail, record.error_detail
+    assert time.perf_counter() - started < 30
+
+
+
+# --- counts a server lies about -------------------------------------------------------------
+
+
+def _events_with(change: Any) -> list[dict[str, Any]]:
+    events = token_events(OSL)
+    change(events)
+    return events
+
+
+def _usages(*values: int) -> Any:
+    def change(events: list[dict[str, Any]]) -> None:
+        for event, value in zip(events, values, strict=True):
+            event["usage"]["completion_tokens"] = value
+    return change
+
+
+def _no_usage_but_a_final_zero(events: list[dict[str, Any]]) -> None:
+    for event in events[:-1]:
+        del event["usage"]
+    events[-1]["usage"]["completion_tokens"] = 0
+
+
+def _index_one(events: list[dict[str, Any]]) -> None:
+    events[1]["choices"][0]["index"] = 1
+
+
+def _streamed(body: bytes) -> Handler:
+    async def handle(_request: Request, conn: Conn) -> None:
+        await conn.head(chunked=True)
+        await conn.chunk(body)
+        await conn.end()
+    return handle
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (_usages(1, 2, 1, 4, 4), "usage.completion_tokens went down from 2 to 1"),
+    (_usages(1, 2, 3, 4, 0), "went down from 4 to 0"),
+    (_usages(1, 1, 1, 1, 1), "usage.completion_tokens is 1, but the chunks' token_ids hold 4"),
+    (_no_usage_but_a_final_zero, "usage.completion_tokens is 0 after chunks carrying 4"),
+    (_index_one, "choices[0].index is 1, expected 0"),
+    (_usages(1, 2, 3, 4, 14), "usage.completion_tokens is 14, more than max_tokens 4 allows"),
+], ids=["decreases", "final-zero", "under-token-ids", "only-final-zero", "index-1",
+        "over-max-tokens-by-10"])
+async def test_counts_that_contradict_each_other_are_malformed(
+        client: str, change: Any, reason: str) -> None:
+    body = sse(_events_with(change))
+    async with HostileServer({"/v1/completions": _streamed(body)}) as server:
+        record = await send_one(server.base_url, client)
+    assert record.error is ErrorKind.MALFORMED, record
+    assert reason in record.error_detail, record.error_detail
+
+
+async def test_a_duplicate_key_cannot_inflate_a_count(client: str) -> None:
+    """msgspec and orjson keep a duplicate key's last value; the cross-checks (here: the
+    cap at max_tokens and the token ids' sum) refuse what that value claims."""
+    body = sse(token_events(OSL)).replace(
+        b'"completion_tokens": 4}}', b'"completion_tokens": 4, "completion_tokens": 60}}')
+    assert b'"completion_tokens": 60' in body
+    async with HostileServer({"/v1/completions": _streamed(body)}) as server:
+        record = await send_one(server.base_url, client)
+    assert record.error is ErrorKind.MALFORMED and "is 60" in record.error_detail, record

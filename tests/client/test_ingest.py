@@ -41,6 +41,29 @@ async def test_ingest_yields_to_the_loop_between_slices() -> None:
     assert not any(s.queued for s in streams)
 
 
+class BrokenStream(SlowStream):
+    def drain(self) -> None:
+        self.log.append(self.name)
+        raise RuntimeError("a drain that failed")
+
+
+async def test_a_drain_that_raises_does_not_strand_the_streams_behind_it() -> None:
+    """httptools' HttpParserUpgrade once escaped a drain: every stream queued behind it
+    stayed `queued` and was never parsed again."""
+    log: list[str] = []
+    errors: list[object] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context["exception"]))
+    ingest = Ingest()
+    streams = [BrokenStream(0, log, "broken"), SlowStream(0, log, "a"), SlowStream(0, log, "b")]
+    for stream in streams:
+        ingest.notify(stream)  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    loop.set_exception_handler(None)
+    assert log == ["broken", "a", "b"] and len(errors) == 1
+    assert not any(s.queued for s in streams)
+
+
 async def test_ingest_parses_briefly_while_reads_arrive() -> None:
     """Mid-burst the loop goes back to its sockets after each short turn (here: one
     stream); once no read came for QUIET_NS, the ingest parses in full slices."""

@@ -52,6 +52,10 @@ class Reads:
 
     def __init__(self) -> None:
         self.pieces: list[Piece] = []
+        self.stopped: list[Exception] = []
+
+    def stop(self, error: Exception) -> None:
+        self.stopped.append(error)
 
 
 class Content:

@@ -153,7 +153,7 @@ def test_frozen_server_with_server_pid_stops_the_sweep(tmp_path: Path) -> None:
     assert 2.0 <= stopped_after < 60
     stopped = point(results, 4)
     assert stopped["complete"] is False and stopped["stop_reason"] == "server_gone"
-    assert stopped["errors_by_kind"]["cancelled"] >= 1  # in flight when it froze
+    assert stopped["cancelled"] >= 1  # in flight when it froze (no failure: its own count)
     assert whole_lines(results / "requests_conc_4.jsonl") == stopped["num_prompts"]
     assert not (results / "conc_8.json").exists()
 

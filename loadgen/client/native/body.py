@@ -38,6 +38,9 @@ class PieceSource(Protocol):
 
     pieces: list[Piece]
 
+    def stop(self, error: Exception) -> None:
+        """End the response now with `error` and close its connection."""
+
 
 class EventStream:
     """Parse state of one streamed body. The protocol feeds it each body piece as the
@@ -92,6 +95,9 @@ class EventStream:
                 self._frame(data, stamp)
         except Exception as exc:  # kept for finish(): the transport classifies it
             self.error = exc
+            # Nothing after it counts: end the response now rather than read on until
+            # the server stops (a line that never ends never stops).
+            self.source.stop(exc)
 
     def _frame(self, body: bytes, stamp: int) -> None:
         self.last_stamp = stamp

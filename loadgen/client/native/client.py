@@ -58,9 +58,9 @@ class NativeStreams:
         transport = connection.transport
         kernel = transport if isinstance(transport, KernelStampedTransport) else None
         fallbacks = kernel.fallbacks if kernel is not None else 0
+        response = connection.begin(asyncio.get_running_loop(), ingest)
         try:
             assert transport is not None
-            response = connection.begin(asyncio.get_running_loop(), ingest)
             clock.activity = response  # every read, head included, resets the idle deadline
             request = b"".join((
                 b"POST ", target.path, b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n",
@@ -81,6 +81,7 @@ class NativeStreams:
             if kernel is not None and kernel.fallbacks == fallbacks:
                 state.arrival_stamps = ArrivalStamps.KERNEL
             self.pool.release(target.origin, connection)
+            state.stray_bytes = response.stray  # release() may have found some, too
 
     async def close(self) -> None:
         await self.pool.close()

@@ -52,6 +52,8 @@ class StampedProtocol(Protocol):
 
     def received(self, data: bytes, stamp: int, read_ns: int) -> None: ...
 
+    def arrived_before_write(self, data: bytes, stamp: int, written_ns: int) -> None: ...
+
     def connection_lost(self, exc: Exception | None) -> None: ...
 
 
@@ -123,7 +125,12 @@ class KernelStampedTransport(asyncio.Transport):
                                                   Any]] = sock.recvmsg
         self._pending = bytearray()  # written bytes the socket has not taken yet
         self._closing = False
-        self.floor_ns = 0  # no stamp may be earlier: the newest stamp, or the last write
+        opened = perf_counter_ns()  # no byte of this connection can be stamped earlier
+        self.floor_ns = opened  # no stamp may be earlier: the newest stamp, or the last write
+        self.written_ns = opened  # the last write (a request)
+        # the newest stamp before that write: a stamp earlier still is an impossible one
+        # (a clock that disagrees), never bytes that waited for this request
+        self._stamped_ns = opened
         self.fallbacks = 0  # reads stamped at the read: no kernel stamp, or an impossible one
         protocol.connection_made(self)
         loop.add_reader(self._fd, self._on_readable)
@@ -154,6 +161,9 @@ class KernelStampedTransport(asyncio.Transport):
                     bridge.refresh(now)
                 stamp = seconds * 1_000_000_000 + nanoseconds - bridge.offset_ns
         if not self.floor_ns <= stamp <= now:
+            if stamp >= 0 and self._before_write(stamp, now):
+                self._stream.arrived_before_write(data, stamp, self.written_ns)
+                return
             stamp = now
             self.fallbacks += 1
         self.floor_ns = stamp
@@ -163,12 +173,25 @@ class KernelStampedTransport(asyncio.Transport):
             self._lose(exc)  # this connection's bytes does not get the next ones
             raise
 
+    def _before_write(self, stamp: int, now: int) -> bool:
+        """Whether a stamp under the floor says the bytes came before the last write
+        (and after the previous read): bytes no reply to that write can be. The clocks'
+        offset is re-read first, so a wall-clock step is not taken for that."""
+        bridge = self._bridge
+        moved = bridge.offset_ns
+        bridge.refresh(now)
+        stamp += moved - bridge.offset_ns
+        return self._stamped_ns <= stamp < self.written_ns
+
     # -- writing ------------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing:
             return
-        self.floor_ns = max(self.floor_ns, perf_counter_ns())  # no reply precedes its request
+        now = perf_counter_ns()
+        if now > self.floor_ns:  # no reply precedes its request
+            self._stamped_ns, self.floor_ns = self.floor_ns, now
+        self.written_ns = now
         if self._pending:
             self._pending += data
             return

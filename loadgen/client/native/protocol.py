@@ -23,10 +23,15 @@ import httptools
 
 from loadgen.client.ingest import Ingest
 from loadgen.client.native.body import Piece
+from loadgen.records import StrayBytes
 
 
 class BadHttpResponse(Exception):
     """The server's bytes are not a valid HTTP/1.1 response (classified MALFORMED)."""
+
+
+class StrayResponse(Exception):
+    """A message began after the response had ended: it belongs to no request."""
 
 
 class ServerDisconnected(ConnectionError):
@@ -34,13 +39,22 @@ class ServerDisconnected(ConnectionError):
 
 
 _NO_BODY_STATUS = frozenset({204, 304})
+# The most bytes a response head (status line and headers, interim 1xx heads included)
+# may take: llhttp has no limit of its own, and httptools keeps an unfinished header in
+# memory, so a header that never ends grew without bound. vLLM's heads are ~200 bytes.
+MAX_HEAD_BYTES = 64 << 10
+
+
+class HeadTooLarge(BadHttpResponse):
+    """The response head went past MAX_HEAD_BYTES without ending."""
 
 
 class Response:
     """One response as it arrives: head, stamped body bytes, end or error."""
 
     __slots__ = ("complete", "content_type", "ended", "eof_body", "error", "head",
-                 "keep_alive", "last_read_ns", "listener", "parse", "pieces", "sink", "status")
+                 "keep_alive", "last_read_ns", "listener", "parse", "pieces", "sink", "status",
+                 "stopper", "stray")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0  # 0 until the head has arrived
@@ -51,6 +65,7 @@ class Response:
         self.last_read_ns = 0  # the newest read's stamp (the idle deadline looks here)
         self.complete = False
         self.error: Exception | None = None
+        self.stray: StrayBytes | None = None  # bytes on its connection that were no response's
         self.head: asyncio.Future[None] = loop.create_future()  # status and headers are here
         self.ended: asyncio.Future[None] = loop.create_future()  # body complete, or error
         # Takes each body piece as it is de-chunked (the EventStream's feed) instead of
@@ -58,9 +73,14 @@ class Response:
         self.sink: Callable[[int, bytes], None] | None = None
         self.listener: Callable[[], None] | None = None
         self.parse: Callable[[], None] = _nothing  # parse what has arrived (the protocol's drain)
+        self.stopper: Callable[[Response, Exception], None] = _ignore  # the protocol's stop
 
     def last_stamp(self) -> int | None:
         return self.last_read_ns or None
+
+    def stop(self, error: Exception) -> None:
+        """The body's parser gave up (body.py): end the response with `error`, close."""
+        self.stopper(self, error)
 
     def read_nowait(self) -> bytes:
         """The body bytes not parsed yet, joined (the text of an error response)."""
@@ -77,7 +97,12 @@ class StreamProtocol(asyncio.Protocol):
         self.lost: Exception | None = None
         self.queued = False  # on the ingest's ready queue (the ingest's Drainable)
         self._parser = httptools.HttpResponseParser(self)
-        self._feed = self._parser.feed_data
+        self._parse_bytes = self._parser.feed_data
+        # Until a response's head is complete, reads go through _feed_head (which counts
+        # them); from then on straight to llhttp: no cost per body read.
+        self._feed: Callable[[bytes], None] = self._feed_head
+        self._in_head = True
+        self._head_bytes = 0
         self._response: Response | None = None
         self._reads: list[Piece] = []  # (stamp, bytes as received) not parsed yet
         self._ingest: Ingest | None = None
@@ -89,7 +114,9 @@ class StreamProtocol(asyncio.Protocol):
         """Expect a new response; the caller writes its request right after."""
         response = Response(loop)
         response.parse = self.drain
+        response.stopper = self._stop
         self._response = response
+        self._feed, self._in_head, self._head_bytes = self._feed_head, True, 0
         self._ingest = ingest
         if self.lost is not None:  # closed by the server between acquire and now
             self._fail(response, ServerDisconnected(
@@ -103,10 +130,13 @@ class StreamProtocol(asyncio.Protocol):
                 and not transport.is_closing())
 
     def release(self) -> None:
-        """The exchange is over; keep the connection only if its response ended cleanly."""
+        """The exchange is over; keep the connection only if its response ended cleanly
+        and nothing came after it."""
         response = self._response
         self._response = None
-        if self._reads or response is None or not (
+        if response is not None and response.complete and self._reads:
+            response.stray = response.stray or StrayBytes.AFTER_RESPONSE
+        if self._reads or response is None or response.stray is not None or not (
                 response.complete and response.keep_alive and response.error is None):
             self._reads = []  # bytes past the response's end: not a connection to reuse
             self.abort()
@@ -156,20 +186,74 @@ class StreamProtocol(asyncio.Protocol):
                     self._stamp = stamp
                     feed(data)  # calls on_body with the de-chunked bytes
             except httptools.HttpParserError as exc:
-                what = "body framing" if response.status else "response"
-                self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
-                self.abort()
+                self._parse_failed(response, exc)
+                return
+            except HeadTooLarge as exc:
+                self._stop(response, exc)
+                return
+            except httptools.HttpParserUpgrade:  # not an HttpParserError
+                self._upgraded(response)
                 return
         listener = response.listener
         if listener is not None and response.pieces:
             listener()
 
+    def _feed_head(self, data: bytes) -> None:
+        """Parse a read while the head is unfinished; past MAX_HEAD_BYTES, give up."""
+        self._parse_bytes(data)
+        if self._in_head:  # all of this read was head: the head has not ended in it
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                raise HeadTooLarge(f"the response head grew past {MAX_HEAD_BYTES >> 10} KiB "
+                                   f"without ending (the cap on a head); "
+                                   f"{self._head_bytes} bytes so far")
+
+    def _stop(self, response: Response, error: Exception) -> None:
+        if response is self._response:
+            self.abort()
+            self._fail(response, error)
+
+    def _parse_failed(self, response: Response, exc: Exception) -> None:
+        """llhttp refused the bytes. After a complete response they are no request's
+        (a second response the server sent unasked, or junk): the response stands, the
+        connection closes, and the record says so (`stray_bytes`)."""
+        self.abort()
+        if response.complete:
+            response.stray = StrayBytes.AFTER_RESPONSE
+            return
+        what = "body framing" if response.status else "response"
+        self._fail(response, BadHttpResponse(f"invalid HTTP {what}: {exc}"))
+
+    def _upgraded(self, response: Response) -> None:
+        """A 101 Switching Protocols: llhttp stops parsing this connection for good. The
+        request ends as that status (the exchange records it as an HTTP error); the
+        connection closes; no other connection notices."""
+        self.abort()
+        response.status = self._parser.get_status_code()
+        self._fail(response, BadHttpResponse(
+            f"the server answered {response.status} Switching Protocols"))
+
+    def arrived_before_write(self, data: bytes, stamp: int, written_ns: int) -> None:
+        """The kernel stamped `data` before this connection's last request was written:
+        the rest of an earlier response that waited in the socket, never this request's
+        answer (kernel_stamps.py). Its request is malformed; the connection closes."""
+        response = self._response
+        self.abort()
+        if response is None:
+            self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
+            return
+        response.stray = StrayBytes.BEFORE_REQUEST
+        self._fail(response, BadHttpResponse(
+            f"{len(data)} bytes on the connection arrived {(written_ns - stamp) / 1e3:.1f} us "
+            f"before this request was written (kernel receive stamp): they belong to an "
+            f"earlier response, not this request's: {data[:80]!r}"))
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = exc or ServerDisconnected("the server closed the connection")
         self.drain()  # what arrived before the end decides how the response ended
         response = self._response
-        if response is None or response.complete:
-            return
+        if response is None or response.complete or response.error is not None:
+            return  # (an error already decided how it ended)
         if exc is None and response.status and response.eof_body:
             self.on_message_complete()  # a body delimited by the connection's end
             return
@@ -188,6 +272,12 @@ class StreamProtocol(asyncio.Protocol):
         _resolve(response.ended)
 
     # -- llhttp callbacks (httptools) ----------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        response = self._response
+        if response is not None and response.complete:
+            # Stop llhttp here (a callback error): these bytes must not touch the response.
+            raise StrayResponse("a second response began after the first had ended")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         response = self._response
@@ -208,6 +298,8 @@ class StreamProtocol(asyncio.Protocol):
         if status < 200 or status in _NO_BODY_STATUS:
             response.eof_body = False
         if status >= 200:  # a 1xx head is interim: the real one follows
+            self._in_head = False
+            self._feed = self._parse_bytes
             _resolve(response.head)
 
     def on_body(self, body: bytes) -> None:
@@ -231,6 +323,10 @@ class StreamProtocol(asyncio.Protocol):
 
 
 def _nothing() -> None:
+    pass
+
+
+def _ignore(_response: Response, _error: Exception) -> None:
     pass
 
 
