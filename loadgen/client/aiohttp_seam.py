@@ -3,9 +3,10 @@
 Arrival stamps must be taken in the protocol's `data_received`, before aiohttp parses
 anything, and aiohttp has no public seam for that: a subclass of its ResponseHandler,
 installed through TCPConnector's `_factory`, reading `_payload`, `_reading_paused`,
-`_buffer_paused` and a finished response's `_protocol`. pyproject pins aiohttp to the
-minor versions the tests run against; `check_private_api` fails at import, with one
-line, if an aiohttp outside them moved any of these.
+`_buffer_paused` and a finished response's `_protocol`. Only `--http-client aiohttp` imports
+this module (the native client and every run's preflight use aiohttp's public API), so a
+new aiohttp release cannot stop a native run; `check_private_api` fails at import, with
+one line, if the installed aiohttp moved any of these.
 """
 
 from __future__ import annotations
@@ -19,14 +20,11 @@ from typing import Any
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
+from loadgen.client.malformed_body import MalformedBody
 from loadgen.client.sse import ArrivalLog
 from loadgen.errors import SetupError
 
 _PRIVATE_ATTRIBUTES = ("_payload", "_reading_paused", "_buffer_paused")
-
-
-class MalformedBody(aiohttp.ClientPayloadError):
-    """The response body's HTTP framing is invalid (not a truncation: a lie)."""
 
 
 _aiohttp_data_received = ResponseHandler.data_received
@@ -135,8 +133,9 @@ def check_private_api() -> None:
         missing.append("TCPConnector._factory")
     if missing:
         raise SetupError(f"aiohttp {aiohttp.__version__} lacks {', '.join(missing)}, which "
-                         "loadgen's arrival stamping needs; install the aiohttp version "
-                         "pyproject.toml names")
+                         "--http-client aiohttp's arrival stamping needs; use the default "
+                         "native client, or an aiohttp release loadgen's tests ran against "
+                         "(3.14)")
 
 
 check_private_api()

@@ -33,10 +33,10 @@ from typing import Any
 
 import aiohttp
 
-from loadgen.client.aiohttp_seam import MalformedBody, StampingConnector, protocol_of
 from loadgen.client.deadlines import STREAM_TIMEOUT, IdleDeadline, StreamIdle, http_timeout
 from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import BodyStream, Exchange, Ingest, StartPacer
+from loadgen.client.malformed_body import MalformedBody
 from loadgen.client.native.protocol import BadHttpResponse
 from loadgen.client.redirects import same_origin_redirects
 from loadgen.client.sse import ArrivalLog
@@ -96,13 +96,21 @@ def open_session(
     headers: Mapping[str, str] | None = None,
     read_bufsize: int = READ_BUFSIZE,
     http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
+    stamping: bool = False,
 ) -> aiohttp.ClientSession:
     """One session per run: `max_connections` sockets at once. Its default timeout bounds
-    every non-streaming call; streamed requests replace it with their own deadlines."""
-    connector = StampingConnector(
-        limit=max_connections, limit_per_host=0, keepalive_timeout=3600.0,
-        force_close=False, ttl_dns_cache=None,
-    )
+    every non-streaming call; streamed requests replace it with their own deadlines.
+    `stamping`: the session also reads the measured streams (`--http-client aiohttp`),
+    whose arrival stamps need aiohttp's internals (aiohttp_seam.py, imported only then)."""
+    options: dict[str, Any] = {"limit": max_connections, "limit_per_host": 0,
+                               "keepalive_timeout": 3600.0, "force_close": False,
+                               "ttl_dns_cache": None}
+    if stamping:
+        from loadgen.client.aiohttp_seam import StampingConnector
+
+        connector: aiohttp.TCPConnector = StampingConnector(**options)
+    else:
+        connector = aiohttp.TCPConnector(**options)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=http_timeout(http_timeout_s),
@@ -211,7 +219,12 @@ class AiohttpStreams:
     """The `StreamClient` over an aiohttp session (`--http-client aiohttp`)."""
 
     def __init__(self, session: aiohttp.ClientSession) -> None:
+        from loadgen.client.aiohttp_seam import StampingConnector, protocol_of
+
+        if not isinstance(session.connector, StampingConnector):
+            raise ValueError("AiohttpStreams needs a session from open_session(stamping=True)")
         self.session = session
+        self._protocol_of = protocol_of
 
     async def exchange(self, url: str, body: bytes, headers: Mapping[str, str],
                        clock: RequestClock, state: Exchange, counter: TokenCounter,
@@ -228,11 +241,10 @@ class AiohttpStreams:
     async def close(self) -> None:
         pass  # the session belongs to whoever opened it
 
-    @staticmethod
-    async def _follow(response: aiohttp.ClientResponse, clock: RequestClock, state: Exchange,
-                      counter: TokenCounter, ingest: Ingest) -> None:
+    async def _follow(self, response: aiohttp.ClientResponse, clock: RequestClock,
+                      state: Exchange, counter: TokenCounter, ingest: Ingest) -> None:
         """Hand the body to the ingest, then sleep until it has ended."""
-        protocol = protocol_of(response)
+        protocol = self._protocol_of(response)
         log = protocol.log_for(response.content) if protocol is not None else None
         if log is None:  # never expected: the protocol was rebound under us
             log = ArrivalLog()

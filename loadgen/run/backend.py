@@ -160,6 +160,7 @@ async def http_backend(spec: RunSpec, results_dir: Path,
             spec, target = dataclasses.replace(spec, base_url=url), "simulator"
         session = await stack.enter_async_context(
             open_session(max_connections=max(spec.conc), headers=request_headers(spec),
-                         http_timeout_s=spec.http_timeout_s))
+                         http_timeout_s=spec.http_timeout_s,
+                         stamping=spec.http_client == "aiohttp"))
         streams = await stack.enter_async_context(open_streams(spec, session, max(spec.conc)))
         yield HttpBackend(spec, session, target, tokenizer, streams)

@@ -217,7 +217,8 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
     slots = max(len(config.share.slots(conc)) for conc in spec.conc) or 1
     commands: asyncio.Queue[Command] = asyncio.Queue()
     async with open_session(max_connections=slots, headers=request_headers(spec),
-                            http_timeout_s=spec.http_timeout_s) as session, \
+                            http_timeout_s=spec.http_timeout_s,
+                            stamping=spec.http_client == "aiohttp") as session, \
             open_streams(spec, session, slots) as streams:
         backend = HttpBackend(spec, session, config.target, tokenizer, streams)
         backend.adopt(config.server)

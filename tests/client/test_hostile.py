@@ -67,7 +67,7 @@ async def send_one(base_url: str, client: str, *, idle_s: float = 5.0,
                    request_timeout_s: float | None = None,
                    max_tokens: int = OSL) -> RequestRecord:
     """One streamed request through the real transport and the given client."""
-    async with open_session(max_connections=1, http_timeout_s=5.0) as session:
+    async with open_session(max_connections=1, http_timeout_s=5.0, stamping=True) as session:
         native = NativeStreams(max_connections=1)
         streams = native if client == "native" else AiohttpStreams(session)
         transport = Transport(streams, base_url + "/v1/completions",
@@ -88,7 +88,7 @@ async def send_in_turn(base_url: str, client: str, count: int, *, pause_s: float
     two, `pause_s` with the loop running, then `block_s` with it blocked (bytes that
     arrive then wait in the socket until after the next request's write)."""
     records = []
-    async with open_session(max_connections=1, http_timeout_s=5.0) as session:
+    async with open_session(max_connections=1, http_timeout_s=5.0, stamping=True) as session:
         native = NativeStreams(max_connections=1)
         streams = native if client == "native" else AiohttpStreams(session)
         transport = Transport(streams, base_url + "/v1/completions", stream_idle_timeout_s=5)
@@ -433,7 +433,7 @@ async def test_101_is_that_requests_http_error_and_no_one_elses(client: str) -> 
     streams queued behind it were never parsed, and it surfaced as a timeout."""
     routes = {"/up": upgrade, "/slow": completion(piece=20)}
     async with HostileServer(routes) as server, open_session(
-            max_connections=4, http_timeout_s=5.0) as session:
+            max_connections=4, http_timeout_s=5.0, stamping=True) as session:
         native = NativeStreams(max_connections=4)
         streams = native if client == "native" else AiohttpStreams(session)
         upgraded = Transport(streams, server.base_url + "/up", stream_idle_timeout_s=5)

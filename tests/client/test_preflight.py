@@ -93,7 +93,7 @@ async def run_preflight(script: Script, *, model: str | None = None, isl: int = 
     gen = serve(script)
     base = await gen.__anext__()
     try:
-        async with open_session(max_connections=2, headers=headers) as session:
+        async with open_session(max_connections=2, headers=headers, stamping=True) as session:
             return await preflight(
                 session, base, wanted_model=model, isl=isl, osl=osl,
                 options=BodyOptions(endpoint="completions", model=""),

@@ -65,7 +65,7 @@ async def test_session_headers_fields_and_cached_tokens(
             stack.push_async_callback(client.close)
         else:
             client = AiohttpStreams(await stack.enter_async_context(
-                open_session(max_connections=1)))
+                open_session(max_connections=1, stamping=True)))
         record = await Transport(client, url).send(
             request, x_request_id="r", conc=1, scheduled_ns=1, on_record=lambda r: None)
     assert seen[0]["x-session-id"] == seen[0]["x-smg-routing-key"] == "run.0.1:trace-a::sa0"

@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -102,7 +105,7 @@ async def open_streams(kind: str, max_connections: int,
             await native.close()
         return
     extra = {} if read_bufsize is None else {"read_bufsize": read_bufsize}
-    async with open_session(max_connections=max_connections, **extra) as session:
+    async with open_session(max_connections=max_connections, stamping=True, **extra) as session:
         yield AiohttpStreams(session)
 
 
@@ -220,11 +223,27 @@ async def test_connection_refused_is_connect_error(kind: str) -> None:
 
 
 async def test_connector_uses_stamping_protocol() -> None:
-    """Guards the one private aiohttp seam (TCPConnector._factory) against upgrades."""
-    async with open_session(max_connections=1) as session:
+    """Guards the one private aiohttp seam (TCPConnector._factory) against upgrades; only
+    the aiohttp streams client's session uses it, a native run's is aiohttp's own."""
+    async with open_session(max_connections=1, stamping=True) as session:
         connector = session.connector
         assert isinstance(connector, StampingConnector)
         assert connector._factory.func is StampingResponseHandler
+    async with open_session(max_connections=1) as session:
+        assert type(session.connector) is aiohttp.TCPConnector
+    with pytest.raises(ValueError, match="stamping=True"):
+        AiohttpStreams(session)
+
+
+def test_a_native_run_never_imports_the_private_seam() -> None:
+    """An aiohttp release that moved its internals cannot stop a native run: nothing on
+    that path imports aiohttp_seam (checked in a fresh interpreter)."""
+    code = ("import sys, loadgen.cli, loadgen.run.backend, loadgen.run.worker, "
+            "loadgen.client.transport, loadgen.sidecar.service; "
+            "print('loadgen.client.aiohttp_seam' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_private_aiohttp_access_lives_in_the_seam_only() -> None:
