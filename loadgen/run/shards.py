@@ -15,7 +15,6 @@ overlap by more than that were not one concurrency point: that point is refused.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -40,8 +39,7 @@ from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import new_run_id
 from loadgen.run.results_dir import run_files
-from loadgen.sinks.plot import plot_sweep
-from loadgen.sinks.table import format_table, sweep_rows, write_csv
+from loadgen.sinks.sweep_files import write_sweep_files
 
 # Settings that may differ between the shards of one run (everything else must match).
 PER_SHARD = frozenset({"shard_index", "results_dir", "progress", "workers", "cpu_affinity",
@@ -145,12 +143,8 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
                 "and a machine's wall clock is not NTP-synchronized (its kernel says so): "
                 "they are aligned with an unknown error (clock_alignment_uncertainty_ms "
                 "null); duration and throughput may be off by that much"] if unknown else []
-    if results:
-        rows = sweep_rows(results)
-        write_csv(ResultsDir(out).sweep_csv, rows)
-        print(format_table(rows))
-        with contextlib.suppress(Exception):  # a plot must never cost the measurements
-            plot_sweep(ResultsDir(out).sweep_png, results)
+    warnings += [f"{name} could not be written (the points' files are)"
+                 for name in write_sweep_files(ResultsDir(out), results)]
     return MergeOutcome(out, tuple(results), tuple(refused), tuple(warnings))
 
 

@@ -33,7 +33,7 @@ from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import Interrupted, LoadgenError
 from loadgen.results.files import ResultsWriteError
-from loadgen.results.store import RUN_FILE, SWEEP_CSV, ResultsDir
+from loadgen.results.store import RUN_FILE, ResultsDir
 from loadgen.run import results_dir as results_files
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.ids import new_run_id
@@ -48,10 +48,8 @@ from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
 from loadgen.run.stops import INTERRUPTED_DETAIL, add_context, run_level_error, stop_of
-from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.progress import ProgressLine
-from loadgen.sinks.session_table import format_session_table
-from loadgen.sinks.table import format_table, sweep_rows, write_csv
+from loadgen.sinks.sweep_files import write_sweep_files
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload, synthesis_of
@@ -321,16 +319,4 @@ class _Sweep:
 
     def _write_sweep_files(self) -> None:
         results = [p.result for p in self.points if p.complete]
-        if not results:
-            return
-        rows = sweep_rows(results)
-        try:
-            write_csv(ResultsDir(self.results_dir).sweep_csv, rows)
-        except ResultsWriteError:
-            self.unwritten.append(SWEEP_CSV)
-        print(format_table(rows))
-        sessions = format_session_table(results)
-        if sessions is not None:
-            print(sessions)
-        with contextlib.suppress(Exception):  # a plot must never cost the measurements
-            plot_sweep(ResultsDir(self.results_dir).sweep_png, results)
+        self.unwritten += write_sweep_files(ResultsDir(self.results_dir), results)
