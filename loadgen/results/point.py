@@ -1,0 +1,236 @@
+"""The one typed result of a concurrency point (`conc_<N>.json`) and its file form.
+
+`PointResult` groups what its producers each know: the metrics `summarize` computes from
+the records, the client's health over the measured phase, the run's identity and the
+point's status, and (session runs) the session figures. The live run, its worker
+processes and `loadgen merge` all build it through run/assemble.py, so a field one of them
+forgets is an error where it is built. The file is flat, in vLLM / InferenceX spelling
+(docs/results.md): `point_to_json` and `point_from_json` are the only places that
+spelling is produced or read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import msgspec
+
+from loadgen.errors import UsageError
+from loadgen.results.point_metrics import EXTRA_PERCENTILE_KEY, PointMetrics
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+class ResultFileError(UsageError):
+    """A file loadgen reads back is not what it wrote: str() names the file and field."""
+
+
+class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """Session runs only (--turns, multi-turn datasets, trace replay): docs/results.md,
+    "Sessions and prefix caching"."""
+
+    session_history: str
+    prompt_tokens_sent: int
+    theoretical_cached_tokens: int | None
+    theoretical_prefix_hit_rate: float | None
+    server_prefix_cache_queries: int | None
+    server_prefix_cache_hits: int | None
+    server_prefix_hit_rate: float | None
+    client_cached_tokens: int | None
+    client_cached_requests: int
+    client_prefix_hit_rate: float | None
+    prefix_hit_rate_diff: float | None
+    session_ttft_ms: dict[str, float | None]
+    session_e2el_ms: dict[str, float | None]
+    session_itl_ms: dict[str, float | None]
+    session_interactivity_tok_s_user: dict[str, float | None]
+    session_e2e_interactivity_tok_s_user: dict[str, float | None]
+    ttft_by_context: list[dict[str, Any]]
+    session_ids: int
+    session_trees: int
+    subagent_session_ids: int
+    replay_trees_started: int
+    replay_trees_completed: int
+    replay_sessions_started: int
+    replay_subagents_started: int
+    replay_max_live_trees: int
+    replay_gaps_capped_tree: int
+    replay_gaps_cut_system: int
+    replay_primers: int
+    replay_primers_failed: int
+    replay_sessions_cut: int
+    replay_turns_skipped: int
+
+
+class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """The client processes over the measured phase (run/client_health.py)."""
+
+    client_cpu_seconds: float
+    client_cpu_per_chunk_us: float | None
+    client_loop_lag_p99_ms: float | None
+    client_loop_lag_max_ms: float | None
+    client_loop_lag_samples: int
+    client_processes: list[dict[str, Any]]
+    clock_alignment_uncertainty_ms: float | None
+
+
+class PointIdentity(msgspec.Struct, frozen=True, kw_only=True):
+    """What was measured, by which run and client (shards: which share)."""
+
+    shard: str | None
+    shards_merged: int
+    target: str
+    run_id: str
+    model_id: str | None
+    endpoint_type: str
+    endpoint: str
+    base_url: str
+    backend: str
+    http_client: str
+    input_len: int | None
+    output_len: int | None
+    range_ratio: float
+    request_rate: float | str
+    burstiness: float
+    loadgen_version: str
+    tokenizer_check: dict[str, Any] | None
+
+
+class PointStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """Whether the point ran to its end, and why not (run/stops.py)."""
+
+    complete: bool
+    incomplete_reason: str | None
+    stop_reason: str | None
+    stop_detail: str | None
+
+
+class PromptLengths(msgspec.Struct, frozen=True, kw_only=True):
+    """Whether the prompts have the lengths asked for (metrics/prompt_lengths.py)."""
+
+    prompt_synthesis: str
+    prompt_synthesis_note: str | None
+    input_len_approximate: bool | None
+    input_len_mismatches: int | None
+    input_len_max_abs_diff: int | None
+
+
+class PointResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One point, as every producer builds it (run/assemble.py) and every reader gets it."""
+
+    metrics: PointMetrics
+    client: ClientHealth
+    identity: PointIdentity
+    status: PointStatus
+    prompts: PromptLengths
+    planned_requests: int
+    warmup_requests: int
+    warmup_failed: int
+    server_metrics_by_url: list[dict[str, Any]] | None
+    sessions: SessionMetrics | None = None
+
+    @property
+    def conc(self) -> int:
+        return self.metrics.max_concurrency
+
+    def to_json(self) -> dict[str, Any]:
+        return point_to_json(self)
+
+
+# A nested Struct is a group of the flat file's keys; `session_history` marks a session
+# point (the only optional group).
+_OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {SessionMetrics: "session_history"}
+_EXTRA = "extra_percentiles"
+
+
+def _group_type(annotation: Any) -> type[msgspec.Struct] | None:
+    """The Struct a field holds (`X` or `X | None`), None for a plain value."""
+    options = getattr(annotation, "__args__", (annotation,))
+    for option in options:
+        if isinstance(option, type) and issubclass(option, msgspec.Struct):
+            return option
+    return None
+
+
+def point_to_json(result: PointResult) -> dict[str, Any]:
+    """The flat file form: every group's fields side by side, extra percentiles flat."""
+    return flat_fields(result)
+
+
+def flat_fields(struct: msgspec.Struct) -> dict[str, Any]:
+    """A Struct of the result model in its flat file spelling (nested groups side by side)."""
+    flat: dict[str, Any] = {}
+    for field in msgspec.structs.fields(struct):
+        value = getattr(struct, field.name)
+        if isinstance(value, msgspec.Struct):
+            flat.update(flat_fields(value))
+        elif field.name == _EXTRA:
+            flat.update(value)
+        elif _group_type(field.type) is None:  # an absent optional group writes nothing
+            flat[field.encode_name] = msgspec.to_builtins(value)
+    return flat
+
+
+def point_from_json(obj: object, source: str) -> PointResult:
+    """A point file's decoded JSON -> PointResult; ResultFileError names `source` and the
+    field that is missing or of the wrong type. Keys loadgen does not know are ignored
+    (a newer loadgen may add fields)."""
+    if not isinstance(obj, dict):
+        raise ResultFileError(f"{source}: not a loadgen point result (a JSON "
+                              f"{type(obj).__name__}, expected an object)")
+    try:
+        return _unflatten(PointResult, obj)
+    except msgspec.ValidationError as exc:
+        raise ResultFileError(f"{source}: {field_message(exc)}; not a point result of this "
+                              "loadgen (written by another version, or edited?)") from None
+
+
+def metrics_from_fields(fields: Mapping[str, Any]) -> PointMetrics:
+    """summarize's computed fields (file spelling) -> the Struct; msgspec.ValidationError
+    names a missing or mistyped field (a programming error, never a user's)."""
+    return _unflatten(PointMetrics, fields)
+
+
+def _unflatten(cls: type[S], flat: Mapping[str, Any]) -> S:
+    part: dict[str, Any] = {}
+    for field in msgspec.structs.fields(cls):
+        group = _group_type(field.type)
+        if group is not None:
+            marker = _OPTIONAL_MARKER.get(group)
+            part[field.name] = None if marker and marker not in flat else _unflatten(group, flat)
+        elif field.name == _EXTRA:
+            part[_EXTRA] = {k: v for k, v in flat.items()
+                            if EXTRA_PERCENTILE_KEY.match(k) and k not in _METRIC_NAMES}
+        elif field.encode_name in flat:
+            part[field.encode_name] = flat[field.encode_name]
+    return msgspec.convert(part, cls)
+
+
+_METRIC_NAMES = frozenset(f.encode_name for f in msgspec.structs.fields(PointMetrics))
+
+
+def field_message(exc: msgspec.ValidationError) -> str:
+    """msgspec's `Expected `int`, got `str` - at `$.completed`` with the field named first;
+    a missing field by its whole path (`missing field `points[0].conc``)."""
+    text = str(exc)
+    head, sep, where = text.rpartition(" - at `$")
+    path = where.rstrip("`").lstrip(".") if sep else ""
+    head = head if sep else text
+    missing = re.match(r"Object missing required field `([^`]+)`", head)
+    if missing:
+        return f"missing field `{path + '.' if path else ''}{missing[1]}`"
+    return f"field {path!r}: {head}" if path else head
+
+
+def file_keys(cls: type[msgspec.Struct]) -> frozenset[str]:
+    """Every key the flat file form of `cls` has (docs/results.md documents each)."""
+    keys: set[str] = set()
+    for field in msgspec.structs.fields(cls):
+        group = _group_type(field.type)
+        if group is not None:
+            keys |= file_keys(group)
+        elif field.name != _EXTRA:
+            keys.add(field.encode_name)
+    return frozenset(keys)

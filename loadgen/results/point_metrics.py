@@ -1,0 +1,160 @@
+"""The metric fields of one concurrency point, as `summarize` computes them from records.
+
+A frozen msgspec Struct: every field typed and required, so a producer that forgets one
+fails where it builds the object, not in a reader weeks later. Field names are Python
+identifiers; the file spelling is vLLM `bench serve` / InferenceX's (`p99.9_ttft_ms`),
+produced by `vllm_spelling` only where the Struct meets a file (results/point.py).
+
+Percentiles beyond the default set (`--percentiles 75`) have keys a static schema cannot
+name in advance (`p75_ttft_ms`, ...): they live in `extra_percentiles` and are written
+flat beside the rest.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+_DECIMAL_PERCENTILE = re.compile(r"^p(\d+)_(\d+)_")
+EXTRA_PERCENTILE_KEY = re.compile(r"^p\d+(?:\.\d+)?_[a-z][a-z0-9_]*$")
+
+
+def vllm_spelling(name: str) -> str | None:
+    """`p99_9_ttft_ms` -> `p99.9_ttft_ms` (vLLM's key); None keeps the name as it is."""
+    match = _DECIMAL_PERCENTILE.match(name)
+    if match is None:
+        return None
+    return f"p{match[1]}.{match[2]}_{name[match.end():]}"
+
+
+class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelling):
+    """docs/results.md documents every field (a test holds the two together)."""
+
+    num_prompts: int
+    max_concurrency: int
+    completed: int
+    failed: int
+    num_gpus: int | None
+    spec_tokens: int | None
+    benchmark_start_time_unix: float | None
+    duration: float | None
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float | None
+    output_throughput: float | None
+    input_throughput: float | None
+    total_token_throughput: float | None
+    output_throughput_per_gpu: float | None
+    total_token_throughput_per_gpu: float | None
+    max_concurrent_requests: int
+    max_output_tokens_per_s: float | None
+    steady_window_start_s: float | None
+    steady_window_duration: float | None
+    steady_request_throughput: float | None
+    steady_output_throughput: float | None
+    steady_input_throughput: float | None
+    steady_total_token_throughput: float | None
+    steady_output_throughput_per_gpu: float | None
+    steady_total_token_throughput_per_gpu: float | None
+    total_chunks: int
+    chunk_gaps_read_together: int
+    tpot_excluded_single_token: int
+    mean_ttft_ms: float | None
+    median_ttft_ms: float | None
+    std_ttft_ms: float | None
+    p90_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    p99_9_ttft_ms: float | None
+    mean_tpot_ms: float | None
+    median_tpot_ms: float | None
+    std_tpot_ms: float | None
+    p90_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    p99_9_tpot_ms: float | None
+    mean_itl_ms: float | None
+    median_itl_ms: float | None
+    std_itl_ms: float | None
+    p90_itl_ms: float | None
+    p99_itl_ms: float | None
+    p99_9_itl_ms: float | None
+    mean_e2el_ms: float | None
+    median_e2el_ms: float | None
+    std_e2el_ms: float | None
+    p90_e2el_ms: float | None
+    p99_e2el_ms: float | None
+    p99_9_e2el_ms: float | None
+    mean_itl_per_token_ms: float | None
+    median_itl_per_token_ms: float | None
+    std_itl_per_token_ms: float | None
+    p90_itl_per_token_ms: float | None
+    p99_itl_per_token_ms: float | None
+    p99_9_itl_per_token_ms: float | None
+    mean_queue_time_ms: float | None
+    median_queue_time_ms: float | None
+    std_queue_time_ms: float | None
+    p90_queue_time_ms: float | None
+    p99_queue_time_ms: float | None
+    p99_9_queue_time_ms: float | None
+    mean_connect_time_ms: float | None
+    median_connect_time_ms: float | None
+    std_connect_time_ms: float | None
+    p90_connect_time_ms: float | None
+    p99_connect_time_ms: float | None
+    p99_9_connect_time_ms: float | None
+    mean_interactivity_tok_s_user: float | None
+    median_interactivity_tok_s_user: float | None
+    std_interactivity_tok_s_user: float | None
+    p90_interactivity_tok_s_user: float | None
+    p99_interactivity_tok_s_user: float | None
+    p99_9_interactivity_tok_s_user: float | None
+    max_connect_time_ms: float | None
+    new_connections: int
+    request_goodput: float | None
+    good_requests: int | None
+    goodput_slos_ms: dict[str, float] | None
+    errors_by_kind: dict[str, int]
+    error_rate: float | None
+    prompt_tokens_mismatches: int
+    prompt_tokens_max_abs_diff: int
+    prompt_tokens_unreported: int
+    completion_tokens_vs_max_tokens_mismatches: int
+    completion_tokens_vs_max_tokens_max_abs_diff: int
+    chunk_tokens_vs_usage_mismatches: int
+    chunk_tokens_vs_usage_max_abs_diff: int
+    completion_tokens_unreported: int
+    token_count_source: str | None
+    token_count_sources: dict[str, int]
+    approximate: bool
+    arrival_stamps: str | None
+    arrival_stamp_sources: dict[str, int]
+    stream_acceptance_length: float | None
+    stream_acceptance_rate: float | None
+    stream_acceptance_per_position: list[float] | None
+    stream_acceptance_decode_chunks: int | None
+    stream_acceptance_oversized_chunks: int | None
+    stream_acceptance_invalid_reason: str | None
+    server_acceptance_length: float | None
+    server_acceptance_rate: float | None
+    server_acceptance_per_position: list[float] | None
+    server_spec_tokens: int | None
+    server_spec_decode_drafts: int | None
+    server_spec_decode_draft_tokens: int | None
+    server_spec_decode_accepted_tokens: int | None
+    server_mean_ttft_ms: float | None
+    server_mean_e2el_ms: float | None
+    server_mean_itl_ms: float | None
+    server_mean_queue_time_ms: float | None
+    server_requests: float | None
+    acceptance_length_diff: float | None
+    acceptance_rate_diff: float | None
+    acceptance_per_position_diff: list[float] | None
+    acceptance_length: float | None
+    acceptance_length_source: str | None
+    itl_chunks_merged_steps: bool | None
+    input_lens: list[int]
+    output_lens: list[int]
+    ttfts: list[float | None]
+    errors: list[str]
+    # `--percentiles X` beyond the default set: `p<X>_<metric>_<unit>` -> value
+    extra_percentiles: dict[str, float | None] = {}

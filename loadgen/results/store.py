@@ -1,0 +1,154 @@
+"""The results directory: every file name loadgen writes or reads back is spelled here.
+
+    run.json                    the run (settings, server, attempts, points)
+    conc_<N>.json               one point's PointResult (results/point.py)
+    requests_conc_<N>.jsonl     one record per finished request (results/jsonl.py)
+    sweep.csv, sweep.png        the sweep table and plot, complete points only
+    simulator.log               the embedded simulator's log (--sim)
+    lanes.json                  a sweep file's tree: its lanes in the file's order
+    incomplete/<run_id>/        after --resume: the stopped point's files as they were
+
+Everything read back is decoded against its type, and a file that is torn, of another
+shape or of another version is one ResultFileError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+
+from loadgen.records import RequestRecord
+from loadgen.results.files import write_atomic
+from loadgen.results.jsonl import read_jsonl
+from loadgen.results.point import PointResult, ResultFileError, field_message, point_from_json
+
+RUN_FILE = "run.json"
+LANES_FILE = "lanes.json"
+SWEEP_CSV = "sweep.csv"
+SWEEP_PNG = "sweep.png"
+SIMULATOR_LOG = "simulator.log"
+INCOMPLETE_DIR = "incomplete"
+POINT_GLOB = "conc_*.json"
+REQUESTS_GLOB = "requests_conc_*.jsonl"
+_POINT_NAME = re.compile(r"^conc_(\d+)\.json$")
+# A file that is bigger than any result loadgen writes is not one of its results.
+MAX_READ_BYTES = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class ResultsDir:
+    path: Path
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def lanes_file(self) -> Path:
+        return self.path / LANES_FILE
+
+    @property
+    def sweep_csv(self) -> Path:
+        return self.path / SWEEP_CSV
+
+    @property
+    def sweep_png(self) -> Path:
+        return self.path / SWEEP_PNG
+
+    @property
+    def simulator_log(self) -> Path:
+        return self.path / SIMULATOR_LOG
+
+    def point_file(self, conc: int) -> Path:
+        return self.path / f"conc_{conc}.json"
+
+    def requests_file(self, conc: int) -> Path:
+        return self.path / f"requests_conc_{conc}.jsonl"
+
+    def incomplete(self, run_id: str) -> Path:
+        return self.path / INCOMPLETE_DIR / run_id
+
+    def point_concs(self) -> list[int]:
+        """The concurrencies of the point files present, ascending."""
+        found = (_POINT_NAME.match(p.name) for p in self.path.glob(POINT_GLOB))
+        return sorted(int(m[1]) for m in found if m)
+
+    def write_point(self, result: PointResult) -> Path:
+        data = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2
+                            | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)
+        return write_atomic(self.point_file(result.conc), data)
+
+    def read_point(self, conc: int) -> PointResult:
+        path = self.point_file(conc)
+        result = point_from_json(read_json(path), str(path))
+        if result.conc != conc:
+            raise ResultFileError(f"{path}: field 'max_concurrency' is {result.conc}, not "
+                                  f"{conc} as its name says")
+        return result
+
+    def read_points(self) -> dict[int, PointResult]:
+        return {conc: self.read_point(conc) for conc in self.point_concs()}
+
+    def read_records(self, conc: int) -> list[RequestRecord]:
+        path = self.requests_file(conc)
+        try:
+            return read_jsonl(path)
+        except OSError as exc:
+            raise ResultFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+    def read_run(self) -> dict[str, Any]:
+        """run.json as an object (its fields are checked by the reader that needs them)."""
+        run = read_json(self.run_file)
+        if not isinstance(run, dict):
+            raise ResultFileError(f"{self.run_file}: not a loadgen run.json (a JSON "
+                                  f"{type(run).__name__}, expected an object)")
+        return run
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file loadgen wrote; ResultFileError (one line) for anything else."""
+    try:
+        if not path.is_file():
+            raise ResultFileError(f"{path}: no such file (or not a regular file)")
+        if path.stat().st_size > MAX_READ_BYTES:
+            raise ResultFileError(f"{path}: larger than 1 GiB: not a file loadgen wrote")
+        return orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except orjson.JSONDecodeError as exc:
+        raise ResultFileError(f"{path}: not valid JSON ({exc})") from None
+
+
+class ShardInfo(msgspec.Struct, frozen=True):
+    index: int | None  # None: a merge of shards
+    count: int
+
+
+class PointEntry(msgspec.Struct, frozen=True):
+    """One point as run.json lists it (more facts beside these are kept as they are)."""
+
+    conc: int
+    complete: bool
+
+
+class RunHeader(msgspec.Struct, frozen=True):
+    """The run.json fields that --resume and `loadgen merge` rely on."""
+
+    run_id: str
+    settings: dict[str, Any]
+    points: list[PointEntry]
+    shard: ShardInfo | None = None
+
+
+def check_run(run: dict[str, Any], path: Path) -> RunHeader:
+    """run.json's fields checked against RunHeader; ResultFileError names the field."""
+    try:
+        return msgspec.convert(run, RunHeader)
+    except msgspec.ValidationError as exc:
+        raise ResultFileError(f"{path}: {field_message(exc)}; not a run.json this loadgen "
+                              "wrote") from None
