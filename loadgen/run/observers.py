@@ -23,6 +23,31 @@ class RunObserver(Protocol):
     def session_finished(self, conc: int, root: bool) -> None: ...
 
 
+class QuietObserver:
+    """Every hook a no-op: an observer subclasses it and overrides the hooks it uses."""
+
+    def point_started(self, conc: int, num_requests: int) -> None:
+        pass
+
+    def request_started(self, conc: int) -> None:
+        pass
+
+    def request_finished(self, record: RequestRecord) -> None:
+        pass
+
+    def point_finished(self, conc: int, result: PointResult) -> None:
+        pass
+
+    def loop_lag(self, seconds: float) -> None:
+        pass
+
+    def session_started(self, conc: int, root: bool) -> None:
+        pass
+
+    def session_finished(self, conc: int, root: bool) -> None:
+        pass
+
+
 class FanoutObserver:
     """Forwards every hook call to each of several observers (None entries are skipped)."""
 

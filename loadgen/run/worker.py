@@ -30,9 +30,9 @@ from loadgen.client.preflight import ServerInfo
 from loadgen.client.transport import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
-from loadgen.results.point import PointResult
 from loadgen.run.backend import HttpBackend, open_streams, request_headers
 from loadgen.run.frames import Kind, frame, message, read_frame
+from loadgen.run.observers import QuietObserver
 from loadgen.run.point import Point, RunContext
 from loadgen.run.shares import Share
 from loadgen.tokenizer import load_tokenizer
@@ -52,7 +52,7 @@ class WorkerConfig:
     cpu: int | None  # pin to this CPU (--cpu-affinity)
 
 
-class ParentLink:
+class ParentLink(QuietObserver):
     """The worker's RunObserver and record sink: everything goes to the parent."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
@@ -99,17 +99,12 @@ class ParentLink:
     def request_finished(self, record: RequestRecord) -> None:
         pass  # records go through record()
 
-    def point_finished(self, conc: int, result: PointResult) -> None:
-        pass
-
     def loop_lag(self, seconds: float) -> None:
         self._lag_ns.append(round(seconds * 1e9))
 
     def session_started(self, conc: int, root: bool) -> None:
         pass  # session runs are played in one process (RunSpec refuses --workers)
 
-    def session_finished(self, conc: int, root: bool) -> None:
-        pass
 
 
 async def _until_stopped(work: Awaitable[None], commands: asyncio.Queue[Command]) -> bool:
