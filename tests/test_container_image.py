@@ -139,12 +139,12 @@ def test_the_build_context_leaves_out_local_state(image: Image, tmp_path: Path) 
         image.run("rmi", tag)
     assert listed.returncode == 0, listed.stderr
     files = {line.removeprefix("./") for line in listed.stdout.split()}
-    assert {"pyproject.toml", "README.md", "loadgen", "encoders"} <= files
+    assert {"pyproject.toml", "README.md", "LICENSE", "loadgen", "encoders"} <= files
     for name in present:
         assert name not in files, f"{name} is in the build context"
     assert not any("__pycache__" in f for f in files)
-    assert {f.split("/")[0] for f in files} <= {".", "pyproject.toml", "README.md", "loadgen",
-                                                "encoders"}
+    assert {f.split("/")[0] for f in files} <= {".", "pyproject.toml", "README.md", "LICENSE",
+                                                "loadgen", "encoders"}
 
 
 def free_port() -> int:
