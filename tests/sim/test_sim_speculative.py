@@ -97,3 +97,14 @@ def test_bad_speculative_config_exits_2_with_one_line(argv: list[str], mentions:
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert mentions in err
+
+
+def test_embedded_simulator_leaves_k_to_the_speculative_config() -> None:
+    """`loadgen --sim` adds its --spec-tokens default only without --speculative-config,
+    which refuses the shorthand beside it (the run above would exit 2)."""
+    from loadgen.run.embedded_sim import simulator_argv
+
+    spec = '{"num_speculative_tokens": 3}'
+    assert "--spec-tokens" not in simulator_argv(8000, ["--speculative-config", spec])
+    assert "--spec-tokens" not in simulator_argv(8000, [f"--speculative-config={spec}"])
+    assert "--spec-tokens" in simulator_argv(8000, ["--step-fixed-ms", "3"])
