@@ -67,8 +67,11 @@ def simulator_argv(port: int, extra: Sequence[str]) -> list[str]:
     (receive-lag p99 at conc 64: 4.4 ms with the 1 ms spin, 0.8 ms without), and the
     embedded simulator always shares the machine with the client measuring it.
     """
+    # --speculative-config sets K itself and refuses the --spec-tokens shorthand beside it.
+    speculative = any(arg.startswith("--speculative-config") for arg in extra)
+    k = [] if speculative else ["--spec-tokens", str(MTP_DRAFT_TOKENS)]
     return [sys.executable, "-m", "loadgen", "sim", "--host", HOST, "--port", str(port),
-            "--spec-tokens", str(MTP_DRAFT_TOKENS), "--spin-us", "0", *extra]
+            *k, "--spin-us", "0", *extra]
 
 
 async def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:

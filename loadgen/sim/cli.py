@@ -21,7 +21,8 @@ async def serve(config: SimConfig, host: str, port: int) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     async with running_simulator(config, host=host, port=port) as sim:
-        mtp = (f"MTP K={config.spec_tokens} acceptance={','.join(map(str, config.acceptance))}"
+        mtp = (f"{config.spec_method} ({config.rejection_sample_method}) K={config.spec_tokens}"
+               f" acceptance={','.join(map(str, config.acceptance))}"
                if config.mtp else "no MTP")
         print(f"loadgen sim: serving {config.model} at {sim.base_url} ({mtp}; "
               f"max_num_seqs={config.max_num_seqs})", file=sys.stderr, flush=True)

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from loadgen.errors import UsageError
+from loadgen.sim.speculative import Speculative, SpeculativeConfigError, parse_speculative_config
 
 DEFAULT_MODEL = "deepseek-v4-sim"
 DEFAULT_ACCEPTANCE = (0.8, 0.6)
@@ -65,6 +66,10 @@ class SimConfig:
     spec_tokens: int = 2
     # Empty means the default for K: 0.8, 0.6, then 0.5 for later positions.
     acceptance: tuple[float, ...] = ()
+    # vLLM's speculative_config "method" and "rejection_sample_method" (--speculative-config);
+    # informational: K and the acceptance schedule are what the engine models.
+    spec_method: str = "mtp"
+    rejection_sample_method: str = "standard"
     stream_interval: int = 1
     # Frontend lag model: chance per sent event that a request's step output is instead
     # merged into its next step's event (as vLLM's frontend does when it falls behind).
@@ -241,12 +246,18 @@ def _engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
                    help="cost per prompt token computed in a prefill chunk")
     p.add_argument("--seq-us", type=float, default=d.seq_us,
                    help="cost per scheduled sequence per step")
-    p.add_argument("--spec-tokens", type=int, default=d.spec_tokens,
-                   help="MTP draft tokens per step K (0 disables speculative decoding)")
+    p.add_argument("--spec-tokens", type=int, default=None,
+                   help="MTP draft tokens per step K (0 disables speculative decoding; "
+                   f"default {d.spec_tokens}); shorthand for --speculative-config")
     p.add_argument("--acceptance", type=_acceptance, default=None,
                    help="conditional acceptance probability per draft position "
                    f"(default {','.join(map(str, DEFAULT_ACCEPTANCE))}, "
                    f"{DEFAULT_LATER_ACCEPTANCE} for later positions)")
+    p.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help="vLLM's speculative config: method, num_speculative_tokens, "
+                   'rejection_sample_method ("synthetic" with synthetic_acceptance_length '
+                   "or unconditional synthetic_acceptance_rates, resolved as vLLM 0.32 "
+                   "does); replaces --spec-tokens/--acceptance")
     p.add_argument("--spin-us", type=float, default=CLI_SPIN_US,
                    help="busy-wait this long before each step deadline (timer precision)")
     p.add_argument("--enable-prefix-caching", action="store_true",
@@ -307,8 +318,22 @@ def _fault_flags(p: argparse.ArgumentParser) -> None:
                    f"without them (comma-separated: {','.join(REJECTABLE_PARAMS)})")
 
 
+def _speculative(args: argparse.Namespace) -> Speculative:
+    """--speculative-config, or the --spec-tokens/--acceptance shorthands (never both)."""
+    if args.speculative_config is None:
+        k = args.spec_tokens if args.spec_tokens is not None else SimConfig().spec_tokens
+        acceptance = args.acceptance if args.acceptance is not None else ()
+        return Speculative("mtp", k, "standard", acceptance)
+    if args.spec_tokens is not None or args.acceptance is not None:
+        raise ConfigError("give --speculative-config or --spec-tokens/--acceptance, not both")
+    try:
+        return parse_speculative_config(args.speculative_config)
+    except SpeculativeConfigError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    acceptance = args.acceptance if args.acceptance is not None else ()
+    spec = _speculative(args)
     faults = FaultConfig(
         error_500=args.fault_500, abort=args.fault_abort, malformed=args.fault_malformed,
         stall=args.fault_stall, stall_seconds=args.stall_seconds, max_waiting=args.max_waiting,
@@ -318,8 +343,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, step_fixed_ms=args.step_fixed_ms,
         decode_token_us=args.decode_token_us, prefill_token_us=args.prefill_token_us,
-        seq_us=args.seq_us, spec_tokens=args.spec_tokens,
-        acceptance=acceptance,
+        seq_us=args.seq_us, spec_tokens=spec.spec_tokens, acceptance=spec.acceptance,
+        spec_method=spec.method, rejection_sample_method=spec.rejection_sample_method,
         stream_interval=args.stream_interval, merge_steps_prob=args.merge_steps_prob,
         seed=args.seed, eos_prob=args.eos_prob,
         byte_fragment_fraction=args.byte_fragment_fraction, kv_cache_tokens=args.kv_cache_tokens,
