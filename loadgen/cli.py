@@ -204,4 +204,11 @@ async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
         point = next(p for p in outcome.points if p.conc == conc)
         print(f"loadgen: conc {conc}: error rate {point.error_rate:.1%} exceeds "
               f"--max-error-rate {spec.max_error_rate:.1%}", file=sys.stderr)
+    for conc in outcome.golden_failed:
+        metrics = next(p for p in outcome.points if p.conc == conc).result.metrics
+        drift = metrics.golden_acceptance_drift
+        print(f"loadgen: conc {conc}: acceptance outside --golden-al: "
+              f"{metrics.golden_acceptance_note}"
+              f"{'' if drift is None else f', drift {drift:+.1%}'} "
+              f"(tolerance {metrics.golden_acceptance_tolerance or 0:.0%})", file=sys.stderr)
     return outcome.exit_code

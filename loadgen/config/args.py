@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 import orjson
 
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
+from loadgen.config.golden import add_golden_flags, golden_fields
 from loadgen.config.parsers import (
     SpecError,
     check_api_key,
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_flags(p.add_argument_group("workload"))
     add_session_flags(p.add_argument_group("sessions (multi-turn, agentic trace replay)"))
     _results_flags(p.add_argument_group("results"))
+    add_golden_flags(p.add_argument_group("acceptance conformance (InferenceX golden AL)"))
     add_compat_flags(p)
     _scale_flags(p.add_argument_group("scale out (README: workers and shards)"))
     return p
@@ -317,6 +319,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,
         resume=args.resume is not None, overwrite=args.overwrite,
         http_client=args.http_client, **compat, **session_fields(args, fmt),
+        **golden_fields(args, args.thinking or "thinking", args.spec_tokens),
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from encoders import ENCODERS
+from loadgen.config.golden import GoldenAL
 from loadgen.config.parsers import (
     CONTROL_CHARS,
     MAX_CONC,
@@ -96,6 +97,7 @@ class RunSpec:
     seed: int = 0
     num_gpus: int | None = None
     spec_tokens: int | None = None
+    golden_al: GoldenAL | None = None  # --golden-al: the curve each point is held to
     slos_ms: Mapping[str, float] = field(default_factory=dict)
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
     request_timeout_s: float | None = None

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.config.golden import GoldenAL
 from loadgen.config.parsers import SLO_METRICS
 from loadgen.metrics.acceptance import (
     SERVER_KEYS,
@@ -43,6 +44,7 @@ from loadgen.metrics.checks import (
     token_count_checks,
     token_source_fields,
 )
+from loadgen.metrics.golden import golden_fields
 from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
 from loadgen.metrics.throughput import throughput_fields
 from loadgen.records import ErrorKind, RequestRecord
@@ -66,6 +68,7 @@ class PointContext:
     # Engine steps per stream chunk when the server's setting is known (the embedded
     # simulator's --stream-interval); None: unknown, as vLLM reports it nowhere.
     stream_interval: int | None = None
+    golden: GoldenAL | None = None  # --golden-al: the curve this point's AL is held to
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.slos) - set(SLO_METRICS))
@@ -235,6 +238,8 @@ def summarize(
     result.update(acceptance_difference(stream, server))
     result.update(best_acceptance_length(stream, server))
     result["itl_chunks_merged_steps"] = itl_merged_steps(stream)
+    result.update(golden_fields(ctx.golden, spec_tokens, result["acceptance_length"],
+                                result["acceptance_length_source"]))
     result.update(_per_request_lists(ordered))
     # Built, not cast: a key missing here or of the wrong type fails at once.
     return metrics_from_fields(result)

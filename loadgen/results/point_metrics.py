@@ -155,6 +155,11 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     acceptance_length: float | None
     acceptance_length_source: str | None
     itl_chunks_merged_steps: bool | None
+    golden_acceptance_length: float | None
+    golden_acceptance_drift: float | None
+    golden_acceptance_ok: bool | None
+    golden_acceptance_tolerance: float | None
+    golden_acceptance_note: str | None
     input_lens: list[int]
     output_lens: list[int]
     ttfts: list[float | None]

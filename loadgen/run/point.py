@@ -190,7 +190,7 @@ class PointRecords:
                            spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
                            percentiles=spec.percentiles, num_gpus=spec.num_gpus,
                            stream_interval=sim_stream_interval(spec.sim_args)
-                           if spec.sim else None)
+                           if spec.sim else None, golden=spec.golden_al)
         sessions = (self.extra(self.records, self.before.total, server_after)
                     if self.extra is not None else None)
         parts = PointParts(

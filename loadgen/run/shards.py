@@ -26,6 +26,7 @@ import msgspec
 import orjson
 
 from loadgen import __version__
+from loadgen.config.golden import GoldenAL
 from loadgen.errors import UsageError
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
@@ -267,7 +268,8 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[PointResult],
                        percentiles=tuple(settings["percentiles"]),
                        num_gpus=settings["num_gpus"],
                        stream_interval=sim_stream_interval(settings.get("sim_args") or ())
-                       if settings.get("sim") else None)
+                       if settings.get("sim") else None,
+                       golden=GoldenAL.from_settings(settings.get("golden_al")))
     complete = all(f.status.complete for f in files)
     before, after = combined_snapshots(shards, points) if complete else (None, None)
     first = files[0]

@@ -66,12 +66,14 @@ class SweepOutcome:
     interrupted: bool
     failed_points: tuple[int, ...]  # conc of points over --max-error-rate
     nothing_to_resume: bool = False  # --resume of a run whose points were all complete
+    # complete points whose AL failed --golden-al's check (results written, exit 1)
+    golden_failed: tuple[int, ...] = ()
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
-        return 1 if self.failed_points else 0
+        return 1 if self.failed_points or self.golden_failed else 0
 
 
 def body_options(spec: RunSpec) -> BodyOptions:
@@ -303,8 +305,11 @@ class _Sweep:
         if self.began:
             self._write_run_file(stop, final=True)
             self._write_sweep_files()
+        golden = tuple(p.conc for p in self.points
+                       if p.complete and p.result.metrics.golden_acceptance_ok is False)
         self._finished = SweepOutcome(self.results_dir, self.run_id, tuple(self.points),
-                                      isinstance(stop, Interrupted), failed)
+                                      isinstance(stop, Interrupted), failed,
+                                      golden_failed=golden)
         return self._finished
 
     def _write_run_file(self, stop: LoadgenError | None, *, final: bool) -> None:

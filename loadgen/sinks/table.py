@@ -36,6 +36,9 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     ("e2el_p50_ms", lambda r: r.metrics.median_e2el_ms),
     ("acceptance_length", lambda r: r.metrics.acceptance_length),
     ("acceptance_length_source", lambda r: r.metrics.acceptance_length_source),
+    ("golden_acceptance_length", lambda r: r.metrics.golden_acceptance_length),
+    ("golden_acceptance_drift", lambda r: r.metrics.golden_acceptance_drift),
+    ("golden_acceptance_ok", lambda r: r.metrics.golden_acceptance_ok),
     # null when void (the stream's chunks merged engine steps)
     ("stream_acceptance_length", lambda r: r.metrics.stream_acceptance_length),
     ("server_acceptance_length", lambda r: r.metrics.server_acceptance_length),
@@ -83,6 +86,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         ("TPOT p50 ms", "tpot_p50_ms", 2),
         ("AL", "acceptance_length", 2),
     ]
+    if any(row.get("golden_acceptance_ok") is not None for row in rows):
+        columns.append(("golden AL", "golden_acceptance_ok", 2))
     if any(row.get("failed") for row in rows):
         columns.append(("failed", "failed", 0))
     table = [[header for header, _, _ in columns]]
@@ -99,9 +104,20 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _row_cell(row: Mapping[str, Any], key: str, digits: int) -> str:
+    if key == "golden_acceptance_ok":
+        return _golden_cell(row)
     text = _cell(row.get(key), digits)
     server = row.get("acceptance_length_source") == "server_counters"
     return text + SERVER_AL_MARK if key == "acceptance_length" and server else text
+
+
+def _golden_cell(row: Mapping[str, Any]) -> str:
+    """`2.27 ok +0.4%`, `2.27 FAIL -11.9%`, or `FAIL` when nothing could be checked."""
+    verdict = "ok" if row.get("golden_acceptance_ok") else "FAIL"
+    golden, drift = row.get("golden_acceptance_length"), row.get("golden_acceptance_drift")
+    if golden is None:
+        return verdict
+    return f"{golden:.2f} {verdict}" + ("" if drift is None else f" {drift:+.1%}")
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
