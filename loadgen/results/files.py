@@ -14,8 +14,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import orjson
-
 from loadgen.errors import SetupError
 
 

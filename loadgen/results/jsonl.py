@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 
 from loadgen.records import RequestRecord
-from loadgen.results.point import ResultFileError, field_message
 from loadgen.results.files import ResultsWriteError
+from loadgen.results.point import ResultFileError, field_message
 
 
 class JsonlSink:
