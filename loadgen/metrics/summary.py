@@ -11,6 +11,8 @@ added beside them. Definitions are docs/design.md, "Metric definitions (normativ
 - Percentiles from the raw samples, numpy's default (linear) method, as vLLM; std is
   numpy's population std (ddof=0), as vLLM. Empty samples give None, never 0.
 - queue_time = start - scheduled (slot wait / open-loop lateness), every completed request;
+  ttft_from_schedule / e2el_from_schedule = first / last chunk - scheduled = queue_time +
+  TTFT / E2EL: latency as the user who was due at `scheduled` sees it (coordinated omission);
   connect_time = connection set-up before start, over the requests that opened one
   (`new_connections` counts them).
 - Failed requests count in `failed` and the error fields, never in latency statistics.
@@ -120,6 +122,8 @@ def latency_samples(arrays: PointArrays) -> dict[str, FloatArray]:
         "itl_per_token": per_token,
         "interactivity": 1000.0 / tpot[tpot > 0],
         "queue_time": arrays.queue_ns / NS_PER_MS,
+        "ttft_from_schedule": ttft + arrays.queue_ns / NS_PER_MS,
+        "e2el_from_schedule": e2el + arrays.queue_ns / NS_PER_MS,
         # Only requests that had to open a connection: with warm connections most are 0,
         # and a median of zeros would hide what opening one costs.
         "connect_time": arrays.connect_ns[arrays.connect_ns > 0] / NS_PER_MS,
@@ -131,20 +135,25 @@ def goodput_fields(
     samples: Mapping[str, FloatArray],
     slos: Mapping[str, float],
     duration_s: float | None,
+    *,
+    from_schedule: bool = False,
 ) -> dict[str, Any]:
     """A request is good when it meets every SLO given (vLLM's request_goodput).
 
     Per request: ttft, e2el, tpot as defined; itl = the request's largest chunk gap
     (every gap must meet the SLO). A metric that is undefined for a request (TPOT of a
     1-token output, ITL of a 1-chunk one) does not fail it, as in vLLM (TPOT 0).
+    from_schedule: ttft and e2el count from the intended send time instead (tpot and itl
+    do not depend on when the request was sent); keys get the `_from_schedule` suffix.
     """
+    suffix = "_from_schedule" if from_schedule else ""
     if not slos:
-        return {"request_goodput": None, "good_requests": None, "goodput_slos_ms": None}
+        return {f"request_goodput{suffix}": None, f"good_requests{suffix}": None}
     good = np.ones(arrays.num_records, dtype=np.bool_)
     multi = arrays.output_tokens > 1
     per_request = {
-        "ttft": samples["ttft"],
-        "e2el": samples["e2el"],
+        "ttft": samples[f"ttft{suffix}"],
+        "e2el": samples[f"e2el{suffix}"],
         "itl": arrays.max_gap_ms(),
         "tpot": np.zeros(arrays.num_records),
     }
@@ -153,9 +162,8 @@ def goodput_fields(
         good &= per_request[metric] <= limit_ms
     count = int(np.count_nonzero(good))
     return {
-        "request_goodput": count / duration_s if duration_s else None,
-        "good_requests": count,
-        "goodput_slos_ms": dict(slos),
+        f"request_goodput{suffix}": count / duration_s if duration_s else None,
+        f"good_requests{suffix}": count,
     }
 
 
@@ -219,7 +227,8 @@ def summarize(
         "chunk_gaps_read_together": int(np.count_nonzero(samples["itl"] == 0)),
         "tpot_excluded_single_token": int(np.count_nonzero(arrays.output_tokens <= 1)),
     }
-    for name in ("ttft", "tpot", "itl", "e2el", "itl_per_token", "queue_time", "connect_time"):
+    for name in ("ttft", "tpot", "itl", "e2el", "itl_per_token", "queue_time", "connect_time",
+                 "ttft_from_schedule", "e2el_from_schedule"):
         result.update(distribution(name, samples[name], ctx.all_percentiles))
     result.update(
         distribution("interactivity", samples["interactivity"], ctx.all_percentiles, "tok_s_user")
@@ -228,6 +237,9 @@ def summarize(
     result["max_connect_time_ms"] = float(connect.max()) if connect.size else None
     result["new_connections"] = int(np.count_nonzero(arrays.connect_ns > 0))
     result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"]))
+    result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"],
+                                 from_schedule=True))
+    result["goodput_slos_ms"] = dict(ctx.slos) if ctx.slos else None
     result.update(error_fields(ordered))
     result.update(stray_bytes_fields(ordered))
     result.update(token_count_checks(arrays))

@@ -103,6 +103,18 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     p90_connect_time_ms: float | None
     p99_connect_time_ms: float | None
     p99_9_connect_time_ms: float | None
+    mean_ttft_from_schedule_ms: float | None
+    median_ttft_from_schedule_ms: float | None
+    std_ttft_from_schedule_ms: float | None
+    p90_ttft_from_schedule_ms: float | None
+    p99_ttft_from_schedule_ms: float | None
+    p99_9_ttft_from_schedule_ms: float | None
+    mean_e2el_from_schedule_ms: float | None
+    median_e2el_from_schedule_ms: float | None
+    std_e2el_from_schedule_ms: float | None
+    p90_e2el_from_schedule_ms: float | None
+    p99_e2el_from_schedule_ms: float | None
+    p99_9_e2el_from_schedule_ms: float | None
     mean_interactivity_tok_s_user: float | None
     median_interactivity_tok_s_user: float | None
     std_interactivity_tok_s_user: float | None
@@ -114,6 +126,8 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     request_goodput: float | None
     good_requests: int | None
     goodput_slos_ms: dict[str, float] | None
+    request_goodput_from_schedule: float | None
+    good_requests_from_schedule: int | None
     errors_by_kind: dict[str, int]
     error_rate: float | None
     stray_bytes_after_response: int

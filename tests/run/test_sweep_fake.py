@@ -185,3 +185,44 @@ async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
         assert result["shard"] == f"{index}/3" and result["max_concurrency"] == 5
         assert result["planned_requests"] == len(mine)
     assert union == sent(tmp_path / "one")
+
+
+class LateServer(ExactServer):
+    """Holds every send back by DELAY_MS after it was due, as a slow client would."""
+
+    DELAY_MS = 25
+
+    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
+                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+        def shifted(record: RequestRecord) -> RequestRecord:
+            return dataclasses.replace(record, scheduled_ns=record.scheduled_ns - late)
+        late = self.DELAY_MS * MS
+        # the same exchange, but it was due DELAY_MS before it was actually sent
+        record = await super().send(request, x_request_id=x_request_id, conc=conc,
+                                    scheduled_ns=scheduled_ns + late,
+                                    on_record=lambda r: on_record(shifted(r)))
+        return shifted(record)
+
+
+@pytest.mark.parametrize(("server_type", "late_ms"), [(ExactServer, 0), (LateServer, 25)])
+async def test_latency_from_schedule_adds_exactly_the_send_delay(
+        tmp_path: Path, tokenizer: Tokenizer, server_type: type[ExactServer],
+        late_ms: int) -> None:
+    """Open loop at 10 req/s: never late, TTFT from the schedule is the client TTFT;
+    sends held back by 25 ms make it exactly 25 ms more, and goodput on it sees that."""
+    clock = VirtualClock()
+    chunks = 16 // TOKENS_PER_CHUNK
+    e2el_ms = TTFT_MS + (chunks - 1) * ITL_MS
+    slos = {"ttft": TTFT_MS + 10.0}  # met from the send, missed from the schedule when late
+    await run_sweep(spec(tmp_path, conc=(8,), prompts_per_conc=1, warmup_per_conc=0,
+                         request_rate=10.0, slos_ms=slos),
+                    tokenizer=tokenizer, backend=server_type(clock), clock=clock,
+                    sleep=clock.sleep)
+    result = orjson.loads((tmp_path / "conc_8.json").read_bytes())
+    assert result["p99_ttft_ms"] == result["mean_ttft_ms"] == TTFT_MS
+    assert result["mean_queue_time_ms"] == pytest.approx(late_ms)
+    for stat in ("mean", "median", "p99"):
+        assert result[f"{stat}_ttft_from_schedule_ms"] == pytest.approx(TTFT_MS + late_ms)
+        assert result[f"{stat}_e2el_from_schedule_ms"] == pytest.approx(e2el_ms + late_ms)
+    assert result["good_requests"] == 8
+    assert result["good_requests_from_schedule"] == (8 if late_ms == 0 else 0)
