@@ -94,9 +94,10 @@ class SimConfig:
     # Answer 400 to requests using these vLLM extensions (REJECTABLE_PARAMS), as a server
     # without them would: drives a client onto its fallbacks (e.g. logprobs token counts).
     reject_params: tuple[str, ...] = ()
-    # Automatic prefix caching (vLLM's --enable-prefix-caching; off here by default so a
-    # plain run's ground truth does not depend on which prompts happen to share a prefix).
-    enable_prefix_caching: bool = False
+    # Automatic prefix caching, on by default as in vLLM >= 0.8 (V1 engine): a trace replay
+    # against the simulator then hits where vLLM would. --no-enable-prefix-caching turns
+    # it off (for runs whose ground truth must not depend on shared prefixes).
+    enable_prefix_caching: bool = True
     block_size: int = 16  # tokens per KV block (vLLM's --block-size)
     prefix_cache_blocks: int | None = None  # pool size in blocks; None: kv_cache_tokens
     # usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details)
@@ -260,10 +261,11 @@ def _engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
                    "does); replaces --spec-tokens/--acceptance")
     p.add_argument("--spin-us", type=float, default=CLI_SPIN_US,
                    help="busy-wait this long before each step deadline (timer precision)")
-    p.add_argument("--enable-prefix-caching", action="store_true",
-                   help="automatic prefix caching as vLLM: hashed full blocks in an LRU "
-                   "pool; cached prompt tokens are not prefilled (vllm:prefix_cache_* "
-                   "counters count queried and hit tokens)")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=d.enable_prefix_caching,
+                   help="automatic prefix caching as vLLM (on by default, as vLLM >= 0.8): "
+                   "hashed full blocks in an LRU pool; cached prompt tokens are not "
+                   "prefilled (vllm:prefix_cache_* counters count queried and hit tokens)")
     p.add_argument("--block-size", type=int, default=d.block_size,
                    help="tokens per KV block (the prefix cache's unit)")
     p.add_argument("--prefix-cache-blocks", type=int, default=None,

@@ -179,3 +179,14 @@ async def test_synthetic_multi_turn_sessions_hit_the_prefix_cache(
         assert all((r.cached_tokens or 0) > 0 for r in session[1:])
         assert all(b.start_ns - a.end_ns >= 20_000_000 for a, b in itertools.pairwise(session))
     assert result["client_cached_tokens"] == result["server_prefix_cache_hits"] > 0
+
+
+async def test_plain_sim_caches_prefixes_by_default(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """`loadgen --sim --dataset` with no cache flag: the simulator caches as vLLM >= 0.8 does
+    (block 16), so the server hit rate is above zero; cached_tokens stays opt-in."""
+    trace = TRACES / "agentic_small.jsonl"
+    result, _ = await run(tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace),
+                          sim_args="--spec-tokens 0 --step-fixed-ms 1 --spin-us 0")
+    assert result["server_prefix_cache_hits"] > 0
+    assert result["server_prefix_hit_rate"] > 0.5
+    assert result["client_prefix_hit_rate"] is None  # no --enable-prompt-tokens-details

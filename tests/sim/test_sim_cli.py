@@ -77,3 +77,13 @@ async def test_module_serves_until_sigterm() -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+def test_prefix_caching_on_by_default_and_both_spellings_accepted() -> None:
+    """As vLLM >= 0.8: on unless --no-enable-prefix-caching; the old opt-in flag still parses."""
+    def parsed(*argv: str) -> SimConfig:
+        return config_from_args(build_parser().parse_args(list(argv)))
+    assert parsed().enable_prefix_caching and parsed().block_size == 16
+    assert parsed("--enable-prefix-caching").enable_prefix_caching
+    assert not parsed("--no-enable-prefix-caching").enable_prefix_caching
+    assert not parsed().enable_prompt_tokens_details

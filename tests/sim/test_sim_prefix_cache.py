@@ -1,5 +1,6 @@
 """The simulator's prefix cache: vLLM's counters and cached_tokens, cheaper prefill on
-hits, LRU eviction, and nothing of it when the flag is off."""
+hits, LRU eviction, on by default
+as vLLM >= 0.8, and nothing of it with --no-enable-prefix-caching."""
 
 from __future__ import annotations
 
@@ -52,10 +53,25 @@ async def test_hits_are_counted_reported_and_cut_ttft(sim_factory: SimFactory) -
     assert cold > 0.08 and warm < cold / 2, (cold, warm)
 
 
-async def test_off_by_default_no_details_no_hits(sim_factory: SimFactory) -> None:
-    prompt = list(range(1000, 1300))
+async def test_on_by_default_as_vllm_details_stay_opt_in(sim_factory: SimFactory) -> None:
+    """vLLM >= 0.8 caches prefixes unless told not to; prompt_tokens_details stays opt-in."""
+    prompt = list(range(1000, 1300))  # 300 tokens: 18 full 16-token blocks
     body = {"prompt": prompt, "max_tokens": 2, "stream_options": {"include_usage": True}}
     async with sim_factory() as sim, aiohttp.ClientSession() as session:
+        url = sim.base_url + "/v1/completions"
+        await post_stream(session, url, body)
+        events = await post_stream(session, url, body)
+        async with session.get(sim.base_url + "/metrics") as response:
+            samples = parse_metrics(await response.text())
+    assert "prompt_tokens_details" not in final_usage(events)
+    assert metric(samples, "vllm:prefix_cache_hits_total") == 18 * 16  # default block 16
+
+
+async def test_off_with_no_enable_no_hits(sim_factory: SimFactory) -> None:
+    prompt = list(range(1000, 1300))
+    body = {"prompt": prompt, "max_tokens": 2, "stream_options": {"include_usage": True}}
+    async with sim_factory(enable_prefix_caching=False) as sim, \
+            aiohttp.ClientSession() as session:
         url = sim.base_url + "/v1/completions"
         await post_stream(session, url, body)
         events = await post_stream(session, url, body)
