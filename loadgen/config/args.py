@@ -8,6 +8,7 @@ raises SpecError (exit status 2), one line saying what is wrong and what is allo
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 import time
@@ -17,6 +18,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from loadgen import __version__
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.golden import add_golden_flags, golden_fields
 from loadgen.config.parsers import (
@@ -57,10 +59,38 @@ def default_results_dir(now: float | None = None) -> Path:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Raises SpecError instead of printing usage and exiting, so errors stay one line."""
+    """Raises SpecError instead of printing usage and exiting, so errors stay one line;
+    an unknown flag gets the nearest real one, as a sweep file's unknown key does."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        # `--is 1024` must not silently become --isl: abbreviations are off
+        super().__init__(allow_abbrev=False, **kwargs)
+        self.flags: list[str] = []
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+
+        def recorded(*names: Any, **options: Any) -> Any:
+            self.flags += [n for n in names if isinstance(n, str) and n.startswith("--")]
+            return add(*names, **options)
+
+        group.add_argument = recorded  # type: ignore[method-assign]
+        return group
 
     def error(self, message: str) -> NoReturn:
-        raise SpecError(message)
+        raise SpecError(message + _suggestion(message, self.flags))
+
+
+def _suggestion(message: str, flags: list[str]) -> str:
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    for word in message.split(":", 1)[1].split():
+        flag = word.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.6)
+        if flag.startswith("--") and close:
+            return f" (did you mean {close[0]}?)"
+    return ""
 
 
 class _Help(argparse.HelpFormatter):
@@ -114,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         "directories), `loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
         formatter_class=_Help,
     )
+    p.add_argument("--version", action="version", version=f"loadgen {__version__}")
     _target_flags(p.add_argument_group("target"))
     _workload_flags(p.add_argument_group("workload"))
     add_session_flags(p.add_argument_group("sessions (multi-turn, agentic trace replay)"))
