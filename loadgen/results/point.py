@@ -5,7 +5,7 @@ the records, the client's health over the measured phase, the run's identity and
 point's status, and (session runs) the session figures. The live run, its worker
 processes and `loadgen merge` all build it through run/assemble.py, so a field one of them
 forgets is an error where it is built. The file is flat, in vLLM / InferenceX spelling
-(docs/results.md): `point_to_json` and `point_from_json` are the only places that
+(docs/results.md): `PointResult.to_json` and `point_from_json` are the only places that
 spelling is produced or read.
 """
 
@@ -136,7 +136,8 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
         return self.metrics.max_concurrency
 
     def to_json(self) -> dict[str, Any]:
-        return point_to_json(self)
+        """The flat file form: every group's fields side by side, extra percentiles flat."""
+        return flat_fields(self)
 
 
 # A nested Struct is a group of the flat file's keys; `session_history` marks a session
@@ -152,11 +153,6 @@ def _group_type(annotation: Any) -> type[msgspec.Struct] | None:
         if isinstance(option, type) and issubclass(option, msgspec.Struct):
             return option
     return None
-
-
-def point_to_json(result: PointResult) -> dict[str, Any]:
-    """The flat file form: every group's fields side by side, extra percentiles flat."""
-    return flat_fields(result)
 
 
 def flat_fields(struct: msgspec.Struct) -> dict[str, Any]:

@@ -161,22 +161,33 @@ class PointRecords:
         if self.gauge_watch is not None:
             self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
         spec = self.run.spec
-        server_after = after.total if complete and after is not None else None
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
-        path = ResultsDir(self.run.results_dir).point_file(self.conc)
+        store = ResultsDir(self.run.results_dir)
+        path = store.point_file(self.conc)
         try:
-            ResultsDir(self.run.results_dir).write_point(result)
+            store.write_point(result)
             if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
                 write_vllm_result(self.run.results_dir, result, self.records,
                                   spec.vllm_result, points=len(spec.conc))
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
+        return PointOutcome(self.conc, result, complete, path,
+                            self._facts(after if complete else None), write_error)
+
+    def _facts(self, after: Scrape | None) -> dict[str, Any]:
+        """run.json's facts for `loadgen merge`: the clock pairing and the raw counters
+        before and after, summed and (--server-metrics) per URL."""
         facts = {"clock": clock_facts(self.clock, read_pair()) if self.clock else None,
                  "server_before": snapshot_json(self.before.total),
-                 "server_after": snapshot_json(server_after)}
-        return PointOutcome(self.conc, result, complete, path, facts, write_error)
+                 "server_after": snapshot_json(after.total if after else None)}
+        if self.run.spec.server_metrics:
+            facts["server_before_by_url"] = {u: snapshot_json(s)
+                                             for u, s in self.before.each.items()}
+            facts["server_after_by_url"] = ({u: snapshot_json(s) for u, s in after.each.items()}
+                                            if after else None)
+        return facts
 
     def _result(self, complete: bool, after: Scrape | None,
                 processes: Sequence[ProcessHealth], warmup_failed: int,

@@ -23,7 +23,6 @@ import orjson
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.results.files import ResultsWriteError
-from loadgen.results.point import ResultFileError
 from loadgen.results.store import (
     INCOMPLETE_DIR,
     POINT_GLOB,
@@ -41,7 +40,9 @@ _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
 _RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG)
 # Settings that may differ between an interrupted run and its --resume: where results go
 # and how the run is driven, not what is measured. (A restarted server has a new pid.)
-_FACTS = ("clock", "server_before", "server_after")  # run.json's per-point extras (point.py)
+# run.json's per-point extras (run/point.py), kept for `loadgen merge`
+_FACTS = ("clock", "server_before", "server_after", "server_before_by_url",
+          "server_after_by_url")
 _NOT_COMPARED = frozenset({"results_dir", "progress", "resume", "overwrite", "server_pid"})
 
 
@@ -152,14 +153,11 @@ def _check_settings(directory: Path, spec: RunSpec, earlier: Any) -> None:
 def _complete_points(directory: Path, run: Mapping[str, Any]) -> list[PointOutcome]:
     """Points run.json lists as complete whose conc_<N>.json says so too."""
     points = []
-    for entry in run["points"]:
-        if not (isinstance(entry, Mapping) and entry.get("complete") is True):
+    store = ResultsDir(directory)
+    for entry in run["points"]:  # each entry's conc and complete checked by check_run
+        if entry["complete"] is not True:
             continue
-        conc = entry.get("conc")
-        if not isinstance(conc, int) or isinstance(conc, bool):
-            raise ResultFileError(f"{directory / RUN_FILE}: field 'points[].conc': expected "
-                                  f"an integer, got {conc!r}; not a run.json this loadgen wrote")
-        store = ResultsDir(directory)
+        conc = entry["conc"]
         path = store.point_file(conc)
         if not path.is_file():
             continue  # listed but missing: measure it again
