@@ -21,14 +21,6 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from hostile_server import (
-    HostileServer,
-    alternate,
-    answer_bytes,
-    answer_json,
-    completion,
-    hang,
-)
 from tokenizers import Tokenizer
 
 from loadgen.config.args import build_parser, spec_from_argv
@@ -37,8 +29,17 @@ from loadgen.config.spec import RunSpec, SpecError
 from loadgen.records import ErrorKind
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import free_port, simulator_argv
+from loadgen.run.observers import QuietObserver
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
+from tests.support.hostile_server import (
+    HostileServer,
+    alternate,
+    answer_bytes,
+    answer_json,
+    completion,
+    hang,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -143,7 +144,7 @@ async def test_row3_frozen_server_one_line_exit_1(tmp_path: Path) -> None:
     assert seconds < 30
 
 
-class _FreezeOnFirstRecord:
+class _FreezeOnFirstRecord(QuietObserver):
     """Observer that SIGSTOPs the server when the first measured request finishes."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 import pytest
-from test_vllm_result import check_power_window, inferencex_derivations
 from tokenizers import Tokenizer
 
 from loadgen import cli
@@ -23,6 +22,7 @@ from loadgen.run.sweep import run_sweep
 from loadgen.sim.config import SimConfig
 from loadgen.sim.server import running_simulator
 from loadgen.tokenizer import encode, load_tokenizer
+from tests.sinks.test_vllm_result import check_power_window, inferencex_derivations
 
 FAST_SIM = "--step-fixed-ms 2 --decode-token-us 20 --prefill-token-us 2 --seed 7"
 # InferenceX benchmark_lib.sh's command, --base-url replaced by --sim, smaller numbers

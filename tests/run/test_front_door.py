@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import loadgen
-from run.procs import one_error_line, run_loadgen
+from tests.support.procs import one_error_line, run_loadgen
 
 
 def test_version_prints_the_one_version_source() -> None:

@@ -15,7 +15,6 @@ attributed to the wrong read or request).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,9 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
+from loadgen.results.point import PointResult
 from loadgen.run.ids import x_request_id
+from loadgen.run.observers import QuietObserver
 from loadgen.run.sweep import SweepOutcome, run_sweep
 from loadgen.tokenizer import load_tokenizer
 
@@ -54,7 +55,7 @@ def tokenizer() -> Tokenizer:
     return load_tokenizer()
 
 
-class Hooks:
+class Hooks(QuietObserver):
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
 
@@ -67,7 +68,7 @@ class Hooks:
     def request_finished(self, record: RequestRecord) -> None:
         self.calls.append(("request_finished", record.request_id))
 
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
+    def point_finished(self, conc: int, result: PointResult) -> None:
         self.calls.append(("point_finished", (conc, result.metrics.completed)))
 
     def loop_lag(self, seconds: float) -> None:
@@ -84,7 +85,8 @@ def sim_spec(tmp_path: Path, *extra_sim: str, **changes: Any) -> RunSpec:
 
 
 def point_json(outcome: SweepOutcome, conc: int) -> dict[str, Any]:
-    return orjson.loads((outcome.results_dir / f"conc_{conc}.json").read_bytes())
+    point: dict[str, Any] = orjson.loads((outcome.results_dir / f"conc_{conc}.json").read_bytes())
+    return point
 
 
 async def test_sweep_against_simulator_trace(tmp_path: Path, tokenizer: Tokenizer) -> None:

@@ -9,10 +9,10 @@ import signal
 import sys
 
 import pytest
-from sim_helpers import fetch
 
 from loadgen.sim.cli import main
 from loadgen.sim.config import SimConfig, build_parser, config_from_args
+from tests.support.sim_helpers import fetch
 
 
 @pytest.mark.parametrize(("argv", "mentions"), [

@@ -12,9 +12,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
-from real_prometheus import (
+
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver, serve_metrics
+from tests.support.paths import ROOT
+from tests.support.real_prometheus import (
     DASHBOARD_PATH,
-    ROOT,
     has_data,
     label_values,
     load_dashboard,
@@ -25,8 +27,6 @@ from real_prometheus import (
     substitute,
     wait_scraped,
 )
-
-from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver, serve_metrics
 
 MODEL = "sim/model-v4.1"  # a "/" and a "." exercise the regex escaping of $model
 # Checked against a session run by tests/test_session_metrics.py: a single-turn sweep

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_records import MS, completed_records, failed_record, make_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from loadgen.metrics.acceptance import (
 )
 from loadgen.metrics.server import ServerSnapshot, parse_metrics
 from loadgen.records import ErrorKind, RequestRecord
+from tests.support.fake_records import MS, completed_records, failed_record, make_record
 
 
 def reference_decode_chunks(records: Sequence[RequestRecord], k: int) -> list[int]:

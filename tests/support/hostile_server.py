@@ -279,7 +279,7 @@ class HostileServer:
                           writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)  # type: ignore[arg-type]
+        self._tasks.add(task)
         conn = Conn(writer, self._stopped)
         try:
             while conn.keep_alive:
@@ -291,7 +291,7 @@ class HostileServer:
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # the client went away (or sent a huge head): that is its right
         finally:
-            self._tasks.discard(task)  # type: ignore[arg-type]
+            self._tasks.discard(task)
             writer.close()
 
 

@@ -17,8 +17,7 @@ from loadgen.workload.blocks import BlockRenderer, BlockText, TheoreticalCache
 from loadgen.workload.prompts import user_template, word_pool
 from loadgen.workload.sessions import Session, conversation_tree
 from loadgen.workload.traces import load_conversations, load_mooncake, load_weka
-
-TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
+from tests.support.paths import TRACES
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,12 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from real_prometheus import (
+
+from loadgen.config.args import spec_from_argv
+from loadgen.records import RequestRecord
+from loadgen.results.jsonl import read_jsonl
+from loadgen.sinks.prometheus import live_metrics
+from tests.support.real_prometheus import (
     has_data,
     load_dashboard,
     prom_get,
@@ -23,11 +28,6 @@ from real_prometheus import (
     substitute,
     wait_scraped,
 )
-
-from loadgen.config.args import spec_from_argv
-from loadgen.records import RequestRecord
-from loadgen.results.jsonl import read_jsonl
-from loadgen.sinks.prometheus import live_metrics
 
 MODEL = "sim/agent-v4"
 CONC = 2

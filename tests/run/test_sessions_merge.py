@@ -17,8 +17,8 @@ from loadgen.config.dataset_format import detect_format
 from loadgen.config.spec import SpecError
 from loadgen.workload.datasets import load_dataset
 from loadgen.workload.traces import load_conversations
+from tests.support.paths import TRACES
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
 BASE = ["--sim", "--conc", "2", "--isl", "100", "--osl", "10"]
 
 

@@ -12,12 +12,11 @@ from tokenizers import Tokenizer
 from encoders.deepseek_v4 import (
     BOS,
     EOS,
-    TOOLS_SECTION_HEAD,
-    TOOLS_SECTION_TAIL,
     EncodingError,
     encode_messages,
     wrap_user,
 )
+from encoders.dsv4_texts import TOOLS_SECTION_HEAD, TOOLS_SECTION_TAIL
 from loadgen.tokenizer import DSV4_SPECIAL_IDS, encode, load_tokenizer
 
 U, A = "<｜User｜>", "<｜Assistant｜>"

@@ -20,7 +20,6 @@ import aiohttp
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from recording_proxy import recording_proxy
 from yarl import URL
 
 from loadgen.results.jsonl import read_jsonl
@@ -32,6 +31,7 @@ from loadgen.sidecar.service import (
     running_service,
 )
 from loadgen.sim.server import SimConfig, running_simulator
+from tests.support.recording_proxy import recording_proxy
 
 MODEL = "sim-model"
 TOKEN = "s3cret-token-for-tests"

@@ -21,7 +21,8 @@ from typing import Any
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+
 DASHBOARD_PATH = ROOT / "dashboards" / "loadgen.json"
 
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from fake_records import MS, completed_records, failed_record, make_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +19,10 @@ from loadgen.metrics.summary import summarize as summarize_struct
 from loadgen.metrics.throughput import steady_window
 from loadgen.metrics.trust import point_warnings
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
-from loadgen.results.point import PointMetrics, PointResult, file_keys, flat_fields
+from loadgen.results.point import PointResult, file_keys, flat_fields
+from loadgen.results.point_metrics import PointMetrics
+from tests.support.fake_records import MS, completed_records, failed_record, make_record
+from tests.support.paths import ROOT
 
 CTX = PointContext(conc=2, input_len=100, output_len=8)
 
@@ -422,7 +423,7 @@ def test_connect_time_over_requests_that_opened_a_connection() -> None:
 
 
 def documented_fields() -> set[str]:
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
+    doc = (ROOT / "docs" / "results.md").read_text()
     documented: set[str] = set()
     for line in doc.splitlines():
         if line.startswith("| `"):

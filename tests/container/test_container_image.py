@@ -29,7 +29,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+
 MODEL = "sim-model"
 pytestmark = pytest.mark.container
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+
 SCRIPT = ROOT / "scripts" / "vllm_cpu.py"
 SPEC_TOKENS = 3
 MODEL_PLACEHOLDER = "<tiny model dir>"

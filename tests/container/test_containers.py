@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+
 DOCKER = ROOT / "docker"
 BIN = Path(sys.executable).parent
 STACK_ENV = {"LOADGEN_API_TOKEN": "test-token", "GRAFANA_ADMIN_PASSWORD": "test-password"}

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from fake_records import MS, completed_records, failed_record, full_point, make_record
 from hypothesis import given, settings
 
 from loadgen.config.spec import VllmResultOptions
@@ -25,6 +24,7 @@ from loadgen.metrics.summary import PointContext
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.point import PointResult
 from loadgen.sinks.vllm_result import inferencex_safe, result_path, vllm_result, write_vllm_result
+from tests.support.fake_records import MS, completed_records, failed_record, full_point, make_record
 
 # process_result.py reads these directly: int(max_concurrency) is the `conc`, model_id the
 # `model`, and float() of total_token_throughput and output_throughput / num_gpus give

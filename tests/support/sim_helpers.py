@@ -45,8 +45,8 @@ def chunk_token_ids(events: list[Any]) -> list[list[int]]:
     return chunks
 
 
-def final_usage(events: list[Any]) -> dict[str, int]:
-    usage: dict[str, int] = events[-2]["usage"]
+def final_usage(events: list[Any]) -> dict[str, Any]:
+    usage: dict[str, Any] = events[-2]["usage"]
     return usage
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-from test_service import call, sidecar, simulator, wait_for
+
+from tests.sidecar.test_service import call, sidecar, simulator, wait_for
 
 SWEEP_YAML = b"""
 workload: {isl: 64, osl: 16, encoder: raw, prompts-per-conc: 2, warmup-per-conc: 0}

@@ -14,10 +14,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
-from hostile_documents import laughs
 from prometheus_client import CollectorRegistry
-from recording_proxy import recording_proxy
-from test_service import QUICK, all_bytes_under, call, sidecar, simulator, wait_for
 
 from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import SpecError
@@ -25,6 +22,9 @@ from loadgen.sidecar.options import Escapes, spec_for
 from loadgen.sidecar.service import ServiceConfig, running_service
 from loadgen.sinks.guarded_http import ServerLimits
 from loadgen.sinks.prometheus.server import serve_metrics
+from tests.sidecar.test_service import QUICK, all_bytes_under, call, sidecar, simulator, wait_for
+from tests.support.hostile_documents import laughs
+from tests.support.recording_proxy import recording_proxy
 
 # Nothing listens there: every request in these tests is refused before a run starts.
 NO_TARGET = "http://127.0.0.1:9"

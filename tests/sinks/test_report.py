@@ -9,7 +9,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from fake_records import MS, failed_record, full_point, make_record
 
 from loadgen.metrics.summary import PointContext
 from loadgen.records import ErrorKind, RequestRecord
@@ -24,6 +23,7 @@ from loadgen.sinks.table import (
     sweep_rows,
     write_csv,
 )
+from tests.support.fake_records import MS, failed_record, full_point, make_record
 
 
 def point(conc: int, *, num_gpus: int | None = None, failures: int = 0) -> PointResult:

@@ -15,7 +15,6 @@ import msgspec
 import numpy as np
 import orjson
 import pytest
-from fake_records import full_point
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -32,6 +31,7 @@ from loadgen.sinks.prometheus import (
     live_metrics,
     serve_metrics,
 )
+from tests.support.fake_records import full_point
 
 MS = 1_000_000
 

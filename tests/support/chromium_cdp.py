@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def find_chromium() -> str | None:

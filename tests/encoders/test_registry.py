@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_raw_single_user_message_is_its_content() -> None:
 
 
 def test_raw_joins_contents_with_a_blank_line() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "a"},
         {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f"}}]},
