@@ -34,7 +34,7 @@ from loadgen.results.point import PointIdentity, PointResult, PointStatus, Sessi
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
-from loadgen.run.client_health import ProcessHealth
+from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import x_request_id
@@ -312,7 +312,7 @@ class Point:
             self.loop_lag.stop()
             cpu = time.process_time() - self.cpu_start if self.cpu_start else 0.0
         return ProcessHealth(self.label, self.sent_requests, self.sent_chunks, cpu,
-                             tuple(self.loop_lag.samples))
+                             tuple(self.loop_lag.samples), running_loop_name())
 
     def finalize(self, *, complete: bool, after: Scrape | None,
                  stop: Stop | None = None) -> PointOutcome:

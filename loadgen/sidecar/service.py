@@ -397,15 +397,17 @@ async def serve_until_signalled(config: ServiceConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`loadgen serve`: on uvloop, as the CLI and the workers measure (a sweep started here
+    must time the same loop); a ServiceError or a port it cannot bind goes up to
+    loadgen.cli as one line."""
+    import uvloop
+
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    config = config_from_args(list(sys.argv[1:] if argv is None else argv), os.environ)
     try:
-        config = config_from_args(list(sys.argv[1:] if argv is None else argv), os.environ)
-        asyncio.run(serve_until_signalled(config))
-    except (ServiceError, OSError) as exc:
-        print(f"loadgen serve: {exc}", file=sys.stderr)
-        return 2
+        uvloop.run(serve_until_signalled(config))
+    except OSError as exc:
+        raise ServiceError(f"cannot listen on {config.host}:{config.port}: "
+                           f"{exc.strerror or exc}; pick another --listen") from None
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

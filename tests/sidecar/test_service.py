@@ -301,6 +301,10 @@ async def test_sigterm_cancels_the_run_flushes_and_exits_0(tmp_path: Path) -> No
         run = orjson.loads((tmp_path / "runs" / started["id"] / "run.json").read_bytes())
         assert run["state"] == "cancelled" and run["finished_unix"] is not None
         assert read_jsonl(tmp_path / "runs" / started["id"] / "results" / "requests_conc_2.jsonl")
+        point = orjson.loads((tmp_path / "runs" / started["id"] / "results" / "conc_2.json")
+                             .read_bytes())
+        # measured on the CLI's loop, not stdlib asyncio's
+        assert [p["event_loop"] for p in point["client_processes"]] == ["uvloop"]
 
 
 async def test_a_failing_run_is_reported_and_frees_the_slot(tmp_path: Path) -> None:
