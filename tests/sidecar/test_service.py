@@ -22,12 +22,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
+from loadgen.cli import main as loadgen_main
 from loadgen.results.jsonl import read_jsonl
 from loadgen.sidecar.service import (
     ServiceConfig,
     ServiceError,
     config_from_args,
-    main,
     running_service,
 )
 from loadgen.sim.server import SimConfig, running_simulator
@@ -213,7 +213,7 @@ def test_refuses_a_public_bind_without_a_token(capsys: pytest.CaptureFixture[str
     assert config_from_args([*argv[:-1], "127.0.0.1:0"], {}).token is None
     saved = os.environ.pop("LOADGEN_API_TOKEN", None)
     try:
-        assert main(argv) == 2
+        assert loadgen_main(["serve", *argv]) == 2
     finally:
         if saved is not None:
             os.environ["LOADGEN_API_TOKEN"] = saved
