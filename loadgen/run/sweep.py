@@ -102,12 +102,21 @@ def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
     return Workload(single_turn_spec(spec), tokenizer, body_options(spec)).preflight_prompt()
 
 
-def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> tuple[tuple[str, int], tuple[int, int]]:
-    """(the preflight prompt, (input, output) tokens of the longest request) from one
-    Workload: the dataset is read and encoded once. A session run's probe is a
-    single-turn prompt of its --isl/--osl (its turns' lengths are known only as played)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProbedWorkload:
+    """The run's one Workload (its dataset read and encoded here, once, and reused by the
+    points), the preflight prompt and the (input, output) tokens of its longest request."""
+
+    workload: Workload
+    probe: tuple[str, int]
+    longest: tuple[int, int]
+
+
+def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> ProbedWorkload:
+    """A session run's probe is a single-turn prompt of its --isl/--osl (its turns'
+    lengths are known only as played)."""
     workload = Workload(single_turn_spec(spec), tokenizer, body_options(spec))
-    return workload.preflight_prompt(), workload.longest_request()
+    return ProbedWorkload(workload, workload.preflight_prompt(), workload.longest_request())
 
 
 async def run_sweep(
@@ -135,13 +144,13 @@ async def run_sweep(
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
-    probe, longest = await asyncio.to_thread(probe_workload, spec, tokenizer)
+    probed = await asyncio.to_thread(probe_workload, spec, tokenizer)
     sessions = (await asyncio.to_thread(session_source, spec, tokenizer)
                 if spec.sessions else None)
     sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions)
     try:
         async with _backend(spec, results_dir, tokenizer, backend) as server:
-            await sweep.run(server, probe, longest)
+            await sweep.run(server, probed)
     except asyncio.CancelledError:
         sweep.finish(Interrupted(INTERRUPTED_DETAIL))
         raise
@@ -181,6 +190,7 @@ class _Sweep:
         self.run_id = new_run_id(self.started_unix)
         self.backend: Backend | None = None
         self.server: ServerInfo | None = None
+        self.workload: Workload | None = None  # the probe's, under the server's body options
         self.points: list[PointOutcome] = list(earlier.points) if earlier else []
         self.todo = earlier.remaining if earlier else spec.conc
         self.at: int | None = None  # the point in progress (in this process or on workers)
@@ -189,10 +199,11 @@ class _Sweep:
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
 
-    async def run(self, backend: Backend, probe: tuple[str, int],
-                  longest: tuple[int, int]) -> None:
+    async def run(self, backend: Backend, probed: ProbedWorkload) -> None:
         self.backend = backend
-        self.server = await backend.preflight(body_options(self.spec), probe, longest)
+        self.server = await backend.preflight(body_options(self.spec), probed.probe,
+                                              probed.longest)
+        self.workload = probed.workload.with_options(self.server.options)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
@@ -214,7 +225,8 @@ class _Sweep:
 
     async def _run_here(self, context: RunContext) -> None:
         assert self.server is not None
-        workload = Workload(single_turn_spec(self.spec), self.tokenizer, self.server.options)
+        workload = self.workload
+        assert workload is not None  # set by run() with the server
         share = Share(self.spec.shard_index, self.spec.shard_count)
         for conc in self.todo:
             self.at = conc
