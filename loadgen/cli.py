@@ -190,9 +190,9 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
 
 
 async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
-    from loadgen.run.sweep import run_sweep
+    from loadgen.run.measure import measure
 
-    outcome = await run_sweep(spec, observer=observer)
+    outcome = await measure(spec, observer=observer)
     if outcome.nothing_to_resume:
         print(f"loadgen: every point of the run in {outcome.results_dir} is complete; "
               "nothing to resume", file=sys.stderr)

@@ -39,7 +39,7 @@ from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
-from loadgen.run.observers import RunObserver
+from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
 from loadgen.run.scheduler import (
     Clock,
     Sleep,
@@ -50,7 +50,6 @@ from loadgen.run.scheduler import (
 )
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import Stop
-from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
@@ -78,6 +77,8 @@ class RunContext:
     watch: ServerWatch | None = None
     # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
     synthesis: tuple[str, str | None] = ("words", None)
+    # the vLLM-format result and the like (a worker process writes none)
+    outputs: RunOutputs = field(default_factory=NoOutputs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,16 +161,13 @@ class PointRecords:
             write_error = exc
         if self.gauge_watch is not None:
             self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
-        spec = self.run.spec
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
         path = store.point_file(self.conc)
         try:
             store.write_point(result)
-            if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
-                write_vllm_result(self.run.results_dir, result, self.records,
-                                  spec.vllm_result, points=len(spec.conc))
+            self.run.outputs.point_written(store, result, self.records, complete)
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)

@@ -38,7 +38,7 @@ from loadgen.run import results_dir as results_files
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
-from loadgen.run.observers import FanoutObserver, RunObserver
+from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
 from loadgen.run.point import Point, PointOutcome, RunContext
 from loadgen.run.results_dir import Earlier
 from loadgen.run.run_file import RunFile
@@ -48,8 +48,6 @@ from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
 from loadgen.run.stops import INTERRUPTED_DETAIL, add_context, run_level_error, stop_of
-from loadgen.sinks.progress import ProgressLine
-from loadgen.sinks.sweep_files import write_sweep_files
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload, synthesis_of
@@ -122,9 +120,11 @@ def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> ProbedWorkload:
 async def run_sweep(
     spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None,
     backend: Backend | None = None, clock: Clock = perf_counter_ns,
-    sleep: Sleep = asyncio.sleep,
+    sleep: Sleep = asyncio.sleep, outputs: RunOutputs | None = None,
 ) -> SweepOutcome:
-    """Run every concurrency point of `spec`; results land in spec.results_dir.
+    """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
+    the point and record files, and whatever `outputs` writes (loadgen.run.measure gives
+    the standard files and the progress line; the engine imports no sink).
 
     Without `backend` the server is `spec.base_url` (or the embedded simulator for
     `spec.sim`) over HTTP; `clock` and `sleep` drive the scheduler (tests pass virtual ones).
@@ -138,8 +138,7 @@ async def run_sweep(
         return SweepOutcome(results_dir, str(earlier.run.get("run_id")), earlier.points,
                             False, (), nothing_to_resume=True)
     ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
-    progress = ProgressLine(len(spec.conc)) if spec.progress else None
-    hooks = FanoutObserver(observer, progress)
+    hooks = FanoutObserver(observer)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
@@ -147,7 +146,8 @@ async def run_sweep(
     probed = await asyncio.to_thread(probe_workload, spec, tokenizer)
     sessions = (await asyncio.to_thread(session_source, spec, tokenizer)
                 if spec.sessions else None)
-    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions)
+    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions,
+                   outputs)
     try:
         async with _backend(spec, results_dir, tokenizer, backend) as server:
             await sweep.run(server, probed)
@@ -158,9 +158,6 @@ async def run_sweep(
         raise sweep.stopped(stop) from None
     except BaseExceptionGroup as group:  # from a request's task: a disk, a limit, a server
         raise sweep.stopped(run_level_error(group)) from None
-    finally:
-        if progress is not None:
-            progress.close()
     return sweep.finish(None)
 
 
@@ -177,8 +174,10 @@ async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
 class _Sweep:
     def __init__(self, spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
                  hooks: RunObserver, clock: Clock, sleep: Sleep, earlier: Earlier | None,
-                 sessions: SessionSource | None = None) -> None:
+                 sessions: SessionSource | None = None,
+                 outputs: RunOutputs | None = None) -> None:
         self.spec = spec
+        self.outputs: RunOutputs = outputs or NoOutputs()
         self.sessions = sessions
         self.results_dir = results_dir
         self.tokenizer = tokenizer
@@ -210,7 +209,7 @@ class _Sweep:
         watch = ServerWatch(backend.probe, self.spec.server_pid)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
                              self.hooks, self.clock, self.sleep, self._barrier(), watch,
-                             synthesis_of(self.spec, self.tokenizer))
+                             synthesis_of(self.spec, self.tokenizer), self.outputs)
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier)
         self.began = True
@@ -336,4 +335,4 @@ class _Sweep:
 
     def _write_sweep_files(self) -> None:
         results = [p.result for p in self.points if p.complete]
-        self.unwritten += write_sweep_files(ResultsDir(self.results_dir), results)
+        self.unwritten += self.outputs.sweep_written(ResultsDir(self.results_dir), results)

@@ -216,15 +216,15 @@ class Service:
 
     async def _sweep(self, options: Mapping[str, Any], record: RunRecord, results_dir: Path,
                      progress: ProgressObserver) -> None:
-        from loadgen.run.sweep import run_sweep
+        from loadgen.run.measure import measure
 
         spec = spec_for(self.config, options, results_dir)
         metrics = MetricsObserver(self.metrics, model=self.config.model,
                                   endpoint=spec.endpoint, points=len(spec.conc),
                                   spec_tokens=spec.spec_tokens)
         try:
-            await run_sweep(spec, observer=FanoutObserver(progress, metrics),
-                            tokenizer=await self._tokenizer())
+            await measure(spec, observer=FanoutObserver(progress, metrics),
+                          tokenizer=await self._tokenizer())
         finally:
             metrics.finished()
 

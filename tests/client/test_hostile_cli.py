@@ -29,8 +29,8 @@ from loadgen.config.spec import RunSpec, SpecError
 from loadgen.records import ErrorKind
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import free_port, simulator_argv
+from loadgen.run.measure import measure
 from loadgen.run.observers import QuietObserver
-from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 from tests.support.hostile_server import (
     HostileServer,
@@ -170,7 +170,7 @@ async def test_row3_server_frozen_mid_point_ends_the_sweep(
                        http_timeout_s=1.0, stream_idle_timeout_s=1.0)
         freezer = _FreezeOnFirstRecord(process)
         async with asyncio.timeout(60):
-            outcome = await run_sweep(spec, observer=freezer, tokenizer=tokenizer)
+            outcome = await measure(spec, observer=freezer, tokenizer=tokenizer)
     records = read_jsonl(tmp_path / "requests_conc_2.jsonl")
     result = orjson.loads((tmp_path / "conc_2.json").read_bytes())
     assert freezer.frozen and len(records) == 6  # every request has its record

@@ -27,8 +27,9 @@ from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.results.point import PointResult
 from loadgen.run.ids import x_request_id
+from loadgen.run.measure import measure
 from loadgen.run.observers import QuietObserver
-from loadgen.run.sweep import SweepOutcome, run_sweep
+from loadgen.run.sweep import SweepOutcome
 from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",
@@ -92,7 +93,7 @@ def point_json(outcome: SweepOutcome, conc: int) -> dict[str, Any]:
 async def test_sweep_against_simulator_trace(tmp_path: Path, tokenizer: Tokenizer) -> None:
     trace_path = tmp_path / "trace.jsonl"
     hooks = Hooks()
-    outcome = await run_sweep(sim_spec(tmp_path, "--trace", str(trace_path)), observer=hooks,
+    outcome = await measure(sim_spec(tmp_path, "--trace", str(trace_path)), observer=hooks,
                               tokenizer=tokenizer)
     assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [2, 4]
     files = {p.name for p in outcome.results_dir.iterdir()}
@@ -188,7 +189,7 @@ async def test_chat_endpoint_open_loop_with_duration(tmp_path: Path,
     """Chat requests at a Poisson rate, stopped by --duration before the plan runs out."""
     spec = sim_spec(tmp_path, conc=(4,), osl=16, endpoint="chat", prompts_per_conc=50,
                     request_rate=40.0, duration_s=1.0, warmup_per_conc=0)
-    outcome = await run_sweep(spec, tokenizer=tokenizer)
+    outcome = await measure(spec, tokenizer=tokenizer)
     records = read_jsonl(outcome.results_dir / "requests_conc_4.jsonl")
     result = point_json(outcome, 4)
     # ~40 arrivals in 1 s of a 200-request plan; Poisson(40) is within 20..70 w.p. > 0.9999
