@@ -126,7 +126,35 @@ def test_draft_model_acceptance_is_exact_and_matches_server_counters(
         else:
             assert result["stream_acceptance_length"] is None
             assert result["stream_acceptance_invalid_reason"] is not None
-            assert result["acceptance_length_source"] == "server_counters"
+            assert result["acceptance_length_source"] == "server_per_request"
+        assert_per_request_stats(result, recs, steps)
+
+
+def assert_per_request_stats(result: dict[str, Any], recs: Sequence[RequestRecord],
+                             steps: int) -> None:
+    """vLLM's per-request metrics (--per-request-spec-decode-metrics detailed
+    --enable-per-request-metrics): every request's own histogram says all K drafts were
+    accepted in each of its steps, so the third AL source is 4.0 too; and the client's TTFT
+    is more than the server's queue and engine time (same host clock)."""
+    for r in recs:
+        stats, timings = r.server_spec_decode, r.server_timings
+        assert stats is not None and timings is not None, r
+        assert stats.acceptance_histogram == (0,) * K + (steps,)
+        assert stats.mean_acceptance_length == K + 1.0 and stats.num_spec_tokens == K
+        assert stats.per_step_accepted == (K,) * steps
+        assert timings.time_to_first_token_ms is not None and timings.queue_time_ms is not None
+        client_ttft_ms = (r.chunk_ns[0] - r.start_ns) / 1e6
+        assert client_ttft_ms > timings.time_to_first_token_ms + timings.queue_time_ms
+    assert result["server_request_acceptance_length"] == K + 1.0
+    assert result["server_request_acceptance_per_position"] == [1.0] * K
+    assert result["server_request_spec_steps"] == result["server_spec_decode_drafts"]
+    assert result["server_request_al_min"] == result["server_request_al_max"] == K + 1.0
+    assert result["server_timing_requests"] == len(recs)
+    assert result["mean_ttft_outside_server_ms"] > 0
+    print(f"conc {result['max_concurrency']}: TTFT {result['mean_ttft_ms']:.2f} ms = server "
+          f"{result['mean_server_request_ttft_ms']:.2f} + queue "
+          f"{result['mean_server_request_queue_time_ms']:.2f} + outside "
+          f"{result['mean_ttft_outside_server_ms']:.2f} (means)")
 
 
 def test_ngram_stream_and_server_acceptance_agree(vllm_ngram: VllmServer,
