@@ -194,6 +194,7 @@ class Outcome:
     return_token_ids: bool
     logprobs: dict[str, Any] | None = None
     cached_tokens: int | None = None  # with --enable-prompt-tokens-details
+    metrics: dict[str, Any] | None = None  # vLLM 0.32's per-request metrics, when enabled
 
 
 def completion_body(o: Outcome) -> bytes:
@@ -208,7 +209,7 @@ def completion_body(o: Outcome) -> bytes:
         "id": o.request_id, "object": "text_completion", "created": o.created, "model": o.model,
         "choices": [choice], "service_tier": None, "system_fingerprint": o.fingerprint,
         "usage": usage_dict(len(o.prompt_ids), len(o.token_ids), o.cached_tokens),
-        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
+        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": o.metrics,
     })
 
 
@@ -228,7 +229,7 @@ def chat_body(o: Outcome) -> bytes:
         "prompt_logprobs": None,
         "prompt_token_ids": o.prompt_ids if o.return_token_ids else None,
         "prompt_text": None, "kv_transfer_params": None, "ec_transfer_params": None,
-        "metrics": None,
+        "metrics": o.metrics,
     })
 
 

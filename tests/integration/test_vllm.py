@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -415,3 +416,56 @@ def test_preflight_errors_are_one_clear_line(vllm_pool: ServerPool, tmp_path: Pa
     assert "Traceback" not in done.stderr
     assert not list(tmp_path.glob("conc_*.json"))
     assert server_counter(server, "vllm:prompt_tokens_total") == prompts_before
+
+
+def _final_usage_event(url: str, model: str, prompt: str) -> dict[str, Any]:
+    body = {"model": model, "prompt": prompt, "max_tokens": 9, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    request = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        events = [line[6:] for line in response.read().decode().splitlines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    final: dict[str, Any] = json.loads(events[-1])
+    assert final["choices"] == [], final
+    return final
+
+
+def _shape(value: Any) -> Any:
+    """Keys in order and value types, recursively (what a parser depends on)."""
+    if isinstance(value, dict):
+        return [(key, _shape(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return ["list", *sorted({type(v).__name__ for v in value})]
+    return type(value).__name__
+
+
+def test_the_simulator_sends_vllms_per_request_metrics_shapes(vllm_draft: VllmServer,
+                                                              tmp_path: Path) -> None:
+    """vLLM 0.32 with --per-request-spec-decode-metrics detailed --enable-per-request-metrics,
+    and `loadgen sim` with the same flags: the final usage chunk and the non-streamed body
+    carry `metrics` of the same keys, order and types (the values differ: other machines)."""
+    from run.procs import free_port, start_sim, stop
+
+    port = free_port()
+    sim = start_sim(port, tmp_path / "sim.log", "--spec-tokens", str(K), "--model", "tiny",
+                    "--per-request-spec-decode-metrics", "detailed",
+                    "--enable-per-request-metrics")
+    try:
+        sim_url = f"http://127.0.0.1:{port}"
+        real = _final_usage_event(vllm_draft.url, "tiny", "hello hello hello")
+        ours = _final_usage_event(sim_url, "tiny", "hello hello hello")
+        print(json.dumps(real["metrics"]))
+        assert _shape(ours["metrics"]) == _shape(real["metrics"])
+        assert list(ours) == list(real)  # metrics last, after system_fingerprint
+        body = {"model": "tiny", "prompt": "hello hello hello", "max_tokens": 9,
+                "ignore_eos": True}
+        real_body = vllm_draft.post_json("/v1/completions", body)
+        request = urllib.request.Request(sim_url + "/v1/completions",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            ours_body = json.loads(response.read())
+        assert _shape(ours_body["metrics"]) == _shape(real_body["metrics"])
+    finally:
+        stop(sim)
