@@ -52,6 +52,46 @@ class ArrivalStamps(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class SpecDecodeStats:
+    """vLLM's per-request `metrics.speculative_decoding` (vLLM 0.32
+    `--per-request-spec-decode-metrics summary|detailed`), checked at the client boundary.
+
+    acceptance_histogram[j] = verify steps that accepted exactly j draft tokens (the bonus
+    token not counted), j = 0..num_spec_tokens; the counts agree with it (checked)."""
+
+    mean_acceptance_length: float  # the server's 1 + accepted / steps
+    draft_acceptance_rate: float  # accepted / drafted
+    acceptance_histogram: tuple[int, ...]
+    num_spec_steps: int
+    num_accepted_draft_tokens: int
+    num_draft_tokens: int
+    num_spec_tokens: int  # K
+    # `detailed` only: accepted and drafted tokens of each verify step, in order
+    per_step_accepted: tuple[int, ...] | None = None
+    per_step_drafted: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpecDecodeStats:
+        values = dict(data)
+        for name in ("acceptance_histogram", "per_step_accepted", "per_step_drafted"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTimings:
+    """vLLM's per-request timings (`--enable-per-request-metrics`), in the server's clock;
+    each None when the server did not send it."""
+
+    queue_time_ms: float | None = None  # queued -> scheduled
+    time_to_first_token_ms: float | None = None  # scheduled -> first token (not queue)
+    generation_time_ms: float | None = None  # first -> last token
+    mean_itl_ms: float | None = None
+    tokens_per_second: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One measured request. All `*_ns` values are time.perf_counter_ns() readings."""
 
@@ -90,6 +130,10 @@ class RequestRecord:
     arrival_stamps: ArrivalStamps = ArrivalStamps.READ
     # bytes no request asked for were seen on this request's connection (native client)
     stray_bytes: StrayBytes | None = None
+    # The server's own per-request figures from its final usage chunk (vLLM 0.32
+    # `metrics`), None when it sent none
+    server_spec_decode: SpecDecodeStats | None = None
+    server_timings: ServerTimings | None = None
 
     @property
     def ok(self) -> bool:
@@ -129,5 +173,9 @@ class RequestRecord:
             values["stray_bytes"] = StrayBytes(values["stray_bytes"])
         if values.get("error") is not None:
             values["error"] = ErrorKind(values["error"])
+        if values.get("server_spec_decode") is not None:
+            values["server_spec_decode"] = SpecDecodeStats.from_dict(values["server_spec_decode"])
+        if values.get("server_timings") is not None:
+            values["server_timings"] = ServerTimings(**values["server_timings"])
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})

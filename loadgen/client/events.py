@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from loadgen.client.request_metrics import BadRequestMetrics, RequestMetrics, from_value
 from loadgen.records import TokenSource
 
 MAX_TOKEN_COUNT = 2**31 - 1  # a count above this is a lie, not a long request
@@ -45,6 +46,20 @@ class StreamEvent(NamedTuple):
 
 
 DONE_EVENT = StreamEvent(done=True)
+
+
+class MetricsEvent(StreamEvent):
+    """The final usage event (no choices) when it carries vLLM's per-request `metrics`: a
+    StreamEvent for everything that reads events, plus the server's figures, which only
+    the ingest's no-token branch looks for (so token-bearing chunks pay nothing)."""
+
+    metrics: RequestMetrics
+
+
+def metrics_event(fields: tuple[Any, ...], metrics: RequestMetrics) -> StreamEvent:
+    event = _new_event(MetricsEvent, fields)
+    event.metrics = metrics  # type: ignore[attr-defined]  # a NamedTuple subclass's __dict__
+    return event
 
 
 def show(value: Any) -> str:
@@ -185,8 +200,15 @@ def decode_event(data: bytes) -> StreamEvent:
     if type(choices) is not list:
         raise MalformedEvent(f"no choices list: {show(choices)}")
     if not choices:
-        return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens,
-                           cached_tokens=cached_tokens)
+        fields = (False, False, None, None, "", completion_tokens, prompt_tokens, None, None,
+                  cached_tokens, False)
+        metrics = get("metrics")
+        if metrics is None:
+            return _new_event(StreamEvent, fields)
+        try:
+            return metrics_event(fields, from_value(metrics))
+        except BadRequestMetrics as exc:
+            raise MalformedEvent(str(exc)) from None
     choice = choices[0]
     if type(choice) is not dict:
         raise MalformedEvent(f"choices[0] is {show(choice)}, expected an object")

@@ -23,7 +23,14 @@ from typing import Annotated, Any
 
 import msgspec
 
-from loadgen.client.events import DONE_EVENT, MAX_TOKEN_COUNT, StreamEvent, decode_event
+from loadgen.client.events import (
+    DONE_EVENT,
+    MAX_TOKEN_COUNT,
+    StreamEvent,
+    decode_event,
+    metrics_event,
+)
+from loadgen.client.request_metrics import BadRequestMetrics, WireMetrics, from_wire
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_COUNT)]
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
@@ -104,6 +111,7 @@ class _Chunk(_Struct):
     prompt_token_ids: list[Int64] | None = None
     prompt_text: str | None = None
     service_tier: None = None
+    metrics: WireMetrics | None = None  # vLLM's per-request figures (final usage chunk)
 
 
 _decode = msgspec.json.Decoder(_Chunk).decode
@@ -131,8 +139,13 @@ def decode_event_fast(data: bytes) -> StreamEvent:
                 return decode_event(data)  # the reference words the complaint
     choices = chunk.choices
     if not choices:
-        return _new_event(StreamEvent, (False, False, None, None, "", completion, prompt,
-                                        None, None, cached, False))
+        fields = (False, False, None, None, "", completion, prompt, None, None, cached, False)
+        if chunk.metrics is None:
+            return _new_event(StreamEvent, fields)
+        try:
+            return metrics_event(fields, from_wire(chunk.metrics))
+        except BadRequestMetrics:
+            return decode_event(data)  # the reference words the complaint
     choice = choices[0]
     token_ids, logprobs, text = choice.token_ids, choice.logprobs, choice.text
     reasoning = False

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Protocol
 
-from loadgen.client.events import MAX_TOKEN_COUNT, StreamEvent, TokenCounter
+from loadgen.client.events import MAX_TOKEN_COUNT, MetricsEvent, StreamEvent, TokenCounter
 from loadgen.client.fast_events import decode_event_fast as decode_event
+from loadgen.client.request_metrics import RequestMetrics
 from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ArrivalStamps, ErrorKind, StrayBytes, TokenSource
 from loadgen.workload.reply import ReplyText
@@ -43,7 +44,7 @@ class Exchange:
     __slots__ = ("arrival_stamps", "cached_tokens", "chunk_ns", "chunk_tokens",
                  "completion_tokens", "detail",
                  "done", "end_ns", "error", "finish_reason", "max_tokens", "prompt_tokens",
-                 "reply", "status", "stray_bytes", "token_cap")
+                 "reply", "server_metrics", "status", "stray_bytes", "token_cap")
 
     def __init__(self, max_tokens: int | None = None, reply: ReplyText | None = None) -> None:
         self.chunk_ns: list[int] = []
@@ -63,6 +64,7 @@ class Exchange:
         self.reply = reply  # --live-history session turns: the reply's text goes here
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
         self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
+        self.server_metrics: RequestMetrics = (None, None)  # vLLM's per-request `metrics`
 
     def body_ended(self, last_stamp: int | None, cut: bool) -> None:
         """The body is over (either client): without [DONE] or an error event the stream
@@ -104,6 +106,8 @@ class Exchange:
         if tokens > 0:
             self.chunk_ns.append(stamp)
             self.chunk_tokens.append(tokens)
+        elif type(event) is MetricsEvent:  # once per request, on its final usage chunk
+            self.server_metrics = event.metrics
 
     def impossible(self, what: str, tokens: int, stamp: int) -> None:
         """More completion tokens than the request allowed: malformed, and nothing after

@@ -190,6 +190,7 @@ class Transport:
             cached_tokens=state.cached_tokens,
             theoretical_cached_tokens=request.theoretical_cached_tokens,
             arrival_stamps=state.arrival_stamps, stray_bytes=state.stray_bytes,
+            server_spec_decode=state.server_metrics[0], server_timings=state.server_metrics[1],
         )
         on_record(record)
         if cancelled:

@@ -249,6 +249,9 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
     w.add_argument("--burstiness", type=float, default=1.0, metavar="SHAPE",
                    help="gamma shape of open-loop arrival gaps (1.0 = Poisson)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
+    w.add_argument("--top-p", type=float, default=None, metavar="P",
+                   help="nucleus sampling top_p, sent in every body (acceptance depends on "
+                   "sampling) (default: not sent: the server's, 1.0 on vLLM)")
     w.add_argument("--seed", type=int, default=0,
                    help=f"seed for prompts, lengths, arrivals, 0..{MAX_SEED}")
     w.add_argument("--extra-body", type=_typed(parse_extra_body), default={}, metavar="JSON",
@@ -351,7 +354,8 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         warmup_per_conc=args.warmup_per_conc, duration_s=args.duration,
         range_ratio=1.0 if args.range_ratio is None else args.range_ratio,
         dataset=args.dataset, request_rate=args.request_rate,
-        burstiness=args.burstiness, temperature=args.temperature, seed=args.seed,
+        burstiness=args.burstiness, temperature=args.temperature, top_p=args.top_p,
+        seed=args.seed,
         num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
         request_timeout_s=args.request_timeout,
         http_timeout_s=args.http_timeout, stream_idle_timeout_s=args.stream_idle_timeout,

@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.config.parsers import SpecError, parse_conc, parse_percentiles
-from loadgen.config.spec import VLLM_PERCENTILE_METRICS, VllmResultOptions
+from loadgen.config.spec import VLLM_PERCENTILE_METRICS, SpeedBenchOptions, VllmResultOptions
 
 GROUP = "vLLM bench serve / InferenceX compatibility"
 BACKENDS = ("vllm", "openai", "openai-chat")
-DATASET_NAMES = ("random", "sharegpt", "custom")
+DATASET_NAMES = ("random", "sharegpt", "custom", "speed_bench")
+# vLLM 0.32 benchmarks/datasets.py SpeedBench: DIR/<subset>.jsonl
+SPEED_BENCH_SUBSETS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k",
+                       "throughput_16k", "throughput_32k")
+SPEED_BENCH_OUTPUT_LEN = 4096  # vLLM's --speed-bench-output-len default
 
 
 def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -92,7 +96,19 @@ def add_compat_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dataset-name", choices=DATASET_NAMES,
                    help="random: synthesized prompts (lengths default to vLLM's 1024 in, 128 "
                    "out); sharegpt: ShareGPT JSON; custom: JSONL "
-                   "({prompt} or {messages} per line) from --dataset-path (default: none)")
+                   "({prompt} or {messages} per line) from --dataset-path; speed_bench: "
+                   "NVIDIA SPEED-Bench, --dataset-path DIR holding <subset>.jsonl (rows of "
+                   "messages and category), each first message rendered by --encoder "
+                   "(default: none)")
+    g.add_argument("--speed-bench-dataset-subset", choices=SPEED_BENCH_SUBSETS,
+                   default="qualitative",
+                   help="SPEED-Bench subset: reads DIR/<subset>.jsonl")
+    g.add_argument("--speed-bench-category", metavar="NAME",
+                   help="only SPEED-Bench rows of this category, e.g. coding (InferenceX's "
+                   "golden AL set) (default: all categories)")
+    g.add_argument("--speed-bench-output-len", type=int, metavar="TOKENS",
+                   help=f"= --osl with --dataset-name speed_bench (default: "
+                   f"{SPEED_BENCH_OUTPUT_LEN}, as vLLM)")
     g.add_argument("--dataset-path", type=Path, metavar="FILE", help="= --dataset (default: none)")
     g.add_argument("--backend", choices=BACKENDS,
                    help="openai-chat = --endpoint chat; vllm, openai = completions; also the "
@@ -174,6 +190,9 @@ def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
     _merge(args, "osl", "random_output_len", "--osl and --random-output-len")
     _merge(args, "range_ratio", "random_range_ratio", "--range-ratio and --random-range-ratio")
     _merge(args, "dataset", "dataset_path", "--dataset and --dataset-path")
+    _merge(args, "osl", "speed_bench_output_len", "--osl and --speed-bench-output-len")
+    if args.dataset_name == "speed_bench" and args.osl is None:
+        args.osl = SPEED_BENCH_OUTPUT_LEN
     if args.dataset_name == "random":  # vLLM 0.32's --random-input-len/--random-output-len
         args.isl = 1024 if args.isl is None else args.isl
         args.osl = 128 if args.osl is None else args.osl
@@ -193,6 +212,7 @@ def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
         # vLLM prunes ShareGPT by length only under its own flag
         "dataset_format": _dataset_format(args),
         "sharegpt_limits": args.dataset_name == "sharegpt", "vllm_result": _vllm_result(args),
+        "speed_bench": _speed_bench(args),
         "ignored_flags": _ignored(args),
     }
 
@@ -237,7 +257,20 @@ def _dataset_format(args: argparse.Namespace) -> str:
                         "use --dataset-name sharegpt or custom")
     if name in ("sharegpt", "custom") and args.dataset is None:
         raise SpecError(f"--dataset-name {name} needs --dataset-path FILE")
-    return {"sharegpt": "sharegpt", "custom": "jsonl"}.get(name or "", "auto")
+    if name == "speed_bench" and args.dataset is None:
+        raise SpecError("--dataset-name speed_bench needs --dataset-path DIR (the directory "
+                        "of SPEED-Bench's <subset>.jsonl files)")
+    return {"sharegpt": "sharegpt", "custom": "jsonl", "speed_bench": "speed_bench"}.get(
+        name or "", "auto")
+
+
+def _speed_bench(args: argparse.Namespace) -> SpeedBenchOptions | None:
+    if args.dataset_name != "speed_bench":
+        if args.speed_bench_category is not None:
+            raise SpecError("--speed-bench-category applies to --dataset-name speed_bench")
+        return None
+    return SpeedBenchOptions(subset=args.speed_bench_dataset_subset,
+                             category=args.speed_bench_category)
 
 
 def _goodput_slos(pairs: list[tuple[str, float]]) -> dict[str, float]:

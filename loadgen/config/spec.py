@@ -34,7 +34,9 @@ REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 # jsonl: OpenAI messages or vLLM custom {prompt} per line; weka, mooncake: traces replayed
 # as sessions (docs/sessions.md). Detection and reading: config/dataset_format.py.
-DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl", "weka", "mooncake")
+# speed_bench: NVIDIA SPEED-Bench, a directory of <subset>.jsonl (workload/datasets.py).
+DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl", "weka", "mooncake",
+                                    "speed_bench")
 TRACE_FORMATS: tuple[str, ...] = ("weka", "mooncake")
 # vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
 VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
@@ -69,6 +71,14 @@ class VllmResultOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeedBenchOptions:
+    """`--dataset-name speed_bench`: which file of the directory and which rows of it."""
+
+    subset: str = "qualitative"  # reads <dataset>/<subset>.jsonl
+    category: str | None = None  # None: every row
+
+
+@dataclass(frozen=True, slots=True)
 class RunSpec:
     """One benchmark run: a sweep of concurrency points against one server."""
 
@@ -91,9 +101,11 @@ class RunSpec:
     # auto: told apart by content (trace formats are resolved when the spec is built)
     dataset_format: str = "auto"
     sharegpt_limits: bool = False  # vLLM's ShareGPT length pruning (--dataset-name sharegpt)
+    speed_bench: SpeedBenchOptions | None = None  # with dataset_format "speed_bench"
     request_rate: float | None = None  # requests/s, open loop; None = closed loop
     burstiness: float = 1.0  # gamma shape; 1.0 = Poisson
     temperature: float = 0.0
+    top_p: float | None = None  # None: not sent (the server's default, 1.0 on vLLM)
     seed: int = 0
     num_gpus: int | None = None
     spec_tokens: int | None = None
@@ -189,7 +201,11 @@ def _validate_workload(spec: RunSpec) -> None:
            f"dataset format {spec.dataset_format!r}: allowed: {', '.join(DATASET_FORMATS)}")
     if spec.dataset is not None:
         _check(spec.dataset.is_file() or (spec.dataset.is_dir() and spec.dataset_format in (
-            "weka", "auto")), f"--dataset {spec.dataset}: no such file")
+            "weka", "auto", "speed_bench")), f"--dataset {spec.dataset}: no such file")
+    _check((spec.dataset_format == "speed_bench") == (spec.speed_bench is not None),
+           "dataset format speed_bench goes with its options (--dataset-name speed_bench)")
+    _check(spec.speed_bench is None or not (spec.multi_turn or spec.turns is not None),
+           "--dataset-name speed_bench sends single prompts: drop --multi-turn / --turns")
 
 
 def _validate_target(spec: RunSpec) -> None:
@@ -205,6 +221,8 @@ def _validate_target(spec: RunSpec) -> None:
             "--api-key, $OPENAI_API_KEY or --header Authorization sets Authorization "
             "too: keep one")
     check_extra_body(spec.extra_body)
+    _check(spec.top_p is None or "top_p" not in spec.extra_body,
+           "--top-p and --extra-body '{\"top_p\": ...}': give one")
     for name, value in spec.headers:  # argv went through parse_header; RunSpec(...) may not
         parse_header(f"{name}:{value}")
     if spec.api_key is not None:
@@ -235,6 +253,7 @@ def _validate_load(spec: RunSpec) -> None:
            "--request-rate: must be > 0 requests/s (omit it for a closed loop)")
     _check(spec.burstiness > 0, "--burstiness: the gamma shape must be > 0 (1 = Poisson)")
     _check(spec.temperature >= 0, "--temperature: must be >= 0")
+    _check(spec.top_p is None or 0 < spec.top_p <= 1, f"--top-p {spec.top_p}: must be in (0, 1]")
     _check(spec.num_gpus is None or spec.num_gpus >= 1, "--num-gpus: must be >= 1")
     _check(spec.spec_tokens is None or spec.spec_tokens >= 1, "--spec-tokens: must be >= 1")
     _check(all(k in SLO_METRICS and v > 0 for k, v in spec.slos_ms.items()),
@@ -286,6 +305,7 @@ def _validate_vllm_result(options: VllmResultOptions) -> None:
 # (`inf` would overflow a deadline or turn arrival gaps into NaN; `nan` passes every `>`).
 _FLOAT_FLAGS = (("duration_s", "--duration"), ("request_rate", "--request-rate"),
                 ("burstiness", "--burstiness"), ("temperature", "--temperature"),
+                ("top_p", "--top-p"),
                 ("range_ratio", "--range-ratio"), ("request_timeout_s", "--request-timeout"),
                 ("http_timeout_s", "--http-timeout"),
                 ("stream_idle_timeout_s", "--stream-idle-timeout"),

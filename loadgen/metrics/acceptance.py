@@ -181,16 +181,20 @@ def acceptance_difference(stream: Mapping[str, Any], server: Mapping[str, Any]) 
     }
 
 
-def best_acceptance_length(stream: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+def best_acceptance_length(stream: Mapping[str, Any], server: Mapping[str, Any],
+                           per_request: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Keys BEST_KEYS: the AL to publish and where it came from, in order of preference.
 
     The stream first (it is per request and exact when valid; stream_acceptance_length
-    is None when invalid), then the server's spec-decode counters (whole server over the
-    point, so other traffic counts too); None when neither measured it. The one rule
-    for every output: the table, compare, the report and sweep.csv read these keys.
+    is None when invalid), then the server's per-request stats (vLLM 0.32's
+    metrics.speculative_decoding of this point's requests only: metrics/request_stats.py),
+    then its spec-decode counters (whole server over the point, so other traffic counts
+    too); None when none measured it. The one rule for every output: the table, compare,
+    the report and sweep.csv read these keys.
     """
     candidates = (
         ("stream", stream.get("stream_acceptance_length")),
+        ("server_per_request", (per_request or {}).get("server_request_acceptance_length")),
         ("server_counters", server.get("server_acceptance_length")),
     )
     for source, value in candidates:
@@ -211,7 +215,7 @@ def published_acceptance_length(result: Mapping[str, Any]) -> tuple[float | None
     if result.get("stream_acceptance_oversized_chunks") or (
             length is not None and k and float(length) > k + 1):
         stream["stream_acceptance_length"] = None
-    best = best_acceptance_length(stream, result)
+    best = best_acceptance_length(stream, result, result)
     return best["acceptance_length"], best["acceptance_length_source"]
 
 

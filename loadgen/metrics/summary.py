@@ -47,6 +47,12 @@ from loadgen.metrics.checks import (
     token_source_fields,
 )
 from loadgen.metrics.golden import golden_fields
+from loadgen.metrics.request_stats import (
+    TIMING_SAMPLES,
+    spec_decode_fields,
+    timing_requests,
+    timing_samples,
+)
 from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
 from loadgen.metrics.throughput import throughput_fields
 from loadgen.records import ErrorKind, RequestRecord
@@ -206,7 +212,11 @@ def summarize(
     arrays = PointArrays.build(completed)
     samples = latency_samples(arrays)
     server = _server_fields(server_before, server_after)
+    per_request = spec_decode_fields(ordered)
     spec_tokens = ctx.spec_tokens if ctx.spec_tokens is not None else server["server_spec_tokens"]
+    if spec_tokens is None:  # K as the server's per-request stats say it
+        spec_tokens = max((r.server_spec_decode.num_spec_tokens for r in completed
+                           if r.server_spec_decode is not None), default=None)
     stream = stream_acceptance_from_arrays(arrays, spec_tokens, ctx.stream_interval)
     throughput = throughput_fields(ordered, arrays, ctx.conc, ctx.num_gpus)
     result: dict[str, Any] = {
@@ -247,8 +257,13 @@ def summarize(
     result.update(arrival_stamp_fields(completed))
     result.update(stream)
     result.update(server)
+    result.update(per_request)
+    result["server_timing_requests"] = timing_requests(ordered)
+    server_samples = timing_samples(ordered)
+    for name in TIMING_SAMPLES:
+        result.update(distribution(name, server_samples[name], ctx.all_percentiles))
     result.update(acceptance_difference(stream, server))
-    result.update(best_acceptance_length(stream, server))
+    result.update(best_acceptance_length(stream, server, per_request))
     result["itl_chunks_merged_steps"] = itl_merged_steps(stream)
     result.update(golden_fields(ctx.golden, spec_tokens, result["acceptance_length"],
                                 result["acceptance_length_source"]))

@@ -163,6 +163,41 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     server_mean_itl_ms: float | None
     server_mean_queue_time_ms: float | None
     server_requests: float | None
+    server_request_acceptance_length: float | None
+    server_request_acceptance_rate: float | None
+    server_request_acceptance_per_position: list[float] | None
+    server_request_spec_requests: int | None
+    server_request_spec_steps: int | None
+    server_request_al_min: float | None
+    server_request_al_p10: float | None
+    server_request_al_median: float | None
+    server_request_al_p90: float | None
+    server_request_al_max: float | None
+    server_timing_requests: int
+    mean_server_request_ttft_ms: float | None
+    median_server_request_ttft_ms: float | None
+    std_server_request_ttft_ms: float | None
+    p90_server_request_ttft_ms: float | None
+    p99_server_request_ttft_ms: float | None
+    p99_9_server_request_ttft_ms: float | None
+    mean_server_request_queue_time_ms: float | None
+    median_server_request_queue_time_ms: float | None
+    std_server_request_queue_time_ms: float | None
+    p90_server_request_queue_time_ms: float | None
+    p99_server_request_queue_time_ms: float | None
+    p99_9_server_request_queue_time_ms: float | None
+    mean_ttft_minus_server_ttft_ms: float | None
+    median_ttft_minus_server_ttft_ms: float | None
+    std_ttft_minus_server_ttft_ms: float | None
+    p90_ttft_minus_server_ttft_ms: float | None
+    p99_ttft_minus_server_ttft_ms: float | None
+    p99_9_ttft_minus_server_ttft_ms: float | None
+    mean_ttft_outside_server_ms: float | None
+    median_ttft_outside_server_ms: float | None
+    std_ttft_outside_server_ms: float | None
+    p90_ttft_outside_server_ms: float | None
+    p99_ttft_outside_server_ms: float | None
+    p99_9_ttft_outside_server_ms: float | None
     acceptance_length_diff: float | None
     acceptance_rate_diff: float | None
     acceptance_per_position_diff: list[float] | None

@@ -6,6 +6,7 @@
     sweep.csv, sweep.png        the sweep table and plot, complete points only
     simulator.log               the embedded simulator's log (--sim)
     lanes.json                  a sweep file's tree: its lanes in the file's order
+    al_matrix.yaml              a sweep file's tree: AL per model, mode and K (sinks/al_matrix.py)
     incomplete/<run_id>/        after --resume: the stopped point's files as they were
 
 Everything read back is decoded against its type, and a file that is torn, of another
@@ -29,6 +30,7 @@ from loadgen.results.point import PointResult, ResultFileError, field_message, p
 
 RUN_FILE = "run.json"
 LANES_FILE = "lanes.json"
+AL_MATRIX_FILE = "al_matrix.yaml"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 SIMULATOR_LOG = "simulator.log"

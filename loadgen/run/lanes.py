@@ -29,8 +29,9 @@ from loadgen.config.spec import SpecError
 from loadgen.config.sweepfile import Lane, SweepPlan
 from loadgen.errors import LoadgenError, UsageError
 from loadgen.results.files import write_atomic
-from loadgen.results.store import LANES_FILE
+from loadgen.results.store import AL_MATRIX_FILE, LANES_FILE, ResultsDir
 from loadgen.run.observers import RunObserver
+from loadgen.sinks.al_matrix import lane_al, write_al_matrix
 
 INDEX = LANES_FILE
 LaneState = Literal["pending", "running", "succeeded", "failed", "interrupted"]
@@ -141,4 +142,20 @@ async def run_lanes(plan: SweepPlan, *,
                                 f"{','.join(map(str, outcome.failed_points))}")
         index.write()
     index.write(finished=True)
+    _write_al_matrix(plan)
     return LanesOutcome(plan.results_dir, tuple(index.statuses), interrupted=False)
+
+
+def _write_al_matrix(plan: SweepPlan) -> None:
+    """The tree's AL per model, mode and K (sinks/al_matrix.py), from every lane's complete
+    points on disk; it must never cost the measurements, so a failure is only said."""
+    try:
+        lanes = [lane_al(lane.name, lane.spec, ResultsDir(plan.results_dir / lane.name)
+                         .read_points()) for lane in plan.lanes
+                 if (plan.results_dir / lane.name).is_dir()]
+        written = write_al_matrix(plan.results_dir, lanes)
+    except (LoadgenError, OSError) as exc:
+        _say(f"{AL_MATRIX_FILE} not written: {exc}")
+        return
+    if written is not None:
+        _say(f"acceptance lengths per lane: {written}")

@@ -77,6 +77,7 @@ class SweepOutcome:
 def body_options(spec: RunSpec) -> BodyOptions:
     return BodyOptions(
         endpoint=spec.endpoint, model=spec.model or "", temperature=spec.temperature,
+        top_p=spec.top_p,
         seed=spec.seed, thinking=spec.thinking, reasoning_effort=spec.reasoning_effort,
         extra_body=spec.extra_body,
     )

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from loadgen.errors import UsageError
 from loadgen.sim.speculative import Speculative, SpeculativeConfigError, parse_speculative_config
 
+SPEC_DECODE_LEVELS = ("none", "summary", "detailed")  # vLLM's --per-request-spec-decode-metrics
+
 DEFAULT_MODEL = "deepseek-v4-sim"
 DEFAULT_ACCEPTANCE = (0.8, 0.6)
 # Used for draft positions beyond the defaults when only --spec-tokens is given.
@@ -102,6 +104,9 @@ class SimConfig:
     prefix_cache_blocks: int | None = None  # pool size in blocks; None: kv_cache_tokens
     # usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details)
     enable_prompt_tokens_details: bool = False
+    # vLLM 0.32's per-request `metrics` on the final usage chunk (sim/request_metrics.py)
+    per_request_spec_decode_metrics: str = "none"  # none | summary | detailed
+    enable_per_request_metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.spec_tokens > 0 and not self.acceptance:
@@ -153,6 +158,9 @@ def validate(config: SimConfig) -> None:
     for flag, number in non_negative.items():
         if not math.isfinite(number) or number < 0:
             raise ConfigError(f"{flag} must be a finite number >= 0, got {number}")
+    if config.per_request_spec_decode_metrics not in SPEC_DECODE_LEVELS:
+        raise ConfigError("--per-request-spec-decode-metrics must be one of "
+                          f"{', '.join(SPEC_DECODE_LEVELS)}")
     if config.spec_tokens < 0:
         raise ConfigError(f"--spec-tokens must be >= 0 (0 disables MTP), got {config.spec_tokens}")
     if not config.mtp and config.acceptance:
@@ -274,6 +282,13 @@ def _engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
     p.add_argument("--enable-prompt-tokens-details", action="store_true",
                    help="report usage.prompt_tokens_details.cached_tokens, as vLLM does "
                    "with this flag")
+    p.add_argument("--per-request-spec-decode-metrics", choices=SPEC_DECODE_LEVELS,
+                   default=d.per_request_spec_decode_metrics,
+                   help="each stream's final usage chunk carries metrics.speculative_decoding "
+                   "(acceptance histogram; detailed adds each step), as vLLM 0.32")
+    p.add_argument("--enable-per-request-metrics", action="store_true",
+                   help="each stream's final usage chunk carries the request's queue time, "
+                   "TTFT from scheduling and generation time, as vLLM 0.32")
 
 
 def _output_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
@@ -355,4 +370,6 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         enable_prefix_caching=args.enable_prefix_caching, block_size=args.block_size,
         prefix_cache_blocks=args.prefix_cache_blocks,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
+        enable_per_request_metrics=args.enable_per_request_metrics,
     )

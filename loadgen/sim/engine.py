@@ -22,6 +22,7 @@ from loadgen.sim.accounting import Accounting
 from loadgen.sim.config import SimConfig
 from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.request import EngineRequest
+from loadgen.sim.request_metrics import metrics_json
 from loadgen.sim.wire import http_chunk, malformed_event
 
 log = logging.getLogger("loadgen.sim")
@@ -74,6 +75,10 @@ class Engine:
             request.finish_reason = "abort"
             request.done.set_result("abort")
             return
+        level = self.config.per_request_spec_decode_metrics
+        if level != "none" and self.config.mtp:  # vLLM tracks it from the request's arrival
+            request.spec_histogram = [0] * self._decode_width
+            request.spec_steps = [] if level == "detailed" else None
         self.waiting.append(request)
         self._wake.set()
 
@@ -205,6 +210,10 @@ class Engine:
                 request.decode_steps += 1
                 drafts += 1
                 accepted_histogram[accepted] += 1
+                if request.spec_histogram is not None:  # only when reported per request
+                    request.spec_histogram[accepted] += 1
+                    if request.spec_steps is not None:
+                        request.spec_steps.append(accepted)
                 produced = min(1 + accepted, plan.num_tokens - request.emitted)
                 request.steps_since_send += 1
             request.emitted += produced
@@ -247,7 +256,10 @@ class Engine:
                                             start == 0))
         if finished:
             cached = request.cached_tokens if self.config.enable_prompt_tokens_details else None
-            events.extend(fmt.final_events(end, cached))
+            config = self.config
+            metrics = metrics_json(request, end, timings=config.enable_per_request_metrics,
+                                   spec_tokens=config.spec_tokens)
+            events.extend(fmt.final_events(end, cached, metrics))
         elif faults.abort_at_token is not None and start < faults.abort_at_token <= end:
             send.then = "abort"
         elif faults.stall_at_token is not None and start < faults.stall_at_token <= end:

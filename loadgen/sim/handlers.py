@@ -25,6 +25,7 @@ from loadgen.sim.logprobs import MAX_LOGPROBS, LogprobsBuilder
 from loadgen.sim.plan import PlanParams, RequestPlan, make_plan
 from loadgen.sim.prefix_cache import block_hashes
 from loadgen.sim.request import EngineRequest, TransportSink
+from loadgen.sim.request_metrics import metrics_dict, with_nulls
 from loadgen.sim.validate import (
     ApiError,
     Generation,
@@ -200,7 +201,10 @@ class GenerationHandlers:
             return_token_ids=gen.options.return_token_ids,
             logprobs=builder.chunk_object(token_ids, texts) if builder else None,
             cached_tokens=(engine_request.cached_tokens
-                           if self.config.enable_prompt_tokens_details else None))
+                           if self.config.enable_prompt_tokens_details else None),
+            metrics=with_nulls(metrics_dict(
+                engine_request, emitted, timings=self.config.enable_per_request_metrics,
+                spec_tokens=self.config.spec_tokens)))
         return json_response(chat_body(outcome) if gen.chat else completion_body(outcome))
 
     async def _run(self, engine_request: EngineRequest) -> str:

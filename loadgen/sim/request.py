@@ -81,6 +81,10 @@ class EngineRequest:
     block_hashes: list[int] | None = None
     cached_tokens: int = 0
     blocks_cached: int = 0
+    # --per-request-spec-decode-metrics: verify steps per accepted-draft count, and with
+    # `detailed` each step's accepted drafts in order (None: not reported)
+    spec_histogram: list[int] | None = None
+    spec_steps: list[int] | None = None
     # (intended_ns, sent_ns, tokens) per token-bearing chunk.
     chunks: list[tuple[int, int, int]] = field(default_factory=list)
     # Step ends whose output was merged into a later chunk (still one ITL each, as vLLM).

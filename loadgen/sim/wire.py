@@ -148,19 +148,21 @@ class StreamFormat:
         payload = self._mid_pre + orjson.dumps(text) + self._mid_ids + token_ids + tail
         return b"%x\r\n%b\r\n" % (len(payload), payload)
 
-    def final_events(self, completion_tokens: int,
-                     cached_tokens: int | None = None) -> tuple[bytes, ...]:
+    def final_events(self, completion_tokens: int, cached_tokens: int | None = None,
+                     metrics: bytes | None = None) -> tuple[bytes, ...]:
         """The usage-only event (with include_usage) and [DONE], each to be its own chunk.
 
         `cached_tokens` (vLLM's --enable-prompt-tokens-details) rides on the final usage
-        only, as in vLLM: continuous usage chunks never carry it.
+        only, as in vLLM: continuous usage chunks never carry it; so does vLLM 0.32's
+        per-request `metrics` (after system_fingerprint, its field order), and only there.
         """
         if not self._opts.include_usage:
             return (DONE_EVENT,)
         usage = _usage(self._prompt_len, completion_tokens, details=False)
         if cached_tokens is not None:
             usage = usage[:-1] + b',"prompt_tokens_details":{"cached_tokens":%d}}' % cached_tokens
-        tail = b',"system_fingerprint":%b}' % orjson.dumps(self._fingerprint)
+        tail = b',"system_fingerprint":%b' % orjson.dumps(self._fingerprint)
+        tail += (b',"metrics":%b}' % metrics) if metrics is not None else b"}"
         return sse(self._head + b"[]," + usage + tail), DONE_EVENT
 
 
@@ -192,6 +194,7 @@ class Outcome:
     return_token_ids: bool
     logprobs: dict[str, Any] | None = None
     cached_tokens: int | None = None  # with --enable-prompt-tokens-details
+    metrics: dict[str, Any] | None = None  # vLLM 0.32's per-request metrics, when enabled
 
 
 def completion_body(o: Outcome) -> bytes:
@@ -206,7 +209,7 @@ def completion_body(o: Outcome) -> bytes:
         "id": o.request_id, "object": "text_completion", "created": o.created, "model": o.model,
         "choices": [choice], "service_tier": None, "system_fingerprint": o.fingerprint,
         "usage": usage_dict(len(o.prompt_ids), len(o.token_ids), o.cached_tokens),
-        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
+        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": o.metrics,
     })
 
 
@@ -226,7 +229,7 @@ def chat_body(o: Outcome) -> bytes:
         "prompt_logprobs": None,
         "prompt_token_ids": o.prompt_ids if o.return_token_ids else None,
         "prompt_text": None, "kv_transfer_params": None, "ec_transfer_params": None,
-        "metrics": None,
+        "metrics": o.metrics,
     })
 
 

@@ -18,7 +18,7 @@ import orjson
 
 from loadgen.metrics.compare import METRIC_FIELDS, Comparison, Crossover, PointRow
 from loadgen.results.files import write_atomic
-from loadgen.sinks.table import SERVER_AL_MARK, SERVER_AL_NOTE
+from loadgen.sinks.table import al_mark, al_notes
 
 Warning_ = tuple[str, int, str]  # run, concurrency, message
 
@@ -48,8 +48,8 @@ def times(value: float | None) -> str:
 
 def _cell(row: PointRow, key: str, baseline: str) -> str:
     text = number(row.values[key], COLUMNS[key][1])
-    if key == "acceptance_length" and row.acceptance_source == "server_counters":
-        text += SERVER_AL_MARK  # the stream's merged steps: the server counters' AL
+    if key == "acceptance_length":
+        text += al_mark(row.acceptance_source)  # the stream's was void: the server's AL
     if row.run != baseline and row.ratios[key] is not None:
         text += f" {times(row.ratios[key])}"
     return text
@@ -105,8 +105,9 @@ def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = ())
     lines = [head, ""]
     for conc in comparison.concs:
         lines += _block(comparison, conc)
-    if any(row.acceptance_source == "server_counters" for row in comparison.rows):
-        lines += [SERVER_AL_NOTE, ""]
+    notes = al_notes(row.acceptance_source for row in comparison.rows)
+    if notes:
+        lines += [*notes, ""]
     lines += summary_lines(comparison)
     if warnings:
         lines += ["", "warnings (numbers to check before publishing):"]

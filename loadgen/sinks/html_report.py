@@ -23,7 +23,7 @@ from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 from loadgen.sinks import report_figures as figures
 from loadgen.sinks.compare_files import COLUMNS, Warning_, summary_lines, throughput_label
-from loadgen.sinks.table import SERVER_AL_MARK, sweep_rows
+from loadgen.sinks.table import al_mark, sweep_rows
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 STYLE = """
@@ -121,8 +121,8 @@ def settings_section(runs: Sequence[ReportRun]) -> str:
 
 def _metric_cell(row: PointRow, key: str, digits: int) -> str:
     cell = _num(row.values[key], digits, key)
-    if key == "acceptance_length" and row.acceptance_source == "server_counters":
-        cell = cell.replace("</td>", f"{_e(SERVER_AL_MARK)}</td>")  # the stream's was void
+    if key == "acceptance_length" and al_mark(row.acceptance_source):
+        cell = cell.replace("</td>", f"{_e(al_mark(row.acceptance_source))}</td>")  # stream void
     return cell
 
 
@@ -202,7 +202,8 @@ def _stream_void_reason(point: Mapping[str, Any]) -> str:
 def _acceptance_row(run: str, conc: int, point: Mapping[str, Any],
                     stream: Sequence[float]) -> str:
     al, source = published_acceptance_length(point)
-    label = {"stream": "stream", "server_counters": "server"}.get(source or "", "-")
+    label = {"stream": "stream", "server_per_request": "server per-request",
+             "server_counters": "server"}.get(source or "", "-")
     server = point.get("server_acceptance_per_position") or []
     cells = "".join(_num(v, 3, f"stream_acceptance_per_position[{i}]")
                     for i, v in enumerate(stream))

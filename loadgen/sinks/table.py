@@ -49,6 +49,22 @@ SERVER_AL_MARK = " (server)"
 SERVER_AL_NOTE = ("AL (server): from the server's spec-decode counters over the point (all "
                   "its traffic); the stream's AL was not valid (or not measured), see "
                   "stream_acceptance_invalid_reason in conc_<N>.json")
+PER_REQUEST_AL_NOTE = ("AL (per-request): from the server's per-request stats of this point's "
+                       "requests (vLLM metrics.speculative_decoding); the stream's AL was not "
+                       "valid (or not measured), see stream_acceptance_invalid_reason")
+# acceptance_length_source -> the mark after a server-sourced AL, and the note that explains it
+AL_MARKS = {"server_per_request": " (per-request)", "server_counters": SERVER_AL_MARK}
+AL_NOTES = {"server_per_request": PER_REQUEST_AL_NOTE, "server_counters": SERVER_AL_NOTE}
+
+
+def al_mark(source: str | None) -> str:
+    return AL_MARKS.get(source or "", "")
+
+
+def al_notes(sources: Iterable[str | None]) -> list[str]:
+    """The notes of the server sources that appear, in AL_NOTES order."""
+    seen = set(sources)
+    return [note for source, note in AL_NOTES.items() if source in seen]
 COLUMN_NAMES = tuple(name for name, _ in SWEEP_COLUMNS)
 
 
@@ -98,8 +114,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         for line in table
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    if any(row.get("acceptance_length_source") == "server_counters" for row in rows):
-        lines.append(SERVER_AL_NOTE)
+    lines += al_notes(row.get("acceptance_length_source") for row in rows)
     return "\n".join(lines)
 
 
@@ -107,8 +122,9 @@ def _row_cell(row: Mapping[str, Any], key: str, digits: int) -> str:
     if key == "golden_acceptance_ok":
         return _golden_cell(row)
     text = _cell(row.get(key), digits)
-    server = row.get("acceptance_length_source") == "server_counters"
-    return text + SERVER_AL_MARK if key == "acceptance_length" and server else text
+    if key == "acceptance_length":
+        return text + al_mark(row.get("acceptance_length_source"))
+    return text
 
 
 def _golden_cell(row: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ class CompletionRequest(TypedDict):
     stream_options: StreamOptions
     max_tokens: int
     temperature: float
+    top_p: NotRequired[float]
     seed: int
     ignore_eos: bool
     add_special_tokens: bool
@@ -39,6 +40,7 @@ class ChatRequest(TypedDict):
     stream_options: StreamOptions
     max_tokens: int
     temperature: float
+    top_p: NotRequired[float]
     seed: int
     ignore_eos: bool
     chat_template_kwargs: dict[str, Any]
@@ -54,6 +56,7 @@ class BodyOptions:
     endpoint: str  # "completions" | "chat"
     model: str
     temperature: float = 0.0
+    top_p: float | None = None  # None: not sent
     seed: int = 0
     thinking: str = "thinking"
     reasoning_effort: str | None = None
@@ -94,6 +97,8 @@ def completion_body(
         "ignore_eos": True,
         "add_special_tokens": False,
     }
+    if options.top_p is not None:
+        body["top_p"] = options.top_p
     if options.return_token_ids:
         body["return_token_ids"] = True
     if options.logprobs:
@@ -123,6 +128,8 @@ def chat_body(
         "ignore_eos": True,
         "chat_template_kwargs": kwargs,
     }
+    if options.top_p is not None:
+        body["top_p"] = options.top_p
     if options.return_token_ids:
         body["return_token_ids"] = True
     if options.logprobs:

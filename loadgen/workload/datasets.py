@@ -9,6 +9,10 @@ the file) unless the user names one (`--dataset-format`, or vLLM's `--dataset-na
   not given.
 - JSONL, one item per line: an OpenAI `messages` list, an object with `messages`, or
   vLLM's custom dataset object {prompt, output_tokens?}.
+- SPEED-Bench (NVIDIA's speculative-decoding set), as vLLM 0.32's `SpeedBench` reads it: a
+  directory holding `<subset>.jsonl`, rows of {messages, category}; a row's prompt is its
+  first message's content, sent as one user message; `--speed-bench-category` keeps the
+  rows of one category (an exact match, as vLLM).
 Traces (weka, mooncake) and --multi-turn conversations are sessions: workload/traces.py.
 vLLM additionally drops ShareGPT pairs by length (`is_valid_sequence`); `VLLM_SHAREGPT_LIMITS`
 holds its bounds, which the workload applies with `--dataset-name sharegpt`.
@@ -25,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.config.dataset_format import item_format, items
-from loadgen.config.spec import TRACE_FORMATS, SpecError
+from loadgen.config.spec import TRACE_FORMATS, SpecError, SpeedBenchOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,33 @@ def load_dataset(path: Path, fmt: str = "auto") -> list[Conversation]:
     conversations = [_jsonl_item(item, f"--dataset {where}") for where, item in entries]
     if not conversations:
         raise SpecError(f"--dataset {path}: no conversations in the file")
+    return conversations
+
+
+def load_speed_bench(directory: Path, options: SpeedBenchOptions) -> list[Conversation]:
+    """The rows of `directory/<subset>.jsonl` in `options.category` (all without one)."""
+    if not directory.is_dir():
+        raise SpecError(f"--dataset-path {directory}: SPEED-Bench is a directory of "
+                        "<subset>.jsonl files (NVIDIA-NeMo Skills' speed-bench prepare.py "
+                        "writes it)")
+    path = directory / f"{options.subset}.jsonl"
+    if not path.exists():
+        raise SpecError(f"--speed-bench-dataset-subset {options.subset}: no {path}")
+    conversations, categories = [], set()
+    for where, row in items(path):  # the bounded reader: no device, FIFO or huge file
+        messages = row.get("messages") if isinstance(row, dict) else None
+        first = messages[0] if isinstance(messages, list) and messages else None
+        content = first.get("content") if isinstance(first, dict) else None
+        if not isinstance(content, str):
+            raise SpecError(f"--dataset {where}: a SPEED-Bench row needs \"messages\" whose "
+                            "first item has a string \"content\"")
+        category = row.get("category")
+        categories.add(str(category))
+        if options.category is None or category == options.category:
+            conversations.append(Conversation([{"role": "user", "content": content}]))
+    if not conversations:
+        raise SpecError(f"--speed-bench-category {options.category}: no row of {path} has it; "
+                        f"its categories: {', '.join(sorted(categories)) or '(none)'}")
     return conversations
 
 

@@ -19,7 +19,12 @@ from encoders.errors import EncodingError
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.tokenizer import encode
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
-from loadgen.workload.datasets import VLLM_SHAREGPT_LIMITS, Conversation, load_dataset
+from loadgen.workload.datasets import (
+    VLLM_SHAREGPT_LIMITS,
+    Conversation,
+    load_dataset,
+    load_speed_bench,
+)
 from loadgen.workload.reply import ReplyText
 
 MEASURED, WARMUP, PREFLIGHT = 0, 1, 2  # rng stream ids
@@ -98,7 +103,9 @@ class Workload:
         self._dataset_prompts: dict[int, tuple[str, int]] = {}
         self._answer_tokens: dict[int, int] = {}
         if spec.dataset is not None:
-            self.dataset = load_dataset(spec.dataset, spec.dataset_format)
+            self.dataset = (load_speed_bench(spec.dataset, spec.speed_bench)
+                            if spec.speed_bench is not None
+                            else load_dataset(spec.dataset, spec.dataset_format))
             if spec.osl is None and any(c.answer is None and c.output_tokens is None
                                         for c in self.dataset):
                 raise SpecError(f"--osl is required with --dataset {spec.dataset}: its items "

@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,35 @@ def test_draft_model_acceptance_is_exact_and_matches_server_counters(
         else:
             assert result["stream_acceptance_length"] is None
             assert result["stream_acceptance_invalid_reason"] is not None
-            assert result["acceptance_length_source"] == "server_counters"
+            assert result["acceptance_length_source"] == "server_per_request"
+        assert_per_request_stats(result, recs, steps)
+
+
+def assert_per_request_stats(result: dict[str, Any], recs: Sequence[RequestRecord],
+                             steps: int) -> None:
+    """vLLM's per-request metrics (--per-request-spec-decode-metrics detailed
+    --enable-per-request-metrics): every request's own histogram says all K drafts were
+    accepted in each of its steps, so the third AL source is 4.0 too; and the client's TTFT
+    is more than the server's queue and engine time (same host clock)."""
+    for r in recs:
+        stats, timings = r.server_spec_decode, r.server_timings
+        assert stats is not None and timings is not None, r
+        assert stats.acceptance_histogram == (0,) * K + (steps,)
+        assert stats.mean_acceptance_length == K + 1.0 and stats.num_spec_tokens == K
+        assert stats.per_step_accepted == (K,) * steps
+        assert timings.time_to_first_token_ms is not None and timings.queue_time_ms is not None
+        client_ttft_ms = (r.chunk_ns[0] - r.start_ns) / 1e6
+        assert client_ttft_ms > timings.time_to_first_token_ms + timings.queue_time_ms
+    assert result["server_request_acceptance_length"] == K + 1.0
+    assert result["server_request_acceptance_per_position"] == [1.0] * K
+    assert result["server_request_spec_steps"] == result["server_spec_decode_drafts"]
+    assert result["server_request_al_min"] == result["server_request_al_max"] == K + 1.0
+    assert result["server_timing_requests"] == len(recs)
+    assert result["mean_ttft_outside_server_ms"] > 0
+    print(f"conc {result['max_concurrency']}: TTFT {result['mean_ttft_ms']:.2f} ms = server "
+          f"{result['mean_server_request_ttft_ms']:.2f} + queue "
+          f"{result['mean_server_request_queue_time_ms']:.2f} + outside "
+          f"{result['mean_ttft_outside_server_ms']:.2f} (means)")
 
 
 def test_ngram_stream_and_server_acceptance_agree(vllm_ngram: VllmServer,
@@ -387,3 +416,56 @@ def test_preflight_errors_are_one_clear_line(vllm_pool: ServerPool, tmp_path: Pa
     assert "Traceback" not in done.stderr
     assert not list(tmp_path.glob("conc_*.json"))
     assert server_counter(server, "vllm:prompt_tokens_total") == prompts_before
+
+
+def _final_usage_event(url: str, model: str, prompt: str) -> dict[str, Any]:
+    body = {"model": model, "prompt": prompt, "max_tokens": 9, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    request = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        events = [line[6:] for line in response.read().decode().splitlines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    final: dict[str, Any] = json.loads(events[-1])
+    assert final["choices"] == [], final
+    return final
+
+
+def _shape(value: Any) -> Any:
+    """Keys in order and value types, recursively (what a parser depends on)."""
+    if isinstance(value, dict):
+        return [(key, _shape(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return ["list", *sorted({type(v).__name__ for v in value})]
+    return type(value).__name__
+
+
+def test_the_simulator_sends_vllms_per_request_metrics_shapes(vllm_draft: VllmServer,
+                                                              tmp_path: Path) -> None:
+    """vLLM 0.32 with --per-request-spec-decode-metrics detailed --enable-per-request-metrics,
+    and `loadgen sim` with the same flags: the final usage chunk and the non-streamed body
+    carry `metrics` of the same keys, order and types (the values differ: other machines)."""
+    from tests.support.procs import free_port, start_sim, stop
+
+    port = free_port()
+    sim = start_sim(port, tmp_path / "sim.log", "--spec-tokens", str(K), "--model", "tiny",
+                    "--per-request-spec-decode-metrics", "detailed",
+                    "--enable-per-request-metrics")
+    try:
+        sim_url = f"http://127.0.0.1:{port}"
+        real = _final_usage_event(vllm_draft.url, "tiny", "hello hello hello")
+        ours = _final_usage_event(sim_url, "tiny", "hello hello hello")
+        print(json.dumps(real["metrics"]))
+        assert _shape(ours["metrics"]) == _shape(real["metrics"])
+        assert list(ours) == list(real)  # metrics last, after system_fingerprint
+        body = {"model": "tiny", "prompt": "hello hello hello", "max_tokens": 9,
+                "ignore_eos": True}
+        real_body = vllm_draft.post_json("/v1/completions", body)
+        request = urllib.request.Request(sim_url + "/v1/completions",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            ours_body = json.loads(response.read())
+        assert _shape(ours_body["metrics"]) == _shape(real_body["metrics"])
+    finally:
+        stop(sim)

@@ -35,7 +35,8 @@ def forced(al: float) -> str:
     config = orjson.dumps({"method": "mtp", "num_speculative_tokens": 2,
                            "rejection_sample_method": "synthetic",
                            "synthetic_acceptance_length": al}).decode()
-    return f"--step-fixed-ms 2 --spin-us 0 --speculative-config '{config}'"
+    return (f"--step-fixed-ms 2 --spin-us 0 --speculative-config '{config}' "
+            "--per-request-spec-decode-metrics summary")
 
 
 def run(tmp_path: Path, al: float, *extra: str) -> tuple[int, str, Path]:
@@ -63,6 +64,9 @@ def test_a_server_forced_to_the_golden_al_passes(tmp_path: Path) -> None:
         assert abs(p["golden_acceptance_drift"]) <= 0.03  # type: ignore[arg-type]
         stream, server = p["stream_acceptance_length"], p["server_acceptance_length"]
         assert abs(stream - server) < 0.05, (stream, server)  # type: ignore[operator]
+        # the per-request histograms are the counters' draws, request by request: the
+        # pooled per-request AL is the counters' exactly (no warmup, no other traffic)
+        assert p["server_request_acceptance_length"] == pytest.approx(server, rel=1e-12)
     assert "2.27 ok" in output  # the table's golden column
 
 

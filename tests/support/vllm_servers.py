@@ -39,8 +39,11 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
 }
 # Server flags beyond the speculative config. vLLM 0.32 caches prefixes by default; the
 # flag makes it explicit, and --enable-prompt-tokens-details adds cached_tokens to usage.
+# The draft server also reports vLLM 0.32's per-request metrics (spec-decode stats with
+# each step, and the request's timings) on each stream's final usage chunk.
 EXTRA_ARGS: dict[str, tuple[str, ...]] = {
     "prefix": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
+    "draft": ("--per-request-spec-decode-metrics", "detailed", "--enable-per-request-metrics"),
 }
 
 
