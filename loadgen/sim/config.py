@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from loadgen.errors import UsageError
+from loadgen.sim.power import PowerConfig
 from loadgen.sim.speculative import Speculative, SpeculativeConfigError, parse_speculative_config
 
 DEFAULT_MODEL = "deepseek-v4-sim"
@@ -102,6 +103,8 @@ class SimConfig:
     prefix_cache_blocks: int | None = None  # pool size in blocks; None: kv_cache_tokens
     # usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details)
     enable_prompt_tokens_details: bool = False
+    # The power model behind /gpu/metrics (sim/power.py): --num-gpus, --gpu-*.
+    power: PowerConfig = field(default_factory=PowerConfig)
 
     def __post_init__(self) -> None:
         if self.spec_tokens > 0 and not self.acceptance:
@@ -138,6 +141,7 @@ def validate(config: SimConfig) -> None:
         "--kv-cache-tokens": config.kv_cache_tokens,
         "--block-size": config.block_size,
         "--prefix-cache-blocks": config.cache_blocks,
+        "--num-gpus": config.power.num_gpus,
     }
     for flag, value in positive_ints.items():
         if value < 1:
@@ -149,6 +153,9 @@ def validate(config: SimConfig) -> None:
         "--seq-us": config.seq_us,
         "--spin-us": config.spin_us,
         "--stall-seconds": config.faults.stall_seconds,
+        "--gpu-idle-watts": config.power.idle_watts,
+        "--gpu-joules-per-token": config.power.joules_per_token,
+        "--gpu-joules-per-prefill-token": config.power.joules_per_prefill_token,
     }
     for flag, number in non_negative.items():
         if not math.isfinite(number) or number < 0:
@@ -229,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_flags(p, d)
     _output_flags(p, d)
     _fault_flags(p)
+    _power_flags(p, d.power)
     return p
 
 
@@ -320,6 +328,20 @@ def _fault_flags(p: argparse.ArgumentParser) -> None:
                    f"without them (comma-separated: {','.join(REJECTABLE_PARAMS)})")
 
 
+def _power_flags(p: argparse.ArgumentParser, d: PowerConfig) -> None:
+    p.add_argument("--num-gpus", type=int, default=d.num_gpus,
+                   help="simulated GPUs on /gpu/metrics (dcgm-exporter format), each drawing "
+                   "the power model's watts")
+    p.add_argument("--gpu-idle-watts", type=float, default=d.idle_watts,
+                   help="power model: watts each simulated GPU draws at all times")
+    p.add_argument("--gpu-joules-per-token", type=float, default=d.joules_per_token,
+                   help="power model: joules per decode token computed, per GPU (with MTP "
+                   "K+1 per decoding request: verified drafts cost energy)")
+    p.add_argument("--gpu-joules-per-prefill-token", type=float,
+                   default=d.joules_per_prefill_token,
+                   help="power model: joules per prompt token prefilled, per GPU")
+
+
 def _speculative(args: argparse.Namespace) -> Speculative:
     """--speculative-config, or the --spec-tokens/--acceptance shorthands (never both)."""
     if args.speculative_config is None:
@@ -355,4 +377,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         enable_prefix_caching=args.enable_prefix_caching, block_size=args.block_size,
         prefix_cache_blocks=args.prefix_cache_blocks,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        power=PowerConfig(num_gpus=args.num_gpus, idle_watts=args.gpu_idle_watts,
+                          joules_per_token=args.gpu_joules_per_token,
+                          joules_per_prefill_token=args.gpu_joules_per_prefill_token),
     )

@@ -97,6 +97,7 @@ class SimServer:
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/gpu/metrics", self.gpu_metrics)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
         app.router.add_post("/v1/completions", self.generation.completions)
@@ -117,6 +118,11 @@ class SimServer:
     async def prometheus(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def gpu_metrics(self, request: web.Request) -> web.Response:
+        """The power model's GPUs as dcgm-exporter shows them (sim/power.py)."""
+        return web.Response(body=self.engine.power.render().encode(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:
