@@ -30,6 +30,9 @@ class PowerConfig:
     joules_per_token: float = 0.03  # per decode token computed, per GPU
     joules_per_prefill_token: float = 0.005  # per prompt token prefilled, per GPU
     hostname: str = "loadgen-sim"
+    # Keep every step, so energy_j(t) holds for any past t too (tests' ground truth over
+    # a client's window); off in `loadgen sim`, whose memory must not grow per step.
+    keep_history: bool = False
 
     def describe(self) -> str:
         return (f"power model (simulated, not hardware): {self.num_gpus} GPU(s), each "
@@ -47,6 +50,7 @@ class PowerModel:
         self.start_ns = clock()
         self._finished_j = 0.0  # token energy of steps before the current one
         self._step = (self.start_ns, self.start_ns, 0.0)  # (start, end, token joules)
+        self._history: list[tuple[int, int, float]] | None = [] if config.keep_history else None
 
     def step(self, start_ns: int, end_ns: int, prefill_tokens: int,
              decode_tokens: int) -> None:
@@ -55,9 +59,11 @@ class PowerModel:
         c = self.config
         joules = decode_tokens * c.joules_per_token + prefill_tokens * c.joules_per_prefill_token
         self._step = (start_ns, end_ns, joules)
+        if self._history is not None:
+            self._history.append(self._step)
 
-    def _step_share(self, now_ns: int) -> float:
-        start, end, joules = self._step
+    def _step_share(self, now_ns: int, step: tuple[int, int, float] | None = None) -> float:
+        start, end, joules = self._step if step is None else step
         if now_ns >= end:
             return joules
         if now_ns <= start:
@@ -68,7 +74,16 @@ class PowerModel:
         """One GPU's energy from the start to `now_ns` (the exact integral of its power)."""
         now = self.clock() if now_ns is None else now_ns
         idle = self.config.idle_watts * (now - self.start_ns) / NS_PER_S
+        if self._history is not None and now < self._step[0]:  # a past instant
+            return idle + sum(self._step_share(now, step) for step in self._history)
         return idle + self._finished_j + self._step_share(now)
+
+    def max_power_w(self, start_ns: int, end_ns: int) -> float:
+        """The highest power of any step overlapping [start_ns, end_ns] (keep_history)."""
+        assert self._history is not None, "PowerConfig(keep_history=True)"
+        return self.config.idle_watts + max(
+            (j * NS_PER_S / (e - s) for s, e, j in self._history
+             if e > s and e > start_ns and s < end_ns), default=0.0)
 
     def power_w(self, now_ns: int | None = None) -> float:
         """One GPU's power at `now_ns`."""

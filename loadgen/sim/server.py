@@ -28,6 +28,7 @@ from loadgen.sim.detok import build_token_table
 from loadgen.sim.engine import Engine
 from loadgen.sim.handlers import GenerationHandlers, Tokenization, error_response, json_response
 from loadgen.sim.metrics import SimMetrics
+from loadgen.sim.power import PowerModel
 from loadgen.sim.trace import TraceWriter
 from loadgen.sim.validate import ApiError, bad_request, check_model, check_token_ids, parse_json
 from loadgen.sim.wire import (
@@ -63,6 +64,7 @@ class RunningSimulator:
     host: str
     port: int
     registry: CollectorRegistry
+    power: PowerModel  # the GPUs behind /gpu/metrics (tests read the ground truth here)
 
     @property
     def base_url(self) -> str:
@@ -179,7 +181,7 @@ async def running_simulator(config: SimConfig, host: str = "127.0.0.1", port: in
         bound_port = int(runner.addresses[0][1])
         engine_task = asyncio.create_task(server.engine.run(), name="loadgen-sim-engine")
         yield RunningSimulator(config=config, host=host, port=bound_port,
-                               registry=server.registry)
+                               registry=server.registry, power=server.engine.power)
         if engine_task.done():
             engine_task.result()  # an engine crash must not pass silently
     finally:
