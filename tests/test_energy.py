@@ -98,7 +98,7 @@ def test_samples_that_do_not_bracket_the_window() -> None:
     assert one.power_invalid_reasons == ["insufficient_power_samples"]
 
 
-def test_failed_scrape_in_the_window_marks_the_exporter_unanswered() -> None:
+def test_a_failed_scrape_marks_the_exporter_unanswered() -> None:
     samples = [(-0.5, power(100.0)), (0.5, None), (1.0, power(100.0)), (2.5, power(100.0))]
     result = point_energy([series(samples)], window(2.0), TOTALS, interval_s=1.0,
                           expected_gpus=None)

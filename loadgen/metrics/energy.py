@@ -11,7 +11,8 @@ metrics/throughput.py `measured_window`), on the same monotonic clock. Per GPU:
 The point is valid only if every GPU's samples bracket the window with no gap over 3 s.
 Reason codes are InferenceX's (sampling_gap_exceeded, benchmark_window_not_bracketed,
 insufficient_power_samples, expected_gpu_count_mismatch, no_usable_power_samples), plus
-loadgen's own: exporter_unanswered (a scrape in the window failed), counter_reset (the
+loadgen's own: exporter_unanswered (a scrape of the point failed or timed out: the
+exporter stopped answering, or missed a beat), counter_reset (the
 energy counter went down) and gpu_missing (a GPU absent from some of its URL's samples).
 Averages are InferenceX's: avg_power_w is per GPU (total / window / GPUs).
 """
@@ -140,11 +141,6 @@ def _gpu_samples(series: PowerSeries, start_ns: int
     return {gpu: per_gpu[gpu] for gpu in gpu_ids(per_gpu)}, missing
 
 
-def _failed_in_window(series: PowerSeries, window_ns: tuple[int, int]) -> bool:
-    return any(s.readings is None and window_ns[0] <= s.mono_ns <= window_ns[1]
-               for s in series.samples)
-
-
 def _append(reasons: list[str], reason: str) -> None:
     if reason not in reasons:
         reasons.append(reason)
@@ -160,7 +156,8 @@ def point_energy(series: Sequence[PowerSeries], window_ns: tuple[int, int] | Non
         return _metrics(["invalid_benchmark_window"], gpus, None, interval_s, totals)
     end = (window_ns[1] - window_ns[0]) / NS_PER_S
     for one in series:
-        if _failed_in_window(one, window_ns):
+        # a point's samples span its window only: any failure is the window's
+        if any(s.readings is None for s in one.samples):
             _append(reasons, "exporter_unanswered")
         per_gpu, missing = _gpu_samples(one, window_ns[0])
         if missing:

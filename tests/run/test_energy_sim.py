@@ -1,0 +1,151 @@
+"""--gpu-metrics end to end: sweeps against the simulator's /gpu/metrics over real sockets.
+
+The simulator's power model keeps every step (keep_history), so its energy over the
+point's exact window is known: the ground truth the sampled figure is held to.
+
+Sampling error bound (counter method, what dcgm-exporter's energy counter gives): inside
+the window the counter delta is exact; only the two boundary intervals are interpolated
+linearly. Over an interval of length Δ where power stays in [P_idle, P_max], a counter
+deviates from its chord by at most (P_max - P_idle)·Δ/4, so per GPU
+|error| <= 2·(P_max - P_idle)·Δ/4, plus P_max·δ per boundary for the uncertainty δ of a
+sample's stamp (the midpoint of its GET, which the exporter answered somewhere inside).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from tokenizers import Tokenizer
+
+from loadgen.config.spec import RunSpec
+from loadgen.results.jsonl import read_jsonl
+from loadgen.run.sweep import run_sweep
+from loadgen.sim.config import SimConfig
+from loadgen.sim.power import PowerConfig
+from loadgen.sim.server import RunningSimulator, running_simulator
+from loadgen.tokenizer import load_tokenizer
+
+POWER = PowerConfig(num_gpus=2, idle_watts=100.0, joules_per_token=0.02,
+                    joules_per_prefill_token=0.002, keep_history=True)
+SIM = SimConfig(step_fixed_ms=2.0, decode_token_us=20.0, prefill_token_us=2.0, spin_us=0.0,
+                spec_tokens=2, power=POWER, enable_prefix_caching=False)
+STAMP_UNCERTAINTY_S = 0.02  # a GET on loopback, the simulator sharing the client's loop
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return load_tokenizer()
+
+
+def spec(tmp_path: Path, url: str, gpu_url: str, **changes: Any) -> RunSpec:
+    values: dict[str, Any] = dict(
+        conc=(2, 8), isl=64, osl=400, prompts_per_conc=2, warmup_per_conc=1, base_url=url,
+        results_dir=tmp_path / "results", progress=False, gpu_metrics=(gpu_url,),
+        gpu_metrics_interval_s=0.25, num_gpus=2, vllm_result=None)
+    values.update(changes)
+    return RunSpec(**values)
+
+
+def ground_truth_j(sim: RunningSimulator, results: Path, conc: int) -> tuple[float, float]:
+    """(energy of all GPUs over the point's window, highest power in it)."""
+    records = read_jsonl(results / f"requests_conc_{conc}.jsonl")
+    start, end = min(r.start_ns for r in records), max(r.end_ns for r in records)
+    per_gpu = sim.power.energy_j(end) - sim.power.energy_j(start)
+    return POWER.num_gpus * per_gpu, sim.power.max_power_w(start, end)
+
+
+async def test_energy_per_token_matches_the_simulators_ground_truth(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    async with running_simulator(SIM, tokenizer=tokenizer) as sim:
+        outcome = await run_sweep(spec(tmp_path, sim.base_url, sim.base_url + "/gpu/metrics"),
+                                  tokenizer=tokenizer)
+        assert outcome.exit_code == 0
+        for conc in (2, 8):
+            point = json.loads((outcome.results_dir / f"conc_{conc}.json").read_text())
+            truth_j, max_w = ground_truth_j(sim, outcome.results_dir, conc)
+            assert point["power_valid"] is True and point["power_invalid_reasons"] == []
+            assert point["energy_source"] == "counter" and point["power_num_gpus"] == 2
+            gaps = [g["max_sample_gap_s"] for g in point["gpu_energy"]]
+            bound = sum(2 * (max_w - POWER.idle_watts) * gap / 4
+                        + 2 * max_w * STAMP_UNCERTAINTY_S for gap in gaps)
+            assert abs(point["total_gpu_energy_j"] - truth_j) <= bound, (conc, truth_j, bound)
+            truth_per_token = truth_j / point["total_output_tokens"]
+            assert point["joules_per_output_token"] == pytest.approx(
+                truth_per_token, abs=bound / point["total_output_tokens"])
+            assert point["avg_power_w"] == pytest.approx(
+                point["total_gpu_energy_j"] / point["duration"] / 2)
+            check_csv(outcome.results_dir, conc, point)
+
+
+def check_csv(results: Path, conc: int, point: dict[str, Any]) -> None:
+    """nvidia-smi's layout, as InferenceX's column regexes find it, bracketing the window
+    on the result file's own timeline."""
+    with (results / f"gpu_power_conc_{conc}.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh, skipinitialspace=True))
+    assert list(rows[0]) == ["timestamp", "index", "uuid", "power.draw [W]"]
+    assert {r["index"] for r in rows} == {"0", "1"}
+    samples = sum(g["samples"] for g in point["gpu_energy"])
+    assert len(rows) == samples
+    assert all(r["power.draw [W]"].endswith(" W") for r in rows)
+    times = sorted(float(r["timestamp"]) for r in rows)
+    start = point["benchmark_start_time_unix"]
+    assert times[0] <= start and times[-1] >= start + point["duration"]
+
+
+class GoingSilent:
+    """A real HTTP server in front of the simulator's /gpu/metrics that, after `answers`
+    scrapes, accepts every request and never answers (a hung exporter)."""
+
+    def __init__(self, upstream: str, answers: int) -> None:
+        self.upstream, self.answers = upstream, answers
+        self.seen = 0
+        self.hung = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen += 1
+        if self.seen > self.answers:
+            self.hung.set()
+            await asyncio.Event().wait()  # until the client gives up
+        async with aiohttp.ClientSession() as session, session.get(self.upstream) as up:
+            return web.Response(text=await up.text(), content_type="text/plain")
+
+
+@contextlib.asynccontextmanager
+async def serve(handler: GoingSilent) -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_get("/metrics", handler.handle)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_exporter_that_stops_answering_invalidates_only_the_energy(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    async with running_simulator(SIM, tokenizer=tokenizer) as sim:
+        # answers the preflight check, the first sample and two more, then hangs
+        silent = GoingSilent(sim.base_url + "/gpu/metrics", answers=4)
+        async with serve(silent) as url:
+            outcome = await run_sweep(spec(tmp_path, sim.base_url, url, conc=(4,)),
+                                      tokenizer=tokenizer)
+    assert silent.hung.is_set() and outcome.exit_code == 0
+    point = json.loads((outcome.results_dir / "conc_4.json").read_text())
+    assert point["power_valid"] is False
+    assert "exporter_unanswered" in point["power_invalid_reasons"]
+    assert point["total_gpu_energy_j"] is None and point["joules_per_output_token"] is None
+    # the point itself is untouched: complete, every request measured
+    assert point["complete"] is True and point["completed"] == 8 and point["failed"] == 0
+    assert point["output_throughput"] > 0 and point["duration"] > 0
