@@ -156,6 +156,7 @@ def validate(config: SimConfig) -> None:
         "--gpu-idle-watts": config.power.idle_watts,
         "--gpu-joules-per-token": config.power.joules_per_token,
         "--gpu-joules-per-prefill-token": config.power.joules_per_prefill_token,
+        "--gpu-power-average": config.power.average_s,
     }
     for flag, number in non_negative.items():
         if not math.isfinite(number) or number < 0:
@@ -340,6 +341,9 @@ def _power_flags(p: argparse.ArgumentParser, d: PowerConfig) -> None:
     p.add_argument("--gpu-joules-per-prefill-token", type=float,
                    default=d.joules_per_prefill_token,
                    help="power model: joules per prompt token prefilled, per GPU")
+    p.add_argument("--gpu-power-average", type=float, default=d.average_s, metavar="SECONDS",
+                   help="DCGM_FI_DEV_POWER_USAGE is the mean power over this many seconds "
+                   "before the scrape, as NVML averages (0: the instant's, one step's)")
 
 
 def _speculative(args: argparse.Namespace) -> Speculative:
@@ -379,5 +383,6 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         power=PowerConfig(num_gpus=args.num_gpus, idle_watts=args.gpu_idle_watts,
                           joules_per_token=args.gpu_joules_per_token,
-                          joules_per_prefill_token=args.gpu_joules_per_prefill_token),
+                          joules_per_prefill_token=args.gpu_joules_per_prefill_token,
+                          average_s=args.gpu_power_average),
     )

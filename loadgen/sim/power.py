@@ -5,7 +5,9 @@ engine computes: `joules_per_token` per decode token (1 per decoding request, or
 MTP: drafts verified are computed whether accepted or not) and `joules_per_prefill_token`
 per prompt token prefilled. The token energy of a step is spread evenly over the step's
 modelled duration, so power is piecewise constant and energy is its exact integral: the
-energy counter is the ground truth a client's sampled integral is checked against.
+energy counter is the ground truth a client's sampled integral is checked against. The
+power gauge is the mean over the last `average_s` (1 s, as NVML averages board power):
+an instant's power is one step's, which a scrape that lands between steps would miss.
 These parameters describe the simulator, not any hardware.
 
 Exposed as NVIDIA dcgm-exporter does (its default counters): `DCGM_FI_DEV_POWER_USAGE`
@@ -15,12 +17,14 @@ one series per GPU labelled gpu, UUID, pci_bus_id, device, modelName, Hostname.
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 NS_PER_S = 1_000_000_000
 MODEL_NAME = "loadgen-sim simulated GPU"
+PRUNE_AT = 4096  # marks kept before old ones are dropped (without keep_history)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,9 @@ class PowerConfig:
     joules_per_token: float = 0.03  # per decode token computed, per GPU
     joules_per_prefill_token: float = 0.005  # per prompt token prefilled, per GPU
     hostname: str = "loadgen-sim"
+    # DCGM_FI_DEV_POWER_USAGE is the mean over this many seconds before the scrape, as NVML
+    # averages board power over 1 s; 0 = the power of the instant (one step's, noisy).
+    average_s: float = 1.0
     # Keep every step, so energy_j(t) holds for any past t too (tests' ground truth over
     # a client's window); off in `loadgen sim`, whose memory must not grow per step.
     keep_history: bool = False
@@ -38,59 +45,73 @@ class PowerConfig:
         return (f"power model (simulated, not hardware): {self.num_gpus} GPU(s), each "
                 f"{self.idle_watts:g} W idle + {self.joules_per_token:g} J per decode token "
                 f"computed (MTP drafts included) + {self.joules_per_prefill_token:g} J per "
-                "prefill token")
+                f"prefill token; power reported as the mean over the last {self.average_s:g} s")
 
 
 class PowerModel:
-    """Per-GPU energy since `clock()` at construction; every GPU draws the same."""
+    """Per-GPU energy since `clock()` at construction; every GPU draws the same.
+
+    Marks are (step start, energy at it, step end, the step's token joules), oldest first:
+    energy at any instant since the oldest mark is exact from the mark before it.
+    """
 
     def __init__(self, config: PowerConfig, clock: Callable[[], int]) -> None:
         self.config = config
         self.clock = clock
         self.start_ns = clock()
-        self._finished_j = 0.0  # token energy of steps before the current one
-        self._step = (self.start_ns, self.start_ns, 0.0)  # (start, end, token joules)
-        self._history: list[tuple[int, int, float]] | None = [] if config.keep_history else None
+        self._marks: list[tuple[int, float, int, float]] = [
+            (self.start_ns, 0.0, self.start_ns, 0.0)]
+        self._average_ns = int(config.average_s * NS_PER_S)
 
     def step(self, start_ns: int, end_ns: int, prefill_tokens: int,
              decode_tokens: int) -> None:
-        """A step computing these tokens runs from start_ns to end_ns (steps never overlap)."""
-        self._finished_j += self._step[2]
+        """A step computing these tokens runs from start_ns to end_ns (steps never overlap
+        and come in order)."""
         c = self.config
         joules = decode_tokens * c.joules_per_token + prefill_tokens * c.joules_per_prefill_token
-        self._step = (start_ns, end_ns, joules)
-        if self._history is not None:
-            self._history.append(self._step)
+        self._marks.append((start_ns, self.energy_j(start_ns), end_ns, joules))
+        if not c.keep_history and len(self._marks) > PRUNE_AT:
+            self._prune(min(start_ns, self.clock()) - self._average_ns - NS_PER_S)
 
-    def _step_share(self, now_ns: int, step: tuple[int, int, float] | None = None) -> float:
-        start, end, joules = self._step if step is None else step
-        if now_ns >= end:
-            return joules
-        if now_ns <= start:
-            return 0.0
-        return joules * (now_ns - start) / (end - start)
+    def _prune(self, horizon_ns: int) -> None:
+        """Marks older than what a power average or a scrape can still ask about go."""
+        keep = bisect.bisect_right(self._marks, horizon_ns, key=lambda m: m[0]) - 1
+        if keep > 0:
+            del self._marks[:keep]
 
     def energy_j(self, now_ns: int | None = None) -> float:
         """One GPU's energy from the start to `now_ns` (the exact integral of its power)."""
         now = self.clock() if now_ns is None else now_ns
-        idle = self.config.idle_watts * (now - self.start_ns) / NS_PER_S
-        if self._history is not None and now < self._step[0]:  # a past instant
-            return idle + sum(self._step_share(now, step) for step in self._history)
-        return idle + self._finished_j + self._step_share(now)
+        i = max(0, bisect.bisect_right(self._marks, now, key=lambda m: m[0]) - 1)
+        start, energy, end, joules = self._marks[i]
+        if now >= end:
+            share = joules
+        elif now <= start:
+            share = 0.0
+        else:
+            share = joules * (now - start) / (end - start)
+        return energy + self.config.idle_watts * (now - start) / NS_PER_S + share
+
+    def instant_power_w(self, now_ns: int) -> float:
+        start, _, end, joules = self._marks[-1]
+        dynamic = joules * NS_PER_S / (end - start) if start <= now_ns < end else 0.0
+        return self.config.idle_watts + dynamic
+
+    def power_w(self, now_ns: int | None = None) -> float:
+        """One GPU's power at `now_ns`: the mean over the last `average_s` (as NVML averages
+        board power over 1 s), or the instant's with average_s 0."""
+        now = self.clock() if now_ns is None else now_ns
+        since = max(self.start_ns, now - self._average_ns)
+        if now <= since:
+            return self.instant_power_w(now)
+        return (self.energy_j(now) - self.energy_j(since)) * NS_PER_S / (now - since)
 
     def max_power_w(self, start_ns: int, end_ns: int) -> float:
         """The highest power of any step overlapping [start_ns, end_ns] (keep_history)."""
-        assert self._history is not None, "PowerConfig(keep_history=True)"
+        assert self.config.keep_history, "PowerConfig(keep_history=True)"
         return self.config.idle_watts + max(
-            (j * NS_PER_S / (e - s) for s, e, j in self._history
+            (j * NS_PER_S / (e - s) for s, _, e, j in self._marks
              if e > s and e > start_ns and s < end_ns), default=0.0)
-
-    def power_w(self, now_ns: int | None = None) -> float:
-        """One GPU's power at `now_ns`."""
-        now = self.clock() if now_ns is None else now_ns
-        start, end, joules = self._step
-        dynamic = joules * NS_PER_S / (end - start) if start <= now < end else 0.0
-        return self.config.idle_watts + dynamic
 
     def render(self) -> str:
         """Prometheus text as dcgm-exporter writes it (values at one instant)."""

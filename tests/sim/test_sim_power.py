@@ -29,15 +29,21 @@ def test_energy_is_the_exact_integral_of_piecewise_constant_power() -> None:
     start = clock.now
     # a 0.5 s step computing 10 prefill + 4 decode tokens: 1 + 2 = 3 J over 0.5 s = 6 W
     model.step(start, start + 500_000_000, prefill_tokens=10, decode_tokens=4)
-    assert model.power_w(start + 100_000_000) == pytest.approx(106.0)
+    assert model.instant_power_w(start + 100_000_000) == pytest.approx(106.0)
     assert model.energy_j(start + 250_000_000) == pytest.approx(25.0 + 1.5)
     # idle 0.5 s after the step, then a second 1 s step of 2 decode tokens (1 J)
     model.step(start + 1_000_000_000, start + 2_000_000_000, 0, 2)
-    assert model.power_w(start + 750_000_000) == pytest.approx(100.0)
+    assert model.instant_power_w(start + 1_500_000_000) == pytest.approx(101.0)
+    # past instants stay exact: before and inside the first step
+    assert model.energy_j(start + 750_000_000) == pytest.approx(75.0 + 3.0)
     assert model.energy_j(start + 1_500_000_000) == pytest.approx(150.0 + 3.0 + 0.5)
     assert model.energy_j(start + 3_000_000_000) == pytest.approx(300.0 + 4.0)
+    # the gauge: mean over the last second (1.25..2.25 s: 0.75 s of the 1 W step)
+    assert model.power_w(start + 2_250_000_000) == pytest.approx(100.0 + 0.75)
+    # and over the model's life when younger than that (0..0.5 s: 6 W on top)
+    assert model.power_w(start + 500_000_000) == pytest.approx(106.0)
     clock.now = start + 3_000_000_000
-    assert model.power_w() == 100.0
+    assert model.power_w() == pytest.approx(100.0)
 
 
 def gpu_series(text: str) -> dict[str, dict[str, float]]:
