@@ -24,6 +24,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
@@ -32,6 +34,7 @@ from loadgen.run.sweep import run_sweep
 from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerConfig
 from loadgen.sim.server import RunningSimulator, running_simulator
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 from loadgen.tokenizer import load_tokenizer
 
 POWER = PowerConfig(num_gpus=2, idle_watts=100.0, joules_per_token=0.02,
@@ -64,11 +67,17 @@ def ground_truth_j(sim: RunningSimulator, results: Path, conc: int) -> tuple[flo
 
 
 async def test_energy_per_token_matches_the_simulators_ground_truth(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:
+        tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]) -> None:
+    registry = CollectorRegistry()
+    observer = MetricsObserver(LoadgenMetrics(registry), model=SIM.model,
+                               endpoint="completions", points=2)
     async with running_simulator(SIM, tokenizer=tokenizer) as sim:
         outcome = await run_sweep(spec(tmp_path, sim.base_url, sim.base_url + "/gpu/metrics"),
-                                  tokenizer=tokenizer)
+                                  tokenizer=tokenizer, observer=observer)
         assert outcome.exit_code == 0
+        table = capsys.readouterr().out
+        assert "J/tok" in table.splitlines()[0]
+        sweep_csv = list(csv.DictReader((outcome.results_dir / "sweep.csv").open()))
         for conc in (2, 8):
             point = json.loads((outcome.results_dir / f"conc_{conc}.json").read_text())
             truth_j, max_w = ground_truth_j(sim, outcome.results_dir, conc)
@@ -84,6 +93,16 @@ async def test_energy_per_token_matches_the_simulators_ground_truth(
             assert point["avg_power_w"] == pytest.approx(
                 point["total_gpu_energy_j"] / point["duration"] / 2)
             check_csv(outcome.results_dir, conc, point)
+            row = next(r for r in sweep_csv if r["conc"] == str(conc))
+            assert float(row["joules_per_output_token"]) == point["joules_per_output_token"]
+            assert f"{point['joules_per_output_token']:,.3f}" in table
+            gauges = {(s.name, s.labels.get("conc")): s.value
+                      for f in text_string_to_metric_families(generate_latest(registry).decode())
+                      for s in f.samples}
+            assert gauges[("loadgen_joules_per_output_token", str(conc))] == pytest.approx(
+                point["joules_per_output_token"])
+            assert gauges[("loadgen_gpu_power_watts", str(conc))] == pytest.approx(
+                point["avg_power_w"])
 
 
 def check_csv(results: Path, conc: int, point: dict[str, Any]) -> None:
@@ -134,7 +153,7 @@ async def serve(handler: GoingSilent) -> AsyncIterator[str]:
 
 
 async def test_an_exporter_that_stops_answering_invalidates_only_the_energy(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:
+        tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]) -> None:
     async with running_simulator(SIM, tokenizer=tokenizer) as sim:
         # answers the preflight check, the first sample and two more, then hangs
         silent = GoingSilent(sim.base_url + "/gpu/metrics", answers=4)
@@ -149,3 +168,4 @@ async def test_an_exporter_that_stops_answering_invalidates_only_the_energy(
     # the point itself is untouched: complete, every request measured
     assert point["complete"] is True and point["completed"] == 8 and point["failed"] == 0
     assert point["output_throughput"] > 0 and point["duration"] > 0
+    assert "J/tok -: the point's GPU power samples are not valid" in capsys.readouterr().out
