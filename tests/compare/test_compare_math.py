@@ -235,3 +235,20 @@ def test_no_energy_columns_without_gpu_metrics() -> None:
     assert comparison.energy_crossovers == ()
     text = format_comparison(comparison)
     assert "J/tok" not in text and "joule" not in text
+
+
+def test_report_energy_section_has_the_figure_and_the_crossover() -> None:
+    from loadgen.sinks.html_report import energy_sections
+
+    def energy(conc: int, tok_per_j: float, interactivity: float) -> dict[str, Any]:
+        return result(conc, 100.0 * conc, interactivity, output_tokens_per_joule=tok_per_j,
+                      joules_per_output_token=1 / tok_per_j)
+
+    comparison = compare([
+        RunInput("no-spec", {4: energy(4, 1.0, 300), 16: energy(16, 2.0, 200)}),
+        RunInput("mtp", {4: energy(4, 1.5, 500), 16: energy(16, 1.8, 300)})])
+    [(key, title, html)] = energy_sections(comparison)
+    assert key == "energy" and "tokens per joule" in title
+    assert html.startswith("<img") and "data:image/svg+xml;base64," in html
+    assert "energy crossover: mtp is ahead up to conc 4, no-spec from conc 16 on" in html
+    assert energy_sections(compare([RunInput("a", {4: result(4, 100, 50)})])) == []
