@@ -8,6 +8,10 @@ modelled duration, so power is piecewise constant and energy is its exact integr
 energy counter is the ground truth a client's sampled integral is checked against. The
 power gauge is the mean over the last `average_s` (1 s, as NVML averages board power):
 an instant's power is one step's, which a scrape that lands between steps would miss.
+Energy follows the engine's modelled timeline: when the simulator falls behind it (it
+warns "behind its step schedule"), late steps are dated in the past, so readings taken
+meanwhile under-read the gauge; the counter's delta between two idle-or-caught-up
+instants (a point's first and last samples) stays exact.
 These parameters describe the simulator, not any hardware.
 
 Exposed as NVIDIA dcgm-exporter does (its default counters): `DCGM_FI_DEV_POWER_USAGE`
