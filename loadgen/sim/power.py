@@ -66,6 +66,9 @@ class PowerModel:
         self._marks: list[tuple[int, float, int, float]] = [
             (self.start_ns, 0.0, self.start_ns, 0.0)]
         self._average_ns = int(config.average_s * NS_PER_S)
+        # (when, energy) as each scrape reported it: the gauge averages between reported
+        # values, so energy a late step dates in the past still reaches a later reading
+        self._reads: list[tuple[int, float]] = [(self.start_ns, 0.0)]
 
     def step(self, start_ns: int, end_ns: int, prefill_tokens: int,
              decode_tokens: int) -> None:
@@ -103,12 +106,30 @@ class PowerModel:
 
     def power_w(self, now_ns: int | None = None) -> float:
         """One GPU's power at `now_ns`: the mean over the last `average_s` (as NVML averages
-        board power over 1 s), or the instant's with average_s 0."""
+        board power over 1 s), or the instant's with average_s 0. The mean is taken from
+        the energy an earlier scrape reported (the last one at least `average_s` ago, else
+        the start), so the gauge's integral follows the counter even when the engine runs
+        behind its schedule and dates late steps in the past."""
         now = self.clock() if now_ns is None else now_ns
-        since = max(self.start_ns, now - self._average_ns)
+        if self._average_ns == 0:
+            return self.instant_power_w(now)
+        i = bisect.bisect_right(self._reads, now - self._average_ns, key=lambda r: r[0]) - 1
+        since, reported = self._reads[max(0, i)]
         if now <= since:
             return self.instant_power_w(now)
-        return (self.energy_j(now) - self.energy_j(since)) * NS_PER_S / (now - since)
+        return (self.energy_j(now) - reported) * NS_PER_S / (now - since)
+
+    def read(self, now_ns: int) -> tuple[float, float]:
+        """(power W, energy J) as a scrape at `now_ns` reports them, remembered for the
+        gauge's later means."""
+        power, energy = self.power_w(now_ns), self.energy_j(now_ns)
+        if now_ns > self._reads[-1][0]:
+            self._reads.append((now_ns, energy))
+            horizon = now_ns - 2 * self._average_ns
+            keep = bisect.bisect_right(self._reads, horizon, key=lambda r: r[0]) - 1
+            if keep > 0:
+                del self._reads[:keep]
+        return power, energy
 
     def max_power_w(self, start_ns: int, end_ns: int) -> float:
         """The highest power of any step overlapping [start_ns, end_ns] (keep_history)."""
@@ -119,8 +140,8 @@ class PowerModel:
 
     def render(self) -> str:
         """Prometheus text as dcgm-exporter writes it (values at one instant)."""
-        now = self.clock()
-        power, energy_mj = self.power_w(now), int(self.energy_j(now) * 1000)
+        power, energy_j = self.read(self.clock())
+        energy_mj = int(energy_j * 1000)
         lines = ["# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).",
                  "# TYPE DCGM_FI_DEV_POWER_USAGE gauge"]
         lines += [f"DCGM_FI_DEV_POWER_USAGE{{{self._labels(i)}}} {power:.3f}"

@@ -38,12 +38,26 @@ def test_energy_is_the_exact_integral_of_piecewise_constant_power() -> None:
     assert model.energy_j(start + 750_000_000) == pytest.approx(75.0 + 3.0)
     assert model.energy_j(start + 1_500_000_000) == pytest.approx(150.0 + 3.0 + 0.5)
     assert model.energy_j(start + 3_000_000_000) == pytest.approx(300.0 + 4.0)
-    # the gauge: mean over the last second (1.25..2.25 s: 0.75 s of the 1 W step)
-    assert model.power_w(start + 2_250_000_000) == pytest.approx(100.0 + 0.75)
-    # and over the model's life when younger than that (0..0.5 s: 6 W on top)
+    # the gauge: the mean since the last reading at least 1 s old (1.25..2.25 s: 0.75 s
+    # of the 1 W step), or since the start when there is none (0..0.5 s: 6 W on top)
     assert model.power_w(start + 500_000_000) == pytest.approx(106.0)
+    model.read(start + 1_250_000_000)
+    assert model.power_w(start + 2_250_000_000) == pytest.approx(100.0 + 0.75)
     clock.now = start + 3_000_000_000
-    assert model.power_w() == pytest.approx(100.0)
+    assert model.power_w() == pytest.approx(100.0 + 0.75 / 1.75)  # 1.25..3 s
+
+
+def test_a_step_dated_before_a_reading_reaches_the_next_reading() -> None:
+    """A CPU-starved engine schedules a step whose modelled time already passed: the
+    energy the counter reported so far stays, and the gauge's next mean carries the step,
+    so the gauge's integral still adds up to the counter's delta."""
+    clock = FakeClock()
+    model = PowerModel(PowerConfig(idle_watts=0.0, joules_per_token=1.0), clock)
+    start = clock.now
+    assert model.read(start + 1_000_000_000) == (0.0, 0.0)
+    model.step(start + 500_000_000, start + 900_000_000, 0, 10)  # 10 J, dated in the past
+    power, energy = model.read(start + 2_000_000_000)
+    assert energy == pytest.approx(10.0) and power == pytest.approx(10.0)  # 10 J over 1 s
 
 
 def gpu_series(text: str) -> dict[str, dict[str, float]]:
