@@ -17,12 +17,20 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from loadgen.client.server_metrics import MetricsUrlError, fetch_metrics_text
+from loadgen.client.server_metrics import MetricsUrlError, fetch_metrics_text, metrics_urls
 from loadgen.config.redact import redact_url
 from loadgen.metrics.energy import PowerSample, PowerSeries
 from loadgen.metrics.gpu_power import POWER_NAMES, GpuMetricsParseError, parse_gpu_metrics
 
 MAX_SCRAPE_S = 2.0
+EMBEDDED_SIM = "sim"  # --gpu-metrics sim: the embedded simulator's (--sim) /gpu/metrics
+
+
+def gpu_metrics_urls(given: Sequence[str], base_url: str) -> tuple[str, ...]:
+    """The URLs to sample: `sim` is the target's /gpu/metrics, a bare root gets /metrics."""
+    urls = [base_url.rstrip("/") + "/gpu/metrics" if url == EMBEDDED_SIM else url
+            for url in given]
+    return metrics_urls(urls, base_url)
 
 
 class GpuMetricsUrlError(MetricsUrlError):

@@ -184,9 +184,9 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
                    "list the target too to keep it) (default: the target's)")
     t.add_argument("--gpu-metrics", action="append", default=[], metavar="URL",
                    help="a GPU exporter's Prometheus endpoint (NVIDIA dcgm-exporter, AMD "
-                   "device-metrics-exporter; `loadgen sim`'s /gpu/metrics), repeatable: one "
-                   "per node; sampled during every point for energy per token (a URL "
-                   "without a path gets /metrics) (default: none, no energy figures)")
+                   "device-metrics-exporter; `loadgen sim`'s /gpu/metrics; `sim` with --sim), "
+                   "repeatable: one per node; sampled during every point for energy per "
+                   "token (a URL without a path gets /metrics) (default: none)")
     t.add_argument("--gpu-metrics-interval", type=float, default=1.0, metavar="SECONDS",
                    help="seconds between --gpu-metrics samples (at most 3: a longer gap "
                    "makes a point's energy invalid, as in InferenceX)")

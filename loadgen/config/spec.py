@@ -216,8 +216,9 @@ def _validate_target(spec: RunSpec) -> None:
         _check(url.startswith(("http://", "https://")),
                f"--server-metrics {url!r}: must start with http:// or https://")
     for url in spec.gpu_metrics:
-        _check(url.startswith(("http://", "https://")),
-               f"--gpu-metrics {url!r}: must start with http:// or https://")
+        _check(url.startswith(("http://", "https://")) or (url == "sim" and spec.sim),
+               f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
+               "with --sim: the embedded simulator's /gpu/metrics)")
     _check(0 < spec.gpu_metrics_interval_s <= 3.0,
            f"--gpu-metrics-interval {spec.gpu_metrics_interval_s:g}: must be in (0, 3] "
            "seconds (samples more than 3 s apart make a point's energy invalid)")

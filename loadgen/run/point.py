@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import __version__
-from loadgen.client.gpu_metrics import PowerSampler
+from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls
 from loadgen.client.preflight import ServerInfo
-from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls
+from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.energy import PowerInput, PowerSeries
@@ -131,7 +131,8 @@ class PointRecords:
         bracket its first send."""
         spec = self.run.spec
         if spec.gpu_metrics:
-            self.power = PowerSampler(metrics_urls(spec.gpu_metrics, ""),
+            self.power = PowerSampler(gpu_metrics_urls(spec.gpu_metrics,
+                                                       self.run.backend.base_url),
                                       spec.gpu_metrics_interval_s)
             await self.power.start()
 

@@ -27,9 +27,8 @@ from time import perf_counter_ns
 
 from tokenizers import Tokenizer
 
-from loadgen.client.gpu_metrics import check_gpu_metrics_urls
+from loadgen.client.gpu_metrics import check_gpu_metrics_urls, gpu_metrics_urls
 from loadgen.client.preflight import ServerInfo
-from loadgen.client.server_metrics import metrics_urls
 from loadgen.config.args import default_results_dir
 from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
 from loadgen.config.spec import RunSpec, SpecError
@@ -199,7 +198,8 @@ class _Sweep:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
         if self.spec.gpu_metrics:
-            await check_gpu_metrics_urls(metrics_urls(self.spec.gpu_metrics, ""))
+            await check_gpu_metrics_urls(gpu_metrics_urls(self.spec.gpu_metrics,
+                                                          backend.base_url))
         watch = ServerWatch(backend.probe, self.spec.server_pid)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
                              self.hooks, self.clock, self.sleep, self._barrier(), watch,

@@ -28,7 +28,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 
-from loadgen.config.spec import RunSpec
+from loadgen.config.args import spec_from_argv
+from loadgen.config.spec import RunSpec, SpecError
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
 from loadgen.sim.config import SimConfig
@@ -169,3 +170,19 @@ async def test_an_exporter_that_stops_answering_invalidates_only_the_energy(
     assert point["complete"] is True and point["completed"] == 8 and point["failed"] == 0
     assert point["output_throughput"] > 0 and point["duration"] > 0
     assert "J/tok -: the point's GPU power samples are not valid" in capsys.readouterr().out
+
+
+async def test_gpu_metrics_sim_samples_the_embedded_simulator(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    spec = spec_from_argv([
+        "--sim", "--sim-args", "--num-gpus 4 --step-fixed-ms 2 --decode-token-us 20 "
+        "--spin-us 0", "--conc", "2", "--isl", "64", "--osl", "300", "--prompts-per-conc", "2",
+        "--results", str(tmp_path / "r"), "--no-progress", "--gpu-metrics", "sim",
+        "--gpu-metrics-interval", "0.25", "--num-gpus", "4"], env={})
+    outcome = await run_sweep(spec, tokenizer=tokenizer)
+    point = outcome.points[0].result.energy
+    assert point is not None and point.power_valid and point.power_num_gpus == 4
+    assert point.joules_per_output_token is not None and point.joules_per_output_token > 0
+    with pytest.raises(SpecError, match="or be `sim`, with --sim"):
+        spec_from_argv(["--base-url", "http://x", "--conc", "1", "--isl", "8", "--osl", "8",
+                        "--gpu-metrics", "sim"], env={})
