@@ -301,8 +301,9 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
         raise UsageError("--workers needs an HTTP server (--base-url or --sim)")
     assert spec.workers is not None
     pool = WorkerPool(context, Share(spec.shard_index, spec.shard_count))
+    # (the parent samples --gpu-metrics: workers only send)
     worker_spec = dataclasses.replace(spec, base_url=backend.base_url, sim=False, sim_args=(),
-                                      workers=1, cpu_affinity=())
+                                      workers=1, cpu_affinity=(), gpu_metrics=())
     try:
         for index in range(spec.workers):
             share = pool.share.worker_share(index, spec.workers)

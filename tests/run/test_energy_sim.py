@@ -172,13 +172,14 @@ async def test_an_exporter_that_stops_answering_invalidates_only_the_energy(
     assert "J/tok -: the point's GPU power samples are not valid" in capsys.readouterr().out
 
 
-async def test_gpu_metrics_sim_samples_the_embedded_simulator(
+async def test_gpu_metrics_sim_samples_the_embedded_simulator_beside_workers(
         tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """The parent samples; worker processes (which only send) never see --gpu-metrics."""
     spec = spec_from_argv([
         "--sim", "--sim-args", "--num-gpus 4 --step-fixed-ms 2 --decode-token-us 20 "
         "--spin-us 0", "--conc", "2", "--isl", "64", "--osl", "300", "--prompts-per-conc", "2",
         "--results", str(tmp_path / "r"), "--no-progress", "--gpu-metrics", "sim",
-        "--gpu-metrics-interval", "0.25", "--num-gpus", "4"], env={})
+        "--gpu-metrics-interval", "0.25", "--num-gpus", "4", "--workers", "2"], env={})
     outcome = await run_sweep(spec, tokenizer=tokenizer)
     point = outcome.points[0].result.energy
     assert point is not None and point.power_valid and point.power_num_gpus == 4
