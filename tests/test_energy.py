@@ -162,3 +162,31 @@ def test_amd_device_metrics_exporter_names_and_units() -> None:
 def test_text_without_gpu_power_has_no_readings() -> None:
     assert parse_gpu_metrics("# TYPE vllm:num_requests_running gauge\n"
                              'vllm:num_requests_running{engine="0"} 3\n') == {}
+
+
+def test_nvidia_smi_csv_rows_by_gpu_in_local_time() -> None:
+    from datetime import datetime
+
+    from loadgen.metrics.gpu_power import parse_power_csv
+
+    text = ("timestamp, index, power.limit [W], power.draw [W]\n"
+            "2026/12/02 01:30:00.500, 1, 700.00 W, 412.34 W\n"
+            "2026/12/02 01:30:00.500, 0, 700.00 W, [N/A]\n"
+            "2026/12/02 01:30:00.000, 1, 700.00 W, 400.00 W\n")
+    rows = parse_power_csv(text)
+    at = datetime(2026, 12, 2, 1, 30, 0, 500_000).timestamp()  # local time, as nvidia-smi
+    assert rows == {"1": [(at - 0.5, 400.0), (at, 412.34)]}  # limit column is not power
+    assert parse_power_csv("time,gpu,power\n1764639000123,0,5\n") == {
+        "0": [(1764639000.123, 5.0)]}  # epoch ms
+
+
+def test_csv_series_sit_on_the_monotonic_clock_of_the_window() -> None:
+    from loadgen.metrics.energy import csv_power_series, mono_to_unix_ns
+
+    offset = mono_to_unix_ns([(T0 + 5, 1_700_000_000.0), (T0, 1_699_999_999.5)])
+    assert offset == 1_699_999_999_500_000_000 - T0
+    rows = {"0": [(1_699_999_999.0, 100.0), (1_700_000_001.0, 100.0), (1_700_000_900.0, 1.0)]}
+    [one] = csv_power_series(rows, "f.csv", offset, window(1.0))
+    assert [s.mono_ns for s in one.samples] == [T0 - S // 2, T0 + 3 * S // 2]  # far row cut
+    result = point_energy([one], window(1.0), TOTALS, interval_s=1.0, expected_gpus=1)
+    assert result.power_valid and result.total_gpu_energy_j == pytest.approx(100.0)

@@ -14,15 +14,26 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import aiohttp
 
 from loadgen.client.server_metrics import MetricsUrlError, fetch_metrics_text, metrics_urls
 from loadgen.config.redact import redact_url
-from loadgen.metrics.energy import PowerSample, PowerSeries
-from loadgen.metrics.gpu_power import POWER_NAMES, GpuMetricsParseError, parse_gpu_metrics
+from loadgen.errors import UsageError
+from loadgen.metrics.energy import PowerSample, PowerSeries, csv_power_series, mono_to_unix_ns
+from loadgen.metrics.gpu_power import (
+    POWER_NAMES,
+    GpuMetricsParseError,
+    PowerCsvError,
+    parse_gpu_metrics,
+    parse_power_csv,
+)
+from loadgen.metrics.throughput import measured_window
+from loadgen.records import RequestRecord
 
 MAX_SCRAPE_S = 2.0
+MAX_CSV_WAIT_S = 3.0  # a recorder sampling at InferenceX's largest valid gap has written
 EMBEDDED_SIM = "sim"  # --gpu-metrics sim: the embedded simulator's (--sim) /gpu/metrics
 
 
@@ -148,3 +159,69 @@ class PowerSampler:
         # the exporter read its GPUs somewhere between send and answer: the midpoint
         mid = (before + after) // 2
         self.samples[url].append(PowerSample(mid, wall + (mid - before), readings))
+
+
+CSV_POLL_S = 0.05
+
+
+def _written_since(path: Path, unix_s: float) -> bool:
+    try:
+        return path.stat().st_mtime > unix_s
+    except OSError:
+        return True  # gone: reading it says so
+
+
+class PowerCsvFileError(UsageError):
+    """--gpu-power-csv names no readable telemetry CSV."""
+
+
+def check_power_csv(path: Path) -> None:
+    """Before the sweep: the file is there and its header has the columns energy needs."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            header = fh.readline()
+    except OSError as exc:
+        raise PowerCsvFileError(f"--gpu-power-csv {path}: {exc.strerror or exc}; start the "
+                                "recorder (nvidia-smi ... -f FILE) before loadgen") from None
+    try:
+        parse_power_csv(header)
+    except PowerCsvError as exc:
+        raise PowerCsvFileError(f"--gpu-power-csv {path}: {exc}; record it with nvidia-smi "
+                                "--query-gpu=timestamp,index,power.draw --format=csv") from None
+
+
+async def read_power_csv(path: Path, *, wait_s: float = MAX_CSV_WAIT_S) -> str | None:
+    """After the last completion: the file once its recorder wrote past now (at most
+    `wait_s` later, so a row brackets the window's end), None when it cannot be read."""
+    now = time.time()
+    for _ in range(int(wait_s / CSV_POLL_S)):  # polled: a file has no event to wait on
+        if await asyncio.to_thread(_written_since, path, now):
+            break
+        await asyncio.sleep(CSV_POLL_S)
+    try:
+        return await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+async def point_power_csv(path: Path, records: Sequence[RequestRecord]) -> list[PowerSeries]:
+    """A point's series from --gpu-power-csv, read once its recorder is past the end."""
+    return power_csv_series(await read_power_csv(path), str(path),
+                            [(r.start_ns, r.sent_unix) for r in records],
+                            measured_window(records))
+
+
+def power_csv_series(text: str | None, source: str, starts: Sequence[tuple[int, float]],
+                     window_ns: tuple[int, int] | None) -> list[PowerSeries]:
+    """The point's --gpu-power-csv rows as series on the monotonic clock; a file that
+    could not be read or parsed is one failed sample (exporter_unanswered)."""
+    offset = mono_to_unix_ns(starts)
+    if offset is None or window_ns is None:
+        return []
+    rows = None
+    if text is not None:
+        with contextlib.suppress(PowerCsvError):
+            rows = parse_power_csv(text)
+    if rows is None:
+        return [PowerSeries(source, [PowerSample(window_ns[1], window_ns[1] + offset, None)])]
+    return csv_power_series(rows, source, offset, window_ns)

@@ -190,6 +190,11 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
     t.add_argument("--gpu-metrics-interval", type=float, default=1.0, metavar="SECONDS",
                    help="seconds between --gpu-metrics samples (at most 3: a longer gap "
                    "makes a point's energy invalid, as in InferenceX)")
+    t.add_argument("--gpu-power-csv", type=Path, default=None, metavar="FILE",
+                   help="a GPU power telemetry CSV being recorded during the run, e.g. by "
+                   "`nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv -lms "
+                   "500 -f FILE` (or amd-smi): each point's energy integrated from it, "
+                   "as InferenceX does (default: none)")
     t.add_argument("--http-client", choices=HTTP_CLIENTS, default="native",
                    help="client of the measured streams: native (loadgen's own HTTP/1.1 "
                    "reader on uvloop + llhttp: per socket read it only stamps and appends) "
@@ -354,6 +359,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
         progress=not args.no_progress, server_metrics=tuple(args.server_metrics),
         gpu_metrics=tuple(args.gpu_metrics), gpu_metrics_interval_s=args.gpu_metrics_interval,
+        gpu_power_csv=args.gpu_power_csv,
         extra_body=args.extra_body, workers=args.workers,
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
         shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,

@@ -114,6 +114,7 @@ class RunSpec:
     server_metrics: tuple[str, ...] = ()  # /metrics URLs scraped instead of the target's
     gpu_metrics: tuple[str, ...] = ()  # GPU exporters sampled during every point (energy)
     gpu_metrics_interval_s: float = 1.0
+    gpu_power_csv: Path | None = None  # nvidia-smi/amd-smi telemetry recorded meanwhile
     vllm_result: VllmResultOptions | None = None
     ignored_flags: tuple[str, ...] = ()  # accepted for compatibility, said once on stderr
     # Extra request-body fields (vLLM's `--extra-body`), e.g. {"min_p": 0.1}; never the

@@ -74,6 +74,36 @@ class _Device:
     trapezoid_j: float | None = None  # the power integral, also when the counter is used
 
 
+def mono_to_unix_ns(starts: Sequence[tuple[int, float]]) -> int | None:
+    """The result file's mapping of monotonic onto wall-clock time from the requests'
+    (start_ns, sent_unix): its window starts at the first one's `sent_unix`
+    (benchmark_start_time_unix), paired with its monotonic start."""
+    if not starts:
+        return None
+    start_ns, sent_unix = min(starts)
+    return round(sent_unix * 1e9) - start_ns
+
+
+def csv_power_series(rows: Mapping[str, Sequence[tuple[float, float]]], source: str,
+                     offset_ns: int, window_ns: tuple[int, int],
+                     margin_s: float = 10.0) -> list[PowerSeries]:
+    """A telemetry CSV's rows (GPU -> (epoch s, W), metrics/gpu_power.parse_power_csv) as
+    one series per GPU on the monotonic clock (`offset_ns` = mono_to_unix_ns), keeping the
+    rows within `margin_s` of the window: all its integral and checks can use."""
+    low = window_ns[0] - margin_s * NS_PER_S
+    high = window_ns[1] + margin_s * NS_PER_S
+    series = []
+    for gpu, points in rows.items():
+        samples = []
+        for unix_s, watts in points:
+            unix_ns = round(unix_s * NS_PER_S)
+            mono_ns = unix_ns - offset_ns
+            if low <= mono_ns <= high:
+                samples.append(PowerSample(mono_ns, unix_ns, {gpu: GpuReading(watts, None)}))
+        series.append(PowerSeries(source, samples))
+    return series
+
+
 def _interpolate(times: Sequence[float], values: Sequence[float], at: float) -> float:
     """Linear interpolation at `at`, which the samples bracket."""
     right = bisect.bisect_left(times, at)
@@ -177,6 +207,8 @@ def point_energy(series: Sequence[PowerSeries], window_ns: tuple[int, int] | Non
                 max_sample_gap_s=device.max_gap_s, issues=list(device.issues)))
     if expected_gpus is not None and len(gpus) != expected_gpus:
         _append(reasons, "expected_gpu_count_mismatch")
+    if not gpus:
+        _append(reasons, "no_usable_power_samples")
     return _metrics(reasons, gpus, end, interval_s, totals)
 
 

@@ -9,12 +9,20 @@ The names and units are the exporters' documented ones:
   against a live exporter).
 prometheus_client's parser names a counter's samples `<name>_total` even when the
 exposition has no suffix (dcgm-exporter writes none), so both spellings match.
+
+Also a telemetry CSV (--gpu-power-csv), as `nvidia-smi --query-gpu=timestamp,index,
+power.draw --format=csv -lms 500` or amd-smi write it: parse_power_csv.
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -84,3 +92,57 @@ def _gpu_order(gpu: str) -> tuple[int, int | str]:
 def gpu_ids(gpus: Iterable[str]) -> list[str]:
     """GPU ids in index order (numeric ids numerically, then the others)."""
     return sorted(gpus, key=_gpu_order)
+
+
+# A telemetry CSV's columns, found by name as InferenceX's aggregate_power.py finds them:
+# the first column naming a time, the first naming power that is no limit, cap, max or min,
+# and a GPU identity column; nvidia-smi writes "timestamp, index, power.draw [W]".
+_TIME_COLUMN = re.compile(r"time", re.IGNORECASE)
+_POWER_COLUMN = re.compile(r"power", re.IGNORECASE)
+_NOT_POWER = re.compile(r"limit|cap|max|min", re.IGNORECASE)
+_GPU_COLUMN = re.compile(r"^(index|gpu|gpu_id|gpu_index|card|device)$", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+class PowerCsvError(ValueError):
+    """A --gpu-power-csv file lacks the columns it needs; str() names them."""
+
+
+def parse_csv_timestamp(text: str) -> float | None:
+    """Epoch seconds (or ms), nvidia-smi's local "YYYY/MM/DD HH:MM:SS.fff", or ISO 8601
+    (naive: local time, as nvidia-smi writes) -> epoch seconds; None if none of those."""
+    text = text.strip()
+    if _NUMBER.fullmatch(text):
+        value = float(text)
+        return value / 1000.0 if value > 1e12 else value
+    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
+        with contextlib.suppress(ValueError):
+            return datetime.strptime(text, fmt).timestamp()
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def parse_power_csv(text: str) -> dict[str, list[tuple[float, float]]]:
+    """GPU id -> its (epoch seconds, watts) rows in time order; rows whose time or power
+    does not parse ("[N/A]") are left out."""
+    reader = csv.DictReader(io.StringIO(text), skipinitialspace=True)
+    header = [name.strip() for name in reader.fieldnames or []]
+    reader.fieldnames = header
+    when = next((c for c in header if _TIME_COLUMN.search(c)), None)
+    power = next((c for c in header if _POWER_COLUMN.search(c) and not _NOT_POWER.search(c)),
+                 None)
+    gpu = next((c for c in header if _GPU_COLUMN.match(c)), None)
+    missing = [name for name, column in (("timestamp", when), ("power", power),
+                                         ("GPU index", gpu)) if column is None]
+    if when is None or power is None or gpu is None:
+        raise PowerCsvError(f"its header {header} has no {' / '.join(missing)} column")
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for row in reader:
+        stamp = parse_csv_timestamp(row.get(when) or "")
+        watts = _NUMBER.search(row.get(power) or "")
+        device = (row.get(gpu) or "").strip()
+        if stamp is not None and watts is not None and device:
+            rows.setdefault(device, []).append((stamp, float(watts.group(0))))
+    return {device: sorted(rows[device]) for device in gpu_ids(rows)}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import __version__
-from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls
+from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls, point_power_csv
 from loadgen.client.preflight import ServerInfo
 from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
@@ -150,6 +150,9 @@ class PointRecords:
             self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
         if self.power is not None:  # sampled once more: after the last completion
             self.power_series, self.power = await self.power.stop(), None
+        if self.run.spec.gpu_power_csv is not None:  # rows up to past the last completion
+            self.power_series = [*(self.power_series or ()), *await point_power_csv(
+                self.run.spec.gpu_power_csv, self.records)]
         return await self.run.backend.scrape()
 
     def add(self, record: RequestRecord) -> None:

@@ -27,7 +27,11 @@ from time import perf_counter_ns
 
 from tokenizers import Tokenizer
 
-from loadgen.client.gpu_metrics import check_gpu_metrics_urls, gpu_metrics_urls
+from loadgen.client.gpu_metrics import (
+    check_gpu_metrics_urls,
+    check_power_csv,
+    gpu_metrics_urls,
+)
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
 from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
@@ -193,6 +197,8 @@ class _Sweep:
     async def run(self, backend: Backend, probe: tuple[str, int],
                   longest: tuple[int, int]) -> None:
         self.backend = backend
+        if self.spec.gpu_power_csv is not None:
+            check_power_csv(self.spec.gpu_power_csv)
         self.server = await backend.preflight(body_options(self.spec), probe, longest)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)

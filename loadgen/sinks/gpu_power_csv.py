@@ -19,7 +19,7 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadgen.metrics.energy import PowerSeries
+from loadgen.metrics.energy import PowerSeries, mono_to_unix_ns
 from loadgen.metrics.gpu_power import gpu_ids
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
@@ -55,15 +55,7 @@ def gpu_power_csv(series: Sequence[PowerSeries], mono_to_unix_ns: int | None) ->
     return out.getvalue()
 
 
-def mono_to_unix_ns(records: Sequence[RequestRecord]) -> int | None:
-    """The result file's own mapping of monotonic onto wall-clock time: its window starts
-    at the first request's `sent_unix` (benchmark_start_time_unix), paired with its start."""
-    if not records:
-        return None
-    first = min(records, key=lambda r: r.start_ns)
-    return round(first.sent_unix * 1e9) - first.start_ns
-
-
 def write_gpu_power_csv(path: Path, series: Sequence[PowerSeries],
                         records: Sequence[RequestRecord]) -> Path:
-    return write_atomic(path, gpu_power_csv(series, mono_to_unix_ns(records)).encode())
+    offset = mono_to_unix_ns([(r.start_ns, r.sent_unix) for r in records])
+    return write_atomic(path, gpu_power_csv(series, offset).encode())

@@ -16,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import dataclasses
 import json
+import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from tokenizers import Tokenizer
 
 from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import RunSpec, SpecError
+from loadgen.errors import UsageError
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
 from loadgen.sim.config import SimConfig
@@ -187,3 +191,41 @@ async def test_gpu_metrics_sim_samples_the_embedded_simulator_beside_workers(
     with pytest.raises(SpecError, match="or be `sim`, with --sim"):
         spec_from_argv(["--base-url", "http://x", "--conc", "1", "--isl", "8", "--osl", "8",
                         "--gpu-metrics", "sim"], env={})
+
+
+async def record_like_nvidia_smi(sim: RunningSimulator, path: Path, interval_s: float,
+                                 stop: asyncio.Event) -> None:
+    """What `nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv -lms N -f FILE`
+    writes (local-time stamps, "W" units), from the simulator's GPUs."""
+    with path.open("w", buffering=1) as fh:
+        fh.write("timestamp, index, power.draw [W]\n")
+        while not stop.is_set():
+            watts, _ = sim.power.read(time.perf_counter_ns())
+            stamp = datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+            for gpu in range(sim.config.power.num_gpus):
+                fh.write(f"{stamp}, {gpu}, {watts:.2f} W\n")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+
+
+async def test_gpu_power_csv_recorded_meanwhile_gives_the_energy(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    config = dataclasses.replace(SIM, power=dataclasses.replace(POWER, average_s=0.1))
+    telemetry, stop = tmp_path / "gpu_metrics.csv", asyncio.Event()
+    async with running_simulator(config, tokenizer=tokenizer) as sim:
+        recorder = asyncio.create_task(record_like_nvidia_smi(sim, telemetry, 0.1, stop))
+        await asyncio.sleep(0.3)
+        outcome = await run_sweep(spec(tmp_path, sim.base_url, "", conc=(4,), gpu_metrics=(),
+                                       gpu_power_csv=telemetry), tokenizer=tokenizer)
+        stop.set()
+        await recorder
+        point = json.loads((outcome.results_dir / "conc_4.json").read_text())
+        truth_j, _ = ground_truth_j(sim, outcome.results_dir, 4)
+    assert point["power_valid"] is True and point["energy_source"] == "power"
+    assert point["power_num_gpus"] == 2
+    assert point["total_gpu_energy_j"] == pytest.approx(truth_j, rel=0.05)
+    (tmp_path / "bad.csv").write_text("time, watts\n")
+    with pytest.raises(UsageError, match=r"--gpu-power-csv .*bad\.csv: its header "
+                       r"\['time', 'watts'\] has no power / GPU index column"):
+        await run_sweep(spec(tmp_path / "bad", "http://127.0.0.1:9", "", gpu_metrics=(),
+                             gpu_power_csv=tmp_path / "bad.csv"), tokenizer=tokenizer)
