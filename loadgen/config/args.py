@@ -196,6 +196,19 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
                    "the workers behind a router or a Dynamo frontend; counters are summed, "
                    "each URL's own figures kept (a URL without a path gets /metrics; "
                    "list the target too to keep it) (default: the target's)")
+    t.add_argument("--gpu-metrics", action="append", default=[], metavar="URL",
+                   help="a GPU exporter's Prometheus endpoint (NVIDIA dcgm-exporter, AMD "
+                   "device-metrics-exporter; `loadgen sim`'s /gpu/metrics; `sim` with --sim), "
+                   "repeatable: one per node; sampled during every point for energy per "
+                   "token (a URL without a path gets /metrics) (default: none)")
+    t.add_argument("--gpu-metrics-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between --gpu-metrics samples (at most 3: a longer gap "
+                   "makes a point's energy invalid, as in InferenceX)")
+    t.add_argument("--gpu-power-csv", type=Path, default=None, metavar="FILE",
+                   help="a GPU power telemetry CSV being recorded during the run, e.g. by "
+                   "`nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv -lms "
+                   "500 -f FILE` (or amd-smi): each point's energy integrated from it, "
+                   "as InferenceX does (default: none)")
     t.add_argument("--http-client", choices=HTTP_CLIENTS, default="native",
                    help="client of the measured streams: native (loadgen's own HTTP/1.1 "
                    "reader on uvloop + llhttp: per socket read it only stamps and appends) "
@@ -363,6 +376,8 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         tokenizer=args.tokenizer, api_key=_api_key(args.api_key or env.get("OPENAI_API_KEY")),
         headers=tuple(args.header), sim=args.sim, sim_args=sim_args,
         progress=not args.no_progress, server_metrics=tuple(args.server_metrics),
+        gpu_metrics=tuple(args.gpu_metrics), gpu_metrics_interval_s=args.gpu_metrics_interval,
+        gpu_power_csv=args.gpu_power_csv,
         extra_body=args.extra_body, workers=args.workers,
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
         shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,
@@ -422,7 +437,8 @@ def option_argv(name: str, value: Any) -> list[str]:
 
 
 # JSON list options given as one flag per item (their items may hold commas).
-REPEATED_OPTIONS = frozenset({"header", "server_metrics", "goodput", "metadata"})
+REPEATED_OPTIONS = frozenset({"header", "server_metrics", "gpu_metrics", "goodput",
+                              "metadata"})
 
 
 def option_dest(key: str) -> str:

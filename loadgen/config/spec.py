@@ -124,6 +124,9 @@ class RunSpec:
     sim_args: tuple[str, ...] = ()
     progress: bool = True
     server_metrics: tuple[str, ...] = ()  # /metrics URLs scraped instead of the target's
+    gpu_metrics: tuple[str, ...] = ()  # GPU exporters sampled during every point (energy)
+    gpu_metrics_interval_s: float = 1.0
+    gpu_power_csv: Path | None = None  # nvidia-smi/amd-smi telemetry recorded meanwhile
     vllm_result: VllmResultOptions | None = None
     ignored_flags: tuple[str, ...] = ()  # accepted for compatibility, said once on stderr
     # Extra request-body fields (vLLM's `--extra-body`), e.g. {"min_p": 0.1}; never the
@@ -231,6 +234,13 @@ def _validate_target(spec: RunSpec) -> None:
     for url in spec.server_metrics:
         _check(url.startswith(("http://", "https://")),
                f"--server-metrics {url!r}: must start with http:// or https://")
+    for url in spec.gpu_metrics:
+        _check(url.startswith(("http://", "https://")) or (url == "sim" and spec.sim),
+               f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
+               "with --sim: the embedded simulator's /gpu/metrics)")
+    _check(0 < spec.gpu_metrics_interval_s <= 3.0,
+           f"--gpu-metrics-interval {spec.gpu_metrics_interval_s:g}: must be in (0, 3] "
+           "seconds (samples more than 3 s apart make a point's energy invalid)")
 
 
 def _validate_prompts(spec: RunSpec) -> None:

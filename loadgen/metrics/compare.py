@@ -12,7 +12,8 @@ is the baseline. Three comparisons, as MTP-vs-no-speculation studies publish the
   the throughput";
 - crossover: the concurrency where a run stops being ahead of (or behind) the baseline
   in throughput at matched concurrency, estimated where the ratio crosses 1 between two
-  measured concurrencies (linear in log ratio against log concurrency).
+  measured concurrencies (linear in log ratio against log concurrency); and the same in
+  output tokens per joule (--gpu-metrics runs): where MTP stops paying in energy.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ METRIC_FIELDS: Mapping[str, str] = {
     "tpot_p99_ms": "p99_tpot_ms",
     # the best valid source (stream, else server counters): published_acceptance_length
     "acceptance_length": "acceptance_length",
+    # --gpu-metrics runs (null otherwise): GPU energy per output token, and its inverse
+    "joules_per_token": "joules_per_output_token",
+    "tokens_per_joule": "output_tokens_per_joule",
 }
+ENERGY_METRICS = ("joules_per_token", "tokens_per_joule")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +91,8 @@ class Crossover:
     high_conc: int  # first measured concurrency after it
     ahead_below: str  # who has more throughput at low_conc
     ahead_above: str
-    estimate: float  # where the throughput ratio crosses 1 (log-log interpolation)
+    estimate: float  # where the ratio crosses 1 (log-log interpolation)
+    quantity: str = "throughput"  # or "tokens per joule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +105,7 @@ class Comparison:
     all_points: Mapping[str, tuple[FrontierPoint, ...]]  # every point with both values
     matched: tuple[MatchedPoint, ...]
     crossovers: tuple[Crossover, ...]
+    energy_crossovers: tuple[Crossover, ...] = ()  # in tokens per joule
 
     @property
     def baseline(self) -> str:
@@ -177,9 +184,10 @@ def matched_interactivity(name: str, frontier: Sequence[FrontierPoint],
     return matched
 
 
-def crossovers(name: str, baseline: str, ratios: Sequence[tuple[int, float]]) -> list[Crossover]:
-    """Where the run's throughput ratio to the baseline crosses 1, over ascending concurrency
-    (ties, ratio exactly 1, are skipped: no one is ahead there)."""
+def crossovers(name: str, baseline: str, ratios: Sequence[tuple[int, float]],
+               quantity: str = "throughput") -> list[Crossover]:
+    """Where the run's ratio to the baseline (higher is better) crosses 1, over ascending
+    concurrency (ties, ratio exactly 1, are skipped: no one is ahead there)."""
     signed = [(conc, r) for conc, r in sorted(ratios) if r > 0 and r != 1.0]
     found = []
     for (c1, r1), (c2, r2) in itertools.pairwise(signed):
@@ -188,7 +196,8 @@ def crossovers(name: str, baseline: str, ratios: Sequence[tuple[int, float]]) ->
         t = math.log(r1) / (math.log(r1) - math.log(r2))
         estimate = math.exp(math.log(c1) + t * (math.log(c2) - math.log(c1)))
         ahead_below, ahead_above = (name, baseline) if r1 > 1 else (baseline, name)
-        found.append(Crossover(name, baseline, c1, c2, ahead_below, ahead_above, estimate))
+        found.append(Crossover(name, baseline, c1, c2, ahead_below, ahead_above, estimate,
+                               quantity))
     return found
 
 
@@ -214,13 +223,18 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
     frontiers = {name: pareto_frontier(points) for name, points in all_points.items()}
     matched: list[MatchedPoint] = []
     found: list[Crossover] = []
+    energy: list[Crossover] = []
     for run in runs[1:]:
         matched += matched_interactivity(run.name, frontiers[run.name], frontiers[base.name])
-        pairs = [(row.conc, r) for row in rows if row.run == run.name
-                 and (r := row.ratios["throughput"]) is not None]
-        found += crossovers(run.name, base.name, pairs)
+        found += crossovers(run.name, base.name, _ratios(rows, run.name, "throughput"))
+        energy += crossovers(run.name, base.name, _ratios(rows, run.name, "tokens_per_joule"),
+                             "tokens per joule")
     return Comparison(tuple(run.name for run in runs), field, concs, tuple(rows), frontiers,
-                      all_points, tuple(matched), tuple(found))
+                      all_points, tuple(matched), tuple(found), tuple(energy))
+
+
+def _ratios(rows: Sequence[PointRow], run: str, key: str) -> list[tuple[int, float]]:
+    return [(row.conc, r) for row in rows if row.run == run and (r := row.ratios[key]) is not None]
 
 
 def _points(run: RunInput, field: str) -> tuple[FrontierPoint, ...]:

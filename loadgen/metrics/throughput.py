@@ -108,6 +108,14 @@ def _steady_fields(
     }
 
 
+def measured_window(records: Sequence[RequestRecord]) -> tuple[int, int] | None:
+    """The point's window on the monotonic clock: first send to last completion (the
+    `duration` of every throughput figure, and the window energy is integrated over)."""
+    if not records:
+        return None
+    return min(r.start_ns for r in records), max(r.end_ns for r in records)
+
+
 def throughput_fields(
     records: Sequence[RequestRecord], arrays: PointArrays, conc: int, num_gpus: int | None
 ) -> dict[str, Any]:

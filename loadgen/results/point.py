@@ -12,6 +12,7 @@ spelling is produced or read.
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -117,6 +118,42 @@ class PromptLengths(msgspec.Struct, frozen=True, kw_only=True):
     input_len_max_abs_diff: int | None
 
 
+class GpuEnergy(msgspec.Struct, frozen=True, kw_only=True):
+    """One GPU over a point's window (metrics/energy.py); docs/results.md, "Energy"."""
+
+    source: str  # the --gpu-metrics URL (credentials redacted)
+    gpu: str  # the exporter's GPU index label
+    uuid: str | None
+    energy_j: float | None
+    avg_power_w: float | None
+    energy_source: str | None  # "counter" | "power" (trapezoid), None when not integrated
+    # the trapezoid of power, also where the counter gave energy_j (InferenceX's figure)
+    trapezoid_energy_j: float | None
+    samples: int
+    max_sample_gap_s: float | None
+    issues: list[str]
+
+
+class EnergyMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """GPU energy over the point's window, InferenceX's definition (--gpu-metrics only);
+    the figures are null when `power_valid` is false."""
+
+    power_valid: bool
+    power_invalid_reasons: list[str]
+    energy_source: str | None  # "counter", "power" or "mixed" over the GPUs
+    gpu_metrics_interval_s: float
+    power_num_gpus: int
+    avg_power_w: float | None  # per GPU
+    avg_total_gpu_power_w: float | None
+    total_gpu_energy_j: float | None
+    joules_per_output_token: float | None
+    joules_per_input_token: float | None
+    joules_per_total_token: float | None
+    joules_per_request: float | None
+    output_tokens_per_joule: float | None
+    gpu_energy: list[GpuEnergy]
+
+
 class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     """One point, as every producer builds it (run/assemble.py) and every reader gets it."""
 
@@ -130,6 +167,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     warmup_failed: int
     server_metrics_by_url: list[dict[str, Any]] | None
     sessions: SessionMetrics | None = None
+    energy: EnergyMetrics | None = None
 
     @property
     def conc(self) -> int:
@@ -141,13 +179,17 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # A nested Struct is a group of the flat file's keys; `session_history` marks a session
-# point (the only optional group).
-_OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {SessionMetrics: "session_history"}
+# point and `power_valid` a point with --gpu-metrics (the optional groups).
+_OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {SessionMetrics: "session_history",
+                                                      EnergyMetrics: "power_valid"}
 _EXTRA = "extra_percentiles"
 
 
 def _group_type(annotation: Any) -> type[msgspec.Struct] | None:
-    """The Struct a field holds (`X` or `X | None`), None for a plain value."""
+    """The Struct a field holds (`X` or `X | None`), None for a plain value (a list of
+    Structs is a value: `gpu_energy`)."""
+    if typing.get_origin(annotation) in (list, dict):
+        return None
     options = getattr(annotation, "__args__", (annotation,))
     for option in options:
         if isinstance(option, type) and issubclass(option, msgspec.Struct):

@@ -3,6 +3,7 @@
     run.json                    the run (settings, server, attempts, points)
     conc_<N>.json               one point's PointResult (results/point.py)
     requests_conc_<N>.jsonl     one record per finished request (results/jsonl.py)
+    gpu_power_conc_<N>.csv      one point's --gpu-metrics samples, nvidia-smi's CSV layout
     sweep.csv, sweep.png        the sweep table and plot, complete points only
     simulator.log               the embedded simulator's log (--sim)
     lanes.json                  a sweep file's tree: its lanes in the file's order
@@ -37,6 +38,7 @@ SIMULATOR_LOG = "simulator.log"
 INCOMPLETE_DIR = "incomplete"
 POINT_GLOB = "conc_*.json"
 REQUESTS_GLOB = "requests_conc_*.jsonl"
+GPU_POWER_GLOB = "gpu_power_conc_*.csv"
 _POINT_NAME = re.compile(r"^conc_(\d+)\.json$")
 # A file that is bigger than any result loadgen writes is not one of its results.
 MAX_READ_BYTES = 1 << 30
@@ -68,6 +70,9 @@ class ResultsDir:
 
     def point_file(self, conc: int) -> Path:
         return self.path / f"conc_{conc}.json"
+
+    def gpu_power_file(self, conc: int) -> Path:
+        return self.path / f"gpu_power_conc_{conc}.csv"
 
     def requests_file(self, conc: int) -> Path:
         return self.path / f"requests_conc_{conc}.jsonl"

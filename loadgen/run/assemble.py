@@ -14,11 +14,20 @@ from typing import Any
 
 import msgspec
 
+from loadgen.metrics.energy import PointTotals, PowerInput, point_energy
 from loadgen.metrics.prompt_lengths import prompt_lengths
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext, summarize
+from loadgen.metrics.throughput import measured_window
 from loadgen.records import RequestRecord
-from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
+from loadgen.results.point import (
+    EnergyMetrics,
+    PointIdentity,
+    PointResult,
+    PointStatus,
+    SessionMetrics,
+)
+from loadgen.results.point_metrics import PointMetrics
 from loadgen.run.client_health import client_health
 
 
@@ -43,6 +52,7 @@ class PointParts:
     synthesis: tuple[str, str | None]  # how the prompts were made, and why (workload.plan)
     server_metrics_by_url: list[dict[str, Any]] | None  # None without --server-metrics
     sessions: SessionMetrics | None = None
+    power: PowerInput | None = None  # --gpu-metrics samples of the point
 
 
 def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: int,
@@ -63,4 +73,14 @@ def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: in
         warmup_failed=parts.counts.warmup_failed,
         server_metrics_by_url=parts.server_metrics_by_url,
         sessions=parts.sessions,
+        energy=_energy(parts.power, records, metrics) if parts.power is not None else None,
     )
+
+
+def _energy(power: PowerInput, records: Sequence[RequestRecord],
+            metrics: PointMetrics) -> EnergyMetrics:
+    """Over the window `duration` spans, per the counts the result file carries."""
+    totals = PointTotals(metrics.completed, metrics.total_input_tokens,
+                         metrics.total_output_tokens)
+    return point_energy(power.series, measured_window(records), totals,
+                        interval_s=power.interval_s, expected_gpus=power.expected_gpus)

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import __version__
+from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls, point_power_csv
 from loadgen.client.preflight import ServerInfo
 from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
+from loadgen.metrics.energy import PowerInput, PowerSeries
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.summary import PointContext
@@ -37,6 +39,7 @@ from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import sim_stream_interval
+from loadgen.run.gpu_power_csv import write_gpu_power_csv
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
@@ -116,11 +119,23 @@ class PointRecords:
         self.before = Scrape()
         self.gauge_watch: GaugeWatch | None = None
         self.gauges: dict[str, dict[str, list[float]]] = {}
+        self.power: PowerSampler | None = None  # --gpu-metrics, during the measured phase
+        self.power_series: list[PowerSeries] | None = None
         self.started = False
         self.clock: ClockPair | None = None
         # More fields a point kind adds from its records and the server's counters around
         # the measured phase (session runs: run/session_point.py); written with the rest.
         self.extra: SessionFields | None = None
+
+    async def start_power(self) -> None:
+        """--gpu-metrics: sampled once before the measured phase starts, so the samples
+        bracket its first send."""
+        spec = self.run.spec
+        if spec.gpu_metrics:
+            self.power = PowerSampler(gpu_metrics_urls(spec.gpu_metrics,
+                                                       self.run.backend.base_url),
+                                      spec.gpu_metrics_interval_s)
+            await self.power.start()
 
     def begin(self, before: Scrape) -> None:
         """The measured phase starts now (the server's counters were just read)."""
@@ -134,6 +149,11 @@ class PointRecords:
         """The measured phase is over: the gauges watched during it, then the counters."""
         if self.gauge_watch is not None:
             self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
+        if self.power is not None:  # sampled once more: after the last completion
+            self.power_series, self.power = await self.power.stop(), None
+        if self.run.spec.gpu_power_csv is not None:  # rows up to past the last completion
+            self.power_series = [*(self.power_series or ()), *await point_power_csv(
+                self.run.spec.gpu_power_csv, self.records)]
         return await self.run.backend.scrape()
 
     def add(self, record: RequestRecord) -> None:
@@ -161,12 +181,18 @@ class PointRecords:
             write_error = exc
         if self.gauge_watch is not None:
             self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
+        if self.power is not None:  # interrupted: its samples so far, no more
+            self.power.cancel()
+            self.power_series, self.power = self.power.series(), None
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
         path = store.point_file(self.conc)
         try:
             store.write_point(result)
+            if self.power_series is not None:
+                write_gpu_power_csv(store.gpu_power_file(self.conc), self.power_series,
+                                    self.records)
             self.run.outputs.point_written(store, result, self.records, complete)
         except ResultsWriteError as exc:
             write_error = write_error or exc
@@ -207,7 +233,9 @@ class PointRecords:
             counts=PointCounts(self.planned, self.warmup, warmup_failed),
             processes=[p.to_json() for p in processes],
             clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
-            synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions)
+            synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions,
+            power=PowerInput(self.power_series, spec.gpu_metrics_interval_s, spec.num_gpus)
+            if self.power_series is not None else None)
         return assemble_point(self.records, ctx, self.conc, parts,
                               server_before=self.before.total, server_after=server_after)
 
@@ -284,6 +312,7 @@ class Point:
         await self.warm_up()
         if self.run.barrier is not None:
             await self.run.barrier(self.plan.conc)
+        await self.recorded.start_power()
         self.recorded.begin(await self.run.backend.scrape())
         await self.measure()
         if self.run.watch is not None:  # never complete while the server may be gone

@@ -24,6 +24,7 @@ from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.store import (
+    GPU_POWER_GLOB,
     INCOMPLETE_DIR,
     POINT_GLOB,
     REQUESTS_GLOB,
@@ -37,7 +38,7 @@ from loadgen.results.store import (
 from loadgen.run.point import PointOutcome
 
 _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
-_RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG)
+_RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG, GPU_POWER_GLOB)
 # Settings that may differ between an interrupted run and its --resume: where results go
 # and how the run is driven, not what is measured. (A restarted server has a new pid.)
 # run.json's per-point extras (run/point.py), kept for `loadgen merge`

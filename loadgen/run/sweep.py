@@ -27,6 +27,11 @@ from time import perf_counter_ns
 
 from tokenizers import Tokenizer
 
+from loadgen.client.gpu_metrics import (
+    check_gpu_metrics_urls,
+    check_power_csv,
+    gpu_metrics_urls,
+)
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
 from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
@@ -201,12 +206,17 @@ class _Sweep:
 
     async def run(self, backend: Backend, probed: ProbedWorkload) -> None:
         self.backend = backend
+        if self.spec.gpu_power_csv is not None:
+            check_power_csv(self.spec.gpu_power_csv)
         self.server = await backend.preflight(body_options(self.spec), probed.probe,
                                               probed.longest)
         self.workload = probed.workload.with_options(self.server.options)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
+        if self.spec.gpu_metrics:
+            await check_gpu_metrics_urls(gpu_metrics_urls(self.spec.gpu_metrics,
+                                                          backend.base_url))
         watch = ServerWatch(backend.probe, self.spec.server_pid)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
                              self.hooks, self.clock, self.sleep, self._barrier(), watch,

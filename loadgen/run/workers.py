@@ -169,6 +169,7 @@ class WorkerPool:
             state.warmup_failed += int(body["warmup_failed"])
         if self.context.barrier is not None:
             await self.context.barrier(conc)
+        await state.recorded.start_power()
         state.recorded.begin(await self.context.backend.scrape())
         state.cpu_start = time.process_time()
         at_ns = perf_counter_ns() + GO_DELAY_NS
@@ -301,8 +302,9 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
         raise UsageError("--workers needs an HTTP server (--base-url or --sim)")
     assert spec.workers is not None
     pool = WorkerPool(context, Share(spec.shard_index, spec.shard_count))
+    # (the parent samples --gpu-metrics: workers only send)
     worker_spec = dataclasses.replace(spec, base_url=backend.base_url, sim=False, sim_args=(),
-                                      workers=1, cpu_affinity=())
+                                      workers=1, cpu_affinity=(), gpu_metrics=())
     try:
         for index in range(spec.workers):
             share = pool.share.worker_share(index, spec.workers)

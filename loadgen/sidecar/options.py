@@ -29,6 +29,7 @@ RESERVED_OPTIONS = frozenset({
     "metrics_port", "metrics_host", "api_key", "no_progress", "shard_sync",
     # their vLLM-compatible aliases, and URLs the sidecar would fetch
     "host", "port", "served_model_name", "dataset_path", "result_dir", "server_metrics",
+    "gpu_metrics", "gpu_power_csv",
     # the sidecar owns its results directories and its target's process
     "resume", "overwrite", "server_pid",
 })

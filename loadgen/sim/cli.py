@@ -30,6 +30,8 @@ async def serve(config: SimConfig, host: str, port: int) -> None:
                if config.mtp else "no MTP")
         print(f"loadgen sim: serving {config.model} at {sim.base_url} ({mtp}; "
               f"max_num_seqs={config.max_num_seqs})", file=sys.stderr, flush=True)
+        print(f"loadgen sim: GPU metrics at {sim.base_url}/gpu/metrics: "
+              f"{config.power.describe()}", file=sys.stderr, flush=True)
         await stop.wait()
     print("loadgen sim: stopped", file=sys.stderr, flush=True)
 

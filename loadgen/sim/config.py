@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from loadgen.errors import UsageError
+from loadgen.sim.power import PowerConfig
 from loadgen.sim.speculative import Speculative, SpeculativeConfigError, parse_speculative_config
 
 SPEC_DECODE_LEVELS = ("none", "summary", "detailed")  # vLLM's --per-request-spec-decode-metrics
@@ -107,6 +108,8 @@ class SimConfig:
     # vLLM 0.32's per-request `metrics` on the final usage chunk (sim/request_metrics.py)
     per_request_spec_decode_metrics: str = "none"  # none | summary | detailed
     enable_per_request_metrics: bool = False
+    # The power model behind /gpu/metrics (sim/power.py): --num-gpus, --gpu-*.
+    power: PowerConfig = field(default_factory=PowerConfig)
 
     def __post_init__(self) -> None:
         if self.spec_tokens > 0 and not self.acceptance:
@@ -143,6 +146,7 @@ def validate(config: SimConfig) -> None:
         "--kv-cache-tokens": config.kv_cache_tokens,
         "--block-size": config.block_size,
         "--prefix-cache-blocks": config.cache_blocks,
+        "--num-gpus": config.power.num_gpus,
     }
     for flag, value in positive_ints.items():
         if value < 1:
@@ -154,6 +158,10 @@ def validate(config: SimConfig) -> None:
         "--seq-us": config.seq_us,
         "--spin-us": config.spin_us,
         "--stall-seconds": config.faults.stall_seconds,
+        "--gpu-idle-watts": config.power.idle_watts,
+        "--gpu-joules-per-token": config.power.joules_per_token,
+        "--gpu-joules-per-prefill-token": config.power.joules_per_prefill_token,
+        "--gpu-power-average": config.power.average_s,
     }
     for flag, number in non_negative.items():
         if not math.isfinite(number) or number < 0:
@@ -237,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_flags(p, d)
     _output_flags(p, d)
     _fault_flags(p)
+    _power_flags(p, d.power)
     return p
 
 
@@ -335,6 +344,23 @@ def _fault_flags(p: argparse.ArgumentParser) -> None:
                    f"without them (comma-separated: {','.join(REJECTABLE_PARAMS)})")
 
 
+def _power_flags(p: argparse.ArgumentParser, d: PowerConfig) -> None:
+    p.add_argument("--num-gpus", type=int, default=d.num_gpus,
+                   help="simulated GPUs on /gpu/metrics (dcgm-exporter format), each drawing "
+                   "the power model's watts")
+    p.add_argument("--gpu-idle-watts", type=float, default=d.idle_watts,
+                   help="power model: watts each simulated GPU draws at all times")
+    p.add_argument("--gpu-joules-per-token", type=float, default=d.joules_per_token,
+                   help="power model: joules per decode token computed, per GPU (with MTP "
+                   "K+1 per decoding request: verified drafts cost energy)")
+    p.add_argument("--gpu-joules-per-prefill-token", type=float,
+                   default=d.joules_per_prefill_token,
+                   help="power model: joules per prompt token prefilled, per GPU")
+    p.add_argument("--gpu-power-average", type=float, default=d.average_s, metavar="SECONDS",
+                   help="DCGM_FI_DEV_POWER_USAGE is the mean power over this many seconds "
+                   "before the scrape, as NVML averages (0: the instant's, one step's)")
+
+
 def _speculative(args: argparse.Namespace) -> Speculative:
     """--speculative-config, or the --spec-tokens/--acceptance shorthands (never both)."""
     if args.speculative_config is None:
@@ -372,4 +398,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
         enable_per_request_metrics=args.enable_per_request_metrics,
+        power=PowerConfig(num_gpus=args.num_gpus, idle_watts=args.gpu_idle_watts,
+                          joules_per_token=args.gpu_joules_per_token,
+                          joules_per_prefill_token=args.gpu_joules_per_prefill_token,
+                          average_s=args.gpu_power_average),
     )

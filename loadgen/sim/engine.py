@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from loadgen.sim.accounting import Accounting
 from loadgen.sim.config import SimConfig
+from loadgen.sim.power import PowerModel
 from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.request import EngineRequest
 from loadgen.sim.request_metrics import metrics_json
@@ -60,6 +61,7 @@ class Engine:
         self.config = config
         self.accounting = accounting
         self.clock = clock
+        self.power = PowerModel(config.power, clock)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self._wake = asyncio.Event()
@@ -97,6 +99,7 @@ class Engine:
                     continue
                 deadline = start + step_ns(self.config, batch.prefill_tokens,
                                            batch.decode_tokens, len(batch.entries))
+                self.power.step(start, deadline, batch.prefill_tokens, batch.decode_tokens)
                 sends = self._advance(batch, deadline)
                 await self._sleep_until(deadline)
                 self._warn_if_behind(deadline)

@@ -28,6 +28,7 @@ from loadgen.sim.detok import build_token_table
 from loadgen.sim.engine import Engine
 from loadgen.sim.handlers import GenerationHandlers, Tokenization, error_response, json_response
 from loadgen.sim.metrics import SimMetrics
+from loadgen.sim.power import PowerModel
 from loadgen.sim.trace import TraceWriter
 from loadgen.sim.validate import ApiError, bad_request, check_model, check_token_ids, parse_json
 from loadgen.sim.wire import (
@@ -63,6 +64,7 @@ class RunningSimulator:
     host: str
     port: int
     registry: CollectorRegistry
+    power: PowerModel  # the GPUs behind /gpu/metrics (tests read the ground truth here)
 
     @property
     def base_url(self) -> str:
@@ -97,6 +99,7 @@ class SimServer:
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/gpu/metrics", self.gpu_metrics)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
         app.router.add_post("/v1/completions", self.generation.completions)
@@ -117,6 +120,11 @@ class SimServer:
     async def prometheus(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def gpu_metrics(self, request: web.Request) -> web.Response:
+        """The power model's GPUs as dcgm-exporter shows them (sim/power.py)."""
+        return web.Response(body=self.engine.power.render().encode(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:
@@ -173,7 +181,7 @@ async def running_simulator(config: SimConfig, host: str = "127.0.0.1", port: in
         bound_port = int(runner.addresses[0][1])
         engine_task = asyncio.create_task(server.engine.run(), name="loadgen-sim-engine")
         yield RunningSimulator(config=config, host=host, port=bound_port,
-                               registry=server.registry)
+                               registry=server.registry, power=server.engine.power)
         if engine_task.done():
             engine_task.result()  # an engine crash must not pass silently
     finally:

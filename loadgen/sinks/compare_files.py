@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.metrics.compare import METRIC_FIELDS, Comparison, Crossover, PointRow
+from loadgen.metrics.compare import ENERGY_METRICS, METRIC_FIELDS, Comparison, Crossover, PointRow
 from loadgen.results.files import write_atomic
 from loadgen.sinks.table import al_mark, al_notes
 
@@ -32,6 +32,8 @@ COLUMNS: Mapping[str, tuple[str, int]] = {
     "tpot_p99_ms": ("TPOT p99 ms", 2),
     "acceptance_length": ("AL", 2),
 }
+# On the console only, and only when some run measured GPU energy (--gpu-metrics).
+ENERGY_COLUMNS: Mapping[str, tuple[str, int]] = {"joules_per_token": ("J/tok", 3)}
 
 
 def throughput_label(comparison: Comparison) -> str:
@@ -47,7 +49,7 @@ def times(value: float | None) -> str:
 
 
 def _cell(row: PointRow, key: str, baseline: str) -> str:
-    text = number(row.values[key], COLUMNS[key][1])
+    text = number(row.values[key], {**COLUMNS, **ENERGY_COLUMNS}[key][1])
     if key == "acceptance_length":
         text += al_mark(row.acceptance_source)  # the stream's was void: the server's AL
     if row.run != baseline and row.ratios[key] is not None:
@@ -55,12 +57,17 @@ def _cell(row: PointRow, key: str, baseline: str) -> str:
     return text
 
 
+def has_energy(comparison: Comparison) -> bool:
+    return any(row.values[k] is not None for row in comparison.rows for k in ENERGY_METRICS)
+
+
 def _block(comparison: Comparison, conc: int) -> list[str]:
     rows = comparison.rows_at(conc)
+    columns = {**COLUMNS, **(ENERGY_COLUMNS if has_energy(comparison) else {})}
     headers = ["run"] + [throughput_label(comparison) if k == "throughput" else h
-                         for k, (h, _) in COLUMNS.items()]
+                         for k, (h, _) in columns.items()]
     table = [headers] + [[row.run + ("" if row.complete else " (partial)")]
-                         + [_cell(row, k, comparison.baseline) for k in COLUMNS]
+                         + [_cell(row, k, comparison.baseline) for k in columns]
                          for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
     lines = ["  ".join(text.ljust(w) if i == 0 else text.rjust(w)
@@ -71,8 +78,27 @@ def _block(comparison: Comparison, conc: int) -> list[str]:
 
 def crossover_sentence(c: Crossover) -> str:
     return (f"{c.ahead_below} is ahead up to conc {c.low_conc}, {c.ahead_above} from conc "
-            f"{c.high_conc} on (throughput {c.run} / {c.baseline} crosses 1 near conc "
+            f"{c.high_conc} on ({c.quantity} {c.run} / {c.baseline} crosses 1 near conc "
             f"{c.estimate:.0f})")
+
+
+def energy_lines(comparison: Comparison, run: str) -> list[str]:
+    """Tokens per joule at matched concurrency and where its ratio crosses 1."""
+    base = comparison.baseline
+    ratios = [f"{row.conc} {times(row.ratios['tokens_per_joule'])}" for row in comparison.rows
+              if row.run == run and row.ratios["tokens_per_joule"] is not None]
+    if not ratios:
+        return []
+    lines = [f"{run} / {base} output tokens per joule at matched concurrency: "
+             f"{', '.join(ratios)}"]
+    found = [c for c in comparison.energy_crossovers if c.run == run]
+    lines += [f"energy crossover: {crossover_sentence(c)}" for c in found]
+    if not found:
+        ahead = all((row.ratios["tokens_per_joule"] or 1) >= 1 for row in comparison.rows
+                    if row.run == run)
+        lines.append(f"no energy crossover: {run if ahead else base} uses fewer joules per "
+                     "token at every common concurrency")
+    return lines
 
 
 def summary_lines(comparison: Comparison) -> list[str]:
@@ -96,6 +122,7 @@ def summary_lines(comparison: Comparison) -> list[str]:
                         if row.run == run)
             lines.append(f"no crossover: {run if ahead else base} is ahead at every common "
                          "concurrency")
+        lines += energy_lines(comparison, run)
     return lines
 
 
@@ -153,6 +180,8 @@ def comparison_json(comparison: Comparison, paths: Mapping[str, str],
         "matched_interactivity": [asdict(m) for m in comparison.matched],
         "crossovers": [{**asdict(c), "sentence": crossover_sentence(c)}
                        for c in comparison.crossovers],
+        "energy_crossovers": [{**asdict(c), "sentence": crossover_sentence(c)}
+                              for c in comparison.energy_crossovers],
         "summary": summary_lines(comparison),
         "warnings": [{"run": r, "conc": c, "message": m} for r, c, m in warnings],
     }

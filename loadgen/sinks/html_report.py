@@ -22,7 +22,14 @@ from loadgen.metrics.distributions import PointDistributions
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 from loadgen.sinks import report_figures as figures
-from loadgen.sinks.compare_files import COLUMNS, Warning_, summary_lines, throughput_label
+from loadgen.sinks.compare_files import (
+    COLUMNS,
+    Warning_,
+    energy_lines,
+    has_energy,
+    summary_lines,
+    throughput_label,
+)
 from loadgen.sinks.table import al_mark, sweep_rows
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -258,6 +265,17 @@ def points_section(runs: Sequence[ReportRun]) -> str:
     return "".join(parts)
 
 
+def energy_sections(comparison: Comparison) -> list[tuple[str, str, str]]:
+    """With --gpu-metrics runs: tokens per joule vs interactivity and the crossover."""
+    if not has_energy(comparison):
+        return []
+    lines = [line for run in comparison.runs[1:] for line in energy_lines(comparison, run)]
+    text = "".join(f"<p>{_e(line)}</p>" for line in lines)
+    return [("energy", "Energy: tokens per joule vs interactivity",
+             _img(figures.energy_figure(comparison), "tokens per joule vs interactivity")
+             + text)]
+
+
 def render_report(runs: Sequence[ReportRun], comparison: Comparison,
                   warnings: Sequence[Warning_], *, generated_unix: float) -> str:
     warned = {(r, c) for r, c, _ in warnings}
@@ -268,6 +286,7 @@ def render_report(runs: Sequence[ReportRun], comparison: Comparison,
         ("frontier", "Throughput vs interactivity", _img(figures.frontier_figure(
             comparison, throughput_label(comparison)), "throughput vs interactivity")),
         ("matched", "Throughput at matched interactivity", matched_section(comparison)),
+        *energy_sections(comparison),
         ("warnings", "Client health and checks", warnings_section(warnings)),
         ("settings", "Run settings", settings_section(runs)),
         ("distributions", "TTFT and ITL distributions", distributions_section(runs,

@@ -74,6 +74,34 @@ def frontier_figure(comparison: Comparison, throughput_label: str) -> str | None
     return _data_uri(figure)
 
 
+def energy_figure(comparison: Comparison) -> str | None:
+    """Output tokens per joule against interactivity (--gpu-metrics runs): a line per run
+    through its points in concurrency order, labelled with the concurrency."""
+    figure = _figure(8.5, 5.0)
+    if figure is None:
+        return None
+    axes = figure.add_subplot()
+    for index, name in enumerate(comparison.runs):
+        points = [(row.conc, x, y) for row in comparison.rows if row.run == name
+                  and (x := row.values["interactivity"]) is not None
+                  and (y := row.values["tokens_per_joule"]) is not None]
+        if not points:
+            continue
+        axes.plot([x for _, x, _ in points], [y for _, _, y in points], marker="o",
+                  color=colour(index), label=name, linewidth=1.5, markersize=4)
+        for conc, x, y in points:
+            axes.annotate(str(conc), (x, y), fontsize=7, textcoords="offset points",
+                          xytext=(4, 4), color=colour(index))
+    axes.set_xlabel("Interactivity (tok/s/user, median)")
+    axes.set_ylabel("output tokens per joule (all GPUs)")
+    axes.set_title("Energy efficiency vs interactivity (labels: concurrency)")
+    axes.grid(True, alpha=0.3)
+    axes.margins(x=0.08, y=0.1)
+    if axes.lines:
+        axes.legend(fontsize=8)
+    return _data_uri(figure)
+
+
 def _cdf(axes: Axes, curve: Distribution, label: str, index: int) -> None:
     if curve.samples:
         axes.plot(curve.values, curve.probabilities, color=colour(index), label=label,

@@ -42,6 +42,11 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     # null when void (the stream's chunks merged engine steps)
     ("stream_acceptance_length", lambda r: r.metrics.stream_acceptance_length),
     ("server_acceptance_length", lambda r: r.metrics.server_acceptance_length),
+    # --gpu-metrics: null without it, or when the point's power is not valid
+    ("avg_power_w", lambda r: r.energy.avg_power_w if r.energy else None),
+    ("joules_per_output_token", lambda r: r.energy.joules_per_output_token if r.energy else None),
+    ("output_tokens_per_joule", lambda r: r.energy.output_tokens_per_joule if r.energy else None),
+    ("power_valid", lambda r: r.energy.power_valid if r.energy else None),
 )
 # The AL cell's mark when it is the server's (the stream's merged steps, or was not
 # measured), explained under the table.
@@ -55,6 +60,11 @@ PER_REQUEST_AL_NOTE = ("AL (per-request): from the server's per-request stats of
 # acceptance_length_source -> the mark after a server-sourced AL, and the note that explains it
 AL_MARKS = {"server_per_request": " (per-request)", "server_counters": SERVER_AL_MARK}
 AL_NOTES = {"server_per_request": PER_REQUEST_AL_NOTE, "server_counters": SERVER_AL_NOTE}
+
+
+POWER_INVALID_NOTE = ("J/tok -: the point's GPU power samples are not valid (a gap over 3 s, "
+                      "an exporter that stopped answering...), see power_invalid_reasons in "
+                      "conc_<N>.json")
 
 
 def al_mark(source: str | None) -> str:
@@ -84,7 +94,8 @@ def _cell(value: Any, digits: int) -> str:
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Console table, one line per concurrency. Output throughput is per GPU when every row
-    has it; the failed column appears only when some point had failures."""
+    has it; the failed column appears only when some point had failures, J/tok (GPU
+    energy per output token) only with --gpu-metrics."""
     per_gpu = bool(rows) and all(row.get("output_throughput_per_gpu") is not None for row in rows)
     columns: list[tuple[str, str, int]] = [  # header, row key, decimals
         ("conc", "conc", 0),
@@ -102,6 +113,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         ("TPOT p50 ms", "tpot_p50_ms", 2),
         ("AL", "acceptance_length", 2),
     ]
+    if any(row.get("power_valid") is not None for row in rows):  # --gpu-metrics
+        columns.append(("J/tok", "joules_per_output_token", 3))
     if any(row.get("golden_acceptance_ok") is not None for row in rows):
         columns.append(("golden AL", "golden_acceptance_ok", 2))
     if any(row.get("failed") for row in rows):
@@ -115,6 +128,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     lines += al_notes(row.get("acceptance_length_source") for row in rows)
+    if any(row.get("power_valid") is False for row in rows):
+        lines.append(POWER_INVALID_NOTE)
     return "\n".join(lines)
 
 

@@ -196,3 +196,60 @@ def test_al_is_the_best_valid_source_also_in_old_result_files() -> None:
     [named] = point_warnings({**new, "stream_acceptance_invalid_reason": reason})
     assert named.startswith(reason + "; so no stream AL is published")
     assert point_warnings(new) == []
+
+
+def test_energy_ratios_and_the_energy_crossover() -> None:
+    """MTP spends joules on verified drafts: ahead in tokens per joule at low concurrency
+    (its speed shortens the idle-power share), behind at high; the crossover is where the
+    tokens-per-joule ratio crosses 1, printed next to the throughput one."""
+    from loadgen.sinks.compare_files import format_comparison
+
+    def energy(conc: int, tput: float, tok_per_j: float) -> dict[str, Any]:
+        return result(conc, tput, 100.0, output_tokens_per_joule=tok_per_j,
+                      joules_per_output_token=1 / tok_per_j)
+
+    base = RunInput("no-spec", {4: energy(4, 100, 1.0), 16: energy(16, 300, 2.0),
+                                64: energy(64, 600, 3.0)})
+    mtp = RunInput("mtp", {4: energy(4, 170, 1.5), 16: energy(16, 330, 1.8),
+                           64: energy(64, 560, 2.4)})
+    comparison = compare([base, mtp])
+    [crossing] = comparison.energy_crossovers
+    assert (crossing.low_conc, crossing.high_conc, crossing.ahead_below) == (4, 16, "mtp")
+    t = math.log(1.5) / (math.log(1.5) - math.log(0.9))
+    assert crossing.estimate == pytest.approx(math.exp(math.log(4) + t * math.log(4)))
+    assert crossing.quantity == "tokens per joule"
+    [throughput_crossing] = comparison.crossovers
+    assert throughput_crossing.low_conc == 16  # throughput flips later than energy
+    text = format_comparison(comparison)
+    assert "mtp / no-spec output tokens per joule at matched concurrency: 4 x1.50" in text
+    assert ("energy crossover: mtp is ahead up to conc 4, no-spec from conc 16 on "
+            f"(tokens per joule mtp / no-spec crosses 1 near conc {crossing.estimate:.0f})"
+            in text)
+    assert "J/tok" in text.splitlines()[3] and "0.667 x0.67" in text
+
+
+def test_no_energy_columns_without_gpu_metrics() -> None:
+    from loadgen.sinks.compare_files import format_comparison
+
+    comparison = compare([RunInput("a", {4: result(4, 100, 50)}),
+                          RunInput("b", {4: result(4, 120, 40)})])
+    assert comparison.energy_crossovers == ()
+    text = format_comparison(comparison)
+    assert "J/tok" not in text and "joule" not in text
+
+
+def test_report_energy_section_has_the_figure_and_the_crossover() -> None:
+    from loadgen.sinks.html_report import energy_sections
+
+    def energy(conc: int, tok_per_j: float, interactivity: float) -> dict[str, Any]:
+        return result(conc, 100.0 * conc, interactivity, output_tokens_per_joule=tok_per_j,
+                      joules_per_output_token=1 / tok_per_j)
+
+    comparison = compare([
+        RunInput("no-spec", {4: energy(4, 1.0, 300), 16: energy(16, 2.0, 200)}),
+        RunInput("mtp", {4: energy(4, 1.5, 500), 16: energy(16, 1.8, 300)})])
+    [(key, title, html)] = energy_sections(comparison)
+    assert key == "energy" and "tokens per joule" in title
+    assert html.startswith("<img") and "data:image/svg+xml;base64," in html
+    assert "energy crossover: mtp is ahead up to conc 4, no-spec from conc 16 on" in html
+    assert energy_sections(compare([RunInput("a", {4: result(4, 100, 50)})])) == []

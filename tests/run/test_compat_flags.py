@@ -124,7 +124,8 @@ def test_help_keeps_the_aliases_in_their_own_group() -> None:
 
 
 @pytest.mark.parametrize("option", ["host", "port", "served-model-name", "dataset_path",
-                                    "result_dir", "server_metrics"])
+                                    "result_dir", "server_metrics", "gpu_metrics",
+                                    "gpu-power-csv"])
 def test_sidecar_refuses_aliases_of_what_it_sets_itself(option: str, tmp_path: Path) -> None:
     from loadgen.sidecar.options import spec_for
     from loadgen.sidecar.service import ServiceConfig

@@ -19,6 +19,7 @@ Series and labels (model_name, endpoint, conc = the concurrency point; never per
   loadgen_{server_spec_decode,stream}_acceptance_{length,rate} (stream: only when its
   chunks are one engine step each), loadgen_acceptance_length{source} (the AL to publish),
   loadgen_server_spec_decode_acceptance_rate_per_position{position}
+  loadgen_gpu_power_watts, loadgen_joules_per_output_token (--gpu-metrics, per point)
   loadgen_event_loop_lag_seconds (no labels: the client process itself), loadgen_build_info
   session runs (sessions.py): gauges loadgen_sessions_live, loadgen_session_trees_live;
   loadgen_session_{turns,prompt_tokens,cached_tokens,cache_reported_prompt_tokens,
@@ -127,6 +128,12 @@ class LoadgenMetrics:
                              "The point's acceptance length to publish: the stream's when its "
                              "chunks are one engine step each, else the server counters' "
                              "(label source).", (*pl, "source"))
+        self.gpu_power = gauge("loadgen_gpu_power_watts",
+                               "Mean power per GPU over the point's window (--gpu-metrics; "
+                               "set only when the point's power samples are valid).", pl)
+        self.joules_per_token = gauge(
+            "loadgen_joules_per_output_token",
+            "GPU energy per output token over the point (--gpu-metrics, valid points).", pl)
         self.loop_lag = BulkHistogram(
             "loadgen_event_loop_lag_seconds",
             "Client event-loop backlog during measured phases: time for a posted callback to "

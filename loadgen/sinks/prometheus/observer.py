@@ -161,6 +161,12 @@ class MetricsObserver:
             m.best_al.labels(*key, source).set(result.metrics.acceptance_length)
         for position, rate in enumerate(result.metrics.server_acceptance_per_position or ()):
             m.server_rate_pos.labels(*key, str(position)).set(rate)
+        energy = result.energy
+        if energy is not None and energy.power_valid:  # null figures set no gauge
+            for gauge, value in ((m.gpu_power, energy.avg_power_w),
+                                 (m.joules_per_token, energy.joules_per_output_token)):
+                if value is not None:
+                    gauge.labels(*key).set(value)
 
 def observe_completed(series: _PointSeries, record: RequestRecord,
                       spec_tokens: int | None) -> None:

@@ -1,0 +1,148 @@
+"""A GPU exporter's Prometheus text -> per-GPU power and energy readings (pure).
+
+The names and units are the exporters' documented ones:
+- NVIDIA dcgm-exporter (default counters): `DCGM_FI_DEV_POWER_USAGE` gauge in W and
+  `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` counter in mJ, labels `gpu` (index), `UUID`.
+- AMD device-metrics-exporter: `gpu_power_usage` in W and `gpu_energy_consumed` in uJ
+  (its metric table: "Accumulated energy consumed by the GPU in Micro Jules"), labels
+  `gpu_id` and `gpu_uuid` (label names assumed from its docs' examples; not checked
+  against a live exporter).
+prometheus_client's parser names a counter's samples `<name>_total` even when the
+exposition has no suffix (dcgm-exporter writes none), so both spellings match.
+
+Also a telemetry CSV (--gpu-power-csv), as `nvidia-smi --query-gpu=timestamp,index,
+power.draw --format=csv -lms 500` or amd-smi write it: parse_power_csv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterNames:
+    vendor: str
+    power: str  # gauge, W
+    energy: str  # accumulated energy, in `energy_unit_j` joules per unit
+    energy_unit_j: float
+    gpu_label: str
+    uuid_label: str
+
+
+EXPORTERS = (
+    ExporterNames("nvidia", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                  1e-3, "gpu", "UUID"),
+    ExporterNames("amd", "gpu_power_usage", "gpu_energy_consumed", 1e-6, "gpu_id", "gpu_uuid"),
+)
+POWER_NAMES = tuple(e.power for e in EXPORTERS)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU at one scrape: power (W) and the energy counter (J), either may be absent."""
+
+    power_w: float | None
+    energy_j: float | None
+    uuid: str | None = None
+
+
+class GpuMetricsParseError(ValueError):
+    """The text is not Prometheus exposition format."""
+
+
+def parse_gpu_metrics(text: str) -> dict[str, GpuReading]:
+    """GPU id (the exporter's index label) -> its reading; {} when the text has no GPU
+    power or energy series of a known exporter."""
+    names = {e.power: e for e in EXPORTERS} | {e.energy: e for e in EXPORTERS}
+    power: dict[str, float] = {}
+    energy: dict[str, float] = {}
+    uuids: dict[str, str] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name.removesuffix("_total")
+                exporter = names.get(name)
+                if exporter is None or exporter.gpu_label not in sample.labels:
+                    continue
+                gpu = sample.labels[exporter.gpu_label]
+                if exporter.uuid_label in sample.labels:
+                    uuids[gpu] = sample.labels[exporter.uuid_label]
+                if name == exporter.power:
+                    power[gpu] = float(sample.value)
+                else:
+                    energy[gpu] = float(sample.value) * exporter.energy_unit_j
+    except (ValueError, TypeError, IndexError) as exc:
+        raise GpuMetricsParseError(f"not Prometheus text ({exc})") from None
+    return {gpu: GpuReading(power.get(gpu), energy.get(gpu), uuids.get(gpu))
+            for gpu in sorted(power.keys() | energy.keys(), key=_gpu_order)}
+
+
+def _gpu_order(gpu: str) -> tuple[int, int | str]:
+    return (0, int(gpu)) if gpu.isdigit() else (1, gpu)
+
+
+def gpu_ids(gpus: Iterable[str]) -> list[str]:
+    """GPU ids in index order (numeric ids numerically, then the others)."""
+    return sorted(gpus, key=_gpu_order)
+
+
+# A telemetry CSV's columns, found by name as InferenceX's aggregate_power.py finds them:
+# the first column naming a time, the first naming power that is no limit, cap, max or min,
+# and a GPU identity column; nvidia-smi writes "timestamp, index, power.draw [W]".
+_TIME_COLUMN = re.compile(r"time", re.IGNORECASE)
+_POWER_COLUMN = re.compile(r"power", re.IGNORECASE)
+_NOT_POWER = re.compile(r"limit|cap|max|min", re.IGNORECASE)
+_GPU_COLUMN = re.compile(r"^(index|gpu|gpu_id|gpu_index|card|device)$", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+class PowerCsvError(ValueError):
+    """A --gpu-power-csv file lacks the columns it needs; str() names them."""
+
+
+def parse_csv_timestamp(text: str) -> float | None:
+    """Epoch seconds (or ms), nvidia-smi's local "YYYY/MM/DD HH:MM:SS.fff", or ISO 8601
+    (naive: local time, as nvidia-smi writes) -> epoch seconds; None if none of those."""
+    text = text.strip()
+    if _NUMBER.fullmatch(text):
+        value = float(text)
+        return value / 1000.0 if value > 1e12 else value
+    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
+        with contextlib.suppress(ValueError):
+            return datetime.strptime(text, fmt).timestamp()
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def parse_power_csv(text: str) -> dict[str, list[tuple[float, float]]]:
+    """GPU id -> its (epoch seconds, watts) rows in time order; rows whose time or power
+    does not parse ("[N/A]") are left out."""
+    reader = csv.DictReader(io.StringIO(text), skipinitialspace=True)
+    header = [name.strip() for name in reader.fieldnames or []]
+    reader.fieldnames = header
+    when = next((c for c in header if _TIME_COLUMN.search(c)), None)
+    power = next((c for c in header if _POWER_COLUMN.search(c) and not _NOT_POWER.search(c)),
+                 None)
+    gpu = next((c for c in header if _GPU_COLUMN.match(c)), None)
+    missing = [name for name, column in (("timestamp", when), ("power", power),
+                                         ("GPU index", gpu)) if column is None]
+    if when is None or power is None or gpu is None:
+        raise PowerCsvError(f"its header {header} has no {' / '.join(missing)} column")
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for row in reader:
+        stamp = parse_csv_timestamp(row.get(when) or "")
+        watts = _NUMBER.search(row.get(power) or "")
+        device = (row.get(gpu) or "").strip()
+        if stamp is not None and watts is not None and device:
+            rows.setdefault(device, []).append((stamp, float(watts.group(0))))
+    return {device: sorted(rows[device]) for device in gpu_ids(rows)}
