@@ -147,3 +147,23 @@ def test_the_cli_needs_a_directory_and_says_so(tmp_path: Path) -> None:
                         "--results", str(tmp_path / "r2")])
     assert done.returncode == 2
     assert "directory" in one_error_line(done.stderr)
+
+
+def test_flags_map_as_vllms_and_conflicts_are_refused() -> None:
+    from loadgen.config.args import spec_from_argv
+
+    base = ["--sim", "--conc", "1", "--dataset-name", "speed_bench", "--dataset-path",
+            str(FIXTURE)]
+    spec = spec_from_argv(base)
+    assert spec.osl == 4096 and spec.encoder == "dsv4"  # vLLM's default output length
+    assert spec.speed_bench == SpeedBenchOptions("qualitative", None)
+    assert spec_from_argv([*base, "--osl", "64", "--speed-bench-output-len", "64"]).osl == 64
+    with pytest.raises(SpecError, match="--osl and --speed-bench-output-len"):
+        spec_from_argv([*base, "--osl", "64", "--speed-bench-output-len", "32"])
+    with pytest.raises(SpecError, match="applies to --dataset-name speed_bench"):
+        spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "8",
+                        "--speed-bench-category", "coding"])
+    with pytest.raises(SpecError, match="drop --multi-turn"):
+        spec_from_argv([*base, "--multi-turn"])
+    with pytest.raises(SpecError, match=r"--top-p 1\.5"):
+        spec_from_argv([*base, "--top-p", "1.5"])
