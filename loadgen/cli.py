@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import os
 import signal
 import sys
@@ -26,6 +27,9 @@ from loadgen.errors import Interrupted, LoadgenError, UsageError
 if TYPE_CHECKING:
     from loadgen.config.sweepfile import SweepPlan
     from loadgen.run.observers import RunObserver
+
+
+COMMANDS = ("run", "compare", "report", "merge", "sim", "serve")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return (compare_main if args[0] == "compare" else report_main)(args[1:])
     if args and args[0] == "merge":
         return merge(args[1:])
+    if args and not args[0].startswith("-") and args[0] not in COMMANDS:
+        return _report(unknown_command(args[0]))  # a run takes flags only: a word is a typo
     if args and args[0] == "run":
         args = args[1:]
     if any(a == "--config" or a.startswith("--config=") for a in args):
@@ -55,6 +61,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in spec.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
+
+
+def unknown_command(word: str) -> UsageError:
+    """`loadgen comapre ...`: the nearest command, as a mistyped flag gets the nearest flag."""
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    hint = (f"did you mean `loadgen {close[0]}`?" if close else
+            f"the commands are {', '.join(COMMANDS)} (a run takes flags only: loadgen --help)")
+    return UsageError(f"unknown command {word!r}; {hint}")
 
 
 def merge(argv: Sequence[str]) -> int:

@@ -25,3 +25,14 @@ def test_a_mistyped_flag_gets_a_suggestion_and_an_unknown_word_none() -> None:
     assert "(did you mean --prompts-per-conc?)" in one_error_line(done.stderr)
     done = run_loadgen(["--sim", "--zzzzzz"], timeout=60)
     assert done.returncode == 2 and "did you mean" not in one_error_line(done.stderr)
+
+
+def test_a_mistyped_command_gets_the_command_meant() -> None:
+    done = run_loadgen(["comapre", "a", "b"], timeout=60)
+    assert done.returncode == 2
+    assert one_error_line(done.stderr) == (
+        "loadgen: error: unknown command 'comapre'; did you mean `loadgen compare`?")
+    done = run_loadgen(["zzzzzz"], timeout=60)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert "did you mean" not in line and "compare, report, merge, sim, serve" in line
