@@ -117,3 +117,17 @@ def stamp_warnings(points: Mapping[str, Mapping[int, Mapping[str, Any]]],
              "its TTFT and ITL include the client's read delay (client_loop_lag_p99_ms)")
             for name, run in points.items() for conc, point in run.items()
             if "read" in _stamp_sources(point)]
+
+
+def workload_mismatch(workloads: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """One line when the runs of a comparison (run -> what shapes its requests) measured
+    different work: a ratio between 1k/256 and 8k/1k says nothing about the servers."""
+    differ = [key for key in dict.fromkeys(k for w in workloads.values() for k in w)
+              if len({repr(w.get(key)) for w in workloads.values()}) > 1]
+    if not differ:
+        return None
+    parts = [f"{key} " + " vs ".join(f"{workload.get(key)} ({name})"
+                                     for name, workload in workloads.items())
+             for key in differ]
+    return (f"the runs measured different workloads ({'; '.join(parts)}): their ratios "
+            "compare different work, not only different servers")
