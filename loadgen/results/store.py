@@ -4,7 +4,8 @@
     conc_<N>.json               one point's PointResult (results/point.py)
     requests_conc_<N>.jsonl     one record per finished request (results/jsonl.py)
     sweep.csv, sweep.png        the sweep table and plot, complete points only
-    simulator.log               the embedded simulator's log (--sim)
+    simulator.log               the embedded simulator's log (--sim), first attempt
+    simulator_attempt<K>.log    ... of attempt K (the K-1th --resume): earlier logs kept
     lanes.json                  a sweep file's tree: its lanes in the file's order
     incomplete/<run_id>/        after --resume: the stopped point's files as they were
 
@@ -32,6 +33,7 @@ LANES_FILE = "lanes.json"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 SIMULATOR_LOG = "simulator.log"
+SIMULATOR_LOG_GLOB = "simulator_attempt*.log"
 INCOMPLETE_DIR = "incomplete"
 POINT_GLOB = "conc_*.json"
 REQUESTS_GLOB = "requests_conc_*.jsonl"
@@ -63,6 +65,11 @@ class ResultsDir:
     @property
     def simulator_log(self) -> Path:
         return self.path / SIMULATOR_LOG
+
+    def attempt_simulator_log(self, attempt: int) -> Path:
+        """The embedded simulator's log of attempt `attempt` (1: the first run): a resumed
+        run's simulator must not overwrite the log (and warnings) of the one before."""
+        return self.simulator_log if attempt <= 1 else self.path / f"simulator_attempt{attempt}.log"
 
     def point_file(self, conc: int) -> Path:
         return self.path / f"conc_{conc}.json"

@@ -147,16 +147,18 @@ async def open_streams(spec: RunSpec, session: aiohttp.ClientSession,
 
 
 @contextlib.asynccontextmanager
-async def http_backend(spec: RunSpec, results_dir: Path,
-                       tokenizer: Tokenizer) -> AsyncIterator[HttpBackend]:
-    """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`."""
+async def http_backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
+                       attempt: int = 1) -> AsyncIterator[HttpBackend]:
+    """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`
+    (its log is the attempt's: a --resume keeps the earlier attempt's)."""
     async with contextlib.AsyncExitStack() as stack:
         target = "server"
         if spec.sim:
             from loadgen.run.embedded_sim import embedded_simulator
 
             url = await stack.enter_async_context(
-                embedded_simulator(spec.sim_args, log_path=ResultsDir(results_dir).simulator_log))
+                embedded_simulator(spec.sim_args,
+                                   log_path=ResultsDir(results_dir).attempt_simulator_log(attempt)))
             spec, target = dataclasses.replace(spec, base_url=url), "simulator"
         session = await stack.enter_async_context(
             open_session(max_connections=max(spec.conc), headers=request_headers(spec),

@@ -128,6 +128,8 @@ async def run_sweep(
     if earlier is not None and not earlier.remaining:
         return SweepOutcome(results_dir, str(earlier.run.get("run_id")), earlier.points,
                             False, (), nothing_to_resume=True)
+    if earlier is not None:
+        print(f"loadgen: {earlier.summary(results_dir)}", file=sys.stderr)
     ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
     progress = ProgressLine(len(spec.conc)) if spec.progress else None
     hooks = FanoutObserver(observer, progress)
@@ -140,7 +142,8 @@ async def run_sweep(
                 if spec.sessions else None)
     sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions)
     try:
-        async with _backend(spec, results_dir, tokenizer, backend) as server:
+        attempt = earlier.attempt if earlier else 1
+        async with _backend(spec, results_dir, tokenizer, backend, attempt) as server:
             await sweep.run(server, probe, longest)
     except asyncio.CancelledError:
         sweep.finish(Interrupted(INTERRUPTED_DETAIL))
@@ -157,11 +160,11 @@ async def run_sweep(
 
 @contextlib.asynccontextmanager
 async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                   given: Backend | None) -> AsyncIterator[Backend]:
+                   given: Backend | None, attempt: int) -> AsyncIterator[Backend]:
     if given is not None:
         yield given
         return
-    async with http_backend(spec, results_dir, tokenizer) as backend:
+    async with http_backend(spec, results_dir, tokenizer, attempt) as backend:
         yield backend
 
 
