@@ -102,7 +102,7 @@ def merge(argv: Sequence[str]) -> int:
 
 def run(spec: RunSpec, *, metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1") -> int:
-    """Run the sweep on uvloop; Ctrl-C/SIGTERM stop it cleanly (partial results kept)."""
+    """Run the sweep on uvloop; Ctrl-C/SIGTERM/SIGHUP stop it cleanly (partial results kept)."""
     import uvloop
 
     return int(uvloop.run(_guarded(_run(spec, metrics_port, metrics_host), spec.results_dir)))
@@ -143,12 +143,17 @@ def _report(exc: LoadgenError) -> int:
     return exc.exit_code
 
 
+# SIGHUP: the terminal (or the ssh session) went away; its default would end the process
+# before the point's summary is written.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
     """Signals cancel the run; every LoadgenError becomes its line and exit status."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, task.cancel)
     try:
         return await work
@@ -160,7 +165,7 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
     except LoadgenError as exc:
         return _report(exc)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
 
 

@@ -41,7 +41,7 @@ STOP_REASONS: tuple[tuple[type[LoadgenError], str], ...] = (
     (SetupError, "setup_error"),
     (UsageError, "bad_input"),
 )
-INTERRUPTED_DETAIL = "stopped by Ctrl-C, SIGTERM or the sidecar's DELETE"
+INTERRUPTED_DETAIL = "stopped by Ctrl-C, SIGTERM, SIGHUP or the sidecar's DELETE"
 
 
 def stop_reason(stop: LoadgenError) -> str:
