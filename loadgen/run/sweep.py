@@ -47,7 +47,13 @@ from loadgen.run.server_watch import ServerWatch
 from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
-from loadgen.run.stops import INTERRUPTED_DETAIL, add_context, run_level_error, stop_of
+from loadgen.run.stops import (
+    INTERRUPTED_DETAIL,
+    add_context,
+    out_of_descriptors,
+    run_level_error,
+    stop_of,
+)
 from loadgen.sinks.progress import ProgressLine
 from loadgen.sinks.sweep_files import write_sweep_files
 from loadgen.tokenizer import load_tokenizer
@@ -152,6 +158,11 @@ async def run_sweep(
         raise sweep.stopped(stop) from None
     except BaseExceptionGroup as group:  # from a request's task: a disk, a limit, a server
         raise sweep.stopped(run_level_error(group)) from None
+    except OSError as exc:  # outside any task group: a point's summary importing lazily
+        exhausted = out_of_descriptors(exc)
+        if exhausted is None:
+            raise
+        raise sweep.stopped(exhausted) from None
     finally:
         if progress is not None:
             progress.close()
