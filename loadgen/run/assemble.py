@@ -18,7 +18,13 @@ from loadgen.metrics.prompt_lengths import prompt_lengths
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import RequestRecord
-from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
+from loadgen.results.point import (
+    PointIdentity,
+    PointResult,
+    PointStatus,
+    SessionMetrics,
+    SimulatorHealth,
+)
 from loadgen.run.client_health import client_health
 
 
@@ -42,6 +48,7 @@ class PointParts:
     clock_uncertainty_ms: float | None  # 0 on one machine, None when unknown
     synthesis: tuple[str, str | None]  # how the prompts were made, and why (workload.plan)
     server_metrics_by_url: list[dict[str, Any]] | None  # None without --server-metrics
+    simulator: SimulatorHealth  # the embedded simulator's lateness (unknown: all None)
     sessions: SessionMetrics | None = None
 
 
@@ -62,5 +69,6 @@ def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: in
         warmup_requests=parts.counts.warmup,
         warmup_failed=parts.counts.warmup_failed,
         server_metrics_by_url=parts.server_metrics_by_url,
+        simulator=parts.simulator,
         sessions=parts.sessions,
     )

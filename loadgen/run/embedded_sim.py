@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 from typing import IO
@@ -26,6 +27,7 @@ from typing import IO
 import aiohttp
 
 from loadgen.errors import SetupError
+from loadgen.results.point import SimulatorHealth
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0
@@ -110,6 +112,33 @@ def _spawn(
     return process, log
 
 
+class SimulatorLog:
+    """The running simulator's log, read from where a point's measured phase began: how
+    late it ran during that phase (its 'behind its step schedule' lines). The simulator
+    writes each line as it happens (stderr is line-buffered), so the file is current."""
+
+    def __init__(self, log: IO[bytes]) -> None:
+        self._log = log
+
+    def mark(self) -> int:
+        """Where the log ends now."""
+        return os.fstat(self._log.fileno()).st_size
+
+    def lateness_since(self, mark: int) -> SimulatorHealth:
+        """The simulator's lateness warnings written since `mark`: how many, the worst."""
+        end = self.mark()
+        late = [int(ms) for ms in BEHIND_LINE.findall(
+            os.pread(self._log.fileno(), max(0, end - mark), mark))]
+        return SimulatorHealth(simulator_behind_warnings=len(late),
+                               simulator_behind_max_ms=max(late) if late else None)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedSimulator:
+    base_url: str
+    log: SimulatorLog
+
+
 @contextlib.asynccontextmanager
 async def embedded_simulator(
     extra_args: Sequence[str] = (),
@@ -117,7 +146,19 @@ async def embedded_simulator(
     log_path: Path | None = None,
     cpus: frozenset[int] | None = None,
 ) -> AsyncIterator[str]:
-    """Start `loadgen sim` in a child process; yields its base URL; stops it on exit.
+    """Start `loadgen sim` in a child process; yields its base URL; stops it on exit."""
+    async with started_simulator(extra_args, log_path=log_path, cpus=cpus) as sim:
+        yield sim.base_url
+
+
+@contextlib.asynccontextmanager
+async def started_simulator(
+    extra_args: Sequence[str] = (),
+    *,
+    log_path: Path | None = None,
+    cpus: frozenset[int] | None = None,
+) -> AsyncIterator[EmbeddedSimulator]:
+    """Start `loadgen sim` in a child process; yields its URL and log; stops it on exit.
 
     Its output goes to a file (`log_path`, else a temporary one), never to a pipe that
     nobody drains and that would block the simulator once full. `cpus` pins the child
@@ -128,7 +169,7 @@ async def embedded_simulator(
     base_url = f"http://{HOST}:{port}"
     try:
         await _wait_healthy(base_url, process, log)
-        yield base_url
+        yield EmbeddedSimulator(base_url, SimulatorLog(log))
     finally:
         if process.poll() is None:
             process.terminate()

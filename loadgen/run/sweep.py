@@ -35,7 +35,7 @@ from loadgen.errors import Interrupted, LoadgenError
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.store import RUN_FILE, ResultsDir
 from loadgen.run import results_dir as results_files
-from loadgen.run.backend import Backend, http_backend
+from loadgen.run.backend import Backend, HttpBackend, http_backend
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, RunObserver
@@ -213,7 +213,8 @@ class _Sweep:
         watch = ServerWatch(backend.probe, self.spec.server_pid)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
                              self.hooks, self.clock, self.sleep, self._barrier(), watch,
-                             synthesis_of(self.spec, self.tokenizer))
+                             synthesis_of(self.spec, self.tokenizer),
+                             backend.simulator_log if isinstance(backend, HttpBackend) else None)
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier)
         self.began = True
