@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import re
 import socket
@@ -26,6 +27,7 @@ from typing import IO
 
 import aiohttp
 
+from loadgen.config.spec import RunSpec
 from loadgen.errors import SetupError
 from loadgen.results.point import SimulatorHealth
 
@@ -200,3 +202,30 @@ def behind_warning(log: bytes, log_path: Path | None) -> str | None:
     return (f"the simulator fell behind its step schedule by up to {max(late)} ms "
             f"({len(late)} warnings{where}): short of CPU, it sent late steps back to back, "
             "so ITL/TTFT describe an overloaded simulator; give it a free core or less load")
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def sweep_estimate(spec: RunSpec, concs: Sequence[int]) -> str | None:
+    """The line a --sim run prints before it starts: what the simulator's step model says
+    each point (warmup included) and the sweep will take. None where the model does not
+    say (sessions, datasets, an open loop)."""
+    from loadgen.sim.config import build_parser, config_from_args
+    from loadgen.sim.estimate import point_seconds
+
+    if (not spec.sim or spec.isl is None or spec.osl is None or spec.sessions
+            or spec.dataset is not None or spec.request_rate is not None):
+        return None
+    config = config_from_args(build_parser().parse_args(simulator_argv(0, spec.sim_args)[4:]))
+    each = {conc: point_seconds(config, conc, spec.warmup_requests(conc), spec.isl, spec.osl)
+            + min(point_seconds(config, conc, spec.measured_requests(conc), spec.isl, spec.osl),
+                  spec.duration_s if spec.duration_s is not None else math.inf)
+            for conc in concs}
+    points = ", ".join(f"{conc} ~{_duration(s)}" for conc, s in each.items())
+    return (f"the simulator's step model puts this sweep at about "
+            f"{_duration(sum(each.values()))} (conc {points}); fewer --prompts-per-conc, a "
+            "--duration, or a faster step model (--sim-args '--step-fixed-ms ...') shorten it")

@@ -36,6 +36,7 @@ from loadgen.results.files import ResultsWriteError
 from loadgen.results.store import RUN_FILE, ResultsDir
 from loadgen.run import results_dir as results_files
 from loadgen.run.backend import Backend, HttpBackend, http_backend
+from loadgen.run.embedded_sim import sweep_estimate
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, RunObserver
@@ -136,6 +137,9 @@ async def run_sweep(
                             False, (), nothing_to_resume=True)
     if earlier is not None:
         print(f"loadgen: {earlier.summary(results_dir)}", file=sys.stderr)
+    estimate = sweep_estimate(spec, earlier.remaining if earlier else spec.conc)
+    if estimate is not None:
+        print(f"loadgen: {estimate}", file=sys.stderr)
     ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
     progress = ProgressLine(len(spec.conc)) if spec.progress else None
     hooks = FanoutObserver(observer, progress)
