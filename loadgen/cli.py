@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import os
 import signal
 import sys
@@ -54,12 +55,22 @@ def _dispatch(command: str, args: list[str]) -> int:
         return (compare_main if command == "compare" else report_main)(args)
     if command == "merge":
         return merge(args)
+    if args and not args[0].startswith("-"):
+        raise unknown_command(args[0])  # a run takes flags only: a word is a typo
     if any(a == "--config" or a.startswith("--config=") for a in args):
         return run_config(args)
     spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
     for note in spec.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
+
+
+def unknown_command(word: str) -> UsageError:
+    """`loadgen comapre ...`: the nearest command, as a mistyped flag gets the nearest flag."""
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    hint = (f"did you mean `loadgen {close[0]}`?" if close else
+            f"the commands are {', '.join(COMMANDS)} (a run takes flags only: loadgen --help)")
+    return UsageError(f"unknown command {word!r}; {hint}")
 
 
 def merge(argv: Sequence[str]) -> int:
@@ -90,7 +101,7 @@ def merge(argv: Sequence[str]) -> int:
 
 def run(spec: RunSpec, *, metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1") -> int:
-    """Run the sweep on uvloop; Ctrl-C/SIGTERM stop it cleanly (partial results kept)."""
+    """Run the sweep on uvloop; Ctrl-C/SIGTERM/SIGHUP stop it cleanly (partial results kept)."""
     import uvloop
 
     return int(uvloop.run(_guarded(_run(spec, metrics_port, metrics_host), spec.results_dir)))
@@ -128,13 +139,18 @@ def _report(exc: LoadgenError, prog: str) -> int:
     return exc.exit_code
 
 
+# SIGHUP: the terminal (or the ssh session) went away; its default would end the process
+# before the point's summary is written.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
     """Signals cancel the run: what was measured stays on disk, and the stop is the
     `Interrupted` line and status (main() prints every LoadgenError)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, task.cancel)
     try:
         return await work
@@ -144,7 +160,7 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
         print(f"loadgen: {stopped}", file=sys.stderr)
         return stopped.exit_code
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
 
 

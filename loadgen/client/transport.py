@@ -279,6 +279,14 @@ class OutOfDescriptors(SetupError):
     failure, so it stops the run instead of being counted as a `connect` error."""
 
 
+def descriptors_exhausted(exc: BaseException) -> OutOfDescriptors:
+    """The run's stop for an EMFILE/ENFILE, wherever in the process it was raised (a
+    connect here; a lazy import or a file open elsewhere: run/stops.py)."""
+    return OutOfDescriptors(f"this process ran out of file descriptors "
+                            f"({f'{type(exc).__name__}: {exc}'.strip()}); raise `ulimit -n` "
+                            "or lower --conc")
+
+
 def _out_of_descriptors(exc: Exception) -> bool:
     """EMFILE/ENFILE, also when aiohttp wraps it (ClientConnectorError is an OSError
     carrying the socket call's errno)."""
@@ -292,8 +300,7 @@ def _classify(exc: Exception, clock: RequestClock,
     file descriptors is no value: it raises OutOfDescriptors, which stops the run."""
     detail = f"{type(exc).__name__}: {exc}".strip()
     if _out_of_descriptors(exc):
-        raise OutOfDescriptors(f"this process ran out of file descriptors ({detail}); raise "
-                               "`ulimit -n` or lower --conc") from exc
+        raise descriptors_exhausted(exc) from exc
     if isinstance(exc, StreamIdle):
         return ErrorKind.TIMEOUT, str(exc)
     if isinstance(exc, TimeoutError):

@@ -16,7 +16,7 @@ from typing import NoReturn
 from loadgen.compare.inputs import RunDir, load_runs
 from loadgen.errors import UsageError
 from loadgen.metrics.compare import Comparison, compare
-from loadgen.metrics.trust import point_warnings, stamp_warnings
+from loadgen.metrics.trust import point_warnings, stamp_warnings, workload_mismatch
 from loadgen.results.files import ResultsWriteError
 from loadgen.sinks.compare_files import (
     Warning_,
@@ -67,6 +67,10 @@ def warnings_of(runs: Sequence[RunDir]) -> list[Warning_]:
                 {run.name: run.points for run in runs})
 
 
+def workload_warning(runs: Sequence[RunDir]) -> str | None:
+    return workload_mismatch({run.name: run.workload() for run in runs})
+
+
 def compare_dirs(runs: Sequence[RunDir]) -> Comparison:
     return compare([run.as_input() for run in runs])
 
@@ -79,11 +83,12 @@ def write_outputs(runs: Sequence[RunDir], *, csv: Path | None = None,
                   json: Path | None = None) -> str:
     """The comparison as text (returned), plus CSV/JSON where asked."""
     comparison, warnings = compare_dirs(runs), warnings_of(runs)
+    mismatch = workload_warning(runs)
     if csv is not None:
         write_comparison_csv(csv, comparison, _paths(runs))
     if json is not None:
-        write_comparison_json(json, comparison, _paths(runs), warnings)
-    return format_comparison(comparison, warnings)
+        write_comparison_json(json, comparison, _paths(runs), warnings, mismatch)
+    return format_comparison(comparison, warnings, mismatch)
 
 
 def build_report(runs: Sequence[RunDir], output: Path) -> Path:

@@ -18,6 +18,9 @@ from loadgen.metrics.compare import RunInput
 from loadgen.results.point import PointResult, ResultFileError
 from loadgen.results.store import ResultsDir, read_json
 
+# run.json settings that change the requests themselves (not how they are sent)
+WORKLOAD_SETTINGS = ("dataset", "dataset_format", "turns", "turn_tokens", "multi_turn")
+
 
 @dataclass(frozen=True, slots=True)
 class RunDir:
@@ -32,6 +35,18 @@ class RunDir:
 
     def requests_file(self, conc: int) -> Path:
         return ResultsDir(self.path).requests_file(conc)
+
+    def workload(self) -> dict[str, Any]:
+        """What shapes the requests, for `compare`'s mismatch warning: the points' own
+        lengths and model, and where the prompts came from (run.json's settings; absent
+        in a directory without one)."""
+        first = self.results[min(self.results)].identity
+        settings = self.run.get("settings")
+        settings = settings if isinstance(settings, dict) else {}
+        return {"isl": first.input_len, "osl": first.output_len,
+                "range_ratio": first.range_ratio, "model": first.model_id,
+                "endpoint": first.endpoint, **{key: settings.get(key) for key in
+                                               WORKLOAD_SETTINGS if key in settings}}
 
 
 def _is_run(path: Path) -> bool:

@@ -99,9 +99,22 @@ def _merged_steps_warnings(result: Mapping[str, Any]) -> list[str]:
             "(itl_chunks_merged_steps)"]
 
 
+def _simulator_warnings(result: Mapping[str, Any]) -> list[str]:
+    """The simulator loadgen started fell behind its step schedule during the point: it
+    sent late steps back to back, so the figures are an overloaded simulator's."""
+    count = result.get("simulator_behind_warnings")
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        return []
+    worst = _get(result, "simulator_behind_max_ms")
+    by = f" by up to {worst:.0f} ms" if worst is not None else ""
+    return [f"the simulator fell behind its step schedule{by} ({count} warnings) during "
+            "the point: short of CPU, it sent late steps back to back, so ITL/TTFT describe "
+            "an overloaded simulator, not the engine it models"]
+
+
 def point_warnings(result: Mapping[str, Any]) -> list[str]:
     """Why this point's numbers may be off; empty when nothing is suspect."""
-    return _client_warnings(result) + _check_warnings(result)
+    return _client_warnings(result) + _check_warnings(result) + _simulator_warnings(result)
 
 
 def stamp_warnings(points: Mapping[str, Mapping[int, Mapping[str, Any]]],
@@ -117,3 +130,17 @@ def stamp_warnings(points: Mapping[str, Mapping[int, Mapping[str, Any]]],
              "its TTFT and ITL include the client's read delay (client_loop_lag_p99_ms)")
             for name, run in points.items() for conc, point in run.items()
             if "read" in _stamp_sources(point)]
+
+
+def workload_mismatch(workloads: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """One line when the runs of a comparison (run -> what shapes its requests) measured
+    different work: a ratio between 1k/256 and 8k/1k says nothing about the servers."""
+    differ = [key for key in dict.fromkeys(k for w in workloads.values() for k in w)
+              if len({repr(w.get(key)) for w in workloads.values()}) > 1]
+    if not differ:
+        return None
+    parts = [f"{key} " + " vs ".join(f"{workload.get(key)} ({name})"
+                                     for name, workload in workloads.items())
+             for key in differ]
+    return (f"the runs measured different workloads ({'; '.join(parts)}): their ratios "
+            "compare different work, not only different servers")

@@ -99,6 +99,25 @@ class PointIdentity(msgspec.Struct, frozen=True, kw_only=True):
     tokenizer_check: dict[str, Any] | None
 
 
+class SimulatorHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """The embedded simulator's lateness over the measured phase (run/embedded_sim.py):
+    None when loadgen did not start the server it measured. Defaults: files from before
+    these fields read as unknown."""
+
+    simulator_behind_warnings: int | None = None
+    simulator_behind_max_ms: int | None = None
+
+    @staticmethod
+    def combined(parts: list[SimulatorHealth]) -> SimulatorHealth:
+        """Several simulators' (shards'): warnings summed, the worst lateness."""
+        counts = [p.simulator_behind_warnings for p in parts
+                  if p.simulator_behind_warnings is not None]
+        worst = [p.simulator_behind_max_ms for p in parts
+                 if p.simulator_behind_max_ms is not None]
+        return SimulatorHealth(simulator_behind_warnings=sum(counts) if counts else None,
+                               simulator_behind_max_ms=max(worst) if worst else None)
+
+
 class PointStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Whether the point ran to its end, and why not (run/stops.py)."""
 
@@ -166,6 +185,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     warmup_requests: int
     warmup_failed: int
     server_metrics_by_url: list[dict[str, Any]] | None
+    simulator: SimulatorHealth = msgspec.field(default_factory=SimulatorHealth)
     sessions: SessionMetrics | None = None
     energy: EnergyMetrics | None = None
 

@@ -5,7 +5,8 @@
     requests_conc_<N>.jsonl     one record per finished request (results/jsonl.py)
     gpu_power_conc_<N>.csv      one point's --gpu-metrics samples, nvidia-smi's CSV layout
     sweep.csv, sweep.png        the sweep table and plot, complete points only
-    simulator.log               the embedded simulator's log (--sim)
+    simulator.log               the embedded simulator's log (--sim), first attempt
+    simulator_attempt<K>.log    ... of attempt K (the K-1th --resume): earlier logs kept
     lanes.json                  a sweep file's tree: its lanes in the file's order
     al_matrix.yaml              a sweep file's tree: AL per model, mode and K (sinks/al_matrix.py)
     incomplete/<run_id>/        after --resume: the stopped point's files as they were
@@ -35,6 +36,7 @@ AL_MATRIX_FILE = "al_matrix.yaml"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 SIMULATOR_LOG = "simulator.log"
+SIMULATOR_LOG_GLOB = "simulator_attempt*.log"
 INCOMPLETE_DIR = "incomplete"
 POINT_GLOB = "conc_*.json"
 REQUESTS_GLOB = "requests_conc_*.jsonl"
@@ -67,6 +69,11 @@ class ResultsDir:
     @property
     def simulator_log(self) -> Path:
         return self.path / SIMULATOR_LOG
+
+    def attempt_simulator_log(self, attempt: int) -> Path:
+        """The embedded simulator's log of attempt `attempt` (1: the first run): a resumed
+        run's simulator must not overwrite the log (and warnings) of the one before."""
+        return self.simulator_log if attempt <= 1 else self.path / f"simulator_attempt{attempt}.log"
 
     def point_file(self, conc: int) -> Path:
         return self.path / f"conc_{conc}.json"

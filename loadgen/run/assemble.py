@@ -26,6 +26,7 @@ from loadgen.results.point import (
     PointResult,
     PointStatus,
     SessionMetrics,
+    SimulatorHealth,
 )
 from loadgen.results.point_metrics import PointMetrics
 from loadgen.run.client_health import client_health
@@ -51,6 +52,7 @@ class PointParts:
     clock_uncertainty_ms: float | None  # 0 on one machine, None when unknown
     synthesis: tuple[str, str | None]  # how the prompts were made, and why (workload.plan)
     server_metrics_by_url: list[dict[str, Any]] | None  # None without --server-metrics
+    simulator: SimulatorHealth  # the embedded simulator's lateness (unknown: all None)
     sessions: SessionMetrics | None = None
     power: PowerInput | None = None  # --gpu-metrics samples of the point
 
@@ -72,6 +74,7 @@ def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: in
         warmup_requests=parts.counts.warmup,
         warmup_failed=parts.counts.warmup_failed,
         server_metrics_by_url=parts.server_metrics_by_url,
+        simulator=parts.simulator,
         sessions=parts.sessions,
         energy=_energy(parts.power, records, metrics) if parts.power is not None else None,
     )

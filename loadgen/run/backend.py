@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 from tokenizers import Tokenizer
@@ -29,6 +29,9 @@ from loadgen.records import RequestRecord
 from loadgen.results.store import ResultsDir
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec, text_counter
+
+if TYPE_CHECKING:
+    from loadgen.run.embedded_sim import SimulatorLog
 
 OnRecord = Callable[[RequestRecord], None]
 PROBE_TIMEOUT_S = 0.5  # a liveness probe; loopback or LAN answers in milliseconds
@@ -76,9 +79,11 @@ class HttpBackend:
     """A real server: measured streams through `streams`, everything else through `session`."""
 
     def __init__(self, spec: RunSpec, session: aiohttp.ClientSession, target: str,
-                 tokenizer: Tokenizer, streams: StreamClient | None = None) -> None:
+                 tokenizer: Tokenizer, streams: StreamClient | None = None,
+                 simulator_log: SimulatorLog | None = None) -> None:
         assert spec.base_url is not None
         self.spec = spec
+        self.simulator_log = simulator_log  # the simulator loadgen started, if it did
         self.session = session
         self.streams = streams or AiohttpStreams(session)
         self.target = target
@@ -147,20 +152,23 @@ async def open_streams(spec: RunSpec, session: aiohttp.ClientSession,
 
 
 @contextlib.asynccontextmanager
-async def http_backend(spec: RunSpec, results_dir: Path,
-                       tokenizer: Tokenizer) -> AsyncIterator[HttpBackend]:
-    """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`."""
+async def http_backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
+                       attempt: int = 1) -> AsyncIterator[HttpBackend]:
+    """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`
+    (its log is the attempt's: a --resume keeps the earlier attempt's)."""
     async with contextlib.AsyncExitStack() as stack:
-        target = "server"
+        target, log = "server", None
         if spec.sim:
-            from loadgen.run.embedded_sim import embedded_simulator
+            from loadgen.run.embedded_sim import started_simulator
 
-            url = await stack.enter_async_context(
-                embedded_simulator(spec.sim_args, log_path=ResultsDir(results_dir).simulator_log))
-            spec, target = dataclasses.replace(spec, base_url=url), "simulator"
+            sim = await stack.enter_async_context(
+                started_simulator(spec.sim_args,
+                                  log_path=ResultsDir(results_dir).attempt_simulator_log(attempt)))
+            spec, target, log = dataclasses.replace(spec, base_url=sim.base_url), "simulator", \
+                sim.log
         session = await stack.enter_async_context(
             open_session(max_connections=max(spec.conc), headers=request_headers(spec),
                          http_timeout_s=spec.http_timeout_s,
                          stamping=spec.http_client == "aiohttp"))
         streams = await stack.enter_async_context(open_streams(spec, session, max(spec.conc)))
-        yield HttpBackend(spec, session, target, tokenizer, streams)
+        yield HttpBackend(spec, session, target, tokenizer, streams, log)

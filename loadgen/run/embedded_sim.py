@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import re
 import socket
@@ -19,13 +20,16 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 from typing import IO
 
 import aiohttp
 
+from loadgen.config.spec import RunSpec
 from loadgen.errors import SetupError
+from loadgen.results.point import SimulatorHealth
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0
@@ -110,6 +114,33 @@ def _spawn(
     return process, log
 
 
+class SimulatorLog:
+    """The running simulator's log, read from where a point's measured phase began: how
+    late it ran during that phase (its 'behind its step schedule' lines). The simulator
+    writes each line as it happens (stderr is line-buffered), so the file is current."""
+
+    def __init__(self, log: IO[bytes]) -> None:
+        self._log = log
+
+    def mark(self) -> int:
+        """Where the log ends now."""
+        return os.fstat(self._log.fileno()).st_size
+
+    def lateness_since(self, mark: int) -> SimulatorHealth:
+        """The simulator's lateness warnings written since `mark`: how many, the worst."""
+        end = self.mark()
+        late = [int(ms) for ms in BEHIND_LINE.findall(
+            os.pread(self._log.fileno(), max(0, end - mark), mark))]
+        return SimulatorHealth(simulator_behind_warnings=len(late),
+                               simulator_behind_max_ms=max(late) if late else None)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedSimulator:
+    base_url: str
+    log: SimulatorLog
+
+
 @contextlib.asynccontextmanager
 async def embedded_simulator(
     extra_args: Sequence[str] = (),
@@ -117,7 +148,19 @@ async def embedded_simulator(
     log_path: Path | None = None,
     cpus: frozenset[int] | None = None,
 ) -> AsyncIterator[str]:
-    """Start `loadgen sim` in a child process; yields its base URL; stops it on exit.
+    """Start `loadgen sim` in a child process; yields its base URL; stops it on exit."""
+    async with started_simulator(extra_args, log_path=log_path, cpus=cpus) as sim:
+        yield sim.base_url
+
+
+@contextlib.asynccontextmanager
+async def started_simulator(
+    extra_args: Sequence[str] = (),
+    *,
+    log_path: Path | None = None,
+    cpus: frozenset[int] | None = None,
+) -> AsyncIterator[EmbeddedSimulator]:
+    """Start `loadgen sim` in a child process; yields its URL and log; stops it on exit.
 
     Its output goes to a file (`log_path`, else a temporary one), never to a pipe that
     nobody drains and that would block the simulator once full. `cpus` pins the child
@@ -128,7 +171,7 @@ async def embedded_simulator(
     base_url = f"http://{HOST}:{port}"
     try:
         await _wait_healthy(base_url, process, log)
-        yield base_url
+        yield EmbeddedSimulator(base_url, SimulatorLog(log))
     finally:
         if process.poll() is None:
             process.terminate()
@@ -159,3 +202,30 @@ def behind_warning(log: bytes, log_path: Path | None) -> str | None:
     return (f"the simulator fell behind its step schedule by up to {max(late)} ms "
             f"({len(late)} warnings{where}): short of CPU, it sent late steps back to back, "
             "so ITL/TTFT describe an overloaded simulator; give it a free core or less load")
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def sweep_estimate(spec: RunSpec, concs: Sequence[int]) -> str | None:
+    """The line a --sim run prints before it starts: what the simulator's step model says
+    each point (warmup included) and the sweep will take. None where the model does not
+    say (sessions, datasets, an open loop)."""
+    from loadgen.sim.config import build_parser, config_from_args
+    from loadgen.sim.estimate import point_seconds
+
+    if (not spec.sim or spec.isl is None or spec.osl is None or spec.sessions
+            or spec.dataset is not None or spec.request_rate is not None):
+        return None
+    config = config_from_args(build_parser().parse_args(simulator_argv(0, spec.sim_args)[4:]))
+    each = {conc: point_seconds(config, conc, spec.warmup_requests(conc), spec.isl, spec.osl)
+            + min(point_seconds(config, conc, spec.measured_requests(conc), spec.isl, spec.osl),
+                  spec.duration_s if spec.duration_s is not None else math.inf)
+            for conc in concs}
+    points = ", ".join(f"{conc} ~{_duration(s)}" for conc, s in each.items())
+    return (f"the simulator's step model puts this sweep at about "
+            f"{_duration(sum(each.values()))} (conc {points}); fewer --prompts-per-conc, a "
+            "--duration, or a faster step model (--sim-args '--step-fixed-ms ...') shorten it")

@@ -32,13 +32,19 @@ from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.jsonl import JsonlSink
-from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
+from loadgen.results.point import (
+    PointIdentity,
+    PointResult,
+    PointStatus,
+    SessionMetrics,
+    SimulatorHealth,
+)
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
-from loadgen.run.embedded_sim import sim_stream_interval
+from loadgen.run.embedded_sim import SimulatorLog, sim_stream_interval
 from loadgen.run.gpu_power_csv import write_gpu_power_csv
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
@@ -82,6 +88,8 @@ class RunContext:
     synthesis: tuple[str, str | None] = ("words", None)
     # the vLLM-format result and the like (a worker process writes none)
     outputs: RunOutputs = field(default_factory=NoOutputs)
+    # the log of the simulator loadgen started (--sim): its lateness goes into each point
+    simulator_log: SimulatorLog | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +134,7 @@ class PointRecords:
         # More fields a point kind adds from its records and the server's counters around
         # the measured phase (session runs: run/session_point.py); written with the rest.
         self.extra: SessionFields | None = None
+        self.simulator_mark: int | None = None  # the simulator log's end at begin()
 
     async def start_power(self) -> None:
         """--gpu-metrics: sampled once before the measured phase starts, so the samples
@@ -140,6 +149,8 @@ class PointRecords:
     def begin(self, before: Scrape) -> None:
         """The measured phase starts now (the server's counters were just read)."""
         self.before, self.started, self.clock = before, True, read_pair()
+        log = self.run.simulator_log
+        self.simulator_mark = log.mark() if log is not None else None
         self.gauge_watch = self.run.backend.gauge_watch()
         if self.gauge_watch is not None:
             self.gauge_watch.start()
@@ -233,11 +244,19 @@ class PointRecords:
             counts=PointCounts(self.planned, self.warmup, warmup_failed),
             processes=[p.to_json() for p in processes],
             clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
-            synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions,
+            synthesis=self.run.synthesis, server_metrics_by_url=by_url,
+            simulator=self._simulator(), sessions=sessions,
             power=PowerInput(self.power_series, spec.gpu_metrics_interval_s, spec.num_gpus)
             if self.power_series is not None else None)
         return assemble_point(self.records, ctx, self.conc, parts,
                               server_before=self.before.total, server_after=server_after)
+
+    def _simulator(self) -> SimulatorHealth:
+        """How late the simulator loadgen started ran over the measured phase."""
+        log = self.run.simulator_log
+        if log is None or self.simulator_mark is None:
+            return SimulatorHealth()
+        return log.lateness_since(self.simulator_mark)
 
     def _identity(self) -> PointIdentity:
         run, spec = self.run, self.run.spec

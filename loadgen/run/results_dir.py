@@ -30,6 +30,7 @@ from loadgen.results.store import (
     REQUESTS_GLOB,
     RUN_FILE,
     SIMULATOR_LOG,
+    SIMULATOR_LOG_GLOB,
     SWEEP_CSV,
     SWEEP_PNG,
     ResultsDir,
@@ -38,7 +39,8 @@ from loadgen.results.store import (
 from loadgen.run.point import PointOutcome
 
 _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
-_RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG, GPU_POWER_GLOB)
+_RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG, SIMULATOR_LOG_GLOB,
+                 GPU_POWER_GLOB)
 # Settings that may differ between an interrupted run and its --resume: where results go
 # and how the run is driven, not what is measured. (A restarted server has a new pid.)
 # run.json's per-point extras (run/point.py), kept for `loadgen merge`
@@ -54,6 +56,21 @@ class Earlier:
     run: dict[str, Any]  # the earlier run.json
     points: tuple[PointOutcome, ...]  # its complete points, kept as they are
     remaining: tuple[int, ...]  # concurrencies still to measure, in --conc order
+
+    @property
+    def attempt(self) -> int:
+        """The number of the attempt resuming it (2 for the first --resume)."""
+        attempts = self.run.get("attempts")
+        return (len(attempts) if isinstance(attempts, list) and attempts else 1) + 1
+
+    def summary(self, directory: Path) -> str:
+        """The line --resume prints: what is kept and what is measured (again)."""
+        kept = [p.conc for p in self.points]
+        shown = ", ".join(str(c) for c in kept) or "none"
+        return (f"resuming run {self.run.get('run_id')} in {directory} (attempt "
+                f"{self.attempt}): {len(kept)} complete point(s) kept (conc {shown}), "
+                f"{len(self.remaining)} to run (conc "
+                f"{', '.join(str(c) for c in self.remaining)})")
 
 
 def settings_of(spec: RunSpec) -> dict[str, Any]:

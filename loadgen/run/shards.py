@@ -34,7 +34,7 @@ from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import JsonlSink
-from loadgen.results.point import PointResult, PointStatus
+from loadgen.results.point import PointResult, PointStatus, SimulatorHealth
 from loadgen.results.store import ResultsDir, check_run
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.embedded_sim import sim_stream_interval
@@ -286,7 +286,8 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[PointResult],
         processes=[p for f in files for p in f.client.client_processes],
         clock_uncertainty_ms=None if uncertainty_ns is None else uncertainty_ns / 1e6,
         synthesis=(first.prompts.prompt_synthesis, first.prompts.prompt_synthesis_note),
-        server_metrics_by_url=_merged_by_url(points) if complete else None)
+        server_metrics_by_url=_merged_by_url(points) if complete else None,
+        simulator=SimulatorHealth.combined([f.simulator for f in files]))
     return assemble_point(records, ctx, conc, parts, server_before=before, server_after=after)
 
 

@@ -10,9 +10,10 @@ traceback.
 from __future__ import annotations
 
 import asyncio
+import errno
 from dataclasses import dataclass
 
-from loadgen.client.transport import OutOfDescriptors
+from loadgen.client.transport import OutOfDescriptors, descriptors_exhausted
 from loadgen.errors import Interrupted, LoadgenError, ServerError, SetupError, UsageError
 from loadgen.results.files import ResultsWriteError
 from loadgen.run.server_watch import ServerGone
@@ -41,7 +42,7 @@ STOP_REASONS: tuple[tuple[type[LoadgenError], str], ...] = (
     (SetupError, "setup_error"),
     (UsageError, "bad_input"),
 )
-INTERRUPTED_DETAIL = "stopped by Ctrl-C, SIGTERM or the sidecar's DELETE"
+INTERRUPTED_DETAIL = "stopped by Ctrl-C, SIGTERM, SIGHUP or the sidecar's DELETE"
 
 
 def stop_reason(stop: LoadgenError) -> str:
@@ -66,10 +67,24 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return leaves
 
 
+def out_of_descriptors(exc: BaseException) -> OutOfDescriptors | None:
+    """The stop for an exception that EMFILE/ENFILE caused (a lazy import, a file open, a
+    connect: raised as it is or as the cause of another), else None."""
+    seen: BaseException | None = exc
+    for _ in range(16):  # a chain of causes is short; never follow a cycle for ever
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
+            return descriptors_exhausted(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def run_level_error(group: BaseExceptionGroup[BaseException]) -> LoadgenError:
     """The first run-level error in `group`; re-raises `group` when it holds anything else
-    (a bug must not pass for a clean stop)."""
-    leaves = _leaves(group)
+    (a bug must not pass for a clean stop). Running out of descriptors anywhere is the
+    documented stop, not a bug: the process hit a limit of the machine."""
+    leaves = [out_of_descriptors(e) or e for e in _leaves(group)]
     run_level = [e for e in leaves if isinstance(e, LoadgenError)]
     others = [e for e in leaves
               if not isinstance(e, LoadgenError | asyncio.CancelledError)]

@@ -40,7 +40,8 @@ from loadgen.errors import Interrupted, LoadgenError
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.store import RUN_FILE, ResultsDir
 from loadgen.run import results_dir as results_files
-from loadgen.run.backend import Backend, http_backend
+from loadgen.run.backend import Backend, HttpBackend, http_backend
+from loadgen.run.embedded_sim import sweep_estimate
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
@@ -52,7 +53,13 @@ from loadgen.run.server_watch import ServerWatch
 from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
-from loadgen.run.stops import INTERRUPTED_DETAIL, add_context, run_level_error, stop_of
+from loadgen.run.stops import (
+    INTERRUPTED_DETAIL,
+    add_context,
+    out_of_descriptors,
+    run_level_error,
+    stop_of,
+)
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload, synthesis_of
@@ -143,6 +150,11 @@ async def run_sweep(
     if earlier is not None and not earlier.remaining:
         return SweepOutcome(results_dir, str(earlier.run.get("run_id")), earlier.points,
                             False, (), nothing_to_resume=True)
+    if earlier is not None:
+        print(f"loadgen: {earlier.summary(results_dir)}", file=sys.stderr)
+    estimate = sweep_estimate(spec, earlier.remaining if earlier else spec.conc)
+    if estimate is not None:
+        print(f"loadgen: {estimate}", file=sys.stderr)
     ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
     hooks = FanoutObserver(observer)
     if tokenizer is None:
@@ -155,7 +167,8 @@ async def run_sweep(
     sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions,
                    outputs)
     try:
-        async with _backend(spec, results_dir, tokenizer, backend) as server:
+        attempt = earlier.attempt if earlier else 1
+        async with _backend(spec, results_dir, tokenizer, backend, attempt) as server:
             await sweep.run(server, probed)
     except asyncio.CancelledError:
         sweep.finish(Interrupted(INTERRUPTED_DETAIL))
@@ -164,16 +177,21 @@ async def run_sweep(
         raise sweep.stopped(stop) from None
     except BaseExceptionGroup as group:  # from a request's task: a disk, a limit, a server
         raise sweep.stopped(run_level_error(group)) from None
+    except OSError as exc:  # outside any task group: a point's summary importing lazily
+        exhausted = out_of_descriptors(exc)
+        if exhausted is None:
+            raise
+        raise sweep.stopped(exhausted) from None
     return sweep.finish(None)
 
 
 @contextlib.asynccontextmanager
 async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                   given: Backend | None) -> AsyncIterator[Backend]:
+                   given: Backend | None, attempt: int) -> AsyncIterator[Backend]:
     if given is not None:
         yield given
         return
-    async with http_backend(spec, results_dir, tokenizer) as backend:
+    async with http_backend(spec, results_dir, tokenizer, attempt) as backend:
         yield backend
 
 
@@ -220,7 +238,8 @@ class _Sweep:
         watch = ServerWatch(backend.probe, self.spec.server_pid)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
                              self.hooks, self.clock, self.sleep, self._barrier(), watch,
-                             synthesis_of(self.spec, self.tokenizer), self.outputs)
+                             synthesis_of(self.spec, self.tokenizer), self.outputs,
+                             backend.simulator_log if isinstance(backend, HttpBackend) else None)
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier)
         self.began = True

@@ -230,7 +230,8 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
 def main(argv: list[str]) -> int:
     import uvloop
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (STOP, EXIT, EOF)
+    for sig in (signal.SIGINT, signal.SIGHUP):  # the parent stops us (STOP, EXIT, EOF)
+        signal.signal(sig, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
     return int(uvloop.run(_serve(sock)))
 

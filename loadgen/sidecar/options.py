@@ -9,13 +9,15 @@ absolute path or a symbolic link planted below the data directory cannot lead ou
 
 from __future__ import annotations
 
+import difflib
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 
-from loadgen.config.args import option_dest, spec_from_options
+from loadgen.config.args import build_parser, option_dest, spec_from_options
 from loadgen.config.spec import RunSpec, SpecError, VllmResultOptions
 from loadgen.config.sweepfile import SweepPlan, check_document, load_yaml, parse_sweep
 
@@ -63,10 +65,33 @@ def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> R
     reserved = sorted(k for k in options if k.replace("-", "_") in RESERVED_OPTIONS)
     if reserved:
         raise SpecError(f"{', '.join(reserved)}: {RESERVED_WHY}")
+    check_known(options)
     spec = spec_from_options({**options, "base_url": config.target, "model": config.model,
                               "results": str(results_dir), "no_progress": True})
     check_confined(spec, config.data_dir, "")
     return spec
+
+
+@functools.cache
+def allowed_options() -> tuple[str, ...]:
+    """The run options a caller may send: the run flags' names, less the sidecar's own."""
+    dests = {action.dest for action in build_parser()._actions} - {"help"}
+    return tuple(sorted(dests - RESERVED_OPTIONS))
+
+
+def check_known(options: Mapping[str, Any]) -> None:
+    """Every unknown key in one 400, each with its nearest option, and only options the
+    API accepts offered as allowed."""
+    allowed = allowed_options()
+    unknown = [k for k in options if option_dest(k) not in allowed]
+    if not unknown:
+        return
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(option_dest(key), allowed, n=1, cutoff=0.6)
+        named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise SpecError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
+                    f"allowed: {', '.join(allowed)}")
 
 
 def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> SweepPlan:

@@ -2,7 +2,8 @@
 plus /metrics (live Prometheus), /healthz and /readyz.
 
   POST   /v1/runs                 {"conc": "4..64", "isl": 8192, ...} -> 202 {"id": ...}
-                                  (400 invalid, 409 a run is active); or a sweep file's
+                                  (400 invalid, even while busy; 409 a valid run while
+                                  one is active); or a sweep file's
                                   document ({"lanes": [...]}, JSON or application/yaml):
                                   its lanes run one after another into results/<lane>/
   GET    /v1/runs                 every run, newest first (survives restarts)
@@ -178,19 +179,19 @@ class Service:
         if not isinstance(options, dict):
             return error(400, 'body must be a JSON object of run options, e.g. '
                          '{"conc": "4..64", "isl": 1024, "osl": 256}, or a sweep document')
-        if self.manager.active_id is not None:
-            return error(409, f"run {self.manager.active_id} is still running; DELETE it or wait")
         probe_dir = self.config.data_dir / "runs" / "pending"
-        try:
+        try:  # an invalid body is a 400 whether or not a run is active
             if "lanes" in options:
                 plan = plan_for(self.config, options, probe_dir)
-                for lane in plan.lanes:
-                    await self._check_workload(lane.spec)
-                points, sweep = plan.points, self._lanes
+                specs, points, sweep = [lane.spec for lane in plan.lanes], plan.points, self._lanes
             else:
                 spec = spec_for(self.config, options, probe_dir)
-                await self._check_workload(spec)
-                points, sweep = len(spec.conc), self._sweep
+                specs, points, sweep = [spec], len(spec.conc), self._sweep
+            if self.manager.active_id is not None:
+                return error(409, f"run {self.manager.active_id} is still running; DELETE it "
+                             "or wait")
+            for one in specs:  # after the busy check: building prompts takes the run's CPU
+                await self._check_workload(one)
         except SpecError as exc:
             return error(400, str(exc))
         await self.canary.pause()

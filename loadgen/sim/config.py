@@ -1,10 +1,10 @@
 """SimConfig (every simulator setting, frozen) and the argparse front end that builds it.
 
-The default step-time model is a DeepSeek-V4-class deployment scaled down in time so a
-4..512 sweep finishes in minutes, while keeping the ratios that matter for MTP: a step
-costs a fixed part (weights read once: memory-bound) plus a part per token computed.
-With K=2 drafts at acceptance 0.8,0.6 (acceptance length 2.28), MTP wins below ~67
-concurrent requests and loses above (analytically: 1.28*F/(0.72*c) with F the fixed
+The default step-time model is a DeepSeek-V4-class deployment scaled down in time (what
+a sweep then costs: sim/estimate.py and `loadgen sim --help`), keeping the ratios that
+matter for MTP: a step costs a fixed part (weights read once: memory-bound) plus a part
+per token computed. With K=2 drafts at acceptance 0.8,0.6 (acceptance length 2.28), MTP
+wins below ~67 concurrent requests and loses above (analytically: 1.28*F/(0.72*c) with F the fixed
 cost and c the per-decode-token cost), while a conc-512 MTP decode step costs
 3 ms + 512*3*80 us = 126 ms.
 """
@@ -231,10 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Step time = step-fixed-ms + prompt tokens x prefill-token-us + decode tokens "
         "(1, or K+1 with MTP, per decoding request) x decode-token-us + sequences x seq-us. "
-        "The defaults resemble a DeepSeek-V4-class deployment, scaled in time so a 4..512 "
-        "sweep takes minutes: MTP (K=2, acceptance 0.8,0.6) gains ~75% per user at "
-        "concurrency 4, breaks even near 60 and loses ~10% from 128 on; a concurrency-512 "
-        "MTP decode step takes 126 ms.",
+        "The defaults resemble a DeepSeek-V4-class deployment, scaled down in time: MTP "
+        "(K=2, acceptance 0.8,0.6) gains ~75% per user at concurrency 4, breaks even near 60 "
+        "and loses ~10% from 128 on; a concurrency-512 MTP decode step takes 126 ms. What a "
+        "sweep costs (10 prompts + 2 warmup per conc): --isl 1024 --osl 256 over 4..64 about "
+        "1.5 min, over 4..512 about 8 min; the headline --isl 8192 --osl 1024 over 4..512 "
+        "about 45 min (conc 4 ~25 s, 128 ~5 min, 512 ~21 min: the KV cache holds 113 such "
+        "requests, so output levels off near 5k tok/s). `loadgen --sim` prints its estimate "
+        "per point before it starts; --step-fixed-ms, --decode-token-us and "
+        "--prefill-token-us scale it.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind")
     p.add_argument("--port", type=int, default=8000, help="port to bind (0 = any free port)")

@@ -126,10 +126,11 @@ def summary_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = ()) -> str:
+def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = (),
+                      workload_mismatch: str | None = None) -> str:
     head = (f"baseline: {comparison.baseline} (ratios x are run / baseline at the same "
             "concurrency)")
-    lines = [head, ""]
+    lines = [head, *([f"WARNING: {workload_mismatch}"] if workload_mismatch else []), ""]
     for conc in comparison.concs:
         lines += _block(comparison, conc)
     notes = al_notes(row.acceptance_source for row in comparison.rows)
@@ -168,7 +169,8 @@ def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str,
 
 
 def comparison_json(comparison: Comparison, paths: Mapping[str, str],
-                    warnings: Sequence[Warning_] = ()) -> dict[str, Any]:
+                    warnings: Sequence[Warning_] = (),
+                    workload_mismatch: str | None = None) -> dict[str, Any]:
     return {
         "baseline": comparison.baseline,
         "runs": [{"name": name, "path": paths.get(name, "")} for name in comparison.runs],
@@ -184,11 +186,13 @@ def comparison_json(comparison: Comparison, paths: Mapping[str, str],
                               for c in comparison.energy_crossovers],
         "summary": summary_lines(comparison),
         "warnings": [{"run": r, "conc": c, "message": m} for r, c, m in warnings],
+        "workload_mismatch": workload_mismatch,
     }
 
 
 def write_comparison_json(path: Path, comparison: Comparison, paths: Mapping[str, str],
-                          warnings: Sequence[Warning_] = ()) -> Path:
-    data = orjson.dumps(comparison_json(comparison, paths, warnings),
+                          warnings: Sequence[Warning_] = (),
+                          workload_mismatch: str | None = None) -> Path:
+    data = orjson.dumps(comparison_json(comparison, paths, warnings, workload_mismatch),
                         option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     return write_atomic(path, data)

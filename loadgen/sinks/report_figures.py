@@ -108,17 +108,54 @@ def _cdf(axes: Axes, curve: Distribution, label: str, index: int) -> None:
                   linewidth=1.5)
 
 
+MAX_LOG_TICKS = 6  # labelled ticks on a log axis: fit a third of the report's width
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Labelled ticks for a log axis over low..high: 1-2-5 per decade when few enough fit,
+    else powers of ten (every n-th decade on a very long range). matplotlib's own choice
+    labels minor ticks on axes under about two decades (2x10^1, 3x10^1, 4x10^1, ...),
+    and those labels overlap in a narrow panel."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    for subs in ((1.0, 2.0, 5.0), (1.0,)):
+        ticks = [m * 10.0 ** k for k in range(first, last + 1) for m in subs
+                 if low <= m * 10.0 ** k <= high]
+        if len(ticks) <= MAX_LOG_TICKS:
+            return ticks
+    stride = math.ceil(len(ticks) / MAX_LOG_TICKS)
+    return ticks[::stride]
+
+
+def tick_label(value: float) -> str:
+    """Short enough for six to a narrow panel: 500, 2k, 200k, 1M."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
 def _log_x(axes: Axes, curves: Sequence[Distribution]) -> None:
     low = [float(c.values[0]) for c in curves if c.samples and c.values[0] > 0]
     high = [float(c.values[-1]) for c in curves if c.samples]
     if low and high and max(high) / min(low) > 30:  # long tails: a linear axis hides the body
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
         axes.set_xscale("log")
+        axes.xaxis.set_major_locator(FixedLocator(log_ticks(min(low), max(high))))
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: tick_label(value)))
+        axes.xaxis.set_minor_formatter(NullFormatter())  # minor ticks stay, unlabelled
 
 
 def distribution_figure(conc: int, by_run: Mapping[str, tuple[int, PointDistributions]]
                         ) -> str | None:
     """TTFT, ITL per chunk and ITL per token as CDFs at one concurrency, a line per run
     (by_run: name -> (colour index, distributions))."""
+    figure = distribution_plot(conc, by_run)
+    return None if figure is None else _data_uri(figure)
+
+
+def distribution_plot(conc: int, by_run: Mapping[str, tuple[int, PointDistributions]]
+                      ) -> Figure | None:
     figure = _figure(11.0, 3.4)
     if figure is None:
         return None
@@ -138,7 +175,7 @@ def distribution_figure(conc: int, by_run: Mapping[str, tuple[int, PointDistribu
         if number == 1 and axes.lines:
             axes.legend(fontsize=8, loc="lower right")
     figure.suptitle(f"conc {conc}: cumulative distributions", fontsize=10)
-    return _data_uri(figure)
+    return figure
 
 
 def acceptance_figure(series: Sequence[tuple[str, int, int, Sequence[float]]]) -> str | None:

@@ -37,11 +37,27 @@ SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant",
                   "assistant": "assistant", "chatgpt": "assistant", "system": "system"}
 
 
-def _int(entry: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
+# Bounds checked before anything is built from a trace (a prompt of `in` tokens, a block
+# pattern of `block_size` positions, a wait until `timestamp`): far above any real trace,
+# far below what would exhaust memory or hang a point.
+MAX_TRACE_TOKENS = 1 << 22  # 4,194,304 per request: 4x the longest context served today
+MAX_BLOCK_SIZE = 1 << 16  # 65,536 tokens per hash id (vLLM's blocks are 16..256)
+MAX_TRACE_SPAN_MS = 7 * 24 * 3600 * 1000  # a Mooncake trace covering more than a week
+MAX_HASH_ID = (1 << 64) - 1  # hash ids are mixed as unsigned 64-bit keys
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _int(entry: dict[str, Any], key: str, where: str, minimum: int = 0,
+         maximum: int = MAX_TRACE_TOKENS) -> int:
     value = entry.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise SpecError(f"--dataset {where}: `{key}` must be an integer >= {minimum}, "
-                        f"got {value!r}")
+    if (not isinstance(value, int) or isinstance(value, bool)
+            or not minimum <= value <= maximum):
+        raise SpecError(f"--dataset {where}: `{key}` must be an integer >= {minimum} and at "
+                        f"most {maximum:,}, got {_shown(value)}")
     return value
 
 
@@ -49,6 +65,9 @@ def _hash_ids(entry: dict[str, Any], where: str) -> tuple[int, ...]:
     ids = entry.get("hash_ids") or []
     if not isinstance(ids, list) or not all(isinstance(h, int) for h in ids):
         raise SpecError(f"--dataset {where}: `hash_ids` must be a list of integers")
+    if len(ids) > MAX_TRACE_TOKENS or not all(0 <= h <= MAX_HASH_ID for h in ids):
+        raise SpecError(f"--dataset {where}: `hash_ids` must hold at most "
+                        f"{MAX_TRACE_TOKENS:,} integers in 0..2**64-1")
     return tuple(ids)
 
 
@@ -63,9 +82,8 @@ def load_weka(path: Path) -> list[SessionTree]:
         if not isinstance(item, dict) or not isinstance(item.get("requests"), list):
             raise SpecError(f"--dataset {where}: a Weka trace is an object with `requests`")
         trace_id = str(item.get("id", where))
-        block_size = item.get("block_size", WEKA_BLOCK_SIZE)
-        if not isinstance(block_size, int) or block_size < 1:
-            raise SpecError(f"--dataset {where}: `block_size` must be a positive integer")
+        block_size = _int({"block_size": WEKA_BLOCK_SIZE, **item}, "block_size", where, 1,
+                          MAX_BLOCK_SIZE)
         root = _weka_session("", item["requests"], where)
         if root.turns:
             namespace = zlib.crc32(trace_id.encode())
@@ -117,9 +135,7 @@ def load_mooncake(path: Path) -> list[SessionTree]:
     for where, item in _items(path):
         if not isinstance(item, dict):
             raise SpecError(f"--dataset {where}: a Mooncake record is a JSON object")
-        stamp = item.get("timestamp", 0)
-        if not isinstance(stamp, int | float):
-            raise SpecError(f"--dataset {where}: `timestamp` must be a number (ms)")
+        stamp = _timestamp(item, where, first, trees[-1].start_at_s if trees else None)
         first = stamp if first is None else first
         turn = Turn(max_tokens=_int(item, "output_length", where, 1), gap_s=0.0,
                     input_len=_int(item, "input_length", where, 1),
@@ -129,6 +145,25 @@ def load_mooncake(path: Path) -> list[SessionTree]:
     if not trees:
         raise SpecError(f"--dataset {path}: no records in the file")
     return sorted(trees, key=lambda tree: tree.start_at_s or 0.0)
+
+
+def _timestamp(item: dict[str, Any], where: str, first: float | None,
+               previous_s: float | None) -> float:
+    """A record's `timestamp` (ms): non-negative, never before the record above it, and
+    within MAX_TRACE_SPAN_MS of the first (the replay waits until each one)."""
+    stamp = item.get("timestamp", 0)
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not stamp >= 0:
+        raise SpecError(f"--dataset {where}: `timestamp` must be a number of ms >= 0, got "
+                        f"{_shown(stamp)}")
+    if first is not None and stamp - first > MAX_TRACE_SPAN_MS:
+        raise SpecError(f"--dataset {where}: `timestamp` {_shown(stamp)} is "
+                        f"{(stamp - first) / 86_400_000:,.1f} days after the first record's; "
+                        "a replay spans at most 7 days")
+    if previous_s is not None and first is not None and stamp - first < previous_s * 1000:
+        raise SpecError(f"--dataset {where}: `timestamp` {_shown(stamp)} is before the "
+                        f"record above it ({first + previous_s * 1000:g}); records are in "
+                        "time order")
+    return float(stamp) if isinstance(stamp, float) else stamp
 
 
 def load_conversations(path: Path, fmt: str) -> list[list[dict[str, Any]]]:

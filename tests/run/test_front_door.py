@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import loadgen
+from loadgen.config.args import COMMANDS
 from tests.support.procs import one_error_line, run_loadgen
 
 
@@ -28,8 +29,6 @@ def test_a_mistyped_flag_gets_a_suggestion_and_an_unknown_word_none() -> None:
 
 
 def test_help_lists_every_command_and_each_command_has_its_help() -> None:
-    from loadgen.config.args import COMMANDS
-
     done = run_loadgen(["--help"], timeout=60)
     assert done.returncode == 0
     listed = done.stdout.split("commands (")[1]
@@ -54,3 +53,14 @@ def test_every_command_reports_its_error_as_one_line_through_one_map() -> None:
         assert "Traceback" not in done.stderr
         lines = [line for line in done.stderr.splitlines() if line.startswith(prefix)]
         assert len(lines) == 1, (name, done.stderr)
+
+
+def test_a_mistyped_command_gets_the_command_meant() -> None:
+    done = run_loadgen(["comapre", "a", "b"], timeout=60)
+    assert done.returncode == 2
+    assert one_error_line(done.stderr) == (
+        "loadgen: error: unknown command 'comapre'; did you mean `loadgen compare`?")
+    done = run_loadgen(["zzzzzz"], timeout=60)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert "did you mean" not in line and all(name in line for name in COMMANDS)

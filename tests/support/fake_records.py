@@ -99,7 +99,7 @@ def full_point(records: Sequence[RequestRecord], ctx: Any, *, server_before: Any
     a fake run's identity (fields given here replace its defaults)."""
     import msgspec
 
-    from loadgen.results.point import PointIdentity, PointStatus
+    from loadgen.results.point import PointIdentity, PointStatus, SimulatorHealth
     from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 
     base = PointIdentity(
@@ -113,7 +113,7 @@ def full_point(records: Sequence[RequestRecord], ctx: Any, *, server_before: Any
         status=PointStatus(complete=True, stop_reason=None, stop_detail=None,
                            incomplete_reason=None),
         counts=PointCounts(len(records), 0, 0), processes=[], clock_uncertainty_ms=0.0,
-        synthesis=("words", None), server_metrics_by_url=None)
+        synthesis=("words", None), server_metrics_by_url=None, simulator=SimulatorHealth())
     return assemble_point(records, ctx, ctx.conc, parts, server_before=server_before,
                           server_after=server_after)
 
