@@ -121,16 +121,28 @@ class SimulatorLog:
 
     def __init__(self, log: IO[bytes]) -> None:
         self._log = log
+        self._final: bytes | None = None  # the whole log once the simulator has stopped
 
     def mark(self) -> int:
         """Where the log ends now."""
+        if self._final is not None:
+            return len(self._final)
         return os.fstat(self._log.fileno()).st_size
+
+    def freeze(self, whole: bytes) -> None:
+        """The simulator stopped and its file is closing: keep what it wrote, for a point
+        finalized after that (a run stopped by Ctrl-C or an error unwinds the simulator
+        first)."""
+        self._final = whole
+
+    def _since(self, mark: int) -> bytes:
+        if self._final is not None:
+            return self._final[mark:]
+        return os.pread(self._log.fileno(), max(0, self.mark() - mark), mark)
 
     def lateness_since(self, mark: int) -> SimulatorHealth:
         """The simulator's lateness warnings written since `mark`: how many, the worst."""
-        end = self.mark()
-        late = [int(ms) for ms in BEHIND_LINE.findall(
-            os.pread(self._log.fileno(), max(0, end - mark), mark))]
+        late = [int(ms) for ms in BEHIND_LINE.findall(self._since(mark))]
         return SimulatorHealth(simulator_behind_warnings=len(late),
                                simulator_behind_max_ms=max(late) if late else None)
 
@@ -169,9 +181,10 @@ async def started_simulator(
     port = free_port()
     process, log = _spawn(simulator_argv(port, extra_args), log_path, cpus)
     base_url = f"http://{HOST}:{port}"
+    sim_log = SimulatorLog(log)
     try:
         await _wait_healthy(base_url, process, log)
-        yield EmbeddedSimulator(base_url, SimulatorLog(log))
+        yield EmbeddedSimulator(base_url, sim_log)
     finally:
         if process.poll() is None:
             process.terminate()
@@ -181,7 +194,9 @@ async def started_simulator(
                 process.kill()
                 process.wait()
         log.seek(0)
-        warning = behind_warning(log.read(), log_path)
+        whole = log.read()
+        sim_log.freeze(whole)
+        warning = behind_warning(whole, log_path)
         log.close()
         if warning:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
