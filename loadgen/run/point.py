@@ -36,12 +36,13 @@ from loadgen.results.point import PointIdentity, PointResult, PointStatus, Sessi
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
-from loadgen.run.client_health import ProcessHealth
+from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import sim_stream_interval
+from loadgen.run.gpu_power_file import write_gpu_power_csv
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
-from loadgen.run.observers import RunObserver
+from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
 from loadgen.run.scheduler import (
     Clock,
     Sleep,
@@ -52,8 +53,6 @@ from loadgen.run.scheduler import (
 )
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import Stop
-from loadgen.sinks.gpu_power_csv import write_gpu_power_csv
-from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
@@ -81,6 +80,8 @@ class RunContext:
     watch: ServerWatch | None = None
     # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
     synthesis: tuple[str, str | None] = ("words", None)
+    # the vLLM-format result and the like (a worker process writes none)
+    outputs: RunOutputs = field(default_factory=NoOutputs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +184,6 @@ class PointRecords:
         if self.power is not None:  # interrupted: its samples so far, no more
             self.power.cancel()
             self.power_series, self.power = self.power.series(), None
-        spec = self.run.spec
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
@@ -193,9 +193,7 @@ class PointRecords:
             if self.power_series is not None:
                 write_gpu_power_csv(store.gpu_power_file(self.conc), self.power_series,
                                     self.records)
-            if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
-                write_vllm_result(self.run.results_dir, result, self.records,
-                                  spec.vllm_result, points=len(spec.conc))
+            self.run.outputs.point_written(store, result, self.records, complete)
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
@@ -341,7 +339,7 @@ class Point:
             self.loop_lag.stop()
             cpu = time.process_time() - self.cpu_start if self.cpu_start else 0.0
         return ProcessHealth(self.label, self.sent_requests, self.sent_chunks, cpu,
-                             tuple(self.loop_lag.samples))
+                             tuple(self.loop_lag.samples), running_loop_name())
 
     def finalize(self, *, complete: bool, after: Scrape | None,
                  stop: Stop | None = None) -> PointOutcome:

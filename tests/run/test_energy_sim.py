@@ -35,6 +35,7 @@ from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import UsageError
 from loadgen.results.jsonl import read_jsonl
+from loadgen.run.measure import measure
 from loadgen.run.sweep import run_sweep
 from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerConfig
@@ -77,12 +78,13 @@ async def test_energy_per_token_matches_the_simulators_ground_truth(
     observer = MetricsObserver(LoadgenMetrics(registry), model=SIM.model,
                                endpoint="completions", points=2)
     async with running_simulator(SIM, tokenizer=tokenizer) as sim:
-        outcome = await run_sweep(spec(tmp_path, sim.base_url, sim.base_url + "/gpu/metrics"),
-                                  tokenizer=tokenizer, observer=observer)
+        outcome = await measure(spec(tmp_path, sim.base_url, sim.base_url + "/gpu/metrics"),
+                                tokenizer=tokenizer, observer=observer)
         assert outcome.exit_code == 0
         table = capsys.readouterr().out
         assert "J/tok" in table.splitlines()[0]
-        sweep_csv = list(csv.DictReader((outcome.results_dir / "sweep.csv").open()))
+        sweep_csv = list(csv.DictReader(
+            (outcome.results_dir / "sweep.csv").read_text().splitlines()))
         for conc in (2, 8):
             point = json.loads((outcome.results_dir / f"conc_{conc}.json").read_text())
             truth_j, max_w = ground_truth_j(sim, outcome.results_dir, conc)
@@ -163,8 +165,8 @@ async def test_an_exporter_that_stops_answering_invalidates_only_the_energy(
         # answers the preflight check, the first sample and two more, then hangs
         silent = GoingSilent(sim.base_url + "/gpu/metrics", answers=4)
         async with serve(silent) as url:
-            outcome = await run_sweep(spec(tmp_path, sim.base_url, url, conc=(4,)),
-                                      tokenizer=tokenizer)
+            outcome = await measure(spec(tmp_path, sim.base_url, url, conc=(4,)),
+                                    tokenizer=tokenizer)
     assert silent.hung.is_set() and outcome.exit_code == 0
     point = json.loads((outcome.results_dir / "conc_4.json").read_text())
     assert point["power_valid"] is False

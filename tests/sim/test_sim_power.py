@@ -8,10 +8,10 @@ import time
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sim_helpers import SimFactory, post_stream
 
 from loadgen.sim.config import ConfigError, build_parser, config_from_args
 from loadgen.sim.power import PowerConfig, PowerModel
+from tests.support.sim_helpers import SimFactory, post_stream
 
 
 class FakeClock:
