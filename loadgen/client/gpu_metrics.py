@@ -89,7 +89,11 @@ class PowerSampler:
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession()
-        await self._sample_all()
+        try:
+            await self._sample_all()
+        except BaseException:  # interrupted before the point began: no session left open
+            await self._close()
+            raise
         self._task = asyncio.get_running_loop().create_task(self._run(),
                                                             name="loadgen-gpu-metrics")
 
