@@ -1,8 +1,8 @@
 """Sampling GPU exporters (`--gpu-metrics URL`) every `--gpu-metrics-interval` during a point.
 
 Each URL has its own task in one TaskGroup, so an exporter that stops answering delays
-none of the others; each scrape is bounded by a timeout below the interval and a failed
-one is kept as a sample without readings (metrics/energy.py marks the point). `start`
+none of the others; each scrape is bounded by a 2 s timeout and a failed one is kept as
+a sample without readings (metrics/energy.py marks the point). `start`
 returns once every URL has been sampled once and `stop` samples every URL once more, so
 the samples bracket the measured window (first send to last completion) by construction.
 Scrapes run on a session of their own, beside the server's /metrics scrapes.
@@ -80,14 +80,20 @@ class PowerSampler:
         self.interval_s = interval_s
         self.clock, self.wall = clock, wall
         self.samples: dict[str, list[PowerSample]] = {url: [] for url in self.urls}
-        self._timeout_s = min(MAX_SCRAPE_S, max(0.05, interval_s * 0.9))
+        # not tied to the interval: a slow answer delays only its URL's next sample (the
+        # schedule is absolute), while a timeout marks the point exporter_unanswered
+        self._timeout_s = MAX_SCRAPE_S
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._interrupted = False
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession()
-        await self._sample_all()
+        try:
+            await self._sample_all()
+        except BaseException:  # interrupted before the point began: no session left open
+            await self._close()
+            raise
         self._task = asyncio.get_running_loop().create_task(self._run(),
                                                             name="loadgen-gpu-metrics")
 

@@ -45,7 +45,7 @@ from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import SimulatorLog, sim_stream_interval
-from loadgen.run.gpu_power_csv import write_gpu_power_csv
+from loadgen.run.gpu_power_file import write_gpu_power_csv
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs

@@ -7,7 +7,7 @@ tests/run/test_energy_sim.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -19,7 +19,7 @@ T0 = 50 * S  # the window starts here on the monotonic clock
 TOTALS = PointTotals(completed=10, input_tokens=3000, output_tokens=1000)
 
 
-def series(points: Sequence[tuple[float, dict[str, GpuReading] | None]],
+def series(points: Sequence[tuple[float, Mapping[str, GpuReading] | None]],
            source: str = "http://node0:9400/metrics") -> PowerSeries:
     """(seconds from the window start, readings) -> a URL's samples."""
     return PowerSeries(source, [PowerSample(T0 + int(t * S), 1_700_000_000 * S + int(t * S),

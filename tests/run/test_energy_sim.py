@@ -36,6 +36,7 @@ from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import UsageError
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.measure import measure
+from loadgen.run.sweep import run_sweep
 from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerConfig
 from loadgen.sim.server import RunningSimulator, running_simulator
@@ -78,12 +79,12 @@ async def test_energy_per_token_matches_the_simulators_ground_truth(
                                endpoint="completions", points=2)
     async with running_simulator(SIM, tokenizer=tokenizer) as sim:
         outcome = await measure(spec(tmp_path, sim.base_url, sim.base_url + "/gpu/metrics"),
-                                  tokenizer=tokenizer, observer=observer)
+                                tokenizer=tokenizer, observer=observer)
         assert outcome.exit_code == 0
         table = capsys.readouterr().out
         assert "J/tok" in table.splitlines()[0]
-        sweep_text = (outcome.results_dir / "sweep.csv").read_text()
-        sweep_csv = list(csv.DictReader(sweep_text.splitlines()))
+        sweep_csv = list(csv.DictReader(
+            (outcome.results_dir / "sweep.csv").read_text().splitlines()))
         for conc in (2, 8):
             point = json.loads((outcome.results_dir / f"conc_{conc}.json").read_text())
             truth_j, max_w = ground_truth_j(sim, outcome.results_dir, conc)
@@ -165,7 +166,7 @@ async def test_an_exporter_that_stops_answering_invalidates_only_the_energy(
         silent = GoingSilent(sim.base_url + "/gpu/metrics", answers=4)
         async with serve(silent) as url:
             outcome = await measure(spec(tmp_path, sim.base_url, url, conc=(4,)),
-                                      tokenizer=tokenizer)
+                                    tokenizer=tokenizer)
     assert silent.hung.is_set() and outcome.exit_code == 0
     point = json.loads((outcome.results_dir / "conc_4.json").read_text())
     assert point["power_valid"] is False
@@ -185,7 +186,7 @@ async def test_gpu_metrics_sim_samples_the_embedded_simulator_beside_workers(
         "--spin-us 0", "--conc", "2", "--isl", "64", "--osl", "300", "--prompts-per-conc", "2",
         "--results", str(tmp_path / "r"), "--no-progress", "--gpu-metrics", "sim",
         "--gpu-metrics-interval", "0.25", "--num-gpus", "4", "--workers", "2"], env={})
-    outcome = await measure(spec, tokenizer=tokenizer)
+    outcome = await run_sweep(spec, tokenizer=tokenizer)
     point = outcome.points[0].result.energy
     assert point is not None and point.power_valid and point.power_num_gpus == 4
     assert point.joules_per_output_token is not None and point.joules_per_output_token > 0
@@ -216,7 +217,7 @@ async def test_gpu_power_csv_recorded_meanwhile_gives_the_energy(
     async with running_simulator(config, tokenizer=tokenizer) as sim:
         recorder = asyncio.create_task(record_like_nvidia_smi(sim, telemetry, 0.1, stop))
         await asyncio.sleep(0.3)
-        outcome = await measure(spec(tmp_path, sim.base_url, "", conc=(4,), gpu_metrics=(),
+        outcome = await run_sweep(spec(tmp_path, sim.base_url, "", conc=(4,), gpu_metrics=(),
                                        gpu_power_csv=telemetry), tokenizer=tokenizer)
         stop.set()
         await recorder
@@ -228,5 +229,5 @@ async def test_gpu_power_csv_recorded_meanwhile_gives_the_energy(
     (tmp_path / "bad.csv").write_text("time, watts\n")
     with pytest.raises(UsageError, match=r"--gpu-power-csv .*bad\.csv: its header "
                        r"\['time', 'watts'\] has no power / GPU index column"):
-        await measure(spec(tmp_path / "bad", "http://127.0.0.1:9", "", gpu_metrics=(),
+        await run_sweep(spec(tmp_path / "bad", "http://127.0.0.1:9", "", gpu_metrics=(),
                              gpu_power_csv=tmp_path / "bad.csv"), tokenizer=tokenizer)

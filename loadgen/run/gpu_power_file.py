@@ -10,7 +10,8 @@ nvidia-smi's local-time "YYYY/MM/DD HH:MM:SS.fff", which it must guess the zone 
 are the samples' monotonic stamps on the result file's own timeline (the first request's
 `sent_unix` paired with its monotonic start), so the window it integrates over is exactly
 the one loadgen did. `index` numbers the GPUs of every URL in turn (0..n-1), one identity
-per GPU as InferenceX expects; failed scrapes write no row.
+per GPU as InferenceX expects; failed scrapes write no row. The engine's own file, like
+the request records: the raw samples the point's energy was integrated from.
 """
 
 from __future__ import annotations
