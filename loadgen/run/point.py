@@ -24,6 +24,7 @@ from loadgen.client.preflight import ServerInfo
 from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
+from loadgen.metrics.saturation import SaturationRule
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.summary import PointContext
@@ -32,6 +33,7 @@ from loadgen.results.files import ResultsWriteError
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
 from loadgen.results.store import ResultsDir
+from loadgen.run.arrivals import offsets_for, point_offsets_ns
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth
@@ -40,20 +42,13 @@ from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.observers import RunObserver
-from loadgen.run.scheduler import (
-    Clock,
-    Sleep,
-    arrival_offsets_ns,
-    closed_loop,
-    deadline_after,
-    open_loop,
-)
+from loadgen.run.saturation_watch import SaturationWatch
+from loadgen.run.scheduler import Clock, Sleep, closed_loop, deadline_after, open_loop
 from loadgen.run.server_watch import ServerWatch
-from loadgen.run.stops import Stop
+from loadgen.run.stops import SATURATED, Stop
 from loadgen.sinks.vllm_result import write_vllm_result
-from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
+from loadgen.workload.plan import PointPlan, RequestSpec
 
-ARRIVALS = 3  # rng stream id for open-loop arrival times
 # (records, server counters before, after the measured phase: None when not both read)
 SessionFields = Callable[[Sequence[RequestRecord], ServerSnapshot | None,
                           ServerSnapshot | None], SessionMetrics]
@@ -193,7 +188,9 @@ class PointRecords:
                 processes: Sequence[ProcessHealth], warmup_failed: int,
                 stop: Stop | None) -> PointResult:
         spec = self.run.spec
-        server_after = after.total if complete and after is not None else None
+        # a saturated point ran its requests to their end: its counters are whole
+        kept = complete or (stop is not None and stop.reason == SATURATED)
+        server_after = after.total if kept and after is not None else None
         by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
                                 self.gauges) if spec.server_metrics and after else None
         # A shard's own result: the steady window is that of its own slots.
@@ -226,8 +223,11 @@ class PointRecords:
             # the client that timed the streams: its per-chunk cost is in client_*
             http_client=spec.http_client,
             input_len=spec.isl, output_len=spec.osl, range_ratio=spec.range_ratio,
-            request_rate=spec.request_rate if spec.request_rate is not None else "inf",
-            burstiness=spec.burstiness, loadgen_version=__version__,
+            request_rate=spec.request_rate if spec.request_rate is not None
+            else "ramp" if spec.ramp_up_strategy is not None else "inf",
+            burstiness=spec.burstiness, ramp_up_strategy=spec.ramp_up_strategy,
+            ramp_up_start_rps=spec.ramp_up_start_rps, ramp_up_end_rps=spec.ramp_up_end_rps,
+            loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check)
 
 
@@ -276,6 +276,7 @@ class Point:
         # CPU of the measured phase only: not the /metrics scrape, GC or summarize after it.
         self.cpu_seconds: float | None = None
         self.loop_lag = LoopLag(on_sample=run.hooks.loop_lag)  # real time, always
+        self.saturation: SaturationWatch | None = None  # open loop, unless switched off
 
     @property
     def started(self) -> bool:
@@ -290,7 +291,12 @@ class Point:
         await self.measure()
         if self.run.watch is not None:  # never complete while the server may be gone
             await self.run.watch.settled()
-        return self.finalize(complete=True, after=await self.recorded.scrape_after())
+        after = await self.recorded.scrape_after()
+        verdict = self.saturation.verdict if self.saturation is not None else None
+        if verdict is not None:  # measured to the stop, kept, never published as complete
+            return self.finalize(complete=False, after=after,
+                                 stop=Stop(SATURATED, verdict.detail))
+        return self.finalize(complete=True, after=after)
 
     async def warm_up(self) -> None:
         await closed_loop(self.plan.warmup, self.slots, self._send_warmup, clock=self.run.clock)
@@ -324,17 +330,21 @@ class Point:
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
         deadline = deadline_after(spec.duration_s, run.clock())
-        if spec.request_rate is None:
+        if not spec.open_loop:
             await closed_loop(measured, self.slots, self._send, deadline_ns=deadline,
                               clock=run.clock)
             return
         # The whole point's arrival times (a share keeps its requests' own), so the union
         # of all processes' arrivals is the single-process one.
-        offsets = arrival_offsets_ns(spec.measured_requests(self.plan.conc),
-                                     spec.request_rate, spec.burstiness,
-                                     point_rng(spec, self.plan.conc, ARRIVALS))
-        await open_loop(measured, self.slots, self._send, offsets_for(measured, offsets),
-                        deadline_ns=deadline, clock=run.clock, sleep=run.sleep)
+        offsets = point_offsets_ns(spec, self.plan.conc)
+        mine = offsets_for(measured, offsets)
+        stop = None
+        if spec.saturation_stop:
+            self.saturation = SaturationWatch(SaturationRule(window_s=spec.saturation_window_s),
+                                              run.clock(), mine)
+            stop = self.saturation.saturated
+        await open_loop(measured, self.slots, self._send, mine, deadline_ns=deadline,
+                        clock=run.clock, sleep=run.sleep, stop=stop)
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         watch = self.run.watch
@@ -363,16 +373,13 @@ class Point:
                                      clock_unix_ns=self.clock.unix_ns)
         self.sent_requests += 1
         self.sent_chunks += len(record.chunk_ns)
+        if self.saturation is not None:
+            self.saturation.observe(record)
         self._deliver(record)
 
 
 def _discard(_record: RequestRecord) -> None:
     """Warmup records are not measurements."""
-
-
-def offsets_for(requests: Sequence[RequestSpec], offsets: Sequence[int]) -> list[int]:
-    """Each request's own arrival offset (requests carry their index in the point)."""
-    return [offsets[request.index] for request in requests]
 
 
 def snapshot_json(snapshot: ServerSnapshot | None) -> dict[str, Any] | None:
