@@ -120,6 +120,29 @@ class PromptLengths(msgspec.Struct, frozen=True, kw_only=True):
     input_len_max_abs_diff: int | None
 
 
+class SliceMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """One time slice of a point (`--slice-duration`; metrics/slices.py, docs/results.md
+    "Time slices")."""
+
+    start_s: float  # from the point's first send
+    duration_s: float
+    requests_started: int
+    requests_completed: int
+    output_tokens: int
+    chunks: int
+    output_throughput: float
+    request_throughput: float
+    ttft_samples: int
+    p50_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    itl_samples: int
+    p50_itl_ms: float | None
+    p99_itl_ms: float | None
+    in_flight_mean: float
+    in_flight_max: int
+    kv_cache_usage_mean: float | None
+
+
 class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     """One point, as every producer builds it (run/assemble.py) and every reader gets it."""
 
@@ -133,6 +156,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     warmup_failed: int
     server_metrics_by_url: list[dict[str, Any]] | None
     sessions: SessionMetrics | None = None
+    slices: list[SliceMetrics] | None = None  # --slice-duration
 
     @property
     def conc(self) -> int:

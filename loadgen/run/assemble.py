@@ -16,6 +16,7 @@ import msgspec
 
 from loadgen.metrics.prompt_lengths import prompt_lengths
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.slices import time_slices
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import RequestRecord
 from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
@@ -43,6 +44,8 @@ class PointParts:
     synthesis: tuple[str, str | None]  # how the prompts were made, and why (workload.plan)
     server_metrics_by_url: list[dict[str, Any]] | None  # None without --server-metrics
     sessions: SessionMetrics | None = None
+    slice_s: float | None = None  # --slice-duration: the time slices' length
+    kv_samples: Sequence[tuple[int, float]] = ()  # (perf_counter_ns, KV-cache usage) seen
 
 
 def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: int,
@@ -63,4 +66,6 @@ def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: in
         warmup_failed=parts.counts.warmup_failed,
         server_metrics_by_url=parts.server_metrics_by_url,
         sessions=parts.sessions,
+        slices=(time_slices(records, parts.slice_s, parts.kv_samples)
+                if parts.slice_s is not None else None),
     )

@@ -25,7 +25,7 @@ from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.saturation import SaturationRule
-from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.server import KV_USAGE, ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
@@ -110,6 +110,7 @@ class PointRecords:
         self.before = Scrape()
         self.gauge_watch: GaugeWatch | None = None
         self.gauges: dict[str, dict[str, list[float]]] = {}
+        self.gauge_times: dict[str, dict[str, list[int]]] = {}  # each sample's perf_counter_ns
         self.started = False
         self.clock: ClockPair | None = None
         # More fields a point kind adds from its records and the server's counters around
@@ -127,6 +128,7 @@ class PointRecords:
     async def scrape_after(self) -> Scrape:
         """The measured phase is over: the gauges watched during it, then the counters."""
         if self.gauge_watch is not None:
+            self.gauge_times = self.gauge_watch.times
             self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
         return await self.run.backend.scrape()
 
@@ -206,7 +208,8 @@ class PointRecords:
             counts=PointCounts(self.planned, self.warmup, warmup_failed),
             processes=[p.to_json() for p in processes],
             clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
-            synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions)
+            synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions,
+            slice_s=spec.slice_duration_s, kv_samples=kv_samples(self.gauges, self.gauge_times))
         return assemble_point(self.records, ctx, self.conc, parts,
                               server_before=self.before.total, server_after=server_after)
 
@@ -239,6 +242,14 @@ def point_status(complete: bool, stop: Stop | None) -> PointStatus:
                            incomplete_reason=None)
     return PointStatus(complete=False, stop_reason=stop.reason, stop_detail=stop.detail,
                        incomplete_reason=stop.detail)
+
+
+def kv_samples(gauges: dict[str, dict[str, list[float]]],
+               times: dict[str, dict[str, list[int]]]) -> list[tuple[int, float]]:
+    """Every URL's KV-cache usage samples with their times, for the time slices."""
+    return [(t, v) for url, series in gauges.items()
+            for t, v in zip(times.get(url, {}).get(KV_USAGE, ()), series.get(KV_USAGE, ()),
+                            strict=False)]
 
 
 def _warn_inexact(result: PointResult) -> None:
