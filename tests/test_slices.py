@@ -65,3 +65,19 @@ def test_totals_over_slices_match_the_records() -> None:
     assert sum(s.itl_samples for s in slices) == 20 * 10
     assert sum(s.requests_completed for s in slices) == 20
     assert time_slices([], 1.0) == []
+
+
+def test_the_timeline_has_one_bar_per_request_in_send_order() -> None:
+    from loadgen.metrics.timeline import request_timeline
+
+    late = make_record(0, start_ns=T0 + S, offsets_ns=(100 * MS, 400 * MS), tokens=(1, 1))
+    early = make_record(1, start_ns=T0, offsets_ns=(300 * MS, 900 * MS), tokens=(1, 1))
+    failed = failed_record(2, ErrorKind.TIMEOUT, start_ns=T0 + S // 2, end_ns=T0 + 2 * S)
+    bars = request_timeline([late, early, failed])
+    assert [b.request_id for b in bars] == [1, 2, 0]
+    first, broken, last = bars
+    assert (first.start_s, first.first_token_s, first.end_s) == pytest.approx((0, 0.3, 0.9))
+    assert broken.ok is False and broken.first_token_s is None
+    assert (broken.start_s, broken.end_s) == pytest.approx((0.5, 2.0))
+    assert (last.start_s, last.first_token_s, last.end_s) == pytest.approx((1.0, 1.1, 1.4))
+    assert request_timeline([]) == []

@@ -52,6 +52,57 @@ class _InFlight:
         return mean, max(top, int(inside.max()) if inside.size else 0)
 
 
+class _Events:
+    """Times of one kind of event, sorted, with a value each: a slice is a searchsorted
+    range, so k slices cost one sort and k small slices, not k passes over every chunk."""
+
+    def __init__(self, times: IntArray, values: FloatArray) -> None:
+        order = np.argsort(times, kind="stable")
+        self.times, self.values = times[order], values[order]
+        self.cumulative = np.concatenate(([0.0], np.cumsum(self.values)))
+
+    def span(self, lo: int, hi: int) -> tuple[int, int]:
+        return (int(np.searchsorted(self.times, lo, side="left")),
+                int(np.searchsorted(self.times, hi, side="left")))
+
+    def count(self, lo: int, hi: int) -> int:
+        a, b = self.span(lo, hi)
+        return b - a
+
+    def total(self, lo: int, hi: int) -> float:
+        a, b = self.span(lo, hi)
+        return float(self.cumulative[b] - self.cumulative[a])
+
+    def within(self, lo: int, hi: int) -> FloatArray:
+        a, b = self.span(lo, hi)
+        return self.values[a:b]
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+class _PointEvents:
+    """Every event the slices count, built once per point."""
+
+    def __init__(self, records: Sequence[RequestRecord], kv_samples: Sequence[tuple[int, float]]
+                 ) -> None:
+        done = [r for r in records if is_completed(r)]
+        arrays = PointArrays.build(done) if done else None
+        starts = np.array([r.start_ns for r in records], dtype=np.int64)
+        self.starts = _Events(starts, np.ones(starts.size))
+        if arrays is None:
+            empty = _Events(_NONE, np.zeros(0))
+            self.chunks = self.firsts = self.gaps = self.lasts = empty
+        else:
+            self.chunks = _Events(arrays.chunk_ns, arrays.chunk_tokens.astype(np.float64))
+            self.firsts = _Events(arrays.chunk_ns[arrays.first], arrays.ttft_ms())
+            gaps, _ = arrays.itl_per_chunk_ms()
+            self.gaps = _Events(arrays.chunk_ns[1:][arrays.gap_is_within_record()], gaps)
+            self.lasts = _Events(arrays.chunk_ns[arrays.last], np.ones(arrays.num_records))
+        kv = np.array(kv_samples, dtype=np.float64).reshape(-1, 2)
+        self.kv = _Events(kv[:, 0].astype(np.int64), kv[:, 1])
+
+
 def time_slices(records: Sequence[RequestRecord], slice_s: float,
                 kv_samples: Sequence[tuple[int, float]] = ()) -> list[SliceMetrics]:
     """The point's slices of `slice_s` seconds; `kv_samples` are (perf_counter_ns, KV-cache
@@ -61,45 +112,30 @@ def time_slices(records: Sequence[RequestRecord], slice_s: float,
     starts = np.array([r.start_ns for r in records], dtype=np.int64)
     ends = np.array([max(r.end_ns, r.chunk_ns[-1] if r.chunk_ns else 0) for r in records],
                     dtype=np.int64)
-    done = [r for r in records if is_completed(r)]
-    arrays = PointArrays.build(done) if done else None
-    t0, t_end = int(starts.min()), int(ends.max())
+    events = _PointEvents(records, kv_samples)
+    t0, t_end = int(starts.min()), max(int(ends.max()), int(starts.min()) + 1)
     step = int(slice_s * 1e9)
-    kv = np.array(kv_samples, dtype=np.float64).reshape(-1, 2)
     flight = _InFlight(starts, ends)
-    t_end = max(t_end, t0 + 1)
     los = range(t0, t_end, step)
-    return [_slice(arrays, flight, kv, t0, lo, min(lo + step, t_end), lo == los[-1])
+    return [_slice(events, flight, t0, lo, min(lo + step, t_end), lo == los[-1])
             for lo in los]
 
 
-def _slice(arrays: PointArrays | None, flight: _InFlight, kv: FloatArray, t0: int, lo: int,
-           end: int, closing: bool) -> SliceMetrics:
+def _slice(events: _PointEvents, flight: _InFlight, t0: int, lo: int, end: int,
+           closing: bool) -> SliceMetrics:
     seconds = (end - lo) / 1e9
     hi = end + 1 if closing else end  # the last slice holds what came at the very end
-    tokens = chunks = finished = 0
-    ttft = itl = np.zeros(0, dtype=np.float64)
-    if arrays is not None:
-        here = (arrays.chunk_ns >= lo) & (arrays.chunk_ns < hi)
-        tokens, chunks = int(arrays.chunk_tokens[here].sum()), int(here.sum())
-        firsts = arrays.chunk_ns[arrays.first]
-        first_here = (firsts >= lo) & (firsts < hi)
-        ttft = arrays.ttft_ms()[first_here]
-        gaps_end = arrays.chunk_ns[1:][arrays.gap_is_within_record()]
-        gaps, _ = arrays.itl_per_chunk_ms()
-        itl = gaps[(gaps_end >= lo) & (gaps_end < hi)]
-        lasts = arrays.chunk_ns[arrays.last]
-        finished = int(((lasts >= lo) & (lasts < hi)).sum())
+    tokens, finished = int(events.chunks.total(lo, hi)), events.lasts.count(lo, hi)
+    ttft, itl, kv = (events.firsts.within(lo, hi), events.gaps.within(lo, hi),
+                     events.kv.within(lo, hi))
     mean, top = flight.over(lo, end)
-    in_kv = (kv[:, 0] >= lo) & (kv[:, 0] < hi) if kv.size else np.zeros(0, dtype=np.bool_)
     return SliceMetrics(
         start_s=(lo - t0) / 1e9, duration_s=seconds,
-        requests_started=int(((flight.starts >= lo) & (flight.starts < hi)).sum()),
-        requests_completed=finished, output_tokens=tokens, chunks=chunks,
+        requests_started=events.starts.count(lo, hi), requests_completed=finished,
+        output_tokens=tokens, chunks=events.chunks.count(lo, hi),
         output_throughput=tokens / seconds if seconds > 0 else 0.0,
         request_throughput=finished / seconds if seconds > 0 else 0.0,
         ttft_samples=int(ttft.size), p50_ttft_ms=_pct(ttft, 50), p99_ttft_ms=_pct(ttft, 99),
         itl_samples=int(itl.size), p50_itl_ms=_pct(itl, 50), p99_itl_ms=_pct(itl, 99),
         in_flight_mean=mean, in_flight_max=top,
-        kv_cache_usage_mean=float(kv[in_kv, 1].mean()) if in_kv.any() else None)
-
+        kv_cache_usage_mean=float(kv.mean()) if kv.size else None)

@@ -128,9 +128,10 @@ class HttpBackend:
         spec = self.spec
         if not spec.server_metrics and spec.slice_duration_s is None:
             return None
-        # slices place the KV-cache samples: at least two per slice
+        # slices place the KV-cache samples: two per slice, but no faster than 10 a second
+        # (each scrape is the client's CPU during the measured phase)
         interval = (None if spec.slice_duration_s is None
-                    else min(WATCH_INTERVAL_S, spec.slice_duration_s / 2))
+                    else max(0.1, min(WATCH_INTERVAL_S, spec.slice_duration_s / 2)))
         return GaugeWatch(self.session, self.metrics_urls, interval)
 
     async def probe(self) -> bool:
