@@ -1,5 +1,5 @@
 """Flags that shape the load over a point and how it is watched: the over-saturation stop,
-time slices, and vLLM's ramp-up (issue 24, items 3, 5, 6).
+time slices, vLLM's ramp-up and rate stages (issue 24, items 3, 5, 6).
 
 vLLM's ramp-up (`vllm bench serve --ramp-up-strategy`) replaces the fixed rate: request i
 of N goes at the rate start + (end - start) * i/(N-1) (linear) or start * (end/start)^(i/(N-1))
@@ -41,6 +41,12 @@ def add_load_flags(g: argparse._ArgumentGroup) -> None:
                    help="the ramp's rate at the first request")
     g.add_argument("--ramp-up-end-rps", type=float, default=None, metavar="REQ/S",
                    help="the ramp's rate at the last request")
+    g.add_argument("--rate-stages", default=None,
+                   metavar="R@S,...",
+                   help="open loop in stages, each R req/s for S seconds (e.g. "
+                   "5@30s,20@30s,40@60s; a sweep file's `rate-stages: [5@30s, 20@30s]`): "
+                   "the stages set each point's duration and how many requests it plans "
+                   "(default: none)")
 
 
 def load_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,7 +56,46 @@ def load_fields(args: argparse.Namespace) -> dict[str, Any]:
             "slice_duration_s": args.slice_duration,
             "ramp_up_strategy": args.ramp_up_strategy,
             "ramp_up_start_rps": args.ramp_up_start_rps,
-            "ramp_up_end_rps": args.ramp_up_end_rps}
+            "ramp_up_end_rps": args.ramp_up_end_rps,
+            "rate_stages": parse_rate_stages(args.rate_stages) if args.rate_stages else ()}
+
+
+def parse_rate_stages(text: str) -> tuple[tuple[float, float], ...]:
+    """`5@30s,20@30,40@1m` -> ((5.0, 30.0), (20.0, 30.0), (40.0, 60.0)): req/s @ seconds
+    (a bare number is seconds; units ms, s, m)."""
+    stages = []
+    for part in text.split(","):
+        rate, at, seconds = part.strip().partition("@")
+        try:
+            value = float(rate)
+            span = _seconds(seconds.strip())
+        except ValueError:
+            raise SpecError(f"--rate-stages {text!r}: each stage is RATE@DURATION, e.g. "
+                            "5@30s (req/s at a duration in ms, s or m)") from None
+        if not at or not (math.isfinite(value) and value > 0 and math.isfinite(span)
+                          and span > 0):
+            raise SpecError(f"--rate-stages {text!r}: {part.strip()!r} needs a rate > 0 "
+                            "and a duration > 0, e.g. 5@30s")
+        stages.append((value, span))
+    return tuple(stages)
+
+
+def stage_request_bound(stages: tuple[tuple[float, float], ...], burstiness: float) -> int:
+    """Requests to plan for the stages: each stage's mean arrivals m plus 6 of their standard
+    deviations (gamma gaps of shape b: about sqrt(m / b)), so a seeded schedule practically
+    never runs out of prompts; the requests not due before the stages end are not sent."""
+    bound = 0
+    for rate, seconds in stages:
+        mean = rate * seconds
+        bound += math.ceil(mean + 6 * math.sqrt(mean / burstiness) + 2)
+    return bound
+
+
+def _seconds(text: str) -> float:
+    for unit, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * scale
+    return float(text)
 
 
 def _check(ok: bool, message: str) -> None:
@@ -68,6 +113,11 @@ def check_load_shape(spec: Any) -> None:
            f"--saturation-window {spec.saturation_window_s}: must be > 0 seconds")
     _check(_finite_positive(spec.slice_duration_s),
            f"--slice-duration {spec.slice_duration_s}: must be > 0 seconds")
+    if spec.rate_stages:
+        _check(spec.request_rate is None and spec.ramp_up_strategy is None,
+               "--rate-stages sets the rate: drop --request-rate and --ramp-up-strategy")
+        _check(spec.duration_s is None,
+               "--rate-stages sets each point's duration (the stages' sum): drop --duration")
     strategy, start, end = spec.ramp_up_strategy, spec.ramp_up_start_rps, spec.ramp_up_end_rps
     if strategy is None:
         _check(start is None and end is None,

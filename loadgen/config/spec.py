@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from encoders import ENCODERS
 from loadgen.config.golden import GoldenAL
-from loadgen.config.load_args import check_load_shape
+from loadgen.config.load_args import check_load_shape, stage_request_bound
 from loadgen.config.parsers import (
     CONTROL_CHARS,
     MAX_CONC,
@@ -134,6 +134,7 @@ class RunSpec:
     ramp_up_strategy: str | None = None  # linear | exponential (vllm bench serve's)
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
+    rate_stages: tuple[tuple[float, float], ...] = ()  # (req/s, seconds) one after another
     # Sessions (multi-turn, trace replay): docs/sessions.md.
     multi_turn: bool = False  # a messages/ShareGPT dataset as one session per conversation
     turns: str | None = None  # synthetic sessions: turns per session (a distribution)
@@ -159,9 +160,19 @@ class RunSpec:
     @property
     def open_loop(self) -> bool:
         """Arrivals on a schedule (a fixed rate or a ramp), not slots freeing up."""
-        return self.request_rate is not None or self.ramp_up_strategy is not None
+        return (self.request_rate is not None or self.ramp_up_strategy is not None
+                or bool(self.rate_stages))
+
+    @property
+    def point_duration_s(self) -> float | None:
+        """How long a point sends: --duration, or the rate stages' sum."""
+        if self.rate_stages:
+            return math.fsum(seconds for _, seconds in self.rate_stages)
+        return self.duration_s
 
     def measured_requests(self, conc: int) -> int:
+        if self.rate_stages:
+            return stage_request_bound(self.rate_stages, self.burstiness)
         return self.num_prompts if self.num_prompts is not None else conc * self.prompts_per_conc
 
     def warmup_requests(self, conc: int) -> int:

@@ -66,14 +66,17 @@ class Saturation:
 
     outstanding: SlopeFit  # requests/s
     ttft: SlopeFit  # s/s
-    rate: float
+    rate: float  # the schedule's arrivals over the window
+    at_s: float  # seconds into the measured phase
+    window_s: float
 
     @property
     def detail(self) -> str:
         o, t = self.outstanding, self.ttft
-        return (f"over-saturated: requests outstanding grew {o.slope:.1f}±{o.moe:.1f}/s "
-                f"at {self.rate:g} req/s arrivals, TTFT from schedule "
-                f"{t.slope * 1e3:.0f}±{t.moe * 1e3:.0f} ms/s over the last window")
+        return (f"over-saturated {self.at_s:.1f} s into the point: over the last "
+                f"{self.window_s:g} s requests outstanding grew {o.slope:.1f}±{o.moe:.1f}/s "
+                f"at {self.rate:.3g} req/s arrivals and TTFT from schedule "
+                f"{t.slope * 1e3:.0f}±{t.moe * 1e3:.0f} ms/s")
 
 
 def slope_fit(x: Floats, y: Floats) -> SlopeFit | None:
@@ -122,5 +125,5 @@ def saturation(rule: SaturationRule, now_s: float, due_s: Floats, finished_s: Fl
     if outstanding is None or ttft is None:
         return None
     if outstanding.lower > rule.margin * rate and ttft.lower > rule.margin:
-        return Saturation(outstanding, ttft, rate)
+        return Saturation(outstanding, ttft, rate, now_s, rule.window_s)
     return None

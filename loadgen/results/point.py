@@ -92,11 +92,12 @@ class PointIdentity(msgspec.Struct, frozen=True, kw_only=True):
     input_len: int | None
     output_len: int | None
     range_ratio: float
-    request_rate: float | str  # "inf": closed loop; "ramp": --ramp-up-strategy
+    request_rate: float | str  # "inf": closed loop; "ramp", "stages": the other schedules
     burstiness: float
     ramp_up_strategy: str | None = None  # vllm bench serve's ramp-up (workload/ramp.py)
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
+    rate_stages: list[list[float]] | None = None  # --rate-stages: [req/s, seconds] each
     loadgen_version: str
     tokenizer_check: dict[str, Any] | None
 

@@ -227,7 +227,9 @@ class PointRecords:
             http_client=spec.http_client,
             input_len=spec.isl, output_len=spec.osl, range_ratio=spec.range_ratio,
             request_rate=spec.request_rate if spec.request_rate is not None
-            else "ramp" if spec.ramp_up_strategy is not None else "inf",
+            else "ramp" if spec.ramp_up_strategy is not None
+            else "stages" if spec.rate_stages else "inf",
+            rate_stages=[list(stage) for stage in spec.rate_stages] or None,
             burstiness=spec.burstiness, ramp_up_strategy=spec.ramp_up_strategy,
             ramp_up_start_rps=spec.ramp_up_start_rps, ramp_up_end_rps=spec.ramp_up_end_rps,
             loadgen_version=__version__,
@@ -340,7 +342,7 @@ class Point:
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
-        deadline = deadline_after(spec.duration_s, run.clock())
+        deadline = deadline_after(spec.point_duration_s, run.clock())
         if not spec.open_loop:
             await closed_loop(measured, self.slots, self._send, deadline_ns=deadline,
                               clock=run.clock)

@@ -1,4 +1,5 @@
-"""vLLM's ramp-up schedule (`vllm bench serve --ramp-up-strategy`): pure and seeded.
+"""Open-loop schedules beyond a fixed rate, pure and seeded: vLLM's ramp-up
+(`vllm bench serve --ramp-up-strategy`) and rate stages (`--rate-stages`).
 
 Request i of N has the rate r_i = start + (end - start) * p_i (linear) or
 start * (end / start) ** p_i (exponential), p_i = i / max(N - 1, 1): the rate is
@@ -34,3 +35,28 @@ def ramp_offsets_ns(rates: list[float], burstiness: float,
     scale = 1.0 / (np.asarray(rates, dtype=np.float64) * burstiness)
     gaps = rng.gamma(shape=burstiness, scale=scale)
     return [int(v * 1e9) for v in np.cumsum(gaps)]
+
+
+def staged_offsets_ns(stages: tuple[tuple[float, float], ...], burstiness: float,
+                      rng: np.random.Generator, count: int) -> list[int]:
+    """Intended send times of `count` requests under rate stages (req/s, seconds), one after
+    another from the point's start: within each stage gamma gaps of mean 1 / rate (shape
+    `burstiness`), the first from the stage's start, none past its end. Requests the
+    stages leave no time for get times after the last stage's end (never sent: the
+    stages' end is the point's deadline)."""
+    offsets: list[float] = []
+    begin = 0.0
+    for rate, seconds in stages:
+        t = begin
+        while True:
+            gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness),
+                             size=max(16, int(rate * seconds * 1.2)))
+            times = t + np.cumsum(gaps)
+            inside = times[times < begin + seconds]
+            offsets.extend(inside.tolist())
+            if inside.size < times.size:
+                break
+            t = float(times[-1])
+        begin += seconds
+    offsets = offsets[:count] + [begin + 1.0] * max(0, count - len(offsets))
+    return [int(v * 1e9) for v in offsets]

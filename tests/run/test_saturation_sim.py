@@ -55,6 +55,7 @@ async def test_a_rate_above_capacity_stops_saturated_before_its_duration(
     assert any(r.ok for r in records)
     err = capsys.readouterr().err
     assert "conc 256 stopped early, over-saturated" in err and "conc 512" in err
+    assert "s into the point" in result["stop_detail"]
     run = orjson.loads((outcome.results_dir / "run.json").read_bytes())
     assert run["interrupted"] is False
 

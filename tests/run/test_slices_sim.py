@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.results.store import ResultsDir
+from loadgen.run.arrivals import point_offsets_ns
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 
@@ -77,3 +78,30 @@ async def test_a_ramp_sends_slowly_then_quickly(tmp_path: Path, tokenizer: Token
     gaps = np.diff(due) / 1e9
     assert len(due) == 64
     assert gaps[:16].mean() > 4 * gaps[-16:].mean()
+
+
+async def test_rate_stages_step_the_load_and_the_slices_show_it(tmp_path: Path,
+                                                                tokenizer: Tokenizer) -> None:
+    """4 req/s for 1.5 s, then 40 req/s for 1.5 s (seeded): the requests sent by each
+    stage, and the slices' sends, follow the steps; nothing is sent after 3 s."""
+    outcome_spec = spec(tmp_path, conc=(64,), warmup_per_conc=0, osl=8,
+                        rate_stages=((4.0, 1.5), (40.0, 1.5)), seed=2, slice_duration_s=0.5)
+    outcome = await run_sweep(outcome_spec, tokenizer=tokenizer)
+    store = ResultsDir(outcome.results_dir)
+    result = store.read_point(64)
+    assert result.status.complete and result.identity.request_rate == "stages"
+    assert result.identity.rate_stages == [[4.0, 1.5], [40.0, 1.5]]
+    records = store.read_records(64)
+    due = np.sort(np.array([r.scheduled_ns for r in records]))
+    # the run sent exactly the schedule's arrivals inside the stages, at its times
+    planned = np.array(point_offsets_ns(outcome_spec, 64))
+    inside = planned[planned < 3e9]
+    assert len(records) == len(inside) < result.planned_requests
+    assert np.all(np.abs((due - due[0]) - (inside - inside[0])) <= 1)
+    first, second = int((inside < 1.5e9).sum()), int((inside >= 1.5e9).sum())
+    assert first <= 15 and second >= 30  # Poisson(6) and Poisson(60), far apart
+    slices = result.slices
+    assert slices is not None
+    early = sum(s.requests_started for s in slices if s.start_s < 1.0)
+    late = sum(s.requests_started for s in slices if 1.5 <= s.start_s < 2.5)
+    assert late > 3 * early
