@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -122,6 +123,9 @@ class GaugeWatch:
         self.interval_s = WATCH_INTERVAL_S if interval_s is None else interval_s
         self.samples: dict[str, dict[str, list[float]]] = {
             url: {name: [] for name in WATCHED_GAUGES} for url in self.urls}
+        # perf_counter_ns of each sample, beside it (the time slices place them)
+        self.times: dict[str, dict[str, list[int]]] = {
+            url: {name: [] for name in WATCHED_GAUGES} for url in self.urls}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -143,6 +147,8 @@ class GaugeWatch:
             for url in self.urls:
                 with contextlib.suppress(aiohttp.ClientError, OSError, MetricsUrlError):
                     values = gauge_samples(await fetch_metrics_text(self.session, url))
+                    now = time.perf_counter_ns()
                     for name, value in values.items():
                         self.samples[url][name].append(value)
+                        self.times[url][name].append(now)
             await asyncio.sleep(self.interval_s)

@@ -92,11 +92,11 @@ def write_outputs(runs: Sequence[RunDir], *, csv: Path | None = None,
 
 
 def build_report(runs: Sequence[RunDir], output: Path) -> Path:
-    from loadgen.compare.distributions import load_distributions
+    from loadgen.compare.distributions import load_record_views
     from loadgen.sinks.html_report import ReportRun, write_report
 
-    report_runs = [ReportRun(run.name, str(run.path), run.run, run.points,
-                             run.results, load_distributions(run)) for run in runs]
+    report_runs = [ReportRun(run.name, str(run.path), run.run, run.points, run.results,
+                             *load_record_views(run)) for run in runs]
     return write_report(output, report_runs, compare_dirs(runs), warnings_of(runs),
                         generated_unix=time.time())
 

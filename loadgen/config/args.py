@@ -22,6 +22,7 @@ import orjson
 from loadgen import __version__
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.golden import add_golden_flags, golden_fields
+from loadgen.config.load_args import add_load_flags, load_fields
 from loadgen.config.parsers import (
     SpecError,
     check_api_key,
@@ -163,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_flags(p.add_argument_group("workload"))
     add_session_flags(p.add_argument_group("sessions (multi-turn, agentic trace replay)"))
     _results_flags(p.add_argument_group("results"))
+    add_load_flags(p.add_argument_group("load shape (over-saturation stop, slices, ramp-up)"))
     add_golden_flags(p.add_argument_group("acceptance conformance (InferenceX golden AL)"))
     add_compat_flags(p)
     _scale_flags(p.add_argument_group("scale out (README: workers and shards)"))
@@ -384,6 +386,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         resume=args.resume is not None, overwrite=args.overwrite,
         http_client=args.http_client, **compat, **session_fields(args, fmt),
         **golden_fields(args, args.thinking or "thinking", args.spec_tokens),
+        **load_fields(args),
     )
 
 

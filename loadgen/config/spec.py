@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from encoders import ENCODERS
 from loadgen.config.golden import GoldenAL
+from loadgen.config.load_args import check_load_shape, stage_request_bound
 from loadgen.config.parsers import (
     CONTROL_CHARS,
     MAX_CONC,
@@ -141,6 +142,14 @@ class RunSpec:
     resume: bool = False  # continue the interrupted sweep in results_dir
     overwrite: bool = False  # replace the earlier run's files in results_dir
     http_client: str = "native"  # the measured streams' client (see HTTP_CLIENTS)
+    # Load shape (config/load_args.py): the over-saturation stop, time slices, ramp-up.
+    saturation_stop: bool = True  # stop an open-loop point the server cannot keep up with
+    saturation_window_s: float = 30.0
+    slice_duration_s: float | None = None
+    ramp_up_strategy: str | None = None  # linear | exponential (vllm bench serve's)
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    rate_stages: tuple[tuple[float, float], ...] = ()  # (req/s, seconds) one after another
     # Sessions (multi-turn, trace replay): docs/sessions.md.
     multi_turn: bool = False  # a messages/ShareGPT dataset as one session per conversation
     turns: str | None = None  # synthetic sessions: turns per session (a distribution)
@@ -163,7 +172,22 @@ class RunSpec:
     def __post_init__(self) -> None:
         validate(self)
 
+    @property
+    def open_loop(self) -> bool:
+        """Arrivals on a schedule (a fixed rate or a ramp), not slots freeing up."""
+        return (self.request_rate is not None or self.ramp_up_strategy is not None
+                or bool(self.rate_stages))
+
+    @property
+    def point_duration_s(self) -> float | None:
+        """How long a point sends: --duration, or the rate stages' sum."""
+        if self.rate_stages:
+            return math.fsum(seconds for _, seconds in self.rate_stages)
+        return self.duration_s
+
     def measured_requests(self, conc: int) -> int:
+        if self.rate_stages:
+            return stage_request_bound(self.rate_stages, self.burstiness)
         return self.num_prompts if self.num_prompts is not None else conc * self.prompts_per_conc
 
     def warmup_requests(self, conc: int) -> int:
@@ -184,6 +208,7 @@ def validate(spec: RunSpec) -> None:
     _validate_target(spec)
     _validate_prompts(spec)
     _validate_load(spec)
+    check_load_shape(spec)
     _validate_processes(spec)
     _validate_run_level(spec)
     _validate_sessions(spec)

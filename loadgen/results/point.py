@@ -93,8 +93,12 @@ class PointIdentity(msgspec.Struct, frozen=True, kw_only=True):
     input_len: int | None
     output_len: int | None
     range_ratio: float
-    request_rate: float | str
+    request_rate: float | str  # "inf": closed loop; "ramp", "stages": the other schedules
     burstiness: float
+    ramp_up_strategy: str | None = None  # vllm bench serve's ramp-up (workload/ramp.py)
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    rate_stages: list[list[float]] | None = None  # --rate-stages: [req/s, seconds] each
     loadgen_version: str
     tokenizer_check: dict[str, Any] | None
 
@@ -173,6 +177,29 @@ class EnergyMetrics(msgspec.Struct, frozen=True, kw_only=True):
     gpu_energy: list[GpuEnergy]
 
 
+class SliceMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """One time slice of a point (`--slice-duration`; metrics/slices.py, docs/results.md
+    "Time slices")."""
+
+    start_s: float  # from the point's first send
+    duration_s: float
+    requests_started: int
+    requests_completed: int
+    output_tokens: int
+    chunks: int
+    output_throughput: float
+    request_throughput: float
+    ttft_samples: int
+    p50_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    itl_samples: int
+    p50_itl_ms: float | None
+    p99_itl_ms: float | None
+    in_flight_mean: float
+    in_flight_max: int
+    kv_cache_usage_mean: float | None
+
+
 class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     """One point, as every producer builds it (run/assemble.py) and every reader gets it."""
 
@@ -188,6 +215,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     simulator: SimulatorHealth = msgspec.field(default_factory=SimulatorHealth)
     sessions: SessionMetrics | None = None
     energy: EnergyMetrics | None = None
+    slices: list[SliceMetrics] | None = None  # --slice-duration
 
     @property
     def conc(self) -> int:

@@ -17,6 +17,7 @@ import msgspec
 from loadgen.metrics.energy import PointTotals, PowerInput, point_energy
 from loadgen.metrics.prompt_lengths import prompt_lengths
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.slices import time_slices
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.metrics.throughput import measured_window
 from loadgen.records import RequestRecord
@@ -55,6 +56,8 @@ class PointParts:
     simulator: SimulatorHealth  # the embedded simulator's lateness (unknown: all None)
     sessions: SessionMetrics | None = None
     power: PowerInput | None = None  # --gpu-metrics samples of the point
+    slice_s: float | None = None  # --slice-duration: the time slices' length
+    kv_samples: Sequence[tuple[int, float]] = ()  # (perf_counter_ns, KV-cache usage) seen
 
 
 def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: int,
@@ -77,6 +80,8 @@ def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: in
         simulator=parts.simulator,
         sessions=parts.sessions,
         energy=_energy(parts.power, records, metrics) if parts.power is not None else None,
+        slices=(time_slices(records, parts.slice_s, parts.kv_samples)
+                if parts.slice_s is not None else None),
     )
 
 

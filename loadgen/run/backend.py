@@ -21,7 +21,13 @@ from tokenizers import Tokenizer
 from loadgen.client.liveness import answers_http
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.preflight import ServerInfo, preflight
-from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls, scrape_all
+from loadgen.client.server_metrics import (
+    WATCH_INTERVAL_S,
+    GaugeWatch,
+    Scrape,
+    metrics_urls,
+    scrape_all,
+)
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
@@ -124,7 +130,14 @@ class HttpBackend:
         return await scrape_all(self.session, self.metrics_urls)
 
     def gauge_watch(self) -> GaugeWatch | None:
-        return GaugeWatch(self.session, self.metrics_urls) if self.spec.server_metrics else None
+        spec = self.spec
+        if not spec.server_metrics and spec.slice_duration_s is None:
+            return None
+        # slices place the KV-cache samples: two per slice, but no faster than 10 a second
+        # (each scrape is the client's CPU during the measured phase)
+        interval = (None if spec.slice_duration_s is None
+                    else max(0.1, min(WATCH_INTERVAL_S, spec.slice_duration_s / 2)))
+        return GaugeWatch(self.session, self.metrics_urls, interval)
 
     async def probe(self) -> bool:
         return await answers_http(self.base_url, PROBE_TIMEOUT_S)

@@ -26,7 +26,8 @@ from loadgen.client.server_metrics import GaugeWatch, Scrape
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.energy import PowerInput, PowerSeries
-from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.saturation import SaturationRule
+from loadgen.metrics.server import KV_USAGE, ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
@@ -40,6 +41,7 @@ from loadgen.results.point import (
     SimulatorHealth,
 )
 from loadgen.results.store import ResultsDir
+from loadgen.run.arrivals import offsets_for, point_offsets_ns
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth, running_loop_name
@@ -49,19 +51,12 @@ from loadgen.run.gpu_power_file import write_gpu_power_csv
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
-from loadgen.run.scheduler import (
-    Clock,
-    Sleep,
-    arrival_offsets_ns,
-    closed_loop,
-    deadline_after,
-    open_loop,
-)
+from loadgen.run.saturation_watch import SaturationWatch
+from loadgen.run.scheduler import Clock, Sleep, closed_loop, deadline_after, open_loop
 from loadgen.run.server_watch import ServerWatch
-from loadgen.run.stops import Stop
-from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
+from loadgen.run.stops import SATURATED, Stop
+from loadgen.workload.plan import PointPlan, RequestSpec
 
-ARRIVALS = 3  # rng stream id for open-loop arrival times
 # (records, server counters before, after the measured phase: None when not both read)
 SessionFields = Callable[[Sequence[RequestRecord], ServerSnapshot | None,
                           ServerSnapshot | None], SessionMetrics]
@@ -129,6 +124,7 @@ class PointRecords:
         self.gauges: dict[str, dict[str, list[float]]] = {}
         self.power: PowerSampler | None = None  # --gpu-metrics, during the measured phase
         self.power_series: list[PowerSeries] | None = None
+        self.gauge_times: dict[str, dict[str, list[int]]] = {}  # each sample's perf_counter_ns
         self.started = False
         self.clock: ClockPair | None = None
         # More fields a point kind adds from its records and the server's counters around
@@ -159,6 +155,7 @@ class PointRecords:
     async def scrape_after(self) -> Scrape:
         """The measured phase is over: the gauges watched during it, then the counters."""
         if self.gauge_watch is not None:
+            self.gauge_times = self.gauge_watch.times
             self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
         if self.power is not None:  # sampled once more: after the last completion
             self.power_series, self.power = await self.power.stop(), None
@@ -228,7 +225,9 @@ class PointRecords:
                 processes: Sequence[ProcessHealth], warmup_failed: int,
                 stop: Stop | None) -> PointResult:
         spec = self.run.spec
-        server_after = after.total if complete and after is not None else None
+        # a saturated point ran its requests to their end: its counters are whole
+        kept = complete or (stop is not None and stop.reason == SATURATED)
+        server_after = after.total if kept and after is not None else None
         by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
                                 self.gauges) if spec.server_metrics and after else None
         # A shard's own result: the steady window is that of its own slots.
@@ -247,7 +246,8 @@ class PointRecords:
             synthesis=self.run.synthesis, server_metrics_by_url=by_url,
             simulator=self._simulator(), sessions=sessions,
             power=PowerInput(self.power_series, spec.gpu_metrics_interval_s, spec.num_gpus)
-            if self.power_series is not None else None)
+            if self.power_series is not None else None,
+            slice_s=spec.slice_duration_s, kv_samples=kv_samples(self.gauges, self.gauge_times))
         return assemble_point(self.records, ctx, self.conc, parts,
                               server_before=self.before.total, server_after=server_after)
 
@@ -271,8 +271,13 @@ class PointRecords:
             # the client that timed the streams: its per-chunk cost is in client_*
             http_client=spec.http_client,
             input_len=spec.isl, output_len=spec.osl, range_ratio=spec.range_ratio,
-            request_rate=spec.request_rate if spec.request_rate is not None else "inf",
-            burstiness=spec.burstiness, loadgen_version=__version__,
+            request_rate=spec.request_rate if spec.request_rate is not None
+            else "ramp" if spec.ramp_up_strategy is not None
+            else "stages" if spec.rate_stages else "inf",
+            rate_stages=[list(stage) for stage in spec.rate_stages] or None,
+            burstiness=spec.burstiness, ramp_up_strategy=spec.ramp_up_strategy,
+            ramp_up_start_rps=spec.ramp_up_start_rps, ramp_up_end_rps=spec.ramp_up_end_rps,
+            loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check)
 
 
@@ -284,6 +289,14 @@ def point_status(complete: bool, stop: Stop | None) -> PointStatus:
                            incomplete_reason=None)
     return PointStatus(complete=False, stop_reason=stop.reason, stop_detail=stop.detail,
                        incomplete_reason=stop.detail)
+
+
+def kv_samples(gauges: dict[str, dict[str, list[float]]],
+               times: dict[str, dict[str, list[int]]]) -> list[tuple[int, float]]:
+    """Every URL's KV-cache usage samples with their times, for the time slices."""
+    return [(t, v) for url, series in gauges.items()
+            for t, v in zip(times.get(url, {}).get(KV_USAGE, ()), series.get(KV_USAGE, ()),
+                            strict=False)]
 
 
 def _warn_inexact(result: PointResult) -> None:
@@ -321,6 +334,7 @@ class Point:
         # CPU of the measured phase only: not the /metrics scrape, GC or summarize after it.
         self.cpu_seconds: float | None = None
         self.loop_lag = LoopLag(on_sample=run.hooks.loop_lag)  # real time, always
+        self.saturation: SaturationWatch | None = None  # open loop, unless switched off
 
     @property
     def started(self) -> bool:
@@ -336,7 +350,12 @@ class Point:
         await self.measure()
         if self.run.watch is not None:  # never complete while the server may be gone
             await self.run.watch.settled()
-        return self.finalize(complete=True, after=await self.recorded.scrape_after())
+        after = await self.recorded.scrape_after()
+        verdict = self.saturation.verdict if self.saturation is not None else None
+        if verdict is not None:  # measured to the stop, kept, never published as complete
+            return self.finalize(complete=False, after=after,
+                                 stop=Stop(SATURATED, verdict.detail))
+        return self.finalize(complete=True, after=after)
 
     async def warm_up(self) -> None:
         await closed_loop(self.plan.warmup, self.slots, self._send_warmup, clock=self.run.clock)
@@ -369,18 +388,22 @@ class Point:
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
-        deadline = deadline_after(spec.duration_s, run.clock())
-        if spec.request_rate is None:
+        deadline = deadline_after(spec.point_duration_s, run.clock())
+        if not spec.open_loop:
             await closed_loop(measured, self.slots, self._send, deadline_ns=deadline,
                               clock=run.clock)
             return
         # The whole point's arrival times (a share keeps its requests' own), so the union
         # of all processes' arrivals is the single-process one.
-        offsets = arrival_offsets_ns(spec.measured_requests(self.plan.conc),
-                                     spec.request_rate, spec.burstiness,
-                                     point_rng(spec, self.plan.conc, ARRIVALS))
-        await open_loop(measured, self.slots, self._send, offsets_for(measured, offsets),
-                        deadline_ns=deadline, clock=run.clock, sleep=run.sleep)
+        offsets = point_offsets_ns(spec, self.plan.conc)
+        mine = offsets_for(measured, offsets)
+        stop = None
+        if spec.saturation_stop:
+            self.saturation = SaturationWatch(SaturationRule(window_s=spec.saturation_window_s),
+                                              run.clock(), mine)
+            stop = self.saturation.saturated
+        await open_loop(measured, self.slots, self._send, mine, deadline_ns=deadline,
+                        clock=run.clock, sleep=run.sleep, stop=stop)
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         watch = self.run.watch
@@ -409,16 +432,13 @@ class Point:
                                      clock_unix_ns=self.clock.unix_ns)
         self.sent_requests += 1
         self.sent_chunks += len(record.chunk_ns)
+        if self.saturation is not None:
+            self.saturation.observe(record)
         self._deliver(record)
 
 
 def _discard(_record: RequestRecord) -> None:
     """Warmup records are not measurements."""
-
-
-def offsets_for(requests: Sequence[RequestSpec], offsets: Sequence[int]) -> list[int]:
-    """Each request's own arrival offset (requests carry their index in the point)."""
-    return [offsets[request.index] for request in requests]
 
 
 def snapshot_json(snapshot: ServerSnapshot | None) -> dict[str, Any] | None:

@@ -74,11 +74,15 @@ async def open_loop(
     deadline_ns: int | None = None,
     clock: Clock = perf_counter_ns,
     sleep: Sleep = asyncio.sleep,
+    stop: Callable[[int], bool] | None = None,
 ) -> None:
     """Send each request at its intended time, at most `conc` in flight.
 
     A request that finds every slot busy waits; its lateness shows as queue time against
     its intended time, so an overloaded server cannot hide behind a slower arrival rate.
+    `stop(now_ns)`, asked before each send, ends the point (the over-saturation stop):
+    nothing more is sent and the requests in flight are cancelled (each record ends
+    `cancelled`), as the queue they are in would take longer to drain than it took to build.
     """
     slots = asyncio.Semaphore(conc)
     point_start = clock()
@@ -89,6 +93,7 @@ async def open_loop(
         finally:
             slots.release()
 
+    in_flight: set[asyncio.Task[None]] = set()
     async with asyncio.TaskGroup() as group:
         for request, offset in zip(requests, offsets_ns, strict=True):
             intended = point_start + offset
@@ -98,4 +103,11 @@ async def open_loop(
             if delay > 0:
                 await sleep(delay / 1e9)
             await slots.acquire()
-            group.create_task(run(request, intended))
+            if stop is not None and stop(clock()):
+                slots.release()
+                for task in in_flight:
+                    task.cancel()
+                break
+            task = group.create_task(run(request, intended))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)

@@ -287,7 +287,9 @@ def _merged_result(shards: Sequence[Shard], files: Sequence[PointResult],
         clock_uncertainty_ms=None if uncertainty_ns is None else uncertainty_ns / 1e6,
         synthesis=(first.prompts.prompt_synthesis, first.prompts.prompt_synthesis_note),
         server_metrics_by_url=_merged_by_url(points) if complete else None,
-        simulator=SimulatorHealth.combined([f.simulator for f in files]))
+        simulator=SimulatorHealth.combined([f.simulator for f in files]),
+        # the shards' records on one clock; their gauge samples are not (no KV per slice)
+        slice_s=settings.get("slice_duration_s"))
     return assemble_point(records, ctx, conc, parts, server_before=before, server_after=after)
 
 

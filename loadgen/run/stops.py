@@ -58,6 +58,9 @@ def stop_of(stop: LoadgenError | None) -> Stop | None:
 
 
 INTERRUPTED = Stop("interrupted", INTERRUPTED_DETAIL)
+# Not an error: an open-loop point the server fell behind (metrics/saturation.py); the
+# sweep runs no higher point after it.
+SATURATED = "saturated"
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

@@ -55,6 +55,7 @@ from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
 from loadgen.run.stops import (
     INTERRUPTED_DETAIL,
+    SATURATED,
     add_context,
     out_of_descriptors,
     run_level_error,
@@ -185,6 +186,16 @@ async def run_sweep(
     return sweep.finish(None)
 
 
+def _say_saturated(outcome: PointOutcome, todo: tuple[int, ...]) -> None:
+    """The over-saturation stop is never silent: which point, why, and what did not run."""
+    later = todo[todo.index(outcome.conc) + 1:] if outcome.conc in todo else ()
+    skipped = (f"; higher points not run (more load): conc {', '.join(map(str, later))}"
+               if later else "")
+    print(f"loadgen: conc {outcome.conc} stopped early, {outcome.result.status.stop_detail}; "
+          f"{outcome.path.name} is kept marked complete: false (stop_reason saturated)"
+          f"{skipped}; --no-saturation-stop runs it to the end", file=sys.stderr)
+
+
 @contextlib.asynccontextmanager
 async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
                    given: Backend | None, attempt: int) -> AsyncIterator[Backend]:
@@ -275,6 +286,9 @@ class _Sweep:
             self.current = None
             self._record(outcome)
             self._point_done(outcome)
+            if outcome.result.status.stop_reason == SATURATED:
+                _say_saturated(outcome, self.todo)
+                return
 
     async def _run_on_workers(self, context: RunContext) -> None:
         from loadgen.run.workers import worker_pool
@@ -342,7 +356,9 @@ class _Sweep:
                 self._record(point.finalize(complete=False, after=None, stop=stop_of(stop)))
             elif point.recorded is not None:  # stopped during warmup: nothing was measured
                 point.recorded.close()
-        failed = tuple(p.conc for p in self.points if p.error_rate > self.spec.max_error_rate)
+        # a saturated point's cancelled requests are the stop's doing, not the server's
+        failed = tuple(p.conc for p in self.points if p.error_rate > self.spec.max_error_rate
+                       and p.result.status.stop_reason != SATURATED)
         if self.began:
             self._write_run_file(stop, final=True)
             self._write_sweep_files()

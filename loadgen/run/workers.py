@@ -302,9 +302,12 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
         raise UsageError("--workers needs an HTTP server (--base-url or --sim)")
     assert spec.workers is not None
     pool = WorkerPool(context, Share(spec.shard_index, spec.shard_count))
-    # (the parent samples --gpu-metrics: workers only send)
+    # (the parent samples --gpu-metrics: workers only send.) A worker sees only its share
+    # of the arrivals: the over-saturation stop is not judged across workers
+    # (docs/results.md), so a worker never stops its share alone.
     worker_spec = dataclasses.replace(spec, base_url=backend.base_url, sim=False, sim_args=(),
-                                      workers=1, cpu_affinity=(), gpu_metrics=())
+                                      workers=1, cpu_affinity=(), gpu_metrics=(),
+                                      saturation_stop=False)
     try:
         for index in range(spec.workers):
             share = pool.share.worker_share(index, spec.workers)

@@ -19,6 +19,7 @@ from loadgen import __version__
 from loadgen.metrics.acceptance import published_acceptance_length, stream_figures_valid
 from loadgen.metrics.compare import Comparison, PointRow
 from loadgen.metrics.distributions import PointDistributions
+from loadgen.metrics.timeline import TimelineBar
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 from loadgen.sinks import report_figures as figures
@@ -30,6 +31,7 @@ from loadgen.sinks.compare_files import (
     summary_lines,
     throughput_label,
 )
+from loadgen.sinks.report_slices import slices_section
 from loadgen.sinks.table import al_mark, sweep_rows
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -66,6 +68,8 @@ class ReportRun:
     points: Mapping[int, Mapping[str, Any]]  # conc -> conc_<N>.json, as in the file
     results: Mapping[int, PointResult]  # the same points, decoded
     distributions: Mapping[int, PointDistributions] = field(default_factory=dict)
+    # points run with --slice-duration: one bar per request (report_slices.py)
+    timelines: Mapping[int, Sequence[TimelineBar]] = field(default_factory=dict)
 
 
 def _e(value: Any) -> str:
@@ -292,6 +296,7 @@ def render_report(runs: Sequence[ReportRun], comparison: Comparison,
         ("distributions", "TTFT and ITL distributions", distributions_section(runs,
                                                                               comparison)),
         ("acceptance", "Speculative decoding acceptance", acceptance_section(runs)),
+        ("slices", "Time slices and request timeline", slices_section(runs)),
         ("points", "Every point", points_section(runs)),
     ]
     nav = "".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)

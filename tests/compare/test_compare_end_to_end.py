@@ -34,6 +34,7 @@ workload:
 prompts-per-conc: 2
 warmup-per-conc: 1
 no-progress: true
+slice-duration: 0.05
 lanes:
   - name: no-spec
     target: {{sim: true, sim-args: "--spec-tokens 0 {SIM}"}}
@@ -126,6 +127,23 @@ def test_compare_ratios_equal_the_result_files(tree: tuple[Path, str], tmp_path:
     assert low < crossing["estimate"] < high
 
 
+def check_slices(root: Path, tables: dict[str, Any]) -> None:
+    """--slice-duration: every lane's slices are in the report, each cell the file's value,
+    with a slice figure per concurrency and a request timeline per lane and concurrency."""
+    assert "Time slices and request timeline" in tables["sections"]
+    shown = {(t["run"], t["conc"]): t["rows"] for t in tables["slices"]}
+    assert set(shown) == {(lane, c) for lane in ("no-spec", "mtp") for c in CONCS}
+    for (lane, conc), rows in shown.items():
+        slices = point(root, lane, conc)["slices"]
+        assert len(rows) == len(slices) >= 1
+        for row, expected in zip(rows, slices, strict=True):
+            for name in ("start_s", "output_throughput", "in_flight_mean", "p50_ttft_ms"):
+                if expected[name] is not None:
+                    assert float(row[name][0]) == expected[name], (lane, conc, name)
+        assert f"request timeline of {lane} at conc {conc}" in tables["alts"]
+    assert all(f"time slices at conc {c}" in tables["alts"] for c in CONCS)
+
+
 TABLES_JS = """(() => {
   const cells = (row) => Object.fromEntries([...row.querySelectorAll('td[data-value]')]
       .map(td => [td.dataset.field, [td.dataset.value, td.textContent]]));
@@ -135,6 +153,10 @@ TABLES_JS = """(() => {
     acceptance: [...document.querySelectorAll('#acceptance tr[data-run]')].map(tr => (
         {run: tr.dataset.run, conc: Number(tr.dataset.conc), cells: cells(tr)})),
     images: [...document.images].map(i => [i.complete, i.naturalWidth]),
+    alts: [...document.images].map(i => i.alt),
+    slices: [...document.querySelectorAll('table.slices')].map(t => (
+        {run: t.dataset.run, conc: Number(t.dataset.conc),
+         rows: [...t.querySelectorAll('tr[data-slice]')].map(cells)})),
     sections: [...document.querySelectorAll('h2')].map(h => h.textContent),
   };
 })()"""
@@ -172,6 +194,7 @@ async def test_report_renders_in_chromium_with_the_result_files_numbers(
                 assert float(row["cells"][f"{key}_ratio"][0]) == result[field] / base[field]
         seen.add((row["run"], row["conc"]))
     assert seen == {(lane, c) for lane in ("no-spec", "mtp") for c in CONCS}
+    check_slices(root, tables)
     accepted = {(r["run"], r["conc"]): r["cells"] for r in tables["acceptance"]}
     assert {run for run, _ in accepted} == {"mtp"}  # no speculation, no acceptance row
     for conc in CONCS:
