@@ -237,6 +237,9 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
     w.add_argument("--seed", type=int, default=0,
                    help=f"seed for prompts, lengths, arrivals, 0..{MAX_SEED}")
+    w.add_argument("--trials", type=int, default=1, metavar="N",
+                   help="measure every point N times (fresh connections, a seed per trial) "
+                   "and report each headline figure's mean, sd, CV and 95%% CI (default: 1)")
     w.add_argument("--extra-body", type=_typed(parse_extra_body), default={}, metavar="JSON",
                    help='extra request-body fields, e.g. \'{"min_p": 0.1}\' (not those '
                    "loadgen sets: model, prompt, max_tokens, stream, ...) (default: none)")
@@ -348,6 +351,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         extra_body=args.extra_body, workers=args.workers,
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
         shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,
+        trials=args.trials,
         resume=args.resume is not None, overwrite=args.overwrite,
         http_client=args.http_client, **compat, **session_fields(args, fmt),
         **golden_fields(args, args.thinking or "thinking", args.spec_tokens),

@@ -43,6 +43,7 @@ VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "clie
 # no byte for DEFAULT_STREAM_IDLE_TIMEOUT_S (time to first byte included) is a timeout.
 DEFAULT_HTTP_TIMEOUT_S = 30.0
 DEFAULT_STREAM_IDLE_TIMEOUT_S = 300.0
+MAX_TRIALS = 100
 MAX_SEED = 2**63 - 1  # numpy's SeedSequence takes any such int, vLLM's request seed an int64
 # A dataset is read into memory whole, and each conversation is tokenized in one piece
 # (~1.4 s and ~130 MB of RSS per MB of text): bound both before reading a byte of it.
@@ -123,6 +124,7 @@ class RunSpec:
     shard_count: int = 1
     shard_sync: Path | None = None  # a directory all shards share: start points together
     server_pid: int | None = None  # stop the sweep when this process dies or stays stopped
+    trials: int = 1  # --trials N: each point measured N times (run/trials.py)
     resume: bool = False  # continue the interrupted sweep in results_dir
     overwrite: bool = False  # replace the earlier run's files in results_dir
     http_client: str = "native"  # the measured streams' client (see HTTP_CLIENTS)
@@ -257,6 +259,14 @@ def _validate_processes(spec: RunSpec) -> None:
            f"--shard {spec.shard_index}/{spec.shard_count}: need 0 <= I < N")
     _check(spec.shard_sync is None or spec.shard_count > 1,
            "--shard-sync lines up the shards of a --shard I/N run: use it with --shard")
+    _check(1 <= spec.trials <= MAX_TRIALS, f"--trials {spec.trials}: must be in 1..{MAX_TRIALS}")
+    # A shard's trials would be pooled before `loadgen merge` sees them, and a session
+    # point's figures are per session: neither is pooled over trials (yet).
+    _check(spec.trials == 1 or spec.shard_count == 1,
+           "--trials with --shard: not supported; run the trials as separate sharded runs")
+    _check(spec.trials == 1 or not spec.sessions,
+           "--trials with a session run (--turns, multi-turn or trace datasets): not "
+           "supported; run it N times with different --seed")
     _check(not spec.cpu_affinity or spec.workers != 1,
            "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
            "auto), or start a single process under taskset")

@@ -3,6 +3,11 @@
     run.json                    the run (settings, server, attempts, points)
     conc_<N>.json               one point's PointResult (results/point.py)
     requests_conc_<N>.jsonl     one record per finished request (results/jsonl.py)
+    conc_<N>_trial_<k>.json     --trials: trial k's own PointResult (k = 1..N); conc_<N>.json
+                                is then the point pooled over its trials (run/trials.py)
+    requests_conc_<N>_trial_<k>.jsonl  --trials: trial k's records (no pooled JSONL: the
+                                trials' files are the records)
+    capacity.json               --find-max: the capacity search's answer (run/capacity.py)
     sweep.csv, sweep.png        the sweep table and plot, complete points only
     simulator.log               the embedded simulator's log (--sim)
     lanes.json                  a sweep file's tree: its lanes in the file's order
@@ -32,6 +37,7 @@ LANES_FILE = "lanes.json"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 SIMULATOR_LOG = "simulator.log"
+CAPACITY_FILE = "capacity.json"
 INCOMPLETE_DIR = "incomplete"
 POINT_GLOB = "conc_*.json"
 REQUESTS_GLOB = "requests_conc_*.jsonl"
@@ -64,11 +70,30 @@ class ResultsDir:
     def simulator_log(self) -> Path:
         return self.path / SIMULATOR_LOG
 
-    def point_file(self, conc: int) -> Path:
-        return self.path / f"conc_{conc}.json"
+    @property
+    def capacity_file(self) -> Path:
+        return self.path / CAPACITY_FILE
 
-    def requests_file(self, conc: int) -> Path:
-        return self.path / f"requests_conc_{conc}.jsonl"
+    def point_file(self, conc: int, trial: int | None = None) -> Path:
+        """conc_<N>.json, or trial k's conc_<N>_trial_<k>.json (--trials)."""
+        return self.path / f"conc_{conc}{_trial_suffix(trial)}.json"
+
+    def requests_file(self, conc: int, trial: int | None = None) -> Path:
+        return self.path / f"requests_conc_{conc}{_trial_suffix(trial)}.jsonl"
+
+    def read_trial_point(self, conc: int, trial: int) -> PointResult:
+        path = self.point_file(conc, trial)
+        result = point_from_json(read_json(path), str(path))
+        if result.conc != conc:
+            raise ResultFileError(f"{path}: field 'max_concurrency' is {result.conc}, not "
+                                  f"{conc} as its name says")
+        return result
+
+    def write_capacity(self, capacity: Any) -> Path:
+        """capacity.json: a msgspec Struct (run/capacity.py's CapacityResult)."""
+        data = orjson.dumps(msgspec.to_builtins(capacity), option=orjson.OPT_INDENT_2
+                            | orjson.OPT_APPEND_NEWLINE)
+        return write_atomic(self.capacity_file, data)
 
     def incomplete(self, run_id: str) -> Path:
         return self.path / INCOMPLETE_DIR / run_id
@@ -78,10 +103,10 @@ class ResultsDir:
         found = (_POINT_NAME.match(p.name) for p in self.path.glob(POINT_GLOB))
         return sorted(int(m[1]) for m in found if m)
 
-    def write_point(self, result: PointResult) -> Path:
+    def write_point(self, result: PointResult, trial: int | None = None) -> Path:
         data = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2
                             | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)
-        return write_atomic(self.point_file(result.conc), data)
+        return write_atomic(self.point_file(result.conc, trial), data)
 
     def read_point(self, conc: int) -> PointResult:
         path = self.point_file(conc)
@@ -94,8 +119,8 @@ class ResultsDir:
     def read_points(self) -> dict[int, PointResult]:
         return {conc: self.read_point(conc) for conc in self.point_concs()}
 
-    def read_records(self, conc: int) -> list[RequestRecord]:
-        path = self.requests_file(conc)
+    def read_records(self, conc: int, trial: int | None = None) -> list[RequestRecord]:
+        path = self.requests_file(conc, trial)
         try:
             return read_jsonl(path)
         except OSError as exc:
@@ -108,6 +133,10 @@ class ResultsDir:
             raise ResultFileError(f"{self.run_file}: not a loadgen run.json (a JSON "
                                   f"{type(run).__name__}, expected an object)")
         return run
+
+
+def _trial_suffix(trial: int | None) -> str:
+    return "" if trial is None else f"_trial_{trial}"
 
 
 def read_json(path: Path) -> Any:

@@ -78,6 +78,9 @@ class RunContext:
     watch: ServerWatch | None = None
     # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
     synthesis: tuple[str, str | None] = ("words", None)
+    # --trials: the trial this context measures (1..N; its spec carries the trial's seed),
+    # so its files are conc_<N>_trial_<k>.json and requests_conc_<N>_trial_<k>.jsonl
+    trial: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,7 @@ class PointRecords:
         self.warmup = warmup
         self.slots = slots  # this run's slots of the point: conc, or its shard's share
         self.records: list[RequestRecord] = []
-        path = ResultsDir(run.results_dir).requests_file(conc)
+        path = ResultsDir(run.results_dir).requests_file(conc, run.trial)
         self.sink = JsonlSink(path)  # a fresh file: results_dir.prepare() cleared the way
         self.before = Scrape()
         self.gauge_watch: GaugeWatch | None = None
@@ -164,10 +167,11 @@ class PointRecords:
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
-        path = store.point_file(self.conc)
+        path = store.point_file(self.conc, self.run.trial)
         try:
-            store.write_point(result)
-            if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
+            store.write_point(result, self.run.trial)
+            # vLLM writes none when stopped; a trial's point is not the published one
+            if spec.vllm_result is not None and complete and self.run.trial is None:
                 write_vllm_result(self.run.results_dir, result, self.records,
                                   spec.vllm_result, points=len(spec.conc))
         except ResultsWriteError as exc:
@@ -197,11 +201,7 @@ class PointRecords:
         by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
                                 self.gauges) if spec.server_metrics and after else None
         # A shard's own result: the steady window is that of its own slots.
-        ctx = PointContext(conc=self.slots, input_len=spec.isl, output_len=spec.osl,
-                           spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
-                           percentiles=spec.percentiles, num_gpus=spec.num_gpus,
-                           stream_interval=sim_stream_interval(spec.sim_args)
-                           if spec.sim else None, golden=spec.golden_al)
+        ctx = point_context(spec, self.slots)
         sessions = (self.extra(self.records, self.before.total, server_after)
                     if self.extra is not None else None)
         parts = PointParts(
@@ -229,6 +229,15 @@ class PointRecords:
             request_rate=spec.request_rate if spec.request_rate is not None else "inf",
             burstiness=spec.burstiness, loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check)
+
+
+def point_context(spec: RunSpec, slots: int) -> PointContext:
+    """What summarize needs of the run for a point sent from `slots` slots."""
+    return PointContext(conc=slots, input_len=spec.isl, output_len=spec.osl,
+                        spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
+                        percentiles=spec.percentiles, num_gpus=spec.num_gpus,
+                        stream_interval=sim_stream_interval(spec.sim_args)
+                        if spec.sim else None, golden=spec.golden_al)
 
 
 def point_status(complete: bool, stop: Stop | None) -> PointStatus:
@@ -342,7 +351,8 @@ class Point:
             await watch.admit()
         record = await self.run.backend.send(
             request, x_request_id=x_request_id(self.run.run_id, self.plan.conc,
-                                               request.index, warmup=True),
+                                               request.index, warmup=True,
+                                               trial=self.run.trial),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=_discard)
         if watch is not None:
             watch.observe(record)
@@ -355,7 +365,8 @@ class Point:
             await self.run.watch.admit()
         self.run.hooks.request_started(self.plan.conc)
         return await self.run.backend.send(
-            request, x_request_id=x_request_id(self.run.run_id, self.plan.conc, request.index),
+            request, x_request_id=x_request_id(self.run.run_id, self.plan.conc, request.index,
+                                               trial=self.run.trial),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=self._on_record)
 
     def _on_record(self, record: RequestRecord) -> None:

@@ -48,6 +48,7 @@ from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.shares import Share
 from loadgen.run.stops import INTERRUPTED_DETAIL, add_context, run_level_error, stop_of
+from loadgen.run.trials import Measure, run_trials
 from loadgen.sinks.progress import ProgressLine
 from loadgen.sinks.sweep_files import write_sweep_files
 from loadgen.tokenizer import load_tokenizer
@@ -201,7 +202,7 @@ class _Sweep:
                              self.hooks, self.clock, self.sleep, self._barrier(), watch,
                              synthesis_of(self.spec, self.tokenizer))
         if self.earlier is not None:
-            results_files.set_aside(self.results_dir, self.earlier)
+            results_files.set_aside(self.results_dir, self.earlier, self.spec.trials)
         self.began = True
         self._write_run_file(None, final=False)
         async with asyncio.TaskGroup() as group:
@@ -226,14 +227,27 @@ class _Sweep:
                 self._record(outcome)
                 self._point_done(outcome)
                 continue
-            keep = share.owner(conc) if share.shards > 1 else None
-            plan = await asyncio.to_thread(workload.point, conc, keep)
-            self.current = Point(context, plan, slots=len(share.slots(conc)),
-                                 label=share.label)
-            outcome = await self.current.run_to_end()
-            self.current = None
+
+            async def here(at: RunContext, conc: int = conc) -> PointOutcome:
+                keep = share.owner(conc) if share.shards > 1 else None
+                trial_workload = workload.reseeded(at.spec.seed) if at.trial else workload
+                plan = await asyncio.to_thread(trial_workload.point, conc, keep)
+                self.current = Point(at, plan, slots=len(share.slots(conc)), label=share.label)
+                outcome = await self.current.run_to_end()
+                self.current = None
+                return outcome
+
+            outcome = await self._trials(context, conc, here)
             self._record(outcome)
             self._point_done(outcome)
+
+    async def _trials(self, context: RunContext, conc: int, measure: Measure) -> PointOutcome:
+        """The point, or with --trials its N trials and the pooled point (run/trials.py)."""
+        if self.spec.trials == 1:
+            return await measure(context)
+        backend = self.backend
+        fresh = getattr(backend, "fresh_connections", None)  # fakes in tests have none
+        return await run_trials(context, conc, measure, fresh or (lambda: None))
 
     async def _run_on_workers(self, context: RunContext) -> None:
         from loadgen.run.workers import worker_pool
@@ -241,8 +255,20 @@ class _Sweep:
         async with worker_pool(context) as pool:
             for conc in self.todo:
                 self.at = conc
-                await pool.run_point(conc, self._record)
-                self._point_done(self.points[-1])
+
+                async def on_workers(at: RunContext, conc: int = conc) -> PointOutcome:
+                    got: list[PointOutcome] = []
+                    try:
+                        await pool.run_point(conc, got.append, context=at)
+                    finally:  # a stopped point (or trial) is kept as it is
+                        if len(got) and (not got[-1].complete or at.trial is None):
+                            self._record(got[-1])
+                    return got[-1]
+
+                outcome = await self._trials(context, conc, on_workers)
+                if self.spec.trials > 1:
+                    self._record(outcome)
+                self._point_done(outcome)
 
     def _record(self, outcome: PointOutcome) -> None:
         self.points.append(outcome)
@@ -279,8 +305,10 @@ class _Sweep:
         parts = []
         point_file = ResultsDir(self.results_dir).point_file(where).name if where else ""
         if where is not None:
-            kept = any(p.conc == where and p.result.identity.run_id == self.run_id
-                       for p in self.points)
+            mine = [p for p in self.points
+                    if p.conc == where and p.result.identity.run_id == self.run_id]
+            kept = bool(mine)
+            point_file = mine[-1].path.name if mine else point_file  # a trial's own file
             parts.append(f"conc {where} stopped during its warmup (nothing measured)"
                          if not kept else f"conc {where} stopped" if point_file in
                          self.unwritten else f"{point_file} is kept marked complete: false")

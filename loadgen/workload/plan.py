@@ -8,6 +8,8 @@ sweep also ran point 32, and warmup prompts never share a prefix with measured o
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -103,6 +105,13 @@ class Workload:
                 raise SpecError(f"--osl is required with --dataset {spec.dataset}: its items "
                                 "carry no output length (only ShareGPT answers and "
                                 "output_tokens do)")
+
+    def reseeded(self, seed: int) -> Workload:
+        """The same workload drawn with another seed (a --trials trial): the dataset and
+        its encoded prompts (cached by line, not by seed) are shared, not read again."""
+        other = copy.copy(self)
+        other.spec = dataclasses.replace(self.spec, seed=seed)
+        return other
 
     def point(self, conc: int, keep: Keep | None = None) -> PointPlan:
         """The point's requests; with `keep`, only those whose index it accepts (one
