@@ -21,6 +21,7 @@ import orjson
 from loadgen import __version__
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.golden import add_golden_flags, golden_fields
+from loadgen.config.objectives import add_find_max_flags, find_max_fields, parse_slo_flag
 from loadgen.config.parsers import (
     SpecError,
     check_api_key,
@@ -30,7 +31,6 @@ from loadgen.config.parsers import (
     parse_header,
     parse_percentiles,
     parse_shard,
-    parse_slos,
     parse_workers,
 )
 from loadgen.config.session_args import add_session_flags, dataset_format, session_fields
@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_flags(p.add_argument_group("workload"))
     add_session_flags(p.add_argument_group("sessions (multi-turn, agentic trace replay)"))
     _results_flags(p.add_argument_group("results"))
+    add_find_max_flags(p.add_argument_group("capacity search (README: capacity at an SLO)"))
     add_golden_flags(p.add_argument_group("acceptance conformance (InferenceX golden AL)"))
     add_compat_flags(p)
     _scale_flags(p.add_argument_group("scale out (README: workers and shards)"))
@@ -237,9 +238,6 @@ def _workload_flags(w: argparse._ArgumentGroup) -> None:
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
     w.add_argument("--seed", type=int, default=0,
                    help=f"seed for prompts, lengths, arrivals, 0..{MAX_SEED}")
-    w.add_argument("--trials", type=int, default=1, metavar="N",
-                   help="measure every point N times (fresh connections, a seed per trial) "
-                   "and report each headline figure's mean, sd, CV and 95%% CI (default: 1)")
     w.add_argument("--extra-body", type=_typed(parse_extra_body), default={}, metavar="JSON",
                    help='extra request-body fields, e.g. \'{"min_p": 0.1}\' (not those '
                    "loadgen sets: model, prompt, max_tokens, stream, ...) (default: none)")
@@ -260,10 +258,14 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--spec-tokens", type=int, default=None, metavar="K",
                    help="draft tokens per step for the acceptance rate (default: from the "
                    "server's /metrics)")
-    r.add_argument("--slo", type=_typed(parse_slos), default={}, metavar="M=T,...",
+    r.add_argument("--slo", type=_typed(parse_slo_flag), default={}, metavar="M=T,...",
                    help="goodput SLOs, e.g. ttft=2s,tpot=50ms (metrics ttft, tpot, itl, e2el; "
-                   "units us, ms, s; bare numbers are ms) (default: none: no goodput "
-                   "figure)")
+                   "units us, ms, s; bare numbers are ms); with --find-max also objectives "
+                   "per percentile, ttft:p99=2s (plain M=T: p99) (default: none: no "
+                   "goodput figure)")
+    r.add_argument("--trials", type=int, default=1, metavar="N",
+                   help="measure every point N times (fresh connections, a seed per trial) "
+                   "and report each headline figure's mean, sd, CV and 95%% CI (default: 1)")
     r.add_argument("--percentiles", type=_typed(parse_percentiles), default=None,
                    metavar="P,...",
                    help="percentiles to report (default: 50,90,99,99.9; session runs add "
@@ -341,7 +343,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         range_ratio=1.0 if args.range_ratio is None else args.range_ratio,
         dataset=args.dataset, request_rate=args.request_rate,
         burstiness=args.burstiness, temperature=args.temperature, seed=args.seed,
-        num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
+        num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, **find_max_fields(args),
         request_timeout_s=args.request_timeout,
         http_timeout_s=args.http_timeout, stream_idle_timeout_s=args.stream_idle_timeout,
         results_dir=results,
