@@ -8,6 +8,7 @@
     requests_conc_<N>_trial_<k>.jsonl  --trials: trial k's records (no pooled JSONL: the
                                 trials' files are the records)
     capacity.json               --find-max: the capacity search's answer (run/capacity.py)
+    find_max_<kind>_<load>/     --find-max: each probe's own results directory
     sweep.csv, sweep.png        the sweep table and plot, complete points only
     simulator.log               the embedded simulator's log (--sim)
     lanes.json                  a sweep file's tree: its lanes in the file's order
@@ -28,6 +29,7 @@ import msgspec
 import orjson
 
 from loadgen.records import RequestRecord
+from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import read_jsonl
 from loadgen.results.point import PointResult, ResultFileError, field_message, point_from_json
@@ -38,6 +40,7 @@ SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 SIMULATOR_LOG = "simulator.log"
 CAPACITY_FILE = "capacity.json"
+PROBE_PREFIX = "find_max_"
 INCOMPLETE_DIR = "incomplete"
 POINT_GLOB = "conc_*.json"
 REQUESTS_GLOB = "requests_conc_*.jsonl"
@@ -89,8 +92,16 @@ class ResultsDir:
                                   f"{conc} as its name says")
         return result
 
-    def write_capacity(self, capacity: Any) -> Path:
-        """capacity.json: a msgspec Struct (run/capacity.py's CapacityResult)."""
+    def probe_dir(self, kind: str, load: float) -> Path:
+        """--find-max: a probe's own results directory (`find_max_conc_16`,
+        `find_max_rate_12.5`)."""
+        return self.path / f"{PROBE_PREFIX}{kind}_{load:g}"
+
+    def probe_dirs(self) -> list[Path]:
+        return sorted(p for p in self.path.glob(f"{PROBE_PREFIX}*") if p.is_dir())
+
+    def write_capacity(self, capacity: CapacityResult) -> Path:
+        """capacity.json (results/capacity.py)."""
         data = orjson.dumps(msgspec.to_builtins(capacity), option=orjson.OPT_INDENT_2
                             | orjson.OPT_APPEND_NEWLINE)
         return write_atomic(self.capacity_file, data)
