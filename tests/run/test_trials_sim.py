@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 import pytest
 
+from loadgen.compare.distributions import load_distributions
+from loadgen.compare.inputs import load_runs
 from loadgen.metrics.spread import spread
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.trials import trial_seed
@@ -76,6 +78,9 @@ def test_three_trials_write_each_trial_and_the_pooled_point(sim_url: str,
     # the console table shows the pooled figure ± the CI half-width
     half = pooled["trial_spread"]["output_throughput"]["ci_half_width"]
     assert f"{pooled['output_throughput']:,.1f} ±{half:,.1f}" in done.stdout
+    # the report's distributions pool the trials' record files, as the point does
+    [run] = load_runs([results])
+    assert set(load_distributions(run)) == {2, 4}
     entry = run_file(results)["points"][1]
     assert [t["seed"] for t in entry["trials"]] == seeds
     assert all(t["server_before"] is not None for t in entry["trials"])
