@@ -146,17 +146,18 @@ class Worker:
                 return
             if kind is Kind.POINT:
                 point = orjson.loads(body)
-                await self.point(int(point["conc"]), int(point["seed"]), bool(point["fresh"]))
+                await self.point(int(point["conc"]), int(point["seed"]), point["trial"],
+                                 bool(point["fresh"]))
             # a STOP or GO for a point that already ended: nothing to stop
 
-    async def point(self, conc: int, seed: int, fresh: bool) -> None:
-        """One point's share; `seed` is the run's, or a --trials trial's (`fresh`: a trial
-        after the first, which starts on new connections)."""
+    async def point(self, conc: int, seed: int, trial: int | None, fresh: bool) -> None:
+        """One point's share; `seed` and `trial` are the run's, or a --trials trial's
+        (`fresh`: a trial after the first, which starts on new connections)."""
         share = self.config.share
         context, workload = self.context, self.workload
-        if seed != context.spec.seed:
-            context = dataclasses.replace(context, spec=dataclasses.replace(context.spec,
-                                                                            seed=seed))
+        if trial is not None:  # its seed, and its trial in every X-Request-Id
+            context = dataclasses.replace(
+                context, trial=trial, spec=dataclasses.replace(context.spec, seed=seed))
             workload = workload.reseeded(seed)
         fresh_connections = getattr(context.backend, "fresh_connections", None)
         if fresh and fresh_connections is not None:

@@ -167,7 +167,7 @@ class WorkerPool:
 
     async def _measure(self, conc: int, state: _PointState, context: RunContext) -> None:
         # a trial's seed, and whether to drop the trial before's connections first
-        point = {"conc": conc, "seed": context.spec.seed,
+        point = {"conc": conc, "seed": context.spec.seed, "trial": context.trial,
                  "fresh": context.trial is not None and context.trial > 1}
         for handle in state.active:
             handle.send(Kind.POINT, point)

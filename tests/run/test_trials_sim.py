@@ -21,7 +21,18 @@ from loadgen.compare.inputs import load_runs
 from loadgen.metrics.spread import spread
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.trials import trial_seed
-from run.procs import lines_in, loadgen, point, run_file, run_loadgen, simulator, wait_until
+from run.procs import (
+    free_port,
+    lines_in,
+    loadgen,
+    point,
+    run_file,
+    run_loadgen,
+    simulator,
+    start_sim,
+    stop,
+    wait_until,
+)
 
 TINY = ["--isl", "64", "--osl", "16", "--prompts-per-conc", "4", "--encoder", "raw",
         "--no-progress"]
@@ -125,3 +136,28 @@ def test_resume_continues_at_the_first_missing_trial(sim_url: str, tmp_path: Pat
     # trial 1's counters were the earlier attempt's: the pooled server figures are unknown
     assert pooled["server_acceptance_length"] is None
     assert pooled["trial_spread"]["output_throughput"]["n"] == 3
+
+
+def test_trials_on_workers_pool_every_process_of_every_trial(tmp_path: Path) -> None:
+    results, trace = tmp_path / "r", tmp_path / "trace.jsonl"
+    port = free_port()
+    sim = start_sim(port, tmp_path / "sim.log", "--trace", str(trace))
+    try:
+        done = run_loadgen(["--base-url", f"http://127.0.0.1:{port}", "--conc", "4", *TINY,
+                            "--trials", "2", "--workers", "2", "--results", str(results)])
+    finally:
+        stop(sim)
+    assert done.returncode == 0, done.stderr
+    # every request the workers sent names its trial: ids unique over the whole run
+    ids = [orjson.loads(line)["x_request_id"] for line in trace.read_bytes().splitlines()]
+    sent = [i for i in ids if "-c4-" in i]
+    assert len(sent) == len(set(sent)) == 2 * (16 + 8)  # measured + warmup, per trial
+    assert {i.split("-c4-")[1].split("-")[0] for i in sent} == {"t1", "t2"}
+    pooled = point(results, 4)
+    assert pooled["trials"] == 2 and pooled["num_prompts"] == 32
+    assert [len(read_jsonl(results / f"requests_conc_4_trial_{k}.jsonl")) for k in (1, 2)] \
+        == [16, 16]
+    labels = [p["process"] for p in pooled["client_processes"]]
+    assert sum(label.startswith("trial 2: ") for label in labels) == 3  # parent + 2 workers
+    assert pooled["trial_spread"]["output_throughput"]["values"] == [
+        trial(results, 4, k)["output_throughput"] for k in (1, 2)]
