@@ -130,7 +130,8 @@ async def run_sweep(
         return SweepOutcome(results_dir, str(earlier.run.get("run_id")), earlier.points,
                             False, (), nothing_to_resume=True)
     ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
-    progress = ProgressLine(len(spec.conc)) if spec.progress else None
+    # --trials: each trial is a point of its own on the progress line
+    progress = ProgressLine(len(spec.conc) * spec.trials) if spec.progress else None
     hooks = FanoutObserver(observer, progress)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
