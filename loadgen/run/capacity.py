@@ -39,6 +39,7 @@ from loadgen.results.store import ResultsDir
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.sweep import run_sweep
+from loadgen.sinks.run_files import RunFiles
 from loadgen.tokenizer import load_tokenizer
 
 
@@ -77,7 +78,7 @@ async def find_capacity(spec: RunSpec, *, tokenizer: Tokenizer | None = None,
             print(f"loadgen: find-max probe {len(probes) + 1}: {_load(spec, load)}",
                   file=sys.stderr)
             outcome = await run_sweep(probe_spec, tokenizer=tokenizer, backend=server,
-                                      clock=clock, sleep=sleep)
+                                      clock=clock, sleep=sleep, outputs=RunFiles(probe_spec))
             point = outcome.points[-1]
             probe = Probe(load, checks_of(spec.objectives, _figures(
                 spec, point.result, ResultsDir(outcome.results_dir))), point.complete)

@@ -34,12 +34,12 @@ from loadgen.results.point import PointIdentity, PointResult, PointStatus, Sessi
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
-from loadgen.run.client_health import ProcessHealth
+from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
-from loadgen.run.observers import RunObserver
+from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
 from loadgen.run.scheduler import (
     Clock,
     Sleep,
@@ -50,7 +50,6 @@ from loadgen.run.scheduler import (
 )
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import Stop
-from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
@@ -78,6 +77,8 @@ class RunContext:
     watch: ServerWatch | None = None
     # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
     synthesis: tuple[str, str | None] = ("words", None)
+    # the vLLM-format result and the like (a worker process writes none)
+    outputs: RunOutputs = field(default_factory=NoOutputs)
     # --trials: the trial this context measures (1..N; its spec carries the trial's seed),
     # so its files are conc_<N>_trial_<k>.json and requests_conc_<N>_trial_<k>.jsonl
     trial: int | None = None
@@ -163,17 +164,14 @@ class PointRecords:
             write_error = exc
         if self.gauge_watch is not None:
             self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
-        spec = self.run.spec
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
         path = store.point_file(self.conc, self.run.trial)
         try:
             store.write_point(result, self.run.trial)
-            # vLLM writes none when stopped; a trial's point is not the published one
-            if spec.vllm_result is not None and complete and self.run.trial is None:
-                write_vllm_result(self.run.results_dir, result, self.records,
-                                  spec.vllm_result, points=len(spec.conc))
+            if self.run.trial is None:  # a trial's point is not the published one
+                self.run.outputs.point_written(store, result, self.records, complete)
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
@@ -321,7 +319,7 @@ class Point:
             self.loop_lag.stop()
             cpu = time.process_time() - self.cpu_start if self.cpu_start else 0.0
         return ProcessHealth(self.label, self.sent_requests, self.sent_chunks, cpu,
-                             tuple(self.loop_lag.samples))
+                             tuple(self.loop_lag.samples), running_loop_name())
 
     def finalize(self, *, complete: bool, after: Scrape | None,
                  stop: Stop | None = None) -> PointOutcome:

@@ -106,6 +106,13 @@ class Workload:
                                 "carry no output length (only ShareGPT answers and "
                                 "output_tokens do)")
 
+    def with_options(self, options: BodyOptions) -> Workload:
+        """This workload under other body options (the server's, after preflight): the
+        dataset, read and encoded once, and its prompt caches are shared, not rebuilt."""
+        other = copy.copy(self)
+        other.options = options
+        return other
+
     def reseeded(self, seed: int) -> Workload:
         """The same workload drawn with another seed (a --trials trial): the dataset and
         its encoded prompts (cached by line, not by seed) are shared, not read again."""

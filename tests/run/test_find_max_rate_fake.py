@@ -19,7 +19,7 @@ from loadgen.run.backend import OnRecord
 from loadgen.run.capacity import find_capacity
 from loadgen.run.sweep import run_sweep
 from loadgen.workload.plan import RequestSpec
-from run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's fixture)
+from tests.run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's fixture)
     ITL_MS,
     MS,
     TOKENS_PER_CHUNK,

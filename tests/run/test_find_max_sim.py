@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from run.procs import free_port, point, run_loadgen, start_sim, stop
+from tests.support.procs import free_port, point, run_loadgen, start_sim, stop
 
 LIMIT_MS = 100.0
 ARGS = ["--isl", "64", "--osl", "32", "--prompts-per-conc", "3", "--warmup-per-conc", "1",

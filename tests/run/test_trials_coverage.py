@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import math
 from pathlib import Path
+from typing import Any
 
 import orjson
 from tokenizers import Tokenizer
@@ -24,7 +25,7 @@ from loadgen.records import RequestRecord, TokenSource
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import run_sweep
 from loadgen.workload.plan import RequestSpec
-from run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's fixture)
+from tests.run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's fixture)
     ITL_MS,
     MS,
     TOKENS_PER_CHUNK,
@@ -66,7 +67,7 @@ class NoisyServer(ExactServer):
         return record
 
 
-async def _sweep(results: Path, tokens: Tokenizer, seed: int) -> list[dict[str, float]]:
+async def _sweep(results: Path, tokens: Tokenizer, seed: int) -> list[dict[str, Any]]:
     """One sweep of RUNS points, each TRIALS trials of 20 requests: in this fake a TTFT
     does not depend on the concurrency, so its points are RUNS replicates of one
     experiment (each point draws its own prompts), measured in one sweep."""

@@ -21,7 +21,7 @@ from loadgen.compare.inputs import load_runs
 from loadgen.metrics.spread import spread
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.trials import trial_seed
-from run.procs import (
+from tests.support.procs import (
     free_port,
     lines_in,
     loadgen,
@@ -78,6 +78,7 @@ def test_three_trials_write_each_trial_and_the_pooled_point(sim_url: str,
         assert entry["values"] == values
         expected = spread(values)
         assert entry["mean"] == pytest.approx(expected.mean)
+        assert expected.ci_low is not None and expected.ci_high is not None
         assert entry["ci_low"] == pytest.approx(expected.ci_low)
         assert entry["ci_half_width"] == pytest.approx(expected.ci_high - expected.mean)
         assert entry["wide"] is True and entry["n"] == 3
