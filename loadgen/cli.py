@@ -185,6 +185,13 @@ async def _metrics_model_label(spec: RunSpec) -> str:
 
 
 async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
+    if spec.find_max is not None:  # each probe is a run of its own (run/capacity.py)
+        from loadgen.run.capacity import find_capacity
+
+        outcome = await find_capacity(spec)
+        print(f"loadgen: capacity search in {outcome.results_dir}/capacity.json",
+              file=sys.stderr)
+        return 0
     if metrics_port is None:
         return await _run_sweep(spec, None)
     from loadgen.sinks.prometheus import live_metrics

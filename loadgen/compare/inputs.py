@@ -33,8 +33,8 @@ class RunDir:
     def as_input(self) -> RunInput:
         return RunInput(self.name, self.points)
 
-    def requests_file(self, conc: int) -> Path:
-        return ResultsDir(self.path).requests_file(conc)
+    def requests_file(self, conc: int, trial: int | None = None) -> Path:
+        return ResultsDir(self.path).requests_file(conc, trial)
 
     def workload(self) -> dict[str, Any]:
         """What shapes the requests, for `compare`'s mismatch warning: the points' own

@@ -23,6 +23,7 @@ from loadgen import __version__
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.golden import add_golden_flags, golden_fields
 from loadgen.config.load_args import add_load_flags, load_fields
+from loadgen.config.objectives import add_find_max_flags, find_max_fields, parse_slo_flag
 from loadgen.config.parsers import (
     SpecError,
     check_api_key,
@@ -32,7 +33,6 @@ from loadgen.config.parsers import (
     parse_header,
     parse_percentiles,
     parse_shard,
-    parse_slos,
     parse_workers,
 )
 from loadgen.config.session_args import add_session_flags, dataset_format, session_fields
@@ -165,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_flags(p.add_argument_group("sessions (multi-turn, agentic trace replay)"))
     _results_flags(p.add_argument_group("results"))
     add_load_flags(p.add_argument_group("load shape (over-saturation stop, slices, ramp-up)"))
+    add_find_max_flags(p.add_argument_group("capacity search (README: capacity at an SLO)"))
     add_golden_flags(p.add_argument_group("acceptance conformance (InferenceX golden AL)"))
     add_compat_flags(p)
     _scale_flags(p.add_argument_group("scale out (README: workers and shards)"))
@@ -289,10 +290,14 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--spec-tokens", type=int, default=None, metavar="K",
                    help="draft tokens per step for the acceptance rate (default: from the "
                    "server's /metrics)")
-    r.add_argument("--slo", type=_typed(parse_slos), default={}, metavar="M=T,...",
+    r.add_argument("--slo", type=_typed(parse_slo_flag), default={}, metavar="M=T,...",
                    help="goodput SLOs, e.g. ttft=2s,tpot=50ms (metrics ttft, tpot, itl, e2el; "
-                   "units us, ms, s; bare numbers are ms) (default: none: no goodput "
-                   "figure)")
+                   "units us, ms, s; bare numbers are ms); with --find-max also objectives "
+                   "per percentile, ttft:p99=2s (plain M=T: p99) (default: none: no "
+                   "goodput figure)")
+    r.add_argument("--trials", type=int, default=1, metavar="N",
+                   help="measure every point N times (fresh connections, a seed per trial) "
+                   "and report each headline figure's mean, sd, CV and 95%% CI (default: 1)")
     r.add_argument("--percentiles", type=_typed(parse_percentiles), default=None,
                    metavar="P,...",
                    help="percentiles to report (default: 50,90,99,99.9; session runs add "
@@ -371,7 +376,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         dataset=args.dataset, request_rate=args.request_rate,
         burstiness=args.burstiness, temperature=args.temperature, top_p=args.top_p,
         seed=args.seed,
-        num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, slos_ms=args.slo,
+        num_gpus=args.num_gpus, spec_tokens=args.spec_tokens, **find_max_fields(args),
         request_timeout_s=args.request_timeout,
         http_timeout_s=args.http_timeout, stream_idle_timeout_s=args.stream_idle_timeout,
         results_dir=results,
@@ -383,6 +388,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         extra_body=args.extra_body, workers=args.workers,
         cpu_affinity=tuple(args.cpu_affinity), shard_index=args.shard[0],
         shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,
+        trials=args.trials,
         resume=args.resume is not None, overwrite=args.overwrite,
         http_client=args.http_client, **compat, **session_fields(args, fmt),
         **golden_fields(args, args.thinking or "thinking", args.spec_tokens),

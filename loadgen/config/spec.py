@@ -16,6 +16,7 @@ from typing import Any, Literal
 from encoders import ENCODERS
 from loadgen.config.golden import GoldenAL
 from loadgen.config.load_args import check_load_shape, stage_request_bound
+from loadgen.config.objectives import FIND_MAX_KINDS, Objective, Resolution
 from loadgen.config.parsers import (
     CONTROL_CHARS,
     MAX_CONC,
@@ -46,6 +47,7 @@ VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "clie
 # no byte for DEFAULT_STREAM_IDLE_TIMEOUT_S (time to first byte included) is a timeout.
 DEFAULT_HTTP_TIMEOUT_S = 30.0
 DEFAULT_STREAM_IDLE_TIMEOUT_S = 300.0
+MAX_TRIALS = 100
 MAX_SEED = 2**63 - 1  # numpy's SeedSequence takes any such int, vLLM's request seed an int64
 # A dataset is read into memory whole, and each conversation is tokenized in one piece
 # (~1.4 s and ~130 MB of RSS per MB of text): bound both before reading a byte of it.
@@ -139,6 +141,13 @@ class RunSpec:
     shard_count: int = 1
     shard_sync: Path | None = None  # a directory all shards share: start points together
     server_pid: int | None = None  # stop the sweep when this process dies or stays stopped
+    trials: int = 1  # --trials N: each point measured N times (run/trials.py)
+    # --find-max conc|rate: the capacity search (run/capacity.py), its objectives (the
+    # --slo percentile forms), when it stops, and --find-max rate's rates
+    find_max: str | None = None
+    objectives: tuple[Objective, ...] = ()
+    find_max_resolution: Resolution | None = None
+    rate_range: tuple[float, float] | None = None
     resume: bool = False  # continue the interrupted sweep in results_dir
     overwrite: bool = False  # replace the earlier run's files in results_dir
     http_client: str = "native"  # the measured streams' client (see HTTP_CLIENTS)
@@ -212,6 +221,7 @@ def validate(spec: RunSpec) -> None:
     _validate_processes(spec)
     _validate_run_level(spec)
     _validate_sessions(spec)
+    _validate_find_max(spec)
     if spec.vllm_result is not None:
         _validate_vllm_result(spec.vllm_result)
 
@@ -311,9 +321,36 @@ def _validate_processes(spec: RunSpec) -> None:
            f"--shard {spec.shard_index}/{spec.shard_count}: need 0 <= I < N")
     _check(spec.shard_sync is None or spec.shard_count > 1,
            "--shard-sync lines up the shards of a --shard I/N run: use it with --shard")
+    _check(1 <= spec.trials <= MAX_TRIALS, f"--trials {spec.trials}: must be in 1..{MAX_TRIALS}")
+    # A shard's trials would be pooled before `loadgen merge` sees them, and a session
+    # point's figures are per session: neither is pooled over trials (yet).
+    _check(spec.trials == 1 or spec.shard_count == 1,
+           "--trials with --shard: not supported; run the trials as separate sharded runs")
+    _check(spec.trials == 1 or not spec.sessions,
+           "--trials with a session run (--turns, multi-turn or trace datasets): not "
+           "supported; run it N times with different --seed")
     _check(not spec.cpu_affinity or spec.workers != 1,
            "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
            "auto), or start a single process under taskset")
+
+
+def _validate_find_max(spec: RunSpec) -> None:
+    if spec.find_max is None:
+        return
+    _check(spec.find_max in FIND_MAX_KINDS, f"--find-max {spec.find_max!r}: conc or rate")
+    _check(bool(spec.objectives), "--find-max: give the objectives with --slo")
+    _check(spec.find_max != "conc" or len(spec.conc) > 1,
+           "--find-max conc: --conc gives the range to search: LOW..HIGH or a list")
+    _check(spec.find_max != "rate" or spec.rate_range is not None,
+           "--find-max rate: give the rates to search with --rate-range LOW..HIGH")
+    _check(spec.request_rate is None or spec.find_max != "rate",
+           "--find-max rate sets each probe's rate: drop --request-rate")
+    reported = {50.0, *spec.percentiles}
+    missing = [o.name for o in spec.objectives if o.percentile not in reported]
+    _check(not missing, f"--slo {', '.join(missing)}: that percentile is not reported; add "
+           "it to --percentiles")
+    _check(not spec.sessions and spec.shard_count == 1,
+           "--find-max: not with session runs or --shard")
 
 
 def _validate_vllm_result(options: VllmResultOptions) -> None:

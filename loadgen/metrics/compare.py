@@ -21,10 +21,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.metrics.acceptance import published_acceptance_length
+from loadgen.metrics.spread import Spread, within_noise
 
 Result = Mapping[str, Any]
 
@@ -62,6 +63,11 @@ class PointRow:
     ratios: Mapping[str, float | None]  # value / baseline value; None when either is unknown
     complete: bool
     acceptance_source: str | None = None  # where values["acceptance_length"] came from
+    # --trials: the 95 % CI half-width of each metric (None without trials), and whether
+    # the interval overlaps the baseline's (None unless both points have intervals): a
+    # difference the trials cannot tell from noise is said so, not given as a bare ratio
+    halves: Mapping[str, float | None] = field(default_factory=dict)
+    noise: Mapping[str, bool | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +151,34 @@ def metric_values(result: Result, throughput: str) -> dict[str, float | None]:
     return values
 
 
+def metric_spreads(result: Result, throughput: str) -> dict[str, Spread | None]:
+    """Each metric's trial interval (the point file's `trial_spread`), None without one."""
+    spreads = result.get("trial_spread")
+    found: dict[str, Spread | None] = {}
+    for key, name in METRIC_FIELDS.items():
+        entry = spreads.get(name or throughput) if isinstance(spreads, Mapping) else None
+        found[key] = _spread(entry) if isinstance(entry, Mapping) else None
+    return found
+
+
+def _spread(entry: Mapping[str, Any]) -> Spread | None:
+    mean, low, high = (_number(entry.get(k)) for k in ("mean", "ci_low", "ci_high"))
+    if mean is None or low is None or high is None:
+        return None
+    n = entry.get("n")
+    return Spread(n if isinstance(n, int) else 0, mean, _number(entry.get("std")),
+                  _number(entry.get("cv")), low, high, bool(entry.get("wide")))
+
+
+def noise_of(mine: Mapping[str, Spread | None],
+             base: Mapping[str, Spread | None]) -> dict[str, bool | None]:
+    found: dict[str, bool | None] = {}
+    for key, spread in mine.items():
+        other = base.get(key)
+        found[key] = None if spread is None or other is None else within_noise(spread, other)
+    return found
+
+
 def pareto_frontier(points: Sequence[FrontierPoint]) -> tuple[FrontierPoint, ...]:
     """The points no other point beats in both interactivity and throughput, ascending in
     interactivity (so descending in throughput)."""
@@ -211,14 +245,19 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
     rows = []
     for conc in concs:
         base_values = metric_values(base.points[conc], field) if conc in base.points else {}
+        base_spreads = metric_spreads(base.points[conc], field) if conc in base.points else {}
         for run in runs:
             if conc not in run.points:
                 continue
             values = metric_values(run.points[conc], field)
+            spreads = metric_spreads(run.points[conc], field)
             rows.append(PointRow(conc, run.name, values,
                                  {k: ratio(v, base_values.get(k)) for k, v in values.items()},
                                  run.points[conc].get("complete") is not False,
-                                 published_acceptance_length(run.points[conc])[1]))
+                                 published_acceptance_length(run.points[conc])[1],
+                                 {k: None if s is None or s.ci_high is None else s.ci_high - s.mean
+                                  for k, s in spreads.items()},
+                                 noise_of(spreads, base_spreads)))
     all_points = {run.name: _points(run, field) for run in runs}
     frontiers = {name: pareto_frontier(points) for name, points in all_points.items()}
     matched: list[MatchedPoint] = []

@@ -12,9 +12,9 @@ spelling is produced or read.
 from __future__ import annotations
 
 import re
-import typing
+import types
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, get_origin
 
 import msgspec
 
@@ -200,6 +200,31 @@ class SliceMetrics(msgspec.Struct, frozen=True, kw_only=True):
     kv_cache_usage_mean: float | None
 
 
+class FigureSpread(msgspec.Struct, frozen=True, kw_only=True):
+    """One headline figure over a point's trials (metrics/spread.py): each trial's value
+    and the Student-t 95 % interval of their mean."""
+
+    values: list[float | None]  # trial 1..N's own value (None: that trial had none)
+    n: int  # trials with a value
+    mean: float | None
+    std: float | None
+    cv: float | None
+    ci_low: float | None
+    ci_high: float | None
+    ci_half_width: float | None
+    wide: bool  # fewer than 5 trials: the interval is honest but wide
+
+
+class TrialSpread(msgspec.Struct, frozen=True, kw_only=True):
+    """--trials N: how the point moved between its N trials (docs/results.md, "Trials")."""
+
+    trials: int
+    trial_seeds: list[int]
+    trial_files: list[str]
+    trial_ci_method: str
+    trial_spread: dict[str, FigureSpread]  # PointMetrics field name -> its spread
+
+
 class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     """One point, as every producer builds it (run/assemble.py) and every reader gets it."""
 
@@ -216,6 +241,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     sessions: SessionMetrics | None = None
     energy: EnergyMetrics | None = None
     slices: list[SliceMetrics] | None = None  # --slice-duration
+    trials: TrialSpread | None = None
 
     @property
     def conc(self) -> int:
@@ -227,18 +253,19 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # A nested Struct is a group of the flat file's keys; `session_history` marks a session
-# point and `power_valid` a point with --gpu-metrics (the optional groups).
+# point, `power_valid` a point with --gpu-metrics and `trial_seeds` a point pooled over
+# --trials (the optional groups).
 _OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {SessionMetrics: "session_history",
-                                                      EnergyMetrics: "power_valid"}
+                                                      EnergyMetrics: "power_valid",
+                                                      TrialSpread: "trial_seeds"}
 _EXTRA = "extra_percentiles"
 
 
 def _group_type(annotation: Any) -> type[msgspec.Struct] | None:
-    """The Struct a field holds (`X` or `X | None`), None for a plain value (a list of
-    Structs is a value: `gpu_energy`)."""
-    if typing.get_origin(annotation) in (list, dict):
-        return None
-    options = getattr(annotation, "__args__", (annotation,))
+    """The Struct a field holds (`X` or `X | None`), None for a plain value (a list or a
+    `dict[str, X]` of Structs too: that is one value, `gpu_energy`, `slices`)."""
+    union = isinstance(annotation, types.UnionType) or get_origin(annotation) is Union
+    options = annotation.__args__ if union else (annotation,)
     for option in options:
         if isinstance(option, type) and issubclass(option, msgspec.Struct):
             return option

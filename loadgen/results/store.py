@@ -4,6 +4,12 @@
     conc_<N>.json               one point's PointResult (results/point.py)
     requests_conc_<N>.jsonl     one record per finished request (results/jsonl.py)
     gpu_power_conc_<N>.csv      one point's --gpu-metrics samples, nvidia-smi's CSV layout
+    conc_<N>_trial_<k>.json     --trials: trial k's own PointResult (k = 1..N); conc_<N>.json
+                                is then the point pooled over its trials (run/trials.py)
+    requests_conc_<N>_trial_<k>.jsonl  --trials: trial k's records (no pooled JSONL: the
+                                trials' files are the records)
+    capacity.json               --find-max: the capacity search's answer (run/capacity.py)
+    find_max_<kind>_<load>/     --find-max: each probe's own results directory
     sweep.csv, sweep.png        the sweep table and plot, complete points only
     simulator.log               the embedded simulator's log (--sim), first attempt
     simulator_attempt<K>.log    ... of attempt K (the K-1th --resume): earlier logs kept
@@ -26,6 +32,7 @@ import msgspec
 import orjson
 
 from loadgen.records import RequestRecord
+from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import read_jsonl
 from loadgen.results.point import PointResult, ResultFileError, field_message, point_from_json
@@ -37,6 +44,8 @@ SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 SIMULATOR_LOG = "simulator.log"
 SIMULATOR_LOG_GLOB = "simulator_attempt*.log"
+CAPACITY_FILE = "capacity.json"
+PROBE_PREFIX = "find_max_"
 INCOMPLETE_DIR = "incomplete"
 POINT_GLOB = "conc_*.json"
 REQUESTS_GLOB = "requests_conc_*.jsonl"
@@ -75,14 +84,41 @@ class ResultsDir:
         run's simulator must not overwrite the log (and warnings) of the one before."""
         return self.simulator_log if attempt <= 1 else self.path / f"simulator_attempt{attempt}.log"
 
-    def point_file(self, conc: int) -> Path:
-        return self.path / f"conc_{conc}.json"
+    @property
+    def capacity_file(self) -> Path:
+        return self.path / CAPACITY_FILE
 
-    def gpu_power_file(self, conc: int) -> Path:
-        return self.path / f"gpu_power_conc_{conc}.csv"
+    def point_file(self, conc: int, trial: int | None = None) -> Path:
+        """conc_<N>.json, or trial k's conc_<N>_trial_<k>.json (--trials)."""
+        return self.path / f"conc_{conc}{_trial_suffix(trial)}.json"
 
-    def requests_file(self, conc: int) -> Path:
-        return self.path / f"requests_conc_{conc}.jsonl"
+    def gpu_power_file(self, conc: int, trial: int | None = None) -> Path:
+        return self.path / f"gpu_power_conc_{conc}{_trial_suffix(trial)}.csv"
+
+    def requests_file(self, conc: int, trial: int | None = None) -> Path:
+        return self.path / f"requests_conc_{conc}{_trial_suffix(trial)}.jsonl"
+
+    def read_trial_point(self, conc: int, trial: int) -> PointResult:
+        path = self.point_file(conc, trial)
+        result = point_from_json(read_json(path), str(path))
+        if result.conc != conc:
+            raise ResultFileError(f"{path}: field 'max_concurrency' is {result.conc}, not "
+                                  f"{conc} as its name says")
+        return result
+
+    def probe_dir(self, kind: str, load: float) -> Path:
+        """--find-max: a probe's own results directory (`find_max_conc_16`,
+        `find_max_rate_12.5`)."""
+        return self.path / f"{PROBE_PREFIX}{kind}_{load:g}"
+
+    def probe_dirs(self) -> list[Path]:
+        return sorted(p for p in self.path.glob(f"{PROBE_PREFIX}*") if p.is_dir())
+
+    def write_capacity(self, capacity: CapacityResult) -> Path:
+        """capacity.json (results/capacity.py)."""
+        data = orjson.dumps(msgspec.to_builtins(capacity), option=orjson.OPT_INDENT_2
+                            | orjson.OPT_APPEND_NEWLINE)
+        return write_atomic(self.capacity_file, data)
 
     def incomplete(self, run_id: str) -> Path:
         return self.path / INCOMPLETE_DIR / run_id
@@ -92,10 +128,10 @@ class ResultsDir:
         found = (_POINT_NAME.match(p.name) for p in self.path.glob(POINT_GLOB))
         return sorted(int(m[1]) for m in found if m)
 
-    def write_point(self, result: PointResult) -> Path:
+    def write_point(self, result: PointResult, trial: int | None = None) -> Path:
         data = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2
                             | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)
-        return write_atomic(self.point_file(result.conc), data)
+        return write_atomic(self.point_file(result.conc, trial), data)
 
     def read_point(self, conc: int) -> PointResult:
         path = self.point_file(conc)
@@ -108,8 +144,8 @@ class ResultsDir:
     def read_points(self) -> dict[int, PointResult]:
         return {conc: self.read_point(conc) for conc in self.point_concs()}
 
-    def read_records(self, conc: int) -> list[RequestRecord]:
-        path = self.requests_file(conc)
+    def read_records(self, conc: int, trial: int | None = None) -> list[RequestRecord]:
+        path = self.requests_file(conc, trial)
         try:
             return read_jsonl(path)
         except OSError as exc:
@@ -122,6 +158,10 @@ class ResultsDir:
             raise ResultFileError(f"{self.run_file}: not a loadgen run.json (a JSON "
                                   f"{type(run).__name__}, expected an object)")
         return run
+
+
+def _trial_suffix(trial: int | None) -> str:
+    return "" if trial is None else f"_trial_{trial}"
 
 
 def read_json(path: Path) -> Any:

@@ -129,6 +129,12 @@ class HttpBackend:
     async def scrape(self) -> Scrape:
         return await scrape_all(self.session, self.metrics_urls)
 
+    def fresh_connections(self) -> int:
+        """Close the measured streams' idle connections (--trials: each trial opens its
+        own in its warmup). aiohttp's pool has no such call: it keeps its connections."""
+        streams = self.streams
+        return streams.drop_idle() if isinstance(streams, NativeStreams) else 0
+
     def gauge_watch(self) -> GaugeWatch | None:
         spec = self.spec
         if not spec.server_metrics and spec.slice_duration_s is None:

@@ -15,6 +15,8 @@ def new_run_id(now_unix: float, token: str | None = None) -> str:
     return f"{stamp}-{token or secrets.token_hex(3)}"
 
 
-def x_request_id(run_id: str, conc: int, index: int, *, warmup: bool = False) -> str:
-    """The X-Request-Id of a request: unique per run, matchable against the server's trace."""
-    return f"{run_id}-c{conc}-{'w' if warmup else ''}{index}"
+def x_request_id(run_id: str, conc: int, index: int, *, warmup: bool = False,
+                 trial: int | None = None) -> str:
+    """The X-Request-Id of a request: unique per run, matchable against the server's trace
+    (`-t<k>`: --trials' trial k)."""
+    return f"{run_id}-c{conc}{'' if trial is None else f'-t{trial}'}-{'w' if warmup else ''}{index}"

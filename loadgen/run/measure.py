@@ -19,7 +19,8 @@ from loadgen.sinks.run_files import RunFiles
 async def measure(spec: RunSpec, *, observer: RunObserver | None = None,
                   tokenizer: Tokenizer | None = None) -> SweepOutcome:
     """`run_sweep` with the progress line (unless spec.progress is off) and RunFiles."""
-    progress = ProgressLine(len(spec.conc)) if spec.progress else None
+    # --trials: each trial is a point of its own on the progress line
+    progress = ProgressLine(len(spec.conc) * spec.trials) if spec.progress else None
     try:
         return await run_sweep(spec, observer=FanoutObserver(observer, progress),
                                tokenizer=tokenizer, outputs=RunFiles(spec))

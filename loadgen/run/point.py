@@ -85,6 +85,9 @@ class RunContext:
     outputs: RunOutputs = field(default_factory=NoOutputs)
     # the log of the simulator loadgen started (--sim): its lateness goes into each point
     simulator_log: SimulatorLog | None = None
+    # --trials: the trial this context measures (1..N; its spec carries the trial's seed),
+    # so its files are conc_<N>_trial_<k>.json and requests_conc_<N>_trial_<k>.jsonl
+    trial: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +120,7 @@ class PointRecords:
         self.warmup = warmup
         self.slots = slots  # this run's slots of the point: conc, or its shard's share
         self.records: list[RequestRecord] = []
-        path = ResultsDir(run.results_dir).requests_file(conc)
+        path = ResultsDir(run.results_dir).requests_file(conc, run.trial)
         self.sink = JsonlSink(path)  # a fresh file: results_dir.prepare() cleared the way
         self.before = Scrape()
         self.gauge_watch: GaugeWatch | None = None
@@ -195,13 +198,14 @@ class PointRecords:
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
-        path = store.point_file(self.conc)
+        path = store.point_file(self.conc, self.run.trial)
         try:
-            store.write_point(result)
+            store.write_point(result, self.run.trial)
             if self.power_series is not None:
-                write_gpu_power_csv(store.gpu_power_file(self.conc), self.power_series,
-                                    self.records)
-            self.run.outputs.point_written(store, result, self.records, complete)
+                write_gpu_power_csv(store.gpu_power_file(self.conc, self.run.trial),
+                                    self.power_series, self.records)
+            if self.run.trial is None:  # a trial's point is not the published one
+                self.run.outputs.point_written(store, result, self.records, complete)
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
@@ -231,11 +235,7 @@ class PointRecords:
         by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
                                 self.gauges) if spec.server_metrics and after else None
         # A shard's own result: the steady window is that of its own slots.
-        ctx = PointContext(conc=self.slots, input_len=spec.isl, output_len=spec.osl,
-                           spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
-                           percentiles=spec.percentiles, num_gpus=spec.num_gpus,
-                           stream_interval=sim_stream_interval(spec.sim_args)
-                           if spec.sim else None, golden=spec.golden_al)
+        ctx = point_context(spec, self.slots)
         sessions = (self.extra(self.records, self.before.total, server_after)
                     if self.extra is not None else None)
         parts = PointParts(
@@ -279,6 +279,15 @@ class PointRecords:
             ramp_up_start_rps=spec.ramp_up_start_rps, ramp_up_end_rps=spec.ramp_up_end_rps,
             loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check)
+
+
+def point_context(spec: RunSpec, slots: int) -> PointContext:
+    """What summarize needs of the run for a point sent from `slots` slots."""
+    return PointContext(conc=slots, input_len=spec.isl, output_len=spec.osl,
+                        spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
+                        percentiles=spec.percentiles, num_gpus=spec.num_gpus,
+                        stream_interval=sim_stream_interval(spec.sim_args)
+                        if spec.sim else None, golden=spec.golden_al)
 
 
 def point_status(complete: bool, stop: Stop | None) -> PointStatus:
@@ -411,7 +420,8 @@ class Point:
             await watch.admit()
         record = await self.run.backend.send(
             request, x_request_id=x_request_id(self.run.run_id, self.plan.conc,
-                                               request.index, warmup=True),
+                                               request.index, warmup=True,
+                                               trial=self.run.trial),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=_discard)
         if watch is not None:
             watch.observe(record)
@@ -424,7 +434,8 @@ class Point:
             await self.run.watch.admit()
         self.run.hooks.request_started(self.plan.conc)
         return await self.run.backend.send(
-            request, x_request_id=x_request_id(self.run.run_id, self.plan.conc, request.index),
+            request, x_request_id=x_request_id(self.run.run_id, self.plan.conc, request.index,
+                                               trial=self.run.trial),
             conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=self._on_record)
 
     def _on_record(self, record: RequestRecord) -> None:

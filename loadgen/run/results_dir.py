@@ -37,6 +37,7 @@ from loadgen.results.store import (
     check_run,
 )
 from loadgen.run.point import PointOutcome
+from loadgen.run.trials import trials_kept
 
 _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
 _RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG, SIMULATOR_LOG_GLOB,
@@ -45,7 +46,7 @@ _RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG, SIMULATOR_LOG
 # and how the run is driven, not what is measured. (A restarted server has a new pid.)
 # run.json's per-point extras (run/point.py), kept for `loadgen merge`
 _FACTS = ("clock", "server_before", "server_after", "server_before_by_url",
-          "server_after_by_url")
+          "server_after_by_url", "trials")
 _NOT_COMPARED = frozenset({"results_dir", "progress", "resume", "overwrite", "server_pid"})
 
 
@@ -129,13 +130,19 @@ def _resume(directory: Path, spec: RunSpec) -> Earlier:
     return Earlier(run, tuple(sorted(points, key=lambda p: spec.conc.index(p.conc))), remaining)
 
 
-def set_aside(directory: Path, earlier: Earlier) -> None:
+def set_aside(directory: Path, earlier: Earlier, trials: int = 1) -> None:
     """Move the files of the points about to be measured again to incomplete/<run_id>/:
-    they were measured, so they are kept, but out of the new attempt's way."""
+    they were measured, so they are kept, but out of the new attempt's way. With
+    --trials, a point's leading complete trials stay (the point resumes after them)."""
     attempt = str(earlier.run.get("run_id") or "earlier")
     store = ResultsDir(directory)
     for conc in earlier.remaining:
-        for name in (store.point_file(conc).name, store.requests_file(conc).name):
+        kept = trials_kept(store, conc, trials) if trials > 1 else 0
+        again = range(kept + 1, trials + 1) if trials > 1 else ()
+        names = [store.point_file(conc).name, store.requests_file(conc).name,
+                 *(f(conc, k).name for k in again
+                   for f in (store.point_file, store.requests_file))]
+        for name in names:
             if (directory / name).exists():
                 aside = directory / INCOMPLETE_DIR / attempt
                 try:

@@ -61,6 +61,7 @@ from loadgen.run.stops import (
     run_level_error,
     stop_of,
 )
+from loadgen.run.trials import Measure, run_trials
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload, synthesis_of
@@ -252,7 +253,7 @@ class _Sweep:
                              synthesis_of(self.spec, self.tokenizer), self.outputs,
                              backend.simulator_log if isinstance(backend, HttpBackend) else None)
         if self.earlier is not None:
-            results_files.set_aside(self.results_dir, self.earlier)
+            results_files.set_aside(self.results_dir, self.earlier, self.spec.trials)
         self.began = True
         self._write_run_file(None, final=False)
         async with asyncio.TaskGroup() as group:
@@ -278,17 +279,30 @@ class _Sweep:
                 self._record(outcome)
                 self._point_done(outcome)
                 continue
-            keep = share.owner(conc) if share.shards > 1 else None
-            plan = await asyncio.to_thread(workload.point, conc, keep)
-            self.current = Point(context, plan, slots=len(share.slots(conc)),
-                                 label=share.label)
-            outcome = await self.current.run_to_end()
-            self.current = None
+
+            async def here(at: RunContext, conc: int = conc) -> PointOutcome:
+                keep = share.owner(conc) if share.shards > 1 else None
+                trial_workload = workload.reseeded(at.spec.seed) if at.trial else workload
+                plan = await asyncio.to_thread(trial_workload.point, conc, keep)
+                self.current = Point(at, plan, slots=len(share.slots(conc)), label=share.label)
+                outcome = await self.current.run_to_end()
+                self.current = None
+                return outcome
+
+            outcome = await self._trials(context, conc, here)
             self._record(outcome)
             self._point_done(outcome)
             if outcome.result.status.stop_reason == SATURATED:
                 _say_saturated(outcome, self.todo)
                 return
+
+    async def _trials(self, context: RunContext, conc: int, measure: Measure) -> PointOutcome:
+        """The point, or with --trials its N trials and the pooled point (run/trials.py)."""
+        if self.spec.trials == 1:
+            return await measure(context)
+        backend = self.backend
+        fresh = getattr(backend, "fresh_connections", None)  # fakes in tests have none
+        return await run_trials(context, conc, measure, fresh or (lambda: None))
 
     async def _run_on_workers(self, context: RunContext) -> None:
         from loadgen.run.workers import worker_pool
@@ -296,8 +310,20 @@ class _Sweep:
         async with worker_pool(context) as pool:
             for conc in self.todo:
                 self.at = conc
-                await pool.run_point(conc, self._record)
-                self._point_done(self.points[-1])
+
+                async def on_workers(at: RunContext, conc: int = conc) -> PointOutcome:
+                    got: list[PointOutcome] = []
+                    try:
+                        await pool.run_point(conc, got.append, context=at)
+                    finally:  # a stopped point (or trial) is kept as it is
+                        if len(got) and (not got[-1].complete or at.trial is None):
+                            self._record(got[-1])
+                    return got[-1]
+
+                outcome = await self._trials(context, conc, on_workers)
+                if self.spec.trials > 1:
+                    self._record(outcome)
+                self._point_done(outcome)
 
     def _record(self, outcome: PointOutcome) -> None:
         self.points.append(outcome)
@@ -334,8 +360,10 @@ class _Sweep:
         parts = []
         point_file = ResultsDir(self.results_dir).point_file(where).name if where else ""
         if where is not None:
-            kept = any(p.conc == where and p.result.identity.run_id == self.run_id
-                       for p in self.points)
+            mine = [p for p in self.points
+                    if p.conc == where and p.result.identity.run_id == self.run_id]
+            kept = bool(mine)
+            point_file = mine[-1].path.name if mine else point_file  # a trial's own file
             parts.append(f"conc {where} stopped during its warmup (nothing measured)"
                          if not kept else f"conc {where} stopped" if point_file in
                          self.unwritten else f"{point_file} is kept marked complete: false")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import pickle
 import signal
@@ -144,13 +145,25 @@ class Worker:
             if kind is Kind.EXIT:
                 return
             if kind is Kind.POINT:
-                await self.point(int(orjson.loads(body)["conc"]))
+                point = orjson.loads(body)
+                await self.point(int(point["conc"]), int(point["seed"]), point["trial"],
+                                 bool(point["fresh"]))
             # a STOP or GO for a point that already ended: nothing to stop
 
-    async def point(self, conc: int) -> None:
+    async def point(self, conc: int, seed: int, trial: int | None, fresh: bool) -> None:
+        """One point's share; `seed` and `trial` are the run's, or a --trials trial's
+        (`fresh`: a trial after the first, which starts on new connections)."""
         share = self.config.share
-        plan = await asyncio.to_thread(self.workload.point, conc, share.owner(conc))
-        point = Point(self.context, plan, slots=len(share.slots(conc)),
+        context, workload = self.context, self.workload
+        if trial is not None:  # its seed, and its trial in every X-Request-Id
+            context = dataclasses.replace(
+                context, trial=trial, spec=dataclasses.replace(context.spec, seed=seed))
+            workload = workload.reseeded(seed)
+        fresh_connections = getattr(context.backend, "fresh_connections", None)
+        if fresh and fresh_connections is not None:
+            fresh_connections()
+        plan = await asyncio.to_thread(workload.point, conc, share.owner(conc))
+        point = Point(context, plan, slots=len(share.slots(conc)),
                       on_record=self.link.record, label=share.label)
         stopped = await _until_stopped(point.warm_up(), self.commands)
         if not stopped:

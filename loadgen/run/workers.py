@@ -130,12 +130,15 @@ class WorkerPool:
     current: PointRecords | None = None
     write_error: ResultsWriteError | None = None  # a record the parent could not write
 
-    async def run_point(self, conc: int, keep: Callable[[PointOutcome], None]) -> None:
+    async def run_point(self, conc: int, keep: Callable[[PointOutcome], None], *,
+                        context: RunContext | None = None) -> None:
         """Run one point on the workers; its outcome goes to `keep`, also when the point
-        is interrupted or a worker dies (then CancelledError or WorkerDied follows)."""
-        spec, shard_slots = self.context.spec, self.share.shard_slots(conc)
+        is interrupted or a worker dies (then CancelledError or WorkerDied follows).
+        `context`: a --trials trial's (its seed, its files), else the run's."""
+        context = context or self.context
+        spec, shard_slots = context.spec, self.share.shard_slots(conc)
         recorded = PointRecords(
-            self.context, conc, planned=requests_in(spec.measured_requests(conc), conc,
+            context, conc, planned=requests_in(spec.measured_requests(conc), conc,
                                                     shard_slots),
             warmup=requests_in(spec.warmup_requests(conc), conc, shard_slots),
             slots=len(shard_slots))
@@ -143,7 +146,7 @@ class WorkerPool:
         self.current = recorded
         watch = self.context.watch
         try:
-            await self._measure(conc, state)
+            await self._measure(conc, state, context)
             if watch is not None:  # never complete while the server may be gone
                 await watch.settled()
             keep(state.finalize(complete=True, after=await recorded.scrape_after()))
@@ -162,9 +165,12 @@ class WorkerPool:
         finally:
             self.current = None
 
-    async def _measure(self, conc: int, state: _PointState) -> None:
+    async def _measure(self, conc: int, state: _PointState, context: RunContext) -> None:
+        # a trial's seed, and whether to drop the trial before's connections first
+        point = {"conc": conc, "seed": context.spec.seed, "trial": context.trial,
+                 "fresh": context.trial is not None and context.trial > 1}
         for handle in state.active:
-            handle.send(Kind.POINT, {"conc": conc})
+            handle.send(Kind.POINT, point)
         for body in (await self._collect(state.active, Kind.WARM)).values():
             state.warmup_failed += int(body["warmup_failed"])
         if self.context.barrier is not None:

@@ -48,12 +48,22 @@ def times(value: float | None) -> str:
     return "" if value is None else f"x{value:.2f}"
 
 
+def ratio_text(row: PointRow, key: str) -> str:
+    """`x1.75`, or `within noise (x1.02)` when both points' trial intervals overlap."""
+    text = times(row.ratios[key])
+    return f"within noise ({text})" if text and row.noise.get(key) else text
+
+
 def _cell(row: PointRow, key: str, baseline: str) -> str:
-    text = number(row.values[key], {**COLUMNS, **ENERGY_COLUMNS}[key][1])
+    digits = {**COLUMNS, **ENERGY_COLUMNS}[key][1]
+    text = number(row.values[key], digits)
+    half = row.halves.get(key)
+    if half is not None and row.values[key] is not None:
+        text += f" ±{half:,.{digits}f}"  # --trials: the 95 % CI half-width
     if key == "acceptance_length":
         text += al_mark(row.acceptance_source)  # the stream's was void: the server's AL
     if row.run != baseline and row.ratios[key] is not None:
-        text += f" {times(row.ratios[key])}"
+        text += f" {ratio_text(row, key)}"
     return text
 
 
@@ -106,7 +116,7 @@ def summary_lines(comparison: Comparison) -> list[str]:
     lines = []
     base = comparison.baseline
     for run in comparison.runs[1:]:
-        speedups = [f"{row.conc} {times(row.ratios['throughput'])}" for row in comparison.rows
+        speedups = [f"{row.conc} {ratio_text(row, 'throughput')}" for row in comparison.rows
                     if row.run == run and row.ratios["throughput"] is not None]
         lines.append(f"{run} / {base} throughput at matched concurrency: "
                      f"{', '.join(speedups) or 'no common concurrency'}")
@@ -130,6 +140,9 @@ def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = (),
                       workload_mismatch: str | None = None) -> str:
     head = (f"baseline: {comparison.baseline} (ratios x are run / baseline at the same "
             "concurrency)")
+    if any(row.halves.get(k) is not None for row in comparison.rows for k in COLUMNS):
+        head += ("\n±: the 95 % CI half-width over --trials; 'within noise': the run's and "
+                 "the baseline's intervals overlap")
     lines = [head, *([f"WARNING: {workload_mismatch}"] if workload_mismatch else []), ""]
     for conc in comparison.concs:
         lines += _block(comparison, conc)
@@ -151,6 +164,8 @@ def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str,
         for key in METRIC_FIELDS:
             line[key] = row.values[key]
             line[f"{key}_ratio"] = row.ratios[key]
+            line[f"{key}_ci95_half"] = row.halves.get(key)
+            line[f"{key}_within_noise"] = row.noise.get(key)
         line["acceptance_length_source"] = row.acceptance_source
         rows.append(line)
     return rows
@@ -158,7 +173,8 @@ def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str,
 
 def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str, str]) -> Path:
     columns = ["conc", "run", "path", "complete"] + [
-        name for key in METRIC_FIELDS for name in (key, f"{key}_ratio")] + [
+        name for key in METRIC_FIELDS for name in (key, f"{key}_ratio", f"{key}_ci95_half",
+                                                   f"{key}_within_noise")] + [
         "acceptance_length_source"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")

@@ -99,6 +99,9 @@ def _ratio_cell(row: PointRow, key: str, baseline: str) -> str:
     better = value > 1 if key not in LOWER_IS_BETTER else value < 1
     tone = "" if abs(value - 1) < 0.05 or key == "acceptance_length" else (
         " up" if better else " down")
+    if row.noise.get(key):  # --trials: the intervals overlap
+        return (f'<td class="num ratio" data-field="{key}_ratio" data-value="{value!r}" '
+                f'title="the 95 % CIs over the trials overlap">within noise (x{value:.2f})</td>')
     return (f'<td class="num ratio{tone}" data-field="{key}_ratio" data-value="{value!r}">'
             f"x{value:.2f}</td>")
 

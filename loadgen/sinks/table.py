@@ -1,7 +1,8 @@
 """The sweep table: one row per point, as console text and as sweep.csv.
 
 The columns use the median for TPOT, ITL, TTFT and interactivity (p50 = median, numpy's
-linear method), and p99 beside them for TTFT and ITL.
+linear method), and p99 beside them for TTFT and ITL. With --trials a figure is shown
+`pooled ±h`: h is the half-width of the 95 % interval of its trials' mean.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from typing import Any
 
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
+
+
+def _half(figure: str) -> Callable[[PointResult], float | None]:
+    def read(result: PointResult) -> float | None:
+        spread = result.trials.trial_spread.get(figure) if result.trials else None
+        return spread.ci_half_width if spread else None
+    return read
+
 
 # CSV columns (and sweep_rows keys), each with the result field it is read from.
 SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
@@ -47,6 +56,17 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     ("joules_per_output_token", lambda r: r.energy.joules_per_output_token if r.energy else None),
     ("output_tokens_per_joule", lambda r: r.energy.output_tokens_per_joule if r.energy else None),
     ("power_valid", lambda r: r.energy.power_valid if r.energy else None),
+    # --trials: how many, and the 95 % CI half-widths of the headline figures (their trial
+    # mean's; empty without trials)
+    ("trials", lambda r: r.trials.trials if r.trials else None),
+    *((f"{column}_ci95_half", _half(figure)) for column, figure in (
+        ("request_throughput", "request_throughput"),
+        ("output_throughput", "output_throughput"),
+        ("output_throughput_per_gpu", "output_throughput_per_gpu"),
+        ("interactivity_tok_s_user", "median_interactivity_tok_s_user"),
+        ("ttft_p50_ms", "median_ttft_ms"), ("ttft_p99_ms", "p99_ttft_ms"),
+        ("itl_p50_ms", "median_itl_ms"), ("itl_p99_ms", "p99_itl_ms"),
+        ("tpot_p50_ms", "median_tpot_ms"))),
 )
 # The AL cell's mark when it is the server's (the stream's merged steps, or was not
 # measured), explained under the table.
@@ -119,6 +139,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         columns.append(("golden AL", "golden_acceptance_ok", 2))
     if any(row.get("failed") for row in rows):
         columns.append(("failed", "failed", 0))
+    if any(row.get("trials") for row in rows):  # --trials: ± the 95 % CI half-width
+        columns.append(("trials", "trials", 0))
     table = [[header for header, _, _ in columns]]
     table += [[_row_cell(row, key, digits) for _, key, digits in columns] for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
@@ -137,6 +159,9 @@ def _row_cell(row: Mapping[str, Any], key: str, digits: int) -> str:
     if key == "golden_acceptance_ok":
         return _golden_cell(row)
     text = _cell(row.get(key), digits)
+    half = row.get(f"{key}_ci95_half")
+    if half is not None and text != "-":
+        text += f" ±{half:,.{digits}f}"
     if key == "acceptance_length":
         return text + al_mark(row.get("acceptance_length_source"))
     return text

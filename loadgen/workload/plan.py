@@ -9,6 +9,7 @@ sweep also ran point 32, and warmup prompts never share a prefix with measured o
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -117,6 +118,13 @@ class Workload:
         dataset, read and encoded once, and its prompt caches are shared, not rebuilt."""
         other = copy.copy(self)
         other.options = options
+        return other
+
+    def reseeded(self, seed: int) -> Workload:
+        """The same workload drawn with another seed (a --trials trial): the dataset and
+        its encoded prompts (cached by line, not by seed) are shared, not read again."""
+        other = copy.copy(self)
+        other.spec = dataclasses.replace(self.spec, seed=seed)
         return other
 
     def point(self, conc: int, keep: Keep | None = None) -> PointPlan:

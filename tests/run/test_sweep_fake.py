@@ -22,7 +22,13 @@ from loadgen.client.server_metrics import Scrape
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.results.jsonl import read_jsonl
-from loadgen.results.point import EnergyMetrics, PointResult, SessionMetrics, file_keys
+from loadgen.results.point import (
+    EnergyMetrics,
+    PointResult,
+    SessionMetrics,
+    TrialSpread,
+    file_keys,
+)
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import run_sweep
 from loadgen.sinks.run_files import RunFiles
@@ -133,7 +139,8 @@ async def test_a_sweep_through_the_seam_gives_the_exact_figures(
         assert result["complete"] is True and result["warmup_requests"] == conc
         # p50 comes from the default --percentiles, an extra percentile of the model
         extras = {key for key in result if key.startswith("p50_")}
-        optional = file_keys(SessionMetrics) | file_keys(EnergyMetrics)  # sessions, --gpu-metrics
+        optional = (file_keys(SessionMetrics) | file_keys(EnergyMetrics)  # sessions, --gpu-metrics
+                    | file_keys(TrialSpread))  # --trials
         assert extras and set(result) - extras == file_keys(PointResult) - optional
         assert len(read_jsonl(tmp_path / f"requests_conc_{conc}.jsonl")) == conc * 3
     run = orjson.loads((tmp_path / "run.json").read_bytes())

@@ -83,6 +83,9 @@ class NativeStreams:
             self.pool.release(target.origin, connection)
             state.stray_bytes = response.stray  # release() may have found some, too
 
+    def drop_idle(self) -> int:
+        return self.pool.drop_idle()
+
     async def close(self) -> None:
         await self.pool.close()
 

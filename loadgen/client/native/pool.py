@@ -97,6 +97,18 @@ class ConnectionPool:
             self._forget(connection)
         self._wake_one()
 
+    def drop_idle(self) -> int:
+        """Close every idle connection, so the next requests open new ones (a --trials
+        trial starts on fresh connections); busy ones are left to finish. How many."""
+        dropped = 0
+        for idle in self._idle.values():
+            while idle:
+                connection = idle.pop()
+                connection.abort()
+                self._forget(connection)
+                dropped += 1
+        return dropped
+
     async def close(self) -> None:
         self._closed = True
         for connection in list(self._open):

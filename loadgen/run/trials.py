@@ -1,0 +1,133 @@
+"""`--trials N`: each point measured N times, then pooled (docs/results.md, "Trials").
+
+Trial k (1..N) is a whole point of its own: fresh connections (the idle ones of the
+trial before are closed), its own warmup, the same workload settings drawn with the
+trial's seed (trial 1 uses --seed itself, so `--trials 1` is today's run; trial k > 1 a
+seed derived from --seed and k, recorded in `trial_seeds`), and its own files,
+conc_<N>_trial_<k>.json and requests_conc_<N>_trial_<k>.jsonl. When the N trials are in,
+conc_<N>.json is the point pooled over all their records (run/assemble.py) with each
+headline figure's per-trial values and 95 % interval. A stopped trial is written
+`complete: false` and no pooled point is; `--resume` keeps the leading complete trials
+and measures again from the first missing one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from loadgen.config.spec import MAX_SEED
+from loadgen.metrics.server import ServerSnapshot
+from loadgen.results.files import ResultsWriteError
+from loadgen.results.point import ResultFileError
+from loadgen.results.store import ResultsDir
+from loadgen.run.assemble import TrialPart, assemble_trials
+from loadgen.run.point import PointOutcome, RunContext, point_context
+
+TRIAL_STREAM = 24  # the SeedSequence key that tells a trial seed from any other draw
+Measure = Callable[[RunContext], Awaitable[PointOutcome]]
+
+
+def trial_seed(seed: int, trial: int) -> int:
+    """Trial k's seed: --seed for trial 1, else one derived from (--seed, k) that no other
+    trial of any --seed is likely to share."""
+    if trial == 1:
+        return seed
+    words = np.random.SeedSequence([seed, TRIAL_STREAM, trial]).generate_state(2, np.uint32)
+    return ((int(words[0]) << 32) | int(words[1])) & MAX_SEED
+
+
+def trial_context(context: RunContext, trial: int) -> RunContext:
+    spec = dataclasses.replace(context.spec, seed=trial_seed(context.spec.seed, trial))
+    return dataclasses.replace(context, spec=spec, trial=trial)
+
+
+def trials_kept(store: ResultsDir, conc: int, trials: int) -> int:
+    """How many leading trials of `conc` are on disk complete (--resume keeps those)."""
+    kept = 0
+    for trial in range(1, trials + 1):
+        if not (store.point_file(conc, trial).is_file()
+                and store.requests_file(conc, trial).is_file()):
+            break
+        try:
+            if not store.read_trial_point(conc, trial).status.complete:
+                break
+        except ResultFileError:  # torn by a kill mid-write: measure it again
+            break
+        kept = trial
+    return kept
+
+
+async def run_trials(context: RunContext, conc: int, measure: Measure,
+                     fresh_connections: Callable[[], object]) -> PointOutcome:
+    """Measure the trials of `conc` not yet on disk, then write the pooled point. A trial
+    that stops early is returned as it is (its own file, `complete: false`)."""
+    spec = context.spec
+    store = ResultsDir(context.results_dir)
+    kept = trials_kept(store, conc, spec.trials)
+    parts: list[TrialPart] = []
+    facts: list[Mapping[str, Any] | None] = []
+    for trial in range(1, spec.trials + 1):
+        name = store.point_file(conc, trial).name
+        if trial <= kept:  # measured by the attempt being resumed
+            result = store.read_trial_point(conc, trial)
+            facts.append(None)  # its server counters are that attempt's: not known here
+        else:
+            if trial > 1:
+                fresh_connections()
+            outcome = await measure(trial_context(context, trial))
+            if not outcome.complete or outcome.write_error is not None:
+                return outcome
+            result = outcome.result
+            facts.append(outcome.facts)
+        parts.append(TrialPart(result, store.read_records(conc, trial),
+                               trial_seed(spec.seed, trial), name))
+    return _pooled(context, conc, parts, facts)
+
+
+def _pooled(context: RunContext, conc: int, parts: list[TrialPart],
+            facts: list[Mapping[str, Any] | None]) -> PointOutcome:
+    spec = context.spec
+    before, after = summed_counters(facts)
+    result = assemble_trials(parts, point_context(spec, conc), conc,
+                             server_before=before, server_after=after)
+    store = ResultsDir(context.results_dir)
+    entries = [{"trial": k, "seed": p.seed, "file": p.file,
+                **({key: f[key] for key in ("clock", "server_before", "server_after")
+                    if key in f} if f else {})}
+               for k, (p, f) in enumerate(zip(parts, facts, strict=True), 1)]
+    write_error: ResultsWriteError | None = None
+    try:
+        path = store.write_point(result)
+    except ResultsWriteError as exc:
+        path, write_error = store.point_file(conc), exc
+    context.hooks.point_finished(conc, result)
+    return PointOutcome(conc, result, result.status.complete, path, {"trials": entries},
+                        write_error)
+
+
+def summed_counters(facts: list[Mapping[str, Any] | None],
+                    ) -> tuple[ServerSnapshot | None, ServerSnapshot | None]:
+    """(zero, the trials' counter deltas summed): the server's traffic during the measured
+    phases only, not between them. (None, None) when any trial's counters are unknown."""
+    pairs = [(f.get("server_before"), f.get("server_after")) if f else (None, None)
+             for f in facts]
+    known = [(b, a) for b, a in pairs if b is not None and a is not None]
+    if not pairs or len(known) < len(pairs):
+        return None, None
+    samples: dict[str, float] = {}
+    keyed: dict[str, dict[str, float]] = {}
+    for before, after in known:
+        for name, value in after["samples"].items():
+            samples[name] = samples.get(name, 0.0) + value - before["samples"].get(name, 0.0)
+        for name, values in after["keyed"].items():
+            per_key = keyed.setdefault(name, {})
+            was = before["keyed"].get(name, {})
+            for key, value in values.items():
+                per_key[key] = per_key.get(key, 0.0) + value - was.get(key, 0.0)
+    zero = ServerSnapshot({name: 0.0 for name in samples},
+                          {name: dict.fromkeys(v, 0.0) for name, v in keyed.items()})
+    return zero, ServerSnapshot(samples, keyed)
