@@ -138,6 +138,10 @@ class RunSpec:
     idle_cap_tree_s: float | None = 300.0
     cache_bust: bool = True
     live_history: bool = False  # history assistant turns: the server's replies
+    # AIPerf's three artifact files per point (sinks/aiperf_artifacts.py), for InferenceX's
+    # agentic aggregation; the server series are scraped every series_interval_s meanwhile.
+    aiperf_artifacts: Path | None = None
+    series_interval_s: float = 1.0
 
     @property
     def sessions(self) -> bool:
@@ -174,6 +178,7 @@ def validate(spec: RunSpec) -> None:
     _validate_sessions(spec)
     if spec.vllm_result is not None:
         _validate_vllm_result(spec.vllm_result)
+    _check(spec.series_interval_s > 0, "--slice-duration: must be > 0 seconds")
 
 
 def _validate_workload(spec: RunSpec) -> None:

@@ -22,6 +22,7 @@ from loadgen.client.liveness import answers_http
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.preflight import ServerInfo, preflight
 from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls, scrape_all
+from loadgen.client.server_series import SeriesWatch
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
@@ -64,6 +65,10 @@ class Backend(Protocol):
 
     def gauge_watch(self) -> GaugeWatch | None:
         """A watcher of the KV-cache and queue gauges during a point, when asked for."""
+        ...
+
+    def series_watch(self) -> SeriesWatch | None:
+        """A keeper of every /metrics scrape during a point (--aiperf-artifacts)."""
         ...
 
     async def probe(self) -> bool:
@@ -120,6 +125,11 @@ class HttpBackend:
 
     def gauge_watch(self) -> GaugeWatch | None:
         return GaugeWatch(self.session, self.metrics_urls) if self.spec.server_metrics else None
+
+    def series_watch(self) -> SeriesWatch | None:
+        if self.spec.aiperf_artifacts is None:
+            return None
+        return SeriesWatch(self.session, self.metrics_urls, self.spec.series_interval_s)
 
     async def probe(self) -> bool:
         return await answers_http(self.base_url, PROBE_TIMEOUT_S)

@@ -21,17 +21,19 @@ from typing import Any
 
 from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
-from loadgen.client.server_metrics import GaugeWatch, Scrape
+from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls
+from loadgen.client.server_series import SeriesWatch
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.server_series import ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
-from loadgen.results.store import ResultsDir
+from loadgen.results.store import AiperfArtifacts, ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth
@@ -50,6 +52,7 @@ from loadgen.run.scheduler import (
 )
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import Stop
+from loadgen.sinks.aiperf_artifacts import ArtifactRun, write_aiperf_artifacts
 from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
@@ -115,6 +118,10 @@ class PointRecords:
         self.before = Scrape()
         self.gauge_watch: GaugeWatch | None = None
         self.gauges: dict[str, dict[str, list[float]]] = {}
+        # --aiperf-artifacts only: the primers/warmup requests and every /metrics scrape
+        self.warmup_records: list[RequestRecord] = []
+        self.series_watch: SeriesWatch | None = None
+        self.scrapes: list[ScrapeText] = []
         self.started = False
         self.clock: ClockPair | None = None
         # More fields a point kind adds from its records and the server's counters around
@@ -129,10 +136,19 @@ class PointRecords:
             self.gauge_watch.start()
         self.run.hooks.point_started(self.conc, self.planned)
 
+    async def open_series(self) -> None:
+        """--aiperf-artifacts: the server series' first scrape, awaited before the
+        counters are read for the measured phase (so no request falls before it)."""
+        self.series_watch = self.run.backend.series_watch()
+        if self.series_watch is not None:
+            await self.series_watch.start()
+
     async def scrape_after(self) -> Scrape:
         """The measured phase is over: the gauges watched during it, then the counters."""
         if self.gauge_watch is not None:
             self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
+        if self.series_watch is not None:
+            self.scrapes, self.series_watch = await self.series_watch.stop(), None
         return await self.run.backend.scrape()
 
     def add(self, record: RequestRecord) -> None:
@@ -160,6 +176,9 @@ class PointRecords:
             write_error = exc
         if self.gauge_watch is not None:
             self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
+        if self.series_watch is not None:
+            self.series_watch.cancel()
+            self.scrapes = self.series_watch.scrapes
         spec = self.run.spec
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
@@ -170,11 +189,25 @@ class PointRecords:
             if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
                 write_vllm_result(self.run.results_dir, result, self.records,
                                   spec.vllm_result, points=len(spec.conc))
+            if spec.aiperf_artifacts is not None:
+                self._write_aiperf(spec.aiperf_artifacts, result)
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
         return PointOutcome(self.conc, result, complete, path,
                             self._facts(after if complete else None), write_error)
+
+    def _write_aiperf(self, root: Path, result: PointResult) -> None:
+        spec = self.run.spec
+        run = ArtifactRun(
+            run_id=self.run.run_id, model=self.run.server.model, dataset=spec.dataset,
+            dataset_format=spec.dataset_format,
+            urls=tuple(redact_url(u) for u in metrics_urls(spec.server_metrics,
+                                                           self.run.backend.base_url)),
+            series_interval_s=spec.series_interval_s,
+            offset_ns=(self.clock or read_pair()).offset_ns)
+        write_aiperf_artifacts(AiperfArtifacts.for_point(root, self.conc, len(spec.conc)),
+                               result, self.records, self.warmup_records, self.scrapes, run)
 
     def _facts(self, after: Scrape | None) -> dict[str, Any]:
         """run.json's facts for `loadgen merge`: the clock pairing and the raw counters
@@ -286,6 +319,7 @@ class Point:
         await self.warm_up()
         if self.run.barrier is not None:
             await self.run.barrier(self.plan.conc)
+        await self.recorded.open_series()
         self.recorded.begin(await self.run.backend.scrape())
         await self.measure()
         if self.run.watch is not None:  # never complete while the server may be gone
@@ -348,6 +382,8 @@ class Point:
             watch.observe(record)
         if record.error is not None:  # not a measurement, but a sign worth reporting
             self.warmup_failed += 1
+        if self.run.spec.aiperf_artifacts is not None and self.recorded is not None:
+            self.recorded.warmup_records.append(record)
         return record
 
     async def _send(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:

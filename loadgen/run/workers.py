@@ -169,6 +169,7 @@ class WorkerPool:
             state.warmup_failed += int(body["warmup_failed"])
         if self.context.barrier is not None:
             await self.context.barrier(conc)
+        await state.recorded.open_series()
         state.recorded.begin(await self.context.backend.scrape())
         state.cpu_start = time.process_time()
         at_ns = perf_counter_ns() + GO_DELAY_NS

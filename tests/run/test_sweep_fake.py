@@ -87,6 +87,9 @@ class ExactServer:
     async def scrape(self) -> Scrape:
         return Scrape()  # no /metrics: the server-side fields are null
 
+    def series_watch(self) -> None:
+        return None
+
     def gauge_watch(self) -> None:
         return None
 
