@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return (compare_main if args[0] == "compare" else report_main)(args[1:])
     if args and args[0] == "merge":
         return merge(args[1:])
+    if args and args[0] == "profile":
+        return profile(args[1:])
     if args and args[0] == "run":
         args = args[1:]
     if any(a == "--config" or a.startswith("--config=") for a in args):
@@ -55,6 +57,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in spec.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
+
+
+def profile(argv: Sequence[str]) -> int:
+    """`loadgen profile --scenario inferencex-agentx-mvp ...`: AIPerf's command line as
+    InferenceX types it (config/aiperf_profile.py)."""
+    from loadgen.config.aiperf_profile import profile_spec
+
+    try:
+        spec = profile_spec(argv, os.environ)
+    except LoadgenError as exc:
+        return _report(exc)
+    for note in spec.ignored_flags:
+        print(f"loadgen: note: {note}", file=sys.stderr)
+    return run(spec)
 
 
 def merge(argv: Sequence[str]) -> int:

@@ -142,6 +142,11 @@ class RunSpec:
     # agentic aggregation; the server series are scraped every series_interval_s meanwhile.
     aiperf_artifacts: Path | None = None
     series_interval_s: float = 1.0
+    # `loadgen profile --scenario ...` (config/aiperf_profile.py): the scenario whose
+    # submission rules each point is checked against (metrics/submission.py)
+    scenario: str | None = None
+    unsafe_override: bool = False
+    max_context_length: int | None = None
 
     @property
     def sessions(self) -> bool:
@@ -179,6 +184,8 @@ def validate(spec: RunSpec) -> None:
     if spec.vllm_result is not None:
         _validate_vllm_result(spec.vllm_result)
     _check(spec.series_interval_s > 0, "--slice-duration: must be > 0 seconds")
+    _check(spec.max_context_length is None or spec.max_context_length >= 1,
+           "--max-context-length: must be >= 1 token")
 
 
 def _validate_workload(spec: RunSpec) -> None:

@@ -98,6 +98,15 @@ class PointIdentity(msgspec.Struct, frozen=True, kw_only=True):
     tokenizer_check: dict[str, Any] | None
 
 
+class Submission(msgspec.Struct, frozen=True, kw_only=True):
+    """`loadgen profile --scenario inferencex-agentx-mvp` only: whether the point counts
+    as a submission under the scenario's rules (metrics/submission.py), and why not."""
+
+    submission_valid: bool
+    submission_reasons: list[str]
+    context_overflow_requests: int
+
+
 class PointStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Whether the point ran to its end, and why not (run/stops.py)."""
 
@@ -130,6 +139,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     warmup_failed: int
     server_metrics_by_url: list[dict[str, Any]] | None
     sessions: SessionMetrics | None = None
+    submission: Submission | None = None
 
     @property
     def conc(self) -> int:
@@ -141,8 +151,9 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # A nested Struct is a group of the flat file's keys; `session_history` marks a session
-# point (the only optional group).
-_OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {SessionMetrics: "session_history"}
+# point, `submission_valid` a scenario run's (the optional groups).
+_OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {SessionMetrics: "session_history",
+                                                      Submission: "submission_valid"}
 _EXTRA = "extra_percentiles"
 
 

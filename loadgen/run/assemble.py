@@ -16,9 +16,15 @@ import msgspec
 
 from loadgen.metrics.prompt_lengths import prompt_lengths
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.submission import SubmissionRules, submission
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.records import RequestRecord
-from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
+from loadgen.results.point import (
+    PointIdentity,
+    PointResult,
+    PointStatus,
+    SessionMetrics,
+)
 from loadgen.run.client_health import client_health
 
 
@@ -43,6 +49,7 @@ class PointParts:
     synthesis: tuple[str, str | None]  # how the prompts were made, and why (workload.plan)
     server_metrics_by_url: list[dict[str, Any]] | None  # None without --server-metrics
     sessions: SessionMetrics | None = None
+    rules: SubmissionRules | None = None  # a scenario run's (loadgen profile --scenario)
 
 
 def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: int,
@@ -63,4 +70,7 @@ def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: in
         warmup_failed=parts.counts.warmup_failed,
         server_metrics_by_url=parts.server_metrics_by_url,
         sessions=parts.sessions,
+        submission=None if parts.rules is None else submission(
+            records, parts.rules, complete=parts.status.complete,
+            error_rate=metrics.error_rate),
     )

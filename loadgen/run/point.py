@@ -28,6 +28,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_series import ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
+from loadgen.metrics.submission import SubmissionRules
 from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
@@ -242,7 +243,8 @@ class PointRecords:
             counts=PointCounts(self.planned, self.warmup, warmup_failed),
             processes=[p.to_json() for p in processes],
             clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
-            synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions)
+            synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions,
+            rules=submission_rules(spec))
         return assemble_point(self.records, ctx, self.conc, parts,
                               server_before=self.before.total, server_after=server_after)
 
@@ -262,6 +264,13 @@ class PointRecords:
             request_rate=spec.request_rate if spec.request_rate is not None else "inf",
             burstiness=spec.burstiness, loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check)
+
+
+def submission_rules(spec: RunSpec) -> SubmissionRules | None:
+    if spec.scenario is None:
+        return None
+    return SubmissionRules(spec.scenario, spec.unsafe_override, spec.max_error_rate,
+                           spec.max_context_length)
 
 
 def point_status(complete: bool, stop: Stop | None) -> PointStatus:
