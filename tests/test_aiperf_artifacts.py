@@ -54,7 +54,7 @@ async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
     spec = spec_from_argv(["--sim", "--sim-args", SIM, "--results", str(tmp_path / "run"),
                            "--no-progress", "--seed", "5", "--conc", "2",
                            "--dataset", str(TRACES / "agentic_small.jsonl"),
-                           "--aiperf-artifacts", str(artifacts)])
+                           "--aiperf-artifacts", str(artifacts), "--slo", "ttft=60s"])
     assert (await run_sweep(spec, tokenizer=tokenizer)).exit_code == 0
     point = orjson.loads((tmp_path / "run" / "conc_2.json").read_bytes())
     records = read_jsonl(tmp_path / "run" / "requests_conc_2.jsonl")
@@ -112,6 +112,17 @@ async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
     for s in series["vllm:prefix_cache_hits"]:
         assert sum(part["total"] for part in s["timeslices"]) == s["stats"]["total"]
     assert metrics["vllm:kv_cache_usage_perc"]["type"] == "gauge"
+
+    # the session rollups of the same replay (metrics/session_rollup.py)
+    sessions = point["session_rollup"]["turns"]
+    assert sessions["mean"] * point["session_ids"] == pytest.approx(len(records))
+    assert point["tree_rollup"]["turns"]["mean"] * point["session_trees"] == pytest.approx(
+        len(records))
+    assert point["good_sessions"] == point["session_ids"]  # nothing near a 60 s TTFT
+    assert point["prefix_cache_loss"] == pytest.approx(
+        point["theoretical_prefix_hit_rate"] - point["server_prefix_hit_rate"])
+    bins = point["prefix_cache_loss_by_context"]
+    assert sum(row["requests"] for row in bins) == point["client_cached_requests"] > 0
 
 
 def test_series_per_url_counter_restart_and_gauge() -> None:

@@ -62,6 +62,14 @@ class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
     replay_primers_failed: int
     replay_sessions_cut: int
     replay_turns_skipped: int
+    # metrics/session_rollup.py: distributions over sessions and trees of their rollups,
+    # session goodput (--slo), prefix-cache loss (defaults: files of an older loadgen)
+    session_rollup: dict[str, dict[str, float | None]] = msgspec.field(default_factory=dict)
+    tree_rollup: dict[str, dict[str, float | None]] = msgspec.field(default_factory=dict)
+    good_sessions: int | None = None
+    good_session_share: float | None = None
+    prefix_cache_loss: float | None = None
+    prefix_cache_loss_by_context: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
 class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):

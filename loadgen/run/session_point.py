@@ -25,6 +25,7 @@ from loadgen.metrics.agentic import (
     ttft_by_context,
 )
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.session_rollup import session_rollups
 from loadgen.records import RequestRecord
 from loadgen.results.point import SessionMetrics
 from loadgen.run.point import Point, RunContext
@@ -65,9 +66,13 @@ class SessionPoint(Point):
 
     def _session_fields(self, records: Sequence[RequestRecord], before: ServerSnapshot | None,
                         after: ServerSnapshot | None) -> SessionMetrics:
+        rates = prefix_cache_rates(records, before, after)
         fields: dict[str, Any] = {
             "session_history": "live" if self.run.spec.live_history else "recorded",
-            **prefix_cache_rates(records, before, after),
+            **rates,
+            **session_rollups(records, self.run.spec.slos_ms,
+                              rates["theoretical_prefix_hit_rate"],
+                              rates["server_prefix_hit_rate"]),
             **latency_stats(records),
             **session_counts(records),
             "ttft_by_context": ttft_by_context(records),
