@@ -123,6 +123,8 @@ async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
         point["theoretical_prefix_hit_rate"] - point["server_prefix_hit_rate"])
     bins = point["prefix_cache_loss_by_context"]
     assert sum(row["requests"] for row in bins) == point["client_cached_requests"] > 0
+    over_time = point["prefix_cache_loss_over_time"]
+    assert sum(row["requests"] for row in over_time) == point["client_cached_requests"]
 
 
 def test_series_per_url_counter_restart_and_gauge() -> None:

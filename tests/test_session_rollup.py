@@ -9,6 +9,7 @@ from fake_records import MS, make_record
 
 from loadgen.metrics.session_rollup import (
     cache_loss_by_context,
+    cache_loss_over_time,
     rollup,
     session_goodput,
     session_rollups,
@@ -60,3 +61,15 @@ def test_cache_loss_by_context_bin() -> None:
     assert small["loss"] == pytest.approx(0.05)
     assert (large["context_min"], large["context_max"], large["requests"]) == (16_384, 32_768, 1)
     assert large["loss"] == 0.25
+
+
+def test_cache_loss_over_time_windows() -> None:
+    early = [turn(i, "a", "t", ttft_ms=10, input_len=1000, theory=500, cached=500,
+                  start_ns=(1000 + i) * MS) for i in range(3)]
+    late = [turn(3, "b", "t", ttft_ms=10, input_len=1000, theory=500, cached=100,
+                 start_ns=11_000 * MS)]
+    first, last = cache_loss_over_time([*early, *late])
+    assert (first["start_s"], first["requests"], first["loss"]) == (0.0, 3, 0.0)
+    assert last["requests"] == 1 and last["loss"] == pytest.approx(0.4)
+    assert last["end_s"] == pytest.approx(10.000000001)
+    assert cache_loss_over_time([turn(0, "a", "t", ttft_ms=1, cached=None)]) == []

@@ -14,7 +14,8 @@ per-session roll-up"), from the same per-request figures as the point's own stat
 - Prefix-cache loss: theoretical minus server hit rate over the point (the server's
   counters), and by context bin theoretical minus client-reported hit rate over the
   requests that report cached_tokens (vLLM reports the same number it counts: docs/
-  sessions.md), so the bins show where the cache lost what the trace allowed.
+  sessions.md), so the bins show where the cache lost what the trace allowed; and the
+  same over time, in LOSS_WINDOWS equal spans of the point by request start.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from loadgen.metrics.arrays import PointArrays, is_completed
 from loadgen.metrics.summary import good_mask, latency_samples
 from loadgen.records import RequestRecord
 
+LOSS_WINDOWS = 10  # spans of the point for the loss over time
 ROLLUP_FIGURES = ("turns", "mean_ttft_ms", "mean_itl_ms", "e2el_total_ms", "cached_share")
 
 
@@ -99,22 +101,45 @@ def session_goodput(records: Sequence[RequestRecord],
 def cache_loss_by_context(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
     """Per context bin with reporting requests: theoretical and client hit rates, loss."""
     binned: list[list[RequestRecord]] = [[] for _ in CONTEXT_BINS]
-    for r in records:
-        if r.start_ns and r.cached_tokens is not None and r.theoretical_cached_tokens is not None:
-            binned[context_bin(r.input_len)].append(r)
+    for r in _reporting(records):
+        binned[context_bin(r.input_len)].append(r)
     rows = []
     for index, members in enumerate(binned):
-        if not members:
-            continue
-        low, high = context_bin_bounds(index)
-        prompt = sum(r.input_len for r in members)
-        theory = sum(r.theoretical_cached_tokens or 0 for r in members) / prompt
-        client = (sum(r.cached_tokens or 0 for r in members)
-                  / sum(r.prompt_tokens or r.input_len for r in members))
-        rows.append({"context_min": low, "context_max": high, "requests": len(members),
-                     "prompt_tokens": prompt, "theoretical_hit_rate": theory,
-                     "client_hit_rate": client, "loss": theory - client})
+        if members:
+            low, high = context_bin_bounds(index)
+            rows.append({"context_min": low, "context_max": high, **_loss_row(members)})
     return rows
+
+
+def _loss_row(members: Sequence[RequestRecord]) -> dict[str, Any]:
+    prompt = sum(r.input_len for r in members)
+    theory = sum(r.theoretical_cached_tokens or 0 for r in members) / prompt
+    client = (sum(r.cached_tokens or 0 for r in members)
+              / sum(r.prompt_tokens or r.input_len for r in members))
+    return {"requests": len(members), "prompt_tokens": prompt,
+            "theoretical_hit_rate": theory, "client_hit_rate": client, "loss": theory - client}
+
+
+def _reporting(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """Sent requests with both a theoretical and a reported cached count."""
+    return [r for r in records if r.start_ns and r.input_len and r.cached_tokens is not None
+            and r.theoretical_cached_tokens is not None]
+
+
+def cache_loss_over_time(records: Sequence[RequestRecord],
+                         windows: int = LOSS_WINDOWS) -> list[dict[str, Any]]:
+    """The loss in `windows` equal spans of the point (by request start, from the first),
+    spans without reporting requests left out; `start_s`/`end_s` from the first start."""
+    members = _reporting(records)
+    if not members:
+        return []
+    origin = min(r.start_ns for r in members)
+    span = max(r.start_ns for r in members) - origin + 1
+    binned: list[list[RequestRecord]] = [[] for _ in range(windows)]
+    for r in members:
+        binned[(r.start_ns - origin) * windows // span].append(r)
+    return [{"start_s": i * span / windows / 1e9, "end_s": (i + 1) * span / windows / 1e9,
+             **_loss_row(part)} for i, part in enumerate(binned) if part]
 
 
 def session_rollups(records: Sequence[RequestRecord], slos: Mapping[str, float],
@@ -128,4 +153,5 @@ def session_rollups(records: Sequence[RequestRecord], slos: Mapping[str, float],
         "prefix_cache_loss": (None if theoretical_rate is None or server_rate is None
                               else theoretical_rate - server_rate),
         "prefix_cache_loss_by_context": cache_loss_by_context(records),
+        "prefix_cache_loss_over_time": cache_loss_over_time(records),
     }

@@ -70,6 +70,7 @@ class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
     good_session_share: float | None = None
     prefix_cache_loss: float | None = None
     prefix_cache_loss_by_context: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    prefix_cache_loss_over_time: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
 class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
