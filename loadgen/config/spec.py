@@ -385,8 +385,16 @@ def _validate_sessions(spec: RunSpec) -> None:
     _check(all(name and not any(c in name for c in " :\t\r\n")
                for name in spec.session_headers),
            "--session-header: a header name without spaces or colons, e.g. X-Session-ID")
-    # One process plays a point's session trees: lanes share a live cache-hit state and
-    # subagents wait on their parents, which a split across processes would break.
-    _check(not spec.sessions or (spec.workers in (1, None) and spec.shard_count == 1),
-           "--workers and --shard do not support session runs (--turns, --multi-turn, "
-           "trace replay): run them with one client process (--workers 1, no --shard)")
+    # Session runs on workers: each plays whole lanes (a tree and its subagents in one
+    # process: run/sessions.py). Refused where a play's figures would depend on plays in
+    # other processes: Mooncake's one hash scope per point, plays without their own
+    # cache-bust marker. Shards (other machines) are refused for session runs.
+    _check(not spec.sessions or spec.shard_count == 1,
+           "--shard does not support session runs (--turns, --multi-turn, trace replay): "
+           "run them on one machine (--workers N splits their lanes over processes)")
+    if spec.sessions and spec.workers is not None and spec.workers > 1:
+        _check(spec.dataset_format != "mooncake",
+               "--workers with a Mooncake trace: its requests share one hash scope per "
+               "point, which processes cannot share; use --workers 1")
+        _check(spec.cache_bust, "--workers with --no-cache-bust: recycled plays of a tree "
+               "would hit a cache another process filled; use --workers 1")

@@ -218,7 +218,7 @@ class _Sweep:
         share = Share(self.spec.shard_index, self.spec.shard_count)
         for conc in self.todo:
             self.at = conc
-            if self.sessions is not None:  # one process, the whole point (RunSpec checks)
+            if self.sessions is not None:  # this process, the whole point
                 self.current = await build_session_point(context, conc, self.sessions,
                                                          self.tokenizer)
                 outcome = await self.current.run_to_end()
@@ -241,7 +241,7 @@ class _Sweep:
         async with worker_pool(context) as pool:
             for conc in self.todo:
                 self.at = conc
-                await pool.run_point(conc, self._record)
+                await pool.run_point(conc, self._record, self.sessions)
                 self._point_done(self.points[-1])
 
     def _record(self, outcome: PointOutcome) -> None:
