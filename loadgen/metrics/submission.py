@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.point import Submission
 
@@ -29,6 +30,14 @@ class SubmissionRules:
     unsafe_override: bool
     max_error_rate: float
     max_context_length: int | None
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> SubmissionRules | None:
+        """A scenario run's rules (`loadgen profile --scenario`); None for any other run."""
+        if spec.scenario is None:
+            return None
+        return cls(spec.scenario, spec.unsafe_override, spec.max_error_rate,
+                   spec.max_context_length)
 
 
 def overflows(record: RequestRecord, max_context_length: int | None) -> bool:

@@ -200,13 +200,9 @@ class PointRecords:
 
     def _write_aiperf(self, root: Path, result: PointResult) -> None:
         spec = self.run.spec
-        run = ArtifactRun(
-            run_id=self.run.run_id, model=self.run.server.model, dataset=spec.dataset,
-            dataset_format=spec.dataset_format,
-            urls=tuple(redact_url(u) for u in metrics_urls(spec.server_metrics,
-                                                           self.run.backend.base_url)),
-            series_interval_s=spec.series_interval_s,
-            offset_ns=(self.clock or read_pair()).offset_ns)
+        run = ArtifactRun.of(spec, self.run.run_id, self.run.server.model,
+                             metrics_urls(spec.server_metrics, self.run.backend.base_url),
+                             (self.clock or read_pair()).offset_ns)
         write_aiperf_artifacts(AiperfArtifacts.for_point(root, self.conc, len(spec.conc)),
                                result, self.records, self.warmup_records, self.scrapes, run)
 
@@ -244,7 +240,7 @@ class PointRecords:
             processes=[p.to_json() for p in processes],
             clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
             synthesis=self.run.synthesis, server_metrics_by_url=by_url, sessions=sessions,
-            rules=submission_rules(spec))
+            rules=SubmissionRules.of(spec))
         return assemble_point(self.records, ctx, self.conc, parts,
                               server_before=self.before.total, server_after=server_after)
 
@@ -264,13 +260,6 @@ class PointRecords:
             request_rate=spec.request_rate if spec.request_rate is not None else "inf",
             burstiness=spec.burstiness, loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check)
-
-
-def submission_rules(spec: RunSpec) -> SubmissionRules | None:
-    if spec.scenario is None:
-        return None
-    return SubmissionRules(spec.scenario, spec.unsafe_override, spec.max_error_rate,
-                           spec.max_context_length)
 
 
 def point_status(complete: bool, stop: Stop | None) -> PointStatus:

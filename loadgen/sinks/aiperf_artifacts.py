@@ -29,6 +29,8 @@ from typing import Any
 
 import orjson
 
+from loadgen.config.redact import redact_url
+from loadgen.config.spec import RunSpec
 from loadgen.metrics.arrays import PointArrays, is_completed
 from loadgen.metrics.checks import failure_kind
 from loadgen.metrics.server_series import ScrapeText, build_series, series_stats, slices
@@ -59,6 +61,14 @@ class ArtifactRun:
     urls: tuple[str, ...]
     series_interval_s: float
     offset_ns: int  # add to a perf_counter_ns reading for wall-clock ns
+
+    @classmethod
+    def of(cls, spec: RunSpec, run_id: str, model: str, urls: Sequence[str],
+           offset_ns: int) -> ArtifactRun:
+        return cls(run_id=run_id, model=model, dataset=spec.dataset,
+                   dataset_format=spec.dataset_format,
+                   urls=tuple(redact_url(u) for u in urls),
+                   series_interval_s=spec.series_interval_s, offset_ns=offset_ns)
 
 
 def _metric(value: float | int, unit: str) -> dict[str, Any]:

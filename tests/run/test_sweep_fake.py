@@ -22,7 +22,7 @@ from loadgen.client.server_metrics import Scrape
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.results.jsonl import read_jsonl
-from loadgen.results.point import PointResult, SessionMetrics, file_keys
+from loadgen.results.point import PointResult, SessionMetrics, Submission, file_keys
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
@@ -134,7 +134,8 @@ async def test_a_sweep_through_the_seam_gives_the_exact_figures(
         assert result["complete"] is True and result["warmup_requests"] == conc
         # p50 comes from the default --percentiles, an extra percentile of the model
         extras = {key for key in result if key.startswith("p50_")}
-        assert extras and set(result) - extras == file_keys(PointResult) - file_keys(SessionMetrics)
+        optional = file_keys(SessionMetrics) | file_keys(Submission)  # session/scenario runs
+        assert extras and set(result) - extras == file_keys(PointResult) - optional
         assert len(read_jsonl(tmp_path / f"requests_conc_{conc}.jsonl")) == conc * 3
     run = orjson.loads((tmp_path / "run.json").read_bytes())
     assert run["target"] == "exact-fake" and [p["conc"] for p in run["points"]] == [2, 4]
