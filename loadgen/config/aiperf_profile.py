@@ -45,7 +45,13 @@ IGNORED = {
     "num_dataset_entries": "every trace of the dataset is loaded",
     "no_gpu_telemetry": "loadgen collects no GPU telemetry",
     "tokenizer_trust_remote_code": "loadgen runs no model code",
+    "use_dynamo_conv_aware_routing": "loadgen sends each session's id in X-Session-ID "
+                                     "(loadgen --session-header X-Dynamo-Session-ID to route "
+                                     "by it), not nvext.session_control",
+    "dynamo_session_timeout_seconds": "loadgen opens no router session lease",
 }
+FLAG_IGNORED = ("use_server_token_count", "no_gpu_telemetry", "tokenizer_trust_remote_code",
+                "use_dynamo_conv_aware_routing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,9 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="KEY:VALUE|JSON", help="extra request-body fields (= --extra-body)")
     for name in IGNORED:
         flag = "--" + name.replace("_", "-")
-        g.add_argument(flag, **({"action": "store_true"} if name in (
-            "use_server_token_count", "no_gpu_telemetry", "tokenizer_trust_remote_code")
-            else {"default": None}), help="accepted and ignored")
+        g.add_argument(flag, **({"action": "store_true"} if name in FLAG_IGNORED
+                                else {"default": None}), help="accepted and ignored")
     return p
 
 

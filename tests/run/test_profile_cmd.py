@@ -46,6 +46,7 @@ def replay_cmd(port: int, out: Path, duration: int, *more: str) -> list[str]:
         "--warmup-grace-period", "1800", "--use-server-token-count",
         "--extra-inputs", "min_p:0.05", "--no-gpu-telemetry",
         "--tokenizer-trust-remote-code", "--max-context-length", "131072",
+        "--use-dynamo-conv-aware-routing", "--dynamo-session-timeout-seconds", "3600",
         "--num-dataset-entries", "393", "--slice-duration", "1.0",
         "--server-metrics", f"http://127.0.0.1:{port}/metrics",
         "--output-artifact-dir", str(out / "aiperf_artifacts"), *more,
