@@ -73,3 +73,21 @@ def test_cache_loss_over_time_windows() -> None:
     assert last["requests"] == 1 and last["loss"] == pytest.approx(0.4)
     assert last["end_s"] == pytest.approx(10.000000001)
     assert cache_loss_over_time([turn(0, "a", "t", ttft_ms=1, cached=None)]) == []
+
+
+def test_report_section_shows_the_rollups_and_the_loss_by_context() -> None:
+    from loadgen.sinks.report_sessions import sessions_section
+
+    records = [turn(0, "a", "t", ttft_ms=100), turn(1, "a", "t", ttft_ms=300),
+               turn(2, "b", "u", ttft_ms=100)]
+    point = {"session_history": "recorded", "session_ids": 2, "session_trees": 2,
+             "theoretical_prefix_hit_rate": 0.5, "server_prefix_hit_rate": 0.4,
+             "client_prefix_hit_rate": 0.4,
+             **session_rollups(records, {"ttft": 200.0}, 0.5, 0.4)}
+    page = sessions_section([("lane-a", {4: point}), ("plain", {4: {"completed": 1}})])
+    assert 'data-run="lane-a" data-conc="4"' in page and 'data-run="plain"' not in page
+    assert '<td class=num data-field="prefix_cache_loss">10.0%</td>' in page
+    assert '<td class=num data-field="good_session_share">50.0%</td>' in page  # a: 300 ms
+    assert '<td class=num data-field="session_rollup.turns.p50">1.5</td>' in page
+    assert '<td>0-8192</td>' in page and 'data-field="loss">10.0%' in page
+    assert "No session run" in sessions_section([("plain", {4: {"completed": 1}})])

@@ -23,6 +23,7 @@ from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 from loadgen.sinks import report_figures as figures
 from loadgen.sinks.compare_files import COLUMNS, Warning_, summary_lines, throughput_label
+from loadgen.sinks.report_sessions import sessions_section
 from loadgen.sinks.table import SERVER_AL_MARK, sweep_rows
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -272,6 +273,8 @@ def render_report(runs: Sequence[ReportRun], comparison: Comparison,
         ("distributions", "TTFT and ITL distributions", distributions_section(runs,
                                                                               comparison)),
         ("acceptance", "Speculative decoding acceptance", acceptance_section(runs)),
+        ("sessions", "Sessions and prefix caching",
+         sessions_section([(r.name, r.points) for r in runs])),
         ("points", "Every point", points_section(runs)),
     ]
     nav = "".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)
