@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.records import RequestRecord
+
 KINDS = ("counter", "gauge")
 Labels = tuple[tuple[str, str], ...]
 
@@ -33,6 +35,17 @@ class ScrapeText:
     url: str
     ns: int
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PointCapture:
+    """What a point keeps for `--aiperf-artifacts` beyond its records and result (the run
+    engine hands it to its outputs: run/observers.RunOutputs.point_written)."""
+
+    warmup: tuple[RequestRecord, ...]  # warmup requests and primers, as they ended
+    scrapes: tuple[ScrapeText, ...]  # every /metrics scrape of the measured phase
+    offset_ns: int  # add to a perf_counter_ns reading of this process for wall-clock ns
+    metrics_urls: tuple[str, ...]  # the URLs scraped
 
 
 @dataclass(frozen=True, slots=True)

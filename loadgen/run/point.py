@@ -26,7 +26,7 @@ from loadgen.client.server_series import SeriesWatch
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import ServerSnapshot
-from loadgen.metrics.server_series import ScrapeText
+from loadgen.metrics.server_series import PointCapture, ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.submission import SubmissionRules
 from loadgen.metrics.summary import PointContext
@@ -34,15 +34,15 @@ from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import PointIdentity, PointResult, PointStatus, SessionMetrics
-from loadgen.results.store import AiperfArtifacts, ResultsDir
+from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
-from loadgen.run.client_health import ProcessHealth
+from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
-from loadgen.run.observers import RunObserver
+from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
 from loadgen.run.scheduler import (
     Clock,
     Sleep,
@@ -53,8 +53,6 @@ from loadgen.run.scheduler import (
 )
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import Stop
-from loadgen.sinks.aiperf_artifacts import ArtifactRun, write_aiperf_artifacts
-from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
@@ -82,6 +80,8 @@ class RunContext:
     watch: ServerWatch | None = None
     # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
     synthesis: tuple[str, str | None] = ("words", None)
+    # the vLLM-format result and the like (a worker process writes none)
+    outputs: RunOutputs = field(default_factory=NoOutputs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,31 +180,28 @@ class PointRecords:
         if self.series_watch is not None:
             self.series_watch.cancel()
             self.scrapes = self.series_watch.scrapes
-        spec = self.run.spec
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
         path = store.point_file(self.conc)
         try:
             store.write_point(result)
-            if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
-                write_vllm_result(self.run.results_dir, result, self.records,
-                                  spec.vllm_result, points=len(spec.conc))
-            if spec.aiperf_artifacts is not None:
-                self._write_aiperf(spec.aiperf_artifacts, result)
+            self.run.outputs.point_written(store, result, self.records, complete,
+                                           self._capture())
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
         return PointOutcome(self.conc, result, complete, path,
                             self._facts(after if complete else None), write_error)
 
-    def _write_aiperf(self, root: Path, result: PointResult) -> None:
-        spec = self.run.spec
-        run = ArtifactRun.of(spec, self.run.run_id, self.run.server.model,
-                             metrics_urls(spec.server_metrics, self.run.backend.base_url),
-                             (self.clock or read_pair()).offset_ns)
-        write_aiperf_artifacts(AiperfArtifacts.for_point(root, self.conc, len(spec.conc)),
-                               result, self.records, self.warmup_records, self.scrapes, run)
+    def _capture(self) -> PointCapture | None:
+        """--aiperf-artifacts: what the sink needs beyond the records (else None)."""
+        if self.run.spec.aiperf_artifacts is None:
+            return None
+        return PointCapture(
+            warmup=tuple(self.warmup_records), scrapes=tuple(self.scrapes),
+            offset_ns=(self.clock or read_pair()).offset_ns,
+            metrics_urls=metrics_urls(self.run.spec.server_metrics, self.run.backend.base_url))
 
     def _facts(self, after: Scrape | None) -> dict[str, Any]:
         """run.json's facts for `loadgen merge`: the clock pairing and the raw counters
@@ -344,7 +341,7 @@ class Point:
             self.loop_lag.stop()
             cpu = time.process_time() - self.cpu_start if self.cpu_start else 0.0
         return ProcessHealth(self.label, self.sent_requests, self.sent_chunks, cpu,
-                             tuple(self.loop_lag.samples))
+                             tuple(self.loop_lag.samples), running_loop_name())
 
     def finalize(self, *, complete: bool, after: Scrape | None,
                  stop: Stop | None = None) -> PointOutcome:

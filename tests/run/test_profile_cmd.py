@@ -20,9 +20,10 @@ from loadgen.config.parsers import SpecError
 from loadgen.metrics.submission import SubmissionRules, submission
 from loadgen.records import ErrorKind
 from loadgen.tokenizer import bundled_tokenizer_path
-from run.procs import free_port, one_error_line, run_loadgen, start_sim, stop
+from tests.support.paths import TRACES as TRACE_DIR
+from tests.support.procs import free_port, run_loadgen, start_sim, stop
 
-TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "agentic_small.jsonl"
+TRACES = TRACE_DIR / "agentic_small.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,10 @@ def test_build_replay_cmd_runs_as_typed(sim_port: int, tmp_path: Path) -> None:
 def test_short_run_without_override_is_refused(sim_port: int, tmp_path: Path) -> None:
     done = run_loadgen(replay_cmd(sim_port, tmp_path, 60))
     assert done.returncode == 2
-    assert "at least 900 s (or --unsafe-override" in one_error_line(done.stderr)
+    assert "Traceback" not in done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert line.startswith("loadgen profile: error: --benchmark-duration 60: ")
+    assert "at least 900 s (or --unsafe-override" in line
     assert not (tmp_path / "aiperf_artifacts").exists()
 
 
@@ -107,7 +111,7 @@ def test_extra_inputs_pairs_and_json() -> None:
 
 
 def test_submission_reasons() -> None:
-    from fake_records import make_record
+    from tests.support.fake_records import make_record
 
     rules = SubmissionRules("inferencex-agentx-mvp", False, 0.1, 1000)
     fine = [make_record(i, input_len=500) for i in range(99)]

@@ -19,6 +19,7 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.tracegen import TraceShape, generate_traces
+from tests.support.paths import TRACES
 
 SIM = ("--enable-prompt-tokens-details --block-size 64 --max-num-batched-tokens 65536 "
        "--spec-tokens 0 --step-fixed-ms 1 --spin-us 0")
@@ -74,8 +75,7 @@ async def test_two_workers_replay_what_one_process_does(tmp_path: Path,
 
 
 def test_refused_where_plays_would_share_a_cache_across_processes(tmp_path: Path) -> None:
-    mooncake = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / \
-        "mooncake_small.jsonl"
+    mooncake = TRACES / "mooncake_small.jsonl"
     with pytest.raises(SpecError, match="Mooncake"):
         spec_from_argv(["--sim", "--conc", "2", "--dataset", str(mooncake), "--workers", "2"])
     weka = mooncake.with_name("agentic_small.jsonl")
