@@ -55,6 +55,8 @@ def _dispatch(command: str, args: list[str]) -> int:
         return (compare_main if command == "compare" else report_main)(args)
     if command == "merge":
         return merge(args)
+    if command == "profile":
+        return profile(args)
     if args and not args[0].startswith("-"):
         raise unknown_command(args[0])  # a run takes flags only: a word is a typo
     if any(a == "--config" or a.startswith("--config=") for a in args):
@@ -71,6 +73,17 @@ def unknown_command(word: str) -> UsageError:
     hint = (f"did you mean `loadgen {close[0]}`?" if close else
             f"the commands are {', '.join(COMMANDS)} (a run takes flags only: loadgen --help)")
     return UsageError(f"unknown command {word!r}; {hint}")
+
+
+def profile(argv: Sequence[str]) -> int:
+    """`loadgen profile --scenario inferencex-agentx-mvp ...`: AIPerf's command line as
+    InferenceX types it (config/aiperf_profile.py)."""
+    from loadgen.config.aiperf_profile import profile_spec
+
+    spec = profile_spec(argv, os.environ)
+    for note in spec.ignored_flags:
+        print(f"loadgen: note: {note}", file=sys.stderr)
+    return run(spec)
 
 
 def merge(argv: Sequence[str]) -> int:

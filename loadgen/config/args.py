@@ -145,6 +145,8 @@ COMMANDS = {
     "compare": "compare result directories on the console and as CSV/JSON",
     "report": "write one HTML report of result directories",
     "merge": "combine the result directories of a run's shards",
+    "profile": "AIPerf's `profile --scenario inferencex-agentx-mvp` command line "
+               "(InferenceX AgentX)",
 }
 
 
@@ -320,6 +322,11 @@ def _results_flags(r: argparse._ArgumentGroup) -> None:
     r.add_argument("--tokenizer", metavar="PATH|ORG/NAME",
                    help="tokenizer.json, model dir or Hugging Face Hub id (HF cache and "
                    "HF_HUB_OFFLINE honoured) (default: official DeepSeek-V4)")
+    r.add_argument("--aiperf-artifacts", type=Path, default=None, metavar="DIR",
+                   help="also write each point as AIPerf's profile_export.jsonl, "
+                   "profile_export_aiperf.json and server_metrics_export.json (the server "
+                   "scraped every second) for InferenceX's agentic aggregation; several "
+                   "points: DIR/conc_<N>/ (default: off)")
     r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     r.add_argument("--metrics-port", type=_typed(parse_port), default=None, metavar="PORT",
                    help="serve live Prometheus metrics on 127.0.0.1:PORT during the run "
@@ -390,7 +397,8 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         shard_count=args.shard[1], shard_sync=args.shard_sync, server_pid=args.server_pid,
         trials=args.trials,
         resume=args.resume is not None, overwrite=args.overwrite,
-        http_client=args.http_client, **compat, **session_fields(args, fmt),
+        http_client=args.http_client, aiperf_artifacts=args.aiperf_artifacts,
+        **compat, **session_fields(args, fmt),
         **golden_fields(args, args.thinking or "thinking", args.spec_tokens),
         **load_fields(args),
     )

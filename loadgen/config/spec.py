@@ -171,6 +171,15 @@ class RunSpec:
     idle_cap_tree_s: float | None = 300.0
     cache_bust: bool = True
     live_history: bool = False  # history assistant turns: the server's replies
+    # AIPerf's three artifact files per point (sinks/aiperf_artifacts.py), for InferenceX's
+    # agentic aggregation; the server series are scraped every series_interval_s meanwhile.
+    aiperf_artifacts: Path | None = None
+    series_interval_s: float = 1.0
+    # `loadgen profile --scenario ...` (config/aiperf_profile.py): the scenario whose
+    # submission rules each point is checked against (metrics/submission.py)
+    scenario: str | None = None
+    unsafe_override: bool = False
+    max_context_length: int | None = None
 
     @property
     def sessions(self) -> bool:
@@ -224,6 +233,9 @@ def validate(spec: RunSpec) -> None:
     _validate_find_max(spec)
     if spec.vllm_result is not None:
         _validate_vllm_result(spec.vllm_result)
+    _check(spec.series_interval_s > 0, "--slice-duration: must be > 0 seconds")
+    _check(spec.max_context_length is None or spec.max_context_length >= 1,
+           "--max-context-length: must be >= 1 token")
 
 
 def _validate_workload(spec: RunSpec) -> None:
@@ -465,8 +477,16 @@ def _validate_sessions(spec: RunSpec) -> None:
     _check(all(name and not any(c in name for c in " :\t\r\n")
                for name in spec.session_headers),
            "--session-header: a header name without spaces or colons, e.g. X-Session-ID")
-    # One process plays a point's session trees: lanes share a live cache-hit state and
-    # subagents wait on their parents, which a split across processes would break.
-    _check(not spec.sessions or (spec.workers in (1, None) and spec.shard_count == 1),
-           "--workers and --shard do not support session runs (--turns, --multi-turn, "
-           "trace replay): run them with one client process (--workers 1, no --shard)")
+    # Session runs on workers: each plays whole lanes (a tree and its subagents in one
+    # process: run/sessions.py). Refused where a play's figures would depend on plays in
+    # other processes: Mooncake's one hash scope per point, plays without their own
+    # cache-bust marker. Shards (other machines) are refused for session runs.
+    _check(not spec.sessions or spec.shard_count == 1,
+           "--shard does not support session runs (--turns, --multi-turn, trace replay): "
+           "run them on one machine (--workers N splits their lanes over processes)")
+    if spec.sessions and spec.workers is not None and spec.workers > 1:
+        _check(spec.dataset_format != "mooncake",
+               "--workers with a Mooncake trace: its requests share one hash scope per "
+               "point, which processes cannot share; use --workers 1")
+        _check(spec.cache_bust, "--workers with --no-cache-bust: recycled plays of a tree "
+               "would hit a cache another process filled; use --workers 1")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from loadgen.config.golden import GoldenAL
 from loadgen.config.parsers import SLO_METRICS
@@ -136,6 +137,23 @@ def latency_samples(arrays: PointArrays) -> dict[str, FloatArray]:
     }
 
 
+def good_mask(arrays: PointArrays, samples: Mapping[str, FloatArray],
+              slos: Mapping[str, float], suffix: str = "") -> npt.NDArray[np.bool_]:
+    """Per completed record (arrays' order): whether it meets every SLO (goodput_fields)."""
+    good = np.ones(arrays.num_records, dtype=np.bool_)
+    multi = arrays.output_tokens > 1
+    per_request = {
+        "ttft": samples[f"ttft{suffix}"],
+        "e2el": samples[f"e2el{suffix}"],
+        "itl": arrays.max_gap_ms(),
+        "tpot": np.zeros(arrays.num_records),
+    }
+    per_request["tpot"][multi] = samples["tpot"]
+    for metric, limit_ms in slos.items():
+        good &= per_request[metric] <= limit_ms
+    return good
+
+
 def goodput_fields(
     arrays: PointArrays,
     samples: Mapping[str, FloatArray],
@@ -155,18 +173,7 @@ def goodput_fields(
     suffix = "_from_schedule" if from_schedule else ""
     if not slos:
         return {f"request_goodput{suffix}": None, f"good_requests{suffix}": None}
-    good = np.ones(arrays.num_records, dtype=np.bool_)
-    multi = arrays.output_tokens > 1
-    per_request = {
-        "ttft": samples[f"ttft{suffix}"],
-        "e2el": samples[f"e2el{suffix}"],
-        "itl": arrays.max_gap_ms(),
-        "tpot": np.zeros(arrays.num_records),
-    }
-    per_request["tpot"][multi] = samples["tpot"]
-    for metric, limit_ms in slos.items():
-        good &= per_request[metric] <= limit_ms
-    count = int(np.count_nonzero(good))
+    count = int(np.count_nonzero(good_mask(arrays, samples, slos, suffix)))
     return {
         f"request_goodput{suffix}": count / duration_s if duration_s else None,
         f"good_requests{suffix}": count,

@@ -63,6 +63,15 @@ class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
     replay_primers_failed: int
     replay_sessions_cut: int
     replay_turns_skipped: int
+    # metrics/session_rollup.py: distributions over sessions and trees of their rollups,
+    # session goodput (--slo), prefix-cache loss (defaults: files of an older loadgen)
+    session_rollup: dict[str, dict[str, float | None]] = msgspec.field(default_factory=dict)
+    tree_rollup: dict[str, dict[str, float | None]] = msgspec.field(default_factory=dict)
+    good_sessions: int | None = None
+    good_session_share: float | None = None
+    prefix_cache_loss: float | None = None
+    prefix_cache_loss_by_context: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    prefix_cache_loss_over_time: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
 class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,6 +129,15 @@ class SimulatorHealth(msgspec.Struct, frozen=True, kw_only=True):
                  if p.simulator_behind_max_ms is not None]
         return SimulatorHealth(simulator_behind_warnings=sum(counts) if counts else None,
                                simulator_behind_max_ms=max(worst) if worst else None)
+
+
+class Submission(msgspec.Struct, frozen=True, kw_only=True):
+    """`loadgen profile --scenario inferencex-agentx-mvp` only: whether the point counts
+    as a submission under the scenario's rules (metrics/submission.py), and why not."""
+
+    submission_valid: bool
+    submission_reasons: list[str]
+    context_overflow_requests: int
 
 
 class PointStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -242,6 +260,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     energy: EnergyMetrics | None = None
     slices: list[SliceMetrics] | None = None  # --slice-duration
     trials: TrialSpread | None = None
+    submission: Submission | None = None
 
     @property
     def conc(self) -> int:
@@ -253,11 +272,12 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # A nested Struct is a group of the flat file's keys; `session_history` marks a session
-# point, `power_valid` a point with --gpu-metrics and `trial_seeds` a point pooled over
-# --trials (the optional groups).
+# point, `power_valid` a point with --gpu-metrics, `trial_seeds` a point pooled over
+# --trials and `submission_valid` a scenario run's (the optional groups).
 _OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {SessionMetrics: "session_history",
                                                       EnergyMetrics: "power_valid",
-                                                      TrialSpread: "trial_seeds"}
+                                                      TrialSpread: "trial_seeds",
+                                                      Submission: "submission_valid"}
 _EXTRA = "extra_percentiles"
 
 

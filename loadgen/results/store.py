@@ -17,6 +17,10 @@
     al_matrix.yaml              a sweep file's tree: AL per model, mode and K (sinks/al_matrix.py)
     incomplete/<run_id>/        after --resume: the stopped point's files as they were
 
+and, with --aiperf-artifacts DIR (AIPerf's names, which InferenceX's aggregation reads),
+DIR/ (one point) or DIR/conc_<N>/ (several): profile_export.jsonl,
+profile_export_aiperf.json, server_metrics_export.json.
+
 Everything read back is decoded against its type, and a file that is torn, of another
 shape or of another version is one ResultFileError naming the file and the field.
 """
@@ -50,6 +54,9 @@ INCOMPLETE_DIR = "incomplete"
 POINT_GLOB = "conc_*.json"
 REQUESTS_GLOB = "requests_conc_*.jsonl"
 GPU_POWER_GLOB = "gpu_power_conc_*.csv"
+AIPERF_RECORDS = "profile_export.jsonl"
+AIPERF_AGGREGATE = "profile_export_aiperf.json"
+AIPERF_SERVER_METRICS = "server_metrics_export.json"
 _POINT_NAME = re.compile(r"^conc_(\d+)\.json$")
 # A file that is bigger than any result loadgen writes is not one of its results.
 MAX_READ_BYTES = 1 << 30
@@ -162,6 +169,31 @@ class ResultsDir:
 
 def _trial_suffix(trial: int | None) -> str:
     return "" if trial is None else f"_trial_{trial}"
+
+
+@dataclass(frozen=True, slots=True)
+class AiperfArtifacts:
+    """One point's AIPerf artifact directory (sinks/aiperf_artifacts.py writes it)."""
+
+    path: Path
+
+    @classmethod
+    def for_point(cls, root: Path, conc: int, points: int) -> AiperfArtifacts:
+        """ROOT itself for a one-point run (InferenceX's RESULT_DIR/aiperf_artifacts),
+        ROOT/conc_<N> for each point of a sweep."""
+        return cls(root if points == 1 else root / f"conc_{conc}")
+
+    @property
+    def records_file(self) -> Path:
+        return self.path / AIPERF_RECORDS
+
+    @property
+    def aggregate_file(self) -> Path:
+        return self.path / AIPERF_AGGREGATE
+
+    @property
+    def server_metrics_file(self) -> Path:
+        return self.path / AIPERF_SERVER_METRICS
 
 
 def read_json(path: Path) -> Any:

@@ -20,6 +20,7 @@ from loadgen.metrics.prompt_lengths import prompt_lengths
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.slices import time_slices
 from loadgen.metrics.spread import spread
+from loadgen.metrics.submission import SubmissionRules, submission
 from loadgen.metrics.summary import PointContext, summarize
 from loadgen.metrics.throughput import measured_window
 from loadgen.records import RequestRecord
@@ -62,6 +63,7 @@ class PointParts:
     power: PowerInput | None = None  # --gpu-metrics samples of the point
     slice_s: float | None = None  # --slice-duration: the time slices' length
     kv_samples: Sequence[tuple[int, float]] = ()  # (perf_counter_ns, KV-cache usage) seen
+    rules: SubmissionRules | None = None  # a scenario run's (loadgen profile --scenario)
 
 
 def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: int,
@@ -86,6 +88,9 @@ def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: in
         energy=_energy(parts.power, records, metrics) if parts.power is not None else None,
         slices=(time_slices(records, parts.slice_s, parts.kv_samples)
                 if parts.slice_s is not None else None),
+        submission=None if parts.rules is None else submission(
+            records, parts.rules, complete=parts.status.complete,
+            error_rate=metrics.error_rate),
     )
 
 

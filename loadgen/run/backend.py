@@ -28,6 +28,7 @@ from loadgen.client.server_metrics import (
     metrics_urls,
     scrape_all,
 )
+from loadgen.client.server_series import SeriesWatch
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import AiohttpStreams, Transport, open_session
 from loadgen.config.spec import RunSpec
@@ -73,6 +74,10 @@ class Backend(Protocol):
 
     def gauge_watch(self) -> GaugeWatch | None:
         """A watcher of the KV-cache and queue gauges during a point, when asked for."""
+        ...
+
+    def series_watch(self) -> SeriesWatch | None:
+        """A keeper of every /metrics scrape during a point (--aiperf-artifacts)."""
         ...
 
     async def probe(self) -> bool:
@@ -144,6 +149,11 @@ class HttpBackend:
         interval = (None if spec.slice_duration_s is None
                     else max(0.1, min(WATCH_INTERVAL_S, spec.slice_duration_s / 2)))
         return GaugeWatch(self.session, self.metrics_urls, interval)
+
+    def series_watch(self) -> SeriesWatch | None:
+        if self.spec.aiperf_artifacts is None:
+            return None
+        return SeriesWatch(self.session, self.metrics_urls, self.spec.series_interval_s)
 
     async def probe(self) -> bool:
         return await answers_http(self.base_url, PROBE_TIMEOUT_S)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from loadgen.metrics.server_series import PointCapture
 from loadgen.records import RequestRecord
 from loadgen.results.point import PointResult
 from loadgen.results.store import ResultsDir
@@ -12,12 +13,15 @@ from loadgen.results.store import ResultsDir
 
 class RunOutputs(Protocol):
     """The files a run writes beyond its own (run.json, point and record files): the
-    vLLM-format result, sweep.csv and its plot (sinks/run_files.py). The engine calls
+    vLLM-format result, the AIPerf artifacts, sweep.csv and its plot
+    (sinks/run_files.py). The engine calls
     them and never imports a sink; `loadgen.run.measure` plugs the standard ones in."""
 
     def point_written(self, store: ResultsDir, result: PointResult,
-                      records: Sequence[RequestRecord], complete: bool) -> None:
-        """After the point file; may raise ResultsWriteError (the point's write error)."""
+                      records: Sequence[RequestRecord], complete: bool,
+                      capture: PointCapture | None = None) -> None:
+        """After the point file; may raise ResultsWriteError (the point's write error).
+        `capture`: with --aiperf-artifacts, the warmup records and server scrapes."""
 
     def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
         """At the end (complete points only); the names of files it could not write."""
@@ -27,7 +31,8 @@ class NoOutputs:
     """Only the engine's own files."""
 
     def point_written(self, store: ResultsDir, result: PointResult,
-                      records: Sequence[RequestRecord], complete: bool) -> None:
+                      records: Sequence[RequestRecord], complete: bool,
+                      capture: PointCapture | None = None) -> None:
         pass
 
     def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:

@@ -22,13 +22,16 @@ from typing import Any
 from loadgen import __version__
 from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls, point_power_csv
 from loadgen.client.preflight import ServerInfo
-from loadgen.client.server_metrics import GaugeWatch, Scrape
+from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls
+from loadgen.client.server_series import SeriesWatch
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.energy import PowerInput, PowerSeries
 from loadgen.metrics.saturation import SaturationRule
 from loadgen.metrics.server import KV_USAGE, ServerSnapshot
+from loadgen.metrics.server_series import PointCapture, ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
+from loadgen.metrics.submission import SubmissionRules
 from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
@@ -128,6 +131,10 @@ class PointRecords:
         self.power: PowerSampler | None = None  # --gpu-metrics, during the measured phase
         self.power_series: list[PowerSeries] | None = None
         self.gauge_times: dict[str, dict[str, list[int]]] = {}  # each sample's perf_counter_ns
+        # --aiperf-artifacts only: the primers/warmup requests and every /metrics scrape
+        self.warmup_records: list[RequestRecord] = []
+        self.series_watch: SeriesWatch | None = None
+        self.scrapes: list[ScrapeText] = []
         self.started = False
         self.clock: ClockPair | None = None
         # More fields a point kind adds from its records and the server's counters around
@@ -155,6 +162,13 @@ class PointRecords:
             self.gauge_watch.start()
         self.run.hooks.point_started(self.conc, self.planned)
 
+    async def open_series(self) -> None:
+        """--aiperf-artifacts: the server series' first scrape, awaited before the
+        counters are read for the measured phase (so no request falls before it)."""
+        self.series_watch = self.run.backend.series_watch()
+        if self.series_watch is not None:
+            await self.series_watch.start()
+
     async def scrape_after(self) -> Scrape:
         """The measured phase is over: the gauges watched during it, then the counters."""
         if self.gauge_watch is not None:
@@ -165,6 +179,8 @@ class PointRecords:
         if self.run.spec.gpu_power_csv is not None:  # rows up to past the last completion
             self.power_series = [*(self.power_series or ()), *await point_power_csv(
                 self.run.spec.gpu_power_csv, self.records)]
+        if self.series_watch is not None:
+            self.scrapes, self.series_watch = await self.series_watch.stop(), None
         return await self.run.backend.scrape()
 
     def add(self, record: RequestRecord) -> None:
@@ -195,6 +211,9 @@ class PointRecords:
         if self.power is not None:  # interrupted: its samples so far, no more
             self.power.cancel()
             self.power_series, self.power = self.power.series(), None
+        if self.series_watch is not None:
+            self.series_watch.cancel()
+            self.scrapes = self.series_watch.scrapes
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
@@ -205,12 +224,22 @@ class PointRecords:
                 write_gpu_power_csv(store.gpu_power_file(self.conc, self.run.trial),
                                     self.power_series, self.records)
             if self.run.trial is None:  # a trial's point is not the published one
-                self.run.outputs.point_written(store, result, self.records, complete)
+                self.run.outputs.point_written(store, result, self.records, complete,
+                                               self._capture())
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
         return PointOutcome(self.conc, result, complete, path,
                             self._facts(after if complete else None), write_error)
+
+    def _capture(self) -> PointCapture | None:
+        """--aiperf-artifacts: what the sink needs beyond the records (else None)."""
+        if self.run.spec.aiperf_artifacts is None:
+            return None
+        return PointCapture(
+            warmup=tuple(self.warmup_records), scrapes=tuple(self.scrapes),
+            offset_ns=(self.clock or read_pair()).offset_ns,
+            metrics_urls=metrics_urls(self.run.spec.server_metrics, self.run.backend.base_url))
 
     def _facts(self, after: Scrape | None) -> dict[str, Any]:
         """run.json's facts for `loadgen merge`: the clock pairing and the raw counters
@@ -247,7 +276,8 @@ class PointRecords:
             simulator=self._simulator(), sessions=sessions,
             power=PowerInput(self.power_series, spec.gpu_metrics_interval_s, spec.num_gpus)
             if self.power_series is not None else None,
-            slice_s=spec.slice_duration_s, kv_samples=kv_samples(self.gauges, self.gauge_times))
+            slice_s=spec.slice_duration_s, kv_samples=kv_samples(self.gauges, self.gauge_times),
+            rules=SubmissionRules.of(spec))
         return assemble_point(self.records, ctx, self.conc, parts,
                               server_before=self.before.total, server_after=server_after)
 
@@ -355,6 +385,7 @@ class Point:
         if self.run.barrier is not None:
             await self.run.barrier(self.plan.conc)
         await self.recorded.start_power()
+        await self.recorded.open_series()
         self.recorded.begin(await self.run.backend.scrape())
         await self.measure()
         if self.run.watch is not None:  # never complete while the server may be gone
@@ -427,6 +458,8 @@ class Point:
             watch.observe(record)
         if record.error is not None:  # not a measurement, but a sign worth reporting
             self.warmup_failed += 1
+        if self.run.spec.aiperf_artifacts is not None and self.recorded is not None:
+            self.recorded.warmup_records.append(record)
         return record
 
     async def _send(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:

@@ -3,8 +3,9 @@
 The same Point and PointRecords (records to JSONL as they end, /metrics scraped and gauges
 watched around the measured phase, PointResult written even when interrupted) with the
 session replay as its warmup and measured phase, and the session figures
-(metrics/agentic.py) added to its result. One process only: RunSpec refuses --workers and
---shard for session runs.
+(metrics/agentic.py) added to its result. With --workers each worker process plays
+its lanes (run/sessions.py) and the parent assembles the point from all records and the
+summed replay counts (run/workers.py); --shard is refused for session runs.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 from tokenizers import Tokenizer
 
+from loadgen.config.spec import RunSpec
 from loadgen.metrics.agentic import (
     latency_stats,
     prefix_cache_rates,
@@ -25,30 +27,62 @@ from loadgen.metrics.agentic import (
     ttft_by_context,
 )
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.session_rollup import session_rollups
 from loadgen.records import RequestRecord
 from loadgen.results.point import SessionMetrics
 from loadgen.run.point import Point, RunContext
 from loadgen.run.scheduler import deadline_after
-from loadgen.run.sessions import ReplayOptions, SessionReplay
+from loadgen.run.sessions import ReplayOptions, ReplayStats, SessionReplay
+from loadgen.run.shares import Share
 from loadgen.workload.plan import PointPlan, RequestSpec
 from loadgen.workload.session_plan import SessionSource
 from loadgen.workload.session_render import SessionRenderer
+from loadgen.workload.sessions import SessionTree
+
+
+def planned_requests(spec: RunSpec, trees: Sequence[SessionTree]) -> int:
+    if spec.duration_s is not None:
+        return 0  # open-ended: as many turns as the duration allows
+    return sum(tree.request_count() for tree in trees)
+
+
+def session_metrics(spec: RunSpec, records: Sequence[RequestRecord],
+                    before: ServerSnapshot | None, after: ServerSnapshot | None,
+                    replay: Mapping[str, int]) -> SessionMetrics:
+    """The session fields of a point: from its records, the server's counters around it
+    and the replay's counts (ReplayStats and primers_failed; summed over workers)."""
+    rates = prefix_cache_rates(records, before, after)
+    fields: dict[str, Any] = {
+        "session_history": "live" if spec.live_history else "recorded",
+        **rates,
+        **session_rollups(records, spec.slos_ms, rates["theoretical_prefix_hit_rate"],
+                          rates["server_prefix_hit_rate"]),
+        **latency_stats(records),
+        **session_counts(records),
+        "ttft_by_context": ttft_by_context(records),
+    }
+    fields.update({f"replay_{name}": value for name, value in replay.items()})
+    return msgspec.convert(fields, SessionMetrics)
+
+
+def replay_counts(stats: ReplayStats, primers_failed: int) -> dict[str, int]:
+    counts = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)
+              if f.name != "live_trees"}
+    return {**counts, "primers_failed": primers_failed}
 
 
 class SessionPoint(Point):
-    def __init__(self, run: RunContext, conc: int, replay: SessionReplay) -> None:
-        super().__init__(run, PointPlan(conc=conc, warmup=(), measured=()))
+    def __init__(self, run: RunContext, conc: int, replay: SessionReplay, *,
+                 share: Share | None = None,
+                 on_record: Callable[[RequestRecord], None] | None = None) -> None:
+        share = share or Share()
+        super().__init__(run, PointPlan(conc=conc, warmup=(), measured=()),
+                         slots=len(share.slots(conc)), on_record=on_record, label=share.label)
         self.replay = replay
         self.primers_failed = 0
-        assert self.recorded is not None  # Point keeps its own records here
-        self.recorded.planned = self.planned_requests
-        self.recorded.extra = self._session_fields
-
-    @property
-    def planned_requests(self) -> int:
-        if self.run.spec.duration_s is not None:
-            return 0  # open-ended: as many turns as the duration allows
-        return sum(tree.request_count() for tree in self.replay.trees)
+        if self.recorded is not None:  # this process keeps the records (not a worker)
+            self.recorded.planned = planned_requests(run.spec, replay.trees)
+            self.recorded.extra = self._session_fields
 
     async def warm_up(self) -> None:
         await self.replay.warmup(self._send_primer)
@@ -65,32 +99,26 @@ class SessionPoint(Point):
 
     def _session_fields(self, records: Sequence[RequestRecord], before: ServerSnapshot | None,
                         after: ServerSnapshot | None) -> SessionMetrics:
-        fields: dict[str, Any] = {
-            "session_history": "live" if self.run.spec.live_history else "recorded",
-            **prefix_cache_rates(records, before, after),
-            **latency_stats(records),
-            **session_counts(records),
-            "ttft_by_context": ttft_by_context(records),
-        }
-        stats = self.replay.stats
-        for field in dataclasses.fields(stats):
-            if field.name != "live_trees":
-                fields[f"replay_{field.name}"] = getattr(stats, field.name)
-        fields["replay_primers_failed"] = self.primers_failed
-        return msgspec.convert(fields, SessionMetrics)
+        return session_metrics(self.run.spec, records, before, after,
+                               replay_counts(self.replay.stats, self.primers_failed))
 
 
 async def build_session_point(context: RunContext, conc: int, source: SessionSource,
-                              tokenizer: Tokenizer) -> SessionPoint:
-    """The point's trees (drawn or loaded off the loop), their renderer and replay."""
+                              tokenizer: Tokenizer, *, share: Share | None = None,
+                              on_record: Callable[[RequestRecord], None] | None = None,
+                              ) -> SessionPoint:
+    """The point's trees (drawn or loaded off the loop), their renderer and replay; a
+    worker's (`share`, records to `on_record`) plays its lanes only (run/sessions.py)."""
     spec = context.spec
+    share = share or Share()
     trees = await asyncio.to_thread(source.trees, conc)
     renderer = SessionRenderer(source.settings(), tokenizer, context.server.options,
                                source.block_size, spec.seed + conc)
     options = ReplayOptions(
         conc=conc, duration_s=spec.duration_s, start_ratio=source.start_ratio,
         idle_cap_system_s=spec.idle_cap_system_s, idle_cap_tree_s=spec.idle_cap_tree_s,
-        seed=spec.seed, run_key=zlib.crc32(context.run_id.encode()))
+        seed=spec.seed, run_key=zlib.crc32(context.run_id.encode()),
+        worker=share.worker, workers=share.workers)
     replay = SessionReplay(trees, renderer, options, clock=context.clock, sleep=context.sleep,
                            hooks=context.hooks)
-    return SessionPoint(context, conc, replay)
+    return SessionPoint(context, conc, replay, share=share, on_record=on_record)

@@ -15,6 +15,12 @@
   ends its session there (its later turns are not sent: `sessions_cut`, `turns_skipped`).
 - Without --duration every tree is played once; with it, trees are recycled (in a seeded
   order) until it elapses, then nothing new is sent and in-flight turns finish.
+Workers (--workers N): every process walks the same seeded tree order and start-turn
+draws; process w plays the lanes j with j % N == w (so a tree and all its sessions stay in
+one process) and, of the plays that follow the lanes' first ones, every N-th from w (in
+one process a freed lane takes the next; which lane frees first is timing, so only the
+set of plays is fixed either way). Request indices interleave (index * N + w). The idle
+caps are each process's own (nothing in flight in it), not the whole system's.
 Each turn is rendered when it is due (session_render.py): no prompt text is kept. It is
 rendered on a worker thread, never on the event loop: a long history takes tens of ms
 to encode and tokenize, and chunks arriving meanwhile would be stamped late, together
@@ -55,6 +61,10 @@ class ReplayOptions:
     idle_cap_tree_s: float | None = 300.0
     seed: int = 0
     run_key: int = 0  # distinguishes runs (and points) in the cache-bust markers
+    # --workers: this process plays lanes j with j % workers == worker, and of the plays
+    # after the lanes' first ones every workers-th (module doc, "Workers")
+    worker: int = 0
+    workers: int = 1
 
 
 @dataclass(slots=True)
@@ -140,6 +150,8 @@ class SessionReplay:
         self.gate = IdleGate(options.idle_cap_system_s, clock, sleep, self.stats)
         self._rng = np.random.default_rng([options.seed, options.conc, 0xA6E7])
         self._queue = self._tree_order()
+        self._taken = 0  # plays taken off the (every process's same) queue
+        self._first_plays = 0  # of those, the lanes' first ones
         self._index = 0
         self._deadline: int | None = None
         self._start_ns = 0
@@ -158,11 +170,20 @@ class SessionReplay:
                 return
             order = [int(i) for i in self._rng.permutation(len(self.trees))]
 
-    def _next_play(self, lane: int) -> Play | None:
+    def _take(self) -> tuple[int, SessionTree] | None:
         taken = next(self._queue, None)
-        if taken is None:
-            return None
-        number, tree = taken
+        self._taken += taken is not None
+        return taken
+
+    def _next_play(self, lane: int) -> Play | None:
+        """A freed lane's next play: the next of this process's share of the queue."""
+        options = self.options
+        while (taken := self._take()) is not None:
+            if (self._taken - 1 - self._first_plays) % options.workers == options.worker:
+                return self._play(lane, *taken)
+        return None
+
+    def _play(self, lane: int, number: int, tree: SessionTree) -> Play:
         key: tuple[int, ...] = (self.options.run_key, self.options.conc, lane, number)
         if tree.start_at_s is not None:  # Mooncake: one hash scope (and marker) per point
             key = key[:2]
@@ -181,16 +202,21 @@ class SessionReplay:
         with self._render_thread():
             async with asyncio.TaskGroup() as group:
                 for lane in range(self.options.conc):
-                    play = self._next_play(lane)
-                    if play is None:
+                    taken = self._take()
+                    if taken is None:
                         self._lanes.append(None)
                         continue
-                    start = self._start_turn(play.tree)
+                    start = self._start_turn(taken[1])  # drawn for every lane, in order
+                    if lane % self.options.workers != self.options.worker:
+                        self._lanes.append(None)  # another process's lane
+                        continue
+                    play = self._play(lane, *taken)
                     self._lanes.append((play, start))
                     if start > 0:
                         rendered = self._render(play, play.tree.root, start - 1, primer=True)
                         self.stats.primers += 1
                         group.create_task(self._send_primer(rendered, send))
+                self._first_plays = self._taken
 
     async def _send_primer(self, rendered: asyncio.Future[RequestSpec],
                            send: SendTurn) -> None:
@@ -227,7 +253,7 @@ class SessionReplay:
         """The turn's request, rendered on the render thread; submitted (and numbered)
         now, so renders run in call order."""
         assert self._executor is not None, "render outside warmup/measure"
-        index = self._index
+        index = self._index * self.options.workers + self.options.worker
         self._index += 1
         render = functools.partial(self.renderer.render, play, session, turn, index,
                                    primer=primer, live=dict(live) if live else None)

@@ -271,7 +271,7 @@ class _Sweep:
         share = Share(self.spec.shard_index, self.spec.shard_count)
         for conc in self.todo:
             self.at = conc
-            if self.sessions is not None:  # one process, the whole point (RunSpec checks)
+            if self.sessions is not None:  # this process, the whole point
                 self.current = await build_session_point(context, conc, self.sessions,
                                                          self.tokenizer)
                 outcome = await self.current.run_to_end()
@@ -314,7 +314,7 @@ class _Sweep:
                 async def on_workers(at: RunContext, conc: int = conc) -> PointOutcome:
                     got: list[PointOutcome] = []
                     try:
-                        await pool.run_point(conc, got.append, context=at)
+                        await pool.run_point(conc, got.append, self.sessions, context=at)
                     finally:  # a stopped point (or trial) is kept as it is
                         if len(got) and (not got[-1].complete or at.trial is None):
                             self._record(got[-1])

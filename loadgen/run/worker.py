@@ -26,6 +26,7 @@ from time import perf_counter_ns
 from typing import Any
 
 import orjson
+from tokenizers import Tokenizer
 
 from loadgen.client.preflight import ServerInfo
 from loadgen.client.transport import open_session
@@ -35,9 +36,11 @@ from loadgen.run.backend import HttpBackend, open_streams, request_headers
 from loadgen.run.frames import Kind, frame, message, read_frame
 from loadgen.run.observers import QuietObserver
 from loadgen.run.point import Point, RunContext
+from loadgen.run.session_point import SessionPoint, build_session_point, replay_counts
 from loadgen.run.shares import Share
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import Workload
+from loadgen.workload.session_plan import SessionSource, session_source
 
 FLUSH_S = 0.1
 Command = tuple[Kind, bytes] | None  # None: the parent closed the connection
@@ -104,7 +107,7 @@ class ParentLink(QuietObserver):
         self._lag_ns.append(round(seconds * 1e9))
 
     def session_started(self, conc: int, root: bool) -> None:
-        pass  # session runs are played in one process (RunSpec refuses --workers)
+        pass  # live session gauges are not forwarded to the parent (docs/sessions.md)
 
 
 
@@ -132,12 +135,14 @@ def _requeue_exit(commands: asyncio.Queue[Command], command: Command) -> None:
 
 class Worker:
     def __init__(self, config: WorkerConfig, link: ParentLink, context: RunContext,
-                 workload: Workload, commands: asyncio.Queue[Command]) -> None:
+                 workload: Workload | SessionSource, commands: asyncio.Queue[Command],
+                 tokenizer: Tokenizer) -> None:
         self.config = config
         self.link = link
         self.context = context
-        self.workload = workload
+        self.workload = workload  # a session run's source of trees, or the requests
         self.commands = commands
+        self.tokenizer = tokenizer
 
     async def serve(self) -> None:
         while (command := await self.commands.get()) is not None:
@@ -150,21 +155,29 @@ class Worker:
                                  bool(point["fresh"]))
             # a STOP or GO for a point that already ended: nothing to stop
 
+    async def _build(self, conc: int, context: RunContext,
+                     workload: Workload | SessionSource) -> Point:
+        share = self.config.share
+        if isinstance(workload, SessionSource):
+            return await build_session_point(context, conc, workload, self.tokenizer,
+                                             share=share, on_record=self.link.record)
+        plan = await asyncio.to_thread(workload.point, conc, share.owner(conc))
+        return Point(context, plan, slots=len(share.slots(conc)),
+                     on_record=self.link.record, label=share.label)
+
     async def point(self, conc: int, seed: int, trial: int | None, fresh: bool) -> None:
         """One point's share; `seed` and `trial` are the run's, or a --trials trial's
         (`fresh`: a trial after the first, which starts on new connections)."""
-        share = self.config.share
         context, workload = self.context, self.workload
         if trial is not None:  # its seed, and its trial in every X-Request-Id
             context = dataclasses.replace(
                 context, trial=trial, spec=dataclasses.replace(context.spec, seed=seed))
-            workload = workload.reseeded(seed)
+            if isinstance(workload, Workload):
+                workload = workload.reseeded(seed)
         fresh_connections = getattr(context.backend, "fresh_connections", None)
         if fresh and fresh_connections is not None:
             fresh_connections()
-        plan = await asyncio.to_thread(workload.point, conc, share.owner(conc))
-        point = Point(context, plan, slots=len(share.slots(conc)),
-                      on_record=self.link.record, label=share.label)
+        point = await self._build(conc, context, workload)
         stopped = await _until_stopped(point.warm_up(), self.commands)
         if not stopped:
             self.link.send(Kind.WARM, {"warmup_failed": point.warmup_failed})
@@ -178,7 +191,10 @@ class Worker:
                 finally:
                     self.link.stop_flushing()
         health = point.health()
-        self.link.send(Kind.DONE, {"warmup_failed": point.warmup_failed, "health": {
+        replay = (replay_counts(point.replay.stats, point.primers_failed)
+                  if isinstance(point, SessionPoint) else None)
+        self.link.send(Kind.DONE, {"warmup_failed": point.warmup_failed, "replay": replay,
+                                   "health": {
             "label": health.label, "requests": health.requests, "chunks": health.chunks,
             "cpu_seconds": health.cpu_seconds, "lag_ns": list(health.lag_ns),
             "event_loop": health.event_loop}})
@@ -222,7 +238,9 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
         os.sched_setaffinity(0, {config.cpu})
     tokenizer = await asyncio.to_thread(load_tokenizer, spec.tokenizer,
                                         check_dsv4=spec.encoder == "dsv4")
-    workload = Workload(spec, tokenizer, config.server.options)
+    workload: Workload | SessionSource = (
+        await asyncio.to_thread(session_source, spec, tokenizer) if spec.sessions
+        else Workload(spec, tokenizer, config.server.options))
     slots = max(len(config.share.slots(conc)) for conc in spec.conc) or 1
     commands: asyncio.Queue[Command] = asyncio.Queue()
     async with open_session(max_connections=slots, headers=request_headers(spec),
@@ -236,7 +254,7 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
         link.send(Kind.READY, {"pid": os.getpid()})
         async with asyncio.TaskGroup() as group:
             listener = group.create_task(_read_commands(reader, commands))
-            await Worker(config, link, context, workload, commands).serve()
+            await Worker(config, link, context, workload, commands, tokenizer).serve()
             listener.cancel()
 
 

@@ -46,9 +46,11 @@ from loadgen.run.backend import HttpBackend
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.frames import FrameError, Kind, frame, message, read_frame
 from loadgen.run.point import PointOutcome, PointRecords, RunContext
+from loadgen.run.session_point import planned_requests, session_metrics
 from loadgen.run.shares import Share, requests_in
 from loadgen.run.stops import INTERRUPTED, Stop, WorkerDied, stop_of
 from loadgen.run.worker import WorkerConfig
+from loadgen.workload.session_plan import SessionSource
 
 START_TIMEOUT_S = 120.0  # import, tokenizer load, word pool: a few seconds, more when busy
 STOP_TIMEOUT_S = 30.0  # cancelled requests end at once; this bounds a wedged worker
@@ -77,9 +79,9 @@ def resolve_workers(spec: RunSpec) -> RunSpec:
     """The spec with `--workers auto` replaced by the count chosen (and said so)."""
     if spec.workers is not None:
         return spec
-    if spec.sessions:  # RunSpec refuses more than one process for sessions
-        print("loadgen: --workers auto: 1 process (this one): session runs are played by "
-              "one process", file=sys.stderr)
+    if spec.sessions and (spec.dataset_format == "mooncake" or not spec.cache_bust):
+        print("loadgen: --workers auto: 1 process (this one): a Mooncake trace or "
+              "--no-cache-bust is played by one process", file=sys.stderr)
         return dataclasses.replace(spec, workers=1, cpu_affinity=())
     count, why = choose_workers(spec, len(os.sched_getaffinity(0)))
     noun = "process (this one)" if count == 1 else "worker processes"
@@ -130,19 +132,30 @@ class WorkerPool:
     current: PointRecords | None = None
     write_error: ResultsWriteError | None = None  # a record the parent could not write
 
-    async def run_point(self, conc: int, keep: Callable[[PointOutcome], None], *,
+    async def run_point(self, conc: int, keep: Callable[[PointOutcome], None],
+                        sessions: SessionSource | None = None, *,
                         context: RunContext | None = None) -> None:
         """Run one point on the workers; its outcome goes to `keep`, also when the point
         is interrupted or a worker dies (then CancelledError or WorkerDied follows).
-        `context`: a --trials trial's (its seed, its files), else the run's."""
+        `context`: a --trials trial's (its seed, its files), else the run's. A session
+        run's workers each play their lanes; the point's session fields come from all
+        records and the replay counts the workers report, summed."""
         context = context or self.context
         spec, shard_slots = context.spec, self.share.shard_slots(conc)
-        recorded = PointRecords(
-            context, conc, planned=requests_in(spec.measured_requests(conc), conc,
-                                                    shard_slots),
-            warmup=requests_in(spec.warmup_requests(conc), conc, shard_slots),
-            slots=len(shard_slots))
+        if sessions is not None:
+            trees = await asyncio.to_thread(sessions.trees, conc)
+            recorded = PointRecords(context, conc, warmup=0, slots=len(shard_slots),
+                                    planned=planned_requests(spec, trees))
+        else:
+            recorded = PointRecords(
+                context, conc, planned=requests_in(spec.measured_requests(conc), conc,
+                                                   shard_slots),
+                warmup=requests_in(spec.warmup_requests(conc), conc, shard_slots),
+                slots=len(shard_slots))
         state = _PointState(recorded, [h for h in self.handles if h.share.slots(conc)])
+        if sessions is not None:
+            recorded.extra = lambda records, before, after: session_metrics(
+                spec, records, before, after, state.replay_counts())
         self.current = recorded
         watch = self.context.watch
         try:
@@ -176,6 +189,7 @@ class WorkerPool:
         if self.context.barrier is not None:
             await self.context.barrier(conc)
         await state.recorded.start_power()
+        await state.recorded.open_series()
         state.recorded.begin(await self.context.backend.scrape())
         state.cpu_start = time.process_time()
         at_ns = perf_counter_ns() + GO_DELAY_NS
@@ -269,6 +283,15 @@ class _PointState:
     cpu_start: float = 0.0
     parent_cpu: float = 0.0
     done: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def replay_counts(self) -> dict[str, int]:
+        """A session point's replay counts, summed over the workers that reported them
+        (max_live_trees too: the sum of each worker's peak, an upper bound)."""
+        total: dict[str, int] = {}
+        for body in self.done.values():
+            for name, value in (body.get("replay") or {}).items():
+                total[name] = total.get(name, 0) + int(value)
+        return total
 
     def finalize(self, *, complete: bool, after: Any, stop: Stop | None = None,
                  ) -> PointOutcome:

@@ -114,7 +114,7 @@ def _paths(spec: RunSpec) -> list[tuple[str, str, Path]]:
     """(option, its value, the path it leads to) for every place the run may touch."""
     found = [(option, str(path), path) for option, path in (
         ("results", spec.results_dir), ("dataset", spec.dataset),
-        ("shard-sync", spec.shard_sync),
+        ("shard-sync", spec.shard_sync), ("aiperf-artifacts", spec.aiperf_artifacts),
         ("golden-al", spec.golden_al.path if spec.golden_al else None)) if path is not None]
     if spec.tokenizer is not None:  # a local path or a Hub id: either stays inside
         found.append(("tokenizer", spec.tokenizer, Path(spec.tokenizer)))

@@ -31,6 +31,7 @@ from loadgen.sinks.compare_files import (
     summary_lines,
     throughput_label,
 )
+from loadgen.sinks.report_sessions import sessions_section
 from loadgen.sinks.report_slices import slices_section
 from loadgen.sinks.table import al_mark, sweep_rows
 
@@ -300,6 +301,8 @@ def render_report(runs: Sequence[ReportRun], comparison: Comparison,
                                                                               comparison)),
         ("acceptance", "Speculative decoding acceptance", acceptance_section(runs)),
         ("slices", "Time slices and request timeline", slices_section(runs)),
+        ("sessions", "Sessions and prefix caching",
+         sessions_section([(r.name, r.points) for r in runs])),
         ("points", "Every point", points_section(runs)),
     ]
     nav = "".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)

@@ -1,15 +1,18 @@
 """The files a sweep writes beside its own: the vLLM-format result (`--save-result`) per
-complete point, and sweep.csv, the console table and the sweep plot at the end. The run
-engine calls these through `RunOutputs` (run/observers.py) and imports no sink."""
+complete point, AIPerf's artifacts (`--aiperf-artifacts`) per point, and sweep.csv, the
+console table and the sweep plot at the end. The run engine calls these through
+`RunOutputs` (run/observers.py) and imports no sink."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from loadgen.config.spec import RunSpec
+from loadgen.metrics.server_series import PointCapture
 from loadgen.records import RequestRecord
 from loadgen.results.point import PointResult
-from loadgen.results.store import ResultsDir
+from loadgen.results.store import AiperfArtifacts, ResultsDir
+from loadgen.sinks.aiperf_artifacts import ArtifactRun, write_aiperf_artifacts
 from loadgen.sinks.sweep_files import write_sweep_files
 from loadgen.sinks.vllm_result import write_vllm_result
 
@@ -21,10 +24,18 @@ class RunFiles:
         self.spec = spec
 
     def point_written(self, store: ResultsDir, result: PointResult,
-                      records: Sequence[RequestRecord], complete: bool) -> None:
-        options = self.spec.vllm_result
+                      records: Sequence[RequestRecord], complete: bool,
+                      capture: PointCapture | None = None) -> None:
+        spec = self.spec
+        options = spec.vllm_result
         if options is not None and complete:  # vLLM writes none when stopped
-            write_vllm_result(store.path, result, records, options, points=len(self.spec.conc))
+            write_vllm_result(store.path, result, records, options, points=len(spec.conc))
+        if spec.aiperf_artifacts is not None and capture is not None:  # stopped ones too
+            run = ArtifactRun.of(spec, result.identity.run_id, result.identity.model_id or "",
+                                 capture.metrics_urls, capture.offset_ns)
+            write_aiperf_artifacts(
+                AiperfArtifacts.for_point(spec.aiperf_artifacts, result.conc, len(spec.conc)),
+                result, records, capture.warmup, capture.scrapes, run)
 
     def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
         return write_sweep_files(store, results)

@@ -4,6 +4,7 @@ latency percentiles and TTFT by context length, one line per point."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from loadgen.results.point import PointResult
 
@@ -38,4 +39,24 @@ def format_session_table(results: Sequence[PointResult]) -> str | None:
             f"{_pct(r.get('client_prefix_hit_rate')):>10}  {_ms(ttft.get('p50')):>8}  "
             f"{_ms(ttft.get('p90')):>8}  {_ms(ttft.get('p99')):>8}  "
             f"{_ms(e2e.get('p50')):>18}  {bins}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_rollup_lines(rows)])
+
+
+def _rollup_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Per-session rollups (metrics/session_rollup.py): turns and the time a session
+    waited on the server (its E2ELs summed), good sessions (--slo), prefix-cache loss."""
+    head = ("conc  turns/session p50  session wait p50 ms  session wait p90 ms  "
+            "cached share p50  good sessions  cache loss")
+    lines = [head, "  ".join("-" * len(part) for part in head.split("  ") if part)]
+    for r in sorted(rows, key=lambda r: r["max_concurrency"]):
+        rollup = r.get("session_rollup") or {}
+        turns, wait = rollup.get("turns") or {}, rollup.get("e2el_total_ms") or {}
+        share = (rollup.get("cached_share") or {}).get("p50")
+        good = r.get("good_sessions")
+        goods = "-" if good is None else f"{good}/{r.get('session_ids', 0)}"
+        lines.append(
+            f"{r['max_concurrency']:>4}  {_ms(turns.get('p50')):>17}  "
+            f"{_ms(wait.get('p50')):>19}  {_ms(wait.get('p90')):>19}  {_pct(share):>16}  "
+            f"{goods:>13}  "
+            f"{_pct(r.get('prefix_cache_loss')):>10}")
+    return lines

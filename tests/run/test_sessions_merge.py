@@ -94,20 +94,22 @@ def test_dataset_format_and_dataset_name(tmp_path: Path) -> None:
         spec_from_argv([*BASE, "--multi-turn"])
 
 
-@pytest.mark.parametrize("extra", [["--workers", "2"], ["--shard", "1/2"]])
-def test_sessions_refuse_workers_and_shards(extra: list[str]) -> None:
-    with pytest.raises(SpecError, match="do not support session runs"):
-        spec_from_argv([*BASE, "--turns", "2", *extra])
-    done = subprocess.run([sys.executable, "-m", "loadgen", *BASE, "--turns", "2", *extra],
-                          capture_output=True, text=True, timeout=60)
+def test_sessions_refuse_shards() -> None:
+    # --workers N plays a session run's lanes over processes (tests/run/test_sessions_workers.py)
+    assert spec_from_argv([*BASE, "--turns", "2", "--workers", "2"]).workers == 2
+    with pytest.raises(SpecError, match="does not support session runs"):
+        spec_from_argv([*BASE, "--turns", "2", "--shard", "1/2"])
+    done = subprocess.run([sys.executable, "-m", "loadgen", *BASE, "--turns", "2", "--shard",
+                           "1/2"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "do not support session runs" in lines[0], done.stderr
+    assert len(lines) == 1 and "does not support session runs" in lines[0], done.stderr
 
 
-def test_workers_auto_plays_sessions_in_one_process() -> None:
+def test_workers_auto_plays_a_mooncake_trace_in_one_process() -> None:
     from loadgen.run.workers import resolve_workers
 
-    spec = spec_from_argv([*BASE, "--turns", "2", "--workers", "auto"])
+    spec = spec_from_argv(["--sim", "--conc", "4", "--dataset",
+                           str(TRACES / "mooncake_small.jsonl"), "--workers", "auto"])
     assert spec.workers is None
     assert resolve_workers(spec).workers == 1

@@ -26,6 +26,7 @@ from loadgen.results.point import (
     EnergyMetrics,
     PointResult,
     SessionMetrics,
+    Submission,
     TrialSpread,
     file_keys,
 )
@@ -94,6 +95,9 @@ class ExactServer:
     async def scrape(self) -> Scrape:
         return Scrape()  # no /metrics: the server-side fields are null
 
+    def series_watch(self) -> None:
+        return None
+
     def gauge_watch(self) -> None:
         return None
 
@@ -140,7 +144,7 @@ async def test_a_sweep_through_the_seam_gives_the_exact_figures(
         # p50 comes from the default --percentiles, an extra percentile of the model
         extras = {key for key in result if key.startswith("p50_")}
         optional = (file_keys(SessionMetrics) | file_keys(EnergyMetrics)  # sessions, --gpu-metrics
-                    | file_keys(TrialSpread))  # --trials
+                    | file_keys(TrialSpread) | file_keys(Submission))  # --trials, scenario runs
         assert extras and set(result) - extras == file_keys(PointResult) - optional
         assert len(read_jsonl(tmp_path / f"requests_conc_{conc}.jsonl")) == conc * 3
     run = orjson.loads((tmp_path / "run.json").read_bytes())

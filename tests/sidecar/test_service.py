@@ -160,6 +160,7 @@ async def test_busy_409_then_cancel_keeps_what_was_measured(tmp_path: Path) -> N
     ({"conc": "4", "isl": 64, "osl": 16, "bogus": 1}, "bogus"),
     ({"conc": "4", "isl": 64, "osl": 16, "base_url": "http://10.0.0.1"}, "base_url"),
     ({"conc": "4", "isl": 64, "osl": 16, "results-dir": "/etc"}, "results-dir"),
+    ({"conc": "4", "isl": 64, "osl": 16, "aiperf-artifacts": "/etc/x"}, "aiperf-artifacts"),
     # Paths and processes of the sidecar's own machine: not for the network to choose.
     ({"conc": "4", "isl": 64, "osl": 16, "resume": "/srv/old"}, "resume"),
     ({"conc": "4", "isl": 64, "osl": 16, "overwrite": True}, "overwrite"),
