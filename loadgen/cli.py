@@ -3,7 +3,7 @@
 `loadgen [run] ...` measures a server, `loadgen --config sweep.yaml` runs a sweep file's
 lanes, `loadgen compare|report RUN...` compares results, `loadgen merge ...` combines shard
 results, `loadgen sim ...` runs the simulator, `loadgen serve ...` runs the sidecar. Every
-run-level failure is a `LoadgenError`; `_guarded` turns it into one line on stderr and its
+run-level failure is a `LoadgenError`; `main` turns it into one line on stderr and its
 exit status, here and nowhere else.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loadgen.config.args import parse_run_args
+from loadgen.config.args import COMMANDS, parse_run_args
 from loadgen.config.redact import redact_text
 from loadgen.config.spec import RunSpec
 from loadgen.errors import Interrupted, LoadgenError, UsageError
@@ -29,35 +29,37 @@ if TYPE_CHECKING:
     from loadgen.run.observers import RunObserver
 
 
-COMMANDS = ("run", "compare", "report", "merge", "sim", "serve")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """Every subcommand; every LoadgenError any of them raises ends here, as one line."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "sim":
+    command = args[0] if args and args[0] in COMMANDS else "run"
+    prog = "loadgen" if command in ("run", "compare", "report", "merge") else f"loadgen {command}"
+    try:
+        return _dispatch(command, args[1:] if args and args[0] == command else args)
+    except LoadgenError as exc:
+        return _report(exc, prog)
+
+
+def _dispatch(command: str, args: list[str]) -> int:
+    if command == "sim":
         from loadgen.sim.cli import main as sim_main
 
-        return int(sim_main(args[1:]))
-    if args and args[0] == "serve":
+        return int(sim_main(args))
+    if command == "serve":
         from loadgen.sidecar.service import main as serve_main
 
-        return int(serve_main(args[1:]))
-    if args and args[0] in ("compare", "report"):
+        return int(serve_main(args))
+    if command in ("compare", "report"):
         from loadgen.compare.cli import compare_main, report_main
 
-        return (compare_main if args[0] == "compare" else report_main)(args[1:])
-    if args and args[0] == "merge":
-        return merge(args[1:])
-    if args and not args[0].startswith("-") and args[0] not in COMMANDS:
-        return _report(unknown_command(args[0]))  # a run takes flags only: a word is a typo
-    if args and args[0] == "run":
-        args = args[1:]
+        return (compare_main if command == "compare" else report_main)(args)
+    if command == "merge":
+        return merge(args)
+    if args and not args[0].startswith("-"):
+        raise unknown_command(args[0])  # a run takes flags only: a word is a typo
     if any(a == "--config" or a.startswith("--config=") for a in args):
         return run_config(args)
-    try:
-        spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
-    except LoadgenError as exc:
-        return _report(exc)
+    spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
     for note in spec.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
@@ -65,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def unknown_command(word: str) -> UsageError:
     """`loadgen comapre ...`: the nearest command, as a mistyped flag gets the nearest flag."""
-    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, list(COMMANDS), n=1, cutoff=0.6)
     hint = (f"did you mean `loadgen {close[0]}`?" if close else
             f"the commands are {', '.join(COMMANDS)} (a run takes flags only: loadgen --help)")
     return UsageError(f"unknown command {word!r}; {hint}")
@@ -87,10 +89,7 @@ def merge(argv: Sequence[str]) -> int:
     parser.add_argument("--results", type=Path, required=True, metavar="OUT",
                         help="where the merged result set goes (a new directory)")
     args = parser.parse_args(list(argv))  # argparse's own usage errors exit 2 as well
-    try:
-        outcome = merge_results(args.dirs, args.results)
-    except LoadgenError as exc:
-        return _report(exc)
+    outcome = merge_results(args.dirs, args.results)
     for line in outcome.warnings:
         print(f"loadgen merge: WARNING: {line}", file=sys.stderr)
     for line in outcome.refused:
@@ -115,11 +114,8 @@ def run_config(argv: Sequence[str]) -> int:
 
     from loadgen.config.sweepfile import load_sweep, parse_config_argv
 
-    try:
-        path, tree, overrides = parse_config_argv(argv)
-        plan = load_sweep(path, overrides=overrides, env=os.environ, results_dir=tree)
-    except LoadgenError as exc:
-        return _report(exc)
+    path, tree, overrides = parse_config_argv(argv)
+    plan = load_sweep(path, overrides=overrides, env=os.environ, results_dir=tree)
     return int(uvloop.run(_guarded(_run_lanes(plan), plan.results_dir)))
 
 
@@ -137,9 +133,9 @@ async def _run_lanes(plan: SweepPlan) -> int:
     return outcome.exit_code
 
 
-def _report(exc: LoadgenError) -> int:
+def _report(exc: LoadgenError, prog: str) -> int:
     # redacted: a preflight error names --base-url, credentials and all (CI logs keep it)
-    print(f"loadgen: error: {redact_text(str(exc))}", file=sys.stderr)
+    print(f"{prog}: error: {redact_text(str(exc))}", file=sys.stderr)
     return exc.exit_code
 
 
@@ -149,7 +145,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
-    """Signals cancel the run; every LoadgenError becomes its line and exit status."""
+    """Signals cancel the run: what was measured stays on disk, and the stop is the
+    `Interrupted` line and status (main() prints every LoadgenError)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -162,8 +159,6 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
                               f"{results_dir} (the last point is marked complete: false)")
         print(f"loadgen: {stopped}", file=sys.stderr)
         return stopped.exit_code
-    except LoadgenError as exc:
-        return _report(exc)
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
@@ -211,9 +206,9 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
 
 
 async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
-    from loadgen.run.sweep import run_sweep
+    from loadgen.run.measure import measure
 
-    outcome = await run_sweep(spec, observer=observer)
+    outcome = await measure(spec, observer=observer)
     if outcome.nothing_to_resume:
         print(f"loadgen: every point of the run in {outcome.results_dir} is complete; "
               "nothing to resume", file=sys.stderr)

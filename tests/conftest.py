@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from tests.support.paths import FIXTURES
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +27,6 @@ def dsv4_fixtures() -> Path:
 def built_tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tokenizers trained here (tests/built_tokenizers.py), once per session: name ->
     tokenizer.json (in a directory of its own, as a model directory has it)."""
-    from built_tokenizers import build_all
+    from tests.support.built_tokenizers import build_all
 
     return build_all(tmp_path_factory.mktemp("tokenizers"))

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from loadgen.compare.inputs import RunDir, load_runs
-from loadgen.errors import LoadgenError, UsageError
+from loadgen.errors import UsageError
 from loadgen.metrics.compare import Comparison, compare
 from loadgen.metrics.trust import point_warnings, stamp_warnings, workload_mismatch
+from loadgen.results.files import ResultsWriteError
 from loadgen.sinks.compare_files import (
     Warning_,
     format_comparison,
@@ -109,6 +110,7 @@ def publish_tree(tree: Path) -> Path:
 
 
 def _guard(command: str, argv: Sequence[str]) -> int:
+    """Runs `compare` or `report`; a LoadgenError goes up to loadgen.cli, which prints it."""
     try:
         if command == "compare":
             args = compare_parser().parse_args(list(argv))
@@ -117,12 +119,8 @@ def _guard(command: str, argv: Sequence[str]) -> int:
             args = report_parser().parse_args(list(argv))
             path = build_report(load_runs(args.runs), args.output)
             print(f"loadgen: report in {path}", file=sys.stderr)
-    except LoadgenError as exc:
-        print(f"loadgen: error: {exc}", file=sys.stderr)
-        return exc.exit_code
     except OSError as exc:  # an output path that cannot be written
-        print(f"loadgen: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        raise ResultsWriteError(Path(exc.filename or "the output"), exc) from None
     return 0
 
 

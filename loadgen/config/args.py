@@ -11,6 +11,7 @@ import argparse
 import difflib
 import os
 import shlex
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -93,8 +94,9 @@ def _suggestion(message: str, flags: list[str]) -> str:
     return ""
 
 
-class _Help(argparse.HelpFormatter):
-    """Every flag's help ends with its default (or says it is required), exactly once."""
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Every flag's help ends with its default (or says it is required), exactly once; the
+    description and the command list are laid out by hand (textwrap), not re-wrapped."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -134,14 +136,26 @@ def parse_request_rate(text: str) -> float | None:
     return None if rate == float("inf") else rate
 
 
+# name -> what it does: loadgen.cli dispatches on it and `loadgen --help` lists it
+COMMANDS = {
+    "run": "measure a server (the default: `loadgen [run] --base-url URL ...`)",
+    "sim": "serve the simulator (vLLM's API, MTP, prefix cache) on a port",
+    "serve": "run the sidecar: a REST API that starts sweeps next to the server",
+    "compare": "compare result directories on the console and as CSV/JSON",
+    "report": "write one HTML report of result directories",
+    "merge": "combine the result directories of a run's shards",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="loadgen",
-        description="Measure an OpenAI-compatible (vLLM) server at controlled concurrency: "
-        "TTFT, ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. `loadgen --config "
-        "sweep.yaml [flags]` runs a sweep file's lanes (flags given apply to every lane). "
-        "Other commands: `loadgen compare --help`, `loadgen report --help` (compare result "
-        "directories), `loadgen sim --help` (simulator), `loadgen serve --help` (sidecar).",
+        description=textwrap.fill(
+            "Measure an OpenAI-compatible (vLLM) server at controlled concurrency: TTFT, "
+            "ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. `loadgen --config "
+            "sweep.yaml [flags]` runs a sweep file's lanes (flags given apply to every lane).", 88),
+        epilog="commands (`loadgen COMMAND --help` for each):\n" + "\n".join(
+            f"  {name:<9} {summary}" for name, summary in COMMANDS.items()),
         formatter_class=_Help,
     )
     p.add_argument("--version", action="version", version=f"loadgen {__version__}")

@@ -120,17 +120,22 @@ def detect_format(path: Path) -> str:
     if path.is_dir():
         return "weka"
     for where, item in items(path):
-        if isinstance(item, list):
-            return "jsonl"
-        if isinstance(item, dict):
-            if "requests" in item:
-                return "weka"
-            if "input_length" in item and "hash_ids" in item:
-                return "mooncake"
-            if "conversations" in item:
-                return "sharegpt"
-            if "messages" in item or "prompt" in item:
-                return "jsonl"
-        raise SpecError(f"--dataset {where}: unknown format; use --dataset-format "
-                        f"{'|'.join(FORMAT_CHOICES[1:])}")
+        return item_format(where, item)
     raise SpecError(f"--dataset {path}: no records in the file")
+
+
+def item_format(where: str, item: Any) -> str:
+    """The RunSpec.dataset_format a dataset's first item shows."""
+    if isinstance(item, list):
+        return "jsonl"
+    if isinstance(item, dict):
+        if "requests" in item:
+            return "weka"
+        if "input_length" in item and "hash_ids" in item:
+            return "mooncake"
+        if "conversations" in item:
+            return "sharegpt"
+        if "messages" in item or "prompt" in item:
+            return "jsonl"
+    raise SpecError(f"--dataset {where}: unknown format; use --dataset-format "
+                    f"{'|'.join(FORMAT_CHOICES[1:])}")

@@ -9,6 +9,7 @@ lists every process so a hot one can be found.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,9 @@ class ProcessHealth:
     chunks: int
     cpu_seconds: float
     lag_ns: tuple[int, ...]  # loop-lag samples (empty for a process that stamps nothing)
+    # the event loop it measured on ("uvloop", "asyncio"): the CLI, the workers and the
+    # sidecar must all time on the same one
+    event_loop: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         lags = np.asarray(self.lag_ns, dtype=np.float64) / 1e6
@@ -38,7 +42,13 @@ class ProcessHealth:
             "loop_lag_p99_ms": float(np.percentile(lags, 99)) if lags.size else None,
             "loop_lag_max_ms": float(lags.max()) if lags.size else None,
             "loop_lag_samples": int(lags.size),
+            "event_loop": self.event_loop,
         }
+
+
+def running_loop_name() -> str:
+    """The package the running event loop comes from: "uvloop" or "asyncio"."""
+    return type(asyncio.get_running_loop()).__module__.split(".")[0]
 
 
 def counts(records: Sequence[RequestRecord]) -> tuple[int, int]:

@@ -108,7 +108,7 @@ async def run_lanes(plan: SweepPlan, *,
                     tokenizer: Tokenizer | None = None) -> LanesOutcome:
     """Run every lane of `plan`; CancelledError (Ctrl-C, DELETE) is re-raised after the
     index says which lanes were interrupted."""
-    from loadgen.run.sweep import run_sweep
+    from loadgen.run.measure import measure
 
     plan.results_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(plan.results_dir / "sweep.yaml",
@@ -121,8 +121,8 @@ async def run_lanes(plan: SweepPlan, *,
         status.state = "running"
         index.write()
         try:
-            outcome = await run_sweep(lane.spec, tokenizer=tokenizer,
-                                      observer=observer_for(lane) if observer_for else None)
+            outcome = await measure(lane.spec, tokenizer=tokenizer,
+                                    observer=observer_for(lane) if observer_for else None)
         except asyncio.CancelledError:
             status.state, status.exit_code = "interrupted", 130
             for later in index.statuses[number:]:

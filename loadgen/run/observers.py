@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from loadgen.records import RequestRecord
 from loadgen.results.point import PointResult
+from loadgen.results.store import ResultsDir
+
+
+class RunOutputs(Protocol):
+    """The files a run writes beyond its own (run.json, point and record files): the
+    vLLM-format result, sweep.csv and its plot (sinks/run_files.py). The engine calls
+    them and never imports a sink; `loadgen.run.measure` plugs the standard ones in."""
+
+    def point_written(self, store: ResultsDir, result: PointResult,
+                      records: Sequence[RequestRecord], complete: bool) -> None:
+        """After the point file; may raise ResultsWriteError (the point's write error)."""
+
+    def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
+        """At the end (complete points only); the names of files it could not write."""
+
+
+class NoOutputs:
+    """Only the engine's own files."""
+
+    def point_written(self, store: ResultsDir, result: PointResult,
+                      records: Sequence[RequestRecord], complete: bool) -> None:
+        pass
+
+    def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
+        return []
 
 
 class RunObserver(Protocol):

@@ -40,12 +40,12 @@ from loadgen.results.point import (
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
-from loadgen.run.client_health import ProcessHealth
+from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import SimulatorLog, sim_stream_interval
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
-from loadgen.run.observers import RunObserver
+from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
 from loadgen.run.scheduler import (
     Clock,
     Sleep,
@@ -56,7 +56,6 @@ from loadgen.run.scheduler import (
 )
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import Stop
-from loadgen.sinks.vllm_result import write_vllm_result
 from loadgen.workload.plan import PointPlan, RequestSpec, point_rng
 
 ARRIVALS = 3  # rng stream id for open-loop arrival times
@@ -84,6 +83,8 @@ class RunContext:
     watch: ServerWatch | None = None
     # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
     synthesis: tuple[str, str | None] = ("words", None)
+    # the vLLM-format result and the like (a worker process writes none)
+    outputs: RunOutputs = field(default_factory=NoOutputs)
     # the log of the simulator loadgen started (--sim): its lateness goes into each point
     simulator_log: SimulatorLog | None = None
 
@@ -171,16 +172,13 @@ class PointRecords:
             write_error = exc
         if self.gauge_watch is not None:
             self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
-        spec = self.run.spec
         result = self._result(complete, after, processes, warmup_failed, stop)
         _warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
         path = store.point_file(self.conc)
         try:
             store.write_point(result)
-            if spec.vllm_result is not None and complete:  # vLLM writes none when stopped
-                write_vllm_result(self.run.results_dir, result, self.records,
-                                  spec.vllm_result, points=len(spec.conc))
+            self.run.outputs.point_written(store, result, self.records, complete)
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
@@ -331,7 +329,7 @@ class Point:
             self.loop_lag.stop()
             cpu = time.process_time() - self.cpu_start if self.cpu_start else 0.0
         return ProcessHealth(self.label, self.sent_requests, self.sent_chunks, cpu,
-                             tuple(self.loop_lag.samples))
+                             tuple(self.loop_lag.samples), running_loop_name())
 
     def finalize(self, *, complete: bool, after: Scrape | None,
                  stop: Stop | None = None) -> PointOutcome:

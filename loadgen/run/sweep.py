@@ -39,7 +39,7 @@ from loadgen.run.backend import Backend, HttpBackend, http_backend
 from loadgen.run.embedded_sim import sweep_estimate
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
-from loadgen.run.observers import FanoutObserver, RunObserver
+from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
 from loadgen.run.point import Point, PointOutcome, RunContext
 from loadgen.run.results_dir import Earlier
 from loadgen.run.run_file import RunFile
@@ -55,8 +55,6 @@ from loadgen.run.stops import (
     run_level_error,
     stop_of,
 )
-from loadgen.sinks.progress import ProgressLine
-from loadgen.sinks.sweep_files import write_sweep_files
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload, synthesis_of
@@ -109,20 +107,31 @@ def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
     return Workload(single_turn_spec(spec), tokenizer, body_options(spec)).preflight_prompt()
 
 
-def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> tuple[tuple[str, int], tuple[int, int]]:
-    """(the preflight prompt, (input, output) tokens of the longest request) from one
-    Workload: the dataset is read and encoded once. A session run's probe is a
-    single-turn prompt of its --isl/--osl (its turns' lengths are known only as played)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProbedWorkload:
+    """The run's one Workload (its dataset read and encoded here, once, and reused by the
+    points), the preflight prompt and the (input, output) tokens of its longest request."""
+
+    workload: Workload
+    probe: tuple[str, int]
+    longest: tuple[int, int]
+
+
+def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> ProbedWorkload:
+    """A session run's probe is a single-turn prompt of its --isl/--osl (its turns'
+    lengths are known only as played)."""
     workload = Workload(single_turn_spec(spec), tokenizer, body_options(spec))
-    return workload.preflight_prompt(), workload.longest_request()
+    return ProbedWorkload(workload, workload.preflight_prompt(), workload.longest_request())
 
 
 async def run_sweep(
     spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None,
     backend: Backend | None = None, clock: Clock = perf_counter_ns,
-    sleep: Sleep = asyncio.sleep,
+    sleep: Sleep = asyncio.sleep, outputs: RunOutputs | None = None,
 ) -> SweepOutcome:
-    """Run every concurrency point of `spec`; results land in spec.results_dir.
+    """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
+    the point and record files, and whatever `outputs` writes (loadgen.run.measure gives
+    the standard files and the progress line; the engine imports no sink).
 
     Without `backend` the server is `spec.base_url` (or the embedded simulator for
     `spec.sim`) over HTTP; `clock` and `sleep` drive the scheduler (tests pass virtual ones).
@@ -141,20 +150,20 @@ async def run_sweep(
     if estimate is not None:
         print(f"loadgen: {estimate}", file=sys.stderr)
     ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
-    progress = ProgressLine(len(spec.conc)) if spec.progress else None
-    hooks = FanoutObserver(observer, progress)
+    hooks = FanoutObserver(observer)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
-    probe, longest = await asyncio.to_thread(probe_workload, spec, tokenizer)
+    probed = await asyncio.to_thread(probe_workload, spec, tokenizer)
     sessions = (await asyncio.to_thread(session_source, spec, tokenizer)
                 if spec.sessions else None)
-    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions)
+    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions,
+                   outputs)
     try:
         attempt = earlier.attempt if earlier else 1
         async with _backend(spec, results_dir, tokenizer, backend, attempt) as server:
-            await sweep.run(server, probe, longest)
+            await sweep.run(server, probed)
     except asyncio.CancelledError:
         sweep.finish(Interrupted(INTERRUPTED_DETAIL))
         raise
@@ -167,9 +176,6 @@ async def run_sweep(
         if exhausted is None:
             raise
         raise sweep.stopped(exhausted) from None
-    finally:
-        if progress is not None:
-            progress.close()
     return sweep.finish(None)
 
 
@@ -186,8 +192,10 @@ async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
 class _Sweep:
     def __init__(self, spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
                  hooks: RunObserver, clock: Clock, sleep: Sleep, earlier: Earlier | None,
-                 sessions: SessionSource | None = None) -> None:
+                 sessions: SessionSource | None = None,
+                 outputs: RunOutputs | None = None) -> None:
         self.spec = spec
+        self.outputs: RunOutputs = outputs or NoOutputs()
         self.sessions = sessions
         self.results_dir = results_dir
         self.tokenizer = tokenizer
@@ -199,6 +207,7 @@ class _Sweep:
         self.run_id = new_run_id(self.started_unix)
         self.backend: Backend | None = None
         self.server: ServerInfo | None = None
+        self.workload: Workload | None = None  # the probe's, under the server's body options
         self.points: list[PointOutcome] = list(earlier.points) if earlier else []
         self.todo = earlier.remaining if earlier else spec.conc
         self.at: int | None = None  # the point in progress (in this process or on workers)
@@ -207,17 +216,18 @@ class _Sweep:
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
 
-    async def run(self, backend: Backend, probe: tuple[str, int],
-                  longest: tuple[int, int]) -> None:
+    async def run(self, backend: Backend, probed: ProbedWorkload) -> None:
         self.backend = backend
-        self.server = await backend.preflight(body_options(self.spec), probe, longest)
+        self.server = await backend.preflight(body_options(self.spec), probed.probe,
+                                              probed.longest)
+        self.workload = probed.workload.with_options(self.server.options)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
         watch = ServerWatch(backend.probe, self.spec.server_pid)
         context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
                              self.hooks, self.clock, self.sleep, self._barrier(), watch,
-                             synthesis_of(self.spec, self.tokenizer),
+                             synthesis_of(self.spec, self.tokenizer), self.outputs,
                              backend.simulator_log if isinstance(backend, HttpBackend) else None)
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier)
@@ -233,7 +243,8 @@ class _Sweep:
 
     async def _run_here(self, context: RunContext) -> None:
         assert self.server is not None
-        workload = Workload(single_turn_spec(self.spec), self.tokenizer, self.server.options)
+        workload = self.workload
+        assert workload is not None  # set by run() with the server
         share = Share(self.spec.shard_index, self.spec.shard_count)
         for conc in self.todo:
             self.at = conc
@@ -343,4 +354,4 @@ class _Sweep:
 
     def _write_sweep_files(self) -> None:
         results = [p.result for p in self.points if p.complete]
-        self.unwritten += write_sweep_files(ResultsDir(self.results_dir), results)
+        self.unwritten += self.outputs.sweep_written(ResultsDir(self.results_dir), results)

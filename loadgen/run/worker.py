@@ -167,7 +167,8 @@ class Worker:
         health = point.health()
         self.link.send(Kind.DONE, {"warmup_failed": point.warmup_failed, "health": {
             "label": health.label, "requests": health.requests, "chunks": health.chunks,
-            "cpu_seconds": health.cpu_seconds, "lag_ns": list(health.lag_ns)}})
+            "cpu_seconds": health.cpu_seconds, "lag_ns": list(health.lag_ns),
+            "event_loop": health.event_loop}})
         await self.link.writer.drain()
 
     async def _measure_at(self, point: Point, at_ns: int) -> None:

@@ -274,7 +274,8 @@ class _PointState:
                 continue
             h = body["health"]
             processes.append(ProcessHealth(h["label"], h["requests"], h["chunks"],
-                                           h["cpu_seconds"], tuple(h["lag_ns"])))
+                                           h["cpu_seconds"], tuple(h["lag_ns"]),
+                                           h.get("event_loop")))
         return self.recorded.finalize(complete=complete, after=after, processes=processes,
                                       warmup_failed=self.warmup_failed, stop=stop)
 

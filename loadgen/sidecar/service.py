@@ -217,15 +217,15 @@ class Service:
 
     async def _sweep(self, options: Mapping[str, Any], record: RunRecord, results_dir: Path,
                      progress: ProgressObserver) -> None:
-        from loadgen.run.sweep import run_sweep
+        from loadgen.run.measure import measure
 
         spec = spec_for(self.config, options, results_dir)
         metrics = MetricsObserver(self.metrics, model=self.config.model,
                                   endpoint=spec.endpoint, points=len(spec.conc),
                                   spec_tokens=spec.spec_tokens)
         try:
-            await run_sweep(spec, observer=FanoutObserver(progress, metrics),
-                            tokenizer=await self._tokenizer())
+            await measure(spec, observer=FanoutObserver(progress, metrics),
+                          tokenizer=await self._tokenizer())
         finally:
             metrics.finished()
 
@@ -398,15 +398,17 @@ async def serve_until_signalled(config: ServiceConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`loadgen serve`: on uvloop, as the CLI and the workers measure (a sweep started here
+    must time the same loop); a ServiceError or a port it cannot bind goes up to
+    loadgen.cli as one line."""
+    import uvloop
+
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    config = config_from_args(list(sys.argv[1:] if argv is None else argv), os.environ)
     try:
-        config = config_from_args(list(sys.argv[1:] if argv is None else argv), os.environ)
-        asyncio.run(serve_until_signalled(config))
-    except (ServiceError, OSError) as exc:
-        print(f"loadgen serve: {exc}", file=sys.stderr)
-        return 2
+        uvloop.run(serve_until_signalled(config))
+    except OSError as exc:
+        raise ServiceError(f"cannot listen on {config.host}:{config.port}: "
+                           f"{exc.strerror or exc}; pick another --listen") from None
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,11 +7,15 @@ import contextlib
 import signal
 import sys
 
-from loadgen.sim.config import ConfigError, SimConfig, build_parser, config_from_args
+from loadgen.errors import SetupError
+from loadgen.sim.config import SimConfig, build_parser, config_from_args
 from loadgen.sim.server import running_simulator
-from loadgen.tokenizer import TokenizerError
 
 __all__ = ["build_parser", "main"]
+
+
+class SimSetupError(SetupError):
+    """The simulator cannot serve where it was asked to (exit 1)."""
 
 
 async def serve(config: SimConfig, host: str, port: int) -> None:
@@ -41,24 +45,19 @@ def run_event_loop(config: SimConfig, host: str, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`loadgen sim`: a bad flag or tokenizer, or a port it cannot bind, is raised (as a
+    LoadgenError) for loadgen.cli to print as one line."""
     parser = build_parser()
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-        config = config_from_args(args)
-    except ConfigError as exc:
-        print(f"loadgen sim: error: {exc} (see loadgen sim --help)", file=sys.stderr)
-        return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    config = config_from_args(args)
     try:
         run_event_loop(config, args.host, args.port)
-    except TokenizerError as exc:
-        print(f"loadgen sim: error: {exc}", file=sys.stderr)
-        return 2
     except OSError as exc:
-        print(f"loadgen sim: error: cannot serve on {args.host}:{args.port}: {exc.strerror}; "
-              "pick another --port", file=sys.stderr)
-        return 1
+        raise SimSetupError(f"cannot serve on {args.host}:{args.port}: {exc.strerror}; "
+                            "pick another --port") from None
     except KeyboardInterrupt:
         return 130
     return 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.config.dataset_format import detect_format, items
+from loadgen.config.dataset_format import item_format, items
 from loadgen.config.spec import TRACE_FORMATS, SpecError
 
 
@@ -56,12 +56,14 @@ VLLM_SHAREGPT_LIMITS = LengthLimits()
 
 def load_dataset(path: Path, fmt: str = "auto") -> list[Conversation]:
     """Read `path` as ShareGPT (`sharegpt`), JSONL (`jsonl`) or either (`auto`)."""
-    if fmt == "auto":
-        fmt = detect_format(path)
+    if path.is_dir():  # a directory is Weka traces: refused below without reading them
+        fmt = "weka"
+    entries = [] if fmt in TRACE_FORMATS or path.is_dir() else list(items(path))
+    if fmt == "auto" and entries:  # told by the first item of the one read
+        fmt = item_format(*entries[0])
     if fmt in TRACE_FORMATS:
         raise SpecError(f"--dataset {path}: a {fmt} trace is replayed as sessions, not read "
                         "as single prompts")
-    entries = list(items(path))
     if fmt == "sharegpt":
         return _sharegpt(path, entries)
     conversations = [_jsonl_item(item, f"--dataset {where}") for where, item in entries]

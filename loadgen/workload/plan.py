@@ -8,6 +8,7 @@ sweep also ran point 32, and warmup prompts never share a prefix with measured o
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -103,6 +104,13 @@ class Workload:
                 raise SpecError(f"--osl is required with --dataset {spec.dataset}: its items "
                                 "carry no output length (only ShareGPT answers and "
                                 "output_tokens do)")
+
+    def with_options(self, options: BodyOptions) -> Workload:
+        """This workload under other body options (the server's, after preflight): the
+        dataset, read and encoded once, and its prompt caches are shared, not rebuilt."""
+        other = copy.copy(self)
+        other.options = options
+        return other
 
     def point(self, conc: int, keep: Keep | None = None) -> PointPlan:
         """The point's requests; with `keep`, only those whose index it accepts (one

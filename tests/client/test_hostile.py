@@ -18,7 +18,19 @@ from typing import Any
 
 import orjson
 import pytest
-from hostile_server import (
+from tokenizers import Tokenizer
+
+from loadgen.client.native import kernel_stamps
+from loadgen.client.native.client import NativeStreams
+from loadgen.client.sse import SseFramer
+from loadgen.client.transport import AiohttpStreams, Transport, open_session
+from loadgen.config.spec import RunSpec
+from loadgen.records import ErrorKind, RequestRecord, StrayBytes
+from loadgen.results.jsonl import read_jsonl
+from loadgen.run.sweep import SweepOutcome, run_sweep
+from loadgen.tokenizer import load_tokenizer
+from loadgen.workload.plan import RequestSpec
+from tests.support.hostile_server import (
     Conn,
     Handler,
     HostileServer,
@@ -33,18 +45,6 @@ from hostile_server import (
     token_events,
     upgrade,
 )
-from tokenizers import Tokenizer
-
-from loadgen.client.native import kernel_stamps
-from loadgen.client.native.client import NativeStreams
-from loadgen.client.sse import SseFramer
-from loadgen.client.transport import AiohttpStreams, Transport, open_session
-from loadgen.config.spec import RunSpec
-from loadgen.records import ErrorKind, RequestRecord, StrayBytes
-from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import SweepOutcome, run_sweep
-from loadgen.tokenizer import load_tokenizer
-from loadgen.workload.plan import RequestSpec
 
 pytestmark = pytest.mark.timeout(120)
 

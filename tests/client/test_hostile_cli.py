@@ -21,14 +21,6 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from hostile_server import (
-    HostileServer,
-    alternate,
-    answer_bytes,
-    answer_json,
-    completion,
-    hang,
-)
 from tokenizers import Tokenizer
 
 from loadgen.config.args import build_parser, spec_from_argv
@@ -37,8 +29,17 @@ from loadgen.config.spec import RunSpec, SpecError
 from loadgen.records import ErrorKind
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import free_port, simulator_argv
-from loadgen.run.sweep import run_sweep
+from loadgen.run.measure import measure
+from loadgen.run.observers import QuietObserver
 from loadgen.tokenizer import load_tokenizer
+from tests.support.hostile_server import (
+    HostileServer,
+    alternate,
+    answer_bytes,
+    answer_json,
+    completion,
+    hang,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -143,7 +144,7 @@ async def test_row3_frozen_server_one_line_exit_1(tmp_path: Path) -> None:
     assert seconds < 30
 
 
-class _FreezeOnFirstRecord:
+class _FreezeOnFirstRecord(QuietObserver):
     """Observer that SIGSTOPs the server when the first measured request finishes."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
@@ -169,7 +170,7 @@ async def test_row3_server_frozen_mid_point_ends_the_sweep(
                        http_timeout_s=1.0, stream_idle_timeout_s=1.0)
         freezer = _FreezeOnFirstRecord(process)
         async with asyncio.timeout(60):
-            outcome = await run_sweep(spec, observer=freezer, tokenizer=tokenizer)
+            outcome = await measure(spec, observer=freezer, tokenizer=tokenizer)
     records = read_jsonl(tmp_path / "requests_conc_2.jsonl")
     result = orjson.loads((tmp_path / "conc_2.json").read_bytes())
     assert freezer.frozen and len(records) == 6  # every request has its record

@@ -31,8 +31,8 @@ async def test_ingest_yields_to_the_loop_between_slices() -> None:
     ingest = Ingest(slice_ns=200_000)
     streams = [SlowStream(100_000, log, f"s{i}") for i in range(10)]
     for stream in streams:
-        ingest.notify(stream)  # type: ignore[arg-type]
-        ingest.notify(stream)  # type: ignore[arg-type]  # queued once only
+        ingest.notify(stream)
+        ingest.notify(stream)  # queued once only
     asyncio.get_running_loop().call_soon(log.append, "loop")  # e.g. a socket read
     await asyncio.sleep(0.05)
     assert sorted(x for x in log if x != "loop") == sorted(s.name for s in streams)
@@ -57,7 +57,7 @@ async def test_a_drain_that_raises_does_not_strand_the_streams_behind_it() -> No
     ingest = Ingest()
     streams = [BrokenStream(0, log, "broken"), SlowStream(0, log, "a"), SlowStream(0, log, "b")]
     for stream in streams:
-        ingest.notify(stream)  # type: ignore[arg-type]
+        ingest.notify(stream)
     await asyncio.sleep(0.01)
     loop.set_exception_handler(None)
     assert log == ["broken", "a", "b"] and len(errors) == 1
@@ -72,13 +72,13 @@ async def test_ingest_parses_briefly_while_reads_arrive() -> None:
     streams = [SlowStream(0, log, f"s{i}") for i in range(6)]
     loop = asyncio.get_running_loop()
     for stream in streams[:3]:
-        ingest.notify(stream)  # type: ignore[arg-type]  # three reads: a burst
+        ingest.notify(stream)  # three reads: a burst
     loop.call_soon(log.append, "poll")
     await asyncio.sleep(0.01)
     assert log[:4] == ["s0", "poll", "s1", "s2"]  # one stream per turn while reads arrive
     log.clear()
     for stream in streams[3:]:
-        ingest.notify(stream, perf_counter_ns() - QUIET_NS)  # type: ignore[arg-type]
+        ingest.notify(stream, perf_counter_ns() - QUIET_NS)
     loop.call_soon(log.append, "poll")
     await asyncio.sleep(0.01)
     assert log == ["s3", "s4", "s5", "poll"]  # quiet: one slice took them all

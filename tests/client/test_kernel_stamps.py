@@ -181,6 +181,9 @@ class Recorder:
         self.stamps.append(stamp)
         self.arrived.set()
 
+    def arrived_before_write(self, data: bytes, stamp: int, written_ns: int) -> None:
+        self.received(data, stamp, written_ns)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost.append(exc)
         self.closed.set_result(None)

@@ -17,13 +17,13 @@ from time import perf_counter_ns
 
 import pytest
 from aiohttp import web
-from tls_certs import make_certificate, server_context
 
 from loadgen.client.native.client import NativeStreams, encode_headers
 from loadgen.client.native.pool import parse_target
 from loadgen.client.transport import Transport
 from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
+from tests.support.tls_certs import make_certificate, server_context
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 REQUEST = RequestSpec(index=1, input_len=5, max_tokens=8, body=b'{"stream":true}')

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import Any
 
 import orjson
 import pytest
@@ -74,12 +75,13 @@ def outcome(state: Exchange, error: Exception | None) -> tuple[object, ...]:
             state.detail, state.end_ns, type(error).__name__ if error else None)
 
 
-def run_both(body: bytes, cuts: list[int], drain_every: int) -> tuple[tuple, tuple]:
+def run_both(body: bytes, cuts: list[int], drain_every: int
+             ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     ingest = Ingest()
     native_state, reference_state = Exchange(), Exchange()
     reads, content, log = Reads(), Content(), ArrivalLog()
     native = EventStream(reads, native_state, TokenCounter())
-    reference = BodyStream(content, log, reference_state, TokenCounter(), ingest)  # type: ignore[arg-type]
+    reference = BodyStream(content, log, reference_state, TokenCounter(), ingest)
     bounds = sorted({0, len(body), *cuts})
     received = 0
     for number, (start, end) in enumerate(itertools.pairwise(bounds)):

@@ -6,7 +6,7 @@ tokens differently, which no faithful vLLM twin would do on purpose.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -36,7 +36,7 @@ class Script:
         self.bodies: list[dict[str, Any]] = []
 
 
-async def serve(script: Script) -> AsyncIterator[str]:
+async def serve(script: Script) -> AsyncGenerator[str, None]:
     async def models(_r: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
             {"id": m, "object": "model", "max_model_len": script.max_model_len}

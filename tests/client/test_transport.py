@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
+from typing import Any
 
 import aiohttp
 import pytest
@@ -23,7 +24,7 @@ from aiohttp import web
 from loadgen.client.aiohttp_seam import StampingConnector, StampingResponseHandler
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.stream_client import StreamClient
-from loadgen.client.transport import AiohttpStreams, Transport, open_session
+from loadgen.client.transport import READ_BUFSIZE, AiohttpStreams, Transport, open_session
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
@@ -48,6 +49,9 @@ SCRIPTS: dict[str, list[bytes]] = {
     # a 2 MB event (e.g. prompt_token_ids of a long prompt): no buffer or line limit
     "long": [chunk(list(range(300_000)), 300_000), b"data: [DONE]\n\n"],
 }
+
+
+SseServer = tuple[str, dict[str, list[int]]]
 
 
 @pytest.fixture
@@ -104,8 +108,9 @@ async def open_streams(kind: str, max_connections: int,
         finally:
             await native.close()
         return
-    extra = {} if read_bufsize is None else {"read_bufsize": read_bufsize}
-    async with open_session(max_connections=max_connections, stamping=True, **extra) as session:
+    bufsize = READ_BUFSIZE if read_bufsize is None else read_bufsize
+    async with open_session(max_connections=max_connections, stamping=True,
+                            read_bufsize=bufsize) as session:
         yield AiohttpStreams(session)
 
 
@@ -116,7 +121,7 @@ LONG_REQUEST = RequestSpec(index=3, input_len=5, max_tokens=300_000, body=b"{}")
 
 async def send(base: str, script: str, session: StreamClient, *,
                limit_s: float | None = None, rid: str = "r1",
-               request: RequestSpec = REQUEST) -> tuple[RequestRecord, list]:
+               request: RequestSpec = REQUEST) -> tuple[RequestRecord, list[Any]]:
     seen: list[RequestRecord] = []
     transport = Transport(session, f"{base}/v1/completions?s={script}", request_timeout_s=limit_s)
     record = await transport.send(request, x_request_id=rid, conc=2, scheduled_ns=1,
@@ -125,7 +130,7 @@ async def send(base: str, script: str, session: StreamClient, *,
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
-async def test_ok_stream_exact_tokens_and_stamps(sse_server: tuple[str, dict], kind: str) -> None:
+async def test_ok_stream_exact_tokens_and_stamps(sse_server: SseServer, kind: str) -> None:
     base, sent = sse_server
     async with open_streams(kind, 2) as session:
         record, seen = await send(base, "ok", session)
@@ -144,14 +149,14 @@ async def test_ok_stream_exact_tokens_and_stamps(sse_server: tuple[str, dict], k
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
-async def test_long_event_has_no_size_limit(sse_server: tuple[str, dict], kind: str) -> None:
+async def test_long_event_has_no_size_limit(sse_server: SseServer, kind: str) -> None:
     base, _ = sse_server
     async with open_streams(kind, 1) as session:
         record, _ = await send(base, "long", session, request=LONG_REQUEST)
     assert record.ok and record.chunk_tokens == (300_000,)
 
 
-async def test_paused_reading_resumes(sse_server: tuple[str, dict]) -> None:
+async def test_paused_reading_resumes(sse_server: SseServer) -> None:
     """A tiny read buffer makes aiohttp pause the socket; the protocol must resume it."""
     base, _ = sse_server
     async with open_streams("aiohttp", 1, read_bufsize=1024) as session:
@@ -162,7 +167,7 @@ async def test_paused_reading_resumes(sse_server: tuple[str, dict]) -> None:
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
-async def test_split_events_and_connection_reuse(sse_server: tuple[str, dict], kind: str) -> None:
+async def test_split_events_and_connection_reuse(sse_server: SseServer, kind: str) -> None:
     base, sent = sse_server
     async with open_streams(kind, 1) as session:
         first, _ = await send(base, "split", session, rid="a")
@@ -179,7 +184,7 @@ async def test_split_events_and_connection_reuse(sse_server: tuple[str, dict], k
                                               ("http500", ErrorKind.HTTP),
                                               ("json", ErrorKind.MALFORMED)])
 @pytest.mark.parametrize("client", CLIENTS)
-async def test_failures_become_error_kinds(sse_server: tuple[str, dict], script: str,
+async def test_failures_become_error_kinds(sse_server: SseServer, script: str,
                                            kind: ErrorKind, client: str) -> None:
     base, _ = sse_server
     async with open_streams(client, 1) as session:
@@ -194,7 +199,7 @@ async def test_failures_become_error_kinds(sse_server: tuple[str, dict], script:
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
-async def test_timeout_and_cancel_keep_partial_records(sse_server: tuple[str, dict],
+async def test_timeout_and_cancel_keep_partial_records(sse_server: SseServer,
                                                        kind: str) -> None:
     base, _ = sse_server
     async with open_streams(kind, 2) as session:

@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 import pytest
-from chromium_cdp import find_chromium, open_page
+
+from tests.support.chromium_cdp import find_chromium, open_page
 
 SIM = "--step-fixed-ms 1 --decode-token-us 200 --prefill-token-us 2 --seed 7"
 SWEEP = f"""

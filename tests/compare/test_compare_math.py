@@ -9,7 +9,6 @@ from typing import Any
 
 import orjson
 import pytest
-from fake_records import point_file
 
 from loadgen.compare.inputs import expand, load_runs
 from loadgen.errors import UsageError
@@ -22,6 +21,7 @@ from loadgen.metrics.compare import (
     pareto_frontier,
 )
 from loadgen.metrics.trust import point_warnings, stamp_warnings
+from tests.support.fake_records import point_file
 
 
 def result(conc: int, throughput: float, interactivity: float, **extra: Any) -> dict[str, Any]:
@@ -111,7 +111,8 @@ def test_read_stamps_beside_kernel_stamps_are_flagged_per_point() -> None:
                               "tls": {4: {"arrival_stamp_sources": {"kernel": 3, "read": 1}}}})
     assert [(run, conc) for run, conc, _ in flagged] == [("old", 4), ("old", 8), ("tls", 4)]
     assert "kernel-stamped new" in flagged[0][2]
-    empty = {"arrival_stamp_sources": {}}  # no request completed: nothing was stamped
+    # no request completed: nothing was stamped
+    empty: dict[str, Any] = {"arrival_stamp_sources": {}}
     assert stamp_warnings({"new": {4: kernel}, "failed": {4: empty}}) == []
 
 

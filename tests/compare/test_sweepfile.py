@@ -6,12 +6,12 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from hostile_documents import laughs
 
 from loadgen.config.args import spec_from_argv, spec_from_options
 from loadgen.config.spec import SpecError
@@ -24,6 +24,7 @@ from loadgen.config.sweepfile import (
     parse_sweep,
 )
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body
+from tests.support.hostile_documents import laughs
 
 DOC = """
 results: results/ab
@@ -163,10 +164,11 @@ def test_extra_body_reaches_every_body_but_never_overrides_loadgen() -> None:
                               "extra_body": {"min_p": 0.1, "top_k": 5}})
     assert spec.extra_body == {"min_p": 0.1, "top_k": 5}
     options = BodyOptions(endpoint="completions", model="m", extra_body=spec.extra_body)
-    body = completion_body(options, "hi", 4)
+    body: Mapping[str, object] = completion_body(options, "hi", 4)
     assert body["max_tokens"] == 4 and body["stream"] is True
     assert {k: body[k] for k in ("min_p", "top_k")} == {"min_p": 0.1, "top_k": 5}
-    chat = chat_body(BodyOptions(endpoint="chat", model="m", extra_body={"min_p": 0.2}), [], 4)
+    chat_options = BodyOptions(endpoint="chat", model="m", extra_body={"min_p": 0.2})
+    chat: Mapping[str, object] = chat_body(chat_options, [], 4)
     assert chat["min_p"] == 0.2
     for reserved in ("max_tokens", "ignore_eos", "stream_options", "n"):
         with pytest.raises(SpecError, match=f"'{reserved}' is set by loadgen"):

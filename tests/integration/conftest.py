@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from vllm_servers import ServerPool, VllmEnv, VllmServer, vllm_cpu
+
+from tests.support.vllm_servers import ServerPool, VllmEnv, VllmServer, vllm_cpu
 
 _skip_reasons: list[str] = []
 _timings: dict[str, float] = {}

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_servers import SPEC_TOKENS, ServerPool, VllmServer, frontend_kept_awake
 
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.results.jsonl import read_jsonl
+from tests.support.vllm_servers import SPEC_TOKENS, ServerPool, VllmServer, frontend_kept_awake
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500)]
 

@@ -24,8 +24,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from test_vllm import records, run_loadgen
-from vllm_servers import VllmServer
+
+from tests.integration.test_vllm import records, run_loadgen
+from tests.support.vllm_servers import VllmServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from loadgen.config.spec import MAX_CONVERSATION_BYTES, MAX_SEED
-from run.procs import SMALL, free_port, one_error_line, run_loadgen, start_sim, stop
+from tests.support.procs import SMALL, free_port, one_error_line, run_loadgen, start_sim, stop
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,17 @@ from typing import Any
 
 import orjson
 import pytest
-from test_vllm_result import check_power_window, inferencex_derivations
 from tokenizers import Tokenizer
 
 from loadgen import cli
 from loadgen.client import server_metrics
 from loadgen.client.server_metrics import MetricsUrlError
 from loadgen.config.args import spec_from_argv
-from loadgen.run.sweep import run_sweep
+from loadgen.run.measure import measure
 from loadgen.sim.config import SimConfig
 from loadgen.sim.server import running_simulator
 from loadgen.tokenizer import encode, load_tokenizer
+from tests.sinks.test_vllm_result import check_power_window, inferencex_derivations
 
 FAST_SIM = "--step-fixed-ms 2 --decode-token-us 20 --prefill-token-us 2 --seed 7"
 # InferenceX benchmark_lib.sh's command, --base-url replaced by --sim, smaller numbers
@@ -125,7 +125,7 @@ async def test_sharegpt_without_isl_or_osl(tmp_path: Path, tokenizer: Tokenizer)
         "--num-warmups", "0", "--dataset-name", "sharegpt", "--dataset-path", str(data),
         "--results", str(tmp_path / "r"), "--no-progress"], env={})
     assert (spec.isl, spec.osl, spec.encoder) == (None, None, "raw")  # as vLLM sends it
-    outcome = await run_sweep(spec, tokenizer=tokenizer)
+    outcome = await measure(spec, tokenizer=tokenizer)
     result = outcome.points[0].result.to_json()  # as the file spells it
     assert outcome.exit_code == 0 and result["completed"] == 10
     pairs = set(zip(result["input_lens"], result["output_lens"], strict=True))
@@ -139,7 +139,7 @@ async def test_messages_dataset_needs_osl(tmp_path: Path, tokenizer: Tokenizer) 
     spec = spec_from_argv(["--sim", "--conc", "1", "--dataset", str(data), "--results",
                            str(tmp_path / "r"), "--no-progress"], env={})
     with pytest.raises(Exception, match="--osl is required with --dataset"):
-        await run_sweep(spec, tokenizer=tokenizer)
+        await measure(spec, tokenizer=tokenizer)
 
 
 async def test_server_metrics_sums_urls_and_keeps_each(
@@ -157,7 +157,7 @@ async def test_server_metrics_sums_urls_and_keeps_each(
             "--prompts-per-conc", "3", "--warmup-per-conc", "0", "--results", str(tmp_path),
             "--no-progress", "--server-metrics", busy_sim.base_url + "/metrics",
             "--server-metrics", idle_sim.base_url], env={})
-        outcome = await run_sweep(spec, tokenizer=tokenizer)
+        outcome = await measure(spec, tokenizer=tokenizer)
     result = outcome.points[0].result.to_json()  # as the file spells it
     busy, quiet = result["server_metrics_by_url"]
     assert quiet["url"] == idle_sim.base_url + "/metrics" and quiet["scraped"]
@@ -177,5 +177,5 @@ async def test_a_dead_metrics_url_stops_the_run_in_preflight(
                            "--osl", "4", "--results", str(tmp_path), "--no-progress",
                            "--server-metrics", "http://127.0.0.1:9/metrics"], env={})
     with pytest.raises(MetricsUrlError, match=r"1 of 1 URLs .*127\.0\.0\.1:9/metrics"):
-        await run_sweep(spec, tokenizer=tokenizer)
+        await measure(spec, tokenizer=tokenizer)
     assert not (tmp_path / "conc_1.json").exists()

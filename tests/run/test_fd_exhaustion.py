@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from run.procs import one_error_line, point, run_file
+from tests.support.procs import one_error_line, point, run_file
 
 EAT_LATER_THEN_RUN = """
 import os, sys, threading, time

@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from run.procs import one_error_line, run_loadgen
+from tests.support.procs import one_error_line, run_loadgen
 
 GOLDEN = """\
 deepseek-v4-pro:

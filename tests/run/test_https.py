@@ -18,11 +18,11 @@ from urllib.parse import urlsplit
 
 import orjson
 import pytest
-from tls_certs import make_certificate, server_context
 
 from loadgen.records import ArrivalStamps
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
+from tests.support.tls_certs import make_certificate, server_context
 
 SIM = ("--step-fixed-ms", "2", "--decode-token-us", "10", "--spin-us", "0", "--seed", "3")
 

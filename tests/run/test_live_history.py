@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from hostile_server import Conn, Handler, HostileServer, Request, sse
 from tokenizers import Tokenizer
 
 from encoders.deepseek_v4 import EOS, USER
@@ -27,7 +26,9 @@ from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
-from run.procs import simulator
+from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sse
+from tests.support.paths import TRACES
+from tests.support.procs import simulator
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -199,7 +200,8 @@ async def test_against_the_simulator_the_reply_text_is_in_the_next_prompt(
 
             routes = {p: relay(p) for p in ("/v1/completions", "/v1/chat/completions",
                                             "/v1/models", "/tokenize", "/version")}
-            for extra in (("--thinking", "chat"), ("--endpoint", "chat")):
+            extras: list[tuple[str, str]] = [("--thinking", "chat"), ("--endpoint", "chat")]
+            for extra in extras:
                 async with HostileServer(routes) as server:
                     spec = spec_from_argv(["--base-url", server.base_url, *BASE, "--encoder",
                                            "dsv4", "--live-history", *extra, "--results",
@@ -235,7 +237,7 @@ def check_sim_replies(sessions: dict[str, list[Request]], replies: dict[str, str
 
 
 def test_trace_replay_refuses_live_history() -> None:
-    traces = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+    traces = TRACES
     with pytest.raises(SpecError, match="--live-history: trace replay rebuilds"):
         spec_from_argv(["--sim", "--conc", "1", "--dataset",
                         str(traces / "agentic_small.jsonl"), "--live-history"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from run.procs import SMALL, loadgen, one_error_line, run_loadgen, simulator
+from tests.support.procs import SMALL, loadgen, one_error_line, run_loadgen, simulator
 
 
 @pytest.fixture(scope="module")

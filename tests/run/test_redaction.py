@@ -8,15 +8,16 @@ import base64
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
-from recording_proxy import recording_proxy
 
 from loadgen.config.args import spec_from_argv
 from loadgen.config.redact import redact_json, redact_options, redact_text, redact_url
 from loadgen.config.spec import SpecError
 from loadgen.sim.server import SimConfig, running_simulator
+from tests.support.recording_proxy import recording_proxy
 
 USER, PASSWORD = "alice", "hunter2-pw-5150"
 API_KEY_VALUE = "sk-test-0123456789abcdef"
@@ -45,7 +46,7 @@ def test_redact_text_and_json() -> None:
 
 
 def test_redact_options_headers_by_name() -> None:
-    options = {"conc": "1,2", "isl": 64, "header": [
+    options: dict[str, Any] = {"conc": "1,2", "isl": 64, "header": [
         "Authorization:Bearer sk-1", "X-Upstream-Auth:Bearer sk-2", "x-api-key:k",
         "Cookie:session=abc", "X-Auth-Token:t", "X-Client-Secret:s", "X-Password:p",
         "X-Session-Affinity:abc"]}

@@ -10,11 +10,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loadgen.run.limits import FD_HEADROOM
-from run.procs import (
+from tests.support.procs import (
     SMALL,
     one_error_line,
     point,
@@ -87,7 +88,7 @@ def test_running_out_of_descriptors_mid_run_stops_it_and_is_not_a_connect_error(
 
 
 def _disk_full_run(sim_url: str, results: Path, *extra: str,
-                   **popen: object) -> subprocess.CompletedProcess[str]:
+                   **popen: Any) -> subprocess.CompletedProcess[str]:
     return run_loadgen(["--base-url", sim_url, "--conc", "4", *SMALL, "--prompts-per-conc",
                         "40", "--warmup-per-conc", "0", "--results", str(results), *extra],
                        **popen)

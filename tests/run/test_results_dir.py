@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.config.args import default_results_dir
-from run.procs import (
+from tests.support.procs import (
     SMALL,
     one_error_line,
     point,

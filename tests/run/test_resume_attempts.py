@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from run.procs import run_loadgen
+from tests.support.procs import run_loadgen
 
 FLAGS = ["--sim", "--conc", "1,2", "--isl", "48", "--osl", "300", "--prompts-per-conc", "4",
          "--warmup-per-conc", "0", "--encoder", "raw", "--no-progress", "--sim-args",

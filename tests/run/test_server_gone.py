@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from run.procs import (
+from tests.support.procs import (
     SMALL,
     free_port,
     lines_in,

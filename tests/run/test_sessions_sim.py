@@ -25,8 +25,8 @@ from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.sessions import Session
 from loadgen.workload.tracegen import TraceShape, generate_traces
 from loadgen.workload.traces import load_weka
+from tests.support.paths import TRACES
 
-TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 CACHE_SIM = ("--enable-prefix-caching --enable-prompt-tokens-details --block-size 64 "
              "--max-num-batched-tokens 65536 --spec-tokens 0 --step-fixed-ms 1 "
              "--prefill-token-us 2 --decode-token-us 20 --spin-us 0")
@@ -149,9 +149,10 @@ async def test_start_offsets_send_primers_that_warm_the_cache(tmp_path: Path,
     result, records = await run(tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace),
                                 "--start-ratio", "0.5,0.5")
     assert result["replay_primers"] == 2 and result["replay_primers_failed"] == 0
-    roots = defaultdict(list)
+    roots: defaultdict[str | None, list[int]] = defaultdict(list)
     for record in records:
         if record.session_id == record.tree_id:
+            assert record.turn_index is not None
             roots[record.tree_id].append(record.turn_index)
     # both traces have 3 root turns: each lane starts at turn int(0.5 * 3) = 1
     assert sorted(min(turns) for turns in roots.values()) == [1, 1]

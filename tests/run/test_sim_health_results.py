@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from run.procs import SMALL, point, run_loadgen, simulator
+from tests.support.procs import SMALL, point, run_loadgen, simulator
 
 
 def simulator_child(parent: int) -> int:

@@ -25,6 +25,7 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.results.point import PointResult, SessionMetrics, file_keys
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import run_sweep
+from loadgen.sinks.run_files import RunFiles
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec
@@ -108,8 +109,9 @@ async def test_a_sweep_through_the_seam_gives_the_exact_figures(
         tmp_path: Path, tokenizer: Tokenizer) -> None:
     clock = VirtualClock()
     server = ExactServer(clock)
-    outcome = await run_sweep(spec(tmp_path), tokenizer=tokenizer, backend=server,
-                              clock=clock, sleep=clock.sleep)
+    run = spec(tmp_path)
+    outcome = await run_sweep(run, tokenizer=tokenizer, backend=server,
+                              clock=clock, sleep=clock.sleep, outputs=RunFiles(run))
     assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [2, 4]
     chunks = 16 // TOKENS_PER_CHUNK
     e2el_ms = TTFT_MS + (chunks - 1) * ITL_MS

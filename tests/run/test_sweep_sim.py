@@ -15,7 +15,6 @@ attributed to the wrong read or request).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,11 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
+from loadgen.results.point import PointResult
 from loadgen.run.ids import x_request_id
-from loadgen.run.sweep import SweepOutcome, run_sweep
+from loadgen.run.measure import measure
+from loadgen.run.observers import QuietObserver
+from loadgen.run.sweep import SweepOutcome
 from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",
@@ -54,7 +56,7 @@ def tokenizer() -> Tokenizer:
     return load_tokenizer()
 
 
-class Hooks:
+class Hooks(QuietObserver):
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
 
@@ -67,7 +69,7 @@ class Hooks:
     def request_finished(self, record: RequestRecord) -> None:
         self.calls.append(("request_finished", record.request_id))
 
-    def point_finished(self, conc: int, result: Mapping[str, Any]) -> None:
+    def point_finished(self, conc: int, result: PointResult) -> None:
         self.calls.append(("point_finished", (conc, result.metrics.completed)))
 
     def loop_lag(self, seconds: float) -> None:
@@ -84,13 +86,14 @@ def sim_spec(tmp_path: Path, *extra_sim: str, **changes: Any) -> RunSpec:
 
 
 def point_json(outcome: SweepOutcome, conc: int) -> dict[str, Any]:
-    return orjson.loads((outcome.results_dir / f"conc_{conc}.json").read_bytes())
+    point: dict[str, Any] = orjson.loads((outcome.results_dir / f"conc_{conc}.json").read_bytes())
+    return point
 
 
 async def test_sweep_against_simulator_trace(tmp_path: Path, tokenizer: Tokenizer) -> None:
     trace_path = tmp_path / "trace.jsonl"
     hooks = Hooks()
-    outcome = await run_sweep(sim_spec(tmp_path, "--trace", str(trace_path)), observer=hooks,
+    outcome = await measure(sim_spec(tmp_path, "--trace", str(trace_path)), observer=hooks,
                               tokenizer=tokenizer)
     assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [2, 4]
     files = {p.name for p in outcome.results_dir.iterdir()}
@@ -186,7 +189,7 @@ async def test_chat_endpoint_open_loop_with_duration(tmp_path: Path,
     """Chat requests at a Poisson rate, stopped by --duration before the plan runs out."""
     spec = sim_spec(tmp_path, conc=(4,), osl=16, endpoint="chat", prompts_per_conc=50,
                     request_rate=40.0, duration_s=1.0, warmup_per_conc=0)
-    outcome = await run_sweep(spec, tokenizer=tokenizer)
+    outcome = await measure(spec, tokenizer=tokenizer)
     records = read_jsonl(outcome.results_dir / "requests_conc_4.jsonl")
     result = point_json(outcome, 4)
     # ~40 arrivals in 1 s of a 200-request plan; Poisson(40) is within 20..70 w.p. > 0.9999

@@ -15,7 +15,8 @@ from loadgen.config.spec import RunSpec, SpecError
 from loadgen.run.scheduler import arrival_offsets_ns, closed_loop, open_loop
 from loadgen.tokenizer import encode, load_tokenizer
 from loadgen.workload.bodies import BodyOptions
-from loadgen.workload.plan import RequestSpec, Workload, load_dataset, sample_lengths
+from loadgen.workload.datasets import load_dataset
+from loadgen.workload.plan import RequestSpec, Workload, sample_lengths
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
-from sim_helpers import SimFactory
 from tokenizers import Tokenizer
 
 from loadgen.sim import SimConfig, running_simulator
 from loadgen.sim.server import RunningSimulator
 from loadgen.tokenizer import load_tokenizer
+from tests.support.sim_helpers import SimFactory
 
 # Steps of ~1 ms keep the tests quick; the model itself is exercised by test_sim_engine.
 FAST = {"step_fixed_ms": 1.0, "decode_token_us": 2.0, "prefill_token_us": 0.1, "spin_us": 0.0}

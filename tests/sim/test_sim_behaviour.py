@@ -8,14 +8,6 @@ import itertools
 from pathlib import Path
 
 import aiohttp
-from sim_helpers import (
-    SimFactory,
-    chunk_token_ids,
-    final_usage,
-    metric,
-    parse_metrics,
-    post_stream,
-)
 from tokenizers import Tokenizer
 
 from loadgen.sim.config import SimConfig
@@ -24,6 +16,14 @@ from loadgen.sim.engine import step_ns
 from loadgen.sim.plan import PlanParams, make_plan
 from loadgen.sim.trace import read_trace
 from loadgen.tokenizer import encode
+from tests.support.sim_helpers import (
+    SimFactory,
+    chunk_token_ids,
+    final_usage,
+    metric,
+    parse_metrics,
+    post_stream,
+)
 
 MODEL = SimConfig().model
 BODY = {"model": MODEL, "prompt": "Count to one hundred.", "ignore_eos": True,

@@ -9,10 +9,10 @@ import signal
 import sys
 
 import pytest
-from sim_helpers import fetch
 
-from loadgen.sim.cli import main
+from loadgen.cli import main as loadgen_main
 from loadgen.sim.config import SimConfig, build_parser, config_from_args
+from tests.support.sim_helpers import fetch
 
 
 @pytest.mark.parametrize(("argv", "mentions"), [
@@ -29,14 +29,14 @@ from loadgen.sim.config import SimConfig, build_parser, config_from_args
 ])
 def test_bad_flags_exit_2_with_one_line(argv: list[str], mentions: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(argv) == 2
+    assert loadgen_main(["sim", *argv]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("loadgen sim: error:") and mentions in err
 
 
 def test_help_documents_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--help"]) == 0
+    assert loadgen_main(["sim", "--help"]) == 0
     out = capsys.readouterr().out
     for flag in ("--spec-tokens", "--acceptance", "--step-fixed-ms", "--decode-token-us",
                  "--max-num-seqs", "--stream-interval", "--trace", "--fault-stall"):

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from run.procs import run_loadgen
 
 from loadgen.run.embedded_sim import simulator_argv
 from loadgen.sim.config import build_parser, config_from_args
 from loadgen.sim.estimate import point_seconds, running_batch
+from tests.support.procs import run_loadgen
 
 EMBEDDED = config_from_args(build_parser().parse_args(simulator_argv(0, ())[4:]))
 

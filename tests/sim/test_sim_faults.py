@@ -10,10 +10,10 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from sim_helpers import SimFactory, fetch
 
 from loadgen.sim.config import FaultConfig, SimConfig
 from loadgen.sim.faults import draw_faults
+from tests.support.sim_helpers import SimFactory, fetch
 
 MODEL = SimConfig().model
 BODY: dict[str, Any] = {"model": MODEL, "prompt": "Say something long.", "ignore_eos": True,

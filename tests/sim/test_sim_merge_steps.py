@@ -12,9 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from sim_helpers import SimFactory, chunk_token_ids, metric, parse_metrics, post_stream
 
 from loadgen.sim.trace import read_trace
+from tests.support.sim_helpers import (
+    SimFactory,
+    chunk_token_ids,
+    metric,
+    parse_metrics,
+    post_stream,
+)
 
 BODY = {"model": "tiny", "prompt": "Count to one hundred.", "ignore_eos": True,
         "return_token_ids": True, "max_tokens": 24, "stream_options": {"include_usage": True}}

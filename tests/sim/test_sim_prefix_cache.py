@@ -7,9 +7,9 @@ from __future__ import annotations
 from time import perf_counter
 
 import aiohttp
-from sim_helpers import SimFactory, final_usage, metric, parse_metrics, post_stream
 
 from loadgen.sim.prefix_cache import PrefixCache, block_hashes
+from tests.support.sim_helpers import SimFactory, final_usage, metric, parse_metrics, post_stream
 
 # Prefill dominates: 4096 uncached tokens cost ~82 ms, a cached prefix almost nothing.
 SLOW_PREFILL = {"prefill_token_us": 20.0, "step_fixed_ms": 1.0, "spec_tokens": 0,

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from loadgen.sim.cli import main
+from loadgen.cli import main as loadgen_main
 from loadgen.sim.config import SimConfig, build_parser, config_from_args
 from loadgen.sim.plan import draw_acceptance
 from loadgen.sim.speculative import acceptance_length_to_rates, conditional_rates
@@ -93,7 +93,7 @@ def test_standard_method_keeps_the_default_model_and_k8_is_accepted() -> None:
 ])
 def test_bad_speculative_config_exits_2_with_one_line(argv: list[str], mentions: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(argv) == 2
+    assert loadgen_main(["sim", *argv]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert mentions in err

@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
-from sim_helpers import SimFactory, fetch, sse_events
+
+from tests.support.sim_helpers import SimFactory, fetch, sse_events
 
 TINY = {"model": "tiny", "max_model_len": 2048, "spec_tokens": 3,
         "acceptance": (1.0, 1.0, 1.0)}

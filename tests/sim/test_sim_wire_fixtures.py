@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from sim_helpers import SimFactory, fetch, sse_events
+
+from tests.support.sim_helpers import SimFactory, fetch, sse_events
 
 CAPTURE_SETUP = {"model": "tiny", "max_model_len": 2048, "spec_tokens": 3,
                  "acceptance": (1.0, 1.0, 1.0)}

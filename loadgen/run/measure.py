@@ -1,0 +1,28 @@
+"""A sweep with its standard outputs: what `loadgen`, sweep-file lanes and the sidecar run.
+
+The engine (run/sweep.py and below) writes run.json and the point and record files and
+imports no sink; this is where the progress line, the vLLM-format result and the sweep
+files are plugged in.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Tokenizer
+
+from loadgen.config.spec import RunSpec
+from loadgen.run.observers import FanoutObserver, RunObserver
+from loadgen.run.sweep import SweepOutcome, run_sweep
+from loadgen.sinks.progress import ProgressLine
+from loadgen.sinks.run_files import RunFiles
+
+
+async def measure(spec: RunSpec, *, observer: RunObserver | None = None,
+                  tokenizer: Tokenizer | None = None) -> SweepOutcome:
+    """`run_sweep` with the progress line (unless spec.progress is off) and RunFiles."""
+    progress = ProgressLine(len(spec.conc)) if spec.progress else None
+    try:
+        return await run_sweep(spec, observer=FanoutObserver(observer, progress),
+                               tokenizer=tokenizer, outputs=RunFiles(spec))
+    finally:
+        if progress is not None:
+            progress.close()

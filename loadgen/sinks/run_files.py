@@ -1,0 +1,30 @@
+"""The files a sweep writes beside its own: the vLLM-format result (`--save-result`) per
+complete point, and sweep.csv, the console table and the sweep plot at the end. The run
+engine calls these through `RunOutputs` (run/observers.py) and imports no sink."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loadgen.config.spec import RunSpec
+from loadgen.records import RequestRecord
+from loadgen.results.point import PointResult
+from loadgen.results.store import ResultsDir
+from loadgen.sinks.sweep_files import write_sweep_files
+from loadgen.sinks.vllm_result import write_vllm_result
+
+
+class RunFiles:
+    """The standard outputs of a run of `spec`."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+
+    def point_written(self, store: ResultsDir, result: PointResult,
+                      records: Sequence[RequestRecord], complete: bool) -> None:
+        options = self.spec.vllm_result
+        if options is not None and complete:  # vLLM writes none when stopped
+            write_vllm_result(store.path, result, records, options, points=len(self.spec.conc))
+
+    def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
+        return write_sweep_files(store, results)

@@ -1,0 +1,209 @@
+"""The Grafana dashboard: structure, and every panel query answered by a real Prometheus
+that scraped loadgen and the simulator during a short sweep (Grafana itself cannot run
+here, so its queries are run the way Grafana would send them)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import re
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry
+
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver, serve_metrics
+from tests.support.paths import ROOT
+from tests.support.real_prometheus import (
+    DASHBOARD_PATH,
+    has_data,
+    label_values,
+    load_dashboard,
+    prom_get,
+    prometheus,
+    query_panels,
+    regex_literal,
+    substitute,
+    wait_scraped,
+)
+
+MODEL = "sim/model-v4.1"  # a "/" and a "." exercise the regex escaping of $model
+# Checked against a session run by tests/test_session_metrics.py: a single-turn sweep
+# has no session series.
+SESSION_ROWS = {"Sessions"}
+
+
+def test_committed_json_is_what_the_generator_writes() -> None:
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "dashboards" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    assert DASHBOARD_PATH.read_text() == generate.render(), \
+        "dashboards/loadgen.json is stale: run python dashboards/generate.py"
+
+
+def test_panel_ids_unique_and_grid_inside_24_columns_without_overlap() -> None:
+    panels = load_dashboard()["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids))
+    occupied: set[tuple[int, int]] = set()
+    for p in panels:
+        grid = p["gridPos"]
+        assert grid["w"] > 0 and grid["h"] > 0 and grid["x"] >= 0 and grid["y"] >= 0
+        assert grid["x"] + grid["w"] <= 24, f"panel {p['id']} {p['title']} beyond column 24"
+        cells = {(grid["x"] + dx, grid["y"] + dy)
+                 for dx in range(grid["w"]) for dy in range(grid["h"])}
+        assert not cells & occupied, f"panel {p['id']} {p['title']} overlaps another"
+        occupied |= cells
+
+
+def test_every_panel_has_a_unit_and_uses_the_datasource_variable() -> None:
+    for p in query_panels(load_dashboard()):
+        assert p["fieldConfig"]["defaults"].get("unit"), f"{p['title']}: no unit"
+        assert p["datasource"]["uid"] == "${datasource}", p["title"]
+        assert p["targets"], f"{p['title']}: no query"
+        for target in p["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", p["title"]
+            assert target["expr"].strip()
+
+
+def test_variables_and_schema() -> None:
+    dashboard = load_dashboard()
+    assert dashboard["schemaVersion"] >= 38  # Grafana 10+
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for name in ("model", "instance", "conc"):
+        assert variables[name]["datasource"]["uid"] == "${datasource}"
+        assert "label_values(" in variables[name]["definition"]
+    assert variables["model"]["definition"].endswith(", model_name)")  # vLLM's label
+    assert variables["instance"]["multi"] is True
+    exprs = [t["expr"] for p in query_panels(dashboard) for t in p["targets"]]
+    assert all("$model" in e or "loadgen_event_loop_lag" in e for e in exprs), \
+        "every query except the client-health one filters by model"
+    assert all('instance=~"$instance"' in e for e in exprs), "every query filters by server"
+    assert not any(re.search(r"\bmodel=", e) for e in exprs), "the label is model_name"
+    assert any("$conc" in e for e in exprs)
+
+
+def test_no_query_sums_over_servers() -> None:
+    """Every aggregation of a vLLM series keeps `instance`: two servers serving one model
+    name are two lines. (loadgen's own series are summed: a sharded run is one client.)"""
+    aggregation = re.compile(r"\b(sum|max|min|avg)\b(?: by \(([^)]*)\))? \((?:rate\()?vllm:")
+    seen = 0
+    for p in query_panels(load_dashboard()):
+        for target in p["targets"]:
+            for _op, grouping in aggregation.findall(target["expr"]):
+                seen += 1
+                assert "instance" in grouping.split(", "), f"{p['title']}: {target['expr']}"
+    assert seen >= 15
+
+
+def test_the_issue_panels_are_there() -> None:
+    exprs = " ".join(t["expr"] for p in query_panels(load_dashboard()) for t in p["targets"])
+    for metric in (
+        "loadgen_time_to_first_token_seconds", "loadgen_inter_chunk_latency_seconds",
+        "loadgen_inter_token_latency_seconds", "loadgen_time_per_output_token_seconds",
+        "loadgen_e2e_request_latency_seconds", "loadgen_output_tokens_total",
+        "loadgen_prompt_tokens_total", "loadgen_requests_in_flight",
+        "loadgen_target_concurrency", "loadgen_request_errors_total",
+        "loadgen_decode_tokens_total", "loadgen_decode_chunks_total",
+        "loadgen_decode_accepted_tokens_per_position_total",
+        "loadgen_server_spec_decode_acceptance_length", "loadgen_event_loop_lag_seconds",
+        "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total", "vllm:num_requests_running",
+        "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+        "vllm:prompt_tokens_total", "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total", "vllm:num_preemptions_total",
+        "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds", "loadgen_sessions_live",
+        "loadgen_session_trees_live", "loadgen_session_turns_total",
+        "loadgen_session_cached_tokens_total",
+        "loadgen_session_cache_reported_prompt_tokens_total",
+        "loadgen_session_time_to_first_token_seconds",
+    ):
+        assert metric in exprs, f"no panel shows {metric}"
+
+
+async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Path) -> None:
+    from loadgen.config.args import spec_from_options
+    from loadgen.run.sweep import run_sweep
+
+    spec = spec_from_options({"base_url": sim_url, "conc": "2,4", "isl": 64, "osl": 96,
+                              "prompts_per_conc": 4, "warmup_per_conc": 0, "encoder": "raw",
+                              "spec_tokens": 2, "no_progress": True, "results": str(results)})
+    observer = MetricsObserver(metrics, model=MODEL, endpoint=spec.endpoint, points=len(spec.conc),
+                                spec_tokens=spec.spec_tokens)
+    await run_sweep(spec, observer=observer)
+
+
+@pytest.mark.prometheus
+async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: Path) -> None:
+    """loadgen drives one simulator; a second one serving the same model name stays idle.
+    Every query has data for "All" and for one chosen server, and the two servers are
+    two series, not one sum."""
+    from loadgen.sim.server import SimConfig, running_simulator
+
+    dashboard = load_dashboard()
+    registry = CollectorRegistry()
+    metrics = LoadgenMetrics(registry)
+    sim_config = SimConfig(model=MODEL, spec_tokens=2, step_fixed_ms=12.0)
+    async with (running_simulator(sim_config) as sim, running_simulator(sim_config) as twin,
+                serve_metrics(registry) as exporter,
+                prometheus(tmp_path, {"loadgen": exporter.port, "vllm": sim.port,
+                                      "vllm-twin": twin.port}) as prom,
+                aiohttp.ClientSession() as session):
+        await wait_scraped(session, prom, jobs=3)
+        await sweep_with_exporter(sim.base_url, metrics, tmp_path / "results")
+        await asyncio.sleep(2.5)  # two more scrapes: the final counts are in
+
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        models = await label_values(session, prom, variables["model"]["definition"], {})
+        assert MODEL in models
+        model = {"model": regex_literal(MODEL)}
+        instances = await label_values(session, prom, variables["instance"]["definition"],
+                                       model)
+        busy, idle, client = (f"127.0.0.1:{port}"
+                              for port in (sim.port, twin.port, exporter.port))
+        assert {busy, idle, client} <= set(instances)
+        concs = await label_values(session, prom, variables["conc"]["definition"],
+                                   {**model, "instance": ".*"})
+        assert {"2", "4"} <= set(concs)
+
+        chosen = "(" + "|".join(regex_literal(i) for i in (busy, client)) + ")"
+        empty = []
+        for instance, conc in ((".*", ".*"), (".*", "4"), (chosen, ".*")):
+            values = {**model, "instance": instance, "conc": conc, "__rate_interval": "1m",
+                      "__range": "5m", "__interval": "5s"}
+            for p in query_panels(dashboard, without=SESSION_ROWS):
+                for target in p["targets"]:
+                    query = substitute(target["expr"], values)
+                    data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
+                    if not has_data(data["result"]):
+                        empty.append(f"[instance={instance} conc={conc}] {p['title']} / "
+                                     f"{target['legendFormat']}: {query}")
+        assert not empty, "panels without data:\n" + "\n".join(empty)
+
+        # One model name, two servers: two series, the idle one at 0, not one sum.
+        prompt_rate = next(t["expr"] for p in query_panels(dashboard)
+                           for t in p["targets"] if "rate(vllm:prompt_tokens_total" in t["expr"])
+        data = await prom_get(session, f"{prom}/api/v1/query", {"query": substitute(
+            prompt_rate, {**model, "instance": ".*", "__rate_interval": "1m"})})
+        by_instance = {r["metric"]["instance"]: float(r["value"][1]) for r in data["result"]}
+        assert set(by_instance) == {busy, idle}
+        assert by_instance[busy] > 0 and by_instance[idle] == 0
+
+
+def test_queries_aggregate_the_shards_of_a_sharded_run() -> None:
+    """A sharded run's pods label every series shard="I": each loadgen panel must combine
+    them (histograms by `sum by (le...)`, never a bare per-series query or a by (shard))."""
+    for p in query_panels(load_dashboard()):
+        for target in p["targets"]:
+            expr = target["expr"]
+            assert "shard" not in expr, expr
+            if "histogram_quantile(" in expr:
+                assert re.search(r"histogram_quantile\([0-9.]+, sum by \(le[,)]", expr), expr
+            if expr.startswith("loadgen_"):
+                raise AssertionError(f"{p['title']}: one series per shard: {expr}")

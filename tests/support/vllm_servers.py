@@ -1,0 +1,162 @@
+"""Real vLLM (CPU build) servers for the integration tests, built on scripts/vllm_cpu.py.
+
+Servers cost ~3 GB RSS and ~30-60 s to start on two cores, so a module shares them and
+keeps at most one alive: asking for another configuration stops the current one first.
+Every server runs in its own process group and is stopped by its PID: by the pool's
+owner (a module fixture, also when a test fails), at interpreter exit, and, through
+PR_SET_PDEATHSIG, by the kernel when the test process itself is killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import importlib.util
+import json
+import signal
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tests.support.paths import ROOT
+
+SCRIPT = ROOT / "scripts" / "vllm_cpu.py"
+SPEC_TOKENS = 3
+MODEL_PLACEHOLDER = "<tiny model dir>"
+# draft == target: every draft token is accepted, so every decode step emits K + 1 tokens.
+CONFIGS: dict[str, dict[str, Any] | None] = {
+    "draft": {"method": "draft_model", "model": MODEL_PLACEHOLDER,
+              "num_speculative_tokens": SPEC_TOKENS},
+    "ngram": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 4},
+    "plain": None,
+    "prefix": None,
+}
+# Server flags beyond the speculative config. vLLM 0.32 caches prefixes by default; the
+# flag makes it explicit, and --enable-prompt-tokens-details adds cached_tokens to usage.
+EXTRA_ARGS: dict[str, tuple[str, ...]] = {
+    "prefix": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
+}
+
+
+def _load_script() -> ModuleType:
+    if "vllm_cpu" in sys.modules:
+        return sys.modules["vllm_cpu"]
+    spec = importlib.util.spec_from_file_location("vllm_cpu", SCRIPT)
+    assert spec is not None and spec.loader is not None, f"cannot load {SCRIPT}"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vllm_cpu"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+vllm_cpu = _load_script()
+
+
+@dataclass(frozen=True, slots=True)
+class VllmEnv:
+    python: str
+    model: Path  # the tiny model directory: also loadgen's --tokenizer
+    prepare_info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class VllmServer:
+    config: str
+    url: str
+    pid: int
+    spec_tokens: int | None
+    model: Path
+    log: Path
+    startup_s: float
+    rss_mb: float
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return bytes(response.read())
+
+    def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+
+@contextlib.contextmanager
+def frontend_kept_awake(server: VllmServer, interval_s: float = 0.02) -> Iterator[None]:
+    """Light traffic (GET /version every interval_s) while the block runs.
+
+    vLLM 0.32's CPU frontend, left without other traffic, often sits on the engine's
+    outputs and writes a whole response in one go at its end (a raw socket client gets
+    all 65 events of a 64-token stream in one recv ~130 ms after sending, while vLLM's
+    own TTFT says ~10 ms). With a second client polling /version (every 5-50 ms) the
+    same raw client got one step every 2-3 ms. Under loadgen's closed loop this makes
+    the effect rarer but does not remove it, so the latency test allows for it anyway.
+    """
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(interval_s):
+            with contextlib.suppress(OSError):
+                server.get("/version")
+
+    thread = threading.Thread(target=poll, name="vllm-frontend-poller", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the test process is killed outright (no
+    # teardown, no atexit), the kernel sends the server SIGTERM; it takes its engine along.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+class ServerPool:
+    """One live server at a time, started on demand per configuration."""
+
+    def __init__(self, env: VllmEnv, work_root: Path) -> None:
+        self._env = env
+        self._work_root = work_root
+        self._live: VllmServer | None = None
+        self.started: list[VllmServer] = []
+        atexit.register(self.close)
+
+    def get(self, config: str) -> VllmServer:
+        if self._live is not None and self._live.config == config:
+            return self._live
+        self.close()
+        speculative = CONFIGS[config]
+        spec_json = None
+        if speculative is not None:
+            spec_json = json.dumps({k: str(self._env.model) if v == MODEL_PLACEHOLDER else v
+                                    for k, v in speculative.items()})
+        state = vllm_cpu.start_server(python=self._env.python, model=str(self._env.model),
+                                      work_dir=self._work_root / config,
+                                      speculative_config=spec_json, timeout_s=900.0,
+                                      extra=EXTRA_ARGS.get(config, ()),
+                                      preexec_fn=_die_with_parent)
+        self._live = VllmServer(config=config, url=state["url"], pid=state["pid"],
+                                spec_tokens=SPEC_TOKENS if speculative else None,
+                                model=self._env.model, log=Path(state["log"]),
+                                startup_s=state["startup_s"], rss_mb=state["rss_mb"])
+        self.started.append(self._live)
+        return self._live
+
+    def any(self) -> VllmServer:
+        """Whatever server is up (tests that do not care about speculative decoding)."""
+        return self._live if self._live is not None else self.get("plain")
+
+    def close(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            vllm_cpu.stop_pid(live.pid)
