@@ -69,7 +69,7 @@ def _dispatch(command: str, args: list[str]) -> int:
 
 def unknown_command(word: str) -> UsageError:
     """`loadgen comapre ...`: the nearest command, as a mistyped flag gets the nearest flag."""
-    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, list(COMMANDS), n=1, cutoff=0.6)
     hint = (f"did you mean `loadgen {close[0]}`?" if close else
             f"the commands are {', '.join(COMMANDS)} (a run takes flags only: loadgen --help)")
     return UsageError(f"unknown command {word!r}; {hint}")

@@ -28,7 +28,7 @@ def drawn_labels(low: float, high: float) -> list[list[tuple[str, float, float]]
     figure = distribution_plot(8, {"a": (0, dists), "b": (1, dists)})
     assert figure is not None
     canvas = FigureCanvasAgg(figure)
-    canvas.draw()  # type: ignore[no-untyped-call]
+    canvas.draw()  # type: ignore[no-untyped-call]  # matplotlib ships no hints for it
     renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
     panels = []
     for axes in figure.axes:
