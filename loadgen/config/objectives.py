@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,26 @@ class Objective:
         if self.percentile == 50:
             return f"median_{self.metric}_ms"
         return f"p{self.percentile:g}_{self.metric}_ms"
+
+
+def find_max_problem(kind: str, objectives: Sequence[Objective], conc: Sequence[int],
+                     rate_range: tuple[float, float] | None, request_rate: float | None,
+                     percentiles: Sequence[float]) -> str | None:
+    """What is wrong with a --find-max setting (RunSpec's check), None when nothing."""
+    reported = {50.0, *percentiles}
+    missing = [o.name for o in objectives if o.percentile not in reported]
+    problems = [
+        (kind not in FIND_MAX_KINDS, f"--find-max {kind!r}: conc or rate"),
+        (not objectives, "--find-max: give the objectives with --slo"),
+        (kind == "conc" and len(conc) < 2,
+         "--find-max conc: --conc gives the range to search: LOW..HIGH or a list"),
+        (kind == "rate" and rate_range is None,
+         "--find-max rate: give the rates to search with --rate-range LOW..HIGH"),
+        (kind == "rate" and request_rate is not None,
+         "--find-max rate sets each probe's rate: drop --request-rate"),
+        (bool(missing), f"--slo {', '.join(missing)}: that percentile is not reported; add "
+         "it to --percentiles")]
+    return next((message for bad, message in problems if bad), None)
 
 
 def parse_slo_flag(text: str) -> dict[str, float]:

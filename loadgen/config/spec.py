@@ -16,7 +16,7 @@ from typing import Any, Literal
 from encoders import ENCODERS
 from loadgen.config.golden import GoldenAL
 from loadgen.config.load_args import check_load_shape, stage_request_bound
-from loadgen.config.objectives import FIND_MAX_KINDS, Objective, Resolution
+from loadgen.config.objectives import Objective, Resolution, find_max_problem
 from loadgen.config.parsers import (
     CONTROL_CHARS,
     MAX_CONC,
@@ -349,18 +349,9 @@ def _validate_processes(spec: RunSpec) -> None:
 def _validate_find_max(spec: RunSpec) -> None:
     if spec.find_max is None:
         return
-    _check(spec.find_max in FIND_MAX_KINDS, f"--find-max {spec.find_max!r}: conc or rate")
-    _check(bool(spec.objectives), "--find-max: give the objectives with --slo")
-    _check(spec.find_max != "conc" or len(spec.conc) > 1,
-           "--find-max conc: --conc gives the range to search: LOW..HIGH or a list")
-    _check(spec.find_max != "rate" or spec.rate_range is not None,
-           "--find-max rate: give the rates to search with --rate-range LOW..HIGH")
-    _check(spec.request_rate is None or spec.find_max != "rate",
-           "--find-max rate sets each probe's rate: drop --request-rate")
-    reported = {50.0, *spec.percentiles}
-    missing = [o.name for o in spec.objectives if o.percentile not in reported]
-    _check(not missing, f"--slo {', '.join(missing)}: that percentile is not reported; add "
-           "it to --percentiles")
+    problem = find_max_problem(spec.find_max, spec.objectives, spec.conc, spec.rate_range,
+                               spec.request_rate, spec.percentiles)
+    _check(problem is None, problem or "")
     _check(not spec.sessions and spec.shard_count == 1,
            "--find-max: not with session runs or --shard")
 

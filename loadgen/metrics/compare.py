@@ -68,6 +68,9 @@ class PointRow:
     # difference the trials cannot tell from noise is said so, not given as a bare ratio
     halves: Mapping[str, float | None] = field(default_factory=dict)
     noise: Mapping[str, bool | None] = field(default_factory=dict)
+    # --trials: the trials' mean the interval is around (a pooled p99 is not it); where
+    # both points have one, the ratio is of these means, as the noise verdict is
+    means: Mapping[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,16 @@ def _spread(entry: Mapping[str, Any]) -> Spread | None:
                   _number(entry.get("cv")), low, high, bool(entry.get("wide")))
 
 
+def _ratio_of(key: str, value: float | None, base: Mapping[str, float | None],
+              mine: Mapping[str, Spread | None], theirs: Mapping[str, Spread | None],
+              ) -> float | None:
+    """Of the trials' means where both points have them, else of the point values."""
+    spread, other = mine.get(key), theirs.get(key)
+    if spread is not None and other is not None:
+        return ratio(spread.mean, other.mean)
+    return ratio(value, base.get(key))
+
+
 def noise_of(mine: Mapping[str, Spread | None],
              base: Mapping[str, Spread | None]) -> dict[str, bool | None]:
     found: dict[str, bool | None] = {}
@@ -252,12 +265,14 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
             values = metric_values(run.points[conc], field)
             spreads = metric_spreads(run.points[conc], field)
             rows.append(PointRow(conc, run.name, values,
-                                 {k: ratio(v, base_values.get(k)) for k, v in values.items()},
+                                 {k: _ratio_of(k, v, base_values, spreads, base_spreads)
+                                  for k, v in values.items()},
                                  run.points[conc].get("complete") is not False,
                                  published_acceptance_length(run.points[conc])[1],
                                  {k: None if s is None or s.ci_high is None else s.ci_high - s.mean
                                   for k, s in spreads.items()},
-                                 noise_of(spreads, base_spreads)))
+                                 noise_of(spreads, base_spreads),
+                                 {k: s.mean if s else None for k, s in spreads.items()}))
     all_points = {run.name: _points(run, field) for run in runs}
     frontiers = {name: pareto_frontier(points) for name, points in all_points.items()}
     matched: list[MatchedPoint] = []

@@ -61,7 +61,7 @@ from loadgen.run.stops import (
     run_level_error,
     stop_of,
 )
-from loadgen.run.trials import Measure, run_trials
+from loadgen.run.trials import Measure, run_trials, trials_kept
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload, synthesis_of
@@ -367,6 +367,11 @@ class _Sweep:
             parts.append(f"conc {where} stopped during its warmup (nothing measured)"
                          if not kept else f"conc {where} stopped" if point_file in
                          self.unwritten else f"{point_file} is kept marked complete: false")
+            done = trials_kept(ResultsDir(self.results_dir), where, self.spec.trials) \
+                if self.spec.trials > 1 else 0
+            if done:  # --trials: the trials before the stopped one are whole
+                parts.append(f"its first {done} of {self.spec.trials} trials are complete "
+                             "and kept")
         if self.unwritten:
             parts.append(f"not written: {', '.join(self.unwritten)}")
         parts.append(f"results in {self.results_dir}")

@@ -56,10 +56,11 @@ def ratio_text(row: PointRow, key: str) -> str:
 
 def _cell(row: PointRow, key: str, baseline: str) -> str:
     digits = {**COLUMNS, **ENERGY_COLUMNS}[key][1]
-    text = number(row.values[key], digits)
-    half = row.halves.get(key)
-    if half is not None and row.values[key] is not None:
-        text += f" ±{half:,.{digits}f}"  # --trials: the 95 % CI half-width
+    half, mean = row.halves.get(key), row.means.get(key)
+    if half is not None and mean is not None:  # --trials: the trials' mean ± its CI
+        text = f"{number(mean, digits)} ±{half:,.{digits}f}"
+    else:
+        text = number(row.values[key], digits)
     if key == "acceptance_length":
         text += al_mark(row.acceptance_source)  # the stream's was void: the server's AL
     if row.run != baseline and row.ratios[key] is not None:
@@ -141,8 +142,9 @@ def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = (),
     head = (f"baseline: {comparison.baseline} (ratios x are run / baseline at the same "
             "concurrency)")
     if any(row.halves.get(k) is not None for row in comparison.rows for k in COLUMNS):
-        head += ("\n±: the 95 % CI half-width over --trials; 'within noise': the run's and "
-                 "the baseline's intervals overlap")
+        head += ("\nwith --trials: the trials' mean ± its 95 % CI half-width (ratios of the "
+                 "means; the pooled figures are in conc_<N>.json); 'within noise': the "
+                 "run's and the baseline's intervals overlap")
     lines = [head, *([f"WARNING: {workload_mismatch}"] if workload_mismatch else []), ""]
     for conc in comparison.concs:
         lines += _block(comparison, conc)
@@ -166,6 +168,7 @@ def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str,
             line[f"{key}_ratio"] = row.ratios[key]
             line[f"{key}_ci95_half"] = row.halves.get(key)
             line[f"{key}_within_noise"] = row.noise.get(key)
+            line[f"{key}_trial_mean"] = row.means.get(key)
         line["acceptance_length_source"] = row.acceptance_source
         rows.append(line)
     return rows
@@ -174,7 +177,8 @@ def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str,
 def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str, str]) -> Path:
     columns = ["conc", "run", "path", "complete"] + [
         name for key in METRIC_FIELDS for name in (key, f"{key}_ratio", f"{key}_ci95_half",
-                                                   f"{key}_within_noise")] + [
+                                                   f"{key}_within_noise",
+                                                   f"{key}_trial_mean")] + [
         "acceptance_length_source"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")

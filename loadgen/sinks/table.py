@@ -2,7 +2,8 @@
 
 The columns use the median for TPOT, ITL, TTFT and interactivity (p50 = median, numpy's
 linear method), and p99 beside them for TTFT and ITL. With --trials a figure is shown
-`pooled ±h`: h is the half-width of the 95 % interval of its trials' mean.
+`mean ±h`: its trials' mean and the half-width of that mean's 95 % interval (a pooled p99
+is over all trials' requests and need not lie inside it, so it is not shown with ±).
 """
 
 from __future__ import annotations
@@ -17,11 +18,23 @@ from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 
 
-def _half(figure: str) -> Callable[[PointResult], float | None]:
+def _spread_field(figure: str, name: str) -> Callable[[PointResult], float | None]:
     def read(result: PointResult) -> float | None:
         spread = result.trials.trial_spread.get(figure) if result.trials else None
-        return spread.ci_half_width if spread else None
+        value = getattr(spread, name) if spread else None
+        return value if isinstance(value, float) else None
     return read
+
+
+# --trials: the headline columns whose trials' mean and CI half-width are kept beside them
+_SPREAD_COLUMNS = (
+    ("request_throughput", "request_throughput"),
+    ("output_throughput", "output_throughput"),
+    ("output_throughput_per_gpu", "output_throughput_per_gpu"),
+    ("interactivity_tok_s_user", "median_interactivity_tok_s_user"),
+    ("ttft_p50_ms", "median_ttft_ms"), ("ttft_p99_ms", "p99_ttft_ms"),
+    ("itl_p50_ms", "median_itl_ms"), ("itl_p99_ms", "p99_itl_ms"),
+    ("tpot_p50_ms", "median_tpot_ms"))
 
 
 # CSV columns (and sweep_rows keys), each with the result field it is read from.
@@ -56,17 +69,13 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     ("joules_per_output_token", lambda r: r.energy.joules_per_output_token if r.energy else None),
     ("output_tokens_per_joule", lambda r: r.energy.output_tokens_per_joule if r.energy else None),
     ("power_valid", lambda r: r.energy.power_valid if r.energy else None),
-    # --trials: how many, and the 95 % CI half-widths of the headline figures (their trial
-    # mean's; empty without trials)
+    # --trials: how many, and for the headline figures the trials' mean and its 95 % CI
+    # half-width (empty without trials; the columns above are pooled)
     ("trials", lambda r: r.trials.trials if r.trials else None),
-    *((f"{column}_ci95_half", _half(figure)) for column, figure in (
-        ("request_throughput", "request_throughput"),
-        ("output_throughput", "output_throughput"),
-        ("output_throughput_per_gpu", "output_throughput_per_gpu"),
-        ("interactivity_tok_s_user", "median_interactivity_tok_s_user"),
-        ("ttft_p50_ms", "median_ttft_ms"), ("ttft_p99_ms", "p99_ttft_ms"),
-        ("itl_p50_ms", "median_itl_ms"), ("itl_p99_ms", "p99_itl_ms"),
-        ("tpot_p50_ms", "median_tpot_ms"))),
+    *((f"{column}_trial_mean", _spread_field(figure, "mean"))
+      for column, figure in _SPREAD_COLUMNS),
+    *((f"{column}_ci95_half", _spread_field(figure, "ci_half_width"))
+      for column, figure in _SPREAD_COLUMNS),
 )
 # The AL cell's mark when it is the server's (the stream's merged steps, or was not
 # measured), explained under the table.
@@ -95,6 +104,11 @@ def al_notes(sources: Iterable[str | None]) -> list[str]:
     """The notes of the server sources that appear, in AL_NOTES order."""
     seen = set(sources)
     return [note for source, note in AL_NOTES.items() if source in seen]
+
+
+TRIALS_NOTE = ("±: with --trials a cell is the trials' mean ± the half-width of its 95 % "
+               "Student-t interval; the pooled figures (all trials' requests) are in "
+               "conc_<N>.json and sweep.csv")
 COLUMN_NAMES = tuple(name for name, _ in SWEEP_COLUMNS)
 
 
@@ -152,16 +166,19 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines += al_notes(row.get("acceptance_length_source") for row in rows)
     if any(row.get("power_valid") is False for row in rows):
         lines.append(POWER_INVALID_NOTE)
+    if any(row.get("trials") for row in rows):
+        lines.append(TRIALS_NOTE)
     return "\n".join(lines)
 
 
 def _row_cell(row: Mapping[str, Any], key: str, digits: int) -> str:
     if key == "golden_acceptance_ok":
         return _golden_cell(row)
-    text = _cell(row.get(key), digits)
-    half = row.get(f"{key}_ci95_half")
-    if half is not None and text != "-":
-        text += f" ±{half:,.{digits}f}"
+    half, mean = row.get(f"{key}_ci95_half"), row.get(f"{key}_trial_mean")
+    if half is not None and mean is not None:  # --trials: the trials' mean ± its CI
+        text = f"{_cell(mean, digits)} ±{half:,.{digits}f}"
+    else:
+        text = _cell(row.get(key), digits)
     if key == "acceptance_length":
         return text + al_mark(row.get("acceptance_length_source"))
     return text

@@ -11,12 +11,15 @@ import asyncio
 from pathlib import Path
 
 import orjson
+import pytest
 from tokenizers import Tokenizer
 
 from loadgen.config.objectives import Objective, Resolution
+from loadgen.errors import UsageError
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.run.backend import OnRecord
 from loadgen.run.capacity import find_capacity
+from loadgen.run.measure import measure
 from loadgen.run.sweep import run_sweep
 from loadgen.workload.plan import RequestSpec
 from tests.run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's fixture)
@@ -127,3 +130,13 @@ async def test_with_trials_each_objective_is_held_at_its_interval_bound(
         assert probe.passed is (entry["ci_high"] <= LIMIT_MS)
         spread_seen |= entry["ci_high"] > entry["mean"]
     assert spread_seen  # the trials differed somewhere: the bound was not the value
+
+
+async def test_a_search_is_refused_where_only_a_sweep_would_run(tmp_path: Path) -> None:
+    """Sweep-file lanes and the sidecar go through run/measure.py: a plain sweep of --conc
+    must not run there in the search's place."""
+    search = spec(tmp_path, conc=(1, 2, 4), find_max="conc",
+                  objectives=(Objective("ttft", 99.0, LIMIT_MS),),
+                  find_max_resolution=Resolution(1, False))
+    with pytest.raises(UsageError, match="--find-max: not in a sweep file"):
+        await measure(search)

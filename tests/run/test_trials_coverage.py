@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from tokenizers import Tokenizer
 
+from loadgen.errors import ServerError
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import run_sweep
@@ -97,3 +99,41 @@ async def test_trial_intervals_cover_the_mean_at_the_promised_rate(
               for a, b in zip(runs[:half], runs[half:], strict=True)) / half
     assert hit >= 0.7, hit
     assert all(e["wide"] is False and e["n"] == TRIALS for e in runs)
+
+
+class DiesInTrialTwo(NoisyServer):
+    """The server goes away during trial 2's measured phase (a run-level ServerError)."""
+
+    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
+                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+        if "-t2-" in x_request_id and "-t2-w" not in x_request_id and request.index == 3:
+            raise ServerError("the fake server is gone")
+        return await super().send(request, x_request_id=x_request_id, conc=conc,
+                                  scheduled_ns=scheduled_ns, on_record=on_record)
+
+
+async def test_a_run_level_stop_in_trial_two_keeps_trial_one_and_resume_ends_the_point(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:  # noqa: F811
+    settings = dict(conc=(2,), num_prompts=8, warmup_per_conc=1, trials=3, seed=5)
+    clock = VirtualClock()
+    with pytest.raises(ServerError) as stopped:
+        await run_sweep(spec(tmp_path, **settings), tokenizer=tokenizer,
+                        backend=DiesInTrialTwo(clock), clock=clock, sleep=clock.sleep)
+    line = str(stopped.value)
+    assert "conc_2_trial_2.json is kept marked complete: false" in line, line
+    assert "its first 1 of 3 trials are complete and kept" in line, line
+    first = (tmp_path / "conc_2_trial_1.json").read_bytes()
+    assert not (tmp_path / "conc_2.json").exists()
+    clock = VirtualClock()
+    await run_sweep(spec(tmp_path, resume=True, **settings), tokenizer=tokenizer,
+                    backend=NoisyServer(clock), clock=clock, sleep=clock.sleep)
+    assert (tmp_path / "conc_2_trial_1.json").read_bytes() == first  # not measured again
+    pooled = orjson.loads((tmp_path / "conc_2.json").read_bytes())
+    assert pooled["complete"] is True and pooled["num_prompts"] == 24
+    # trial 2 measured again with the same seed: its figures are those of an unbroken run
+    clean = tmp_path / "clean"
+    clock = VirtualClock()
+    await run_sweep(spec(clean, **settings), tokenizer=tokenizer, backend=NoisyServer(clock),
+                    clock=clock, sleep=clock.sleep)
+    assert pooled["trial_spread"]["median_ttft_ms"]["values"] == orjson.loads(
+        (clean / "conc_2.json").read_bytes())["trial_spread"]["median_ttft_ms"]["values"]
