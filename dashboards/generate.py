@@ -226,6 +226,22 @@ ROWS: list[tuple[str, list[Panel]]] = [
          "late by up to this much.", "s", 24,
          quantiles("loadgen_event_loop_lag_seconds", 'instance=~"$instance"'), "timeseries"),
     ]),
+    # Per finished point, from the --gpu-metrics exporters loadgen sampled over the point's
+    # window: the result files' avg_power_w and joules_per_output_token.
+    ("Energy (--gpu-metrics)", [
+        ("GPU power per point", "Mean board power per GPU over each finished point's window "
+         "(first send to last completion), from the --gpu-metrics exporters; set only when "
+         "the point's power samples are valid (power_valid). With shards: their average.",
+         "watt", 12,
+         [("conc {{conc}}", f"avg by (conc) (loadgen_gpu_power_watts{{{POINT}}})")],
+         "timeseries"),
+        ("Energy per output token", "GPU energy of all sampled GPUs over each finished "
+         "point's window per output token (joules_per_output_token; valid points only). "
+         "With shards: their average; `loadgen merge` gives the exact figure.",
+         "suffix:J/tok", 12,
+         [("conc {{conc}}", f"avg by (conc) (loadgen_joules_per_output_token{{{POINT}}})")],
+         "timeseries"),
+    ]),
 ]
 
 
@@ -286,7 +302,8 @@ def dashboard() -> dict[str, Any]:
     return {
         "uid": "loadgen", "title": "loadgen", "tags": ["loadgen", "vllm", "llm-serving"],
         "description": "loadgen sweep live: client latencies (TTFT, ITL per chunk and per "
-        "token, TPOT, E2E), throughput, sessions, MTP acceptance, beside vLLM's own metrics.",
+        "token, TPOT, E2E), throughput, sessions, MTP acceptance, GPU power and energy per "
+        "token, beside vLLM's own metrics.",
         "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
         "timezone": "browser", "refresh": "10s", "time": {"from": "now-1h", "to": "now"},
         "fiscalYearStartMonth": 0, "liveNow": False, "links": [],

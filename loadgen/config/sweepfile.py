@@ -280,6 +280,10 @@ def _shape_error(dest: str, action: argparse.Action, value: Any) -> str | None:
         ok = isinstance(value, str) or (isinstance(value, list) and all(
             _scalar(v) for v in value))
         return None if ok else "a string of simulator flags or a list of them"
+    if isinstance(action, argparse._AppendAction):  # repeatable (--gpu-metrics per node...)
+        ok = _scalar(value) or (isinstance(value, list) and value and all(
+            _scalar(v) for v in value))
+        return None if ok else "a value or a list of values"
     if action.type is int:
         return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
     if action.type is float:

@@ -153,6 +153,20 @@ def test_the_cli_exits_2_with_one_line(tmp_path: Path, text: str, path: str) -> 
     assert not (tmp_path / "results").exists()
 
 
+def test_repeatable_flags_take_a_list_one_flag_per_item() -> None:
+    """--gpu-metrics, one exporter per node: a YAML list is the flag given once per URL."""
+    plan = parse("conc: 1\nworkload: {isl: 8, osl: 2}\n"
+                 "gpu-metrics: [http://node0:9400/metrics, http://node1:9400/metrics]\n"
+                 "lanes: [{name: a, base-url: 'http://127.0.0.1:9', server-metrics: "
+                 "[http://127.0.0.1:9/metrics, http://127.0.0.1:10/metrics]}]")
+    [lane] = plan.lanes
+    assert lane.spec.gpu_metrics == ("http://node0:9400/metrics", "http://node1:9400/metrics")
+    assert lane.spec.server_metrics == ("http://127.0.0.1:9/metrics",
+                                        "http://127.0.0.1:10/metrics")
+    with pytest.raises(SweepFileError, match="gpu-metrics: expected a value or a list"):
+        parse("gpu-metrics: {a: 1}\nlanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2}]")
+
+
 def test_missing_config_file_is_a_usage_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "loadgen", "--config", str(tmp_path / "no.yaml")],
                           capture_output=True, text=True, timeout=60, check=False)

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -122,7 +123,8 @@ def test_the_issue_panels_are_there() -> None:
         "loadgen_session_trees_live", "loadgen_session_turns_total",
         "loadgen_session_cached_tokens_total",
         "loadgen_session_cache_reported_prompt_tokens_total",
-        "loadgen_session_time_to_first_token_seconds",
+        "loadgen_session_time_to_first_token_seconds", "loadgen_gpu_power_watts",
+        "loadgen_joules_per_output_token",
     ):
         assert metric in exprs, f"no panel shows {metric}"
 
@@ -131,9 +133,13 @@ async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Pa
     from loadgen.config.args import spec_from_options
     from loadgen.run.sweep import run_sweep
 
+    # GPU power sampled from the simulator's dcgm-exporter-format /gpu/metrics: the energy
+    # row's gauges get data too.
     spec = spec_from_options({"base_url": sim_url, "conc": "2,4", "isl": 64, "osl": 96,
                               "prompts_per_conc": 4, "warmup_per_conc": 0, "encoder": "raw",
-                              "spec_tokens": 2, "no_progress": True, "results": str(results)})
+                              "spec_tokens": 2, "no_progress": True, "results": str(results),
+                              "gpu_metrics": [f"{sim_url}/gpu/metrics"],
+                              "gpu_metrics_interval": 0.25})
     observer = MetricsObserver(metrics, model=MODEL, endpoint=spec.endpoint, points=len(spec.conc),
                                 spec_tokens=spec.spec_tokens)
     await run_sweep(spec, observer=observer)
@@ -185,6 +191,7 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: P
                         empty.append(f"[instance={instance} conc={conc}] {p['title']} / "
                                      f"{target['legendFormat']}: {query}")
         assert not empty, "panels without data:\n" + "\n".join(empty)
+        await check_energy_gauges(session, prom, tmp_path / "results")
 
         # One model name, two servers: two series, the idle one at 0, not one sum.
         prompt_rate = next(t["expr"] for p in query_panels(dashboard)
@@ -194,6 +201,20 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: P
         by_instance = {r["metric"]["instance"]: float(r["value"][1]) for r in data["result"]}
         assert set(by_instance) == {busy, idle}
         assert by_instance[busy] > 0 and by_instance[idle] == 0
+
+
+async def check_energy_gauges(session: aiohttp.ClientSession, prom: str,
+                              results: Path) -> None:
+    """The energy row shows the result files' figures, point by point."""
+    for conc in (2, 4):
+        point = orjson.loads((results / f"conc_{conc}.json").read_bytes())
+        assert point["power_valid"] is True, point["power_invalid_reasons"]
+        for metric, field in (("loadgen_gpu_power_watts", "avg_power_w"),
+                              ("loadgen_joules_per_output_token", "joules_per_output_token")):
+            data = await prom_get(session, f"{prom}/api/v1/query",
+                                  {"query": f'{metric}{{conc="{conc}"}}'})
+            [series] = data["result"]
+            assert float(series["value"][1]) == pytest.approx(point[field], rel=1e-12), metric
 
 
 def test_queries_aggregate_the_shards_of_a_sharded_run() -> None:
