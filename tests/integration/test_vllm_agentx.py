@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
 import orjson
 import pytest
 
@@ -73,6 +74,16 @@ def test_build_replay_cmd_runs_as_typed_against_vllm(vllm_prefix: VllmServer,
         assert "error" in row
         if row["error"] is None:
             assert all(name in row["metrics"] for name in RECORD_METRICS), row
+
+    # what InferenceX's request_metrics.py computes from these rows is loadgen's figure
+    ok = [row for row in profiled if row["error"] is None]
+    tokens = sum(row["metrics"][name]["value"] for row in ok
+                 for name in ("input_sequence_length", "output_sequence_length"))
+    span_ns = (max(row["metadata"]["request_end_ns"] for row in ok)
+               - min(row["metadata"]["request_start_ns"] for row in ok))
+    assert tokens / (span_ns / 1e9) == pytest.approx(point["total_token_throughput"], rel=1e-12)
+    ttfts = [row["metrics"]["time_to_first_token"]["value"] for row in ok]
+    assert float(np.percentile(ttfts, 90)) == pytest.approx(point["p90_ttft_ms"], rel=1e-12)
 
     aggregate = orjson.loads((artifacts / "profile_export_aiperf.json").read_bytes())
     theory = aggregate["theoretical_prefix_cache_hit"]
