@@ -23,6 +23,7 @@ from typing import Any
 from loadgen.config.args import spec_from_argv
 from loadgen.config.parsers import SpecError
 from loadgen.config.spec import RunSpec
+from loadgen.tokenizer import TokenizerError, load_tokenizer, verify_dsv4_special_tokens
 
 SCENARIO = "inferencex-agentx-mvp"
 MIN_DURATION_S = 900.0
@@ -187,7 +188,7 @@ def _loadgen_argv(args: argparse.Namespace) -> list[str]:
             "--aiperf-artifacts", str(args.output_artifact_dir),
             "--results", str(args.output_artifact_dir / "loadgen")]
     if args.tokenizer:
-        argv += ["--tokenizer", args.tokenizer]
+        argv += ["--tokenizer", args.tokenizer, "--encoder", _encoder(args.tokenizer)]
     if args.failed_request_threshold is not None:
         argv += ["--max-error-rate", str(args.failed_request_threshold)]
     for url in args.server_metrics:
@@ -200,10 +201,26 @@ def _loadgen_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def _notes(args: argparse.Namespace) -> tuple[str, ...]:
+def _encoder(tokenizer: str) -> str:
+    """dsv4 for DeepSeek-V4's tokenizer (loadgen counts the prompt as the server renders
+    it), raw for any other: AIPerf sends chat messages as they are and counts them with
+    --tokenizer, and a --tokenizer of another model must run as typed."""
+    loaded = load_tokenizer(tokenizer, check_dsv4=False)  # unloadable: its one error line
+    try:
+        verify_dsv4_special_tokens(loaded)
+    except TokenizerError:
+        return "raw"
+    return "dsv4"
+
+
+def _notes(args: argparse.Namespace, encoder: str) -> tuple[str, ...]:
     given = [name for name in IGNORED if getattr(args, name) not in (None, False)]
-    return tuple(f"--{name.replace('_', '-')} is accepted and ignored: {IGNORED[name]}"
-                 for name in given)
+    notes = [f"--{name.replace('_', '-')} is accepted and ignored: {IGNORED[name]}"
+             for name in given]
+    if encoder == "raw":
+        notes.append(f"--tokenizer {args.tokenizer} is not DeepSeek-V4's: messages are sent "
+                     "and counted as they are (loadgen --encoder raw), as AIPerf does")
+    return tuple(notes)
 
 
 def profile_spec(argv: Sequence[str], env: Mapping[str, str] | None = None,
@@ -215,4 +232,4 @@ def profile_spec(argv: Sequence[str], env: Mapping[str, str] | None = None,
     return dataclasses.replace(
         spec, scenario=SCENARIO, unsafe_override=args.unsafe_override,
         max_context_length=args.max_context_length, series_interval_s=args.slice_duration,
-        ignored_flags=(*spec.ignored_flags, *_notes(args)))
+        ignored_flags=(*spec.ignored_flags, *_notes(args, spec.encoder)))

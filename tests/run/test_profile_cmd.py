@@ -103,6 +103,27 @@ def test_public_dataset_from_the_hub_cache(tmp_path: Path,
         resolve_dataset("semianalysis_cc_traces_weka_061326")
 
 
+def test_another_models_tokenizer_runs_untemplated(tmp_path: Path) -> None:
+    """AIPerf sends chat messages as they are and counts them with --tokenizer: another
+    model's tokenizer gets loadgen's raw encoder (said once), DeepSeek-V4's keeps dsv4."""
+    from tokenizers import Tokenizer, models
+
+    from loadgen.config.aiperf_profile import profile_spec
+
+    other = tmp_path / "tokenizer.json"
+    Tokenizer(models.WordLevel({"[unk]": 0, "a": 1}, unk_token="[unk]")).save(str(other))
+    argv = replay_cmd(8000, tmp_path, 4, "--unsafe-override")
+    spec = profile_spec(argv[1:], {})  # after the `profile` word, as cli.py passes it
+    assert spec.encoder == "dsv4"
+    assert not any("DeepSeek-V4" in note for note in spec.ignored_flags)
+    argv[argv.index("--tokenizer") + 1] = str(other)
+    spec = profile_spec(argv[1:], {})  # after the `profile` word, as cli.py passes it
+    assert spec.encoder == "raw" and spec.tokenizer == str(other)
+    assert [note for note in spec.ignored_flags if "DeepSeek-V4" in note] == [
+        f"--tokenizer {other} is not DeepSeek-V4's: messages are sent and counted as they "
+        "are (loadgen --encoder raw), as AIPerf does"]
+
+
 def test_extra_inputs_pairs_and_json() -> None:
     assert parse_extra_inputs(["ignore_eos:true", "min_p:0.1", "tag:x", '{"top_k": 5}']) == {
         "ignore_eos": True, "min_p": 0.1, "tag": "x", "top_k": 5}
