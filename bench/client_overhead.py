@@ -77,8 +77,7 @@ from loadgen.tokenizer import load_tokenizer
 # for the spinning thread's tick): measured receive-lag p99 at conc 64 4.4 ms with the
 # default spin, 0.8 ms without. Without the spin its steps start up to a timer tick late,
 # which moves the simulator's schedule, not the truth this benchmark compares against.
-SIM_ARGS = ("--decode-token-us", "12", "--prefill-token-us", "1", "--spin-us", "0",
-            "--seed", "1")
+SIM_ARGS = ("--decode-token-us", "12", "--prefill-token-us", "1", "--spin-us", "0", "--seed", "1")
 CLIENT_CPU, SIM_CPU = 0, 1
 REFERENCE_CHUNKS_PER_S = 22_000  # a fast server at conc 512 (the scale-out issue)
 
@@ -98,8 +97,9 @@ def stats_us(values: np.ndarray) -> str:
     return f"p50 {p50:8.1f}  p99 {p99:8.1f}  max {values.max() / 1e3:8.1f}"
 
 
-def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
-            conc: int) -> dict[str, Any]:
+def analyse(
+    records: list[RequestRecord], trace: dict[str, Any], run_id: str, conc: int
+) -> dict[str, Any]:
     lag, lag_intended, ttft_err, send_side, itl_err, gaps = [], [], [], [], [], []
     true_gaps: list[np.ndarray] = []
     chunks = 0
@@ -130,18 +130,24 @@ def analyse(records: list[RequestRecord], trace: dict[str, Any], run_id: str,
 
     all_gaps, all_true = cat(gaps), cat(true_gaps)
     return {
-        "lag": cat(lag), "lag_intended": cat(lag_intended), "ttft_err": cat(ttft_err),
-        "send_side": cat(send_side), "itl_err": cat(itl_err),
+        "lag": cat(lag),
+        "lag_intended": cat(lag_intended),
+        "ttft_err": cat(ttft_err),
+        "send_side": cat(send_side),
+        "itl_err": cat(itl_err),
         "collapsed": float(np.mean(all_gaps < 50_000)) if all_gaps.size else 0.0,
         "client_collapsed": float(np.mean((all_gaps < 50_000) & (all_true >= 1_000_000)))
-        if all_gaps.size else 0.0,
-        "chunks_per_s": chunks / ((ends - starts) / 1e9), "chunks": chunks,
+        if all_gaps.size
+        else 0.0,
+        "chunks_per_s": chunks / ((ends - starts) / 1e9),
+        "chunks": chunks,
         "requests": len(records),
     }
 
 
 def figures(a: dict[str, Any], result: dict[str, Any]) -> dict[str, float]:
     """The headline figures of one point (what the summary takes medians of)."""
+
     def pct(values: np.ndarray, q: float) -> float:
         return float(np.percentile(values, q) / 1e3) if values.size else float("nan")
 
@@ -150,7 +156,8 @@ def figures(a: dict[str, Any], result: dict[str, Any]) -> dict[str, float]:
         "chunks/s": a["chunks_per_s"],
         "cpu us/chunk": result.get("client_cpu_per_chunk_us") or float("nan"),
         "core busy %": 100 * cpu / duration if cpu is not None and duration else float("nan"),
-        "lag p50 ms": pct(a["lag"], 50) / 1e3, "lag p99 ms": pct(a["lag"], 99) / 1e3,
+        "lag p50 ms": pct(a["lag"], 50) / 1e3,
+        "lag p99 ms": pct(a["lag"], 99) / 1e3,
         "lag max ms": float(a["lag"].max() / 1e6) if a["lag"].size else float("nan"),
         "ttft err p99 ms": pct(a["ttft_err"], 99) / 1e3,
         "send p50 ms": pct(a["send_side"], 50) / 1e3,
@@ -160,8 +167,14 @@ def figures(a: dict[str, Any], result: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def report_workers(conc: int, workers: int, records: list[RequestRecord],
-                   trace: dict[str, Any], run_id: str, result: dict[str, Any]) -> None:
+def report_workers(
+    conc: int,
+    workers: int,
+    records: list[RequestRecord],
+    trace: dict[str, Any],
+    run_id: str,
+    result: dict[str, Any],
+) -> None:
     """Per worker: its requests' chunks/s, its CPU per chunk and its receive lag."""
     processes = {p["process"]: p for p in result["client_processes"]}
     for worker in range(workers):
@@ -171,10 +184,12 @@ def report_workers(conc: int, workers: int, records: list[RequestRecord],
         if not mine or entry is None:
             continue
         a = analyse(mine, trace, run_id, conc)
-        print(f"  worker {worker}/{workers}: {a['requests']} requests, "
-              f"{a['chunks_per_s']:,.0f} chunks/s, CPU {entry['cpu_per_chunk_us']:.1f} us per "
-              f"chunk, loop lag p99 {entry['loop_lag_p99_ms']:.2f} ms; "
-              f"receive lag (us) {stats_us(a['lag'])}")
+        print(
+            f"  worker {worker}/{workers}: {a['requests']} requests, "
+            f"{a['chunks_per_s']:,.0f} chunks/s, CPU {entry['cpu_per_chunk_us']:.1f} us per "
+            f"chunk, loop lag p99 {entry['loop_lag_p99_ms']:.2f} ms; "
+            f"receive lag (us) {stats_us(a['lag'])}"
+        )
     parent = processes.get("parent")
     if parent is not None:
         print(f"  parent (collects records, writes JSONL): CPU {parent['cpu_seconds']:.2f} s")
@@ -186,49 +201,77 @@ def project(a: dict[str, Any], result: dict[str, Any], conc: int) -> None:
     per_chunk = result.get("client_cpu_per_chunk_us")
     if not per_chunk or not a["chunks_per_s"]:
         return
-    for per_stream, what in ((a["chunks_per_s"] / conc, "this point's rate"),
-                             (REFERENCE_CHUNKS_PER_S / 512, "the 22k chunks/s at conc 512 "
-                              "reference")):
+    for per_stream, what in (
+        (a["chunks_per_s"] / conc, "this point's rate"),
+        (REFERENCE_CHUNKS_PER_S / 512, "the 22k chunks/s at conc 512 reference"),
+    ):
         streams = 1e6 / (per_chunk * per_stream)
-        print(f"  projection at {per_stream:.0f} chunks/s per stream ({what}): "
-              f"{per_chunk:.1f} us per chunk saturates one core at ~{streams:,.0f} streams; "
-              "N cores (a worker each) ~N x that, less the parent's share")
+        print(
+            f"  projection at {per_stream:.0f} chunks/s per stream ({what}): "
+            f"{per_chunk:.1f} us per chunk saturates one core at ~{streams:,.0f} streams; "
+            "N cores (a worker each) ~N x that, less the parent's share"
+        )
 
 
 def report(conc: int, a: dict[str, Any], result: dict[str, Any]) -> None:
     cpu, per_chunk = result.get("client_cpu_seconds"), result.get("client_cpu_per_chunk_us")
     busy = cpu / result["duration"] if cpu is not None and result.get("duration") else None
-    print(f"\nconc {conc}: {a['requests']} requests, {a['chunks']} chunks, "
-          f"{a['chunks_per_s']:,.0f} chunks/s ingested")
+    print(
+        f"\nconc {conc}: {a['requests']} requests, {a['chunks']} chunks, "
+        f"{a['chunks_per_s']:,.0f} chunks/s ingested"
+    )
     if per_chunk is not None and busy is not None:
-        print(f"  client CPU {per_chunk:.1f} us per chunk, {busy:.0%} of one core; loop lag "
-              f"p99 {result['client_loop_lag_p99_ms']:.2f} ms, "
-              f"max {result['client_loop_lag_max_ms']:.2f} ms")
+        print(
+            f"  client CPU {per_chunk:.1f} us per chunk, {busy:.0%} of one core; loop lag "
+            f"p99 {result['client_loop_lag_p99_ms']:.2f} ms, "
+            f"max {result['client_loop_lag_max_ms']:.2f} ms"
+        )
     sources = result.get("arrival_stamp_sources") or {}
     print("  arrival stamps: " + ", ".join(f"{k} {v} requests" for k, v in sources.items()))
-    print(f"  receive lag vs sim send (us)      {stats_us(a['lag'])}; over 1 ms: "
-          f"{int(np.count_nonzero(a['lag'] > 1_000_000))} chunks")
+    print(
+        f"  receive lag vs sim send (us)      {stats_us(a['lag'])}; over 1 ms: "
+        f"{int(np.count_nonzero(a['lag'] > 1_000_000))} chunks"
+    )
     print(f"  receive lag vs step due (us)      {stats_us(a['lag_intended'])}")
     print(f"  TTFT error vs truth (us)          {stats_us(a['ttft_err'])}")
     print(f"  send cost: written -> sim handler {stats_us(a['send_side'])}")
     print(f"  ITL error vs truth, |err| (us)    {stats_us(np.abs(a['itl_err']))}")
-    print(f"  chunk gaps < 50 us (collapsed)    {a['collapsed']:.2%}, by the client "
-          f"(sent >= 1 ms apart) {a['client_collapsed']:.2%}")
+    print(
+        f"  chunk gaps < 50 us (collapsed)    {a['collapsed']:.2%}, by the client "
+        f"(sent >= 1 ms apart) {a['client_collapsed']:.2%}"
+    )
 
 
-async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
-                  extra: tuple[str, ...], workdir: Path, http_client: str = "native",
-                  workers: int = 1,
-                  cpu_affinity: tuple[int, ...] = ()) -> dict[int, dict[str, float]]:
+async def measure(
+    concs: tuple[int, ...],
+    isl: int,
+    osl: int,
+    per_conc: int,
+    extra: tuple[str, ...],
+    workdir: Path,
+    http_client: str = "native",
+    workers: int = 1,
+    cpu_affinity: tuple[int, ...] = (),
+) -> dict[int, dict[str, float]]:
     trace_path = workdir / "trace.jsonl"
     tokenizer = load_tokenizer()
     sim_args = (*SIM_ARGS, *extra, "--trace", str(trace_path))
-    async with embedded_simulator(sim_args, log_path=workdir / "sim.log",
-                                  cpus=frozenset({SIM_CPU})) as base_url:
-        spec = RunSpec(conc=concs, isl=isl, osl=osl, base_url=base_url,
-                       prompts_per_conc=per_conc, warmup_per_conc=1,
-                       results_dir=workdir / "results", progress=False, workers=workers,
-                       cpu_affinity=cpu_affinity, http_client=http_client)
+    async with embedded_simulator(
+        sim_args, log_path=workdir / "sim.log", cpus=frozenset({SIM_CPU})
+    ) as base_url:
+        spec = RunSpec(
+            conc=concs,
+            isl=isl,
+            osl=osl,
+            base_url=base_url,
+            prompts_per_conc=per_conc,
+            warmup_per_conc=1,
+            results_dir=workdir / "results",
+            progress=False,
+            workers=workers,
+            cpu_affinity=cpu_affinity,
+            http_client=http_client,
+        )
         outcome = await run_sweep(spec, tokenizer=tokenizer)
     trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
     out = {}
@@ -245,16 +288,20 @@ async def measure(concs: tuple[int, ...], isl: int, osl: int, per_conc: int,
 
 def summarise(runs: dict[str, list[dict[int, dict[str, float]]]]) -> None:
     """Median over the runs of each figure, and its spread (min..max)."""
-    print("\nsummary: median [min..max] over "
-          + ", ".join(f"{len(v)} {k} runs" for k, v in runs.items()))
+    print(
+        "\nsummary: median [min..max] over "
+        + ", ".join(f"{len(v)} {k} runs" for k, v in runs.items())
+    )
     for client, results in runs.items():
         for conc in sorted({c for r in results for c in r}):
             rows = [r[conc] for r in results if conc in r]
             print(f"\n{client} conc {conc}:")
             for name in rows[0]:
                 values = np.array([row[name] for row in rows])
-                print(f"  {name:16} {np.median(values):10.3f}  "
-                      f"[{values.min():.3f}..{values.max():.3f}]")
+                print(
+                    f"  {name:16} {np.median(values):10.3f}  "
+                    f"[{values.min():.3f}..{values.max():.3f}]"
+                )
 
 
 RSS_CHILD = """
@@ -276,12 +323,15 @@ print(total, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).
 
 
 def prompt_set_rss() -> None:
-    done = subprocess.run([sys.executable, "-c", RSS_CHILD], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_CHILD], capture_output=True, text=True, check=True
+    )
     total, seconds, rss_kb = done.stdout.split()
-    print(f"\nprompt set of --conc 4..512 --isl 8192 --osl 1024: {int(total):,} requests "
-          f"built in {float(seconds):.1f} s, peak RSS {int(rss_kb) / 1024:,.0f} MiB "
-          "(one point in memory at a time)")
+    print(
+        f"\nprompt set of --conc 4..512 --isl 8192 --osl 1024: {int(total):,} requests "
+        f"built in {float(seconds):.1f} s, peak RSS {int(rss_kb) / 1024:,.0f} MiB "
+        "(one point in memory at a time)"
+    )
 
 
 def main() -> None:
@@ -291,15 +341,21 @@ def main() -> None:
     parser.add_argument("--osl", type=int, default=256)
     parser.add_argument("--prompts-per-conc", type=int, default=2)
     parser.add_argument("--sim-args", default="", help="extra simulator flags")
-    parser.add_argument("--http-client", default="native",
-                        help="comma-separated streaming clients to compare: native, aiohttp")
+    parser.add_argument(
+        "--http-client",
+        default="native",
+        help="comma-separated streaming clients to compare: native, aiohttp",
+    )
     parser.add_argument("--runs", type=int, default=1, help="runs per client, alternating")
     parser.add_argument("--skip-rss", action="store_true")
     parser.add_argument("--rss-only", action="store_true")
     parser.add_argument("--workers", type=int, default=1, help="client worker processes")
-    parser.add_argument("--cpu-affinity", default="",
-                        help="pin worker i to the i-th of these CPUs (e.g. 2-5); default: "
-                        "all client processes on the client core")
+    parser.add_argument(
+        "--cpu-affinity",
+        default="",
+        help="pin worker i to the i-th of these CPUs (e.g. 2-5); default: "
+        "all client processes on the client core",
+    )
     args = parser.parse_args()
     print(f"client_overhead: {pin_client()}; loop: uvloop; {time.strftime('%Y-%m-%d %H:%M')}")
     if not args.rss_only:
@@ -311,18 +367,34 @@ def main() -> None:
         runs: dict[str, list[dict[int, dict[str, float]]]] = {c: [] for c in clients}
         for run in range(args.runs):
             for client in clients:
-                print(f"\n=== run {run + 1}/{args.runs}, --http-client {client}; "
-                      f"load average {os.getloadavg()[0]:.2f} ===")
+                print(
+                    f"\n=== run {run + 1}/{args.runs}, --http-client {client}; "
+                    f"load average {os.getloadavg()[0]:.2f} ==="
+                )
                 with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp:
-                    runs[client].append(uvloop.run(measure(
-                        concs, args.isl, args.osl, args.prompts_per_conc,
-                        tuple(args.sim_args.split()), Path(tmp), client, args.workers, cpus)))
+                    runs[client].append(
+                        uvloop.run(
+                            measure(
+                                concs,
+                                args.isl,
+                                args.osl,
+                                args.prompts_per_conc,
+                                tuple(args.sim_args.split()),
+                                Path(tmp),
+                                client,
+                                args.workers,
+                                cpus,
+                            )
+                        )
+                    )
         if args.runs > 1 or len(clients) > 1:
             summarise(runs)
     if not args.skip_rss:
         prompt_set_rss()
-    print(f"bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f}"
-          " MiB")
+    print(
+        f"bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f}"
+        " MiB"
+    )
 
 
 if __name__ == "__main__":

@@ -27,11 +27,25 @@ def synthetic_records(count: int, osl: int, seed: int) -> list[RequestRecord]:
             tokens.append(int(min(rng.integers(1, 4), osl - sum(tokens))))
         gaps = rng.gamma(4.0, 5e6, size=len(tokens)).astype(np.int64) + 1
         chunk_ns = tuple(int(t) for t in 1_000_000 + np.cumsum(gaps))
-        records.append(RequestRecord(
-            request_id=i, conc=64, input_len=1024, max_tokens=osl, scheduled_ns=0,
-            start_ns=500_000, connect_ns=0, chunk_ns=chunk_ns, chunk_tokens=tuple(tokens),
-            end_ns=chunk_ns[-1] + 1, token_source=TokenSource.TOKEN_IDS, prompt_tokens=1024,
-            completion_tokens=osl, finish_reason="length", status=200))
+        records.append(
+            RequestRecord(
+                request_id=i,
+                conc=64,
+                input_len=1024,
+                max_tokens=osl,
+                scheduled_ns=0,
+                start_ns=500_000,
+                connect_ns=0,
+                chunk_ns=chunk_ns,
+                chunk_tokens=tuple(tokens),
+                end_ns=chunk_ns[-1] + 1,
+                token_source=TokenSource.TOKEN_IDS,
+                prompt_tokens=1024,
+                completion_tokens=osl,
+                finish_reason="length",
+                status=200,
+            )
+        )
     return records
 
 
@@ -44,8 +58,13 @@ def main() -> None:
     records = synthetic_records(args.records, args.osl, args.seed)
     chunks = sum(len(r.chunk_ns) for r in records) / len(records)
 
-    observer = MetricsObserver(LoadgenMetrics(CollectorRegistry()), model="m",
-                               endpoint="completions", points=1, spec_tokens=2)
+    observer = MetricsObserver(
+        LoadgenMetrics(CollectorRegistry()),
+        model="m",
+        endpoint="completions",
+        points=1,
+        spec_tokens=2,
+    )
     observer.point_started(64, len(records))
     start = time.perf_counter_ns()
     for record in records:

@@ -63,8 +63,12 @@ def main(argv: list[str]) -> int:
     os.sched_setaffinity(0, {cpu})
     tokenizer = load_tokenizer(args.tokenizer, check_dsv4=args.encoder == "dsv4")
     started = time.perf_counter()
-    how = synthesis(encoder=args.encoder, thinking_mode=args.thinking,  # word pool, once
-                    reasoning_effort=args.effort, tokenizer=tokenizer)
+    how = synthesis(
+        encoder=args.encoder,
+        thinking_mode=args.thinking,  # word pool, once
+        reasoning_effort=args.effort,
+        tokenizer=tokenizer,
+    )
     pool_s = time.perf_counter() - started
     rss_before = rss_mib()
 

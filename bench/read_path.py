@@ -45,18 +45,32 @@ CLIENT_CPU, SERVER_CPU = 0, 1
 
 
 def chunk_bytes(index: int, prompt: int = 256) -> bytes:
-    event = {"id": "cmpl-5f0c3a1b2d4e6f70", "object": "text_completion", "created": 1764556800,
-             "model": "deepseek-ai/DeepSeek-V4-Flash",
-             "choices": [{"index": 0, "text": " the lean path", "logprobs": None,
-                          "finish_reason": None, "stop_reason": None,
-                          "token_ids": [20012, 3110]}],
-             "usage": {"prompt_tokens": prompt, "total_tokens": prompt + 2 * index,
-                       "completion_tokens": 2 * index}}
+    event = {
+        "id": "cmpl-5f0c3a1b2d4e6f70",
+        "object": "text_completion",
+        "created": 1764556800,
+        "model": "deepseek-ai/DeepSeek-V4-Flash",
+        "choices": [
+            {
+                "index": 0,
+                "text": " the lean path",
+                "logprobs": None,
+                "finish_reason": None,
+                "stop_reason": None,
+                "token_ids": [20012, 3110],
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + 2 * index,
+            "completion_tokens": 2 * index,
+        },
+    }
     data = b"data: " + orjson.dumps(event) + b"\n\n"
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-SERVER = r'''
+SERVER = r"""
 import asyncio, sys, uvloop
 from bench.read_path import chunk_bytes
 gap_s, chunks = float(sys.argv[1]), int(sys.argv[2])
@@ -96,7 +110,7 @@ async def main():
                 streams[transport] = sent + 1
 
 uvloop.run(main())
-'''
+"""
 
 
 @contextlib.asynccontextmanager
@@ -104,7 +118,10 @@ async def chunk_server(gap_ms: float, chunks: int) -> AsyncIterator[str]:
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is timed
         [sys.executable, "-c", SERVER, str(gap_ms / 1e3), str(chunks)],
-        stdout=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(process.pid, {SERVER_CPU})
@@ -160,8 +177,9 @@ class Reader(asyncio.Protocol):
 Send = Callable[[], Awaitable[int]]  # one request, its response read; returns its chunks
 
 
-async def read_only_send(kind: str, url: str, chunks: int,
-                         bridge: kernel_stamps.ClockBridge) -> Send:
+async def read_only_send(
+    kind: str, url: str, chunks: int, bridge: kernel_stamps.ClockBridge
+) -> Send:
     """A connection of `kind` (reads-kernel, reads-uvloop), and how to send on it; the
     connections share one clock bridge, as the native client's pool does."""
     loop = asyncio.get_running_loop()
@@ -173,7 +191,11 @@ async def read_only_send(kind: str, url: str, chunks: int,
     else:
         await loop.create_connection(lambda: reader, host, port)
     request = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s" % (
-        target.path, target.host_header, len(_BODY), _BODY)
+        target.path,
+        target.host_header,
+        len(_BODY),
+        _BODY,
+    )
 
     async def one() -> int:
         reader.ended = loop.create_future()
@@ -185,8 +207,9 @@ async def read_only_send(kind: str, url: str, chunks: int,
     return one
 
 
-async def measure(kind: str, conc: int, per_slot: int, gap_ms: float,
-                  chunks: int) -> dict[str, float]:
+async def measure(
+    kind: str, conc: int, per_slot: int, gap_ms: float, chunks: int
+) -> dict[str, float]:
     request = RequestSpec(index=0, input_len=256, max_tokens=2 * chunks, body=_BODY)
     async with chunk_server(gap_ms, chunks) as url, contextlib.AsyncExitStack() as stack:
         if kind.startswith("reads-"):
@@ -196,8 +219,9 @@ async def measure(kind: str, conc: int, per_slot: int, gap_ms: float,
             transport = Transport(await stack.enter_async_context(streams_of(kind, conc)), url)
 
             async def send() -> int:
-                record = await transport.send(request, x_request_id="x", conc=conc,
-                                              scheduled_ns=0, on_record=lambda _r: None)
+                record = await transport.send(
+                    request, x_request_id="x", conc=conc, scheduled_ns=0, on_record=lambda _r: None
+                )
                 assert record.ok, record.error_detail
                 return len(record.chunk_ns)
 
@@ -220,8 +244,12 @@ async def measure(kind: str, conc: int, per_slot: int, gap_ms: float,
                 group.create_task(slot(per_slot, one))
         after, wall = os.times(), time.perf_counter() - wall
     user, system = after.user - before.user, after.system - before.system
-    return {"chunks/s": received / wall, "cpu us/chunk": (user + system) / received * 1e6,
-            "user us/chunk": user / received * 1e6, "sys us/chunk": system / received * 1e6}
+    return {
+        "chunks/s": received / wall,
+        "cpu us/chunk": (user + system) / received * 1e6,
+        "user us/chunk": user / received * 1e6,
+        "sys us/chunk": system / received * 1e6,
+    }
 
 
 def main() -> None:
@@ -235,23 +263,31 @@ def main() -> None:
     args = parser.parse_args()
     with contextlib.suppress(OSError):
         os.sched_setaffinity(0, {CLIENT_CPU})
-    print(f"read_path: client pid {os.getpid()} on cpu {CLIENT_CPU}, server on cpu "
-          f"{SERVER_CPU}; conc {args.conc}, a chunk per stream every {args.gap_ms} ms")
+    print(
+        f"read_path: client pid {os.getpid()} on cpu {CLIENT_CPU}, server on cpu "
+        f"{SERVER_CPU}; conc {args.conc}, a chunk per stream every {args.gap_ms} ms"
+    )
     import uvloop
 
     results: dict[str, list[dict[str, float]]] = {k: [] for k in args.http_client.split(",")}
     for run in range(args.runs):
         for kind in results:
-            figures = uvloop.run(measure(kind, args.conc, args.per_slot, args.gap_ms,
-                                         args.chunks))
+            figures = uvloop.run(measure(kind, args.conc, args.per_slot, args.gap_ms, args.chunks))
             results[kind].append(figures)
-            print(f"run {run + 1} {kind:8} load {os.getloadavg()[0]:4.1f}  "
-                  + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
+            print(
+                f"run {run + 1} {kind:8} load {os.getloadavg()[0]:4.1f}  "
+                + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()),
+                flush=True,
+            )
     for kind, rows in results.items():
-        print(f"{kind}: median [min..max] over {len(rows)} runs: " + "  ".join(
-            f"{name} {np.median([r[name] for r in rows]):,.1f} "
-            f"[{min(r[name] for r in rows):,.1f}..{max(r[name] for r in rows):,.1f}]"
-            for name in rows[0]))
+        print(
+            f"{kind}: median [min..max] over {len(rows)} runs: "
+            + "  ".join(
+                f"{name} {np.median([r[name] for r in rows]):,.1f} "
+                f"[{min(r[name] for r in rows):,.1f}..{max(r[name] for r in rows):,.1f}]"
+                for name in rows[0]
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -34,10 +34,15 @@ def main() -> None:
     parser.add_argument("--max-context", type=int, default=128_000)
     parser.add_argument("--turns", type=int, default=12, help="turns rendered per lane")
     args = parser.parse_args()
-    shape = TraceShape(requests=(args.turns, args.turns), system_tokens=20_000,
-                       first_user_tokens=(2_000, 6_000), tool_result_tokens=(4_000, 12_000),
-                       output_tokens=(200, 800), max_context=args.max_context,
-                       subagent_prob=0.0)
+    shape = TraceShape(
+        requests=(args.turns, args.turns),
+        system_tokens=20_000,
+        first_user_tokens=(2_000, 6_000),
+        tool_result_tokens=(4_000, 12_000),
+        output_tokens=(200, 800),
+        max_context=args.max_context,
+        subagent_prob=0.0,
+    )
     import tempfile
     from pathlib import Path
 
@@ -45,14 +50,22 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "traces.jsonl"
-        path.write_bytes(b"".join(orjson.dumps(t) + b"\n"
-                                  for t in generate_traces(args.lanes, 1, shape)))
+        path.write_bytes(
+            b"".join(orjson.dumps(t) + b"\n" for t in generate_traces(args.lanes, 1, shape))
+        )
         trees = load_weka(path)
     tokenizer = load_tokenizer()
-    renderer = SessionRenderer(RenderSettings("dsv4", "thinking", None, ("X-Session-ID",), True),
-                               tokenizer, BodyOptions(endpoint="completions", model="m"), 64, 0)
-    plays = [renderer.play(tree, (1, args.lanes, lane, lane), f"b.{lane}")
-             for lane, tree in enumerate(trees)]
+    renderer = SessionRenderer(
+        RenderSettings("dsv4", "thinking", None, ("X-Session-ID",), True),
+        tokenizer,
+        BodyOptions(endpoint="completions", model="m"),
+        64,
+        0,
+    )
+    plays = [
+        renderer.play(tree, (1, args.lanes, lane, lane), f"b.{lane}")
+        for lane, tree in enumerate(trees)
+    ]
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     times: list[tuple[int, int]] = []
     contexts: list[int] = []
@@ -60,18 +73,29 @@ def main() -> None:
     with no_gc_pauses():  # as in a point's measured phase (run/loop_health.py)
         render_all(renderer, plays, longest, times, contexts)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"lanes {args.lanes}, turns rendered {len(times)}, max context {max(contexts):,} "
-          f"tokens, mean context {int(np.mean(contexts)):,}")
+    print(
+        f"lanes {args.lanes}, turns rendered {len(times)}, max context {max(contexts):,} "
+        f"tokens, mean context {int(np.mean(contexts)):,}"
+    )
     for name, column in (("wall", 0), ("CPU", 1)):
         ms = np.asarray([t[column] for t in times]) / 1e6
-        print(f"render per turn (body bytes ready), {name}: p50 {np.percentile(ms, 50):.2f} "
-              f"ms, p99 {np.percentile(ms, 99):.2f} ms, max {ms.max():.2f} ms")
-    print(f"cached blocks {renderer.blocks.cached_blocks:,}; peak RSS {rss:,.0f} MiB "
-          f"(after loading traces and tokenizer: {rss_before:,.0f} MiB)")
+        print(
+            f"render per turn (body bytes ready), {name}: p50 {np.percentile(ms, 50):.2f} "
+            f"ms, p99 {np.percentile(ms, 99):.2f} ms, max {ms.max():.2f} ms"
+        )
+    print(
+        f"cached blocks {renderer.blocks.cached_blocks:,}; peak RSS {rss:,.0f} MiB "
+        f"(after loading traces and tokenizer: {rss_before:,.0f} MiB)"
+    )
 
 
-def render_all(renderer: SessionRenderer, plays: list[Play], longest: int,
-               times: list[tuple[int, int]], contexts: list[int]) -> None:
+def render_all(
+    renderer: SessionRenderer,
+    plays: list[Play],
+    longest: int,
+    times: list[tuple[int, int]],
+    contexts: list[int],
+) -> None:
     index = 0
     for turn in range(longest):  # all lanes advance together: every session is live
         for play in plays:

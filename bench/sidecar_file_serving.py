@@ -52,8 +52,9 @@ async def timed(fetch: Callable[[], Awaitable[int]], expected: int, repeat: int)
 def prepare(data_dir: Path, mb: int) -> Path:
     run_dir = data_dir / "runs" / RUN_ID
     (run_dir / "results").mkdir(parents=True)
-    (run_dir / "run.json").write_bytes(orjson.dumps(
-        {"id": RUN_ID, "state": "succeeded", "created_unix": 1.0, "options": {}}))
+    (run_dir / "run.json").write_bytes(
+        orjson.dumps({"id": RUN_ID, "state": "succeeded", "created_unix": 1.0, "options": {}})
+    )
     path = run_dir / "results" / "requests_conc_512.jsonl"
     with path.open("wb") as f:
         for _ in range(mb):
@@ -65,8 +66,7 @@ async def main(mb: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = prepare(Path(tmp), mb)
         size = path.stat().st_size
-        config = ServiceConfig(target="http://127.0.0.1:9", model="m", port=0,
-                               data_dir=Path(tmp))
+        config = ServiceConfig(target="http://127.0.0.1:9", model="m", port=0, data_dir=Path(tmp))
         async with running_service(config) as service:
             url = f"http://127.0.0.1:{service.port}/v1/runs/{RUN_ID}/files/{path.name}"
             sidecar = await timed(lambda: download(url), size, repeat)
@@ -86,13 +86,16 @@ async def main(mb: int, repeat: int) -> None:
         finally:
             await runner.cleanup()
     for name, rates in (("sidecar (fd, no links)", sidecar), ("FileResponse", baseline)):
-        print(f"{name:24s} best {max(rates):8.0f} MiB/s  median {statistics.median(rates):8.0f}"
-              f" MiB/s  ({mb} MiB x {repeat})")
+        print(
+            f"{name:24s} best {max(rates):8.0f} MiB/s  median {statistics.median(rates):8.0f}"
+            f" MiB/s  ({mb} MiB x {repeat})"
+        )
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mb", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()

@@ -58,8 +58,9 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def server_main(config: SimConfig, ports: mp.Queue[int], stop: MpEvent,
-                profile: bool = False) -> None:
+def server_main(
+    config: SimConfig, ports: mp.Queue[int], stop: MpEvent, profile: bool = False
+) -> None:
     pin(0)
     if profile:
         import cProfile
@@ -82,8 +83,11 @@ def server_main(config: SimConfig, ports: mp.Queue[int], stop: MpEvent,
 
     with asyncio.Runner(loop_factory=new_loop) as runner:
         runner.run(serve())
-    print(f"server process: {time.process_time() - start_cpu:.1f} s CPU over "
-          f"{time.perf_counter() - start_wall:.1f} s wall (startup included)", flush=True)
+    print(
+        f"server process: {time.process_time() - start_cpu:.1f} s CPU over "
+        f"{time.perf_counter() - start_wall:.1f} s wall (startup included)",
+        flush=True,
+    )
 
 
 class CountingStream(asyncio.Protocol):
@@ -106,17 +110,30 @@ class CountingStream(asyncio.Protocol):
 
 
 def http_request(port: int, model: str, index: int) -> bytes:
-    body = orjson.dumps({
-        "model": model, "prompt": [1000 + (index % 500)] * 64, "max_tokens": MAX_TOKENS,
-        "ignore_eos": True, "stream": True,
-    })
-    return (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Content-Type: application/json\r\nX-Request-Id: bench-{index}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    body = orjson.dumps(
+        {
+            "model": model,
+            "prompt": [1000 + (index % 500)] * 64,
+            "max_tokens": MAX_TOKENS,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    )
+    return (
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nX-Request-Id: bench-{index}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
-def client_main(port: int, model: str, conc: int, warmup: float, duration: float,
-                results: mp.Queue[ClientResult]) -> None:
+def client_main(
+    port: int,
+    model: str,
+    conc: int,
+    warmup: float,
+    duration: float,
+    results: mp.Queue[ClientResult],
+) -> None:
     pin(1)
 
     async def run() -> ClientResult:
@@ -126,7 +143,9 @@ def client_main(port: int, model: str, conc: int, warmup: float, duration: float
         for i in range(conc):
             transport, _ = await loop.create_connection(
                 lambda i=i: CountingStream(http_request(port, model, i), counts),  # type: ignore[misc]
-                "127.0.0.1", port)
+                "127.0.0.1",
+                port,
+            )
             transports.append(transport)
         await asyncio.sleep(warmup)
         start_events, start_ns = counts[0], time.perf_counter_ns()
@@ -141,8 +160,12 @@ def client_main(port: int, model: str, conc: int, warmup: float, duration: float
 
 
 def lateness_ms(trace: list[dict[str, Any]], start_ns: int, end_ns: int) -> tuple[np.ndarray, int]:
-    late = [sent - intended for line in trace for intended, sent, _ in line["chunks"]
-            if start_ns <= intended < end_ns]
+    late = [
+        sent - intended
+        for line in trace
+        for intended, sent, _ in line["chunks"]
+        if start_ns <= intended < end_ns
+    ]
     return np.asarray(late, dtype=np.float64) / 1e6, len(late)
 
 
@@ -153,27 +176,41 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
     parser.add_argument("--step-ms", type=float, default=20.0, help="fixed step time")
     parser.add_argument("--spec-tokens", type=int, default=2)
-    parser.add_argument("--spin-us", type=float, default=1000.0,
-                        help="busy-wait before each deadline (as `loadgen sim` does)")
+    parser.add_argument(
+        "--spin-us",
+        type=float,
+        default=1000.0,
+        help="busy-wait before each deadline (as `loadgen sim` does)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the server")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trace_path = Path(tmp) / "trace.jsonl"
-        config = SimConfig(step_fixed_ms=args.step_ms, decode_token_us=0.0, prefill_token_us=0.0,
-                           spec_tokens=args.spec_tokens, max_num_seqs=max(args.conc, 1),
-                           max_model_len=MAX_TOKENS + 1024, trace_path=str(trace_path),
-                           spin_us=args.spin_us)
+        config = SimConfig(
+            step_fixed_ms=args.step_ms,
+            decode_token_us=0.0,
+            prefill_token_us=0.0,
+            spec_tokens=args.spec_tokens,
+            max_num_seqs=max(args.conc, 1),
+            max_model_len=MAX_TOKENS + 1024,
+            trace_path=str(trace_path),
+            spin_us=args.spin_us,
+        )
         ctx = mp.get_context("spawn")
         ports: mp.Queue[int] = ctx.Queue()
         results: mp.Queue[ClientResult] = ctx.Queue()
         stop = ctx.Event()
-        server = ctx.Process(target=server_main, args=(config, ports, stop, args.profile),
-                             daemon=True)
+        server = ctx.Process(
+            target=server_main, args=(config, ports, stop, args.profile), daemon=True
+        )
         server.start()
         try:
             port = ports.get(timeout=60)
-            client = ctx.Process(target=client_main, args=(
-                port, config.model, args.conc, args.warmup, args.duration, results), daemon=True)
+            client = ctx.Process(
+                target=client_main,
+                args=(port, config.model, args.conc, args.warmup, args.duration, results),
+                daemon=True,
+            )
             client.start()
             result = results.get(timeout=args.warmup + args.duration + 120)
             client.join(30)
@@ -186,8 +223,10 @@ def main() -> int:
         trace = read_trace(trace_path)
     late, sent = lateness_ms(trace, result.window_start_ns, result.window_end_ns)
     seconds = (result.window_end_ns - result.window_start_ns) / 1e9
-    print(f"streams: {result.connected} (step {args.step_ms} ms, K={args.spec_tokens}, "
-          f"{len(os.sched_getaffinity(0))} cores)")
+    print(
+        f"streams: {result.connected} (step {args.step_ms} ms, K={args.spec_tokens}, "
+        f"{len(os.sched_getaffinity(0))} cores)"
+    )
     print(f"client received: {result.events / seconds:,.0f} chunks/s over {seconds:.1f} s")
     print(f"server sent:     {sent / seconds:,.0f} chunks/s")
     if sent:

@@ -51,12 +51,19 @@ def after_the_point(args: argparse.Namespace) -> None:
     slices = time_slices(records, args.slice)
     t_slices = best_of(3, lambda: time_slices(records, args.slice))
     t_summary = best_of(3, lambda: summarize(records, ctx))
-    print(f"point: {len(records)} records, {chunks} chunks, {span:.0f} s, "
-          f"{len(slices)} slices of {args.slice:g} s")
-    print(f"time_slices {t_slices * 1e3:.0f} ms (summarize {t_summary * 1e3:.0f} ms), once "
-          "after the point")
-    watch = SaturationWatch(SaturationRule(window_s=30.0), records[0].start_ns,
-                            [r.scheduled_ns - records[0].start_ns for r in records])
+    print(
+        f"point: {len(records)} records, {chunks} chunks, {span:.0f} s, "
+        f"{len(slices)} slices of {args.slice:g} s"
+    )
+    print(
+        f"time_slices {t_slices * 1e3:.0f} ms (summarize {t_summary * 1e3:.0f} ms), once "
+        "after the point"
+    )
+    watch = SaturationWatch(
+        SaturationRule(window_s=30.0),
+        records[0].start_ns,
+        [r.scheduled_ns - records[0].start_ns for r in records],
+    )
     t0 = time.perf_counter()
     for record in records:
         watch.observe(record)
@@ -65,15 +72,33 @@ def after_the_point(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     watch.saturated(now)
     verdict = time.perf_counter() - t0
-    print(f"SaturationWatch.observe {per_record * 1e6:.2f} us per record "
-          f"({per_record * 1e6 * len(records) / chunks:.3f} us per chunk if spread over "
-          f"them), one verdict {verdict * 1e3:.1f} ms (at most every 0.5 s)")
+    print(
+        f"SaturationWatch.observe {per_record * 1e6:.2f} us per record "
+        f"({per_record * 1e6 * len(records) / chunks:.3f} us per chunk if spread over "
+        f"them), one verdict {verdict * 1e3:.1f} ms (at most every 0.5 s)"
+    )
 
 
 def live_cpu_per_chunk(slice_s: float | None, results: Path) -> float:
-    cmd = [sys.executable, "-m", "loadgen", "--sim", "--sim-args", SIM, "--conc", "64",
-           "--isl", "64", "--osl", "256", "--prompts-per-conc", "4", "--no-progress",
-           "--results", str(results)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadgen",
+        "--sim",
+        "--sim-args",
+        SIM,
+        "--conc",
+        "64",
+        "--isl",
+        "64",
+        "--osl",
+        "256",
+        "--prompts-per-conc",
+        "4",
+        "--no-progress",
+        "--results",
+        str(results),
+    ]
     if slice_s is not None:
         cmd += ["--slice-duration", str(slice_s)]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
@@ -89,8 +114,10 @@ def live(args: argparse.Namespace) -> None:
                 path = Path(tmp) / f"{label}-{run}"
                 figures[label].append(live_cpu_per_chunk(slice_s, path))
     for label, values in figures.items():
-        print(f"live conc 64, {label} --slice-duration: client CPU per chunk "
-              f"{statistics.median(values):.1f} us (runs {', '.join(f'{v:.1f}' for v in values)})")
+        print(
+            f"live conc 64, {label} --slice-duration: client CPU per chunk "
+            f"{statistics.median(values):.1f} us (runs {', '.join(f'{v:.1f}' for v in values)})"
+        )
 
 
 def main() -> None:

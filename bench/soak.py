@@ -96,16 +96,37 @@ def prompts_per_conc(args: argparse.Namespace) -> int:
 
 
 def soak(args: argparse.Namespace, results: Path) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "loadgen", "--sim", "--conc", str(args.conc), "--isl",
-            str(args.isl), "--osl", str(args.osl), "--encoder", "raw", "--duration",
-            str(args.duration), "--prompts-per-conc", str(prompts_per_conc(args)),
-            "--warmup-per-conc", "1",
-            "--no-progress", "--results", str(results)]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL)
+    argv = [
+        sys.executable,
+        "-m",
+        "loadgen",
+        "--sim",
+        "--conc",
+        str(args.conc),
+        "--isl",
+        str(args.isl),
+        "--osl",
+        str(args.osl),
+        "--encoder",
+        "raw",
+        "--duration",
+        str(args.duration),
+        "--prompts-per-conc",
+        str(prompts_per_conc(args)),
+        "--warmup-per-conc",
+        "1",
+        "--no-progress",
+        "--results",
+        str(results),
+    ]
+    process = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
     records = Records(results / f"requests_conc_{args.conc}.jsonl")
-    print(f"{'t s':>6} {'req':>7} {'ok':>7} {'RSS MB':>8} {'growth':>7} {'fds':>5} "
-          f"{'CPU':>5} {'us/chunk':>9}")
+    print(
+        f"{'t s':>6} {'req':>7} {'ok':>7} {'RSS MB':>8} {'growth':>7} {'fds':>5} "
+        f"{'CPU':>5} {'us/chunk':>9}"
+    )
     start = time.monotonic()
     first_rss: float | None = None
     last_cpu, last_chunks = cpu_seconds(process.pid), 0
@@ -125,9 +146,12 @@ def soak(args: argparse.Namespace, results: Path) -> dict[str, Any]:
         first_rss = rss if first_rss is None else first_rss
         chunks = records.chunks - last_chunks
         per_chunk = f"{(cpu - last_cpu) / chunks * 1e6:9.1f}" if chunks else f"{'-':>9}"
-        print(f"{time.monotonic() - start:6.0f} {records.requests:7,} {records.ok:7,} "
-              f"{rss:8.1f} {rss - first_rss:+7.1f} {fds:5} "
-              f"{(cpu - last_cpu) / args.interval:5.0%} {per_chunk}", flush=True)
+        print(
+            f"{time.monotonic() - start:6.0f} {records.requests:7,} {records.ok:7,} "
+            f"{rss:8.1f} {rss - first_rss:+7.1f} {fds:5} "
+            f"{(cpu - last_cpu) / args.interval:5.0%} {per_chunk}",
+            flush=True,
+        )
         samples.append((rss, cpu, fds))
         last_cpu, last_chunks = cpu, records.chunks
     _, err = process.communicate(timeout=120)
@@ -147,16 +171,22 @@ def report(outcome: dict[str, Any]) -> None:
     fds = [s[2] for s in samples]
     growth = rss[-1] - rss[0]
     kept = outcome["records"].requests
-    print(f"\nrequests {point['num_prompts']:,}: ok {point['completed']:,}, failed "
-          f"{point['failed']:,}; duration {point['duration']:.1f} s; "
-          f"{point['total_chunks']:,} chunks")
-    print(f"RSS {rss[0]:.1f} -> {rss[-1]:.1f} MB ({growth:+.1f} MB; "
-          f"{growth / max(kept, 1) * 1000:.2f} MB per 1,000 kept records); "
-          f"fds {min(fds)}..{max(fds)}")
-    print(f"client CPU per chunk {point['client_cpu_per_chunk_us']} us; loop lag p99 "
-          f"{point['client_loop_lag_p99_ms']} ms, max {point['client_loop_lag_max_ms']} ms; "
-          f"simulator behind: {point.get('simulator_behind_warnings')} warnings, max "
-          f"{point.get('simulator_behind_max_ms')} ms")
+    print(
+        f"\nrequests {point['num_prompts']:,}: ok {point['completed']:,}, failed "
+        f"{point['failed']:,}; duration {point['duration']:.1f} s; "
+        f"{point['total_chunks']:,} chunks"
+    )
+    print(
+        f"RSS {rss[0]:.1f} -> {rss[-1]:.1f} MB ({growth:+.1f} MB; "
+        f"{growth / max(kept, 1) * 1000:.2f} MB per 1,000 kept records); "
+        f"fds {min(fds)}..{max(fds)}"
+    )
+    print(
+        f"client CPU per chunk {point['client_cpu_per_chunk_us']} us; loop lag p99 "
+        f"{point['client_loop_lag_p99_ms']} ms, max {point['client_loop_lag_max_ms']} ms; "
+        f"simulator behind: {point.get('simulator_behind_warnings')} warnings, max "
+        f"{point.get('simulator_behind_max_ms')} ms"
+    )
 
 
 def main() -> None:

@@ -39,10 +39,31 @@ from loadgen.run.trials import trial_seed
 
 
 def run(results: Path, conc: int, trials: int, osl: int) -> None:
-    subprocess.run([sys.executable, "-m", "loadgen", "--sim", "--conc", str(conc), "--isl",
-                    "64", "--osl", str(osl), "--prompts-per-conc", "8", "--encoder", "raw",
-                    "--no-progress", "--trials", str(trials), "--results", str(results)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--sim",
+            "--conc",
+            str(conc),
+            "--isl",
+            "64",
+            "--osl",
+            str(osl),
+            "--prompts-per-conc",
+            "8",
+            "--encoder",
+            "raw",
+            "--no-progress",
+            "--trials",
+            str(trials),
+            "--results",
+            str(results),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def cpu_per_chunk(path: Path) -> float:
@@ -52,12 +73,19 @@ def cpu_per_chunk(path: Path) -> float:
 def pooling_seconds(results: Path, conc: int, trials: int) -> tuple[float, int, int]:
     store = ResultsDir(results)
     start = time.perf_counter()
-    parts = [TrialPart(store.read_trial_point(conc, k), store.read_records(conc, k),
-                       trial_seed(0, k), store.point_file(conc, k).name)
-             for k in range(1, trials + 1)]
+    parts = [
+        TrialPart(
+            store.read_trial_point(conc, k),
+            store.read_records(conc, k),
+            trial_seed(0, k),
+            store.point_file(conc, k).name,
+        )
+        for k in range(1, trials + 1)
+    ]
     spec = RunSpec(conc=(conc,), isl=64, osl=16, sim=True, encoder="raw")
-    pooled = assemble_trials(parts, point_context(spec, conc), conc, server_before=None,
-                             server_after=None)
+    pooled = assemble_trials(
+        parts, point_context(spec, conc), conc, server_before=None, server_after=None
+    )
     seconds = time.perf_counter() - start
     return seconds, pooled.metrics.num_prompts, pooled.metrics.total_chunks
 
@@ -78,9 +106,11 @@ def main() -> None:
             path = repeated / f"conc_{args.conc}_trial_{k}.json"
             print(f"  --trials {args.trials}, trial {k}: {cpu_per_chunk(path):.2f}")
         seconds, records, chunks = pooling_seconds(repeated, args.conc, args.trials)
-        print(f"pooling {args.trials} trials ({records} records, {chunks} chunks), once per "
-              f"point after its last trial: {seconds * 1e3:.1f} ms = "
-              f"{seconds / records * 1e6:.1f} us/record, {seconds / chunks * 1e6:.2f} us/chunk")
+        print(
+            f"pooling {args.trials} trials ({records} records, {chunks} chunks), once per "
+            f"point after its last trial: {seconds * 1e3:.1f} ms = "
+            f"{seconds / records * 1e6:.1f} us/record, {seconds / chunks * 1e6:.2f} us/chunk"
+        )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,11 @@ def _dispatch(command: str, args: list[str]) -> int:
 def unknown_command(word: str) -> UsageError:
     """`loadgen comapre ...`: the nearest command, as a mistyped flag gets the nearest flag."""
     close = difflib.get_close_matches(word, list(COMMANDS), n=1, cutoff=0.6)
-    hint = (f"did you mean `loadgen {close[0]}`?" if close else
-            f"the commands are {', '.join(COMMANDS)} (a run takes flags only: loadgen --help)")
+    hint = (
+        f"did you mean `loadgen {close[0]}`?"
+        if close
+        else f"the commands are {', '.join(COMMANDS)} (a run takes flags only: loadgen --help)"
+    )
     return UsageError(f"unknown command {word!r}; {hint}")
 
 
@@ -94,26 +97,36 @@ def merge(argv: Sequence[str]) -> int:
     from loadgen.run.shards import merge_results
 
     parser = argparse.ArgumentParser(
-        prog="loadgen merge", description="Combine the result directories of the N shards "
+        prog="loadgen merge",
+        description="Combine the result directories of the N shards "
         "of one run (`loadgen --shard I/N ...`) into one result set, exactly: every point "
-        "is summarized again from all shards' raw records.")
-    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
-                        help="each shard's --results directory")
-    parser.add_argument("--results", type=Path, required=True, metavar="OUT",
-                        help="where the merged result set goes (a new directory)")
+        "is summarized again from all shards' raw records.",
+    )
+    parser.add_argument(
+        "dirs", nargs="+", type=Path, metavar="DIR", help="each shard's --results directory"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        required=True,
+        metavar="OUT",
+        help="where the merged result set goes (a new directory)",
+    )
     args = parser.parse_args(list(argv))  # argparse's own usage errors exit 2 as well
     outcome = merge_results(args.dirs, args.results)
     for line in outcome.warnings:
         print(f"loadgen merge: WARNING: {line}", file=sys.stderr)
     for line in outcome.refused:
         print(f"loadgen merge: refused {line}", file=sys.stderr)
-    print(f"loadgen merge: {len(outcome.points)} point(s) of {len(args.dirs)} shards in "
-          f"{outcome.results_dir}", file=sys.stderr)
+    print(
+        f"loadgen merge: {len(outcome.points)} point(s) of {len(args.dirs)} shards in "
+        f"{outcome.results_dir}",
+        file=sys.stderr,
+    )
     return outcome.exit_code
 
 
-def run(spec: RunSpec, *, metrics_port: int | None = None,
-        metrics_host: str = "127.0.0.1") -> int:
+def run(spec: RunSpec, *, metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> int:
     """Run the sweep on uvloop; Ctrl-C/SIGTERM/SIGHUP stop it cleanly (partial results kept)."""
     import uvloop
 
@@ -138,8 +151,7 @@ async def _run_lanes(plan: SweepPlan) -> int:
 
     await check_workloads(plan)
     outcome = await run_lanes(plan)
-    print(f"loadgen: results in {outcome.results_dir} (one directory per lane)",
-          file=sys.stderr)
+    print(f"loadgen: results in {outcome.results_dir} (one directory per lane)", file=sys.stderr)
     if outcome.measured:
         report = await asyncio.to_thread(publish_tree, outcome.results_dir)
         print(f"loadgen: report in {report}", file=sys.stderr)
@@ -168,8 +180,10 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
     try:
         return await work
     except asyncio.CancelledError:
-        stopped = Interrupted(f"interrupted; everything measured so far is in "
-                              f"{results_dir} (the last point is marked complete: false)")
+        stopped = Interrupted(
+            f"interrupted; everything measured so far is in "
+            f"{results_dir} (the last point is marked complete: false)"
+        )
         print(f"loadgen: {stopped}", file=sys.stderr)
         return stopped.exit_code
     finally:
@@ -202,8 +216,7 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
         from loadgen.run.capacity import find_capacity
 
         outcome = await find_capacity(spec)
-        print(f"loadgen: capacity search in {outcome.results_dir}/capacity.json",
-              file=sys.stderr)
+        print(f"loadgen: capacity search in {outcome.results_dir}/capacity.json", file=sys.stderr)
         return 0
     if metrics_port is None:
         return await _run_sweep(spec, None)
@@ -212,16 +225,25 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
     model = await _metrics_model_label(spec)
     stack = contextlib.AsyncExitStack()
     try:  # bind before the sweep, so a taken port fails fast and alone
-        server, observer = await stack.enter_async_context(live_metrics(
-            model=model, endpoint=spec.endpoint, points=len(spec.conc),
-            spec_tokens=spec.spec_tokens, port=metrics_port, host=metrics_host,
-            labels={"shard": str(spec.shard_index)} if spec.shard_count > 1 else None))
+        server, observer = await stack.enter_async_context(
+            live_metrics(
+                model=model,
+                endpoint=spec.endpoint,
+                points=len(spec.conc),
+                spec_tokens=spec.spec_tokens,
+                port=metrics_port,
+                host=metrics_host,
+                labels={"shard": str(spec.shard_index)} if spec.shard_count > 1 else None,
+            )
+        )
     except OSError as exc:
-        raise UsageError(f"--metrics-port {metrics_port}: {exc.strerror or exc}; "
-                         "pick a free port (0 = any)") from None
+        raise UsageError(
+            f"--metrics-port {metrics_port}: {exc.strerror or exc}; pick a free port (0 = any)"
+        ) from None
     async with stack:
-        print(f"loadgen: live metrics at http://{server.host}:{server.port}/metrics",
-              file=sys.stderr)
+        print(
+            f"loadgen: live metrics at http://{server.host}:{server.port}/metrics", file=sys.stderr
+        )
         return await _run_sweep(spec, observer)
 
 
@@ -230,19 +252,28 @@ async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
 
     outcome = await measure(spec, observer=observer)
     if outcome.nothing_to_resume:
-        print(f"loadgen: every point of the run in {outcome.results_dir} is complete; "
-              "nothing to resume", file=sys.stderr)
+        print(
+            f"loadgen: every point of the run in {outcome.results_dir} is complete; "
+            "nothing to resume",
+            file=sys.stderr,
+        )
         return 0
     print(f"loadgen: results in {outcome.results_dir}", file=sys.stderr)
     for conc in outcome.failed_points:
         point = next(p for p in outcome.points if p.conc == conc)
-        print(f"loadgen: conc {conc}: error rate {point.error_rate:.1%} exceeds "
-              f"--max-error-rate {spec.max_error_rate:.1%}", file=sys.stderr)
+        print(
+            f"loadgen: conc {conc}: error rate {point.error_rate:.1%} exceeds "
+            f"--max-error-rate {spec.max_error_rate:.1%}",
+            file=sys.stderr,
+        )
     for conc in outcome.golden_failed:
         metrics = next(p for p in outcome.points if p.conc == conc).result.metrics
         drift = metrics.golden_acceptance_drift
-        print(f"loadgen: conc {conc}: acceptance outside --golden-al: "
-              f"{metrics.golden_acceptance_note}"
-              f"{'' if drift is None else f', drift {drift:+.1%}'} "
-              f"(tolerance {metrics.golden_acceptance_tolerance or 0:.0%})", file=sys.stderr)
+        print(
+            f"loadgen: conc {conc}: acceptance outside --golden-al: "
+            f"{metrics.golden_acceptance_note}"
+            f"{'' if drift is None else f', drift {drift:+.1%}'} "
+            f"(tolerance {metrics.golden_acceptance_tolerance or 0:.0%})",
+            file=sys.stderr,
+        )
     return outcome.exit_code

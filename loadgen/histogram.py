@@ -116,9 +116,13 @@ class BulkHistogram(Collector):
         for values, series in items:
             cumulative, total = series.snapshot()
             family.add_metric(
-                list(values), buckets=list(zip(self._le, cumulative, strict=True)),
+                list(values),
+                buckets=list(zip(self._le, cumulative, strict=True)),
                 sum_value=total,
             )
-            family.add_sample(self.name + "_created", dict(zip(self.labelnames, values,
-                                                                strict=True)), series.created)
+            family.add_sample(
+                self.name + "_created",
+                dict(zip(self.labelnames, values, strict=True)),
+                series.created,
+            )
         return [family]

@@ -101,33 +101,45 @@ def hub_tokenizer_file(repo_id: str) -> Path:
     except LocalEntryNotFoundError:
         pass  # not cached: download it below
     cache = constants.HF_HUB_CACHE
-    fetch = (f"run `hf download {repo_id} tokenizer.json` where the Hub is reachable (with the "
-             f"same HF_HOME/HF_HUB_CACHE, or copy {cache} over), or pass --tokenizer a local "
-             "tokenizer.json")
+    fetch = (
+        f"run `hf download {repo_id} tokenizer.json` where the Hub is reachable (with the "
+        f"same HF_HOME/HF_HUB_CACHE, or copy {cache} over), or pass --tokenizer a local "
+        "tokenizer.json"
+    )
     if constants.HF_HUB_OFFLINE:
-        raise TokenizerError(f"--tokenizer {repo_id}: HF_HUB_OFFLINE is set and its "
-                             f"tokenizer.json is not in the Hub cache {cache}; {fetch}")
+        raise TokenizerError(
+            f"--tokenizer {repo_id}: HF_HUB_OFFLINE is set and its "
+            f"tokenizer.json is not in the Hub cache {cache}; {fetch}"
+        )
     try:
         return Path(hf_hub_download(repo_id, "tokenizer.json"))
     except GatedRepoError:
-        raise TokenizerError(f"--tokenizer {repo_id}: the repository is gated; accept its "
-                             "terms on the Hub and log in (`hf auth login` or HF_TOKEN)") from None
+        raise TokenizerError(
+            f"--tokenizer {repo_id}: the repository is gated; accept its "
+            "terms on the Hub and log in (`hf auth login` or HF_TOKEN)"
+        ) from None
     except RepositoryNotFoundError:
-        raise TokenizerError(f"--tokenizer {repo_id}: no such Hub repository, or it is private "
-                             "(log in with `hf auth login` or set HF_TOKEN), and no such local "
-                             "path") from None
+        raise TokenizerError(
+            f"--tokenizer {repo_id}: no such Hub repository, or it is private "
+            "(log in with `hf auth login` or set HF_TOKEN), and no such local "
+            "path"
+        ) from None
     except LocalEntryNotFoundError:  # the Hub was unreachable: nothing cached to fall back on
-        raise TokenizerError(f"--tokenizer {repo_id}: the Hugging Face Hub cannot be reached and "
-                             f"its tokenizer.json is not in the Hub cache {cache}; {fetch}"
-                             ) from None
+        raise TokenizerError(
+            f"--tokenizer {repo_id}: the Hugging Face Hub cannot be reached and "
+            f"its tokenizer.json is not in the Hub cache {cache}; {fetch}"
+        ) from None
     except EntryNotFoundError:
-        raise TokenizerError(f"--tokenizer {repo_id}: the repository has no tokenizer.json "
-                             "(loadgen reads the HF tokenizers file, not tokenizer.model); pass "
-                             "--tokenizer a tokenizer.json converted from it") from None
+        raise TokenizerError(
+            f"--tokenizer {repo_id}: the repository has no tokenizer.json "
+            "(loadgen reads the HF tokenizers file, not tokenizer.model); pass "
+            "--tokenizer a tokenizer.json converted from it"
+        ) from None
     except (HfHubHTTPError, OSError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TokenizerError(f"--tokenizer {repo_id}: cannot fetch tokenizer.json from the "
-                             f"Hub: {detail}") from None
+        raise TokenizerError(
+            f"--tokenizer {repo_id}: cannot fetch tokenizer.json from the Hub: {detail}"
+        ) from None
 
 
 def load_tokenizer(path: str | Path | None = None, *, check_dsv4: bool = True) -> Tokenizer:

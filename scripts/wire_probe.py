@@ -39,31 +39,72 @@ def probes(model: str) -> list[tuple[str, str, str, Any]]:
         ("health", "GET", "/health", None),
         ("models", "GET", "/v1/models", None),
         ("version", "GET", "/version", None),
-        ("cmpl_stream_full", "POST", "/v1/completions",
-         {**cmpl, "stream": True, "stream_options": FULL_USAGE, "return_token_ids": True}),
-        ("cmpl_stream_usage", "POST", "/v1/completions",
-         {**cmpl, "stream": True, "stream_options": {"include_usage": True}}),
+        (
+            "cmpl_stream_full",
+            "POST",
+            "/v1/completions",
+            {**cmpl, "stream": True, "stream_options": FULL_USAGE, "return_token_ids": True},
+        ),
+        (
+            "cmpl_stream_usage",
+            "POST",
+            "/v1/completions",
+            {**cmpl, "stream": True, "stream_options": {"include_usage": True}},
+        ),
         ("cmpl_stream_bare", "POST", "/v1/completions", {**cmpl, "stream": True}),
-        ("cmpl_stream_logprobs", "POST", "/v1/completions",
-         {**cmpl, "stream": True, "logprobs": 1, "stream_options": {"include_usage": True}}),
-        ("cmpl_stream_prompt_ids", "POST", "/v1/completions",
-         {**cmpl, "prompt": [5, 6, 7, 8], "stream": True, "stream_options": FULL_USAGE,
-          "return_token_ids": True}),
+        (
+            "cmpl_stream_logprobs",
+            "POST",
+            "/v1/completions",
+            {**cmpl, "stream": True, "logprobs": 1, "stream_options": {"include_usage": True}},
+        ),
+        (
+            "cmpl_stream_prompt_ids",
+            "POST",
+            "/v1/completions",
+            {
+                **cmpl,
+                "prompt": [5, 6, 7, 8],
+                "stream": True,
+                "stream_options": FULL_USAGE,
+                "return_token_ids": True,
+            },
+        ),
         ("cmpl_nonstream", "POST", "/v1/completions", {**cmpl, "stream": False}),
-        ("chat_stream_full", "POST", "/v1/chat/completions",
-         {**chat, "stream": True, "stream_options": FULL_USAGE, "return_token_ids": True}),
-        ("chat_stream_usage", "POST", "/v1/chat/completions",
-         {**chat, "stream": True, "stream_options": {"include_usage": True}}),
+        (
+            "chat_stream_full",
+            "POST",
+            "/v1/chat/completions",
+            {**chat, "stream": True, "stream_options": FULL_USAGE, "return_token_ids": True},
+        ),
+        (
+            "chat_stream_usage",
+            "POST",
+            "/v1/chat/completions",
+            {**chat, "stream": True, "stream_options": {"include_usage": True}},
+        ),
         ("chat_nonstream", "POST", "/v1/chat/completions", {**chat, "stream": False}),
         ("err_wrong_model", "POST", "/v1/completions", {**cmpl, "model": "nope"}),
-        ("err_wrong_model_stream", "POST", "/v1/completions",
-         {**cmpl, "model": "nope", "stream": True}),
+        (
+            "err_wrong_model_stream",
+            "POST",
+            "/v1/completions",
+            {**cmpl, "model": "nope", "stream": True},
+        ),
         ("err_wrong_model_chat", "POST", "/v1/chat/completions", {**chat, "model": "nope"}),
         ("err_max_tokens_too_big", "POST", "/v1/completions", {**cmpl, "max_tokens": 4000}),
-        ("err_prompt_plus_max_tokens", "POST", "/v1/completions",
-         {**cmpl, "prompt": list(range(10, 2010)), "max_tokens": 100}),
-        ("err_prompt_too_long", "POST", "/v1/completions",
-         {**cmpl, "prompt": [7] * 2100, "max_tokens": 10}),
+        (
+            "err_prompt_plus_max_tokens",
+            "POST",
+            "/v1/completions",
+            {**cmpl, "prompt": list(range(10, 2010)), "max_tokens": 100},
+        ),
+        (
+            "err_prompt_too_long",
+            "POST",
+            "/v1/completions",
+            {**cmpl, "prompt": [7] * 2100, "max_tokens": 10},
+        ),
         ("err_max_tokens_zero", "POST", "/v1/completions", {**cmpl, "max_tokens": 0}),
         ("err_bad_json", "POST", "/v1/completions", b"{not json"),
         ("err_missing_prompt", "POST", "/v1/completions", {"model": model, "max_tokens": 4}),
@@ -97,7 +138,7 @@ def read_response(sock: socket.socket) -> dict[str, Any]:
             size = int(size_line.split(b";")[0], 16)
             while len(rest) < size + 2:
                 rest += sock.recv(65536)
-            chunk, rest = rest[:size], rest[size + 2:]
+            chunk, rest = rest[:size], rest[size + 2 :]
             if size == 0:
                 break
             chunks.append(chunk.decode("utf-8", errors="surrogateescape"))
@@ -113,13 +154,16 @@ def read_response(sock: socket.socket) -> dict[str, Any]:
 
 
 def send(host: str, port: int, method: str, path: str, body: Any) -> dict[str, Any]:
-    payload = b"" if body is None else body if isinstance(body, bytes) else json.dumps(
-        body).encode()
-    request = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: */*\r\n"
-               f"Connection: close\r\n").encode()
+    payload = (
+        b"" if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
+    )
+    request = (
+        f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: */*\r\nConnection: close\r\n"
+    ).encode()
     if body is not None:
-        request += (f"Content-Type: application/json\r\n"
-                    f"Content-Length: {len(payload)}\r\n").encode()
+        request += (
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        ).encode()
     with socket.create_connection((host, port), timeout=60) as sock:
         sock.sendall(request + b"\r\n" + payload)
         return read_response(sock)
@@ -130,15 +174,25 @@ def capture(base_url: str, model: str) -> dict[str, Any]:
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     out: dict[str, Any] = {"base_url": base_url, "captured_unix": time.time(), "probes": {}}
     for name, method, path, body in probes(model):
-        out["probes"][name] = {"request": [method, path, body if not isinstance(body, bytes)
-                                           else body.decode()],
-                               "response": send(host, port, method, path, body)}
+        out["probes"][name] = {
+            "request": [method, path, body if not isinstance(body, bytes) else body.decode()],
+            "response": send(host, port, method, path, body),
+        }
     return out
 
 
 # ---- shapes -------------------------------------------------------------------------
-KEEP_VALUES = {"object", "finish_reason", "stop_reason", "role", "type", "code", "param",
-               "owned_by", "index"}
+KEEP_VALUES = {
+    "object",
+    "finish_reason",
+    "stop_reason",
+    "role",
+    "type",
+    "code",
+    "param",
+    "owned_by",
+    "index",
+}
 
 
 def shape(value: Any, key: str = "") -> Any:
@@ -194,8 +248,11 @@ def describe(probe: dict[str, Any], name: str) -> dict[str, Any]:
     response = probe["response"]
     headers = [k.lower() for k, _ in response["headers"] if k.lower() not in ("date",)]
     content_type = next((v for k, v in response["headers"] if k.lower() == "content-type"), "")
-    desc: dict[str, Any] = {"status": response["status_line"], "header_names": headers,
-                            "content_type": content_type}
+    desc: dict[str, Any] = {
+        "status": response["status_line"],
+        "header_names": headers,
+        "content_type": content_type,
+    }
     body = "".join(response["chunks"])
     if name == "metrics":
         desc["families"] = metric_families(body)
@@ -221,15 +278,21 @@ def diff(real: dict[str, Any], other: dict[str, Any]) -> list[str]:
             if field == "families":
                 missing = sorted(set(a[field]) - set(b.get(field, {})))
                 extra = sorted(set(b.get(field, {})) - set(a[field]))
-                typed = sorted(k for k in set(a[field]) & set(b.get(field, {}))
-                               if a[field][k] != b[field][k])
-                for label, items in (("missing", missing), ("extra", extra),
-                                     ("type differs", typed)):
+                typed = sorted(
+                    k for k in set(a[field]) & set(b.get(field, {})) if a[field][k] != b[field][k]
+                )
+                for label, items in (
+                    ("missing", missing),
+                    ("extra", extra),
+                    ("type differs", typed),
+                ):
                     if items:
                         lines.append(f"{name}: metric families {label}: {', '.join(items)}")
             elif a.get(field) != b.get(field):
-                lines.append(f"{name}.{field}:\n  first:  {json.dumps(a.get(field))}\n"
-                             f"  second: {json.dumps(b.get(field))}")
+                lines.append(
+                    f"{name}.{field}:\n  first:  {json.dumps(a.get(field))}\n"
+                    f"  second: {json.dumps(b.get(field))}"
+                )
     return lines
 
 

@@ -8,10 +8,21 @@ from loadgen.results.jsonl import JsonlSink, read_jsonl
 
 def make(i: int, **kw: object) -> RequestRecord:
     base: dict[str, object] = dict(
-        request_id=i, conc=4, input_len=100, max_tokens=8, scheduled_ns=1_000, start_ns=1_500,
-        connect_ns=0, chunk_ns=(2_000, 2_600, 3_100), chunk_tokens=(1, 3, 4), end_ns=3_200,
-        token_source=TokenSource.TOKEN_IDS, prompt_tokens=100, completion_tokens=8,
-        finish_reason="length", status=200,
+        request_id=i,
+        conc=4,
+        input_len=100,
+        max_tokens=8,
+        scheduled_ns=1_000,
+        start_ns=1_500,
+        connect_ns=0,
+        chunk_ns=(2_000, 2_600, 3_100),
+        chunk_tokens=(1, 3, 4),
+        end_ns=3_200,
+        token_source=TokenSource.TOKEN_IDS,
+        prompt_tokens=100,
+        completion_tokens=8,
+        finish_reason="length",
+        status=200,
     )
     base.update(kw)
     return RequestRecord(**base)  # type: ignore[arg-type]

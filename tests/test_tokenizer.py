@@ -73,9 +73,11 @@ def test_corrupt_file_is_a_clear_error(tmp_path: Path) -> None:
 
 REPO = "deepseek-ai/DeepSeek-V4-Pro"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-LOAD = ("import sys; from loadgen.tokenizer import encode, load_tokenizer, "
-        "resolve_tokenizer_path; print(resolve_tokenizer_path(sys.argv[1])); "
-        "print(encode(load_tokenizer(sys.argv[1]), 'Hello, 世界'))")
+LOAD = (
+    "import sys; from loadgen.tokenizer import encode, load_tokenizer, "
+    "resolve_tokenizer_path; print(resolve_tokenizer_path(sys.argv[1])); "
+    "print(encode(load_tokenizer(sys.argv[1]), 'Hello, 世界'))"
+)
 HELLO_IDS = "[19923, 14, 223, 3427]"
 
 
@@ -83,8 +85,13 @@ def hub_env(home: Path, endpoint: str, *, offline: bool) -> dict[str, str]:
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    return {**env, "HF_HOME": str(home), "HF_ENDPOINT": endpoint,
-            "HF_HUB_OFFLINE": "1" if offline else "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    return {
+        **env,
+        "HF_HOME": str(home),
+        "HF_ENDPOINT": endpoint,
+        "HF_HUB_OFFLINE": "1" if offline else "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
 
 
 async def python(code: str, arg: str, env: dict[str, str]) -> tuple[int, str, str]:
@@ -92,8 +99,14 @@ async def python(code: str, arg: str, env: dict[str, str]) -> tuple[int, str, st
     import sys
 
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, arg, env=env, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-c",
+        code,
+        arg,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
@@ -118,8 +131,10 @@ class FakeHub:
         body = self.files.get(request.match_info["file"])
         if body is None:
             return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"})
-        return web.Response(body=body, headers={
-            "X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(body).hexdigest()}"'})
+        return web.Response(
+            body=body,
+            headers={"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(body).hexdigest()}"'},
+        )
 
     @contextlib.asynccontextmanager
     async def serve(self) -> AsyncIterator[str]:
@@ -151,16 +166,17 @@ async def test_hub_id_is_downloaded_once_then_read_from_the_cache_offline(tmp_pa
         code, out, err = await python(LOAD, REPO, hub_env(tmp_path, endpoint, offline=False))
         assert code == 0, err
         assert out.splitlines()[1] == HELLO_IDS
-        assert any(r.startswith("GET /deepseek-ai/DeepSeek-V4-Pro/resolve/main/tokenizer.json")
-                   for r in hub.requests)
+        assert any(
+            r.startswith("GET /deepseek-ai/DeepSeek-V4-Pro/resolve/main/tokenizer.json")
+            for r in hub.requests
+        )
         cached = Path(out.splitlines()[0])
         assert cached.name == "tokenizer.json" and tmp_path in cached.parents
         assert f"snapshots/{COMMIT}" in str(cached)
         seen = len(hub.requests)
         # Cached: no request at all, with or without offline mode.
         for offline in (False, True):
-            code, out, err = await python(LOAD, REPO, hub_env(tmp_path, endpoint,
-                                                              offline=offline))
+            code, out, err = await python(LOAD, REPO, hub_env(tmp_path, endpoint, offline=offline))
             assert code == 0, err
             assert out.splitlines()[1] == HELLO_IDS
         assert len(hub.requests) == seen
@@ -174,7 +190,8 @@ async def test_a_cache_laid_out_as_huggingface_hub_lays_it_is_used_offline(
     (repo / "refs" / "main").write_text(COMMIT)
     (repo / "snapshots" / COMMIT).mkdir(parents=True)
     (repo / "snapshots" / COMMIT / "tokenizer.json").write_bytes(
-        bundled_tokenizer_path().read_bytes())
+        bundled_tokenizer_path().read_bytes()
+    )
     code, out, err = await python(LOAD, REPO, hub_env(tmp_path, closed_port(), offline=True))
     assert code == 0, err
     assert out.splitlines()[1] == HELLO_IDS

@@ -91,8 +91,12 @@ class StampingResponseHandler(ResponseHandler):
         # A body whose framing failed to parse (a chunk size that is not hex) after its
         # headers: aiohttp closes the connection but never fails the body, whose reader
         # would then wait forever. Fail it, so it ends now, as malformed.
-        if (broken is not None and isinstance(payload, aiohttp.StreamReader)
-                and not payload.is_eof() and payload.exception() is None):
+        if (
+            broken is not None
+            and isinstance(payload, aiohttp.StreamReader)
+            and not payload.is_eof()
+            and payload.exception() is None
+        ):
             payload.set_exception(MalformedBody(f"invalid HTTP body framing: {broken}"))
         if listener is not None:
             listener(False)
@@ -117,8 +121,9 @@ def protocol_of(response: aiohttp.ClientResponse) -> StampingResponseHandler | N
     connection = response.connection
     # A body that completed in the same read as its headers has already released the
     # connection; the response still holds its protocol.
-    protocol = connection.protocol if connection is not None else getattr(
-        response, "_protocol", None)
+    protocol = (
+        connection.protocol if connection is not None else getattr(response, "_protocol", None)
+    )
     return protocol if isinstance(protocol, StampingResponseHandler) else None
 
 
@@ -132,10 +137,12 @@ def check_private_api() -> None:
     if "_factory" not in aiohttp.BaseConnector.__init__.__code__.co_names:
         missing.append("TCPConnector._factory")
     if missing:
-        raise SetupError(f"aiohttp {aiohttp.__version__} lacks {', '.join(missing)}, which "
-                         "--http-client aiohttp's arrival stamping needs; use the default "
-                         "native client, or an aiohttp release loadgen's tests ran against "
-                         "(3.14)")
+        raise SetupError(
+            f"aiohttp {aiohttp.__version__} lacks {', '.join(missing)}, which "
+            "--http-client aiohttp's arrival stamping needs; use the default "
+            "native client, or an aiohttp release loadgen's tests ran against "
+            "(3.14)"
+        )
 
 
 check_private_api()

@@ -21,8 +21,7 @@ from types import TracebackType
 import aiohttp
 
 # Streams have no aiohttp timeout: the idle deadline and --request-timeout bound them.
-STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None,
-                                       sock_connect=None)
+STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
 
 
 def http_timeout(seconds: float) -> aiohttp.ClientTimeout:
@@ -37,8 +36,10 @@ def timeout_of(session: aiohttp.ClientSession) -> str:
 
 
 def unanswered(session: aiohttp.ClientSession, url: str) -> str:
-    return (f"GET {url} did not answer within {timeout_of(session)} (--http-timeout); "
-            "is the server hung or overloaded?")
+    return (
+        f"GET {url} did not answer within {timeout_of(session)} (--http-timeout); "
+        "is the server hung or overloaded?"
+    )
 
 
 class StreamIdle(TimeoutError):
@@ -71,16 +72,24 @@ class IdleDeadline:
         self._arm(self._idle_ns)
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        if (self.expired and self._task is not None
-                and self._task.uncancel() <= self._cancelling
-                and exc_type is asyncio.CancelledError):
-            raise StreamIdle(f"no bytes from the server for {self._idle_s:g} s "
-                             "(--stream-idle-timeout)") from exc
+        if (
+            self.expired
+            and self._task is not None
+            and self._task.uncancel() <= self._cancelling
+            and exc_type is asyncio.CancelledError
+        ):
+            raise StreamIdle(
+                f"no bytes from the server for {self._idle_s:g} s (--stream-idle-timeout)"
+            ) from exc
 
     def _arm(self, wait_ns: int) -> None:
         self._handle = asyncio.get_running_loop().call_later(wait_ns / 1e9, self._check)

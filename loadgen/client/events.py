@@ -99,7 +99,8 @@ def _usage(usage: Any) -> tuple[int | None, int | None, int | None]:
     completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
     # Inline for the common case (exact ints in range); _count raises for the rest.
     if completion is not None and not (
-            type(completion) is int and 0 <= completion <= MAX_TOKEN_COUNT):
+        type(completion) is int and 0 <= completion <= MAX_TOKEN_COUNT
+    ):
         _count(completion, "usage.completion_tokens")
     if prompt is not None and not (type(prompt) is int and 0 <= prompt <= MAX_TOKEN_COUNT):
         _count(prompt, "usage.prompt_tokens")
@@ -200,8 +201,19 @@ def decode_event(data: bytes) -> StreamEvent:
     if type(choices) is not list:
         raise MalformedEvent(f"no choices list: {show(choices)}")
     if not choices:
-        fields = (False, False, None, None, "", completion_tokens, prompt_tokens, None, None,
-                  cached_tokens, False)
+        fields = (
+            False,
+            False,
+            None,
+            None,
+            "",
+            completion_tokens,
+            prompt_tokens,
+            None,
+            None,
+            cached_tokens,
+            False,
+        )
         metrics = get("metrics")
         if metrics is None:
             return _new_event(StreamEvent, fields)
@@ -230,19 +242,22 @@ def decode_event(data: bytes) -> StreamEvent:
         text = delta.get("content") if type(delta) is dict else None
         if type(text) is not str:
             text, reasoning = _text(choice)
-    return _new_event(StreamEvent, (  # the fields in declaration order
-        False,  # done
-        True,  # has_choice
-        None if token_ids is None else len(token_ids),
-        None if logprobs is None else _logprob_count(logprobs),
-        text,
-        completion_tokens,
-        prompt_tokens,
-        finish_reason,
-        None,  # error
-        cached_tokens,
-        reasoning,
-    ))
+    return _new_event(
+        StreamEvent,
+        (  # the fields in declaration order
+            False,  # done
+            True,  # has_choice
+            None if token_ids is None else len(token_ids),
+            None if logprobs is None else _logprob_count(logprobs),
+            text,
+            completion_tokens,
+            prompt_tokens,
+            finish_reason,
+            None,  # error
+            cached_tokens,
+            reasoning,
+        ),
+    )
 
 
 class TokenCounter:
@@ -289,5 +304,9 @@ class TokenCounter:
         return count
 
 
-_RANK = {TokenSource.TOKEN_IDS: 0, TokenSource.USAGE: 1, TokenSource.LOGPROBS: 2,
-         TokenSource.TEXT: 3}
+_RANK = {
+    TokenSource.TOKEN_IDS: 0,
+    TokenSource.USAGE: 1,
+    TokenSource.LOGPROBS: 2,
+    TokenSource.TEXT: 3,
+}

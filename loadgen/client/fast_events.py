@@ -40,7 +40,6 @@ class _Struct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """Unknown fields refused (see the module doc); never in a cycle, so not GC-tracked."""
 
 
-
 class _Details(_Struct):
     cached_tokens: Count | None = None
 
@@ -151,19 +150,22 @@ def decode_event_fast(data: bytes) -> StreamEvent:
     reasoning = False
     if text is None:
         text, reasoning = _text(choice)
-    return _new_event(StreamEvent, (
-        False,  # done
-        True,  # has_choice
-        None if token_ids is None else len(token_ids),
-        None if logprobs is None else _logprob_count(logprobs),
-        text,
-        completion,
-        prompt,
-        choice.finish_reason,
-        None,  # error
-        cached,
-        reasoning,
-    ))
+    return _new_event(
+        StreamEvent,
+        (
+            False,  # done
+            True,  # has_choice
+            None if token_ids is None else len(token_ids),
+            None if logprobs is None else _logprob_count(logprobs),
+            text,
+            completion,
+            prompt,
+            choice.finish_reason,
+            None,  # error
+            cached,
+            reasoning,
+        ),
+    )
 
 
 def _text(choice: _Choice) -> tuple[str, bool]:

@@ -39,8 +39,7 @@ EMBEDDED_SIM = "sim"  # --gpu-metrics sim: the embedded simulator's (--sim) /gpu
 
 def gpu_metrics_urls(given: Sequence[str], base_url: str) -> tuple[str, ...]:
     """The URLs to sample: `sim` is the target's /gpu/metrics, a bare root gets /metrics."""
-    urls = [base_url.rstrip("/") + "/gpu/metrics" if url == EMBEDDED_SIM else url
-            for url in given]
+    urls = [base_url.rstrip("/") + "/gpu/metrics" if url == EMBEDDED_SIM else url for url in given]
     return metrics_urls(urls, base_url)
 
 
@@ -51,6 +50,7 @@ class GpuMetricsUrlError(MetricsUrlError):
 async def check_gpu_metrics_urls(urls: Sequence[str]) -> None:
     """Before the sweep: one line naming every URL that has no GPU power series."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0)) as session:
+
         async def problem(url: str) -> str | None:
             try:
                 readings = parse_gpu_metrics(await fetch_metrics_text(session, url))
@@ -67,15 +67,21 @@ async def check_gpu_metrics_urls(urls: Sequence[str]) -> None:
         raise GpuMetricsUrlError(
             f"--gpu-metrics: {len(failed)} of {len(urls)} URLs serve no GPU power metrics: "
             f"{'; '.join(failed)}; point it at dcgm-exporter (:9400/metrics) or AMD's "
-            "device-metrics-exporter (:5000/metrics)")
+            "device-metrics-exporter (:5000/metrics)"
+        )
 
 
 class PowerSampler:
     """Samples every URL at `interval_s` from `start` to `stop`."""
 
-    def __init__(self, urls: Sequence[str], interval_s: float, *,
-                 clock: Callable[[], int] = time.perf_counter_ns,
-                 wall: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        interval_s: float,
+        *,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        wall: Callable[[], int] = time.time_ns,
+    ) -> None:
         self.urls = tuple(urls)
         self.interval_s = interval_s
         self.clock, self.wall = clock, wall
@@ -94,8 +100,7 @@ class PowerSampler:
         except BaseException:  # interrupted before the point began: no session left open
             await self._close()
             raise
-        self._task = asyncio.get_running_loop().create_task(self._run(),
-                                                            name="loadgen-gpu-metrics")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="loadgen-gpu-metrics")
 
     async def stop(self) -> list[PowerSeries]:
         """After the last completion: one more sample of every URL, then the series."""
@@ -158,8 +163,7 @@ class PowerSampler:
             async with asyncio.timeout(self._timeout_s):
                 text = await fetch_metrics_text(self._session, url)
             readings = parse_gpu_metrics(text)
-        except (aiohttp.ClientError, OSError, MetricsUrlError, TimeoutError,
-                GpuMetricsParseError):
+        except (aiohttp.ClientError, OSError, MetricsUrlError, TimeoutError, GpuMetricsParseError):
             readings = None
         after = self.clock()
         # the exporter read its GPUs somewhere between send and answer: the midpoint
@@ -187,13 +191,17 @@ def check_power_csv(path: Path) -> None:
         with path.open(encoding="utf-8", errors="replace") as fh:
             header = fh.readline()
     except OSError as exc:
-        raise PowerCsvFileError(f"--gpu-power-csv {path}: {exc.strerror or exc}; start the "
-                                "recorder (nvidia-smi ... -f FILE) before loadgen") from None
+        raise PowerCsvFileError(
+            f"--gpu-power-csv {path}: {exc.strerror or exc}; start the "
+            "recorder (nvidia-smi ... -f FILE) before loadgen"
+        ) from None
     try:
         parse_power_csv(header)
     except PowerCsvError as exc:
-        raise PowerCsvFileError(f"--gpu-power-csv {path}: {exc}; record it with nvidia-smi "
-                                "--query-gpu=timestamp,index,power.draw --format=csv") from None
+        raise PowerCsvFileError(
+            f"--gpu-power-csv {path}: {exc}; record it with nvidia-smi "
+            "--query-gpu=timestamp,index,power.draw --format=csv"
+        ) from None
 
 
 async def read_power_csv(path: Path, *, wait_s: float = MAX_CSV_WAIT_S) -> str | None:
@@ -212,13 +220,20 @@ async def read_power_csv(path: Path, *, wait_s: float = MAX_CSV_WAIT_S) -> str |
 
 async def point_power_csv(path: Path, records: Sequence[RequestRecord]) -> list[PowerSeries]:
     """A point's series from --gpu-power-csv, read once its recorder is past the end."""
-    return power_csv_series(await read_power_csv(path), str(path),
-                            [(r.start_ns, r.sent_unix) for r in records],
-                            measured_window(records))
+    return power_csv_series(
+        await read_power_csv(path),
+        str(path),
+        [(r.start_ns, r.sent_unix) for r in records],
+        measured_window(records),
+    )
 
 
-def power_csv_series(text: str | None, source: str, starts: Sequence[tuple[int, float]],
-                     window_ns: tuple[int, int] | None) -> list[PowerSeries]:
+def power_csv_series(
+    text: str | None,
+    source: str,
+    starts: Sequence[tuple[int, float]],
+    window_ns: tuple[int, int] | None,
+) -> list[PowerSeries]:
     """The point's --gpu-power-csv rows as series on the monotonic clock; a file that
     could not be read or parsed is one failed sample (exporter_unanswered)."""
     offset = mono_to_unix_ns(starts)

@@ -41,10 +41,25 @@ QUIET_NS = 200_000  # no read for this long: between bursts (a burst's reads com
 class Exchange:
     """Mutable state of one request in flight; becomes a frozen RequestRecord at the end."""
 
-    __slots__ = ("arrival_stamps", "cached_tokens", "chunk_ns", "chunk_tokens",
-                 "completion_tokens", "detail",
-                 "done", "end_ns", "error", "finish_reason", "max_tokens", "prompt_tokens",
-                 "reply", "server_metrics", "status", "stray_bytes", "token_cap")
+    __slots__ = (
+        "arrival_stamps",
+        "cached_tokens",
+        "chunk_ns",
+        "chunk_tokens",
+        "completion_tokens",
+        "detail",
+        "done",
+        "end_ns",
+        "error",
+        "finish_reason",
+        "max_tokens",
+        "prompt_tokens",
+        "reply",
+        "server_metrics",
+        "status",
+        "stray_bytes",
+        "token_cap",
+    )
 
     def __init__(self, max_tokens: int | None = None, reply: ReplyText | None = None) -> None:
         self.chunk_ns: list[int] = []
@@ -71,9 +86,15 @@ class Exchange:
         was cut short; `cut` says an unterminated last event was discarded."""
         if not self.done:
             self.end_ns = last_stamp or perf_counter_ns()
-            self.fail(ErrorKind.DISCONNECT, "the stream ended without data: [DONE]"
-                      + (" (inside an event no blank line ended: discarded, as the SSE "
-                         "standard says)" if cut else ""))
+            self.fail(
+                ErrorKind.DISCONNECT,
+                "the stream ended without data: [DONE]"
+                + (
+                    " (inside an event no blank line ended: discarded, as the SSE standard says)"
+                    if cut
+                    else ""
+                ),
+            )
 
     def fail(self, kind: ErrorKind, detail: str) -> None:
         if self.error is None:  # the first failure is the cause; later ones are echoes
@@ -112,8 +133,10 @@ class Exchange:
     def impossible(self, what: str, tokens: int, stamp: int) -> None:
         """More completion tokens than the request allowed: malformed, and nothing after
         it counts (a count like this must never reach a published throughput)."""
-        self.fail(ErrorKind.MALFORMED, f"{what} is {tokens}, more than max_tokens "
-                  f"{self.max_tokens} allows")
+        self.fail(
+            ErrorKind.MALFORMED,
+            f"{what} is {tokens}, more than max_tokens {self.max_tokens} allows",
+        )
         self.done, self.end_ns = True, self.end_ns or stamp
 
     def check_counts(self, counter: TokenCounter) -> None:
@@ -134,16 +157,19 @@ def _count_lie(usage: int | None, chunk_total: int, counter: TokenCounter) -> st
     """Why the request's counts contradict each other ("" when they do not)."""
     if counter.decrease is not None:
         before, after = counter.decrease
-        return (f"usage.completion_tokens went down from {before} to {after}: a cumulative "
-                "count never decreases")
+        return (
+            f"usage.completion_tokens went down from {before} to {after}: a cumulative "
+            "count never decreases"
+        )
     if usage is None:
         return ""
     if usage == 0 and chunk_total > 0:
-        return (f"usage.completion_tokens is 0 after chunks carrying {chunk_total} "
-                "tokens")
+        return f"usage.completion_tokens is 0 after chunks carrying {chunk_total} tokens"
     if counter.source is TokenSource.TOKEN_IDS and chunk_total and usage != chunk_total:
-        return (f"usage.completion_tokens is {usage}, but the chunks' token_ids hold "
-                f"{chunk_total} tokens")
+        return (
+            f"usage.completion_tokens is {usage}, but the chunks' token_ids hold "
+            f"{chunk_total} tokens"
+        )
     return ""
 
 
@@ -169,12 +195,28 @@ class BodyStream:
     connection or parse error, if any, for the transport to classify.
     """
 
-    __slots__ = ("_ingest", "_stop", "closed", "content", "counter", "error", "framer",
-                 "log", "queued", "state")
+    __slots__ = (
+        "_ingest",
+        "_stop",
+        "closed",
+        "content",
+        "counter",
+        "error",
+        "framer",
+        "log",
+        "queued",
+        "state",
+    )
 
-    def __init__(self, content: BodySource, log: ArrivalLog, state: Exchange,
-                 counter: TokenCounter, ingest: Ingest,
-                 stop: Callable[[Exception], None] | None = None) -> None:
+    def __init__(
+        self,
+        content: BodySource,
+        log: ArrivalLog,
+        state: Exchange,
+        counter: TokenCounter,
+        ingest: Ingest,
+        stop: Callable[[Exception], None] | None = None,
+    ) -> None:
         self.content = content
         self._stop = stop  # ends the body now (and closes its connection) on a parse error
         self.log = log

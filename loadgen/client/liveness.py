@@ -17,8 +17,10 @@ async def answers_http(base_url: str, timeout_s: float) -> bool:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     connector = aiohttp.TCPConnector(force_close=True, limit=1)
     try:
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session, \
-                session.get(base_url + PROBE_PATH, allow_redirects=False) as response:
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            session.get(base_url + PROBE_PATH, allow_redirects=False) as response,
+        ):
             return response.status > 0
     except (aiohttp.ClientError, OSError, TimeoutError):
         return False

@@ -115,12 +115,15 @@ async def find_model(
         raise PreflightError(f"{base_url}/v1/models lists no models")
     if wanted is None:
         if len(cards) > 1:
-            raise PreflightError(f"the server serves {len(cards)} models ({', '.join(cards)}); "
-                                 "pick one with --model")
+            raise PreflightError(
+                f"the server serves {len(cards)} models ({', '.join(cards)}); pick one with --model"
+            )
         wanted = next(iter(cards))
     if wanted not in cards:
-        raise PreflightError(f"model {wanted!r} is not served at {base_url}; "
-                             f"served: {', '.join(sorted(cards))} (use --model)")
+        raise PreflightError(
+            f"model {wanted!r} is not served at {base_url}; "
+            f"served: {', '.join(sorted(cards))} (use --model)"
+        )
     max_len = cards[wanted].get("max_model_len")
     return wanted, max_len if type(max_len) is int and max_len > 0 else None
 
@@ -129,10 +132,15 @@ def _model_cards(listing: Any, url: str) -> dict[str, dict[str, Any]]:
     """id -> model card of an OpenAI model list; PreflightError when it is not one."""
     data = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(data, list):
-        raise PreflightError(f"GET {url} answered JSON that is not an OpenAI model list "
-                             "(no `data` list); is --base-url an OpenAI-compatible server?")
-    return {card["id"]: card for card in data
-            if isinstance(card, dict) and isinstance(card.get("id"), str)}
+        raise PreflightError(
+            f"GET {url} answered JSON that is not an OpenAI model list "
+            "(no `data` list); is --base-url an OpenAI-compatible server?"
+        )
+    return {
+        card["id"]: card
+        for card in data
+        if isinstance(card, dict) and isinstance(card.get("id"), str)
+    }
 
 
 def check_context(max_model_len: int | None, isl: int, osl: int) -> None:
@@ -156,8 +164,10 @@ async def tokenize_check(
                 return {**unknown, "note": f"/tokenize answered HTTP {response.status}"}
             answer = orjson.loads(await response.read())
     except TimeoutError:
-        return {**unknown, "note": f"/tokenize did not answer within {timeout_of(session)} "
-                                   "(--http-timeout)"}
+        return {
+            **unknown,
+            "note": f"/tokenize did not answer within {timeout_of(session)} (--http-timeout)",
+        }
     except CrossOriginRedirect as exc:  # not optional: --base-url points at a redirector
         raise PreflightError(str(exc)) from None
     except (aiohttp.ClientError, OSError, ValueError) as exc:
@@ -195,10 +205,12 @@ async def probe_options(
         body = _probe_body(options, prompt)
         for _ in range(PROBE_ATTEMPTS):  # a transient failure is not a rejected option
             attempts += 1
-            request = RequestSpec(index=attempts, input_len=0, max_tokens=PROBE_TOKENS,
-                                  body=body)
+            request = RequestSpec(index=attempts, input_len=0, max_tokens=PROBE_TOKENS, body=body)
             record = await transport.send(
-                request, x_request_id=f"preflight-{attempts}", conc=0, scheduled_ns=0,
+                request,
+                x_request_id=f"preflight-{attempts}",
+                conc=0,
+                scheduled_ns=0,
                 on_record=on_probe or (lambda _r: None),
             )
             if record.ok and record.chunk_tokens:
@@ -208,8 +220,9 @@ async def probe_options(
         details.append(f"{options.path} {record.error}: {record.error_detail[:160]}")
         if record.status != 400:
             break  # not an option problem: fewer options will not help
-    raise PreflightError("the server rejected every streaming request option set: "
-                         + " | ".join(details))
+    raise PreflightError(
+        "the server rejected every streaming request option set: " + " | ".join(details)
+    )
 
 
 def _probe_body(options: BodyOptions, prompt: str) -> bytes:
@@ -272,18 +285,27 @@ async def preflight(
     else:
         snapshot = await _preflight_metrics(session, base_url)
     spec_decoding = speculative_decoding_enabled(snapshot) if snapshot is not None else None
-    transport = Transport(streams or AiohttpStreams(session), base_url + options.path,
-                          request_timeout_s=request_timeout_s,
-                          stream_idle_timeout_s=stream_idle_timeout_s)
+    transport = Transport(
+        streams or AiohttpStreams(session),
+        base_url + options.path,
+        request_timeout_s=request_timeout_s,
+        stream_idle_timeout_s=stream_idle_timeout_s,
+    )
     options, source = await probe_options(transport, options, text)
     if source is not TokenSource.TOKEN_IDS:
-        warnings.append(f"the server does not return token ids; per-chunk token counts come "
-                        f"from {source.value}" + (" (approximate)" if source is TokenSource.TEXT
-                                                  else ""))
+        warnings.append(
+            f"the server does not return token ids; per-chunk token counts come "
+            f"from {source.value}" + (" (approximate)" if source is TokenSource.TEXT else "")
+        )
     return ServerInfo(
-        model=model, max_model_len=max_model_len,
-        version=await server_version(session, base_url), spec_decoding=spec_decoding,
-        token_source=source, options=options, tokenize_check=check, warnings=tuple(warnings),
+        model=model,
+        max_model_len=max_model_len,
+        version=await server_version(session, base_url),
+        spec_decoding=spec_decoding,
+        token_source=source,
+        options=options,
+        tokenize_check=check,
+        warnings=tuple(warnings),
     )
 
 

@@ -25,15 +25,17 @@ class CrossOriginRedirect(aiohttp.ClientError):
         super().__init__(
             f"the server redirected {source.path} to {redact_text(str(target))}: loadgen "
             "does not follow redirects to another origin; point --base-url at the server "
-            "itself")
+            "itself"
+        )
 
 
 def _origin(url: URL) -> tuple[str, str | None, int | None]:
     return url.scheme, url.host, url.port  # yarl gives the scheme's default port
 
 
-async def same_origin_redirects(request: aiohttp.ClientRequest,
-                                handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+async def same_origin_redirects(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
     """A client middleware (aiohttp runs it for every hop of a redirect chain)."""
     response = await handler(request)
     location = response.headers.get("Location")

@@ -70,9 +70,12 @@ def from_value(value: object) -> RequestMetrics:
 def from_wire(wire: WireMetrics) -> RequestMetrics:
     spec = None if wire.speculative_decoding is None else _spec(wire.speculative_decoding)
     timings = ServerTimings(
-        queue_time_ms=wire.queue_time_ms, time_to_first_token_ms=wire.time_to_first_token_ms,
-        generation_time_ms=wire.generation_time_ms, mean_itl_ms=wire.mean_itl_ms,
-        tokens_per_second=wire.tokens_per_second)
+        queue_time_ms=wire.queue_time_ms,
+        time_to_first_token_ms=wire.time_to_first_token_ms,
+        generation_time_ms=wire.generation_time_ms,
+        mean_itl_ms=wire.mean_itl_ms,
+        tokens_per_second=wire.tokens_per_second,
+    )
     return spec, None if timings == ServerTimings() else timings
 
 
@@ -80,29 +83,37 @@ def _spec(wire: WireSpecDecode) -> SpecDecodeStats:
     histogram, k = wire.acceptance_histogram, wire.num_spec_tokens
     where = "metrics.speculative_decoding"
     if len(histogram) != k + 1:
-        raise BadRequestMetrics(f"{where}.acceptance_histogram has {len(histogram)} bins, "
-                                f"expected num_spec_tokens + 1 = {k + 1}")
+        raise BadRequestMetrics(
+            f"{where}.acceptance_histogram has {len(histogram)} bins, "
+            f"expected num_spec_tokens + 1 = {k + 1}"
+        )
     steps, accepted = sum(histogram), sum(j * n for j, n in enumerate(histogram))
     if (steps, accepted) != (wire.num_spec_steps, wire.num_accepted_draft_tokens):
         raise BadRequestMetrics(
             f"{where}: num_spec_steps {wire.num_spec_steps} and num_accepted_draft_tokens "
             f"{wire.num_accepted_draft_tokens} disagree with its histogram ({steps} steps, "
-            f"{accepted} accepted)")
+            f"{accepted} accepted)"
+        )
     if accepted > wire.num_draft_tokens or wire.num_draft_tokens > steps * k:
-        raise BadRequestMetrics(f"{where}: {wire.num_draft_tokens} draft tokens cannot hold "
-                                f"{accepted} accepted in {steps} steps of K={k}")
+        raise BadRequestMetrics(
+            f"{where}: {wire.num_draft_tokens} draft tokens cannot hold "
+            f"{accepted} accepted in {steps} steps of K={k}"
+        )
     steps_listed = [wire.per_step_accepted, wire.per_step_drafted]
     if any(v is not None for v in steps_listed) and not all(
-            v is not None and len(v) == steps for v in steps_listed):
-        raise BadRequestMetrics(f"{where}: per_step_accepted and per_step_drafted must both "
-                                f"list the {steps} steps")
+        v is not None and len(v) == steps for v in steps_listed
+    ):
+        raise BadRequestMetrics(
+            f"{where}: per_step_accepted and per_step_drafted must both list the {steps} steps"
+        )
     return SpecDecodeStats(
         mean_acceptance_length=wire.mean_acceptance_length,
         draft_acceptance_rate=wire.draft_acceptance_rate,
-        acceptance_histogram=tuple(histogram), num_spec_steps=steps,
-        num_accepted_draft_tokens=accepted, num_draft_tokens=wire.num_draft_tokens,
+        acceptance_histogram=tuple(histogram),
+        num_spec_steps=steps,
+        num_accepted_draft_tokens=accepted,
+        num_draft_tokens=wire.num_draft_tokens,
         num_spec_tokens=k,
-        per_step_accepted=None if wire.per_step_accepted is None
-        else tuple(wire.per_step_accepted),
-        per_step_drafted=None if wire.per_step_drafted is None
-        else tuple(wire.per_step_drafted))
+        per_step_accepted=None if wire.per_step_accepted is None else tuple(wire.per_step_accepted),
+        per_step_drafted=None if wire.per_step_drafted is None else tuple(wire.per_step_drafted),
+    )

@@ -43,8 +43,10 @@ def metrics_urls(server_metrics: Sequence[str], base_url: str) -> tuple[str, ...
     """The URLs to scrape: `--server-metrics` (a bare root gets /metrics) or the target's."""
     if not server_metrics:
         return (base_url.rstrip("/") + "/metrics",)
-    return tuple(url if urlsplit(url).path not in ("", "/") else url.rstrip("/") + "/metrics"
-                 for url in server_metrics)
+    return tuple(
+        url if urlsplit(url).path not in ("", "/") else url.rstrip("/") + "/metrics"
+        for url in server_metrics
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +72,9 @@ def warn(message: str) -> None:
     print(f"loadgen: WARNING: {message}", file=sys.stderr)
 
 
-async def scrape_url(session: aiohttp.ClientSession, url: str, *,
-                     on_warning: Callable[[str], None] = warn) -> ServerSnapshot | None:
+async def scrape_url(
+    session: aiohttp.ClientSession, url: str, *, on_warning: Callable[[str], None] = warn
+) -> ServerSnapshot | None:
     """During a run: never raises. No usable metrics is None; a URL that stops answering
     costs the point its server-side fields (null), with a warning, never the sweep."""
     try:
@@ -108,24 +111,29 @@ async def check_metrics_urls(session: aiohttp.ClientSession, urls: Sequence[str]
     results = {url: task.result() for url, task in tasks.items()}
     failed = [f"{url} ({why})" for url, why in results.items() if isinstance(why, str)]
     if failed:
-        raise MetricsUrlError(f"--server-metrics: {len(failed)} of {len(urls)} URLs serve no "
-                              f"Prometheus metrics: {'; '.join(failed)}; check each worker's "
-                              "metrics port")
+        raise MetricsUrlError(
+            f"--server-metrics: {len(failed)} of {len(urls)} URLs serve no "
+            f"Prometheus metrics: {'; '.join(failed)}; check each worker's "
+            "metrics port"
+        )
     return Scrape({url: snap for url, snap in results.items() if not isinstance(snap, str)})
 
 
 class GaugeWatch:
     """Samples WATCHED_GAUGES of each URL every `interval_s` until stopped."""
 
-    def __init__(self, session: aiohttp.ClientSession, urls: Sequence[str],
-                 interval_s: float | None = None) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, urls: Sequence[str], interval_s: float | None = None
+    ) -> None:
         self.session, self.urls = session, tuple(urls)
         self.interval_s = WATCH_INTERVAL_S if interval_s is None else interval_s
         self.samples: dict[str, dict[str, list[float]]] = {
-            url: {name: [] for name in WATCHED_GAUGES} for url in self.urls}
+            url: {name: [] for name in WATCHED_GAUGES} for url in self.urls
+        }
         # perf_counter_ns of each sample, beside it (the time slices place them)
         self.times: dict[str, dict[str, list[int]]] = {
-            url: {name: [] for name in WATCHED_GAUGES} for url in self.urls}
+            url: {name: [] for name in WATCHED_GAUGES} for url in self.urls
+        }
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

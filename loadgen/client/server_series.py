@@ -23,8 +23,13 @@ class SeriesWatch:
     """Keeps every scrape of every URL, from start() (one at once) until stop() (one more,
     so the series end where the point's counters are read)."""
 
-    def __init__(self, session: aiohttp.ClientSession, urls: Sequence[str], interval_s: float,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        urls: Sequence[str],
+        interval_s: float,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.session, self.urls, self.interval_s = session, tuple(urls), interval_s
         self.clock = clock
         self.scrapes: list[ScrapeText] = []

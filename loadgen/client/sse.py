@@ -189,7 +189,8 @@ class SseFramer:
         if self._base - start > MAX_EVENT_BYTES:
             raise MalformedEvent(
                 f"an SSE event grew past {MAX_EVENT_BYTES >> 20} MiB without ending "
-                f"(the cap on one event); {self._base - start} bytes so far")
+                f"(the cap on one event); {self._base - start} bytes so far"
+            )
 
     def _line(self, line: bytes, offset: int, events: list[SseEvent]) -> None:
         if not line:

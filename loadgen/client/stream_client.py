@@ -46,9 +46,16 @@ class RequestClock:
 class StreamClient(Protocol):
     """Sends one POST and streams its response into `state` (via the ingest)."""
 
-    async def exchange(self, url: str, body: bytes, headers: Mapping[str, str],
-                       clock: RequestClock, state: Exchange, counter: TokenCounter,
-                       ingest: Ingest) -> None:
+    async def exchange(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        clock: RequestClock,
+        state: Exchange,
+        counter: TokenCounter,
+        ingest: Ingest,
+    ) -> None:
         """Fill `state` (status, events, failure); raise what `_classify` translates."""
         ...
 
@@ -66,10 +73,11 @@ def record_rejection(state: Exchange, status: int, body: bytes) -> None:
     state.end_ns = perf_counter_ns()
     text = body[:ERROR_BODY_LIMIT].decode("utf-8", "replace").strip()
     if status == 101:  # aiohttp hands the upgraded response over; native records it so
-        state.fail(ErrorKind.HTTP, "HTTP 101: the server answered 101 Switching Protocols "
-                   "to a streamed completion")
+        state.fail(
+            ErrorKind.HTTP,
+            "HTTP 101: the server answered 101 Switching Protocols to a streamed completion",
+        )
     elif status != 200:
         state.fail(ErrorKind.HTTP, f"HTTP {status}: {text}")
     else:  # e.g. a server that ignored stream: true
-        state.fail(ErrorKind.MALFORMED, f"expected text/event-stream, got "
-                   f"application/json: {text}")
+        state.fail(ErrorKind.MALFORMED, f"expected text/event-stream, got application/json: {text}")

@@ -102,9 +102,13 @@ def open_session(
     every non-streaming call; streamed requests replace it with their own deadlines.
     `stamping`: the session also reads the measured streams (`--http-client aiohttp`),
     whose arrival stamps need aiohttp's internals (aiohttp_seam.py, imported only then)."""
-    options: dict[str, Any] = {"limit": max_connections, "limit_per_host": 0,
-                               "keepalive_timeout": 3600.0, "force_close": False,
-                               "ttl_dns_cache": None}
+    options: dict[str, Any] = {
+        "limit": max_connections,
+        "limit_per_host": 0,
+        "keepalive_timeout": 3600.0,
+        "force_close": False,
+        "ttl_dns_cache": None,
+    }
     if stamping:
         from loadgen.client.aiohttp_seam import StampingConnector
 
@@ -178,37 +182,58 @@ class Transport:
                 cancelled = True  # the request itself completed: its outcome stands
         start_ns = clock.sent_ns or clock.acquired_ns or called_ns
         record = RequestRecord(
-            request_id=request.index, conc=conc, input_len=request.input_len,
-            max_tokens=request.max_tokens, scheduled_ns=scheduled_ns, start_ns=start_ns,
-            connect_ns=clock.connect_ns, chunk_ns=tuple(state.chunk_ns),
-            chunk_tokens=tuple(state.chunk_tokens), end_ns=end_ns, token_source=counter.source,
-            prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
-            finish_reason=state.finish_reason, status=state.status, error=state.error,
-            error_detail=state.detail, sent_unix=sent_unix, target_len=request.target_len,
+            request_id=request.index,
+            conc=conc,
+            input_len=request.input_len,
+            max_tokens=request.max_tokens,
+            scheduled_ns=scheduled_ns,
+            start_ns=start_ns,
+            connect_ns=clock.connect_ns,
+            chunk_ns=tuple(state.chunk_ns),
+            chunk_tokens=tuple(state.chunk_tokens),
+            end_ns=end_ns,
+            token_source=counter.source,
+            prompt_tokens=state.prompt_tokens,
+            completion_tokens=state.completion_tokens,
+            finish_reason=state.finish_reason,
+            status=state.status,
+            error=state.error,
+            error_detail=state.detail,
+            sent_unix=sent_unix,
+            target_len=request.target_len,
             session_id=request.session_id,
-            turn_index=request.turn_index, tree_id=request.tree_id,
+            turn_index=request.turn_index,
+            tree_id=request.tree_id,
             cached_tokens=state.cached_tokens,
             theoretical_cached_tokens=request.theoretical_cached_tokens,
-            arrival_stamps=state.arrival_stamps, stray_bytes=state.stray_bytes,
-            server_spec_decode=state.server_metrics[0], server_timings=state.server_metrics[1],
+            arrival_stamps=state.arrival_stamps,
+            stray_bytes=state.stray_bytes,
+            server_spec_decode=state.server_metrics[0],
+            server_timings=state.server_metrics[1],
         )
         on_record(record)
         if cancelled:
             raise asyncio.CancelledError
         return record
 
-    async def _bounded(self, request: RequestSpec, x_request_id: str, clock: RequestClock,
-                       state: Exchange, counter: TokenCounter) -> None:
+    async def _bounded(
+        self,
+        request: RequestSpec,
+        x_request_id: str,
+        clock: RequestClock,
+        state: Exchange,
+        counter: TokenCounter,
+    ) -> None:
         """The exchange under its deadlines; any outcome but cancellation becomes state."""
         headers = {"X-Request-Id": x_request_id, "Content-Type": "application/json"}
         if request.headers:  # session affinity (X-Session-ID or the router's own name)
             headers.update(request.headers)
         overall = asyncio.timeout(self.request_timeout_s)
         try:
-            async with overall, IdleDeadline(self.stream_idle_timeout_s,
-                                             clock.last_activity_ns):
-                await self.client.exchange(self.url, request.body, headers, clock, state,
-                                           counter, self.ingest)
+            async with overall, IdleDeadline(self.stream_idle_timeout_s, clock.last_activity_ns):
+                await self.client.exchange(
+                    self.url, request.body, headers, clock, state, counter, self.ingest
+                )
         except Exception as exc:  # the one translation boundary (programming errors re-raise)
             if not (isinstance(exc, TimeoutError) and state.done):
                 # (a server that never closes the body after [DONE] is complete)
@@ -227,23 +252,38 @@ class AiohttpStreams:
         self.session = session
         self._protocol_of = protocol_of
 
-    async def exchange(self, url: str, body: bytes, headers: Mapping[str, str],
-                       clock: RequestClock, state: Exchange, counter: TokenCounter,
-                       ingest: Ingest) -> None:
-        async with self.session.post(url, data=body, headers=headers, trace_request_ctx=clock,
-                                     timeout=STREAM_TIMEOUT) as response:
+    async def exchange(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        clock: RequestClock,
+        state: Exchange,
+        counter: TokenCounter,
+        ingest: Ingest,
+    ) -> None:
+        async with self.session.post(
+            url, data=body, headers=headers, trace_request_ctx=clock, timeout=STREAM_TIMEOUT
+        ) as response:
             state.status = response.status
             if not is_event_stream(response.status, response.content_type):
-                record_rejection(state, response.status,
-                                 await response.content.read(ERROR_BODY_LIMIT))
+                record_rejection(
+                    state, response.status, await response.content.read(ERROR_BODY_LIMIT)
+                )
                 return
             await self._follow(response, clock, state, counter, ingest)
 
     async def close(self) -> None:
         pass  # the session belongs to whoever opened it
 
-    async def _follow(self, response: aiohttp.ClientResponse, clock: RequestClock,
-                      state: Exchange, counter: TokenCounter, ingest: Ingest) -> None:
+    async def _follow(
+        self,
+        response: aiohttp.ClientResponse,
+        clock: RequestClock,
+        state: Exchange,
+        counter: TokenCounter,
+        ingest: Ingest,
+    ) -> None:
         """Hand the body to the ingest, then sleep until it has ended."""
         protocol = self._protocol_of(response)
         log = protocol.log_for(response.content) if protocol is not None else None
@@ -251,8 +291,9 @@ class AiohttpStreams:
             log = ArrivalLog()
             log.add(perf_counter_ns(), response.content.total_bytes)
         clock.activity = log
-        stream = BodyStream(response.content, log, state, counter, ingest,
-                            functools.partial(_stop_body, response))
+        stream = BodyStream(
+            response.content, log, state, counter, ingest, functools.partial(_stop_body, response)
+        )
         if protocol is not None:
             protocol.body_listener = stream.wake
         stream.wake()  # bytes that arrived with the headers
@@ -282,9 +323,11 @@ class OutOfDescriptors(SetupError):
 def descriptors_exhausted(exc: BaseException) -> OutOfDescriptors:
     """The run's stop for an EMFILE/ENFILE, wherever in the process it was raised (a
     connect here; a lazy import or a file open elsewhere: run/stops.py)."""
-    return OutOfDescriptors(f"this process ran out of file descriptors "
-                            f"({f'{type(exc).__name__}: {exc}'.strip()}); raise `ulimit -n` "
-                            "or lower --conc")
+    return OutOfDescriptors(
+        f"this process ran out of file descriptors "
+        f"({f'{type(exc).__name__}: {exc}'.strip()}); raise `ulimit -n` "
+        "or lower --conc"
+    )
 
 
 def _out_of_descriptors(exc: Exception) -> bool:
@@ -293,8 +336,9 @@ def _out_of_descriptors(exc: Exception) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
-def _classify(exc: Exception, clock: RequestClock,
-              capped_s: float | None = None) -> tuple[ErrorKind, str]:
+def _classify(
+    exc: Exception, clock: RequestClock, capped_s: float | None = None
+) -> tuple[ErrorKind, str]:
     """The only place where exceptions become ErrorKind values (`capped_s`: the
     --request-timeout that expired, if that is what ended the request). Running out of
     file descriptors is no value: it raises OutOfDescriptors, which stops the run."""
@@ -304,8 +348,9 @@ def _classify(exc: Exception, clock: RequestClock,
     if isinstance(exc, StreamIdle):
         return ErrorKind.TIMEOUT, str(exc)
     if isinstance(exc, TimeoutError):
-        return ErrorKind.TIMEOUT, (f"--request-timeout {capped_s:g} s elapsed"
-                                   if capped_s is not None else detail)
+        return ErrorKind.TIMEOUT, (
+            f"--request-timeout {capped_s:g} s elapsed" if capped_s is not None else detail
+        )
     if isinstance(exc, MalformedEvent | MalformedBody):
         return ErrorKind.MALFORMED, str(exc)
     if isinstance(exc, aiohttp.ClientConnectorError) or (

@@ -32,39 +32,63 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _runs_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN",
-                        help="result directory (holding conc_<N>.json) or a sweep file's "
-                        "results tree (every lane); the first run is the baseline")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="result directory (holding conc_<N>.json) or a sweep file's "
+        "results tree (every lane); the first run is the baseline",
+    )
 
 
 def compare_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="loadgen compare", description="Compare runs point by point: per "
-                "concurrency throughput, interactivity, TTFT/TPOT p50/p99 and acceptance "
-                "with ratios to the first run; speedup at matched concurrency and at matched "
-                "interactivity (on each run's throughput-vs-interactivity frontier); the "
-                "crossover concurrency.")
+    p = _Parser(
+        prog="loadgen compare",
+        description="Compare runs point by point: per "
+        "concurrency throughput, interactivity, TTFT/TPOT p50/p99 and acceptance "
+        "with ratios to the first run; speedup at matched concurrency and at matched "
+        "interactivity (on each run's throughput-vs-interactivity frontier); the "
+        "crossover concurrency.",
+    )
     _runs_argument(p)
     p.add_argument("--csv", type=Path, metavar="FILE", help="also write the table as CSV")
-    p.add_argument("--json", type=Path, metavar="FILE",
-                   help="also write everything (tables, frontiers, crossovers) as JSON")
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="also write everything (tables, frontiers, crossovers) as JSON",
+    )
     return p
 
 
 def report_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="loadgen report", description="One self-contained HTML file (no network "
-                "requests): run settings, comparison tables, throughput-vs-interactivity "
-                "frontiers, TTFT/ITL distributions, acceptance per position and client-"
-                "health warnings.")
+    p = _Parser(
+        prog="loadgen report",
+        description="One self-contained HTML file (no network "
+        "requests): run settings, comparison tables, throughput-vs-interactivity "
+        "frontiers, TTFT/ITL distributions, acceptance per position and client-"
+        "health warnings.",
+    )
     _runs_argument(p)
-    p.add_argument("-o", "--output", type=Path, default=Path("report.html"), metavar="FILE",
-                   help="where to write the report (default: report.html)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("report.html"),
+        metavar="FILE",
+        help="where to write the report (default: report.html)",
+    )
     return p
 
 
 def warnings_of(runs: Sequence[RunDir]) -> list[Warning_]:
-    return [(run.name, conc, message) for run in runs for conc, point in run.points.items()
-            for message in point_warnings(point)] + stamp_warnings(
-                {run.name: run.points for run in runs})
+    return [
+        (run.name, conc, message)
+        for run in runs
+        for conc, point in run.points.items()
+        for message in point_warnings(point)
+    ] + stamp_warnings({run.name: run.points for run in runs})
 
 
 def workload_warning(runs: Sequence[RunDir]) -> str | None:
@@ -79,8 +103,9 @@ def _paths(runs: Sequence[RunDir]) -> dict[str, str]:
     return {run.name: str(run.path) for run in runs}
 
 
-def write_outputs(runs: Sequence[RunDir], *, csv: Path | None = None,
-                  json: Path | None = None) -> str:
+def write_outputs(
+    runs: Sequence[RunDir], *, csv: Path | None = None, json: Path | None = None
+) -> str:
     """The comparison as text (returned), plus CSV/JSON where asked."""
     comparison, warnings = compare_dirs(runs), warnings_of(runs)
     mismatch = workload_warning(runs)
@@ -95,10 +120,15 @@ def build_report(runs: Sequence[RunDir], output: Path) -> Path:
     from loadgen.compare.distributions import load_record_views
     from loadgen.sinks.html_report import ReportRun, write_report
 
-    report_runs = [ReportRun(run.name, str(run.path), run.run, run.points, run.results,
-                             *load_record_views(run)) for run in runs]
-    return write_report(output, report_runs, compare_dirs(runs), warnings_of(runs),
-                        generated_unix=time.time())
+    report_runs = [
+        ReportRun(
+            run.name, str(run.path), run.run, run.points, run.results, *load_record_views(run)
+        )
+        for run in runs
+    ]
+    return write_report(
+        output, report_runs, compare_dirs(runs), warnings_of(runs), generated_unix=time.time()
+    )
 
 
 def publish_tree(tree: Path) -> Path:

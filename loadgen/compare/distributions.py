@@ -21,12 +21,16 @@ def _record_paths(run: RunDir, conc: int) -> list[Path]:
     pooled as the point is."""
     result = run.results[conc]
     trials = result.trials.trials if result.trials else None
-    return ([run.requests_file(conc, k) for k in range(1, trials + 1)] if trials
-            else [run.requests_file(conc)])
+    return (
+        [run.requests_file(conc, k) for k in range(1, trials + 1)]
+        if trials
+        else [run.requests_file(conc)]
+    )
 
 
-def load_record_views(run: RunDir) -> tuple[dict[int, PointDistributions],
-                                            dict[int, list[TimelineBar]]]:
+def load_record_views(
+    run: RunDir,
+) -> tuple[dict[int, PointDistributions], dict[int, list[TimelineBar]]]:
     """Each JSONL read once: conc -> distributions, and conc -> timeline for the points
     run with --slice-duration (a timeline of every point would swell the report)."""
     distributions, timelines = {}, {}

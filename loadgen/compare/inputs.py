@@ -43,10 +43,14 @@ class RunDir:
         first = self.results[min(self.results)].identity
         settings = self.run.get("settings")
         settings = settings if isinstance(settings, dict) else {}
-        return {"isl": first.input_len, "osl": first.output_len,
-                "range_ratio": first.range_ratio, "model": first.model_id,
-                "endpoint": first.endpoint, **{key: settings.get(key) for key in
-                                               WORKLOAD_SETTINGS if key in settings}}
+        return {
+            "isl": first.input_len,
+            "osl": first.output_len,
+            "range_ratio": first.range_ratio,
+            "model": first.model_id,
+            "endpoint": first.endpoint,
+            **{key: settings.get(key) for key in WORKLOAD_SETTINGS if key in settings},
+        }
 
 
 def _is_run(path: Path) -> bool:
@@ -57,11 +61,15 @@ def _tree_lanes(path: Path) -> list[tuple[str, Path]]:
     index = ResultsDir(path).lanes_file
     if index.is_file():
         lanes = _lanes_of(read_json(index), index)
-        found = [(str(lane["name"]), path / str(lane.get("dir", lane["name"])))
-                 for lane in lanes if isinstance(lane, dict) and "name" in lane]
+        found = [
+            (str(lane["name"]), path / str(lane.get("dir", lane["name"])))
+            for lane in lanes
+            if isinstance(lane, dict) and "name" in lane
+        ]
         return [(name, lane) for name, lane in found if lane.is_dir() and _is_run(lane)]
-    return [(child.name, child) for child in sorted(path.iterdir())
-            if child.is_dir() and _is_run(child)]
+    return [
+        (child.name, child) for child in sorted(path.iterdir()) if child.is_dir() and _is_run(child)
+    ]
 
 
 def expand(arguments: Sequence[Path]) -> list[tuple[str, Path]]:
@@ -69,15 +77,18 @@ def expand(arguments: Sequence[Path]) -> list[tuple[str, Path]]:
     runs: list[tuple[str, Path]] = []
     for path in arguments:
         if not path.is_dir():
-            raise UsageError(f"{path}: no such directory; give result directories "
-                             "(holding conc_<N>.json) or a sweep file's results tree")
+            raise UsageError(
+                f"{path}: no such directory; give result directories "
+                "(holding conc_<N>.json) or a sweep file's results tree"
+            )
         if _is_run(path):
             runs.append((path.name, path))
             continue
         lanes = _tree_lanes(path)
         if not lanes:
-            raise UsageError(f"{path}: no results here (no conc_<N>.json, no lane directories "
-                             "holding them)")
+            raise UsageError(
+                f"{path}: no results here (no conc_<N>.json, no lane directories holding them)"
+            )
         runs += lanes
     return _unique_names(runs)
 
@@ -91,8 +102,9 @@ def _unique_names(runs: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
 def _lanes_of(index: Any, path: Path) -> list[Any]:
     lanes = index.get("lanes") if isinstance(index, dict) else None
     if not isinstance(lanes, list):
-        raise ResultFileError(f"{path}: field 'lanes': expected a list; not a lanes.json "
-                              "loadgen wrote")
+        raise ResultFileError(
+            f"{path}: field 'lanes': expected a list; not a lanes.json loadgen wrote"
+        )
     return lanes
 
 
@@ -100,8 +112,9 @@ def load_run(name: str, path: Path) -> RunDir:
     store = ResultsDir(path)
     results = store.read_points()
     run = store.read_run() if store.run_file.is_file() else {}
-    return RunDir(name, path, run, results,
-                  {conc: result.to_json() for conc, result in results.items()})
+    return RunDir(
+        name, path, run, results, {conc: result.to_json() for conc, result in results.items()}
+    )
 
 
 def load_runs(arguments: Sequence[Path]) -> list[RunDir]:

@@ -39,27 +39,33 @@ LOADER_PREFIX = "semianalysis_cc_traces_weka"
 IGNORED = {
     "stats_interval": "loadgen's progress line is live; no periodic stats block",
     "warmup_requests_per_lane": "loadgen primes each lane with one request (its start "
-                                "turn's prefix, max_tokens 1), then measures",
+    "turn's prefix, max_tokens 1), then measures",
     "warmup_grace_period": "primers run to their end (bounded by --stream-idle-timeout)",
     "use_server_token_count": "loadgen counts output tokens from the server's usage "
-                              "already, and input tokens itself (exact, from the trace)",
+    "already, and input tokens itself (exact, from the trace)",
     "num_dataset_entries": "every trace of the dataset is loaded",
     "no_gpu_telemetry": "loadgen collects no GPU telemetry",
     "tokenizer_trust_remote_code": "loadgen runs no model code",
     "use_dynamo_conv_aware_routing": "loadgen sends each session's id in X-Session-ID "
-                                     "(loadgen --session-header X-Dynamo-Session-ID to route "
-                                     "by it), not nvext.session_control",
+    "(loadgen --session-header X-Dynamo-Session-ID to route "
+    "by it), not nvext.session_control",
     "dynamo_session_timeout_seconds": "loadgen opens no router session lease",
 }
-FLAG_IGNORED = ("use_server_token_count", "no_gpu_telemetry", "tokenizer_trust_remote_code",
-                "use_dynamo_conv_aware_routing")
+FLAG_IGNORED = (
+    "use_server_token_count",
+    "no_gpu_telemetry",
+    "tokenizer_trust_remote_code",
+    "use_dynamo_conv_aware_routing",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="loadgen profile", description="AIPerf's `profile` command line, as InferenceX "
+        prog="loadgen profile",
+        description="AIPerf's `profile` command line, as InferenceX "
         "runs it for AgentX trace replay; the results are loadgen's, plus AIPerf's artifact "
-        "files in --output-artifact-dir (docs/sessions.md, 'InferenceX AgentX').")
+        "files in --output-artifact-dir (docs/sessions.md, 'InferenceX AgentX').",
+    )
     g = p.add_argument_group(GROUP)
     g.add_argument("--scenario", required=True, choices=(SCENARIO,))
     g.add_argument("--url", required=True, help="the server (http:// is added when missing)")
@@ -69,37 +75,85 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", required=True)
     g.add_argument("--tokenizer", default=None, help="= loadgen --tokenizer")
     g.add_argument("--concurrency", type=int, required=True, help="= --conc")
-    g.add_argument("--benchmark-duration", type=float, required=True, metavar="SECONDS",
-                   help=f"= --duration; at least {MIN_DURATION_S:g} unless --unsafe-override")
+    g.add_argument(
+        "--benchmark-duration",
+        type=float,
+        required=True,
+        metavar="SECONDS",
+        help=f"= --duration; at least {MIN_DURATION_S:g} unless --unsafe-override",
+    )
     g.add_argument("--random-seed", type=int, default=0, help="= --seed")
-    g.add_argument("--failed-request-threshold", type=float, default=None, metavar="FRACTION",
-                   help="= --max-error-rate (checked when the point ends, not live)")
+    g.add_argument(
+        "--failed-request-threshold",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="= --max-error-rate (checked when the point ends, not live)",
+    )
     g.add_argument("--trajectory-start-min-ratio", type=float, default=0.25)
     g.add_argument("--trajectory-start-max-ratio", type=float, default=0.75)
-    g.add_argument("--trace-idle-gap-cap-seconds", type=float, default=300.0,
-                   help="= --idle-cap-tree")
-    g.add_argument("--max-context-length", type=int, default=None, metavar="TOKENS",
-                   help="the server's context: requests at or over it count as context "
-                   "overflow in submission_valid")
-    g.add_argument("--slice-duration", type=float, default=1.0, metavar="SECONDS",
-                   help="interval of the server series in server_metrics_export.json")
-    g.add_argument("--server-metrics", nargs="+", action="extend", default=[], metavar="URL",
-                   help="= --server-metrics, one or more URLs")
-    g.add_argument("--output-artifact-dir", type=Path, required=True, metavar="DIR",
-                   help="AIPerf's artifacts here (= --aiperf-artifacts); loadgen's own "
-                   "result files in DIR/loadgen")
-    g.add_argument("--unsafe-override", action="store_true",
-                   help=f"allow a run shorter than {MIN_DURATION_S:g} s; every result is then "
-                   "submission_valid: false")
-    g.add_argument("--public-dataset", required=True, metavar="NAME|ORG/NAME|PATH",
-                   help="an AIPerf loader name or Hub dataset id, read from the Hugging Face "
-                   "cache (HF_HUB_CACHE, HF_HOME), or a local trace file or directory")
-    g.add_argument("--extra-inputs", nargs="+", action="extend", default=[],
-                   metavar="KEY:VALUE|JSON", help="extra request-body fields (= --extra-body)")
+    g.add_argument(
+        "--trace-idle-gap-cap-seconds", type=float, default=300.0, help="= --idle-cap-tree"
+    )
+    g.add_argument(
+        "--max-context-length",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="the server's context: requests at or over it count as context "
+        "overflow in submission_valid",
+    )
+    g.add_argument(
+        "--slice-duration",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="interval of the server series in server_metrics_export.json",
+    )
+    g.add_argument(
+        "--server-metrics",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="URL",
+        help="= --server-metrics, one or more URLs",
+    )
+    g.add_argument(
+        "--output-artifact-dir",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="AIPerf's artifacts here (= --aiperf-artifacts); loadgen's own "
+        "result files in DIR/loadgen",
+    )
+    g.add_argument(
+        "--unsafe-override",
+        action="store_true",
+        help=f"allow a run shorter than {MIN_DURATION_S:g} s; every result is then "
+        "submission_valid: false",
+    )
+    g.add_argument(
+        "--public-dataset",
+        required=True,
+        metavar="NAME|ORG/NAME|PATH",
+        help="an AIPerf loader name or Hub dataset id, read from the Hugging Face "
+        "cache (HF_HUB_CACHE, HF_HOME), or a local trace file or directory",
+    )
+    g.add_argument(
+        "--extra-inputs",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY:VALUE|JSON",
+        help="extra request-body fields (= --extra-body)",
+    )
     for name in IGNORED:
         flag = "--" + name.replace("_", "-")
-        g.add_argument(flag, **({"action": "store_true"} if name in FLAG_IGNORED
-                                else {"default": None}), help="accepted and ignored")
+        g.add_argument(
+            flag,
+            **({"action": "store_true"} if name in FLAG_IGNORED else {"default": None}),
+            help="accepted and ignored",
+        )
     return p
 
 
@@ -116,7 +170,7 @@ def dataset_repo(name: str) -> str:
     if name in LOADER_EXCEPTIONS:
         return LOADER_EXCEPTIONS[name]
     if name.startswith(LOADER_PREFIX):
-        return "semianalysisai/cc-traces-weka" + name[len(LOADER_PREFIX):].replace("_", "-")
+        return "semianalysisai/cc-traces-weka" + name[len(LOADER_PREFIX) :].replace("_", "-")
     return name
 
 
@@ -128,19 +182,26 @@ def resolve_dataset(name: str) -> Path:
         return local
     repo = dataset_repo(name)
     if repo.count("/") != 1:
-        raise SpecError(f"--public-dataset {name}: no such file, and not a loader name or "
-                        "Hub dataset id (org/name)")
+        raise SpecError(
+            f"--public-dataset {name}: no such file, and not a loader name or "
+            "Hub dataset id (org/name)"
+        )
     snapshots = hub_cache() / f"datasets--{repo.replace('/', '--')}" / "snapshots"
-    found = sorted((p for p in snapshots.glob("*") if p.is_dir()),
-                   key=lambda p: p.stat().st_mtime, reverse=True)
+    found = sorted(
+        (p for p in snapshots.glob("*") if p.is_dir()),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
     for snapshot in found:
         jsonl = sorted(snapshot.rglob("*.jsonl"))
         if len(jsonl) == 1:
             return jsonl[0]
         if any(snapshot.glob("*.json")):
             return snapshot
-    raise SpecError(f"--public-dataset {name}: {repo} is not in the Hugging Face cache "
-                    f"({snapshots}); fetch it first: hf download --repo-type dataset {repo}")
+    raise SpecError(
+        f"--public-dataset {name}: {repo} is not in the Hugging Face cache "
+        f"({snapshots}); fetch it first: hf download --repo-type dataset {repo}"
+    )
 
 
 def parse_extra_inputs(items: Sequence[str]) -> dict[str, Any]:
@@ -172,21 +233,44 @@ def _url(text: str) -> str:
 def _loadgen_argv(args: argparse.Namespace) -> list[str]:
     endpoint = ENDPOINT_PATHS[args.endpoint]
     if endpoint != args.endpoint_type:
-        raise SpecError(f"--endpoint {args.endpoint} and --endpoint-type {args.endpoint_type} "
-                        "name different APIs: give matching ones")
+        raise SpecError(
+            f"--endpoint {args.endpoint} and --endpoint-type {args.endpoint_type} "
+            "name different APIs: give matching ones"
+        )
     if args.benchmark_duration < MIN_DURATION_S and not args.unsafe_override:
-        raise SpecError(f"--benchmark-duration {args.benchmark_duration:g}: the {SCENARIO} "
-                        f"scenario needs at least {MIN_DURATION_S:g} s (or --unsafe-override, "
-                        "which marks the results submission_valid: false)")
-    argv = ["--base-url", _url(args.url), "--endpoint", endpoint, "--model", args.model,
-            "--conc", str(args.concurrency), "--duration", f"{args.benchmark_duration:g}",
-            "--seed", str(args.random_seed),
-            "--dataset", str(resolve_dataset(args.public_dataset)), "--dataset-format", "weka",
-            "--start-ratio", f"{args.trajectory_start_min_ratio},{args.trajectory_start_max_ratio}",
-            "--idle-cap-tree", f"{args.trace_idle_gap_cap_seconds:g}",
-            "--idle-cap-system", f"{IDLE_CAP_SYSTEM_S:g}",  # locked
-            "--aiperf-artifacts", str(args.output_artifact_dir),
-            "--results", str(args.output_artifact_dir / "loadgen")]
+        raise SpecError(
+            f"--benchmark-duration {args.benchmark_duration:g}: the {SCENARIO} "
+            f"scenario needs at least {MIN_DURATION_S:g} s (or --unsafe-override, "
+            "which marks the results submission_valid: false)"
+        )
+    argv = [
+        "--base-url",
+        _url(args.url),
+        "--endpoint",
+        endpoint,
+        "--model",
+        args.model,
+        "--conc",
+        str(args.concurrency),
+        "--duration",
+        f"{args.benchmark_duration:g}",
+        "--seed",
+        str(args.random_seed),
+        "--dataset",
+        str(resolve_dataset(args.public_dataset)),
+        "--dataset-format",
+        "weka",
+        "--start-ratio",
+        f"{args.trajectory_start_min_ratio},{args.trajectory_start_max_ratio}",
+        "--idle-cap-tree",
+        f"{args.trace_idle_gap_cap_seconds:g}",
+        "--idle-cap-system",
+        f"{IDLE_CAP_SYSTEM_S:g}",  # locked
+        "--aiperf-artifacts",
+        str(args.output_artifact_dir),
+        "--results",
+        str(args.output_artifact_dir / "loadgen"),
+    ]
     if args.tokenizer:
         argv += ["--tokenizer", args.tokenizer, "--encoder", _encoder(args.tokenizer)]
     if args.failed_request_threshold is not None:
@@ -215,21 +299,29 @@ def _encoder(tokenizer: str) -> str:
 
 def _notes(args: argparse.Namespace, encoder: str) -> tuple[str, ...]:
     given = [name for name in IGNORED if getattr(args, name) not in (None, False)]
-    notes = [f"--{name.replace('_', '-')} is accepted and ignored: {IGNORED[name]}"
-             for name in given]
+    notes = [
+        f"--{name.replace('_', '-')} is accepted and ignored: {IGNORED[name]}" for name in given
+    ]
     if encoder == "raw":
-        notes.append(f"--tokenizer {args.tokenizer} is not DeepSeek-V4's: messages are sent "
-                     "and counted as they are (loadgen --encoder raw), as AIPerf does")
+        notes.append(
+            f"--tokenizer {args.tokenizer} is not DeepSeek-V4's: messages are sent "
+            "and counted as they are (loadgen --encoder raw), as AIPerf does"
+        )
     return tuple(notes)
 
 
-def profile_spec(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                 *, extra: Sequence[str] = ()) -> RunSpec:
+def profile_spec(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, *, extra: Sequence[str] = ()
+) -> RunSpec:
     """The RunSpec of a `loadgen profile` command line (`extra`: loadgen flags a test
     adds, e.g. --no-progress)."""
     args = build_parser().parse_args(list(argv))
     spec = spec_from_argv([*_loadgen_argv(args), *extra], env)
     return dataclasses.replace(
-        spec, scenario=SCENARIO, unsafe_override=args.unsafe_override,
-        max_context_length=args.max_context_length, series_interval_s=args.slice_duration,
-        ignored_flags=(*spec.ignored_flags, *_notes(args, spec.encoder)))
+        spec,
+        scenario=SCENARIO,
+        unsafe_override=args.unsafe_override,
+        max_context_length=args.max_context_length,
+        series_interval_s=args.slice_duration,
+        ignored_flags=(*spec.ignored_flags, *_notes(args, spec.encoder)),
+    )

@@ -23,8 +23,14 @@ GROUP = "vLLM bench serve / InferenceX compatibility"
 BACKENDS = ("vllm", "openai", "openai-chat")
 DATASET_NAMES = ("random", "sharegpt", "custom", "speed_bench")
 # vLLM 0.32 benchmarks/datasets.py SpeedBench: DIR/<subset>.jsonl
-SPEED_BENCH_SUBSETS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k",
-                       "throughput_16k", "throughput_32k")
+SPEED_BENCH_SUBSETS = (
+    "qualitative",
+    "throughput_1k",
+    "throughput_2k",
+    "throughput_8k",
+    "throughput_16k",
+    "throughput_32k",
+)
 SPEED_BENCH_OUTPUT_LEN = 4096  # vLLM's --speed-bench-output-len default
 
 
@@ -67,98 +73,190 @@ def parse_metric_names(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [n for n in names if n not in VLLM_PERCENTILE_METRICS]
     if not names or unknown:
-        raise SpecError(f"--percentile-metrics: {','.join(unknown) or '(none)'} not reported; "
-                        f"allowed: {', '.join(VLLM_PERCENTILE_METRICS)}")
+        raise SpecError(
+            f"--percentile-metrics: {','.join(unknown) or '(none)'} not reported; "
+            f"allowed: {', '.join(VLLM_PERCENTILE_METRICS)}"
+        )
     return names
 
 
 def add_compat_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
-        GROUP, "Each flag means what it means to `vllm bench serve` (vLLM 0.32) or "
-        "InferenceX's benchmark_serving.py, translated to the loadgen flag named.")
-    g.add_argument("--max-concurrency", nargs="+", action="extend", type=typed(parse_conc),
-                   metavar="N",
-                   help="= --conc: one value or a list (4 8 16, or 4,8,16), one point each "
-                   "(default: none)")
-    g.add_argument("--num-prompts", type=int, metavar="N",
-                   help="measured requests per point (instead of conc x --prompts-per-conc) "
-                   "(default: none)")
-    g.add_argument("--num-warmups", type=int, metavar="N",
-                   help="warmup requests per point (instead of conc x --warmup-per-conc) "
-                   "(default: none)")
-    g.add_argument("--random-input-len", "--input-len", type=int, metavar="TOKENS",
-                   dest="random_input_len", help="= --isl (default: none)")
-    g.add_argument("--random-output-len", "--output-len", "--sharegpt-output-len", type=int,
-                   metavar="TOKENS", dest="random_output_len", help="= --osl (default: none)")
-    g.add_argument("--random-range-ratio", type=float, metavar="R",
-                   help="= --range-ratio: lengths uniform in [R*L, L], as InferenceX's "
-                   "benchmark_serving.py (vLLM 0.32 samples [(1-R)*L, (1+R)*L]) (default: none)")
-    g.add_argument("--dataset-name", choices=DATASET_NAMES,
-                   help="random: synthesized prompts (lengths default to vLLM's 1024 in, 128 "
-                   "out); sharegpt: ShareGPT JSON; custom: JSONL "
-                   "({prompt} or {messages} per line) from --dataset-path; speed_bench: "
-                   "NVIDIA SPEED-Bench, --dataset-path DIR holding <subset>.jsonl (rows of "
-                   "messages and category), each first message rendered by --encoder "
-                   "(default: none)")
-    g.add_argument("--speed-bench-dataset-subset", choices=SPEED_BENCH_SUBSETS,
-                   default="qualitative",
-                   help="SPEED-Bench subset: reads DIR/<subset>.jsonl")
-    g.add_argument("--speed-bench-category", metavar="NAME",
-                   help="only SPEED-Bench rows of this category, e.g. coding (InferenceX's "
-                   "golden AL set) (default: all categories)")
-    g.add_argument("--speed-bench-output-len", type=int, metavar="TOKENS",
-                   help=f"= --osl with --dataset-name speed_bench (default: "
-                   f"{SPEED_BENCH_OUTPUT_LEN}, as vLLM)")
+        GROUP,
+        "Each flag means what it means to `vllm bench serve` (vLLM 0.32) or "
+        "InferenceX's benchmark_serving.py, translated to the loadgen flag named.",
+    )
+    g.add_argument(
+        "--max-concurrency",
+        nargs="+",
+        action="extend",
+        type=typed(parse_conc),
+        metavar="N",
+        help="= --conc: one value or a list (4 8 16, or 4,8,16), one point each (default: none)",
+    )
+    g.add_argument(
+        "--num-prompts",
+        type=int,
+        metavar="N",
+        help="measured requests per point (instead of conc x --prompts-per-conc) (default: none)",
+    )
+    g.add_argument(
+        "--num-warmups",
+        type=int,
+        metavar="N",
+        help="warmup requests per point (instead of conc x --warmup-per-conc) (default: none)",
+    )
+    g.add_argument(
+        "--random-input-len",
+        "--input-len",
+        type=int,
+        metavar="TOKENS",
+        dest="random_input_len",
+        help="= --isl (default: none)",
+    )
+    g.add_argument(
+        "--random-output-len",
+        "--output-len",
+        "--sharegpt-output-len",
+        type=int,
+        metavar="TOKENS",
+        dest="random_output_len",
+        help="= --osl (default: none)",
+    )
+    g.add_argument(
+        "--random-range-ratio",
+        type=float,
+        metavar="R",
+        help="= --range-ratio: lengths uniform in [R*L, L], as InferenceX's "
+        "benchmark_serving.py (vLLM 0.32 samples [(1-R)*L, (1+R)*L]) (default: none)",
+    )
+    g.add_argument(
+        "--dataset-name",
+        choices=DATASET_NAMES,
+        help="random: synthesized prompts (lengths default to vLLM's 1024 in, 128 "
+        "out); sharegpt: ShareGPT JSON; custom: JSONL "
+        "({prompt} or {messages} per line) from --dataset-path; speed_bench: "
+        "NVIDIA SPEED-Bench, --dataset-path DIR holding <subset>.jsonl (rows of "
+        "messages and category), each first message rendered by --encoder "
+        "(default: none)",
+    )
+    g.add_argument(
+        "--speed-bench-dataset-subset",
+        choices=SPEED_BENCH_SUBSETS,
+        default="qualitative",
+        help="SPEED-Bench subset: reads DIR/<subset>.jsonl",
+    )
+    g.add_argument(
+        "--speed-bench-category",
+        metavar="NAME",
+        help="only SPEED-Bench rows of this category, e.g. coding (InferenceX's "
+        "golden AL set) (default: all categories)",
+    )
+    g.add_argument(
+        "--speed-bench-output-len",
+        type=int,
+        metavar="TOKENS",
+        help=f"= --osl with --dataset-name speed_bench (default: "
+        f"{SPEED_BENCH_OUTPUT_LEN}, as vLLM)",
+    )
     g.add_argument("--dataset-path", type=Path, metavar="FILE", help="= --dataset (default: none)")
-    g.add_argument("--backend", choices=BACKENDS,
-                   help="openai-chat = --endpoint chat; vllm, openai = completions; also the "
-                   "result file's `backend` (default: vllm)")
+    g.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="openai-chat = --endpoint chat; vllm, openai = completions; also the "
+        "result file's `backend` (default: vllm)",
+    )
     g.add_argument("--host", help="with --port: --base-url http://HOST:PORT (default: none)")
     g.add_argument("--port", type=int, help="see --host (default: none)")
-    g.add_argument("--served-model-name", metavar="NAME",
-                   help="the model name in requests, when --model is the model id written "
-                   "to results (default: none)")
-    g.add_argument("--ignore-eos", action="store_true",
-                   help="accepted: loadgen always sends ignore_eos")
-    g.add_argument("--use-chat-template", action="store_true",
-                   help="= --encoder dsv4 (loadgen's chat template is DeepSeek-V4's). Without "
-                   "it or --dsv4, --dataset-name random|sharegpt and --random-input-len send "
-                   "untemplated prompts as vLLM does (--encoder raw)")
-    g.add_argument("--dsv4", action="store_true",
-                   help="= --encoder dsv4 --thinking thinking, as InferenceX (implies "
-                   "--use-chat-template)")
-    g.add_argument("--percentile-metrics", type=typed(parse_metric_names), metavar="M,...",
-                   help="metrics with percentiles in the --save-result file, from "
-                   f"{','.join(VLLM_PERCENTILE_METRICS)} (default: ttft,tpot,itl,e2el, as "
-                   "InferenceX; vLLM's is ttft,tpot,itl)")
-    g.add_argument("--metric-percentiles", type=typed(parse_percentiles), metavar="P,...",
-                   help="their percentiles, also added to --percentiles (default: 90,99,99.9, "
-                   "as InferenceX; vLLM's is 99)")
-    g.add_argument("--goodput", nargs="+", action="extend", type=typed(parse_goodput_pair),
-                   metavar="M:MS",
-                   help="= --slo, vLLM syntax in ms: --goodput ttft:2000 tpot:50 (default: none)")
-    g.add_argument("--save-result", action="store_true",
-                   help="also write each point as vLLM `bench serve --save-result` JSON")
-    g.add_argument("--save-detailed", action="store_true",
-                   help="add its per-request lists (input_lens, output_lens, ttfts, itls, "
-                   "start_times, errors)")
-    g.add_argument("--result-dir", type=Path, metavar="DIR",
-                   help="directory of the --save-result files, and --results when that is "
-                   "not given (default: none)")
-    g.add_argument("--result-filename", metavar="NAME",
-                   help="NAME.json (one concurrency) or NAME_conc<N>.json per point; implies "
-                   "--save-result (default: vLLM's {label}-{rate}qps-concurrency{N}-{model}-"
-                   "{date}.json)")
+    g.add_argument(
+        "--served-model-name",
+        metavar="NAME",
+        help="the model name in requests, when --model is the model id written "
+        "to results (default: none)",
+    )
+    g.add_argument(
+        "--ignore-eos", action="store_true", help="accepted: loadgen always sends ignore_eos"
+    )
+    g.add_argument(
+        "--use-chat-template",
+        action="store_true",
+        help="= --encoder dsv4 (loadgen's chat template is DeepSeek-V4's). Without "
+        "it or --dsv4, --dataset-name random|sharegpt and --random-input-len send "
+        "untemplated prompts as vLLM does (--encoder raw)",
+    )
+    g.add_argument(
+        "--dsv4",
+        action="store_true",
+        help="= --encoder dsv4 --thinking thinking, as InferenceX (implies --use-chat-template)",
+    )
+    g.add_argument(
+        "--percentile-metrics",
+        type=typed(parse_metric_names),
+        metavar="M,...",
+        help="metrics with percentiles in the --save-result file, from "
+        f"{','.join(VLLM_PERCENTILE_METRICS)} (default: ttft,tpot,itl,e2el, as "
+        "InferenceX; vLLM's is ttft,tpot,itl)",
+    )
+    g.add_argument(
+        "--metric-percentiles",
+        type=typed(parse_percentiles),
+        metavar="P,...",
+        help="their percentiles, also added to --percentiles (default: 90,99,99.9, "
+        "as InferenceX; vLLM's is 99)",
+    )
+    g.add_argument(
+        "--goodput",
+        nargs="+",
+        action="extend",
+        type=typed(parse_goodput_pair),
+        metavar="M:MS",
+        help="= --slo, vLLM syntax in ms: --goodput ttft:2000 tpot:50 (default: none)",
+    )
+    g.add_argument(
+        "--save-result",
+        action="store_true",
+        help="also write each point as vLLM `bench serve --save-result` JSON",
+    )
+    g.add_argument(
+        "--save-detailed",
+        action="store_true",
+        help="add its per-request lists (input_lens, output_lens, ttfts, itls, "
+        "start_times, errors)",
+    )
+    g.add_argument(
+        "--result-dir",
+        type=Path,
+        metavar="DIR",
+        help="directory of the --save-result files, and --results when that is "
+        "not given (default: none)",
+    )
+    g.add_argument(
+        "--result-filename",
+        metavar="NAME",
+        help="NAME.json (one concurrency) or NAME_conc<N>.json per point; implies "
+        "--save-result (default: vLLM's {label}-{rate}qps-concurrency{N}-{model}-"
+        "{date}.json)",
+    )
     g.add_argument("--label", help="the result file's label and name prefix (default: none)")
-    g.add_argument("--metadata", nargs="+", action="extend", type=typed(parse_key_value),
-                   metavar="K=V",
-                   help="KEY=VALUE pairs written into the --save-result file (default: none)")
+    g.add_argument(
+        "--metadata",
+        nargs="+",
+        action="extend",
+        type=typed(parse_key_value),
+        metavar="K=V",
+        help="KEY=VALUE pairs written into the --save-result file (default: none)",
+    )
     g.add_argument("--disable-tqdm", action="store_true", help="= --no-progress")
-    g.add_argument("--trust-remote-code", action="store_true",
-                   help="accepted and ignored: loadgen runs no model code")
-    g.add_argument("--tokenizer-mode", metavar="MODE",
-                   help="accepted and ignored: loadgen's tokenizer is HF `tokenizers` "
-                   "(default: none)")
+    g.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="accepted and ignored: loadgen runs no model code",
+    )
+    g.add_argument(
+        "--tokenizer-mode",
+        metavar="MODE",
+        help="accepted and ignored: loadgen's tokenizer is HF `tokenizers` (default: none)",
+    )
 
 
 def _merge(args: argparse.Namespace, dest: str, alias: str, flags: str) -> None:
@@ -168,8 +266,9 @@ def _merge(args: argparse.Namespace, dest: str, alias: str, flags: str) -> None:
         return
     current = getattr(args, dest)
     if current is not None and current != value:
-        raise SpecError(f"{flags}: both given with different values ({current} vs {value}); "
-                        "give one")
+        raise SpecError(
+            f"{flags}: both given with different values ({current} vs {value}); give one"
+        )
     setattr(args, dest, value)
 
 
@@ -207,11 +306,13 @@ def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
     if args.results is None and args.result_dir is not None:
         args.results = args.result_dir
     return {
-        "num_prompts": args.num_prompts, "num_warmups": args.num_warmups,
+        "num_prompts": args.num_prompts,
+        "num_warmups": args.num_warmups,
         # the format --dataset-name names (args.py reconciles it with --dataset-format);
         # vLLM prunes ShareGPT by length only under its own flag
         "dataset_format": _dataset_format(args),
-        "sharegpt_limits": args.dataset_name == "sharegpt", "vllm_result": _vllm_result(args),
+        "sharegpt_limits": args.dataset_name == "sharegpt",
+        "vllm_result": _vllm_result(args),
         "speed_bench": _speed_bench(args),
         "ignored_flags": _ignored(args),
     }
@@ -223,8 +324,10 @@ def _apply_target(args: argparse.Namespace) -> None:
         args.base_url = f"http://{args.host or '127.0.0.1'}:{args.port or 8000}"
     if args.backend == "openai-chat":
         if args.endpoint not in (None, "chat"):
-            raise SpecError("--backend openai-chat sends to /v1/chat/completions: drop "
-                            f"--endpoint {args.endpoint} or use --backend vllm")
+            raise SpecError(
+                "--backend openai-chat sends to /v1/chat/completions: drop "
+                f"--endpoint {args.endpoint} or use --backend vllm"
+            )
         args.endpoint = "chat"
     args.model_id = args.model
     if args.served_model_name is not None:
@@ -236,13 +339,17 @@ def _apply_prompt_format(args: argparse.Namespace) -> None:
     random or ShareGPT workload without either is sent untemplated, as vLLM sends it."""
     if args.dsv4 or args.use_chat_template:
         if args.encoder not in (None, "dsv4"):
-            raise SpecError(f"--{'dsv4' if args.dsv4 else 'use-chat-template'} applies the "
-                            f"DeepSeek-V4 template: drop --encoder {args.encoder}")
+            raise SpecError(
+                f"--{'dsv4' if args.dsv4 else 'use-chat-template'} applies the "
+                f"DeepSeek-V4 template: drop --encoder {args.encoder}"
+            )
         args.encoder = "dsv4"
         if args.dsv4:
             if args.thinking not in (None, "thinking"):
-                raise SpecError("--dsv4 encodes in thinking mode, as InferenceX: drop "
-                                f"--thinking {args.thinking}")
+                raise SpecError(
+                    "--dsv4 encodes in thinking mode, as InferenceX: drop "
+                    f"--thinking {args.thinking}"
+                )
             args.thinking = "thinking"
         return
     vllm_style = args.dataset_name in ("random", "sharegpt") or args.random_input_len is not None
@@ -253,15 +360,20 @@ def _apply_prompt_format(args: argparse.Namespace) -> None:
 def _dataset_format(args: argparse.Namespace) -> str:
     name = args.dataset_name
     if name == "random" and args.dataset is not None:
-        raise SpecError("--dataset-name random synthesizes prompts: drop --dataset-path, or "
-                        "use --dataset-name sharegpt or custom")
+        raise SpecError(
+            "--dataset-name random synthesizes prompts: drop --dataset-path, or "
+            "use --dataset-name sharegpt or custom"
+        )
     if name in ("sharegpt", "custom") and args.dataset is None:
         raise SpecError(f"--dataset-name {name} needs --dataset-path FILE")
     if name == "speed_bench" and args.dataset is None:
-        raise SpecError("--dataset-name speed_bench needs --dataset-path DIR (the directory "
-                        "of SPEED-Bench's <subset>.jsonl files)")
+        raise SpecError(
+            "--dataset-name speed_bench needs --dataset-path DIR (the directory "
+            "of SPEED-Bench's <subset>.jsonl files)"
+        )
     return {"sharegpt": "sharegpt", "custom": "jsonl", "speed_bench": "speed_bench"}.get(
-        name or "", "auto")
+        name or "", "auto"
+    )
 
 
 def _speed_bench(args: argparse.Namespace) -> SpeedBenchOptions | None:
@@ -269,16 +381,16 @@ def _speed_bench(args: argparse.Namespace) -> SpeedBenchOptions | None:
         if args.speed_bench_category is not None:
             raise SpecError("--speed-bench-category applies to --dataset-name speed_bench")
         return None
-    return SpeedBenchOptions(subset=args.speed_bench_dataset_subset,
-                             category=args.speed_bench_category)
+    return SpeedBenchOptions(
+        subset=args.speed_bench_dataset_subset, category=args.speed_bench_category
+    )
 
 
 def _goodput_slos(pairs: list[tuple[str, float]]) -> dict[str, float]:
     slos = {}
     for name, limit in pairs:
         if name not in ("ttft", "tpot", "itl", "e2el"):
-            raise SpecError(f"--goodput {name}:{limit:g}: metric must be ttft, tpot, e2el "
-                            "(or itl)")
+            raise SpecError(f"--goodput {name}:{limit:g}: metric must be ttft, tpot, e2el (or itl)")
         if limit <= 0:
             raise SpecError(f"--goodput {name}: the limit must be > 0 ms")
         slos[name] = limit
@@ -294,11 +406,16 @@ def _vllm_result(args: argparse.Namespace) -> VllmResultOptions | None:
         filename = filename[: -len(".json")]  # InferenceX passes NAME.json
     defaults = VllmResultOptions()
     return VllmResultOptions(
-        result_dir=args.result_dir, filename=filename, detailed=args.save_detailed,
+        result_dir=args.result_dir,
+        filename=filename,
+        detailed=args.save_detailed,
         percentile_metrics=args.percentile_metrics or defaults.percentile_metrics,
         metric_percentiles=args.metric_percentiles or defaults.metric_percentiles,
-        label=args.label, metadata=tuple(args.metadata or ()), model_id=args.model_id,
-        tokenizer_id=args.tokenizer or args.model_id, backend=args.backend or "vllm",
+        label=args.label,
+        metadata=tuple(args.metadata or ()),
+        model_id=args.model_id,
+        tokenizer_id=args.tokenizer or args.model_id,
+        backend=args.backend or "vllm",
     )
 
 
@@ -307,8 +424,10 @@ def _ignored(args: argparse.Namespace) -> tuple[str, ...]:
     if args.trust_remote_code:
         notes.append("--trust-remote-code is accepted and ignored: loadgen runs no model code")
     if args.tokenizer_mode is not None:
-        notes.append(f"--tokenizer-mode {args.tokenizer_mode} is accepted and ignored: loadgen "
-                     "counts tokens with HF `tokenizers` (--tokenizer)")
+        notes.append(
+            f"--tokenizer-mode {args.tokenizer_mode} is accepted and ignored: loadgen "
+            "counts tokens with HF `tokenizers` (--tokenizer)"
+        )
     if args.sim and (args.host is not None or args.port is not None):
         notes.append("--host/--port are ignored with --sim: the simulator gets a free port")
     if args.label is not None and not (args.save_result or args.result_filename):

@@ -62,8 +62,10 @@ def read_bounded(path: Path) -> bytes:
     size to check beforehand and would be read until memory runs out, or block."""
     try:
         if not path.is_file():  # stat only: a FIFO is not opened, so nothing blocks
-            raise SpecError(f"--dataset {path}: not a regular file (a device, FIFO or socket "
-                            "cannot be a dataset); give a JSON or JSONL file or a directory")
+            raise SpecError(
+                f"--dataset {path}: not a regular file (a device, FIFO or socket "
+                "cannot be a dataset); give a JSON or JSONL file or a directory"
+            )
         # the size first (a large file is refused without reading it), then a bounded read
         # (the file may grow, or be a /proc-like file whose size says 0)
         too_big = path.stat().st_size > MAX_DATASET_BYTES
@@ -71,8 +73,10 @@ def read_bounded(path: Path) -> bytes:
     except OSError as exc:
         raise SpecError(f"--dataset {path}: cannot read it ({exc.strerror or exc})") from None
     if too_big or len(data) > MAX_DATASET_BYTES:
-        raise SpecError(f"--dataset {path}: over the {MAX_DATASET_BYTES >> 30} GiB limit (read "
-                        "into memory); split it or keep only the conversations you need")
+        raise SpecError(
+            f"--dataset {path}: over the {MAX_DATASET_BYTES >> 30} GiB limit (read "
+            "into memory); split it or keep only the conversations you need"
+        )
     return data
 
 
@@ -85,8 +89,10 @@ def check_item_size(size: int, where: str) -> None:
     """One conversation over the limit would be tokenized in one piece (minutes,
     gigabytes) only to be too long for any server's context."""
     if size > MAX_CONVERSATION_BYTES:
-        raise SpecError(f"{where}: the conversation is over {MAX_CONVERSATION_BYTES >> 20} MiB "
-                        "(about 1M tokens, more than any model's context); shorten or drop it")
+        raise SpecError(
+            f"{where}: the conversation is over {MAX_CONVERSATION_BYTES >> 20} MiB "
+            "(about 1M tokens, more than any model's context); shorten or drop it"
+        )
 
 
 def _whole_array(data: bytes) -> list[Any] | None:
@@ -111,8 +117,10 @@ def loads(data: bytes, where: str) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise SpecError(f"--dataset {where}: not JSON ({exc}); expected ShareGPT JSON, "
-                        "JSONL (messages, {prompt}) or a Weka/Mooncake trace") from None
+        raise SpecError(
+            f"--dataset {where}: not JSON ({exc}); expected ShareGPT JSON, "
+            "JSONL (messages, {prompt}) or a Weka/Mooncake trace"
+        ) from None
 
 
 def detect_format(path: Path) -> str:
@@ -137,5 +145,6 @@ def item_format(where: str, item: Any) -> str:
             return "sharegpt"
         if "messages" in item or "prompt" in item:
             return "jsonl"
-    raise SpecError(f"--dataset {where}: unknown format; use --dataset-format "
-                    f"{'|'.join(FORMAT_CHOICES[1:])}")
+    raise SpecError(
+        f"--dataset {where}: unknown format; use --dataset-format {'|'.join(FORMAT_CHOICES[1:])}"
+    )

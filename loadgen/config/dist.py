@@ -35,7 +35,8 @@ class Dist:
 
     def mean(self) -> float:
         return {"const": self.low, "uniform": (self.low + self.high) / 2, "exp": self.low}[
-            self.kind]
+            self.kind
+        ]
 
 
 def parse_dist(text: str, *, what: str, integer: bool = True) -> Dist:

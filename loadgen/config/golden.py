@@ -52,41 +52,63 @@ class GoldenAL:
         """From run.json's settings (`loadgen merge`), None when the run had none."""
         if not isinstance(value, dict):
             return None
-        return cls(Path(value["path"]), value["model"], value["mode"],
-                   tuple((int(k), float(al)) for k, al in value["curve"]),
-                   float(value["tolerance"]))
+        return cls(
+            Path(value["path"]),
+            value["model"],
+            value["mode"],
+            tuple((int(k), float(al)) for k, al in value["curve"]),
+            float(value["tolerance"]),
+        )
 
 
 def add_golden_flags(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--golden-al", type=Path, default=None, metavar="FILE",
-                   help="check each point's acceptance length against an InferenceX golden "
-                   "file (golden_al_distribution/*.yaml); a point outside tolerance makes "
-                   "the exit status 1 (default: no check)")
-    g.add_argument("--golden-al-model", default=None, metavar="NAME",
-                   help="the golden file's model key (default: --model)")
-    g.add_argument("--golden-al-tolerance", type=float, default=DEFAULT_TOLERANCE,
-                   metavar="FRACTION",
-                   help=f"relative tolerance (default: {DEFAULT_TOLERANCE})")
+    g.add_argument(
+        "--golden-al",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="check each point's acceptance length against an InferenceX golden "
+        "file (golden_al_distribution/*.yaml); a point outside tolerance makes "
+        "the exit status 1 (default: no check)",
+    )
+    g.add_argument(
+        "--golden-al-model",
+        default=None,
+        metavar="NAME",
+        help="the golden file's model key (default: --model)",
+    )
+    g.add_argument(
+        "--golden-al-tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        metavar="FRACTION",
+        help=f"relative tolerance (default: {DEFAULT_TOLERANCE})",
+    )
 
 
-def golden_fields(args: argparse.Namespace, thinking: str,
-                  spec_tokens: int | None) -> dict[str, Any]:
+def golden_fields(
+    args: argparse.Namespace, thinking: str, spec_tokens: int | None
+) -> dict[str, Any]:
     """RunSpec's golden_al from the flags; a missing model/mode/K entry is one line now,
     before anything runs (K only when --spec-tokens names it)."""
     if args.golden_al is None:
         return {"golden_al": None}
     tolerance = args.golden_al_tolerance
     if not (math.isfinite(tolerance) and 0 < tolerance < 1):
-        raise SpecError(f"--golden-al-tolerance {tolerance}: give a fraction in (0, 1), "
-                        "e.g. 0.03 for 3%")
+        raise SpecError(
+            f"--golden-al-tolerance {tolerance}: give a fraction in (0, 1), e.g. 0.03 for 3%"
+        )
     model = args.golden_al_model or args.model
     if not model:
-        raise SpecError("--golden-al: name the golden file's model with --golden-al-model "
-                        "(or --model)")
+        raise SpecError(
+            "--golden-al: name the golden file's model with --golden-al-model (or --model)"
+        )
     golden = read_golden(args.golden_al, model, MODES.get(thinking, thinking), tolerance)
     if spec_tokens is not None and golden.al_for(spec_tokens) is None:
-        raise SpecError(f"--golden-al {golden.path}: {model}/{golden.mode} has no entry for "
-                        f"K={spec_tokens} (it has K={golden.ks})")
+        raise SpecError(
+            f"--golden-al {golden.path}: {model}/{golden.mode} has no entry for "
+            f"K={spec_tokens} (it has K={golden.ks})"
+        )
     return {"golden_al": golden}
 
 
@@ -96,12 +118,16 @@ def read_golden(path: Path, model: str, mode: str, tolerance: float) -> GoldenAL
     # The file's own keys are not echoed: through the sidecar that would show a client
     # what any file it names holds.
     if not isinstance(document, dict) or model not in document:
-        raise SpecError(f"{where}: no model {model!r} in it; set --golden-al-model to one "
-                        "of the file's top-level keys")
+        raise SpecError(
+            f"{where}: no model {model!r} in it; set --golden-al-model to one "
+            "of the file's top-level keys"
+        )
     modes = document[model]
     if not isinstance(modes, dict) or mode not in modes:
-        raise SpecError(f"{where}: {model} has no {mode!r} curve (thinking_on is --thinking "
-                        "thinking, thinking_off is --thinking chat)")
+        raise SpecError(
+            f"{where}: {model} has no {mode!r} curve (thinking_on is --thinking "
+            "thinking, thinking_off is --thinking chat)"
+        )
     curve = _curve(modes[mode], f"{where}: {model}.{mode}")
     return GoldenAL(path, model, mode, tuple(sorted(curve.items())), tolerance)
 
@@ -121,8 +147,9 @@ def _load(path: Path, where: str) -> Any:
             raise SpecError(f"{where}: YAML aliases are not accepted here; write the values")
         return yaml.safe_load(text)
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{where}: cannot read it: "
-                        f"{getattr(exc, 'strerror', None) or exc}") from None
+        raise SpecError(
+            f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{where}: not valid YAML: {str(exc).splitlines()[0]}") from None
 
@@ -139,4 +166,3 @@ def _curve(value: Any, where: str) -> dict[int, float]:
             raise SpecError(f"{where}: K={k_int} -> {al}: an AL lies in [1, K+1]")
         curve[k_int] = float(al)
     return curve
-

@@ -43,23 +43,37 @@ class Objective:
         return f"p{self.percentile:g}_{self.metric}_ms"
 
 
-def find_max_problem(kind: str, objectives: Sequence[Objective], conc: Sequence[int],
-                     rate_range: tuple[float, float] | None, request_rate: float | None,
-                     percentiles: Sequence[float]) -> str | None:
+def find_max_problem(
+    kind: str,
+    objectives: Sequence[Objective],
+    conc: Sequence[int],
+    rate_range: tuple[float, float] | None,
+    request_rate: float | None,
+    percentiles: Sequence[float],
+) -> str | None:
     """What is wrong with a --find-max setting (RunSpec's check), None when nothing."""
     reported = {50.0, *percentiles}
     missing = [o.name for o in objectives if o.percentile not in reported]
     problems = [
         (kind not in FIND_MAX_KINDS, f"--find-max {kind!r}: conc or rate"),
         (not objectives, "--find-max: give the objectives with --slo"),
-        (kind == "conc" and len(conc) < 2,
-         "--find-max conc: --conc gives the range to search: LOW..HIGH or a list"),
-        (kind == "rate" and rate_range is None,
-         "--find-max rate: give the rates to search with --rate-range LOW..HIGH"),
-        (kind == "rate" and request_rate is not None,
-         "--find-max rate sets each probe's rate: drop --request-rate"),
-        (bool(missing), f"--slo {', '.join(missing)}: that percentile is not reported; add "
-         "it to --percentiles")]
+        (
+            kind == "conc" and len(conc) < 2,
+            "--find-max conc: --conc gives the range to search: LOW..HIGH or a list",
+        ),
+        (
+            kind == "rate" and rate_range is None,
+            "--find-max rate: give the rates to search with --rate-range LOW..HIGH",
+        ),
+        (
+            kind == "rate" and request_rate is not None,
+            "--find-max rate sets each probe's rate: drop --request-rate",
+        ),
+        (
+            bool(missing),
+            f"--slo {', '.join(missing)}: that percentile is not reported; add it to --percentiles",
+        ),
+    ]
     return next((message for bad, message in problems if bad), None)
 
 
@@ -73,32 +87,40 @@ def parse_slo_flag(text: str) -> dict[str, float]:
         match = _OBJECTIVE_KEY.match(key)
         metric = match[1] if match else key
         if not sep or metric not in SLO_METRICS:
-            raise SpecError(f"--slo {part!r}: expected METRIC=DURATION (goodput) or "
-                            f"METRIC:pNN=DURATION (--find-max) with METRIC in "
-                            f"{', '.join(SLO_METRICS)}")
+            raise SpecError(
+                f"--slo {part!r}: expected METRIC=DURATION (goodput) or "
+                f"METRIC:pNN=DURATION (--find-max) with METRIC in "
+                f"{', '.join(SLO_METRICS)}"
+            )
         if match and not 0 < float(match[2]) < 100:
-            raise SpecError(f"--slo {part!r}: the percentile must be strictly between 0 "
-                            "and 100")
+            raise SpecError(f"--slo {part!r}: the percentile must be strictly between 0 and 100")
         slos[key] = parse_duration_ms(value, what=f"--slo {key}")
         if slos[key] <= 0:
             raise SpecError(f"--slo {key}: must be > 0")
     return slos
 
 
-def split_slos(slos: Mapping[str, float], find_max: str | None,
-               ) -> tuple[dict[str, float], tuple[Objective, ...]]:
+def split_slos(
+    slos: Mapping[str, float],
+    find_max: str | None,
+) -> tuple[dict[str, float], tuple[Objective, ...]]:
     """(goodput SLOs, --find-max objectives) of what parse_slo_flag read."""
     goodput = {k: v for k, v in slos.items() if ":" not in k}
     pinned = {k: v for k, v in slos.items() if ":" in k}
     if pinned and find_max is None:
-        raise SpecError(f"--slo {next(iter(pinned))}=...: a percentile objective is for "
-                        "--find-max conc|rate; a goodput SLO is METRIC=DURATION")
+        raise SpecError(
+            f"--slo {next(iter(pinned))}=...: a percentile objective is for "
+            "--find-max conc|rate; a goodput SLO is METRIC=DURATION"
+        )
     objectives: list[Objective] = []
     if find_max is not None:
         for key, limit in slos.items():
             match = _OBJECTIVE_KEY.match(key)
-            objectives.append(Objective(match[1], float(match[2]), limit) if match
-                              else Objective(key, DEFAULT_PERCENTILE, limit))
+            objectives.append(
+                Objective(match[1], float(match[2]), limit)
+                if match
+                else Objective(key, DEFAULT_PERCENTILE, limit)
+            )
     return goodput, tuple(objectives)
 
 
@@ -121,8 +143,9 @@ def parse_resolution(text: str) -> Resolution:
     try:
         value = float(raw[:-1] if relative else raw)
     except ValueError:
-        raise SpecError(f"--find-max-resolution {text!r}: a number (1, 0.5) or a "
-                        "percentage (5%)") from None
+        raise SpecError(
+            f"--find-max-resolution {text!r}: a number (1, 0.5) or a percentage (5%)"
+        ) from None
     if not value > 0:
         raise SpecError(f"--find-max-resolution {text!r}: must be > 0")
     return Resolution(value / 100 if relative else value, relative)
@@ -141,8 +164,9 @@ def parse_rate_range(text: str) -> tuple[float, float]:
     except ValueError:
         bounds = None
     if bounds is None or not 0 < bounds[0] < bounds[1] or bounds[1] == float("inf"):
-        raise SpecError(f"--rate-range {text!r}: expected LOW..HIGH requests/s with "
-                        "0 < LOW < HIGH, e.g. 1..64")
+        raise SpecError(
+            f"--rate-range {text!r}: expected LOW..HIGH requests/s with 0 < LOW < HIGH, e.g. 1..64"
+        )
     return bounds
 
 
@@ -160,34 +184,54 @@ def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def add_find_max_flags(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--find-max", choices=FIND_MAX_KINDS, default=None,
-                   help="find the largest concurrency (between --conc's smallest and "
-                   "largest) or request rate (--rate-range) whose point meets every --slo "
-                   "objective, e.g. --slo ttft:p99=2s,tpot:p50=20ms (default: no search)")
-    g.add_argument("--find-max-resolution", type=typed(parse_resolution), default=None,
-                   metavar="STEP|PCT",
-                   help="stop when the first failing and the last passing load are this "
-                   "close: a step (1) or a percentage (5%%) (default: 1 for conc, 5%% for "
-                   "rate)")
-    g.add_argument("--rate-range", type=typed(parse_rate_range), default=None,
-                   metavar="LOW..HIGH",
-                   help="--find-max rate: the request rates to search between (open loop, "
-                   "capped by the largest --conc)")
+    g.add_argument(
+        "--find-max",
+        choices=FIND_MAX_KINDS,
+        default=None,
+        help="find the largest concurrency (between --conc's smallest and "
+        "largest) or request rate (--rate-range) whose point meets every --slo "
+        "objective, e.g. --slo ttft:p99=2s,tpot:p50=20ms (default: no search)",
+    )
+    g.add_argument(
+        "--find-max-resolution",
+        type=typed(parse_resolution),
+        default=None,
+        metavar="STEP|PCT",
+        help="stop when the first failing and the last passing load are this "
+        "close: a step (1) or a percentage (5%%) (default: 1 for conc, 5%% for "
+        "rate)",
+    )
+    g.add_argument(
+        "--rate-range",
+        type=typed(parse_rate_range),
+        default=None,
+        metavar="LOW..HIGH",
+        help="--find-max rate: the request rates to search between (open loop, "
+        "capped by the largest --conc)",
+    )
 
 
 def find_max_fields(args: argparse.Namespace) -> dict[str, Any]:
     """RunSpec's goodput SLOs, objectives and search settings from the flags."""
     goodput, objectives = split_slos(args.slo, args.find_max)
     if args.find_max is not None and not objectives:
-        raise SpecError(f"--find-max {args.find_max}: give the objectives with --slo, e.g. "
-                        "--slo ttft:p99=2s,tpot:p50=20ms")
+        raise SpecError(
+            f"--find-max {args.find_max}: give the objectives with --slo, e.g. "
+            "--slo ttft:p99=2s,tpot:p50=20ms"
+        )
     if args.find_max is None and (args.rate_range or args.find_max_resolution):
         raise SpecError("--rate-range and --find-max-resolution are for --find-max")
     if args.find_max == "rate" and args.rate_range is None:
         raise SpecError("--find-max rate: give the rates to search with --rate-range LOW..HIGH")
     if args.find_max == "conc" and args.rate_range is not None:
         raise SpecError("--rate-range is for --find-max rate (conc searches --conc's range)")
-    resolution = args.find_max_resolution or (default_resolution(args.find_max)
-                                              if args.find_max else None)
-    return {"slos_ms": goodput, "find_max": args.find_max, "objectives": objectives,
-            "find_max_resolution": resolution, "rate_range": args.rate_range}
+    resolution = args.find_max_resolution or (
+        default_resolution(args.find_max) if args.find_max else None
+    )
+    return {
+        "slos_ms": goodput,
+        "find_max": args.find_max,
+        "objectives": objectives,
+        "find_max_resolution": resolution,
+        "rate_range": args.rate_range,
+    }

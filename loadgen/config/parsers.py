@@ -105,14 +105,20 @@ _HEADER_SEP = re.compile(r"[:=]")
 # Body fields loadgen sets itself: overriding them would change what is measured (the
 # token counts, the stream, the length) behind the back of the flag that owns them.
 EXTRA_BODY_RESERVED: Mapping[str, str] = {
-    "model": "use --model", "prompt": "loadgen builds the prompt",
-    "messages": "loadgen builds the messages", "max_tokens": "use --osl",
-    "max_completion_tokens": "use --osl", "temperature": "use --temperature",
-    "seed": "use --seed", "chat_template_kwargs": "use --thinking / --reasoning-effort",
-    "stream": "loadgen always streams", "stream_options": "loadgen needs per-chunk usage",
+    "model": "use --model",
+    "prompt": "loadgen builds the prompt",
+    "messages": "loadgen builds the messages",
+    "max_tokens": "use --osl",
+    "max_completion_tokens": "use --osl",
+    "temperature": "use --temperature",
+    "seed": "use --seed",
+    "chat_template_kwargs": "use --thinking / --reasoning-effort",
+    "stream": "loadgen always streams",
+    "stream_options": "loadgen needs per-chunk usage",
     "ignore_eos": "loadgen needs exactly --osl tokens",
-    "return_token_ids": "loadgen counts tokens with it", "logprobs": "loadgen may count "
-    "tokens with it", "top_logprobs": "loadgen may count tokens with it",
+    "return_token_ids": "loadgen counts tokens with it",
+    "logprobs": "loadgen may count tokens with it",
+    "top_logprobs": "loadgen may count tokens with it",
     "add_special_tokens": "loadgen adds the template and BOS itself",
     "n": "one choice per request is what is measured",
     "best_of": "one choice per request is what is measured",
@@ -124,10 +130,11 @@ def parse_extra_body(text: str) -> dict[str, Any]:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        raise SpecError(f"--extra-body {text!r}: not JSON; expected an object like "
-                        '{"min_p": 0.1}') from None
+        raise SpecError(
+            f'--extra-body {text!r}: not JSON; expected an object like {{"min_p": 0.1}}'
+        ) from None
     if not isinstance(value, dict):
-        raise SpecError(f"--extra-body {text!r}: expected a JSON object like {{\"min_p\": 0.1}}")
+        raise SpecError(f'--extra-body {text!r}: expected a JSON object like {{"min_p": 0.1}}')
     check_extra_body(value)
     return value
 
@@ -149,12 +156,16 @@ def parse_header(text: str) -> tuple[str, str]:
     match = _HEADER_SEP.search(text)
     name = text[: match.start()].strip(" \t") if match else ""
     if not match or not _HEADER_NAME.match(name):
-        raise SpecError(f"--header {text!r}: expected NAME:VALUE or NAME=VALUE with NAME made "
-                        "of letters, digits and !#$%&'*+-.^_`|~, e.g. X-Session-Affinity:abc")
+        raise SpecError(
+            f"--header {text!r}: expected NAME:VALUE or NAME=VALUE with NAME made "
+            "of letters, digits and !#$%&'*+-.^_`|~, e.g. X-Session-Affinity:abc"
+        )
     value = text[match.end() :].strip(" \t")  # not CR/LF: those are refused
     if CONTROL_CHARS.search(value):
-        raise SpecError(f"--header {text!r}: the value contains a control character (CR, LF, "
-                        "...), which would break or inject HTTP headers; remove it")
+        raise SpecError(
+            f"--header {text!r}: the value contains a control character (CR, LF, "
+            "...), which would break or inject HTTP headers; remove it"
+        )
     return name, value
 
 
@@ -162,8 +173,10 @@ def check_api_key(key: str) -> str:
     """The bearer token without surrounding whitespace (a secret file's trailing newline)."""
     key = key.strip()
     if CONTROL_CHARS.search(key):
-        raise SpecError("--api-key / OPENAI_API_KEY contains a control character (CR, LF, "
-                        "...); it cannot be sent in an HTTP header")
+        raise SpecError(
+            "--api-key / OPENAI_API_KEY contains a control character (CR, LF, "
+            "...); it cannot be sent in an HTTP header"
+        )
     return key
 
 
@@ -191,8 +204,9 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
                 raise ValueError
             cpus += range(first, last + 1)
     except ValueError:
-        raise SpecError(f"--cpu-affinity {text!r}: expected CPU numbers like 0-3 or 2,4,6") \
-            from None
+        raise SpecError(
+            f"--cpu-affinity {text!r}: expected CPU numbers like 0-3 or 2,4,6"
+        ) from None
     if not cpus or len(set(cpus)) != len(cpus):
         raise SpecError(f"--cpu-affinity {text!r}: list each CPU once")
     return tuple(cpus)
@@ -206,6 +220,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     except ValueError:
         i, n = -1, 0
     if not sep or not 0 <= i < n:
-        raise SpecError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/4 "
-                        "(I counts from 0, like a Kubernetes Job completion index)")
+        raise SpecError(
+            f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/4 "
+            "(I counts from 0, like a Kubernetes Job completion index)"
+        )
     return i, n

@@ -94,11 +94,14 @@ def _redact_headers(value: Any) -> Any:
     if isinstance(value, str):
         return redact_header_text(value)
     if isinstance(value, list | tuple):
-        return [redact_header_text(v) if isinstance(v, str) else _redact_option("", v)
-                for v in value]
+        return [
+            redact_header_text(v) if isinstance(v, str) else _redact_option("", v) for v in value
+        ]
     if isinstance(value, Mapping):
-        return {k: REDACTED if is_secret_name(str(k)) and v is not None
-                else _redact_option("", v) for k, v in value.items()}
+        return {
+            k: REDACTED if is_secret_name(str(k)) and v is not None else _redact_option("", v)
+            for k, v in value.items()
+        }
     return None
 
 

@@ -32,44 +32,93 @@ def parse_ratio_pair(text: str) -> tuple[float, float]:
 
 
 def add_session_flags(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--dataset-format", choices=FORMAT_CHOICES, default="auto",
-                   help="format of --dataset: sharegpt (JSON list, or one conversation per "
-                   "line), messages (one OpenAI messages list per line), custom (vLLM "
-                   "{prompt, output_tokens} per line), weka (AgentX agentic traces: a JSONL "
-                   "file or a directory of .json traces), mooncake (JSONL); auto detects it "
-                   "from the first item (vLLM's --dataset-name sharegpt|custom also names it)")
-    g.add_argument("--multi-turn", action="store_true",
-                   help="play each messages/ShareGPT dataset conversation as a session: one "
-                   "request per user turn, each sending the whole history so far")
-    g.add_argument("--turns", default=None, metavar="DIST",
-                   help="synthetic multi-turn sessions with this many turns: N, A..B "
-                   "(uniform) or exp:MEAN; the first turn has --isl tokens")
-    g.add_argument("--turn-tokens", default="256", metavar="DIST",
-                   help="new user tokens per later turn (N, A..B or exp:MEAN)")
-    g.add_argument("--think-time", default="0", metavar="DIST",
-                   help="seconds between a turn's reply and the next turn (N, A..B, exp:MEAN)")
-    g.add_argument("--sessions-per-conc", type=int, default=2, metavar="N",
-                   help="synthetic sessions per point = conc x N")
-    g.add_argument("--session-header", action="append", default=None, metavar="NAME",
-                   help="header carrying the session id, repeatable (e.g. "
-                   "X-Dynamo-Session-ID, X-SMG-Routing-Key); 'none' sends none "
-                   "(default: X-Session-ID)")
-    g.add_argument("--start-ratio", type=typed(parse_ratio_pair), default=None,
-                   metavar="LO,HI",
-                   help="trace lanes start at a seeded turn in this fraction of their "
-                   "trace, after a primer that sends its prefix (default: 0.25,0.75 for "
-                   "weka traces, 0,0 otherwise)")
-    g.add_argument("--idle-cap-system", type=float, default=10.0, metavar="SECONDS",
-                   help="when nothing is in flight this long, send the next due turn now")
-    g.add_argument("--idle-cap-tree", type=float, default=300.0, metavar="SECONDS",
-                   help="cut any recorded gap of a session tree to this")
-    g.add_argument("--live-history", action="store_true",
-                   help="assistant turns in the history are the server's own replies to "
-                   "the previous turns (default: the recorded ones, prefix-stable); a "
-                   "session ends at a turn that failed or came back empty")
-    g.add_argument("--no-cache-bust", action="store_true",
-                   help="do not give each play of a session tree its own marker before its "
-                   "first user turn (recycled plays then hit the previous play's cache)")
+    g.add_argument(
+        "--dataset-format",
+        choices=FORMAT_CHOICES,
+        default="auto",
+        help="format of --dataset: sharegpt (JSON list, or one conversation per "
+        "line), messages (one OpenAI messages list per line), custom (vLLM "
+        "{prompt, output_tokens} per line), weka (AgentX agentic traces: a JSONL "
+        "file or a directory of .json traces), mooncake (JSONL); auto detects it "
+        "from the first item (vLLM's --dataset-name sharegpt|custom also names it)",
+    )
+    g.add_argument(
+        "--multi-turn",
+        action="store_true",
+        help="play each messages/ShareGPT dataset conversation as a session: one "
+        "request per user turn, each sending the whole history so far",
+    )
+    g.add_argument(
+        "--turns",
+        default=None,
+        metavar="DIST",
+        help="synthetic multi-turn sessions with this many turns: N, A..B "
+        "(uniform) or exp:MEAN; the first turn has --isl tokens",
+    )
+    g.add_argument(
+        "--turn-tokens",
+        default="256",
+        metavar="DIST",
+        help="new user tokens per later turn (N, A..B or exp:MEAN)",
+    )
+    g.add_argument(
+        "--think-time",
+        default="0",
+        metavar="DIST",
+        help="seconds between a turn's reply and the next turn (N, A..B, exp:MEAN)",
+    )
+    g.add_argument(
+        "--sessions-per-conc",
+        type=int,
+        default=2,
+        metavar="N",
+        help="synthetic sessions per point = conc x N",
+    )
+    g.add_argument(
+        "--session-header",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="header carrying the session id, repeatable (e.g. "
+        "X-Dynamo-Session-ID, X-SMG-Routing-Key); 'none' sends none "
+        "(default: X-Session-ID)",
+    )
+    g.add_argument(
+        "--start-ratio",
+        type=typed(parse_ratio_pair),
+        default=None,
+        metavar="LO,HI",
+        help="trace lanes start at a seeded turn in this fraction of their "
+        "trace, after a primer that sends its prefix (default: 0.25,0.75 for "
+        "weka traces, 0,0 otherwise)",
+    )
+    g.add_argument(
+        "--idle-cap-system",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="when nothing is in flight this long, send the next due turn now",
+    )
+    g.add_argument(
+        "--idle-cap-tree",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="cut any recorded gap of a session tree to this",
+    )
+    g.add_argument(
+        "--live-history",
+        action="store_true",
+        help="assistant turns in the history are the server's own replies to "
+        "the previous turns (default: the recorded ones, prefix-stable); a "
+        "session ends at a turn that failed or came back empty",
+    )
+    g.add_argument(
+        "--no-cache-bust",
+        action="store_true",
+        help="do not give each play of a session tree its own marker before its "
+        "first user turn (recycled plays then hit the previous play's cache)",
+    )
 
 
 def dataset_format(args: argparse.Namespace, named: str) -> str:
@@ -78,8 +127,10 @@ def dataset_format(args: argparse.Namespace, named: str) -> str:
     run a session run. ShareGPT vs JSONL stays auto: the dataset reader tells them apart."""
     given = spec_format(args.dataset_format)
     if given != "auto" and named != "auto" and given != named:
-        raise SpecError(f"--dataset-format {args.dataset_format} and --dataset-name name "
-                        "different formats: give one")
+        raise SpecError(
+            f"--dataset-format {args.dataset_format} and --dataset-name name "
+            "different formats: give one"
+        )
     fmt = given if given != "auto" else named
     if args.dataset is not None and fmt == "auto" and args.dataset.exists():
         detected = detect_format(args.dataset)
@@ -91,9 +142,11 @@ def dataset_format(args: argparse.Namespace, named: str) -> str:
 def session_fields(args: argparse.Namespace, fmt: str) -> dict[str, Any]:
     """The RunSpec fields the session flags set, and the defaults a session run changes
     (isl/osl for trace replay, percentiles, max error rate)."""
-    for flag, text, integer in (("--turns", args.turns, True),
-                                ("--turn-tokens", args.turn_tokens, True),
-                                ("--think-time", args.think_time, False)):
+    for flag, text, integer in (
+        ("--turns", args.turns, True),
+        ("--turn-tokens", args.turn_tokens, True),
+        ("--think-time", args.think_time, False),
+    ):
         if text is not None:
             parse_dist(text, what=flag, integer=integer)
     sessions = args.turns is not None or args.multi_turn or fmt in TRACE_FORMATS
@@ -105,14 +158,26 @@ def session_fields(args: argparse.Namespace, fmt: str) -> dict[str, Any]:
         percentiles = tuple(sorted({*percentiles, *args.metric_percentiles}))
     headers = tuple(args.session_header or ("X-Session-ID",))
     return {
-        "isl": isl, "osl": osl, "percentiles": percentiles,
-        "max_error_rate": (args.max_error_rate if args.max_error_rate is not None
-                           else SESSION_MAX_ERROR_RATE if sessions else MAX_ERROR_RATE),
-        "dataset_format": fmt, "multi_turn": args.multi_turn, "turns": args.turns,
-        "turn_tokens": args.turn_tokens, "think_time": args.think_time,
+        "isl": isl,
+        "osl": osl,
+        "percentiles": percentiles,
+        "max_error_rate": (
+            args.max_error_rate
+            if args.max_error_rate is not None
+            else SESSION_MAX_ERROR_RATE
+            if sessions
+            else MAX_ERROR_RATE
+        ),
+        "dataset_format": fmt,
+        "multi_turn": args.multi_turn,
+        "turns": args.turns,
+        "turn_tokens": args.turn_tokens,
+        "think_time": args.think_time,
         "sessions_per_conc": args.sessions_per_conc,
         "session_headers": () if headers == ("none",) else headers,
-        "start_ratio": args.start_ratio, "idle_cap_system_s": args.idle_cap_system,
-        "idle_cap_tree_s": args.idle_cap_tree, "cache_bust": not args.no_cache_bust,
+        "start_ratio": args.start_ratio,
+        "idle_cap_system_s": args.idle_cap_system,
+        "idle_cap_tree_s": args.idle_cap_tree,
+        "cache_bust": not args.no_cache_bust,
         "live_history": args.live_history,
     }

@@ -37,8 +37,7 @@ HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 # jsonl: OpenAI messages or vLLM custom {prompt} per line; weka, mooncake: traces replayed
 # as sessions (docs/sessions.md). Detection and reading: config/dataset_format.py.
 # speed_bench: NVIDIA SPEED-Bench, a directory of <subset>.jsonl (workload/datasets.py).
-DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl", "weka", "mooncake",
-                                    "speed_bench")
+DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl", "weka", "mooncake", "speed_bench")
 TRACE_FORMATS: tuple[str, ...] = ("weka", "mooncake")
 # vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
 VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
@@ -184,8 +183,7 @@ class RunSpec:
     @property
     def sessions(self) -> bool:
         """A session run: synthetic multi-turn, a multi-turn dataset or a trace replay."""
-        return (self.turns is not None or self.multi_turn
-                or self.dataset_format in TRACE_FORMATS)
+        return self.turns is not None or self.multi_turn or self.dataset_format in TRACE_FORMATS
 
     def __post_init__(self) -> None:
         validate(self)
@@ -193,8 +191,11 @@ class RunSpec:
     @property
     def open_loop(self) -> bool:
         """Arrivals on a schedule (a fixed rate or a ramp), not slots freeing up."""
-        return (self.request_rate is not None or self.ramp_up_strategy is not None
-                or bool(self.rate_stages))
+        return (
+            self.request_rate is not None
+            or self.ramp_up_strategy is not None
+            or bool(self.rate_stages)
+        )
 
     @property
     def point_duration_s(self) -> float | None:
@@ -220,8 +221,10 @@ def _check(condition: bool, message: str) -> None:
 def validate(spec: RunSpec) -> None:
     """Raise SpecError for the first invalid setting (RunSpec calls this on construction)."""
     _check_finite(spec)
-    _check(bool(spec.conc) and all(1 <= c <= MAX_CONC for c in spec.conc),
-           f"--conc: every concurrency must be in 1..{MAX_CONC}")
+    _check(
+        bool(spec.conc) and all(1 <= c <= MAX_CONC for c in spec.conc),
+        f"--conc: every concurrency must be in 1..{MAX_CONC}",
+    )
     _validate_workload(spec)
     _validate_target(spec)
     _validate_prompts(spec)
@@ -234,70 +237,106 @@ def validate(spec: RunSpec) -> None:
     if spec.vllm_result is not None:
         _validate_vllm_result(spec.vllm_result)
     _check(spec.series_interval_s > 0, "--slice-duration: must be > 0 seconds")
-    _check(spec.max_context_length is None or spec.max_context_length >= 1,
-           "--max-context-length: must be >= 1 token")
+    _check(
+        spec.max_context_length is None or spec.max_context_length >= 1,
+        "--max-context-length: must be >= 1 token",
+    )
 
 
 def _validate_workload(spec: RunSpec) -> None:
-    _check(spec.isl is not None or spec.dataset is not None,
-           "--isl is required (or --dataset, whose prompts give the input lengths)")
-    _check(spec.osl is not None or spec.dataset is not None,
-           "--osl is required (or a ShareGPT --dataset, whose answers give the output lengths)")
+    _check(
+        spec.isl is not None or spec.dataset is not None,
+        "--isl is required (or --dataset, whose prompts give the input lengths)",
+    )
+    _check(
+        spec.osl is not None or spec.dataset is not None,
+        "--osl is required (or a ShareGPT --dataset, whose answers give the output lengths)",
+    )
     _check(spec.isl is None or spec.isl >= 1, f"--isl {spec.isl}: must be >= 1 token")
     _check(spec.osl is None or spec.osl >= 1, f"--osl {spec.osl}: must be >= 1 token")
     _check(spec.num_prompts is None or spec.num_prompts >= 1, "--num-prompts: must be >= 1")
     _check(spec.num_warmups is None or spec.num_warmups >= 0, "--num-warmups: must be >= 0")
-    _check(spec.dataset_format in DATASET_FORMATS,
-           f"dataset format {spec.dataset_format!r}: allowed: {', '.join(DATASET_FORMATS)}")
+    _check(
+        spec.dataset_format in DATASET_FORMATS,
+        f"dataset format {spec.dataset_format!r}: allowed: {', '.join(DATASET_FORMATS)}",
+    )
     if spec.dataset is not None:
-        _check(spec.dataset.is_file() or (spec.dataset.is_dir() and spec.dataset_format in (
-            "weka", "auto", "speed_bench")), f"--dataset {spec.dataset}: no such file")
-    _check((spec.dataset_format == "speed_bench") == (spec.speed_bench is not None),
-           "dataset format speed_bench goes with its options (--dataset-name speed_bench)")
-    _check(spec.speed_bench is None or not (spec.multi_turn or spec.turns is not None),
-           "--dataset-name speed_bench sends single prompts: drop --multi-turn / --turns")
+        _check(
+            spec.dataset.is_file()
+            or (spec.dataset.is_dir() and spec.dataset_format in ("weka", "auto", "speed_bench")),
+            f"--dataset {spec.dataset}: no such file",
+        )
+    _check(
+        (spec.dataset_format == "speed_bench") == (spec.speed_bench is not None),
+        "dataset format speed_bench goes with its options (--dataset-name speed_bench)",
+    )
+    _check(
+        spec.speed_bench is None or not (spec.multi_turn or spec.turns is not None),
+        "--dataset-name speed_bench sends single prompts: drop --multi-turn / --turns",
+    )
 
 
 def _validate_target(spec: RunSpec) -> None:
     """The server, its credentials and what goes on the wire besides the prompt."""
     _check(spec.sim or bool(spec.base_url), "--base-url is required (or use --sim)")
     if spec.base_url:
-        _check(spec.base_url.startswith(("http://", "https://")),
-               f"--base-url {spec.base_url!r}: must start with http:// or https://")
+        _check(
+            spec.base_url.startswith(("http://", "https://")),
+            f"--base-url {spec.base_url!r}: must start with http:// or https://",
+        )
         # aiohttp refuses both at the first request (a traceback, not a line): say it here
-        _check(not url_has_credentials(spec.base_url) or not (spec.api_key or any(
-            name.lower() == "authorization" for name, _ in spec.headers)),
+        _check(
+            not url_has_credentials(spec.base_url)
+            or not (
+                spec.api_key or any(name.lower() == "authorization" for name, _ in spec.headers)
+            ),
             "--base-url carries credentials (user:password@, sent as Basic auth) and "
             "--api-key, $OPENAI_API_KEY or --header Authorization sets Authorization "
-            "too: keep one")
+            "too: keep one",
+        )
     check_extra_body(spec.extra_body)
-    _check(spec.top_p is None or "top_p" not in spec.extra_body,
-           "--top-p and --extra-body '{\"top_p\": ...}': give one")
+    _check(
+        spec.top_p is None or "top_p" not in spec.extra_body,
+        "--top-p and --extra-body '{\"top_p\": ...}': give one",
+    )
     for name, value in spec.headers:  # argv went through parse_header; RunSpec(...) may not
         parse_header(f"{name}:{value}")
     if spec.api_key is not None:
-        _check(not CONTROL_CHARS.search(spec.api_key),
-               "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)")
+        _check(
+            not CONTROL_CHARS.search(spec.api_key),
+            "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)",
+        )
     for url in spec.server_metrics:
-        _check(url.startswith(("http://", "https://")),
-               f"--server-metrics {url!r}: must start with http:// or https://")
+        _check(
+            url.startswith(("http://", "https://")),
+            f"--server-metrics {url!r}: must start with http:// or https://",
+        )
     for url in spec.gpu_metrics:
-        _check(url.startswith(("http://", "https://")) or (url == "sim" and spec.sim),
-               f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
-               "with --sim: the embedded simulator's /gpu/metrics)")
-    _check(0 < spec.gpu_metrics_interval_s <= 3.0,
-           f"--gpu-metrics-interval {spec.gpu_metrics_interval_s:g}: must be in (0, 3] "
-           "seconds (samples more than 3 s apart make a point's energy invalid)")
+        _check(
+            url.startswith(("http://", "https://")) or (url == "sim" and spec.sim),
+            f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
+            "with --sim: the embedded simulator's /gpu/metrics)",
+        )
+    _check(
+        0 < spec.gpu_metrics_interval_s <= 3.0,
+        f"--gpu-metrics-interval {spec.gpu_metrics_interval_s:g}: must be in (0, 3] "
+        "seconds (samples more than 3 s apart make a point's energy invalid)",
+    )
 
 
 def _validate_prompts(spec: RunSpec) -> None:
     _check(spec.endpoint in ENDPOINTS, f"--endpoint {spec.endpoint!r}: allowed: completions, chat")
-    _check(spec.encoder in ENCODER_NAMES,
-           f"--encoder {spec.encoder!r}: allowed: {', '.join(ENCODER_NAMES)}")
-    _check(spec.thinking in THINKING_MODES,
-           f"--thinking {spec.thinking!r}: allowed: chat, thinking")
-    _check(spec.reasoning_effort is None or spec.reasoning_effort in REASONING_EFFORTS,
-           f"--reasoning-effort {spec.reasoning_effort!r}: allowed: low, high, max")
+    _check(
+        spec.encoder in ENCODER_NAMES,
+        f"--encoder {spec.encoder!r}: allowed: {', '.join(ENCODER_NAMES)}",
+    )
+    _check(
+        spec.thinking in THINKING_MODES, f"--thinking {spec.thinking!r}: allowed: chat, thinking"
+    )
+    _check(
+        spec.reasoning_effort is None or spec.reasoning_effort in REASONING_EFFORTS,
+        f"--reasoning-effort {spec.reasoning_effort!r}: allowed: low, high, max",
+    )
 
 
 def _validate_load(spec: RunSpec) -> None:
@@ -306,112 +345,160 @@ def _validate_load(spec: RunSpec) -> None:
     _check(spec.warmup_per_conc >= 0, "--warmup-per-conc: must be >= 0")
     _check(spec.duration_s is None or spec.duration_s > 0, "--duration: must be > 0 seconds")
     _check(0.0 <= spec.range_ratio <= 1.0, f"--range-ratio {spec.range_ratio}: must be in [0, 1]")
-    _check(spec.request_rate is None or spec.request_rate > 0,
-           "--request-rate: must be > 0 requests/s (omit it for a closed loop)")
+    _check(
+        spec.request_rate is None or spec.request_rate > 0,
+        "--request-rate: must be > 0 requests/s (omit it for a closed loop)",
+    )
     _check(spec.burstiness > 0, "--burstiness: the gamma shape must be > 0 (1 = Poisson)")
     _check(spec.temperature >= 0, "--temperature: must be >= 0")
     _check(spec.top_p is None or 0 < spec.top_p <= 1, f"--top-p {spec.top_p}: must be in (0, 1]")
     _check(spec.num_gpus is None or spec.num_gpus >= 1, "--num-gpus: must be >= 1")
     _check(spec.spec_tokens is None or spec.spec_tokens >= 1, "--spec-tokens: must be >= 1")
-    _check(all(k in SLO_METRICS and v > 0 for k, v in spec.slos_ms.items()),
-           f"--slo: metrics must be among {', '.join(SLO_METRICS)} with positive limits")
-    _check(bool(spec.percentiles) and all(0 < p < 100 for p in spec.percentiles),
-           "--percentiles: each must be strictly between 0 and 100")
-    _check(spec.request_timeout_s is None or spec.request_timeout_s > 0,
-           "--request-timeout: must be > 0 seconds")
+    _check(
+        all(k in SLO_METRICS and v > 0 for k, v in spec.slos_ms.items()),
+        f"--slo: metrics must be among {', '.join(SLO_METRICS)} with positive limits",
+    )
+    _check(
+        bool(spec.percentiles) and all(0 < p < 100 for p in spec.percentiles),
+        "--percentiles: each must be strictly between 0 and 100",
+    )
+    _check(
+        spec.request_timeout_s is None or spec.request_timeout_s > 0,
+        "--request-timeout: must be > 0 seconds",
+    )
     _check(spec.http_timeout_s > 0, "--http-timeout: must be > 0 seconds")
     _check(spec.stream_idle_timeout_s > 0, "--stream-idle-timeout: must be > 0 seconds")
     _check(0.0 <= spec.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
-    _check(spec.http_client in HTTP_CLIENTS,
-           f"--http-client {spec.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}")
+    _check(
+        spec.http_client in HTTP_CLIENTS,
+        f"--http-client {spec.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}",
+    )
 
 
 def _validate_processes(spec: RunSpec) -> None:
-    _check(spec.workers is None or 1 <= spec.workers <= MAX_WORKERS,
-           f"--workers: must be in 1..{MAX_WORKERS} (or auto)")
-    _check(0 <= spec.shard_index < spec.shard_count,
-           f"--shard {spec.shard_index}/{spec.shard_count}: need 0 <= I < N")
-    _check(spec.shard_sync is None or spec.shard_count > 1,
-           "--shard-sync lines up the shards of a --shard I/N run: use it with --shard")
+    _check(
+        spec.workers is None or 1 <= spec.workers <= MAX_WORKERS,
+        f"--workers: must be in 1..{MAX_WORKERS} (or auto)",
+    )
+    _check(
+        0 <= spec.shard_index < spec.shard_count,
+        f"--shard {spec.shard_index}/{spec.shard_count}: need 0 <= I < N",
+    )
+    _check(
+        spec.shard_sync is None or spec.shard_count > 1,
+        "--shard-sync lines up the shards of a --shard I/N run: use it with --shard",
+    )
     _check(1 <= spec.trials <= MAX_TRIALS, f"--trials {spec.trials}: must be in 1..{MAX_TRIALS}")
     # A shard's trials would be pooled before `loadgen merge` sees them, and a session
     # point's figures are per session: neither is pooled over trials (yet).
-    _check(spec.trials == 1 or spec.shard_count == 1,
-           "--trials with --shard: not supported; run the trials as separate sharded runs")
-    _check(spec.trials == 1 or not spec.sessions,
-           "--trials with a session run (--turns, multi-turn or trace datasets): not "
-           "supported; run it N times with different --seed")
-    _check(not spec.cpu_affinity or spec.workers != 1,
-           "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
-           "auto), or start a single process under taskset")
+    _check(
+        spec.trials == 1 or spec.shard_count == 1,
+        "--trials with --shard: not supported; run the trials as separate sharded runs",
+    )
+    _check(
+        spec.trials == 1 or not spec.sessions,
+        "--trials with a session run (--turns, multi-turn or trace datasets): not "
+        "supported; run it N times with different --seed",
+    )
+    _check(
+        not spec.cpu_affinity or spec.workers != 1,
+        "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
+        "auto), or start a single process under taskset",
+    )
 
 
 def _validate_find_max(spec: RunSpec) -> None:
     if spec.find_max is None:
         return
-    problem = find_max_problem(spec.find_max, spec.objectives, spec.conc, spec.rate_range,
-                               spec.request_rate, spec.percentiles)
+    problem = find_max_problem(
+        spec.find_max,
+        spec.objectives,
+        spec.conc,
+        spec.rate_range,
+        spec.request_rate,
+        spec.percentiles,
+    )
     _check(problem is None, problem or "")
-    _check(not spec.sessions and spec.shard_count == 1,
-           "--find-max: not with session runs or --shard")
+    _check(
+        not spec.sessions and spec.shard_count == 1, "--find-max: not with session runs or --shard"
+    )
 
 
 def _validate_vllm_result(options: VllmResultOptions) -> None:
     unknown = [m for m in options.percentile_metrics if m not in VLLM_PERCENTILE_METRICS]
-    _check(bool(options.percentile_metrics) and not unknown,
-           f"--percentile-metrics: {','.join(unknown) or '(none)'} not reported; allowed: "
-           f"{', '.join(VLLM_PERCENTILE_METRICS)}")
-    _check(bool(options.metric_percentiles)
-           and all(0 < p < 100 for p in options.metric_percentiles),
-           "--metric-percentiles: each must be strictly between 0 and 100")
+    _check(
+        bool(options.percentile_metrics) and not unknown,
+        f"--percentile-metrics: {','.join(unknown) or '(none)'} not reported; allowed: "
+        f"{', '.join(VLLM_PERCENTILE_METRICS)}",
+    )
+    _check(
+        bool(options.metric_percentiles) and all(0 < p < 100 for p in options.metric_percentiles),
+        "--metric-percentiles: each must be strictly between 0 and 100",
+    )
     if options.filename is not None:
-        _check(bool(options.filename) and "/" not in options.filename
-               and "\0" not in options.filename,
-               f"--result-filename {options.filename!r}: a file name, not a path "
-               "(use --result-dir for the directory)")
+        _check(
+            bool(options.filename) and "/" not in options.filename and "\0" not in options.filename,
+            f"--result-filename {options.filename!r}: a file name, not a path "
+            "(use --result-dir for the directory)",
+        )
     if options.label is not None:
         # The label starts vLLM's file name: a `/` in it would put the file elsewhere.
-        _check("/" not in options.label and "\0" not in options.label,
-               f"--label {options.label!r}: a label, not a path: no `/` in it (use "
-               "--result-dir for the directory)")
+        _check(
+            "/" not in options.label and "\0" not in options.label,
+            f"--label {options.label!r}: a label, not a path: no `/` in it (use "
+            "--result-dir for the directory)",
+        )
 
 
 # Flags whose value is a float, with the name the user typed: each must be a finite number
 # (`inf` would overflow a deadline or turn arrival gaps into NaN; `nan` passes every `>`).
-_FLOAT_FLAGS = (("duration_s", "--duration"), ("request_rate", "--request-rate"),
-                ("burstiness", "--burstiness"), ("temperature", "--temperature"),
-                ("top_p", "--top-p"),
-                ("range_ratio", "--range-ratio"), ("request_timeout_s", "--request-timeout"),
-                ("http_timeout_s", "--http-timeout"),
-                ("stream_idle_timeout_s", "--stream-idle-timeout"),
-                ("max_error_rate", "--max-error-rate"))
+_FLOAT_FLAGS = (
+    ("duration_s", "--duration"),
+    ("request_rate", "--request-rate"),
+    ("burstiness", "--burstiness"),
+    ("temperature", "--temperature"),
+    ("top_p", "--top-p"),
+    ("range_ratio", "--range-ratio"),
+    ("request_timeout_s", "--request-timeout"),
+    ("http_timeout_s", "--http-timeout"),
+    ("stream_idle_timeout_s", "--stream-idle-timeout"),
+    ("max_error_rate", "--max-error-rate"),
+)
 
 
 def _check_finite(spec: RunSpec) -> None:
     for name, flag in _FLOAT_FLAGS:
         value = getattr(spec, name)
         _check(value is None or math.isfinite(value), f"{flag} {value}: must be a finite number")
-    _check(all(math.isfinite(v) for v in spec.slos_ms.values()),
-           "--slo: each limit must be a finite duration")
+    _check(
+        all(math.isfinite(v) for v in spec.slos_ms.values()),
+        "--slo: each limit must be a finite duration",
+    )
 
 
 def _validate_run_level(spec: RunSpec) -> None:
     """A seed numpy and vLLM accept, a results directory that can be written, a dataset
     that fits in memory, a server process that exists."""
     _check(0 <= spec.seed <= MAX_SEED, f"--seed {spec.seed}: must be in 0..{MAX_SEED} (2^63-1)")
-    _check(not (spec.resume and spec.overwrite),
-           "--resume and --overwrite exclude each other: continue the run, or replace it")
+    _check(
+        not (spec.resume and spec.overwrite),
+        "--resume and --overwrite exclude each other: continue the run, or replace it",
+    )
     if spec.results_dir is not None:
         check_results_dir(spec.results_dir)
     if spec.dataset is not None and spec.dataset.is_file():
         size = spec.dataset.stat().st_size
-        _check(size <= MAX_DATASET_BYTES,
-               f"--dataset {spec.dataset}: {size / 2**20:,.0f} MiB is over the "
-               f"{MAX_DATASET_BYTES >> 30} GiB limit (the file is read into memory); "
-               "split it or keep only the conversations you need")
+        _check(
+            size <= MAX_DATASET_BYTES,
+            f"--dataset {spec.dataset}: {size / 2**20:,.0f} MiB is over the "
+            f"{MAX_DATASET_BYTES >> 30} GiB limit (the file is read into memory); "
+            "split it or keep only the conversations you need",
+        )
     if spec.server_pid is not None:
-        _check(spec.server_pid > 0 and _process_exists(spec.server_pid),
-               f"--server-pid {spec.server_pid}: no such process on this machine")
+        _check(
+            spec.server_pid > 0 and _process_exists(spec.server_pid),
+            f"--server-pid {spec.server_pid}: no such process on this machine",
+        )
 
 
 def check_results_dir(path: Path) -> None:
@@ -428,8 +515,10 @@ def check_results_dir(path: Path) -> None:
         raise SpecError(f"--results {path}: {what}; give a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         where = "" if existing == path else f" ({existing} is where it would be created)"
-        raise SpecError(f"--results {path}: not writable{where}: read-only or no permission; "
-                        "give a directory you can write")
+        raise SpecError(
+            f"--results {path}: not writable{where}: read-only or no permission; "
+            "give a directory you can write"
+        )
 
 
 def _process_exists(pid: int) -> bool:
@@ -446,38 +535,58 @@ def _process_exists(pid: int) -> bool:
 
 def _validate_sessions(spec: RunSpec) -> None:
     _check(spec.sessions_per_conc >= 1, "--sessions-per-conc: must be >= 1")
-    _check(not spec.multi_turn or spec.dataset is not None,
-           "--multi-turn plays a --dataset's conversations: give --dataset (or --turns N "
-           "for synthetic sessions)")
-    _check(not spec.multi_turn or spec.osl is not None,
-           "--multi-turn: --osl is required (the max_tokens of each turn)")
-    _check(not spec.live_history or spec.dataset_format not in TRACE_FORMATS,
-           "--live-history: trace replay rebuilds each prompt from the trace's `in` and "
-           "hash_ids, which a reply cannot change; use it with --turns or --multi-turn")
-    _check(not spec.live_history or spec.sessions,
-           "--live-history puts the server's replies into the history of a session: use "
-           "it with --turns N or --multi-turn")
-    _check(spec.turns is None or spec.dataset is None,
-           "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)")
+    _check(
+        not spec.multi_turn or spec.dataset is not None,
+        "--multi-turn plays a --dataset's conversations: give --dataset (or --turns N "
+        "for synthetic sessions)",
+    )
+    _check(
+        not spec.multi_turn or spec.osl is not None,
+        "--multi-turn: --osl is required (the max_tokens of each turn)",
+    )
+    _check(
+        not spec.live_history or spec.dataset_format not in TRACE_FORMATS,
+        "--live-history: trace replay rebuilds each prompt from the trace's `in` and "
+        "hash_ids, which a reply cannot change; use it with --turns or --multi-turn",
+    )
+    _check(
+        not spec.live_history or spec.sessions,
+        "--live-history puts the server's replies into the history of a session: use "
+        "it with --turns N or --multi-turn",
+    )
+    _check(
+        spec.turns is None or spec.dataset is None,
+        "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)",
+    )
     if spec.start_ratio is not None:
         low, high = spec.start_ratio
         _check(0.0 <= low <= high < 1.0, "--start-ratio LO,HI: need 0 <= LO <= HI < 1")
-    for flag, cap in (("--idle-cap-system", spec.idle_cap_system_s),
-                      ("--idle-cap-tree", spec.idle_cap_tree_s)):
+    for flag, cap in (
+        ("--idle-cap-system", spec.idle_cap_system_s),
+        ("--idle-cap-tree", spec.idle_cap_tree_s),
+    ):
         _check(cap is None or cap > 0, f"{flag}: must be > 0 seconds (0 = no cap: omit it)")
-    _check(all(name and not any(c in name for c in " :\t\r\n")
-               for name in spec.session_headers),
-           "--session-header: a header name without spaces or colons, e.g. X-Session-ID")
+    _check(
+        all(name and not any(c in name for c in " :\t\r\n") for name in spec.session_headers),
+        "--session-header: a header name without spaces or colons, e.g. X-Session-ID",
+    )
     # Session runs on workers: each plays whole lanes (a tree and its subagents in one
     # process: run/sessions.py). Refused where a play's figures would depend on plays in
     # other processes: Mooncake's one hash scope per point, plays without their own
     # cache-bust marker. Shards (other machines) are refused for session runs.
-    _check(not spec.sessions or spec.shard_count == 1,
-           "--shard does not support session runs (--turns, --multi-turn, trace replay): "
-           "run them on one machine (--workers N splits their lanes over processes)")
+    _check(
+        not spec.sessions or spec.shard_count == 1,
+        "--shard does not support session runs (--turns, --multi-turn, trace replay): "
+        "run them on one machine (--workers N splits their lanes over processes)",
+    )
     if spec.sessions and spec.workers is not None and spec.workers > 1:
-        _check(spec.dataset_format != "mooncake",
-               "--workers with a Mooncake trace: its requests share one hash scope per "
-               "point, which processes cannot share; use --workers 1")
-        _check(spec.cache_bust, "--workers with --no-cache-bust: recycled plays of a tree "
-               "would hit a cache another process filled; use --workers 1")
+        _check(
+            spec.dataset_format != "mooncake",
+            "--workers with a Mooncake trace: its requests share one hash scope per "
+            "point, which processes cannot share; use --workers 1",
+        )
+        _check(
+            spec.cache_bust,
+            "--workers with --no-cache-bust: recycled plays of a tree "
+            "would hit a cache another process filled; use --workers 1",
+        )

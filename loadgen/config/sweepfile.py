@@ -46,9 +46,9 @@ LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # lanes that share a model and concurrency into one series.
 LANE_REFUSED: Mapping[str, str] = {
     "results": "set once for the whole tree: put `results` at the top level (each lane "
-               "writes <results>/<name>)",
+    "writes <results>/<name>)",
     "metrics_port": "not available with a sweep file (lanes sharing a model and "
-                    "concurrency would mix in one series): run a lane alone with --metrics-port",
+    "concurrency would mix in one series): run a lane alone with --metrics-port",
 }
 
 
@@ -114,8 +114,11 @@ class _SweepLoader(yaml.SafeLoader):
             self._alias(self.peek_event(), where)  # type: ignore[no-untyped-call]
             return super().compose_node(parent, index)
         if self.check_event(yaml.CollectionStartEvent) and len(self._paths) > MAX_DEPTH:
-            raise _refused(self.source, where, f"nested more than {MAX_DEPTH} levels deep; "
-                           "a sweep document needs a few")
+            raise _refused(
+                self.source,
+                where,
+                f"nested more than {MAX_DEPTH} levels deep; a sweep document needs a few",
+            )
         start = self._values
         self._paths.append(where)
         try:
@@ -130,23 +133,33 @@ class _SweepLoader(yaml.SafeLoader):
     def _alias(self, event: yaml.Event, where: str) -> None:
         self._aliases += 1
         if self._aliases > MAX_ALIASES:
-            raise _refused(self.source, where, f"more than {MAX_ALIASES} aliases (*name) in "
-                           "the document; write the values out")
+            raise _refused(
+                self.source,
+                where,
+                f"more than {MAX_ALIASES} aliases (*name) in the document; write the values out",
+            )
         anchored = self.anchors.get(getattr(event, "anchor", None))
         if anchored is None:
             return  # undefined: PyYAML says so
         size = self._sizes.get(id(anchored))
         if size is None:  # its anchor's node is still being composed: a cycle
-            raise _refused(self.source, where, "an alias (*name) inside its own anchor; a "
-                           "sweep document cannot be recursive")
+            raise _refused(
+                self.source,
+                where,
+                "an alias (*name) inside its own anchor; a sweep document cannot be recursive",
+            )
         self._count(size, where)
 
     def _count(self, values: int, where: str) -> None:
         self._values += values
         if self._values > MAX_EXPANDED_NODES:
-            raise _refused(self.source, where, f"more than {MAX_EXPANDED_NODES:,} values, "
-                           "each alias (*name) counted as the copy it becomes; a sweep "
-                           "document needs a few hundred")
+            raise _refused(
+                self.source,
+                where,
+                f"more than {MAX_EXPANDED_NODES:,} values, "
+                "each alias (*name) counted as the copy it becomes; a sweep "
+                "document needs a few hundred",
+            )
 
 
 def _step(parent: str, index: Any) -> str:
@@ -163,13 +176,18 @@ def _mapping(loader: _SweepLoader, node: yaml.MappingNode) -> Any:
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
         if not isinstance(key, str):
-            shown = repr(key) if isinstance(key_node, yaml.ScalarNode) else (
-                "a list" if isinstance(key_node, yaml.SequenceNode) else "a mapping")
-            raise loader.fail(node, f"key {shown} is not a string; keys are setting names "
-                              "(quote it: \"1\": ...)")
+            shown = (
+                repr(key)
+                if isinstance(key_node, yaml.ScalarNode)
+                else ("a list" if isinstance(key_node, yaml.SequenceNode) else "a mapping")
+            )
+            raise loader.fail(
+                node, f'key {shown} is not a string; keys are setting names (quote it: "1": ...)'
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice", key_node.start_mark)
+                None, None, f"key {key!r} appears twice", key_node.start_mark
+            )
         seen.add(key)
     return loader.construct_mapping(node)
 
@@ -178,8 +196,10 @@ def _integer(loader: _SweepLoader, node: yaml.ScalarNode) -> int:
     # int() of a long digit string is quadratic (and refused past 4300 digits with an
     # error PyYAML does not catch): look at the text first.
     if len(node.value) > MAX_INT_CHARS:
-        raise loader.fail(node, f"integer of {len(node.value):,} characters; integers "
-                          f"here fit in {MAX_INT_BITS} bits")
+        raise loader.fail(
+            node,
+            f"integer of {len(node.value):,} characters; integers here fit in {MAX_INT_BITS} bits",
+        )
     value: int = loader.construct_yaml_int(node)
     if value.bit_length() > MAX_INT_BITS:
         raise loader.fail(node, f"{value} does not fit in {MAX_INT_BITS} bits")
@@ -197,8 +217,9 @@ def read_sweep_document(path: Path) -> Any:
             raw = file.read(MAX_DOCUMENT_BYTES + 1)  # never more, whatever the file is
         text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SweepFileError(f"--config {path}: cannot read it: "
-                             f"{getattr(exc, 'strerror', None) or exc}") from None
+        raise SweepFileError(
+            f"--config {path}: cannot read it: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
     return load_yaml(text, source=str(path))
 
 
@@ -206,8 +227,10 @@ def load_yaml(text: str, *, source: str) -> Any:
     """The one parser of sweep documents (a file, or the sidecar's YAML body)."""
     size = len(text.encode("utf-8", "replace"))
     if size > MAX_DOCUMENT_BYTES:
-        raise SweepFileError(f"{source}: over {MAX_DOCUMENT_BYTES >> 20} MiB; a sweep "
-                             "document is a few KiB: split it")
+        raise SweepFileError(
+            f"{source}: over {MAX_DOCUMENT_BYTES >> 20} MiB; a sweep "
+            "document is a few KiB: split it"
+        )
     loader = _SweepLoader(text, source)
     try:
         return loader.get_single_data()
@@ -227,14 +250,19 @@ def check_document(value: Any, *, source: str) -> None:
     while stack:
         item, where, depth = stack.pop()
         if isinstance(item, Mapping | list) and depth >= MAX_DEPTH:
-            raise _refused(source, where, f"nested more than {MAX_DEPTH} levels deep; "
-                           "a sweep document needs a few")
-        if isinstance(item, int) and not isinstance(item, bool) and (
-                item.bit_length() > MAX_INT_BITS):
+            raise _refused(
+                source,
+                where,
+                f"nested more than {MAX_DEPTH} levels deep; a sweep document needs a few",
+            )
+        if (
+            isinstance(item, int)
+            and not isinstance(item, bool)
+            and (item.bit_length() > MAX_INT_BITS)
+        ):
             raise _refused(source, where, f"{item} does not fit in {MAX_INT_BITS} bits")
         if isinstance(item, Mapping):
-            stack += [(v, f"{where}.{k}" if where else str(k), depth + 1)
-                      for k, v in item.items()]
+            stack += [(v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in item.items()]
         elif isinstance(item, list):
             stack += [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item)]
 
@@ -242,8 +270,9 @@ def check_document(value: Any, *, source: str) -> None:
 def _groups() -> tuple[dict[str, argparse.Action], dict[str, frozenset[str]]]:
     parser = build_parser()
     actions = {a.dest: a for a in parser._actions if a.dest != "help"}
-    groups = {g.title or "": frozenset(a.dest for a in g._group_actions)
-              for g in parser._action_groups}
+    groups = {
+        g.title or "": frozenset(a.dest for a in g._group_actions) for g in parser._action_groups
+    }
     return actions, groups
 
 
@@ -260,29 +289,40 @@ def _shape_error(dest: str, action: argparse.Action, value: Any) -> str | None:
     if isinstance(action, argparse._StoreTrueAction):
         return None if isinstance(value, bool) else "true or false"
     if dest in ("conc", "percentiles"):
-        ok = _scalar(value) or (isinstance(value, list) and value and all(
-            _scalar(v) for v in value))
+        ok = _scalar(value) or (
+            isinstance(value, list) and value and all(_scalar(v) for v in value)
+        )
         return None if ok else "a list of numbers or a string like 1,4,16"
     if dest == "rate_stages":  # [5@30s, 20@30s] or "5@30s,20@30s"
-        ok = isinstance(value, str) or (isinstance(value, list) and value and all(
-            isinstance(v, str) for v in value))
+        ok = isinstance(value, str) or (
+            isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+        )
         return None if ok else "a list of RATE@DURATION stages like [5@30s, 20@60s]"
     if dest in ("slo", "header"):
-        ok = isinstance(value, str) or (isinstance(value, Mapping) and all(
-            _scalar(v) for v in value.values()))
-        ok = ok or (dest == "header" and isinstance(value, list)
-                    and all(isinstance(v, str) for v in value))
-        return None if ok else ("a mapping like {ttft: 2s}" if dest == "slo"
-                                else "a mapping NAME: VALUE or a list of NAME:VALUE strings")
+        ok = isinstance(value, str) or (
+            isinstance(value, Mapping) and all(_scalar(v) for v in value.values())
+        )
+        ok = ok or (
+            dest == "header" and isinstance(value, list) and all(isinstance(v, str) for v in value)
+        )
+        return (
+            None
+            if ok
+            else (
+                "a mapping like {ttft: 2s}"
+                if dest == "slo"
+                else "a mapping NAME: VALUE or a list of NAME:VALUE strings"
+            )
+        )
     if dest == "extra_body":
         return None if isinstance(value, Mapping | str) else "a mapping of body fields"
     if dest == "sim_args":
-        ok = isinstance(value, str) or (isinstance(value, list) and all(
-            _scalar(v) for v in value))
+        ok = isinstance(value, str) or (isinstance(value, list) and all(_scalar(v) for v in value))
         return None if ok else "a string of simulator flags or a list of them"
     if isinstance(action, argparse._AppendAction):  # repeatable (--gpu-metrics per node...)
-        ok = _scalar(value) or (isinstance(value, list) and value and all(
-            _scalar(v) for v in value))
+        ok = _scalar(value) or (
+            isinstance(value, list) and value and all(_scalar(v) for v in value)
+        )
         return None if ok else "a value or a list of values"
     if action.type is int:
         return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
@@ -300,8 +340,9 @@ def _check_value(dest: str, action: argparse.Action, value: Any, where: str) -> 
     argv = option_argv(dest, value)
     for text in argv[1::2] if len(argv) > 1 else ():
         if action.choices is not None and text not in action.choices:
-            raise SweepFileError(f"{where}: {text!r} is not one of "
-                                 f"{', '.join(map(str, action.choices))}")
+            raise SweepFileError(
+                f"{where}: {text!r} is not one of {', '.join(map(str, action.choices))}"
+            )
         convert = action.type
         if callable(convert) and convert not in (int, float):
             try:
@@ -321,8 +362,9 @@ class _Resolver:
     def fail(self, where: str, message: str) -> SweepFileError:
         return SweepFileError(f"{self.source}: {where}: {message}")
 
-    def level(self, mapping: Mapping[Any, Any], prefix: str,
-              skip: frozenset[str]) -> dict[str, tuple[Any, str]]:
+    def level(
+        self, mapping: Mapping[Any, Any], prefix: str, skip: frozenset[str]
+    ) -> dict[str, tuple[Any, str]]:
         out: dict[str, tuple[Any, str]] = {}
         for key, value in mapping.items():
             where = f"{prefix}{key}"
@@ -332,16 +374,16 @@ class _Resolver:
                 continue
             if key in SECTIONS:
                 if not isinstance(value, Mapping):
-                    raise self.fail(where, f"expected a mapping of {key} settings, "
-                                    f"got {value!r}")
+                    raise self.fail(where, f"expected a mapping of {key} settings, got {value!r}")
                 for inner, inner_value in value.items():
                     self._add(out, str(inner), inner_value, f"{where}.{inner}", key)
             else:
                 self._add(out, key, value, where, None)
         return out
 
-    def _add(self, out: dict[str, tuple[Any, str]], key: str, value: Any, where: str,
-             section: str | None) -> None:
+    def _add(
+        self, out: dict[str, tuple[Any, str]], key: str, value: Any, where: str, section: str | None
+    ) -> None:
         dest = option_dest(key)
         allowed = self.groups[section] if section else frozenset(self.actions)
         if dest not in allowed or dest == "help":
@@ -356,8 +398,7 @@ class _Resolver:
     def _unknown(self, key: str, section: str | None) -> str:
         if section is None and key in ("name", "lanes"):
             return f"{key!r} belongs in a lane" if key == "name" else "only at the top level"
-        names = sorted(_flag(d)[2:] for d in (self.groups[section] if section
-                                              else self.actions))
+        names = sorted(_flag(d)[2:] for d in (self.groups[section] if section else self.actions))
         close = difflib.get_close_matches(key.replace("_", "-"), names, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         other = [s for s in SECTIONS if s != section and option_dest(key) in self.groups[s]]
@@ -372,24 +413,29 @@ def _lane_name(lane: Mapping[Any, Any], where: str, seen: set[str], source: str)
     if name is None:
         raise SweepFileError(f"{source}: {where}.name: required (the lane's directory name)")
     if not isinstance(name, str) or not LANE_NAME.match(name):
-        raise SweepFileError(f"{source}: {where}.name: {name!r} must be 1-64 of A-Z a-z 0-9 "
-                             ". _ - (it names the lane's directory), starting with a letter "
-                             "or digit")
+        raise SweepFileError(
+            f"{source}: {where}.name: {name!r} must be 1-64 of A-Z a-z 0-9 "
+            ". _ - (it names the lane's directory), starting with a letter "
+            "or digit"
+        )
     if name in seen:
         raise SweepFileError(f"{source}: {where}.name: {name!r} is used by another lane")
     seen.add(name)
     return name
 
 
-def _spec_error(exc: SpecError, where: str, keys: Mapping[str, tuple[Any, str]],
-                source: str) -> SweepFileError:
+def _spec_error(
+    exc: SpecError, where: str, keys: Mapping[str, tuple[Any, str]], source: str
+) -> SweepFileError:
     """The parser's message, located at the key it is about when it names a flag."""
     message = str(exc)
     required = re.match(r"the following arguments are required: (.*)", message)
     if required:
         missing = [f.strip().lstrip("-") for f in required.group(1).split(",")]
-        return SweepFileError(f"{source}: {where}: missing {', '.join(missing)}: give them in "
-                              "the lane or at the top level")
+        return SweepFileError(
+            f"{source}: {where}: missing {', '.join(missing)}: give them in "
+            "the lane or at the top level"
+        )
     for flag in re.findall(r"--[a-z][a-z-]*", message):
         dest = flag[2:].replace("-", "_")
         if dest in keys:
@@ -397,10 +443,16 @@ def _spec_error(exc: SpecError, where: str, keys: Mapping[str, tuple[Any, str]],
     return SweepFileError(f"{source}: {where}: {message}")
 
 
-def parse_sweep(document: Any, *, source: str, overrides: Sequence[str] = (),
-                env: Mapping[str, str] | None = None, results_dir: Path | None = None,
-                forbidden: Mapping[str, str] | None = None,
-                fixed: Mapping[str, Any] | None = None) -> SweepPlan:
+def parse_sweep(
+    document: Any,
+    *,
+    source: str,
+    overrides: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    results_dir: Path | None = None,
+    forbidden: Mapping[str, str] | None = None,
+    fixed: Mapping[str, Any] | None = None,
+) -> SweepPlan:
     """Every lane of `document` as a validated RunSpec.
 
     overrides: argv flags applied to every lane, after the file (the CLI's extra flags).
@@ -409,12 +461,16 @@ def parse_sweep(document: Any, *, source: str, overrides: Sequence[str] = (),
     fixed: options set on every lane after everything else (the sidecar's target).
     """
     if not isinstance(document, Mapping):
-        raise SweepFileError(f"{source}: expected a mapping with a `lanes` list at the top, "
-                             f"got {type(document).__name__}")
+        raise SweepFileError(
+            f"{source}: expected a mapping with a `lanes` list at the top, "
+            f"got {type(document).__name__}"
+        )
     lanes = document.get("lanes")
     if not isinstance(lanes, list) or not lanes:
-        raise SweepFileError(f"{source}: lanes: {'empty' if lanes == [] else 'missing'}; "
-                             "give a list of lanes, each a mapping with a name")
+        raise SweepFileError(
+            f"{source}: lanes: {'empty' if lanes == [] else 'missing'}; "
+            "give a list of lanes, each a mapping with a name"
+        )
     resolver = _Resolver(source, {**LANE_REFUSED, **(forbidden or {})})
     shared = resolver.level(document, "", frozenset({"lanes", "results"}))
     tree = _tree(document, source, results_dir, forbidden or {})
@@ -423,13 +479,11 @@ def parse_sweep(document: Any, *, source: str, overrides: Sequence[str] = (),
     for index, lane in enumerate(lanes):
         where = f"lanes[{index}]"
         if not isinstance(lane, Mapping):
-            raise SweepFileError(f"{source}: {where}: expected a mapping with a name, "
-                                 f"got {lane!r}")
+            raise SweepFileError(f"{source}: {where}: expected a mapping with a name, got {lane!r}")
         name = _lane_name(lane, where, seen, source)
         keys = {**shared, **resolver.level(lane, f"{where}.", frozenset({"name"}))}
         options = {dest: value for dest, (value, _) in keys.items()}
-        argv = [*_argv(options), *overrides,
-                *_argv({**(fixed or {}), "results": str(tree / name)})]
+        argv = [*_argv(options), *overrides, *_argv({**(fixed or {}), "results": str(tree / name)})]
         try:
             spec, _, _ = parse_run_args(argv, {} if env is None else env)
         except SpecError as exc:
@@ -443,8 +497,9 @@ def _argv(options: Mapping[str, Any]) -> list[str]:
     return [part for dest, value in options.items() for part in option_argv(dest, value)]
 
 
-def _tree(document: Mapping[str, Any], source: str, results_dir: Path | None,
-          forbidden: Mapping[str, str]) -> Path:
+def _tree(
+    document: Mapping[str, Any], source: str, results_dir: Path | None, forbidden: Mapping[str, str]
+) -> Path:
     value = document.get("results")
     if value is not None and "results" in forbidden:
         raise SweepFileError(f"{source}: results: {forbidden['results']}")
@@ -474,8 +529,18 @@ def parse_config_argv(argv: Sequence[str]) -> tuple[Path, Path | None, list[str]
     return known.config, known.results, rest
 
 
-def load_sweep(path: Path, *, overrides: Sequence[str] = (), env: Mapping[str, str] | None = None,
-               results_dir: Path | None = None) -> SweepPlan:
+def load_sweep(
+    path: Path,
+    *,
+    overrides: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    results_dir: Path | None = None,
+) -> SweepPlan:
     """`loadgen --config PATH`: the file's lanes, argv overrides applied."""
-    return parse_sweep(read_sweep_document(path), source=str(path), overrides=overrides,
-                       env=env, results_dir=results_dir)
+    return parse_sweep(
+        read_sweep_document(path),
+        source=str(path),
+        overrides=overrides,
+        env=env,
+        results_dir=results_dir,
+    )

@@ -66,8 +66,9 @@ def stream_acceptance(records: Sequence[RequestRecord], spec_tokens: int | None)
     return stream_acceptance_from_arrays(PointArrays.build(completed), spec_tokens)
 
 
-def stream_validity(decode_chunks: int, oversized_chunks: int, spec_tokens: int,
-                    stream_interval: int | None = None) -> str | None:
+def stream_validity(
+    decode_chunks: int, oversized_chunks: int, spec_tokens: int, stream_interval: int | None = None
+) -> str | None:
     """Why the stream's chunks cannot be read as one engine step each; None when they can.
 
     Invalid when any decode chunk carries more than K+1 tokens (no step emits more), or
@@ -76,17 +77,19 @@ def stream_validity(decode_chunks: int, oversized_chunks: int, spec_tokens: int,
     neither vLLM's /metrics nor /version reports it.
     """
     if oversized_chunks > 0:
-        return (f"{oversized_chunks} of {decode_chunks} decode chunks carried more than "
-                f"K+1={spec_tokens + 1} tokens: the server merged engine steps "
-                "(stream interval > 1 or a lagging frontend)")
+        return (
+            f"{oversized_chunks} of {decode_chunks} decode chunks carried more than "
+            f"K+1={spec_tokens + 1} tokens: the server merged engine steps "
+            "(stream interval > 1 or a lagging frontend)"
+        )
     if stream_interval is not None and stream_interval > 1:
-        return (f"the server streams every {stream_interval} engine steps: each chunk "
-                "merges steps")
+        return f"the server streams every {stream_interval} engine steps: each chunk merges steps"
     return None
 
 
-def stream_acceptance_from_arrays(arrays: PointArrays, spec_tokens: int | None,
-                                  stream_interval: int | None = None) -> dict[str, Any]:
+def stream_acceptance_from_arrays(
+    arrays: PointArrays, spec_tokens: int | None, stream_interval: int | None = None
+) -> dict[str, Any]:
     """Keys STREAM_KEYS; all None without speculative decoding (spec_tokens None or 0).
 
     - stream_acceptance_length: mean tokens per decode chunk (AL).
@@ -181,8 +184,11 @@ def acceptance_difference(stream: Mapping[str, Any], server: Mapping[str, Any]) 
     }
 
 
-def best_acceptance_length(stream: Mapping[str, Any], server: Mapping[str, Any],
-                           per_request: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def best_acceptance_length(
+    stream: Mapping[str, Any],
+    server: Mapping[str, Any],
+    per_request: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Keys BEST_KEYS: the AL to publish and where it came from, in order of preference.
 
     The stream first (it is per request and exact when valid; stream_acceptance_length
@@ -213,7 +219,8 @@ def published_acceptance_length(result: Mapping[str, Any]) -> tuple[float | None
     stream = dict(result)
     length, k = result.get("stream_acceptance_length"), result.get("spec_tokens")
     if result.get("stream_acceptance_oversized_chunks") or (
-            length is not None and k and float(length) > k + 1):
+        length is not None and k and float(length) > k + 1
+    ):
         stream["stream_acceptance_length"] = None
     best = best_acceptance_length(stream, result, result)
     return best["acceptance_length"], best["acceptance_length_source"]

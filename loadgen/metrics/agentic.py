@@ -25,8 +25,7 @@ from loadgen.records import RequestRecord
 
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
-STATS = (("mean", None), ("p50", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0),
-         ("p99", 99.0))
+STATS = (("mean", None), ("p50", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
 # Lower bounds of the TTFT-by-context bins (prompt tokens); the last bin is open. The
 # result files' `ttft_by_context` and the live histogram's `context_bin` label both use
 # these, through context_bin().
@@ -70,10 +69,10 @@ def cache_tokens(record: RequestRecord) -> CacheTokens | None:
     """None for a request never sent (the server's counters never saw it)."""
     if not record.start_ns:
         return None
-    cached_prompt = (0 if record.cached_tokens is None
-                     else record.prompt_tokens or record.input_len)
-    return CacheTokens(record.input_len, record.theoretical_cached_tokens,
-                       record.cached_tokens, cached_prompt)
+    cached_prompt = 0 if record.cached_tokens is None else record.prompt_tokens or record.input_len
+    return CacheTokens(
+        record.input_len, record.theoretical_cached_tokens, record.cached_tokens, cached_prompt
+    )
 
 
 def stats(values: Sequence[float]) -> dict[str, float | None]:
@@ -81,16 +80,18 @@ def stats(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {name: None for name, _ in STATS}
     array = np.asarray(values, dtype=np.float64)
-    return {name: float(array.mean() if q is None else np.percentile(array, q))
-            for name, q in STATS}
+    return {
+        name: float(array.mean() if q is None else np.percentile(array, q)) for name, q in STATS
+    }
 
 
 def _ratio(part: float | None, whole: float | None) -> float | None:
     return None if part is None or not whole else part / whole
 
 
-def prefix_cache_rates(records: Sequence[RequestRecord], before: ServerSnapshot | None,
-                       after: ServerSnapshot | None) -> dict[str, Any]:
+def prefix_cache_rates(
+    records: Sequence[RequestRecord], before: ServerSnapshot | None, after: ServerSnapshot | None
+) -> dict[str, Any]:
     sent = [c for c in map(cache_tokens, records) if c is not None]
     prompt_tokens = sum(c.prompt_sent for c in sent)
     theory = [c.theoretical for c in sent if c.theoretical is not None]
@@ -114,8 +115,9 @@ def prefix_cache_rates(records: Sequence[RequestRecord], before: ServerSnapshot 
         "client_cached_tokens": client if reported else None,
         "client_cached_requests": len(reported),
         "client_prefix_hit_rate": client_rate,
-        "prefix_hit_rate_diff": (None if server_rate is None or client_rate is None
-                                 else client_rate - server_rate),
+        "prefix_hit_rate_diff": (
+            None if server_rate is None or client_rate is None else client_rate - server_rate
+        ),
     }
 
 
@@ -130,9 +132,17 @@ def ttft_by_context(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
         if ttfts:
             low, high = context_bin_bounds(index)
             figures = stats(ttfts)
-            rows.append({"context_min": low, "context_max": high, "requests": len(ttfts),
-                         "mean_ttft_ms": figures["mean"], "p50_ttft_ms": figures["p50"],
-                         "p90_ttft_ms": figures["p90"], "p99_ttft_ms": figures["p99"]})
+            rows.append(
+                {
+                    "context_min": low,
+                    "context_max": high,
+                    "requests": len(ttfts),
+                    "mean_ttft_ms": figures["mean"],
+                    "p50_ttft_ms": figures["p50"],
+                    "p90_ttft_ms": figures["p90"],
+                    "p99_ttft_ms": figures["p99"],
+                }
+            )
     return rows
 
 
@@ -142,8 +152,11 @@ def latency_stats(records: Sequence[RequestRecord]) -> dict[str, Any]:
     done = [r for r in records if r.ok and r.chunk_ns]
     itls = [gap / 1e6 for r in done for gap in np.diff(r.chunk_ns).tolist() if gap > 0]
     e2e = [r.output_tokens / (r.e2el_ns / 1e9) for r in done if r.e2el_ns]
-    tpots = [((r.e2el_ns or 0) - (r.ttft_ns or 0)) / 1e9 / (r.output_tokens - 1)
-             for r in done if r.output_tokens > 1]
+    tpots = [
+        ((r.e2el_ns or 0) - (r.ttft_ns or 0)) / 1e9 / (r.output_tokens - 1)
+        for r in done
+        if r.output_tokens > 1
+    ]
     return {
         "session_ttft_ms": stats([(r.ttft_ns or 0) / 1e6 for r in done]),
         "session_e2el_ms": stats([(r.e2el_ns or 0) / 1e6 for r in done]),
@@ -156,5 +169,8 @@ def latency_stats(records: Sequence[RequestRecord]) -> dict[str, Any]:
 def session_counts(records: Sequence[RequestRecord]) -> dict[str, Any]:
     sessions = {r.session_id for r in records if r.session_id is not None}
     trees = {r.tree_id for r in records if r.tree_id is not None}
-    return {"session_ids": len(sessions), "session_trees": len(trees),
-            "subagent_session_ids": sum(1 for s in sessions if "::" in s)}
+    return {
+        "session_ids": len(sessions),
+        "session_trees": len(trees),
+        "subagent_session_ids": sum(1 for s in sessions if "::" in s),
+    }

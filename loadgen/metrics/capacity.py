@@ -66,11 +66,11 @@ class Probe:
         return max(self.checks, key=lambda c: c.margin)
 
 
-def checks_of(objectives: Sequence[Objective],
-              figures: Mapping[str, tuple[float | None, float | None]]) -> tuple[Check, ...]:
+def checks_of(
+    objectives: Sequence[Objective], figures: Mapping[str, tuple[float | None, float | None]]
+) -> tuple[Check, ...]:
     """Each objective's check from `figures`: objective name -> (value, bound)."""
-    return tuple(Check(o.name, *figures.get(o.name, (None, None)), o.limit_ms)
-                 for o in objectives)
+    return tuple(Check(o.name, *figures.get(o.name, (None, None)), o.limit_ms) for o in objectives)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +113,12 @@ class Search:
         width = failed - passed
         if self.integer and width <= 1:
             return True
-        step = self.resolution.value * passed if self.resolution.relative \
-            else self.resolution.value
+        step = self.resolution.value * passed if self.resolution.relative else self.resolution.value
         return width <= step
 
     def _bracket(self, probes: Sequence[Probe]) -> tuple[Probe, Probe]:
         failed = min((p for p in probes if not p.passed), key=lambda p: p.load)
-        passed = max((p for p in probes if p.passed and p.load < failed.load),
-                     key=lambda p: p.load)
+        passed = max((p for p in probes if p.passed and p.load < failed.load), key=lambda p: p.load)
         return passed, failed
 
     def _between(self, passed: Probe, failed: Probe, *, bisect: bool) -> float:
@@ -146,8 +144,9 @@ class Search:
         below = [p for p in probes if p.passed and p.load < failed.load]
         passed = max(below, key=lambda p: p.load) if below else None
         above = tuple(sorted(p.load for p in probes if p.passed and p.load > failed.load))
-        return Answer(passed.load if passed else None, passed, failed,
-                      failed.binding.objective, above)
+        return Answer(
+            passed.load if passed else None, passed, failed, failed.binding.objective, above
+        )
 
     def brute_force_points(self) -> int | None:
         """How many points a sweep of every concurrency in the range would measure."""

@@ -33,8 +33,11 @@ def error_fields(records: Sequence[RequestRecord]) -> dict[str, Any]:
     server: it is no failure, in neither the rate nor its denominator (the --max-error-rate
     gate and InferenceX's failed-requests gate read these)."""
     counts = Counter(kind for r in records if (kind := failure_kind(r)) is not None)
-    by_kind = {kind.value: counts.get(kind.value, 0) for kind in ErrorKind
-               if kind is not ErrorKind.CANCELLED}
+    by_kind = {
+        kind.value: counts.get(kind.value, 0)
+        for kind in ErrorKind
+        if kind is not ErrorKind.CANCELLED
+    }
     by_kind[NO_TOKENS] = counts.get(NO_TOKENS, 0)
     failed = sum(by_kind.values())
     cancelled = counts.get(ErrorKind.CANCELLED.value, 0)
@@ -85,20 +88,27 @@ def token_count_checks(arrays: PointArrays) -> dict[str, int]:
     }
 
 
-def _sources(values: Iterable[SourceT], kinds: type[SourceT],
-             ) -> tuple[str | None, dict[str, int]]:
+def _sources(
+    values: Iterable[SourceT],
+    kinds: type[SourceT],
+) -> tuple[str | None, dict[str, int]]:
     """The kinds seen, comma-joined in the enum's order (best first), and requests per kind."""
     counts = Counter(values)
     used = [kind for kind in kinds if counts.get(kind)]
-    return (",".join(kind.value for kind in used) or None,
-            {kind.value: counts[kind] for kind in used})
+    return (
+        ",".join(kind.value for kind in used) or None,
+        {kind.value: counts[kind] for kind in used},
+    )
 
 
 def token_source_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:
     """Where the chunk token counts came from; `approximate` when any were re-tokenized text."""
     joined, counts = _sources((r.token_source for r in completed), TokenSource)
-    return {"token_count_source": joined, "token_count_sources": counts,
-            "approximate": TokenSource.TEXT.value in counts}
+    return {
+        "token_count_source": joined,
+        "token_count_sources": counts,
+        "approximate": TokenSource.TEXT.value in counts,
+    }
 
 
 def arrival_stamp_fields(completed: Sequence[RequestRecord]) -> dict[str, Any]:

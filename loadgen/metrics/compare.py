@@ -141,14 +141,16 @@ def ratio(value: float | None, base: float | None) -> float | None:
 
 
 def throughput_field(runs: Sequence[RunInput]) -> str:
-    per_gpu = all(_number(p.get("output_throughput_per_gpu")) is not None
-                  for run in runs for p in run.points.values())
+    per_gpu = all(
+        _number(p.get("output_throughput_per_gpu")) is not None
+        for run in runs
+        for p in run.points.values()
+    )
     return "output_throughput_per_gpu" if per_gpu else "output_throughput"
 
 
 def metric_values(result: Result, throughput: str) -> dict[str, float | None]:
-    values = {key: _number(result.get(field or throughput)) for key, field in
-              METRIC_FIELDS.items()}
+    values = {key: _number(result.get(field or throughput)) for key, field in METRIC_FIELDS.items()}
     # Also for result files from before acceptance_length: the same rule, re-applied.
     values["acceptance_length"] = _number(published_acceptance_length(result)[0])
     return values
@@ -169,13 +171,24 @@ def _spread(entry: Mapping[str, Any]) -> Spread | None:
     if mean is None or low is None or high is None:
         return None
     n = entry.get("n")
-    return Spread(n if isinstance(n, int) else 0, mean, _number(entry.get("std")),
-                  _number(entry.get("cv")), low, high, bool(entry.get("wide")))
+    return Spread(
+        n if isinstance(n, int) else 0,
+        mean,
+        _number(entry.get("std")),
+        _number(entry.get("cv")),
+        low,
+        high,
+        bool(entry.get("wide")),
+    )
 
 
-def _ratio_of(key: str, value: float | None, base: Mapping[str, float | None],
-              mine: Mapping[str, Spread | None], theirs: Mapping[str, Spread | None],
-              ) -> float | None:
+def _ratio_of(
+    key: str,
+    value: float | None,
+    base: Mapping[str, float | None],
+    mine: Mapping[str, Spread | None],
+    theirs: Mapping[str, Spread | None],
+) -> float | None:
     """Of the trials' means where both points have them, else of the point values."""
     spread, other = mine.get(key), theirs.get(key)
     if spread is not None and other is not None:
@@ -183,8 +196,9 @@ def _ratio_of(key: str, value: float | None, base: Mapping[str, float | None],
     return ratio(value, base.get(key))
 
 
-def noise_of(mine: Mapping[str, Spread | None],
-             base: Mapping[str, Spread | None]) -> dict[str, bool | None]:
+def noise_of(
+    mine: Mapping[str, Spread | None], base: Mapping[str, Spread | None]
+) -> dict[str, bool | None]:
     found: dict[str, bool | None] = {}
     for key, spread in mine.items():
         other = base.get(key)
@@ -206,8 +220,9 @@ def pareto_frontier(points: Sequence[FrontierPoint]) -> tuple[FrontierPoint, ...
 
 def interpolate(frontier: Sequence[FrontierPoint], interactivity: float) -> float | None:
     """Throughput on the frontier at this interactivity; None outside its range."""
-    if not frontier or not (frontier[0].interactivity <= interactivity
-                            <= frontier[-1].interactivity):
+    if not frontier or not (
+        frontier[0].interactivity <= interactivity <= frontier[-1].interactivity
+    ):
         return None
     for low, high in itertools.pairwise(frontier):
         if low.interactivity <= interactivity <= high.interactivity:
@@ -219,20 +234,30 @@ def interpolate(frontier: Sequence[FrontierPoint], interactivity: float) -> floa
     return frontier[0].throughput  # a one-point frontier, at exactly its interactivity
 
 
-def matched_interactivity(name: str, frontier: Sequence[FrontierPoint],
-                          base: Sequence[FrontierPoint]) -> list[MatchedPoint]:
+def matched_interactivity(
+    name: str, frontier: Sequence[FrontierPoint], base: Sequence[FrontierPoint]
+) -> list[MatchedPoint]:
     """The run's frontier at the interactivity of each baseline frontier point it covers."""
     matched = []
     for point in base:
         mine = interpolate(frontier, point.interactivity)
         if mine is not None and point.throughput > 0:
-            matched.append(MatchedPoint(name, point.conc, point.interactivity,
-                                        point.throughput, mine, mine / point.throughput))
+            matched.append(
+                MatchedPoint(
+                    name,
+                    point.conc,
+                    point.interactivity,
+                    point.throughput,
+                    mine,
+                    mine / point.throughput,
+                )
+            )
     return matched
 
 
-def crossovers(name: str, baseline: str, ratios: Sequence[tuple[int, float]],
-               quantity: str = "throughput") -> list[Crossover]:
+def crossovers(
+    name: str, baseline: str, ratios: Sequence[tuple[int, float]], quantity: str = "throughput"
+) -> list[Crossover]:
     """Where the run's ratio to the baseline (higher is better) crosses 1, over ascending
     concurrency (ties, ratio exactly 1, are skipped: no one is ahead there)."""
     signed = [(conc, r) for conc, r in sorted(ratios) if r > 0 and r != 1.0]
@@ -243,8 +268,9 @@ def crossovers(name: str, baseline: str, ratios: Sequence[tuple[int, float]],
         t = math.log(r1) / (math.log(r1) - math.log(r2))
         estimate = math.exp(math.log(c1) + t * (math.log(c2) - math.log(c1)))
         ahead_below, ahead_above = (name, baseline) if r1 > 1 else (baseline, name)
-        found.append(Crossover(name, baseline, c1, c2, ahead_below, ahead_above, estimate,
-                               quantity))
+        found.append(
+            Crossover(name, baseline, c1, c2, ahead_below, ahead_above, estimate, quantity)
+        )
     return found
 
 
@@ -264,15 +290,25 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
                 continue
             values = metric_values(run.points[conc], field)
             spreads = metric_spreads(run.points[conc], field)
-            rows.append(PointRow(conc, run.name, values,
-                                 {k: _ratio_of(k, v, base_values, spreads, base_spreads)
-                                  for k, v in values.items()},
-                                 run.points[conc].get("complete") is not False,
-                                 published_acceptance_length(run.points[conc])[1],
-                                 {k: None if s is None or s.ci_high is None else s.ci_high - s.mean
-                                  for k, s in spreads.items()},
-                                 noise_of(spreads, base_spreads),
-                                 {k: s.mean if s else None for k, s in spreads.items()}))
+            rows.append(
+                PointRow(
+                    conc,
+                    run.name,
+                    values,
+                    {
+                        k: _ratio_of(k, v, base_values, spreads, base_spreads)
+                        for k, v in values.items()
+                    },
+                    run.points[conc].get("complete") is not False,
+                    published_acceptance_length(run.points[conc])[1],
+                    {
+                        k: None if s is None or s.ci_high is None else s.ci_high - s.mean
+                        for k, s in spreads.items()
+                    },
+                    noise_of(spreads, base_spreads),
+                    {k: s.mean if s else None for k, s in spreads.items()},
+                )
+            )
     all_points = {run.name: _points(run, field) for run in runs}
     frontiers = {name: pareto_frontier(points) for name, points in all_points.items()}
     matched: list[MatchedPoint] = []
@@ -281,10 +317,20 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
     for run in runs[1:]:
         matched += matched_interactivity(run.name, frontiers[run.name], frontiers[base.name])
         found += crossovers(run.name, base.name, _ratios(rows, run.name, "throughput"))
-        energy += crossovers(run.name, base.name, _ratios(rows, run.name, "tokens_per_joule"),
-                             "tokens per joule")
-    return Comparison(tuple(run.name for run in runs), field, concs, tuple(rows), frontiers,
-                      all_points, tuple(matched), tuple(found), tuple(energy))
+        energy += crossovers(
+            run.name, base.name, _ratios(rows, run.name, "tokens_per_joule"), "tokens per joule"
+        )
+    return Comparison(
+        tuple(run.name for run in runs),
+        field,
+        concs,
+        tuple(rows),
+        frontiers,
+        all_points,
+        tuple(matched),
+        tuple(found),
+        tuple(energy),
+    )
 
 
 def _ratios(rows: Sequence[PointRow], run: str, key: str) -> list[tuple[int, float]]:

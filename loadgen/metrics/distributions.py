@@ -34,8 +34,7 @@ class PointDistributions:
 
 def quantile_curve(samples: FloatArray, points: int = QUANTILES) -> Distribution:
     probabilities = np.linspace(0.0, 1.0, points)
-    values = (np.quantile(samples, probabilities) if samples.size
-              else np.zeros(0, dtype=np.float64))
+    values = np.quantile(samples, probabilities) if samples.size else np.zeros(0, dtype=np.float64)
     return Distribution(probabilities if samples.size else values, values, int(samples.size))
 
 
@@ -45,5 +44,6 @@ def point_distributions(records: Sequence[RequestRecord]) -> PointDistributions:
     gaps, tokens = arrays.itl_per_chunk_ms()
     has_tokens = tokens > 0
     per_token = np.repeat(gaps[has_tokens] / tokens[has_tokens], tokens[has_tokens])
-    return PointDistributions(quantile_curve(arrays.ttft_ms()), quantile_curve(gaps),
-                              quantile_curve(per_token))
+    return PointDistributions(
+        quantile_curve(arrays.ttft_ms()), quantile_curve(gaps), quantile_curve(per_token)
+    )

@@ -84,9 +84,13 @@ def mono_to_unix_ns(starts: Sequence[tuple[int, float]]) -> int | None:
     return round(sent_unix * 1e9) - start_ns
 
 
-def csv_power_series(rows: Mapping[str, Sequence[tuple[float, float]]], source: str,
-                     offset_ns: int, window_ns: tuple[int, int],
-                     margin_s: float = 10.0) -> list[PowerSeries]:
+def csv_power_series(
+    rows: Mapping[str, Sequence[tuple[float, float]]],
+    source: str,
+    offset_ns: int,
+    window_ns: tuple[int, int],
+    margin_s: float = 10.0,
+) -> list[PowerSeries]:
     """A telemetry CSV's rows (GPU -> (epoch s, W), metrics/gpu_power.parse_power_csv) as
     one series per GPU on the monotonic clock (`offset_ns` = mono_to_unix_ns), keeping the
     rows within `margin_s` of the window: all its integral and checks can use."""
@@ -117,13 +121,15 @@ def _interpolate(times: Sequence[float], values: Sequence[float], at: float) -> 
 def trapezoid_j(times: Sequence[float], powers: Sequence[float], end: float) -> float:
     """∫ power over [0, end] (times in s from the window start, bracketing it)."""
     inside = [(t, p) for t, p in zip(times, powers, strict=True) if 0.0 < t < end]
-    points = [(0.0, _interpolate(times, powers, 0.0)), *inside,
-              (end, _interpolate(times, powers, end))]
+    points = [
+        (0.0, _interpolate(times, powers, 0.0)),
+        *inside,
+        (end, _interpolate(times, powers, end)),
+    ]
     return sum((t1 - t0) * (p0 + p1) / 2.0 for (t0, p0), (t1, p1) in pairwise(points))
 
 
-def _device(samples: Sequence[tuple[float, GpuReading]], end: float,
-            max_gap_s: float) -> _Device:
+def _device(samples: Sequence[tuple[float, GpuReading]], end: float, max_gap_s: float) -> _Device:
     """One GPU: its samples as (seconds from the window start, reading), in time order."""
     if len(samples) < 2:
         return _Device(None, None, None, ("insufficient_power_samples",))
@@ -132,13 +138,16 @@ def _device(samples: Sequence[tuple[float, GpuReading]], end: float,
         return _Device(None, None, None, ("benchmark_window_not_bracketed",))
     left = bisect.bisect_right(times, 0.0) - 1
     right = bisect.bisect_left(times, end)
-    relevant = samples[left:right + 1]
-    rel_times = times[left:right + 1]
+    relevant = samples[left : right + 1]
+    rel_times = times[left : right + 1]
     max_gap = max((b - a for a, b in pairwise(rel_times)), default=0.0)
     issues = ["sampling_gap_exceeded"] if max_gap > max_gap_s else []
     powers = [r.power_w for _, r in relevant]
-    trapezoid = (None if any(p is None for p in powers) else
-                 trapezoid_j(rel_times, [float(p) for p in powers if p is not None], end))
+    trapezoid = (
+        None
+        if any(p is None for p in powers)
+        else trapezoid_j(rel_times, [float(p) for p in powers if p is not None], end)
+    )
     counters = [r.energy_j for _, r in relevant]
     if all(c is not None for c in counters):
         values = [float(c) for c in counters if c is not None]
@@ -151,8 +160,9 @@ def _device(samples: Sequence[tuple[float, GpuReading]], end: float,
     return _Device(trapezoid, "power", max_gap, tuple(issues), trapezoid)
 
 
-def _gpu_samples(series: PowerSeries, start_ns: int
-                 ) -> tuple[dict[str, list[tuple[float, GpuReading]]], bool]:
+def _gpu_samples(
+    series: PowerSeries, start_ns: int
+) -> tuple[dict[str, list[tuple[float, GpuReading]]], bool]:
     """GPU id -> its (seconds from start, reading) list; whether some GPU was missing
     from a successful scrape that showed others."""
     per_gpu: dict[str, list[tuple[float, GpuReading]]] = {}
@@ -176,9 +186,15 @@ def _append(reasons: list[str], reason: str) -> None:
         reasons.append(reason)
 
 
-def point_energy(series: Sequence[PowerSeries], window_ns: tuple[int, int] | None,
-                 totals: PointTotals, *, interval_s: float, expected_gpus: int | None,
-                 max_gap_s: float = MAX_SAMPLE_GAP_S) -> EnergyMetrics:
+def point_energy(
+    series: Sequence[PowerSeries],
+    window_ns: tuple[int, int] | None,
+    totals: PointTotals,
+    *,
+    interval_s: float,
+    expected_gpus: int | None,
+    max_gap_s: float = MAX_SAMPLE_GAP_S,
+) -> EnergyMetrics:
     """The point's EnergyMetrics from every URL's samples over `window_ns` (monotonic)."""
     reasons: list[str] = []
     gpus: list[GpuEnergy] = []
@@ -199,12 +215,20 @@ def point_energy(series: Sequence[PowerSeries], window_ns: tuple[int, int] | Non
             for issue in device.issues:
                 _append(reasons, issue)
             uuid = next((r.uuid for _, r in samples if r.uuid), None)
-            gpus.append(GpuEnergy(
-                source=one.source, gpu=gpu, uuid=uuid, energy_j=device.energy_j,
-                avg_power_w=device.energy_j / end if device.energy_j is not None else None,
-                energy_source=device.source, trapezoid_energy_j=device.trapezoid_j,
-                samples=len(samples),
-                max_sample_gap_s=device.max_gap_s, issues=list(device.issues)))
+            gpus.append(
+                GpuEnergy(
+                    source=one.source,
+                    gpu=gpu,
+                    uuid=uuid,
+                    energy_j=device.energy_j,
+                    avg_power_w=device.energy_j / end if device.energy_j is not None else None,
+                    energy_source=device.source,
+                    trapezoid_energy_j=device.trapezoid_j,
+                    samples=len(samples),
+                    max_sample_gap_s=device.max_gap_s,
+                    issues=list(device.issues),
+                )
+            )
     if expected_gpus is not None and len(gpus) != expected_gpus:
         _append(reasons, "expected_gpu_count_mismatch")
     if not gpus:
@@ -218,21 +242,31 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
-def _metrics(reasons: list[str], gpus: list[GpuEnergy], seconds: float | None,
-             interval_s: float, totals: PointTotals) -> EnergyMetrics:
+def _metrics(
+    reasons: list[str],
+    gpus: list[GpuEnergy],
+    seconds: float | None,
+    interval_s: float,
+    totals: PointTotals,
+) -> EnergyMetrics:
     valid = not reasons and bool(gpus)
     energy = sum(g.energy_j for g in gpus if g.energy_j is not None) if valid else None
     sources = {g.energy_source for g in gpus}
     source = (sources.pop() if len(sources) == 1 else "mixed") if valid else None
     total_power = _ratio(energy, seconds)
     return EnergyMetrics(
-        power_valid=valid, power_invalid_reasons=reasons, energy_source=source,
-        gpu_metrics_interval_s=interval_s, power_num_gpus=len(gpus),
-        avg_power_w=_ratio(total_power, len(gpus)), avg_total_gpu_power_w=total_power,
+        power_valid=valid,
+        power_invalid_reasons=reasons,
+        energy_source=source,
+        gpu_metrics_interval_s=interval_s,
+        power_num_gpus=len(gpus),
+        avg_power_w=_ratio(total_power, len(gpus)),
+        avg_total_gpu_power_w=total_power,
         total_gpu_energy_j=energy,
         joules_per_output_token=_ratio(energy, totals.output_tokens),
         joules_per_input_token=_ratio(energy, totals.input_tokens),
         joules_per_total_token=_ratio(energy, totals.input_tokens + totals.output_tokens),
         joules_per_request=_ratio(energy, totals.completed),
         output_tokens_per_joule=_ratio(totals.output_tokens, energy),
-        gpu_energy=gpus)
+        gpu_energy=gpus,
+    )

@@ -6,33 +6,45 @@ from typing import Any
 
 from loadgen.config.golden import GoldenAL
 
-FIELDS = ("golden_acceptance_length", "golden_acceptance_drift", "golden_acceptance_ok",
-          "golden_acceptance_tolerance", "golden_acceptance_note")
+FIELDS = (
+    "golden_acceptance_length",
+    "golden_acceptance_drift",
+    "golden_acceptance_ok",
+    "golden_acceptance_tolerance",
+    "golden_acceptance_note",
+)
 
 
-def golden_fields(golden: GoldenAL | None, spec_tokens: int | None,
-                  measured: float | None, source: str | None) -> dict[str, Any]:
+def golden_fields(
+    golden: GoldenAL | None, spec_tokens: int | None, measured: float | None, source: str | None
+) -> dict[str, Any]:
     """The golden AL for the point's K, the measured AL's relative drift from it (the
     best valid source: `acceptance_length`), and whether that is within tolerance. A
     point that cannot be checked (no K, no entry for it, no valid AL) fails the check:
     a conformance run that checked nothing must not pass."""
     if golden is None:
         return dict.fromkeys(FIELDS)
-    fields: dict[str, Any] = {**dict.fromkeys(FIELDS), "golden_acceptance_ok": False,
-                              "golden_acceptance_tolerance": golden.tolerance}
+    fields: dict[str, Any] = {
+        **dict.fromkeys(FIELDS),
+        "golden_acceptance_ok": False,
+        "golden_acceptance_tolerance": golden.tolerance,
+    }
     target = golden.al_for(spec_tokens)
     if target is None:
         fields["golden_acceptance_note"] = (
             f"{golden.model}/{golden.mode} in {golden.path.name} has no entry for K="
-            f"{spec_tokens if spec_tokens else 'unknown (give --spec-tokens)'}")
+            f"{spec_tokens if spec_tokens else 'unknown (give --spec-tokens)'}"
+        )
         return fields
     fields["golden_acceptance_length"] = target
     if measured is None:
         fields["golden_acceptance_note"] = "no valid acceptance length was measured"
         return fields
     drift = (measured - target) / target
-    fields.update(golden_acceptance_drift=drift,
-                  golden_acceptance_ok=abs(drift) <= golden.tolerance,
-                  golden_acceptance_note=f"{source} AL {measured:.3f} vs golden {target:.3f} "
-                  f"(K={spec_tokens}, {golden.model}/{golden.mode})")
+    fields.update(
+        golden_acceptance_drift=drift,
+        golden_acceptance_ok=abs(drift) <= golden.tolerance,
+        golden_acceptance_note=f"{source} AL {measured:.3f} vs golden {target:.3f} "
+        f"(K={spec_tokens}, {golden.model}/{golden.mode})",
+    )
     return fields

@@ -38,8 +38,14 @@ class ExporterNames:
 
 
 EXPORTERS = (
-    ExporterNames("nvidia", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-                  1e-3, "gpu", "UUID"),
+    ExporterNames(
+        "nvidia",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        1e-3,
+        "gpu",
+        "UUID",
+    ),
     ExporterNames("amd", "gpu_power_usage", "gpu_energy_consumed", 1e-6, "gpu_id", "gpu_uuid"),
 )
 POWER_NAMES = tuple(e.power for e in EXPORTERS)
@@ -81,8 +87,10 @@ def parse_gpu_metrics(text: str) -> dict[str, GpuReading]:
                     energy[gpu] = float(sample.value) * exporter.energy_unit_j
     except (ValueError, TypeError, IndexError) as exc:
         raise GpuMetricsParseError(f"not Prometheus text ({exc})") from None
-    return {gpu: GpuReading(power.get(gpu), energy.get(gpu), uuids.get(gpu))
-            for gpu in sorted(power.keys() | energy.keys(), key=_gpu_order)}
+    return {
+        gpu: GpuReading(power.get(gpu), energy.get(gpu), uuids.get(gpu))
+        for gpu in sorted(power.keys() | energy.keys(), key=_gpu_order)
+    }
 
 
 def _gpu_order(gpu: str) -> tuple[int, int | str]:
@@ -131,11 +139,13 @@ def parse_power_csv(text: str) -> dict[str, list[tuple[float, float]]]:
     header = [name.strip() for name in reader.fieldnames or []]
     reader.fieldnames = header
     when = next((c for c in header if _TIME_COLUMN.search(c)), None)
-    power = next((c for c in header if _POWER_COLUMN.search(c) and not _NOT_POWER.search(c)),
-                 None)
+    power = next((c for c in header if _POWER_COLUMN.search(c) and not _NOT_POWER.search(c)), None)
     gpu = next((c for c in header if _GPU_COLUMN.match(c)), None)
-    missing = [name for name, column in (("timestamp", when), ("power", power),
-                                         ("GPU index", gpu)) if column is None]
+    missing = [
+        name
+        for name, column in (("timestamp", when), ("power", power), ("GPU index", gpu))
+        if column is None
+    ]
     if when is None or power is None or gpu is None:
         raise PowerCsvError(f"its header {header} has no {' / '.join(missing)} column")
     rows: dict[str, list[tuple[float, float]]] = {}

@@ -13,11 +13,15 @@ from loadgen.records import RequestRecord
 from loadgen.results.point import PromptLengths
 
 
-def prompt_lengths(records: Iterable[RequestRecord], synthesis: str,
-                     note: str | None) -> PromptLengths:
+def prompt_lengths(
+    records: Iterable[RequestRecord], synthesis: str, note: str | None
+) -> PromptLengths:
     """prompt_synthesis(_note) and, for synthetic prompts, how many missed their length."""
-    missed = [abs(r.input_len - r.target_len) for r in records
-              if r.target_len is not None and r.input_len != r.target_len]
+    missed = [
+        abs(r.input_len - r.target_len)
+        for r in records
+        if r.target_len is not None and r.input_len != r.target_len
+    ]
     synthetic = synthesis != "dataset"
     return PromptLengths(
         prompt_synthesis=synthesis,

@@ -36,14 +36,21 @@ SPEC_KEYS = (
     "server_request_al_max",
 )
 # distributions (metrics/summary.py `distribution`) of these per-request samples, in ms
-TIMING_SAMPLES = ("server_request_ttft", "server_request_queue_time", "ttft_minus_server_ttft",
-                  "ttft_outside_server")
+TIMING_SAMPLES = (
+    "server_request_ttft",
+    "server_request_queue_time",
+    "ttft_minus_server_ttft",
+    "ttft_outside_server",
+)
 
 
 def spec_decode_fields(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """Keys SPEC_KEYS from the completed records that carry the server's acceptance."""
-    stats = [r.server_spec_decode for r in records
-             if is_completed(r) and r.server_spec_decode is not None]
+    stats = [
+        r.server_spec_decode
+        for r in records
+        if is_completed(r) and r.server_spec_decode is not None
+    ]
     result: dict[str, Any] = dict.fromkeys(SPEC_KEYS)
     if not stats:
         return result
@@ -71,9 +78,13 @@ def spec_decode_fields(records: Sequence[RequestRecord]) -> dict[str, Any]:
 def _spread(stats: Iterable[SpecDecodeStats]) -> dict[str, float]:
     lengths = np.array([1.0 + s.num_accepted_draft_tokens / s.num_spec_steps for s in stats])
     low, p10, median, p90, high = np.percentile(lengths, [0, 10, 50, 90, 100])
-    return {"server_request_al_min": float(low), "server_request_al_p10": float(p10),
-            "server_request_al_median": float(median), "server_request_al_p90": float(p90),
-            "server_request_al_max": float(high)}
+    return {
+        "server_request_al_min": float(low),
+        "server_request_al_p10": float(p10),
+        "server_request_al_median": float(median),
+        "server_request_al_p90": float(p90),
+        "server_request_al_max": float(high),
+    }
 
 
 def timing_samples(records: Sequence[RequestRecord]) -> dict[str, np.ndarray[Any, Any]]:

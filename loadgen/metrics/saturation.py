@@ -73,10 +73,12 @@ class Saturation:
     @property
     def detail(self) -> str:
         o, t = self.outstanding, self.ttft
-        return (f"over-saturated {self.at_s:.1f} s into the point: over the last "
-                f"{self.window_s:g} s requests outstanding grew {o.slope:.1f}±{o.moe:.1f}/s "
-                f"at {self.rate:.3g} req/s arrivals and TTFT from schedule "
-                f"{t.slope * 1e3:.0f}±{t.moe * 1e3:.0f} ms/s")
+        return (
+            f"over-saturated {self.at_s:.1f} s into the point: over the last "
+            f"{self.window_s:g} s requests outstanding grew {o.slope:.1f}±{o.moe:.1f}/s "
+            f"at {self.rate:.3g} req/s arrivals and TTFT from schedule "
+            f"{t.slope * 1e3:.0f}±{t.moe * 1e3:.0f} ms/s"
+        )
 
 
 def slope_fit(x: Floats, y: Floats) -> SlopeFit | None:
@@ -102,8 +104,14 @@ def outstanding_at(grid: Floats, due_s: Floats, finished_s: Floats) -> Floats:
     return (due - done).astype(np.float64)
 
 
-def saturation(rule: SaturationRule, now_s: float, due_s: Floats, finished_s: Floats,
-               first_token_s: Floats, ttft_s: Floats) -> Saturation | None:
+def saturation(
+    rule: SaturationRule,
+    now_s: float,
+    due_s: Floats,
+    finished_s: Floats,
+    first_token_s: Floats,
+    ttft_s: Floats,
+) -> Saturation | None:
     """The verdict at `now_s` (seconds into the measured phase): the evidence when the point
     is over-saturated, else None. Times are seconds from the measured phase's start;
     `due_s` and `finished_s` sorted; `ttft_s[i]` is the TTFT from schedule of the request

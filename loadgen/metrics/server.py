@@ -148,5 +148,7 @@ def gauge_samples(text: str) -> dict[str, float]:
                 found.setdefault(name, []).append(float(line.rsplit(" ", 1)[-1]))
             except ValueError:
                 continue
-    return {name: (max(values) if WATCHED_GAUGES[name] == "max" else sum(values))
-            for name, values in found.items()}
+    return {
+        name: (max(values) if WATCHED_GAUGES[name] == "max" else sum(values))
+        for name, values in found.items()
+    }

@@ -88,8 +88,14 @@ def _readings(scrape: ScrapeText) -> list[tuple[str, str, tuple[tuple[str, str],
             for sample in family.samples:
                 if sample.name.endswith("_created"):
                     continue
-                found.append((family.name, family.type,
-                              tuple(sorted(sample.labels.items())), float(sample.value)))
+                found.append(
+                    (
+                        family.name,
+                        family.type,
+                        tuple(sorted(sample.labels.items())),
+                        float(sample.value),
+                    )
+                )
     except ValueError:
         return []
     return found
@@ -102,8 +108,10 @@ def build_series(scrapes: Sequence[ScrapeText]) -> list[Series]:
         for name, kind, labels, value in _readings(scrape):
             entry = table.setdefault((scrape.url, name, labels), (kind, []))
             entry[1].append((scrape.ns, value))
-    return [Series(url, name, kind, labels, tuple(points))
-            for (url, name, labels), (kind, points) in sorted(table.items())]
+    return [
+        Series(url, name, kind, labels, tuple(points))
+        for (url, name, labels), (kind, points) in sorted(table.items())
+    ]
 
 
 def _increase(before: float, after: float) -> float:
@@ -113,9 +121,15 @@ def _increase(before: float, after: float) -> float:
 def slices(series: Series) -> list[Slice]:
     pairs = zip(series.points, series.points[1:], strict=False)
     if series.kind == "counter":
-        return [Slice(t0, t1, total=_increase(v0, v1),
-                      rate=_increase(v0, v1) / ((t1 - t0) / 1e9) if t1 > t0 else None)
-                for (t0, v0), (t1, v1) in pairs]
+        return [
+            Slice(
+                t0,
+                t1,
+                total=_increase(v0, v1),
+                rate=_increase(v0, v1) / ((t1 - t0) / 1e9) if t1 > t0 else None,
+            )
+            for (t0, v0), (t1, v1) in pairs
+        ]
     return [Slice(t0, t1, value=v1) for (t0, _), (t1, v1) in pairs]
 
 

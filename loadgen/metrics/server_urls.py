@@ -20,8 +20,11 @@ from loadgen.metrics.server import (
     server_latency_means,
 )
 
-GAUGE_FIELDS = {KV_USAGE: "kv_cache_usage", WAITING: "requests_waiting",
-                RUNNING: "requests_running"}
+GAUGE_FIELDS = {
+    KV_USAGE: "kv_cache_usage",
+    WAITING: "requests_waiting",
+    RUNNING: "requests_running",
+}
 
 
 def _gauge_stats(samples: Mapping[str, Sequence[float]]) -> dict[str, Any]:

@@ -41,21 +41,22 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def _cached_share(records: Sequence[RequestRecord]) -> float | None:
     prompt = sum(r.input_len for r in records)
-    theory = [r.theoretical_cached_tokens for r in records
-              if r.theoretical_cached_tokens is not None]
+    theory = [
+        r.theoretical_cached_tokens for r in records if r.theoretical_cached_tokens is not None
+    ]
     if theory and prompt:
         return sum(theory) / prompt
     reported = [r for r in records if r.cached_tokens is not None]
     reported_prompt = sum(r.prompt_tokens or r.input_len for r in reported)
-    return sum(r.cached_tokens or 0 for r in reported) / reported_prompt if reported_prompt \
-        else None
+    return (
+        sum(r.cached_tokens or 0 for r in reported) / reported_prompt if reported_prompt else None
+    )
 
 
 def rollup(records: Sequence[RequestRecord]) -> dict[str, float | None]:
     """One session's or tree's figures (module doc)."""
     done = [r for r in records if is_completed(r)]
-    gaps = [(b - a) / 1e6 for r in done for a, b in zip(r.chunk_ns, r.chunk_ns[1:],
-                                                         strict=False)]
+    gaps = [(b - a) / 1e6 for r in done for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)]
     return {
         "turns": float(len(records)),
         "mean_ttft_ms": _mean([(r.chunk_ns[0] - r.start_ns) / 1e6 for r in done]),
@@ -65,8 +66,9 @@ def rollup(records: Sequence[RequestRecord]) -> dict[str, float | None]:
     }
 
 
-def _grouped(records: Sequence[RequestRecord],
-             key: Callable[[RequestRecord], str | None]) -> dict[str, list[RequestRecord]]:
+def _grouped(
+    records: Sequence[RequestRecord], key: Callable[[RequestRecord], str | None]
+) -> dict[str, list[RequestRecord]]:
     groups: dict[str, list[RequestRecord]] = defaultdict(list)
     for record in records:
         name = key(record)
@@ -78,12 +80,12 @@ def _grouped(records: Sequence[RequestRecord],
 def rollup_stats(groups: Mapping[str, Sequence[RequestRecord]]) -> dict[str, Any]:
     """The distribution over groups of each rollup figure (None figures left out)."""
     rows = [rollup(members) for members in groups.values()]
-    return {name: stats([v for row in rows if (v := row[name]) is not None])
-            for name in ROLLUP_FIGURES}
+    return {
+        name: stats([v for row in rows if (v := row[name]) is not None]) for name in ROLLUP_FIGURES
+    }
 
 
-def session_goodput(records: Sequence[RequestRecord],
-                    slos: Mapping[str, float]) -> dict[str, Any]:
+def session_goodput(records: Sequence[RequestRecord], slos: Mapping[str, float]) -> dict[str, Any]:
     sessions = _grouped(records, lambda r: r.session_id)
     if not slos:
         return {"good_sessions": None, "good_session_share": None}
@@ -94,8 +96,7 @@ def session_goodput(records: Sequence[RequestRecord],
         mask = good_mask(arrays, latency_samples(arrays), slos)
         good_ids = {id(r) for r, ok in zip(done, mask.tolist(), strict=True) if ok}
     good = sum(all(id(r) in good_ids for r in members) for members in sessions.values())
-    return {"good_sessions": good,
-            "good_session_share": good / len(sessions) if sessions else None}
+    return {"good_sessions": good, "good_session_share": good / len(sessions) if sessions else None}
 
 
 def cache_loss_by_context(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
@@ -114,20 +115,33 @@ def cache_loss_by_context(records: Sequence[RequestRecord]) -> list[dict[str, An
 def _loss_row(members: Sequence[RequestRecord]) -> dict[str, Any]:
     prompt = sum(r.input_len for r in members)
     theory = sum(r.theoretical_cached_tokens or 0 for r in members) / prompt
-    client = (sum(r.cached_tokens or 0 for r in members)
-              / sum(r.prompt_tokens or r.input_len for r in members))
-    return {"requests": len(members), "prompt_tokens": prompt,
-            "theoretical_hit_rate": theory, "client_hit_rate": client, "loss": theory - client}
+    client = sum(r.cached_tokens or 0 for r in members) / sum(
+        r.prompt_tokens or r.input_len for r in members
+    )
+    return {
+        "requests": len(members),
+        "prompt_tokens": prompt,
+        "theoretical_hit_rate": theory,
+        "client_hit_rate": client,
+        "loss": theory - client,
+    }
 
 
 def _reporting(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     """Sent requests with both a theoretical and a reported cached count."""
-    return [r for r in records if r.start_ns and r.input_len and r.cached_tokens is not None
-            and r.theoretical_cached_tokens is not None]
+    return [
+        r
+        for r in records
+        if r.start_ns
+        and r.input_len
+        and r.cached_tokens is not None
+        and r.theoretical_cached_tokens is not None
+    ]
 
 
-def cache_loss_over_time(records: Sequence[RequestRecord],
-                         windows: int = LOSS_WINDOWS) -> list[dict[str, Any]]:
+def cache_loss_over_time(
+    records: Sequence[RequestRecord], windows: int = LOSS_WINDOWS
+) -> list[dict[str, Any]]:
     """The loss in `windows` equal spans of the point (by request start, from the first),
     spans without reporting requests left out; `start_s`/`end_s` from the first start."""
     members = _reporting(records)
@@ -138,20 +152,33 @@ def cache_loss_over_time(records: Sequence[RequestRecord],
     binned: list[list[RequestRecord]] = [[] for _ in range(windows)]
     for r in members:
         binned[(r.start_ns - origin) * windows // span].append(r)
-    return [{"start_s": i * span / windows / 1e9, "end_s": (i + 1) * span / windows / 1e9,
-             **_loss_row(part)} for i, part in enumerate(binned) if part]
+    return [
+        {
+            "start_s": i * span / windows / 1e9,
+            "end_s": (i + 1) * span / windows / 1e9,
+            **_loss_row(part),
+        }
+        for i, part in enumerate(binned)
+        if part
+    ]
 
 
-def session_rollups(records: Sequence[RequestRecord], slos: Mapping[str, float],
-                    theoretical_rate: float | None, server_rate: float | None
-                    ) -> dict[str, Any]:
+def session_rollups(
+    records: Sequence[RequestRecord],
+    slos: Mapping[str, float],
+    theoretical_rate: float | None,
+    server_rate: float | None,
+) -> dict[str, Any]:
     """The SessionMetrics fields of this module (docs/results.md)."""
     return {
         "session_rollup": rollup_stats(_grouped(records, lambda r: r.session_id)),
         "tree_rollup": rollup_stats(_grouped(records, lambda r: r.tree_id)),
         **session_goodput(records, slos),
-        "prefix_cache_loss": (None if theoretical_rate is None or server_rate is None
-                              else theoretical_rate - server_rate),
+        "prefix_cache_loss": (
+            None
+            if theoretical_rate is None or server_rate is None
+            else theoretical_rate - server_rate
+        ),
         "prefix_cache_loss_by_context": cache_loss_by_context(records),
         "prefix_cache_loss_over_time": cache_loss_over_time(records),
     }

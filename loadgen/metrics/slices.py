@@ -48,7 +48,7 @@ class _InFlight:
         mean = float(overlap.sum()) / (hi - lo)
         at = int(np.searchsorted(self.times, lo, side="right"))
         top = int(self.counts[at - 1]) if at else 0
-        inside = self.counts[at:int(np.searchsorted(self.times, hi, side="left"))]
+        inside = self.counts[at : int(np.searchsorted(self.times, hi, side="left"))]
         return mean, max(top, int(inside.max()) if inside.size else 0)
 
 
@@ -62,8 +62,10 @@ class _Events:
         self.cumulative = np.concatenate(([0.0], np.cumsum(self.values)))
 
     def span(self, lo: int, hi: int) -> tuple[int, int]:
-        return (int(np.searchsorted(self.times, lo, side="left")),
-                int(np.searchsorted(self.times, hi, side="left")))
+        return (
+            int(np.searchsorted(self.times, lo, side="left")),
+            int(np.searchsorted(self.times, hi, side="left")),
+        )
 
     def count(self, lo: int, hi: int) -> int:
         a, b = self.span(lo, hi)
@@ -84,8 +86,9 @@ _NONE = np.zeros(0, dtype=np.int64)
 class _PointEvents:
     """Every event the slices count, built once per point."""
 
-    def __init__(self, records: Sequence[RequestRecord], kv_samples: Sequence[tuple[int, float]]
-                 ) -> None:
+    def __init__(
+        self, records: Sequence[RequestRecord], kv_samples: Sequence[tuple[int, float]]
+    ) -> None:
         done = [r for r in records if is_completed(r)]
         arrays = PointArrays.build(done) if done else None
         starts = np.array([r.start_ns for r in records], dtype=np.int64)
@@ -103,39 +106,53 @@ class _PointEvents:
         self.kv = _Events(kv[:, 0].astype(np.int64), kv[:, 1])
 
 
-def time_slices(records: Sequence[RequestRecord], slice_s: float,
-                kv_samples: Sequence[tuple[int, float]] = ()) -> list[SliceMetrics]:
+def time_slices(
+    records: Sequence[RequestRecord], slice_s: float, kv_samples: Sequence[tuple[int, float]] = ()
+) -> list[SliceMetrics]:
     """The point's slices of `slice_s` seconds; `kv_samples` are (perf_counter_ns, KV-cache
     usage fraction) gauge readings. No records: no slices."""
     if not records:
         return []
     starts = np.array([r.start_ns for r in records], dtype=np.int64)
-    ends = np.array([max(r.end_ns, r.chunk_ns[-1] if r.chunk_ns else 0) for r in records],
-                    dtype=np.int64)
+    ends = np.array(
+        [max(r.end_ns, r.chunk_ns[-1] if r.chunk_ns else 0) for r in records], dtype=np.int64
+    )
     events = _PointEvents(records, kv_samples)
     t0, t_end = int(starts.min()), max(int(ends.max()), int(starts.min()) + 1)
     step = int(slice_s * 1e9)
     flight = _InFlight(starts, ends)
     los = range(t0, t_end, step)
-    return [_slice(events, flight, t0, lo, min(lo + step, t_end), lo == los[-1])
-            for lo in los]
+    return [_slice(events, flight, t0, lo, min(lo + step, t_end), lo == los[-1]) for lo in los]
 
 
-def _slice(events: _PointEvents, flight: _InFlight, t0: int, lo: int, end: int,
-           closing: bool) -> SliceMetrics:
+def _slice(
+    events: _PointEvents, flight: _InFlight, t0: int, lo: int, end: int, closing: bool
+) -> SliceMetrics:
     seconds = (end - lo) / 1e9
     hi = end + 1 if closing else end  # the last slice holds what came at the very end
     tokens, finished = int(events.chunks.total(lo, hi)), events.lasts.count(lo, hi)
-    ttft, itl, kv = (events.firsts.within(lo, hi), events.gaps.within(lo, hi),
-                     events.kv.within(lo, hi))
+    ttft, itl, kv = (
+        events.firsts.within(lo, hi),
+        events.gaps.within(lo, hi),
+        events.kv.within(lo, hi),
+    )
     mean, top = flight.over(lo, end)
     return SliceMetrics(
-        start_s=(lo - t0) / 1e9, duration_s=seconds,
-        requests_started=events.starts.count(lo, hi), requests_completed=finished,
-        output_tokens=tokens, chunks=events.chunks.count(lo, hi),
+        start_s=(lo - t0) / 1e9,
+        duration_s=seconds,
+        requests_started=events.starts.count(lo, hi),
+        requests_completed=finished,
+        output_tokens=tokens,
+        chunks=events.chunks.count(lo, hi),
         output_throughput=tokens / seconds if seconds > 0 else 0.0,
         request_throughput=finished / seconds if seconds > 0 else 0.0,
-        ttft_samples=int(ttft.size), p50_ttft_ms=_pct(ttft, 50), p99_ttft_ms=_pct(ttft, 99),
-        itl_samples=int(itl.size), p50_itl_ms=_pct(itl, 50), p99_itl_ms=_pct(itl, 99),
-        in_flight_mean=mean, in_flight_max=top,
-        kv_cache_usage_mean=float(kv.mean()) if kv.size else None)
+        ttft_samples=int(ttft.size),
+        p50_ttft_ms=_pct(ttft, 50),
+        p99_ttft_ms=_pct(ttft, 99),
+        itl_samples=int(itl.size),
+        p50_itl_ms=_pct(itl, 50),
+        p99_itl_ms=_pct(itl, 99),
+        in_flight_mean=mean,
+        in_flight_max=top,
+        kv_cache_usage_mean=float(kv.mean()) if kv.size else None,
+    )

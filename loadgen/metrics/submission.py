@@ -36,8 +36,9 @@ class SubmissionRules:
         """A scenario run's rules (`loadgen profile --scenario`); None for any other run."""
         if spec.scenario is None:
             return None
-        return cls(spec.scenario, spec.unsafe_override, spec.max_error_rate,
-                   spec.max_context_length)
+        return cls(
+            spec.scenario, spec.unsafe_override, spec.max_error_rate, spec.max_context_length
+        )
 
 
 def overflows(record: RequestRecord, max_context_length: int | None) -> bool:
@@ -46,8 +47,13 @@ def overflows(record: RequestRecord, max_context_length: int | None) -> bool:
     return record.error is not None and "context" in record.error_detail.lower()
 
 
-def submission(records: Sequence[RequestRecord], rules: SubmissionRules, *, complete: bool,
-               error_rate: float | None) -> Submission:
+def submission(
+    records: Sequence[RequestRecord],
+    rules: SubmissionRules,
+    *,
+    complete: bool,
+    error_rate: float | None,
+) -> Submission:
     overflow = sum(overflows(r, rules.max_context_length) for r in records)
     reasons = []
     if rules.unsafe_override:
@@ -58,5 +64,6 @@ def submission(records: Sequence[RequestRecord], rules: SubmissionRules, *, comp
         reasons.append("cancelled")
     if error_rate is not None and error_rate > rules.max_error_rate:
         reasons.append("error_rate")
-    return Submission(submission_valid=not reasons, submission_reasons=reasons,
-                      context_overflow_requests=overflow)
+    return Submission(
+        submission_valid=not reasons, submission_reasons=reasons, context_overflow_requests=overflow
+    )

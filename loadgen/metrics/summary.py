@@ -137,8 +137,12 @@ def latency_samples(arrays: PointArrays) -> dict[str, FloatArray]:
     }
 
 
-def good_mask(arrays: PointArrays, samples: Mapping[str, FloatArray],
-              slos: Mapping[str, float], suffix: str = "") -> npt.NDArray[np.bool_]:
+def good_mask(
+    arrays: PointArrays,
+    samples: Mapping[str, FloatArray],
+    slos: Mapping[str, float],
+    suffix: str = "",
+) -> npt.NDArray[np.bool_]:
     """Per completed record (arrays' order): whether it meets every SLO (goodput_fields)."""
     good = np.ones(arrays.num_records, dtype=np.bool_)
     multi = arrays.output_tokens > 1
@@ -222,16 +226,23 @@ def summarize(
     per_request = spec_decode_fields(ordered)
     spec_tokens = ctx.spec_tokens if ctx.spec_tokens is not None else server["server_spec_tokens"]
     if spec_tokens is None:  # K as the server's per-request stats say it
-        spec_tokens = max((r.server_spec_decode.num_spec_tokens for r in completed
-                           if r.server_spec_decode is not None), default=None)
+        spec_tokens = max(
+            (
+                r.server_spec_decode.num_spec_tokens
+                for r in completed
+                if r.server_spec_decode is not None
+            ),
+            default=None,
+        )
     stream = stream_acceptance_from_arrays(arrays, spec_tokens, ctx.stream_interval)
     throughput = throughput_fields(ordered, arrays, ctx.conc, ctx.num_gpus)
     result: dict[str, Any] = {
         "num_prompts": len(ordered),
         "max_concurrency": ctx.conc,
         "completed": len(completed),
-        "failed": len(ordered) - len(completed) - sum(
-            r.error is ErrorKind.CANCELLED for r in ordered),  # cancelled: its own count
+        "failed": len(ordered)
+        - len(completed)
+        - sum(r.error is ErrorKind.CANCELLED for r in ordered),  # cancelled: its own count
         "num_gpus": ctx.num_gpus,
         "spec_tokens": spec_tokens,
         "benchmark_start_time_unix": min(ordered, key=lambda r: r.start_ns).sent_unix
@@ -244,8 +255,17 @@ def summarize(
         "chunk_gaps_read_together": int(np.count_nonzero(samples["itl"] == 0)),
         "tpot_excluded_single_token": int(np.count_nonzero(arrays.output_tokens <= 1)),
     }
-    for name in ("ttft", "tpot", "itl", "e2el", "itl_per_token", "queue_time", "connect_time",
-                 "ttft_from_schedule", "e2el_from_schedule"):
+    for name in (
+        "ttft",
+        "tpot",
+        "itl",
+        "e2el",
+        "itl_per_token",
+        "queue_time",
+        "connect_time",
+        "ttft_from_schedule",
+        "e2el_from_schedule",
+    ):
         result.update(distribution(name, samples[name], ctx.all_percentiles))
     result.update(
         distribution("interactivity", samples["interactivity"], ctx.all_percentiles, "tok_s_user")
@@ -254,8 +274,9 @@ def summarize(
     result["max_connect_time_ms"] = float(connect.max()) if connect.size else None
     result["new_connections"] = int(np.count_nonzero(arrays.connect_ns > 0))
     result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"]))
-    result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"],
-                                 from_schedule=True))
+    result.update(
+        goodput_fields(arrays, samples, ctx.slos, throughput["duration"], from_schedule=True)
+    )
     result["goodput_slos_ms"] = dict(ctx.slos) if ctx.slos else None
     result.update(error_fields(ordered))
     result.update(stray_bytes_fields(ordered))
@@ -272,8 +293,11 @@ def summarize(
     result.update(acceptance_difference(stream, server))
     result.update(best_acceptance_length(stream, server, per_request))
     result["itl_chunks_merged_steps"] = itl_merged_steps(stream)
-    result.update(golden_fields(ctx.golden, spec_tokens, result["acceptance_length"],
-                                result["acceptance_length_source"]))
+    result.update(
+        golden_fields(
+            ctx.golden, spec_tokens, result["acceptance_length"], result["acceptance_length_source"]
+        )
+    )
     result.update(_per_request_lists(ordered))
     # Built, not cast: a key missing here or of the wrong type fails at once.
     return metrics_from_fields(result)

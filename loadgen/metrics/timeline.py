@@ -30,8 +30,13 @@ def request_timeline(records: Sequence[RequestRecord]) -> list[TimelineBar]:
     bars = []
     for r in sorted(records, key=lambda r: (r.start_ns, r.request_id)):
         done = is_completed(r)
-        bars.append(TimelineBar(
-            r.request_id, (r.start_ns - t0) / 1e9,
-            (r.chunk_ns[0] - t0) / 1e9 if done else None,
-            ((r.chunk_ns[-1] if done else r.end_ns) - t0) / 1e9, done))
+        bars.append(
+            TimelineBar(
+                r.request_id,
+                (r.start_ns - t0) / 1e9,
+                (r.chunk_ns[0] - t0) / 1e9 if done else None,
+                ((r.chunk_ns[-1] if done else r.end_ns) - t0) / 1e9,
+                done,
+            )
+        )
     return bars

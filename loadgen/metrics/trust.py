@@ -43,17 +43,25 @@ def _client_warnings(result: Mapping[str, Any]) -> list[str]:
     lag, itl = _get(result, "client_loop_lag_p99_ms"), _get(result, "median_itl_ms")
     if "read" not in _stamp_sources(result):
         lag = None  # every stamp is the kernel's: the loop's lag did not move them
-    relative = (lag is not None and itl is not None and itl > 0
-                and lag >= max(LAG_FLOOR_MS, LAG_SHARE_OF_ITL * itl))
+    relative = (
+        lag is not None
+        and itl is not None
+        and itl > 0
+        and lag >= max(LAG_FLOOR_MS, LAG_SHARE_OF_ITL * itl)
+    )
     if lag is not None and (lag >= LAG_ABS_MS or relative):
         share = f" ({lag / itl:.0%} of the median ITL {itl:.2f} ms)" if itl else ""
-        warnings.append(f"client event-loop lag p99 {lag:.2f} ms{share}: arrival stamps may "
-                        "be late by that much, inflating TTFT and ITL")
+        warnings.append(
+            f"client event-loop lag p99 {lag:.2f} ms{share}: arrival stamps may "
+            "be late by that much, inflating TTFT and ITL"
+        )
     cpu, duration = _get(result, "client_cpu_seconds"), _get(result, "duration")
     if cpu is not None and duration and cpu / duration >= CPU_BUSY:
-        warnings.append(f"client used {cpu / duration:.0%} of a CPU core over the point: it "
-                        "was saturated, so it may have read late (late stamps, or chunks read "
-                        "together)")
+        warnings.append(
+            f"client used {cpu / duration:.0%} of a CPU core over the point: it "
+            "was saturated, so it may have read late (late stamps, or chunks read "
+            "together)"
+        )
     return warnings
 
 
@@ -64,23 +72,29 @@ def _check_warnings(result: Mapping[str, Any]) -> list[str]:
     failed, planned = result.get("failed") or 0, result.get("num_prompts") or 0
     if failed:
         kinds = {k: v for k, v in (result.get("errors_by_kind") or {}).items() if v}
-        warnings.append(f"{failed} of {planned} requests failed "
-                        f"({', '.join(f'{k} {v}' for k, v in kinds.items())})")
+        warnings.append(
+            f"{failed} of {planned} requests failed "
+            f"({', '.join(f'{k} {v}' for k, v in kinds.items())})"
+        )
     if result.get("approximate"):
         warnings.append("token counts re-tokenized from text: approximate")
     together, chunks = result.get("chunk_gaps_read_together") or 0, result.get("total_chunks")
     gaps = (chunks or 0) - (result.get("completed") or 0)  # a request's first chunk has none
     if gaps > 0 and together >= READ_TOGETHER_SHARE * gaps:
-        warnings.append(f"{together / gaps:.1%} of chunk gaps are 0: those chunks came in one "
-                        "read (sent together, or read late), so their ITL was not measured")
+        warnings.append(
+            f"{together / gaps:.1%} of chunk gaps are 0: those chunks came in one "
+            "read (sent together, or read late), so their ITL was not measured"
+        )
     mismatches = result.get("chunk_tokens_vs_usage_mismatches") or 0
     if mismatches:
-        warnings.append(f"{mismatches} requests' chunk token counts disagree with the "
-                        "server's usage")
+        warnings.append(
+            f"{mismatches} requests' chunk token counts disagree with the server's usage"
+        )
     short = result.get("completion_tokens_vs_max_tokens_mismatches") or 0
     if short:
-        warnings.append(f"{short} requests did not produce max_tokens tokens "
-                        "(server ignores ignore_eos?)")
+        warnings.append(
+            f"{short} requests did not produce max_tokens tokens (server ignores ignore_eos?)"
+        )
     warnings += _merged_steps_warnings(result)
     return warnings
 
@@ -94,9 +108,11 @@ def _merged_steps_warnings(result: Mapping[str, Any]) -> list[str]:
         reason = f"{oversized} decode chunks carry more than K+1 tokens (steps merged)"
     if reason is None:
         return []
-    return [f"{reason}; so no stream AL is published (the AL shown is the server "
-            "counters'), and per-chunk ITL pools gaps that span several engine steps "
-            "(itl_chunks_merged_steps)"]
+    return [
+        f"{reason}; so no stream AL is published (the AL shown is the server "
+        "counters'), and per-chunk ITL pools gaps that span several engine steps "
+        "(itl_chunks_merged_steps)"
+    ]
 
 
 def _simulator_warnings(result: Mapping[str, Any]) -> list[str]:
@@ -107,9 +123,11 @@ def _simulator_warnings(result: Mapping[str, Any]) -> list[str]:
         return []
     worst = _get(result, "simulator_behind_max_ms")
     by = f" by up to {worst:.0f} ms" if worst is not None else ""
-    return [f"the simulator fell behind its step schedule{by} ({count} warnings) during "
-            "the point: short of CPU, it sent late steps back to back, so ITL/TTFT describe "
-            "an overloaded simulator, not the engine it models"]
+    return [
+        f"the simulator fell behind its step schedule{by} ({count} warnings) during "
+        "the point: short of CPU, it sent late steps back to back, so ITL/TTFT describe "
+        "an overloaded simulator, not the engine it models"
+    ]
 
 
 def point_warnings(result: Mapping[str, Any]) -> list[str]:
@@ -117,30 +135,48 @@ def point_warnings(result: Mapping[str, Any]) -> list[str]:
     return _client_warnings(result) + _check_warnings(result) + _simulator_warnings(result)
 
 
-def stamp_warnings(points: Mapping[str, Mapping[int, Mapping[str, Any]]],
-                   ) -> list[tuple[str, int, str]]:
+def stamp_warnings(
+    points: Mapping[str, Mapping[int, Mapping[str, Any]]],
+) -> list[tuple[str, int, str]]:
     """Across the runs of a comparison (run -> concurrency -> result): points stamped at
     the read compared with kernel-stamped ones differ by the client's read delay, which
     is not the server's (a run before kernel stamps, https, or --http-client aiohttp)."""
-    kernel = sorted(name for name, run in points.items()
-                    if any("kernel" in _stamp_sources(p) for p in run.values()))
+    kernel = sorted(
+        name
+        for name, run in points.items()
+        if any("kernel" in _stamp_sources(p) for p in run.values())
+    )
     if not kernel:
         return []
-    return [(name, conc, f"stamped at the read, compared with kernel-stamped {kernel[0]}: "
-             "its TTFT and ITL include the client's read delay (client_loop_lag_p99_ms)")
-            for name, run in points.items() for conc, point in run.items()
-            if "read" in _stamp_sources(point)]
+    return [
+        (
+            name,
+            conc,
+            f"stamped at the read, compared with kernel-stamped {kernel[0]}: "
+            "its TTFT and ITL include the client's read delay (client_loop_lag_p99_ms)",
+        )
+        for name, run in points.items()
+        for conc, point in run.items()
+        if "read" in _stamp_sources(point)
+    ]
 
 
 def workload_mismatch(workloads: Mapping[str, Mapping[str, Any]]) -> str | None:
     """One line when the runs of a comparison (run -> what shapes its requests) measured
     different work: a ratio between 1k/256 and 8k/1k says nothing about the servers."""
-    differ = [key for key in dict.fromkeys(k for w in workloads.values() for k in w)
-              if len({repr(w.get(key)) for w in workloads.values()}) > 1]
+    differ = [
+        key
+        for key in dict.fromkeys(k for w in workloads.values() for k in w)
+        if len({repr(w.get(key)) for w in workloads.values()}) > 1
+    ]
     if not differ:
         return None
-    parts = [f"{key} " + " vs ".join(f"{workload.get(key)} ({name})"
-                                     for name, workload in workloads.items())
-             for key in differ]
-    return (f"the runs measured different workloads ({'; '.join(parts)}): their ratios "
-            "compare different work, not only different servers")
+    parts = [
+        f"{key} "
+        + " vs ".join(f"{workload.get(key)} ({name})" for name, workload in workloads.items())
+        for key in differ
+    ]
+    return (
+        f"the runs measured different workloads ({'; '.join(parts)}): their ratios "
+        "compare different work, not only different servers"
+    )

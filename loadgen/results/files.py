@@ -24,8 +24,10 @@ class ResultsWriteError(SetupError):
     def __init__(self, path: Path, exc: OSError, intact: str = "") -> None:
         why = exc.strerror or str(exc)
         name = errno.errorcode.get(exc.errno or 0, "")
-        super().__init__(f"cannot write {path}: {why}{f' ({name})' if name else ''}"
-                         f"{f'; {intact}' if intact else ''}")
+        super().__init__(
+            f"cannot write {path}: {why}{f' ({name})' if name else ''}"
+            f"{f'; {intact}' if intact else ''}"
+        )
         self.path = path
         self.errno = exc.errno
 

@@ -28,8 +28,9 @@ class JsonlSink:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             # O_EXCL: records of two runs never share a file, and none is ever replaced
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
-                               | os.O_CLOEXEC, 0o666)
+            self._fd = os.open(
+                path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o666
+            )
         except OSError as exc:
             raise ResultsWriteError(path, exc) from None
         self._size = os.fstat(self._fd).st_size  # end of the last whole line
@@ -46,13 +47,16 @@ class JsonlSink:
         rest = memoryview(line)
         try:
             while rest:  # write(2) may take part of it (a full disk takes what fits)
-                rest = rest[os.write(self._fd, rest):]
+                rest = rest[os.write(self._fd, rest) :]
         except OSError as exc:
             self.failed = True
             self.dropped += 1
             self._cut_back()
-            raise ResultsWriteError(self.path, exc, f"its {self.count} records before this "
-                                    "one are intact (no torn line)") from None
+            raise ResultsWriteError(
+                self.path,
+                exc,
+                f"its {self.count} records before this one are intact (no torn line)",
+            ) from None
         self._size += len(line)
         self.count += 1
 
@@ -71,8 +75,11 @@ class JsonlSink:
                 os.fsync(self._fd)
         except OSError as exc:
             self.failed = True
-            raise ResultsWriteError(self.path, exc, f"{self.count} records were written "
-                                    "but may not all have reached the disk") from None
+            raise ResultsWriteError(
+                self.path,
+                exc,
+                f"{self.count} records were written but may not all have reached the disk",
+            ) from None
         finally:
             os.close(self._fd)
 

@@ -123,12 +123,14 @@ class SimulatorHealth(msgspec.Struct, frozen=True, kw_only=True):
     @staticmethod
     def combined(parts: list[SimulatorHealth]) -> SimulatorHealth:
         """Several simulators' (shards'): warnings summed, the worst lateness."""
-        counts = [p.simulator_behind_warnings for p in parts
-                  if p.simulator_behind_warnings is not None]
-        worst = [p.simulator_behind_max_ms for p in parts
-                 if p.simulator_behind_max_ms is not None]
-        return SimulatorHealth(simulator_behind_warnings=sum(counts) if counts else None,
-                               simulator_behind_max_ms=max(worst) if worst else None)
+        counts = [
+            p.simulator_behind_warnings for p in parts if p.simulator_behind_warnings is not None
+        ]
+        worst = [p.simulator_behind_max_ms for p in parts if p.simulator_behind_max_ms is not None]
+        return SimulatorHealth(
+            simulator_behind_warnings=sum(counts) if counts else None,
+            simulator_behind_max_ms=max(worst) if worst else None,
+        )
 
 
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
@@ -274,10 +276,12 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
 # A nested Struct is a group of the flat file's keys; `session_history` marks a session
 # point, `power_valid` a point with --gpu-metrics, `trial_seeds` a point pooled over
 # --trials and `submission_valid` a scenario run's (the optional groups).
-_OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {SessionMetrics: "session_history",
-                                                      EnergyMetrics: "power_valid",
-                                                      TrialSpread: "trial_seeds",
-                                                      Submission: "submission_valid"}
+_OPTIONAL_MARKER: dict[type[msgspec.Struct], str] = {
+    SessionMetrics: "session_history",
+    EnergyMetrics: "power_valid",
+    TrialSpread: "trial_seeds",
+    Submission: "submission_valid",
+}
 _EXTRA = "extra_percentiles"
 
 
@@ -311,13 +315,17 @@ def point_from_json(obj: object, source: str) -> PointResult:
     field that is missing or of the wrong type. Keys loadgen does not know are ignored
     (a newer loadgen may add fields)."""
     if not isinstance(obj, dict):
-        raise ResultFileError(f"{source}: not a loadgen point result (a JSON "
-                              f"{type(obj).__name__}, expected an object)")
+        raise ResultFileError(
+            f"{source}: not a loadgen point result (a JSON "
+            f"{type(obj).__name__}, expected an object)"
+        )
     try:
         return _unflatten(PointResult, obj)
     except msgspec.ValidationError as exc:
-        raise ResultFileError(f"{source}: {field_message(exc)}; not a point result of this "
-                              "loadgen (written by another version, or edited?)") from None
+        raise ResultFileError(
+            f"{source}: {field_message(exc)}; not a point result of this "
+            "loadgen (written by another version, or edited?)"
+        ) from None
 
 
 def metrics_from_fields(fields: Mapping[str, Any]) -> PointMetrics:
@@ -334,8 +342,11 @@ def _unflatten(cls: type[S], flat: Mapping[str, Any]) -> S:
             marker = _OPTIONAL_MARKER.get(group)
             part[field.name] = None if marker and marker not in flat else _unflatten(group, flat)
         elif field.name == _EXTRA:
-            part[_EXTRA] = {k: v for k, v in flat.items()
-                            if EXTRA_PERCENTILE_KEY.match(k) and k not in _METRIC_NAMES}
+            part[_EXTRA] = {
+                k: v
+                for k, v in flat.items()
+                if EXTRA_PERCENTILE_KEY.match(k) and k not in _METRIC_NAMES
+            }
         elif field.encode_name in flat:
             part[field.encode_name] = flat[field.encode_name]
     return msgspec.convert(part, cls)

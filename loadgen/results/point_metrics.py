@@ -25,7 +25,7 @@ def vllm_spelling(name: str) -> str | None:
     match = _DECIMAL_PERCENTILE.match(name)
     if match is None:
         return None
-    return f"p{match[1]}.{match[2]}_{name[match.end():]}"
+    return f"p{match[1]}.{match[2]}_{name[match.end() :]}"
 
 
 class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelling):

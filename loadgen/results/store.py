@@ -109,8 +109,9 @@ class ResultsDir:
         path = self.point_file(conc, trial)
         result = point_from_json(read_json(path), str(path))
         if result.conc != conc:
-            raise ResultFileError(f"{path}: field 'max_concurrency' is {result.conc}, not "
-                                  f"{conc} as its name says")
+            raise ResultFileError(
+                f"{path}: field 'max_concurrency' is {result.conc}, not {conc} as its name says"
+            )
         return result
 
     def probe_dir(self, kind: str, load: float) -> Path:
@@ -123,8 +124,9 @@ class ResultsDir:
 
     def write_capacity(self, capacity: CapacityResult) -> Path:
         """capacity.json (results/capacity.py)."""
-        data = orjson.dumps(msgspec.to_builtins(capacity), option=orjson.OPT_INDENT_2
-                            | orjson.OPT_APPEND_NEWLINE)
+        data = orjson.dumps(
+            msgspec.to_builtins(capacity), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+        )
         return write_atomic(self.capacity_file, data)
 
     def incomplete(self, run_id: str) -> Path:
@@ -136,16 +138,19 @@ class ResultsDir:
         return sorted(int(m[1]) for m in found if m)
 
     def write_point(self, result: PointResult, trial: int | None = None) -> Path:
-        data = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2
-                            | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)
+        data = orjson.dumps(
+            result.to_json(),
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE,
+        )
         return write_atomic(self.point_file(result.conc, trial), data)
 
     def read_point(self, conc: int) -> PointResult:
         path = self.point_file(conc)
         result = point_from_json(read_json(path), str(path))
         if result.conc != conc:
-            raise ResultFileError(f"{path}: field 'max_concurrency' is {result.conc}, not "
-                                  f"{conc} as its name says")
+            raise ResultFileError(
+                f"{path}: field 'max_concurrency' is {result.conc}, not {conc} as its name says"
+            )
         return result
 
     def read_points(self) -> dict[int, PointResult]:
@@ -162,8 +167,10 @@ class ResultsDir:
         """run.json as an object (its fields are checked by the reader that needs them)."""
         run = read_json(self.run_file)
         if not isinstance(run, dict):
-            raise ResultFileError(f"{self.run_file}: not a loadgen run.json (a JSON "
-                                  f"{type(run).__name__}, expected an object)")
+            raise ResultFileError(
+                f"{self.run_file}: not a loadgen run.json (a JSON "
+                f"{type(run).__name__}, expected an object)"
+            )
         return run
 
 
@@ -236,5 +243,6 @@ def check_run(run: dict[str, Any], path: Path) -> RunHeader:
     try:
         return msgspec.convert(run, RunHeader)
     except msgspec.ValidationError as exc:
-        raise ResultFileError(f"{path}: {field_message(exc)}; not a run.json this loadgen "
-                              "wrote") from None
+        raise ResultFileError(
+            f"{path}: {field_message(exc)}; not a run.json this loadgen wrote"
+        ) from None

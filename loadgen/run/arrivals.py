@@ -19,8 +19,9 @@ def point_offsets_ns(spec: RunSpec, conc: int) -> list[int]:
     count, rng = spec.measured_requests(conc), point_rng(spec, conc, ARRIVALS)
     if spec.ramp_up_strategy is not None:
         assert spec.ramp_up_start_rps is not None and spec.ramp_up_end_rps is not None
-        rates = ramp_rates(count, spec.ramp_up_strategy, spec.ramp_up_start_rps,
-                           spec.ramp_up_end_rps)
+        rates = ramp_rates(
+            count, spec.ramp_up_strategy, spec.ramp_up_start_rps, spec.ramp_up_end_rps
+        )
         return ramp_offsets_ns(rates, spec.burstiness, rng)
     if spec.rate_stages:
         return staged_offsets_ns(spec.rate_stages, spec.burstiness, rng, count)

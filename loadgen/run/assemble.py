@@ -66,9 +66,15 @@ class PointParts:
     rules: SubmissionRules | None = None  # a scenario run's (loadgen profile --scenario)
 
 
-def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: int,
-                   parts: PointParts, *, server_before: ServerSnapshot | None,
-                   server_after: ServerSnapshot | None) -> PointResult:
+def assemble_point(
+    records: Sequence[RequestRecord],
+    ctx: PointContext,
+    conc: int,
+    parts: PointParts,
+    *,
+    server_before: ServerSnapshot | None,
+    server_after: ServerSnapshot | None,
+) -> PointResult:
     """Summarize the records and put the result together. `ctx.conc` is the slots the
     records were sent from (a shard's share); `conc` is the point's concurrency."""
     metrics = summarize(records, ctx, server_before=server_before, server_after=server_after)
@@ -86,30 +92,49 @@ def assemble_point(records: Sequence[RequestRecord], ctx: PointContext, conc: in
         simulator=parts.simulator,
         sessions=parts.sessions,
         energy=_energy(parts.power, records, metrics) if parts.power is not None else None,
-        slices=(time_slices(records, parts.slice_s, parts.kv_samples)
-                if parts.slice_s is not None else None),
-        submission=None if parts.rules is None else submission(
-            records, parts.rules, complete=parts.status.complete,
-            error_rate=metrics.error_rate),
+        slices=(
+            time_slices(records, parts.slice_s, parts.kv_samples)
+            if parts.slice_s is not None
+            else None
+        ),
+        submission=None
+        if parts.rules is None
+        else submission(
+            records, parts.rules, complete=parts.status.complete, error_rate=metrics.error_rate
+        ),
     )
 
 
-def _energy(power: PowerInput, records: Sequence[RequestRecord],
-            metrics: PointMetrics) -> EnergyMetrics:
+def _energy(
+    power: PowerInput, records: Sequence[RequestRecord], metrics: PointMetrics
+) -> EnergyMetrics:
     """Over the window `duration` spans, per the counts the result file carries."""
-    totals = PointTotals(metrics.completed, metrics.total_input_tokens,
-                         metrics.total_output_tokens)
-    return point_energy(power.series, measured_window(records), totals,
-                        interval_s=power.interval_s, expected_gpus=power.expected_gpus)
+    totals = PointTotals(metrics.completed, metrics.total_input_tokens, metrics.total_output_tokens)
+    return point_energy(
+        power.series,
+        measured_window(records),
+        totals,
+        interval_s=power.interval_s,
+        expected_gpus=power.expected_gpus,
+    )
 
 
 # --trials: the figures each trial's value is kept of, with their spread (PointMetrics
 # names). Throughput, interactivity, TTFT/TPOT/ITL p50 and p99, AL: what a point is
 # published with.
-HEADLINE_FIGURES = ("request_throughput", "output_throughput", "output_throughput_per_gpu",
-                    "median_interactivity_tok_s_user", "median_ttft_ms", "p99_ttft_ms",
-                    "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
-                    "acceptance_length")
+HEADLINE_FIGURES = (
+    "request_throughput",
+    "output_throughput",
+    "output_throughput_per_gpu",
+    "median_interactivity_tok_s_user",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "acceptance_length",
+)
 CI_METHOD = "student_t_95"
 
 
@@ -126,21 +151,44 @@ class TrialPart:
 def figure_spread(values: Sequence[float | None]) -> FigureSpread:
     present = [v for v in values if v is not None]
     if not present:
-        return FigureSpread(values=list(values), n=0, mean=None, std=None, cv=None,
-                            ci_low=None, ci_high=None, ci_half_width=None, wide=True)
+        return FigureSpread(
+            values=list(values),
+            n=0,
+            mean=None,
+            std=None,
+            cv=None,
+            ci_low=None,
+            ci_high=None,
+            ci_half_width=None,
+            wide=True,
+        )
     s = spread(present)
     half = None if s.ci_high is None else s.ci_high - s.mean
-    return FigureSpread(values=list(values), n=s.n, mean=s.mean, std=s.std, cv=s.cv,
-                        ci_low=s.ci_low, ci_high=s.ci_high, ci_half_width=half, wide=s.wide)
+    return FigureSpread(
+        values=list(values),
+        n=s.n,
+        mean=s.mean,
+        std=s.std,
+        cv=s.cv,
+        ci_low=s.ci_low,
+        ci_high=s.ci_high,
+        ci_half_width=half,
+        wide=s.wide,
+    )
 
 
 def trial_spread(trials: Sequence[TrialPart]) -> TrialSpread:
     """Each headline figure's trial values and their Student-t interval."""
     return TrialSpread(
-        trials=len(trials), trial_seeds=[t.seed for t in trials],
-        trial_files=[t.file for t in trials], trial_ci_method=CI_METHOD,
-        trial_spread={name: figure_spread([getattr(t.result.metrics, name) for t in trials])
-                      for name in HEADLINE_FIGURES})
+        trials=len(trials),
+        trial_seeds=[t.seed for t in trials],
+        trial_files=[t.file for t in trials],
+        trial_ci_method=CI_METHOD,
+        trial_spread={
+            name: figure_spread([getattr(t.result.metrics, name) for t in trials])
+            for name in HEADLINE_FIGURES
+        },
+    )
 
 
 def end_to_end(per_trial: Sequence[Sequence[RequestRecord]]) -> list[RequestRecord]:
@@ -164,32 +212,55 @@ def end_to_end(per_trial: Sequence[Sequence[RequestRecord]]) -> list[RequestReco
 
 def _moved(record: RequestRecord, by_ns: int, request_id: int) -> RequestRecord:
     return dataclasses.replace(
-        record, request_id=request_id, scheduled_ns=record.scheduled_ns + by_ns,
-        start_ns=record.start_ns + by_ns, chunk_ns=tuple(t + by_ns for t in record.chunk_ns),
-        end_ns=record.end_ns + by_ns, clock_mono_ns=record.clock_mono_ns + by_ns)
+        record,
+        request_id=request_id,
+        scheduled_ns=record.scheduled_ns + by_ns,
+        start_ns=record.start_ns + by_ns,
+        chunk_ns=tuple(t + by_ns for t in record.chunk_ns),
+        end_ns=record.end_ns + by_ns,
+        clock_mono_ns=record.clock_mono_ns + by_ns,
+    )
 
 
-def assemble_trials(trials: Sequence[TrialPart], ctx: PointContext, conc: int, *,
-                    server_before: ServerSnapshot | None,
-                    server_after: ServerSnapshot | None) -> PointResult:
+def assemble_trials(
+    trials: Sequence[TrialPart],
+    ctx: PointContext,
+    conc: int,
+    *,
+    server_before: ServerSnapshot | None,
+    server_after: ServerSnapshot | None,
+) -> PointResult:
     """The point pooled over its trials: every figure from all trials' records (laid end
     to end), plus each headline figure's spread over the trials. `server_*` are the
     trials' counter deltas summed (None when a trial's are not known)."""
     last = trials[-1].result
-    processes = [{**p, "process": f"trial {k}: {p.get('process')}"}
-                 for k, t in enumerate(trials, 1) for p in t.result.client.client_processes]
+    processes = [
+        {**p, "process": f"trial {k}: {p.get('process')}"}
+        for k, t in enumerate(trials, 1)
+        for p in t.result.client.client_processes
+    ]
     stopped = next((t.result.status for t in trials if not t.result.status.complete), None)
     uncertain = [t.result.client.clock_alignment_uncertainty_ms for t in trials]
     parts = PointParts(
-        identity=last.identity, status=stopped or last.status,
-        counts=PointCounts(sum(t.result.planned_requests for t in trials),
-                           sum(t.result.warmup_requests for t in trials),
-                           sum(t.result.warmup_failed for t in trials)),
+        identity=last.identity,
+        status=stopped or last.status,
+        counts=PointCounts(
+            sum(t.result.planned_requests for t in trials),
+            sum(t.result.warmup_requests for t in trials),
+            sum(t.result.warmup_failed for t in trials),
+        ),
         processes=processes,
         clock_uncertainty_ms=None if None in uncertain else max(u or 0.0 for u in uncertain),
         synthesis=(last.prompts.prompt_synthesis, last.prompts.prompt_synthesis_note),
         server_metrics_by_url=None,  # per URL: in each trial's own file
-        simulator=SimulatorHealth.combined([t.result.simulator for t in trials]))
-    pooled = assemble_point(end_to_end([t.records for t in trials]), ctx, conc, parts,
-                            server_before=server_before, server_after=server_after)
+        simulator=SimulatorHealth.combined([t.result.simulator for t in trials]),
+    )
+    pooled = assemble_point(
+        end_to_end([t.records for t in trials]),
+        ctx,
+        conc,
+        parts,
+        server_before=server_before,
+        server_after=server_after,
+    )
     return msgspec.structs.replace(pooled, trials=trial_spread(trials))

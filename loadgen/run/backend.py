@@ -55,15 +55,23 @@ class Backend(Protocol):
     @property
     def base_url(self) -> str: ...
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
-                        longest: tuple[int, int]) -> ServerInfo:
+    async def preflight(
+        self, options: BodyOptions, probe: tuple[str, int], longest: tuple[int, int]
+    ) -> ServerInfo:
         """Check the server (ServerError when the run cannot start) for requests up to
         `longest` (input, output) tokens; after it, `send` uses the request options the
         server accepted (`ServerInfo.options`)."""
         ...
 
-    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
-                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: OnRecord,
+    ) -> RequestRecord:
         """Send one request and return its record; `on_record` sees it even when the
         request is cancelled (which then re-raises CancelledError)."""
         ...
@@ -89,9 +97,15 @@ class Backend(Protocol):
 class HttpBackend:
     """A real server: measured streams through `streams`, everything else through `session`."""
 
-    def __init__(self, spec: RunSpec, session: aiohttp.ClientSession, target: str,
-                 tokenizer: Tokenizer, streams: StreamClient | None = None,
-                 simulator_log: SimulatorLog | None = None) -> None:
+    def __init__(
+        self,
+        spec: RunSpec,
+        session: aiohttp.ClientSession,
+        target: str,
+        tokenizer: Tokenizer,
+        streams: StreamClient | None = None,
+        simulator_log: SimulatorLog | None = None,
+    ) -> None:
         assert spec.base_url is not None
         self.spec = spec
         self.simulator_log = simulator_log  # the simulator loadgen started, if it did
@@ -103,12 +117,18 @@ class HttpBackend:
         self.metrics_urls = metrics_urls(spec.server_metrics, self.base_url)
         self._transport: Transport | None = None
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
-                        longest: tuple[int, int]) -> ServerInfo:
+    async def preflight(
+        self, options: BodyOptions, probe: tuple[str, int], longest: tuple[int, int]
+    ) -> ServerInfo:
         spec = self.spec
         server = await preflight(
-            self.session, self.base_url, wanted_model=spec.model, isl=longest[0],
-            osl=longest[1], options=options, prompt=probe,
+            self.session,
+            self.base_url,
+            wanted_model=spec.model,
+            isl=longest[0],
+            osl=longest[1],
+            options=options,
+            prompt=probe,
             request_timeout_s=spec.request_timeout_s,
             stream_idle_timeout_s=spec.stream_idle_timeout_s,
             metrics_urls=self.metrics_urls if spec.server_metrics else (),
@@ -120,16 +140,31 @@ class HttpBackend:
     def adopt(self, server: ServerInfo) -> None:
         """Send with what another process's preflight found (a worker process: the
         parent checked the server once for all of them)."""
-        self._transport = Transport(self.streams, self.base_url + server.options.path,
-                                    request_timeout_s=self.spec.request_timeout_s,
-                                    stream_idle_timeout_s=self.spec.stream_idle_timeout_s,
-                                    count_text=text_counter(self.tokenizer))
+        self._transport = Transport(
+            self.streams,
+            self.base_url + server.options.path,
+            request_timeout_s=self.spec.request_timeout_s,
+            stream_idle_timeout_s=self.spec.stream_idle_timeout_s,
+            count_text=text_counter(self.tokenizer),
+        )
 
-    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
-                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: OnRecord,
+    ) -> RequestRecord:
         assert self._transport is not None, "preflight() first"
-        return await self._transport.send(request, x_request_id=x_request_id, conc=conc,
-                                          scheduled_ns=scheduled_ns, on_record=on_record)
+        return await self._transport.send(
+            request,
+            x_request_id=x_request_id,
+            conc=conc,
+            scheduled_ns=scheduled_ns,
+            on_record=on_record,
+        )
 
     async def scrape(self) -> Scrape:
         return await scrape_all(self.session, self.metrics_urls)
@@ -146,8 +181,11 @@ class HttpBackend:
             return None
         # slices place the KV-cache samples: two per slice, but no faster than 10 a second
         # (each scrape is the client's CPU during the measured phase)
-        interval = (None if spec.slice_duration_s is None
-                    else max(0.1, min(WATCH_INTERVAL_S, spec.slice_duration_s / 2)))
+        interval = (
+            None
+            if spec.slice_duration_s is None
+            else max(0.1, min(WATCH_INTERVAL_S, spec.slice_duration_s / 2))
+        )
         return GaugeWatch(self.session, self.metrics_urls, interval)
 
     def series_watch(self) -> SeriesWatch | None:
@@ -167,8 +205,9 @@ def request_headers(spec: RunSpec) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def open_streams(spec: RunSpec, session: aiohttp.ClientSession,
-                       max_connections: int) -> AsyncIterator[StreamClient]:
+async def open_streams(
+    spec: RunSpec, session: aiohttp.ClientSession, max_connections: int
+) -> AsyncIterator[StreamClient]:
     """The client of the measured streams that `--http-client` names."""
     if spec.http_client == "aiohttp":
         yield AiohttpStreams(session)
@@ -181,8 +220,9 @@ async def open_streams(spec: RunSpec, session: aiohttp.ClientSession,
 
 
 @contextlib.asynccontextmanager
-async def http_backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                       attempt: int = 1) -> AsyncIterator[HttpBackend]:
+async def http_backend(
+    spec: RunSpec, results_dir: Path, tokenizer: Tokenizer, attempt: int = 1
+) -> AsyncIterator[HttpBackend]:
     """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`
     (its log is the attempt's: a --resume keeps the earlier attempt's)."""
     async with contextlib.AsyncExitStack() as stack:
@@ -191,13 +231,22 @@ async def http_backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
             from loadgen.run.embedded_sim import started_simulator
 
             sim = await stack.enter_async_context(
-                started_simulator(spec.sim_args,
-                                  log_path=ResultsDir(results_dir).attempt_simulator_log(attempt)))
-            spec, target, log = dataclasses.replace(spec, base_url=sim.base_url), "simulator", \
-                sim.log
+                started_simulator(
+                    spec.sim_args, log_path=ResultsDir(results_dir).attempt_simulator_log(attempt)
+                )
+            )
+            spec, target, log = (
+                dataclasses.replace(spec, base_url=sim.base_url),
+                "simulator",
+                sim.log,
+            )
         session = await stack.enter_async_context(
-            open_session(max_connections=max(spec.conc), headers=request_headers(spec),
-                         http_timeout_s=spec.http_timeout_s,
-                         stamping=spec.http_client == "aiohttp"))
+            open_session(
+                max_connections=max(spec.conc),
+                headers=request_headers(spec),
+                http_timeout_s=spec.http_timeout_s,
+                stamping=spec.http_client == "aiohttp",
+            )
+        )
         streams = await stack.enter_async_context(open_streams(spec, session, max(spec.conc)))
         yield HttpBackend(spec, session, target, tokenizer, streams, log)

@@ -58,16 +58,22 @@ def search_of(spec: RunSpec) -> Search:
     return Search(*spec.rate_range, resolution, integer=False)
 
 
-async def find_capacity(spec: RunSpec, *, tokenizer: Tokenizer | None = None,
-                        backend: Backend | None = None, clock: Clock = perf_counter_ns,
-                        sleep: Sleep = asyncio.sleep) -> CapacityOutcome:
+async def find_capacity(
+    spec: RunSpec,
+    *,
+    tokenizer: Tokenizer | None = None,
+    backend: Backend | None = None,
+    clock: Clock = perf_counter_ns,
+    sleep: Sleep = asyncio.sleep,
+) -> CapacityOutcome:
     """Run the search of `spec` (spec.find_max set); capacity.json in spec.results_dir."""
     directory = spec.results_dir or default_results_dir()
     store = ResultsDir(directory)
     _prepare(store, spec)
     if tokenizer is None:
-        tokenizer = await asyncio.to_thread(load_tokenizer, spec.tokenizer,
-                                            check_dsv4=spec.encoder == "dsv4")
+        tokenizer = await asyncio.to_thread(
+            load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4"
+        )
     search = search_of(spec)
     probes: list[Probe] = []
     dirs: list[str] = []
@@ -75,42 +81,67 @@ async def find_capacity(spec: RunSpec, *, tokenizer: Tokenizer | None = None,
     async with _server(spec, directory, tokenizer, backend) as server:
         while (load := search.next_load(probes)) is not None:
             probe_spec = _probe_spec(spec, store.probe_dir(spec.find_max or "", load), load)
-            print(f"loadgen: find-max probe {len(probes) + 1}: {_load(spec, load)}",
-                  file=sys.stderr)
-            outcome = await run_sweep(probe_spec, tokenizer=tokenizer, backend=server,
-                                      clock=clock, sleep=sleep, outputs=RunFiles(probe_spec))
+            print(
+                f"loadgen: find-max probe {len(probes) + 1}: {_load(spec, load)}", file=sys.stderr
+            )
+            outcome = await run_sweep(
+                probe_spec,
+                tokenizer=tokenizer,
+                backend=server,
+                clock=clock,
+                sleep=sleep,
+                outputs=RunFiles(probe_spec),
+            )
             point = outcome.points[-1]
-            probe = Probe(load, checks_of(spec.objectives, _figures(
-                spec, point.result, ResultsDir(outcome.results_dir))), point.complete)
+            probe = Probe(
+                load,
+                checks_of(
+                    spec.objectives, _figures(spec, point.result, ResultsDir(outcome.results_dir))
+                ),
+                point.complete,
+            )
             probes.append(probe)
             dirs.append(outcome.results_dir.name)
-            print(f"loadgen: find-max probe {len(probes)}: {_verdict(spec, probe)}",
-                  file=sys.stderr)
+            print(
+                f"loadgen: find-max probe {len(probes)}: {_verdict(spec, probe)}", file=sys.stderr
+            )
             result = _result(spec, search, probes, dirs, finished=False)
             store.write_capacity(result)
     result = _result(spec, search, probes, dirs, finished=True)
     store.write_capacity(result)
-    print(f"loadgen: find-max {spec.find_max}: {answer_line(spec, search.answer(probes))}; "
-          f"{len(probes)} probes" + (f" (a sweep of every conc in {search.low:g}.."
-                                     f"{search.high:g} measures {search.brute_force_points()})"
-                                     if search.integer else ""), file=sys.stderr)
+    print(
+        f"loadgen: find-max {spec.find_max}: {answer_line(spec, search.answer(probes))}; "
+        f"{len(probes)} probes"
+        + (
+            f" (a sweep of every conc in {search.low:g}.."
+            f"{search.high:g} measures {search.brute_force_points()})"
+            if search.integer
+            else ""
+        ),
+        file=sys.stderr,
+    )
     return CapacityOutcome(directory, result)
 
 
 def _prepare(store: ResultsDir, spec: RunSpec) -> None:
     if spec.resume:
-        raise SpecError("--find-max with --resume: not supported; start the search again "
-                        "(each probe's directory keeps what it measured)")
+        raise SpecError(
+            "--find-max with --resume: not supported; start the search again "
+            "(each probe's directory keeps what it measured)"
+        )
     try:
         store.path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SpecError(f"--results {store.path}: cannot create it ({exc.strerror or exc})") \
-            from None
+        raise SpecError(
+            f"--results {store.path}: cannot create it ({exc.strerror or exc})"
+        ) from None
     used = store.probe_dirs() + ([store.capacity_file] if store.capacity_file.exists() else [])
     if used and not spec.overwrite:
-        raise SpecError(f"--results {store.path} already holds a capacity search "
-                        f"({used[0].name}); replace it with --overwrite, or choose another "
-                        "directory")
+        raise SpecError(
+            f"--results {store.path} already holds a capacity search "
+            f"({used[0].name}); replace it with --overwrite, or choose another "
+            "directory"
+        )
     for path in used:
         if path.is_dir():
             shutil.rmtree(path)
@@ -119,8 +150,9 @@ def _prepare(store: ResultsDir, spec: RunSpec) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _server(spec: RunSpec, directory: Path, tokenizer: Tokenizer,
-                  given: Backend | None) -> AsyncIterator[Backend]:
+async def _server(
+    spec: RunSpec, directory: Path, tokenizer: Tokenizer, given: Backend | None
+) -> AsyncIterator[Backend]:
     if given is not None:
         yield given
         return
@@ -130,30 +162,43 @@ async def _server(spec: RunSpec, directory: Path, tokenizer: Tokenizer,
 
 def _probe_spec(spec: RunSpec, directory: Path, load: float) -> RunSpec:
     """The one-point run of a probe: the search's own settings, one load."""
-    one = dataclasses.replace(spec, results_dir=directory, find_max=None, objectives=(),
-                              find_max_resolution=None, rate_range=None, overwrite=False)
+    one = dataclasses.replace(
+        spec,
+        results_dir=directory,
+        find_max=None,
+        objectives=(),
+        find_max_resolution=None,
+        rate_range=None,
+        overwrite=False,
+    )
     if spec.find_max == "conc":
         return dataclasses.replace(one, conc=(int(load),))
     return dataclasses.replace(one, conc=(max(spec.conc),), request_rate=load)
 
 
-def _figures(spec: RunSpec, result: PointResult,
-             store: ResultsDir) -> dict[str, tuple[float | None, float | None]]:
+def _figures(
+    spec: RunSpec, result: PointResult, store: ResultsDir
+) -> dict[str, tuple[float | None, float | None]]:
     """Each objective's (value, bound): the point's figure and, with --trials, the upper
     end of its 95 % interval over the trials' own values (else the figure itself)."""
     flat = result.to_json()
     figures: dict[str, tuple[float | None, float | None]] = {}
     for objective in spec.objectives:
         value = _number(flat.get(objective.field))
-        figures[objective.name] = (value, _bound(spec, objective, result, store)
-                                   if spec.trials > 1 else value)
+        figures[objective.name] = (
+            value,
+            _bound(spec, objective, result, store) if spec.trials > 1 else value,
+        )
     return figures
 
 
-def _bound(spec: RunSpec, objective: Objective, result: PointResult,
-           store: ResultsDir) -> float | None:
-    values = [_number(store.read_trial_point(result.conc, k).to_json().get(objective.field))
-              for k in range(1, spec.trials + 1)]
+def _bound(
+    spec: RunSpec, objective: Objective, result: PointResult, store: ResultsDir
+) -> float | None:
+    values = [
+        _number(store.read_trial_point(result.conc, k).to_json().get(objective.field))
+        for k in range(1, spec.trials + 1)
+    ]
     known = [v for v in values if v is not None]
     if len(known) < len(values):
         return None  # a trial without the figure: not shown to hold
@@ -165,8 +210,11 @@ def _number(value: object) -> float | None:
 
 
 def _load(spec: RunSpec, load: float) -> str:
-    return f"conc {load:g}" if spec.find_max == "conc" else \
-        f"rate {load:g} req/s (conc {max(spec.conc)})"
+    return (
+        f"conc {load:g}"
+        if spec.find_max == "conc"
+        else f"rate {load:g} req/s (conc {max(spec.conc)})"
+    )
 
 
 def _check_text(check: Check) -> str:
@@ -182,47 +230,75 @@ def _check_text(check: Check) -> str:
 def _verdict(spec: RunSpec, probe: Probe) -> str:
     verdict = "meets every objective" if probe.passed else "fails"
     incomplete = "" if probe.complete else " (incomplete point)"
-    return (f"{_load(spec, probe.load)} {verdict}{incomplete}: "
-            + ", ".join(_check_text(c) for c in probe.checks))
+    return f"{_load(spec, probe.load)} {verdict}{incomplete}: " + ", ".join(
+        _check_text(c) for c in probe.checks
+    )
 
 
 def answer_line(spec: RunSpec, answer: Answer) -> str:
     if answer.load is None:
-        return (f"no load meets every objective (even {_load(spec, answer.first_fail.load)} "
-                f"fails {answer.binding})" if answer.first_fail else "nothing measured")
+        return (
+            f"no load meets every objective (even {_load(spec, answer.first_fail.load)} "
+            f"fails {answer.binding})"
+            if answer.first_fail
+            else "nothing measured"
+        )
     line = f"{_load(spec, answer.load)} is the largest that meets every objective"
     if answer.first_fail is None:
         return line + f" (the upper bound; tightest {answer.binding})"
     line += f"; {_load(spec, answer.first_fail.load)} fails {answer.binding}"
     if answer.non_monotone:
-        line += (f" (but {', '.join(f'{v:g}' for v in answer.non_monotone)} passed above "
-                 "it: noise, or a server that is not monotone there)")
+        line += (
+            f" (but {', '.join(f'{v:g}' for v in answer.non_monotone)} passed above "
+            "it: noise, or a server that is not monotone there)"
+        )
     return line
 
 
-def _result(spec: RunSpec, search: Search, probes: list[Probe], dirs: list[str], *,
-            finished: bool) -> CapacityResult:
+def _result(
+    spec: RunSpec, search: Search, probes: list[Probe], dirs: list[str], *, finished: bool
+) -> CapacityResult:
     answer = search.answer(probes)
     records = {p.load: _probe(p, d) for p, d in zip(probes, dirs, strict=True)}
     return CapacityResult(
         find_max=spec.find_max or "",
-        objectives=[CapacityObjective(objective=o.name, field=o.field, limit_ms=o.limit_ms)
-                    for o in spec.objectives],
-        low=search.low, high=search.high, resolution=search.resolution.describe(),
-        trials=spec.trials, held_to_limit="ci95_high" if spec.trials > 1 else "value",
-        finished=finished, answer=answer.load,
+        objectives=[
+            CapacityObjective(objective=o.name, field=o.field, limit_ms=o.limit_ms)
+            for o in spec.objectives
+        ],
+        low=search.low,
+        high=search.high,
+        resolution=search.resolution.describe(),
+        trials=spec.trials,
+        held_to_limit="ci95_high" if spec.trials > 1 else "value",
+        finished=finished,
+        answer=answer.load,
         last_pass=records[answer.last_pass.load] if answer.last_pass else None,
         first_fail=records[answer.first_fail.load] if answer.first_fail else None,
-        binding_objective=answer.binding, non_monotone=list(answer.non_monotone),
-        probes=list(records.values()), brute_force_points=search.brute_force_points())
+        binding_objective=answer.binding,
+        non_monotone=list(answer.non_monotone),
+        probes=list(records.values()),
+        brute_force_points=search.brute_force_points(),
+    )
 
 
 def _probe(probe: Probe, directory: str) -> CapacityProbe:
     return CapacityProbe(
-        load=probe.load, passed=probe.passed, complete=probe.complete,
+        load=probe.load,
+        passed=probe.passed,
+        complete=probe.complete,
         margin=probe.margin if math.isfinite(probe.margin) else None,
-        binding_objective=probe.binding.objective, results=directory,
-        checks=[CapacityCheck(objective=c.objective, value_ms=c.value, bound_ms=c.bound,
-                              limit_ms=c.limit_ms,
-                              margin=c.margin if math.isfinite(c.margin) else None,
-                              passed=c.passed) for c in probe.checks])
+        binding_objective=probe.binding.objective,
+        results=directory,
+        checks=[
+            CapacityCheck(
+                objective=c.objective,
+                value_ms=c.value,
+                bound_ms=c.bound,
+                limit_ms=c.limit_ms,
+                margin=c.margin if math.isfinite(c.margin) else None,
+                passed=c.passed,
+            )
+            for c in probe.checks
+        ],
+    )

@@ -36,7 +36,9 @@ class ProcessHealth:
     def to_json(self) -> dict[str, Any]:
         lags = np.asarray(self.lag_ns, dtype=np.float64) / 1e6
         return {
-            "process": self.label, "requests": self.requests, "chunks": self.chunks,
+            "process": self.label,
+            "requests": self.requests,
+            "chunks": self.chunks,
             "cpu_seconds": self.cpu_seconds,
             "cpu_per_chunk_us": self.cpu_seconds / self.chunks * 1e6 if self.chunks else None,
             "loop_lag_p99_ms": float(np.percentile(lags, 99)) if lags.size else None,
@@ -56,8 +58,9 @@ def counts(records: Sequence[RequestRecord]) -> tuple[int, int]:
     return len(records), sum(len(r.chunk_ns) for r in records)
 
 
-def client_health(processes: Sequence[dict[str, Any]], chunks: int,
-                  clock_uncertainty_ms: float | None) -> ClientHealth:
+def client_health(
+    processes: Sequence[dict[str, Any]], chunks: int, clock_uncertainty_ms: float | None
+) -> ClientHealth:
     """The result's client_* fields from every process's `ProcessHealth.to_json()`
     (`chunks` = the point's total_chunks, completed requests only, as before), and how far
     the processes' clocks may disagree (0 on one machine)."""

@@ -63,13 +63,26 @@ class _Timex(ctypes.Structure):
     """struct timex of <sys/timex.h> (Linux, glibc and musl alike)."""
 
     _fields_ = [
-        ("modes", ctypes.c_uint), ("offset", ctypes.c_long), ("freq", ctypes.c_long),
-        ("maxerror", ctypes.c_long), ("esterror", ctypes.c_long), ("status", ctypes.c_int),
-        ("constant", ctypes.c_long), ("precision", ctypes.c_long),
-        ("tolerance", ctypes.c_long), ("time", _Timeval), ("tick", ctypes.c_long),
-        ("ppsfreq", ctypes.c_long), ("jitter", ctypes.c_long), ("shift", ctypes.c_int),
-        ("stabil", ctypes.c_long), ("jitcnt", ctypes.c_long), ("calcnt", ctypes.c_long),
-        ("errcnt", ctypes.c_long), ("stbcnt", ctypes.c_long), ("tai", ctypes.c_int),
+        ("modes", ctypes.c_uint),
+        ("offset", ctypes.c_long),
+        ("freq", ctypes.c_long),
+        ("maxerror", ctypes.c_long),
+        ("esterror", ctypes.c_long),
+        ("status", ctypes.c_int),
+        ("constant", ctypes.c_long),
+        ("precision", ctypes.c_long),
+        ("tolerance", ctypes.c_long),
+        ("time", _Timeval),
+        ("tick", ctypes.c_long),
+        ("ppsfreq", ctypes.c_long),
+        ("jitter", ctypes.c_long),
+        ("shift", ctypes.c_int),
+        ("stabil", ctypes.c_long),
+        ("jitcnt", ctypes.c_long),
+        ("calcnt", ctypes.c_long),
+        ("errcnt", ctypes.c_long),
+        ("stbcnt", ctypes.c_long),
+        ("tai", ctypes.c_int),
         ("_reserved", ctypes.c_int * 11),
     ]
 
@@ -103,7 +116,9 @@ def boot_id() -> str | None:
 def clock_facts(start: ClockPair, end: ClockPair | None) -> dict[str, Any]:
     """What run.json keeps per point for `loadgen merge` (see the module doc)."""
     return {
-        "boot_id": boot_id(), "start_mono_ns": start.mono_ns, "start_unix_ns": start.unix_ns,
+        "boot_id": boot_id(),
+        "start_mono_ns": start.mono_ns,
+        "start_unix_ns": start.unix_ns,
         "pair_read_ns": start.read_ns,
         # A wall clock stepped during the point moves `unix - mono`: the step is an error
         # of the alignment too.

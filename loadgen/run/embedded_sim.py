@@ -74,8 +74,20 @@ def simulator_argv(port: int, extra: Sequence[str]) -> list[str]:
     # --speculative-config sets K itself and refuses the --spec-tokens shorthand beside it.
     speculative = any(arg.startswith("--speculative-config") for arg in extra)
     k = [] if speculative else ["--spec-tokens", str(MTP_DRAFT_TOKENS)]
-    return [sys.executable, "-m", "loadgen", "sim", "--host", HOST, "--port", str(port),
-            *k, "--spin-us", "0", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "loadgen",
+        "sim",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        *k,
+        "--spin-us",
+        "0",
+        *extra,
+    ]
 
 
 async def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
@@ -87,15 +99,17 @@ async def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: IO
                 log.seek(0)
                 err = log.read().decode(errors="replace")
                 last = err.strip().splitlines()[-1:] or ["(no output)"]
-                raise SimulatorError(f"the embedded simulator exited with status "
-                                     f"{process.returncode}: {last[0]}")
+                raise SimulatorError(
+                    f"the embedded simulator exited with status {process.returncode}: {last[0]}"
+                )
             with contextlib.suppress(aiohttp.ClientError, OSError):
                 async with session.get(base_url + "/health") as response:
                     if response.status == 200:
                         return
             await asyncio.sleep(0.05)
-    raise SimulatorError(f"the embedded simulator did not answer /health within "
-                         f"{START_TIMEOUT_S:.0f} s")
+    raise SimulatorError(
+        f"the embedded simulator did not answer /health within {START_TIMEOUT_S:.0f} s"
+    )
 
 
 def _spawn(
@@ -107,7 +121,10 @@ def _spawn(
     else:
         log = tempfile.TemporaryFile()  # noqa: SIM115
     process = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C goes to loadgen, which stops the child itself
         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
@@ -143,8 +160,9 @@ class SimulatorLog:
     def lateness_since(self, mark: int) -> SimulatorHealth:
         """The simulator's lateness warnings written since `mark`: how many, the worst."""
         late = [int(ms) for ms in BEHIND_LINE.findall(self._since(mark))]
-        return SimulatorHealth(simulator_behind_warnings=len(late),
-                               simulator_behind_max_ms=max(late) if late else None)
+        return SimulatorHealth(
+            simulator_behind_warnings=len(late), simulator_behind_max_ms=max(late) if late else None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +232,11 @@ def behind_warning(log: bytes, log_path: Path | None) -> str | None:
     if not late:
         return None
     where = f" in {log_path}" if log_path is not None else ""
-    return (f"the simulator fell behind its step schedule by up to {max(late)} ms "
-            f"({len(late)} warnings{where}): short of CPU, it sent late steps back to back, "
-            "so ITL/TTFT describe an overloaded simulator; give it a free core or less load")
+    return (
+        f"the simulator fell behind its step schedule by up to {max(late)} ms "
+        f"({len(late)} warnings{where}): short of CPU, it sent late steps back to back, "
+        "so ITL/TTFT describe an overloaded simulator; give it a free core or less load"
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -232,15 +252,27 @@ def sweep_estimate(spec: RunSpec, concs: Sequence[int]) -> str | None:
     from loadgen.sim.config import build_parser, config_from_args
     from loadgen.sim.estimate import point_seconds
 
-    if (not spec.sim or spec.isl is None or spec.osl is None or spec.sessions
-            or spec.dataset is not None or spec.request_rate is not None):
+    if (
+        not spec.sim
+        or spec.isl is None
+        or spec.osl is None
+        or spec.sessions
+        or spec.dataset is not None
+        or spec.request_rate is not None
+    ):
         return None
     config = config_from_args(build_parser().parse_args(simulator_argv(0, spec.sim_args)[4:]))
-    each = {conc: point_seconds(config, conc, spec.warmup_requests(conc), spec.isl, spec.osl)
-            + min(point_seconds(config, conc, spec.measured_requests(conc), spec.isl, spec.osl),
-                  spec.duration_s if spec.duration_s is not None else math.inf)
-            for conc in concs}
+    each = {
+        conc: point_seconds(config, conc, spec.warmup_requests(conc), spec.isl, spec.osl)
+        + min(
+            point_seconds(config, conc, spec.measured_requests(conc), spec.isl, spec.osl),
+            spec.duration_s if spec.duration_s is not None else math.inf,
+        )
+        for conc in concs
+    }
     points = ", ".join(f"{conc} ~{_duration(s)}" for conc, s in each.items())
-    return (f"the simulator's step model puts this sweep at about "
-            f"{_duration(sum(each.values()))} (conc {points}); fewer --prompts-per-conc, a "
-            "--duration, or a faster step model (--sim-args '--step-fixed-ms ...') shorten it")
+    return (
+        f"the simulator's step model puts this sweep at about "
+        f"{_duration(sum(each.values()))} (conc {points}); fewer --prompts-per-conc, a "
+        "--duration, or a faster step model (--sim-args '--step-fixed-ms ...') shorten it"
+    )

@@ -41,13 +41,16 @@ def gpu_power_csv(series: Sequence[PowerSeries], mono_to_unix_ns: int | None) ->
         for sample in one.samples:
             if not sample.readings:
                 continue
-            unix_ns = (sample.mono_ns + mono_to_unix_ns if mono_to_unix_ns is not None
-                       else sample.unix_ns)
+            unix_ns = (
+                sample.mono_ns + mono_to_unix_ns if mono_to_unix_ns is not None else sample.unix_ns
+            )
             for gpu, reading in sample.readings.items():
                 if reading.power_w is None:
                     continue
-                line = (f"{unix_ns / 1e9:.6f}, {index[(source, gpu)]}, {reading.uuid or ''}, "
-                        f"{reading.power_w:.3f} W\n")
+                line = (
+                    f"{unix_ns / 1e9:.6f}, {index[(source, gpu)]}, {reading.uuid or ''}, "
+                    f"{reading.power_w:.3f} W\n"
+                )
                 rows.append((unix_ns, index[(source, gpu)], line))
     out = io.StringIO()
     out.write(HEADER)
@@ -56,7 +59,8 @@ def gpu_power_csv(series: Sequence[PowerSeries], mono_to_unix_ns: int | None) ->
     return out.getvalue()
 
 
-def write_gpu_power_csv(path: Path, series: Sequence[PowerSeries],
-                        records: Sequence[RequestRecord]) -> Path:
+def write_gpu_power_csv(
+    path: Path, series: Sequence[PowerSeries], records: Sequence[RequestRecord]
+) -> Path:
     offset = mono_to_unix_ns([(r.start_ns, r.sent_unix) for r in records])
     return write_atomic(path, gpu_power_csv(series, offset).encode())

@@ -15,8 +15,9 @@ def new_run_id(now_unix: float, token: str | None = None) -> str:
     return f"{stamp}-{token or secrets.token_hex(3)}"
 
 
-def x_request_id(run_id: str, conc: int, index: int, *, warmup: bool = False,
-                 trial: int | None = None) -> str:
+def x_request_id(
+    run_id: str, conc: int, index: int, *, warmup: bool = False, trial: int | None = None
+) -> str:
     """The X-Request-Id of a request: unique per run, matchable against the server's trace
     (`-t<k>`: --trials' trial k)."""
     return f"{run_id}-c{conc}{'' if trial is None else f'-t{trial}'}-{'w' if warmup else ''}{index}"

@@ -45,8 +45,13 @@ class LaneStatus:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dir": self.name, "state": self.state,
-                "exit_code": self.exit_code, "error": self.error}
+        return {
+            "name": self.name,
+            "dir": self.name,
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +69,11 @@ class LanesOutcome:
     @property
     def measured(self) -> list[Path]:
         """Lane directories holding at least one point, in the file's order."""
-        return [self.results_dir / lane.name for lane in self.lanes
-                if any((self.results_dir / lane.name).glob("conc_*.json"))]
+        return [
+            self.results_dir / lane.name
+            for lane in self.lanes
+            if any((self.results_dir / lane.name).glob("conc_*.json"))
+        ]
 
 
 def _say(message: str) -> None:
@@ -96,7 +104,8 @@ class _Index:
 
     def write(self, *, finished: bool = False) -> None:
         index = {
-            "loadgen_version": __version__, "started_unix": self.started_unix,
+            "loadgen_version": __version__,
+            "started_unix": self.started_unix,
             "finished_unix": time.time() if finished else None,
             "lanes": [status.to_json() for status in self.statuses],
             "document": self.plan.document,
@@ -104,26 +113,35 @@ class _Index:
         write_atomic(self.plan.results_dir / INDEX, orjson.dumps(index, option=orjson.OPT_INDENT_2))
 
 
-async def run_lanes(plan: SweepPlan, *,
-                    observer_for: Callable[[Lane], RunObserver | None] | None = None,
-                    tokenizer: Tokenizer | None = None) -> LanesOutcome:
+async def run_lanes(
+    plan: SweepPlan,
+    *,
+    observer_for: Callable[[Lane], RunObserver | None] | None = None,
+    tokenizer: Tokenizer | None = None,
+) -> LanesOutcome:
     """Run every lane of `plan`; CancelledError (Ctrl-C, DELETE) is re-raised after the
     index says which lanes were interrupted."""
     from loadgen.run.measure import measure
 
     plan.results_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(plan.results_dir / "sweep.yaml",
-                 yaml.safe_dump(plan.document, sort_keys=False).encode())
+    write_atomic(
+        plan.results_dir / "sweep.yaml", yaml.safe_dump(plan.document, sort_keys=False).encode()
+    )
     index = _Index(plan)
     index.write()
     for number, (lane, status) in enumerate(zip(plan.lanes, index.statuses, strict=True), 1):
-        _say(f"lane {number}/{len(plan.lanes)} {lane.name}: conc "
-             f"{','.join(map(str, lane.spec.conc))} -> {lane.spec.results_dir}")
+        _say(
+            f"lane {number}/{len(plan.lanes)} {lane.name}: conc "
+            f"{','.join(map(str, lane.spec.conc))} -> {lane.spec.results_dir}"
+        )
         status.state = "running"
         index.write()
         try:
-            outcome = await measure(lane.spec, tokenizer=tokenizer,
-                                    observer=observer_for(lane) if observer_for else None)
+            outcome = await measure(
+                lane.spec,
+                tokenizer=tokenizer,
+                observer=observer_for(lane) if observer_for else None,
+            )
         except asyncio.CancelledError:
             status.state, status.exit_code = "interrupted", 130
             for later in index.statuses[number:]:
@@ -138,8 +156,10 @@ async def run_lanes(plan: SweepPlan, *,
         else:  # ran to the end; a point over --max-error-rate still makes the exit status 1
             status.state, status.exit_code = "succeeded", outcome.exit_code
             if outcome.failed_points:
-                status.error = (f"error rate above --max-error-rate at conc "
-                                f"{','.join(map(str, outcome.failed_points))}")
+                status.error = (
+                    f"error rate above --max-error-rate at conc "
+                    f"{','.join(map(str, outcome.failed_points))}"
+                )
         index.write()
     index.write(finished=True)
     _write_al_matrix(plan)
@@ -150,9 +170,11 @@ def _write_al_matrix(plan: SweepPlan) -> None:
     """The tree's AL per model, mode and K (sinks/al_matrix.py), from every lane's complete
     points on disk; it must never cost the measurements, so a failure is only said."""
     try:
-        lanes = [lane_al(lane.name, lane.spec, ResultsDir(plan.results_dir / lane.name)
-                         .read_points()) for lane in plan.lanes
-                 if (plan.results_dir / lane.name).is_dir()]
+        lanes = [
+            lane_al(lane.name, lane.spec, ResultsDir(plan.results_dir / lane.name).read_points())
+            for lane in plan.lanes
+            if (plan.results_dir / lane.name).is_dir()
+        ]
         written = write_al_matrix(plan.results_dir, lanes)
     except (LoadgenError, OSError) as exc:
         _say(f"{AL_MATRIX_FILE} not written: {exc}")

@@ -33,12 +33,14 @@ def ensure_fd_limit(max_conc: int) -> int:
             f"--conc {max_conc} needs about {needed} open files (one socket per request in "
             f"flight, plus {FD_HEADROOM}), but this process may open at most {hard} (hard "
             f"limit); raise it (`ulimit -n {needed}` as root, docker --ulimit "
-            f"nofile={needed}, systemd LimitNOFILE={needed}) or lower --conc")
+            f"nofile={needed}, systemd LimitNOFILE={needed}) or lower --conc"
+        )
     target = needed if hard == resource.RLIM_INFINITY else hard
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError) as exc:
         raise OutOfDescriptors(
             f"--conc {max_conc} needs about {needed} open files; the limit is {soft} and "
-            f"raising it failed ({exc}); raise `ulimit -n` or lower --conc") from None
+            f"raising it failed ({exc}); raise `ulimit -n` or lower --conc"
+        ) from None
     return target

@@ -35,9 +35,13 @@ class LoopHealth:
 
 
 class LoopLag:
-    def __init__(self, interval_s: float = INTERVAL_S, *,
-                 on_sample: Callable[[float], None] | None = None,
-                 clock: Callable[[], int] = perf_counter_ns) -> None:
+    def __init__(
+        self,
+        interval_s: float = INTERVAL_S,
+        *,
+        on_sample: Callable[[float], None] | None = None,
+        clock: Callable[[], int] = perf_counter_ns,
+    ) -> None:
         self.interval_ns = int(interval_s * 1e9)
         self.samples: list[int] = []
         self._on_sample = on_sample
@@ -49,8 +53,7 @@ class LoopLag:
         self._schedule()
 
     def _schedule(self) -> None:
-        self._handle = asyncio.get_running_loop().call_later(
-            self.interval_ns / 1e9, self._tick)
+        self._handle = asyncio.get_running_loop().call_later(self.interval_ns / 1e9, self._tick)
 
     def _tick(self) -> None:
         self.probe()

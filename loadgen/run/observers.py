@@ -17,9 +17,14 @@ class RunOutputs(Protocol):
     (sinks/run_files.py). The engine calls
     them and never imports a sink; `loadgen.run.measure` plugs the standard ones in."""
 
-    def point_written(self, store: ResultsDir, result: PointResult,
-                      records: Sequence[RequestRecord], complete: bool,
-                      capture: PointCapture | None = None) -> None:
+    def point_written(
+        self,
+        store: ResultsDir,
+        result: PointResult,
+        records: Sequence[RequestRecord],
+        complete: bool,
+        capture: PointCapture | None = None,
+    ) -> None:
         """After the point file; may raise ResultsWriteError (the point's write error).
         `capture`: with --aiperf-artifacts, the warmup records and server scrapes."""
 
@@ -30,9 +35,14 @@ class RunOutputs(Protocol):
 class NoOutputs:
     """Only the engine's own files."""
 
-    def point_written(self, store: ResultsDir, result: PointResult,
-                      records: Sequence[RequestRecord], complete: bool,
-                      capture: PointCapture | None = None) -> None:
+    def point_written(
+        self,
+        store: ResultsDir,
+        result: PointResult,
+        records: Sequence[RequestRecord],
+        complete: bool,
+        capture: PointCapture | None = None,
+    ) -> None:
         pass
 
     def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:

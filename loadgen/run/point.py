@@ -61,8 +61,9 @@ from loadgen.run.stops import SATURATED, Stop
 from loadgen.workload.plan import PointPlan, RequestSpec
 
 # (records, server counters before, after the measured phase: None when not both read)
-SessionFields = Callable[[Sequence[RequestRecord], ServerSnapshot | None,
-                          ServerSnapshot | None], SessionMetrics]
+SessionFields = Callable[
+    [Sequence[RequestRecord], ServerSnapshot | None, ServerSnapshot | None], SessionMetrics
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +116,9 @@ class PointRecords:
     live) and, at the end, its PointResult written as conc_<N>.json. The records may come
     from this process (`Point`) or from worker processes (run/workers.py)."""
 
-    def __init__(self, run: RunContext, conc: int, *, planned: int, warmup: int,
-                 slots: int) -> None:
+    def __init__(
+        self, run: RunContext, conc: int, *, planned: int, warmup: int, slots: int
+    ) -> None:
         self.run = run
         self.conc = conc
         self.planned = planned
@@ -147,9 +149,10 @@ class PointRecords:
         bracket its first send."""
         spec = self.run.spec
         if spec.gpu_metrics:
-            self.power = PowerSampler(gpu_metrics_urls(spec.gpu_metrics,
-                                                       self.run.backend.base_url),
-                                      spec.gpu_metrics_interval_s)
+            self.power = PowerSampler(
+                gpu_metrics_urls(spec.gpu_metrics, self.run.backend.base_url),
+                spec.gpu_metrics_interval_s,
+            )
             await self.power.start()
 
     def begin(self, before: Scrape) -> None:
@@ -177,8 +180,10 @@ class PointRecords:
         if self.power is not None:  # sampled once more: after the last completion
             self.power_series, self.power = await self.power.stop(), None
         if self.run.spec.gpu_power_csv is not None:  # rows up to past the last completion
-            self.power_series = [*(self.power_series or ()), *await point_power_csv(
-                self.run.spec.gpu_power_csv, self.records)]
+            self.power_series = [
+                *(self.power_series or ()),
+                *await point_power_csv(self.run.spec.gpu_power_csv, self.records),
+            ]
         if self.series_watch is not None:
             self.scrapes, self.series_watch = await self.series_watch.stop(), None
         return await self.run.backend.scrape()
@@ -195,9 +200,15 @@ class PointRecords:
         with contextlib.suppress(ResultsWriteError):  # the run is stopping already
             self.sink.close()
 
-    def finalize(self, *, complete: bool, after: Scrape | None,
-                 processes: Sequence[ProcessHealth], warmup_failed: int,
-                 stop: Stop | None = None) -> PointOutcome:
+    def finalize(
+        self,
+        *,
+        complete: bool,
+        after: Scrape | None,
+        processes: Sequence[ProcessHealth],
+        warmup_failed: int,
+        stop: Stop | None = None,
+    ) -> PointOutcome:
         """Summarize and write conc_<N>.json. A write that fails is on the outcome
         (`write_error`), not raised: a stopped point is finalized on the way out of a run
         that is already stopping, and the caller decides."""
@@ -221,65 +232,97 @@ class PointRecords:
         try:
             store.write_point(result, self.run.trial)
             if self.power_series is not None:
-                write_gpu_power_csv(store.gpu_power_file(self.conc, self.run.trial),
-                                    self.power_series, self.records)
+                write_gpu_power_csv(
+                    store.gpu_power_file(self.conc, self.run.trial), self.power_series, self.records
+                )
             if self.run.trial is None:  # a trial's point is not the published one
-                self.run.outputs.point_written(store, result, self.records, complete,
-                                               self._capture())
+                self.run.outputs.point_written(
+                    store, result, self.records, complete, self._capture()
+                )
         except ResultsWriteError as exc:
             write_error = write_error or exc
         self.run.hooks.point_finished(self.conc, result)
-        return PointOutcome(self.conc, result, complete, path,
-                            self._facts(after if complete else None), write_error)
+        return PointOutcome(
+            self.conc, result, complete, path, self._facts(after if complete else None), write_error
+        )
 
     def _capture(self) -> PointCapture | None:
         """--aiperf-artifacts: what the sink needs beyond the records (else None)."""
         if self.run.spec.aiperf_artifacts is None:
             return None
         return PointCapture(
-            warmup=tuple(self.warmup_records), scrapes=tuple(self.scrapes),
+            warmup=tuple(self.warmup_records),
+            scrapes=tuple(self.scrapes),
             offset_ns=(self.clock or read_pair()).offset_ns,
-            metrics_urls=metrics_urls(self.run.spec.server_metrics, self.run.backend.base_url))
+            metrics_urls=metrics_urls(self.run.spec.server_metrics, self.run.backend.base_url),
+        )
 
     def _facts(self, after: Scrape | None) -> dict[str, Any]:
         """run.json's facts for `loadgen merge`: the clock pairing and the raw counters
         before and after, summed and (--server-metrics) per URL."""
-        facts = {"clock": clock_facts(self.clock, read_pair()) if self.clock else None,
-                 "server_before": snapshot_json(self.before.total),
-                 "server_after": snapshot_json(after.total if after else None)}
+        facts = {
+            "clock": clock_facts(self.clock, read_pair()) if self.clock else None,
+            "server_before": snapshot_json(self.before.total),
+            "server_after": snapshot_json(after.total if after else None),
+        }
         if self.run.spec.server_metrics:
-            facts["server_before_by_url"] = {u: snapshot_json(s)
-                                             for u, s in self.before.each.items()}
-            facts["server_after_by_url"] = ({u: snapshot_json(s) for u, s in after.each.items()}
-                                            if after else None)
+            facts["server_before_by_url"] = {
+                u: snapshot_json(s) for u, s in self.before.each.items()
+            }
+            facts["server_after_by_url"] = (
+                {u: snapshot_json(s) for u, s in after.each.items()} if after else None
+            )
         return facts
 
-    def _result(self, complete: bool, after: Scrape | None,
-                processes: Sequence[ProcessHealth], warmup_failed: int,
-                stop: Stop | None) -> PointResult:
+    def _result(
+        self,
+        complete: bool,
+        after: Scrape | None,
+        processes: Sequence[ProcessHealth],
+        warmup_failed: int,
+        stop: Stop | None,
+    ) -> PointResult:
         spec = self.run.spec
         # a saturated point ran its requests to their end: its counters are whole
         kept = complete or (stop is not None and stop.reason == SATURATED)
         server_after = after.total if kept and after is not None else None
-        by_url = per_url_fields(list(self.before.each), self.before.each, after.each,
-                                self.gauges) if spec.server_metrics and after else None
+        by_url = (
+            per_url_fields(list(self.before.each), self.before.each, after.each, self.gauges)
+            if spec.server_metrics and after
+            else None
+        )
         # A shard's own result: the steady window is that of its own slots.
         ctx = point_context(spec, self.slots)
-        sessions = (self.extra(self.records, self.before.total, server_after)
-                    if self.extra is not None else None)
+        sessions = (
+            self.extra(self.records, self.before.total, server_after)
+            if self.extra is not None
+            else None
+        )
         parts = PointParts(
-            identity=self._identity(), status=point_status(complete, stop),
+            identity=self._identity(),
+            status=point_status(complete, stop),
             counts=PointCounts(self.planned, self.warmup, warmup_failed),
             processes=[p.to_json() for p in processes],
             clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
-            synthesis=self.run.synthesis, server_metrics_by_url=by_url,
-            simulator=self._simulator(), sessions=sessions,
+            synthesis=self.run.synthesis,
+            server_metrics_by_url=by_url,
+            simulator=self._simulator(),
+            sessions=sessions,
             power=PowerInput(self.power_series, spec.gpu_metrics_interval_s, spec.num_gpus)
-            if self.power_series is not None else None,
-            slice_s=spec.slice_duration_s, kv_samples=kv_samples(self.gauges, self.gauge_times),
-            rules=SubmissionRules.of(spec))
-        return assemble_point(self.records, ctx, self.conc, parts,
-                              server_before=self.before.total, server_after=server_after)
+            if self.power_series is not None
+            else None,
+            slice_s=spec.slice_duration_s,
+            kv_samples=kv_samples(self.gauges, self.gauge_times),
+            rules=SubmissionRules.of(spec),
+        )
+        return assemble_point(
+            self.records,
+            ctx,
+            self.conc,
+            parts,
+            server_before=self.before.total,
+            server_after=server_after,
+        )
 
     def _simulator(self) -> SimulatorHealth:
         """How late the simulator loadgen started ran over the measured phase."""
@@ -294,58 +337,89 @@ class PointRecords:
             # a shard's own file holds its share only; `loadgen merge` writes the whole point
             shard=f"{spec.shard_index}/{spec.shard_count}" if spec.shard_count > 1 else None,
             shards_merged=1,
-            target=run.backend.target, run_id=run.run_id,
-            model_id=run.server.model, endpoint_type="openai",
-            endpoint=spec.endpoint, base_url=redact_url(run.backend.base_url),
+            target=run.backend.target,
+            run_id=run.run_id,
+            model_id=run.server.model,
+            endpoint_type="openai",
+            endpoint=spec.endpoint,
+            base_url=redact_url(run.backend.base_url),
             backend="vllm",
             # the client that timed the streams: its per-chunk cost is in client_*
             http_client=spec.http_client,
-            input_len=spec.isl, output_len=spec.osl, range_ratio=spec.range_ratio,
-            request_rate=spec.request_rate if spec.request_rate is not None
-            else "ramp" if spec.ramp_up_strategy is not None
-            else "stages" if spec.rate_stages else "inf",
+            input_len=spec.isl,
+            output_len=spec.osl,
+            range_ratio=spec.range_ratio,
+            request_rate=spec.request_rate
+            if spec.request_rate is not None
+            else "ramp"
+            if spec.ramp_up_strategy is not None
+            else "stages"
+            if spec.rate_stages
+            else "inf",
             rate_stages=[list(stage) for stage in spec.rate_stages] or None,
-            burstiness=spec.burstiness, ramp_up_strategy=spec.ramp_up_strategy,
-            ramp_up_start_rps=spec.ramp_up_start_rps, ramp_up_end_rps=spec.ramp_up_end_rps,
+            burstiness=spec.burstiness,
+            ramp_up_strategy=spec.ramp_up_strategy,
+            ramp_up_start_rps=spec.ramp_up_start_rps,
+            ramp_up_end_rps=spec.ramp_up_end_rps,
             loadgen_version=__version__,
-            tokenizer_check=run.server.tokenize_check)
+            tokenizer_check=run.server.tokenize_check,
+        )
 
 
 def point_context(spec: RunSpec, slots: int) -> PointContext:
     """What summarize needs of the run for a point sent from `slots` slots."""
-    return PointContext(conc=slots, input_len=spec.isl, output_len=spec.osl,
-                        spec_tokens=spec.spec_tokens, slos=spec.slos_ms,
-                        percentiles=spec.percentiles, num_gpus=spec.num_gpus,
-                        stream_interval=sim_stream_interval(spec.sim_args)
-                        if spec.sim else None, golden=spec.golden_al)
+    return PointContext(
+        conc=slots,
+        input_len=spec.isl,
+        output_len=spec.osl,
+        spec_tokens=spec.spec_tokens,
+        slos=spec.slos_ms,
+        percentiles=spec.percentiles,
+        num_gpus=spec.num_gpus,
+        stream_interval=sim_stream_interval(spec.sim_args) if spec.sim else None,
+        golden=spec.golden_al,
+    )
 
 
 def point_status(complete: bool, stop: Stop | None) -> PointStatus:
     """Why a point stopped early: a code, and the line loadgen printed about it
     (`incomplete_reason` is that same line, the name `loadgen merge` reads)."""
     if complete or stop is None:
-        return PointStatus(complete=complete, stop_reason=None, stop_detail=None,
-                           incomplete_reason=None)
-    return PointStatus(complete=False, stop_reason=stop.reason, stop_detail=stop.detail,
-                       incomplete_reason=stop.detail)
+        return PointStatus(
+            complete=complete, stop_reason=None, stop_detail=None, incomplete_reason=None
+        )
+    return PointStatus(
+        complete=False,
+        stop_reason=stop.reason,
+        stop_detail=stop.detail,
+        incomplete_reason=stop.detail,
+    )
 
 
-def kv_samples(gauges: dict[str, dict[str, list[float]]],
-               times: dict[str, dict[str, list[int]]]) -> list[tuple[int, float]]:
+def kv_samples(
+    gauges: dict[str, dict[str, list[float]]], times: dict[str, dict[str, list[int]]]
+) -> list[tuple[int, float]]:
     """Every URL's KV-cache usage samples with their times, for the time slices."""
-    return [(t, v) for url, series in gauges.items()
-            for t, v in zip(times.get(url, {}).get(KV_USAGE, ()), series.get(KV_USAGE, ()),
-                            strict=False)]
+    return [
+        (t, v)
+        for url, series in gauges.items()
+        for t, v in zip(
+            times.get(url, {}).get(KV_USAGE, ()), series.get(KV_USAGE, ()), strict=False
+        )
+    ]
 
 
 def _warn_inexact(result: PointResult) -> None:
     prompts = result.prompts
     if prompts.input_len_approximate:
-        print(f"loadgen: WARNING: conc {result.conc}: "
-              f"{prompts.input_len_mismatches} prompts are not of the requested length (up "
-              f"to {prompts.input_len_max_abs_diff} tokens off): this tokenizer cannot give "
-              f"them exactly ({prompts.prompt_synthesis_note}); input_lens hold their true "
-              "lengths", file=sys.stderr)
+        print(
+            f"loadgen: WARNING: conc {result.conc}: "
+            f"{prompts.input_len_mismatches} prompts are not of the requested length (up "
+            f"to {prompts.input_len_max_abs_diff} tokens off): this tokenizer cannot give "
+            f"them exactly ({prompts.prompt_synthesis_note}); input_lens hold their true "
+            "lengths",
+            file=sys.stderr,
+        )
 
 
 class Point:
@@ -353,17 +427,28 @@ class Point:
     measured requests. Records go to `on_record`, by default this point's own
     PointRecords; `finalize` writes whatever was measured, complete or not."""
 
-    def __init__(self, run: RunContext, plan: PointPlan, *, slots: int | None = None,
-                 on_record: Callable[[RequestRecord], None] | None = None,
-                 label: str = "shard 0/1 worker 0/1") -> None:
+    def __init__(
+        self,
+        run: RunContext,
+        plan: PointPlan,
+        *,
+        slots: int | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        label: str = "shard 0/1 worker 0/1",
+    ) -> None:
         self.run = run
         self.plan = plan
         self.slots = plan.conc if slots is None else slots
         self.label = label
         self.recorded: PointRecords | None = None
         if on_record is None:
-            self.recorded = PointRecords(run, plan.conc, planned=len(plan.measured),
-                                         warmup=len(plan.warmup), slots=self.slots)
+            self.recorded = PointRecords(
+                run,
+                plan.conc,
+                planned=len(plan.measured),
+                warmup=len(plan.warmup),
+                slots=self.slots,
+            )
             on_record = self.recorded.add
         self._deliver = on_record
         self.sent_requests = self.sent_chunks = 0
@@ -393,8 +478,7 @@ class Point:
         after = await self.recorded.scrape_after()
         verdict = self.saturation.verdict if self.saturation is not None else None
         if verdict is not None:  # measured to the stop, kept, never published as complete
-            return self.finalize(complete=False, after=after,
-                                 stop=Stop(SATURATED, verdict.detail))
+            return self.finalize(complete=False, after=after, stop=Stop(SATURATED, verdict.detail))
         return self.finalize(complete=True, after=after)
 
     async def warm_up(self) -> None:
@@ -416,22 +500,34 @@ class Point:
         if cpu is None:  # stopped before the measured phase ended
             self.loop_lag.stop()
             cpu = time.process_time() - self.cpu_start if self.cpu_start else 0.0
-        return ProcessHealth(self.label, self.sent_requests, self.sent_chunks, cpu,
-                             tuple(self.loop_lag.samples), running_loop_name())
+        return ProcessHealth(
+            self.label,
+            self.sent_requests,
+            self.sent_chunks,
+            cpu,
+            tuple(self.loop_lag.samples),
+            running_loop_name(),
+        )
 
-    def finalize(self, *, complete: bool, after: Scrape | None,
-                 stop: Stop | None = None) -> PointOutcome:
+    def finalize(
+        self, *, complete: bool, after: Scrape | None, stop: Stop | None = None
+    ) -> PointOutcome:
         assert self.recorded is not None
-        return self.recorded.finalize(complete=complete, after=after,
-                                      processes=[self.health()],
-                                      warmup_failed=self.warmup_failed, stop=stop)
+        return self.recorded.finalize(
+            complete=complete,
+            after=after,
+            processes=[self.health()],
+            warmup_failed=self.warmup_failed,
+            stop=stop,
+        )
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
         deadline = deadline_after(spec.point_duration_s, run.clock())
         if not spec.open_loop:
-            await closed_loop(measured, self.slots, self._send, deadline_ns=deadline,
-                              clock=run.clock)
+            await closed_loop(
+                measured, self.slots, self._send, deadline_ns=deadline, clock=run.clock
+            )
             return
         # The whole point's arrival times (a share keeps its requests' own), so the union
         # of all processes' arrivals is the single-process one.
@@ -439,21 +535,34 @@ class Point:
         mine = offsets_for(measured, offsets)
         stop = None
         if spec.saturation_stop:
-            self.saturation = SaturationWatch(SaturationRule(window_s=spec.saturation_window_s),
-                                              run.clock(), mine)
+            self.saturation = SaturationWatch(
+                SaturationRule(window_s=spec.saturation_window_s), run.clock(), mine
+            )
             stop = self.saturation.saturated
-        await open_loop(measured, self.slots, self._send, mine, deadline_ns=deadline,
-                        clock=run.clock, sleep=run.sleep, stop=stop)
+        await open_loop(
+            measured,
+            self.slots,
+            self._send,
+            mine,
+            deadline_ns=deadline,
+            clock=run.clock,
+            sleep=run.sleep,
+            stop=stop,
+        )
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         watch = self.run.watch
         if watch is not None:
             await watch.admit()
         record = await self.run.backend.send(
-            request, x_request_id=x_request_id(self.run.run_id, self.plan.conc,
-                                               request.index, warmup=True,
-                                               trial=self.run.trial),
-            conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=_discard)
+            request,
+            x_request_id=x_request_id(
+                self.run.run_id, self.plan.conc, request.index, warmup=True, trial=self.run.trial
+            ),
+            conc=self.plan.conc,
+            scheduled_ns=scheduled_ns,
+            on_record=_discard,
+        )
         if watch is not None:
             watch.observe(record)
         if record.error is not None:  # not a measurement, but a sign worth reporting
@@ -467,13 +576,19 @@ class Point:
             await self.run.watch.admit()
         self.run.hooks.request_started(self.plan.conc)
         return await self.run.backend.send(
-            request, x_request_id=x_request_id(self.run.run_id, self.plan.conc, request.index,
-                                               trial=self.run.trial),
-            conc=self.plan.conc, scheduled_ns=scheduled_ns, on_record=self._on_record)
+            request,
+            x_request_id=x_request_id(
+                self.run.run_id, self.plan.conc, request.index, trial=self.run.trial
+            ),
+            conc=self.plan.conc,
+            scheduled_ns=scheduled_ns,
+            on_record=self._on_record,
+        )
 
     def _on_record(self, record: RequestRecord) -> None:
-        record = dataclasses.replace(record, clock_mono_ns=self.clock.mono_ns,
-                                     clock_unix_ns=self.clock.unix_ns)
+        record = dataclasses.replace(
+            record, clock_mono_ns=self.clock.mono_ns, clock_unix_ns=self.clock.unix_ns
+        )
         self.sent_requests += 1
         self.sent_chunks += len(record.chunk_ns)
         if self.saturation is not None:
@@ -488,5 +603,7 @@ def _discard(_record: RequestRecord) -> None:
 def snapshot_json(snapshot: ServerSnapshot | None) -> dict[str, Any] | None:
     if snapshot is None:
         return None
-    return {"samples": dict(snapshot.samples),
-            "keyed": {name: dict(values) for name, values in snapshot.keyed.items()}}
+    return {
+        "samples": dict(snapshot.samples),
+        "keyed": {name: dict(values) for name, values in snapshot.keyed.items()},
+    }

@@ -40,13 +40,25 @@ from loadgen.run.point import PointOutcome
 from loadgen.run.trials import trials_kept
 
 _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
-_RESULT_GLOBS = (*_RUN_GLOBS, SWEEP_CSV, SWEEP_PNG, SIMULATOR_LOG, SIMULATOR_LOG_GLOB,
-                 GPU_POWER_GLOB)
+_RESULT_GLOBS = (
+    *_RUN_GLOBS,
+    SWEEP_CSV,
+    SWEEP_PNG,
+    SIMULATOR_LOG,
+    SIMULATOR_LOG_GLOB,
+    GPU_POWER_GLOB,
+)
 # Settings that may differ between an interrupted run and its --resume: where results go
 # and how the run is driven, not what is measured. (A restarted server has a new pid.)
 # run.json's per-point extras (run/point.py), kept for `loadgen merge`
-_FACTS = ("clock", "server_before", "server_after", "server_before_by_url",
-          "server_after_by_url", "trials")
+_FACTS = (
+    "clock",
+    "server_before",
+    "server_after",
+    "server_before_by_url",
+    "server_after_by_url",
+    "trials",
+)
 _NOT_COMPARED = frozenset({"results_dir", "progress", "resume", "overwrite", "server_pid"})
 
 
@@ -68,10 +80,12 @@ class Earlier:
         """The line --resume prints: what is kept and what is measured (again)."""
         kept = [p.conc for p in self.points]
         shown = ", ".join(str(c) for c in kept) or "none"
-        return (f"resuming run {self.run.get('run_id')} in {directory} (attempt "
-                f"{self.attempt}): {len(kept)} complete point(s) kept (conc {shown}), "
-                f"{len(self.remaining)} to run (conc "
-                f"{', '.join(str(c) for c in self.remaining)})")
+        return (
+            f"resuming run {self.run.get('run_id')} in {directory} (attempt "
+            f"{self.attempt}): {len(kept)} complete point(s) kept (conc {shown}), "
+            f"{len(self.remaining)} to run (conc "
+            f"{', '.join(str(c) for c in self.remaining)})"
+        )
 
 
 def settings_of(spec: RunSpec) -> dict[str, Any]:
@@ -96,14 +110,17 @@ def prepare(directory: Path, spec: RunSpec) -> Earlier | None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SpecError(f"--results {directory}: cannot create it ({exc.strerror or exc})") \
-            from None
+        raise SpecError(
+            f"--results {directory}: cannot create it ({exc.strerror or exc})"
+        ) from None
     used = run_files(directory)
     if used and not spec.overwrite:
         shown = ", ".join(used[:3]) + (", ..." if len(used) > 3 else "")
-        raise SpecError(f"--results {directory} already holds a run ({shown}); continue it "
-                        f"with --resume {directory}, replace it with --overwrite, or choose "
-                        "another directory")
+        raise SpecError(
+            f"--results {directory} already holds a run ({shown}); continue it "
+            f"with --resume {directory}, replace it with --overwrite, or choose "
+            "another directory"
+        )
     if used:
         _remove_results(directory)
     return None
@@ -116,8 +133,7 @@ def _remove_results(directory: Path) -> None:
             try:
                 path.unlink()
             except OSError as exc:
-                raise ResultsWriteError(path, exc, "--overwrite could not remove it") \
-                    from None
+                raise ResultsWriteError(path, exc, "--overwrite could not remove it") from None
     shutil.rmtree(directory / INCOMPLETE_DIR, ignore_errors=True)
 
 
@@ -139,9 +155,11 @@ def set_aside(directory: Path, earlier: Earlier, trials: int = 1) -> None:
     for conc in earlier.remaining:
         kept = trials_kept(store, conc, trials) if trials > 1 else 0
         again = range(kept + 1, trials + 1) if trials > 1 else ()
-        names = [store.point_file(conc).name, store.requests_file(conc).name,
-                 *(f(conc, k).name for k in again
-                   for f in (store.point_file, store.requests_file))]
+        names = [
+            store.point_file(conc).name,
+            store.requests_file(conc).name,
+            *(f(conc, k).name for k in again for f in (store.point_file, store.requests_file)),
+        ]
         for name in names:
             if (directory / name).exists():
                 aside = directory / INCOMPLETE_DIR / attempt
@@ -149,15 +167,18 @@ def set_aside(directory: Path, earlier: Earlier, trials: int = 1) -> None:
                     aside.mkdir(parents=True, exist_ok=True)
                     (directory / name).rename(aside / name)
                 except OSError as exc:
-                    raise ResultsWriteError(aside / name, exc, "nothing was measured yet; "
-                                            f"{name} is where it was") from None
+                    raise ResultsWriteError(
+                        aside / name, exc, f"nothing was measured yet; {name} is where it was"
+                    ) from None
 
 
 def _read_run(directory: Path) -> dict[str, Any]:
     path = directory / RUN_FILE
     if not path.is_file():
-        raise SpecError(f"--resume {directory}: no {RUN_FILE} there, so no run to continue; "
-                        f"start one with --results {directory}")
+        raise SpecError(
+            f"--resume {directory}: no {RUN_FILE} there, so no run to continue; "
+            f"start one with --results {directory}"
+        )
     run = ResultsDir(directory).read_run()
     check_run(run, path)  # one line naming the field, never a KeyError later
     return run
@@ -167,12 +188,16 @@ def _check_settings(directory: Path, spec: RunSpec, earlier: Any) -> None:
     if not isinstance(earlier, Mapping):
         raise SpecError(f"--resume {directory}: {RUN_FILE} has no settings to compare")
     now = settings_of(spec)
-    differ = [f"{key} {now.get(key)!r} (was {earlier.get(key)!r})"
-              for key in sorted(set(now) | set(earlier))
-              if key not in _NOT_COMPARED and now.get(key) != earlier.get(key)]
+    differ = [
+        f"{key} {now.get(key)!r} (was {earlier.get(key)!r})"
+        for key in sorted(set(now) | set(earlier))
+        if key not in _NOT_COMPARED and now.get(key) != earlier.get(key)
+    ]
     if differ:
-        raise SpecError(f"--resume {directory}: the settings differ from the run being "
-                        f"resumed: {'; '.join(differ)}; give the same flags as that run")
+        raise SpecError(
+            f"--resume {directory}: the settings differ from the run being "
+            f"resumed: {'; '.join(differ)}; give the same flags as that run"
+        )
 
 
 def _complete_points(directory: Path, run: Mapping[str, Any]) -> list[PointOutcome]:

@@ -34,47 +34,80 @@ class RunFile:
     started_unix: float  # this attempt's
     earlier: Earlier | None  # the run this attempt resumes
 
-    def write(self, directory: Path, backend: Backend | None, server: ServerInfo | None,
-              points: Sequence[PointOutcome], stop: LoadgenError | None, *,
-              final: bool) -> None:
+    def write(
+        self,
+        directory: Path,
+        backend: Backend | None,
+        server: ServerInfo | None,
+        points: Sequence[PointOutcome],
+        stop: LoadgenError | None,
+        *,
+        final: bool,
+    ) -> None:
         """Raises ResultsWriteError when it cannot be written."""
         data = self.to_json(backend, server, points, stop, final=final)
-        write_atomic(directory / RUN_FILE, orjson.dumps(
-            data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str))
+        write_atomic(
+            directory / RUN_FILE,
+            orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str),
+        )
 
-    def to_json(self, backend: Backend | None, server: ServerInfo | None,
-                points: Sequence[PointOutcome], stop: LoadgenError | None, *,
-                final: bool) -> dict[str, Any]:
+    def to_json(
+        self,
+        backend: Backend | None,
+        server: ServerInfo | None,
+        points: Sequence[PointOutcome],
+        stop: LoadgenError | None,
+        *,
+        final: bool,
+    ) -> dict[str, Any]:
         spec, now, reason = self.spec, time.time(), stop_of(stop)
-        attempt = {"run_id": self.run_id, "loadgen_version": __version__,
-                   "started_unix": self.started_unix, "finished_unix": now if final else None,
-                   "stop_reason": reason.reason if reason else None,
-                   "stop_detail": reason.detail if reason else None,
-                   "points": [p.conc for p in points if p.result.identity.run_id == self.run_id]}
+        attempt = {
+            "run_id": self.run_id,
+            "loadgen_version": __version__,
+            "started_unix": self.started_unix,
+            "finished_unix": now if final else None,
+            "stop_reason": reason.reason if reason else None,
+            "stop_detail": reason.detail if reason else None,
+            "points": [p.conc for p in points if p.result.identity.run_id == self.run_id],
+        }
         earlier = self.earlier.run if self.earlier else None
         attempts = list(earlier.get("attempts") or [_as_attempt(earlier)]) if earlier else []
         return {
-            "run_id": self.run_id, "loadgen_version": __version__,
+            "run_id": self.run_id,
+            "loadgen_version": __version__,
             "target": backend.target if backend else None,
             "base_url": redact_url(backend.base_url if backend else spec.base_url or ""),
             "started_unix": attempts[0]["started_unix"] if attempts else self.started_unix,
             "finished_unix": now if final else None,
             "interrupted": isinstance(stop, Interrupted),
-            "stop_reason": attempt["stop_reason"], "stop_detail": attempt["stop_detail"],
+            "stop_reason": attempt["stop_reason"],
+            "stop_detail": attempt["stop_detail"],
             "settings": settings_of(spec),
             "server": server.to_json() if server else None,
             "shard": {"index": spec.shard_index, "count": spec.shard_count},
-            "points": [{"conc": p.conc, "complete": p.complete,
-                        "file": None if p.write_error else p.path.name,
-                        "error_rate": p.error_rate, "run_id": p.result.identity.run_id, **p.facts}
-                       for p in points],
+            "points": [
+                {
+                    "conc": p.conc,
+                    "complete": p.complete,
+                    "file": None if p.write_error else p.path.name,
+                    "error_rate": p.error_rate,
+                    "run_id": p.result.identity.run_id,
+                    **p.facts,
+                }
+                for p in points
+            ],
             "attempts": [*attempts, attempt],
         }
 
 
 def _as_attempt(run: dict[str, Any]) -> dict[str, Any]:
     """An attempt entry for a run.json written before attempts were recorded."""
-    return {"run_id": run.get("run_id"), "loadgen_version": run.get("loadgen_version"),
-            "started_unix": run.get("started_unix"), "finished_unix": run.get("finished_unix"),
-            "stop_reason": "interrupted" if run.get("interrupted") else None,
-            "stop_detail": None, "points": [p.get("conc") for p in run.get("points", [])]}
+    return {
+        "run_id": run.get("run_id"),
+        "loadgen_version": run.get("loadgen_version"),
+        "started_unix": run.get("started_unix"),
+        "finished_unix": run.get("finished_unix"),
+        "stop_reason": "interrupted" if run.get("interrupted") else None,
+        "stop_detail": None,
+        "points": [p.get("conc") for p in run.get("points", [])],
+    }

@@ -42,8 +42,11 @@ class SaturationWatch:
             return False
         self._next_check_ns = now_ns + CHECK_EVERY_NS
         self.verdict = saturation(
-            self.rule, (now_ns - self.start_ns) / 1e9, self.due_s,
+            self.rule,
+            (now_ns - self.start_ns) / 1e9,
+            self.due_s,
             np.sort(np.asarray(self.finished_s, dtype=np.float64)),
             np.asarray(self.first_token_s, dtype=np.float64),
-            np.asarray(self.ttft_s, dtype=np.float64))
+            np.asarray(self.ttft_s, dtype=np.float64),
+        )
         return self.verdict is not None

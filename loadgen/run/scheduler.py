@@ -29,7 +29,11 @@ def deadline_after(duration_s: float | None, now_ns: int) -> int | None:
 
 
 async def closed_loop(
-    requests: Sequence[RequestSpec], conc: int, send: Send, *, deadline_ns: int | None = None,
+    requests: Sequence[RequestSpec],
+    conc: int,
+    send: Send,
+    *,
+    deadline_ns: int | None = None,
     clock: Clock = perf_counter_ns,
 ) -> None:
     """`conc` slots; each sends its next request as soon as its previous one has ended."""

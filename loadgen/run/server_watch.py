@@ -147,14 +147,17 @@ class ServerWatch:
                 raise ServerGone(
                     f"the server stopped answering: {self._streak} requests in a row failed "
                     f"at the connection (last: {self._last_failure}) and it answered no "
-                    f"probe for {waited:.1f} s")
+                    f"probe for {waited:.1f} s"
+                )
             await asyncio.sleep(PROBE_EVERY_S)
 
     def _check_process(self) -> None:
         assert self._pid is not None
         state = process_state(self._pid)
-        if state is None or state[0] in ("Z", "X") or (
-            self._pid_start and state[1] != self._pid_start
+        if (
+            state is None
+            or state[0] in ("Z", "X")
+            or (self._pid_start and state[1] != self._pid_start)
         ):
             raise ServerGone(f"the server process {self._pid} (--server-pid) has exited")
         if state[0] not in ("T", "t"):
@@ -164,5 +167,7 @@ class ServerWatch:
         if self._stopped_since is None:
             self._stopped_since = now
         elif now - self._stopped_since >= STOPPED_FOR_S:
-            raise ServerGone(f"the server process {self._pid} (--server-pid) has been stopped "
-                             f"(SIGSTOP or a debugger) for {now - self._stopped_since:.1f} s")
+            raise ServerGone(
+                f"the server process {self._pid} (--server-pid) has been stopped "
+                f"(SIGSTOP or a debugger) for {now - self._stopped_since:.1f} s"
+            )

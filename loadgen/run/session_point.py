@@ -46,17 +46,25 @@ def planned_requests(spec: RunSpec, trees: Sequence[SessionTree]) -> int:
     return sum(tree.request_count() for tree in trees)
 
 
-def session_metrics(spec: RunSpec, records: Sequence[RequestRecord],
-                    before: ServerSnapshot | None, after: ServerSnapshot | None,
-                    replay: Mapping[str, int]) -> SessionMetrics:
+def session_metrics(
+    spec: RunSpec,
+    records: Sequence[RequestRecord],
+    before: ServerSnapshot | None,
+    after: ServerSnapshot | None,
+    replay: Mapping[str, int],
+) -> SessionMetrics:
     """The session fields of a point: from its records, the server's counters around it
     and the replay's counts (ReplayStats and primers_failed; summed over workers)."""
     rates = prefix_cache_rates(records, before, after)
     fields: dict[str, Any] = {
         "session_history": "live" if spec.live_history else "recorded",
         **rates,
-        **session_rollups(records, spec.slos_ms, rates["theoretical_prefix_hit_rate"],
-                          rates["server_prefix_hit_rate"]),
+        **session_rollups(
+            records,
+            spec.slos_ms,
+            rates["theoretical_prefix_hit_rate"],
+            rates["server_prefix_hit_rate"],
+        ),
         **latency_stats(records),
         **session_counts(records),
         "ttft_by_context": ttft_by_context(records),
@@ -66,18 +74,30 @@ def session_metrics(spec: RunSpec, records: Sequence[RequestRecord],
 
 
 def replay_counts(stats: ReplayStats, primers_failed: int) -> dict[str, int]:
-    counts = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)
-              if f.name != "live_trees"}
+    counts = {
+        f.name: getattr(stats, f.name) for f in dataclasses.fields(stats) if f.name != "live_trees"
+    }
     return {**counts, "primers_failed": primers_failed}
 
 
 class SessionPoint(Point):
-    def __init__(self, run: RunContext, conc: int, replay: SessionReplay, *,
-                 share: Share | None = None,
-                 on_record: Callable[[RequestRecord], None] | None = None) -> None:
+    def __init__(
+        self,
+        run: RunContext,
+        conc: int,
+        replay: SessionReplay,
+        *,
+        share: Share | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
         share = share or Share()
-        super().__init__(run, PointPlan(conc=conc, warmup=(), measured=()),
-                         slots=len(share.slots(conc)), on_record=on_record, label=share.label)
+        super().__init__(
+            run,
+            PointPlan(conc=conc, warmup=(), measured=()),
+            slots=len(share.slots(conc)),
+            on_record=on_record,
+            label=share.label,
+        )
         self.replay = replay
         self.primers_failed = 0
         if self.recorded is not None:  # this process keeps the records (not a worker)
@@ -97,28 +117,50 @@ class SessionPoint(Point):
             self.primers_failed += 1
         return record
 
-    def _session_fields(self, records: Sequence[RequestRecord], before: ServerSnapshot | None,
-                        after: ServerSnapshot | None) -> SessionMetrics:
-        return session_metrics(self.run.spec, records, before, after,
-                               replay_counts(self.replay.stats, self.primers_failed))
+    def _session_fields(
+        self,
+        records: Sequence[RequestRecord],
+        before: ServerSnapshot | None,
+        after: ServerSnapshot | None,
+    ) -> SessionMetrics:
+        return session_metrics(
+            self.run.spec,
+            records,
+            before,
+            after,
+            replay_counts(self.replay.stats, self.primers_failed),
+        )
 
 
-async def build_session_point(context: RunContext, conc: int, source: SessionSource,
-                              tokenizer: Tokenizer, *, share: Share | None = None,
-                              on_record: Callable[[RequestRecord], None] | None = None,
-                              ) -> SessionPoint:
+async def build_session_point(
+    context: RunContext,
+    conc: int,
+    source: SessionSource,
+    tokenizer: Tokenizer,
+    *,
+    share: Share | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> SessionPoint:
     """The point's trees (drawn or loaded off the loop), their renderer and replay; a
     worker's (`share`, records to `on_record`) plays its lanes only (run/sessions.py)."""
     spec = context.spec
     share = share or Share()
     trees = await asyncio.to_thread(source.trees, conc)
-    renderer = SessionRenderer(source.settings(), tokenizer, context.server.options,
-                               source.block_size, spec.seed + conc)
+    renderer = SessionRenderer(
+        source.settings(), tokenizer, context.server.options, source.block_size, spec.seed + conc
+    )
     options = ReplayOptions(
-        conc=conc, duration_s=spec.duration_s, start_ratio=source.start_ratio,
-        idle_cap_system_s=spec.idle_cap_system_s, idle_cap_tree_s=spec.idle_cap_tree_s,
-        seed=spec.seed, run_key=zlib.crc32(context.run_id.encode()),
-        worker=share.worker, workers=share.workers)
-    replay = SessionReplay(trees, renderer, options, clock=context.clock, sleep=context.sleep,
-                           hooks=context.hooks)
+        conc=conc,
+        duration_s=spec.duration_s,
+        start_ratio=source.start_ratio,
+        idle_cap_system_s=spec.idle_cap_system_s,
+        idle_cap_tree_s=spec.idle_cap_tree_s,
+        seed=spec.seed,
+        run_key=zlib.crc32(context.run_id.encode()),
+        worker=share.worker,
+        workers=share.workers,
+    )
+    replay = SessionReplay(
+        trees, renderer, options, clock=context.clock, sleep=context.sleep, hooks=context.hooks
+    )
     return SessionPoint(context, conc, replay, share=share, on_record=on_record)

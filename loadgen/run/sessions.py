@@ -85,8 +85,7 @@ class ReplayStats:
 class IdleGate:
     """Sleeps until a turn is due, cut short when the whole system has idled too long."""
 
-    def __init__(self, cap_s: float | None, clock: Clock, sleep: Sleep,
-                 stats: ReplayStats) -> None:
+    def __init__(self, cap_s: float | None, clock: Clock, sleep: Sleep, stats: ReplayStats) -> None:
         self.cap_ns = None if cap_s is None else int(cap_s * 1e9)
         self.clock, self.sleep, self.stats = clock, sleep, stats
         self.in_flight = 0
@@ -138,9 +137,16 @@ class IdleGate:
 class SessionReplay:
     """Plays session trees on `conc` lanes; `warmup` (primers) then `measure`."""
 
-    def __init__(self, trees: Sequence[SessionTree], renderer: SessionRenderer,
-                 options: ReplayOptions, *, clock: Clock, sleep: Sleep,
-                 hooks: RunObserver | None = None) -> None:
+    def __init__(
+        self,
+        trees: Sequence[SessionTree],
+        renderer: SessionRenderer,
+        options: ReplayOptions,
+        *,
+        clock: Clock,
+        sleep: Sleep,
+        hooks: RunObserver | None = None,
+    ) -> None:
         self.trees = trees
         self.renderer = renderer
         self.options = options
@@ -218,8 +224,7 @@ class SessionReplay:
                         group.create_task(self._send_primer(rendered, send))
                 self._first_plays = self._taken
 
-    async def _send_primer(self, rendered: asyncio.Future[RequestSpec],
-                           send: SendTurn) -> None:
+    async def _send_primer(self, rendered: asyncio.Future[RequestSpec], send: SendTurn) -> None:
         await send(await rendered, self.clock())
 
     async def measure(self, send: SendTurn, deadline_ns: int | None) -> None:
@@ -230,10 +235,12 @@ class SessionReplay:
 
     async def _play_lanes(self, send: SendTurn) -> None:
         async with asyncio.TaskGroup() as group:
-            watcher = (group.create_task(self.gate.watch())
-                       if self.gate.cap_ns is not None else None)
-            lanes = [group.create_task(self._lane(lane, first, send))
-                     for lane, first in enumerate(self._lanes) if first is not None]
+            watcher = group.create_task(self.gate.watch()) if self.gate.cap_ns is not None else None
+            lanes = [
+                group.create_task(self._lane(lane, first, send))
+                for lane, first in enumerate(self._lanes)
+                if first is not None
+            ]
             if lanes:
                 await asyncio.wait(lanes)
             if watcher is not None:
@@ -248,15 +255,29 @@ class SessionReplay:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    def _render(self, play: Play, session: Session, turn: int, *, primer: bool = False,
-                live: Mapping[int, ReplyText] | None = None) -> asyncio.Future[RequestSpec]:
+    def _render(
+        self,
+        play: Play,
+        session: Session,
+        turn: int,
+        *,
+        primer: bool = False,
+        live: Mapping[int, ReplyText] | None = None,
+    ) -> asyncio.Future[RequestSpec]:
         """The turn's request, rendered on the render thread; submitted (and numbered)
         now, so renders run in call order."""
         assert self._executor is not None, "render outside warmup/measure"
         index = self._index * self.options.workers + self.options.worker
         self._index += 1
-        render = functools.partial(self.renderer.render, play, session, turn, index,
-                                   primer=primer, live=dict(live) if live else None)
+        render = functools.partial(
+            self.renderer.render,
+            play,
+            session,
+            turn,
+            index,
+            primer=primer,
+            live=dict(live) if live else None,
+        )
         return asyncio.get_running_loop().run_in_executor(self._executor, render)
 
     def _stopped(self) -> bool:
@@ -268,8 +289,9 @@ class SessionReplay:
         while play is not None and not self._stopped():
             tree = play.tree
             if tree.start_at_s is not None:  # fixed-schedule records (Mooncake)
-                await self.sleep(max(0.0, (self._start_ns + int(tree.start_at_s * 1e9)
-                                           - self.clock()) / 1e9))
+                await self.sleep(
+                    max(0.0, (self._start_ns + int(tree.start_at_s * 1e9) - self.clock()) / 1e9)
+                )
             stats = self.stats
             stats.trees_started += 1
             stats.live_trees += 1
@@ -282,8 +304,7 @@ class SessionReplay:
                 stats.trees_completed += 1
             play, start = self._next_play(lane), 0
 
-    async def _live_session(self, play: Play, session: Session, first: int,
-                            send: SendTurn) -> None:
+    async def _live_session(self, play: Play, session: Session, first: int, send: SendTurn) -> None:
         """`_session` between the hooks' session_started and session_finished (live
         sessions and trees on /metrics)."""
         root = session is play.tree.root
@@ -293,8 +314,7 @@ class SessionReplay:
         finally:
             self.hooks.session_finished(self.options.conc, root)
 
-    async def _session(self, play: Play, session: Session, first: int,
-                       send: SendTurn) -> None:
+    async def _session(self, play: Play, session: Session, first: int, send: SendTurn) -> None:
         stats = self.stats
         stats.sessions_started += 1
         stats.subagents_started += bool(session.name)
@@ -321,8 +341,10 @@ class SessionReplay:
                         stats.turns_skipped += len(session.turns) - number - 1
                         return
                     live[turn.history_end] = request.reply
-                children = [group.create_task(self._live_session(play, child, 0, send))
-                            for child in turn.spawns]
+                children = [
+                    group.create_task(self._live_session(play, child, 0, send))
+                    for child in turn.spawns
+                ]
 
     def _capped(self, gap_s: float) -> int:
         cap = self.options.idle_cap_tree_s
@@ -331,13 +353,18 @@ class SessionReplay:
             gap_s = cap
         return int(gap_s * 1e9)
 
-    async def _send(self, play: Play, session: Session, number: int, due: int,
-                    send: SendTurn, live: Mapping[int, ReplyText]
-                    ) -> tuple[RequestSpec, RequestRecord]:
+    async def _send(
+        self,
+        play: Play,
+        session: Session,
+        number: int,
+        due: int,
+        send: SendTurn,
+        live: Mapping[int, ReplyText],
+    ) -> tuple[RequestSpec, RequestRecord]:
         self.gate.started()  # a turn being rendered is not idle time
         try:
             request = await self._render(play, session, number, live=live)
             return request, await send(request, due)
         finally:
             self.gate.ended()
-

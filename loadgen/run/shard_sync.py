@@ -26,8 +26,9 @@ TIMEOUT_S = 3600.0  # a shard an hour behind is not coming
 
 
 class ShardBarrier:
-    def __init__(self, directory: Path, index: int, count: int,
-                 timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self, directory: Path, index: int, count: int, timeout_s: float = TIMEOUT_S
+    ) -> None:
         self.directory = directory
         self.index = index
         self.count = count
@@ -37,8 +38,10 @@ class ShardBarrier:
         """A previous run's files would release the barrier at once: refuse them."""
         stale = sorted(self.directory.glob(f"conc_*/ready.{self.index}"))
         if stale:
-            raise UsageError(f"--shard-sync {self.directory}: holds a previous run's files "
-                             f"({stale[0]}); give each run an empty directory")
+            raise UsageError(
+                f"--shard-sync {self.directory}: holds a previous run's files "
+                f"({stale[0]}); give each run an empty directory"
+            )
 
     async def wait(self, conc: int) -> None:
         point = self.directory / f"conc_{conc}"
@@ -50,8 +53,10 @@ class ShardBarrier:
                 break
             if time.monotonic() > deadline:
                 missing = [i for i, path in enumerate(ready) if not path.exists()]
-                raise SetupError(f"--shard-sync: shard(s) {missing} did not reach conc {conc} "
-                                 f"within {self.timeout_s:.0f} s")
+                raise SetupError(
+                    f"--shard-sync: shard(s) {missing} did not reach conc {conc} "
+                    f"within {self.timeout_s:.0f} s"
+                )
             await asyncio.sleep(POLL_S)
         latest = max(orjson.loads(path.read_bytes())["unix_ns"] for path in ready)
         delay_ns = latest + int(START_DELAY_S * 1e9) - time.time_ns()

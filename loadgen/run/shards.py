@@ -43,8 +43,19 @@ from loadgen.run.results_dir import run_files
 from loadgen.sinks.sweep_files import write_sweep_files
 
 # Settings that may differ between the shards of one run (everything else must match).
-PER_SHARD = frozenset({"shard_index", "results_dir", "progress", "workers", "cpu_affinity",
-                       "headers", "base_url", "max_error_rate", "shard_sync"})
+PER_SHARD = frozenset(
+    {
+        "shard_index",
+        "results_dir",
+        "progress",
+        "workers",
+        "cpu_affinity",
+        "headers",
+        "base_url",
+        "max_error_rate",
+        "shard_sync",
+    }
+)
 
 
 class PointRefused(Exception):
@@ -81,38 +92,52 @@ def load_shards(dirs: Sequence[Path]) -> list[Shard]:
     shards = [Shard(d, _run_json(d)) for d in dirs]
     counts = {s.run["shard"]["count"] for s in shards}
     if len(counts) != 1:
-        raise UsageError(f"the directories are shards of different splits (N = "
-                         f"{sorted(counts)}); merge the shards of one run")
+        raise UsageError(
+            f"the directories are shards of different splits (N = "
+            f"{sorted(counts)}); merge the shards of one run"
+        )
     count = counts.pop()
     indices = sorted(s.index for s in shards)
     if indices != list(range(count)):
-        raise UsageError(f"need each shard 0..{count - 1} of {count} once, got shards "
-                         f"{indices}: a missing shard's slots were never sent")
+        raise UsageError(
+            f"need each shard 0..{count - 1} of {count} once, got shards "
+            f"{indices}: a missing shard's slots were never sent"
+        )
     first = shards[0].run
     if any(s.run.get("target") == "simulator" for s in shards) and count > 1:
-        raise UsageError("these shards each measured their own embedded simulator (--sim): "
-                         "start one `loadgen sim` and point every shard at it with --base-url")
+        raise UsageError(
+            "these shards each measured their own embedded simulator (--sim): "
+            "start one `loadgen sim` and point every shard at it with --base-url"
+        )
     for shard in shards[1:]:
-        different = sorted(k for k in set(first["settings"]) | set(shard.run["settings"])
-                           if k not in PER_SHARD
-                           and first["settings"].get(k) != shard.run["settings"].get(k))
+        different = sorted(
+            k
+            for k in set(first["settings"]) | set(shard.run["settings"])
+            if k not in PER_SHARD and first["settings"].get(k) != shard.run["settings"].get(k)
+        )
         if different:
-            raise UsageError(f"{shard.path}: settings differ from {shards[0].path} "
-                             f"({', '.join(different)}): not shards of one run")
+            raise UsageError(
+                f"{shard.path}: settings differ from {shards[0].path} "
+                f"({', '.join(different)}): not shards of one run"
+            )
     return sorted(shards, key=lambda s: s.index)
 
 
 def _run_json(directory: Path) -> dict[str, Any]:
     store = ResultsDir(directory)
     if not store.run_file.is_file():
-        raise UsageError(f"{directory}: no readable run.json (there is none); pass loadgen "
-                         "result directories "
-                         "(--results of each shard)")
+        raise UsageError(
+            f"{directory}: no readable run.json (there is none); pass loadgen "
+            "result directories "
+            "(--results of each shard)"
+        )
     run = store.read_run()
     header = check_run(run, store.run_file)
     if header.shard is None:
-        raise UsageError(f"{directory}: run.json has no shard information (written by an "
-                         "older loadgen?); rerun the shards with --shard I/N")
+        raise UsageError(
+            f"{directory}: run.json has no shard information (written by an "
+            "older loadgen?); rerun the shards with --shard I/N"
+        )
     if header.shard.index is None:
         raise UsageError(f"{directory}: is already a merge; pass the shards' own directories")
     return run
@@ -140,32 +165,42 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
         entries.append(entry)
     _write_run(out, shards, run_id, entries, refused)
     unknown = [r.conc for r in results if r.client.clock_alignment_uncertainty_ms is None]
-    warnings = [f"conc {', '.join(map(str, unknown))}: the shards ran on different machines "
-                "and a machine's wall clock is not NTP-synchronized (its kernel says so): "
-                "they are aligned with an unknown error (clock_alignment_uncertainty_ms "
-                "null); duration and throughput may be off by that much"] if unknown else []
-    warnings += [f"{name} could not be written (the points' files are)"
-                 for name in write_sweep_files(ResultsDir(out), results)]
+    warnings = (
+        [
+            f"conc {', '.join(map(str, unknown))}: the shards ran on different machines "
+            "and a machine's wall clock is not NTP-synchronized (its kernel says so): "
+            "they are aligned with an unknown error (clock_alignment_uncertainty_ms "
+            "null); duration and throughput may be off by that much"
+        ]
+        if unknown
+        else []
+    )
+    warnings += [
+        f"{name} could not be written (the points' files are)"
+        for name in write_sweep_files(ResultsDir(out), results)
+    ]
     return MergeOutcome(out, tuple(results), tuple(refused), tuple(warnings))
 
 
 def _check_out(out: Path) -> None:
     """A merge writes a new result directory: never over a file or another run."""
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--results {out}: is a file, not a directory; merge into a new "
-                         "directory")
+        raise UsageError(f"--results {out}: is a file, not a directory; merge into a new directory")
     used = run_files(out) if out.is_dir() else []
     if used:
-        raise UsageError(f"--results {out}: already holds a run ({', '.join(used[:3])}); "
-                         "merge into a new directory")
+        raise UsageError(
+            f"--results {out}: already holds a run ({', '.join(used[:3])}); "
+            "merge into a new directory"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--results {out}: cannot create it ({exc.strerror or exc})") from None
 
 
-def merge_point(shards: Sequence[Shard], conc: int, out: Path,
-                run_id: str) -> tuple[PointResult, dict[str, Any]]:
+def merge_point(
+    shards: Sequence[Shard], conc: int, out: Path, run_id: str
+) -> tuple[PointResult, dict[str, Any]]:
     entries = [s.point(conc) for s in shards]
     missing = [s.index for s, e in zip(shards, entries, strict=True) if e is None]
     if missing:
@@ -176,8 +211,10 @@ def merge_point(shards: Sequence[Shard], conc: int, out: Path,
     spans = check_overlap(per_shard, records, uncertainty_ns)
     ids = [r.request_id for r in records]
     if len(set(ids)) != len(ids):
-        raise PointRefused("a request index appears in two shards: these are not the shards "
-                           "of one --shard I/N split")
+        raise PointRefused(
+            "a request index appears in two shards: these are not the shards "
+            "of one --shard I/N split"
+        )
     files = [ResultsDir(s.path).read_point(conc) for s in shards]
     result = _merged_result(shards, files, points, records, conc, uncertainty_ns, run_id)
     store = ResultsDir(out)
@@ -185,15 +222,21 @@ def merge_point(shards: Sequence[Shard], conc: int, out: Path,
         for record in records:
             sink.write(record)
     store.write_point(result)
-    entry = {"conc": conc, "complete": result.status.complete,
-             "file": store.point_file(conc).name, "error_rate": result.metrics.error_rate,
-             "shard_spans_s": spans,
-             "clock_alignment_uncertainty_ms": result.client.clock_alignment_uncertainty_ms}
+    entry = {
+        "conc": conc,
+        "complete": result.status.complete,
+        "file": store.point_file(conc).name,
+        "error_rate": result.metrics.error_rate,
+        "shard_spans_s": spans,
+        "clock_alignment_uncertainty_ms": result.client.clock_alignment_uncertainty_ms,
+    }
     return result, entry
 
 
-def align(per_shard: Sequence[Sequence[RequestRecord]], clocks: Sequence[dict[str, Any] | None],
-          ) -> tuple[list[RequestRecord], int | None]:
+def align(
+    per_shard: Sequence[Sequence[RequestRecord]],
+    clocks: Sequence[dict[str, Any] | None],
+) -> tuple[list[RequestRecord], int | None]:
     """All records on the first shard's monotonic clock, and the alignment's uncertainty
     in ns (0 on one machine; None when a clock's error is unknown)."""
     boots = {c.get("boot_id") if c else None for c in clocks}
@@ -201,16 +244,18 @@ def align(per_shard: Sequence[Sequence[RequestRecord]], clocks: Sequence[dict[st
         return sorted((r for rs in per_shard for r in rs), key=lambda r: r.request_id), 0
     offsets = [r.clock_unix_ns - r.clock_mono_ns for rs in per_shard for r in rs[:1]]
     reference = offsets[0] if offsets else 0
-    moved = [_shift(r, r.clock_unix_ns - r.clock_mono_ns - reference)
-             for rs in per_shard for r in rs]
+    moved = [
+        _shift(r, r.clock_unix_ns - r.clock_mono_ns - reference) for rs in per_shard for r in rs
+    ]
     return sorted(moved, key=lambda r: r.request_id), alignment_uncertainty_ns(clocks)
 
 
 def alignment_uncertainty_ns(clocks: Sequence[dict[str, Any] | None]) -> int | None:
     """Two machines' wall clocks may differ by both their kernels' error estimates; each
     pairing of clocks adds half its read bracket; a wall-clock step adds its size."""
-    if any(c is None or c.get("synced") is not True or c.get("esterror_us") is None
-           for c in clocks):
+    if any(
+        c is None or c.get("synced") is not True or c.get("esterror_us") is None for c in clocks
+    ):
         return None
     known = cast(list[dict[str, Any]], clocks)
     errors = sorted((int(c["esterror_us"]) * 1000 for c in known), reverse=True)
@@ -223,21 +268,29 @@ def _shift(record: RequestRecord, by_ns: int) -> RequestRecord:
     if by_ns == 0:
         return record
     return dataclasses.replace(
-        record, scheduled_ns=record.scheduled_ns + by_ns, start_ns=record.start_ns + by_ns,
-        chunk_ns=tuple(t + by_ns for t in record.chunk_ns), end_ns=record.end_ns + by_ns,
-        clock_mono_ns=record.clock_mono_ns + by_ns)
+        record,
+        scheduled_ns=record.scheduled_ns + by_ns,
+        start_ns=record.start_ns + by_ns,
+        chunk_ns=tuple(t + by_ns for t in record.chunk_ns),
+        end_ns=record.end_ns + by_ns,
+        clock_mono_ns=record.clock_mono_ns + by_ns,
+    )
 
 
-def check_overlap(per_shard: Sequence[Sequence[RequestRecord]], aligned: Sequence[RequestRecord],
-                  uncertainty_ns: int | None) -> list[list[float] | None]:
+def check_overlap(
+    per_shard: Sequence[Sequence[RequestRecord]],
+    aligned: Sequence[RequestRecord],
+    uncertainty_ns: int | None,
+) -> list[list[float] | None]:
     """Each shard's measured span (s, from the earliest start); PointRefused when the
     shards that sent requests were not all measuring at one time."""
     ids = [{r.request_id for r in rs} for rs in per_shard]
     spans_ns: list[tuple[int, int] | None] = []
     for shard_ids in ids:
         mine = [r for r in aligned if r.request_id in shard_ids]
-        spans_ns.append((min(r.start_ns for r in mine), max(r.end_ns for r in mine))
-                        if mine else None)
+        spans_ns.append(
+            (min(r.start_ns for r in mine), max(r.end_ns for r in mine)) if mine else None
+        )
     sending = [s for s in spans_ns if s is not None]
     if not sending:
         raise PointRefused("no shard recorded a request")
@@ -248,9 +301,12 @@ def check_overlap(per_shard: Sequence[Sequence[RequestRecord]], aligned: Sequenc
         raise PointRefused(
             f"the shards did not overlap in time (one started {(last_start - first_end) / 1e9:.3f}"
             f" s after another had finished{_plus_minus(uncertainty_ns)}): they were not one "
-            "concurrency point; run the shards at the same time")
-    return [None if span is None else [(span[0] - origin) / 1e9, (span[1] - origin) / 1e9]
-            for span in spans_ns]
+            "concurrency point; run the shards at the same time"
+        )
+    return [
+        None if span is None else [(span[0] - origin) / 1e9, (span[1] - origin) / 1e9]
+        for span in spans_ns
+    ]
 
 
 def _plus_minus(uncertainty_ns: int | None) -> str:
@@ -259,60 +315,84 @@ def _plus_minus(uncertainty_ns: int | None) -> str:
     return f", ±{uncertainty_ns / 1e6:.3f} ms" if uncertainty_ns else ""
 
 
-def _merged_result(shards: Sequence[Shard], files: Sequence[PointResult],
-                   points: Sequence[dict[str, Any]], records: Sequence[RequestRecord],
-                   conc: int, uncertainty_ns: int | None, run_id: str) -> PointResult:
+def _merged_result(
+    shards: Sequence[Shard],
+    files: Sequence[PointResult],
+    points: Sequence[dict[str, Any]],
+    records: Sequence[RequestRecord],
+    conc: int,
+    uncertainty_ns: int | None,
+    run_id: str,
+) -> PointResult:
     settings = shards[0].run["settings"]
-    ctx = PointContext(conc=conc, input_len=settings["isl"], output_len=settings["osl"],
-                       spec_tokens=settings["spec_tokens"], slos=settings["slos_ms"] or {},
-                       percentiles=tuple(settings["percentiles"]),
-                       num_gpus=settings["num_gpus"],
-                       stream_interval=sim_stream_interval(settings.get("sim_args") or ())
-                       if settings.get("sim") else None,
-                       golden=GoldenAL.from_settings(settings.get("golden_al")))
+    ctx = PointContext(
+        conc=conc,
+        input_len=settings["isl"],
+        output_len=settings["osl"],
+        spec_tokens=settings["spec_tokens"],
+        slos=settings["slos_ms"] or {},
+        percentiles=tuple(settings["percentiles"]),
+        num_gpus=settings["num_gpus"],
+        stream_interval=sim_stream_interval(settings.get("sim_args") or ())
+        if settings.get("sim")
+        else None,
+        golden=GoldenAL.from_settings(settings.get("golden_al")),
+    )
     complete = all(f.status.complete for f in files)
     before, after = combined_snapshots(shards, points) if complete else (None, None)
     first = files[0]
     parts = PointParts(
         identity=msgspec.structs.replace(
-            first.identity, shard=None, shards_merged=len(shards), run_id=run_id,
+            first.identity,
+            shard=None,
+            shards_merged=len(shards),
+            run_id=run_id,
             loadgen_version=__version__,
             # shards may have read their streams with different clients: name each one
-            http_client="/".join(sorted({f.identity.http_client for f in files}))),
+            http_client="/".join(sorted({f.identity.http_client for f in files})),
+        ),
         status=_merged_status(shards, files),
-        counts=PointCounts(sum(f.planned_requests for f in files),
-                           sum(f.warmup_requests for f in files),
-                           sum(f.warmup_failed for f in files)),
+        counts=PointCounts(
+            sum(f.planned_requests for f in files),
+            sum(f.warmup_requests for f in files),
+            sum(f.warmup_failed for f in files),
+        ),
         processes=[p for f in files for p in f.client.client_processes],
         clock_uncertainty_ms=None if uncertainty_ns is None else uncertainty_ns / 1e6,
         synthesis=(first.prompts.prompt_synthesis, first.prompts.prompt_synthesis_note),
         server_metrics_by_url=_merged_by_url(points) if complete else None,
         simulator=SimulatorHealth.combined([f.simulator for f in files]),
         # the shards' records on one clock; their gauge samples are not (no KV per slice)
-        slice_s=settings.get("slice_duration_s"))
+        slice_s=settings.get("slice_duration_s"),
+    )
     return assemble_point(records, ctx, conc, parts, server_before=before, server_after=after)
 
 
 def _merged_status(shards: Sequence[Shard], files: Sequence[PointResult]) -> PointStatus:
     stopped = [(s, f) for s, f in zip(shards, files, strict=True) if not f.status.complete]
     if not stopped:
-        return PointStatus(complete=True, stop_reason=None, stop_detail=None,
-                           incomplete_reason=None)
-    reasons = [f"shard {s.index}: {f.status.incomplete_reason or 'interrupted'}"
-               for s, f in stopped]
+        return PointStatus(
+            complete=True, stop_reason=None, stop_detail=None, incomplete_reason=None
+        )
+    reasons = [
+        f"shard {s.index}: {f.status.incomplete_reason or 'interrupted'}" for s, f in stopped
+    ]
     codes = {f.status.stop_reason or "interrupted" for _, f in stopped}
     # the incomplete shards' code when they agree (`mixed` when not); the detail is each
     # shard's own line
-    return PointStatus(complete=False, stop_reason=codes.pop() if len(codes) == 1 else "mixed",
-                       stop_detail="; ".join(reasons), incomplete_reason="; ".join(reasons))
+    return PointStatus(
+        complete=False,
+        stop_reason=codes.pop() if len(codes) == 1 else "mixed",
+        stop_detail="; ".join(reasons),
+        incomplete_reason="; ".join(reasons),
+    )
 
 
 def _merged_by_url(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """Each --server-metrics URL's figures over the whole merged point: per URL the
     earliest scrape before and the latest after, as for the summed counters. The gauges
     sampled during each shard's point are not kept in run.json: their fields are null."""
-    if any(not p.get("server_before_by_url") or not p.get("server_after_by_url")
-           for p in points):
+    if any(not p.get("server_before_by_url") or not p.get("server_after_by_url") for p in points):
         return None
     urls = list(points[0]["server_before_by_url"])
     before: dict[str, ServerSnapshot | None] = {}
@@ -326,8 +406,10 @@ def _merged_by_url(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | N
     return per_url_fields(urls, before, after, {})
 
 
-def combined_snapshots(shards: Sequence[Shard], points: Sequence[dict[str, Any]],
-                       ) -> tuple[ServerSnapshot | None, ServerSnapshot | None]:
+def combined_snapshots(
+    shards: Sequence[Shard],
+    points: Sequence[dict[str, Any]],
+) -> tuple[ServerSnapshot | None, ServerSnapshot | None]:
     """The server counters around the whole merged point: per server (base URL) the
     earliest scrape before and the latest after (counters only grow, so the smallest and
     largest), summed over servers. None when a shard has no scrape."""
@@ -342,8 +424,7 @@ def combined_snapshots(shards: Sequence[Shard], points: Sequence[dict[str, Any]]
 
 
 def _counter_total(snapshot: dict[str, Any]) -> float:
-    return float(sum(v for k, v in snapshot["samples"].items()
-                     if k.endswith(("_total", "_count"))))
+    return float(sum(v for k, v in snapshot["samples"].items() if k.endswith(("_total", "_count"))))
 
 
 def _sum_snapshots(snapshots: Sequence[dict[str, Any]]) -> ServerSnapshot:
@@ -359,18 +440,35 @@ def _sum_snapshots(snapshots: Sequence[dict[str, Any]]) -> ServerSnapshot:
     return ServerSnapshot(samples=samples, keyed=keyed)
 
 
-def _write_run(out: Path, shards: Sequence[Shard], run_id: str,
-               entries: list[dict[str, Any]], refused: list[str]) -> None:
+def _write_run(
+    out: Path,
+    shards: Sequence[Shard],
+    run_id: str,
+    entries: list[dict[str, Any]],
+    refused: list[str],
+) -> None:
     first = shards[0].run
     settings = {k: v for k, v in first["settings"].items() if k not in PER_SHARD}
     run = {
-        "run_id": run_id, "loadgen_version": __version__, "target": first.get("target"),
-        "base_url": first.get("base_url"), "merged_unix": time.time(),
+        "run_id": run_id,
+        "loadgen_version": __version__,
+        "target": first.get("target"),
+        "base_url": first.get("base_url"),
+        "merged_unix": time.time(),
         "interrupted": any(s.run.get("interrupted") for s in shards),
-        "settings": settings, "server": first.get("server"),
+        "settings": settings,
+        "server": first.get("server"),
         "shard": {"index": None, "count": len(shards)},
-        "merged_from": [{"path": str(s.path), "run_id": s.run["run_id"], "shard": s.index,
-                         "base_url": s.run.get("base_url")} for s in shards],
-        "points": entries, "refused": refused,
+        "merged_from": [
+            {
+                "path": str(s.path),
+                "run_id": s.run["run_id"],
+                "shard": s.index,
+                "base_url": s.run.get("base_url"),
+            }
+            for s in shards
+        ],
+        "points": entries,
+        "refused": refused,
     }
     write_atomic(ResultsDir(out).run_file, orjson.dumps(run, option=orjson.OPT_INDENT_2))

@@ -89,8 +89,7 @@ def run_level_error(group: BaseExceptionGroup[BaseException]) -> LoadgenError:
     documented stop, not a bug: the process hit a limit of the machine."""
     leaves = [out_of_descriptors(e) or e for e in _leaves(group)]
     run_level = [e for e in leaves if isinstance(e, LoadgenError)]
-    others = [e for e in leaves
-              if not isinstance(e, LoadgenError | asyncio.CancelledError)]
+    others = [e for e in leaves if not isinstance(e, LoadgenError | asyncio.CancelledError)]
     if others or not run_level:
         raise group
     return run_level[0]

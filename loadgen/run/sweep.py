@@ -90,9 +90,13 @@ class SweepOutcome:
 
 def body_options(spec: RunSpec) -> BodyOptions:
     return BodyOptions(
-        endpoint=spec.endpoint, model=spec.model or "", temperature=spec.temperature,
+        endpoint=spec.endpoint,
+        model=spec.model or "",
+        temperature=spec.temperature,
         top_p=spec.top_p,
-        seed=spec.seed, thinking=spec.thinking, reasoning_effort=spec.reasoning_effort,
+        seed=spec.seed,
+        thinking=spec.thinking,
+        reasoning_effort=spec.reasoning_effort,
         extra_body=spec.extra_body,
     )
 
@@ -104,9 +108,15 @@ def single_turn_spec(spec: RunSpec) -> RunSpec:
     if not spec.sessions:
         return spec
     return dataclasses.replace(
-        spec, dataset=None, dataset_format="auto", multi_turn=False, turns=None,
+        spec,
+        dataset=None,
+        dataset_format="auto",
+        multi_turn=False,
+        turns=None,
         live_history=False,
-        isl=spec.isl or TRACE_PROBE_ISL, osl=spec.osl or TRACE_PROBE_OSL)
+        isl=spec.isl or TRACE_PROBE_ISL,
+        osl=spec.osl or TRACE_PROBE_OSL,
+    )
 
 
 def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
@@ -133,9 +143,14 @@ def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> ProbedWorkload:
 
 
 async def run_sweep(
-    spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None,
-    backend: Backend | None = None, clock: Clock = perf_counter_ns,
-    sleep: Sleep = asyncio.sleep, outputs: RunOutputs | None = None,
+    spec: RunSpec,
+    *,
+    observer: RunObserver | None = None,
+    tokenizer: Tokenizer | None = None,
+    backend: Backend | None = None,
+    clock: Clock = perf_counter_ns,
+    sleep: Sleep = asyncio.sleep,
+    outputs: RunOutputs | None = None,
 ) -> SweepOutcome:
     """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
     the point and record files, and whatever `outputs` writes (loadgen.run.measure gives
@@ -150,8 +165,14 @@ async def run_sweep(
     results_dir = spec.results_dir or default_results_dir()
     earlier = results_files.prepare(results_dir, spec)
     if earlier is not None and not earlier.remaining:
-        return SweepOutcome(results_dir, str(earlier.run.get("run_id")), earlier.points,
-                            False, (), nothing_to_resume=True)
+        return SweepOutcome(
+            results_dir,
+            str(earlier.run.get("run_id")),
+            earlier.points,
+            False,
+            (),
+            nothing_to_resume=True,
+        )
     if earlier is not None:
         print(f"loadgen: {earlier.summary(results_dir)}", file=sys.stderr)
     estimate = sweep_estimate(spec, earlier.remaining if earlier else spec.conc)
@@ -161,13 +182,12 @@ async def run_sweep(
     hooks = FanoutObserver(observer)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
-            load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4")
+            load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4"
+        )
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probed = await asyncio.to_thread(probe_workload, spec, tokenizer)
-    sessions = (await asyncio.to_thread(session_source, spec, tokenizer)
-                if spec.sessions else None)
-    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions,
-                   outputs)
+    sessions = await asyncio.to_thread(session_source, spec, tokenizer) if spec.sessions else None
+    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions, outputs)
     try:
         attempt = earlier.attempt if earlier else 1
         async with _backend(spec, results_dir, tokenizer, backend, attempt) as server:
@@ -189,17 +209,22 @@ async def run_sweep(
 
 def _say_saturated(outcome: PointOutcome, todo: tuple[int, ...]) -> None:
     """The over-saturation stop is never silent: which point, why, and what did not run."""
-    later = todo[todo.index(outcome.conc) + 1:] if outcome.conc in todo else ()
-    skipped = (f"; higher points not run (more load): conc {', '.join(map(str, later))}"
-               if later else "")
-    print(f"loadgen: conc {outcome.conc} stopped early, {outcome.result.status.stop_detail}; "
-          f"{outcome.path.name} is kept marked complete: false (stop_reason saturated)"
-          f"{skipped}; --no-saturation-stop runs it to the end", file=sys.stderr)
+    later = todo[todo.index(outcome.conc) + 1 :] if outcome.conc in todo else ()
+    skipped = (
+        f"; higher points not run (more load): conc {', '.join(map(str, later))}" if later else ""
+    )
+    print(
+        f"loadgen: conc {outcome.conc} stopped early, {outcome.result.status.stop_detail}; "
+        f"{outcome.path.name} is kept marked complete: false (stop_reason saturated)"
+        f"{skipped}; --no-saturation-stop runs it to the end",
+        file=sys.stderr,
+    )
 
 
 @contextlib.asynccontextmanager
-async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                   given: Backend | None, attempt: int) -> AsyncIterator[Backend]:
+async def _backend(
+    spec: RunSpec, results_dir: Path, tokenizer: Tokenizer, given: Backend | None, attempt: int
+) -> AsyncIterator[Backend]:
     if given is not None:
         yield given
         return
@@ -208,10 +233,18 @@ async def _backend(spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
 
 
 class _Sweep:
-    def __init__(self, spec: RunSpec, results_dir: Path, tokenizer: Tokenizer,
-                 hooks: RunObserver, clock: Clock, sleep: Sleep, earlier: Earlier | None,
-                 sessions: SessionSource | None = None,
-                 outputs: RunOutputs | None = None) -> None:
+    def __init__(
+        self,
+        spec: RunSpec,
+        results_dir: Path,
+        tokenizer: Tokenizer,
+        hooks: RunObserver,
+        clock: Clock,
+        sleep: Sleep,
+        earlier: Earlier | None,
+        sessions: SessionSource | None = None,
+        outputs: RunOutputs | None = None,
+    ) -> None:
         self.spec = spec
         self.outputs: RunOutputs = outputs or NoOutputs()
         self.sessions = sessions
@@ -238,20 +271,29 @@ class _Sweep:
         self.backend = backend
         if self.spec.gpu_power_csv is not None:
             check_power_csv(self.spec.gpu_power_csv)
-        self.server = await backend.preflight(body_options(self.spec), probed.probe,
-                                              probed.longest)
+        self.server = await backend.preflight(body_options(self.spec), probed.probe, probed.longest)
         self.workload = probed.workload.with_options(self.server.options)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
         if self.spec.gpu_metrics:
-            await check_gpu_metrics_urls(gpu_metrics_urls(self.spec.gpu_metrics,
-                                                          backend.base_url))
+            await check_gpu_metrics_urls(gpu_metrics_urls(self.spec.gpu_metrics, backend.base_url))
         watch = ServerWatch(backend.probe, self.spec.server_pid)
-        context = RunContext(self.spec, backend, self.server, self.run_id, self.results_dir,
-                             self.hooks, self.clock, self.sleep, self._barrier(), watch,
-                             synthesis_of(self.spec, self.tokenizer), self.outputs,
-                             backend.simulator_log if isinstance(backend, HttpBackend) else None)
+        context = RunContext(
+            self.spec,
+            backend,
+            self.server,
+            self.run_id,
+            self.results_dir,
+            self.hooks,
+            self.clock,
+            self.sleep,
+            self._barrier(),
+            watch,
+            synthesis_of(self.spec, self.tokenizer),
+            self.outputs,
+            backend.simulator_log if isinstance(backend, HttpBackend) else None,
+        )
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier, self.spec.trials)
         self.began = True
@@ -272,8 +314,9 @@ class _Sweep:
         for conc in self.todo:
             self.at = conc
             if self.sessions is not None:  # this process, the whole point
-                self.current = await build_session_point(context, conc, self.sessions,
-                                                         self.tokenizer)
+                self.current = await build_session_point(
+                    context, conc, self.sessions, self.tokenizer
+                )
                 outcome = await self.current.run_to_end()
                 self.current = None
                 self._record(outcome)
@@ -348,8 +391,10 @@ class _Sweep:
         assert self.server is not None
         before = (self.earlier.run.get("server") or {}).get("model") if self.earlier else None
         if before is not None and before != self.server.model:
-            raise SpecError(f"--resume {self.results_dir}: the server now serves "
-                            f"{self.server.model!r}; the run being resumed measured {before!r}")
+            raise SpecError(
+                f"--resume {self.results_dir}: the server now serves "
+                f"{self.server.model!r}; the run being resumed measured {before!r}"
+            )
 
     def stopped(self, stop: LoadgenError) -> LoadgenError:
         """Finish the sweep for `stop`; the error with where it stopped and what is kept."""
@@ -360,18 +405,27 @@ class _Sweep:
         parts = []
         point_file = ResultsDir(self.results_dir).point_file(where).name if where else ""
         if where is not None:
-            mine = [p for p in self.points
-                    if p.conc == where and p.result.identity.run_id == self.run_id]
+            mine = [
+                p
+                for p in self.points
+                if p.conc == where and p.result.identity.run_id == self.run_id
+            ]
             kept = bool(mine)
             point_file = mine[-1].path.name if mine else point_file  # a trial's own file
-            parts.append(f"conc {where} stopped during its warmup (nothing measured)"
-                         if not kept else f"conc {where} stopped" if point_file in
-                         self.unwritten else f"{point_file} is kept marked complete: false")
-            done = trials_kept(ResultsDir(self.results_dir), where, self.spec.trials) \
-                if self.spec.trials > 1 else 0
+            parts.append(
+                f"conc {where} stopped during its warmup (nothing measured)"
+                if not kept
+                else f"conc {where} stopped"
+                if point_file in self.unwritten
+                else f"{point_file} is kept marked complete: false"
+            )
+            done = (
+                trials_kept(ResultsDir(self.results_dir), where, self.spec.trials)
+                if self.spec.trials > 1
+                else 0
+            )
             if done:  # --trials: the trials before the stopped one are whole
-                parts.append(f"its first {done} of {self.spec.trials} trials are complete "
-                             "and kept")
+                parts.append(f"its first {done} of {self.spec.trials} trials are complete and kept")
         if self.unwritten:
             parts.append(f"not written: {', '.join(self.unwritten)}")
         parts.append(f"results in {self.results_dir}")
@@ -390,23 +444,33 @@ class _Sweep:
             elif point.recorded is not None:  # stopped during warmup: nothing was measured
                 point.recorded.close()
         # a saturated point's cancelled requests are the stop's doing, not the server's
-        failed = tuple(p.conc for p in self.points if p.error_rate > self.spec.max_error_rate
-                       and p.result.status.stop_reason != SATURATED)
+        failed = tuple(
+            p.conc
+            for p in self.points
+            if p.error_rate > self.spec.max_error_rate and p.result.status.stop_reason != SATURATED
+        )
         if self.began:
             self._write_run_file(stop, final=True)
             self._write_sweep_files()
-        golden = tuple(p.conc for p in self.points
-                       if p.complete and p.result.metrics.golden_acceptance_ok is False)
-        self._finished = SweepOutcome(self.results_dir, self.run_id, tuple(self.points),
-                                      isinstance(stop, Interrupted), failed,
-                                      golden_failed=golden)
+        golden = tuple(
+            p.conc
+            for p in self.points
+            if p.complete and p.result.metrics.golden_acceptance_ok is False
+        )
+        self._finished = SweepOutcome(
+            self.results_dir,
+            self.run_id,
+            tuple(self.points),
+            isinstance(stop, Interrupted),
+            failed,
+            golden_failed=golden,
+        )
         return self._finished
 
     def _write_run_file(self, stop: LoadgenError | None, *, final: bool) -> None:
         run = RunFile(self.spec, self.run_id, self.started_unix, self.earlier)
         try:
-            run.write(self.results_dir, self.backend, self.server, self.points, stop,
-                      final=final)
+            run.write(self.results_dir, self.backend, self.server, self.points, stop, final=final)
         except ResultsWriteError:
             if not final:
                 raise

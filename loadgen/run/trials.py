@@ -49,8 +49,9 @@ def trials_kept(store: ResultsDir, conc: int, trials: int) -> int:
     """How many leading trials of `conc` are on disk complete (--resume keeps those)."""
     kept = 0
     for trial in range(1, trials + 1):
-        if not (store.point_file(conc, trial).is_file()
-                and store.requests_file(conc, trial).is_file()):
+        if not (
+            store.point_file(conc, trial).is_file() and store.requests_file(conc, trial).is_file()
+        ):
             break
         try:
             if not store.read_trial_point(conc, trial).status.complete:
@@ -61,8 +62,9 @@ def trials_kept(store: ResultsDir, conc: int, trials: int) -> int:
     return kept
 
 
-async def run_trials(context: RunContext, conc: int, measure: Measure,
-                     fresh_connections: Callable[[], object]) -> PointOutcome:
+async def run_trials(
+    context: RunContext, conc: int, measure: Measure, fresh_connections: Callable[[], object]
+) -> PointOutcome:
     """Measure the trials of `conc` not yet on disk, then write the pooled point. A trial
     that stops early is returned as it is (its own file, `complete: false`)."""
     spec = context.spec
@@ -83,38 +85,51 @@ async def run_trials(context: RunContext, conc: int, measure: Measure,
                 return outcome
             result = outcome.result
             facts.append(outcome.facts)
-        parts.append(TrialPart(result, store.read_records(conc, trial),
-                               trial_seed(spec.seed, trial), name))
+        parts.append(
+            TrialPart(result, store.read_records(conc, trial), trial_seed(spec.seed, trial), name)
+        )
     return _pooled(context, conc, parts, facts)
 
 
-def _pooled(context: RunContext, conc: int, parts: list[TrialPart],
-            facts: list[Mapping[str, Any] | None]) -> PointOutcome:
+def _pooled(
+    context: RunContext, conc: int, parts: list[TrialPart], facts: list[Mapping[str, Any] | None]
+) -> PointOutcome:
     spec = context.spec
     before, after = summed_counters(facts)
-    result = assemble_trials(parts, point_context(spec, conc), conc,
-                             server_before=before, server_after=after)
+    result = assemble_trials(
+        parts, point_context(spec, conc), conc, server_before=before, server_after=after
+    )
     store = ResultsDir(context.results_dir)
-    entries = [{"trial": k, "seed": p.seed, "file": p.file,
-                **({key: f[key] for key in ("clock", "server_before", "server_after")
-                    if key in f} if f else {})}
-               for k, (p, f) in enumerate(zip(parts, facts, strict=True), 1)]
+    entries = [
+        {
+            "trial": k,
+            "seed": p.seed,
+            "file": p.file,
+            **(
+                {key: f[key] for key in ("clock", "server_before", "server_after") if key in f}
+                if f
+                else {}
+            ),
+        }
+        for k, (p, f) in enumerate(zip(parts, facts, strict=True), 1)
+    ]
     write_error: ResultsWriteError | None = None
     try:
         path = store.write_point(result)
     except ResultsWriteError as exc:
         path, write_error = store.point_file(conc), exc
     context.hooks.point_finished(conc, result)
-    return PointOutcome(conc, result, result.status.complete, path, {"trials": entries},
-                        write_error)
+    return PointOutcome(
+        conc, result, result.status.complete, path, {"trials": entries}, write_error
+    )
 
 
-def summed_counters(facts: list[Mapping[str, Any] | None],
-                    ) -> tuple[ServerSnapshot | None, ServerSnapshot | None]:
+def summed_counters(
+    facts: list[Mapping[str, Any] | None],
+) -> tuple[ServerSnapshot | None, ServerSnapshot | None]:
     """(zero, the trials' counter deltas summed): the server's traffic during the measured
     phases only, not between them. (None, None) when any trial's counters are unknown."""
-    pairs = [(f.get("server_before"), f.get("server_after")) if f else (None, None)
-             for f in facts]
+    pairs = [(f.get("server_before"), f.get("server_after")) if f else (None, None) for f in facts]
     known = [(b, a) for b, a in pairs if b is not None and a is not None]
     if not pairs or len(known) < len(pairs):
         return None, None
@@ -128,6 +143,7 @@ def summed_counters(facts: list[Mapping[str, Any] | None],
             was = before["keyed"].get(name, {})
             for key, value in values.items():
                 per_key[key] = per_key.get(key, 0.0) + value - was.get(key, 0.0)
-    zero = ServerSnapshot({name: 0.0 for name in samples},
-                          {name: dict.fromkeys(v, 0.0) for name, v in keyed.items()})
+    zero = ServerSnapshot(
+        {name: 0.0 for name in samples}, {name: dict.fromkeys(v, 0.0) for name, v in keyed.items()}
+    )
     return zero, ServerSnapshot(samples, keyed)

@@ -110,7 +110,6 @@ class ParentLink(QuietObserver):
         pass  # live session gauges are not forwarded to the parent (docs/sessions.md)
 
 
-
 async def _until_stopped(work: Awaitable[None], commands: asyncio.Queue[Command]) -> bool:
     """Run `work` unless the parent says STOP (or goes away) first; True when stopped."""
     task = asyncio.ensure_future(work)
@@ -134,9 +133,15 @@ def _requeue_exit(commands: asyncio.Queue[Command], command: Command) -> None:
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, link: ParentLink, context: RunContext,
-                 workload: Workload | SessionSource, commands: asyncio.Queue[Command],
-                 tokenizer: Tokenizer) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        link: ParentLink,
+        context: RunContext,
+        workload: Workload | SessionSource,
+        commands: asyncio.Queue[Command],
+        tokenizer: Tokenizer,
+    ) -> None:
         self.config = config
         self.link = link
         self.context = context
@@ -151,19 +156,27 @@ class Worker:
                 return
             if kind is Kind.POINT:
                 point = orjson.loads(body)
-                await self.point(int(point["conc"]), int(point["seed"]), point["trial"],
-                                 bool(point["fresh"]))
+                await self.point(
+                    int(point["conc"]), int(point["seed"]), point["trial"], bool(point["fresh"])
+                )
             # a STOP or GO for a point that already ended: nothing to stop
 
-    async def _build(self, conc: int, context: RunContext,
-                     workload: Workload | SessionSource) -> Point:
+    async def _build(
+        self, conc: int, context: RunContext, workload: Workload | SessionSource
+    ) -> Point:
         share = self.config.share
         if isinstance(workload, SessionSource):
-            return await build_session_point(context, conc, workload, self.tokenizer,
-                                             share=share, on_record=self.link.record)
+            return await build_session_point(
+                context, conc, workload, self.tokenizer, share=share, on_record=self.link.record
+            )
         plan = await asyncio.to_thread(workload.point, conc, share.owner(conc))
-        return Point(context, plan, slots=len(share.slots(conc)),
-                     on_record=self.link.record, label=share.label)
+        return Point(
+            context,
+            plan,
+            slots=len(share.slots(conc)),
+            on_record=self.link.record,
+            label=share.label,
+        )
 
     async def point(self, conc: int, seed: int, trial: int | None, fresh: bool) -> None:
         """One point's share; `seed` and `trial` are the run's, or a --trials trial's
@@ -171,7 +184,8 @@ class Worker:
         context, workload = self.context, self.workload
         if trial is not None:  # its seed, and its trial in every X-Request-Id
             context = dataclasses.replace(
-                context, trial=trial, spec=dataclasses.replace(context.spec, seed=seed))
+                context, trial=trial, spec=dataclasses.replace(context.spec, seed=seed)
+            )
             if isinstance(workload, Workload):
                 workload = workload.reseeded(seed)
         fresh_connections = getattr(context.backend, "fresh_connections", None)
@@ -191,13 +205,26 @@ class Worker:
                 finally:
                     self.link.stop_flushing()
         health = point.health()
-        replay = (replay_counts(point.replay.stats, point.primers_failed)
-                  if isinstance(point, SessionPoint) else None)
-        self.link.send(Kind.DONE, {"warmup_failed": point.warmup_failed, "replay": replay,
-                                   "health": {
-            "label": health.label, "requests": health.requests, "chunks": health.chunks,
-            "cpu_seconds": health.cpu_seconds, "lag_ns": list(health.lag_ns),
-            "event_loop": health.event_loop}})
+        replay = (
+            replay_counts(point.replay.stats, point.primers_failed)
+            if isinstance(point, SessionPoint)
+            else None
+        )
+        self.link.send(
+            Kind.DONE,
+            {
+                "warmup_failed": point.warmup_failed,
+                "replay": replay,
+                "health": {
+                    "label": health.label,
+                    "requests": health.requests,
+                    "chunks": health.chunks,
+                    "cpu_seconds": health.cpu_seconds,
+                    "lag_ns": list(health.lag_ns),
+                    "event_loop": health.event_loop,
+                },
+            },
+        )
         await self.link.writer.drain()
 
     async def _measure_at(self, point: Point, at_ns: int) -> None:
@@ -236,21 +263,37 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
     spec = config.spec
     if config.cpu is not None:
         os.sched_setaffinity(0, {config.cpu})
-    tokenizer = await asyncio.to_thread(load_tokenizer, spec.tokenizer,
-                                        check_dsv4=spec.encoder == "dsv4")
+    tokenizer = await asyncio.to_thread(
+        load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4"
+    )
     workload: Workload | SessionSource = (
-        await asyncio.to_thread(session_source, spec, tokenizer) if spec.sessions
-        else Workload(spec, tokenizer, config.server.options))
+        await asyncio.to_thread(session_source, spec, tokenizer)
+        if spec.sessions
+        else Workload(spec, tokenizer, config.server.options)
+    )
     slots = max(len(config.share.slots(conc)) for conc in spec.conc) or 1
     commands: asyncio.Queue[Command] = asyncio.Queue()
-    async with open_session(max_connections=slots, headers=request_headers(spec),
-                            http_timeout_s=spec.http_timeout_s,
-                            stamping=spec.http_client == "aiohttp") as session, \
-            open_streams(spec, session, slots) as streams:
+    async with (
+        open_session(
+            max_connections=slots,
+            headers=request_headers(spec),
+            http_timeout_s=spec.http_timeout_s,
+            stamping=spec.http_client == "aiohttp",
+        ) as session,
+        open_streams(spec, session, slots) as streams,
+    ):
         backend = HttpBackend(spec, session, config.target, tokenizer, streams)
         backend.adopt(config.server)
-        context = RunContext(spec, backend, config.server, config.run_id, Path("."), link,
-                             perf_counter_ns, asyncio.sleep)
+        context = RunContext(
+            spec,
+            backend,
+            config.server,
+            config.run_id,
+            Path("."),
+            link,
+            perf_counter_ns,
+            asyncio.sleep,
+        )
         link.send(Kind.READY, {"pid": os.getpid()})
         async with asyncio.TaskGroup() as group:
             listener = group.create_task(_read_commands(reader, commands))

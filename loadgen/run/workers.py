@@ -69,9 +69,11 @@ def choose_workers(spec: RunSpec, cpus: int) -> tuple[int, str]:
     spare = cpus - 1 - (1 if spec.sim else 0)
     wanted = math.ceil(streams / STREAMS_PER_WORKER)
     count = max(1, min(spare, wanted))
-    why = (f"{cpus} cores available, 1 kept for the parent"
-           f"{' and 1 for the embedded simulator' if spec.sim else ''}; the largest point "
-           f"has {streams} streams here, up to {STREAMS_PER_WORKER} per worker")
+    why = (
+        f"{cpus} cores available, 1 kept for the parent"
+        f"{' and 1 for the embedded simulator' if spec.sim else ''}; the largest point "
+        f"has {streams} streams here, up to {STREAMS_PER_WORKER} per worker"
+    )
     return count, why
 
 
@@ -80,14 +82,18 @@ def resolve_workers(spec: RunSpec) -> RunSpec:
     if spec.workers is not None:
         return spec
     if spec.sessions and (spec.dataset_format == "mooncake" or not spec.cache_bust):
-        print("loadgen: --workers auto: 1 process (this one): a Mooncake trace or "
-              "--no-cache-bust is played by one process", file=sys.stderr)
+        print(
+            "loadgen: --workers auto: 1 process (this one): a Mooncake trace or "
+            "--no-cache-bust is played by one process",
+            file=sys.stderr,
+        )
         return dataclasses.replace(spec, workers=1, cpu_affinity=())
     count, why = choose_workers(spec, len(os.sched_getaffinity(0)))
     noun = "process (this one)" if count == 1 else "worker processes"
     print(f"loadgen: --workers auto: {count} {noun} ({why})", file=sys.stderr)
-    return dataclasses.replace(spec, workers=count,
-                               cpu_affinity=spec.cpu_affinity if count > 1 else ())
+    return dataclasses.replace(
+        spec, workers=count, cpu_affinity=spec.cpu_affinity if count > 1 else ()
+    )
 
 
 @dataclass(slots=True)
@@ -128,13 +134,19 @@ class WorkerPool:
     handles: list[_Handle] = field(default_factory=list)
     # (handle, kind, body); kind None: that worker is gone; handle None: look at write_error
     events: asyncio.Queue[tuple[_Handle | None, Kind | None, bytes]] = field(
-        default_factory=asyncio.Queue)
+        default_factory=asyncio.Queue
+    )
     current: PointRecords | None = None
     write_error: ResultsWriteError | None = None  # a record the parent could not write
 
-    async def run_point(self, conc: int, keep: Callable[[PointOutcome], None],
-                        sessions: SessionSource | None = None, *,
-                        context: RunContext | None = None) -> None:
+    async def run_point(
+        self,
+        conc: int,
+        keep: Callable[[PointOutcome], None],
+        sessions: SessionSource | None = None,
+        *,
+        context: RunContext | None = None,
+    ) -> None:
         """Run one point on the workers; its outcome goes to `keep`, also when the point
         is interrupted or a worker dies (then CancelledError or WorkerDied follows).
         `context`: a --trials trial's (its seed, its files), else the run's. A session
@@ -144,18 +156,26 @@ class WorkerPool:
         spec, shard_slots = context.spec, self.share.shard_slots(conc)
         if sessions is not None:
             trees = await asyncio.to_thread(sessions.trees, conc)
-            recorded = PointRecords(context, conc, warmup=0, slots=len(shard_slots),
-                                    planned=planned_requests(spec, trees))
+            recorded = PointRecords(
+                context,
+                conc,
+                warmup=0,
+                slots=len(shard_slots),
+                planned=planned_requests(spec, trees),
+            )
         else:
             recorded = PointRecords(
-                context, conc, planned=requests_in(spec.measured_requests(conc), conc,
-                                                   shard_slots),
+                context,
+                conc,
+                planned=requests_in(spec.measured_requests(conc), conc, shard_slots),
                 warmup=requests_in(spec.warmup_requests(conc), conc, shard_slots),
-                slots=len(shard_slots))
+                slots=len(shard_slots),
+            )
         state = _PointState(recorded, [h for h in self.handles if h.share.slots(conc)])
         if sessions is not None:
             recorded.extra = lambda records, before, after: session_metrics(
-                spec, records, before, after, state.replay_counts())
+                spec, records, before, after, state.replay_counts()
+            )
         self.current = recorded
         watch = self.context.watch
         try:
@@ -173,15 +193,21 @@ class WorkerPool:
         except _Lost as lost:
             reason = str(lost) or await lost.handle.death()
             await self._stop(state, Stop("worker_died", reason), keep)
-            raise WorkerDied(f"{reason} during conc {conc}; the point is written with "
-                             f"complete: false and the run stops") from None
+            raise WorkerDied(
+                f"{reason} during conc {conc}; the point is written with "
+                f"complete: false and the run stops"
+            ) from None
         finally:
             self.current = None
 
     async def _measure(self, conc: int, state: _PointState, context: RunContext) -> None:
         # a trial's seed, and whether to drop the trial before's connections first
-        point = {"conc": conc, "seed": context.spec.seed, "trial": context.trial,
-                 "fresh": context.trial is not None and context.trial > 1}
+        point = {
+            "conc": conc,
+            "seed": context.spec.seed,
+            "trial": context.trial,
+            "fresh": context.trial is not None and context.trial > 1,
+        }
         for handle in state.active:
             handle.send(Kind.POINT, point)
         for body in (await self._collect(state.active, Kind.WARM)).values():
@@ -198,8 +224,9 @@ class WorkerPool:
         state.done = await self._collect(state.active, Kind.DONE)
         state.parent_cpu = time.process_time() - state.cpu_start
 
-    async def _collect(self, handles: list[_Handle], kind: Kind, *,
-                       fail_fast: bool = True) -> dict[int, dict[str, Any]]:
+    async def _collect(
+        self, handles: list[_Handle], kind: Kind, *, fail_fast: bool = True
+    ) -> dict[int, dict[str, Any]]:
         """Wait until each live worker of `handles` has sent `kind`. A worker that dies
         first raises _Lost, or (fail_fast False) is no longer waited for."""
         waiting = {h.index for h in handles if h.alive}
@@ -213,8 +240,14 @@ class WorkerPool:
             if got_kind is None or got_kind is Kind.FAILED:
                 handle.alive = False
                 error = orjson.loads(body).get("error", "?") if body else ""
-                reason = (f"worker {handle.share.worker}/{handle.share.workers} (pid "
-                          f"{handle.process.pid}) failed: {error}") if error else ""
+                reason = (
+                    (
+                        f"worker {handle.share.worker}/{handle.share.workers} (pid "
+                        f"{handle.process.pid}) failed: {error}"
+                    )
+                    if error
+                    else ""
+                )
                 if fail_fast and handle.index in waiting:
                     raise _Lost(handle, reason)
                 waiting.discard(handle.index)
@@ -223,16 +256,20 @@ class WorkerPool:
                 waiting.discard(handle.index)
         return got
 
-    async def _stop(self, state: _PointState, stop: Stop,
-                    keep: Callable[[PointOutcome], None]) -> None:
+    async def _stop(
+        self, state: _PointState, stop: Stop, keep: Callable[[PointOutcome], None]
+    ) -> None:
         """Stop the point on every live worker, keep what was measured, write it."""
         try:
             for handle in state.active:
                 handle.send(Kind.STOP)
             pending = [h for h in state.active if h.index not in state.done]
             with contextlib.suppress(TimeoutError):
-                state.done.update(await asyncio.wait_for(
-                    self._collect(pending, Kind.DONE, fail_fast=False), STOP_TIMEOUT_S))
+                state.done.update(
+                    await asyncio.wait_for(
+                        self._collect(pending, Kind.DONE, fail_fast=False), STOP_TIMEOUT_S
+                    )
+                )
         finally:
             if state.recorded.started:
                 state.parent_cpu = time.process_time() - state.cpu_start
@@ -293,21 +330,41 @@ class _PointState:
                 total[name] = total.get(name, 0) + int(value)
         return total
 
-    def finalize(self, *, complete: bool, after: Any, stop: Stop | None = None,
-                 ) -> PointOutcome:
+    def finalize(
+        self,
+        *,
+        complete: bool,
+        after: Any,
+        stop: Stop | None = None,
+    ) -> PointOutcome:
         processes = [ProcessHealth("parent", 0, 0, self.parent_cpu, ())]
         for handle in self.active:
             body = self.done.get(handle.index)
             if body is None:  # died, or never answered: what the parent received from it
-                processes.append(ProcessHealth(handle.share.label + " (lost)", handle.records,
-                                               handle.chunks, 0.0, ()))
+                processes.append(
+                    ProcessHealth(
+                        handle.share.label + " (lost)", handle.records, handle.chunks, 0.0, ()
+                    )
+                )
                 continue
             h = body["health"]
-            processes.append(ProcessHealth(h["label"], h["requests"], h["chunks"],
-                                           h["cpu_seconds"], tuple(h["lag_ns"]),
-                                           h.get("event_loop")))
-        return self.recorded.finalize(complete=complete, after=after, processes=processes,
-                                      warmup_failed=self.warmup_failed, stop=stop)
+            processes.append(
+                ProcessHealth(
+                    h["label"],
+                    h["requests"],
+                    h["chunks"],
+                    h["cpu_seconds"],
+                    tuple(h["lag_ns"]),
+                    h.get("event_loop"),
+                )
+            )
+        return self.recorded.finalize(
+            complete=complete,
+            after=after,
+            processes=processes,
+            warmup_failed=self.warmup_failed,
+            stop=stop,
+        )
 
 
 def _spawn(index: int) -> tuple[subprocess.Popen[bytes], socket.socket]:
@@ -315,8 +372,10 @@ def _spawn(index: int) -> tuple[subprocess.Popen[bytes], socket.socket]:
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "loadgen.run.worker", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-            start_new_session=True)  # Ctrl-C reaches the parent only; it stops the workers
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # Ctrl-C reaches the parent only; it stops the workers
     finally:
         theirs.close()
     return process, ours
@@ -334,9 +393,16 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
     # (the parent samples --gpu-metrics: workers only send.) A worker sees only its share
     # of the arrivals: the over-saturation stop is not judged across workers
     # (docs/results.md), so a worker never stops its share alone.
-    worker_spec = dataclasses.replace(spec, base_url=backend.base_url, sim=False, sim_args=(),
-                                      workers=1, cpu_affinity=(), gpu_metrics=(),
-                                      saturation_stop=False)
+    worker_spec = dataclasses.replace(
+        spec,
+        base_url=backend.base_url,
+        sim=False,
+        sim_args=(),
+        workers=1,
+        cpu_affinity=(),
+        gpu_metrics=(),
+        saturation_stop=False,
+    )
     try:
         for index in range(spec.workers):
             share = pool.share.worker_share(index, spec.workers)
@@ -345,8 +411,9 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
             handle = _Handle(index, process, reader, writer, share)
             pool.handles.append(handle)
             cpu = spec.cpu_affinity[index % len(spec.cpu_affinity)] if spec.cpu_affinity else None
-            config = WorkerConfig(worker_spec, context.server, context.run_id, backend.target,
-                                  share, cpu)
+            config = WorkerConfig(
+                worker_spec, context.server, context.run_id, backend.target, share, cpu
+            )
             writer.write(frame(Kind.CONFIG, pickle.dumps(config)))
             handle.reader_task = asyncio.create_task(pool._listen(handle))
         await _wait_ready(pool)
@@ -362,8 +429,9 @@ async def _wait_ready(pool: WorkerPool) -> None:
         reason = str(lost) or await lost.handle.death()
         raise WorkerDied(f"{reason} while starting") from None
     except TimeoutError:
-        raise WorkerDied(f"the worker processes did not start within {START_TIMEOUT_S:.0f} s"
-                         ) from None
+        raise WorkerDied(
+            f"the worker processes did not start within {START_TIMEOUT_S:.0f} s"
+        ) from None
 
 
 async def _shut_down(pool: WorkerPool) -> None:

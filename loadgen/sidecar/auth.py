@@ -25,8 +25,10 @@ _TOKEN = re.compile(rb"[\x21-\x7e]+")
 def token_problem(token: str) -> str | None:
     """Why `token` cannot be used as the API token (None: it can)."""
     if not _TOKEN.fullmatch(token.encode("utf-8", "surrogateescape")):
-        return ("must be visible ASCII without spaces or newlines (clients cannot send "
-                "anything else in a header), e.g. `openssl rand -hex 16`")
+        return (
+            "must be visible ASCII without spaces or newlines (clients cannot send "
+            "anything else in a header), e.g. `openssl rand -hex 16`"
+        )
     return None
 
 
@@ -45,8 +47,9 @@ def bearer_credential(raw_headers: tuple[tuple[bytes, bytes], ...]) -> bytes | s
 
 
 def _unauthorized(message: str) -> web.Response:
-    response = web.Response(body=orjson.dumps({"error": message}), status=401,
-                            content_type="application/json")
+    response = web.Response(
+        body=orjson.dumps({"error": message}), status=401, content_type="application/json"
+    )
     response.headers["WWW-Authenticate"] = 'Bearer realm="loadgen"'
     return response
 

@@ -35,8 +35,9 @@ class CanarySettings:
 
 
 class Canary:
-    def __init__(self, settings: CanarySettings, metrics: LoadgenMetrics,
-                 is_busy: Callable[[], bool]) -> None:
+    def __init__(
+        self, settings: CanarySettings, metrics: LoadgenMetrics, is_busy: Callable[[], bool]
+    ) -> None:
         self.settings = settings
         self.metrics = metrics
         self._is_busy = is_busy
@@ -78,13 +79,26 @@ class Canary:
         s = self.settings
         results_dir = s.data_dir / "canary"
         shutil.rmtree(results_dir, ignore_errors=True)
-        spec = spec_from_options({
-            "base_url": s.target, "model": s.model, "conc": str(s.conc), "isl": CANARY_ISL,
-            "osl": CANARY_OSL, "prompts_per_conc": 1, "warmup_per_conc": 0,
-            "results": str(results_dir), "no_progress": True,
-        })
-        observer = MetricsObserver(self.metrics, model=s.model, endpoint=spec.endpoint,
-                                   points=1, spec_tokens=spec.spec_tokens)
+        spec = spec_from_options(
+            {
+                "base_url": s.target,
+                "model": s.model,
+                "conc": str(s.conc),
+                "isl": CANARY_ISL,
+                "osl": CANARY_OSL,
+                "prompts_per_conc": 1,
+                "warmup_per_conc": 0,
+                "results": str(results_dir),
+                "no_progress": True,
+            }
+        )
+        observer = MetricsObserver(
+            self.metrics,
+            model=s.model,
+            endpoint=spec.endpoint,
+            points=1,
+            spec_tokens=spec.spec_tokens,
+        )
         try:
             await run_sweep(spec, observer=observer)
         finally:

@@ -22,19 +22,41 @@ from loadgen.config.spec import RunSpec, SpecError, VllmResultOptions
 from loadgen.config.sweepfile import SweepPlan, check_document, load_yaml, parse_sweep
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
-RESERVED_WHY = ("not accepted over the API (the sidecar sets the target, model and results "
-                "directory itself)")
+RESERVED_WHY = (
+    "not accepted over the API (the sidecar sets the target, model and results directory itself)"
+)
 # Options the sidecar sets itself (the target, where results go) or does not accept from
 # the network (paths on its disk, credentials): normalised names (`-` -> `_`).
-RESERVED_OPTIONS = frozenset({
-    "base_url", "model", "sim", "sim_args", "results", "results_dir", "dataset", "tokenizer",
-    "metrics_port", "metrics_host", "api_key", "no_progress", "shard_sync",
-    # their vLLM-compatible aliases, and URLs the sidecar would fetch
-    "host", "port", "served_model_name", "dataset_path", "result_dir", "server_metrics",
-    "gpu_metrics", "gpu_power_csv",
-    # the sidecar owns its results directories and its target's process
-    "resume", "overwrite", "server_pid",
-})
+RESERVED_OPTIONS = frozenset(
+    {
+        "base_url",
+        "model",
+        "sim",
+        "sim_args",
+        "results",
+        "results_dir",
+        "dataset",
+        "tokenizer",
+        "metrics_port",
+        "metrics_host",
+        "api_key",
+        "no_progress",
+        "shard_sync",
+        # their vLLM-compatible aliases, and URLs the sidecar would fetch
+        "host",
+        "port",
+        "served_model_name",
+        "dataset_path",
+        "result_dir",
+        "server_metrics",
+        "gpu_metrics",
+        "gpu_power_csv",
+        # the sidecar owns its results directories and its target's process
+        "resume",
+        "overwrite",
+        "server_pid",
+    }
+)
 
 
 class Target(Protocol):
@@ -66,8 +88,15 @@ def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> R
     if reserved:
         raise SpecError(f"{', '.join(reserved)}: {RESERVED_WHY}")
     check_known(options)
-    spec = spec_from_options({**options, "base_url": config.target, "model": config.model,
-                              "results": str(results_dir), "no_progress": True})
+    spec = spec_from_options(
+        {
+            **options,
+            "base_url": config.target,
+            "model": config.model,
+            "results": str(results_dir),
+            "no_progress": True,
+        }
+    )
     check_confined(spec, config.data_dir, "")
     return spec
 
@@ -90,19 +119,26 @@ def check_known(options: Mapping[str, Any]) -> None:
     for key in unknown:
         close = difflib.get_close_matches(option_dest(key), allowed, n=1, cutoff=0.6)
         named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise SpecError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
-                    f"allowed: {', '.join(allowed)}")
+    raise SpecError(
+        f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
+        f"allowed: {', '.join(allowed)}"
+    )
 
 
 def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> SweepPlan:
     """A sweep file's document, every lane aimed at our target, results in results_dir."""
     refused = {option_dest(name): RESERVED_WHY for name in RESERVED_OPTIONS}
-    plan = parse_sweep(document, source="sweep document", results_dir=results_dir,
-                       forbidden=refused, fixed={"base_url": config.target,
-                                                 "model": config.model, "no_progress": True})
+    plan = parse_sweep(
+        document,
+        source="sweep document",
+        results_dir=results_dir,
+        forbidden=refused,
+        fixed={"base_url": config.target, "model": config.model, "no_progress": True},
+    )
     for index, lane in enumerate(plan.lanes):
-        check_confined(lane.spec, config.data_dir,
-                       f"sweep document: lanes[{index}] ({lane.name}): ")
+        check_confined(
+            lane.spec, config.data_dir, f"sweep document: lanes[{index}] ({lane.name}): "
+        )
     return plan
 
 
@@ -112,10 +148,17 @@ class Escapes(SpecError):
 
 def _paths(spec: RunSpec) -> list[tuple[str, str, Path]]:
     """(option, its value, the path it leads to) for every place the run may touch."""
-    found = [(option, str(path), path) for option, path in (
-        ("results", spec.results_dir), ("dataset", spec.dataset),
-        ("shard-sync", spec.shard_sync), ("aiperf-artifacts", spec.aiperf_artifacts),
-        ("golden-al", spec.golden_al.path if spec.golden_al else None)) if path is not None]
+    found = [
+        (option, str(path), path)
+        for option, path in (
+            ("results", spec.results_dir),
+            ("dataset", spec.dataset),
+            ("shard-sync", spec.shard_sync),
+            ("aiperf-artifacts", spec.aiperf_artifacts),
+            ("golden-al", spec.golden_al.path if spec.golden_al else None),
+        )
+        if path is not None
+    ]
     if spec.tokenizer is not None:  # a local path or a Hub id: either stays inside
         found.append(("tokenizer", spec.tokenizer, Path(spec.tokenizer)))
     if spec.vllm_result is not None:
@@ -123,16 +166,16 @@ def _paths(spec: RunSpec) -> list[tuple[str, str, Path]]:
     return found
 
 
-def _result_file_paths(options: VllmResultOptions,
-                       results_dir: Path) -> list[tuple[str, str, Path]]:
+def _result_file_paths(
+    options: VllmResultOptions, results_dir: Path
+) -> list[tuple[str, str, Path]]:
     directory = options.result_dir or results_dir
     found = [("result-dir", str(directory), directory)]
     # with what vLLM appends (`-…`, `.json`): a bare `..` label names no parent directory
     if options.label is not None:
         found.append(("label", options.label, directory / f"{options.label}-x"))
     if options.filename is not None:
-        found.append(("result-filename", options.filename,
-                      directory / f"{options.filename}.json"))
+        found.append(("result-filename", options.filename, directory / f"{options.filename}.json"))
     return found
 
 
@@ -141,6 +184,8 @@ def check_confined(spec: RunSpec, data_dir: Path, where: str) -> None:
     root = data_dir.resolve()
     for option, value, path in _paths(spec):
         if "\0" in value or not path.resolve().is_relative_to(root):
-            raise Escapes(f"{where}{option} {value!r}: leads outside the sidecar's data "
-                          "directory; the sidecar reads and writes only below it: give a "
-                          "plain name")
+            raise Escapes(
+                f"{where}{option} {value!r}: leads outside the sidecar's data "
+                "directory; the sidecar reads and writes only below it: give a "
+                "plain name"
+            )

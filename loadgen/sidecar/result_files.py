@@ -113,8 +113,11 @@ def list_beneath(root: Path, relative: str) -> list[ListedFile]:
     hidden files (the atomic writer's temporaries) left out. [] when there is no such
     directory or it is reached through a link."""
     directory = root.joinpath(*_parts(relative))
-    if any(p.is_symlink() for p in (directory, *directory.parents) if p.is_relative_to(root)
-           and p != root):
+    if any(
+        p.is_symlink()
+        for p in (directory, *directory.parents)
+        if p.is_relative_to(root) and p != root
+    ):
         log.warning("loadgen serve: %s is a symbolic link; not listed", directory)
         return []
     found: list[ListedFile] = []
@@ -132,8 +135,7 @@ def _walk(directory: Path, prefix: str, found: list[ListedFile]) -> None:
             continue
         name = f"{prefix}{entry.name}"
         if entry.is_symlink():
-            log.warning("loadgen serve: %s is a symbolic link; not listed or served",
-                        entry.path)
+            log.warning("loadgen serve: %s is a symbolic link; not listed or served", entry.path)
         elif entry.is_dir(follow_symlinks=False):
             _walk(Path(entry.path), f"{name}/", found)
         elif entry.is_file(follow_symlinks=False):

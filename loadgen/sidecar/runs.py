@@ -33,12 +33,30 @@ RunStateName = Literal["running", "succeeded", "cancelled", "failed", "interrupt
 # Per-point fields kept in run.json and shown by GET /v1/runs/{id}, in the point file's
 # spelling; the full result is in the result files.
 SUMMARY_FIELDS = (
-    "max_concurrency", "num_prompts", "completed", "failed", "duration",
-    "request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms",
-    "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
-    "mean_itl_ms", "p99_itl_ms", "mean_itl_per_token_ms", "mean_e2el_ms", "p99_e2el_ms",
-    "stream_acceptance_length", "server_acceptance_length", "acceptance_length",
-    "acceptance_length_source", "error_rate",
+    "max_concurrency",
+    "num_prompts",
+    "completed",
+    "failed",
+    "duration",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "p99_itl_ms",
+    "mean_itl_per_token_ms",
+    "mean_e2el_ms",
+    "p99_e2el_ms",
+    "stream_acceptance_length",
+    "server_acceptance_length",
+    "acceptance_length",
+    "acceptance_length_source",
+    "error_rate",
 )
 
 
@@ -82,9 +100,14 @@ class RunRecord:
         return cls(**values)
 
     def summary(self) -> dict[str, Any]:
-        return {"id": self.id, "state": self.state, "created_unix": self.created_unix,
-                "finished_unix": self.finished_unix, "points_done": self.progress.points_done,
-                "points_total": self.progress.points_total}
+        return {
+            "id": self.id,
+            "state": self.state,
+            "created_unix": self.created_unix,
+            "finished_unix": self.finished_unix,
+            "points_done": self.progress.points_done,
+            "points_total": self.progress.points_total,
+        }
 
 
 class ProgressObserver:
@@ -153,15 +176,19 @@ class RunManager:
             if not RUN_ID.match(path.parent.name):
                 continue
             if path.parent.is_symlink() or path.is_symlink():  # never made by loadgen
-                log.warning("loadgen serve: %s is reached through a symbolic link; ignored",
-                            path)
+                log.warning("loadgen serve: %s is reached through a symbolic link; ignored", path)
                 continue
             try:
                 record = RunRecord.from_json(orjson.loads(path.read_bytes()))
             except (OSError, ValueError, TypeError) as exc:
                 # A damaged file must not keep the service from starting; say which.
-                record = RunRecord(id=path.parent.name, state="failed", created_unix=0.0,
-                                   options={}, error=f"unreadable run.json: {exc}")
+                record = RunRecord(
+                    id=path.parent.name,
+                    state="failed",
+                    created_unix=0.0,
+                    options={},
+                    error=f"unreadable run.json: {exc}",
+                )
             options = redact_options(record.options)
             if record.state == "running" or options != record.options:
                 if record.state == "running":
@@ -181,16 +208,19 @@ class RunManager:
         return self.run_dir(run_id) / "results"
 
     def save(self, record: RunRecord) -> None:
-        write_atomic(ResultsDir(self.run_dir(record.id)).run_file,
-                     orjson.dumps(record.to_json(), option=orjson.OPT_INDENT_2))
+        write_atomic(
+            ResultsDir(self.run_dir(record.id)).run_file,
+            orjson.dumps(record.to_json(), option=orjson.OPT_INDENT_2),
+        )
 
     def start(self, options: Mapping[str, Any], points: int, sweep: SweepStarter) -> RunRecord:
         """Start `sweep`; the record keeps `options` redacted (the sweep has its own)."""
         if self.active is not None and not self.active[1].done():
             raise Busy(self.active[0].id)
         now = self._clock()
-        record = RunRecord(id=new_run_id(now), state="running", created_unix=now,
-                           options=redact_options(options))
+        record = RunRecord(
+            id=new_run_id(now), state="running", created_unix=now, options=redact_options(options)
+        )
         record.progress.points_total = points
         self.runs[record.id] = record
         self.save(record)
@@ -199,8 +229,9 @@ class RunManager:
         self.active = (record, task)
         return record
 
-    async def _run(self, record: RunRecord, observer: ProgressObserver,
-                   sweep: SweepStarter) -> None:
+    async def _run(
+        self, record: RunRecord, observer: ProgressObserver, sweep: SweepStarter
+    ) -> None:
         try:
             await sweep(record, self.results_dir(record.id), observer)
             # The engine may finish a cancelled sweep normally (keeping what it measured).

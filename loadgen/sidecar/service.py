@@ -117,12 +117,16 @@ def check_exposure(config: ServiceConfig) -> None:
         raise ServiceError(
             f"refusing to listen on {config.host} without {TOKEN_ENV}: set {TOKEN_ENV} "
             "to a secret (e.g. `openssl rand -hex 16`), listen on 127.0.0.1, or pass "
-            "--insecure-no-auth")
+            "--insecure-no-auth"
+        )
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY),
-                        status=status, content_type="application/json")
+    return web.Response(
+        body=orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY),
+        status=status,
+        content_type="application/json",
+    )
 
 
 def error(status: int, message: str) -> web.Response:
@@ -139,9 +143,16 @@ class Service:
         self.metrics = LoadgenMetrics(self.registry)
         self.manager = RunManager(config.data_dir)
         self.canary = Canary(
-            CanarySettings(config.target, config.model, config.canary_conc,
-                           config.canary_interval_s, config.data_dir),
-            self.metrics, self.manager.is_busy)
+            CanarySettings(
+                config.target,
+                config.model,
+                config.canary_conc,
+                config.canary_interval_s,
+                config.data_dir,
+            ),
+            self.metrics,
+            self.manager.is_busy,
+        )
         # Files are only ever opened below this (resolved once: the data directory itself
         # may be a link the operator made; nothing below it may be).
         self.root = config.data_dir.resolve()
@@ -149,9 +160,13 @@ class Service:
         self._loaded_tokenizer: Tokenizer | None = None
 
     def app(self) -> web.Application:
-        app = guarded_app(self.config.limits, log, "loadgen serve",
-                          client_max_size=self.config.max_body_bytes,
-                          middlewares=[auth_middleware(self.config.token)])
+        app = guarded_app(
+            self.config.limits,
+            log,
+            "loadgen serve",
+            client_max_size=self.config.max_body_bytes,
+            middlewares=[auth_middleware(self.config.token)],
+        )
         app.router.add_post("/v1/runs", self.post_run)
         app.router.add_get("/v1/runs", self.list_runs)
         app.router.add_get("/v1/runs/{id}", self.get_run)
@@ -177,8 +192,11 @@ class Service:
         except SpecError as exc:
             return error(400, str(exc))
         if not isinstance(options, dict):
-            return error(400, 'body must be a JSON object of run options, e.g. '
-                         '{"conc": "4..64", "isl": 1024, "osl": 256}, or a sweep document')
+            return error(
+                400,
+                "body must be a JSON object of run options, e.g. "
+                '{"conc": "4..64", "isl": 1024, "osl": 256}, or a sweep document',
+            )
         probe_dir = self.config.data_dir / "runs" / "pending"
         try:  # an invalid body is a 400 whether or not a run is active
             if "lanes" in options:
@@ -188,8 +206,9 @@ class Service:
                 spec = spec_for(self.config, options, probe_dir)
                 specs, points, sweep = [spec], len(spec.conc), self._sweep
             if self.manager.active_id is not None:
-                return error(409, f"run {self.manager.active_id} is still running; DELETE it "
-                             "or wait")
+                return error(
+                    409, f"run {self.manager.active_id} is still running; DELETE it or wait"
+                )
             for one in specs:  # after the busy check: building prompts takes the run's CPU
                 await self._check_workload(one)
         except SpecError as exc:
@@ -200,8 +219,9 @@ class Service:
             record = self.manager.start(options, points, functools.partial(sweep, options))
         except Busy as exc:
             return error(409, str(exc))
-        return json_response({"id": record.id, "state": record.state,
-                              "url": f"/v1/runs/{record.id}"}, 202)
+        return json_response(
+            {"id": record.id, "state": record.state, "url": f"/v1/runs/{record.id}"}, 202
+        )
 
     async def _tokenizer(self) -> Tokenizer:
         # Loaded once (~0.4 s), on first use: the sidecar's runs cannot pick a tokenizer.
@@ -215,22 +235,37 @@ class Service:
 
         await asyncio.to_thread(probe_prompt, spec, await self._tokenizer())
 
-    async def _sweep(self, options: Mapping[str, Any], record: RunRecord, results_dir: Path,
-                     progress: ProgressObserver) -> None:
+    async def _sweep(
+        self,
+        options: Mapping[str, Any],
+        record: RunRecord,
+        results_dir: Path,
+        progress: ProgressObserver,
+    ) -> None:
         from loadgen.run.measure import measure
 
         spec = spec_for(self.config, options, results_dir)
-        metrics = MetricsObserver(self.metrics, model=self.config.model,
-                                  endpoint=spec.endpoint, points=len(spec.conc),
-                                  spec_tokens=spec.spec_tokens)
+        metrics = MetricsObserver(
+            self.metrics,
+            model=self.config.model,
+            endpoint=spec.endpoint,
+            points=len(spec.conc),
+            spec_tokens=spec.spec_tokens,
+        )
         try:
-            await measure(spec, observer=FanoutObserver(progress, metrics),
-                          tokenizer=await self._tokenizer())
+            await measure(
+                spec, observer=FanoutObserver(progress, metrics), tokenizer=await self._tokenizer()
+            )
         finally:
             metrics.finished()
 
-    async def _lanes(self, options: Mapping[str, Any], record: RunRecord, results_dir: Path,
-                     progress: ProgressObserver) -> None:
+    async def _lanes(
+        self,
+        options: Mapping[str, Any],
+        record: RunRecord,
+        results_dir: Path,
+        progress: ProgressObserver,
+    ) -> None:
         """A sweep document's lanes, each with its own live-metrics observer."""
         from loadgen.run.lanes import run_lanes
         from loadgen.sinks.prometheus import MetricsObserver
@@ -241,14 +276,21 @@ class Service:
         def observer_for(lane: Lane) -> FanoutObserver:
             for done in current:  # the previous lane's series: nothing in flight any more
                 done.finished()
-            current[:] = [MetricsObserver(
-                self.metrics, model=self.config.model, endpoint=lane.spec.endpoint,
-                points=len(lane.spec.conc), spec_tokens=lane.spec.spec_tokens)]
+            current[:] = [
+                MetricsObserver(
+                    self.metrics,
+                    model=self.config.model,
+                    endpoint=lane.spec.endpoint,
+                    points=len(lane.spec.conc),
+                    spec_tokens=lane.spec.spec_tokens,
+                )
+            ]
             return FanoutObserver(progress, current[0])
 
         try:
-            outcome = await run_lanes(plan, observer_for=observer_for,
-                                      tokenizer=await self._tokenizer())
+            outcome = await run_lanes(
+                plan, observer_for=observer_for, tokenizer=await self._tokenizer()
+            )
         finally:
             for done in current:
                 done.finished()
@@ -283,12 +325,12 @@ class Service:
             files.append({"name": listed.name, "bytes": listed.size})
             if listed.name.endswith(".json"):
                 with contextlib.suppress(NotServed, orjson.JSONDecodeError):
-                    data = read_beneath(self.root, f"{base}/{listed.name}",
-                                        MAX_PARSED_JSON_BYTES)
+                    data = read_beneath(self.root, f"{base}/{listed.name}", MAX_PARSED_JSON_BYTES)
                     # redacted again: files written before loadgen redacted them
                     points.append({"file": listed.name, "result": redact_json(orjson.loads(data))})
-        return json_response({"id": record.id, "state": record.state, "files": files,
-                              "results": points})
+        return json_response(
+            {"id": record.id, "state": record.state, "files": files, "results": points}
+        )
 
     async def get_file(self, request: web.Request) -> web.StreamResponse:
         record = self._record(request)
@@ -300,8 +342,7 @@ class Service:
             with open_beneath(self.root, f"{self._results_path(record)}/{name}") as fd:
                 return await stream_file(request, fd, name)
         except NotServed:
-            return error(404, f"no file {name} in run {record.id} (symbolic links are "
-                         "not served)")
+            return error(404, f"no file {name} in run {record.id} (symbolic links are not served)")
 
     async def delete_run(self, request: web.Request) -> web.Response:
         record = self._record(request)
@@ -337,8 +378,9 @@ async def running_service(config: ServiceConfig) -> AsyncIterator[Service]:
     check_exposure(config)
     async with aiohttp.ClientSession() as session:
         service = Service(config, session)
-        runner, service.port = await start_guarded(service.app(), config.host, config.port,
-                                                   shutdown_timeout=1.0)
+        runner, service.port = await start_guarded(
+            service.app(), config.host, config.port, shutdown_timeout=1.0
+        )
         try:
             async with service.canary.running():
                 try:
@@ -350,19 +392,37 @@ async def running_service(config: ServiceConfig) -> AsyncIterator[Service]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="loadgen serve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="loadgen serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--target", required=True, help="base URL of the server, e.g. http://vllm:8000")
     p.add_argument("--model", required=True, help="served model name to benchmark")
     p.add_argument("--listen", default="127.0.0.1:9400", help="HOST:PORT (default %(default)s)")
-    p.add_argument("--data-dir", type=Path, default=Path("loadgen-data"),
-                   help="where runs and results are kept (default %(default)s)")
-    p.add_argument("--canary-conc", type=int, default=0,
-                   help="steady canary load between runs at this concurrency (0 = off)")
-    p.add_argument("--canary-interval", type=float, default=60.0,
-                   help="seconds between canary rounds (default %(default)s)")
-    p.add_argument("--insecure-no-auth", action="store_true",
-                   help=f"allow a non-loopback --listen without {TOKEN_ENV}")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("loadgen-data"),
+        help="where runs and results are kept (default %(default)s)",
+    )
+    p.add_argument(
+        "--canary-conc",
+        type=int,
+        default=0,
+        help="steady canary load between runs at this concurrency (0 = off)",
+    )
+    p.add_argument(
+        "--canary-interval",
+        type=float,
+        default=60.0,
+        help="seconds between canary rounds (default %(default)s)",
+    )
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help=f"allow a non-loopback --listen without {TOKEN_ENV}",
+    )
     return p
 
 
@@ -376,10 +436,16 @@ def config_from_args(argv: list[str], env: Mapping[str, str]) -> ServiceConfig:
     if args.canary_conc < 0 or args.canary_interval <= 0:
         raise ServiceError("--canary-conc must be >= 0 and --canary-interval > 0 seconds")
     config = ServiceConfig(
-        target=args.target, model=args.model, host=host.strip("[]"), port=int(port_text),
-        data_dir=args.data_dir, token=env.get(TOKEN_ENV) or None,
-        canary_conc=args.canary_conc, canary_interval_s=args.canary_interval,
-        insecure_no_auth=args.insecure_no_auth)
+        target=args.target,
+        model=args.model,
+        host=host.strip("[]"),
+        port=int(port_text),
+        data_dir=args.data_dir,
+        token=env.get(TOKEN_ENV) or None,
+        canary_conc=args.canary_conc,
+        canary_interval_s=args.canary_interval,
+        insecure_no_auth=args.insecure_no_auth,
+    )
     check_exposure(config)
     return config
 
@@ -390,9 +456,14 @@ async def serve_until_signalled(config: ServiceConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with running_service(config) as service:
-        log.info("loadgen serve: listening on http://%s:%d (target %s, model %s, auth %s)",
-                    config.host, service.port, redact_text(config.target), config.model,
-                    "on" if config.token else "off")
+        log.info(
+            "loadgen serve: listening on http://%s:%d (target %s, model %s, auth %s)",
+            config.host,
+            service.port,
+            redact_text(config.target),
+            config.model,
+            "on" if config.token else "off",
+        )
         await stop.wait()
         log.info("loadgen serve: stopping (cancelling the active run, flushing results)")
 
@@ -408,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         uvloop.run(serve_until_signalled(config))
     except OSError as exc:
-        raise ServiceError(f"cannot listen on {config.host}:{config.port}: "
-                           f"{exc.strerror or exc}; pick another --listen") from None
+        raise ServiceError(
+            f"cannot listen on {config.host}:{config.port}: "
+            f"{exc.strerror or exc}; pick another --listen"
+        ) from None
     return 0
-

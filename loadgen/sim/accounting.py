@@ -20,8 +20,9 @@ NS = 1e-9
 
 
 class Accounting:
-    def __init__(self, metrics: SimMetrics, trace: TraceWriter | None,
-                 kv_cache_tokens: int) -> None:
+    def __init__(
+        self, metrics: SimMetrics, trace: TraceWriter | None, kv_cache_tokens: int
+    ) -> None:
         self.metrics = metrics
         self.trace = trace
         self._kv_tokens = kv_cache_tokens
@@ -42,8 +43,9 @@ class Accounting:
     def prompt_done(self, request: EngineRequest) -> None:
         self.metrics.prompt_tokens.inc(request.prompt_len)
 
-    def step(self, prefill_tokens: int, produced: int, drafts: int,
-             accepted_histogram: list[int]) -> None:
+    def step(
+        self, prefill_tokens: int, produced: int, drafts: int, accepted_histogram: list[int]
+    ) -> None:
         m = self.metrics
         m.iteration_tokens.observe(prefill_tokens + produced)
         if produced:
@@ -51,8 +53,9 @@ class Accounting:
         if self._mtp:
             m.record_drafts(drafts, accepted_histogram)
 
-    def gauges(self, running: Collection[EngineRequest],
-               waiting: Collection[EngineRequest]) -> None:
+    def gauges(
+        self, running: Collection[EngineRequest], waiting: Collection[EngineRequest]
+    ) -> None:
         m = self.metrics
         m.running.set(len(running))
         m.waiting.set(len(waiting))
@@ -66,15 +69,17 @@ class Accounting:
         if request.first_sched_ns:
             self._request_times(request, now)
         if self.trace is not None:
-            self.trace.write({
-                "x_request_id": request.x_request_id,
-                "arrival_ns": request.arrival_ns,
-                "first_sched_ns": request.first_sched_ns or None,
-                "prompt_tokens": request.prompt_len,
-                "chunks": request.chunks,
-                "completion_tokens": request.emitted,
-                "finish_reason": reason,
-            })
+            self.trace.write(
+                {
+                    "x_request_id": request.x_request_id,
+                    "arrival_ns": request.arrival_ns,
+                    "first_sched_ns": request.first_sched_ns or None,
+                    "prompt_tokens": request.prompt_len,
+                    "chunks": request.chunks,
+                    "completion_tokens": request.emitted,
+                    "finish_reason": reason,
+                }
+            )
 
     def _request_times(self, request: EngineRequest, now: int) -> None:
         m = self.metrics
@@ -94,8 +99,9 @@ class Accounting:
         if request.emitted > 1:
             m.tpot.observe((end - first) * NS / (request.emitted - 1))
         if len(request.chunks) + len(request.merged_steps) > 1:
-            intended = np.fromiter((c[0] for c in request.chunks), dtype=np.int64,
-                                   count=len(request.chunks))
+            intended = np.fromiter(
+                (c[0] for c in request.chunks), dtype=np.int64, count=len(request.chunks)
+            )
             if request.merged_steps:
                 intended = np.sort(np.concatenate((intended, request.merged_steps)))
             m.itl.observe_many(np.diff(intended) * NS)

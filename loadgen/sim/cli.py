@@ -25,13 +25,23 @@ async def serve(config: SimConfig, host: str, port: int) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     async with running_simulator(config, host=host, port=port) as sim:
-        mtp = (f"{config.spec_method} ({config.rejection_sample_method}) K={config.spec_tokens}"
-               f" acceptance={','.join(map(str, config.acceptance))}"
-               if config.mtp else "no MTP")
-        print(f"loadgen sim: serving {config.model} at {sim.base_url} ({mtp}; "
-              f"max_num_seqs={config.max_num_seqs})", file=sys.stderr, flush=True)
-        print(f"loadgen sim: GPU metrics at {sim.base_url}/gpu/metrics: "
-              f"{config.power.describe()}", file=sys.stderr, flush=True)
+        mtp = (
+            f"{config.spec_method} ({config.rejection_sample_method}) K={config.spec_tokens}"
+            f" acceptance={','.join(map(str, config.acceptance))}"
+            if config.mtp
+            else "no MTP"
+        )
+        print(
+            f"loadgen sim: serving {config.model} at {sim.base_url} ({mtp}; "
+            f"max_num_seqs={config.max_num_seqs})",
+            file=sys.stderr,
+            flush=True,
+        )
+        print(
+            f"loadgen sim: GPU metrics at {sim.base_url}/gpu/metrics: {config.power.describe()}",
+            file=sys.stderr,
+            flush=True,
+        )
         await stop.wait()
     print("loadgen sim: stopped", file=sys.stderr, flush=True)
 
@@ -58,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_event_loop(config, args.host, args.port)
     except OSError as exc:
-        raise SimSetupError(f"cannot serve on {args.host}:{args.port}: {exc.strerror}; "
-                            "pick another --port") from None
+        raise SimSetupError(
+            f"cannot serve on {args.host}:{args.port}: {exc.strerror}; pick another --port"
+        ) from None
     except KeyboardInterrupt:
         return 130
     return 0

@@ -167,8 +167,9 @@ def validate(config: SimConfig) -> None:
         if not math.isfinite(number) or number < 0:
             raise ConfigError(f"{flag} must be a finite number >= 0, got {number}")
     if config.per_request_spec_decode_metrics not in SPEC_DECODE_LEVELS:
-        raise ConfigError("--per-request-spec-decode-metrics must be one of "
-                          f"{', '.join(SPEC_DECODE_LEVELS)}")
+        raise ConfigError(
+            f"--per-request-spec-decode-metrics must be one of {', '.join(SPEC_DECODE_LEVELS)}"
+        )
     if config.spec_tokens < 0:
         raise ConfigError(f"--spec-tokens must be >= 0 (0 disables MTP), got {config.spec_tokens}")
     if not config.mtp and config.acceptance:
@@ -180,12 +181,21 @@ def validate(config: SimConfig) -> None:
         )
     if config.mtp and config.max_num_batched_tokens < config.spec_tokens + 1:
         raise ConfigError("--max-num-batched-tokens must fit one MTP decode step (K+1 tokens)")
-    probabilities = {"--eos-prob": config.eos_prob, "--byte-fragment-fraction": (
-        config.byte_fragment_fraction), "--merge-steps-prob": config.merge_steps_prob}
+    probabilities = {
+        "--eos-prob": config.eos_prob,
+        "--byte-fragment-fraction": (config.byte_fragment_fraction),
+        "--merge-steps-prob": config.merge_steps_prob,
+    }
     probabilities.update({f"--acceptance[{i}]": p for i, p in enumerate(config.acceptance)})
     faults = config.faults
-    probabilities.update({"--fault-500": faults.error_500, "--fault-abort": faults.abort,
-                          "--fault-malformed": faults.malformed, "--fault-stall": faults.stall})
+    probabilities.update(
+        {
+            "--fault-500": faults.error_500,
+            "--fault-abort": faults.abort,
+            "--fault-malformed": faults.malformed,
+            "--fault-stall": faults.stall,
+        }
+    )
     for flag, p in probabilities.items():
         if not 0.0 <= p <= 1.0:
             raise ConfigError(f"{flag} must be a probability in [0, 1], got {p}")
@@ -195,8 +205,10 @@ def validate(config: SimConfig) -> None:
         raise ConfigError("--model must not be empty")
     unknown = sorted(set(config.reject_params) - set(REJECTABLE_PARAMS))
     if unknown:
-        raise ConfigError(f"--reject-params: unknown {','.join(unknown)}; choose from "
-                          f"{','.join(REJECTABLE_PARAMS)}")
+        raise ConfigError(
+            f"--reject-params: unknown {','.join(unknown)}; choose from "
+            f"{','.join(REJECTABLE_PARAMS)}"
+        )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -244,9 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind")
     p.add_argument("--port", type=int, default=8000, help="port to bind (0 = any free port)")
     p.add_argument("--model", default=d.model, help="served model name")
-    p.add_argument("--model-path", default=None,
-                   help="reported as /v1/models 'root', where vLLM puts the path it loaded "
-                   "the model from (default: /models/<--model>)")
+    p.add_argument(
+        "--model-path",
+        default=None,
+        help="reported as /v1/models 'root', where vLLM puts the path it loaded "
+        "the model from (default: /models/<--model>)",
+    )
     _engine_flags(p, d)
     _output_flags(p, d)
     _fault_flags(p)
@@ -255,115 +270,259 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
-    p.add_argument("--max-model-len", type=int, default=d.max_model_len,
-                   help="context length (prompt + max_tokens), reported by /v1/models")
-    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
-                   help="most requests running at once (continuous batching)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens,
-                   help="tokens computed per step (chunked prefill budget)")
-    p.add_argument("--step-fixed-ms", type=float, default=d.step_fixed_ms,
-                   help="fixed cost of every engine step (weights read once)")
-    p.add_argument("--decode-token-us", type=float, default=d.decode_token_us,
-                   help="cost per decode token computed (1, or K+1 with MTP, per request)")
-    p.add_argument("--prefill-token-us", type=float, default=d.prefill_token_us,
-                   help="cost per prompt token computed in a prefill chunk")
-    p.add_argument("--seq-us", type=float, default=d.seq_us,
-                   help="cost per scheduled sequence per step")
-    p.add_argument("--spec-tokens", type=int, default=None,
-                   help="MTP draft tokens per step K (0 disables speculative decoding; "
-                   f"default {d.spec_tokens}); shorthand for --speculative-config")
-    p.add_argument("--acceptance", type=_acceptance, default=None,
-                   help="conditional acceptance probability per draft position "
-                   f"(default {','.join(map(str, DEFAULT_ACCEPTANCE))}, "
-                   f"{DEFAULT_LATER_ACCEPTANCE} for later positions)")
-    p.add_argument("--speculative-config", default=None, metavar="JSON",
-                   help="vLLM's speculative config: method, num_speculative_tokens, "
-                   'rejection_sample_method ("synthetic" with synthetic_acceptance_length '
-                   "or unconditional synthetic_acceptance_rates, resolved as vLLM 0.32 "
-                   "does); replaces --spec-tokens/--acceptance")
-    p.add_argument("--spin-us", type=float, default=CLI_SPIN_US,
-                   help="busy-wait this long before each step deadline (timer precision)")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=d.enable_prefix_caching,
-                   help="automatic prefix caching as vLLM (on by default, as vLLM >= 0.8): "
-                   "hashed full blocks in an LRU pool; cached prompt tokens are not "
-                   "prefilled (vllm:prefix_cache_* counters count queried and hit tokens)")
-    p.add_argument("--block-size", type=int, default=d.block_size,
-                   help="tokens per KV block (the prefix cache's unit)")
-    p.add_argument("--prefix-cache-blocks", type=int, default=None,
-                   help="blocks the prefix-cache pool holds, least recently used evicted "
-                   "first (default: --kv-cache-tokens / --block-size)")
-    p.add_argument("--enable-prompt-tokens-details", action="store_true",
-                   help="report usage.prompt_tokens_details.cached_tokens, as vLLM does "
-                   "with this flag")
-    p.add_argument("--per-request-spec-decode-metrics", choices=SPEC_DECODE_LEVELS,
-                   default=d.per_request_spec_decode_metrics,
-                   help="each stream's final usage chunk carries metrics.speculative_decoding "
-                   "(acceptance histogram; detailed adds each step), as vLLM 0.32")
-    p.add_argument("--enable-per-request-metrics", action="store_true",
-                   help="each stream's final usage chunk carries the request's queue time, "
-                   "TTFT from scheduling and generation time, as vLLM 0.32")
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=d.max_model_len,
+        help="context length (prompt + max_tokens), reported by /v1/models",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=d.max_num_seqs,
+        help="most requests running at once (continuous batching)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=d.max_num_batched_tokens,
+        help="tokens computed per step (chunked prefill budget)",
+    )
+    p.add_argument(
+        "--step-fixed-ms",
+        type=float,
+        default=d.step_fixed_ms,
+        help="fixed cost of every engine step (weights read once)",
+    )
+    p.add_argument(
+        "--decode-token-us",
+        type=float,
+        default=d.decode_token_us,
+        help="cost per decode token computed (1, or K+1 with MTP, per request)",
+    )
+    p.add_argument(
+        "--prefill-token-us",
+        type=float,
+        default=d.prefill_token_us,
+        help="cost per prompt token computed in a prefill chunk",
+    )
+    p.add_argument(
+        "--seq-us", type=float, default=d.seq_us, help="cost per scheduled sequence per step"
+    )
+    p.add_argument(
+        "--spec-tokens",
+        type=int,
+        default=None,
+        help="MTP draft tokens per step K (0 disables speculative decoding; "
+        f"default {d.spec_tokens}); shorthand for --speculative-config",
+    )
+    p.add_argument(
+        "--acceptance",
+        type=_acceptance,
+        default=None,
+        help="conditional acceptance probability per draft position "
+        f"(default {','.join(map(str, DEFAULT_ACCEPTANCE))}, "
+        f"{DEFAULT_LATER_ACCEPTANCE} for later positions)",
+    )
+    p.add_argument(
+        "--speculative-config",
+        default=None,
+        metavar="JSON",
+        help="vLLM's speculative config: method, num_speculative_tokens, "
+        'rejection_sample_method ("synthetic" with synthetic_acceptance_length '
+        "or unconditional synthetic_acceptance_rates, resolved as vLLM 0.32 "
+        "does); replaces --spec-tokens/--acceptance",
+    )
+    p.add_argument(
+        "--spin-us",
+        type=float,
+        default=CLI_SPIN_US,
+        help="busy-wait this long before each step deadline (timer precision)",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=d.enable_prefix_caching,
+        help="automatic prefix caching as vLLM (on by default, as vLLM >= 0.8): "
+        "hashed full blocks in an LRU pool; cached prompt tokens are not "
+        "prefilled (vllm:prefix_cache_* counters count queried and hit tokens)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=d.block_size,
+        help="tokens per KV block (the prefix cache's unit)",
+    )
+    p.add_argument(
+        "--prefix-cache-blocks",
+        type=int,
+        default=None,
+        help="blocks the prefix-cache pool holds, least recently used evicted "
+        "first (default: --kv-cache-tokens / --block-size)",
+    )
+    p.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        help="report usage.prompt_tokens_details.cached_tokens, as vLLM does with this flag",
+    )
+    p.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=SPEC_DECODE_LEVELS,
+        default=d.per_request_spec_decode_metrics,
+        help="each stream's final usage chunk carries metrics.speculative_decoding "
+        "(acceptance histogram; detailed adds each step), as vLLM 0.32",
+    )
+    p.add_argument(
+        "--enable-per-request-metrics",
+        action="store_true",
+        help="each stream's final usage chunk carries the request's queue time, "
+        "TTFT from scheduling and generation time, as vLLM 0.32",
+    )
 
 
 def _output_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
-    p.add_argument("--stream-interval", type=int, default=d.stream_interval,
-                   help="engine steps merged into one streamed chunk")
-    p.add_argument("--merge-steps-prob", type=float, default=d.merge_steps_prob,
-                   help="frontend lag model: chance that a request's step output is held "
-                   "and sent with its next step's event, as vLLM's frontend merges steps "
-                   "when it falls behind (first chunks may then carry >1 token); "
-                   "deterministic under --seed; the final step is never held")
-    p.add_argument("--seed", type=int, default=d.seed,
-                   help="server seed (request i without 'seed' uses seed + i)")
-    p.add_argument("--eos-prob", type=float, default=d.eos_prob,
-                   help="chance per token, after min_tokens and without ignore_eos, of EOS")
-    p.add_argument("--byte-fragment-fraction", type=float, default=d.byte_fragment_fraction,
-                   help="share of generated characters split over byte tokens")
-    p.add_argument("--kv-cache-tokens", type=int, default=d.kv_cache_tokens,
-                   help="KV capacity used for vllm:kv_cache_usage_perc (not enforced)")
-    p.add_argument("--tokenizer", default=None,
-                   help="a DeepSeek-V4 tokenizer.json, model dir or Hugging Face Hub id "
-                   "(default: official DeepSeek-V4)")
-    p.add_argument("--add-bos", action="store_true",
-                   help="prepend BOS id 0 when add_special_tokens is true (off: the "
-                   "DeepSeek-V4 tokenizer_config has add_bos_token=false)")
-    p.add_argument("--trace", dest="trace_path", default=None, metavar="FILE",
-                   help="write one JSON line per request: chunk intended/sent ns and tokens")
+    p.add_argument(
+        "--stream-interval",
+        type=int,
+        default=d.stream_interval,
+        help="engine steps merged into one streamed chunk",
+    )
+    p.add_argument(
+        "--merge-steps-prob",
+        type=float,
+        default=d.merge_steps_prob,
+        help="frontend lag model: chance that a request's step output is held "
+        "and sent with its next step's event, as vLLM's frontend merges steps "
+        "when it falls behind (first chunks may then carry >1 token); "
+        "deterministic under --seed; the final step is never held",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=d.seed,
+        help="server seed (request i without 'seed' uses seed + i)",
+    )
+    p.add_argument(
+        "--eos-prob",
+        type=float,
+        default=d.eos_prob,
+        help="chance per token, after min_tokens and without ignore_eos, of EOS",
+    )
+    p.add_argument(
+        "--byte-fragment-fraction",
+        type=float,
+        default=d.byte_fragment_fraction,
+        help="share of generated characters split over byte tokens",
+    )
+    p.add_argument(
+        "--kv-cache-tokens",
+        type=int,
+        default=d.kv_cache_tokens,
+        help="KV capacity used for vllm:kv_cache_usage_perc (not enforced)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="a DeepSeek-V4 tokenizer.json, model dir or Hugging Face Hub id "
+        "(default: official DeepSeek-V4)",
+    )
+    p.add_argument(
+        "--add-bos",
+        action="store_true",
+        help="prepend BOS id 0 when add_special_tokens is true (off: the "
+        "DeepSeek-V4 tokenizer_config has add_bos_token=false)",
+    )
+    p.add_argument(
+        "--trace",
+        dest="trace_path",
+        default=None,
+        metavar="FILE",
+        help="write one JSON line per request: chunk intended/sent ns and tokens",
+    )
 
 
 def _fault_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fault-500", type=float, default=0.0,
-                   help="fraction of requests answered 500 before streaming")
-    p.add_argument("--fault-abort", type=float, default=0.0,
-                   help="fraction of streams closed mid-stream (no [DONE])")
-    p.add_argument("--fault-malformed", type=float, default=0.0,
-                   help="fraction of streams with one malformed (non-JSON) chunk")
-    p.add_argument("--fault-stall", type=float, default=0.0,
-                   help="fraction of streams stalled mid-stream for --stall-seconds")
-    p.add_argument("--stall-seconds", type=float, default=FaultConfig().stall_seconds,
-                   help="how long a --fault-stall stream pauses")
-    p.add_argument("--max-waiting", type=int, default=None,
-                   help="answer 503 when this many requests are already waiting")
-    p.add_argument("--reject-params", type=_names, default=(), metavar="NAMES",
-                   help="answer 400 to requests using these vLLM extensions, like a server "
-                   f"without them (comma-separated: {','.join(REJECTABLE_PARAMS)})")
+    p.add_argument(
+        "--fault-500",
+        type=float,
+        default=0.0,
+        help="fraction of requests answered 500 before streaming",
+    )
+    p.add_argument(
+        "--fault-abort",
+        type=float,
+        default=0.0,
+        help="fraction of streams closed mid-stream (no [DONE])",
+    )
+    p.add_argument(
+        "--fault-malformed",
+        type=float,
+        default=0.0,
+        help="fraction of streams with one malformed (non-JSON) chunk",
+    )
+    p.add_argument(
+        "--fault-stall",
+        type=float,
+        default=0.0,
+        help="fraction of streams stalled mid-stream for --stall-seconds",
+    )
+    p.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=FaultConfig().stall_seconds,
+        help="how long a --fault-stall stream pauses",
+    )
+    p.add_argument(
+        "--max-waiting",
+        type=int,
+        default=None,
+        help="answer 503 when this many requests are already waiting",
+    )
+    p.add_argument(
+        "--reject-params",
+        type=_names,
+        default=(),
+        metavar="NAMES",
+        help="answer 400 to requests using these vLLM extensions, like a server "
+        f"without them (comma-separated: {','.join(REJECTABLE_PARAMS)})",
+    )
 
 
 def _power_flags(p: argparse.ArgumentParser, d: PowerConfig) -> None:
-    p.add_argument("--num-gpus", type=int, default=d.num_gpus,
-                   help="simulated GPUs on /gpu/metrics (dcgm-exporter format), each drawing "
-                   "the power model's watts")
-    p.add_argument("--gpu-idle-watts", type=float, default=d.idle_watts,
-                   help="power model: watts each simulated GPU draws at all times")
-    p.add_argument("--gpu-joules-per-token", type=float, default=d.joules_per_token,
-                   help="power model: joules per decode token computed, per GPU (with MTP "
-                   "K+1 per decoding request: verified drafts cost energy)")
-    p.add_argument("--gpu-joules-per-prefill-token", type=float,
-                   default=d.joules_per_prefill_token,
-                   help="power model: joules per prompt token prefilled, per GPU")
-    p.add_argument("--gpu-power-average", type=float, default=d.average_s, metavar="SECONDS",
-                   help="DCGM_FI_DEV_POWER_USAGE is the mean power over this many seconds "
-                   "before the scrape, as NVML averages (0: the instant's, one step's)")
+    p.add_argument(
+        "--num-gpus",
+        type=int,
+        default=d.num_gpus,
+        help="simulated GPUs on /gpu/metrics (dcgm-exporter format), each drawing "
+        "the power model's watts",
+    )
+    p.add_argument(
+        "--gpu-idle-watts",
+        type=float,
+        default=d.idle_watts,
+        help="power model: watts each simulated GPU draws at all times",
+    )
+    p.add_argument(
+        "--gpu-joules-per-token",
+        type=float,
+        default=d.joules_per_token,
+        help="power model: joules per decode token computed, per GPU (with MTP "
+        "K+1 per decoding request: verified drafts cost energy)",
+    )
+    p.add_argument(
+        "--gpu-joules-per-prefill-token",
+        type=float,
+        default=d.joules_per_prefill_token,
+        help="power model: joules per prompt token prefilled, per GPU",
+    )
+    p.add_argument(
+        "--gpu-power-average",
+        type=float,
+        default=d.average_s,
+        metavar="SECONDS",
+        help="DCGM_FI_DEV_POWER_USAGE is the mean power over this many seconds "
+        "before the scrape, as NVML averages (0: the instant's, one step's)",
+    )
 
 
 def _speculative(args: argparse.Namespace) -> Speculative:
@@ -383,28 +542,50 @@ def _speculative(args: argparse.Namespace) -> Speculative:
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     spec = _speculative(args)
     faults = FaultConfig(
-        error_500=args.fault_500, abort=args.fault_abort, malformed=args.fault_malformed,
-        stall=args.fault_stall, stall_seconds=args.stall_seconds, max_waiting=args.max_waiting,
+        error_500=args.fault_500,
+        abort=args.fault_abort,
+        malformed=args.fault_malformed,
+        stall=args.fault_stall,
+        stall_seconds=args.stall_seconds,
+        max_waiting=args.max_waiting,
     )
     return SimConfig(
-        model=args.model, model_path=args.model_path, max_model_len=args.max_model_len,
+        model=args.model,
+        model_path=args.model_path,
+        max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, step_fixed_ms=args.step_fixed_ms,
-        decode_token_us=args.decode_token_us, prefill_token_us=args.prefill_token_us,
-        seq_us=args.seq_us, spec_tokens=spec.spec_tokens, acceptance=spec.acceptance,
-        spec_method=spec.method, rejection_sample_method=spec.rejection_sample_method,
-        stream_interval=args.stream_interval, merge_steps_prob=args.merge_steps_prob,
-        seed=args.seed, eos_prob=args.eos_prob,
-        byte_fragment_fraction=args.byte_fragment_fraction, kv_cache_tokens=args.kv_cache_tokens,
-        tokenizer=args.tokenizer, add_bos=args.add_bos, trace_path=args.trace_path,
-        faults=faults, spin_us=args.spin_us, reject_params=args.reject_params,
-        enable_prefix_caching=args.enable_prefix_caching, block_size=args.block_size,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        step_fixed_ms=args.step_fixed_ms,
+        decode_token_us=args.decode_token_us,
+        prefill_token_us=args.prefill_token_us,
+        seq_us=args.seq_us,
+        spec_tokens=spec.spec_tokens,
+        acceptance=spec.acceptance,
+        spec_method=spec.method,
+        rejection_sample_method=spec.rejection_sample_method,
+        stream_interval=args.stream_interval,
+        merge_steps_prob=args.merge_steps_prob,
+        seed=args.seed,
+        eos_prob=args.eos_prob,
+        byte_fragment_fraction=args.byte_fragment_fraction,
+        kv_cache_tokens=args.kv_cache_tokens,
+        tokenizer=args.tokenizer,
+        add_bos=args.add_bos,
+        trace_path=args.trace_path,
+        faults=faults,
+        spin_us=args.spin_us,
+        reject_params=args.reject_params,
+        enable_prefix_caching=args.enable_prefix_caching,
+        block_size=args.block_size,
         prefix_cache_blocks=args.prefix_cache_blocks,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
         enable_per_request_metrics=args.enable_per_request_metrics,
-        power=PowerConfig(num_gpus=args.num_gpus, idle_watts=args.gpu_idle_watts,
-                          joules_per_token=args.gpu_joules_per_token,
-                          joules_per_prefill_token=args.gpu_joules_per_prefill_token,
-                          average_s=args.gpu_power_average),
+        power=PowerConfig(
+            num_gpus=args.num_gpus,
+            idle_watts=args.gpu_idle_watts,
+            joules_per_token=args.gpu_joules_per_token,
+            joules_per_prefill_token=args.gpu_joules_per_prefill_token,
+            average_s=args.gpu_power_average,
+        ),
     )

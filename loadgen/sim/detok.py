@@ -47,8 +47,9 @@ class TokenTable:
         object.__setattr__(self, "_units", units)
         object.__setattr__(self, "_lengths", np.array([len(u.ids) for u in units]))
 
-    def generate(self, rng: np.random.Generator, count: int,
-                 fragment_fraction: float) -> tuple[list[int], list[str]]:
+    def generate(
+        self, rng: np.random.Generator, count: int, fragment_fraction: float
+    ) -> tuple[list[int], list[str]]:
         """`count` token ids and their streamed texts; a fragment never straddles the end."""
         if count <= 0:
             return [], []
@@ -73,8 +74,11 @@ class TokenTable:
 
 def _byte_to_symbol() -> dict[int, str]:
     """GPT-2 byte-level alphabet: the vocabulary symbol for each raw byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     codes = list(printable)
     extra = 0
     for byte in range(256):
@@ -88,8 +92,9 @@ def _byte_to_symbol() -> dict[int, str]:
 def _clean_units(tokenizer: Tokenizer, rng: np.random.Generator) -> tuple[Unit, ...]:
     candidates = rng.choice(FIRST_ADDED_ID, size=CLEAN_POOL_SIZE * 2, replace=False).tolist()
     texts = tokenizer.decode_batch([[i] for i in candidates], skip_special_tokens=False)
-    units = [Unit((i,), (t,)) for i, t in zip(candidates, texts, strict=True)
-             if t and "\ufffd" not in t]
+    units = [
+        Unit((i,), (t,)) for i, t in zip(candidates, texts, strict=True) if t and "\ufffd" not in t
+    ]
     return tuple(units[:CLEAN_POOL_SIZE])
 
 
@@ -102,8 +107,10 @@ def _fragment_units(tokenizer: Tokenizer, rng: np.random.Generator) -> tuple[Uni
         char = chr(int(code))
         maybe_ids = [byte_ids[b] for b in char.encode("utf-8")]
         ids = tuple(i for i in maybe_ids if i is not None)
-        if len(ids) != len(maybe_ids) or tokenizer.decode(
-                list(ids), skip_special_tokens=False) != char:
+        if (
+            len(ids) != len(maybe_ids)
+            or tokenizer.decode(list(ids), skip_special_tokens=False) != char
+        ):
             continue
         units.append(Unit(ids, ("",) * (len(ids) - 1) + (char,)))
     return tuple(units)

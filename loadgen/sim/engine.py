@@ -50,14 +50,22 @@ class Send:
 
 def step_ns(config: SimConfig, prefill_tokens: int, decode_tokens: int, seqs: int) -> int:
     """The step-time model (see SimConfig): fixed + per-token + per-sequence costs."""
-    micros = (config.step_fixed_ms * 1000.0 + prefill_tokens * config.prefill_token_us
-              + decode_tokens * config.decode_token_us + seqs * config.seq_us)
+    micros = (
+        config.step_fixed_ms * 1000.0
+        + prefill_tokens * config.prefill_token_us
+        + decode_tokens * config.decode_token_us
+        + seqs * config.seq_us
+    )
     return int(micros * 1000.0)
 
 
 class Engine:
-    def __init__(self, config: SimConfig, accounting: Accounting,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        accounting: Accounting,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.config = config
         self.accounting = accounting
         self.clock = clock
@@ -69,8 +77,11 @@ class Engine:
         self._decode_width = config.spec_tokens + 1
         self._spin_ns = int(config.spin_us * 1000)
         self._last_warning_ns = 0
-        self.prefix_cache = (PrefixCache(config.block_size, config.cache_blocks)
-                             if config.enable_prefix_caching else None)
+        self.prefix_cache = (
+            PrefixCache(config.block_size, config.cache_blocks)
+            if config.enable_prefix_caching
+            else None
+        )
 
     def submit(self, request: EngineRequest) -> None:
         if self._stopping:  # stopped, or crashed: never leave a handler waiting forever
@@ -97,8 +108,9 @@ class Engine:
                     await self._idle()
                     start = self.clock()
                     continue
-                deadline = start + step_ns(self.config, batch.prefill_tokens,
-                                           batch.decode_tokens, len(batch.entries))
+                deadline = start + step_ns(
+                    self.config, batch.prefill_tokens, batch.decode_tokens, len(batch.entries)
+                )
                 self.power.step(start, deadline, batch.prefill_tokens, batch.decode_tokens)
                 sends = self._advance(batch, deadline)
                 await self._sleep_until(deadline)
@@ -125,9 +137,11 @@ class Engine:
         now = self.clock()
         if now - deadline > BEHIND_WARN_NS and now - self._last_warning_ns > WARN_EVERY_NS:
             self._last_warning_ns = now
-            log.warning("loadgen sim: %.0f ms behind its step schedule (CPU-starved?): "
-                        "sends are late; the trace records by how much",
-                        (now - deadline) / 1e6)
+            log.warning(
+                "loadgen sim: %.0f ms behind its step schedule (CPU-starved?): "
+                "sends are late; the trace records by how much",
+                (now - deadline) / 1e6,
+            )
 
     async def _sleep_until(self, deadline: int) -> None:
         # Timers fire up to ~1 ms late (ms-grained epoll/libuv), so sleep short and spin.
@@ -242,9 +256,11 @@ class Engine:
             plan.ensure_tokens(end)
         fmt = request.fmt
         if fmt is not None and start and not finished and fmt.plain and not request.has_faults:
-            return Send(request, fmt.middle_frame(plan.token_ids[start:end],
-                                                  "".join(plan.texts[start:end]), end),
-                        end - start)
+            return Send(
+                request,
+                fmt.middle_frame(plan.token_ids[start:end], "".join(plan.texts[start:end]), end),
+                end - start,
+            )
         send = Send(request, b"", end - start, "finish" if finished else None)
         if fmt is None:
             return send
@@ -254,14 +270,24 @@ class Engine:
         if faults.malformed_at_token is not None and start < faults.malformed_at_token <= end:
             events.append(malformed_event("cmpl-malformed"))
         else:
-            events.append(fmt.content_event(plan.token_ids[start:end], plan.texts[start:end],
-                                            end, plan.finish_reason if finished else None,
-                                            start == 0))
+            events.append(
+                fmt.content_event(
+                    plan.token_ids[start:end],
+                    plan.texts[start:end],
+                    end,
+                    plan.finish_reason if finished else None,
+                    start == 0,
+                )
+            )
         if finished:
             cached = request.cached_tokens if self.config.enable_prompt_tokens_details else None
             config = self.config
-            metrics = metrics_json(request, end, timings=config.enable_per_request_metrics,
-                                   spec_tokens=config.spec_tokens)
+            metrics = metrics_json(
+                request,
+                end,
+                timings=config.enable_per_request_metrics,
+                spec_tokens=config.spec_tokens,
+            )
             events.extend(fmt.final_events(end, cached, metrics))
         elif faults.abort_at_token is not None and start < faults.abort_at_token <= end:
             send.then = "abort"

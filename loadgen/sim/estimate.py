@@ -36,10 +36,11 @@ def point_seconds(config: SimConfig, conc: int, requests: int, isl: int, osl: in
     batch = running_batch(config, conc, isl, osl)
     tokens_per_step = (config.spec_tokens + 1) if config.mtp else 1
     fixed_us = config.step_fixed_ms * 1000.0
-    decode_step_us = fixed_us + batch * (tokens_per_step * config.decode_token_us
-                                         + config.seq_us)
+    decode_step_us = fixed_us + batch * (tokens_per_step * config.decode_token_us + config.seq_us)
     decode_us = math.ceil(osl / acceptance_length(config)) * decode_step_us
     prefill = batch * isl
-    prefill_us = (prefill * config.prefill_token_us
-                  + math.ceil(prefill / config.max_num_batched_tokens) * fixed_us)
+    prefill_us = (
+        prefill * config.prefill_token_us
+        + math.ceil(prefill / config.max_num_batched_tokens) * fixed_us
+    )
     return requests / batch * (decode_us + prefill_us) / 1e6

@@ -27,8 +27,9 @@ class RequestFaults:
 NO_FAULTS = RequestFaults()
 
 
-def draw_faults(config: FaultConfig, seed: int, index: int, num_tokens: int,
-                stream: bool) -> RequestFaults:
+def draw_faults(
+    config: FaultConfig, seed: int, index: int, num_tokens: int, stream: bool
+) -> RequestFaults:
     """Faults for request `index` that will produce `num_tokens` tokens."""
     if config.error_500 <= 0 and not config.any_mid_stream():
         return NO_FAULTS

@@ -66,8 +66,9 @@ class Tokenization:
     async def encode(self, text: str, add_special_tokens: bool) -> list[int]:
         if len(text) > INLINE_TOKENIZE_CHARS:
             # encode_batch releases the GIL; encode would hold it.
-            batch = await asyncio.to_thread(self.tokenizer.encode_batch, [text],
-                                            add_special_tokens=False)
+            batch = await asyncio.to_thread(
+                self.tokenizer.encode_batch, [text], add_special_tokens=False
+            )
             ids = list(batch[0].ids)
         else:
             ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
@@ -97,9 +98,15 @@ class Tokenization:
 
 
 class GenerationHandlers:
-    def __init__(self, config: SimConfig, tokenization: Tokenization, table: TokenTable,
-                 engine: Engine, fingerprint: str,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        tokenization: Tokenization,
+        table: TokenTable,
+        engine: Engine,
+        fingerprint: str,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.config = config
         self.tokenization = tokenization
         self.table = table
@@ -108,7 +115,7 @@ class GenerationHandlers:
         self.clock = clock
         self._indices = itertools.count()
         # Alternative tokens for top_logprobs: a fixed slice of the generated vocabulary.
-        self._alternatives = tuple(unit.texts[0] for unit in table.clean[:4 * MAX_LOGPROBS])
+        self._alternatives = tuple(unit.texts[0] for unit in table.clean[: 4 * MAX_LOGPROBS])
 
     def _logprobs(self, gen: Generation) -> LogprobsBuilder | None:
         if gen.logprobs is None:
@@ -123,10 +130,15 @@ class GenerationHandlers:
 
     def _plan(self, gen: Generation, index: int, max_tokens: int) -> RequestPlan:
         c = self.config
-        params = PlanParams(max_tokens=max_tokens, min_tokens=gen.min_tokens,
-                            ignore_eos=gen.ignore_eos, eos_prob=c.eos_prob,
-                            spec_tokens=c.spec_tokens, acceptance=c.acceptance,
-                            fragment_fraction=c.byte_fragment_fraction)
+        params = PlanParams(
+            max_tokens=max_tokens,
+            min_tokens=gen.min_tokens,
+            ignore_eos=gen.ignore_eos,
+            eos_prob=c.eos_prob,
+            spec_tokens=c.spec_tokens,
+            acceptance=c.acceptance,
+            fragment_fraction=c.byte_fragment_fraction,
+        )
         return make_plan(self.table, self._seed(gen, index), params)
 
     def _seed(self, gen: Generation, index: int) -> int:
@@ -157,54 +169,97 @@ class GenerationHandlers:
         except ApiError as exc:
             return error_response(exc)
         faults_config = self.config.faults
-        if (faults_config.max_waiting is not None
-                and len(self.engine.waiting) >= faults_config.max_waiting):
-            return json_response(error_body(
-                f"The server is overloaded: {len(self.engine.waiting)} requests are waiting "
-                f"(limit {faults_config.max_waiting}). Retry later.",
-                "ServiceUnavailableError", None, 503), 503)
+        if (
+            faults_config.max_waiting is not None
+            and len(self.engine.waiting) >= faults_config.max_waiting
+        ):
+            return json_response(
+                error_body(
+                    f"The server is overloaded: {len(self.engine.waiting)} requests are waiting "
+                    f"(limit {faults_config.max_waiting}). Retry later.",
+                    "ServiceUnavailableError",
+                    None,
+                    503,
+                ),
+                503,
+            )
         index = next(self._indices)
         plan = self._plan(gen, index, max_tokens)
         faults = draw_faults(faults_config, self.config.seed, index, plan.num_tokens, gen.stream)
         if faults.error_500:
-            return json_response(error_body("Simulated internal server error (fault injection)",
-                                             "InternalServerError", None, 500), 500)
+            return json_response(
+                error_body(
+                    "Simulated internal server error (fault injection)",
+                    "InternalServerError",
+                    None,
+                    500,
+                ),
+                500,
+            )
         engine_request = EngineRequest(
-            index=index, x_request_id=request.headers.get("X-Request-Id"),
-            prompt_len=len(prompt_ids), max_tokens=max_tokens, plan=plan, arrival_ns=arrival,
-            done=asyncio.get_running_loop().create_future(), faults=faults,
-            has_faults=faults != NO_FAULTS, merge_draw=self._merge_draw(gen, index),
-            block_hashes=self._block_hashes(prompt_ids))
+            index=index,
+            x_request_id=request.headers.get("X-Request-Id"),
+            prompt_len=len(prompt_ids),
+            max_tokens=max_tokens,
+            plan=plan,
+            arrival_ns=arrival,
+            done=asyncio.get_running_loop().create_future(),
+            faults=faults,
+            has_faults=faults != NO_FAULTS,
+            merge_draw=self._merge_draw(gen, index),
+            block_hashes=self._block_hashes(prompt_ids),
+        )
         request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(8)
         created = int(time.time())
         if gen.stream:
-            return await self._stream(request, engine_request, gen, prompt_ids, request_id,
-                                      created)
+            return await self._stream(request, engine_request, gen, prompt_ids, request_id, created)
         return await self._complete(engine_request, gen, prompt_ids, request_id, created)
 
-    async def _complete(self, engine_request: EngineRequest, gen: Generation,
-                        prompt_ids: list[int], request_id: str, created: int) -> web.Response:
+    async def _complete(
+        self,
+        engine_request: EngineRequest,
+        gen: Generation,
+        prompt_ids: list[int],
+        request_id: str,
+        created: int,
+    ) -> web.Response:
         """A non-streamed request: run it, then answer with the whole body."""
         reason = await self._run(engine_request)
         if reason == "abort":
-            return json_response(error_body("The request was aborted by the server.",
-                                            "InternalServerError", None, 500), 500)
+            return json_response(
+                error_body(
+                    "The request was aborted by the server.", "InternalServerError", None, 500
+                ),
+                500,
+            )
         plan = engine_request.plan
         emitted = engine_request.emitted
         plan.ensure_tokens(emitted)
         token_ids, texts = plan.token_ids[:emitted], plan.texts[:emitted]
         builder = self._logprobs(gen)
         outcome = Outcome(
-            request_id=request_id, created=created, model=self.config.model,
-            fingerprint=self.fingerprint, prompt_ids=prompt_ids, token_ids=token_ids,
-            text="".join(texts), finish_reason=reason,
+            request_id=request_id,
+            created=created,
+            model=self.config.model,
+            fingerprint=self.fingerprint,
+            prompt_ids=prompt_ids,
+            token_ids=token_ids,
+            text="".join(texts),
+            finish_reason=reason,
             return_token_ids=gen.options.return_token_ids,
             logprobs=builder.chunk_object(token_ids, texts) if builder else None,
-            cached_tokens=(engine_request.cached_tokens
-                           if self.config.enable_prompt_tokens_details else None),
-            metrics=with_nulls(metrics_dict(
-                engine_request, emitted, timings=self.config.enable_per_request_metrics,
-                spec_tokens=self.config.spec_tokens)))
+            cached_tokens=(
+                engine_request.cached_tokens if self.config.enable_prompt_tokens_details else None
+            ),
+            metrics=with_nulls(
+                metrics_dict(
+                    engine_request,
+                    emitted,
+                    timings=self.config.enable_per_request_metrics,
+                    spec_tokens=self.config.spec_tokens,
+                )
+            ),
+        )
         return json_response(chat_body(outcome) if gen.chat else completion_body(outcome))
 
     async def _run(self, engine_request: EngineRequest) -> str:
@@ -216,9 +271,15 @@ class GenerationHandlers:
             self.engine.cancel(engine_request)
             raise
 
-    async def _stream(self, request: web.Request, engine_request: EngineRequest,
-                      gen: Generation, prompt_ids: list[int], request_id: str,
-                      created: int) -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        engine_request: EngineRequest,
+        gen: Generation,
+        prompt_ids: list[int],
+        request_id: str,
+        created: int,
+    ) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         response.enable_chunked_encoding()
         try:
@@ -229,9 +290,15 @@ class GenerationHandlers:
         if transport is None or transport.is_closing():
             return response
         engine_request.fmt = StreamFormat(
-            chat=gen.chat, request_id=request_id, created=created, model=self.config.model,
-            prompt_ids=prompt_ids, opts=gen.options, fingerprint=self.fingerprint,
-            logprobs=self._logprobs(gen))
+            chat=gen.chat,
+            request_id=request_id,
+            created=created,
+            model=self.config.model,
+            prompt_ids=prompt_ids,
+            opts=gen.options,
+            fingerprint=self.fingerprint,
+            logprobs=self._logprobs(gen),
+        )
         engine_request.sink = TransportSink(transport)
         reason = await self._run(engine_request)
         if reason != "abort" and not transport.is_closing():

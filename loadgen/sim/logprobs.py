@@ -73,12 +73,22 @@ class LogprobsBuilder:
             top = {text: logprob}
             top.update(self._alts(token_id, text, logprob))
             tops.append(top)
-        return {"text_offset": offsets, "token_logprobs": logprobs, "tokens": list(texts),
-                "top_logprobs": tops}
+        return {
+            "text_offset": offsets,
+            "token_logprobs": logprobs,
+            "tokens": list(texts),
+            "top_logprobs": tops,
+        }
 
     def _chat_entry(self, token_id: int, text: str) -> dict[str, Any]:
         logprob = fake_logprob(token_id)
-        top = [{"token": alt, "logprob": alt_logprob, "bytes": list(alt.encode())}
-               for alt, alt_logprob in self._alts(token_id, text, logprob)]
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode()),
-                "top_logprobs": top}
+        top = [
+            {"token": alt, "logprob": alt_logprob, "bytes": list(alt.encode())}
+            for alt, alt_logprob in self._alts(token_id, text, logprob)
+        ]
+        return {
+            "token": text,
+            "logprob": logprob,
+            "bytes": list(text.encode()),
+            "top_logprobs": top,
+        }

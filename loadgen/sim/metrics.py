@@ -15,12 +15,74 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from loadgen.histogram import BulkHistogram, HistogramSeries
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
-REQUEST_TIME_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-                        50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_TIME_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 LABELS = ("model_name", "engine")
 
 
@@ -38,15 +100,29 @@ def one_two_five_buckets(max_value: int) -> list[float]:
 
 
 # As captured (vLLM derives them from its cudagraph capture sizes).
-ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
-                     8192.0, 16384.0)
+ITERATION_BUCKETS = (
+    1.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    256.0,
+    512.0,
+    1024.0,
+    2048.0,
+    4096.0,
+    8192.0,
+    16384.0,
+)
 
 
 class SimMetrics:
     """All instruments, bound to one registry and one (model_name, engine) label pair."""
 
-    def __init__(self, registry: CollectorRegistry, *, model_name: str, max_model_len: int,
-                 spec_tokens: int) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, *, model_name: str, max_model_len: int, spec_tokens: int
+    ) -> None:
         self._registry = registry
         self._labels = {"model_name": model_name, "engine": "0"}
         self.spec_tokens = spec_tokens
@@ -64,17 +140,24 @@ class SimMetrics:
 
     def _spec_decode_counters(self) -> None:
         labels = self._labels
-        self.drafts = self._counter("vllm:spec_decode_num_drafts",
-                                    "Number of spec decoding drafts.").labels(**labels)
-        self.draft_tokens = self._counter("vllm:spec_decode_num_draft_tokens",
-                                          "Number of draft tokens.").labels(**labels)
-        self.accepted = self._counter("vllm:spec_decode_num_accepted_tokens",
-                                      "Number of accepted tokens.").labels(**labels)
-        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                          "Accepted tokens per draft position.", (*LABELS, "position"),
-                          registry=self._registry)
-        self.accepted_per_pos = [per_pos.labels(**labels, position=str(i))
-                                 for i in range(self.spec_tokens)]
+        self.drafts = self._counter(
+            "vllm:spec_decode_num_drafts", "Number of spec decoding drafts."
+        ).labels(**labels)
+        self.draft_tokens = self._counter(
+            "vllm:spec_decode_num_draft_tokens", "Number of draft tokens."
+        ).labels(**labels)
+        self.accepted = self._counter(
+            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."
+        ).labels(**labels)
+        per_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            (*LABELS, "position"),
+            registry=self._registry,
+        )
+        self.accepted_per_pos = [
+            per_pos.labels(**labels, position=str(i)) for i in range(self.spec_tokens)
+        ]
 
     def _gauges_and_counters(self) -> None:
         labels = self._labels
@@ -82,64 +165,95 @@ class SimMetrics:
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, LABELS, registry=self._registry).labels(**labels)
 
-        self.running = gauge("vllm:num_requests_running",
-                             "Number of requests in model execution batches.")
-        self.waiting = gauge("vllm:num_requests_waiting",
-                             "Number of requests waiting to be processed.")
-        self.kv_usage = gauge("vllm:kv_cache_usage_perc",
-                              "KV-cache usage. 1 means 100 percent usage.")
+        self.running = gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches."
+        )
+        self.waiting = gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed."
+        )
+        self.kv_usage = gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
+        )
         self.preemptions = self._counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine."
         ).labels(**labels)
         self.prompt_tokens = self._counter(
-            "vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**labels)
+            "vllm:prompt_tokens", "Number of prefill tokens processed."
+        ).labels(**labels)
         self.generation_tokens = self._counter(
-            "vllm:generation_tokens", "Number of generation tokens processed.").labels(**labels)
+            "vllm:generation_tokens", "Number of generation tokens processed."
+        ).labels(**labels)
         self.prefix_cache_queries = self._counter(
             "vllm:prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.").labels(**labels)
+            "Prefix cache queries, in terms of number of queried tokens.",
+        ).labels(**labels)
         self.prefix_cache_hits = self._counter(
-            "vllm:prefix_cache_hits",
-            "Prefix cache hits, in terms of number of cached tokens.").labels(**labels)
-        success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                          ("model_name", "engine", "finished_reason"), registry=self._registry)
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        ).labels(**labels)
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            ("model_name", "engine", "finished_reason"),
+            registry=self._registry,
+        )
         self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISHED_REASONS}
 
     def _histograms(self, token_buckets: list[float]) -> None:
         h = self._histogram
-        self.req_prompt_tokens = h("vllm:request_prompt_tokens",
-                                   "Number of prefill tokens processed.", token_buckets)
-        self.req_generation_tokens = h("vllm:request_generation_tokens",
-                                       "Number of generation tokens processed.", token_buckets)
-        self.iteration_tokens = h("vllm:iteration_tokens_total",
-                                  "Histogram of number of tokens per engine_step.",
-                                  ITERATION_BUCKETS)
+        self.req_prompt_tokens = h(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
+        )
+        self.req_generation_tokens = h(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            token_buckets,
+        )
+        self.iteration_tokens = h(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            ITERATION_BUCKETS,
+        )
         self.max_generation_tokens = h(
             "vllm:request_max_num_generation_tokens",
-            "Histogram of maximum number of requested generation tokens.", token_buckets)
-        self.params_n = h("vllm:request_params_n", "Histogram of the n request parameter.",
-                          [1, 2, 5, 10, 20])
-        self.params_max_tokens = h("vllm:request_params_max_tokens",
-                                   "Histogram of the max_tokens request parameter.",
-                                   token_buckets)
-        self.ttft = h("vllm:time_to_first_token_seconds",
-                      "Histogram of time to first token in seconds.", TTFT_BUCKETS)
-        self.itl = h("vllm:inter_token_latency_seconds",
-                     "Histogram of inter-token latency in seconds.", ITL_BUCKETS)
-        self.tpot = h("vllm:request_time_per_output_token_seconds",
-                      "Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS)
+            "Histogram of maximum number of requested generation tokens.",
+            token_buckets,
+        )
+        self.params_n = h(
+            "vllm:request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20]
+        )
+        self.params_max_tokens = h(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            token_buckets,
+        )
+        self.ttft = h(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            TTFT_BUCKETS,
+        )
+        self.itl = h(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            ITL_BUCKETS,
+        )
+        self.tpot = h(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            ITL_BUCKETS,
+        )
+
         def request_time(phase: str, doc: str) -> HistogramSeries:
             return h(f"vllm:{phase}_seconds", f"Histogram of {doc}", REQUEST_TIME_BUCKETS)
 
         self.e2e = request_time("e2e_request_latency", "e2e request latency in seconds.")
-        self.queue = request_time("request_queue_time",
-                                  "time spent in WAITING phase for request.")
-        self.inference = request_time("request_inference_time",
-                                      "time spent in RUNNING phase for request.")
-        self.prefill = request_time("request_prefill_time",
-                                    "time spent in PREFILL phase for request.")
-        self.decode = request_time("request_decode_time",
-                                   "time spent in DECODE phase for request.")
+        self.queue = request_time("request_queue_time", "time spent in WAITING phase for request.")
+        self.inference = request_time(
+            "request_inference_time", "time spent in RUNNING phase for request."
+        )
+        self.prefill = request_time(
+            "request_prefill_time", "time spent in PREFILL phase for request."
+        )
+        self.decode = request_time("request_decode_time", "time spent in DECODE phase for request.")
 
     def record_drafts(self, drafts: int, accepted_histogram: list[int]) -> None:
         """One step's MTP verifications: `accepted_histogram[a]` requests accepted `a` drafts.

@@ -40,8 +40,7 @@ def eos_index(rng: np.random.Generator, params: PlanParams) -> int | None:
     return index if index < params.max_tokens else None
 
 
-def draw_acceptance(rng: np.random.Generator, steps: int,
-                    acceptance: Sequence[float]) -> list[int]:
+def draw_acceptance(rng: np.random.Generator, steps: int, acceptance: Sequence[float]) -> list[int]:
     """Per step, how many of K drafts are accepted: position i needs all before it."""
     if not acceptance or steps <= 0:
         return [0] * max(steps, 0)
@@ -52,8 +51,18 @@ def draw_acceptance(rng: np.random.Generator, steps: int,
 class RequestPlan:
     """The request's tokens and per-step acceptance, materialized on demand."""
 
-    __slots__ = ("_accept_rng", "_acceptance", "_fragments", "_table", "_token_rng",
-                 "accepted", "finish_reason", "num_tokens", "texts", "token_ids")
+    __slots__ = (
+        "_accept_rng",
+        "_acceptance",
+        "_fragments",
+        "_table",
+        "_token_rng",
+        "accepted",
+        "finish_reason",
+        "num_tokens",
+        "texts",
+        "token_ids",
+    )
 
     def __init__(self, table: TokenTable, seed: int, params: PlanParams) -> None:
         token_seed, accept_seed, eos_seed = np.random.SeedSequence(seed).spawn(3)
@@ -88,8 +97,7 @@ class RequestPlan:
     def accepted_at(self, step: int) -> int:
         """Accepted drafts at decode step `step` (0-based)."""
         while len(self.accepted) <= step:
-            self.accepted.extend(draw_acceptance(self._accept_rng, ACCEPT_BLOCK,
-                                                 self._acceptance))
+            self.accepted.extend(draw_acceptance(self._accept_rng, ACCEPT_BLOCK, self._acceptance))
         return self.accepted[step]
 
     def all_token_ids(self) -> list[int]:

@@ -46,10 +46,12 @@ class PowerConfig:
     keep_history: bool = False
 
     def describe(self) -> str:
-        return (f"power model (simulated, not hardware): {self.num_gpus} GPU(s), each "
-                f"{self.idle_watts:g} W idle + {self.joules_per_token:g} J per decode token "
-                f"computed (MTP drafts included) + {self.joules_per_prefill_token:g} J per "
-                f"prefill token; power reported as the mean over the last {self.average_s:g} s")
+        return (
+            f"power model (simulated, not hardware): {self.num_gpus} GPU(s), each "
+            f"{self.idle_watts:g} W idle + {self.joules_per_token:g} J per decode token "
+            f"computed (MTP drafts included) + {self.joules_per_prefill_token:g} J per "
+            f"prefill token; power reported as the mean over the last {self.average_s:g} s"
+        )
 
 
 class PowerModel:
@@ -64,14 +66,14 @@ class PowerModel:
         self.clock = clock
         self.start_ns = clock()
         self._marks: list[tuple[int, float, int, float]] = [
-            (self.start_ns, 0.0, self.start_ns, 0.0)]
+            (self.start_ns, 0.0, self.start_ns, 0.0)
+        ]
         self._average_ns = int(config.average_s * NS_PER_S)
         # (when, energy) as each scrape reported it: the gauge averages between reported
         # values, so energy a late step dates in the past still reaches a later reading
         self._reads: list[tuple[int, float]] = [(self.start_ns, 0.0)]
 
-    def step(self, start_ns: int, end_ns: int, prefill_tokens: int,
-             decode_tokens: int) -> None:
+    def step(self, start_ns: int, end_ns: int, prefill_tokens: int, decode_tokens: int) -> None:
         """A step computing these tokens runs from start_ns to end_ns (steps never overlap
         and come in order)."""
         c = self.config
@@ -135,25 +137,41 @@ class PowerModel:
         """The highest power of any step overlapping [start_ns, end_ns] (keep_history)."""
         assert self.config.keep_history, "PowerConfig(keep_history=True)"
         return self.config.idle_watts + max(
-            (j * NS_PER_S / (e - s) for s, _, e, j in self._marks
-             if e > s and e > start_ns and s < end_ns), default=0.0)
+            (
+                j * NS_PER_S / (e - s)
+                for s, _, e, j in self._marks
+                if e > s and e > start_ns and s < end_ns
+            ),
+            default=0.0,
+        )
 
     def render(self) -> str:
         """Prometheus text as dcgm-exporter writes it (values at one instant)."""
         power, energy_j = self.read(self.clock())
         energy_mj = int(energy_j * 1000)
-        lines = ["# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).",
-                 "# TYPE DCGM_FI_DEV_POWER_USAGE gauge"]
-        lines += [f"DCGM_FI_DEV_POWER_USAGE{{{self._labels(i)}}} {power:.3f}"
-                  for i in range(self.config.num_gpus)]
-        lines += ["# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption "
-                  "since boot (in mJ).", "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter"]
-        lines += [f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{self._labels(i)}}} {energy_mj}"
-                  for i in range(self.config.num_gpus)]
+        lines = [
+            "# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).",
+            "# TYPE DCGM_FI_DEV_POWER_USAGE gauge",
+        ]
+        lines += [
+            f"DCGM_FI_DEV_POWER_USAGE{{{self._labels(i)}}} {power:.3f}"
+            for i in range(self.config.num_gpus)
+        ]
+        lines += [
+            "# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption "
+            "since boot (in mJ).",
+            "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter",
+        ]
+        lines += [
+            f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{self._labels(i)}}} {energy_mj}"
+            for i in range(self.config.num_gpus)
+        ]
         return "\n".join(lines) + "\n"
 
     def _labels(self, index: int) -> str:
         host = self.config.hostname
         gpu_uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{host}/{index}"))
-        return (f'gpu="{index}",UUID="{gpu_uuid}",pci_bus_id="00000000:{index + 1:02X}:00.0",'
-                f'device="nvidia{index}",modelName="{MODEL_NAME}",Hostname="{host}"')
+        return (
+            f'gpu="{index}",UUID="{gpu_uuid}",pci_bus_id="00000000:{index + 1:02X}:00.0",'
+            f'device="nvidia{index}",modelName="{MODEL_NAME}",Hostname="{host}"'
+        )

@@ -42,8 +42,7 @@ def _timings(request: EngineRequest, tokens: int) -> dict[str, Any]:
     return out
 
 
-def _spec_decode(histogram: list[int], spec_tokens: int,
-                 steps: list[int] | None) -> dict[str, Any]:
+def _spec_decode(histogram: list[int], spec_tokens: int, steps: list[int] | None) -> dict[str, Any]:
     num_steps = sum(histogram)
     accepted = sum(j * count for j, count in enumerate(histogram))
     drafted = num_steps * spec_tokens  # every verify step proposed K (no grammar here)
@@ -62,25 +61,33 @@ def _spec_decode(histogram: list[int], spec_tokens: int,
     return out
 
 
-TIMING_KEYS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms",
-               "tokens_per_second")
+TIMING_KEYS = (
+    "time_to_first_token_ms",
+    "generation_time_ms",
+    "queue_time_ms",
+    "mean_itl_ms",
+    "tokens_per_second",
+)
 
 
-def metrics_dict(request: EngineRequest, tokens: int, *, timings: bool,
-                 spec_tokens: int) -> dict[str, Any] | None:
+def metrics_dict(
+    request: EngineRequest, tokens: int, *, timings: bool, spec_tokens: int
+) -> dict[str, Any] | None:
     """The `metrics` value for a finished request as a stream's final chunk has it (absent
     values left out), None when the server sends none."""
     metrics = _timings(request, tokens) if timings else {}
     if request.spec_histogram is not None:
-        metrics["speculative_decoding"] = _spec_decode(request.spec_histogram, spec_tokens,
-                                                       request.spec_steps)
+        metrics["speculative_decoding"] = _spec_decode(
+            request.spec_histogram, spec_tokens, request.spec_steps
+        )
     if not timings and not metrics:
         return None
     return metrics
 
 
-def metrics_json(request: EngineRequest, tokens: int, *, timings: bool,
-                 spec_tokens: int) -> bytes | None:
+def metrics_json(
+    request: EngineRequest, tokens: int, *, timings: bool, spec_tokens: int
+) -> bytes | None:
     metrics = metrics_dict(request, tokens, timings=timings, spec_tokens=spec_tokens)
     return None if metrics is None else orjson.dumps(metrics)
 
@@ -92,7 +99,10 @@ def with_nulls(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {key: metrics.get(key) for key in TIMING_KEYS}
     spec = metrics.get("speculative_decoding")
     if spec is not None:
-        spec = {**spec, "per_step_accepted": spec.get("per_step_accepted"),
-                "per_step_drafted": spec.get("per_step_drafted")}
+        spec = {
+            **spec,
+            "per_step_accepted": spec.get("per_step_accepted"),
+            "per_step_drafted": spec.get("per_step_drafted"),
+        }
     out["speculative_decoding"] = spec
     return out

@@ -74,22 +74,26 @@ class RunningSimulator:
 class SimServer:
     """All per-server state: tokenizer, token table, engine, metrics, trace."""
 
-    def __init__(self, config: SimConfig, tokenizer: Tokenizer,
-                 registry: CollectorRegistry) -> None:
+    def __init__(
+        self, config: SimConfig, tokenizer: Tokenizer, registry: CollectorRegistry
+    ) -> None:
         self.config = config
         self.registry = registry
         self.created = int(time.time())
         digest = hashlib.sha256(config.model.encode()).hexdigest()[:8]
         self.fingerprint = f"vllm-{VLLM_VERSION}-{digest}"
-        self.metrics = SimMetrics(registry, model_name=config.model,
-                                  max_model_len=config.max_model_len,
-                                  spec_tokens=config.spec_tokens)
+        self.metrics = SimMetrics(
+            registry,
+            model_name=config.model,
+            max_model_len=config.max_model_len,
+            spec_tokens=config.spec_tokens,
+        )
         self.trace = TraceWriter(config.trace_path) if config.trace_path else None
         self.engine = Engine(config, Accounting(self.metrics, self.trace, config.kv_cache_tokens))
         self.tokenization = Tokenization(tokenizer, config.add_bos)
-        self.generation = GenerationHandlers(config, self.tokenization,
-                                             build_token_table(tokenizer), self.engine,
-                                             self.fingerprint)
+        self.generation = GenerationHandlers(
+            config, self.tokenization, build_token_table(tokenizer), self.engine, self.fingerprint
+        )
         self.perm_id = "modelperm-" + secrets.token_hex(8)
         self.app = self._build_app()
 
@@ -108,8 +112,9 @@ class SimServer:
 
     async def models(self, request: web.Request) -> web.Response:
         c = self.config
-        return json_response(models_body(c.model, c.root, c.max_model_len, self.created,
-                                         self.perm_id))
+        return json_response(
+            models_body(c.model, c.root, c.max_model_len, self.created, self.perm_id)
+        )
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -123,8 +128,9 @@ class SimServer:
 
     async def gpu_metrics(self, request: web.Request) -> web.Response:
         """The power model's GPUs as dcgm-exporter shows them (sim/power.py)."""
-        return web.Response(body=self.engine.power.render().encode(),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=self.engine.power.render().encode(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:
@@ -137,8 +143,11 @@ class SimServer:
                 special = True if add_special is None else bool(add_special)
                 ids = await self.tokenization.encode(body["prompt"], special)
             else:
-                raise bad_request("tokenize needs a string 'prompt' or 'messages'", "prompt",
-                                  type(body.get("prompt")).__name__)
+                raise bad_request(
+                    "tokenize needs a string 'prompt' or 'messages'",
+                    "prompt",
+                    type(body.get("prompt")).__name__,
+                )
         except ApiError as exc:
             return error_response(exc)
         return json_response(tokenize_body(ids, self.config.max_model_len))
@@ -149,7 +158,8 @@ class SimServer:
             check_model(body, self.config.model)
             tokens = body.get("tokens")
             if not isinstance(tokens, list) or not all(
-                    isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+                isinstance(t, int) and not isinstance(t, bool) for t in tokens
+            ):
                 raise bad_request("tokens must be a list of token ids", "tokens", tokens)
             check_token_ids(tokens, self.tokenization.vocab_size)
         except ApiError as exc:
@@ -162,17 +172,19 @@ class SimServer:
 
 
 @contextlib.asynccontextmanager
-async def running_simulator(config: SimConfig, host: str = "127.0.0.1", port: int = 0, *,
-                            tokenizer: Tokenizer | None = None,
-                            registry: CollectorRegistry | None = None,
-                            ) -> AsyncIterator[RunningSimulator]:
+async def running_simulator(
+    config: SimConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    tokenizer: Tokenizer | None = None,
+    registry: CollectorRegistry | None = None,
+) -> AsyncIterator[RunningSimulator]:
     """Serve `config` on host:port (0 = a free port) until the block exits."""
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(load_tokenizer, config.tokenizer)
-    server = SimServer(config, tokenizer, registry if registry is not None else
-                       CollectorRegistry())
-    runner = web.AppRunner(server.app, access_log=None, handle_signals=False,
-                           shutdown_timeout=1.0)
+    server = SimServer(config, tokenizer, registry if registry is not None else CollectorRegistry())
+    runner = web.AppRunner(server.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     engine_task: asyncio.Task[None] | None = None
     try:
@@ -180,8 +192,13 @@ async def running_simulator(config: SimConfig, host: str = "127.0.0.1", port: in
         await site.start()
         bound_port = int(runner.addresses[0][1])
         engine_task = asyncio.create_task(server.engine.run(), name="loadgen-sim-engine")
-        yield RunningSimulator(config=config, host=host, port=bound_port,
-                               registry=server.registry, power=server.engine.power)
+        yield RunningSimulator(
+            config=config,
+            host=host,
+            port=bound_port,
+            registry=server.registry,
+            power=server.engine.power,
+        )
         if engine_task.done():
             engine_task.result()  # an engine crash must not pass silently
     finally:

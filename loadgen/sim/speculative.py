@@ -21,14 +21,43 @@ from loadgen.errors import UsageError
 
 # vLLM's SpeculativeMethod names the simulator answers to (all modelled alike: only K and the
 # acceptance schedule matter to a step-time model).
-METHODS = ("mtp", "deepseek_mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa",
-           "mlp_speculator", "suffix", "dflash", "dspark")
+METHODS = (
+    "mtp",
+    "deepseek_mtp",
+    "eagle",
+    "eagle3",
+    "draft_model",
+    "ngram",
+    "medusa",
+    "mlp_speculator",
+    "suffix",
+    "dflash",
+    "dspark",
+)
 # Keys that change what a GPU computes but not what the simulator models: accepted, ignored.
-IGNORED_KEYS = frozenset({"model", "draft_tensor_parallel_size", "draft_sample_method",
-                          "enforce_eager", "quantization", "max_model_len", "revision",
-                          "prompt_lookup_max", "prompt_lookup_min", "attention_backend"})
-KNOWN_KEYS = frozenset({"method", "num_speculative_tokens", "rejection_sample_method",
-                        "synthetic_acceptance_length", "synthetic_acceptance_rates"})
+IGNORED_KEYS = frozenset(
+    {
+        "model",
+        "draft_tensor_parallel_size",
+        "draft_sample_method",
+        "enforce_eager",
+        "quantization",
+        "max_model_len",
+        "revision",
+        "prompt_lookup_max",
+        "prompt_lookup_min",
+        "attention_backend",
+    }
+)
+KNOWN_KEYS = frozenset(
+    {
+        "method",
+        "num_speculative_tokens",
+        "rejection_sample_method",
+        "synthetic_acceptance_length",
+        "synthetic_acceptance_rates",
+    }
+)
 
 
 class SpeculativeConfigError(UsageError):
@@ -67,31 +96,40 @@ def parse_speculative_config(text: str) -> Speculative:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         example = '{"method": "mtp", "num_speculative_tokens": 2}'
-        raise SpeculativeConfigError(f"--speculative-config is not JSON ({exc.msg}); give "
-                                     f"e.g. '{example}'") from None
+        raise SpeculativeConfigError(
+            f"--speculative-config is not JSON ({exc.msg}); give e.g. '{example}'"
+        ) from None
     if not isinstance(raw, dict):
         raise SpeculativeConfigError("--speculative-config must be a JSON object")
     unknown = sorted(set(raw) - KNOWN_KEYS - IGNORED_KEYS)
     if unknown:
-        raise SpeculativeConfigError(f"--speculative-config: unknown key(s) {', '.join(unknown)}; "
-                                     f"the simulator models {', '.join(sorted(KNOWN_KEYS))}")
+        raise SpeculativeConfigError(
+            f"--speculative-config: unknown key(s) {', '.join(unknown)}; "
+            f"the simulator models {', '.join(sorted(KNOWN_KEYS))}"
+        )
     method = raw.get("method", "mtp")
     if method not in METHODS:
-        raise SpeculativeConfigError(f"--speculative-config: method {method!r} is not one of "
-                                     f"{', '.join(METHODS)}")
+        raise SpeculativeConfigError(
+            f"--speculative-config: method {method!r} is not one of {', '.join(METHODS)}"
+        )
     k = raw.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise SpeculativeConfigError("--speculative-config: num_speculative_tokens must be an "
-                                     f"integer >= 1, got {k!r}")
+        raise SpeculativeConfigError(
+            f"--speculative-config: num_speculative_tokens must be an integer >= 1, got {k!r}"
+        )
     sample = raw.get("rejection_sample_method", "standard")
     if sample == "standard":
         if "synthetic_acceptance_length" in raw or "synthetic_acceptance_rates" in raw:
-            raise SpeculativeConfigError("--speculative-config: synthetic_acceptance_* needs "
-                                         '"rejection_sample_method": "synthetic" (as in vLLM)')
+            raise SpeculativeConfigError(
+                "--speculative-config: synthetic_acceptance_* needs "
+                '"rejection_sample_method": "synthetic" (as in vLLM)'
+            )
         return Speculative(method, k, sample, ())
     if sample != "synthetic":
-        raise SpeculativeConfigError(f"--speculative-config: rejection_sample_method {sample!r} "
-                                     "is not modelled; use standard or synthetic")
+        raise SpeculativeConfigError(
+            f"--speculative-config: rejection_sample_method {sample!r} "
+            "is not modelled; use standard or synthetic"
+        )
     rates = _synthetic_rates(raw, k)
     return Speculative(method, k, sample, conditional_rates(rates))
 
@@ -101,28 +139,38 @@ def _synthetic_rates(raw: dict[str, Any], k: int) -> list[float]:
     length in [1, K+1]."""
     rates, length = raw.get("synthetic_acceptance_rates"), raw.get("synthetic_acceptance_length")
     if (rates is None) == (length is None):
-        raise SpeculativeConfigError('--speculative-config: "synthetic" needs exactly one of '
-                                     "synthetic_acceptance_rates or synthetic_acceptance_length")
+        raise SpeculativeConfigError(
+            '--speculative-config: "synthetic" needs exactly one of '
+            "synthetic_acceptance_rates or synthetic_acceptance_length"
+        )
     if rates is not None:
         if not isinstance(rates, list) or not all(_number(r) for r in rates):
-            raise SpeculativeConfigError("--speculative-config: synthetic_acceptance_rates must "
-                                         "be a list of numbers")
+            raise SpeculativeConfigError(
+                "--speculative-config: synthetic_acceptance_rates must be a list of numbers"
+            )
         if len(rates) != k:
-            raise SpeculativeConfigError(f"--speculative-config: synthetic_acceptance_rates must "
-                                         f"have {k} entries (num_speculative_tokens), got {rates}")
+            raise SpeculativeConfigError(
+                f"--speculative-config: synthetic_acceptance_rates must "
+                f"have {k} entries (num_speculative_tokens), got {rates}"
+            )
         if not all(0.0 <= r <= 1.0 for r in rates):
-            raise SpeculativeConfigError("--speculative-config: synthetic_acceptance_rates "
-                                         f"entries must be in [0, 1], got {rates}")
+            raise SpeculativeConfigError(
+                "--speculative-config: synthetic_acceptance_rates "
+                f"entries must be in [0, 1], got {rates}"
+            )
         if any(rates[i] > rates[i - 1] for i in range(1, k)):
-            raise SpeculativeConfigError("--speculative-config: synthetic_acceptance_rates must "
-                                         f"be non-increasing (they are unconditional), got {rates}")
+            raise SpeculativeConfigError(
+                "--speculative-config: synthetic_acceptance_rates must "
+                f"be non-increasing (they are unconditional), got {rates}"
+            )
         return [float(r) for r in rates]
     if not isinstance(length, (int, float)) or not _number(length) or not 1.0 <= length <= k + 1:
-        raise SpeculativeConfigError("--speculative-config: synthetic_acceptance_length must be "
-                                     f"in [1, {k + 1}], got {length!r}")
+        raise SpeculativeConfigError(
+            "--speculative-config: synthetic_acceptance_length must be "
+            f"in [1, {k + 1}], got {length!r}"
+        )
     return acceptance_length_to_rates(float(length), k)
 
 
 def _number(value: object) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -17,8 +17,9 @@ from loadgen.sim.wire import StreamOptions, error_body
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "BadRequestError",
-                 param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, kind: str = "BadRequestError", param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.body = error_body(message, kind, param, status)
@@ -60,9 +61,11 @@ def parse_json(raw: bytes) -> dict[str, Any]:
             message, position = exc.msg, exc.pos
         except UnicodeDecodeError:
             message = "Invalid UTF-8"
-        detail = (f"1 validation error:\n  {{'type': 'json_invalid', 'loc': 'body.{position}', "
-                  f"'msg': 'JSON decode error', 'input': '<dict of 0 items>', "
-                  f"'ctx': {{'error': '{message}'}}}}")
+        detail = (
+            f"1 validation error:\n  {{'type': 'json_invalid', 'loc': 'body.{position}', "
+            f"'msg': 'JSON decode error', 'input': '<dict of 0 items>', "
+            f"'ctx': {{'error': '{message}'}}}}"
+        )
         raise ApiError(400, detail, "Bad Request", f"body.{position}") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object", "Bad Request", "body")
@@ -72,8 +75,12 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 def check_model(body: dict[str, Any], served: str) -> None:
     model = body.get("model")
     if model is not None and model != served:
-        raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: {served}.",
-                       "NotFoundError", "model")
+        raise ApiError(
+            404,
+            f"The model `{model}` does not exist. Valid aliases: {served}.",
+            "NotFoundError",
+            "model",
+        )
 
 
 def check_rejected(body: dict[str, Any], rejected: tuple[str, ...]) -> None:
@@ -88,8 +95,7 @@ def check_rejected(body: dict[str, Any], rejected: tuple[str, ...]) -> None:
         used["continuous_usage_stats"] = options["continuous_usage_stats"]
     for name in rejected:
         if name in used:
-            raise bad_request(f"Unrecognized request argument supplied: {name}", name,
-                              used[name])
+            raise bad_request(f"Unrecognized request argument supplied: {name}", name, used[name])
 
 
 def _int(body: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -116,8 +122,9 @@ def stream_options(body: dict[str, Any], stream: bool) -> StreamOptions:
     if raw is None:
         return StreamOptions(False, False, return_ids)
     if not stream:
-        raise bad_request("Stream options can only be defined when `stream=True`.",
-                          "stream_options", raw)
+        raise bad_request(
+            "Stream options can only be defined when `stream=True`.", "stream_options", raw
+        )
     if not isinstance(raw, dict):
         raise bad_request("stream_options must be an object", "stream_options", raw)
     include = _bool(raw, "include_usage", False)
@@ -127,8 +134,12 @@ def stream_options(body: dict[str, Any], stream: bool) -> StreamOptions:
 
 def missing_prompt() -> ApiError:
     """vLLM 0.32's words (captured): the parameter is named, no value given."""
-    return ApiError(400, "Either prompt or prompt_embeds must be provided and non-empty. "
-                    "(parameter=prompt)", "BadRequestError", "prompt")
+    return ApiError(
+        400,
+        "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+        "BadRequestError",
+        "prompt",
+    )
 
 
 def _completion_prompt(body: dict[str, Any]) -> tuple[str | None, list[int] | None]:
@@ -139,12 +150,18 @@ def _completion_prompt(body: dict[str, Any]) -> tuple[str | None, list[int] | No
         raise missing_prompt()
     if isinstance(prompt, str):
         return prompt, None
-    if isinstance(prompt, list) and prompt and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
         return None, list(prompt)
-    raise bad_request("prompt must be a non-empty string or list of token ids "
-                      "(the simulator serves one prompt per request)", "prompt",
-                      type(prompt).__name__)
+    raise bad_request(
+        "prompt must be a non-empty string or list of token ids "
+        "(the simulator serves one prompt per request)",
+        "prompt",
+        type(prompt).__name__,
+    )
 
 
 def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
@@ -153,8 +170,11 @@ def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
         top = _int(body, "top_logprobs", None)
         if not _bool(body, "logprobs", False):
             if top is not None:
-                raise bad_request("when using `top_logprobs`, `logprobs` must be set to true.",
-                                  "top_logprobs", top)
+                raise bad_request(
+                    "when using `top_logprobs`, `logprobs` must be set to true.",
+                    "top_logprobs",
+                    top,
+                )
             return None
         count, param = (top or 0), "top_logprobs"
     else:
@@ -165,8 +185,12 @@ def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
     if count < 0:
         raise bad_request(f"{param} must be non-negative, got {count}.", param, count)
     if count > MAX_LOGPROBS:
-        raise bad_request(f"Requested sample logprobs of {count}, which is greater than max "
-                          f"allowed: {MAX_LOGPROBS}", param, count)
+        raise bad_request(
+            f"Requested sample logprobs of {count}, which is greater than max "
+            f"allowed: {MAX_LOGPROBS}",
+            param,
+            count,
+        )
     return count
 
 
@@ -183,17 +207,29 @@ def parse_generation(body: dict[str, Any], *, chat: bool) -> Generation:
         raise bad_request(f"{param} must be at least 1, got {max_tokens}.", param, max_tokens)
     min_tokens = _int(body, "min_tokens", 0) or 0
     if min_tokens < 0:
-        raise bad_request(f"min_tokens must be greater than or equal to 0, got {min_tokens}.",
-                          "min_tokens", min_tokens)
+        raise bad_request(
+            f"min_tokens must be greater than or equal to 0, got {min_tokens}.",
+            "min_tokens",
+            min_tokens,
+        )
     if max_tokens is not None and min_tokens > max_tokens:
-        raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
-                          f"got {min_tokens}.", "min_tokens", min_tokens)
+        raise bad_request(
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+            "min_tokens",
+            min_tokens,
+        )
     prompt_text, prompt_ids = (None, None) if chat else _completion_prompt(body)
     return Generation(
-        chat=chat, prompt_text=prompt_text, prompt_ids=prompt_ids, max_tokens=max_tokens,
-        max_tokens_param=param, min_tokens=min_tokens,
-        ignore_eos=_bool(body, "ignore_eos", False), seed=_int(body, "seed", None),
-        stream=stream, options=stream_options(body, stream),
+        chat=chat,
+        prompt_text=prompt_text,
+        prompt_ids=prompt_ids,
+        max_tokens=max_tokens,
+        max_tokens_param=param,
+        min_tokens=min_tokens,
+        ignore_eos=_bool(body, "ignore_eos", False),
+        seed=_int(body, "seed", None),
+        stream=stream,
+        options=stream_options(body, stream),
         add_special_tokens=_bool(body, "add_special_tokens", not chat),
         logprobs=_logprobs(body, chat),
     )
@@ -210,15 +246,20 @@ def check_lengths(gen: Generation, prompt_len: int, max_model_len: int) -> int:
     requested = gen.max_tokens
     param = gen.max_tokens_param
     if requested is not None and requested > max_model_len:
-        raise bad_request(f"{param}={requested} cannot be greater than max_model_len="
-                          f"{max_model_len}. Please request fewer output tokens.",
-                          param, requested)
+        raise bad_request(
+            f"{param}={requested} cannot be greater than max_model_len="
+            f"{max_model_len}. Please request fewer output tokens.",
+            param,
+            requested,
+        )
     if prompt_len >= max_model_len:
         raise bad_request(
             f"This model's maximum context length is {max_model_len} tokens. However, your "
             f"prompt contains {prompt_len} input tokens, which exceeds this limit even "
             "without any output tokens. Please reduce the length of the input prompt.",
-            "input_tokens", prompt_len)
+            "input_tokens",
+            prompt_len,
+        )
     room = max_model_len - prompt_len
     return room if requested is None else min(requested, room)
 
@@ -233,8 +274,7 @@ def chat_template_args(body: dict[str, Any]) -> tuple[str, str | None]:
     """(thinking_mode, reasoning_effort) from chat_template_kwargs."""
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
-        raise bad_request("chat_template_kwargs must be an object", "chat_template_kwargs",
-                          kwargs)
+        raise bad_request("chat_template_kwargs must be an object", "chat_template_kwargs", kwargs)
     thinking = kwargs.get("thinking", kwargs.get("enable_thinking", False))
     effort = kwargs.get("reasoning_effort", body.get("reasoning_effort"))
     if effort is not None and not isinstance(effort, str):

@@ -64,18 +64,42 @@ class StreamOptions:
 def _usage(prompt: int, completion: int, details: bool) -> bytes:
     tail = b',"completion_tokens_details":null}' if details else b"}"
     return b'"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b' % (
-        prompt, prompt + completion, completion, tail)
+        prompt,
+        prompt + completion,
+        completion,
+        tail,
+    )
 
 
 class StreamFormat:
     """Builds one request's SSE events (chat or completions)."""
 
-    __slots__ = ("_chat", "_fingerprint", "_head", "_logprobs", "_mid_ids", "_mid_pre",
-                 "_mid_tail", "_opts", "_prompt_ids", "_prompt_len", "plain")
+    __slots__ = (
+        "_chat",
+        "_fingerprint",
+        "_head",
+        "_logprobs",
+        "_mid_ids",
+        "_mid_pre",
+        "_mid_tail",
+        "_opts",
+        "_prompt_ids",
+        "_prompt_len",
+        "plain",
+    )
 
-    def __init__(self, *, chat: bool, request_id: str, created: int, model: str,
-                 prompt_ids: list[int], opts: StreamOptions, fingerprint: str,
-                 logprobs: LogprobsBuilder | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        chat: bool,
+        request_id: str,
+        created: int,
+        model: str,
+        prompt_ids: list[int],
+        opts: StreamOptions,
+        fingerprint: str,
+        logprobs: LogprobsBuilder | None = None,
+    ) -> None:
         self._chat = chat
         self._logprobs = logprobs
         # middle_frame (the hot path) serves only chunks without logprobs.
@@ -86,15 +110,21 @@ class StreamFormat:
         self._fingerprint = fingerprint
         kind = "chat.completion.chunk" if chat else "text_completion"
         self._head = b'{"id":%b,"object":"%b","created":%d,"model":%b,"choices":' % (
-            orjson.dumps(request_id), kind.encode(), created, orjson.dumps(model))
+            orjson.dumps(request_id),
+            kind.encode(),
+            created,
+            orjson.dumps(model),
+        )
         # Pieces of a middle chunk (neither first nor last): the hot path, built once.
         if chat:
             self._mid_pre = b"data: " + self._head + b'[{"index":0,"delta":{"content":'
             self._mid_ids = b'},"logprobs":null,"finish_reason":null,"token_ids":'
         else:
             self._mid_pre = b"data: " + self._head + b'[{"index":0,"text":'
-            self._mid_ids = (b',"logprobs":null,"finish_reason":null,"stop_reason":null,'
-                             b'"prompt_token_ids":null,"token_ids":')
+            self._mid_ids = (
+                b',"logprobs":null,"finish_reason":null,"stop_reason":null,'
+                b'"prompt_token_ids":null,"token_ids":'
+            )
         self._mid_tail = b"}]}\n\n"
 
     @property
@@ -103,17 +133,25 @@ class StreamFormat:
 
     def role_event(self) -> bytes:
         """Chat's first event: role only, content ""."""
-        parts = [self._head,
-                 b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
-                 b'"finish_reason":null}]']
+        parts = [
+            self._head,
+            b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+            b'"finish_reason":null}]',
+        ]
         if self._opts.continuous_usage:
             parts.append(b"," + _usage(self._prompt_len, 0, details=True))
         ids = orjson.dumps(self._prompt_ids) if self._opts.return_token_ids else NULL
         parts.append(b',"prompt_token_ids":%b,"prompt_text":null}' % ids)
         return sse(b"".join(parts))
 
-    def content_event(self, ids: list[int], texts: Sequence[str], completion_tokens: int,
-                      finish: str | None, first: bool) -> bytes:
+    def content_event(
+        self,
+        ids: list[int],
+        texts: Sequence[str],
+        completion_tokens: int,
+        finish: str | None,
+        first: bool,
+    ) -> bytes:
         """A content event for tokens `ids` whose streamed texts are `texts`."""
         opts = self._opts
         text = orjson.dumps("".join(texts))
@@ -122,14 +160,17 @@ class StreamFormat:
         logprobs = self._logprobs.chunk(ids, texts) if self._logprobs is not None else NULL
         if self._chat:
             stop = b',"stop_reason":null' if finish else b""
-            body = b'[{"index":0,"delta":{"content":%b},"logprobs":%b,"finish_reason":%b%b,' \
-                   b'"token_ids":%b}]' % (text, logprobs, finish_json, stop, token_ids)
+            body = (
+                b'[{"index":0,"delta":{"content":%b},"logprobs":%b,"finish_reason":%b%b,'
+                b'"token_ids":%b}]' % (text, logprobs, finish_json, stop, token_ids)
+            )
         else:
-            prompt_ids = (orjson.dumps(self._prompt_ids)
-                          if first and opts.return_token_ids else NULL)
-            body = b'[{"index":0,"text":%b,"logprobs":%b,"finish_reason":%b,' \
-                   b'"stop_reason":null,"prompt_token_ids":%b,"token_ids":%b}]' % (
-                       text, logprobs, finish_json, prompt_ids, token_ids)
+            prompt_ids = orjson.dumps(self._prompt_ids) if first and opts.return_token_ids else NULL
+            body = (
+                b'[{"index":0,"text":%b,"logprobs":%b,"finish_reason":%b,'
+                b'"stop_reason":null,"prompt_token_ids":%b,"token_ids":%b}]'
+                % (text, logprobs, finish_json, prompt_ids, token_ids)
+            )
         if opts.continuous_usage:
             body += b"," + _usage(self._prompt_len, completion_tokens, details=self._chat)
         elif finish and not opts.include_usage and not self._chat:
@@ -148,8 +189,9 @@ class StreamFormat:
         payload = self._mid_pre + orjson.dumps(text) + self._mid_ids + token_ids + tail
         return b"%x\r\n%b\r\n" % (len(payload), payload)
 
-    def final_events(self, completion_tokens: int, cached_tokens: int | None = None,
-                     metrics: bytes | None = None) -> tuple[bytes, ...]:
+    def final_events(
+        self, completion_tokens: int, cached_tokens: int | None = None, metrics: bytes | None = None
+    ) -> tuple[bytes, ...]:
         """The usage-only event (with include_usage) and [DONE], each to be its own chunk.
 
         `cached_tokens` (vLLM's --enable-prompt-tokens-details) rides on the final usage
@@ -168,15 +210,21 @@ class StreamFormat:
 
 def malformed_event(request_id: str) -> bytes:
     """A chunk cut off mid-JSON, as a broken proxy or server might send."""
-    return sse(b'{"id":%b,"object":"text_completion","choices":[{"index":0,"text":' %
-               orjson.dumps(request_id))
+    return sse(
+        b'{"id":%b,"object":"text_completion","choices":[{"index":0,"text":'
+        % orjson.dumps(request_id)
+    )
 
 
 def usage_dict(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
     details = None if cached is None else {"cached_tokens": cached}
-    return {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-            "completion_tokens": completion, "prompt_tokens_details": details,
-            "completion_tokens_details": None}
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": details,
+        "completion_tokens_details": None,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,51 +247,97 @@ class Outcome:
 
 def completion_body(o: Outcome) -> bytes:
     choice = {
-        "index": 0, "text": o.text, "logprobs": o.logprobs, "finish_reason": o.finish_reason,
-        "stop_reason": None, "token_ids": o.token_ids if o.return_token_ids else None,
+        "index": 0,
+        "text": o.text,
+        "logprobs": o.logprobs,
+        "finish_reason": o.finish_reason,
+        "stop_reason": None,
+        "token_ids": o.token_ids if o.return_token_ids else None,
         "prompt_logprobs": None,
         "prompt_token_ids": o.prompt_ids if o.return_token_ids else None,
         "routed_experts": None,
     }
-    return orjson.dumps({
-        "id": o.request_id, "object": "text_completion", "created": o.created, "model": o.model,
-        "choices": [choice], "service_tier": None, "system_fingerprint": o.fingerprint,
-        "usage": usage_dict(len(o.prompt_ids), len(o.token_ids), o.cached_tokens),
-        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": o.metrics,
-    })
+    return orjson.dumps(
+        {
+            "id": o.request_id,
+            "object": "text_completion",
+            "created": o.created,
+            "model": o.model,
+            "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": o.fingerprint,
+            "usage": usage_dict(len(o.prompt_ids), len(o.token_ids), o.cached_tokens),
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": o.metrics,
+        }
+    )
 
 
 def chat_body(o: Outcome) -> bytes:
-    message = {"role": "assistant", "content": o.text, "refusal": None, "annotations": None,
-               "audio": None, "function_call": None, "reasoning": None}
+    message = {
+        "role": "assistant",
+        "content": o.text,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "reasoning": None,
+    }
     choice = {
-        "index": 0, "message": message, "logprobs": o.logprobs,
+        "index": 0,
+        "message": message,
+        "logprobs": o.logprobs,
         "finish_reason": o.finish_reason,
-        "stop_reason": None, "token_ids": o.token_ids if o.return_token_ids else None,
+        "stop_reason": None,
+        "token_ids": o.token_ids if o.return_token_ids else None,
         "routed_experts": None,
     }
-    return orjson.dumps({
-        "id": o.request_id, "object": "chat.completion", "created": o.created, "model": o.model,
-        "choices": [choice], "service_tier": None, "system_fingerprint": o.fingerprint,
-        "usage": usage_dict(len(o.prompt_ids), len(o.token_ids), o.cached_tokens),
-        "prompt_logprobs": None,
-        "prompt_token_ids": o.prompt_ids if o.return_token_ids else None,
-        "prompt_text": None, "kv_transfer_params": None, "ec_transfer_params": None,
-        "metrics": o.metrics,
-    })
+    return orjson.dumps(
+        {
+            "id": o.request_id,
+            "object": "chat.completion",
+            "created": o.created,
+            "model": o.model,
+            "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": o.fingerprint,
+            "usage": usage_dict(len(o.prompt_ids), len(o.token_ids), o.cached_tokens),
+            "prompt_logprobs": None,
+            "prompt_token_ids": o.prompt_ids if o.return_token_ids else None,
+            "prompt_text": None,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": o.metrics,
+        }
+    )
 
 
-def models_body(model: str, root: str, max_model_len: int, created: int,
-                perm_id: str) -> bytes:
+def models_body(model: str, root: str, max_model_len: int, created: int, perm_id: str) -> bytes:
     permission = {
-        "id": perm_id, "object": "model_permission", "created": created,
-        "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-        "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-        "organization": "*", "group": None, "is_blocking": False,
+        "id": perm_id,
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
     }
-    card = {"id": model, "object": "model", "created": created, "owned_by": "vllm",
-            "root": root, "parent": None, "max_model_len": max_model_len,
-            "permission": [permission]}
+    card = {
+        "id": model,
+        "object": "model",
+        "created": created,
+        "owned_by": "vllm",
+        "root": root,
+        "parent": None,
+        "max_model_len": max_model_len,
+        "permission": [permission],
+    }
     return orjson.dumps({"object": "list", "data": [card]})
 
 
@@ -252,8 +346,9 @@ def version_body() -> bytes:
 
 
 def tokenize_body(tokens: list[int], max_model_len: int) -> bytes:
-    return orjson.dumps({"count": len(tokens), "max_model_len": max_model_len,
-                         "tokens": tokens, "token_strs": None})
+    return orjson.dumps(
+        {"count": len(tokens), "max_model_len": max_model_len, "tokens": tokens, "token_strs": None}
+    )
 
 
 def detokenize_body(text: str) -> bytes:

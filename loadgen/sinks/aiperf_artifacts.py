@@ -42,12 +42,17 @@ from loadgen.results.store import AiperfArtifacts
 
 SCHEMA_VERSION = "1.0"
 # loadgen's point field stem -> AIPerf's metric name, unit
-AGGREGATES = (("ttft", "time_to_first_token", "ms"), ("e2el", "request_latency", "ms"),
-              ("tpot", "inter_token_latency", "ms"),
-              ("interactivity", "output_token_throughput_per_user", "tokens/sec/user"))
-RATES = (("request_throughput", "request_throughput", "requests/sec"),
-         ("output_throughput", "output_token_throughput", "tokens/sec"),
-         ("total_token_throughput", "total_token_throughput", "tokens/sec"))
+AGGREGATES = (
+    ("ttft", "time_to_first_token", "ms"),
+    ("e2el", "request_latency", "ms"),
+    ("tpot", "inter_token_latency", "ms"),
+    ("interactivity", "output_token_throughput_per_user", "tokens/sec/user"),
+)
+RATES = (
+    ("request_throughput", "request_throughput", "requests/sec"),
+    ("output_throughput", "output_token_throughput", "tokens/sec"),
+    ("total_token_throughput", "total_token_throughput", "tokens/sec"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +68,18 @@ class ArtifactRun:
     offset_ns: int  # add to a perf_counter_ns reading for wall-clock ns
 
     @classmethod
-    def of(cls, spec: RunSpec, run_id: str, model: str, urls: Sequence[str],
-           offset_ns: int) -> ArtifactRun:
-        return cls(run_id=run_id, model=model, dataset=spec.dataset,
-                   dataset_format=spec.dataset_format,
-                   urls=tuple(redact_url(u) for u in urls),
-                   series_interval_s=spec.series_interval_s, offset_ns=offset_ns)
+    def of(
+        cls, spec: RunSpec, run_id: str, model: str, urls: Sequence[str], offset_ns: int
+    ) -> ArtifactRun:
+        return cls(
+            run_id=run_id,
+            model=model,
+            dataset=spec.dataset,
+            dataset_format=spec.dataset_format,
+            urls=tuple(redact_url(u) for u in urls),
+            series_interval_s=spec.series_interval_s,
+            offset_ns=offset_ns,
+        )
 
 
 def _metric(value: float | int, unit: str) -> dict[str, Any]:
@@ -95,15 +106,19 @@ def _completed_metrics(records: Sequence[RequestRecord]) -> list[dict[str, Any]]
             tpot = next(tpots)
             block["inter_token_latency"] = _metric(tpot, "ms")
             if tpot > 0:  # loadgen's interactivity leaves a zero TPOT out, so does this
-                block["output_token_throughput_per_user"] = _metric(1000.0 / tpot,
-                                                                    "tokens/sec/user")
+                block["output_token_throughput_per_user"] = _metric(
+                    1000.0 / tpot, "tokens/sec/user"
+                )
         blocks.append(block)
     return blocks
 
 
 def _error(record: RequestRecord) -> dict[str, Any]:
-    return {"code": record.status, "type": failure_kind(record) or "unknown",
-            "message": record.error_detail or None}
+    return {
+        "code": record.status,
+        "type": failure_kind(record) or "unknown",
+        "message": record.error_detail or None,
+    }
 
 
 def _metadata(record: RequestRecord, phase: str, index: int, offset_ns: int) -> dict[str, Any]:
@@ -126,19 +141,25 @@ def _metadata(record: RequestRecord, phase: str, index: int, offset_ns: int) -> 
     }
 
 
-def record_lines(records: Sequence[RequestRecord], phase: str, run: ArtifactRun,
-                 first_index: int = 0) -> list[bytes]:
+def record_lines(
+    records: Sequence[RequestRecord], phase: str, run: ArtifactRun, first_index: int = 0
+) -> list[bytes]:
     done = [r for r in records if is_completed(r)]
     blocks = dict(zip((id(r) for r in done), _completed_metrics(done), strict=True))
     lines = []
     for n, record in enumerate(records):
         block = blocks.get(id(record))
-        lines.append(orjson.dumps({
-            "metadata": _metadata(record, phase, first_index + n, run.offset_ns),
-            "metrics": block if block is not None
-            else {"error_isl": _metric(record.input_len, "tokens")},
-            "error": None if block is not None else _error(record),
-        }))
+        lines.append(
+            orjson.dumps(
+                {
+                    "metadata": _metadata(record, phase, first_index + n, run.offset_ns),
+                    "metrics": block
+                    if block is not None
+                    else {"error_isl": _metric(record.input_len, "tokens")},
+                    "error": None if block is not None else _error(record),
+                }
+            )
+        )
     return lines
 
 
@@ -146,8 +167,12 @@ def _stats(flat: Mapping[str, Any], stem: str, unit: str) -> dict[str, Any] | No
     suffix = f"_{stem}_{'tok_s_user' if stem == 'interactivity' else 'ms'}"
     if flat.get(f"mean{suffix}") is None:
         return None
-    out: dict[str, Any] = {"unit": unit, "avg": flat[f"mean{suffix}"],
-                           "p50": flat[f"median{suffix}"], "std": flat[f"std{suffix}"]}
+    out: dict[str, Any] = {
+        "unit": unit,
+        "avg": flat[f"mean{suffix}"],
+        "p50": flat[f"median{suffix}"],
+        "std": flat[f"std{suffix}"],
+    }
     for key, value in flat.items():
         if key.startswith("p") and key.endswith(suffix) and value is not None:
             out[key[: -len(suffix)]] = value
@@ -171,14 +196,24 @@ def aggregate(result: PointResult, run: ArtifactRun) -> dict[str, Any]:
     sessions = result.sessions
     if sessions is not None and sessions.theoretical_prefix_hit_rate is not None:
         out["theoretical_prefix_cache_hit"] = {
-            "unit": "%", "avg": 100.0 * sessions.theoretical_prefix_hit_rate,
-            "sum": sessions.theoretical_cached_tokens, "count": sessions.prompt_tokens_sent}
-    dataset = None if run.dataset is None else {
-        "source_type": "local_file", "path": str(run.dataset), "format": run.dataset_format}
-    out["metadata"] = {"benchmark_tool": "loadgen",
-                       "loadgen_version": result.identity.loadgen_version,
-                       "run_id": run.run_id, "model": run.model, "concurrency": result.conc,
-                       "dataset": dataset}
+            "unit": "%",
+            "avg": 100.0 * sessions.theoretical_prefix_hit_rate,
+            "sum": sessions.theoretical_cached_tokens,
+            "count": sessions.prompt_tokens_sent,
+        }
+    dataset = (
+        None
+        if run.dataset is None
+        else {"source_type": "local_file", "path": str(run.dataset), "format": run.dataset_format}
+    )
+    out["metadata"] = {
+        "benchmark_tool": "loadgen",
+        "loadgen_version": result.identity.loadgen_version,
+        "run_id": run.run_id,
+        "model": run.model,
+        "concurrency": result.conc,
+        "dataset": dataset,
+    }
     return out
 
 
@@ -188,16 +223,23 @@ def server_metrics(scrapes: Sequence[ScrapeText], run: ArtifactRun) -> dict[str,
         stats = series_stats(series)
         entry = metrics.setdefault(series.name, {"type": series.kind, "series": []})
         keys = ("total", "rate") if series.kind == "counter" else ("avg", "min", "max")
-        entry["series"].append({
-            "endpoint_url": series.url, "labels": dict(series.labels),
-            "stats": {k: getattr(stats, k) for k in keys},
-            "timeslices": [_slice(s, series.kind, run.offset_ns) for s in slices(series)],
-        })
-    return {"schema_version": SCHEMA_VERSION,
-            "summary": {"endpoints_configured": list(run.urls),
-                        "endpoints_successful": sorted({s.url for s in scrapes}),
-                        "slice_duration": run.series_interval_s},
-            "metrics": metrics}
+        entry["series"].append(
+            {
+                "endpoint_url": series.url,
+                "labels": dict(series.labels),
+                "stats": {k: getattr(stats, k) for k in keys},
+                "timeslices": [_slice(s, series.kind, run.offset_ns) for s in slices(series)],
+            }
+        )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "summary": {
+            "endpoints_configured": list(run.urls),
+            "endpoints_successful": sorted({s.url for s in scrapes}),
+            "slice_duration": run.series_interval_s,
+        },
+        "metrics": metrics,
+    }
 
 
 def _slice(part: Any, kind: str, offset_ns: int) -> dict[str, Any]:
@@ -209,9 +251,14 @@ def _slice(part: Any, kind: str, offset_ns: int) -> dict[str, Any]:
     return out
 
 
-def write_aiperf_artifacts(where: AiperfArtifacts, result: PointResult,
-                           records: Sequence[RequestRecord], warmup: Sequence[RequestRecord],
-                           scrapes: Sequence[ScrapeText], run: ArtifactRun) -> None:
+def write_aiperf_artifacts(
+    where: AiperfArtifacts,
+    result: PointResult,
+    records: Sequence[RequestRecord],
+    warmup: Sequence[RequestRecord],
+    scrapes: Sequence[ScrapeText],
+    run: ArtifactRun,
+) -> None:
     """The three files of one point (each atomically; ResultsWriteError if one fails)."""
     measured = sorted(records, key=lambda r: r.start_ns)
     lines = record_lines(warmup, "warmup", run)
@@ -219,5 +266,6 @@ def write_aiperf_artifacts(where: AiperfArtifacts, result: PointResult,
     write_atomic(where.records_file, b"".join(line + b"\n" for line in lines))
     option = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
     write_atomic(where.aggregate_file, orjson.dumps(aggregate(result, run), option=option))
-    write_atomic(where.server_metrics_file,
-                 orjson.dumps(server_metrics(scrapes, run), option=option))
+    write_atomic(
+        where.server_metrics_file, orjson.dumps(server_metrics(scrapes, run), option=option)
+    )

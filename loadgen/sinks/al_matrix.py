@@ -53,8 +53,7 @@ def lane_al(name: str, spec: RunSpec, points: Mapping[int, PointResult]) -> Lane
     complete = [p for _, p in sorted(points.items()) if p.status.complete]
     served = next((p.identity.model_id for p in complete if p.identity.model_id), None)
     model = (spec.golden_al.model if spec.golden_al else None) or spec.model or served
-    return LaneAL(name, model or "unknown-model", MODES.get(spec.thinking, spec.thinking),
-                  complete)
+    return LaneAL(name, model or "unknown-model", MODES.get(spec.thinking, spec.thinking), complete)
 
 
 def al_matrix(lanes: Sequence[LaneAL]) -> str | None:
@@ -62,29 +61,38 @@ def al_matrix(lanes: Sequence[LaneAL]) -> str | None:
     entries: dict[tuple[str, str, int], _Entry] = {}
     skipped: list[str] = []
     for lane in lanes:
-        measured = [p for p in lane.points if p.metrics.acceptance_length is not None
-                    and p.metrics.spec_tokens]
+        measured = [
+            p
+            for p in lane.points
+            if p.metrics.acceptance_length is not None and p.metrics.spec_tokens
+        ]
         if not measured:
             skipped.append(lane.name)
         for p in measured:
             assert p.metrics.acceptance_length is not None and p.metrics.spec_tokens
             entry = entries.setdefault((lane.model, lane.mode, p.metrics.spec_tokens), _Entry())
             entry.values.append(p.metrics.acceptance_length)
-            entry.notes.append(f"{lane.name} conc {p.conc}: {p.metrics.acceptance_length:.3f} "
-                               f"({p.metrics.acceptance_length_source})")
+            entry.notes.append(
+                f"{lane.name} conc {p.conc}: {p.metrics.acceptance_length:.3f} "
+                f"({p.metrics.acceptance_length_source})"
+            )
     if not entries:
         return None
     document: dict[str, dict[str, dict[int, float]]] = {}
-    comments = ["# Acceptance length (AL) per model, thinking mode and draft length K,",
-                "# measured by loadgen; the shape of InferenceX's golden_al_distribution/*.yaml",
-                "# (use it as --golden-al FILE). Each value: the mean over the points below.",
-                "#"]
+    comments = [
+        "# Acceptance length (AL) per model, thinking mode and draft length K,",
+        "# measured by loadgen; the shape of InferenceX's golden_al_distribution/*.yaml",
+        "# (use it as --golden-al FILE). Each value: the mean over the points below.",
+        "#",
+    ]
     for (model, mode, k), entry in sorted(entries.items(), key=_inferencex_order):
         mean = sum(entry.values) / len(entry.values)
         document.setdefault(model, {}).setdefault(mode, {})[k] = round(mean, 2)
         spread = max(entry.values) - min(entry.values)
-        comments.append(f"# {model} {mode} K={k}: {mean:.3f} (spread {spread:.3f}) from "
-                        + "; ".join(entry.notes))
+        comments.append(
+            f"# {model} {mode} K={k}: {mean:.3f} (spread {spread:.3f}) from "
+            + "; ".join(entry.notes)
+        )
     if skipped:
         comments.append(f"# no AL measured (left out): {', '.join(skipped)}")
     body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)

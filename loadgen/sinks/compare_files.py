@@ -75,40 +75,54 @@ def has_energy(comparison: Comparison) -> bool:
 def _block(comparison: Comparison, conc: int) -> list[str]:
     rows = comparison.rows_at(conc)
     columns = {**COLUMNS, **(ENERGY_COLUMNS if has_energy(comparison) else {})}
-    headers = ["run"] + [throughput_label(comparison) if k == "throughput" else h
-                         for k, (h, _) in columns.items()]
-    table = [headers] + [[row.run + ("" if row.complete else " (partial)")]
-                         + [_cell(row, k, comparison.baseline) for k in columns]
-                         for row in rows]
+    headers = ["run"] + [
+        throughput_label(comparison) if k == "throughput" else h for k, (h, _) in columns.items()
+    ]
+    table = [headers] + [
+        [row.run + ("" if row.complete else " (partial)")]
+        + [_cell(row, k, comparison.baseline) for k in columns]
+        for row in rows
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
-    lines = ["  ".join(text.ljust(w) if i == 0 else text.rjust(w)
-                       for i, (text, w) in enumerate(zip(line, widths, strict=True)))
-             for line in table]
+    lines = [
+        "  ".join(
+            text.ljust(w) if i == 0 else text.rjust(w)
+            for i, (text, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in table
+    ]
     return [f"conc {conc}", *lines, ""]
 
 
 def crossover_sentence(c: Crossover) -> str:
-    return (f"{c.ahead_below} is ahead up to conc {c.low_conc}, {c.ahead_above} from conc "
-            f"{c.high_conc} on ({c.quantity} {c.run} / {c.baseline} crosses 1 near conc "
-            f"{c.estimate:.0f})")
+    return (
+        f"{c.ahead_below} is ahead up to conc {c.low_conc}, {c.ahead_above} from conc "
+        f"{c.high_conc} on ({c.quantity} {c.run} / {c.baseline} crosses 1 near conc "
+        f"{c.estimate:.0f})"
+    )
 
 
 def energy_lines(comparison: Comparison, run: str) -> list[str]:
     """Tokens per joule at matched concurrency and where its ratio crosses 1."""
     base = comparison.baseline
-    ratios = [f"{row.conc} {times(row.ratios['tokens_per_joule'])}" for row in comparison.rows
-              if row.run == run and row.ratios["tokens_per_joule"] is not None]
+    ratios = [
+        f"{row.conc} {times(row.ratios['tokens_per_joule'])}"
+        for row in comparison.rows
+        if row.run == run and row.ratios["tokens_per_joule"] is not None
+    ]
     if not ratios:
         return []
-    lines = [f"{run} / {base} output tokens per joule at matched concurrency: "
-             f"{', '.join(ratios)}"]
+    lines = [f"{run} / {base} output tokens per joule at matched concurrency: {', '.join(ratios)}"]
     found = [c for c in comparison.energy_crossovers if c.run == run]
     lines += [f"energy crossover: {crossover_sentence(c)}" for c in found]
     if not found:
-        ahead = all((row.ratios["tokens_per_joule"] or 1) >= 1 for row in comparison.rows
-                    if row.run == run)
-        lines.append(f"no energy crossover: {run if ahead else base} uses fewer joules per "
-                     "token at every common concurrency")
+        ahead = all(
+            (row.ratios["tokens_per_joule"] or 1) >= 1 for row in comparison.rows if row.run == run
+        )
+        lines.append(
+            f"no energy crossover: {run if ahead else base} uses fewer joules per "
+            "token at every common concurrency"
+        )
     return lines
 
 
@@ -117,34 +131,50 @@ def summary_lines(comparison: Comparison) -> list[str]:
     lines = []
     base = comparison.baseline
     for run in comparison.runs[1:]:
-        speedups = [f"{row.conc} {ratio_text(row, 'throughput')}" for row in comparison.rows
-                    if row.run == run and row.ratios["throughput"] is not None]
-        lines.append(f"{run} / {base} throughput at matched concurrency: "
-                     f"{', '.join(speedups) or 'no common concurrency'}")
+        speedups = [
+            f"{row.conc} {ratio_text(row, 'throughput')}"
+            for row in comparison.rows
+            if row.run == run and row.ratios["throughput"] is not None
+        ]
+        lines.append(
+            f"{run} / {base} throughput at matched concurrency: "
+            f"{', '.join(speedups) or 'no common concurrency'}"
+        )
         matched = [m for m in comparison.matched if m.run == run]
-        lines.append(f"{run} / {base} throughput at {base}'s interactivity: " + (", ".join(
-            f"{m.interactivity:,.1f} tok/s/user (conc {m.baseline_conc}) {times(m.ratio)}"
-            for m in matched) or "the frontiers share no interactivity range"))
+        lines.append(
+            f"{run} / {base} throughput at {base}'s interactivity: "
+            + (
+                ", ".join(
+                    f"{m.interactivity:,.1f} tok/s/user (conc {m.baseline_conc}) {times(m.ratio)}"
+                    for m in matched
+                )
+                or "the frontiers share no interactivity range"
+            )
+        )
         found = [c for c in comparison.crossovers if c.run == run]
         for c in found:
             lines.append(f"crossover: {crossover_sentence(c)}")
         if not found and speedups:
-            ahead = all((row.ratios["throughput"] or 1) >= 1 for row in comparison.rows
-                        if row.run == run)
-            lines.append(f"no crossover: {run if ahead else base} is ahead at every common "
-                         "concurrency")
+            ahead = all(
+                (row.ratios["throughput"] or 1) >= 1 for row in comparison.rows if row.run == run
+            )
+            lines.append(
+                f"no crossover: {run if ahead else base} is ahead at every common concurrency"
+            )
         lines += energy_lines(comparison, run)
     return lines
 
 
-def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = (),
-                      workload_mismatch: str | None = None) -> str:
-    head = (f"baseline: {comparison.baseline} (ratios x are run / baseline at the same "
-            "concurrency)")
+def format_comparison(
+    comparison: Comparison, warnings: Sequence[Warning_] = (), workload_mismatch: str | None = None
+) -> str:
+    head = f"baseline: {comparison.baseline} (ratios x are run / baseline at the same concurrency)"
     if any(row.halves.get(k) is not None for row in comparison.rows for k in COLUMNS):
-        head += ("\nwith --trials: the trials' mean ± its 95 % CI half-width (ratios of the "
-                 "means; the pooled figures are in conc_<N>.json); 'within noise': the "
-                 "run's and the baseline's intervals overlap")
+        head += (
+            "\nwith --trials: the trials' mean ± its 95 % CI half-width (ratios of the "
+            "means; the pooled figures are in conc_<N>.json); 'within noise': the "
+            "run's and the baseline's intervals overlap"
+        )
     lines = [head, *([f"WARNING: {workload_mismatch}"] if workload_mismatch else []), ""]
     for conc in comparison.concs:
         lines += _block(comparison, conc)
@@ -161,8 +191,12 @@ def format_comparison(comparison: Comparison, warnings: Sequence[Warning_] = (),
 def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str, Any]]:
     rows = []
     for row in comparison.rows:
-        line: dict[str, Any] = {"conc": row.conc, "run": row.run, "path": paths.get(row.run, ""),
-                                "complete": row.complete}
+        line: dict[str, Any] = {
+            "conc": row.conc,
+            "run": row.run,
+            "path": paths.get(row.run, ""),
+            "complete": row.complete,
+        }
         for key in METRIC_FIELDS:
             line[key] = row.values[key]
             line[f"{key}_ratio"] = row.ratios[key]
@@ -175,11 +209,21 @@ def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str,
 
 
 def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str, str]) -> Path:
-    columns = ["conc", "run", "path", "complete"] + [
-        name for key in METRIC_FIELDS for name in (key, f"{key}_ratio", f"{key}_ci95_half",
-                                                   f"{key}_within_noise",
-                                                   f"{key}_trial_mean")] + [
-        "acceptance_length_source"]
+    columns = (
+        ["conc", "run", "path", "complete"]
+        + [
+            name
+            for key in METRIC_FIELDS
+            for name in (
+                key,
+                f"{key}_ratio",
+                f"{key}_ci95_half",
+                f"{key}_within_noise",
+                f"{key}_trial_mean",
+            )
+        ]
+        + ["acceptance_length_source"]
+    )
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
@@ -188,31 +232,43 @@ def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str,
     return write_atomic(path, buffer.getvalue().encode())
 
 
-def comparison_json(comparison: Comparison, paths: Mapping[str, str],
-                    warnings: Sequence[Warning_] = (),
-                    workload_mismatch: str | None = None) -> dict[str, Any]:
+def comparison_json(
+    comparison: Comparison,
+    paths: Mapping[str, str],
+    warnings: Sequence[Warning_] = (),
+    workload_mismatch: str | None = None,
+) -> dict[str, Any]:
     return {
         "baseline": comparison.baseline,
         "runs": [{"name": name, "path": paths.get(name, "")} for name in comparison.runs],
         "throughput_field": comparison.throughput_field,
         "metric_fields": {k: v or comparison.throughput_field for k, v in METRIC_FIELDS.items()},
         "rows": csv_rows(comparison, paths),
-        "frontiers": {name: [asdict(p) for p in points]
-                      for name, points in comparison.frontiers.items()},
+        "frontiers": {
+            name: [asdict(p) for p in points] for name, points in comparison.frontiers.items()
+        },
         "matched_interactivity": [asdict(m) for m in comparison.matched],
-        "crossovers": [{**asdict(c), "sentence": crossover_sentence(c)}
-                       for c in comparison.crossovers],
-        "energy_crossovers": [{**asdict(c), "sentence": crossover_sentence(c)}
-                              for c in comparison.energy_crossovers],
+        "crossovers": [
+            {**asdict(c), "sentence": crossover_sentence(c)} for c in comparison.crossovers
+        ],
+        "energy_crossovers": [
+            {**asdict(c), "sentence": crossover_sentence(c)} for c in comparison.energy_crossovers
+        ],
         "summary": summary_lines(comparison),
         "warnings": [{"run": r, "conc": c, "message": m} for r, c, m in warnings],
         "workload_mismatch": workload_mismatch,
     }
 
 
-def write_comparison_json(path: Path, comparison: Comparison, paths: Mapping[str, str],
-                          warnings: Sequence[Warning_] = (),
-                          workload_mismatch: str | None = None) -> Path:
-    data = orjson.dumps(comparison_json(comparison, paths, warnings, workload_mismatch),
-                        option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+def write_comparison_json(
+    path: Path,
+    comparison: Comparison,
+    paths: Mapping[str, str],
+    warnings: Sequence[Warning_] = (),
+    workload_mismatch: str | None = None,
+) -> Path:
+    data = orjson.dumps(
+        comparison_json(comparison, paths, warnings, workload_mismatch),
+        option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE,
+    )
     return write_atomic(path, data)

@@ -39,8 +39,7 @@ class ServerLimits:
         """AppRunner's keyword arguments that apply the header deadline, and bound how
         long the unread rest of a refused body is drained before the close (aiohttp's
         default lingers 10 s, holding the socket that long)."""
-        return {"keepalive_timeout": self.header_timeout_s,
-                "lingering_time": LINGER_S}
+        return {"keepalive_timeout": self.header_timeout_s, "lingering_time": LINGER_S}
 
 
 DEFAULT_LIMITS = ServerLimits()
@@ -56,8 +55,9 @@ async def read_body(request: web.Request, limits: ServerLimits) -> bytes:
         async with asyncio.timeout(limits.body_timeout_s):
             return await request.read()
     except TimeoutError:
-        raise BodyTimeout(f"the request body did not arrive within {limits.body_timeout_s:g} "
-                          "s; send it whole") from None
+        raise BodyTimeout(
+            f"the request body did not arrive within {limits.body_timeout_s:g} s; send it whole"
+        ) from None
 
 
 class ConnectionGate:
@@ -94,16 +94,22 @@ class ConnectionGate:
         self._closed_since_log += 1
         now = time.monotonic()
         if now - self._last_log >= LOG_EVERY_S:
-            self._log.warning("%s: %d connections open (the cap): closed %d to make room "
-                              "(oldest idle first); too many clients, or idle ones held "
-                              "open", self._name, self.limits.max_connections,
-                              self._closed_since_log)
+            self._log.warning(
+                "%s: %d connections open (the cap): closed %d to make room "
+                "(oldest idle first); too many clients, or idle ones held "
+                "open",
+                self._name,
+                self.limits.max_connections,
+                self._closed_since_log,
+            )
             self._last_log, self._closed_since_log = now, 0
 
     @web.middleware
-    async def middleware(self, request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-                         ) -> web.StreamResponse:
+    async def middleware(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
         """Marks the connection busy while its request is handled: never evicted then."""
         transport = request.transport
         if transport is None or transport not in self._open:
@@ -159,8 +165,7 @@ class _Counted(asyncio.Protocol):
 class GuardedSite(web.BaseSite):
     """A TCP site (web.TCPSite's job) whose connections pass through a ConnectionGate."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int,
-                 gate: ConnectionGate) -> None:
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, gate: ConnectionGate) -> None:
         super().__init__(runner)
         self._host, self._port, self._gate = host, port, gate
 
@@ -174,19 +179,28 @@ class GuardedSite(web.BaseSite):
         assert server is not None  # BaseSite refuses a runner that is not set up
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._gate.protocol_factory(server), self._host, self._port,
-            backlog=self._backlog, reuse_address=True)
+            self._gate.protocol_factory(server),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=True,
+        )
 
 
 GATE: web.AppKey[ConnectionGate] = web.AppKey("connection_gate", ConnectionGate)
 
 
-async def start_guarded(app: web.Application, host: str, port: int, **runner_kwargs: Any,
-                        ) -> tuple[web.AppRunner, int]:
+async def start_guarded(
+    app: web.Application,
+    host: str,
+    port: int,
+    **runner_kwargs: Any,
+) -> tuple[web.AppRunner, int]:
     """`app` (made by guarded_app) served on host:port (0: a free one) within its limits:
     (the runner, the bound port). The caller awaits runner.cleanup()."""
-    runner = web.AppRunner(app, access_log=None, **app[GATE].limits.runner_kwargs(),
-                           **runner_kwargs)
+    runner = web.AppRunner(
+        app, access_log=None, **app[GATE].limits.runner_kwargs(), **runner_kwargs
+    )
     await runner.setup()
     try:
         site = GuardedSite(runner, host, port, app[GATE])
@@ -197,8 +211,9 @@ async def start_guarded(app: web.Application, host: str, port: int, **runner_kwa
     return runner, int(runner.addresses[0][1])
 
 
-def guarded_app(limits: ServerLimits, log: logging.Logger, name: str,
-                **app_kwargs: Any) -> web.Application:
+def guarded_app(
+    limits: ServerLimits, log: logging.Logger, name: str, **app_kwargs: Any
+) -> web.Application:
     """A web.Application whose connections start_guarded counts and caps."""
     gate = ConnectionGate(limits, log, name)
     middlewares = [gate.middleware, *app_kwargs.pop("middlewares", ())]

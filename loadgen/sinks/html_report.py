@@ -49,14 +49,35 @@ tr.differs th{background:#fff2cc}tr.warn td{background:#fff6f6}
 .warnings li{margin:4px 0}.ok{color:#17702f}img{max-width:100%;height:auto}
 code{background:#f0f2f6;padding:0 3px}.wide{overflow-x:auto}
 """
-SETTINGS = ("target", "base_url", "server.model", "server.version", "server.spec_decoding",
-            "server.token_source", "settings.conc", "settings.isl", "settings.osl",
-            "settings.endpoint", "settings.encoder", "settings.thinking",
-            "settings.reasoning_effort", "settings.dataset", "settings.range_ratio",
-            "settings.prompts_per_conc", "settings.warmup_per_conc", "settings.request_rate",
-            "settings.num_gpus", "settings.spec_tokens", "settings.sim_args",
-            "settings.extra_body", "settings.temperature", "settings.seed", "started",
-            "loadgen_version", "interrupted")
+SETTINGS = (
+    "target",
+    "base_url",
+    "server.model",
+    "server.version",
+    "server.spec_decoding",
+    "server.token_source",
+    "settings.conc",
+    "settings.isl",
+    "settings.osl",
+    "settings.endpoint",
+    "settings.encoder",
+    "settings.thinking",
+    "settings.reasoning_effort",
+    "settings.dataset",
+    "settings.range_ratio",
+    "settings.prompts_per_conc",
+    "settings.warmup_per_conc",
+    "settings.request_rate",
+    "settings.num_gpus",
+    "settings.spec_tokens",
+    "settings.sim_args",
+    "settings.extra_body",
+    "settings.temperature",
+    "settings.seed",
+    "started",
+    "loadgen_version",
+    "interrupted",
+)
 # A ratio this far from 1 is coloured (up = the run is better, down = worse).
 LOWER_IS_BETTER = frozenset({"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"})
 
@@ -98,13 +119,20 @@ def _ratio_cell(row: PointRow, key: str, baseline: str) -> str:
     if row.run == baseline or value is None:
         return f'<td class="num ratio" data-field="{key}_ratio"></td>'
     better = value > 1 if key not in LOWER_IS_BETTER else value < 1
-    tone = "" if abs(value - 1) < 0.05 or key == "acceptance_length" else (
-        " up" if better else " down")
+    tone = (
+        ""
+        if abs(value - 1) < 0.05 or key == "acceptance_length"
+        else (" up" if better else " down")
+    )
     if row.noise.get(key):  # --trials: the intervals overlap
-        return (f'<td class="num ratio" data-field="{key}_ratio" data-value="{value!r}" '
-                f'title="the 95 % CIs over the trials overlap">within noise (x{value:.2f})</td>')
-    return (f'<td class="num ratio{tone}" data-field="{key}_ratio" data-value="{value!r}">'
-            f"x{value:.2f}</td>")
+        return (
+            f'<td class="num ratio" data-field="{key}_ratio" data-value="{value!r}" '
+            f'title="the 95 % CIs over the trials overlap">within noise (x{value:.2f})</td>'
+        )
+    return (
+        f'<td class="num ratio{tone}" data-field="{key}_ratio" data-value="{value!r}">'
+        f"x{value:.2f}</td>"
+    )
 
 
 def _setting(run: ReportRun, path: str) -> Any:
@@ -121,17 +149,21 @@ def settings_section(runs: Sequence[ReportRun]) -> str:
     head = "".join(f"<th>{_e(r.name)}</th>" for r in runs)
     rows = []
     for path in SETTINGS:
-        values = [_value(_setting(r, path), joiner=" " if path.endswith("sim_args") else ", ")
-                  for r in runs]
+        values = [
+            _value(_setting(r, path), joiner=" " if path.endswith("sim_args") else ", ")
+            for r in runs
+        ]
         if all(v == "-" for v in values):
             continue
         differs = ' class="differs"' if len(set(values)) > 1 else ""
         cells = "".join(f"<td>{_e(v)}</td>" for v in values)
         rows.append(f"<tr{differs}><th>{_e(path.split('.')[-1])}</th>{cells}</tr>")
     paths = "".join(f"<td><code>{_e(r.path)}</code></td>" for r in runs)
-    return (f'<table id="settings"><tr><th>setting</th>{head}</tr>'
-            f"<tr><th>results</th>{paths}</tr>{''.join(rows)}</table>"
-            "<p class=meta>Highlighted rows differ between runs.</p>")
+    return (
+        f'<table id="settings"><tr><th>setting</th>{head}</tr>'
+        f"<tr><th>results</th>{paths}</tr>{''.join(rows)}</table>"
+        "<p class=meta>Highlighted rows differ between runs.</p>"
+    )
 
 
 def _metric_cell(row: PointRow, key: str, digits: int) -> str:
@@ -142,27 +174,37 @@ def _metric_cell(row: PointRow, key: str, digits: int) -> str:
 
 
 def _comparison_table(comparison: Comparison, conc: int, warned: set[tuple[str, int]]) -> str:
-    heads = "".join(f"<th>{_e(throughput_label(comparison) if k == 'throughput' else h)}</th>"
-                    f"<th>x</th>" for k, (h, _) in COLUMNS.items())
+    heads = "".join(
+        f"<th>{_e(throughput_label(comparison) if k == 'throughput' else h)}</th><th>x</th>"
+        for k, (h, _) in COLUMNS.items()
+    )
     body = []
     for row in comparison.rows_at(conc):
-        cells = "".join(_metric_cell(row, k, d) + _ratio_cell(row, k, comparison.baseline)
-                        for k, (_, d) in COLUMNS.items())
+        cells = "".join(
+            _metric_cell(row, k, d) + _ratio_cell(row, k, comparison.baseline)
+            for k, (_, d) in COLUMNS.items()
+        )
         flag = " warn" if (row.run, conc) in warned else ""
         partial = "" if row.complete else " (partial)"
-        body.append(f'<tr class="point{flag}" data-run="{_e(row.run)}" data-conc="{conc}">'
-                    f"<th>{_e(row.run)}{partial}</th>{cells}</tr>")
-    return (f'<h3 id="conc-{conc}">conc {conc}</h3><table class="compare" data-conc="{conc}">'
-            f"<tr><th>run</th>{heads}</tr>{''.join(body)}</table>")
+        body.append(
+            f'<tr class="point{flag}" data-run="{_e(row.run)}" data-conc="{conc}">'
+            f"<th>{_e(row.run)}{partial}</th>{cells}</tr>"
+        )
+    return (
+        f'<h3 id="conc-{conc}">conc {conc}</h3><table class="compare" data-conc="{conc}">'
+        f"<tr><th>run</th>{heads}</tr>{''.join(body)}</table>"
+    )
 
 
 def comparison_section(comparison: Comparison, warned: set[tuple[str, int]]) -> str:
     summary = "".join(f"<li>{_e(line)}</li>" for line in summary_lines(comparison))
     tables = "".join(_comparison_table(comparison, c, warned) for c in comparison.concs)
-    return (f'<ul id="summary">{summary}</ul><p class=meta>x = this run / '
-            f"{_e(comparison.baseline)} at the same concurrency; throughput is "
-            f"<code>{_e(comparison.throughput_field)}</code>, interactivity and TTFT/TPOT "
-            "p50 are medians.</p>" + tables)
+    return (
+        f'<ul id="summary">{summary}</ul><p class=meta>x = this run / '
+        f"{_e(comparison.baseline)} at the same concurrency; throughput is "
+        f"<code>{_e(comparison.throughput_field)}</code>, interactivity and TTFT/TPOT "
+        "p50 are medians.</p>" + tables
+    )
 
 
 def matched_section(comparison: Comparison) -> str:
@@ -170,41 +212,57 @@ def matched_section(comparison: Comparison) -> str:
         return "<p>No two frontiers share an interactivity range.</p>"
     rows = "".join(
         f'<tr data-run="{_e(m.run)}"><th>{_e(m.run)}</th><td class=num>{m.baseline_conc}</td>'
-        + _num(m.interactivity, 1, "interactivity") + _num(m.baseline_throughput, 1,
-                                                           "baseline_throughput")
-        + _num(m.throughput, 1, "throughput") + _num(m.ratio, 2, "ratio") + "</tr>"
-        for m in comparison.matched)
+        + _num(m.interactivity, 1, "interactivity")
+        + _num(m.baseline_throughput, 1, "baseline_throughput")
+        + _num(m.throughput, 1, "throughput")
+        + _num(m.ratio, 2, "ratio")
+        + "</tr>"
+        for m in comparison.matched
+    )
     base = _e(comparison.baseline)
-    return (f'<table id="matched"><tr><th>run</th><th>{base} conc</th><th>tok/s/user</th>'
-            f"<th>{base} throughput</th><th>run throughput</th>"
-            f"<th>x</th></tr>{rows}</table><p class=meta>At the interactivity {base} reached "
-            "at each concurrency (its Pareto frontier), the run's throughput interpolated "
-            "linearly on its own frontier (never extrapolated).</p>")
+    return (
+        f'<table id="matched"><tr><th>run</th><th>{base} conc</th><th>tok/s/user</th>'
+        f"<th>{base} throughput</th><th>run throughput</th>"
+        f"<th>x</th></tr>{rows}</table><p class=meta>At the interactivity {base} reached "
+        "at each concurrency (its Pareto frontier), the run's throughput interpolated "
+        "linearly on its own frontier (never extrapolated).</p>"
+    )
 
 
 def warnings_section(warnings: Sequence[Warning_]) -> str:
     if not warnings:
-        return ('<p class="ok" id="no-warnings">No warnings: client event-loop lag and CPU '
-                "were within bounds and every check passed at every point.</p>")
-    items = "".join(f'<li data-run="{_e(r)}" data-conc="{c}"><b>{_e(r)} conc {c}</b>: '
-                    f"{_e(m)}</li>" for r, c, m in warnings)
+        return (
+            '<p class="ok" id="no-warnings">No warnings: client event-loop lag and CPU '
+            "were within bounds and every check passed at every point.</p>"
+        )
+    items = "".join(
+        f'<li data-run="{_e(r)}" data-conc="{c}"><b>{_e(r)} conc {c}</b>: {_e(m)}</li>'
+        for r, c, m in warnings
+    )
     return f'<ul class="warnings" id="warnings-list">{items}</ul>'
 
 
 def _img(uri: str | None, alt: str) -> str:
     if uri is None:
-        return ("<p>(figures need matplotlib: <code>pip install 'loadgen[plot]'</code>)</p>")
+        return "<p>(figures need matplotlib: <code>pip install 'loadgen[plot]'</code>)</p>"
     return f'<img alt="{_e(alt)}" src="{uri}">'
 
 
 def distributions_section(runs: Sequence[ReportRun], comparison: Comparison) -> str:
     parts = []
     for conc in comparison.concs:
-        by_run = {r.name: (i, r.distributions[conc]) for i, r in enumerate(runs)
-                  if conc in r.distributions}
+        by_run = {
+            r.name: (i, r.distributions[conc])
+            for i, r in enumerate(runs)
+            if conc in r.distributions
+        }
         if by_run:
-            parts.append(_img(figures.distribution_figure(conc, by_run),
-                              f"TTFT and ITL distributions at conc {conc}"))
+            parts.append(
+                _img(
+                    figures.distribution_figure(conc, by_run),
+                    f"TTFT and ITL distributions at conc {conc}",
+                )
+            )
     return "".join(parts) or "<p>No per-request records (requests_conc_N.jsonl) found.</p>"
 
 
@@ -214,24 +272,38 @@ def _stream_void_reason(point: Mapping[str, Any]) -> str:
     return str(point.get("stream_acceptance_invalid_reason") or old or "no valid stream figures")
 
 
-def _acceptance_row(run: str, conc: int, point: Mapping[str, Any],
-                    stream: Sequence[float]) -> str:
+def _acceptance_row(run: str, conc: int, point: Mapping[str, Any], stream: Sequence[float]) -> str:
     al, source = published_acceptance_length(point)
-    label = {"stream": "stream", "server_per_request": "server per-request",
-             "server_counters": "server"}.get(source or "", "-")
+    label = {
+        "stream": "stream",
+        "server_per_request": "server per-request",
+        "server_counters": "server",
+    }.get(source or "", "-")
     server = point.get("server_acceptance_per_position") or []
-    cells = "".join(_num(v, 3, f"stream_acceptance_per_position[{i}]")
-                    for i, v in enumerate(stream))
-    cells += "".join(_num(v, 3, f"server_acceptance_per_position[{i}]")
-                     for i, v in enumerate(server))
-    note = (f'<td class=note data-field="stream_acceptance_invalid_reason">stream not shown: '
-            f"{_e(_stream_void_reason(point))}</td>") if not stream else ""
-    return (f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}'
-            f"</th><td class=num>{conc}</td>"
-            + _num(al, 3, "acceptance_length")
-            + f'<td data-field="acceptance_length_source">{label}</td>'
-            + _num(point.get("server_acceptance_length"), 3, "server_acceptance_length")
-            + cells + note + "</tr>")
+    cells = "".join(
+        _num(v, 3, f"stream_acceptance_per_position[{i}]") for i, v in enumerate(stream)
+    )
+    cells += "".join(
+        _num(v, 3, f"server_acceptance_per_position[{i}]") for i, v in enumerate(server)
+    )
+    note = (
+        (
+            f'<td class=note data-field="stream_acceptance_invalid_reason">stream not shown: '
+            f"{_e(_stream_void_reason(point))}</td>"
+        )
+        if not stream
+        else ""
+    )
+    return (
+        f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}'
+        f"</th><td class=num>{conc}</td>"
+        + _num(al, 3, "acceptance_length")
+        + f'<td data-field="acceptance_length_source">{label}</td>'
+        + _num(point.get("server_acceptance_length"), 3, "server_acceptance_length")
+        + cells
+        + note
+        + "</tr>"
+    )
 
 
 def acceptance_section(runs: Sequence[ReportRun]) -> str:
@@ -250,10 +322,14 @@ def acceptance_section(runs: Sequence[ReportRun]) -> str:
             rows.append(_acceptance_row(run.name, conc, point, stream))
     if not rows:
         return "<p>No run used speculative decoding (no acceptance figures).</p>"
-    return ('<table id="acceptance"><tr><th>run</th><th>conc</th><th>AL</th><th>AL from</th>'
-            "<th>AL server</th><th colspan=99>per position: stream (when valid), then server"
-            "</th></tr>" + "".join(rows) + "</table>"
-            + _img(figures.acceptance_figure(series), "acceptance per draft position"))
+    return (
+        '<table id="acceptance"><tr><th>run</th><th>conc</th><th>AL</th><th>AL from</th>'
+        "<th>AL server</th><th colspan=99>per position: stream (when valid), then server"
+        "</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + _img(figures.acceptance_figure(series), "acceptance per draft position")
+    )
 
 
 def points_section(runs: Sequence[ReportRun]) -> str:
@@ -264,12 +340,21 @@ def points_section(runs: Sequence[ReportRun]) -> str:
             continue
         keys = list(rows[0])
         head = "".join(f"<th>{_e(k)}</th>" for k in keys)
-        body = "".join("<tr>" + "".join(
-            _num(row[k], 2, k) if isinstance(row[k], float) or row[k] is None
-            else f'<td class=num data-field="{_e(k)}">{_e(_value(row[k]))}</td>' for k in keys)
-            + "</tr>" for row in rows)
-        parts.append(f'<h3>{_e(run.name)}</h3><div class="wide"><table class="points" '
-                     f'data-run="{_e(run.name)}"><tr>{head}</tr>{body}</table></div>')
+        body = "".join(
+            "<tr>"
+            + "".join(
+                _num(row[k], 2, k)
+                if isinstance(row[k], float) or row[k] is None
+                else f'<td class=num data-field="{_e(k)}">{_e(_value(row[k]))}</td>'
+                for k in keys
+            )
+            + "</tr>"
+            for row in rows
+        )
+        parts.append(
+            f'<h3>{_e(run.name)}</h3><div class="wide"><table class="points" '
+            f'data-run="{_e(run.name)}"><tr>{head}</tr>{body}</table></div>'
+        )
     return "".join(parts)
 
 
@@ -279,46 +364,74 @@ def energy_sections(comparison: Comparison) -> list[tuple[str, str, str]]:
         return []
     lines = [line for run in comparison.runs[1:] for line in energy_lines(comparison, run)]
     text = "".join(f"<p>{_e(line)}</p>" for line in lines)
-    return [("energy", "Energy: tokens per joule vs interactivity",
-             _img(figures.energy_figure(comparison), "tokens per joule vs interactivity")
-             + text)]
+    return [
+        (
+            "energy",
+            "Energy: tokens per joule vs interactivity",
+            _img(figures.energy_figure(comparison), "tokens per joule vs interactivity") + text,
+        )
+    ]
 
 
-def render_report(runs: Sequence[ReportRun], comparison: Comparison,
-                  warnings: Sequence[Warning_], *, generated_unix: float) -> str:
+def render_report(
+    runs: Sequence[ReportRun],
+    comparison: Comparison,
+    warnings: Sequence[Warning_],
+    *,
+    generated_unix: float,
+) -> str:
     warned = {(r, c) for r, c, _ in warnings}
     names = ", ".join(r.name for r in runs)
     generated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(generated_unix))
     sections = [
         ("comparison", "Comparison by concurrency", comparison_section(comparison, warned)),
-        ("frontier", "Throughput vs interactivity", _img(figures.frontier_figure(
-            comparison, throughput_label(comparison)), "throughput vs interactivity")),
+        (
+            "frontier",
+            "Throughput vs interactivity",
+            _img(
+                figures.frontier_figure(comparison, throughput_label(comparison)),
+                "throughput vs interactivity",
+            ),
+        ),
         ("matched", "Throughput at matched interactivity", matched_section(comparison)),
         *energy_sections(comparison),
         ("warnings", "Client health and checks", warnings_section(warnings)),
         ("settings", "Run settings", settings_section(runs)),
-        ("distributions", "TTFT and ITL distributions", distributions_section(runs,
-                                                                              comparison)),
+        ("distributions", "TTFT and ITL distributions", distributions_section(runs, comparison)),
         ("acceptance", "Speculative decoding acceptance", acceptance_section(runs)),
         ("slices", "Time slices and request timeline", slices_section(runs)),
-        ("sessions", "Sessions and prefix caching",
-         sessions_section([(r.name, r.points) for r in runs])),
+        (
+            "sessions",
+            "Sessions and prefix caching",
+            sessions_section([(r.name, r.points) for r in runs]),
+        ),
         ("points", "Every point", points_section(runs)),
     ]
     nav = "".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)
-    body = "".join(f'<section id="s-{key}"><h2 id="{key}">{_e(title)}</h2>{content}</section>'
-                   for key, title, content in sections)
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<link rel="icon" href="data:,"><title>loadgen report: {_e(names)}</title>'
-            f"<style>{STYLE}</style></head><body><h1>loadgen report</h1>"
-            f'<p class="meta">{_e(names)} &middot; baseline {_e(comparison.baseline)} &middot; '
-            f"generated {_e(generated)} by loadgen {_e(__version__)}</p><nav>{nav}</nav>"
-            f"{body}</body></html>\n")
+    body = "".join(
+        f'<section id="s-{key}"><h2 id="{key}">{_e(title)}</h2>{content}</section>'
+        for key, title, content in sections
+    )
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="icon" href="data:,"><title>loadgen report: {_e(names)}</title>'
+        f"<style>{STYLE}</style></head><body><h1>loadgen report</h1>"
+        f'<p class="meta">{_e(names)} &middot; baseline {_e(comparison.baseline)} &middot; '
+        f"generated {_e(generated)} by loadgen {_e(__version__)}</p><nav>{nav}</nav>"
+        f"{body}</body></html>\n"
+    )
 
 
-def write_report(path: Path, runs: Sequence[ReportRun], comparison: Comparison,
-                 warnings: Sequence[Warning_], *, generated_unix: float) -> Path:
-    return write_atomic(path, render_report(runs, comparison, warnings,
-                                            generated_unix=generated_unix).encode())
+def write_report(
+    path: Path,
+    runs: Sequence[ReportRun],
+    comparison: Comparison,
+    warnings: Sequence[Warning_],
+    *,
+    generated_unix: float,
+) -> Path:
+    return write_atomic(
+        path, render_report(runs, comparison, warnings, generated_unix=generated_unix).encode()
+    )

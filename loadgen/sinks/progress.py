@@ -71,10 +71,12 @@ class ProgressLine:
     # ---- drawing ----------------------------------------------------------------------------
     def line(self) -> str:
         elapsed = max(perf_counter() - self._started, 1e-9)
-        return (f"conc {self.conc} [{self.point_index}/{self.points}]  "
-                f"{self.done}/{self.total} req  {self.done / elapsed:.1f} req/s  "
-                f"in flight {self.in_flight}  errors {self.errors}"
-                + (f"  cancelled {self.cancelled}" if self.cancelled else ""))
+        return (
+            f"conc {self.conc} [{self.point_index}/{self.points}]  "
+            f"{self.done}/{self.total} req  {self.done / elapsed:.1f} req/s  "
+            f"in flight {self.in_flight}  errors {self.errors}"
+            + (f"  cancelled {self.cancelled}" if self.cancelled else "")
+        )
 
     def draw(self, *, final: bool = False) -> None:
         text = self.line()

@@ -21,8 +21,18 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
+COLOURS = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 def colour(index: int) -> str:
@@ -57,13 +67,29 @@ def frontier_figure(comparison: Comparison, throughput_label: str) -> str | None
         points, frontier = comparison.all_points[name], comparison.frontiers[name]
         if not points:
             continue
-        axes.scatter([p.interactivity for p in points], [p.throughput for p in points],
-                     color=colour(index), s=22, zorder=3)
-        axes.plot([p.interactivity for p in frontier], [p.throughput for p in frontier],
-                  color=colour(index), label=f"{name} (frontier)", linewidth=1.8)
+        axes.scatter(
+            [p.interactivity for p in points],
+            [p.throughput for p in points],
+            color=colour(index),
+            s=22,
+            zorder=3,
+        )
+        axes.plot(
+            [p.interactivity for p in frontier],
+            [p.throughput for p in frontier],
+            color=colour(index),
+            label=f"{name} (frontier)",
+            linewidth=1.8,
+        )
         for p in points:
-            axes.annotate(str(p.conc), (p.interactivity, p.throughput), fontsize=7,
-                          textcoords="offset points", xytext=(4, 4), color=colour(index))
+            axes.annotate(
+                str(p.conc),
+                (p.interactivity, p.throughput),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(4, 4),
+                color=colour(index),
+            )
     axes.set_xlabel("Interactivity (tok/s/user, median)")
     axes.set_ylabel(throughput_label)
     axes.set_title("Throughput vs interactivity (labels: concurrency)")
@@ -82,16 +108,33 @@ def energy_figure(comparison: Comparison) -> str | None:
         return None
     axes = figure.add_subplot()
     for index, name in enumerate(comparison.runs):
-        points = [(row.conc, x, y) for row in comparison.rows if row.run == name
-                  and (x := row.values["interactivity"]) is not None
-                  and (y := row.values["tokens_per_joule"]) is not None]
+        points = [
+            (row.conc, x, y)
+            for row in comparison.rows
+            if row.run == name
+            and (x := row.values["interactivity"]) is not None
+            and (y := row.values["tokens_per_joule"]) is not None
+        ]
         if not points:
             continue
-        axes.plot([x for _, x, _ in points], [y for _, _, y in points], marker="o",
-                  color=colour(index), label=name, linewidth=1.5, markersize=4)
+        axes.plot(
+            [x for _, x, _ in points],
+            [y for _, _, y in points],
+            marker="o",
+            color=colour(index),
+            label=name,
+            linewidth=1.5,
+            markersize=4,
+        )
         for conc, x, y in points:
-            axes.annotate(str(conc), (x, y), fontsize=7, textcoords="offset points",
-                          xytext=(4, 4), color=colour(index))
+            axes.annotate(
+                str(conc),
+                (x, y),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(4, 4),
+                color=colour(index),
+            )
     axes.set_xlabel("Interactivity (tok/s/user, median)")
     axes.set_ylabel("output tokens per joule (all GPUs)")
     axes.set_title("Energy efficiency vs interactivity (labels: concurrency)")
@@ -104,8 +147,9 @@ def energy_figure(comparison: Comparison) -> str | None:
 
 def _cdf(axes: Axes, curve: Distribution, label: str, index: int) -> None:
     if curve.samples:
-        axes.plot(curve.values, curve.probabilities, color=colour(index), label=label,
-                  linewidth=1.5)
+        axes.plot(
+            curve.values, curve.probabilities, color=colour(index), label=label, linewidth=1.5
+        )
 
 
 MAX_LOG_TICKS = 6  # labelled ticks on a log axis: fit a third of the report's width
@@ -118,8 +162,9 @@ def log_ticks(low: float, high: float) -> list[float]:
     and those labels overlap in a narrow panel."""
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
     for subs in ((1.0, 2.0, 5.0), (1.0,)):
-        ticks = [m * 10.0 ** k for k in range(first, last + 1) for m in subs
-                 if low <= m * 10.0 ** k <= high]
+        ticks = [
+            m * 10.0**k for k in range(first, last + 1) for m in subs if low <= m * 10.0**k <= high
+        ]
         if len(ticks) <= MAX_LOG_TICKS:
             return ticks
     stride = math.ceil(len(ticks) / MAX_LOG_TICKS)
@@ -146,22 +191,26 @@ def _log_x(axes: Axes, curves: Sequence[Distribution]) -> None:
         axes.xaxis.set_minor_formatter(NullFormatter())  # minor ticks stay, unlabelled
 
 
-def distribution_figure(conc: int, by_run: Mapping[str, tuple[int, PointDistributions]]
-                        ) -> str | None:
+def distribution_figure(
+    conc: int, by_run: Mapping[str, tuple[int, PointDistributions]]
+) -> str | None:
     """TTFT, ITL per chunk and ITL per token as CDFs at one concurrency, a line per run
     (by_run: name -> (colour index, distributions))."""
     figure = distribution_plot(conc, by_run)
     return None if figure is None else _data_uri(figure)
 
 
-def distribution_plot(conc: int, by_run: Mapping[str, tuple[int, PointDistributions]]
-                      ) -> Figure | None:
+def distribution_plot(
+    conc: int, by_run: Mapping[str, tuple[int, PointDistributions]]
+) -> Figure | None:
     figure = _figure(11.0, 3.4)
     if figure is None:
         return None
     panels: list[tuple[str, Any]] = [
-        ("TTFT (ms)", lambda d: d.ttft_ms), ("ITL per chunk (ms)", lambda d: d.itl_ms),
-        ("ITL per token (ms)", lambda d: d.itl_per_token_ms)]
+        ("TTFT (ms)", lambda d: d.ttft_ms),
+        ("ITL per chunk (ms)", lambda d: d.itl_ms),
+        ("ITL per token (ms)", lambda d: d.itl_per_token_ms),
+    ]
     for number, (title, pick) in enumerate(panels, 1):
         axes = figure.add_subplot(1, 3, number)
         curves = [pick(d) for _, d in by_run.values()]
@@ -190,8 +239,14 @@ def acceptance_figure(series: Sequence[tuple[str, int, int, Sequence[float]]]) -
     concs = sorted({conc for _, _, conc, _ in series})
     for run, index, conc, rates in series:
         alpha = 0.35 + 0.65 * (concs.index(conc) + 1) / len(concs)
-        axes.plot(range(1, len(rates) + 1), rates, marker="o", color=colour(index),
-                  alpha=alpha, label=f"{run} conc {conc}")
+        axes.plot(
+            range(1, len(rates) + 1),
+            rates,
+            marker="o",
+            color=colour(index),
+            alpha=alpha,
+            label=f"{run} conc {conc}",
+        )
     axes.set_xlabel("draft position")
     axes.set_ylabel("acceptance rate (stream)")
     axes.set_ylim(0, 1.02)

@@ -9,11 +9,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 Points = Mapping[int, Mapping[str, Any]]  # conc -> conc_<N>.json, as in the file
-HIT_RATES = ("theoretical_prefix_hit_rate", "server_prefix_hit_rate", "client_prefix_hit_rate",
-             "prefix_cache_loss", "good_session_share")
-ROLLUPS = (("session_rollup", "turns", "p50"), ("session_rollup", "e2el_total_ms", "p50"),
-           ("session_rollup", "e2el_total_ms", "p90"), ("session_rollup", "cached_share", "p50"),
-           ("tree_rollup", "e2el_total_ms", "p50"), ("tree_rollup", "e2el_total_ms", "p90"))
+HIT_RATES = (
+    "theoretical_prefix_hit_rate",
+    "server_prefix_hit_rate",
+    "client_prefix_hit_rate",
+    "prefix_cache_loss",
+    "good_session_share",
+)
+ROLLUPS = (
+    ("session_rollup", "turns", "p50"),
+    ("session_rollup", "e2el_total_ms", "p50"),
+    ("session_rollup", "e2el_total_ms", "p90"),
+    ("session_rollup", "cached_share", "p50"),
+    ("tree_rollup", "e2el_total_ms", "p50"),
+    ("tree_rollup", "e2el_total_ms", "p90"),
+)
 
 
 def _e(value: Any) -> str:
@@ -37,8 +47,9 @@ def _row(run: str, conc: int, point: Mapping[str, Any]) -> str:
     for group, figure, stat in ROLLUPS:
         value = ((point.get(group) or {}).get(figure) or {}).get(stat)
         cells += _cell(value, f"{group}.{figure}.{stat}", percent=figure == "cached_share")
-    return (f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}</th>'
-            f"<td>{conc}</td>{cells}</tr>")
+    return (
+        f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}</th><td>{conc}</td>{cells}</tr>'
+    )
 
 
 def _loss_rows(run: str, conc: int, point: Mapping[str, Any]) -> list[str]:
@@ -46,11 +57,16 @@ def _loss_rows(run: str, conc: int, point: Mapping[str, Any]) -> list[str]:
     for b in point.get("prefix_cache_loss_by_context") or []:
         high = b.get("context_max")
         span = f"{b['context_min']}-{high}" if high is not None else f"{b['context_min']}+"
-        rows.append(f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}</th>'
-                    f"<td>{conc}</td><td>{_e(span)}</td>"
-                    + _cell(b.get("requests"), "requests")
-                    + "".join(_cell(b.get(k), k, percent=True) for k in
-                              ("theoretical_hit_rate", "client_hit_rate", "loss")) + "</tr>")
+        rows.append(
+            f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}</th>'
+            f"<td>{conc}</td><td>{_e(span)}</td>"
+            + _cell(b.get("requests"), "requests")
+            + "".join(
+                _cell(b.get(k), k, percent=True)
+                for k in ("theoretical_hit_rate", "client_hit_rate", "loss")
+            )
+            + "</tr>"
+        )
     return rows
 
 
@@ -65,15 +81,20 @@ def sessions_section(runs: Sequence[tuple[str, Points]]) -> str:
             losses += _loss_rows(name, conc, point)
     if not rows:
         return "<p>No session run (no per-session figures).</p>"
-    head = ("<tr><th>run</th><th>conc</th><th>sessions</th><th>trees</th><th>hit theory</th>"
-            "<th>hit server</th><th>hit client</th><th>cache loss</th><th>good sessions</th>"
-            "<th>turns/session p50</th><th>session wait p50 ms</th>"
-            "<th>session wait p90 ms</th><th>cached share p50</th><th>tree wait p50 ms</th>"
-            "<th>tree wait p90 ms</th></tr>")
+    head = (
+        "<tr><th>run</th><th>conc</th><th>sessions</th><th>trees</th><th>hit theory</th>"
+        "<th>hit server</th><th>hit client</th><th>cache loss</th><th>good sessions</th>"
+        "<th>turns/session p50</th><th>session wait p50 ms</th>"
+        "<th>session wait p90 ms</th><th>cached share p50</th><th>tree wait p50 ms</th>"
+        "<th>tree wait p90 ms</th></tr>"
+    )
     out = f'<div class="wide"><table id="sessions">{head}{"".join(rows)}</table></div>'
     if losses:
-        out += ('<h3>Prefix-cache loss by context (requests reporting cached_tokens)</h3>'
-                '<table id="cache-loss"><tr><th>run</th><th>conc</th><th>context tokens</th>'
-                "<th>requests</th><th>hit theory</th><th>hit client</th><th>loss</th></tr>"
-                + "".join(losses) + "</table>")
+        out += (
+            "<h3>Prefix-cache loss by context (requests reporting cached_tokens)</h3>"
+            '<table id="cache-loss"><tr><th>run</th><th>conc</th><th>context tokens</th>'
+            "<th>requests</th><th>hit theory</th><th>hit client</th><th>loss</th></tr>"
+            + "".join(losses)
+            + "</table>"
+        )
     return out

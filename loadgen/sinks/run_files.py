@@ -23,19 +23,34 @@ class RunFiles:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
 
-    def point_written(self, store: ResultsDir, result: PointResult,
-                      records: Sequence[RequestRecord], complete: bool,
-                      capture: PointCapture | None = None) -> None:
+    def point_written(
+        self,
+        store: ResultsDir,
+        result: PointResult,
+        records: Sequence[RequestRecord],
+        complete: bool,
+        capture: PointCapture | None = None,
+    ) -> None:
         spec = self.spec
         options = spec.vllm_result
         if options is not None and complete:  # vLLM writes none when stopped
             write_vllm_result(store.path, result, records, options, points=len(spec.conc))
         if spec.aiperf_artifacts is not None and capture is not None:  # stopped ones too
-            run = ArtifactRun.of(spec, result.identity.run_id, result.identity.model_id or "",
-                                 capture.metrics_urls, capture.offset_ns)
+            run = ArtifactRun.of(
+                spec,
+                result.identity.run_id,
+                result.identity.model_id or "",
+                capture.metrics_urls,
+                capture.offset_ns,
+            )
             write_aiperf_artifacts(
                 AiperfArtifacts.for_point(spec.aiperf_artifacts, result.conc, len(spec.conc)),
-                result, records, capture.warmup, capture.scrapes, run)
+                result,
+                records,
+                capture.warmup,
+                capture.scrapes,
+                run,
+            )
 
     def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
         return write_sweep_files(store, results)

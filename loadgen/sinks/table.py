@@ -23,6 +23,7 @@ def _spread_field(figure: str, name: str) -> Callable[[PointResult], float | Non
         spread = result.trials.trial_spread.get(figure) if result.trials else None
         value = getattr(spread, name) if spread else None
         return value if isinstance(value, float) else None
+
     return read
 
 
@@ -32,9 +33,12 @@ _SPREAD_COLUMNS = (
     ("output_throughput", "output_throughput"),
     ("output_throughput_per_gpu", "output_throughput_per_gpu"),
     ("interactivity_tok_s_user", "median_interactivity_tok_s_user"),
-    ("ttft_p50_ms", "median_ttft_ms"), ("ttft_p99_ms", "p99_ttft_ms"),
-    ("itl_p50_ms", "median_itl_ms"), ("itl_p99_ms", "p99_itl_ms"),
-    ("tpot_p50_ms", "median_tpot_ms"))
+    ("ttft_p50_ms", "median_ttft_ms"),
+    ("ttft_p99_ms", "p99_ttft_ms"),
+    ("itl_p50_ms", "median_itl_ms"),
+    ("itl_p99_ms", "p99_itl_ms"),
+    ("tpot_p50_ms", "median_tpot_ms"),
+)
 
 
 # CSV columns (and sweep_rows keys), each with the result field it is read from.
@@ -72,28 +76,38 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     # --trials: how many, and for the headline figures the trials' mean and its 95 % CI
     # half-width (empty without trials; the columns above are pooled)
     ("trials", lambda r: r.trials.trials if r.trials else None),
-    *((f"{column}_trial_mean", _spread_field(figure, "mean"))
-      for column, figure in _SPREAD_COLUMNS),
-    *((f"{column}_ci95_half", _spread_field(figure, "ci_half_width"))
-      for column, figure in _SPREAD_COLUMNS),
+    *(
+        (f"{column}_trial_mean", _spread_field(figure, "mean"))
+        for column, figure in _SPREAD_COLUMNS
+    ),
+    *(
+        (f"{column}_ci95_half", _spread_field(figure, "ci_half_width"))
+        for column, figure in _SPREAD_COLUMNS
+    ),
 )
 # The AL cell's mark when it is the server's (the stream's merged steps, or was not
 # measured), explained under the table.
 SERVER_AL_MARK = " (server)"
-SERVER_AL_NOTE = ("AL (server): from the server's spec-decode counters over the point (all "
-                  "its traffic); the stream's AL was not valid (or not measured), see "
-                  "stream_acceptance_invalid_reason in conc_<N>.json")
-PER_REQUEST_AL_NOTE = ("AL (per-request): from the server's per-request stats of this point's "
-                       "requests (vLLM metrics.speculative_decoding); the stream's AL was not "
-                       "valid (or not measured), see stream_acceptance_invalid_reason")
+SERVER_AL_NOTE = (
+    "AL (server): from the server's spec-decode counters over the point (all "
+    "its traffic); the stream's AL was not valid (or not measured), see "
+    "stream_acceptance_invalid_reason in conc_<N>.json"
+)
+PER_REQUEST_AL_NOTE = (
+    "AL (per-request): from the server's per-request stats of this point's "
+    "requests (vLLM metrics.speculative_decoding); the stream's AL was not "
+    "valid (or not measured), see stream_acceptance_invalid_reason"
+)
 # acceptance_length_source -> the mark after a server-sourced AL, and the note that explains it
 AL_MARKS = {"server_per_request": " (per-request)", "server_counters": SERVER_AL_MARK}
 AL_NOTES = {"server_per_request": PER_REQUEST_AL_NOTE, "server_counters": SERVER_AL_NOTE}
 
 
-POWER_INVALID_NOTE = ("J/tok -: the point's GPU power samples are not valid (a gap over 3 s, "
-                      "an exporter that stopped answering...), see power_invalid_reasons in "
-                      "conc_<N>.json")
+POWER_INVALID_NOTE = (
+    "J/tok -: the point's GPU power samples are not valid (a gap over 3 s, "
+    "an exporter that stopped answering...), see power_invalid_reasons in "
+    "conc_<N>.json"
+)
 
 
 def al_mark(source: str | None) -> str:
@@ -106,9 +120,11 @@ def al_notes(sources: Iterable[str | None]) -> list[str]:
     return [note for source, note in AL_NOTES.items() if source in seen]
 
 
-TRIALS_NOTE = ("±: with --trials a cell is the trials' mean ± the half-width of its 95 % "
-               "Student-t interval; the pooled figures (all trials' requests) are in "
-               "conc_<N>.json and sweep.csv")
+TRIALS_NOTE = (
+    "±: with --trials a cell is the trials' mean ± the half-width of its 95 % "
+    "Student-t interval; the pooled figures (all trials' requests) are in "
+    "conc_<N>.json and sweep.csv"
+)
 COLUMN_NAMES = tuple(name for name, _ in SWEEP_COLUMNS)
 
 

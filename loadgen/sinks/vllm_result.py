@@ -33,8 +33,16 @@ from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 
 SUMMARY_KEYS = (
-    "duration", "completed", "failed", "cancelled", "total_input_tokens", "total_output_tokens",
-    "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+    "duration",
+    "completed",
+    "failed",
+    "cancelled",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
 )
 
 
@@ -57,12 +65,18 @@ def per_request_lists(
     return {
         "input_lens": [r.input_len for r in ordered],
         "output_lens": [r.output_tokens if ok else 0 for r, ok in zip(ordered, done, strict=True)],
-        "ttfts": [(r.chunk_ns[0] - r.start_ns) / 1e9 if ok else 0.0
-                  for r, ok in zip(ordered, done, strict=True)],
-        "itls": [[(b - a) / 1e9 for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)]
-                 if ok else [] for r, ok in zip(ordered, done, strict=True)],
-        "latencies": [(r.chunk_ns[-1] - r.start_ns) / 1e9 if ok else 0.0
-                      for r, ok in zip(ordered, done, strict=True)],
+        "ttfts": [
+            (r.chunk_ns[0] - r.start_ns) / 1e9 if ok else 0.0
+            for r, ok in zip(ordered, done, strict=True)
+        ],
+        "itls": [
+            [(b - a) / 1e9 for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)] if ok else []
+            for r, ok in zip(ordered, done, strict=True)
+        ],
+        "latencies": [
+            (r.chunk_ns[-1] - r.start_ns) / 1e9 if ok else 0.0
+            for r, ok in zip(ordered, done, strict=True)
+        ],
         "start_times": [r.start_ns / 1e9 for r in ordered],
         "queue_times": client_queue_times(ordered, closed_loop),
         "errors": [error_text(r) for r in ordered],
@@ -79,8 +93,8 @@ def _spec_decode(result: Mapping[str, Any]) -> dict[str, Any]:
         "spec_decode_num_drafts": result["server_spec_decode_drafts"],
         "spec_decode_draft_tokens": result["server_spec_decode_draft_tokens"],
         "spec_decode_accepted_tokens": result["server_spec_decode_accepted_tokens"],
-        "spec_decode_per_position_acceptance_rates":
-            result.get("server_acceptance_per_position") or [],
+        "spec_decode_per_position_acceptance_rates": result.get("server_acceptance_per_position")
+        or [],
     }
 
 
@@ -107,7 +121,8 @@ def inferencex_safe(fields: Mapping[str, Any]) -> dict[str, Any]:
         return isinstance(value, int | float) and not isinstance(value, bool)
 
     return {
-        key: value for key, value in fields.items()
+        key: value
+        for key, value in fields.items()
         if not (key.endswith("ms") and not number(value))
         and not ("tpot" in key and not (number(value) and value != 0))
     }
@@ -125,12 +140,16 @@ def vllm_result(
     end = start + duration if start is not None and duration is not None else None
     lists = per_request_lists(records, closed_loop=result.get("request_rate") == "inf")
     ok = [is_completed(r) for r in sorted(records, key=lambda r: r.request_id)]
-    queue_ms = 1000.0 * np.array([q for q, good in zip(lists["queue_times"], ok, strict=True)
-                                  if good], dtype=np.float64)
+    queue_ms = 1000.0 * np.array(
+        [q for q, good in zip(lists["queue_times"], ok, strict=True) if good], dtype=np.float64
+    )
     detailed = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "errors")
     fields: dict[str, Any] = {
-        "date": vllm_date(end), "endpoint_type": options.backend, "backend": options.backend,
-        "label": options.label, "model_id": model_id,
+        "date": vllm_date(end),
+        "endpoint_type": options.backend,
+        "backend": options.backend,
+        "label": options.label,
+        "model_id": model_id,
         "tokenizer_id": options.tokenizer_id or model_id,
         "num_prompts": result.get("planned_requests", result.get("num_prompts")),
         **dict(options.metadata),
@@ -139,13 +158,15 @@ def vllm_result(
         "max_concurrency": result["max_concurrency"],
         **{key: result.get(key) for key in SUMMARY_KEYS},
         **{key: lists[key] for key in detailed if options.detailed},
-        "latencies": lists["latencies"], "queue_times": lists["queue_times"],
+        "latencies": lists["latencies"],
+        "queue_times": lists["queue_times"],
         "max_output_tokens_per_s": result.get("max_output_tokens_per_s") or 0.0,
         "max_concurrent_requests": result.get("max_concurrent_requests") or 0,
         "rtfx": 0.0,
         **_spec_decode(result),
         **_percentiles(result, options, queue_ms),
-        "benchmark_start_time_unix": start, "benchmark_end_time_unix": end,
+        "benchmark_start_time_unix": start,
+        "benchmark_end_time_unix": end,
     }
     return inferencex_safe(fields)
 
@@ -166,8 +187,9 @@ def result_path(
         return directory / f"{options.filename}{suffix}"
     label = options.label or options.backend
     model = str(fields["model_id"]).split("/")[-1]
-    return directory / (f"{label}-{fields['request_rate']}qps-concurrency{conc}-{model}-"
-                        f"{fields['date']}.json")
+    return directory / (
+        f"{label}-{fields['request_rate']}qps-concurrency{conc}-{model}-{fields['date']}.json"
+    )
 
 
 def write_vllm_result(

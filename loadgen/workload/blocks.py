@@ -113,8 +113,9 @@ class BlockRenderer:
     def min_tokens(self, marker: str) -> int:
         return self.template.tokens + (MARKER_WORDS if marker else 0) + 1
 
-    def render(self, namespace: int, hash_ids: Sequence[int], num_tokens: int,
-               marker: str) -> RenderedPrompt:
+    def render(
+        self, namespace: int, hash_ids: Sequence[int], num_tokens: int, marker: str
+    ) -> RenderedPrompt:
         """The prompt of `num_tokens` tokens whose blocks follow `hash_ids`.
 
         Missing hash ids (a trace with fewer ids than blocks) get ids of their own,
@@ -125,8 +126,10 @@ class BlockRenderer:
         head = template.prefix_tokens + (MARKER_WORDS if marker else 0)
         body = num_tokens - template.suffix_tokens  # tokens before the generation prompt
         if body <= head:
-            raise ValueError(f"a request of {num_tokens} tokens is shorter than the template "
-                             f"and marker ({head + template.suffix_tokens} tokens)")
+            raise ValueError(
+                f"a request of {num_tokens} tokens is shorter than the template "
+                f"and marker ({head + template.suffix_tokens} tokens)"
+            )
         first, last = head // size, (body - 1) // size  # blocks holding content
         ids = list(hash_ids[first : last + 1])
         ids += [_fresh_id(num_tokens, b) for b in range(first + len(ids), last + 1)]
@@ -173,8 +176,9 @@ class TheoreticalCache:
         seen.update(keys[hits:])
         return hits * self.block_size
 
-    def _chain(self, namespace: int, hash_ids: Sequence[int],
-               num_tokens: int) -> tuple[list[int], int]:
+    def _chain(
+        self, namespace: int, hash_ids: Sequence[int], num_tokens: int
+    ) -> tuple[list[int], int]:
         """Block keys, and how many lead ones were reused: the leading pure-content keys
         of the namespace's previous request, when its hash ids are a prefix of these (a
         session's growing context)."""

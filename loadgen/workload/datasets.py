@@ -66,8 +66,9 @@ def load_dataset(path: Path, fmt: str = "auto") -> list[Conversation]:
     if fmt == "auto" and entries:  # told by the first item of the one read
         fmt = item_format(*entries[0])
     if fmt in TRACE_FORMATS:
-        raise SpecError(f"--dataset {path}: a {fmt} trace is replayed as sessions, not read "
-                        "as single prompts")
+        raise SpecError(
+            f"--dataset {path}: a {fmt} trace is replayed as sessions, not read as single prompts"
+        )
     if fmt == "sharegpt":
         return _sharegpt(path, entries)
     conversations = [_jsonl_item(item, f"--dataset {where}") for where, item in entries]
@@ -79,9 +80,11 @@ def load_dataset(path: Path, fmt: str = "auto") -> list[Conversation]:
 def load_speed_bench(directory: Path, options: SpeedBenchOptions) -> list[Conversation]:
     """The rows of `directory/<subset>.jsonl` in `options.category` (all without one)."""
     if not directory.is_dir():
-        raise SpecError(f"--dataset-path {directory}: SPEED-Bench is a directory of "
-                        "<subset>.jsonl files (NVIDIA-NeMo Skills' speed-bench prepare.py "
-                        "writes it)")
+        raise SpecError(
+            f"--dataset-path {directory}: SPEED-Bench is a directory of "
+            "<subset>.jsonl files (NVIDIA-NeMo Skills' speed-bench prepare.py "
+            "writes it)"
+        )
     path = directory / f"{options.subset}.jsonl"
     if not path.exists():
         raise SpecError(f"--speed-bench-dataset-subset {options.subset}: no {path}")
@@ -91,15 +94,19 @@ def load_speed_bench(directory: Path, options: SpeedBenchOptions) -> list[Conver
         first = messages[0] if isinstance(messages, list) and messages else None
         content = first.get("content") if isinstance(first, dict) else None
         if not isinstance(content, str):
-            raise SpecError(f"--dataset {where}: a SPEED-Bench row needs \"messages\" whose "
-                            "first item has a string \"content\"")
+            raise SpecError(
+                f'--dataset {where}: a SPEED-Bench row needs "messages" whose '
+                'first item has a string "content"'
+            )
         category = row.get("category")
         categories.add(str(category))
         if options.category is None or category == options.category:
             conversations.append(Conversation([{"role": "user", "content": content}]))
     if not conversations:
-        raise SpecError(f"--speed-bench-category {options.category}: no row of {path} has it; "
-                        f"its categories: {', '.join(sorted(categories)) or '(none)'}")
+        raise SpecError(
+            f"--speed-bench-category {options.category}: no row of {path} has it; "
+            f"its categories: {', '.join(sorted(categories)) or '(none)'}"
+        )
     return conversations
 
 
@@ -111,12 +118,14 @@ def _sharegpt(path: Path, entries: list[tuple[str, Any]]) -> list[Conversation]:
             continue  # as vLLM: a prompt needs its reference answer
         texts = [turn.get("value") if isinstance(turn, dict) else None for turn in turns[:2]]
         if not all(isinstance(text, str) for text in texts):
-            raise SpecError(f"--dataset {where}: each turn needs a string \"value\"")
+            raise SpecError(f'--dataset {where}: each turn needs a string "value"')
         prompt, answer = texts
         conversations.append(Conversation([{"role": "user", "content": prompt}], answer=answer))
     if not conversations:
-        raise SpecError(f"--dataset {path}: no ShareGPT entry has two turns (ShareGPT is a "
-                        "JSON list of {\"conversations\": [{\"from\", \"value\"}, ...]})")
+        raise SpecError(
+            f"--dataset {path}: no ShareGPT entry has two turns (ShareGPT is a "
+            'JSON list of {"conversations": [{"from", "value"}, ...]})'
+        )
     return conversations
 
 
@@ -124,14 +133,18 @@ def _jsonl_item(item: Any, where: str) -> Conversation:
     if isinstance(item, dict) and "prompt" in item and "messages" not in item:
         prompt, output = item["prompt"], item.get("output_tokens")
         if not isinstance(prompt, str):
-            raise SpecError(f"{where}: \"prompt\" must be a string")
+            raise SpecError(f'{where}: "prompt" must be a string')
         if output is not None and (not isinstance(output, int) or output < 1):
-            raise SpecError(f"{where}: \"output_tokens\" must be a positive integer")
+            raise SpecError(f'{where}: "output_tokens" must be a positive integer')
         return Conversation([{"role": "user", "content": prompt}], output_tokens=output)
     messages = item.get("messages") if isinstance(item, dict) else item
-    if not isinstance(messages, list) or not messages or not all(
-        isinstance(m, dict) and "role" in m for m in messages
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) and "role" in m for m in messages)
     ):
-        raise SpecError(f"{where}: expected a list of {{role, content}} messages, "
-                        "{\"messages\": [...]} or {\"prompt\": ...}")
+        raise SpecError(
+            f"{where}: expected a list of {{role, content}} messages, "
+            '{"messages": [...]} or {"prompt": ...}'
+        )
     return Conversation(messages)

@@ -60,9 +60,14 @@ def fit_units(tokenizer: Tokenizer) -> FitUnits:
 def _find_units(tokenizer: Tokenizer) -> FitUnits:
     ids = sorted(tokenizer.get_vocab(with_added_tokens=False).values())
     texts = tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
-    clean = [(i, t) for i, t in zip(ids, texts, strict=True)
-             if t.strip() and t.isprintable() and "\ufffd" not in t
-             and not _SPECIAL_MARKS.intersection(t)]
+    clean = [
+        (i, t)
+        for i, t in zip(ids, texts, strict=True)
+        if t.strip()
+        and t.isprintable()
+        and "\ufffd" not in t
+        and not _SPECIAL_MARKS.intersection(t)
+    ]
     encoded = tokenizer.encode_batch([t for _, t in clean], add_special_tokens=False)
     kept = [(i, t) for (i, t), e in zip(clean, encoded, strict=True) if e.ids == [i]]
     if not kept:
@@ -102,23 +107,32 @@ def fit_contents(
     for _round in range(MAX_ROUNDS):
         if not active:
             break
-        contents = [c.lstrip() for c in tokenizer.decode_batch(
-            [ids[i] for i in active], skip_special_tokens=False)]
+        contents = [
+            c.lstrip()
+            for c in tokenizer.decode_batch([ids[i] for i in active], skip_special_tokens=False)
+        ]
         counts = _count(tokenizer, [prefix + c + suffix for c in contents])
         still = []
         for i, content, count in zip(active, contents, counts, strict=True):
             held = best[i]
             if held is None or abs(count - targets[i]) < abs(held.num_tokens - targets[i]):
                 best[i] = Fitted(content, count)
-            if count != targets[i] and _adjust(ids[i], count - targets[i], tried[i],
-                                               units, rng, ratio):
+            if count != targets[i] and _adjust(
+                ids[i], count - targets[i], tried[i], units, rng, ratio
+            ):
                 still.append(i)
         active = still
     return [b for b in best if b is not None]
 
 
-def _adjust(ids: list[int], excess: int, tried: set[int], units: FitUnits,
-            rng: np.random.Generator, ratio: float) -> bool:
+def _adjust(
+    ids: list[int],
+    excess: int,
+    tried: set[int],
+    units: FitUnits,
+    rng: np.random.Generator,
+    ratio: float,
+) -> bool:
     """Cut or extend `ids` by about `excess` tokens; at a length already tried (cutting
     one more overshoots, adding one undershoots) redraw the last few units instead.
     False when nothing can change the count any more."""
@@ -127,7 +141,7 @@ def _adjust(ids: list[int], excess: int, tried: set[int], units: FitUnits,
     if excess > 0:
         if len(ids) <= 1:
             return False
-        del ids[max(1, len(ids) - step):]
+        del ids[max(1, len(ids) - step) :]
     else:
         ids.extend(rng.choice(units.ids, size=step).tolist())
     if len(ids) in tried and len(ids) > 1:

@@ -86,8 +86,12 @@ def synthesis_of(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, str | None]:
     from loadgen.workload.prompts import synthesis
 
     try:
-        how = synthesis(encoder=spec.encoder, thinking_mode=spec.thinking,
-                        reasoning_effort=spec.reasoning_effort, tokenizer=tokenizer)
+        how = synthesis(
+            encoder=spec.encoder,
+            thinking_mode=spec.thinking,
+            reasoning_effort=spec.reasoning_effort,
+            tokenizer=tokenizer,
+        )
     except (ValueError, EncodingError) as exc:
         raise SpecError(f"cannot build prompts for --encoder {spec.encoder}: {exc}") from None
     return how.method, how.reason
@@ -104,14 +108,19 @@ class Workload:
         self._dataset_prompts: dict[int, tuple[str, int]] = {}
         self._answer_tokens: dict[int, int] = {}
         if spec.dataset is not None:
-            self.dataset = (load_speed_bench(spec.dataset, spec.speed_bench)
-                            if spec.speed_bench is not None
-                            else load_dataset(spec.dataset, spec.dataset_format))
-            if spec.osl is None and any(c.answer is None and c.output_tokens is None
-                                        for c in self.dataset):
-                raise SpecError(f"--osl is required with --dataset {spec.dataset}: its items "
-                                "carry no output length (only ShareGPT answers and "
-                                "output_tokens do)")
+            self.dataset = (
+                load_speed_bench(spec.dataset, spec.speed_bench)
+                if spec.speed_bench is not None
+                else load_dataset(spec.dataset, spec.dataset_format)
+            )
+            if spec.osl is None and any(
+                c.answer is None and c.output_tokens is None for c in self.dataset
+            ):
+                raise SpecError(
+                    f"--osl is required with --dataset {spec.dataset}: its items "
+                    "carry no output length (only ShareGPT answers and "
+                    "output_tokens do)"
+                )
 
     def with_options(self, options: BodyOptions) -> Workload:
         """This workload under other body options (the server's, after preflight): the
@@ -132,12 +141,14 @@ class Workload:
         process's share: the others are drawn, so the kept ones are the same, not built)."""
         spec = self.spec
         warmup = self.requests(spec.warmup_requests(conc), point_rng(spec, conc, WARMUP), keep)
-        measured = self.requests(spec.measured_requests(conc), point_rng(spec, conc, MEASURED),
-                                 keep)
+        measured = self.requests(
+            spec.measured_requests(conc), point_rng(spec, conc, MEASURED), keep
+        )
         return PointPlan(conc=conc, warmup=tuple(warmup), measured=tuple(measured))
 
-    def requests(self, count: int, rng: np.random.Generator,
-                 keep: Keep | None = None) -> list[RequestSpec]:
+    def requests(
+        self, count: int, rng: np.random.Generator, keep: Keep | None = None
+    ) -> list[RequestSpec]:
         try:
             return self._requests(count, rng, keep or _all)
         except (ValueError, EncodingError) as exc:  # synthesis refuses the settings
@@ -152,8 +163,7 @@ class Workload:
         if count == 0:
             return []
         spec = self.spec
-        osls = None if spec.osl is None else sample_lengths(rng, count, spec.osl,
-                                                             spec.range_ratio)
+        osls = None if spec.osl is None else sample_lengths(rng, count, spec.osl, spec.range_ratio)
         seeds = [int(s) for s in rng.integers(0, 1 << SEED_BITS, size=count)]
         if self.dataset is not None:
             return self._from_dataset(osls, seeds, rng, keep)
@@ -176,9 +186,12 @@ class Workload:
         # conc-512 x isl-8192 point holds its bodies plus one batch, not every text twice.
         for first in range(0, len(isls), SYNTH_BATCH):
             prompts = synthesize_prompts(
-                isls[first : first + SYNTH_BATCH], encoder=self.spec.encoder,
-                thinking_mode=self.spec.thinking, reasoning_effort=self.spec.reasoning_effort,
-                tokenizer=self.tokenizer, rng=rng,
+                isls[first : first + SYNTH_BATCH],
+                encoder=self.spec.encoder,
+                thinking_mode=self.spec.thinking,
+                reasoning_effort=self.spec.reasoning_effort,
+                tokenizer=self.tokenizer,
+                rng=rng,
             )
             for index, prompt in enumerate(prompts, first):
                 if not keep(index):
@@ -189,13 +202,17 @@ class Workload:
                 else:
                     messages = [{"role": "user", "content": prompt.content}]
                     body = encode_body(chat_body(self.options, messages, osl, seed))
-                requests.append(RequestSpec(index, prompt.num_tokens, osl, body,
-                                            target_len=prompt.target))
+                requests.append(
+                    RequestSpec(index, prompt.num_tokens, osl, body, target_len=prompt.target)
+                )
             del prompts
         return requests
 
     def _from_dataset(
-        self, osls: Sequence[int] | None, seeds: Sequence[int], rng: np.random.Generator,
+        self,
+        osls: Sequence[int] | None,
+        seeds: Sequence[int],
+        rng: np.random.Generator,
         keep: Keep,
     ) -> list[RequestSpec]:
         assert self.dataset is not None
@@ -224,7 +241,8 @@ class Workload:
 
             assert self.dataset is not None
             text = ENCODERS[self.spec.encoder].encode_messages(
-                self.dataset[line].messages, self.spec.thinking,
+                self.dataset[line].messages,
+                self.spec.thinking,
                 reasoning_effort=self.spec.reasoning_effort,
             )
             cached = self._dataset_prompts[line] = (text, len(encode(self.tokenizer, text)))
@@ -247,8 +265,9 @@ class Workload:
         if not self.spec.sharegpt_limits:
             return True
         output = self.spec.osl if self.spec.osl is not None else self._output_len(line)
-        return VLLM_SHAREGPT_LIMITS.keeps(self._encoded(line)[1], output,
-                                          output_given=self.spec.osl is not None)
+        return VLLM_SHAREGPT_LIMITS.keeps(
+            self._encoded(line)[1], output, output_given=self.spec.osl is not None
+        )
 
     def _usable(self, order: np.ndarray[tuple[int], np.dtype[np.int64]], count: int) -> list[int]:
         """The first `count` lines of `order` that are kept (all of them when fewer: the
@@ -265,9 +284,11 @@ class Workload:
 
     def _nothing_usable(self) -> SpecError:
         limits = VLLM_SHAREGPT_LIMITS
-        return SpecError(f"--dataset {self.spec.dataset}: no conversation is within vLLM's "
-                         f"ShareGPT bounds (prompt {limits.min_len}..{limits.max_prompt_len} "
-                         f"tokens, prompt + output <= {limits.max_total_len})")
+        return SpecError(
+            f"--dataset {self.spec.dataset}: no conversation is within vLLM's "
+            f"ShareGPT bounds (prompt {limits.min_len}..{limits.max_prompt_len} "
+            f"tokens, prompt + output <= {limits.max_total_len})"
+        )
 
     def longest_request(self) -> tuple[int, int]:
         """(input, output) tokens of the longest request the run can send: what the
@@ -300,9 +321,12 @@ class Workload:
         assert self.spec.isl is not None  # RunSpec: None only with a dataset
         shortest = min(self.spec.isl, max(1, int(self.spec.isl * self.spec.range_ratio)))
         [prompt] = synthesize_prompts(  # the shortest allowed length: if it fits, all do
-            [min(shortest, 256)], encoder=self.spec.encoder,
-            thinking_mode=self.spec.thinking, reasoning_effort=self.spec.reasoning_effort,
-            tokenizer=self.tokenizer, rng=rng,
+            [min(shortest, 256)],
+            encoder=self.spec.encoder,
+            thinking_mode=self.spec.thinking,
+            reasoning_effort=self.spec.reasoning_effort,
+            tokenizer=self.tokenizer,
+            rng=rng,
         )
         return prompt.text, prompt.num_tokens
 

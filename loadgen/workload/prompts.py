@@ -103,13 +103,17 @@ def _template(
             pool = word_pool(tokenizer)
         except PoolUnusable as exc:
             return _Template(prefix, suffix, count, Synthesis("fitted", str(exc)), None)
-    probes = [("", 0)] + [(str(pool.first[i]) + str(pool.later[i % len(pool.later)]), 2)
-                          for i in range(0, len(pool.first), max(1, len(pool.first) // 16))]
+    probes = [("", 0)] + [
+        (str(pool.first[i]) + str(pool.later[i % len(pool.later)]), 2)
+        for i in range(0, len(pool.first), max(1, len(pool.first) // 16))
+    ]
     texts = [prefix + content + suffix for content, _ in probes]
     got = [len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
     if any(n != count + words for n, (_, words) in zip(got, probes, strict=True)):
-        reason = (f"the {encoder} template does not tokenize independently of its content "
-                  "with this tokenizer")
+        reason = (
+            f"the {encoder} template does not tokenize independently of its content "
+            "with this tokenizer"
+        )
         return _Template(prefix, suffix, count, Synthesis("fitted", reason), None)
     return _Template(prefix, suffix, count, Synthesis("words", None), pool)
 
@@ -135,8 +139,9 @@ def user_template(
     pool = word_pool(tokenizer)
     template = _template(tokenizer, encoder, thinking_mode, reasoning_effort, pool)
     prefix_tokens = len(tokenizer.encode(template.prefix, add_special_tokens=False).ids)
-    return UserTemplate(template.prefix, template.suffix, prefix_tokens,
-                        template.tokens - prefix_tokens)
+    return UserTemplate(
+        template.prefix, template.suffix, prefix_tokens, template.tokens - prefix_tokens
+    )
 
 
 def template_tokens(
@@ -223,8 +228,11 @@ def _generate(
         tail = pool.later[rng.integers(0, len(pool.later), size=max(words - len(head), 0))]
         content = "".join(head) + "".join(tail.tolist())
         yield Prompt(
-            template.prefix + content + template.suffix, target, start,
-            start + len(content), target,
+            template.prefix + content + template.suffix,
+            target,
+            start,
+            start + len(content),
+            target,
         )
 
 
@@ -239,12 +247,19 @@ def _fit(
     start = len(template.prefix)
     for first in range(0, len(targets), FIT_BATCH):
         batch = targets[first : first + FIT_BATCH]
-        openings = [[int(units.openers[row[0]]), *units.ids[row[1:]].tolist()]
-                    for row in heads[first : first + FIT_BATCH]]
+        openings = [
+            [int(units.openers[row[0]]), *units.ids[row[1:]].tolist()]
+            for row in heads[first : first + FIT_BATCH]
+        ]
         fitted = fit_contents(tokenizer, template.prefix, template.suffix, batch, openings, rng)
         for target, fit in zip(batch, fitted, strict=True):
-            yield Prompt(template.prefix + fit.content + template.suffix, fit.num_tokens,
-                         start, start + len(fit.content), target)
+            yield Prompt(
+                template.prefix + fit.content + template.suffix,
+                fit.num_tokens,
+                start,
+                start + len(fit.content),
+                target,
+            )
 
 
 def _checked_length(length: int, template_tokens: int, encoder: str) -> int:

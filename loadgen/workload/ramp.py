@@ -26,8 +26,7 @@ def ramp_rates(count: int, strategy: str, start: float, end: float) -> list[floa
     return [float(r) for r in rates]
 
 
-def ramp_offsets_ns(rates: list[float], burstiness: float,
-                    rng: np.random.Generator) -> list[int]:
+def ramp_offsets_ns(rates: list[float], burstiness: float, rng: np.random.Generator) -> list[int]:
     """Intended send times after the point start: request i after a gamma gap of mean
     1 / rates[i] (shape `burstiness`, 1 = Poisson) from request i - 1 (or the start)."""
     if not rates:
@@ -37,8 +36,9 @@ def ramp_offsets_ns(rates: list[float], burstiness: float,
     return [int(v * 1e9) for v in np.cumsum(gaps)]
 
 
-def staged_offsets_ns(stages: tuple[tuple[float, float], ...], burstiness: float,
-                      rng: np.random.Generator, count: int) -> list[int]:
+def staged_offsets_ns(
+    stages: tuple[tuple[float, float], ...], burstiness: float, rng: np.random.Generator, count: int
+) -> list[int]:
     """Intended send times of `count` requests under rate stages (req/s, seconds), one after
     another from the point's start: within each stage gamma gaps of mean 1 / rate (shape
     `burstiness`), the first from the stage's start, none past its end. Requests the
@@ -49,8 +49,11 @@ def staged_offsets_ns(stages: tuple[tuple[float, float], ...], burstiness: float
     for rate, seconds in stages:
         t = begin
         while True:
-            gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness),
-                             size=max(16, int(rate * seconds * 1.2)))
+            gaps = rng.gamma(
+                shape=burstiness,
+                scale=1.0 / (rate * burstiness),
+                size=max(16, int(rate * seconds * 1.2)),
+            )
             times = t + np.cumsum(gaps)
             inside = times[times < begin + seconds]
             offsets.extend(inside.tolist())

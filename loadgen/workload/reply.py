@@ -42,8 +42,9 @@ class ReplyText:
         return not any(self.content) and not any(self.reasoning)
 
 
-def assistant_message(reply: ReplyText, *, endpoint: str, encoder: str,
-                      thinking: str) -> dict[str, Any]:
+def assistant_message(
+    reply: ReplyText, *, endpoint: str, encoder: str, thinking: str
+) -> dict[str, Any]:
     """The history's assistant message for `reply`, as the endpoint's client sends it
     (made once per reply and settings; read it only after the reply has ended)."""
     key = (endpoint, encoder, thinking)
@@ -80,8 +81,11 @@ def dsv4_message(text: str, thinking: str) -> dict[str, Any]:
         reasoning, closed, content = text.partition(THINK_CLOSE)
         if thinking != "thinking" or not closed:
             reasoning, content = "", text
-        return {"role": "assistant", "content": content.replace(EOS, ""),
-                "reasoning_content": reasoning.replace(EOS, "") or None}
+        return {
+            "role": "assistant",
+            "content": content.replace(EOS, ""),
+            "reasoning_content": reasoning.replace(EOS, "") or None,
+        }
     if not message.get("tool_calls"):
         message.pop("tool_calls", None)
     return message

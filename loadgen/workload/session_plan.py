@@ -50,8 +50,14 @@ class SessionSource:
 
     def settings(self) -> RenderSettings:
         spec = self.spec
-        return RenderSettings(spec.encoder, spec.thinking, spec.reasoning_effort,
-                              spec.session_headers, spec.cache_bust, spec.live_history)
+        return RenderSettings(
+            spec.encoder,
+            spec.thinking,
+            spec.reasoning_effort,
+            spec.session_headers,
+            spec.cache_bust,
+            spec.live_history,
+        )
 
     def trees(self, conc: int) -> list[SessionTree]:
         if self.loaded:
@@ -59,26 +65,35 @@ class SessionSource:
         spec = self.spec
         assert spec.turns is not None
         assert spec.isl is not None and spec.osl is not None  # RunSpec: no dataset, both given
-        template = user_template(encoder=spec.encoder, thinking_mode=spec.thinking,
-                                 reasoning_effort=spec.reasoning_effort,
-                                 tokenizer=self.tokenizer)
+        template = user_template(
+            encoder=spec.encoder,
+            thinking_mode=spec.thinking,
+            reasoning_effort=spec.reasoning_effort,
+            tokenizer=self.tokenizer,
+        )
         if spec.isl <= template.tokens:
-            raise SpecError(f"--isl {spec.isl}: the first turn needs more than the "
-                            f"{template.tokens} template tokens")
+            raise SpecError(
+                f"--isl {spec.isl}: the first turn needs more than the "
+                f"{template.tokens} template tokens"
+            )
         pool = word_pool(self.tokenizer)
         shape = SyntheticSessions(
-            turns=parse_dist(spec.turns, what="--turns"), first_tokens=spec.isl - template.tokens,
+            turns=parse_dist(spec.turns, what="--turns"),
+            first_tokens=spec.isl - template.tokens,
             turn_tokens=parse_dist(spec.turn_tokens, what="--turn-tokens"),
-            output_tokens=parse_dist(f"{max(1, int(spec.osl * spec.range_ratio))}..{spec.osl}",
-                                     what="--osl"),
-            think_time_s=parse_dist(spec.think_time, what="--think-time", integer=False))
+            output_tokens=parse_dist(
+                f"{max(1, int(spec.osl * spec.range_ratio))}..{spec.osl}", what="--osl"
+            ),
+            think_time_s=parse_dist(spec.think_time, what="--think-time", integer=False),
+        )
 
         def words(count: int, rng: object) -> str:
             draw = rng.integers(0, len(pool.later), count)  # type: ignore[attr-defined]
             return "".join(pool.later[draw].tolist())
 
-        return synthetic_trees(shape, conc * spec.sessions_per_conc,
-                               point_rng(spec, conc, SESSIONS), words)
+        return synthetic_trees(
+            shape, conc * spec.sessions_per_conc, point_rng(spec, conc, SESSIONS), words
+        )
 
 
 def session_source(spec: RunSpec, tokenizer: Tokenizer) -> SessionSource:
@@ -104,6 +119,8 @@ def session_source(spec: RunSpec, tokenizer: Tokenizer) -> SessionSource:
             raise SpecError(f"--dataset {spec.dataset}: no conversation has a user turn")
     sizes = {tree.block_size for tree in trees}
     if len(sizes) > 1:
-        raise SpecError(f"--dataset {spec.dataset}: traces disagree on block_size "
-                        f"({sorted(sizes)}); replay one block size at a time")
+        raise SpecError(
+            f"--dataset {spec.dataset}: traces disagree on block_size "
+            f"({sorted(sizes)}); replay one block size at a time"
+        )
     return SessionSource(spec, tokenizer, tuple(trees))

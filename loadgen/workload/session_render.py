@@ -55,15 +55,24 @@ class Play:
 
 
 class SessionRenderer:
-    def __init__(self, settings: RenderSettings, tokenizer: Tokenizer, options: BodyOptions,
-                 block_size: int, seed: int) -> None:
+    def __init__(
+        self,
+        settings: RenderSettings,
+        tokenizer: Tokenizer,
+        options: BodyOptions,
+        block_size: int,
+        seed: int,
+    ) -> None:
         self.settings = settings
         self.tokenizer = tokenizer
         self.options = options
         self.seed = seed
-        template = user_template(encoder=settings.encoder, thinking_mode=settings.thinking,
-                                 reasoning_effort=settings.reasoning_effort,
-                                 tokenizer=tokenizer)
+        template = user_template(
+            encoder=settings.encoder,
+            thinking_mode=settings.thinking,
+            reasoning_effort=settings.reasoning_effort,
+            tokenizer=tokenizer,
+        )
         self.blocks = BlockText(word_pool(tokenizer), block_size)
         self.traces = BlockRenderer(self.blocks, template)
         self.theory = TheoreticalCache(block_size, template.suffix_tokens)
@@ -77,18 +86,30 @@ class SessionRenderer:
             namespace = zlib.crc32(marker.encode(), tree.namespace & 0xFFFFFFFF)
         return Play(tree, f"{label}:{tree.tree_id}", marker, namespace, key[1:])
 
-    def _request_seed(self, play: Play, session: Session, turn_index: int,
-                      primer: bool) -> int:
+    def _request_seed(self, play: Play, session: Session, turn_index: int, primer: bool) -> int:
         """A turn's sampling seed, from its identity: turns become due in an order that
         depends on the server's timing, so a shared stream would give a turn a different
         seed in each run of the same --seed."""
-        identity = [self.seed, 0x5E55, *play.seed_key, zlib.crc32(session.name.encode()),
-                    turn_index, int(primer)]
+        identity = [
+            self.seed,
+            0x5E55,
+            *play.seed_key,
+            zlib.crc32(session.name.encode()),
+            turn_index,
+            int(primer),
+        ]
         return int(np.random.default_rng(identity).integers(0, 1 << SEED_BITS))
 
-    def render(self, play: Play, session: Session, turn_index: int, index: int, *,
-               primer: bool = False, live: Mapping[int, ReplyText] | None = None
-               ) -> RequestSpec:
+    def render(
+        self,
+        play: Play,
+        session: Session,
+        turn_index: int,
+        index: int,
+        *,
+        primer: bool = False,
+        live: Mapping[int, ReplyText] | None = None,
+    ) -> RequestSpec:
         turn = session.turns[turn_index]
         session_id = play.tree_id + (f"::{session.name}" if session.name else "")
         headers = tuple((name, session_id) for name in self.settings.session_headers)
@@ -98,17 +119,26 @@ class SessionRenderer:
         if play.tree.kind == "trace":
             body, input_len, theoretical = self._trace_body(play, turn, max_tokens, seed)
         else:
-            body, input_len = self._message_body(play, session, turn, max_tokens, seed,
-                                                 live or {})
+            body, input_len = self._message_body(play, session, turn, max_tokens, seed, live or {})
             theoretical = None
             if self.settings.live_history and not primer:
                 reply = ReplyText()
-        return RequestSpec(index, input_len, max_tokens, body, session_id=session_id,
-                           turn_index=turn_index, tree_id=play.tree_id, headers=headers,
-                           theoretical_cached_tokens=theoretical, reply=reply)
+        return RequestSpec(
+            index,
+            input_len,
+            max_tokens,
+            body,
+            session_id=session_id,
+            turn_index=turn_index,
+            tree_id=play.tree_id,
+            headers=headers,
+            theoretical_cached_tokens=theoretical,
+            reply=reply,
+        )
 
-    def _trace_body(self, play: Play, turn: Turn, max_tokens: int,
-                    seed: int) -> tuple[bytes, int, int]:
+    def _trace_body(
+        self, play: Play, turn: Turn, max_tokens: int, seed: int
+    ) -> tuple[bytes, int, int]:
         prompt = self.traces.render(play.namespace, turn.hash_ids, turn.input_len, play.marker)
         theoretical = self.theory.observe(play.namespace, turn.hash_ids, turn.input_len)
         if self.options.endpoint == "completions":
@@ -118,29 +148,46 @@ class SessionRenderer:
             body = encode_body(chat_body(self.options, messages, max_tokens, seed))
         return body, prompt.num_tokens, theoretical
 
-    def _message_body(self, play: Play, session: Session, turn: Turn, max_tokens: int,
-                      seed: int, live: Mapping[int, ReplyText]) -> tuple[bytes, int]:
+    def _message_body(
+        self,
+        play: Play,
+        session: Session,
+        turn: Turn,
+        max_tokens: int,
+        seed: int,
+        live: Mapping[int, ReplyText],
+    ) -> tuple[bytes, int]:
         settings = self.settings
         history = session.messages[: turn.history_end]
         if live:
             history = tuple(
-                assistant_message(live[i], endpoint=self.options.endpoint,
-                                  encoder=settings.encoder, thinking=settings.thinking)
-                if i in live else message for i, message in enumerate(history))
+                assistant_message(
+                    live[i],
+                    endpoint=self.options.endpoint,
+                    encoder=settings.encoder,
+                    thinking=settings.thinking,
+                )
+                if i in live
+                else message
+                for i, message in enumerate(history)
+            )
         messages = _with_marker(history, play.marker, replace=play.tree.synthetic)
-        text = self._encoder.encode_messages(messages, settings.thinking,
-                                             reasoning_effort=settings.reasoning_effort)
+        text = self._encoder.encode_messages(
+            messages, settings.thinking, reasoning_effort=settings.reasoning_effort
+        )
         input_len = count_tokens(self.tokenizer, text)
         if self.options.endpoint == "completions":
             body = encode_body(completion_body(self.options, text, max_tokens, seed))
         else:
-            body = encode_body(chat_body(self.options, [dict(m) for m in messages],
-                                         max_tokens, seed))
+            body = encode_body(
+                chat_body(self.options, [dict(m) for m in messages], max_tokens, seed)
+            )
         return body, input_len
 
 
-def _with_marker(messages: tuple[Mapping[str, Any], ...], marker: str, *,
-                 replace: bool) -> list[Mapping[str, Any]]:
+def _with_marker(
+    messages: tuple[Mapping[str, Any], ...], marker: str, *, replace: bool
+) -> list[Mapping[str, Any]]:
     """The conversation with the play's marker before its first user message's content.
 
     Synthetic contents are pool words (" word" each, one token): there the marker takes
@@ -153,7 +200,7 @@ def _with_marker(messages: tuple[Mapping[str, Any], ...], marker: str, *,
         content = message.get("content")
         if message.get("role") == "user" and isinstance(content, str):
             if replace and content.count(" ") > MARKER_WORDS:
-                words = content.split(" ")[1 + MARKER_WORDS:]
+                words = content.split(" ")[1 + MARKER_WORDS :]
                 content = marker + "".join(" " + word for word in words)
             else:
                 content = marker.lstrip() + " " + content

@@ -72,8 +72,9 @@ class SyntheticSessions:
     think_time_s: Dist = field(default_factory=lambda: Dist("const", 0.0, integer=False))
 
 
-def synthetic_trees(shape: SyntheticSessions, count: int, rng: np.random.Generator,
-                    words: Any) -> list[SessionTree]:
+def synthetic_trees(
+    shape: SyntheticSessions, count: int, rng: np.random.Generator, words: Any
+) -> list[SessionTree]:
     """`count` message sessions of pool words (one token each: exact content lengths).
 
     `words(n, rng)` returns n words as one string. Each later turn adds the recorded
@@ -86,21 +87,28 @@ def synthetic_trees(shape: SyntheticSessions, count: int, rng: np.random.Generat
         news = [max(1, int(v)) for v in shape.turn_tokens.draw(rng, turns)]
         gaps = shape.think_time_s.draw(rng, turns)
         messages: list[dict[str, Any]] = [
-            {"role": "user", "content": words(max(1, shape.first_tokens), rng)}]
+            {"role": "user", "content": words(max(1, shape.first_tokens), rng)}
+        ]
         session_turns = []
         for index in range(turns):
             if index:
                 messages.append({"role": "user", "content": words(news[index], rng)})
-            session_turns.append(Turn(max_tokens=outputs[index], gap_s=gaps[index] if index
-                                      else 0.0, history_end=len(messages)))
+            session_turns.append(
+                Turn(
+                    max_tokens=outputs[index],
+                    gap_s=gaps[index] if index else 0.0,
+                    history_end=len(messages),
+                )
+            )
             messages.append({"role": "assistant", "content": words(outputs[index], rng)})
         root = Session("", tuple(session_turns), tuple(messages))
         trees.append(SessionTree(f"s{number:05d}", root, "messages", synthetic=True))
     return trees
 
 
-def conversation_tree(tree_id: str, messages: Sequence[Mapping[str, Any]],
-                      max_tokens: Sequence[int]) -> SessionTree | None:
+def conversation_tree(
+    tree_id: str, messages: Sequence[Mapping[str, Any]], max_tokens: Sequence[int]
+) -> SessionTree | None:
     """A multi-turn dataset conversation: one turn per user (or tool-result) run that an
     assistant message answers or that ends the conversation; None if it has no user turn."""
     turns = []
@@ -111,6 +119,8 @@ def conversation_tree(tree_id: str, messages: Sequence[Mapping[str, Any]],
             turns.append(index + 1)
     if not turns:
         return None
-    session_turns = tuple(Turn(max_tokens=max_tokens[i % len(max_tokens)], gap_s=0.0,
-                               history_end=end) for i, end in enumerate(turns))
+    session_turns = tuple(
+        Turn(max_tokens=max_tokens[i % len(max_tokens)], gap_s=0.0, history_end=end)
+        for i, end in enumerate(turns)
+    )
     return SessionTree(tree_id, Session("", session_turns, tuple(messages)), "messages")

@@ -42,16 +42,22 @@ class _Ids:
         return [next(self._next) for _ in range(count)]
 
 
-def generate_traces(count: int, seed: int,
-                    shape: TraceShape = TraceShape()) -> list[dict[str, Any]]:
+def generate_traces(
+    count: int, seed: int, shape: TraceShape = TraceShape()
+) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     traces = []
     for number in range(count):
         ids = _Ids()
         system = ids.take(-(-shape.system_tokens // shape.block_size))
         requests = _session(rng, ids, system, shape, depth=0, start_t=0.0)
-        traces.append({"id": f"synthetic-{seed}-{number:04d}", "block_size": shape.block_size,
-                       "requests": requests})
+        traces.append(
+            {
+                "id": f"synthetic-{seed}-{number:04d}",
+                "block_size": shape.block_size,
+                "requests": requests,
+            }
+        )
     return traces
 
 
@@ -59,8 +65,14 @@ def _uniform(rng: np.random.Generator, bounds: tuple[int, int]) -> int:
     return int(rng.integers(bounds[0], bounds[1] + 1))
 
 
-def _session(rng: np.random.Generator, ids: _Ids, system: list[int], shape: TraceShape,
-             depth: int, start_t: float) -> list[dict[str, Any]]:
+def _session(
+    rng: np.random.Generator,
+    ids: _Ids,
+    system: list[int],
+    shape: TraceShape,
+    depth: int,
+    start_t: float,
+) -> list[dict[str, Any]]:
     size = shape.block_size
     bounds = shape.requests if depth == 0 else shape.subagent_requests
     context = shape.system_tokens + _uniform(rng, shape.first_user_tokens)
@@ -76,9 +88,17 @@ def _session(rng: np.random.Generator, ids: _Ids, system: list[int], shape: Trac
         think = float(rng.exponential(shape.think_time_s)) if number else 0.0
         api = float(rng.exponential(shape.api_time_s))
         t += think
-        requests.append({"t": round(t, 3), "type": "s", "in": context, "out": out,
-                         "hash_ids": hash_ids, "think_time": round(think, 3),
-                         "api_time": round(api, 3)})
+        requests.append(
+            {
+                "t": round(t, 3),
+                "type": "s",
+                "in": context,
+                "out": out,
+                "hash_ids": hash_ids,
+                "think_time": round(think, 3),
+                "api_time": round(api, 3),
+            }
+        )
         t += api
         if depth < shape.max_depth and rng.random() < shape.subagent_prob:
             for _ in range(_uniform(rng, shape.fanout)):

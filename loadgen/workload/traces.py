@@ -33,8 +33,14 @@ from loadgen.workload.sessions import Session, SessionTree, Turn
 
 MOONCAKE_BLOCK_SIZE = 512
 WEKA_BLOCK_SIZE = 64
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant",
-                  "assistant": "assistant", "chatgpt": "assistant", "system": "system"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "system": "system",
+}
 
 
 # Bounds checked before anything is built from a trace (a prompt of `in` tokens, a block
@@ -51,13 +57,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else f"{text[:37]}..."
 
 
-def _int(entry: dict[str, Any], key: str, where: str, minimum: int = 0,
-         maximum: int = MAX_TRACE_TOKENS) -> int:
+def _int(
+    entry: dict[str, Any], key: str, where: str, minimum: int = 0, maximum: int = MAX_TRACE_TOKENS
+) -> int:
     value = entry.get(key)
-    if (not isinstance(value, int) or isinstance(value, bool)
-            or not minimum <= value <= maximum):
-        raise SpecError(f"--dataset {where}: `{key}` must be an integer >= {minimum} and at "
-                        f"most {maximum:,}, got {_shown(value)}")
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise SpecError(
+            f"--dataset {where}: `{key}` must be an integer >= {minimum} and at "
+            f"most {maximum:,}, got {_shown(value)}"
+        )
     return value
 
 
@@ -66,8 +74,10 @@ def _hash_ids(entry: dict[str, Any], where: str) -> tuple[int, ...]:
     if not isinstance(ids, list) or not all(isinstance(h, int) for h in ids):
         raise SpecError(f"--dataset {where}: `hash_ids` must be a list of integers")
     if len(ids) > MAX_TRACE_TOKENS or not all(0 <= h <= MAX_HASH_ID for h in ids):
-        raise SpecError(f"--dataset {where}: `hash_ids` must hold at most "
-                        f"{MAX_TRACE_TOKENS:,} integers in 0..2**64-1")
+        raise SpecError(
+            f"--dataset {where}: `hash_ids` must hold at most "
+            f"{MAX_TRACE_TOKENS:,} integers in 0..2**64-1"
+        )
     return tuple(ids)
 
 
@@ -82,8 +92,9 @@ def load_weka(path: Path) -> list[SessionTree]:
         if not isinstance(item, dict) or not isinstance(item.get("requests"), list):
             raise SpecError(f"--dataset {where}: a Weka trace is an object with `requests`")
         trace_id = str(item.get("id", where))
-        block_size = _int({"block_size": WEKA_BLOCK_SIZE, **item}, "block_size", where, 1,
-                          MAX_BLOCK_SIZE)
+        block_size = _int(
+            {"block_size": WEKA_BLOCK_SIZE, **item}, "block_size", where, 1, MAX_BLOCK_SIZE
+        )
         root = _weka_session("", item["requests"], where)
         if root.turns:
             namespace = zlib.crc32(trace_id.encode())
@@ -108,14 +119,21 @@ def _weka_session(name: str, requests: list[Any], where: str) -> Session:
             child_name = f"{name}.sa{sum(map(len, spawned))}".lstrip(".")
             spawned[-1].append(_weka_session(child_name, entry["requests"], at))
             continue
-        turn = Turn(max_tokens=_int(entry, "out", at, 1), gap_s=_gap(entry, previous),
-                    input_len=_int(entry, "in", at, 1), hash_ids=_hash_ids(entry, at))
+        turn = Turn(
+            max_tokens=_int(entry, "out", at, 1),
+            gap_s=_gap(entry, previous),
+            input_len=_int(entry, "in", at, 1),
+            hash_ids=_hash_ids(entry, at),
+        )
         turns.append(turn)
         spawned.append([])
         previous = entry
-    final = tuple(Turn(t.max_tokens, t.gap_s, t.input_len, t.hash_ids, 0,
-                       tuple(s for s in children if s.turns))
-                  for t, children in zip(turns, spawned, strict=True))
+    final = tuple(
+        Turn(
+            t.max_tokens, t.gap_s, t.input_len, t.hash_ids, 0, tuple(s for s in children if s.turns)
+        )
+        for t, children in zip(turns, spawned, strict=True)
+    )
     return Session(name, final)
 
 
@@ -137,32 +155,49 @@ def load_mooncake(path: Path) -> list[SessionTree]:
             raise SpecError(f"--dataset {where}: a Mooncake record is a JSON object")
         stamp = _timestamp(item, where, first, trees[-1].start_at_s if trees else None)
         first = stamp if first is None else first
-        turn = Turn(max_tokens=_int(item, "output_length", where, 1), gap_s=0.0,
-                    input_len=_int(item, "input_length", where, 1),
-                    hash_ids=_hash_ids(item, where))
-        trees.append(SessionTree(f"r{len(trees):06d}", Session("", (turn,)), "trace", 0,
-                                 (stamp - first) / 1000.0, MOONCAKE_BLOCK_SIZE))
+        turn = Turn(
+            max_tokens=_int(item, "output_length", where, 1),
+            gap_s=0.0,
+            input_len=_int(item, "input_length", where, 1),
+            hash_ids=_hash_ids(item, where),
+        )
+        trees.append(
+            SessionTree(
+                f"r{len(trees):06d}",
+                Session("", (turn,)),
+                "trace",
+                0,
+                (stamp - first) / 1000.0,
+                MOONCAKE_BLOCK_SIZE,
+            )
+        )
     if not trees:
         raise SpecError(f"--dataset {path}: no records in the file")
     return sorted(trees, key=lambda tree: tree.start_at_s or 0.0)
 
 
-def _timestamp(item: dict[str, Any], where: str, first: float | None,
-               previous_s: float | None) -> float:
+def _timestamp(
+    item: dict[str, Any], where: str, first: float | None, previous_s: float | None
+) -> float:
     """A record's `timestamp` (ms): non-negative, never before the record above it, and
     within MAX_TRACE_SPAN_MS of the first (the replay waits until each one)."""
     stamp = item.get("timestamp", 0)
     if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not stamp >= 0:
-        raise SpecError(f"--dataset {where}: `timestamp` must be a number of ms >= 0, got "
-                        f"{_shown(stamp)}")
+        raise SpecError(
+            f"--dataset {where}: `timestamp` must be a number of ms >= 0, got {_shown(stamp)}"
+        )
     if first is not None and stamp - first > MAX_TRACE_SPAN_MS:
-        raise SpecError(f"--dataset {where}: `timestamp` {_shown(stamp)} is "
-                        f"{(stamp - first) / 86_400_000:,.1f} days after the first record's; "
-                        "a replay spans at most 7 days")
+        raise SpecError(
+            f"--dataset {where}: `timestamp` {_shown(stamp)} is "
+            f"{(stamp - first) / 86_400_000:,.1f} days after the first record's; "
+            "a replay spans at most 7 days"
+        )
     if previous_s is not None and first is not None and stamp - first < previous_s * 1000:
-        raise SpecError(f"--dataset {where}: `timestamp` {_shown(stamp)} is before the "
-                        f"record above it ({first + previous_s * 1000:g}); records are in "
-                        "time order")
+        raise SpecError(
+            f"--dataset {where}: `timestamp` {_shown(stamp)} is before the "
+            f"record above it ({first + previous_s * 1000:g}); records are in "
+            "time order"
+        )
     return float(stamp) if isinstance(stamp, float) else stamp
 
 
@@ -171,8 +206,7 @@ def load_conversations(path: Path, fmt: str) -> list[list[dict[str, Any]]]:
     if fmt == "auto":
         fmt = detect_format(path)
     if fmt in TRACE_FORMATS:
-        raise SpecError(f"--dataset {path}: a {fmt} trace replays on its own; drop "
-                        "--multi-turn")
+        raise SpecError(f"--dataset {path}: a {fmt} trace replays on its own; drop --multi-turn")
     conversations: list[list[dict[str, Any]]] = []
     for where, item in _items(path):
         messages: Any
@@ -180,19 +214,24 @@ def load_conversations(path: Path, fmt: str) -> list[list[dict[str, Any]]]:
             turns = item.get("conversations") if isinstance(item, dict) else None
             if not isinstance(turns, list):
                 raise SpecError(f"--dataset {where}: ShareGPT items have `conversations`")
-            messages = [{"role": SHAREGPT_ROLES.get(str(t.get("from")), "user"),
-                         "content": str(t.get("value", ""))}
-                        for t in turns if isinstance(t, dict)]
+            messages = [
+                {
+                    "role": SHAREGPT_ROLES.get(str(t.get("from")), "user"),
+                    "content": str(t.get("value", "")),
+                }
+                for t in turns
+                if isinstance(t, dict)
+            ]
         elif isinstance(item, dict) and "prompt" in item and "messages" not in item:
             if not isinstance(item["prompt"], str):
-                raise SpecError(f"--dataset {where}: \"prompt\" must be a string")
+                raise SpecError(f'--dataset {where}: "prompt" must be a string')
             messages = [{"role": "user", "content": item["prompt"]}]
         else:
             messages = item.get("messages") if isinstance(item, dict) else item
             if not isinstance(messages, list) or not all(
-                    isinstance(m, dict) and "role" in m for m in messages):
-                raise SpecError(f"--dataset {where}: expected a list of {{role, content}} "
-                                "messages")
+                isinstance(m, dict) and "role" in m for m in messages
+            ):
+                raise SpecError(f"--dataset {where}: expected a list of {{role, content}} messages")
         if messages:
             conversations.append(messages)
     if not conversations:

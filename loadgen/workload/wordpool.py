@@ -46,9 +46,7 @@ class WordPool:
     later: npt.NDArray[np.object_]  # object array of str, each " word"
 
 
-_pools: weakref.WeakKeyDictionary[Tokenizer, WordPool | PoolUnusable] = (
-    weakref.WeakKeyDictionary()
-)
+_pools: weakref.WeakKeyDictionary[Tokenizer, WordPool | PoolUnusable] = weakref.WeakKeyDictionary()
 
 
 def word_pool(tokenizer: Tokenizer) -> WordPool:
@@ -68,8 +66,9 @@ def word_pool(tokenizer: Tokenizer) -> WordPool:
 
 def build_word_pool(tokenizer: Tokenizer) -> WordPool:
     """Collect single-token words from the vocabulary and prove they concatenate exactly."""
-    entries = [m for s in tokenizer.get_vocab(with_added_tokens=False)
-               if (m := _ENTRY.fullmatch(s))]
+    entries = [
+        m for s in tokenizer.get_vocab(with_added_tokens=False) if (m := _ENTRY.fullmatch(s))
+    ]
     first = _collect(tokenizer, entries, _FIRST_TIERS, space="")
     later = _collect(tokenizer, entries, _LATER_TIERS, space=" ")
     if len(first) < MIN_WORDS or len(later) < MIN_WORDS:
@@ -89,15 +88,23 @@ def build_word_pool(tokenizer: Tokenizer) -> WordPool:
     return WordPool(first=np.array(first, dtype=object), later=np.array(later, dtype=object))
 
 
-def _collect(tokenizer: Tokenizer, entries: list[re.Match[str]],
-             tiers: tuple[tuple[str, int, int], ...], *, space: str) -> list[str]:
+def _collect(
+    tokenizer: Tokenizer,
+    entries: list[re.Match[str]],
+    tiers: tuple[tuple[str, int, int], ...],
+    *,
+    space: str,
+) -> list[str]:
     """Sorted words (`space` + letters) that encode to one token, tier by tier until
     PREFERRED_WORDS are found."""
     found: set[str] = set()
     for spelling, shortest, longest in tiers:
-        letters = {m.group(2) for m in entries
-                   if shortest <= len(m.group(2)) <= longest
-                   and (spelling == "any" or (m.group(1) is None) == (spelling == "plain"))}
+        letters = {
+            m.group(2)
+            for m in entries
+            if shortest <= len(m.group(2)) <= longest
+            and (spelling == "any" or (m.group(1) is None) == (spelling == "plain"))
+        }
         words = sorted({space + w for w in letters} - found)
         encoded = tokenizer.encode_batch(words, add_special_tokens=False) if words else []
         found.update(w for w, e in zip(words, encoded, strict=True) if len(e.ids) == 1)

@@ -11,8 +11,9 @@ import uvloop
 UVLOOP_MODULES = {"test_native.py"}
 
 
-def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
-                                  ) -> Mapping[str, Callable[[], object]] | None:
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], object]] | None:
     if item.path.name in UVLOOP_MODULES:
         return {"uvloop": uvloop.new_event_loop}
     return {"asyncio": asyncio.new_event_loop}

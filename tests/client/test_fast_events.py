@@ -65,10 +65,21 @@ SIM_EVENTS = [
 ]
 
 EDGE_CASES = [
-    b"[DONE]", b"", b"null", b"[]", b"{}", b'{"choices":null}', b'{"choices":{}}',
-    b'{"choices":[]}', b'{"choices":[1]}', b'{"choices":[{}]}', b'{"choices":[{},5]}',
-    b'{"error":null,"choices":[]}', b'{"error":{"message":"boom","type":"X","code":500}}',
-    b'{"object":"error","message":"m","choices":[]}', b'{"object":5,"choices":[]}',
+    b"[DONE]",
+    b"",
+    b"null",
+    b"[]",
+    b"{}",
+    b'{"choices":null}',
+    b'{"choices":{}}',
+    b'{"choices":[]}',
+    b'{"choices":[1]}',
+    b'{"choices":[{}]}',
+    b'{"choices":[{},5]}',
+    b'{"error":null,"choices":[]}',
+    b'{"error":{"message":"boom","type":"X","code":500}}',
+    b'{"object":"error","message":"m","choices":[]}',
+    b'{"object":5,"choices":[]}',
     b'{"choices":[],"usage":{"completion_tokens":true}}',
     b'{"choices":[],"usage":{"completion_tokens":-1}}',
     b'{"choices":[],"usage":{"completion_tokens":%d}}' % (MAX_TOKEN_COUNT + 1),
@@ -77,28 +88,44 @@ EDGE_CASES = [
     b'{"choices":[],"usage":{"completion_tokens":"3"}}',
     b'{"choices":[],"usage":{"prompt_tokens":4,"prompt_tokens_details":{"cached_tokens":5}}}',
     b'{"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":5}}}',
-    b'{"choices":[],"usage":{"prompt_tokens_details":[]}}', b'{"choices":[],"usage":7}',
-    b'{"choices":[{"text":5}]}', b'{"choices":[{"text":null,"delta":{"content":5}}]}',
-    b'{"choices":[{"text":"a","delta":5}]}', b'{"choices":[{"delta":5}]}',
+    b'{"choices":[],"usage":{"prompt_tokens_details":[]}}',
+    b'{"choices":[],"usage":7}',
+    b'{"choices":[{"text":5}]}',
+    b'{"choices":[{"text":null,"delta":{"content":5}}]}',
+    b'{"choices":[{"text":"a","delta":5}]}',
+    b'{"choices":[{"delta":5}]}',
     b'{"choices":[{"delta":{"reasoning_content":"","reasoning":"x"}}]}',
     b'{"choices":[{"delta":{"reasoning_content":0,"reasoning":"x"}}]}',
     b'{"choices":[{"delta":{"reasoning_content":7}}]}',
-    b'{"choices":[{"token_ids":[1,true]}]}', b'{"choices":[{"token_ids":{}}]}',
-    b'{"choices":[{"token_ids":[1e400]}]}', b'{"choices":[{"token_ids":[' + b"9" * 400 + b"]}]}",
+    b'{"choices":[{"token_ids":[1,true]}]}',
+    b'{"choices":[{"token_ids":{}}]}',
+    b'{"choices":[{"token_ids":[1e400]}]}',
+    b'{"choices":[{"token_ids":[' + b"9" * 400 + b"]}]}",
     b'{"choices":[{"token_ids":[18446744073709551616]}]}',
-    b'{"choices":[{"finish_reason":5}]}', b'{"choices":[{"logprobs":[]}]}',
-    b'{"choices":[{"logprobs":{"tokens":5}}]}', b'{"choices":[{"logprobs":{}}]}',
+    b'{"choices":[{"finish_reason":5}]}',
+    b'{"choices":[{"logprobs":[]}]}',
+    b'{"choices":[{"logprobs":{"tokens":5}}]}',
+    b'{"choices":[{"logprobs":{}}]}',
     b'{"choices":[{"logprobs":{"tokens":null,"content":[1,2]}}]}',
-    b'{"choices":[],"created":1e400}', b'{"choices":[],"x":1e400}',
-    b'{"choices":[],"id":"\xff"}', b'{"choices":[],"id":"\xed\xa0\x80"}',
-    b'{"choices":[],"id":"\\ud800"}', b'{"choices":[],"x":"\xc0\x80"}',
-    b'{"choices":[],"choices":[{"text":"b"}]}', b'{"choices":5,"choices":[]}',
-    b'{"choices":[],"choices":5}', b'{"choices":[{"text":"a","text":"b"}]}',
+    b'{"choices":[],"created":1e400}',
+    b'{"choices":[],"x":1e400}',
+    b'{"choices":[],"id":"\xff"}',
+    b'{"choices":[],"id":"\xed\xa0\x80"}',
+    b'{"choices":[],"id":"\\ud800"}',
+    b'{"choices":[],"x":"\xc0\x80"}',
+    b'{"choices":[],"choices":[{"text":"b"}]}',
+    b'{"choices":5,"choices":[]}',
+    b'{"choices":[],"choices":5}',
+    b'{"choices":[{"text":"a","text":"b"}]}',
     b'{"choices":[],"x":' + b"[" * 1100 + b"]" * 1100 + b"}",
     b'{"choices":[],"x":' + b"[" * 500 + b"]" * 500 + b"}",
     b'{"error":' + b"[" * 1000 + b"]" * 1000 + b"}",
-    b'\xef\xbb\xbf{"choices":[]}', b' {"choices":[]} ', b'{"choices":[]}\x0c',
-    b'{"choices":[],}', b'{"choices":[{"text":"a\nb"}]}', b'{"choices":[{"text":"\\u0000"}]}',
+    b'\xef\xbb\xbf{"choices":[]}',
+    b' {"choices":[]} ',
+    b'{"choices":[]}\x0c',
+    b'{"choices":[],}',
+    b'{"choices":[{"text":"a\nb"}]}',
+    b'{"choices":[{"text":"\\u0000"}]}',
 ]
 
 
@@ -114,9 +141,11 @@ def test_real_vllm_events_decode_as_the_reference(vllm_fixtures: Path) -> None:
         same(data)
 
 
-def test_the_usual_shapes_take_the_fast_path(vllm_fixtures: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_usual_shapes_take_the_fast_path(
+    vllm_fixtures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """vLLM's own events and the simulator's never need the reference (the point of it)."""
+
     def refuse(data: bytes) -> StreamEvent:
         raise AssertionError(f"fell back to the reference: {data[:200]!r}")
 
@@ -132,45 +161,104 @@ def test_random_payloads_decode_as_the_reference(payload: bytes) -> None:
 
 
 MUTATION_BYTES = st.sampled_from(
-    [b"{", b"}", b"[", b"]", b'"', b",", b":", b"-", b"0", b"9", b"e", b"1e400", b"true",
-     b"null", b"\\", b"\\u", b"\xff", b"\xc3", b" ", b"\n", b"x", b'"error":1,', b".5"])
+    [
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b'"',
+        b",",
+        b":",
+        b"-",
+        b"0",
+        b"9",
+        b"e",
+        b"1e400",
+        b"true",
+        b"null",
+        b"\\",
+        b"\\u",
+        b"\xff",
+        b"\xc3",
+        b" ",
+        b"\n",
+        b"x",
+        b'"error":1,',
+        b".5",
+    ]
+)
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(base=st.sampled_from(SIM_EVENTS), edits=st.lists(
-    st.tuples(st.sampled_from(["insert", "replace", "delete"]), st.floats(0, 1),
-              MUTATION_BYTES), min_size=1, max_size=4))
-def test_mutated_events_decode_as_the_reference(base: bytes,
-                                                edits: list[tuple[str, float, bytes]]) -> None:
+@given(
+    base=st.sampled_from(SIM_EVENTS),
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "replace", "delete"]), st.floats(0, 1), MUTATION_BYTES
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_mutated_events_decode_as_the_reference(
+    base: bytes, edits: list[tuple[str, float, bytes]]
+) -> None:
     data = base
     for kind, where, insert in edits:
         at = int(where * len(data))
         if kind == "insert":
             data = data[:at] + insert + data[at:]
         elif kind == "replace":
-            data = data[:at] + insert + data[at + 1:]
+            data = data[:at] + insert + data[at + 1 :]
         else:
-            data = data[:at] + data[at + 1:]
+            data = data[:at] + data[at + 1 :]
     same(data)
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.fixed_dictionaries({
-    "choices": st.lists(st.fixed_dictionaries({}, optional={
-        "index": st.integers(-(2**65), 2**65),
-        "text": st.one_of(st.none(), st.text(max_size=6)),
-        "finish_reason": st.one_of(st.none(), st.sampled_from(["stop", "length"])),
-        "token_ids": st.one_of(st.none(), st.lists(st.integers(-(2**65), 2**65), max_size=3)),
-        "delta": st.fixed_dictionaries({}, optional={
-            "content": st.one_of(st.none(), st.text(max_size=4)),
-            "reasoning_content": st.one_of(st.none(), st.text(max_size=4))}),
-    }), max_size=2),
-    "usage": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
-        "prompt_tokens": st.integers(-2, MAX_TOKEN_COUNT + 2),
-        "completion_tokens": st.integers(-2, MAX_TOKEN_COUNT + 2),
-        "prompt_tokens_details": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
-            "cached_tokens": st.integers(-2, MAX_TOKEN_COUNT + 2)}))})),
-}))
+@given(
+    st.fixed_dictionaries(
+        {
+            "choices": st.lists(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "index": st.integers(-(2**65), 2**65),
+                        "text": st.one_of(st.none(), st.text(max_size=6)),
+                        "finish_reason": st.one_of(st.none(), st.sampled_from(["stop", "length"])),
+                        "token_ids": st.one_of(
+                            st.none(), st.lists(st.integers(-(2**65), 2**65), max_size=3)
+                        ),
+                        "delta": st.fixed_dictionaries(
+                            {},
+                            optional={
+                                "content": st.one_of(st.none(), st.text(max_size=4)),
+                                "reasoning_content": st.one_of(st.none(), st.text(max_size=4)),
+                            },
+                        ),
+                    },
+                ),
+                max_size=2,
+            ),
+            "usage": st.one_of(
+                st.none(),
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "prompt_tokens": st.integers(-2, MAX_TOKEN_COUNT + 2),
+                        "completion_tokens": st.integers(-2, MAX_TOKEN_COUNT + 2),
+                        "prompt_tokens_details": st.one_of(
+                            st.none(),
+                            st.fixed_dictionaries(
+                                {}, optional={"cached_tokens": st.integers(-2, MAX_TOKEN_COUNT + 2)}
+                            ),
+                        ),
+                    },
+                ),
+            ),
+        }
+    )
+)
 def test_well_formed_events_decode_as_the_reference(chunk: dict[str, Any]) -> None:
     same(json.dumps(chunk).encode())
     same(orjson.dumps(chunk) if all(abs(i) < 2**63 for i in _ints(chunk)) else b"[]")

@@ -15,8 +15,18 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 
-FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",
-            "--spin-us", "0", "--seed", "7")
+FAST_SIM = (
+    "--step-fixed-ms",
+    "2",
+    "--decode-token-us",
+    "20",
+    "--prefill-token-us",
+    "2",
+    "--spin-us",
+    "0",
+    "--seed",
+    "7",
+)
 CONC, PER_CONC = 4, 4
 
 
@@ -34,11 +44,21 @@ def tokenizer() -> Tokenizer:
         (("--fault-stall", "0.5", "--stall-seconds", "3"), ErrorKind.TIMEOUT, True),
     ],
 )
-async def test_fault_mode(tmp_path: Path, tokenizer: Tokenizer, fault: tuple[str, ...],
-                          kind: ErrorKind, mid_stream: bool) -> None:
-    spec = RunSpec(conc=(CONC,), isl=48, osl=32, prompts_per_conc=PER_CONC, warmup_per_conc=1,
-                   sim=True, sim_args=(*FAST_SIM, *fault), results_dir=tmp_path,
-                   request_timeout_s=1.0, progress=False)
+async def test_fault_mode(
+    tmp_path: Path, tokenizer: Tokenizer, fault: tuple[str, ...], kind: ErrorKind, mid_stream: bool
+) -> None:
+    spec = RunSpec(
+        conc=(CONC,),
+        isl=48,
+        osl=32,
+        prompts_per_conc=PER_CONC,
+        warmup_per_conc=1,
+        sim=True,
+        sim_args=(*FAST_SIM, *fault),
+        results_dir=tmp_path,
+        request_timeout_s=1.0,
+        progress=False,
+    )
     outcome = await run_sweep(spec, tokenizer=tokenizer)
     records = read_jsonl(tmp_path / f"requests_conc_{CONC}.jsonl")
     result = orjson.loads((tmp_path / f"conc_{CONC}.json").read_bytes())

@@ -63,27 +63,42 @@ def client(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-async def send_one(base_url: str, client: str, *, idle_s: float = 5.0,
-                   request_timeout_s: float | None = None,
-                   max_tokens: int = OSL) -> RequestRecord:
+async def send_one(
+    base_url: str,
+    client: str,
+    *,
+    idle_s: float = 5.0,
+    request_timeout_s: float | None = None,
+    max_tokens: int = OSL,
+) -> RequestRecord:
     """One streamed request through the real transport and the given client."""
     async with open_session(max_connections=1, http_timeout_s=5.0, stamping=True) as session:
         native = NativeStreams(max_connections=1)
         streams = native if client == "native" else AiohttpStreams(session)
-        transport = Transport(streams, base_url + "/v1/completions",
-                              request_timeout_s=request_timeout_s, stream_idle_timeout_s=idle_s)
-        request = RequestSpec(index=0, input_len=3, max_tokens=max_tokens,
-                              body=orjson.dumps({"max_tokens": max_tokens}))
+        transport = Transport(
+            streams,
+            base_url + "/v1/completions",
+            request_timeout_s=request_timeout_s,
+            stream_idle_timeout_s=idle_s,
+        )
+        request = RequestSpec(
+            index=0,
+            input_len=3,
+            max_tokens=max_tokens,
+            body=orjson.dumps({"max_tokens": max_tokens}),
+        )
         try:
             async with asyncio.timeout(60):  # an old client would hang: fail instead
-                return await transport.send(request, x_request_id="r", conc=1, scheduled_ns=0,
-                                            on_record=lambda _r: None)
+                return await transport.send(
+                    request, x_request_id="r", conc=1, scheduled_ns=0, on_record=lambda _r: None
+                )
         finally:
             await native.close()
 
 
-async def send_in_turn(base_url: str, client: str, count: int, *, pause_s: float = 0.0,
-                       block_s: float = 0.0) -> list[RequestRecord]:
+async def send_in_turn(
+    base_url: str, client: str, count: int, *, pause_s: float = 0.0, block_s: float = 0.0
+) -> list[RequestRecord]:
     """`count` requests one after another over one kept-alive connection slot; between
     two, `pause_s` with the loop running, then `block_s` with it blocked (bytes that
     arrive then wait in the socket until after the next request's write)."""
@@ -97,22 +112,38 @@ async def send_in_turn(base_url: str, client: str, count: int, *, pause_s: float
                 if index:
                     await asyncio.sleep(pause_s)
                     time.sleep(block_s)  # noqa: ASYNC251 -- blocking the loop is the point
-                request = RequestSpec(index=index, input_len=3, max_tokens=OSL,
-                                      body=orjson.dumps({"max_tokens": OSL}))
+                request = RequestSpec(
+                    index=index, input_len=3, max_tokens=OSL, body=orjson.dumps({"max_tokens": OSL})
+                )
                 async with asyncio.timeout(60):
-                    records.append(await transport.send(
-                        request, x_request_id="r", conc=1, scheduled_ns=0,
-                        on_record=lambda _r: None))
+                    records.append(
+                        await transport.send(
+                            request,
+                            x_request_id="r",
+                            conc=1,
+                            scheduled_ns=0,
+                            on_record=lambda _r: None,
+                        )
+                    )
         finally:
             await native.close()
     return records
 
 
-async def sweep(server: HostileServer, results: Path, tokenizer: Tokenizer,
-                **settings: Any) -> tuple[SweepOutcome, dict[str, Any], list[RequestRecord]]:
-    spec = RunSpec(conc=(CONC,), isl=ISL, osl=OSL, base_url=server.base_url,
-                   prompts_per_conc=PER_CONC, warmup_per_conc=0, results_dir=results,
-                   progress=False, **settings)
+async def sweep(
+    server: HostileServer, results: Path, tokenizer: Tokenizer, **settings: Any
+) -> tuple[SweepOutcome, dict[str, Any], list[RequestRecord]]:
+    spec = RunSpec(
+        conc=(CONC,),
+        isl=ISL,
+        osl=OSL,
+        base_url=server.base_url,
+        prompts_per_conc=PER_CONC,
+        warmup_per_conc=0,
+        results_dir=results,
+        progress=False,
+        **settings,
+    )
     async with asyncio.timeout(90):
         outcome = await run_sweep(spec, tokenizer=tokenizer)
     result = orjson.loads((results / f"conc_{CONC}.json").read_bytes())
@@ -125,8 +156,9 @@ async def sweep(server: HostileServer, results: Path, tokenizer: Tokenizer,
 
 @pytest.mark.parametrize("piece", [None, 5], ids=["one-write", "5-byte-writes"])
 @pytest.mark.parametrize("eol", [b"\r\n", b"\r"], ids=["crlf", "cr"])
-async def test_row1_crlf_and_cr_streams_complete(eol: bytes, piece: int | None,
-                                                 client: str) -> None:
+async def test_row1_crlf_and_cr_streams_complete(
+    eol: bytes, piece: int | None, client: str
+) -> None:
     async with HostileServer({"/v1/completions": completion(eol=eol, piece=piece)}) as server:
         record = await send_one(server.base_url, client)
     assert record.ok, record.error_detail
@@ -145,6 +177,7 @@ async def test_row1_crlf_sweep_has_no_disconnects(tmp_path: Path, tokenizer: Tok
 
 async def test_event_cut_by_end_of_stream_is_not_dispatched(client: str) -> None:
     """WHATWG: an event no blank line ended is discarded at end of stream."""
+
     async def unterminated(request: Request, conn: Conn) -> None:
         body = sse(token_events(OSL))
         await conn.head(chunked=True)
@@ -164,8 +197,11 @@ PLAIN = completion(usage=None, ids=False)  # no token ids, no usage: counts from
 
 def _assert_published_figures_sane(result: dict[str, Any]) -> None:
     for key, value in result.items():
-        if isinstance(value, int | float) and not isinstance(value, bool) and (
-                "throughput" in key or key.endswith(("_ms", "_tokens", "duration"))):
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and ("throughput" in key or key.endswith(("_ms", "_tokens", "duration")))
+        ):
             assert value >= 0, (key, value)
 
 
@@ -179,7 +215,8 @@ def _assert_published_figures_sane(result: dict[str, Any]) -> None:
     ids=["usage-string", "text-number", "usage-2^70"],
 )
 async def test_row2_wrong_types_are_malformed_not_a_crash(
-        tmp_path: Path, tokenizer: Tokenizer, good: Handler, bad: Handler, reason: str) -> None:
+    tmp_path: Path, tokenizer: Tokenizer, good: Handler, bad: Handler, reason: str
+) -> None:
     # The preflight probe gets `good`, then measured requests alternate bad, good, ...
     async with HostileServer({"/v1/completions": alternate(good, bad)}) as server:
         outcome, result, records = await sweep(server, tmp_path, tokenizer)
@@ -206,9 +243,11 @@ async def test_row2_wrong_types_are_malformed_not_a_crash(
     ids=["negative", "1e15", "10^15", "3.7", "true", "over-max-tokens"],
 )
 async def test_row4_impossible_usage_never_reaches_a_figure(
-        tmp_path: Path, tokenizer: Tokenizer, usage: Any, reason: str) -> None:
-    async with HostileServer({"/v1/completions": alternate(completion(),
-                                                           completion(usage=usage))}) as server:
+    tmp_path: Path, tokenizer: Tokenizer, usage: Any, reason: str
+) -> None:
+    async with HostileServer(
+        {"/v1/completions": alternate(completion(), completion(usage=usage))}
+    ) as server:
         _, result, records = await sweep(server, tmp_path, tokenizer)
     malformed = [r for r in records if r.error is ErrorKind.MALFORMED]
     assert len(malformed) == CONC * PER_CONC // 2
@@ -219,7 +258,8 @@ async def test_row4_impossible_usage_never_reaches_a_figure(
     assert completed == CONC * PER_CONC // 2
     assert result["total_output_tokens"] == OSL * completed
     assert result["output_throughput"] == pytest.approx(
-        result["total_output_tokens"] / result["duration"])
+        result["total_output_tokens"] / result["duration"]
+    )
     assert result["output_lens"].count(0) == len(malformed)
     _assert_published_figures_sane(result)
 
@@ -234,11 +274,15 @@ def _bad_chunk_then_silence(tail: bytes) -> Handler:
         await asyncio.sleep(0.05)
         await conn.send(tail)
         await conn.hang()
+
     return handle
 
 
-@pytest.mark.parametrize("tail", [b"fffffff\r\nabc", b"5\r\nab", b"3"],
-                         ids=["huge-size", "short-chunk", "unterminated-size"])
+@pytest.mark.parametrize(
+    "tail",
+    [b"fffffff\r\nabc", b"5\r\nab", b"3"],
+    ids=["huge-size", "short-chunk", "unterminated-size"],
+)
 async def test_row3_bad_chunk_size_then_silence_times_out(tail: bytes, client: str) -> None:
     async with HostileServer({"/v1/completions": _bad_chunk_then_silence(tail)}) as server:
         started = time.perf_counter()
@@ -271,6 +315,7 @@ async def test_row3_post_never_answered_times_out(client: str) -> None:
 
 async def test_request_timeout_still_caps_a_steady_stream(client: str) -> None:
     """A stream that never idles is still ended by --request-timeout, and says so."""
+
     async def endless(request: Request, conn: Conn) -> None:
         event = sse(token_events(1))[: -len(b"data: [DONE]\n\n")]
         await conn.head(chunked=True)
@@ -279,20 +324,24 @@ async def test_request_timeout_still_caps_a_steady_stream(client: str) -> None:
             await asyncio.sleep(0.02)
 
     async with HostileServer({"/v1/completions": endless}) as server:
-        record = await send_one(server.base_url, client, idle_s=5, request_timeout_s=0.5,
-                                max_tokens=10_000)
+        record = await send_one(
+            server.base_url, client, idle_s=5, request_timeout_s=0.5, max_tokens=10_000
+        )
     assert record.error is ErrorKind.TIMEOUT
     assert record.error_detail == "--request-timeout 0.5 s elapsed"
     assert len(record.chunk_tokens) > 5
 
 
-METRICS_TEXT = (b"# TYPE vllm:time_to_first_token_seconds histogram\n"
-                b"vllm:time_to_first_token_seconds_sum 1.0\n"
-                b"vllm:time_to_first_token_seconds_count 2\n")
+METRICS_TEXT = (
+    b"# TYPE vllm:time_to_first_token_seconds histogram\n"
+    b"vllm:time_to_first_token_seconds_sum 1.0\n"
+    b"vllm:time_to_first_token_seconds_count 2\n"
+)
 
 
 async def test_row3_hanging_scrape_mid_sweep_nulls_server_fields(
-        tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]
+) -> None:
     scrapes = 0
 
     async def metrics(request: Request, conn: Conn) -> None:
@@ -309,8 +358,10 @@ async def test_row3_hanging_scrape_mid_sweep_nulls_server_fields(
     assert result["server_requests"] is None and result["server_mean_ttft_ms"] is None
     warnings = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
     assert len(warnings) == 2 and scrapes == 3  # before and after the point
-    assert all("/metrics did not answer within 0.5 s (--http-timeout)" in w and
-               "server-side" in w for w in warnings)
+    assert all(
+        "/metrics did not answer within 0.5 s (--http-timeout)" in w and "server-side" in w
+        for w in warnings
+    )
 
 
 # --- row 12: a huge event in small reads ---------------------------------------------------
@@ -322,7 +373,7 @@ def test_row12_framer_is_linear_in_event_size() -> None:
     event = b"data: " + b"x" * (20 << 20) + b"\r\n\r\n"
     framer = SseFramer()
     started = time.perf_counter()
-    events = [e for i in range(0, len(event), 1024) for e in framer.feed(event[i:i + 1024])]
+    events = [e for i in range(0, len(event), 1024) for e in framer.feed(event[i : i + 1024])]
     elapsed = time.perf_counter() - started
     assert len(events) == 1 and len(events[0].data) == 20 << 20 and events[0].offset == 0
     assert elapsed < 5, f"{elapsed:.1f} s for 20 MB"
@@ -417,8 +468,10 @@ async def test_bytes_stamped_before_the_write_are_not_its_response() -> None:
     assert after.ok and after.connect_ns > 0  # a new connection
 
 
-async def test_stray_responses_are_counted_in_the_point(tmp_path: Path, tokenizer: Tokenizer,
-                                                        ) -> None:
+async def test_stray_responses_are_counted_in_the_point(
+    tmp_path: Path,
+    tokenizer: Tokenizer,
+) -> None:
     async with HostileServer({"/v1/completions": answer_twice()}) as server:
         outcome, result, _ = await sweep(server, tmp_path, tokenizer, http_client="native")
     assert outcome.exit_code == 0 and result["completed"] == CONC * PER_CONC
@@ -427,36 +480,47 @@ async def test_stray_responses_are_counted_in_the_point(tmp_path: Path, tokenize
     assert result["new_connections"] == CONC * PER_CONC  # none was reused
 
 
-
 async def test_101_is_that_requests_http_error_and_no_one_elses(client: str) -> None:
     """A 101 escaped the native parser loop (HttpParserUpgrade is no HttpParserError):
     streams queued behind it were never parsed, and it surfaced as a timeout."""
     routes = {"/up": upgrade, "/slow": completion(piece=20)}
-    async with HostileServer(routes) as server, open_session(
-            max_connections=4, http_timeout_s=5.0, stamping=True) as session:
+    async with (
+        HostileServer(routes) as server,
+        open_session(max_connections=4, http_timeout_s=5.0, stamping=True) as session,
+    ):
         native = NativeStreams(max_connections=4)
         streams = native if client == "native" else AiohttpStreams(session)
         upgraded = Transport(streams, server.base_url + "/up", stream_idle_timeout_s=5)
         slow = Transport(streams, server.base_url + "/slow", stream_idle_timeout_s=5)
         slow.ingest = upgraded.ingest  # one ingest, as in a run
-        request = RequestSpec(index=0, input_len=3, max_tokens=20,
-                              body=orjson.dumps({"max_tokens": 20}))
+        request = RequestSpec(
+            index=0, input_len=3, max_tokens=20, body=orjson.dumps({"max_tokens": 20})
+        )
         try:
             async with asyncio.timeout(30):
-                records = await asyncio.gather(*[t.send(
-                    request, x_request_id="r", conc=1, scheduled_ns=0,
-                    on_record=lambda _r: None) for t in (slow, upgraded, slow)])
+                records = await asyncio.gather(
+                    *[
+                        t.send(
+                            request,
+                            x_request_id="r",
+                            conc=1,
+                            scheduled_ns=0,
+                            on_record=lambda _r: None,
+                        )
+                        for t in (slow, upgraded, slow)
+                    ]
+                )
         finally:
             await native.close()
     first, up, last = records
     assert up.error is ErrorKind.HTTP and up.status == 101, up
     assert "the server answered 101 Switching Protocols to a streamed completion" in (
-        up.error_detail)
+        up.error_detail
+    )
     assert "HttpParserUpgrade" not in up.error_detail
     for record in (first, last):
         assert record.ok, record.error_detail
         assert record.chunk_tokens == (1,) * 20
-
 
 
 # --- bounded events and heads ---------------------------------------------------------------
@@ -464,13 +528,18 @@ async def test_101_is_that_requests_http_error_and_no_one_elses(client: str) -> 
 _EVENT = sse(token_events(1))[:200]  # a whole first event, then the endless one
 
 
-@pytest.mark.parametrize(("start", "filler"), [
-    (_EVENT + b"data: ", b"x"),  # one line that never ends
-    (_EVENT, b"data: " + b"x" * 1000 + b"\n"),  # data lines, never a blank line
-    (_EVENT + b": ", b"x"),  # a comment line that never ends
-], ids=["endless-line", "endless-event", "endless-comment"])
+@pytest.mark.parametrize(
+    ("start", "filler"),
+    [
+        (_EVENT + b"data: ", b"x"),  # one line that never ends
+        (_EVENT, b"data: " + b"x" * 1000 + b"\n"),  # data lines, never a blank line
+        (_EVENT + b": ", b"x"),  # a comment line that never ends
+    ],
+    ids=["endless-line", "endless-event", "endless-comment"],
+)
 async def test_an_event_that_never_ends_is_malformed_at_the_cap(
-        client: str, start: bytes, filler: bytes) -> None:
+    client: str, start: bytes, filler: bytes
+) -> None:
     """It grew without limit (6 GB in 20 s) and, bytes still coming, no deadline fired."""
     async with HostileServer({"/v1/completions": endless(start, filler)}) as server:
         started = time.perf_counter()
@@ -479,6 +548,7 @@ async def test_an_event_that_never_ends_is_malformed_at_the_cap(
     assert "grew past 32 MiB without ending" in record.error_detail, record.error_detail
     assert record.chunk_tokens == (1,)  # the event before it is kept
     assert time.perf_counter() - started < 30
+
 
 async def test_a_head_that_never_ends_is_malformed_at_the_cap(client: str) -> None:
     """Native: 64 KiB (MAX_HEAD_BYTES); aiohttp: its own 8190-byte line limit."""
@@ -494,7 +564,6 @@ async def test_a_head_that_never_ends_is_malformed_at_the_cap(client: str) -> No
     assert time.perf_counter() - started < 30
 
 
-
 # --- counts a server lies about -------------------------------------------------------------
 
 
@@ -508,6 +577,7 @@ def _usages(*values: int) -> Any:
     def change(events: list[dict[str, Any]]) -> None:
         for event, value in zip(events, values, strict=True):
             event["usage"]["completion_tokens"] = value
+
     return change
 
 
@@ -526,20 +596,32 @@ def _streamed(body: bytes) -> Handler:
         await conn.head(chunked=True)
         await conn.chunk(body)
         await conn.end()
+
     return handle
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    (_usages(1, 2, 1, 4, 4), "usage.completion_tokens went down from 2 to 1"),
-    (_usages(1, 2, 3, 4, 0), "went down from 4 to 0"),
-    (_usages(1, 1, 1, 1, 1), "usage.completion_tokens is 1, but the chunks' token_ids hold 4"),
-    (_no_usage_but_a_final_zero, "usage.completion_tokens is 0 after chunks carrying 4"),
-    (_index_one, "choices[0].index is 1, expected 0"),
-    (_usages(1, 2, 3, 4, 14), "usage.completion_tokens is 14, more than max_tokens 4 allows"),
-], ids=["decreases", "final-zero", "under-token-ids", "only-final-zero", "index-1",
-        "over-max-tokens-by-10"])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (_usages(1, 2, 1, 4, 4), "usage.completion_tokens went down from 2 to 1"),
+        (_usages(1, 2, 3, 4, 0), "went down from 4 to 0"),
+        (_usages(1, 1, 1, 1, 1), "usage.completion_tokens is 1, but the chunks' token_ids hold 4"),
+        (_no_usage_but_a_final_zero, "usage.completion_tokens is 0 after chunks carrying 4"),
+        (_index_one, "choices[0].index is 1, expected 0"),
+        (_usages(1, 2, 3, 4, 14), "usage.completion_tokens is 14, more than max_tokens 4 allows"),
+    ],
+    ids=[
+        "decreases",
+        "final-zero",
+        "under-token-ids",
+        "only-final-zero",
+        "index-1",
+        "over-max-tokens-by-10",
+    ],
+)
 async def test_counts_that_contradict_each_other_are_malformed(
-        client: str, change: Any, reason: str) -> None:
+    client: str, change: Any, reason: str
+) -> None:
     body = sse(_events_with(change))
     async with HostileServer({"/v1/completions": _streamed(body)}) as server:
         record = await send_one(server.base_url, client)
@@ -551,7 +633,8 @@ async def test_a_duplicate_key_cannot_inflate_a_count(client: str) -> None:
     """msgspec and orjson keep a duplicate key's last value; the cross-checks (here: the
     cap at max_tokens and the token ids' sum) refuse what that value claims."""
     body = sse(token_events(OSL)).replace(
-        b'"completion_tokens": 4}}', b'"completion_tokens": 4, "completion_tokens": 60}}')
+        b'"completion_tokens": 4}}', b'"completion_tokens": 4, "completion_tokens": 60}}'
+    )
     assert b'"completion_tokens": 60' in body
     async with HostileServer({"/v1/completions": _streamed(body)}) as server:
         record = await send_one(server.base_url, client)

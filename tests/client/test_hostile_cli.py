@@ -43,17 +43,35 @@ from tests.support.hostile_server import (
 
 pytestmark = pytest.mark.timeout(180)
 
-RUN = ("--conc", "2", "--isl", "48", "--osl", "4", "--prompts-per-conc", "2",
-       "--warmup-per-conc", "0", "--no-progress")
+RUN = (
+    "--conc",
+    "2",
+    "--isl",
+    "48",
+    "--osl",
+    "4",
+    "--prompts-per-conc",
+    "2",
+    "--warmup-per-conc",
+    "0",
+    "--no-progress",
+)
 
 
-async def loadgen(*args: str, env: dict[str, str] | None = None,
-                  limit_s: float = 90) -> tuple[int, list[str], float]:
+async def loadgen(
+    *args: str, env: dict[str, str] | None = None, limit_s: float = 90
+) -> tuple[int, list[str], float]:
     """Run the real CLI in a child process: (exit status, stderr lines, seconds)."""
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "loadgen", *args, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+        sys.executable,
+        "-m",
+        "loadgen",
+        *args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
     try:
         _, err = await asyncio.wait_for(process.communicate(), limit_s)
     except TimeoutError:
@@ -80,9 +98,16 @@ def one_line(lines: list[str]) -> str:
 @pytest.mark.parametrize("extra", [(), ("--metrics-port", "0")], ids=["run", "live-metrics"])
 async def test_row3_hanging_models_one_line_exit_1(tmp_path: Path, extra: tuple[str, ...]) -> None:
     async with HostileServer({"/v1/models": hang}) as server:
-        status, lines, seconds = await loadgen("--base-url", server.base_url, *RUN,
-                                               "--results", str(tmp_path), "--http-timeout",
-                                               "1", *extra)
+        status, lines, seconds = await loadgen(
+            "--base-url",
+            server.base_url,
+            *RUN,
+            "--results",
+            str(tmp_path),
+            "--http-timeout",
+            "1",
+            *extra,
+        )
     assert status == 1
     line = one_line(lines)
     assert f"GET {server.base_url}/v1/models did not answer within 1 s (--http-timeout)" in line
@@ -92,15 +117,17 @@ async def test_row3_hanging_models_one_line_exit_1(tmp_path: Path, extra: tuple[
 
 async def test_row3_hanging_metrics_at_preflight_one_line_exit_1(tmp_path: Path) -> None:
     async with HostileServer({"/metrics": hang}) as server:
-        status, lines, _ = await loadgen("--base-url", server.base_url, *RUN,
-                                         "--results", str(tmp_path), "--http-timeout", "1")
+        status, lines, _ = await loadgen(
+            "--base-url", server.base_url, *RUN, "--results", str(tmp_path), "--http-timeout", "1"
+        )
     assert status == 1
     assert f"{server.base_url}/metrics did not answer within 1 s" in one_line(lines)
 
 
 def test_row3_every_deadline_has_a_finite_default() -> None:
-    spec = spec_from_argv(["--base-url", "http://127.0.0.1:9", "--conc", "1", "--isl", "8",
-                           "--osl", "8"], env={})
+    spec = spec_from_argv(
+        ["--base-url", "http://127.0.0.1:9", "--conc", "1", "--isl", "8", "--osl", "8"], env={}
+    )
     assert spec.http_timeout_s == 30.0 and spec.stream_idle_timeout_s == 300.0
     assert spec.request_timeout_s is None  # the overall cap stays opt-in
     text = " ".join(build_parser().format_help().split())
@@ -108,8 +135,9 @@ def test_row3_every_deadline_has_a_finite_default() -> None:
     assert "(default: 300.0)" in text and "(default: 30.0)" in text
     for flag, value in (("--http-timeout", "0"), ("--stream-idle-timeout", "-1")):
         with pytest.raises(SpecError, match=flag):
-            spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "8", flag, value],
-                           env={})
+            spec_from_argv(
+                ["--sim", "--conc", "1", "--isl", "8", "--osl", "8", flag, value], env={}
+            )
 
 
 @contextlib.asynccontextmanager
@@ -118,7 +146,9 @@ async def simulator(*extra: str) -> AsyncIterator[tuple[str, asyncio.subprocess.
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         *simulator_argv(port, ("--step-fixed-ms", "5", *extra)),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
@@ -138,8 +168,9 @@ async def simulator(*extra: str) -> AsyncIterator[tuple[str, asyncio.subprocess.
 async def test_row3_frozen_server_one_line_exit_1(tmp_path: Path) -> None:
     async with simulator() as (url, process):
         process.send_signal(signal.SIGSTOP)  # the kernel still accepts its connections
-        status, lines, seconds = await loadgen("--base-url", url, *RUN, "--results",
-                                               str(tmp_path), "--http-timeout", "1")
+        status, lines, seconds = await loadgen(
+            "--base-url", url, *RUN, "--results", str(tmp_path), "--http-timeout", "1"
+        )
     assert status == 1 and "did not answer within 1 s" in one_line(lines)
     assert seconds < 30
 
@@ -162,12 +193,22 @@ class _FreezeOnFirstRecord(QuietObserver):
 
 
 async def test_row3_server_frozen_mid_point_ends_the_sweep(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tokenizer: Tokenizer = await asyncio.to_thread(load_tokenizer)
     async with simulator("--decode-token-us", "200") as (url, process):
-        spec = RunSpec(conc=(2,), isl=48, osl=64, base_url=url, prompts_per_conc=3,
-                       warmup_per_conc=0, results_dir=tmp_path, progress=False,
-                       http_timeout_s=1.0, stream_idle_timeout_s=1.0)
+        spec = RunSpec(
+            conc=(2,),
+            isl=48,
+            osl=64,
+            base_url=url,
+            prompts_per_conc=3,
+            warmup_per_conc=0,
+            results_dir=tmp_path,
+            progress=False,
+            http_timeout_s=1.0,
+            stream_idle_timeout_s=1.0,
+        )
         freezer = _FreezeOnFirstRecord(process)
         async with asyncio.timeout(60):
             outcome = await measure(spec, observer=freezer, tokenizer=tokenizer)
@@ -181,8 +222,10 @@ async def test_row3_server_frozen_mid_point_ends_the_sweep(
     assert all("--stream-idle-timeout" in r.error_detail for r in timed_out)
     assert result["server_requests"] is None  # the after-scrape could not answer
     assert outcome.failed_points == (2,)
-    assert any("/metrics did not answer within 1 s" in line
-               for line in capsys.readouterr().err.splitlines())
+    assert any(
+        "/metrics did not answer within 1 s" in line
+        for line in capsys.readouterr().err.splitlines()
+    )
 
 
 # --- row 2 through the CLI: a 2^70 usage ends as an error rate, not a traceback ------------
@@ -191,8 +234,9 @@ async def test_row3_server_frozen_mid_point_ends_the_sweep(
 async def test_row2_usage_2_70_exit_1_with_results_on_disk(tmp_path: Path) -> None:
     routes = {"/v1/completions": alternate(completion(), completion(usage=2**70))}
     async with HostileServer(routes) as server:
-        status, lines, _ = await loadgen("--base-url", server.base_url, *RUN,
-                                         "--results", str(tmp_path))
+        status, lines, _ = await loadgen(
+            "--base-url", server.base_url, *RUN, "--results", str(tmp_path)
+        )
     assert status == 1, lines
     assert not any("Traceback" in line for line in lines)
     assert any("conc 2: error rate 50.0% exceeds --max-error-rate" in line for line in lines)
@@ -207,26 +251,32 @@ async def test_row2_usage_2_70_exit_1_with_results_on_disk(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("handler", "message"),
     [
-        (answer_bytes(b"<!doctype html><html><body>Login</body></html>", "text/html"),
-         "answered text/html, not JSON ('<!doctype html><html><body>Login</body></html>')"),
+        (
+            answer_bytes(b"<!doctype html><html><body>Login</body></html>", "text/html"),
+            "answered text/html, not JSON ('<!doctype html><html><body>Login</body></html>')",
+        ),
         (answer_json([1, 2]), "not an OpenAI model list"),
         (answer_json({"data": "m"}), "not an OpenAI model list"),
     ],
     ids=["html", "json-list", "data-not-a-list"],
 )
 async def test_row10_models_not_a_model_list_one_line_exit_1(
-        tmp_path: Path, handler: Any, message: str) -> None:
+    tmp_path: Path, handler: Any, message: str
+) -> None:
     async with HostileServer({"/v1/models": handler}) as server:
-        status, lines, _ = await loadgen("--base-url", server.base_url, *RUN,
-                                         "--results", str(tmp_path))
+        status, lines, _ = await loadgen(
+            "--base-url", server.base_url, *RUN, "--results", str(tmp_path)
+        )
     assert status == 1 and message in one_line(lines)
 
 
-@pytest.mark.parametrize("header", ["X-A:b\r\nX-Injected: 1", "X-A:b\n", "X-A:\x1bb",
-                                    "X A:b", "X-A\r:b", "(X):b"])
+@pytest.mark.parametrize(
+    "header", ["X-A:b\r\nX-Injected: 1", "X-A:b\n", "X-A:\x1bb", "X A:b", "X-A\r:b", "(X):b"]
+)
 async def test_row10_invalid_header_one_line_exit_2(tmp_path: Path, header: str) -> None:
-    status, lines, _ = await loadgen("--base-url", "http://127.0.0.1:1", *RUN,
-                                     "--results", str(tmp_path), "--header", header)
+    status, lines, _ = await loadgen(
+        "--base-url", "http://127.0.0.1:1", *RUN, "--results", str(tmp_path), "--header", header
+    )
     assert status == 2 and "--header" in one_line(lines)
 
 
@@ -243,12 +293,25 @@ def test_parse_header_accepts_what_http_allows() -> None:
 async def test_api_key_with_a_trailing_newline_is_stripped(tmp_path: Path) -> None:
     """A secret mounted from a file often ends in a newline: sent without it, not a crash."""
     async with HostileServer() as server:
-        status, lines, _ = await loadgen("--base-url", server.base_url, *RUN, "--results",
-                                         str(tmp_path), env={"OPENAI_API_KEY": "sk-test\n"})
-        sent = {r.headers.get("authorization") for r in server.requests
-                if r.path == "/v1/completions"}
+        status, lines, _ = await loadgen(
+            "--base-url",
+            server.base_url,
+            *RUN,
+            "--results",
+            str(tmp_path),
+            env={"OPENAI_API_KEY": "sk-test\n"},
+        )
+        sent = {
+            r.headers.get("authorization") for r in server.requests if r.path == "/v1/completions"
+        }
     assert status == 0, lines
     assert sent == {"Bearer sk-test"}
-    status, lines, _ = await loadgen("--base-url", server.base_url, *RUN, "--results",
-                                     str(tmp_path), env={"OPENAI_API_KEY": "sk\r\nX: y"})
+    status, lines, _ = await loadgen(
+        "--base-url",
+        server.base_url,
+        *RUN,
+        "--results",
+        str(tmp_path),
+        env={"OPENAI_API_KEY": "sk\r\nX: y"},
+    )
     assert status == 2 and "OPENAI_API_KEY" in one_line(lines)

@@ -26,8 +26,7 @@ from loadgen.records import ArrivalStamps, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
 REQUEST = RequestSpec(index=1, input_len=5, max_tokens=8, body=b'{"stream":true}')
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n")
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 FIRST_AFTER_S = 0.05  # the server sends the first event this long after the request
 BLOCK_S = 0.25  # the client's loop is held up this long from when the request arrived
 REST_AFTER_S = 0.4  # and the rest this long after the first
@@ -38,8 +37,10 @@ def chunk(data: bytes) -> bytes:
 
 
 def event(n: int) -> bytes:
-    return (b'data: {"choices":[{"index":0,"text":"x","token_ids":[7]}],'
-            b'"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n' % n)
+    return (
+        b'data: {"choices":[{"index":0,"text":"x","token_ids":[7]}],'
+        b'"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n' % n
+    )
 
 
 class PacedServer:
@@ -95,14 +96,17 @@ async def native(kernel_stamped: bool) -> AsyncIterator[NativeStreams]:
         await streams.close()
 
 
-async def send_while_the_loop_is_held(server: PacedServer, streams: NativeStreams,
-                                      ) -> tuple[RequestRecord, int]:
+async def send_while_the_loop_is_held(
+    server: PacedServer,
+    streams: NativeStreams,
+) -> tuple[RequestRecord, int]:
     """Send; once the server has the request, hold the loop for BLOCK_S (as a client
     busy with hundreds of other streams would be). Returns the record and when the
     hold ended."""
     transport = Transport(streams, server.url, request_timeout_s=10)
-    sending = asyncio.ensure_future(transport.send(
-        REQUEST, x_request_id="r", conc=1, scheduled_ns=0, on_record=lambda _r: None))
+    sending = asyncio.ensure_future(
+        transport.send(REQUEST, x_request_id="r", conc=1, scheduled_ns=0, on_record=lambda _r: None)
+    )
     await asyncio.to_thread(server.got_request.wait, 5)
     time.sleep(BLOCK_S)  # noqa: ASYNC251 -- on purpose: holds the loop, nothing is read
     released = perf_counter_ns()
@@ -138,7 +142,8 @@ async def test_read_stamps_move_with_the_loop() -> None:
 
 
 async def test_a_read_without_a_kernel_stamp_makes_the_request_read_stamped(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Where the kernel does not stamp (SO_TIMESTAMPING refused), reads are stamped at
     the read and the record says so: never labelled kernel on a guess."""
     monkeypatch.setattr(kernel_stamps, "enable", lambda _sock: False)
@@ -150,7 +155,8 @@ async def test_a_read_without_a_kernel_stamp_makes_the_request_read_stamped(
 
 
 async def test_a_stamp_before_the_request_was_written_is_not_used(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The wall clock stepped forward between the packet and the read (the kernel stamps
     in CLOCK_REALTIME): moved onto the monotonic clock the stamp would precede the
     request's write. It is refused, the read's stamp is used, and the record says so."""
@@ -209,7 +215,8 @@ async def test_a_write_the_socket_cannot_take_at_once_is_delivered_whole() -> No
     loop = asyncio.get_running_loop()
     recorder = Recorder()
     transport = await kernel_stamps.open_connection(
-        loop, "127.0.0.1", listener.getsockname()[1], recorder, kernel_stamps.ClockBridge())
+        loop, "127.0.0.1", listener.getsockname()[1], recorder, kernel_stamps.ClockBridge()
+    )
     began = perf_counter_ns()
     transport.write(payload)
     assert perf_counter_ns() - began < 100_000_000  # write() never blocks
@@ -241,8 +248,12 @@ async def test_the_server_closing_or_resetting_reaches_the_protocol_once(how: st
     thread.start()
     recorder = Recorder()
     transport = await kernel_stamps.open_connection(
-        asyncio.get_running_loop(), "127.0.0.1", listener.getsockname()[1], recorder,
-        kernel_stamps.ClockBridge())
+        asyncio.get_running_loop(),
+        "127.0.0.1",
+        listener.getsockname()[1],
+        recorder,
+        kernel_stamps.ClockBridge(),
+    )
     await asyncio.wait_for(recorder.closed, 5)
     thread.join(timeout=5)
     listener.close()
@@ -262,8 +273,9 @@ async def test_connect_refused_is_an_oserror() -> None:
         port = probe.getsockname()[1]  # closed when the block ends: nothing listens
     recorder = Recorder()
     with pytest.raises(ConnectionRefusedError):
-        await kernel_stamps.open_connection(asyncio.get_running_loop(), "127.0.0.1", port,
-                                            recorder, kernel_stamps.ClockBridge())
+        await kernel_stamps.open_connection(
+            asyncio.get_running_loop(), "127.0.0.1", port, recorder, kernel_stamps.ClockBridge()
+        )
 
 
 def test_the_clock_bridge_takes_the_tightest_reading_and_refreshes_on_schedule() -> None:
@@ -272,8 +284,9 @@ def test_the_clock_bridge_takes_the_tightest_reading_and_refreshes_on_schedule()
     REFRESH_NS has passed."""
     monotonic = iter([100, 900, 1_000, 1_010, 2_000, 2_400])  # widths 800, 10, 400
     realtime = iter([5_000, 6_000, 7_000])
-    bridge = kernel_stamps.ClockBridge(monotonic=lambda: next(monotonic),
-                                       realtime=lambda: next(realtime))
+    bridge = kernel_stamps.ClockBridge(
+        monotonic=lambda: next(monotonic), realtime=lambda: next(realtime)
+    )
     bridge.refresh(now=50)
     assert bridge.offset_ns == 6_000 - 1_005
     assert bridge.next_ns == 50 + kernel_stamps.ClockBridge.REFRESH_NS
@@ -297,7 +310,8 @@ async def test_a_protocol_that_fails_on_a_read_loses_the_connection() -> None:
 
     recorder = Failing()
     transport = await kernel_stamps.open_connection(
-        loop, "127.0.0.1", listener.getsockname()[1], recorder, kernel_stamps.ClockBridge())
+        loop, "127.0.0.1", listener.getsockname()[1], recorder, kernel_stamps.ClockBridge()
+    )
     conn, _ = listener.accept()
     with conn:
         conn.sendall(b"first")

@@ -19,18 +19,36 @@ from loadgen.run.ids import x_request_id
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 
-FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",
-            "--spin-us", "0", "--seed", "7",
-            "--reject-params", "return_token_ids,continuous_usage_stats")
+FAST_SIM = (
+    "--step-fixed-ms",
+    "2",
+    "--decode-token-us",
+    "20",
+    "--prefill-token-us",
+    "2",
+    "--spin-us",
+    "0",
+    "--seed",
+    "7",
+    "--reject-params",
+    "return_token_ids,continuous_usage_stats",
+)
 
 
-async def test_tokens_counted_from_logprobs_when_ids_and_usage_are_rejected(
-        tmp_path: Path) -> None:
+async def test_tokens_counted_from_logprobs_when_ids_and_usage_are_rejected(tmp_path: Path) -> None:
     tokenizer: Tokenizer = load_tokenizer()
     trace = tmp_path / "trace.jsonl"
-    spec = RunSpec(conc=(2,), isl=64, osl=32, prompts_per_conc=3, warmup_per_conc=1,
-                   sim=True, sim_args=(*FAST_SIM, "--trace", str(trace)),
-                   results_dir=tmp_path / "results", progress=False)
+    spec = RunSpec(
+        conc=(2,),
+        isl=64,
+        osl=32,
+        prompts_per_conc=3,
+        warmup_per_conc=1,
+        sim=True,
+        sim_args=(*FAST_SIM, "--trace", str(trace)),
+        results_dir=tmp_path / "results",
+        progress=False,
+    )
     outcome = await run_sweep(spec, tokenizer=tokenizer)
     assert outcome.exit_code == 0
     run = orjson.loads((outcome.results_dir / "run.json").read_bytes())

@@ -33,8 +33,10 @@ CHUNKED = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
 
 def event(tokens: int, done: int) -> bytes:
     ids = ",".join(["7"] * tokens)
-    return (b'data: {"choices":[{"index":0,"text":"x","token_ids":[%s]}],'
-            b'"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n' % (ids.encode(), done))
+    return (
+        b'data: {"choices":[{"index":0,"text":"x","token_ids":[%s]}],'
+        b'"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n' % (ids.encode(), done)
+    )
 
 
 def chunk(data: bytes) -> bytes:
@@ -78,11 +80,13 @@ async def serve(script: Script) -> AsyncIterator[tuple[str, Server]]:
         listener.close()
 
 
-async def send(streams: NativeStreams, url: str, rid: str = "r",
-               limit_s: float | None = 5.0) -> RequestRecord:
+async def send(
+    streams: NativeStreams, url: str, rid: str = "r", limit_s: float | None = 5.0
+) -> RequestRecord:
     transport = Transport(streams, url, request_timeout_s=limit_s)
-    return await transport.send(REQUEST, x_request_id=rid, conc=1, scheduled_ns=0,
-                                on_record=lambda _r: None)
+    return await transport.send(
+        REQUEST, x_request_id=rid, conc=1, scheduled_ns=0, on_record=lambda _r: None
+    )
 
 
 @contextlib.asynccontextmanager
@@ -98,8 +102,10 @@ async def test_request_bytes_and_keep_alive_reuse() -> None:
     async def script(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(CHUNKED + chunk(BODY) + b"0\r\n\r\n")
 
-    async with serve(script) as (url, server), native(
-            headers={"Authorization": "Bearer k"}) as streams:
+    async with (
+        serve(script) as (url, server),
+        native(headers={"Authorization": "Bearer k"}) as streams,
+    ):
         first = await send(streams, url, "a")
         second = await send(streams, url, "b")
     assert first.ok and first.chunk_tokens == (1, 2) and first.completion_tokens == 3
@@ -107,9 +113,14 @@ async def test_request_bytes_and_keep_alive_reuse() -> None:
     assert server.connections == 1  # kept alive
     head = server.requests[0].decode()
     assert head.startswith("POST /v1/completions HTTP/1.1\r\n")
-    for line in ("Host: 127.0.0.1:", "X-Request-Id: a", "Content-Type: application/json",
-                 "Accept-Encoding: identity", "Authorization: Bearer k",
-                 f"Content-Length: {len(REQUEST.body)}"):
+    for line in (
+        "Host: 127.0.0.1:",
+        "X-Request-Id: a",
+        "Content-Type: application/json",
+        "Accept-Encoding: identity",
+        "Authorization: Bearer k",
+        f"Content-Length: {len(REQUEST.body)}",
+    ):
         assert f"\r\n{line}" in head, line
 
 
@@ -139,8 +150,13 @@ async def test_body_delimited_by_connection_close() -> None:
 
 async def test_chunk_headers_and_events_split_anywhere() -> None:
     """Reads cut inside chunk-size lines, CRLFs and events; two events in one chunk."""
-    wire = CHUNKED + chunk(event(1, 1)) + chunk(event(2, 3) + event(1, 4)) + chunk(
-        b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    wire = (
+        CHUNKED
+        + chunk(event(1, 1))
+        + chunk(event(2, 3) + event(1, 4))
+        + chunk(b"data: [DONE]\n\n")
+        + b"0\r\n\r\n"
+    )
     cuts = [len(CHUNKED) + 2, len(CHUNKED) + 40, len(wire) - 30, len(wire) - 3]
     parts = [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True)]
     written: list[int] = []
@@ -169,21 +185,32 @@ async def test_interim_100_continue_head_is_skipped() -> None:
     assert record.ok and record.status == 200 and record.chunk_tokens == (1, 2)
 
 
-@pytest.mark.parametrize(("wire", "kind", "kept"), [
-    (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", ErrorKind.MALFORMED, ()),  # not HTTP
-    (CHUNKED + chunk(event(1, 1)) + b"zz\r\n", ErrorKind.MALFORMED, (1,)),  # bad chunk size
-    (CHUNKED + chunk(event(1, 1)) + b"CLOSE", ErrorKind.DISCONNECT, (1,)),  # cut mid-body
-    (b"CLOSE", ErrorKind.DISCONNECT, ()),  # closed before any response
-    (CHUNKED + chunk(event(1, 1)) + b"0\r\n\r\n", ErrorKind.DISCONNECT, (1,)),  # no [DONE]
-    (CHUNKED + chunk(b"data: {nope\n\n") + b"0\r\n\r\n", ErrorKind.MALFORMED, ()),
-    (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-     b"Content-Length: 16\r\n\r\n{\"error\":\"busy\"}", ErrorKind.HTTP, ()),
-    # an error whose body never ends: its first bytes are the record's detail
-    (b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 999\r\n\r\nbusy", ErrorKind.HTTP,
-     ()),
-])
-async def test_failures_become_error_kinds(wire: bytes, kind: ErrorKind,
-                                           kept: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(
+    ("wire", "kind", "kept"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", ErrorKind.MALFORMED, ()),  # not HTTP
+        (CHUNKED + chunk(event(1, 1)) + b"zz\r\n", ErrorKind.MALFORMED, (1,)),  # bad chunk size
+        (CHUNKED + chunk(event(1, 1)) + b"CLOSE", ErrorKind.DISCONNECT, (1,)),  # cut mid-body
+        (b"CLOSE", ErrorKind.DISCONNECT, ()),  # closed before any response
+        (CHUNKED + chunk(event(1, 1)) + b"0\r\n\r\n", ErrorKind.DISCONNECT, (1,)),  # no [DONE]
+        (CHUNKED + chunk(b"data: {nope\n\n") + b"0\r\n\r\n", ErrorKind.MALFORMED, ()),
+        (
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 16\r\n\r\n{"error":"busy"}',
+            ErrorKind.HTTP,
+            (),
+        ),
+        # an error whose body never ends: its first bytes are the record's detail
+        (
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 999\r\n\r\nbusy",
+            ErrorKind.HTTP,
+            (),
+        ),
+    ],
+)
+async def test_failures_become_error_kinds(
+    wire: bytes, kind: ErrorKind, kept: tuple[int, ...]
+) -> None:
     async def script(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         data, close, _ = wire.partition(b"CLOSE")
         writer.write(data)
@@ -296,8 +323,9 @@ async def tls_server(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def test_https_with_a_trusted_certificate(certificate: tuple[Path, Path],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_https_with_a_trusted_certificate(
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))  # how a user trusts a CA
     async with tls_server(certificate) as url, native() as streams:
         first = await send(streams, url)
@@ -308,7 +336,8 @@ async def test_https_with_a_trusted_certificate(certificate: tuple[Path, Path],
 
 
 async def test_https_with_an_untrusted_certificate_is_a_connect_error(
-        certificate: tuple[Path, Path]) -> None:
+    certificate: tuple[Path, Path],
+) -> None:
     async with tls_server(certificate) as url, native() as streams:
         record = await send(streams, url)
     assert record.error is ErrorKind.CONNECT and "certificate" in record.error_detail.lower()

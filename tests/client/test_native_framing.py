@@ -24,8 +24,9 @@ from loadgen.client.sse import ArrivalLog
 
 
 def data_event(tokens: int, sep: str = "\n", space: bool = True) -> str:
-    payload = orjson.dumps({"choices": [{"index": 0, "text": "t",
-                                         "token_ids": list(range(tokens))}]}).decode()
+    payload = orjson.dumps(
+        {"choices": [{"index": 0, "text": "t", "token_ids": list(range(tokens))}]}
+    ).decode()
     return f"data:{' ' if space else ''}{payload}{sep}{sep}"
 
 
@@ -71,12 +72,20 @@ class Content:
 
 
 def outcome(state: Exchange, error: Exception | None) -> tuple[object, ...]:
-    return (tuple(state.chunk_ns), tuple(state.chunk_tokens), state.done, state.error,
-            state.detail, state.end_ns, type(error).__name__ if error else None)
+    return (
+        tuple(state.chunk_ns),
+        tuple(state.chunk_tokens),
+        state.done,
+        state.error,
+        state.detail,
+        state.end_ns,
+        type(error).__name__ if error else None,
+    )
 
 
-def run_both(body: bytes, cuts: list[int], drain_every: int
-             ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def run_both(
+    body: bytes, cuts: list[int], drain_every: int
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     ingest = Ingest()
     native_state, reference_state = Exchange(), Exchange()
     reads, content, log = Reads(), Content(), ArrivalLog()
@@ -106,10 +115,15 @@ def run_both(body: bytes, cuts: list[int], drain_every: int
 
 
 @settings(max_examples=300, deadline=None)
-@given(events=st.lists(EVENT, min_size=1, max_size=12), done=st.booleans(),
-       data=st.data(), drain_every=st.integers(1, 4))
-def test_native_framing_matches_the_reference(events: list[str], done: bool,
-                                              data: st.DataObject, drain_every: int) -> None:
+@given(
+    events=st.lists(EVENT, min_size=1, max_size=12),
+    done=st.booleans(),
+    data=st.data(),
+    drain_every=st.integers(1, 4),
+)
+def test_native_framing_matches_the_reference(
+    events: list[str], done: bool, data: st.DataObject, drain_every: int
+) -> None:
     body = ("".join(events) + ("data: [DONE]\n\n" if done else "")).encode()
     cuts = data.draw(st.lists(st.integers(0, len(body)), max_size=8))
     native, reference = run_both(body, cuts, drain_every)
@@ -127,14 +141,13 @@ def test_an_event_after_a_blank_line_has_its_own_first_bytes_stamp(cuts: list[in
 
 def test_a_huge_event_in_small_reads_is_linear() -> None:
     """Past 64 KB an unfinished event goes to the linear framer: 8 MB in 4 KB reads."""
-    payload = orjson.dumps({"choices": [{"index": 0, "text": "x" * (8 << 20),
-                                         "token_ids": [1]}]})
+    payload = orjson.dumps({"choices": [{"index": 0, "text": "x" * (8 << 20), "token_ids": [1]}]})
     body = b"data: " + payload + b"\n\ndata: [DONE]\n\n"
     reads, state = Reads(), Exchange()
     stream = EventStream(reads, state, TokenCounter())
     started = time.perf_counter()
     for i in range(0, len(body), 4096):
-        reads.pieces.append((i, body[i:i + 4096]))
+        reads.pieces.append((i, body[i : i + 4096]))
         stream.drain()
     stream.finish()
     assert state.chunk_tokens == [1] and state.chunk_ns == [0] and state.done
@@ -144,8 +157,11 @@ def test_a_huge_event_in_small_reads_is_linear() -> None:
 def test_common_framing_never_reaches_the_framer() -> None:
     reads, state = Reads(), Exchange()
     stream = EventStream(reads, state, TokenCounter())
-    reads.pieces += [(1, data_event(2).encode()), (2, (data_event(1) + data_event(3)).encode()),
-                     (3, b"data: [DONE]\n\n")]
+    reads.pieces += [
+        (1, data_event(2).encode()),
+        (2, (data_event(1) + data_event(3)).encode()),
+        (3, b"data: [DONE]\n\n"),
+    ]
     stream.finish()
     assert stream._framer is None  # the shortcut took every event
     assert state.chunk_tokens == [2, 1, 3] and state.chunk_ns == [1, 2, 2] and state.done

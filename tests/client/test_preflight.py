@@ -25,9 +25,15 @@ def event(obj: dict[str, Any]) -> bytes:
 
 
 class Script:
-    def __init__(self, *, reject_token_ids: bool = False, tokenize_extra: int = 0,
-                 max_model_len: int = 4096, models: tuple[str, ...] = ("m",),
-                 redirect: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        reject_token_ids: bool = False,
+        tokenize_extra: int = 0,
+        max_model_len: int = 4096,
+        models: tuple[str, ...] = ("m",),
+        redirect: dict[str, str] | None = None,
+    ) -> None:
         self.redirect = redirect or {}  # path -> the Location it answers with (302)
         self.reject_token_ids = reject_token_ids
         self.tokenize_extra = tokenize_extra
@@ -38,9 +44,15 @@ class Script:
 
 async def serve(script: Script) -> AsyncGenerator[str, None]:
     async def models(_r: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": m, "object": "model", "max_model_len": script.max_model_len}
-            for m in script.models]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": m, "object": "model", "max_model_len": script.max_model_len}
+                    for m in script.models
+                ],
+            }
+        )
 
     async def tokenize(request: web.Request) -> web.Response:
         body = await request.json()
@@ -50,16 +62,18 @@ async def serve(script: Script) -> AsyncGenerator[str, None]:
         body = await request.json()
         script.bodies.append(body)
         if script.reject_token_ids and "return_token_ids" in body:
-            return web.json_response({"error": {"message": "unknown field return_token_ids",
-                                                "code": 400}}, status=400)
+            return web.json_response(
+                {"error": {"message": "unknown field return_token_ids", "code": 400}}, status=400
+            )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         for n in range(1, body["max_tokens"] + 1):
             choice: dict[str, Any] = {"index": 0, "text": "w "}
             if body.get("return_token_ids"):
                 choice["token_ids"] = [7]
-            await response.write(event({"choices": [choice], "usage": {
-                "prompt_tokens": 3, "completion_tokens": n}}))
+            await response.write(
+                event({"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": n}})
+            )
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -88,14 +102,24 @@ async def serve(script: Script) -> AsyncGenerator[str, None]:
         await runner.cleanup()
 
 
-async def run_preflight(script: Script, *, model: str | None = None, isl: int = 100,
-                        osl: int = 10, headers: dict[str, str] | None = None) -> Any:
+async def run_preflight(
+    script: Script,
+    *,
+    model: str | None = None,
+    isl: int = 100,
+    osl: int = 10,
+    headers: dict[str, str] | None = None,
+) -> Any:
     gen = serve(script)
     base = await gen.__anext__()
     try:
         async with open_session(max_connections=2, headers=headers, stamping=True) as session:
             return await preflight(
-                session, base, wanted_model=model, isl=isl, osl=osl,
+                session,
+                base,
+                wanted_model=model,
+                isl=isl,
+                osl=osl,
                 options=BodyOptions(endpoint="completions", model=""),
                 prompt=("one two three", 3),
             )
@@ -136,8 +160,9 @@ async def test_tokenizer_mismatch_is_loud() -> None:
         (Script(max_model_len=2048), None, 2040, "max_model_len 2048.*--max-model-len >= 2050"),
     ],
 )
-async def test_stops_with_one_clear_line(script: Script, model: str | None, isl: int,
-                                         message: str) -> None:
+async def test_stops_with_one_clear_line(
+    script: Script, model: str | None, isl: int, message: str
+) -> None:
     with pytest.raises(PreflightError, match=message) as caught:
         await run_preflight(script, model=model, isl=isl)
     assert "\n" not in str(caught.value)
@@ -153,8 +178,9 @@ async def header_recorder() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
 
     async def record(request: web.Request) -> web.Response:
         seen.append(dict(request.headers))
-        return web.json_response({"object": "list", "data": [{"id": "m"}], "count": 3,
-                                  "version": "x"})
+        return web.json_response(
+            {"object": "list", "data": [{"id": "m"}], "count": 3, "version": "x"}
+        )
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", record)
@@ -169,15 +195,15 @@ async def header_recorder() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
 
 
 @pytest.mark.parametrize("path", ["/v1/models", "/tokenize", "/metrics", "/version"])
-async def test_a_redirect_to_another_origin_is_refused_and_the_secret_stays(
-        path: str) -> None:
+async def test_a_redirect_to_another_origin_is_refused_and_the_secret_stays(path: str) -> None:
     async with header_recorder() as (elsewhere, seen):
         script = Script(redirect={path: f"{elsewhere}/steal{path}"})
         with pytest.raises(PreflightError) as caught:
             await run_preflight(script, headers={"X-Api-Key": SECRET})
         assert str(caught.value) == (
             f"the server redirected {path} to {elsewhere}/steal{path}: loadgen does not "
-            "follow redirects to another origin; point --base-url at the server itself")
+            "follow redirects to another origin; point --base-url at the server itself"
+        )
         assert seen == [], "nothing at all reached the other origin"
 
 

@@ -50,27 +50,41 @@ async def server() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
 
 @pytest.mark.parametrize("kind", ["native", "aiohttp"])
 async def test_session_headers_fields_and_cached_tokens(
-        server: tuple[str, list[dict[str, str]]], kind: str) -> None:
+    server: tuple[str, list[dict[str, str]]], kind: str
+) -> None:
     url, seen = server
-    request = RequestSpec(index=0, input_len=130, max_tokens=1, body=b"{}",
-                          session_id="run.0.1:trace-a::sa0", turn_index=4,
-                          tree_id="run.0.1:trace-a",
-                          headers=(("X-Session-ID", "run.0.1:trace-a::sa0"),
-                                   ("X-SMG-Routing-Key", "run.0.1:trace-a::sa0")),
-                          theoretical_cached_tokens=128)
+    request = RequestSpec(
+        index=0,
+        input_len=130,
+        max_tokens=1,
+        body=b"{}",
+        session_id="run.0.1:trace-a::sa0",
+        turn_index=4,
+        tree_id="run.0.1:trace-a",
+        headers=(
+            ("X-Session-ID", "run.0.1:trace-a::sa0"),
+            ("X-SMG-Routing-Key", "run.0.1:trace-a::sa0"),
+        ),
+        theoretical_cached_tokens=128,
+    )
     async with contextlib.AsyncExitStack() as stack:  # both clients carry the headers
         client: StreamClient
         if kind == "native":
             client = NativeStreams(max_connections=1)
             stack.push_async_callback(client.close)
         else:
-            client = AiohttpStreams(await stack.enter_async_context(
-                open_session(max_connections=1, stamping=True)))
+            client = AiohttpStreams(
+                await stack.enter_async_context(open_session(max_connections=1, stamping=True))
+            )
         record = await Transport(client, url).send(
-            request, x_request_id="r", conc=1, scheduled_ns=1, on_record=lambda r: None)
+            request, x_request_id="r", conc=1, scheduled_ns=1, on_record=lambda r: None
+        )
     assert seen[0]["x-session-id"] == seen[0]["x-smg-routing-key"] == "run.0.1:trace-a::sa0"
     assert seen[0]["x-request-id"] == "r"
     assert record.ok and record.cached_tokens == 128 and record.prompt_tokens == 130
     assert (record.session_id, record.turn_index, record.tree_id) == (
-        "run.0.1:trace-a::sa0", 4, "run.0.1:trace-a")
+        "run.0.1:trace-a::sa0",
+        4,
+        "run.0.1:trace-a",
+    )
     assert record.theoretical_cached_tokens == 128

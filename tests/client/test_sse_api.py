@@ -15,8 +15,9 @@ from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import TokenSource
 from loadgen.workload.bodies import BodyOptions, chat_body, completion_body
 
-STREAM = (b": ping\n\ndata: {\"a\":1}\n\ndata: x\r\ndata: y\r\n\r\nevent: e\ndata:z\n\n"
-          b"data: [DONE]\n\n")
+STREAM = (
+    b': ping\n\ndata: {"a":1}\n\ndata: x\r\ndata: y\r\n\r\nevent: e\ndata:z\n\ndata: [DONE]\n\n'
+)
 
 
 def frame_all(chunks: list[bytes]) -> list[tuple[int, bytes]]:
@@ -40,7 +41,7 @@ def test_framer_any_split_same_events(cuts: list[int]) -> None:
 
 def test_framer_pending_when_cut_mid_event() -> None:
     framer = SseFramer()
-    framer.feed(b"data: {\"a\":")
+    framer.feed(b'data: {"a":')
     assert framer.pending
 
 
@@ -56,8 +57,9 @@ def _events(path: Path) -> list[bytes]:
     return [e.data for e in SseFramer().feed(path.read_bytes())]
 
 
-@pytest.mark.parametrize("name", ["completions_stream_token_ids_usage.sse",
-                                  "chat_stream_token_ids_usage.sse"])
+@pytest.mark.parametrize(
+    "name", ["completions_stream_token_ids_usage.sse", "chat_stream_token_ids_usage.sse"]
+)
 def test_vllm_capture_token_ids(vllm_fixtures: Path, name: str) -> None:
     counter = TokenCounter()
     counts = [counter.count(decode_event(d)) for d in _events(vllm_fixtures / name)]
@@ -70,8 +72,9 @@ def test_vllm_capture_token_ids(vllm_fixtures: Path, name: str) -> None:
 
 def test_vllm_capture_without_token_ids_uses_text(vllm_fixtures: Path) -> None:
     counter = TokenCounter(count_text=lambda text: 7)
-    counts = [counter.count(decode_event(d))
-              for d in _events(vllm_fixtures / "completions_stream.sse")]
+    counts = [
+        counter.count(decode_event(d)) for d in _events(vllm_fixtures / "completions_stream.sse")
+    ]
     assert counter.source is TokenSource.TEXT  # flagged approximate
     assert all(c in (0, 7) for c in counts)
 
@@ -104,14 +107,18 @@ def test_request_bodies() -> None:
     assert body["stream"] and body["ignore_eos"] and body["add_special_tokens"] is False
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["return_token_ids"] and body["max_tokens"] == 16 and body["seed"] == 5
-    chat = chat_body(BodyOptions(endpoint="chat", model="m", thinking="thinking",
-                                 reasoning_effort="high"), [{"role": "user", "content": "x"}], 8)
+    chat = chat_body(
+        BodyOptions(endpoint="chat", model="m", thinking="thinking", reasoning_effort="high"),
+        [{"role": "user", "content": "x"}],
+        8,
+    )
     assert chat["chat_template_kwargs"] == {"thinking": True, "reasoning_effort": "high"}
     assert orjson.loads(orjson.dumps(chat))["messages"][0]["content"] == "x"
 
 
-LF_STREAM = (b"data: {\"a\":1}\n\n: keep-alive\n\ndata: x\ndata: y\n\n\n\nid: 3\ndata: z\n\n"
-             b"data: [DONE]\n\n")
+LF_STREAM = (
+    b'data: {"a":1}\n\n: keep-alive\n\ndata: x\ndata: y\n\n\n\nid: 3\ndata: z\n\ndata: [DONE]\n\n'
+)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=len(LF_STREAM)), max_size=12))
@@ -128,29 +135,43 @@ def test_framer_one_event_per_read_matches_line_by_line() -> None:
     """The one-event-per-read path gives the same offsets and data as line-by-line framing."""
     blocks = [b + b"\n\n" for b in LF_STREAM.split(b"\n\n")[:-1]]
     per_read = frame_all(blocks)
-    byte_by_byte = frame_all([LF_STREAM[i:i + 1] for i in range(len(LF_STREAM))])
+    byte_by_byte = frame_all([LF_STREAM[i : i + 1] for i in range(len(LF_STREAM))])
     assert per_read == byte_by_byte
     assert [d for _, d in per_read] == [b'{"a":1}', b"x\ny", b"z", b"[DONE]"]
 
 
 def test_decode_event_fields_by_name() -> None:
     """Every field lands under its own name (the event is built positionally)."""
-    ev = decode_event(b'{"choices":[{"text":"ab","token_ids":[5,6,7],"finish_reason":"length",'
-                      b'"logprobs":{"tokens":["a","b"]}}],'
-                      b'"usage":{"completion_tokens":11,"prompt_tokens":9,'
-                      b'"prompt_tokens_details":{"cached_tokens":4}}}')
+    ev = decode_event(
+        b'{"choices":[{"text":"ab","token_ids":[5,6,7],"finish_reason":"length",'
+        b'"logprobs":{"tokens":["a","b"]}}],'
+        b'"usage":{"completion_tokens":11,"prompt_tokens":9,'
+        b'"prompt_tokens_details":{"cached_tokens":4}}}'
+    )
     assert ev._asdict() == {
-        "done": False, "has_choice": True, "token_ids": 3, "logprobs": 2, "text": "ab",
-        "completion_tokens": 11, "prompt_tokens": 9, "finish_reason": "length", "error": None,
-        "cached_tokens": 4, "reasoning": False}
+        "done": False,
+        "has_choice": True,
+        "token_ids": 3,
+        "logprobs": 2,
+        "text": "ab",
+        "completion_tokens": 11,
+        "prompt_tokens": 9,
+        "finish_reason": "length",
+        "error": None,
+        "cached_tokens": 4,
+        "reasoning": False,
+    }
     chat = decode_event(b'{"choices":[{"delta":{"reasoning":"r"},"token_ids":[5]}]}')
     assert (chat.text, chat.reasoning, chat.token_ids) == ("r", True, 1)
-    usage_only = decode_event(b'{"choices":[],"usage":{"prompt_tokens":9,"total_tokens":20,'
-                              b'"completion_tokens":11,"prompt_tokens_details":'
-                              b'{"cached_tokens":8}}}')
+    usage_only = decode_event(
+        b'{"choices":[],"usage":{"prompt_tokens":9,"total_tokens":20,'
+        b'"completion_tokens":11,"prompt_tokens_details":'
+        b'{"cached_tokens":8}}}'
+    )
     assert (usage_only.cached_tokens, usage_only.has_choice) == (8, False)
-    no_details = decode_event(b'{"choices":[],"usage":{"prompt_tokens":9,'
-                              b'"prompt_tokens_details":null}}')
+    no_details = decode_event(
+        b'{"choices":[],"usage":{"prompt_tokens":9,"prompt_tokens_details":null}}'
+    )
     assert no_details.cached_tokens is None
     chat = decode_event(b'{"choices":[{"delta":{"reasoning_content":"r"},"logprobs":null}]}')
     assert (chat.text, chat.logprobs, chat.token_ids, chat.finish_reason) == ("r", None, None, None)

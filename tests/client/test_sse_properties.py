@@ -46,7 +46,7 @@ def reference(stream: bytes) -> tuple[list[tuple[int, bytes]], bool]:
     start: int | None = None
     pos = 0
     for match in re.finditer(rb"\r\n|\r|\n", stream):
-        line, offset, pos = stream[pos:match.start()], pos, match.end()
+        line, offset, pos = stream[pos : match.start()], pos, match.end()
         if offset == 0 and line.startswith(BOM):
             line = line[3:]
             if not line:
@@ -88,20 +88,24 @@ eols = st.sampled_from(EOLS)
 # An event: one or more field lines, each with its own line end, then a blank line.
 events = st.builds(
     lambda lines, end: b"".join(line + eol for line, eol in lines) + end,
-    st.lists(st.tuples(field_lines, eols), min_size=1, max_size=4), eols)
+    st.lists(st.tuples(field_lines, eols), min_size=1, max_size=4),
+    eols,
+)
 streams = st.builds(
     lambda bom, body, tail: (BOM if bom else b"") + b"".join(body) + tail,
     st.booleans(),
     st.lists(st.one_of(events, eols), max_size=8),  # a bare EOL: a blank line between events
-    st.one_of(st.just(b""), field_lines, st.builds(lambda line, eol: line + eol, field_lines,
-                                                   eols)),  # cut short at the end
+    st.one_of(
+        st.just(b""), field_lines, st.builds(lambda line, eol: line + eol, field_lines, eols)
+    ),  # cut short at the end
 )
 
 
 @settings(max_examples=400, deadline=None)
 @given(streams, st.lists(st.integers(min_value=0, max_value=1 << 16), max_size=10))
 def test_any_split_of_any_stream_frames_as_the_whole_stream_reads(
-        stream: bytes, cuts: list[int]) -> None:
+    stream: bytes, cuts: list[int]
+) -> None:
     whole = frame([stream])
     assert whole == reference(stream)
     bounds = [0, *sorted(c % (len(stream) + 1) for c in cuts), len(stream)]
@@ -111,7 +115,7 @@ def test_any_split_of_any_stream_frames_as_the_whole_stream_reads(
 @settings(max_examples=100, deadline=None)
 @given(streams)
 def test_byte_by_byte_frames_as_the_whole_stream(stream: bytes) -> None:
-    assert frame([stream[i:i + 1] for i in range(len(stream))]) == reference(stream)
+    assert frame([stream[i : i + 1] for i in range(len(stream))]) == reference(stream)
 
 
 @pytest.mark.parametrize("eol", EOLS, ids=["lf", "crlf", "cr"])
@@ -134,31 +138,54 @@ def test_cr_then_lf_in_the_next_read_is_one_line_end() -> None:
 # --- decode_event fuzz -------------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=8,
 )
 counts = st.one_of(st.integers(min_value=-3, max_value=MAX_TOKEN_COUNT + 3), json_values)
-deltas = st.fixed_dictionaries({}, optional={
-    "content": json_values, "reasoning_content": json_values, "reasoning": json_values,
-    "role": json_values})
-choices = st.fixed_dictionaries({}, optional={
-    "index": json_values, "text": st.one_of(st.text(max_size=8), json_values),
-    "token_ids": st.one_of(st.lists(st.integers(0, 10**6), max_size=4), json_values),
-    "finish_reason": st.one_of(st.sampled_from(["length", "stop"]), json_values),
-    "delta": st.one_of(deltas, json_values),
-    "logprobs": st.one_of(st.fixed_dictionaries({}, optional={
-        "tokens": json_values, "content": json_values}), json_values),
-})
-chunks = st.fixed_dictionaries({}, optional={
-    "choices": st.one_of(st.lists(st.one_of(choices, json_values), max_size=2), json_values),
-    "usage": st.one_of(st.fixed_dictionaries({}, optional={
-        "completion_tokens": counts, "prompt_tokens": counts}), json_values),
-    "error": json_values,
-    "object": st.sampled_from(["error", "text_completion", "chat.completion.chunk"]),
-})
+deltas = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": json_values,
+        "reasoning_content": json_values,
+        "reasoning": json_values,
+        "role": json_values,
+    },
+)
+choices = st.fixed_dictionaries(
+    {},
+    optional={
+        "index": json_values,
+        "text": st.one_of(st.text(max_size=8), json_values),
+        "token_ids": st.one_of(st.lists(st.integers(0, 10**6), max_size=4), json_values),
+        "finish_reason": st.one_of(st.sampled_from(["length", "stop"]), json_values),
+        "delta": st.one_of(deltas, json_values),
+        "logprobs": st.one_of(
+            st.fixed_dictionaries({}, optional={"tokens": json_values, "content": json_values}),
+            json_values,
+        ),
+    },
+)
+chunks = st.fixed_dictionaries(
+    {},
+    optional={
+        "choices": st.one_of(st.lists(st.one_of(choices, json_values), max_size=2), json_values),
+        "usage": st.one_of(
+            st.fixed_dictionaries(
+                {}, optional={"completion_tokens": counts, "prompt_tokens": counts}
+            ),
+            json_values,
+        ),
+        "error": json_values,
+        "object": st.sampled_from(["error", "text_completion", "chat.completion.chunk"]),
+    },
+)
 payloads = st.one_of(
     chunks.map(lambda c: json.dumps(c).encode()),  # json: it writes ints beyond 64 bits
     json_values.map(lambda v: json.dumps(v).encode()),
@@ -186,8 +213,10 @@ def test_decode_event_validates_or_raises_malformed(count_text: Any, payload: by
         assert str(exc)  # the reason, for error_detail
         return
     assert type(event) is StreamEvent
-    assert all(_is_count(v) for v in (event.token_ids, event.logprobs,
-                                       event.completion_tokens, event.prompt_tokens))
+    assert all(
+        _is_count(v)
+        for v in (event.token_ids, event.logprobs, event.completion_tokens, event.prompt_tokens)
+    )
     assert type(event.text) is str
     assert event.finish_reason is None or type(event.finish_reason) is str
     assert event.error is None or type(event.error) is str
@@ -203,8 +232,11 @@ def test_decode_event_validates_or_raises_malformed(count_text: Any, payload: by
 def test_deeply_nested_error_object_is_described_not_recursed() -> None:
     """str() of a 1,000-deep list recursed past Python's limit: found by the fuzz."""
     nested = b"[" * 1000 + b"]" * 1000
-    for payload in (b'{"error":' + nested + b"}", b'{"error":{"message":' + nested + b"}}",
-                    b'{"choices":[{"text":' + nested + b"}]}"):
+    for payload in (
+        b'{"error":' + nested + b"}",
+        b'{"error":{"message":' + nested + b"}}",
+        b'{"choices":[{"text":' + nested + b"}]}",
+    ):
         try:
             event = decode_event(payload)
         except MalformedEvent:

@@ -30,21 +30,34 @@ from loadgen.workload.plan import RequestSpec
 
 
 def chunk(ids: list[int], done: int) -> bytes:
-    return (b'data: {"choices":[{"index":0,"text":"x","token_ids":%s}],'
-            b'"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n'
-            % (str(ids).replace(" ", "").encode(), done))
+    return (
+        b'data: {"choices":[{"index":0,"text":"x","token_ids":%s}],'
+        b'"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n'
+        % (str(ids).replace(" ", "").encode(), done)
+    )
 
 
 SCRIPTS: dict[str, list[bytes]] = {
-    "ok": [chunk([1], 1), chunk([2, 3], 3), chunk([4, 5, 6], 6),
-           b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":6}}\n\n',
-           b"data: [DONE]\n\n"],
-    "split": [chunk([1], 1)[:7], chunk([1], 1)[7:] + chunk([2], 2)[:30],
-              chunk([2], 2)[30:] + b"data: [DO", b"NE]\n\n"],
+    "ok": [
+        chunk([1], 1),
+        chunk([2, 3], 3),
+        chunk([4, 5, 6], 6),
+        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":6}}\n\n',
+        b"data: [DONE]\n\n",
+    ],
+    "split": [
+        chunk([1], 1)[:7],
+        chunk([1], 1)[7:] + chunk([2], 2)[:30],
+        chunk([2], 2)[30:] + b"data: [DO",
+        b"NE]\n\n",
+    ],
     "abort": [chunk([1], 1), chunk([2], 2)],
     "malformed": [chunk([1], 1), b"data: {nope\n\n", b"data: [DONE]\n\n"],
-    "server_error": [chunk([1], 1), b'data: {"error":{"message":"oom","code":500}}\n\n',
-                     b"data: [DONE]\n\n"],
+    "server_error": [
+        chunk([1], 1),
+        b'data: {"error":{"message":"oom","code":500}}\n\n',
+        b"data: [DONE]\n\n",
+    ],
     "stall": [chunk([1], 1), b"STALL", b"data: [DONE]\n\n"],
     # a 2 MB event (e.g. prompt_token_ids of a long prompt): no buffer or line limit
     "long": [chunk(list(range(300_000)), 300_000), b"data: [DONE]\n\n"],
@@ -98,8 +111,9 @@ CLIENTS = ("native", "aiohttp")
 
 
 @contextlib.asynccontextmanager
-async def open_streams(kind: str, max_connections: int,
-                       read_bufsize: int | None = None) -> AsyncIterator[StreamClient]:
+async def open_streams(
+    kind: str, max_connections: int, read_bufsize: int | None = None
+) -> AsyncIterator[StreamClient]:
     """The measured-stream client `--http-client kind` would use."""
     if kind == "native":
         native = NativeStreams(max_connections=max_connections)
@@ -109,8 +123,9 @@ async def open_streams(kind: str, max_connections: int,
             await native.close()
         return
     bufsize = READ_BUFSIZE if read_bufsize is None else read_bufsize
-    async with open_session(max_connections=max_connections, stamping=True,
-                            read_bufsize=bufsize) as session:
+    async with open_session(
+        max_connections=max_connections, stamping=True, read_bufsize=bufsize
+    ) as session:
         yield AiohttpStreams(session)
 
 
@@ -119,13 +134,20 @@ async def open_streams(kind: str, max_connections: int,
 LONG_REQUEST = RequestSpec(index=3, input_len=5, max_tokens=300_000, body=b"{}")
 
 
-async def send(base: str, script: str, session: StreamClient, *,
-               limit_s: float | None = None, rid: str = "r1",
-               request: RequestSpec = REQUEST) -> tuple[RequestRecord, list[Any]]:
+async def send(
+    base: str,
+    script: str,
+    session: StreamClient,
+    *,
+    limit_s: float | None = None,
+    rid: str = "r1",
+    request: RequestSpec = REQUEST,
+) -> tuple[RequestRecord, list[Any]]:
     seen: list[RequestRecord] = []
     transport = Transport(session, f"{base}/v1/completions?s={script}", request_timeout_s=limit_s)
-    record = await transport.send(request, x_request_id=rid, conc=2, scheduled_ns=1,
-                                  on_record=seen.append)
+    record = await transport.send(
+        request, x_request_id=rid, conc=2, scheduled_ns=1, on_record=seen.append
+    )
     return record, seen
 
 
@@ -144,8 +166,9 @@ async def test_ok_stream_exact_tokens_and_stamps(sse_server: SseServer, kind: st
         assert 0 < client_ns - server_ns < 5_000_000
     assert record.start_ns < sent["r1"][0]
     assert record.end_ns >= record.chunk_ns[-1]
-    assert record.e2el_ns - record.ttft_ns == sum(  # type: ignore[operator]
-        b - a for a, b in zip(record.chunk_ns, record.chunk_ns[1:], strict=False))
+    assert record.e2el_ns is not None and record.ttft_ns is not None
+    gaps = zip(record.chunk_ns, record.chunk_ns[1:], strict=False)
+    assert record.e2el_ns - record.ttft_ns == sum(b - a for a, b in gaps)
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
@@ -178,14 +201,20 @@ async def test_split_events_and_connection_reuse(sse_server: SseServer, kind: st
     assert sent["b"][0] < second.chunk_ns[0] < sent["b"][1]
 
 
-@pytest.mark.parametrize(("script", "kind"), [("abort", ErrorKind.DISCONNECT),
-                                              ("malformed", ErrorKind.MALFORMED),
-                                              ("server_error", ErrorKind.SERVER_ERROR),
-                                              ("http500", ErrorKind.HTTP),
-                                              ("json", ErrorKind.MALFORMED)])
+@pytest.mark.parametrize(
+    ("script", "kind"),
+    [
+        ("abort", ErrorKind.DISCONNECT),
+        ("malformed", ErrorKind.MALFORMED),
+        ("server_error", ErrorKind.SERVER_ERROR),
+        ("http500", ErrorKind.HTTP),
+        ("json", ErrorKind.MALFORMED),
+    ],
+)
 @pytest.mark.parametrize("client", CLIENTS)
-async def test_failures_become_error_kinds(sse_server: SseServer, script: str,
-                                           kind: ErrorKind, client: str) -> None:
+async def test_failures_become_error_kinds(
+    sse_server: SseServer, script: str, kind: ErrorKind, client: str
+) -> None:
     base, _ = sse_server
     async with open_streams(client, 1) as session:
         record, seen = await send(base, script, session)
@@ -199,16 +228,16 @@ async def test_failures_become_error_kinds(sse_server: SseServer, script: str,
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
-async def test_timeout_and_cancel_keep_partial_records(sse_server: SseServer,
-                                                       kind: str) -> None:
+async def test_timeout_and_cancel_keep_partial_records(sse_server: SseServer, kind: str) -> None:
     base, _ = sse_server
     async with open_streams(kind, 2) as session:
         record, _ = await send(base, "stall", session, limit_s=0.3)
         assert record.error is ErrorKind.TIMEOUT and record.chunk_tokens == (1,)
         seen: list[RequestRecord] = []
         transport = Transport(session, f"{base}/v1/completions?s=stall")
-        task = asyncio.create_task(transport.send(REQUEST, x_request_id="c", conc=1,
-                                                  scheduled_ns=0, on_record=seen.append))
+        task = asyncio.create_task(
+            transport.send(REQUEST, x_request_id="c", conc=1, scheduled_ns=0, on_record=seen.append)
+        )
         await asyncio.sleep(0.3)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -243,11 +272,12 @@ async def test_connector_uses_stamping_protocol() -> None:
 def test_a_native_run_never_imports_the_private_seam() -> None:
     """An aiohttp release that moved its internals cannot stop a native run: nothing on
     that path imports aiohttp_seam (checked in a fresh interpreter)."""
-    code = ("import sys, loadgen.cli, loadgen.run.backend, loadgen.run.worker, "
-            "loadgen.client.transport, loadgen.sidecar.service; "
-            "print('loadgen.client.aiohttp_seam' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+    code = (
+        "import sys, loadgen.cli, loadgen.run.backend, loadgen.run.worker, "
+        "loadgen.client.transport, loadgen.sidecar.service; "
+        "print('loadgen.client.aiohttp_seam' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
 
@@ -258,11 +288,16 @@ def test_private_aiohttp_access_lives_in_the_seam_only() -> None:
 
     import loadgen
 
-    private = re.compile(r"aiohttp\.client_proto|aiohttp\.http_parser|\._(payload|factory|"
-                         r"protocol|buffer_paused|reading_paused)\b|\"_protocol\"")
+    private = re.compile(
+        r"aiohttp\.client_proto|aiohttp\.http_parser|\._(payload|factory|"
+        r"protocol|buffer_paused|reading_paused)\b|\"_protocol\""
+    )
     root = Path(loadgen.__file__).parent
-    offenders = [str(path.relative_to(root)) for path in root.rglob("*.py")
-                 if path.name != "aiohttp_seam.py" and private.search(path.read_text())]
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.name != "aiohttp_seam.py" and private.search(path.read_text())
+    ]
     assert offenders == []
 
 

@@ -44,14 +44,24 @@ lanes:
       sim-args: "--spec-tokens 2 {SIM}"
 """
 CONCS = (1, 4, 32)
-FIELDS = {"throughput": "output_throughput", "interactivity": "median_interactivity_tok_s_user",
-          "ttft_p50_ms": "median_ttft_ms", "ttft_p99_ms": "p99_ttft_ms",
-          "tpot_p50_ms": "median_tpot_ms", "tpot_p99_ms": "p99_tpot_ms"}
+FIELDS = {
+    "throughput": "output_throughput",
+    "interactivity": "median_interactivity_tok_s_user",
+    "ttft_p50_ms": "median_ttft_ms",
+    "ttft_p99_ms": "p99_ttft_ms",
+    "tpot_p50_ms": "median_tpot_ms",
+    "tpot_p99_ms": "p99_tpot_ms",
+}
 
 
 def loadgen(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +69,9 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The sweep file run once for the module: (its results tree, the CLI's stdout)."""
     base = tmp_path_factory.mktemp("sweep")
     (base / "sweep.yaml").write_text(SWEEP)
-    done = loadgen("--config", str(base / "sweep.yaml"), "--results", str(base / "tree"),
-                   timeout=240)
+    done = loadgen(
+        "--config", str(base / "sweep.yaml"), "--results", str(base / "tree"), timeout=240
+    )
     assert done.returncode == 0, done.stderr
     return base / "tree", done.stdout
 
@@ -73,7 +84,9 @@ def test_the_sweep_file_writes_one_directory_per_lane(tree: tuple[Path, str]) ->
     root, stdout = tree
     index = orjson.loads((root / "lanes.json").read_bytes())
     assert [(lane["name"], lane["state"], lane["exit_code"]) for lane in index["lanes"]] == [
-        ("no-spec", "succeeded", 0), ("mtp", "succeeded", 0)]
+        ("no-spec", "succeeded", 0),
+        ("mtp", "succeeded", 0),
+    ]
     for lane, k in (("no-spec", "0"), ("mtp", "2")):
         run = orjson.loads((root / lane / "run.json").read_bytes())
         assert run["settings"]["sim_args"][:2] == ["--spec-tokens", k]
@@ -82,15 +95,21 @@ def test_the_sweep_file_writes_one_directory_per_lane(tree: tuple[Path, str]) ->
     assert point(root, "no-spec", 4)["stream_acceptance_length"] is None  # no speculation
     assert point(root, "mtp", 4)["stream_acceptance_length"] > 1.5
     assert {"compare.csv", "compare.json", "report.html", "sweep.yaml"} <= {
-        p.name for p in root.iterdir()}
+        p.name for p in root.iterdir()
+    }
     assert "baseline: no-spec" in stdout  # the run ends with the comparison
 
 
 def expected_crossover(root: Path) -> tuple[int, int]:
-    ratios = [(c, point(root, "mtp", c)["output_throughput"]
-               / point(root, "no-spec", c)["output_throughput"]) for c in CONCS]
-    flips = [(c1, c2) for (c1, r1), (c2, r2) in itertools.pairwise(ratios)
-             if (r1 > 1) != (r2 > 1)]
+    ratios = [
+        (
+            c,
+            point(root, "mtp", c)["output_throughput"]
+            / point(root, "no-spec", c)["output_throughput"],
+        )
+        for c in CONCS
+    ]
+    flips = [(c1, c2) for (c1, r1), (c2, r2) in itertools.pairwise(ratios) if (r1 > 1) != (r2 > 1)]
     assert ratios[0][1] > 1 > ratios[-1][1], f"the simulator should show a crossover: {ratios}"
     assert len(flips) == 1, ratios
     return flips[0]
@@ -98,8 +117,9 @@ def expected_crossover(root: Path) -> tuple[int, int]:
 
 def test_compare_ratios_equal_the_result_files(tree: tuple[Path, str], tmp_path: Path) -> None:
     root, _ = tree
-    done = loadgen("compare", str(root), "--csv", str(tmp_path / "c.csv"),
-                   "--json", str(tmp_path / "c.json"))
+    done = loadgen(
+        "compare", str(root), "--csv", str(tmp_path / "c.csv"), "--json", str(tmp_path / "c.json")
+    )
     assert done.returncode == 0, done.stderr
     with open(tmp_path / "c.csv") as fh:
         rows = {(r["run"], int(r["conc"])): r for r in csv.DictReader(fh)}
@@ -115,13 +135,13 @@ def test_compare_ratios_equal_the_result_files(tree: tuple[Path, str], tmp_path:
             assert json_rows[("mtp", conc)][f"{key}_ratio"] == ratio
             assert json_rows[("mtp", conc)][key] == mtp[field]
             assert json_rows[("no-spec", conc)][key] == base[field]
-            assert math.isclose(float(rows[("mtp", conc)][f"{key}_ratio"]), ratio,
-                                rel_tol=1e-12)
+            assert math.isclose(float(rows[("mtp", conc)][f"{key}_ratio"]), ratio, rel_tol=1e-12)
             assert f"x{ratio:.2f}" in mtp_line, (key, mtp_line)
         assert json_rows[("mtp", conc)]["acceptance_length"] == mtp["stream_acceptance_length"]
     low, high = expected_crossover(root)
-    assert (f"crossover: mtp is ahead up to conc {low}, no-spec from conc {high} on"
-            in done.stdout), done.stdout
+    assert (
+        f"crossover: mtp is ahead up to conc {low}, no-spec from conc {high} on" in done.stdout
+    ), done.stdout
     [crossing] = data["crossovers"]
     assert (crossing["low_conc"], crossing["high_conc"]) == (low, high)
     assert low < crossing["estimate"] < high
@@ -163,11 +183,14 @@ TABLES_JS = """(() => {
 
 
 async def test_report_renders_in_chromium_with_the_result_files_numbers(
-        tree: tuple[Path, str], tmp_path: Path) -> None:
+    tree: tuple[Path, str], tmp_path: Path
+) -> None:
     binary = find_chromium()
     if binary is None:
-        pytest.skip("chromium is not installed and scripts/ensure-chromium could not "
-                    "install it (needs root and Debian's package lists)")
+        pytest.skip(
+            "chromium is not installed and scripts/ensure-chromium could not "
+            "install it (needs root and Debian's package lists)"
+        )
     root, _ = tree
     report = tmp_path / "report.html"
     done = loadgen("report", str(root / "no-spec"), str(root / "mtp"), "-o", str(report))
@@ -200,5 +223,4 @@ async def test_report_renders_in_chromium_with_the_result_files_numbers(
     for conc in CONCS:
         result = point(root, "mtp", conc)
         for i, rate in enumerate(result["stream_acceptance_per_position"]):
-            assert float(accepted[("mtp", conc)][f"stream_acceptance_per_position[{i}]"][0]) \
-                == rate
+            assert float(accepted[("mtp", conc)][f"stream_acceptance_per_position[{i}]"][0]) == rate

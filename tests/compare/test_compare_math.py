@@ -25,15 +25,27 @@ from tests.support.fake_records import point_file
 
 
 def result(conc: int, throughput: float, interactivity: float, **extra: Any) -> dict[str, Any]:
-    return {"max_concurrency": conc, "output_throughput": throughput,
-            "median_interactivity_tok_s_user": interactivity, "median_ttft_ms": 10.0 * conc,
-            "p99_ttft_ms": 20.0 * conc, "median_tpot_ms": 1000 / interactivity,
-            "p99_tpot_ms": 1100 / interactivity, "stream_acceptance_length": None, **extra}
+    return {
+        "max_concurrency": conc,
+        "output_throughput": throughput,
+        "median_interactivity_tok_s_user": interactivity,
+        "median_ttft_ms": 10.0 * conc,
+        "p99_ttft_ms": 20.0 * conc,
+        "median_tpot_ms": 1000 / interactivity,
+        "p99_tpot_ms": 1100 / interactivity,
+        "stream_acceptance_length": None,
+        **extra,
+    }
 
 
 def test_pareto_frontier_drops_dominated_points() -> None:
-    points = [FrontierPoint(1, 100, 100), FrontierPoint(2, 90, 180), FrontierPoint(4, 80, 170),
-              FrontierPoint(8, 50, 300), FrontierPoint(16, 20, 290)]
+    points = [
+        FrontierPoint(1, 100, 100),
+        FrontierPoint(2, 90, 180),
+        FrontierPoint(4, 80, 170),
+        FrontierPoint(8, 50, 300),
+        FrontierPoint(16, 20, 290),
+    ]
     assert [p.conc for p in pareto_frontier(points)] == [8, 2, 1]
 
 
@@ -56,10 +68,18 @@ def test_crossover_is_found_and_placed_in_log_space() -> None:
 
 
 def test_compare_ratios_matched_interactivity_and_per_gpu() -> None:
-    base = RunInput("base", {1: result(1, 100, 100), 8: result(8, 600, 75),
-                             32: result(32, 1600, 50)})
-    mtp = RunInput("mtp", {1: result(1, 175, 175), 8: result(8, 900, 112.5),
-                           32: result(32, 1000, 31.25), 64: result(64, 1200, 18.75)})
+    base = RunInput(
+        "base", {1: result(1, 100, 100), 8: result(8, 600, 75), 32: result(32, 1600, 50)}
+    )
+    mtp = RunInput(
+        "mtp",
+        {
+            1: result(1, 175, 175),
+            8: result(8, 900, 112.5),
+            32: result(32, 1000, 31.25),
+            64: result(64, 1200, 18.75),
+        },
+    )
     comparison = compare([base, mtp])
     assert comparison.concs == (1, 8, 32, 64) and comparison.throughput_field == "output_throughput"
     rows = {(r.run, r.conc): r for r in comparison.rows}
@@ -76,14 +96,24 @@ def test_compare_ratios_matched_interactivity_and_per_gpu() -> None:
     assert at_75.ratio == pytest.approx(expected / 600) and at_75.baseline_conc == 8
     # at the baseline's other levels: 50 is inside mtp's frontier, 100 too (up to 175)
     assert [m.baseline_conc for m in comparison.matched] == [32, 8, 1]
-    with_gpus = compare([RunInput("a", {1: result(1, 80, 10, output_throughput_per_gpu=10)}),
-                         RunInput("b", {1: result(1, 80, 10, output_throughput_per_gpu=20)})])
+    with_gpus = compare(
+        [
+            RunInput("a", {1: result(1, 80, 10, output_throughput_per_gpu=10)}),
+            RunInput("b", {1: result(1, 80, 10, output_throughput_per_gpu=20)}),
+        ]
+    )
     assert with_gpus.per_gpu and with_gpus.rows[1].ratios["throughput"] == 2.0
 
 
 def test_trust_warnings_flag_a_lagging_or_busy_client_and_failed_checks() -> None:
-    clean = {"client_loop_lag_p99_ms": 0.4, "median_itl_ms": 20.0, "client_cpu_seconds": 1.0,
-             "duration": 10.0, "complete": True, "failed": 0}
+    clean = {
+        "client_loop_lag_p99_ms": 0.4,
+        "median_itl_ms": 20.0,
+        "client_cpu_seconds": 1.0,
+        "duration": 10.0,
+        "complete": True,
+        "failed": 0,
+    }
     assert point_warnings(clean) == []
     lagging = point_warnings({**clean, "client_loop_lag_p99_ms": 6.0})
     assert len(lagging) == 1 and "loop lag p99 6.00 ms (30% of the median ITL" in lagging[0]
@@ -94,9 +124,17 @@ def test_trust_warnings_flag_a_lagging_or_busy_client_and_failed_checks() -> Non
     assert len(point_warnings(mixed)) == 1
     busy = point_warnings({**clean, "client_cpu_seconds": 9.5})
     assert len(busy) == 1 and "95% of a CPU core" in busy[0]
-    broken = point_warnings({**clean, "complete": False, "failed": 2, "num_prompts": 10,
-                             "errors_by_kind": {"http": 2, "timeout": 0}, "approximate": True,
-                             "stream_acceptance_oversized_chunks": 3})
+    broken = point_warnings(
+        {
+            **clean,
+            "complete": False,
+            "failed": 2,
+            "num_prompts": 10,
+            "errors_by_kind": {"http": 2, "timeout": 0},
+            "approximate": True,
+            "stream_acceptance_oversized_chunks": 3,
+        }
+    )
     assert [w.split(" ")[0] for w in broken] == ["point", "2", "token", "3"]
     assert "http 2" in broken[1] and "timeout" not in broken[1]
 
@@ -107,8 +145,13 @@ def test_read_stamps_beside_kernel_stamps_are_flagged_per_point() -> None:
     old: dict[str, Any] = {}  # a result from before arrival stamps were recorded: read stamps
     assert stamp_warnings({"a": {4: kernel}, "b": {4: kernel}}) == []
     assert stamp_warnings({"a": {4: read}, "b": {4: old}}) == []  # alike: nothing to say
-    flagged = stamp_warnings({"new": {4: kernel, 8: kernel}, "old": {4: old, 8: read},
-                              "tls": {4: {"arrival_stamp_sources": {"kernel": 3, "read": 1}}}})
+    flagged = stamp_warnings(
+        {
+            "new": {4: kernel, 8: kernel},
+            "old": {4: old, 8: read},
+            "tls": {4: {"arrival_stamp_sources": {"kernel": 3, "read": 1}}},
+        }
+    )
     assert [(run, conc) for run, conc, _ in flagged] == [("old", 4), ("old", 8), ("tls", 4)]
     assert "kernel-stamped new" in flagged[0][2]
     # no request completed: nothing was stamped
@@ -120,22 +163,33 @@ def write_run(path: Path, *points: dict[str, Any]) -> None:
     path.mkdir(parents=True)
     for point in points:
         (path / f"conc_{point['max_concurrency']}.json").write_bytes(
-            orjson.dumps(point_file(point)))
+            orjson.dumps(point_file(point))
+        )
 
 
 def test_trees_expand_to_their_lanes_in_the_files_order(tmp_path: Path) -> None:
     write_run(tmp_path / "tree" / "zeta", result(1, 10, 10))
     write_run(tmp_path / "tree" / "alpha", result(1, 20, 10))
-    (tmp_path / "tree" / "lanes.json").write_bytes(orjson.dumps(
-        {"lanes": [{"name": "zeta", "dir": "zeta"}, {"name": "alpha", "dir": "alpha"},
-                   {"name": "never-ran", "dir": "never-ran"}]}))
+    (tmp_path / "tree" / "lanes.json").write_bytes(
+        orjson.dumps(
+            {
+                "lanes": [
+                    {"name": "zeta", "dir": "zeta"},
+                    {"name": "alpha", "dir": "alpha"},
+                    {"name": "never-ran", "dir": "never-ran"},
+                ]
+            }
+        )
+    )
     assert [name for name, _ in expand([tmp_path / "tree"])] == ["zeta", "alpha"]
     (tmp_path / "tree" / "lanes.json").unlink()
     assert [name for name, _ in expand([tmp_path / "tree"])] == ["alpha", "zeta"]
     write_run(tmp_path / "other" / "zeta", result(1, 30, 10))
     runs = load_runs([tmp_path / "tree" / "zeta", tmp_path / "other" / "zeta"])
-    assert [r.name for r in runs] == [str(tmp_path / "tree" / "zeta"),
-                                      str(tmp_path / "other" / "zeta")]
+    assert [r.name for r in runs] == [
+        str(tmp_path / "tree" / "zeta"),
+        str(tmp_path / "other" / "zeta"),
+    ]
     assert runs[1].points[1]["output_throughput"] == 30
 
 
@@ -162,7 +216,8 @@ def test_unreadable_inputs_are_usage_errors(tmp_path: Path) -> None:
 
 
 def test_compare_and_report_commands_exit_2_on_bad_input(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from loadgen.cli import main
 
     assert main(["compare", str(tmp_path / "missing")]) == 2
@@ -177,11 +232,26 @@ def test_compare_and_report_commands_exit_2_on_bad_input(
 
 def test_al_is_the_best_valid_source_also_in_old_result_files() -> None:
     # An old file with a merged-steps stream AL (27.1 at K=6) and a new one with the field.
-    old = result(1, 100, 100, spec_tokens=6, stream_acceptance_length=27.1,
-                 stream_acceptance_oversized_chunks=28, server_acceptance_length=2.76)
-    new = result(1, 120, 110, spec_tokens=6, stream_acceptance_length=2.5,
-                 stream_acceptance_oversized_chunks=0, server_acceptance_length=2.4,
-                 acceptance_length=2.5, acceptance_length_source="stream")
+    old = result(
+        1,
+        100,
+        100,
+        spec_tokens=6,
+        stream_acceptance_length=27.1,
+        stream_acceptance_oversized_chunks=28,
+        server_acceptance_length=2.76,
+    )
+    new = result(
+        1,
+        120,
+        110,
+        spec_tokens=6,
+        stream_acceptance_length=2.5,
+        stream_acceptance_oversized_chunks=0,
+        server_acceptance_length=2.4,
+        acceptance_length=2.5,
+        acceptance_length_source="stream",
+    )
     comparison = compare([RunInput("old", {1: old}), RunInput("new", {1: new})])
     rows = {row.run: row for row in comparison.rows}
     assert rows["old"].values["acceptance_length"] == 2.76
@@ -205,13 +275,20 @@ def test_energy_ratios_and_the_energy_crossover() -> None:
     from loadgen.sinks.compare_files import format_comparison
 
     def energy(conc: int, tput: float, tok_per_j: float) -> dict[str, Any]:
-        return result(conc, tput, 100.0, output_tokens_per_joule=tok_per_j,
-                      joules_per_output_token=1 / tok_per_j)
+        return result(
+            conc,
+            tput,
+            100.0,
+            output_tokens_per_joule=tok_per_j,
+            joules_per_output_token=1 / tok_per_j,
+        )
 
-    base = RunInput("no-spec", {4: energy(4, 100, 1.0), 16: energy(16, 300, 2.0),
-                                64: energy(64, 600, 3.0)})
-    mtp = RunInput("mtp", {4: energy(4, 170, 1.5), 16: energy(16, 330, 1.8),
-                           64: energy(64, 560, 2.4)})
+    base = RunInput(
+        "no-spec", {4: energy(4, 100, 1.0), 16: energy(16, 300, 2.0), 64: energy(64, 600, 3.0)}
+    )
+    mtp = RunInput(
+        "mtp", {4: energy(4, 170, 1.5), 16: energy(16, 330, 1.8), 64: energy(64, 560, 2.4)}
+    )
     comparison = compare([base, mtp])
     [crossing] = comparison.energy_crossovers
     assert (crossing.low_conc, crossing.high_conc, crossing.ahead_below) == (4, 16, "mtp")
@@ -222,17 +299,19 @@ def test_energy_ratios_and_the_energy_crossover() -> None:
     assert throughput_crossing.low_conc == 16  # throughput flips later than energy
     text = format_comparison(comparison)
     assert "mtp / no-spec output tokens per joule at matched concurrency: 4 x1.50" in text
-    assert ("energy crossover: mtp is ahead up to conc 4, no-spec from conc 16 on "
-            f"(tokens per joule mtp / no-spec crosses 1 near conc {crossing.estimate:.0f})"
-            in text)
+    assert (
+        "energy crossover: mtp is ahead up to conc 4, no-spec from conc 16 on "
+        f"(tokens per joule mtp / no-spec crosses 1 near conc {crossing.estimate:.0f})" in text
+    )
     assert "J/tok" in text.splitlines()[3] and "0.667 x0.67" in text
 
 
 def test_no_energy_columns_without_gpu_metrics() -> None:
     from loadgen.sinks.compare_files import format_comparison
 
-    comparison = compare([RunInput("a", {4: result(4, 100, 50)}),
-                          RunInput("b", {4: result(4, 120, 40)})])
+    comparison = compare(
+        [RunInput("a", {4: result(4, 100, 50)}), RunInput("b", {4: result(4, 120, 40)})]
+    )
     assert comparison.energy_crossovers == ()
     text = format_comparison(comparison)
     assert "J/tok" not in text and "joule" not in text
@@ -242,12 +321,20 @@ def test_report_energy_section_has_the_figure_and_the_crossover() -> None:
     from loadgen.sinks.html_report import energy_sections
 
     def energy(conc: int, tok_per_j: float, interactivity: float) -> dict[str, Any]:
-        return result(conc, 100.0 * conc, interactivity, output_tokens_per_joule=tok_per_j,
-                      joules_per_output_token=1 / tok_per_j)
+        return result(
+            conc,
+            100.0 * conc,
+            interactivity,
+            output_tokens_per_joule=tok_per_j,
+            joules_per_output_token=1 / tok_per_j,
+        )
 
-    comparison = compare([
-        RunInput("no-spec", {4: energy(4, 1.0, 300), 16: energy(16, 2.0, 200)}),
-        RunInput("mtp", {4: energy(4, 1.5, 500), 16: energy(16, 1.8, 300)})])
+    comparison = compare(
+        [
+            RunInput("no-spec", {4: energy(4, 1.0, 300), 16: energy(16, 2.0, 200)}),
+            RunInput("mtp", {4: energy(4, 1.5, 500), 16: energy(16, 1.8, 300)}),
+        ]
+    )
     [(key, title, html)] = energy_sections(comparison)
     assert key == "energy" and "tokens per joule" in title
     assert html.startswith("<img") and "data:image/svg+xml;base64," in html

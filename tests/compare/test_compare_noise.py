@@ -17,18 +17,25 @@ from loadgen.sinks.compare_files import csv_rows, format_comparison
 def point(conc: int, throughputs: list[float], pooled: float | None = None) -> dict[str, Any]:
     """A pooled point whose output throughput moved like `throughputs` over its trials."""
     mean = sum(throughputs) / len(throughputs)
-    return {"max_concurrency": conc, "output_throughput": mean if pooled is None else pooled,
-            "median_interactivity_tok_s_user": 100.0, "median_ttft_ms": 10.0,
-            "p99_ttft_ms": 20.0, "median_tpot_ms": 10.0, "p99_tpot_ms": 11.0,
-            "stream_acceptance_length": None,
-            "trial_spread": {"output_throughput": msgspec.to_builtins(
-                figure_spread(throughputs))}}
+    return {
+        "max_concurrency": conc,
+        "output_throughput": mean if pooled is None else pooled,
+        "median_interactivity_tok_s_user": 100.0,
+        "median_ttft_ms": 10.0,
+        "p99_ttft_ms": 20.0,
+        "median_tpot_ms": 10.0,
+        "p99_tpot_ms": 11.0,
+        "stream_acceptance_length": None,
+        "trial_spread": {"output_throughput": msgspec.to_builtins(figure_spread(throughputs))},
+    }
 
 
 def test_overlapping_intervals_are_within_noise_and_apart_ones_a_ratio() -> None:
     base = RunInput("base", {1: point(1, [100.0, 104.0, 96.0]), 2: point(2, [200, 202, 198])})
-    other = RunInput("other", {1: point(1, [103.0, 99.0, 101.0]),
-                               2: point(2, [300.0, 303.0, 297.0], pooled=310.0)})
+    other = RunInput(
+        "other",
+        {1: point(1, [103.0, 99.0, 101.0]), 2: point(2, [300.0, 303.0, 297.0], pooled=310.0)},
+    )
     comparison = compare([base, other])
     [at_1] = [r for r in comparison.rows_at(1) if r.run == "other"]
     [at_2] = [r for r in comparison.rows_at(2) if r.run == "other"]
@@ -48,10 +55,14 @@ def test_overlapping_intervals_are_within_noise_and_apart_ones_a_ratio() -> None
 
 
 def test_points_without_trials_keep_their_bare_ratio() -> None:
-    plain = {"max_concurrency": 1, "output_throughput": 150.0,
-             "median_interactivity_tok_s_user": 100.0}
-    comparison = compare([RunInput("base", {1: point(1, [100.0, 101.0])}),
-                          RunInput("other", {1: plain})])
+    plain = {
+        "max_concurrency": 1,
+        "output_throughput": 150.0,
+        "median_interactivity_tok_s_user": 100.0,
+    }
+    comparison = compare(
+        [RunInput("base", {1: point(1, [100.0, 101.0])}), RunInput("other", {1: plain})]
+    )
     [row] = [r for r in comparison.rows if r.run == "other"]
     assert row.noise["throughput"] is None and row.halves["throughput"] is None
     assert "150.0 x1.49" in format_comparison(comparison)  # over the mean, 100.5

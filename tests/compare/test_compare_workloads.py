@@ -14,13 +14,28 @@ from pathlib import Path
 import orjson
 import pytest
 
-FLAGS = ["--conc", "1", "--prompts-per-conc", "2", "--warmup-per-conc", "0", "--encoder",
-         "raw", "--no-progress"]
+FLAGS = [
+    "--conc",
+    "1",
+    "--prompts-per-conc",
+    "2",
+    "--warmup-per-conc",
+    "0",
+    "--encoder",
+    "raw",
+    "--no-progress",
+]
 
 
 def loadgen(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
-                          text=True, timeout=240, check=False, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -30,28 +45,44 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     made = {}
     for name, (isl, osl) in shapes.items():
         made[name] = base / name
-        done = loadgen("--sim", "--sim-args", "--step-fixed-ms 1 --spin-us 0", "--isl", isl,
-                       "--osl", osl, *FLAGS, "--results", str(made[name]))
+        done = loadgen(
+            "--sim",
+            "--sim-args",
+            "--step-fixed-ms 1 --spin-us 0",
+            "--isl",
+            isl,
+            "--osl",
+            osl,
+            *FLAGS,
+            "--results",
+            str(made[name]),
+        )
         assert done.returncode == 0, done.stderr
     return made
 
 
-def test_runs_of_different_workloads_get_one_warning_line(runs: dict[str, Path],
-                                                          tmp_path: Path) -> None:
-    done = loadgen("compare", str(runs["short"]), str(runs["long"]), "--json",
-                   str(tmp_path / "c.json"))
+def test_runs_of_different_workloads_get_one_warning_line(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    done = loadgen(
+        "compare", str(runs["short"]), str(runs["long"]), "--json", str(tmp_path / "c.json")
+    )
     assert done.returncode == 0, done.stderr
     warned = [line for line in done.stdout.splitlines() if "different workloads" in line]
-    assert warned == ["WARNING: the runs measured different workloads (isl 48 (short) vs 96 "
-                      "(long); osl 16 (short) vs 8 (long)): their ratios compare different "
-                      "work, not only different servers"]
-    assert orjson.loads((tmp_path / "c.json").read_bytes())["workload_mismatch"] == \
-        warned[0].removeprefix("WARNING: ")
+    assert warned == [
+        "WARNING: the runs measured different workloads (isl 48 (short) vs 96 "
+        "(long); osl 16 (short) vs 8 (long)): their ratios compare different "
+        "work, not only different servers"
+    ]
+    assert orjson.loads((tmp_path / "c.json").read_bytes())["workload_mismatch"] == warned[
+        0
+    ].removeprefix("WARNING: ")
 
 
 def test_runs_of_the_same_workload_get_none(runs: dict[str, Path], tmp_path: Path) -> None:
-    done = loadgen("compare", str(runs["short"]), str(runs["short-again"]), "--json",
-                   str(tmp_path / "c.json"))
+    done = loadgen(
+        "compare", str(runs["short"]), str(runs["short-again"]), "--json", str(tmp_path / "c.json")
+    )
     assert done.returncode == 0, done.stderr
     assert "different workloads" not in done.stdout
     assert orjson.loads((tmp_path / "c.json").read_bytes())["workload_mismatch"] is None

@@ -28,8 +28,10 @@ import pytest
 
 from tests.support.chromium_cdp import find_chromium, open_page
 
-SIM = ("--step-fixed-ms 5 --decode-token-us 2000 --prefill-token-us 2 --spin-us 0 --seed 7 "
-       "--num-gpus 2 --gpu-idle-watts 150 --gpu-joules-per-token 0.2")
+SIM = (
+    "--step-fixed-ms 5 --decode-token-us 2000 --prefill-token-us 2 --spin-us 0 --seed 7 "
+    "--num-gpus 2 --gpu-idle-watts 150 --gpu-joules-per-token 0.2"
+)
 SWEEP = f"""
 # two lanes over the same concurrencies, GPU power sampled from the simulator's /gpu/metrics
 conc: [2, 4]
@@ -65,16 +67,22 @@ ENERGY_JS = """(() => {
 
 
 def loadgen(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("energy-sweep")
     (base / "sweep.yaml").write_text(SWEEP)
-    done = loadgen("--config", str(base / "sweep.yaml"), "--results", str(base / "tree"),
-                   timeout=240)
+    done = loadgen(
+        "--config", str(base / "sweep.yaml"), "--results", str(base / "tree"), timeout=240
+    )
     assert done.returncode == 0, done.stderr
     return base / "tree"
 
@@ -103,7 +111,8 @@ def expected_crossover(ratios: list[tuple[int, float]]) -> tuple[int, int, float
 
 
 async def test_report_shows_the_energy_figure_and_crossover_in_chromium(
-        tree: Path, tmp_path: Path) -> None:
+    tree: Path, tmp_path: Path
+) -> None:
     binary = find_chromium()
     assert binary is not None, "scripts/ensure-chromium installs Debian's chromium"
     report = tmp_path / "report.html"
@@ -126,11 +135,14 @@ async def test_report_shows_the_energy_figure_and_crossover_in_chromium(
     ratios = energy_ratios(tree)
     low, high, estimate = expected_crossover(ratios)
     matched = ", ".join(f"{conc} x{ratio:.2f}" for conc, ratio in ratios)
-    crossover = (f"energy crossover: mtp is ahead up to conc {low}, no-spec from conc {high} "
-                 f"on (tokens per joule mtp / no-spec crosses 1 near conc {estimate:.0f})")
+    crossover = (
+        f"energy crossover: mtp is ahead up to conc {low}, no-spec from conc {high} "
+        f"on (tokens per joule mtp / no-spec crosses 1 near conc {estimate:.0f})"
+    )
     assert shown["lines"] == [
         f"mtp / no-spec output tokens per joule at matched concurrency: {matched}",
-        crossover], shown["lines"]
+        crossover,
+    ], shown["lines"]
     compared = loadgen("compare", str(tree / "no-spec"), str(tree / "mtp"))
     assert compared.returncode == 0, compared.stderr
     assert crossover in compared.stdout  # the same sentence on the console
@@ -141,6 +153,8 @@ def test_every_point_of_both_lanes_measured_energy(tree: Path) -> None:
         result = point(tree, lane, conc)
         assert result["power_valid"] is True, (lane, conc, result["power_invalid_reasons"])
         assert result["joules_per_output_token"] == pytest.approx(
-            result["total_gpu_energy_j"] / result["total_output_tokens"])
+            result["total_gpu_energy_j"] / result["total_output_tokens"]
+        )
         assert result["output_tokens_per_joule"] == pytest.approx(
-            1 / result["joules_per_output_token"])
+            1 / result["joules_per_output_token"]
+        )

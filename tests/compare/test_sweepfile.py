@@ -52,11 +52,35 @@ def test_lanes_are_the_runs_the_same_flags_would_make() -> None:
     plan = parse(DOC)
     a, b = plan.lanes
     assert plan.results_dir == Path("results/ab")
-    assert a.spec == spec_from_argv([
-        "--base-url", "http://127.0.0.1:9", "--model", "m", "--header", "X-Session:secret",
-        "--conc", "1,4", "--isl", "64", "--osl", "32", "--encoder", "raw",
-        "--prompts-per-conc", "3", "--slo", "ttft=2s", "--num-gpus", "8",
-        "--extra-body", '{"min_p": 0.1}', "--results", "results/ab/a"], env={})
+    assert a.spec == spec_from_argv(
+        [
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--header",
+            "X-Session:secret",
+            "--conc",
+            "1,4",
+            "--isl",
+            "64",
+            "--osl",
+            "32",
+            "--encoder",
+            "raw",
+            "--prompts-per-conc",
+            "3",
+            "--slo",
+            "ttft=2s",
+            "--num-gpus",
+            "8",
+            "--extra-body",
+            '{"min_p": 0.1}',
+            "--results",
+            "results/ab/a",
+        ],
+        env={},
+    )
     assert b.spec.conc == (2, 8) and b.spec.sim and b.spec.sim_args == ("--spec-tokens", "0")
     assert b.spec.osl == 16 and b.spec.results_dir == Path("results/ab/b.2")
     assert b.spec.api_key == "sk-secret"
@@ -93,44 +117,67 @@ lanes:
 
 
 def test_argv_flags_override_every_lane_and_the_tree() -> None:
-    plan = parse(DOC, overrides=["--prompts-per-conc", "1", "--conc", "16"],
-                 results_dir=Path("elsewhere"))
+    plan = parse(
+        DOC, overrides=["--prompts-per-conc", "1", "--conc", "16"], results_dir=Path("elsewhere")
+    )
     assert [(lane.spec.prompts_per_conc, lane.spec.conc) for lane in plan.lanes] == [
-        (1, (16,)), (1, (16,))]
+        (1, (16,)),
+        (1, (16,)),
+    ]
     assert [lane.spec.results_dir for lane in plan.lanes] == [
-        Path("elsewhere/a"), Path("elsewhere/b.2")]
+        Path("elsewhere/a"),
+        Path("elsewhere/b.2"),
+    ]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("lanes: []", "s.yaml: lanes: empty"),
-    ("conc: 4", "s.yaml: lanes: missing"),
-    ("- a", "expected a mapping with a `lanes` list"),
-    ("lanes: [{name: a, isll: 3}]", "lanes[0].isll: unknown setting 'isll'; did you mean 'isl'?"),
-    ("lanes: [{name: a, workload: {sim: true}}]",
-     "lanes[0].workload.sim: unknown workload setting 'sim'; it is a target setting"),
-    ("lanes: [{name: a, isl: twelve}]", "lanes[0].isl: expected an integer, got 'twelve'"),
-    ("lanes: [{name: a, sim: 1}]", "lanes[0].sim: expected true or false"),
-    ("lanes: [{name: a, conc: [4, x]}]", "lanes[0].conc: --conc '4,x': expected"),
-    ("lanes: [{name: a, conc: {x: 1}}]", "lanes[0].conc: expected a list of numbers"),
-    ("lanes: [{name: a, conc: 9..3}]", "lanes[0].conc: --conc 9..3: need 1 <= A <= B"),
-    ("lanes: [{name: a, endpoint: rest}]", "lanes[0].endpoint: --endpoint 'rest': allowed"),
-    ("workload: {isl: 0}\nlanes: [{name: a, osl: 1, conc: 1, sim: true}]",
-     "workload.isl: --isl 0: must be >= 1 token"),
-    ("lanes: [{name: a, sim: true}]", "lanes[0] (a): --conc is required"),
-    ("lanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2}, {name: a}]",
-     "lanes[1].name: 'a' is used by another lane"),
-    ("lanes: [{name: ../up}]", "lanes[0].name: '../up' must be"),
-    ("lanes: [{sim: true}]", "lanes[0].name: required"),
-    ("lanes: [{name: a, results: x}]", "lanes[0].results: set once for the whole tree"),
-    ("lanes: [{name: a, metrics-port: 9}]", "lanes[0].metrics-port: not available"),
-    ("lanes: [{name: a, extra-body: {stream: false}}]",
-     "lanes[0].extra-body: --extra-body: 'stream' is set by loadgen"),
-    ("lanes: [{name: a, isl: 1, isl: 2}]", "not valid YAML (line 1, column 27): key 'isl' "
-     "appears twice"),
-    ("lanes: [{name: a, target: [sim]}]", "lanes[0].target: expected a mapping"),
-    ("lanes: [{name: a, sim: true, base-url: 'http://x', conc: 1, isl: 1, osl: 1}]",
-     "lanes[0].sim: --sim and --base-url exclude each other"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lanes: []", "s.yaml: lanes: empty"),
+        ("conc: 4", "s.yaml: lanes: missing"),
+        ("- a", "expected a mapping with a `lanes` list"),
+        (
+            "lanes: [{name: a, isll: 3}]",
+            "lanes[0].isll: unknown setting 'isll'; did you mean 'isl'?",
+        ),
+        (
+            "lanes: [{name: a, workload: {sim: true}}]",
+            "lanes[0].workload.sim: unknown workload setting 'sim'; it is a target setting",
+        ),
+        ("lanes: [{name: a, isl: twelve}]", "lanes[0].isl: expected an integer, got 'twelve'"),
+        ("lanes: [{name: a, sim: 1}]", "lanes[0].sim: expected true or false"),
+        ("lanes: [{name: a, conc: [4, x]}]", "lanes[0].conc: --conc '4,x': expected"),
+        ("lanes: [{name: a, conc: {x: 1}}]", "lanes[0].conc: expected a list of numbers"),
+        ("lanes: [{name: a, conc: 9..3}]", "lanes[0].conc: --conc 9..3: need 1 <= A <= B"),
+        ("lanes: [{name: a, endpoint: rest}]", "lanes[0].endpoint: --endpoint 'rest': allowed"),
+        (
+            "workload: {isl: 0}\nlanes: [{name: a, osl: 1, conc: 1, sim: true}]",
+            "workload.isl: --isl 0: must be >= 1 token",
+        ),
+        ("lanes: [{name: a, sim: true}]", "lanes[0] (a): --conc is required"),
+        (
+            "lanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2}, {name: a}]",
+            "lanes[1].name: 'a' is used by another lane",
+        ),
+        ("lanes: [{name: ../up}]", "lanes[0].name: '../up' must be"),
+        ("lanes: [{sim: true}]", "lanes[0].name: required"),
+        ("lanes: [{name: a, results: x}]", "lanes[0].results: set once for the whole tree"),
+        ("lanes: [{name: a, metrics-port: 9}]", "lanes[0].metrics-port: not available"),
+        (
+            "lanes: [{name: a, extra-body: {stream: false}}]",
+            "lanes[0].extra-body: --extra-body: 'stream' is set by loadgen",
+        ),
+        (
+            "lanes: [{name: a, isl: 1, isl: 2}]",
+            "not valid YAML (line 1, column 27): key 'isl' appears twice",
+        ),
+        ("lanes: [{name: a, target: [sim]}]", "lanes[0].target: expected a mapping"),
+        (
+            "lanes: [{name: a, sim: true, base-url: 'http://x', conc: 1, isl: 1, osl: 1}]",
+            "lanes[0].sim: --sim and --base-url exclude each other",
+        ),
+    ],
+)
 def test_bad_files_name_the_key_path(text: str, message: str) -> None:
     with pytest.raises(SweepFileError) as caught:
         parse(text)
@@ -138,15 +185,23 @@ def test_bad_files_name_the_key_path(text: str, message: str) -> None:
     assert str(caught.value).startswith("s.yaml: ")
 
 
-@pytest.mark.parametrize(("text", "path"), [
-    ("lanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2, bogus: 1}]", "lanes[0].bogus"),
-    ("conc: 1\nisl: 8\nosl: two\nlanes: [{name: a, sim: true}]", "osl: expected an integer"),
-    ("lanes: []\n", "lanes: empty"),
-])
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("lanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2, bogus: 1}]", "lanes[0].bogus"),
+        ("conc: 1\nisl: 8\nosl: two\nlanes: [{name: a, sim: true}]", "osl: expected an integer"),
+        ("lanes: []\n", "lanes: empty"),
+    ],
+)
 def test_the_cli_exits_2_with_one_line(tmp_path: Path, text: str, path: str) -> None:
     (tmp_path / "bad.yaml").write_text(text)
-    done = subprocess.run([sys.executable, "-m", "loadgen", "--config", str(tmp_path / "bad.yaml")],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadgen", "--config", str(tmp_path / "bad.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("loadgen: error: ") and path in lines[0], lines
@@ -155,27 +210,40 @@ def test_the_cli_exits_2_with_one_line(tmp_path: Path, text: str, path: str) -> 
 
 def test_repeatable_flags_take_a_list_one_flag_per_item() -> None:
     """--gpu-metrics, one exporter per node: a YAML list is the flag given once per URL."""
-    plan = parse("conc: 1\nworkload: {isl: 8, osl: 2}\n"
-                 "gpu-metrics: [http://node0:9400/metrics, http://node1:9400/metrics]\n"
-                 "lanes: [{name: a, base-url: 'http://127.0.0.1:9', server-metrics: "
-                 "[http://127.0.0.1:9/metrics, http://127.0.0.1:10/metrics]}]")
+    plan = parse(
+        "conc: 1\nworkload: {isl: 8, osl: 2}\n"
+        "gpu-metrics: [http://node0:9400/metrics, http://node1:9400/metrics]\n"
+        "lanes: [{name: a, base-url: 'http://127.0.0.1:9', server-metrics: "
+        "[http://127.0.0.1:9/metrics, http://127.0.0.1:10/metrics]}]"
+    )
     [lane] = plan.lanes
     assert lane.spec.gpu_metrics == ("http://node0:9400/metrics", "http://node1:9400/metrics")
-    assert lane.spec.server_metrics == ("http://127.0.0.1:9/metrics",
-                                        "http://127.0.0.1:10/metrics")
+    assert lane.spec.server_metrics == ("http://127.0.0.1:9/metrics", "http://127.0.0.1:10/metrics")
     with pytest.raises(SweepFileError, match="gpu-metrics: expected a value or a list"):
         parse("gpu-metrics: {a: 1}\nlanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2}]")
 
 
 def test_missing_config_file_is_a_usage_error(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "loadgen", "--config", str(tmp_path / "no.yaml")],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadgen", "--config", str(tmp_path / "no.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2 and "cannot read it" in done.stderr
 
 
 def test_extra_body_reaches_every_body_but_never_overrides_loadgen() -> None:
-    spec = spec_from_options({"base-url": "http://127.0.0.1:9", "conc": 1, "isl": 8, "osl": 4,
-                              "extra_body": {"min_p": 0.1, "top_k": 5}})
+    spec = spec_from_options(
+        {
+            "base-url": "http://127.0.0.1:9",
+            "conc": 1,
+            "isl": 8,
+            "osl": 4,
+            "extra_body": {"min_p": 0.1, "top_k": 5},
+        }
+    )
     assert spec.extra_body == {"min_p": 0.1, "top_k": 5}
     options = BodyOptions(endpoint="completions", model="m", extra_body=spec.extra_body)
     body: Mapping[str, object] = completion_body(options, "hi", 4)
@@ -186,17 +254,33 @@ def test_extra_body_reaches_every_body_but_never_overrides_loadgen() -> None:
     assert chat["min_p"] == 0.2
     for reserved in ("max_tokens", "ignore_eos", "stream_options", "n"):
         with pytest.raises(SpecError, match=f"'{reserved}' is set by loadgen"):
-            spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "4",
-                            "--extra-body", orjson.dumps({reserved: 1}).decode()], env={})
+            spec_from_argv(
+                [
+                    "--sim",
+                    "--conc",
+                    "1",
+                    "--isl",
+                    "8",
+                    "--osl",
+                    "4",
+                    "--extra-body",
+                    orjson.dumps({reserved: 1}).decode(),
+                ],
+                env={},
+            )
     with pytest.raises(SpecError, match="not JSON"):
-        spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "4",
-                        "--extra-body", "{min_p"], env={})
+        spec_from_argv(
+            ["--sim", "--conc", "1", "--isl", "8", "--osl", "4", "--extra-body", "{min_p"], env={}
+        )
 
 
-@pytest.mark.parametrize(("levels", "message"), [
-    (9, "s.yaml: extra-body.a4[0]: more than 10,000 values, each alias (*name) counted"),
-    (7, "s.yaml: extra-body.a4[0]: more than 10,000 values, each alias (*name) counted"),
-])
+@pytest.mark.parametrize(
+    ("levels", "message"),
+    [
+        (9, "s.yaml: extra-body.a4[0]: more than 10,000 values, each alias (*name) counted"),
+        (7, "s.yaml: extra-body.a4[0]: more than 10,000 values, each alias (*name) counted"),
+    ],
+)
 def test_a_billion_laughs_document_is_refused_at_once(levels: int, message: str) -> None:
     text = laughs(levels)
     assert len(text) < 600
@@ -211,31 +295,47 @@ def test_a_billion_laughs_document_is_refused_at_once(levels: int, message: str)
 
 
 def test_a_few_aliases_still_work() -> None:
-    plan = parse("conc: 1\nworkload: &w {isl: 8, osl: 4}\nslo: &s {ttft: 2s}\n"
-                 "lanes: [{name: a, sim: true}, {name: b, sim: true, workload: *w, slo: *s}]")
+    plan = parse(
+        "conc: 1\nworkload: &w {isl: 8, osl: 4}\nslo: &s {ttft: 2s}\n"
+        "lanes: [{name: a, sim: true}, {name: b, sim: true, workload: *w, slo: *s}]"
+    )
     assert [(lane.spec.osl, lane.spec.slos_ms) for lane in plan.lanes] == [
-        (4, {"ttft": 2000.0})] * 2
+        (4, {"ttft": 2000.0})
+    ] * 2
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("x: &x 1\ny: [" + "*x," * 65 + "]", "s.yaml: y[64]: more than 64 aliases (*name)"),
-    ("a: &a [*a]\nlanes: []", "s.yaml: a[0]: an alias (*name) inside its own anchor"),
-    ("lanes: [{name: a, workload: " + "[" * 40 + "]" * 40 + "}]",
-     # the 33rd collection: the document, lanes, lanes[0], workload and 29 more lists
-     "s.yaml: lanes[0].workload" + "[0]" * 29 + ": nested more than 32 levels deep"),
-    ("x: " + "[" * 5000 + "]" * 5000, "s.yaml: x" + "[0]" * 31 + ": nested more than 32"),
-    ("lanes: [{name: a, isl: " + "9" * 5000 + "}]",
-     "s.yaml: lanes[0].isl: integer of 5,000 characters; integers here fit in 64 bits"),
-    ("lanes: [{name: a, seed: 0x1" + "0" * 16 + "}]",
-     "s.yaml: lanes[0].seed: 18446744073709551616 does not fit in 64 bits"),
-    ("lanes: [{name: a, workload: {1: 2}}]",
-     "s.yaml: lanes[0].workload: key 1 is not a string"),
-    ("lanes: [{name: a, extra-body: {[x]: 2}}]",
-     "s.yaml: lanes[0].extra-body: key a list is not a string"),
-    ("lanes: [{name: a}]\n" + "#" * MAX_DOCUMENT_BYTES, "s.yaml: over 1 MiB"),
-    # no alias at all: refused at the 10,001st value (the key x is one), not after parsing it all
-    ("x: [" + "1," * 500_000 + "]", "s.yaml: x[9999]: more than 10,000 values"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("x: &x 1\ny: [" + "*x," * 65 + "]", "s.yaml: y[64]: more than 64 aliases (*name)"),
+        ("a: &a [*a]\nlanes: []", "s.yaml: a[0]: an alias (*name) inside its own anchor"),
+        (
+            "lanes: [{name: a, workload: " + "[" * 40 + "]" * 40 + "}]",
+            # the 33rd collection: the document, lanes, lanes[0], workload and 29 more lists
+            "s.yaml: lanes[0].workload" + "[0]" * 29 + ": nested more than 32 levels deep",
+        ),
+        ("x: " + "[" * 5000 + "]" * 5000, "s.yaml: x" + "[0]" * 31 + ": nested more than 32"),
+        (
+            "lanes: [{name: a, isl: " + "9" * 5000 + "}]",
+            "s.yaml: lanes[0].isl: integer of 5,000 characters; integers here fit in 64 bits",
+        ),
+        (
+            "lanes: [{name: a, seed: 0x1" + "0" * 16 + "}]",
+            "s.yaml: lanes[0].seed: 18446744073709551616 does not fit in 64 bits",
+        ),
+        (
+            "lanes: [{name: a, workload: {1: 2}}]",
+            "s.yaml: lanes[0].workload: key 1 is not a string",
+        ),
+        (
+            "lanes: [{name: a, extra-body: {[x]: 2}}]",
+            "s.yaml: lanes[0].extra-body: key a list is not a string",
+        ),
+        ("lanes: [{name: a}]\n" + "#" * MAX_DOCUMENT_BYTES, "s.yaml: over 1 MiB"),
+        # no alias at all: refused at the 10,001st value (the key x is one), not after parsing
+        ("x: [" + "1," * 500_000 + "]", "s.yaml: x[9999]: more than 10,000 values"),
+    ],
+)
 def test_documents_past_the_bounds_are_one_line(text: str, message: str) -> None:
     started = time.monotonic()
     with pytest.raises(SweepFileError) as caught:
@@ -258,12 +358,17 @@ def test_a_json_document_gets_the_same_bounds() -> None:
 def test_the_cli_refuses_a_billion_laughs_file_with_exit_2(tmp_path: Path) -> None:
     (tmp_path / "laughs.yaml").write_text(laughs(9))
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "loadgen", "--config",
-                           str(tmp_path / "laughs.yaml")],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadgen", "--config", str(tmp_path / "laughs.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"loadgen: error: {tmp_path / 'laughs.yaml'}: extra-body.a4[0]: more than 10,000 "
         "values, each alias (*name) counted as the copy it becomes; a sweep document "
-        "needs a few hundred"]
+        "needs a few hundred"
+    ]
     assert time.monotonic() - started < 30  # the interpreter's start-up, not the file

@@ -31,11 +31,20 @@ def compose_binary() -> Path:
     return binary
 
 
-def run(argv: list[str | Path], env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: list[str | Path],
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in STACK_ENV}
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=60,
-                          env={**base, **(env or {})}, cwd=ROOT, check=False)
+    return subprocess.run(
+        [str(a) for a in argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **(env or {})},
+        cwd=ROOT,
+        check=False,
+    )
 
 
 def test_hadolint_passes_on_the_dockerfile() -> None:
@@ -49,7 +58,7 @@ def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:
     lines = [line.strip() for line in (DOCKER / "Dockerfile").read_text().splitlines()]
     stages = [line for line in lines if line.startswith("FROM ")]
     assert len(stages) >= 2, "the final image must not carry the build stage's tools"
-    final = lines[lines.index(stages[-1]):]
+    final = lines[lines.index(stages[-1]) :]
     assert any(line.startswith("COPY --from=build") for line in final)
     users = [line.split()[1] for line in final if line.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
@@ -74,8 +83,7 @@ def test_compose_refuses_to_start_the_sidecar_without_a_token(name: str) -> None
 
 @pytest.mark.parametrize("name", ["compose.yaml", "compose.sim.yaml"])
 def test_compose_stack_wires_sidecar_prometheus_and_grafana(name: str) -> None:
-    result = run([compose_binary(), "-f", DOCKER / name, "config", "--format", "json"],
-                 STACK_ENV)
+    result = run([compose_binary(), "-f", DOCKER / name, "config", "--format", "json"], STACK_ENV)
     assert result.returncode == 0, result.stderr
     services = yaml.safe_load(result.stdout)["services"]
     assert {"server", "loadgen", "prometheus", "grafana"} <= set(services)
@@ -98,8 +106,10 @@ def test_promtool_accepts_the_prometheus_config() -> None:
     assert promtool, "promtool missing: run scripts/ensure-prometheus"
     result = run([promtool, "check", "config", DOCKER / "prometheus.yml"])
     assert result.returncode == 0, result.stdout + result.stderr
-    jobs = {job["job_name"]: job for job in
-            yaml.safe_load((DOCKER / "prometheus.yml").read_text())["scrape_configs"]}
+    jobs = {
+        job["job_name"]: job
+        for job in yaml.safe_load((DOCKER / "prometheus.yml").read_text())["scrape_configs"]
+    }
     assert jobs["loadgen"]["static_configs"][0]["targets"] == ["loadgen:9400"]
     assert jobs["vllm"]["static_configs"][0]["targets"] == ["server:8000"]
 
@@ -118,16 +128,17 @@ def test_grafana_provisioning_points_at_the_compose_prometheus_and_dashboards() 
 def test_grafana_keeps_its_data_where_grafana_writes_it(name: str) -> None:
     """GF_PATHS_DATA is /var/lib/grafana in the official image: a volume anywhere else
     (e.g. /var/lib/grafana/data) loses users, dashboards edits and alerts on recreate."""
-    result = run([compose_binary(), "-f", DOCKER / name, "config", "--format", "json"],
-                 STACK_ENV)
+    result = run([compose_binary(), "-f", DOCKER / name, "config", "--format", "json"], STACK_ENV)
     assert result.returncode == 0, result.stderr
     grafana = yaml.safe_load(result.stdout)["services"]["grafana"]
     mounts = {v["target"]: v for v in grafana["volumes"]}
     assert mounts["/var/lib/grafana"]["type"] == "volume"
     dashboards = mounts["/etc/grafana/dashboards"]
     assert dashboards["type"] == "bind" and dashboards["read_only"] is True
-    assert grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == \
-        "/etc/grafana/dashboards/loadgen.json"
+    assert (
+        grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+        == "/etc/grafana/dashboards/loadgen.json"
+    )
     assert not any(t.startswith("/var/lib/grafana/") for t in mounts), "nested in the data"
 
 
@@ -151,9 +162,14 @@ def test_kubernetes_example_does_not_pull_latest_and_caches_the_model() -> None:
     objects = kubernetes_objects()
     pod = objects["Pod"]
     containers = {c["name"]: c for c in pod["spec"]["containers"]}
-    every = [c for _, doc in k8s_documents() if doc["kind"] in ("Pod", "Job")
-             for c in (doc["spec"] if doc["kind"] == "Pod"
-                       else doc["spec"]["template"]["spec"])["containers"]]
+    every = [
+        c
+        for _, doc in k8s_documents()
+        if doc["kind"] in ("Pod", "Job")
+        for c in (doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"])[
+            "containers"
+        ]
+    ]
     assert len(every) >= 4
     for container in every:
         # :latest defaults to Always, which fails for an image loaded into the node
@@ -174,14 +190,20 @@ K8S_VERSION = "1.30"  # the oldest Kubernetes the examples must be valid for
 
 
 def k8s_documents() -> list[tuple[str, dict[str, Any]]]:
-    return [(path.name, doc) for path in sorted((DOCKER / "k8s").glob("*.yaml"))
-            for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [
+        (path.name, doc)
+        for path in sorted((DOCKER / "k8s").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
 
 
-@pytest.mark.parametrize("name,doc", k8s_documents(),
-                         ids=[f"{n}:{d['kind']}" for n, d in k8s_documents()])
-def test_kubernetes_examples_are_valid_against_the_api_schemas(name: str,
-                                                               doc: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "name,doc", k8s_documents(), ids=[f"{n}:{d['kind']}" for n, d in k8s_documents()]
+)
+def test_kubernetes_examples_are_valid_against_the_api_schemas(
+    name: str, doc: dict[str, Any]
+) -> None:
     import kubernetes_validate
 
     # strict: an unknown or misplaced field is an error, as the API server's own check
@@ -193,8 +215,10 @@ def test_the_validator_rejects_a_broken_job() -> None:
     import kubernetes_validate
 
     job = next(d for n, d in k8s_documents() if n == "shards.yaml" and d["kind"] == "Job")
-    for broken in ({**job, "spec": {**job["spec"], "completions": "four"}},
-                   {**job, "spec": {**job["spec"], "completionMod": "Indexed"}}):
+    for broken in (
+        {**job, "spec": {**job["spec"], "completions": "four"}},
+        {**job, "spec": {**job["spec"], "completionMod": "Indexed"}},
+    ):
         with pytest.raises(kubernetes_validate.ValidationError):
             kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
 
@@ -226,8 +250,9 @@ def test_sharded_job_and_merge_job_fit_together() -> None:
     assert "job-completion-index" in index_env["valueFrom"]["fieldRef"]["fieldPath"]
     results = set()
     for index in range(count):
-        spec = spec_from_argv(expand(pod["args"], {**env, "JOB_COMPLETION_INDEX": str(index)}),
-                              env={})
+        spec = spec_from_argv(
+            expand(pod["args"], {**env, "JOB_COMPLETION_INDEX": str(index)}), env={}
+        )
         assert (spec.shard_index, spec.shard_count) == (index, count)
         assert spec.shard_sync is not None and spec.workers is None
         results.add(str(spec.results_dir))
@@ -237,7 +262,10 @@ def test_sharded_job_and_merge_job_fit_together() -> None:
     args = expand(merger["args"], merge_env)
     assert args[0] == "merge" and set(args[1:-1]) == results
     assert args[-1].startswith(f"--results=/results/{env['RUN']}/")
-    claims = {v["persistentVolumeClaim"]["claimName"]
-              for job in (shards, merge) for v in job["spec"]["template"]["spec"]["volumes"]
-              if "persistentVolumeClaim" in v}
+    claims = {
+        v["persistentVolumeClaim"]["claimName"]
+        for job in (shards, merge)
+        for v in job["spec"]["template"]["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    }
     assert len(claims) == 1

@@ -158,8 +158,11 @@ tool_calls = st.lists(
 def test_property_encode_then_parse_is_identity(
     content: str, reasoning: str, calls: list[dict[str, Any]], mode: str
 ) -> None:
-    message: dict[str, Any] = {"role": "assistant", "content": content,
-                               "reasoning_content": reasoning}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content,
+        "reasoning_content": reasoning,
+    }
     message["tool_calls"] = [
         {
             "type": c["type"],

@@ -40,13 +40,11 @@ def vllm_env() -> VllmEnv:
     except vllm_cpu.PrepareError as error:
         _skip(f"the vLLM CPU environment cannot be built here: {error}")
     _timings["prepare"] = time.perf_counter() - started
-    return VllmEnv(python=info["python"], model=Path(info["model"]),
-                   prepare_info=info)
+    return VllmEnv(python=info["python"], model=Path(info["model"]), prepare_info=info)
 
 
 @pytest.fixture(scope="module")
-def vllm_pool(vllm_env: VllmEnv, tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[ServerPool]:
+def vllm_pool(vllm_env: VllmEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
     pool = ServerPool(vllm_env, tmp_path_factory.mktemp("vllm"))
     try:
         yield pool
@@ -80,5 +78,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for reason in dict.fromkeys(_skip_reasons):
         terminalreporter.write_line(f"vLLM integration tests were SKIPPED: {reason}", red=True)
     if _timings:
-        terminalreporter.write_line("vLLM integration: " + ", ".join(
-            f"{name} {seconds:.1f} s" for name, seconds in _timings.items()))
+        terminalreporter.write_line(
+            "vLLM integration: "
+            + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in _timings.items())
+        )

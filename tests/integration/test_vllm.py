@@ -33,20 +33,51 @@ PROMPTS_PER_CONC = 3  # 45 measured requests over 1..8: every point has >= 3 of 
 K = SPEC_TOKENS
 
 
-def run_loadgen(server: VllmServer, results: Path, *extra: str,
-                timeout_s: float = 600.0) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "loadgen", "--base-url", server.url, "--model", "tiny",
-            "--encoder", "raw", "--tokenizer", str(server.model), "--results", str(results),
-            "--no-progress", "--request-timeout", "120", "--seed", "0", *extra]
+def run_loadgen(
+    server: VllmServer, results: Path, *extra: str, timeout_s: float = 600.0
+) -> subprocess.CompletedProcess[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "loadgen",
+        "--base-url",
+        server.url,
+        "--model",
+        "tiny",
+        "--encoder",
+        "raw",
+        "--tokenizer",
+        str(server.model),
+        "--results",
+        str(results),
+        "--no-progress",
+        "--request-timeout",
+        "120",
+        "--seed",
+        "0",
+        *extra,
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     print(f"$ {' '.join(argv)}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}")
     return done
 
 
 def sweep(server: VllmServer, results: Path, *extra: str, conc: str = "1..8") -> None:
-    done = run_loadgen(server, results, "--conc", conc, "--isl", str(ISL), "--osl", str(OSL),
-                       "--prompts-per-conc", str(PROMPTS_PER_CONC), "--warmup-per-conc", "1",
-                       *extra)  # a later --warmup-per-conc or --prompts-per-conc in extra wins
+    done = run_loadgen(
+        server,
+        results,
+        "--conc",
+        conc,
+        "--isl",
+        str(ISL),
+        "--osl",
+        str(OSL),
+        "--prompts-per-conc",
+        str(PROMPTS_PER_CONC),
+        "--warmup-per-conc",
+        "1",
+        *extra,
+    )  # a later --warmup-per-conc or --prompts-per-conc in extra wins
     assert done.returncode == 0, f"loadgen failed (log {server.log}):\n{done.stderr[-3000:]}"
 
 
@@ -62,12 +93,19 @@ def records(results: Path, conc: int) -> list[RequestRecord]:
 def server_counter(server: VllmServer, name: str) -> float:
     """Sum of every sample of one vLLM counter (all label sets)."""
     text = server.get("/metrics").decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
 
 
-def assert_exact_counts(result: dict[str, Any], recs: Sequence[RequestRecord], conc: int,
-                        per_conc: int = PROMPTS_PER_CONC) -> None:
+def assert_exact_counts(
+    result: dict[str, Any],
+    recs: Sequence[RequestRecord],
+    conc: int,
+    per_conc: int = PROMPTS_PER_CONC,
+) -> None:
     planned = conc * per_conc
     assert result["num_prompts"] == planned and result["completed"] == planned, result
     assert len(recs) == planned and all(r.ok for r in recs), [r.error_detail for r in recs]
@@ -92,7 +130,8 @@ def coalesced_chunks(recs: Sequence[RequestRecord]) -> int:
 
 
 def test_draft_model_acceptance_is_exact_and_matches_server_counters(
-        vllm_draft: VllmServer, tmp_path: Path) -> None:
+    vllm_draft: VllmServer, tmp_path: Path
+) -> None:
     """draft == target: every draft token is accepted, so each decode step emits K+1."""
     sweep(vllm_draft, tmp_path)
     steps = -(-(OSL - 1) // (K + 1))  # decode steps after the prefill token: ceil(63/4) = 16
@@ -131,8 +170,9 @@ def test_draft_model_acceptance_is_exact_and_matches_server_counters(
         assert_per_request_stats(result, recs, steps)
 
 
-def assert_per_request_stats(result: dict[str, Any], recs: Sequence[RequestRecord],
-                             steps: int) -> None:
+def assert_per_request_stats(
+    result: dict[str, Any], recs: Sequence[RequestRecord], steps: int
+) -> None:
     """vLLM's per-request metrics (--per-request-spec-decode-metrics detailed
     --enable-per-request-metrics): every request's own histogram says all K drafts were
     accepted in each of its steps, so the third AL source is 4.0 too; and the client's TTFT
@@ -152,14 +192,15 @@ def assert_per_request_stats(result: dict[str, Any], recs: Sequence[RequestRecor
     assert result["server_request_al_min"] == result["server_request_al_max"] == K + 1.0
     assert result["server_timing_requests"] == len(recs)
     assert result["mean_ttft_outside_server_ms"] > 0
-    print(f"conc {result['max_concurrency']}: TTFT {result['mean_ttft_ms']:.2f} ms = server "
-          f"{result['mean_server_request_ttft_ms']:.2f} + queue "
-          f"{result['mean_server_request_queue_time_ms']:.2f} + outside "
-          f"{result['mean_ttft_outside_server_ms']:.2f} (means)")
+    print(
+        f"conc {result['max_concurrency']}: TTFT {result['mean_ttft_ms']:.2f} ms = server "
+        f"{result['mean_server_request_ttft_ms']:.2f} + queue "
+        f"{result['mean_server_request_queue_time_ms']:.2f} + outside "
+        f"{result['mean_ttft_outside_server_ms']:.2f} (means)"
+    )
 
 
-def test_ngram_stream_and_server_acceptance_agree(vllm_ngram: VllmServer,
-                                                  tmp_path: Path) -> None:
+def test_ngram_stream_and_server_acceptance_agree(vllm_ngram: VllmServer, tmp_path: Path) -> None:
     """Partial acceptance: the stream and the server agree on the accepted tokens.
 
     The acceptance *lengths* are not comparable under ngram: the server divides by
@@ -199,29 +240,49 @@ def test_ngram_stream_and_server_acceptance_agree(vllm_ngram: VllmServer,
     merged_low, merged_high = steps - chunks - probe_steps[1], steps - chunks - probe_steps[0]
     assert merged_high >= 0, (steps, chunks)
     assert server_accepted - (stream_sum - merged_low) <= K * requests, (
-        server_accepted, stream_sum, merged_low)
+        server_accepted,
+        stream_sum,
+        merged_low,
+    )
     assert server_accepted - (stream_sum - merged_high) >= 0, (
-        server_accepted, stream_sum, merged_high)
+        server_accepted,
+        stream_sum,
+        merged_high,
+    )
     # The random-weight model repeats itself, so prompt lookup finds matches: the check
     # would be vacuous if nothing was accepted.
     assert server_accepted > 0
 
 
-def test_chat_endpoint_and_token_count_sources(vllm_ngram: VllmServer,
-                                               tmp_path: Path) -> None:
+def test_chat_endpoint_and_token_count_sources(vllm_ngram: VllmServer, tmp_path: Path) -> None:
     """Chat with the server's template, and token_ids vs usage deltas on the same requests."""
     results = tmp_path / "chat"
-    done = run_loadgen(vllm_ngram, results, "--endpoint", "chat", "--conc", "1,4",
-                       "--isl", str(ISL), "--osl", str(OSL), "--prompts-per-conc", "2",
-                       "--warmup-per-conc", "0")
+    done = run_loadgen(
+        vllm_ngram,
+        results,
+        "--endpoint",
+        "chat",
+        "--conc",
+        "1,4",
+        "--isl",
+        str(ISL),
+        "--osl",
+        str(OSL),
+        "--prompts-per-conc",
+        "2",
+        "--warmup-per-conc",
+        "0",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     # The server wraps the raw content in its chat template: a fixed number of tokens
     # around any content that starts with a letter or space (specials split the rest).
     content = "hello"
-    wrapped = vllm_ngram.post_json("/tokenize", {"model": "tiny", "messages": [
-        {"role": "user", "content": content}]})["count"]
-    bare = vllm_ngram.post_json("/tokenize", {"model": "tiny", "prompt": content,
-                                              "add_special_tokens": False})["count"]
+    wrapped = vllm_ngram.post_json(
+        "/tokenize", {"model": "tiny", "messages": [{"role": "user", "content": content}]}
+    )["count"]
+    bare = vllm_ngram.post_json(
+        "/tokenize", {"model": "tiny", "prompt": content, "add_special_tokens": False}
+    )["count"]
     overhead = wrapped - bare
     assert overhead > 0
     for conc in (1, 4):
@@ -250,8 +311,9 @@ def test_chat_endpoint_and_token_count_sources(vllm_ngram: VllmServer,
     assert any(n > 1 for n in from_ids)  # prompt lookup made multi-token chunks
 
 
-def test_both_http_clients_measure_real_vllm_exactly(vllm_ngram: VllmServer,
-                                                     tmp_path: Path) -> None:
+def test_both_http_clients_measure_real_vllm_exactly(
+    vllm_ngram: VllmServer, tmp_path: Path
+) -> None:
     """The native client (the default, every other test here) and the aiohttp one
     (`--http-client aiohttp`, kept for comparison) give the same exact counts."""
     for client in ("aiohttp", "native"):
@@ -274,9 +336,14 @@ def raw_prompts(server: VllmServer, count: int) -> list[Any]:
     from loadgen.workload.prompts import synthesize_prompts
 
     tokenizer = load_tokenizer(str(server.model), check_dsv4=False)
-    return synthesize_prompts([ISL] * count, encoder="raw", thinking_mode="chat",
-                              reasoning_effort=None, tokenizer=tokenizer,
-                              rng=np.random.default_rng(7))
+    return synthesize_prompts(
+        [ISL] * count,
+        encoder="raw",
+        thinking_mode="chat",
+        reasoning_effort=None,
+        tokenizer=tokenizer,
+        rng=np.random.default_rng(7),
+    )
 
 
 def without_token_ids(data: bytes) -> bytes:
@@ -299,8 +366,10 @@ def count_both_ways(server: VllmServer, prompt: str) -> tuple[list[int], list[in
 
     options = BodyOptions(endpoint="completions", model="tiny")  # token ids + usage
     request = urllib.request.Request(
-        server.url + options.path, data=encode_body(completion_body(options, prompt, OSL)),
-        headers={"Content-Type": "application/json"})
+        server.url + options.path,
+        data=encode_body(completion_body(options, prompt, OSL)),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
         body = response.read()
     with_ids, usage_only = TokenCounter(), TokenCounter()
@@ -316,8 +385,9 @@ def count_both_ways(server: VllmServer, prompt: str) -> tuple[list[int], list[in
     return from_ids, from_usage
 
 
-def send_with_each_source(server: VllmServer, prompts: Sequence[Any]
-                          ) -> tuple[list[RequestRecord], list[RequestRecord]]:
+def send_with_each_source(
+    server: VllmServer, prompts: Sequence[Any]
+) -> tuple[list[RequestRecord], list[RequestRecord]]:
     import asyncio
 
     from loadgen.client.native.client import NativeStreams
@@ -326,8 +396,12 @@ def send_with_each_source(server: VllmServer, prompts: Sequence[Any]
     from loadgen.workload.plan import RequestSpec
 
     async def send_all(return_token_ids: bool) -> list[RequestRecord]:
-        options = BodyOptions(endpoint="completions", model="tiny",
-                              return_token_ids=return_token_ids, continuous_usage=True)
+        options = BodyOptions(
+            endpoint="completions",
+            model="tiny",
+            return_token_ids=return_token_ids,
+            continuous_usage=True,
+        )
         out = []
         streams = NativeStreams(max_connections=1)  # the measured streams' default client
         transport = Transport(streams, server.url + options.path, request_timeout_s=120)
@@ -335,9 +409,15 @@ def send_with_each_source(server: VllmServer, prompts: Sequence[Any]
             for index, prompt in enumerate(prompts):
                 body = encode_body(completion_body(options, prompt.text, OSL))
                 request = RequestSpec(index, prompt.num_tokens, OSL, body)
-                out.append(await transport.send(request, x_request_id=f"src-{index}",
-                                                conc=1, scheduled_ns=0,
-                                                on_record=lambda _r: None))
+                out.append(
+                    await transport.send(
+                        request,
+                        x_request_id=f"src-{index}",
+                        conc=1,
+                        scheduled_ns=0,
+                        on_record=lambda _r: None,
+                    )
+                )
         finally:
             await streams.close()
         assert all(r.ok for r in out), [r.error_detail for r in out]
@@ -349,8 +429,7 @@ def send_with_each_source(server: VllmServer, prompts: Sequence[Any]
     return asyncio.run(both())
 
 
-def test_ttft_and_e2el_agree_with_vllm_histograms(vllm_plain: VllmServer,
-                                                  tmp_path: Path) -> None:
+def test_ttft_and_e2el_agree_with_vllm_histograms(vllm_plain: VllmServer, tmp_path: Path) -> None:
     """Client-side means vs vLLM's own histograms over the same requests.
 
     vLLM stamps a request's arrival after uvicorn has read and parsed it and the frontend
@@ -384,9 +463,11 @@ def test_ttft_and_e2el_agree_with_vllm_histograms(vllm_plain: VllmServer,
         assert result["server_requests"] == len(recs)  # the histograms saw exactly these
         ttft, server_ttft = result["mean_ttft_ms"], result["server_mean_ttft_ms"]
         e2el, server_e2el = result["mean_e2el_ms"], result["server_mean_e2el_ms"]
-        print(f"conc {conc}: TTFT loadgen {ttft:.1f} ms, vLLM {server_ttft:.1f} ms; "
-              f"E2EL loadgen {e2el:.1f} ms, vLLM {server_e2el:.1f} ms; client loop lag "
-              f"max {result.get('client_loop_lag_max_ms')} ms")
+        print(
+            f"conc {conc}: TTFT loadgen {ttft:.1f} ms, vLLM {server_ttft:.1f} ms; "
+            f"E2EL loadgen {e2el:.1f} ms, vLLM {server_e2el:.1f} ms; client loop lag "
+            f"max {result.get('client_loop_lag_max_ms')} ms"
+        )
         slack = 30.0 + 10.0 * conc + (result.get("client_loop_lag_max_ms") or 0.0)
         assert -1.0 <= e2el - server_e2el <= slack, (conc, e2el, server_e2el)
         assert ttft - server_ttft >= -1.0, (conc, ttft, server_ttft)
@@ -396,15 +477,17 @@ def test_ttft_and_e2el_agree_with_vllm_histograms(vllm_plain: VllmServer,
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--model", "nope", "--isl", "64", "--osl", "16"],
-         r"model 'nope' is not served at .*; served: tiny"),
-        (["--isl", "2000", "--osl", "100"],
-         r"2100 tokens exceeds the server's max_model_len 2048"),
+        (
+            ["--model", "nope", "--isl", "64", "--osl", "16"],
+            r"model 'nope' is not served at .*; served: tiny",
+        ),
+        (["--isl", "2000", "--osl", "100"], r"2100 tokens exceeds the server's max_model_len 2048"),
     ],
     ids=["wrong-model", "isl-plus-osl-above-max-model-len"],
 )
-def test_preflight_errors_are_one_clear_line(vllm_pool: ServerPool, tmp_path: Path,
-                                             args: list[str], expected: str) -> None:
+def test_preflight_errors_are_one_clear_line(
+    vllm_pool: ServerPool, tmp_path: Path, args: list[str], expected: str
+) -> None:
     """Nothing is sent: vLLM itself would 404 the model and silently clamp max_tokens."""
     server = vllm_pool.any()
     prompts_before = server_counter(server, "vllm:prompt_tokens_total")
@@ -419,13 +502,25 @@ def test_preflight_errors_are_one_clear_line(vllm_pool: ServerPool, tmp_path: Pa
 
 
 def _final_usage_event(url: str, model: str, prompt: str) -> dict[str, Any]:
-    body = {"model": model, "prompt": prompt, "max_tokens": 9, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
-    request = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": 9,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    request = urllib.request.Request(
+        url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
-        events = [line[6:] for line in response.read().decode().splitlines()
-                  if line.startswith("data: ") and line != "data: [DONE]"]
+        events = [
+            line[6:]
+            for line in response.read().decode().splitlines()
+            if line.startswith("data: ") and line != "data: [DONE]"
+        ]
     final: dict[str, Any] = json.loads(events[-1])
     assert final["choices"] == [], final
     return final
@@ -440,17 +535,26 @@ def _shape(value: Any) -> Any:
     return type(value).__name__
 
 
-def test_the_simulator_sends_vllms_per_request_metrics_shapes(vllm_draft: VllmServer,
-                                                              tmp_path: Path) -> None:
+def test_the_simulator_sends_vllms_per_request_metrics_shapes(
+    vllm_draft: VllmServer, tmp_path: Path
+) -> None:
     """vLLM 0.32 with --per-request-spec-decode-metrics detailed --enable-per-request-metrics,
     and `loadgen sim` with the same flags: the final usage chunk and the non-streamed body
     carry `metrics` of the same keys, order and types (the values differ: other machines)."""
     from tests.support.procs import free_port, start_sim, stop
 
     port = free_port()
-    sim = start_sim(port, tmp_path / "sim.log", "--spec-tokens", str(K), "--model", "tiny",
-                    "--per-request-spec-decode-metrics", "detailed",
-                    "--enable-per-request-metrics")
+    sim = start_sim(
+        port,
+        tmp_path / "sim.log",
+        "--spec-tokens",
+        str(K),
+        "--model",
+        "tiny",
+        "--per-request-spec-decode-metrics",
+        "detailed",
+        "--enable-per-request-metrics",
+    )
     try:
         sim_url = f"http://127.0.0.1:{port}"
         real = _final_usage_event(vllm_draft.url, "tiny", "hello hello hello")
@@ -458,12 +562,13 @@ def test_the_simulator_sends_vllms_per_request_metrics_shapes(vllm_draft: VllmSe
         print(json.dumps(real["metrics"]))
         assert _shape(ours["metrics"]) == _shape(real["metrics"])
         assert list(ours) == list(real)  # metrics last, after system_fingerprint
-        body = {"model": "tiny", "prompt": "hello hello hello", "max_tokens": 9,
-                "ignore_eos": True}
+        body = {"model": "tiny", "prompt": "hello hello hello", "max_tokens": 9, "ignore_eos": True}
         real_body = vllm_draft.post_json("/v1/completions", body)
-        request = urllib.request.Request(sim_url + "/v1/completions",
-                                         data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            sim_url + "/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             ours_body = json.loads(response.read())
         assert _shape(ours_body["metrics"]) == _shape(real_body["metrics"])

@@ -27,8 +27,12 @@ from tests.support.vllm_servers import VllmServer, vllm_cpu
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 DURATION_S = 10
-RECORD_METRICS = ("time_to_first_token", "request_latency", "input_sequence_length",
-                  "output_sequence_length")  # what InferenceX's request_metrics.py reads
+RECORD_METRICS = (
+    "time_to_first_token",
+    "request_latency",
+    "input_sequence_length",
+    "output_sequence_length",
+)  # what InferenceX's request_metrics.py reads
 
 
 def _set(argv: list[str], flag: str, value: str) -> None:
@@ -39,8 +43,9 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def test_build_replay_cmd_runs_as_typed_against_vllm(vllm_prefix: VllmServer,
-                                                     tmp_path: Path) -> None:
+def test_build_replay_cmd_runs_as_typed_against_vllm(
+    vllm_prefix: VllmServer, tmp_path: Path
+) -> None:
     port = urlsplit(vllm_prefix.url).port
     assert port is not None
     argv = replay_cmd(port, tmp_path, DURATION_S, "--unsafe-override")
@@ -48,8 +53,14 @@ def test_build_replay_cmd_runs_as_typed_against_vllm(vllm_prefix: VllmServer,
     _set(argv, "--tokenizer", str(vllm_prefix.model))
     _set(argv, "--max-context-length", str(vllm_cpu.MAX_MODEL_LEN))
     _set(argv, "--server-metrics", f"{vllm_prefix.url}/metrics")
-    done = subprocess.run([sys.executable, "-m", "loadgen", *argv], capture_output=True,
-                          text=True, timeout=600, stdin=subprocess.DEVNULL, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadgen", *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     print(f"$ loadgen {' '.join(argv)}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}")
     assert done.returncode == 0, f"loadgen failed (log {vllm_prefix.log}):\n{done.stderr}"
     assert done.stderr.count("is not DeepSeek-V4's: messages are sent") == 1  # --encoder raw
@@ -77,10 +88,14 @@ def test_build_replay_cmd_runs_as_typed_against_vllm(vllm_prefix: VllmServer,
 
     # what InferenceX's request_metrics.py computes from these rows is loadgen's figure
     ok = [row for row in profiled if row["error"] is None]
-    tokens = sum(row["metrics"][name]["value"] for row in ok
-                 for name in ("input_sequence_length", "output_sequence_length"))
-    span_ns = (max(row["metadata"]["request_end_ns"] for row in ok)
-               - min(row["metadata"]["request_start_ns"] for row in ok))
+    tokens = sum(
+        row["metrics"][name]["value"]
+        for row in ok
+        for name in ("input_sequence_length", "output_sequence_length")
+    )
+    span_ns = max(row["metadata"]["request_end_ns"] for row in ok) - min(
+        row["metadata"]["request_start_ns"] for row in ok
+    )
     assert tokens / (span_ns / 1e9) == pytest.approx(point["total_token_throughput"], rel=1e-12)
     ttfts = [row["metrics"]["time_to_first_token"]["value"] for row in ok]
     assert float(np.percentile(ttfts, 90)) == pytest.approx(point["p90_ttft_ms"], rel=1e-12)
@@ -93,8 +108,10 @@ def test_build_replay_cmd_runs_as_typed_against_vllm(vllm_prefix: VllmServer,
     server = orjson.loads((artifacts / "server_metrics_export.json").read_bytes())
     assert server["summary"]["endpoints_configured"] == [f"{vllm_prefix.url}/metrics"]
     metrics = server["metrics"]
-    hits, queries = (sum(s["stats"]["total"] for s in metrics[name]["series"])
-                     for name in ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"))
+    hits, queries = (
+        sum(s["stats"]["total"] for s in metrics[name]["series"])
+        for name in ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries")
+    )
     # vLLM's own counters, as InferenceX's backends/vllm.py sums them, are loadgen's figures
     assert hits == point["server_prefix_cache_hits"]
     assert queries == point["server_prefix_cache_queries"]

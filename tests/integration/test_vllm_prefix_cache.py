@@ -40,11 +40,27 @@ def block_size(server: VllmServer) -> int:
     return int(found.group(1))
 
 
-def test_multi_turn_cached_tokens_equal_the_server_hits(vllm_prefix: VllmServer,
-                                                        tmp_path: Path) -> None:
-    done = run_loadgen(vllm_prefix, tmp_path, "--conc", str(CONC), "--isl", "256",
-                       "--osl", "32", "--turns", str(TURNS), "--turn-tokens", "64",
-                       "--think-time", "0", "--sessions-per-conc", "2")
+def test_multi_turn_cached_tokens_equal_the_server_hits(
+    vllm_prefix: VllmServer, tmp_path: Path
+) -> None:
+    done = run_loadgen(
+        vllm_prefix,
+        tmp_path,
+        "--conc",
+        str(CONC),
+        "--isl",
+        "256",
+        "--osl",
+        "32",
+        "--turns",
+        str(TURNS),
+        "--turn-tokens",
+        "64",
+        "--think-time",
+        "0",
+        "--sessions-per-conc",
+        "2",
+    )
     assert done.returncode == 0, f"loadgen failed (log {vllm_prefix.log}):\n{done.stderr}"
     result = json.loads((tmp_path / f"conc_{CONC}.json").read_text())
     recs = records(tmp_path, CONC)
@@ -62,8 +78,7 @@ def test_multi_turn_cached_tokens_equal_the_server_hits(vllm_prefix: VllmServer,
     by_session: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
     for r in recs:
         assert r.session_id is not None and r.turn_index is not None
-        by_session[r.session_id].append((r.turn_index, r.cached_tokens or 0,
-                                         r.prompt_tokens or 0))
+        by_session[r.session_id].append((r.turn_index, r.cached_tokens or 0, r.prompt_tokens or 0))
     assert len(by_session) == CONC * 2
     size = block_size(vllm_prefix)
     for turns in by_session.values():
@@ -79,13 +94,30 @@ def test_multi_turn_cached_tokens_equal_the_server_hits(vllm_prefix: VllmServer,
             assert hit == previous_prompt // size * size, (size, turns)
 
 
-def test_live_history_cached_tokens_equal_the_server_hits(vllm_prefix: VllmServer,
-                                                          tmp_path: Path) -> None:
+def test_live_history_cached_tokens_equal_the_server_hits(
+    vllm_prefix: VllmServer, tmp_path: Path
+) -> None:
     """--live-history: each turn resends the server's own reply; the two counts still
     agree, and each later turn still hits every full block of the prompt before it."""
-    done = run_loadgen(vllm_prefix, tmp_path, "--conc", str(CONC), "--isl", "256",
-                       "--osl", "32", "--turns", str(TURNS), "--turn-tokens", "64",
-                       "--think-time", "0", "--sessions-per-conc", "1", "--live-history")
+    done = run_loadgen(
+        vllm_prefix,
+        tmp_path,
+        "--conc",
+        str(CONC),
+        "--isl",
+        "256",
+        "--osl",
+        "32",
+        "--turns",
+        str(TURNS),
+        "--turn-tokens",
+        "64",
+        "--think-time",
+        "0",
+        "--sessions-per-conc",
+        "1",
+        "--live-history",
+    )
     assert done.returncode == 0, f"loadgen failed (log {vllm_prefix.log}):\n{done.stderr}"
     result = json.loads((tmp_path / f"conc_{CONC}.json").read_text())
     recs = records(tmp_path, CONC)
@@ -97,8 +129,7 @@ def test_live_history_cached_tokens_equal_the_server_hits(vllm_prefix: VllmServe
     by_session: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
     for r in recs:
         assert r.session_id is not None and r.turn_index is not None
-        by_session[r.session_id].append((r.turn_index, r.cached_tokens or 0,
-                                         r.prompt_tokens or 0))
+        by_session[r.session_id].append((r.turn_index, r.cached_tokens or 0, r.prompt_tokens or 0))
     for turns in by_session.values():
         turns.sort()
         for (_, _, previous_prompt), (_, hit, prompt) in itertools.pairwise(turns):

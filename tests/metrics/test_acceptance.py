@@ -177,7 +177,8 @@ def test_oversized_chunks_flag_coalesced_steps() -> None:
     assert result["stream_acceptance_per_position"] is None
     assert result["stream_acceptance_invalid_reason"] == (
         "1 of 3 decode chunks carried more than K+1=3 tokens: the server merged engine "
-        "steps (stream interval > 1 or a lagging frontend)")
+        "steps (stream interval > 1 or a lagging frontend)"
+    )
 
 
 def test_a_single_oversized_chunk_among_many_still_voids_the_stream() -> None:
@@ -185,7 +186,8 @@ def test_a_single_oversized_chunk_among_many_still_voids_the_stream() -> None:
     # visible merge is enough to stop reading chunks as steps (docs/results.md).
     clean = [(1, *([2] * 999), 1)]  # the final 1 reaches max_tokens: left out as cut short
     assert stream_acceptance(records_with(clean, finish="stop"), 2)[
-        "stream_acceptance_length"] == pytest.approx(2.0)
+        "stream_acceptance_length"
+    ] == pytest.approx(2.0)
     merged = [(1, *([2] * 998), 4, 1)]
     result = stream_acceptance(records_with(merged, finish="stop"), 2)
     assert result["stream_acceptance_length"] is None
@@ -211,8 +213,11 @@ def test_best_source_prefers_a_valid_stream() -> None:
 
 def test_best_source_falls_back_to_the_server_when_the_stream_is_invalid() -> None:
     invalid = stream_acceptance(records_with([(1, 3, 5, 3)], finish="stop"), 2)
-    server = {"server_acceptance_length": 2.5, "server_acceptance_rate": 0.75,
-              "server_acceptance_per_position": [0.9, 0.6]}
+    server = {
+        "server_acceptance_length": 2.5,
+        "server_acceptance_rate": 0.75,
+        "server_acceptance_per_position": [0.9, 0.6],
+    }
     best = best_acceptance_length(invalid, server)
     assert best == {"acceptance_length": 2.5, "acceptance_length_source": "server_counters"}
     assert set(acceptance_difference(invalid, server).values()) == {None}
@@ -251,8 +256,12 @@ def test_matches_reference_loop(records: list[RequestRecord], k: int) -> None:
 
 def test_old_result_files_get_the_same_rule() -> None:
     # Files written before acceptance_length: the stream AL is re-checked before shown.
-    merged = {"spec_tokens": 6, "stream_acceptance_length": 27.1,
-              "stream_acceptance_oversized_chunks": 28, "server_acceptance_length": 2.76}
+    merged = {
+        "spec_tokens": 6,
+        "stream_acceptance_length": 27.1,
+        "stream_acceptance_oversized_chunks": 28,
+        "server_acceptance_length": 2.76,
+    }
     assert published_acceptance_length(merged) == (2.76, "server_counters")
     assert not stream_figures_valid(merged)
     # No oversized count recorded, but an AL above K+1 no single step can give.

@@ -41,12 +41,12 @@ CONC = Search(1, 64, Resolution(1, False), integer=True)
 
 @pytest.mark.parametrize("knee", [1.0, 2.0, 7.0, 13.0, 31.0, 50.0, 63.0])
 @pytest.mark.parametrize("shape", ["linear", "convex", "cliff"])
-def test_conc_search_finds_what_every_conc_would_in_fewer_probes(knee: float,
-                                                                 shape: str) -> None:
+def test_conc_search_finds_what_every_conc_would_in_fewer_probes(knee: float, shape: str) -> None:
     curves: dict[str, Callable[[float], float]] = {
-              "linear": lambda c: 100.0 * c / (knee + 0.5),
-              "convex": lambda c: 100.0 * (c / (knee + 0.5)) ** 3,
-              "cliff": lambda c: 50.0 if c <= knee else 5000.0}
+        "linear": lambda c: 100.0 * c / (knee + 0.5),
+        "convex": lambda c: 100.0 * (c / (knee + 0.5)) ** 3,
+        "cliff": lambda c: 50.0 if c <= knee else 5000.0,
+    }
     server = curves[shape]
     probed, _ = search(server, CONC)
     brute = max(c for c in range(1, 65) if server(c) <= 100.0)
@@ -109,7 +109,9 @@ def test_slo_flag_forms_coexist() -> None:
     assert goodput == {"ttft": 2000.0}  # a plain M=T stays a goodput SLO ...
     assert [(o.name, o.field, o.limit_ms) for o in objectives] == [
         ("ttft:p99", "p99_ttft_ms", 2000.0),  # ... and is a p99 objective too
-        ("tpot:p50", "median_tpot_ms", 20.0), ("itl:p99.9", "p99.9_itl_ms", 80.0)]
+        ("tpot:p50", "median_tpot_ms", 20.0),
+        ("itl:p99.9", "p99.9_itl_ms", 80.0),
+    ]
     assert split_slos({"ttft": 2000.0}, None) == ({"ttft": 2000.0}, ())
     with pytest.raises(SpecError, match="percentile objective is for --find-max"):
         split_slos(slos, None)

@@ -19,11 +19,18 @@ T0 = 50 * S  # the window starts here on the monotonic clock
 TOTALS = PointTotals(completed=10, input_tokens=3000, output_tokens=1000)
 
 
-def series(points: Sequence[tuple[float, Mapping[str, GpuReading] | None]],
-           source: str = "http://node0:9400/metrics") -> PowerSeries:
+def series(
+    points: Sequence[tuple[float, Mapping[str, GpuReading] | None]],
+    source: str = "http://node0:9400/metrics",
+) -> PowerSeries:
     """(seconds from the window start, readings) -> a URL's samples."""
-    return PowerSeries(source, [PowerSample(T0 + int(t * S), 1_700_000_000 * S + int(t * S),
-                                            readings) for t, readings in points])
+    return PowerSeries(
+        source,
+        [
+            PowerSample(T0 + int(t * S), 1_700_000_000 * S + int(t * S), readings)
+            for t, readings in points
+        ],
+    )
 
 
 def power(*watts: float) -> dict[str, GpuReading]:
@@ -42,8 +49,7 @@ def test_trapezoid_interpolates_power_at_the_window_boundaries() -> None:
     # power ramps linearly 100 -> 300 W over 0..4 s, sampled at -0.5, 1.5, 3.5, 4.5 s:
     # the trapezoid of a linear ramp is exact, so ∫ over 0..4 s is 4 * 200 = 800 J
     ramp = [(t, power(100 + 50 * t, 2 * (100 + 50 * t))) for t in (-0.5, 1.5, 3.5, 4.5)]
-    result = point_energy([series(ramp)], window(4.0), TOTALS, interval_s=2.0,
-                          expected_gpus=2)
+    result = point_energy([series(ramp)], window(4.0), TOTALS, interval_s=2.0, expected_gpus=2)
     assert result.power_valid and result.power_invalid_reasons == []
     assert result.energy_source == "power" and result.power_num_gpus == 2
     assert result.total_gpu_energy_j == pytest.approx(800.0 + 1600.0)
@@ -62,26 +68,32 @@ def test_counter_delta_wins_over_power_when_every_sample_has_it() -> None:
     # the gauge says 100 W but the counter grew 1000 J over the 2 s between samples
     # bracketing a 1 s window centred in them: the counter's 500 J, not the gauge's 100
     samples = [(-0.5, energy(100.0, 5000.0)), (1.5, energy(100.0, 6000.0))]
-    result = point_energy([series(samples)], window(1.0), TOTALS, interval_s=1.0,
-                          expected_gpus=None)
+    result = point_energy(
+        [series(samples)], window(1.0), TOTALS, interval_s=1.0, expected_gpus=None
+    )
     assert result.power_valid and result.energy_source == "counter"
     assert result.total_gpu_energy_j == pytest.approx(500.0)
     assert result.gpu_energy[0].trapezoid_energy_j == pytest.approx(100.0)
 
 
 def test_a_counter_that_goes_down_invalidates() -> None:
-    samples = [(-0.5, energy(100.0, 5000.0)), (0.5, energy(100.0, 10.0)),
-               (1.5, energy(100.0, 110.0))]
-    result = point_energy([series(samples)], window(1.0), TOTALS, interval_s=1.0,
-                          expected_gpus=None)
+    samples = [
+        (-0.5, energy(100.0, 5000.0)),
+        (0.5, energy(100.0, 10.0)),
+        (1.5, energy(100.0, 110.0)),
+    ]
+    result = point_energy(
+        [series(samples)], window(1.0), TOTALS, interval_s=1.0, expected_gpus=None
+    )
     assert not result.power_valid and result.power_invalid_reasons == ["counter_reset"]
     assert result.total_gpu_energy_j is None and result.joules_per_output_token is None
 
 
 def test_gap_over_three_seconds_invalidates_with_inferencex_code() -> None:
     samples = [(-0.5, power(100.0)), (3.0, power(100.0)), (4.5, power(100.0))]
-    result = point_energy([series(samples)], window(4.0), TOTALS, interval_s=1.0,
-                          expected_gpus=None)
+    result = point_energy(
+        [series(samples)], window(4.0), TOTALS, interval_s=1.0, expected_gpus=None
+    )
     assert not result.power_valid
     assert result.power_invalid_reasons == ["sampling_gap_exceeded"]
     assert result.gpu_energy[0].max_sample_gap_s == pytest.approx(3.5)
@@ -92,25 +104,27 @@ def test_gap_over_three_seconds_invalidates_with_inferencex_code() -> None:
 
 def test_samples_that_do_not_bracket_the_window() -> None:
     samples = [(0.2, power(100.0)), (1.2, power(100.0))]
-    result = point_energy([series(samples)], window(1.0), TOTALS, interval_s=1.0,
-                          expected_gpus=None)
+    result = point_energy(
+        [series(samples)], window(1.0), TOTALS, interval_s=1.0, expected_gpus=None
+    )
     assert result.power_invalid_reasons == ["benchmark_window_not_bracketed"]
-    one = point_energy([series([(-1.0, power(100.0))])], window(1.0), TOTALS,
-                       interval_s=1.0, expected_gpus=None)
+    one = point_energy(
+        [series([(-1.0, power(100.0))])], window(1.0), TOTALS, interval_s=1.0, expected_gpus=None
+    )
     assert one.power_invalid_reasons == ["insufficient_power_samples"]
 
 
 def test_a_failed_scrape_marks_the_exporter_unanswered() -> None:
     samples = [(-0.5, power(100.0)), (0.5, None), (1.0, power(100.0)), (2.5, power(100.0))]
-    result = point_energy([series(samples)], window(2.0), TOTALS, interval_s=1.0,
-                          expected_gpus=None)
+    result = point_energy(
+        [series(samples)], window(2.0), TOTALS, interval_s=1.0, expected_gpus=None
+    )
     assert not result.power_valid and result.power_invalid_reasons == ["exporter_unanswered"]
 
 
 def test_missing_gpus_and_count_mismatch() -> None:
     samples = [(-0.5, power(100.0, 100.0)), (0.5, power(100.0)), (1.5, power(100.0, 100.0))]
-    result = point_energy([series(samples)], window(1.0), TOTALS, interval_s=1.0,
-                          expected_gpus=4)
+    result = point_energy([series(samples)], window(1.0), TOTALS, interval_s=1.0, expected_gpus=4)
     assert result.power_invalid_reasons == ["gpu_missing", "expected_gpu_count_mismatch"]
 
 
@@ -120,12 +134,19 @@ def test_two_nodes_are_two_sets_of_gpus() -> None:
     result = point_energy([a, b], window(1.0), TOTALS, interval_s=1.0, expected_gpus=2)
     assert result.power_valid and result.total_gpu_energy_j == pytest.approx(400.0)
     assert [(g.source, g.gpu) for g in result.gpu_energy] == [
-        ("http://a:9400/metrics", "0"), ("http://b:9400/metrics", "0")]
+        ("http://a:9400/metrics", "0"),
+        ("http://b:9400/metrics", "0"),
+    ]
 
 
 def test_empty_window_is_invalid() -> None:
-    result = point_energy([series([(-0.5, power(1.0)), (0.5, power(1.0))])], None, TOTALS,
-                          interval_s=1.0, expected_gpus=None)
+    result = point_energy(
+        [series([(-0.5, power(1.0)), (0.5, power(1.0))])],
+        None,
+        TOTALS,
+        interval_s=1.0,
+        expected_gpus=None,
+    )
     assert result.power_invalid_reasons == ["invalid_benchmark_window"]
 
 
@@ -162,8 +183,12 @@ def test_amd_device_metrics_exporter_names_and_units() -> None:
 
 
 def test_text_without_gpu_power_has_no_readings() -> None:
-    assert parse_gpu_metrics("# TYPE vllm:num_requests_running gauge\n"
-                             'vllm:num_requests_running{engine="0"} 3\n') == {}
+    assert (
+        parse_gpu_metrics(
+            '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 3\n'
+        )
+        == {}
+    )
 
 
 def test_nvidia_smi_csv_rows_by_gpu_in_local_time() -> None:
@@ -171,15 +196,18 @@ def test_nvidia_smi_csv_rows_by_gpu_in_local_time() -> None:
 
     from loadgen.metrics.gpu_power import parse_power_csv
 
-    text = ("timestamp, index, power.limit [W], power.draw [W]\n"
-            "2026/12/02 01:30:00.500, 1, 700.00 W, 412.34 W\n"
-            "2026/12/02 01:30:00.500, 0, 700.00 W, [N/A]\n"
-            "2026/12/02 01:30:00.000, 1, 700.00 W, 400.00 W\n")
+    text = (
+        "timestamp, index, power.limit [W], power.draw [W]\n"
+        "2026/12/02 01:30:00.500, 1, 700.00 W, 412.34 W\n"
+        "2026/12/02 01:30:00.500, 0, 700.00 W, [N/A]\n"
+        "2026/12/02 01:30:00.000, 1, 700.00 W, 400.00 W\n"
+    )
     rows = parse_power_csv(text)
     at = datetime(2026, 12, 2, 1, 30, 0, 500_000).timestamp()  # local time, as nvidia-smi
     assert rows == {"1": [(at - 0.5, 400.0), (at, 412.34)]}  # limit column is not power
     assert parse_power_csv("time,gpu,power\n1764639000123,0,5\n") == {
-        "0": [(1764639000.123, 5.0)]}  # epoch ms
+        "0": [(1764639000.123, 5.0)]
+    }  # epoch ms
 
 
 def test_csv_series_sit_on_the_monotonic_clock_of_the_window() -> None:

@@ -33,8 +33,9 @@ def test_outstanding_counts_due_minus_finished() -> None:
     assert outstanding_at(grid, due, finished).tolist() == [1, 2, 1, 2, 2]
 
 
-def _queue(arrival_rate: float, service_rate: float, seconds: float, seed: int
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _queue(
+    arrival_rate: float, service_rate: float, seconds: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A single FIFO server with exponential service: (due, finished, first token, TTFT
     from schedule), the first token half-way through each service."""
     rng = np.random.default_rng(seed)
@@ -50,12 +51,14 @@ def _queue(arrival_rate: float, service_rate: float, seconds: float, seed: int
     return due, np.array(finished), np.array(first), np.array(ttft)
 
 
-def _verdict_at(now: float, due: np.ndarray, finished: np.ndarray, first: np.ndarray,
-                ttft: np.ndarray) -> object:
+def _verdict_at(
+    now: float, due: np.ndarray, finished: np.ndarray, first: np.ndarray, ttft: np.ndarray
+) -> object:
     done = finished <= now
     seen = first <= now
-    return saturation(RULE, now, due, np.sort(finished[done]), first[seen & done],
-                      ttft[seen & done])
+    return saturation(
+        RULE, now, due, np.sort(finished[done]), first[seen & done], ttft[seen & done]
+    )
 
 
 def test_a_queue_fed_twice_its_capacity_is_saturated() -> None:
@@ -88,8 +91,21 @@ def test_both_slopes_must_grow() -> None:
     due = np.arange(0, 20, 0.05)
     finished = due + 5.0  # stable: each takes 5 s, outstanding flat at 100
     first = due + 4.0
-    assert saturation(RULE, 15.0, due, finished[finished <= 15], first[first <= 15],
-                      np.full(int((first <= 15).sum()), 4.0)) is None
+    assert (
+        saturation(
+            RULE,
+            15.0,
+            due,
+            finished[finished <= 15],
+            first[first <= 15],
+            np.full(int((first <= 15).sum()), 4.0),
+        )
+        is None
+    )
     growing_ttft = (first - due) + 0.5 * first  # TTFT grows, outstanding does not
-    assert saturation(RULE, 15.0, due, finished[finished <= 15], first[first <= 15],
-                      growing_ttft[first <= 15]) is None
+    assert (
+        saturation(
+            RULE, 15.0, due, finished[finished <= 15], first[first <= 15], growing_ttft[first <= 15]
+        )
+        is None
+    )

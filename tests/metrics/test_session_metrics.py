@@ -36,8 +36,15 @@ GAP_S = 1.5  # between root turns: the run lasts several scrapes (1 s apart)
 
 
 def request(t: float, tokens: int, ids: list[int], out: int) -> dict[str, Any]:
-    return {"t": t, "type": "s", "in": tokens, "out": out, "hash_ids": ids,
-            "think_time": 0.0, "api_time": 0.3}
+    return {
+        "t": t,
+        "type": "s",
+        "in": tokens,
+        "out": out,
+        "hash_ids": ids,
+        "think_time": 0.0,
+        "api_time": 0.3,
+    }
 
 
 def blocks(prefix: list[int], tokens: int, first_new: int) -> list[int]:
@@ -52,24 +59,47 @@ def write_traces(path: Path) -> None:
     r0 = blocks([], 4000, 1000)
     r1 = blocks(r0, 8600, 1100)
     s0 = blocks(r0[:20], 2000, 5000)
-    subagent = {"type": "subagent", "t": 0.35, "requests": [
-        request(0.35, 2000, s0, 6), request(0.7, 2100, blocks(s0, 2100, 5100), 5)]}
-    first = {"id": "live-1", "block_size": BLOCK, "requests": [
-        request(0.0, 4000, r0, 8), subagent, request(0.3 + GAP_S, 8600, r1, 8),
-        request(2 * (0.3 + GAP_S), 9000, blocks(r1, 9000, 1300), 6)]}
+    subagent = {
+        "type": "subagent",
+        "t": 0.35,
+        "requests": [request(0.35, 2000, s0, 6), request(0.7, 2100, blocks(s0, 2100, 5100), 5)],
+    }
+    first = {
+        "id": "live-1",
+        "block_size": BLOCK,
+        "requests": [
+            request(0.0, 4000, r0, 8),
+            subagent,
+            request(0.3 + GAP_S, 8600, r1, 8),
+            request(2 * (0.3 + GAP_S), 9000, blocks(r1, 9000, 1300), 6),
+        ],
+    }
     q0 = blocks([], 3000, 2000)
-    second = {"id": "live-2", "block_size": BLOCK, "requests": [
-        request(0.0, 3000, q0, 7), request(0.3 + GAP_S, 8300, blocks(q0, 8300, 2100), 9)]}
+    second = {
+        "id": "live-2",
+        "block_size": BLOCK,
+        "requests": [
+            request(0.0, 3000, q0, 7),
+            request(0.3 + GAP_S, 8300, blocks(q0, 8300, 2100), 9),
+        ],
+    }
     path.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in (first, second)))
 
 
 def sim_config() -> Any:
     from loadgen.sim.server import SimConfig
 
-    return SimConfig(model=MODEL, enable_prefix_caching=True, block_size=BLOCK,
-                     enable_prompt_tokens_details=True, max_num_batched_tokens=65536,
-                     spec_tokens=0, step_fixed_ms=1.0, prefill_token_us=2.0,
-                     decode_token_us=20.0)
+    return SimConfig(
+        model=MODEL,
+        enable_prefix_caching=True,
+        block_size=BLOCK,
+        enable_prompt_tokens_details=True,
+        max_num_batched_tokens=65536,
+        spec_tokens=0,
+        step_fixed_ms=1.0,
+        prefill_token_us=2.0,
+        decode_token_us=20.0,
+    )
 
 
 class Prom:
@@ -100,14 +130,30 @@ async def test_live_session_metrics_equal_the_result_file(tmp_path: Path) -> Non
     write_traces(traces)
     results = tmp_path / "results"
     async with running_simulator(sim_config(), tokenizer=tokenizer) as sim:
-        spec = spec_from_argv([
-            "--base-url", sim.base_url, "--dataset", str(traces), "--conc", str(CONC),
-            "--start-ratio", "0,0", "--results", str(results), "--no-progress",
-            "--seed", "5"])
-        async with (live_metrics(model=MODEL, endpoint=spec.endpoint, points=1,
-                                 spec_tokens=None, port=0) as (exporter, observer),
-                    prometheus(tmp_path, {"loadgen": exporter.port, "vllm": sim.port}) as url,
-                    aiohttp.ClientSession() as session):
+        spec = spec_from_argv(
+            [
+                "--base-url",
+                sim.base_url,
+                "--dataset",
+                str(traces),
+                "--conc",
+                str(CONC),
+                "--start-ratio",
+                "0,0",
+                "--results",
+                str(results),
+                "--no-progress",
+                "--seed",
+                "5",
+            ]
+        )
+        async with (
+            live_metrics(
+                model=MODEL, endpoint=spec.endpoint, points=1, spec_tokens=None, port=0
+            ) as (exporter, observer),
+            prometheus(tmp_path, {"loadgen": exporter.port, "vllm": sim.port}) as url,
+            aiohttp.ClientSession() as session,
+        ):
             await wait_scraped(session, url, jobs=2)
             outcome = await run_sweep(spec, observer=observer, tokenizer=tokenizer)
             assert outcome.exit_code == 0
@@ -120,8 +166,7 @@ async def test_live_session_metrics_equal_the_result_file(tmp_path: Path) -> Non
             await check_session_panels(prom)
 
 
-async def check_figures(prom: Prom, result: dict[str, Any],
-                        records: list[RequestRecord]) -> None:
+async def check_figures(prom: Prom, result: dict[str, Any], records: list[RequestRecord]) -> None:
     sel = f'model_name="{MODEL}", conc="{CONC}"'
     assert len(records) == 7 and result["failed"] == 0
     assert await prom.value(f"sum(loadgen_session_turns_total{{{sel}}})") == len(records)
@@ -130,21 +175,25 @@ async def check_figures(prom: Prom, result: dict[str, Any],
     cached = await prom.value(f"sum(loadgen_session_cached_tokens_total{{{sel}}})")
     assert cached == sum(r.cached_tokens or 0 for r in records) == result["client_cached_tokens"]
     assert cached > 0
-    reported = await prom.value(
-        f"sum(loadgen_session_cache_reported_prompt_tokens_total{{{sel}}})")
+    reported = await prom.value(f"sum(loadgen_session_cache_reported_prompt_tokens_total{{{sel}}})")
     assert cached / reported == pytest.approx(result["client_prefix_hit_rate"], rel=1e-12)
-    theoretical = await prom.value(
-        f"sum(loadgen_session_theoretical_cached_tokens_total{{{sel}}})")
+    theoretical = await prom.value(f"sum(loadgen_session_theoretical_cached_tokens_total{{{sel}}})")
     assert theoretical == result["theoretical_cached_tokens"] > 0
     # TTFT by context: one histogram series per bin, counting what the result file counts
-    expected = {f"{row['context_min']}-{row['context_max']}": row["requests"]
-                for row in result["ttft_by_context"]}
+    expected = {
+        f"{row['context_min']}-{row['context_max']}": row["requests"]
+        for row in result["ttft_by_context"]
+    }
     assert expected == {"0-8192": 4, "8192-16384": 3}
-    counts = await prom.by("context_bin", "sum by (context_bin) "
-                           f"(loadgen_session_time_to_first_token_seconds_count{{{sel}}})")
+    counts = await prom.by(
+        "context_bin",
+        f"sum by (context_bin) (loadgen_session_time_to_first_token_seconds_count{{{sel}}})",
+    )
     assert counts == expected
-    sums = await prom.by("context_bin", "sum by (context_bin) "
-                         f"(loadgen_session_time_to_first_token_seconds_sum{{{sel}}})")
+    sums = await prom.by(
+        "context_bin",
+        f"sum by (context_bin) (loadgen_session_time_to_first_token_seconds_sum{{{sel}}})",
+    )
     for label, bounds in (("0-8192", (0, 8192)), ("8192-16384", (8192, 16384))):
         ttfts = [(r.ttft_ns or 0) / 1e9 for r in records if bounds[0] <= r.input_len < bounds[1]]
         assert sums[label] == pytest.approx(sum(ttfts), rel=1e-9)
@@ -172,8 +221,12 @@ async def check_session_panels(prom: Prom) -> None:
     chosen = "(" + "|".join(regex_literal(i) for i in instances) + ")"
     empty = []
     for instance in (".*", chosen):
-        values = {"model": regex_literal(MODEL), "instance": instance, "conc": ".*",
-                  "__rate_interval": "1m"}
+        values = {
+            "model": regex_literal(MODEL),
+            "instance": instance,
+            "conc": ".*",
+            "__rate_interval": "1m",
+        }
         for p in panels:
             for target in p["targets"]:
                 query = substitute(target["expr"], values)

@@ -14,11 +14,9 @@ T0 = 10 * S
 
 def test_chunks_ttft_and_itl_land_in_the_slice_they_arrived_in() -> None:
     # A: sent at 0, first token at 0.5 s, more at 1.2 and 1.4 s (2 tokens each)
-    a = make_record(0, start_ns=T0, offsets_ns=(S // 2, 1200 * MS, 1400 * MS),
-                    tokens=(1, 2, 2))
+    a = make_record(0, start_ns=T0, offsets_ns=(S // 2, 1200 * MS, 1400 * MS), tokens=(1, 2, 2))
     # B: sent at 1.1 s, first token at 1.3 s (TTFT 200 ms), second at 2.5 s
-    b = make_record(1, start_ns=T0 + 1100 * MS, offsets_ns=(200 * MS, 1400 * MS),
-                    tokens=(1, 1))
+    b = make_record(1, start_ns=T0 + 1100 * MS, offsets_ns=(200 * MS, 1400 * MS), tokens=(1, 1))
     slices = time_slices([a, b], 1.0)
     assert [s.start_s for s in slices] == [0.0, 1.0, 2.0]
     first, second, third = slices
@@ -56,9 +54,15 @@ def test_kv_usage_is_the_mean_of_the_samples_in_the_slice() -> None:
 
 
 def test_totals_over_slices_match_the_records() -> None:
-    records = [make_record(i, start_ns=T0 + i * 300 * MS,
-                           offsets_ns=tuple(k * 70 * MS for k in range(1, 12)),
-                           tokens=(1,) + (2,) * 10) for i in range(20)]
+    records = [
+        make_record(
+            i,
+            start_ns=T0 + i * 300 * MS,
+            offsets_ns=tuple(k * 70 * MS for k in range(1, 12)),
+            tokens=(1,) + (2,) * 10,
+        )
+        for i in range(20)
+    ]
     slices = time_slices(records, 0.5)
     assert sum(s.output_tokens for s in slices) == 20 * 21
     assert sum(s.ttft_samples for s in slices) == 20

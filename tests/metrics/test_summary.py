@@ -27,8 +27,9 @@ from tests.support.paths import ROOT
 CTX = PointContext(conc=2, input_len=100, output_len=8)
 
 
-def summarize(records: Sequence[RequestRecord], ctx: PointContext,
-              **scrapes: Any) -> dict[str, Any]:
+def summarize(
+    records: Sequence[RequestRecord], ctx: PointContext, **scrapes: Any
+) -> dict[str, Any]:
     """The metrics in the point file's spelling, as every assertion here names them."""
     return flat_fields(summarize_struct(records, ctx, **scrapes))
 
@@ -237,8 +238,7 @@ def test_text_token_source_is_flagged_approximate() -> None:
 def test_chunks_read_together_are_counted_within_requests_only() -> None:
     """A 0 ns gap inside a request is two chunks from one read; the same stamp across
     two requests (their last and first chunks) is not a gap of either."""
-    together = make_record(0, offsets_ns=(10 * MS, 20 * MS, 20 * MS, 30 * MS),
-                           tokens=(1, 1, 1, 1))
+    together = make_record(0, offsets_ns=(10 * MS, 20 * MS, 20 * MS, 30 * MS), tokens=(1, 1, 1, 1))
     apart = make_record(1, start_ns=1_000 * MS + 20 * MS, offsets_ns=(10 * MS, 20 * MS))
     # apart's first chunk lands at 1030 ms, together's last: a tie across requests
     result = summarize([together, apart], CTX)
@@ -458,7 +458,8 @@ def test_extra_percentiles_add_keys_of_the_documented_pattern_only() -> None:
     extra -= {key for key in extra if key.startswith("p50_")}
     assert extra and all(key.startswith("p75_") for key in extra), extra
     assert {key.removeprefix("p75_") for key in extra} == {
-        key.removeprefix("p99_") for key in schema_keys(PointMetrics) if key.startswith("p99_")}
+        key.removeprefix("p99_") for key in schema_keys(PointMetrics) if key.startswith("p99_")
+    }
 
 
 @settings(max_examples=150, deadline=None)
@@ -485,9 +486,11 @@ def test_steady_window_matches_brute_force(spans: list[tuple[int, int]], conc: i
 def test_cancelled_requests_are_no_failures() -> None:
     """A cancelled point read error_rate 0.195: InferenceX's >5% gate would call the
     server broken. Cancelled is its own count, outside failed and the rate."""
-    records = [*two_ok_one_failed(),
-               failed_record(3, ErrorKind.CANCELLED, start_ns=8 * MS, end_ns=90 * MS),
-               failed_record(4, ErrorKind.CANCELLED, start_ns=9 * MS, end_ns=90 * MS)]
+    records = [
+        *two_ok_one_failed(),
+        failed_record(3, ErrorKind.CANCELLED, start_ns=8 * MS, end_ns=90 * MS),
+        failed_record(4, ErrorKind.CANCELLED, start_ns=9 * MS, end_ns=90 * MS),
+    ]
     result = summarize(records, CTX)
     assert result["cancelled"] == 2 and result["failed"] == 1 and result["completed"] == 2
     assert result["completed"] + result["failed"] + result["cancelled"] == result["num_prompts"]

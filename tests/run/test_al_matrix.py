@@ -27,14 +27,34 @@ LANES = [f"k{k}-thinking-{mode}" for k in FORCED for mode in ("on", "off")]
 
 def test_the_example_matrix_round_trips_through_the_golden_reader(tmp_path: Path) -> None:
     tree = tmp_path / "al-matrix"
-    done = run_loadgen(["--config", str(EXAMPLE), "--results", str(tree), "--dataset-path",
-                        str(FIXTURE), "--conc", "2,4", "--speed-bench-output-len", "64",
-                        "--num-prompts", "4", "--no-progress"], timeout=600)
+    done = run_loadgen(
+        [
+            "--config",
+            str(EXAMPLE),
+            "--results",
+            str(tree),
+            "--dataset-path",
+            str(FIXTURE),
+            "--conc",
+            "2,4",
+            "--speed-bench-output-len",
+            "64",
+            "--num-prompts",
+            "4",
+            "--no-progress",
+        ],
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     matrix = tree / "al_matrix.yaml"
     assert f"acceptance lengths per lane: {matrix}" in done.stderr
-    measured = {lane: [orjson.loads((tree / lane / f"conc_{c}.json").read_bytes())
-                       ["acceptance_length"] for c in (2, 4)] for lane in LANES}
+    measured = {
+        lane: [
+            orjson.loads((tree / lane / f"conc_{c}.json").read_bytes())["acceptance_length"]
+            for c in (2, 4)
+        ]
+        for lane in LANES
+    }
     for mode, word in (("thinking_on", "on"), ("thinking_off", "off")):
         golden = read_golden(matrix, "deepseek-v4-pro", mode, 0.03)
         curve = dict(golden.curve)

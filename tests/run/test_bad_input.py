@@ -35,8 +35,11 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
         yield where
         where.chmod(0o755)
         return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=16k", "tmpfs",
-                              str(where)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=16k", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"root, and cannot mount a read-only tmpfs: {mounted.stderr.strip()}")
     try:
@@ -49,24 +52,30 @@ def _refused(url: str, tmp_path: Path, *args: str) -> str:
     """Run the CLI, assert exit 2 with one line, return the line."""
     has_results = "--results" in args or "--resume" in args
     results = [] if has_results else ["--results", str(tmp_path / "r")]
-    done = run_loadgen(["--base-url", url, "--conc", "2", *SMALL, "--prompts-per-conc", "1",
-                        *results, *args], timeout=120)
+    done = run_loadgen(
+        ["--base-url", url, "--conc", "2", *SMALL, "--prompts-per-conc", "1", *results, *args],
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     return one_error_line(done.stderr)
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["--duration", "inf"], "--duration inf: must be a finite number"),
-    (["--duration", "nan"], "--duration nan: must be a finite number"),
-    (["--request-rate", "5", "--burstiness", "inf"], "--burstiness inf: must be a finite"),
-    (["--temperature", "inf"], "--temperature inf: must be a finite number"),
-    (["--seed", "9" * 24], f"must be in 0..{MAX_SEED}"),
-    (["--seed", "-1"], f"must be in 0..{MAX_SEED}"),
-    (["--slo", "ttft=" + "9" * 400], "--slo: each limit must be a finite duration"),
-    (["--server-pid", "2147483647"], "no such process"),
-])
-def test_non_finite_and_out_of_range_values(sim_url: str, tmp_path: Path, args: list[str],
-                                            says: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--duration", "inf"], "--duration inf: must be a finite number"),
+        (["--duration", "nan"], "--duration nan: must be a finite number"),
+        (["--request-rate", "5", "--burstiness", "inf"], "--burstiness inf: must be a finite"),
+        (["--temperature", "inf"], "--temperature inf: must be a finite number"),
+        (["--seed", "9" * 24], f"must be in 0..{MAX_SEED}"),
+        (["--seed", "-1"], f"must be in 0..{MAX_SEED}"),
+        (["--slo", "ttft=" + "9" * 400], "--slo: each limit must be a finite duration"),
+        (["--server-pid", "2147483647"], "no such process"),
+    ],
+)
+def test_non_finite_and_out_of_range_values(
+    sim_url: str, tmp_path: Path, args: list[str], says: str
+) -> None:
     assert says in _refused(sim_url, tmp_path, *args)
 
 
@@ -78,8 +87,9 @@ def test_results_naming_a_file(sim_url: str, tmp_path: Path) -> None:
     assert "which is a file" in line
 
 
-def test_results_in_a_read_only_directory(sim_url: str, tmp_path: Path,
-                                          read_only_dir: Path) -> None:
+def test_results_in_a_read_only_directory(
+    sim_url: str, tmp_path: Path, read_only_dir: Path
+) -> None:
     assert "not writable" in _refused(sim_url, tmp_path, "--results", str(read_only_dir))
     line = _refused(sim_url, tmp_path, "--results", str(read_only_dir / "a" / "b"))
     assert "not writable" in line and f"({read_only_dir} is where it would be created)" in line
@@ -89,16 +99,22 @@ def test_resume_mistakes(sim_url: str, tmp_path: Path) -> None:
     nowhere = tmp_path / "nowhere"
     assert "no run.json there" in _refused(sim_url, tmp_path, "--resume", str(nowhere))
     assert not nowhere.exists()  # refused without creating anything
-    assert "exclude each other" in _refused(sim_url, tmp_path, "--resume", str(nowhere),
-                                            "--overwrite")
+    assert "exclude each other" in _refused(
+        sim_url, tmp_path, "--resume", str(nowhere), "--overwrite"
+    )
 
 
 def test_a_giant_conversation_is_refused_before_it_is_tokenized(
-        sim_url: str, tmp_path: Path) -> None:
+    sim_url: str, tmp_path: Path
+) -> None:
     dataset = tmp_path / "big.jsonl"
     content = "word " * (MAX_CONVERSATION_BYTES // 5 + 1000)
-    dataset.write_bytes(orjson.dumps([{"role": "user", "content": "hi"}]) + b"\n"
-                        + orjson.dumps([{"role": "user", "content": content}]) + b"\n")
+    dataset.write_bytes(
+        orjson.dumps([{"role": "user", "content": "hi"}])
+        + b"\n"
+        + orjson.dumps([{"role": "user", "content": content}])
+        + b"\n"
+    )
     started = time.monotonic()
     line = _refused(sim_url, tmp_path, "--dataset", str(dataset))
     assert f"--dataset {dataset}:2: the conversation is over 4 MiB" in line

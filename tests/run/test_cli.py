@@ -38,7 +38,11 @@ def test_parse_conc_rejects(text: str) -> None:
 
 def test_parse_slos_units() -> None:
     assert parse_slos("ttft=2s,tpot=50ms,itl=250us,e2el=1.5") == {
-        "ttft": 2000.0, "tpot": 50.0, "itl": 0.25, "e2el": 1.5}
+        "ttft": 2000.0,
+        "tpot": 50.0,
+        "itl": 0.25,
+        "e2el": 1.5,
+    }
     with pytest.raises(SpecError, match="METRIC"):
         parse_slos("latency=2s")
     with pytest.raises(SpecError, match="duration"):
@@ -82,8 +86,20 @@ def test_default_results_dir_is_timestamped() -> None:
 def test_sim_excludes_base_url() -> None:
     with pytest.raises(SpecError, match="--sim"):
         spec_from_argv([*BASE, "--conc", "4", "--sim"], env={})
-    spec = spec_from_argv(["--sim", "--conc", "4", "--isl", "8", "--osl", "2",
-                           "--sim-args", "--step-fixed-ms 1 --seed 3"], env={})
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--conc",
+            "4",
+            "--isl",
+            "8",
+            "--osl",
+            "2",
+            "--sim-args",
+            "--step-fixed-ms 1 --seed 3",
+        ],
+        env={},
+    )
     assert spec.sim and spec.base_url is None
     assert spec.sim_args == ("--step-fixed-ms", "1", "--seed", "3")
 
@@ -113,9 +129,17 @@ def test_runspec_validates_directly() -> None:
 
 
 def test_spec_from_options_matches_argv(tmp_path: Path) -> None:
-    options = {"base_url": "http://127.0.0.1:9", "conc": [4, 8], "isl": 64, "osl": 16,
-               "slo": {"ttft": "2s"}, "header": ["A:b"], "no-progress": True,
-               "results_dir": str(tmp_path), "request_rate": 5.5}
+    options = {
+        "base_url": "http://127.0.0.1:9",
+        "conc": [4, 8],
+        "isl": 64,
+        "osl": 16,
+        "slo": {"ttft": "2s"},
+        "header": ["A:b"],
+        "no-progress": True,
+        "results_dir": str(tmp_path),
+        "request_rate": 5.5,
+    }
     spec = spec_from_options(options)
     assert spec.conc == (4, 8) and spec.slos_ms == {"ttft": 2000.0}
     assert spec.headers == (("A", "b"),) and not spec.progress
@@ -137,16 +161,19 @@ def test_help_documents_every_flag_with_default() -> None:
 
 
 def _loadgen(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_bad_flags_exit_2_with_one_line() -> None:
-    for args in (["--conc", "3..12", "--isl", "8", "--osl", "8", "--sim"],
-                 ["--conc", "4", "--isl", "-1", "--osl", "8", "--sim"],
-                 ["--conc", "4", "--isl", "8", "--osl", "8", "--bogus"],
-                 ["--conc", "4", "--isl", "8", "--osl", "8", "--sim", "--http-client", "curl"],
-                 ["--isl", "8", "--osl", "8", "--sim"]):
+    for args in (
+        ["--conc", "3..12", "--isl", "8", "--osl", "8", "--sim"],
+        ["--conc", "4", "--isl", "-1", "--osl", "8", "--sim"],
+        ["--conc", "4", "--isl", "8", "--osl", "8", "--bogus"],
+        ["--conc", "4", "--isl", "8", "--osl", "8", "--sim", "--http-client", "curl"],
+        ["--isl", "8", "--osl", "8", "--sim"],
+    ):
         done = _loadgen(*args)
         assert done.returncode == 2, done
         lines = done.stderr.strip().splitlines()
@@ -159,8 +186,19 @@ def test_unreachable_server_one_line_nonzero(tmp_path: Path) -> None:
     with socket.socket() as sock:  # a port with nobody listening
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    done = _loadgen("--base-url", f"http://127.0.0.1:{port}", "--conc", "4", "--isl", "32",
-                    "--osl", "4", "--results", str(tmp_path), "--no-progress")
+    done = _loadgen(
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--conc",
+        "4",
+        "--isl",
+        "32",
+        "--osl",
+        "4",
+        "--results",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert done.returncode == 1, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the server" in lines[0], done.stderr
@@ -168,17 +206,42 @@ def test_unreachable_server_one_line_nonzero(tmp_path: Path) -> None:
 
 def test_sim_args_cannot_move_the_simulator() -> None:
     with pytest.raises(SpecError, match="--port is chosen by loadgen"):
-        spec_from_argv(["--sim", "--conc", "4", "--isl", "8", "--osl", "2",
-                        "--sim-args", "--port 9000"], env={})
+        spec_from_argv(
+            ["--sim", "--conc", "4", "--isl", "8", "--osl", "2", "--sim-args", "--port 9000"],
+            env={},
+        )
 
 
 def test_impossible_lengths_exit_2_before_connecting(tmp_path: Path) -> None:
     """Caught while building the probe prompt: no server (port 1 is closed) is needed."""
-    done = _loadgen("--base-url", "http://127.0.0.1:1", "--conc", "1", "--isl", "3",
-                    "--osl", "2", "--results", str(tmp_path), "--no-progress")
+    done = _loadgen(
+        "--base-url",
+        "http://127.0.0.1:1",
+        "--conc",
+        "1",
+        "--isl",
+        "3",
+        "--osl",
+        "2",
+        "--results",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--isl 3" in lines[0] and "template" in lines[0]
-    done = _loadgen("--base-url", "http://127.0.0.1:1", "--conc", "1", "--isl", "300",
-                    "--range-ratio", "0.001", "--osl", "2", "--results", str(tmp_path))
+    done = _loadgen(
+        "--base-url",
+        "http://127.0.0.1:1",
+        "--conc",
+        "1",
+        "--isl",
+        "300",
+        "--range-ratio",
+        "0.001",
+        "--osl",
+        "2",
+        "--results",
+        str(tmp_path),
+    )
     assert done.returncode == 2 and "shorter than" in done.stderr

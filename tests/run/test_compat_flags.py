@@ -32,21 +32,56 @@ def test_inferencex_command_line(tmp_path: Path) -> None:
     assert spec.results_dir == tmp_path and spec.sim
     assert spec.sim_args[:2] == ("--model", "deepseek-ai/DeepSeek-V4-Pro")  # sim serves it
     assert spec.vllm_result == VllmResultOptions(
-        result_dir=tmp_path, filename="dsv4_8k1k_conc64", model_id="deepseek-ai/DeepSeek-V4-Pro",
-        tokenizer_id="deepseek-ai/DeepSeek-V4-Pro")
+        result_dir=tmp_path,
+        filename="dsv4_8k1k_conc64",
+        model_id="deepseek-ai/DeepSeek-V4-Pro",
+        tokenizer_id="deepseek-ai/DeepSeek-V4-Pro",
+    )
     assert {90.0, 99.0, 99.9} <= set(spec.percentiles)
     assert [n for n in spec.ignored_flags if "--trust-remote-code" in n]
 
 
 def test_vllm_flags_map_to_loadgen_flags() -> None:
-    spec = spec_from_argv([
-        "--host", "10.0.0.5", "--port", "8001", "--max-concurrency", "4", "8,16",
-        "--input-len", "100", "--output-len", "20", "--header", "x-a=1", "X-B:2=3",
-        "--goodput", "ttft:2000", "tpot:50", "--metric-percentiles", "25,50",
-        "--disable-tqdm", "--endpoint", "/v1/chat/completions", "--model", "org/M",
-        "--served-model-name", "m", "--metadata", "tp=8", "--save-detailed", "--label", "L",
-        "--percentile-metrics", "ttft,client_queue_time", "--request-rate", "12.5",
-    ], env={})
+    spec = spec_from_argv(
+        [
+            "--host",
+            "10.0.0.5",
+            "--port",
+            "8001",
+            "--max-concurrency",
+            "4",
+            "8,16",
+            "--input-len",
+            "100",
+            "--output-len",
+            "20",
+            "--header",
+            "x-a=1",
+            "X-B:2=3",
+            "--goodput",
+            "ttft:2000",
+            "tpot:50",
+            "--metric-percentiles",
+            "25,50",
+            "--disable-tqdm",
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            "org/M",
+            "--served-model-name",
+            "m",
+            "--metadata",
+            "tp=8",
+            "--save-detailed",
+            "--label",
+            "L",
+            "--percentile-metrics",
+            "ttft,client_queue_time",
+            "--request-rate",
+            "12.5",
+        ],
+        env={},
+    )
     assert spec.base_url == "http://10.0.0.5:8001" and spec.conc == (4, 8, 16)
     assert (spec.isl, spec.osl, spec.encoder) == (100, 20, "raw")  # untemplated, as vLLM
     assert spec.headers == (("x-a", "1"), ("X-B", "2=3"))
@@ -86,46 +121,111 @@ def test_conflicts_and_bad_values_are_one_line(argv: list[str], message: str) ->
 
 
 def test_same_value_twice_is_fine_and_random_dataset_refuses_a_path(tmp_path: Path) -> None:
-    spec = spec_from_argv(["--sim", "--conc", "4", "--max-concurrency", "4", "--isl", "64",
-                           "--random-input-len", "64", "--osl", "8"], env={})
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--conc",
+            "4",
+            "--max-concurrency",
+            "4",
+            "--isl",
+            "64",
+            "--random-input-len",
+            "64",
+            "--osl",
+            "8",
+        ],
+        env={},
+    )
     assert spec.conc == (4,) and spec.isl == 64
     spec = spec_from_argv(["--sim", "--conc", "4", "--dataset-name", "random"], env={})
     assert (spec.isl, spec.osl, spec.encoder) == (1024, 128, "raw")  # vLLM's defaults
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "hi"}\n')
     with pytest.raises(SpecError, match="drop --dataset-path"):
-        spec_from_argv(["--sim", "--conc", "4", "--osl", "8", "--dataset-name", "random",
-                        "--dataset-path", str(data)], env={})
-    spec = spec_from_argv(["--sim", "--conc", "4", "--osl", "8", "--dataset-name", "custom",
-                           "--dataset-path", str(data)], env={})
+        spec_from_argv(
+            [
+                "--sim",
+                "--conc",
+                "4",
+                "--osl",
+                "8",
+                "--dataset-name",
+                "random",
+                "--dataset-path",
+                str(data),
+            ],
+            env={},
+        )
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--conc",
+            "4",
+            "--osl",
+            "8",
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(data),
+        ],
+        env={},
+    )
     assert (spec.isl, spec.dataset, spec.dataset_format, spec.encoder) == (
-        None, data, "jsonl", "dsv4")  # custom: templated, as vLLM applies the chat template
+        None,
+        data,
+        "jsonl",
+        "dsv4",
+    )  # custom: templated, as vLLM applies the chat template
 
 
 def test_sidecar_options_take_the_same_aliases(tmp_path: Path) -> None:
-    spec = spec_from_options({"base_url": "http://127.0.0.1:9", "max_concurrency": [2, 4],
-                              "random_input_len": 64, "random_output_len": 8,
-                              "goodput": ["ttft:100", "e2el:900"],
-                              "server_metrics": ["http://127.0.0.1:9/metrics"],
-                              "results_dir": str(tmp_path)})
+    spec = spec_from_options(
+        {
+            "base_url": "http://127.0.0.1:9",
+            "max_concurrency": [2, 4],
+            "random_input_len": 64,
+            "random_output_len": 8,
+            "goodput": ["ttft:100", "e2el:900"],
+            "server_metrics": ["http://127.0.0.1:9/metrics"],
+            "results_dir": str(tmp_path),
+        }
+    )
     assert spec.conc == (2, 4) and spec.slos_ms == {"ttft": 100.0, "e2el": 900.0}
     assert spec.server_metrics == ("http://127.0.0.1:9/metrics",)
 
 
 def test_help_keeps_the_aliases_in_their_own_group() -> None:
-    groups = {g.title: [a.option_strings[0] for a in g._group_actions]
-              for g in build_parser()._action_groups}
+    groups = {
+        g.title: [a.option_strings[0] for a in g._group_actions]
+        for g in build_parser()._action_groups
+    }
     assert "--max-concurrency" in groups[GROUP] and "--conc" not in groups[GROUP]
     assert "--random-range-ratio" in groups[GROUP] and "--range-ratio" in groups["workload"]
-    text = subprocess.run([sys.executable, "-m", "loadgen", "--help"], capture_output=True,
-                          text=True, check=True, timeout=60).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "loadgen", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     text = " ".join(text.split())
     assert GROUP in text and "as InferenceX's" in text
 
 
-@pytest.mark.parametrize("option", ["host", "port", "served-model-name", "dataset_path",
-                                    "result_dir", "server_metrics", "gpu_metrics",
-                                    "gpu-power-csv"])
+@pytest.mark.parametrize(
+    "option",
+    [
+        "host",
+        "port",
+        "served-model-name",
+        "dataset_path",
+        "result_dir",
+        "server_metrics",
+        "gpu_metrics",
+        "gpu-power-csv",
+    ],
+)
 def test_sidecar_refuses_aliases_of_what_it_sets_itself(option: str, tmp_path: Path) -> None:
     from loadgen.sidecar.options import spec_for
     from loadgen.sidecar.service import ServiceConfig
@@ -133,5 +233,11 @@ def test_sidecar_refuses_aliases_of_what_it_sets_itself(option: str, tmp_path: P
     config = ServiceConfig(target="http://127.0.0.1:9", model="m", data_dir=tmp_path)
     with pytest.raises(SpecError, match="not accepted over the API"):
         spec_for(config, {"conc": "2", "isl": 64, "osl": 8, option: "x"}, tmp_path)
-    assert spec_for(config, {"max_concurrency": [2], "random_input_len": 64, "osl": 8,
-                             "save_result": True}, tmp_path).vllm_result is not None
+    assert (
+        spec_for(
+            config,
+            {"max_concurrency": [2], "random_input_len": 64, "osl": 8, "save_result": True},
+            tmp_path,
+        ).vllm_result
+        is not None
+    )

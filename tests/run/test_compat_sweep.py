@@ -53,8 +53,9 @@ def load(path: Path) -> dict[str, Any]:
     return dict(orjson.loads(path.read_bytes()))
 
 
-def test_inferencex_command_runs_unchanged(tmp_path: Path, umask_027: None,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_inferencex_command_runs_unchanged(
+    tmp_path: Path, umask_027: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = shlex.split(INFERENCEX.format(conc=4, dir=tmp_path))
     code = cli.main([*argv, "--sim-args", FAST_SIM, "--num-gpus", "8"])
     err = capsys.readouterr().err
@@ -62,7 +63,10 @@ def test_inferencex_command_runs_unchanged(tmp_path: Path, umask_027: None,
     assert err.count("--trust-remote-code is accepted and ignored") == 1
     bmk, own = load(tmp_path / "dsv4_conc.json"), load(tmp_path / "conc_4.json")
     assert (bmk["model_id"], bmk["max_concurrency"], bmk["num_prompts"]) == (
-        "deepseek-ai/DeepSeek-V4-Pro", 4, 9)
+        "deepseek-ai/DeepSeek-V4-Pro",
+        4,
+        9,
+    )
     assert bmk["completed"] == own["completed"] == 9 and bmk["spec_decode_num_drafts"] > 0
     check_power_window(bmk)
     derived = inferencex_derivations(bmk, num_gpus=8)  # TP=8: what process_result divides by
@@ -76,8 +80,14 @@ def test_inferencex_command_runs_unchanged(tmp_path: Path, umask_027: None,
     assert min(lens) >= int(256 * 0.8) and max(lens) <= 256  # InferenceX's range ratio
     # every result file follows the umask (0640 here), none is private to its writer
     files = [p for p in tmp_path.iterdir() if p.is_file()]
-    assert {"conc_4.json", "dsv4_conc.json", "sweep.csv", "sweep.png", "run.json",
-            "requests_conc_4.jsonl"} <= {p.name for p in files}
+    assert {
+        "conc_4.json",
+        "dsv4_conc.json",
+        "sweep.csv",
+        "sweep.png",
+        "run.json",
+        "requests_conc_4.jsonl",
+    } <= {p.name for p in files}
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == 0o640, path.name
 
@@ -89,7 +99,8 @@ def test_a_list_of_concurrencies_writes_one_file_per_point(tmp_path: Path) -> No
         bmk = load(tmp_path / f"dsv4_conc_conc{conc}.json")
         assert bmk["max_concurrency"] == conc and bmk["completed"] == 9
         assert stat.S_IMODE((tmp_path / f"dsv4_conc_conc{conc}.json").stat().st_mode) == (
-            0o666 & ~_umask())
+            0o666 & ~_umask()
+        )
     assert not (tmp_path / "dsv4_conc.json").exists()
 
 
@@ -107,8 +118,15 @@ def sharegpt_file(path: Path, tokenizer: Tokenizer) -> list[tuple[int, int]]:
     for n in (2, 8, 16, 32, 48, 64):
         prompt = "hello" + "".join(words[i % 4] for i in range(n))
         answer = "sure" + "".join(words[(i + 1) % 4] for i in range(n // 2 + 4))
-        entries.append({"id": str(n), "conversations": [
-            {"from": "human", "value": prompt}, {"from": "gpt", "value": answer}]})
+        entries.append(
+            {
+                "id": str(n),
+                "conversations": [
+                    {"from": "human", "value": prompt},
+                    {"from": "gpt", "value": answer},
+                ],
+            }
+        )
         tokens = (len(encode(tokenizer, prompt)), len(encode(tokenizer, answer)))
         if tokens[0] >= 4:
             kept.append(tokens)
@@ -120,10 +138,27 @@ def sharegpt_file(path: Path, tokenizer: Tokenizer) -> list[tuple[int, int]]:
 async def test_sharegpt_without_isl_or_osl(tmp_path: Path, tokenizer: Tokenizer) -> None:
     data = tmp_path / "sharegpt.json"
     kept = sharegpt_file(data, tokenizer)
-    spec = spec_from_argv([
-        "--sim", "--sim-args", FAST_SIM, "--max-concurrency", "2", "--num-prompts", "10",
-        "--num-warmups", "0", "--dataset-name", "sharegpt", "--dataset-path", str(data),
-        "--results", str(tmp_path / "r"), "--no-progress"], env={})
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--sim-args",
+            FAST_SIM,
+            "--max-concurrency",
+            "2",
+            "--num-prompts",
+            "10",
+            "--num-warmups",
+            "0",
+            "--dataset-name",
+            "sharegpt",
+            "--dataset-path",
+            str(data),
+            "--results",
+            str(tmp_path / "r"),
+            "--no-progress",
+        ],
+        env={},
+    )
     assert (spec.isl, spec.osl, spec.encoder) == (None, None, "raw")  # as vLLM sends it
     outcome = await measure(spec, tokenizer=tokenizer)
     result = outcome.points[0].result.to_json()  # as the file spells it
@@ -136,8 +171,19 @@ async def test_sharegpt_without_isl_or_osl(tmp_path: Path, tokenizer: Tokenizer)
 async def test_messages_dataset_needs_osl(tmp_path: Path, tokenizer: Tokenizer) -> None:
     data = tmp_path / "chat.jsonl"
     data.write_text('{"messages": [{"role": "user", "content": "hi there"}]}\n')
-    spec = spec_from_argv(["--sim", "--conc", "1", "--dataset", str(data), "--results",
-                           str(tmp_path / "r"), "--no-progress"], env={})
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--conc",
+            "1",
+            "--dataset",
+            str(data),
+            "--results",
+            str(tmp_path / "r"),
+            "--no-progress",
+        ],
+        env={},
+    )
     with pytest.raises(Exception, match="--osl is required with --dataset"):
         await measure(spec, tokenizer=tokenizer)
 
@@ -148,15 +194,37 @@ async def test_server_metrics_sums_urls_and_keeps_each(
     """Two simulators stand for two workers: the target does the work, the other idles.
     The sums equal the busy one's figures, and each URL keeps its own."""
     monkeypatch.setattr(server_metrics, "WATCH_INTERVAL_S", 0.1)
-    config = SimConfig(step_fixed_ms=2.0, decode_token_us=2.0, prefill_token_us=0.1,
-                       spin_us=0.0, spec_tokens=2)
-    async with (running_simulator(config, tokenizer=tokenizer) as busy_sim,
-                running_simulator(config, tokenizer=tokenizer) as idle_sim):
-        spec = spec_from_argv([
-            "--base-url", busy_sim.base_url, "--conc", "4", "--isl", "64", "--osl", "200",
-            "--prompts-per-conc", "3", "--warmup-per-conc", "0", "--results", str(tmp_path),
-            "--no-progress", "--server-metrics", busy_sim.base_url + "/metrics",
-            "--server-metrics", idle_sim.base_url], env={})
+    config = SimConfig(
+        step_fixed_ms=2.0, decode_token_us=2.0, prefill_token_us=0.1, spin_us=0.0, spec_tokens=2
+    )
+    async with (
+        running_simulator(config, tokenizer=tokenizer) as busy_sim,
+        running_simulator(config, tokenizer=tokenizer) as idle_sim,
+    ):
+        spec = spec_from_argv(
+            [
+                "--base-url",
+                busy_sim.base_url,
+                "--conc",
+                "4",
+                "--isl",
+                "64",
+                "--osl",
+                "200",
+                "--prompts-per-conc",
+                "3",
+                "--warmup-per-conc",
+                "0",
+                "--results",
+                str(tmp_path),
+                "--no-progress",
+                "--server-metrics",
+                busy_sim.base_url + "/metrics",
+                "--server-metrics",
+                idle_sim.base_url,
+            ],
+            env={},
+        )
         outcome = await measure(spec, tokenizer=tokenizer)
     result = outcome.points[0].result.to_json()  # as the file spells it
     busy, quiet = result["server_metrics_by_url"]
@@ -173,9 +241,25 @@ async def test_server_metrics_sums_urls_and_keeps_each(
 async def test_a_dead_metrics_url_stops_the_run_in_preflight(
     tmp_path: Path, tokenizer: Tokenizer
 ) -> None:
-    spec = spec_from_argv(["--sim", "--sim-args", FAST_SIM, "--conc", "1", "--isl", "64",
-                           "--osl", "4", "--results", str(tmp_path), "--no-progress",
-                           "--server-metrics", "http://127.0.0.1:9/metrics"], env={})
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--sim-args",
+            FAST_SIM,
+            "--conc",
+            "1",
+            "--isl",
+            "64",
+            "--osl",
+            "4",
+            "--results",
+            str(tmp_path),
+            "--no-progress",
+            "--server-metrics",
+            "http://127.0.0.1:9/metrics",
+        ],
+        env={},
+    )
     with pytest.raises(MetricsUrlError, match=r"1 of 1 URLs .*127\.0\.0\.1:9/metrics"):
         await measure(spec, tokenizer=tokenizer)
     assert not (tmp_path / "conc_1.json").exists()

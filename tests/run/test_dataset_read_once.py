@@ -25,8 +25,12 @@ _opens: list[str] = []
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if (event == "open" and _watched and isinstance(args[0], str | Path)
-            and Path(args[0]).resolve() == _watched[0]):
+    if (
+        event == "open"
+        and _watched
+        and isinstance(args[0], str | Path)
+        and Path(args[0]).resolve() == _watched[0]
+    ):
         _opens.append(str(args[0]))
 
 
@@ -40,8 +44,9 @@ def tokenizer() -> Tokenizer:
 
 def _dataset(tmp_path: Path) -> Path:
     path = tmp_path / "prompts.jsonl"
-    rows = [{"prompt": f"question number {i} about the weather", "output_tokens": 6}
-            for i in range(12)]
+    rows = [
+        {"prompt": f"question number {i} about the weather", "output_tokens": 6} for i in range(12)
+    ]
     path.write_bytes(b"\n".join(orjson.dumps(r) for r in rows) + b"\n")
     return path
 
@@ -51,10 +56,25 @@ async def _opens_of_a_run(tmp_path: Path, tokenizer: Tokenizer, *flags: str) -> 
     _watched[:] = [dataset.resolve()]
     _opens.clear()
     try:
-        spec = spec_from_argv(["--sim", "--sim-args", FAST_SIM, "--dataset", str(dataset),
-                               *flags, "--conc", "1,2", "--prompts-per-conc", "4",
-                               "--warmup-per-conc", "1", "--results", str(tmp_path / "r"),
-                               "--no-progress"])
+        spec = spec_from_argv(
+            [
+                "--sim",
+                "--sim-args",
+                FAST_SIM,
+                "--dataset",
+                str(dataset),
+                *flags,
+                "--conc",
+                "1,2",
+                "--prompts-per-conc",
+                "4",
+                "--warmup-per-conc",
+                "1",
+                "--results",
+                str(tmp_path / "r"),
+                "--no-progress",
+            ]
+        )
         outcome = await run_sweep(spec, tokenizer=tokenizer)
     finally:
         _watched.clear()
@@ -62,11 +82,13 @@ async def _opens_of_a_run(tmp_path: Path, tokenizer: Tokenizer, *flags: str) -> 
     return len(_opens)
 
 
-async def test_a_dataset_of_a_named_format_is_read_once(tmp_path: Path,
-                                                        tokenizer: Tokenizer) -> None:
+async def test_a_dataset_of_a_named_format_is_read_once(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     assert await _opens_of_a_run(tmp_path, tokenizer, "--dataset-format", "custom") == 1
 
 
-async def test_detecting_the_format_is_the_only_other_read(tmp_path: Path,
-                                                           tokenizer: Tokenizer) -> None:
+async def test_detecting_the_format_is_the_only_other_read(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     assert await _opens_of_a_run(tmp_path, tokenizer) == 2

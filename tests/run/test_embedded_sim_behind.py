@@ -29,16 +29,24 @@ def simulator_pid(port: str) -> int:
     raise AssertionError("no simulator child process")
 
 
-async def test_a_starved_simulator_is_reported(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+async def test_a_starved_simulator_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = tmp_path / "simulator.log"
-    async with embedded_simulator(("--step-fixed-ms", "2", "--spec-tokens", "0"),
-                                  log_path=log) as url, aiohttp.ClientSession() as session:
+    async with (
+        embedded_simulator(("--step-fixed-ms", "2", "--spec-tokens", "0"), log_path=log) as url,
+        aiohttp.ClientSession() as session,
+    ):
         pid = simulator_pid(url.rsplit(":", 1)[1])
         async with session.get(url + "/v1/models") as response:
             model = (await response.json())["data"][0]["id"]
-        body = {"model": model, "prompt": "hello", "max_tokens": 300, "stream": True,
-                "ignore_eos": True}
+        body = {
+            "model": model,
+            "prompt": "hello",
+            "max_tokens": 300,
+            "stream": True,
+            "ignore_eos": True,
+        }
         async with session.post(url + "/v1/completions", json=body) as response:
             await response.content.readline()  # streaming has begun
             os.kill(pid, signal.SIGSTOP)
@@ -55,8 +63,10 @@ async def test_a_starved_simulator_is_reported(tmp_path: Path,
 def test_behind_warning_reads_the_simulator_log() -> None:
     clean = b"loadgen sim: serving m at http://127.0.0.1:1\nloadgen sim: stopped\n"
     assert behind_warning(clean, None) is None
-    late = clean + (b"loadgen sim: 66 ms behind its step schedule (CPU-starved?): sends\n"
-                    b"loadgen sim: 291 ms behind its step schedule (CPU-starved?): sends\n")
+    late = clean + (
+        b"loadgen sim: 66 ms behind its step schedule (CPU-starved?): sends\n"
+        b"loadgen sim: 291 ms behind its step schedule (CPU-starved?): sends\n"
+    )
     warning = behind_warning(late, Path("r/simulator.log"))
     assert warning is not None
     assert "by up to 291 ms (2 warnings in r/simulator.log)" in warning

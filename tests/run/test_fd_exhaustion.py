@@ -43,11 +43,35 @@ sys.exit(main(sys.argv[1:]))
 def test_descriptors_running_out_mid_point_are_the_documented_stop(tmp_path: Path) -> None:
     results = tmp_path / "r"
     done = subprocess.run(
-        [sys.executable, "-c", EAT_LATER_THEN_RUN, "--sim", "--conc", "2,4", "--isl", "48",
-         "--osl", "60", "--encoder", "raw", "--prompts-per-conc", "6", "--warmup-per-conc",
-         "0", "--no-progress", "--results", str(results), "--sim-args", "--step-fixed-ms 3"],
-        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400)))
+        [
+            sys.executable,
+            "-c",
+            EAT_LATER_THEN_RUN,
+            "--sim",
+            "--conc",
+            "2,4",
+            "--isl",
+            "48",
+            "--osl",
+            "60",
+            "--encoder",
+            "raw",
+            "--prompts-per-conc",
+            "6",
+            "--warmup-per-conc",
+            "0",
+            "--no-progress",
+            "--results",
+            str(results),
+            "--sim-args",
+            "--step-fixed-ms 3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400)),
+    )
     assert done.returncode == 1, done.stderr
     line = one_error_line(done.stderr)  # and no traceback
     assert "ran out of file descriptors" in line and "Too many open files" in line

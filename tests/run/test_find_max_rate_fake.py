@@ -22,7 +22,7 @@ from loadgen.run.capacity import find_capacity
 from loadgen.run.measure import measure
 from loadgen.run.sweep import run_sweep
 from loadgen.workload.plan import RequestSpec
-from tests.run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's fixture)
+from tests.run.test_sweep_fake import (
     ITL_MS,
     MS,
     TOKENS_PER_CHUNK,
@@ -30,7 +30,6 @@ from tests.run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's f
     ExactServer,
     VirtualClock,
     spec,
-    tokenizer,
 )
 
 SLOTS = 4
@@ -48,8 +47,15 @@ class QueueServer(ExactServer):
         self.next_index = 0
         self.turn = asyncio.Condition()
 
-    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
-                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: OnRecord,
+    ) -> RequestRecord:
         if request.index == 0:  # a new point: an idle server
             self.free_ns, self.next_index = [0] * SLOTS, 0
         async with self.turn:  # FIFO: request i is placed after request i-1
@@ -62,25 +68,41 @@ class QueueServer(ExactServer):
             self.next_index += 1
             self.turn.notify_all()
         record = RequestRecord(
-            request_id=request.index, conc=conc, input_len=request.input_len,
-            max_tokens=request.max_tokens, scheduled_ns=scheduled_ns, start_ns=scheduled_ns,
-            connect_ns=0, chunk_ns=times, chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
-            end_ns=times[-1], token_source=TokenSource.TOKEN_IDS,
-            prompt_tokens=request.input_len, completion_tokens=request.max_tokens,
-            finish_reason="length", status=200)
+            request_id=request.index,
+            conc=conc,
+            input_len=request.input_len,
+            max_tokens=request.max_tokens,
+            scheduled_ns=scheduled_ns,
+            start_ns=scheduled_ns,
+            connect_ns=0,
+            chunk_ns=times,
+            chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
+            end_ns=times[-1],
+            token_source=TokenSource.TOKEN_IDS,
+            prompt_tokens=request.input_len,
+            completion_tokens=request.max_tokens,
+            finish_reason="length",
+            status=200,
+        )
         on_record(record)
         return record
 
 
 async def test_find_max_rate_equals_a_sweep_of_every_rate_on_its_grid(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:  # noqa: F811
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     common = dict(conc=(64,), num_prompts=40, warmup_per_conc=0)
 
     async def p99_at(rate: float) -> float:
         clock = VirtualClock()
         results = tmp_path / f"grid_{rate:g}"
-        await run_sweep(spec(results, request_rate=rate, **common), tokenizer=tokenizer,
-                        backend=QueueServer(clock), clock=clock, sleep=clock.sleep)
+        await run_sweep(
+            spec(results, request_rate=rate, **common),
+            tokenizer=tokenizer,
+            backend=QueueServer(clock),
+            clock=clock,
+            sleep=clock.sleep,
+        )
         return float(orjson.loads((results / "conc_64.json").read_bytes())["p99_ttft_ms"])
 
     grid = [2.0 + STEP * i for i in range(20)]  # 2..40 req/s
@@ -91,10 +113,19 @@ async def test_find_max_rate_equals_a_sweep_of_every_rate_on_its_grid(
     clock = VirtualClock()
     found = tmp_path / "found"
     outcome = await find_capacity(
-        spec(found, find_max="rate", rate_range=(2.0, 40.0),
-             objectives=(Objective("ttft", 99.0, LIMIT_MS),),
-             find_max_resolution=Resolution(STEP, False), **common),
-        tokenizer=tokenizer, backend=QueueServer(clock), clock=clock, sleep=clock.sleep)
+        spec(
+            found,
+            find_max="rate",
+            rate_range=(2.0, 40.0),
+            objectives=(Objective("ttft", 99.0, LIMIT_MS),),
+            find_max_resolution=Resolution(STEP, False),
+            **common,
+        ),
+        tokenizer=tokenizer,
+        backend=QueueServer(clock),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     capacity = outcome.result
     assert capacity.finished and capacity.answer is not None
     assert capacity.first_fail is not None
@@ -110,14 +141,26 @@ async def test_find_max_rate_equals_a_sweep_of_every_rate_on_its_grid(
 
 
 async def test_with_trials_each_objective_is_held_at_its_interval_bound(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:  # noqa: F811
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     clock = VirtualClock()
     outcome = await find_capacity(
-        spec(tmp_path, find_max="rate", rate_range=(10.0, 30.0), trials=3,
-             objectives=(Objective("ttft", 99.0, LIMIT_MS),),
-             find_max_resolution=Resolution(0.25, True), conc=(64,), num_prompts=40,
-             warmup_per_conc=0),
-        tokenizer=tokenizer, backend=QueueServer(clock), clock=clock, sleep=clock.sleep)
+        spec(
+            tmp_path,
+            find_max="rate",
+            rate_range=(10.0, 30.0),
+            trials=3,
+            objectives=(Objective("ttft", 99.0, LIMIT_MS),),
+            find_max_resolution=Resolution(0.25, True),
+            conc=(64,),
+            num_prompts=40,
+            warmup_per_conc=0,
+        ),
+        tokenizer=tokenizer,
+        backend=QueueServer(clock),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     capacity = outcome.result
     assert capacity.held_to_limit == "ci95_high" and capacity.trials == 3
     spread_seen = False
@@ -135,8 +178,12 @@ async def test_with_trials_each_objective_is_held_at_its_interval_bound(
 async def test_a_search_is_refused_where_only_a_sweep_would_run(tmp_path: Path) -> None:
     """Sweep-file lanes and the sidecar go through run/measure.py: a plain sweep of --conc
     must not run there in the search's place."""
-    search = spec(tmp_path, conc=(1, 2, 4), find_max="conc",
-                  objectives=(Objective("ttft", 99.0, LIMIT_MS),),
-                  find_max_resolution=Resolution(1, False))
+    search = spec(
+        tmp_path,
+        conc=(1, 2, 4),
+        find_max="conc",
+        objectives=(Objective("ttft", 99.0, LIMIT_MS),),
+        find_max_resolution=Resolution(1, False),
+    )
     with pytest.raises(UsageError, match="--find-max: not in a sweep file"):
         await measure(search)

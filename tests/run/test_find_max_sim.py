@@ -14,15 +14,32 @@ import pytest
 from tests.support.procs import free_port, point, run_loadgen, start_sim, stop
 
 LIMIT_MS = 100.0
-ARGS = ["--isl", "64", "--osl", "32", "--prompts-per-conc", "3", "--warmup-per-conc", "1",
-        "--encoder", "raw", "--no-progress"]
+ARGS = [
+    "--isl",
+    "64",
+    "--osl",
+    "32",
+    "--prompts-per-conc",
+    "3",
+    "--warmup-per-conc",
+    "1",
+    "--encoder",
+    "raw",
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
 def capped_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    sim = start_sim(port, tmp_path_factory.mktemp("sim") / "sim.log", "--max-num-seqs", "4",
-                    "--step-fixed-ms", "10")
+    sim = start_sim(
+        port,
+        tmp_path_factory.mktemp("sim") / "sim.log",
+        "--max-num-seqs",
+        "4",
+        "--step-fixed-ms",
+        "10",
+    )
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -31,17 +48,30 @@ def capped_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_find_max_conc_equals_a_sweep_of_every_conc(capped_sim: str, tmp_path: Path) -> None:
     every = tmp_path / "every"
-    swept = run_loadgen(["--base-url", capped_sim, "--conc", "1..8:+1", *ARGS,
-                         "--results", str(every)])
+    swept = run_loadgen(
+        ["--base-url", capped_sim, "--conc", "1..8:+1", *ARGS, "--results", str(every)]
+    )
     assert swept.returncode == 0, swept.stderr
     p99 = {c: point(every, c)["p99_ttft_ms"] for c in range(1, 9)}
     brute = max(c for c, v in p99.items() if v <= LIMIT_MS)
     assert all(v <= LIMIT_MS for c, v in p99.items() if c <= brute)  # monotone here
 
     found = tmp_path / "found"
-    searched = run_loadgen(["--base-url", capped_sim, "--conc", "1..8:+1", *ARGS,
-                            "--find-max", "conc", "--slo", f"ttft:p99={LIMIT_MS:g}ms",
-                            "--results", str(found)])
+    searched = run_loadgen(
+        [
+            "--base-url",
+            capped_sim,
+            "--conc",
+            "1..8:+1",
+            *ARGS,
+            "--find-max",
+            "conc",
+            "--slo",
+            f"ttft:p99={LIMIT_MS:g}ms",
+            "--results",
+            str(found),
+        ]
+    )
     assert searched.returncode == 0, searched.stderr
     capacity = orjson.loads((found / "capacity.json").read_bytes())
     assert capacity["finished"] is True and capacity["answer"] == brute == 4
@@ -58,6 +88,19 @@ def test_find_max_conc_equals_a_sweep_of_every_conc(capped_sim: str, tmp_path: P
         assert probe["passed"] is (measured <= LIMIT_MS)
     assert f"conc {brute} is the largest that meets every objective" in searched.stderr
     assert f"{len(probes)} probes (a sweep of every conc in 1..8 measures 8)" in searched.stderr
-    again = run_loadgen(["--base-url", capped_sim, "--conc", "1..8:+1", *ARGS, "--find-max",
-                         "conc", "--slo", "ttft:p99=100ms", "--results", str(found)])
+    again = run_loadgen(
+        [
+            "--base-url",
+            capped_sim,
+            "--conc",
+            "1..8:+1",
+            *ARGS,
+            "--find-max",
+            "conc",
+            "--slo",
+            "ttft:p99=100ms",
+            "--results",
+            str(found),
+        ]
+    )
     assert again.returncode == 2 and "already holds a capacity search" in again.stderr

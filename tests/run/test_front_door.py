@@ -17,7 +17,8 @@ def test_an_abbreviated_flag_is_refused_with_the_flag_meant() -> None:
     done = run_loadgen(["--sim", "--is", "1024", "--conc", "1"], timeout=60)
     assert done.returncode == 2
     assert one_error_line(done.stderr).endswith(
-        "unrecognized arguments: --is 1024 (did you mean --isl?)")
+        "unrecognized arguments: --is 1024 (did you mean --isl?)"
+    )
 
 
 def test_a_mistyped_flag_gets_a_suggestion_and_an_unknown_word_none() -> None:
@@ -44,8 +45,7 @@ def test_every_command_reports_its_error_as_one_line_through_one_map() -> None:
         "sim": (["sim", "--spec-tokens", "-1"], "loadgen sim: error:", 2),
         "serve": (["serve", "--target", "ftp://x", "--model", "m"], "loadgen serve: error:", 2),
         "compare": (["compare", "/nonexistent-run"], "loadgen: error:", 2),
-        "merge": (["merge", "/nonexistent-a", "--results", "/nonexistent-b"],
-                  "loadgen: error:", 2),
+        "merge": (["merge", "/nonexistent-a", "--results", "/nonexistent-b"], "loadgen: error:", 2),
     }
     for name, (argv, prefix, status) in cases.items():
         done = run_loadgen(argv, timeout=60)
@@ -59,7 +59,8 @@ def test_a_mistyped_command_gets_the_command_meant() -> None:
     done = run_loadgen(["comapre", "a", "b"], timeout=60)
     assert done.returncode == 2
     assert one_error_line(done.stderr) == (
-        "loadgen: error: unknown command 'comapre'; did you mean `loadgen compare`?")
+        "loadgen: error: unknown command 'comapre'; did you mean `loadgen compare`?"
+    )
     done = run_loadgen(["zzzzzz"], timeout=60)
     assert done.returncode == 2
     line = one_error_line(done.stderr)

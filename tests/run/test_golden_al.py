@@ -32,21 +32,50 @@ deepseek-v4-pro:
 
 
 def forced(al: float) -> str:
-    config = orjson.dumps({"method": "mtp", "num_speculative_tokens": 2,
-                           "rejection_sample_method": "synthetic",
-                           "synthetic_acceptance_length": al}).decode()
-    return (f"--step-fixed-ms 2 --spin-us 0 --speculative-config '{config}' "
-            "--per-request-spec-decode-metrics summary")
+    config = orjson.dumps(
+        {
+            "method": "mtp",
+            "num_speculative_tokens": 2,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_length": al,
+        }
+    ).decode()
+    return (
+        f"--step-fixed-ms 2 --spin-us 0 --speculative-config '{config}' "
+        "--per-request-spec-decode-metrics summary"
+    )
 
 
 def run(tmp_path: Path, al: float, *extra: str) -> tuple[int, str, Path]:
     golden = tmp_path / "dsv4_mtp.yaml"
     golden.write_text(GOLDEN)
     results = tmp_path / f"r{al}"
-    done = run_loadgen(["--sim", "--sim-args", forced(al), "--conc", "2,8", "--isl", "64",
-                        "--osl", "256", "--prompts-per-conc", "4", "--warmup-per-conc", "0",
-                        "--no-progress", "--golden-al", str(golden), "--golden-al-model",
-                        "deepseek-v4-pro", "--results", str(results), *extra], timeout=300)
+    done = run_loadgen(
+        [
+            "--sim",
+            "--sim-args",
+            forced(al),
+            "--conc",
+            "2,8",
+            "--isl",
+            "64",
+            "--osl",
+            "256",
+            "--prompts-per-conc",
+            "4",
+            "--warmup-per-conc",
+            "0",
+            "--no-progress",
+            "--golden-al",
+            str(golden),
+            "--golden-al-model",
+            "deepseek-v4-pro",
+            "--results",
+            str(results),
+            *extra,
+        ],
+        timeout=300,
+    )
     return done.returncode, done.stdout + done.stderr, results
 
 
@@ -81,13 +110,17 @@ def test_a_server_forced_off_the_curve_fails_with_exit_1_and_the_drift(tmp_path:
     assert "2.27 FAIL" in output
 
 
-@pytest.mark.parametrize(("extra", "expected"), [
-    (["--golden-al-model", "kimi-k2"], "no model 'kimi-k2' in it"),
-    (["--thinking", "chat", "--spec-tokens", "3"], "thinking_off has no entry for K=3"),
-    (["--golden-al-tolerance", "3"], "--golden-al-tolerance 3.0: give a fraction"),
-])
-def test_a_missing_entry_is_one_line_before_anything_runs(tmp_path: Path, extra: list[str],
-                                                         expected: str) -> None:
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--golden-al-model", "kimi-k2"], "no model 'kimi-k2' in it"),
+        (["--thinking", "chat", "--spec-tokens", "3"], "thinking_off has no entry for K=3"),
+        (["--golden-al-tolerance", "3"], "--golden-al-tolerance 3.0: give a fraction"),
+    ],
+)
+def test_a_missing_entry_is_one_line_before_anything_runs(
+    tmp_path: Path, extra: list[str], expected: str
+) -> None:
     code, output, results = run(tmp_path, 2.27, *extra)
     assert code == 2 and expected in one_error_line(output), output
     assert not results.exists()  # refused before the run: nothing was measured

@@ -22,12 +22,37 @@ from loadgen.results.jsonl import read_jsonl
 def test_sighup_keeps_the_point_summary(tmp_path: Path, workers: str) -> None:
     jsonl = tmp_path / "requests_conc_2.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "--sim", "--conc", "2", "--isl", "48", "--osl", "300",
-         "--prompts-per-conc", "50", "--warmup-per-conc", "0", "--encoder", "raw",
-         "--workers", workers, "--results", str(tmp_path), "--no-progress",
-         "--sim-args", "--step-fixed-ms 3"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-        start_new_session=True)  # its own process group, to hang up as a terminal does
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--sim",
+            "--conc",
+            "2",
+            "--isl",
+            "48",
+            "--osl",
+            "300",
+            "--prompts-per-conc",
+            "50",
+            "--warmup-per-conc",
+            "0",
+            "--encoder",
+            "raw",
+            "--workers",
+            workers,
+            "--results",
+            str(tmp_path),
+            "--no-progress",
+            "--sim-args",
+            "--step-fixed-ms 3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # its own process group, to hang up as a terminal does
     try:
         deadline = time.monotonic() + 90
         while not jsonl.exists() or jsonl.read_bytes().count(b"\n") < 2:
@@ -41,8 +66,10 @@ def test_sighup_keeps_the_point_summary(tmp_path: Path, workers: str) -> None:
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr, stderr
     said = [line for line in stderr.splitlines() if "interrupted" in line]
-    assert said == [f"loadgen: interrupted; everything measured so far is in {tmp_path} "
-                    "(the last point is marked complete: false)"], stderr
+    assert said == [
+        f"loadgen: interrupted; everything measured so far is in {tmp_path} "
+        "(the last point is marked complete: false)"
+    ], stderr
     result = orjson.loads((tmp_path / "conc_2.json").read_bytes())
     records = read_jsonl(jsonl)
     assert result["complete"] is False and result["stop_reason"] == "interrupted"

@@ -57,15 +57,35 @@ async def tls_relay(target: str, certificate: tuple[Path, Path]) -> AsyncIterato
 async def test_https_base_url_end_to_end(tmp_path: Path, client: str) -> None:
     certificate = make_certificate(tmp_path)
     results = tmp_path / "results"
-    async with embedded_simulator(SIM, log_path=tmp_path / "sim.log") as url, \
-            tls_relay(url, certificate) as port:
+    async with (
+        embedded_simulator(SIM, log_path=tmp_path / "sim.log") as url,
+        tls_relay(url, certificate) as port,
+    ):
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "loadgen", "--base-url", f"https://127.0.0.1:{port}",
-            "--conc", "2", "--isl", "32", "--osl", "8", "--prompts-per-conc", "2",
-            "--warmup-per-conc", "1", "--results", str(results), "--no-progress",
-            "--http-client", client,
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--base-url",
+            f"https://127.0.0.1:{port}",
+            "--conc",
+            "2",
+            "--isl",
+            "32",
+            "--osl",
+            "8",
+            "--prompts-per-conc",
+            "2",
+            "--warmup-per-conc",
+            "1",
+            "--results",
+            str(results),
+            "--no-progress",
+            "--http-client",
+            client,
             env={**os.environ, "SSL_CERT_FILE": str(certificate[0])},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         _, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
     assert process.returncode == 0, stderr.decode()
     records = read_jsonl(results / "requests_conc_2.jsonl")

@@ -17,10 +17,30 @@ from loadgen.results.jsonl import read_jsonl
 def test_sigint_keeps_partial_results(tmp_path: Path) -> None:
     jsonl = tmp_path / "requests_conc_2.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "--sim", "--conc", "2", "--isl", "48", "--osl", "300",
-         "--prompts-per-conc", "50", "--warmup-per-conc", "0", "--results", str(tmp_path),
-         "--no-progress", "--sim-args", "--step-fixed-ms 3 --spin-us 0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--sim",
+            "--conc",
+            "2",
+            "--isl",
+            "48",
+            "--osl",
+            "300",
+            "--prompts-per-conc",
+            "50",
+            "--warmup-per-conc",
+            "0",
+            "--results",
+            str(tmp_path),
+            "--no-progress",
+            "--sim-args",
+            "--step-fixed-ms 3 --spin-us 0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60

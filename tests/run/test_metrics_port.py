@@ -18,18 +18,44 @@ SIM_ARGS = "--step-fixed-ms 3 --spin-us 0 --model metrics-test"
 def _ok_requests(text: str) -> float:
     for family in text_string_to_metric_families(text):
         if family.name == "loadgen_requests":
-            return sum(s.value for s in family.samples
-                       if s.name == "loadgen_requests_total" and s.labels["outcome"] == "ok"
-                       and s.labels["model_name"] == "metrics-test")
+            return sum(
+                s.value
+                for s in family.samples
+                if s.name == "loadgen_requests_total"
+                and s.labels["outcome"] == "ok"
+                and s.labels["model_name"] == "metrics-test"
+            )
     return 0.0
 
 
 def test_live_metrics_served_during_the_sweep(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "--sim", "--conc", "2", "--isl", "48", "--osl", "400",
-         "--prompts-per-conc", "4", "--warmup-per-conc", "0", "--results", str(tmp_path),
-         "--no-progress", "--metrics-port", "0", "--sim-args", SIM_ARGS],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--sim",
+            "--conc",
+            "2",
+            "--isl",
+            "48",
+            "--osl",
+            "400",
+            "--prompts-per-conc",
+            "4",
+            "--warmup-per-conc",
+            "0",
+            "--results",
+            str(tmp_path),
+            "--no-progress",
+            "--metrics-port",
+            "0",
+            "--sim-args",
+            SIM_ARGS,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stderr is not None
@@ -56,10 +82,28 @@ def test_taken_metrics_port_is_one_clear_line(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "loadgen", "--sim", "--conc", "1", "--isl", "48", "--osl",
-             "8", "--results", str(tmp_path), "--no-progress", "--metrics-port", str(port),
-             "--sim-args", SIM_ARGS],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "loadgen",
+                "--sim",
+                "--conc",
+                "1",
+                "--isl",
+                "48",
+                "--osl",
+                "8",
+                "--results",
+                str(tmp_path),
+                "--no-progress",
+                "--metrics-port",
+                str(port),
+                "--sim-args",
+                SIM_ARGS,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -71,11 +115,36 @@ def test_a_shard_with_workers_serves_one_labelled_set_of_series(tmp_path: Path) 
     """--shard 1/2 --workers 2: one /metrics for both workers' requests, every series
     labelled shard="1" (the dashboard sums shards with `sum by (le)`)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "--sim", "--conc", "4", "--isl", "48", "--osl", "300",
-         "--prompts-per-conc", "3", "--warmup-per-conc", "0", "--results", str(tmp_path),
-         "--no-progress", "--metrics-port", "0", "--shard", "1/2", "--workers", "2",
-         "--sim-args", SIM_ARGS],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--sim",
+            "--conc",
+            "4",
+            "--isl",
+            "48",
+            "--osl",
+            "300",
+            "--prompts-per-conc",
+            "3",
+            "--warmup-per-conc",
+            "0",
+            "--results",
+            str(tmp_path),
+            "--no-progress",
+            "--metrics-port",
+            "0",
+            "--shard",
+            "1/2",
+            "--workers",
+            "2",
+            "--sim-args",
+            SIM_ARGS,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stderr is not None

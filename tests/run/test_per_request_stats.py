@@ -18,22 +18,49 @@ import pytest
 from loadgen.results.jsonl import read_jsonl
 from tests.support.procs import point, run_loadgen
 
-SIM_FLAGS = "--step-fixed-ms 2 --spin-us 0 --per-request-spec-decode-metrics detailed " \
-            "--enable-per-request-metrics"
+SIM_FLAGS = (
+    "--step-fixed-ms 2 --spin-us 0 --per-request-spec-decode-metrics detailed "
+    "--enable-per-request-metrics"
+)
 
 
 def spec_config(k: int, al: float) -> str:
-    return orjson.dumps({"method": "mtp", "num_speculative_tokens": k,
-                         "rejection_sample_method": "synthetic",
-                         "synthetic_acceptance_length": al}).decode()
+    return orjson.dumps(
+        {
+            "method": "mtp",
+            "num_speculative_tokens": k,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_length": al,
+        }
+    ).decode()
 
 
-def run(tmp_path: Path, sim_args: str, osl: int = 129, name: str = "r",
-        output: list[str] | None = None) -> Path:
+def run(
+    tmp_path: Path, sim_args: str, osl: int = 129, name: str = "r", output: list[str] | None = None
+) -> Path:
     results = tmp_path / name
-    done = run_loadgen(["--sim", "--sim-args", sim_args, "--conc", "4", "--isl", "48",
-                        "--osl", str(osl), "--encoder", "raw", "--prompts-per-conc", "3",
-                        "--warmup-per-conc", "0", "--no-progress", "--results", str(results)])
+    done = run_loadgen(
+        [
+            "--sim",
+            "--sim-args",
+            sim_args,
+            "--conc",
+            "4",
+            "--isl",
+            "48",
+            "--osl",
+            str(osl),
+            "--encoder",
+            "raw",
+            "--prompts-per-conc",
+            "3",
+            "--warmup-per-conc",
+            "0",
+            "--no-progress",
+            "--results",
+            str(results),
+        ]
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     if output is not None:
         output.append(done.stdout + done.stderr)
@@ -63,12 +90,12 @@ def test_pooled_per_request_al_is_the_counters_al_and_ttft_splits(tmp_path: Path
     p = point(results, 4)
     assert p["server_request_spec_steps"] == p["server_spec_decode_drafts"]
     assert p["server_request_acceptance_length"] == pytest.approx(
-        p["server_acceptance_length"], rel=1e-12)
+        p["server_acceptance_length"], rel=1e-12
+    )
     # K=2, rates [1, 0.27]: 2.27 per step, sd 0.44; >= 700 steps: standard error < 0.02
     assert abs(p["server_request_acceptance_length"] - 2.27) < 0.08
     assert abs(p["stream_acceptance_length"] - p["server_request_acceptance_length"]) < 0.08
-    assert p["server_request_al_min"] <= p["server_request_al_median"] \
-        <= p["server_request_al_max"]
+    assert p["server_request_al_min"] <= p["server_request_al_median"] <= p["server_request_al_max"]
     records = read_jsonl(results / "requests_conc_4.jsonl")
     assert p["server_timing_requests"] == len(records) == 12
     outside = []
@@ -83,13 +110,17 @@ def test_pooled_per_request_al_is_the_counters_al_and_ttft_splits(tmp_path: Path
     assert min(outside) > 0
     assert p["mean_ttft_outside_server_ms"] == pytest.approx(sum(outside) / len(outside))
     assert p["mean_ttft_minus_server_ttft_ms"] == pytest.approx(
-        p["mean_ttft_outside_server_ms"] + p["mean_server_request_queue_time_ms"])
+        p["mean_ttft_outside_server_ms"] + p["mean_server_request_queue_time_ms"]
+    )
 
 
 def test_merged_steps_publish_the_per_request_al_labelled(tmp_path: Path) -> None:
     output: list[str] = []
-    results = run(tmp_path, f"{SIM_FLAGS} --stream-interval 4 --speculative-config "
-                            f"'{spec_config(2, 2.27)}'", output=output)
+    results = run(
+        tmp_path,
+        f"{SIM_FLAGS} --stream-interval 4 --speculative-config '{spec_config(2, 2.27)}'",
+        output=output,
+    )
     p = point(results, 4)
     assert f"{p['acceptance_length']:.2f} (per-request)" in output[0]  # the table says whose
     assert "AL (per-request): from the server's per-request stats" in output[0]
@@ -104,5 +135,7 @@ def test_nothing_is_invented_when_the_server_sends_no_metrics(tmp_path: Path) ->
     assert p["server_request_acceptance_length"] is None
     assert p["server_request_spec_requests"] is None and p["server_timing_requests"] == 0
     assert p["mean_ttft_minus_server_ttft_ms"] is None
-    assert all(r.server_spec_decode is None and r.server_timings is None
-               for r in read_jsonl(results / "requests_conc_4.jsonl"))
+    assert all(
+        r.server_spec_decode is None and r.server_timings is None
+        for r in read_jsonl(results / "requests_conc_4.jsonl")
+    )

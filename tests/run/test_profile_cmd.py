@@ -37,21 +37,62 @@ def sim_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 def replay_cmd(port: int, out: Path, duration: int, *more: str) -> list[str]:
     """build_replay_cmd's flags in its order (AIPERF_SERVER_METRICS_URLS set)."""
     return [
-        "profile", "--scenario", "inferencex-agentx-mvp", "--url", f"http://localhost:{port}",
-        "--endpoint", "/v1/chat/completions", "--endpoint-type", "chat", "--streaming",
-        "--model", "deepseek-v4-sim", "--tokenizer", str(bundled_tokenizer_path()),
-        "--concurrency", "2", "--benchmark-duration", str(duration), "--stats-interval", "30",
-        "--random-seed", "42", "--failed-request-threshold", "0.1",
-        "--trajectory-start-min-ratio", "0.25", "--trajectory-start-max-ratio", "0.75",
-        "--warmup-requests-per-lane", "10", "--trace-idle-gap-cap-seconds", "300",
-        "--warmup-grace-period", "1800", "--use-server-token-count",
-        "--extra-inputs", "min_p:0.05", "--no-gpu-telemetry",
-        "--tokenizer-trust-remote-code", "--max-context-length", "131072",
-        "--use-dynamo-conv-aware-routing", "--dynamo-session-timeout-seconds", "3600",
-        "--num-dataset-entries", "393", "--slice-duration", "1.0",
-        "--server-metrics", f"http://127.0.0.1:{port}/metrics",
-        "--output-artifact-dir", str(out / "aiperf_artifacts"), *more,
-        "--public-dataset", str(TRACES)]
+        "profile",
+        "--scenario",
+        "inferencex-agentx-mvp",
+        "--url",
+        f"http://localhost:{port}",
+        "--endpoint",
+        "/v1/chat/completions",
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--model",
+        "deepseek-v4-sim",
+        "--tokenizer",
+        str(bundled_tokenizer_path()),
+        "--concurrency",
+        "2",
+        "--benchmark-duration",
+        str(duration),
+        "--stats-interval",
+        "30",
+        "--random-seed",
+        "42",
+        "--failed-request-threshold",
+        "0.1",
+        "--trajectory-start-min-ratio",
+        "0.25",
+        "--trajectory-start-max-ratio",
+        "0.75",
+        "--warmup-requests-per-lane",
+        "10",
+        "--trace-idle-gap-cap-seconds",
+        "300",
+        "--warmup-grace-period",
+        "1800",
+        "--use-server-token-count",
+        "--extra-inputs",
+        "min_p:0.05",
+        "--no-gpu-telemetry",
+        "--tokenizer-trust-remote-code",
+        "--max-context-length",
+        "131072",
+        "--use-dynamo-conv-aware-routing",
+        "--dynamo-session-timeout-seconds",
+        "3600",
+        "--num-dataset-entries",
+        "393",
+        "--slice-duration",
+        "1.0",
+        "--server-metrics",
+        f"http://127.0.0.1:{port}/metrics",
+        "--output-artifact-dir",
+        str(out / "aiperf_artifacts"),
+        *more,
+        "--public-dataset",
+        str(TRACES),
+    ]
 
 
 def test_build_replay_cmd_runs_as_typed(sim_port: int, tmp_path: Path) -> None:
@@ -87,12 +128,15 @@ def test_short_run_without_override_is_refused(sim_port: int, tmp_path: Path) ->
     assert not (tmp_path / "aiperf_artifacts").exists()
 
 
-def test_public_dataset_from_the_hub_cache(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    assert dataset_repo("semianalysis_cc_traces_weka_062126_256k") == \
-        "semianalysisai/cc-traces-weka-062126-256k"
-    assert dataset_repo("semianalysis_cc_traces_weka_with_subagents") == \
-        "semianalysisai/cc-traces-weka-061526"
+def test_public_dataset_from_the_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (
+        dataset_repo("semianalysis_cc_traces_weka_062126_256k")
+        == "semianalysisai/cc-traces-weka-062126-256k"
+    )
+    assert (
+        dataset_repo("semianalysis_cc_traces_weka_with_subagents")
+        == "semianalysisai/cc-traces-weka-061526"
+    )
     snapshot = tmp_path / "datasets--semianalysisai--cc-traces-weka-062126" / "snapshots" / "a1"
     snapshot.mkdir(parents=True)
     (snapshot / "traces.jsonl").write_bytes(TRACES.read_bytes())
@@ -121,12 +165,17 @@ def test_another_models_tokenizer_runs_untemplated(tmp_path: Path) -> None:
     assert spec.encoder == "raw" and spec.tokenizer == str(other)
     assert [note for note in spec.ignored_flags if "DeepSeek-V4" in note] == [
         f"--tokenizer {other} is not DeepSeek-V4's: messages are sent and counted as they "
-        "are (loadgen --encoder raw), as AIPerf does"]
+        "are (loadgen --encoder raw), as AIPerf does"
+    ]
 
 
 def test_extra_inputs_pairs_and_json() -> None:
     assert parse_extra_inputs(["ignore_eos:true", "min_p:0.1", "tag:x", '{"top_k": 5}']) == {
-        "ignore_eos": True, "min_p": 0.1, "tag": "x", "top_k": 5}
+        "ignore_eos": True,
+        "min_p": 0.1,
+        "tag": "x",
+        "top_k": 5,
+    }
     with pytest.raises(SpecError, match="KEY:VALUE"):
         parse_extra_inputs(["nonsense"])
 

@@ -23,10 +23,28 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
     base = tmp_path_factory.mktemp("shards")
     with simulator(base / "sim.log") as url:
         # at the same time, each point's measured phase started together (--shard-sync)
-        running = [loadgen(["--base-url", url, "--conc", "1,2", "--prompts-per-conc", "2",
-                            "--warmup-per-conc", "0", "--shard", f"{index}/2",
-                            "--shard-sync", str(base / "sync"), "--results",
-                            str(base / f"s{index}"), *SMALL]) for index in range(2)]
+        running = [
+            loadgen(
+                [
+                    "--base-url",
+                    url,
+                    "--conc",
+                    "1,2",
+                    "--prompts-per-conc",
+                    "2",
+                    "--warmup-per-conc",
+                    "0",
+                    "--shard",
+                    f"{index}/2",
+                    "--shard-sync",
+                    str(base / "sync"),
+                    "--results",
+                    str(base / f"s{index}"),
+                    *SMALL,
+                ]
+            )
+            for index in range(2)
+        ]
         for process in running:
             _, err = process.communicate(timeout=240)
             assert process.returncode == 0, err
@@ -51,15 +69,17 @@ def merge(first: Path, second: Path, out: Path) -> str:
 
 
 def test_the_intact_shards_merge(shards: tuple[Path, Path], tmp_path: Path) -> None:
-    done = run_loadgen(["merge", str(shards[0]), str(shards[1]), "--results",
-                        str(tmp_path / "m")], timeout=120)
+    done = run_loadgen(
+        ["merge", str(shards[0]), str(shards[1]), "--results", str(tmp_path / "m")], timeout=120
+    )
     assert done.returncode == 0, done.stderr
     merged = orjson.loads((tmp_path / "m" / "conc_2.json").read_bytes())
     assert merged["shards_merged"] == 2 and merged["completed"] == 4
 
 
-def test_a_torn_middle_record_line_is_named_by_line(shards: tuple[Path, Path],
-                                                    tmp_path: Path) -> None:
+def test_a_torn_middle_record_line_is_named_by_line(
+    shards: tuple[Path, Path], tmp_path: Path
+) -> None:
     first, second = copies(shards, tmp_path)
     jsonl = first / "requests_conc_2.jsonl"
     lines = jsonl.read_bytes().splitlines(keepends=True)
@@ -68,13 +88,17 @@ def test_a_torn_middle_record_line_is_named_by_line(shards: tuple[Path, Path],
     assert "requests_conc_2.jsonl: line 1: not a JSON record" in line
 
 
-@pytest.mark.parametrize(("field", "value", "expected"), [
-    ("start_ns", "12", "field 'start_ns': Expected `int`, got `str`"),
-    ("chunk_tokens", [-3, 1], "field 'chunk_tokens': a negative token count"),
-    ("error", "exploded", "field 'error': Invalid enum value 'exploded'"),
-])
-def test_a_forged_record_is_named_by_field(shards: tuple[Path, Path], tmp_path: Path,
-                                           field: str, value: object, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("start_ns", "12", "field 'start_ns': Expected `int`, got `str`"),
+        ("chunk_tokens", [-3, 1], "field 'chunk_tokens': a negative token count"),
+        ("error", "exploded", "field 'error': Invalid enum value 'exploded'"),
+    ],
+)
+def test_a_forged_record_is_named_by_field(
+    shards: tuple[Path, Path], tmp_path: Path, field: str, value: object, expected: str
+) -> None:
     first, second = copies(shards, tmp_path)
     jsonl = first / "requests_conc_1.jsonl"
     records = [orjson.loads(line) for line in jsonl.read_bytes().splitlines()]
@@ -97,7 +121,8 @@ def test_run_json_fields_of_the_wrong_shape(shards: tuple[Path, Path], tmp_path:
     run = orjson.loads((first / "run.json").read_bytes())
     (first / "run.json").write_bytes(orjson.dumps({**run, "shard": 0}))
     assert "run.json: field 'shard': Expected `object | null`, got `int`" in merge(
-        first, second, tmp_path / "m")
+        first, second, tmp_path / "m"
+    )
     del run["settings"]
     (first / "run.json").write_bytes(orjson.dumps(run))
     assert "run.json: missing field `settings`" in merge(first, second, tmp_path / "m2")
@@ -108,14 +133,16 @@ def test_point_files_of_another_shape(shards: tuple[Path, Path], tmp_path: Path)
     point = first / "conc_1.json"
     point.write_bytes(orjson.dumps([1, 2]))
     assert "conc_1.json: not a loadgen point result (a JSON list" in refused(
-        ["compare", str(first)])
+        ["compare", str(first)]
+    )
     point.write_bytes(orjson.dumps({"max_concurrency": 1}))
     assert "conc_1.json: missing field `num_prompts`" in merge(first, second, tmp_path / "m")
     point.unlink()
     (tmp_path / "notes.txt").write_text("not json\n")
     os.symlink(tmp_path / "notes.txt", point)
-    assert "conc_1.json: not valid JSON" in refused(["report", str(first), "-o",
-                                                     str(tmp_path / "r.html")])
+    assert "conc_1.json: not valid JSON" in refused(
+        ["report", str(first), "-o", str(tmp_path / "r.html")]
+    )
 
 
 def test_resume_on_a_point_entry_without_conc(shards: tuple[Path, Path], tmp_path: Path) -> None:
@@ -123,9 +150,23 @@ def test_resume_on_a_point_entry_without_conc(shards: tuple[Path, Path], tmp_pat
     run = orjson.loads((first / "run.json").read_bytes())
     del run["points"][0]["conc"]
     (first / "run.json").write_bytes(orjson.dumps(run))
-    line = refused(["--resume", str(first), "--base-url", "http://127.0.0.1:9", "--conc", "1,2",
-                    "--prompts-per-conc", "2", "--warmup-per-conc", "0", "--shard", "0/2",
-                    *SMALL])
+    line = refused(
+        [
+            "--resume",
+            str(first),
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--conc",
+            "1,2",
+            "--prompts-per-conc",
+            "2",
+            "--warmup-per-conc",
+            "0",
+            "--shard",
+            "0/2",
+            *SMALL,
+        ]
+    )
     assert "run.json: missing field `points[0].conc`" in line, line
 
 
@@ -145,10 +186,32 @@ def test_results_that_is_a_file(shards: tuple[Path, Path], tmp_path: Path) -> No
 
 
 def test_a_dataset_that_is_a_device_or_a_fifo(tmp_path: Path) -> None:
-    line = refused(["--base-url", "http://127.0.0.1:9", "--conc", "1", "--dataset", "/dev/zero",
-                    "--results", str(tmp_path / "r"), *SMALL])
+    line = refused(
+        [
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--conc",
+            "1",
+            "--dataset",
+            "/dev/zero",
+            "--results",
+            str(tmp_path / "r"),
+            *SMALL,
+        ]
+    )
     assert "/dev/zero: not a regular file" in line
     os.mkfifo(tmp_path / "fifo.jsonl")
-    line = refused(["--base-url", "http://127.0.0.1:9", "--conc", "1", "--dataset",
-                    str(tmp_path / "fifo.jsonl"), "--results", str(tmp_path / "r2"), *SMALL])
+    line = refused(
+        [
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--conc",
+            "1",
+            "--dataset",
+            str(tmp_path / "fifo.jsonl"),
+            "--results",
+            str(tmp_path / "r2"),
+            *SMALL,
+        ]
+    )
     assert "fifo.jsonl: not a regular file" in line

@@ -36,9 +36,12 @@ def _limit_files(soft: int, hard: int) -> None:
 
 
 def test_a_hard_fd_limit_below_the_concurrency_is_refused_before_any_request(
-        sim_url: str, tmp_path: Path) -> None:
-    done = run_loadgen(["--base-url", sim_url, "--conc", "4,512", *SMALL, "--results",
-                        str(tmp_path / "r")], preexec_fn=lambda: _limit_files(256, 256))
+    sim_url: str, tmp_path: Path
+) -> None:
+    done = run_loadgen(
+        ["--base-url", sim_url, "--conc", "4,512", *SMALL, "--results", str(tmp_path / "r")],
+        preexec_fn=lambda: _limit_files(256, 256),
+    )
     assert done.returncode == 1
     line = one_error_line(done.stderr)
     assert f"--conc 512 needs about {512 + FD_HEADROOM} open files" in line
@@ -51,9 +54,22 @@ def test_a_low_soft_fd_limit_is_raised(sim_url: str, tmp_path: Path) -> None:
     if hard != resource.RLIM_INFINITY and hard < 1024:
         pytest.skip(f"this machine's hard fd limit ({hard}) is below the 1024 this test needs")
     results = tmp_path / "r"
-    done = run_loadgen(["--base-url", sim_url, "--conc", "300", *SMALL, "--prompts-per-conc",
-                        "1", "--warmup-per-conc", "1", "--results", str(results)],
-                       preexec_fn=lambda: _limit_files(200, hard))
+    done = run_loadgen(
+        [
+            "--base-url",
+            sim_url,
+            "--conc",
+            "300",
+            *SMALL,
+            "--prompts-per-conc",
+            "1",
+            "--warmup-per-conc",
+            "1",
+            "--results",
+            str(results),
+        ],
+        preexec_fn=lambda: _limit_files(200, hard),
+    )
     assert done.returncode == 0, done.stderr
     result = point(results, 300)
     assert result["completed"] == 300 and result["failed"] == 0
@@ -71,14 +87,32 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_running_out_of_descriptors_mid_run_stops_it_and_is_not_a_connect_error(
-        sim_url: str, tmp_path: Path) -> None:
+    sim_url: str, tmp_path: Path
+) -> None:
     results = tmp_path / "r"
     done = subprocess.run(
-        [sys.executable, "-c", EAT_FDS_THEN_RUN, "--base-url", sim_url, "--conc", "100",
-         *SMALL, "--prompts-per-conc", "2", "--warmup-per-conc", "0", "--results",
-         str(results)],
-        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
-        preexec_fn=lambda: _limit_files(400, 400))
+        [
+            sys.executable,
+            "-c",
+            EAT_FDS_THEN_RUN,
+            "--base-url",
+            sim_url,
+            "--conc",
+            "100",
+            *SMALL,
+            "--prompts-per-conc",
+            "2",
+            "--warmup-per-conc",
+            "0",
+            "--results",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: _limit_files(400, 400),
+    )
     assert done.returncode == 1, done.stderr
     assert "ran out of file descriptors" in one_error_line(done.stderr)
     jsonl = (results / "requests_conc_100.jsonl").read_text()
@@ -87,15 +121,31 @@ def test_running_out_of_descriptors_mid_run_stops_it_and_is_not_a_connect_error(
     assert run["stop_reason"] == "out_of_file_descriptors"
 
 
-def _disk_full_run(sim_url: str, results: Path, *extra: str,
-                   **popen: Any) -> subprocess.CompletedProcess[str]:
-    return run_loadgen(["--base-url", sim_url, "--conc", "4", *SMALL, "--prompts-per-conc",
-                        "40", "--warmup-per-conc", "0", "--results", str(results), *extra],
-                       **popen)
+def _disk_full_run(
+    sim_url: str, results: Path, *extra: str, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    return run_loadgen(
+        [
+            "--base-url",
+            sim_url,
+            "--conc",
+            "4",
+            *SMALL,
+            "--prompts-per-conc",
+            "40",
+            "--warmup-per-conc",
+            "0",
+            "--results",
+            str(results),
+            *extra,
+        ],
+        **popen,
+    )
 
 
-def _check_stopped_cleanly(done: subprocess.CompletedProcess[str], results: Path,
-                           reason: str) -> None:
+def _check_stopped_cleanly(
+    done: subprocess.CompletedProcess[str], results: Path, reason: str
+) -> None:
     assert done.returncode == 1, done.stderr
     line = one_error_line(done.stderr)
     assert f"cannot write {results}/requests_conc_4.jsonl: {reason}" in line
@@ -111,11 +161,16 @@ def _check_stopped_cleanly(done: subprocess.CompletedProcess[str], results: Path
 @contextlib.contextmanager
 def _small_tmpfs(where: Path, size: str) -> Iterator[Path]:
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                              str(where)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); "
-                    "test_file_size_limit covers the same path without root")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({mounted.stderr.strip()}); "
+            "test_file_size_limit covers the same path without root"
+        )
     try:
         yield where
     finally:
@@ -128,17 +183,20 @@ def test_a_full_disk_stops_the_run_with_every_line_whole(sim_url: str, tmp_path:
         done = _disk_full_run(sim_url, results)
         _check_stopped_cleanly(done, results, "No space left on device (ENOSPC)")
         assert "not written" in one_error_line(done.stderr) or (
-            point(results, 4)["stop_reason"] == "results_write_failed")
+            point(results, 4)["stop_reason"] == "results_write_failed"
+        )
 
 
-def test_file_size_limit_stops_the_run_with_every_line_whole(
-        sim_url: str, tmp_path: Path) -> None:
+def test_file_size_limit_stops_the_run_with_every_line_whole(sim_url: str, tmp_path: Path) -> None:
     """RLIMIT_FSIZE: a write past it fails with EFBIG (Python ignores SIGXFSZ), part-way
     through a line, as on a full disk; run.json and conc_4.json stay below it."""
     results = tmp_path / "r"
     limit = 12_000
-    done = _disk_full_run(sim_url, results, preexec_fn=lambda: resource.setrlimit(
-        resource.RLIMIT_FSIZE, (limit, limit)))
+    done = _disk_full_run(
+        sim_url,
+        results,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
     _check_stopped_cleanly(done, results, "File too large (EFBIG)")
     assert os.path.getsize(results / "requests_conc_4.jsonl") < limit
     stopped = point(results, 4)
@@ -147,14 +205,19 @@ def test_file_size_limit_stops_the_run_with_every_line_whole(
 
 
 def test_file_size_limit_stops_a_workers_run_with_every_line_whole(
-        sim_url: str, tmp_path: Path) -> None:
+    sim_url: str, tmp_path: Path
+) -> None:
     """--workers 2: the parent writes the JSONL of the records the workers send back; a
     line it cannot write stops every worker and the run, as in one process."""
     results = tmp_path / "r"
     limit = 12_000
-    done = _disk_full_run(sim_url, results, "--workers", "2",
-                          preexec_fn=lambda: resource.setrlimit(
-                              resource.RLIMIT_FSIZE, (limit, limit)))
+    done = _disk_full_run(
+        sim_url,
+        results,
+        "--workers",
+        "2",
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
     _check_stopped_cleanly(done, results, "File too large (EFBIG)")
     stopped = point(results, 4)
     assert stopped["complete"] is False and stopped["stop_reason"] == "results_write_failed"

@@ -27,8 +27,22 @@ def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _run(url: str, results: Path, conc: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return run_loadgen(["--base-url", url, "--conc", conc, *SMALL, "--prompts-per-conc", "2",
-                        "--warmup-per-conc", "0", "--results", str(results), *extra])
+    return run_loadgen(
+        [
+            "--base-url",
+            url,
+            "--conc",
+            conc,
+            *SMALL,
+            "--prompts-per-conc",
+            "2",
+            "--warmup-per-conc",
+            "0",
+            "--results",
+            str(results),
+            *extra,
+        ]
+    )
 
 
 def test_a_second_run_into_the_same_directory_is_refused(sim_url: str, tmp_path: Path) -> None:
@@ -67,7 +81,8 @@ def test_an_empty_or_unrelated_directory_is_fine(sim_url: str, tmp_path: Path) -
 
 
 def test_default_directories_of_the_same_second_differ(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     first = default_results_dir(now=1_800_000_000)
     first.mkdir(parents=True)

@@ -14,15 +14,34 @@ import orjson
 
 from tests.support.procs import run_loadgen
 
-FLAGS = ["--sim", "--conc", "1,2", "--isl", "48", "--osl", "300", "--prompts-per-conc", "4",
-         "--warmup-per-conc", "0", "--encoder", "raw", "--no-progress", "--sim-args",
-         "--step-fixed-ms 3"]
+FLAGS = [
+    "--sim",
+    "--conc",
+    "1,2",
+    "--isl",
+    "48",
+    "--osl",
+    "300",
+    "--prompts-per-conc",
+    "4",
+    "--warmup-per-conc",
+    "0",
+    "--encoder",
+    "raw",
+    "--no-progress",
+    "--sim-args",
+    "--step-fixed-ms 3",
+]
 
 
 def interrupted_in_second_point(results: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-m", "loadgen", *FLAGS, "--results", str(results)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", *FLAGS, "--results", str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (results / "conc_1.json").exists():
@@ -36,8 +55,7 @@ def interrupted_in_second_point(results: Path) -> None:
     assert process.returncode == 130, stderr
 
 
-def test_resume_says_what_it_keeps_and_keeps_each_attempts_simulator_log(
-        tmp_path: Path) -> None:
+def test_resume_says_what_it_keeps_and_keeps_each_attempts_simulator_log(tmp_path: Path) -> None:
     results = tmp_path / "run"
     interrupted_in_second_point(results)
     first_log = (results / "simulator.log").read_bytes()
@@ -47,8 +65,10 @@ def test_resume_says_what_it_keeps_and_keeps_each_attempts_simulator_log(
     done = run_loadgen([*FLAGS, "--resume", str(results)])
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if line.startswith("loadgen: resuming")]
-    assert said == [f"loadgen: resuming run {first_id} in {results} (attempt 2): 1 complete "
-                    "point(s) kept (conc 1), 1 to run (conc 2)"]
+    assert said == [
+        f"loadgen: resuming run {first_id} in {results} (attempt 2): 1 complete "
+        "point(s) kept (conc 1), 1 to run (conc 2)"
+    ]
     assert (results / "simulator.log").read_bytes() == first_log  # the first attempt's
     second_log = (results / "simulator_attempt2.log").read_text()
     assert second_log.strip().endswith("stopped") and "serving" in second_log

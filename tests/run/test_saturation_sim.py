@@ -20,8 +20,20 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 
-SLOW_SIM = ("--step-fixed-ms", "10", "--decode-token-us", "20", "--prefill-token-us", "2",
-            "--spin-us", "0", "--seed", "7", "--max-num-seqs", "2")
+SLOW_SIM = (
+    "--step-fixed-ms",
+    "10",
+    "--decode-token-us",
+    "20",
+    "--prefill-token-us",
+    "2",
+    "--spin-us",
+    "0",
+    "--seed",
+    "7",
+    "--max-num-seqs",
+    "2",
+)
 DURATION_S = 8.0
 
 
@@ -32,15 +44,27 @@ def tokenizer() -> Tokenizer:
 
 def spec_at(tmp_path: Path, rate: float, **changes: Any) -> RunSpec:
     values: dict[str, Any] = dict(
-        conc=(256, 512), isl=64, osl=32, prompts_per_conc=1, warmup_per_conc=0, sim=True,
-        sim_args=SLOW_SIM, results_dir=tmp_path / "results", progress=False, seed=5,
-        request_rate=rate, duration_s=DURATION_S, saturation_window_s=2.0)
+        conc=(256, 512),
+        isl=64,
+        osl=32,
+        prompts_per_conc=1,
+        warmup_per_conc=0,
+        sim=True,
+        sim_args=SLOW_SIM,
+        results_dir=tmp_path / "results",
+        progress=False,
+        seed=5,
+        request_rate=rate,
+        duration_s=DURATION_S,
+        saturation_window_s=2.0,
+    )
     values.update(changes)
     return RunSpec(**values)
 
 
 async def test_a_rate_above_capacity_stops_saturated_before_its_duration(
-        tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]
+) -> None:
     outcome = await run_sweep(spec_at(tmp_path, 60.0), tokenizer=tokenizer)
     assert [p.conc for p in outcome.points] == [256]  # the rate sweep ends upward
     assert outcome.exit_code == 0 and not outcome.interrupted
@@ -60,8 +84,7 @@ async def test_a_rate_above_capacity_stops_saturated_before_its_duration(
     assert run["interrupted"] is False
 
 
-async def test_a_rate_below_capacity_runs_to_its_end(tmp_path: Path,
-                                                     tokenizer: Tokenizer) -> None:
+async def test_a_rate_below_capacity_runs_to_its_end(tmp_path: Path, tokenizer: Tokenizer) -> None:
     outcome = await run_sweep(spec_at(tmp_path, 4.0, conc=(256,)), tokenizer=tokenizer)
     result = orjson.loads((outcome.results_dir / "conc_256.json").read_bytes())
     assert result["complete"] is True and result["stop_reason"] is None
@@ -72,8 +95,10 @@ async def test_a_rate_below_capacity_runs_to_its_end(tmp_path: Path,
 
 
 async def test_the_stop_can_be_switched_off(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    outcome = await run_sweep(spec_at(tmp_path, 60.0, conc=(256,), duration_s=3.0,
-                                      saturation_stop=False), tokenizer=tokenizer)
+    outcome = await run_sweep(
+        spec_at(tmp_path, 60.0, conc=(256,), duration_s=3.0, saturation_stop=False),
+        tokenizer=tokenizer,
+    )
     result = orjson.loads((outcome.results_dir / "conc_256.json").read_bytes())
     assert result["complete"] is True and result["stop_reason"] is None
     records = read_jsonl(outcome.results_dir / "requests_conc_256.jsonl")

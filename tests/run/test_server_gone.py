@@ -32,8 +32,15 @@ CONC = ["--conc", "2,4,8", "--prompts-per-conc", "12", "--warmup-per-conc", "1"]
 
 
 def _sweep_args(port: int, results: Path, *extra: str) -> list[str]:
-    return ["--base-url", f"http://127.0.0.1:{port}", *CONC, *SMALL, "--results",
-            str(results), *extra]
+    return [
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        *CONC,
+        *SMALL,
+        "--results",
+        str(results),
+        *extra,
+    ]
 
 
 def _wait_for_conc_4(results: Path, run: subprocess.Popen[str]) -> None:
@@ -61,8 +68,11 @@ def test_killed_server_stops_the_sweep_and_resume_finishes_it(tmp_path: Path) ->
         stop(sim)
     assert run.returncode == 1, stderr
     line = one_error_line(stderr)
-    assert "the server stopped answering" in line and "conc_4.json is kept marked " \
-        "complete: false" in line and f"--resume {results}" in line
+    assert (
+        "the server stopped answering" in line
+        and "conc_4.json is kept marked complete: false" in line
+        and f"--resume {results}" in line
+    )
     assert stopped_after < 60, stopped_after  # ~1 s of probing, plus writing the files
     stopped = point(results, 4)
     assert stopped["complete"] is False and stopped["stop_reason"] == "server_gone"
@@ -85,8 +95,9 @@ def test_killed_server_stops_the_sweep_and_resume_finishes_it(tmp_path: Path) ->
     # Same flags but one: refused, nothing touched.
     sim = start_sim(port, tmp_path / "sim.log")
     try:
-        other = run_loadgen([*_sweep_args(port, results)[:-2], "--resume", str(results),
-                             "--osl", "64"])
+        other = run_loadgen(
+            [*_sweep_args(port, results)[:-2], "--resume", str(results), "--osl", "64"]
+        )
         assert other.returncode == 2 and "osl 64 (was 120)" in one_error_line(other.stderr)
         assert point(results, 4)["complete"] is False
         resumed = run_loadgen([*_sweep_args(port, results)[:-2], "--resume", str(results)])
@@ -104,12 +115,18 @@ def test_killed_server_stops_the_sweep_and_resume_finishes_it(tmp_path: Path) ->
     final = run_file(results)
     assert final["stop_reason"] is None
     assert [(p["conc"], p["complete"]) for p in final["points"]] == [
-        (2, True), (4, True), (8, True)]
+        (2, True),
+        (4, True),
+        (8, True),
+    ]
     assert [a["stop_reason"] for a in final["attempts"]] == ["server_gone", None]
     assert [a["points"] for a in final["attempts"]] == [[2, 4], [4, 8]]
     assert final["points"][0]["run_id"] == first_id != final["run_id"]
-    assert [row.split(",")[0] for row in
-            (results / "sweep.csv").read_text().splitlines()[1:]] == ["2", "4", "8"]
+    assert [row.split(",")[0] for row in (results / "sweep.csv").read_text().splitlines()[1:]] == [
+        "2",
+        "4",
+        "8",
+    ]
     again = run_loadgen([*_sweep_args(port, results)[:-2], "--resume", str(results)])
     assert again.returncode == 0 and "nothing to resume" in again.stderr
 

@@ -42,29 +42,56 @@ class TimedRenderer(SessionRenderer):
     def render(self, *args: Any, **kwargs: Any) -> RequestSpec:
         start = time.perf_counter_ns()
         request = super().render(*args, **kwargs)
-        self.renders.append((request.index, threading.get_ident(), start,
-                             time.perf_counter_ns()))
+        self.renders.append((request.index, threading.get_ident(), start, time.perf_counter_ns()))
         return request
 
 
 async def test_turns_render_off_the_loop_in_due_order(tokenizer: Tokenizer) -> None:
-    spec = RunSpec(conc=(1,), isl=ISL, osl=8, turns="3", turn_tokens="200", think_time="0",
-                   sessions_per_conc=2, sim=True)
+    spec = RunSpec(
+        conc=(1,),
+        isl=ISL,
+        osl=8,
+        turns="3",
+        turn_tokens="200",
+        think_time="0",
+        sessions_per_conc=2,
+        sim=True,
+    )
     source = session_source(spec, tokenizer)
-    renderer = TimedRenderer(source.settings(), tokenizer,
-                             BodyOptions(endpoint="completions", model="m"),
-                             source.block_size, 0)
+    renderer = TimedRenderer(
+        source.settings(),
+        tokenizer,
+        BodyOptions(endpoint="completions", model="m"),
+        source.block_size,
+        0,
+    )
     renderer.renders = []
-    replay = SessionReplay(source.trees(1), renderer, ReplayOptions(conc=1),
-                           clock=time.perf_counter_ns, sleep=asyncio.sleep)
+    replay = SessionReplay(
+        source.trees(1),
+        renderer,
+        ReplayOptions(conc=1),
+        clock=time.perf_counter_ns,
+        sleep=asyncio.sleep,
+    )
     sent: list[RequestSpec] = []
     ticks: list[int] = []
 
     async def send(request: RequestSpec, due_ns: int) -> RequestRecord:
         sent.append(request)
         now = time.perf_counter_ns()
-        return RequestRecord(request.index, 1, request.input_len, request.max_tokens, due_ns,
-                             now, 0, (now,), (request.max_tokens,), now, TokenSource.USAGE)
+        return RequestRecord(
+            request.index,
+            1,
+            request.input_len,
+            request.max_tokens,
+            due_ns,
+            now,
+            0,
+            (now,),
+            (request.max_tokens,),
+            now,
+            TokenSource.USAGE,
+        )
 
     async def ticker() -> None:
         while True:

@@ -23,8 +23,16 @@ BASE = ["--sim", "--conc", "2", "--isl", "100", "--osl", "10"]
 
 
 def _usage(details: object, prompt: int = 130) -> bytes:
-    return orjson.dumps({"choices": [], "usage": {
-        "prompt_tokens": prompt, "completion_tokens": 1, "prompt_tokens_details": details}})
+    return orjson.dumps(
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": 1,
+                "prompt_tokens_details": details,
+            },
+        }
+    )
 
 
 def test_cached_tokens_are_validated_at_the_boundary() -> None:
@@ -32,8 +40,15 @@ def test_cached_tokens_are_validated_at_the_boundary() -> None:
     assert decode_event(_usage({"cached_tokens": 0})).cached_tokens == 0
     assert decode_event(_usage(None)).cached_tokens is None  # vLLM without the flag
     assert decode_event(_usage({})).cached_tokens is None
-    for bad in ({"cached_tokens": True}, {"cached_tokens": -1}, {"cached_tokens": 1.5},
-                {"cached_tokens": "128"}, {"cached_tokens": 2**40}, [1], "x"):
+    for bad in (
+        {"cached_tokens": True},
+        {"cached_tokens": -1},
+        {"cached_tokens": 1.5},
+        {"cached_tokens": "128"},
+        {"cached_tokens": 2**40},
+        [1],
+        "x",
+    ):
         with pytest.raises(MalformedEvent, match="prompt_tokens_details"):
             decode_event(_usage(bad))
     with pytest.raises(MalformedEvent, match=r"at most usage.prompt_tokens \(130\)"):
@@ -42,17 +57,23 @@ def test_cached_tokens_are_validated_at_the_boundary() -> None:
 
 def test_one_detection_for_every_format(tmp_path: Path) -> None:
     cases = {
-        "share.json": orjson.dumps([{"conversations": [{"from": "human", "value": "hi"},
-                                                       {"from": "gpt", "value": "yo"}]}]),
+        "share.json": orjson.dumps(
+            [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}]
+        ),
         "share.jsonl": b'{"conversations": [{"from": "human", "value": "hi"}, '
-                       b'{"from": "gpt", "value": "yo"}]}\n' * 2,
+        b'{"from": "gpt", "value": "yo"}]}\n' * 2,
         "messages.jsonl": b'[{"role": "user", "content": "a"}]\n'
-                          b'[{"role": "user", "content": "b"}]\n',
+        b'[{"role": "user", "content": "b"}]\n',
         "one_line.jsonl": b'[{"role": "user", "content": "a"}]\n',
         "custom.jsonl": b'{"prompt": "hello", "output_tokens": 5}\n',
     }
-    expected = {"share.json": "sharegpt", "share.jsonl": "sharegpt",
-                "messages.jsonl": "jsonl", "one_line.jsonl": "jsonl", "custom.jsonl": "jsonl"}
+    expected = {
+        "share.json": "sharegpt",
+        "share.jsonl": "sharegpt",
+        "messages.jsonl": "jsonl",
+        "one_line.jsonl": "jsonl",
+        "custom.jsonl": "jsonl",
+    }
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         assert detect_format(tmp_path / name) == expected[name], name
@@ -63,30 +84,46 @@ def test_one_detection_for_every_format(tmp_path: Path) -> None:
     assert len(load_dataset(tmp_path / "one_line.jsonl")) == 1
     assert load_dataset(tmp_path / "custom.jsonl")[0].output_tokens == 5
     assert load_conversations(tmp_path / "custom.jsonl", "auto") == [
-        [{"role": "user", "content": "hello"}]]
+        [{"role": "user", "content": "hello"}]
+    ]
     with pytest.raises(SpecError, match="replayed as sessions"):
         load_dataset(TRACES / "mooncake_small.jsonl")
 
 
 def test_dataset_format_and_dataset_name(tmp_path: Path) -> None:
     share = tmp_path / "share.json"
-    share.write_bytes(orjson.dumps([{"conversations": [{"from": "human", "value": "hi"},
-                                                       {"from": "gpt", "value": "yo"}]}]))
+    share.write_bytes(
+        orjson.dumps(
+            [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}]
+        )
+    )
     plain = spec_from_argv(["--sim", "--conc", "2", "--osl", "4", "--dataset", str(share)])
-    assert (plain.dataset_format, plain.sharegpt_limits, plain.sessions) == ("auto", False,
-                                                                              False)
-    named = spec_from_argv(["--sim", "--conc", "2", "--dataset-name", "sharegpt",
-                            "--dataset-path", str(share)])
+    assert (plain.dataset_format, plain.sharegpt_limits, plain.sessions) == ("auto", False, False)
+    named = spec_from_argv(
+        ["--sim", "--conc", "2", "--dataset-name", "sharegpt", "--dataset-path", str(share)]
+    )
     assert (named.dataset_format, named.sharegpt_limits) == ("sharegpt", True)
     forced = spec_from_argv([*BASE, "--dataset", str(share), "--dataset-format", "sharegpt"])
     assert (forced.dataset_format, forced.sharegpt_limits) == ("sharegpt", False)
     custom = spec_from_argv([*BASE, "--dataset", str(share), "--dataset-format", "custom"])
     assert custom.dataset_format == "jsonl"
     with pytest.raises(SpecError, match="name different formats: give one"):
-        spec_from_argv(["--sim", "--conc", "2", "--dataset-name", "sharegpt",
-                        "--dataset-path", str(share), "--dataset-format", "messages"])
-    trace = spec_from_argv(["--sim", "--conc", "1", "--dataset-path",
-                            str(TRACES / "mooncake_small.jsonl")])
+        spec_from_argv(
+            [
+                "--sim",
+                "--conc",
+                "2",
+                "--dataset-name",
+                "sharegpt",
+                "--dataset-path",
+                str(share),
+                "--dataset-format",
+                "messages",
+            ]
+        )
+    trace = spec_from_argv(
+        ["--sim", "--conc", "1", "--dataset-path", str(TRACES / "mooncake_small.jsonl")]
+    )
     assert trace.dataset_format == "mooncake" and trace.sessions
     with pytest.raises(SpecError, match="--multi-turn: --osl is required"):
         spec_from_argv(["--sim", "--conc", "1", "--dataset", str(share), "--multi-turn"])
@@ -99,8 +136,12 @@ def test_sessions_refuse_shards() -> None:
     assert spec_from_argv([*BASE, "--turns", "2", "--workers", "2"]).workers == 2
     with pytest.raises(SpecError, match="does not support session runs"):
         spec_from_argv([*BASE, "--turns", "2", "--shard", "1/2"])
-    done = subprocess.run([sys.executable, "-m", "loadgen", *BASE, "--turns", "2", "--shard",
-                           "1/2"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadgen", *BASE, "--turns", "2", "--shard", "1/2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "does not support session runs" in lines[0], done.stderr
@@ -109,7 +150,16 @@ def test_sessions_refuse_shards() -> None:
 def test_workers_auto_plays_a_mooncake_trace_in_one_process() -> None:
     from loadgen.run.workers import resolve_workers
 
-    spec = spec_from_argv(["--sim", "--conc", "4", "--dataset",
-                           str(TRACES / "mooncake_small.jsonl"), "--workers", "auto"])
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--conc",
+            "4",
+            "--dataset",
+            str(TRACES / "mooncake_small.jsonl"),
+            "--workers",
+            "auto",
+        ]
+    )
     assert spec.workers is None
     assert resolve_workers(spec).workers == 1

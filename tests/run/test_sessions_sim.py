@@ -27,9 +27,11 @@ from loadgen.workload.tracegen import TraceShape, generate_traces
 from loadgen.workload.traces import load_weka
 from tests.support.paths import TRACES
 
-CACHE_SIM = ("--enable-prefix-caching --enable-prompt-tokens-details --block-size 64 "
-             "--max-num-batched-tokens 65536 --spec-tokens 0 --step-fixed-ms 1 "
-             "--prefill-token-us 2 --decode-token-us 20 --spin-us 0")
+CACHE_SIM = (
+    "--enable-prefix-caching --enable-prompt-tokens-details --block-size 64 "
+    "--max-num-batched-tokens 65536 --spec-tokens 0 --step-fixed-ms 1 "
+    "--prefill-token-us 2 --decode-token-us 20 --spin-us 0"
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +39,22 @@ def tokenizer() -> Tokenizer:
     return load_tokenizer()
 
 
-async def run(tmp_path: Path, tokenizer: Tokenizer, *args: str,
-              sim_args: str = CACHE_SIM) -> tuple[dict[str, Any], list[RequestRecord]]:
-    spec = spec_from_argv(["--sim", "--sim-args", sim_args, "--results", str(tmp_path),
-                           "--no-progress", "--seed", "3", *args])
+async def run(
+    tmp_path: Path, tokenizer: Tokenizer, *args: str, sim_args: str = CACHE_SIM
+) -> tuple[dict[str, Any], list[RequestRecord]]:
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--sim-args",
+            sim_args,
+            "--results",
+            str(tmp_path),
+            "--no-progress",
+            "--seed",
+            "3",
+            *args,
+        ]
+    )
     outcome = await run_sweep(spec, tokenizer=tokenizer)
     assert outcome.exit_code == 0
     conc = spec.conc[0]
@@ -53,14 +67,17 @@ def expected_turns(session: Session, prefix: str) -> dict[tuple[str, int], tuple
     found = {}
     for number, turn in enumerate(session.turns):
         found[(prefix + (f"::{session.name}" if session.name else ""), number)] = (
-            turn.input_len, turn.max_tokens)
+            turn.input_len,
+            turn.max_tokens,
+        )
         for child in turn.spawns:
             found.update(expected_turns(child, prefix))
     return found
 
 
-def check_dependency_order(session: Session, tree_id: str,
-                           by_turn: dict[tuple[str, int], RequestRecord]) -> None:
+def check_dependency_order(
+    session: Session, tree_id: str, by_turn: dict[tuple[str, int], RequestRecord]
+) -> None:
     """No subagent before the turn that spawns it ends; no next parent turn before the
     subagents it waits for have ended."""
     own = tree_id + (f"::{session.name}" if session.name else "")
@@ -71,14 +88,16 @@ def check_dependency_order(session: Session, tree_id: str,
             first = by_turn[(child_id, 0)]
             assert first.start_ns >= spawner.end_ns, f"{child_id} started before its spawn"
             if number + 1 < len(session.turns):
-                child_end = max(r.end_ns for (sid, _), r in by_turn.items()
-                                if sid == child_id or sid.startswith(child_id + "."))
+                child_end = max(
+                    r.end_ns
+                    for (sid, _), r in by_turn.items()
+                    if sid == child_id or sid.startswith(child_id + ".")
+                )
                 assert by_turn[(own, number + 1)].start_ns >= child_end, "joined too early"
             check_dependency_order(child, tree_id, by_turn)
 
 
-def check_replay(trace_file: Path, result: dict[str, Any],
-                 records: list[RequestRecord]) -> None:
+def check_replay(trace_file: Path, result: dict[str, Any], records: list[RequestRecord]) -> None:
     trees = load_weka(trace_file)
     assert result["failed"] == 0
     assert len(records) == sum(tree.request_count() for tree in trees)
@@ -88,10 +107,12 @@ def check_replay(trace_file: Path, result: dict[str, Any],
         by_turn[(record.session_id, record.turn_index)] = record
     assert len(by_turn) == len(records)  # each (session, turn) once
     for tree in trees:
-        [tree_id] = {r.tree_id for r in records if r.tree_id and r.tree_id.endswith(
-            ":" + tree.tree_id)}
+        [tree_id] = {
+            r.tree_id for r in records if r.tree_id and r.tree_id.endswith(":" + tree.tree_id)
+        }
         for (session_id, turn), (tokens_in, tokens_out) in expected_turns(
-                tree.root, tree_id).items():
+            tree.root, tree_id
+        ).items():
             record = by_turn[(session_id, turn)]
             assert (record.input_len, record.prompt_tokens) == (tokens_in, tokens_in)
             assert (record.max_tokens, record.completion_tokens) == (tokens_out, tokens_out)
@@ -104,11 +125,13 @@ def check_replay(trace_file: Path, result: dict[str, Any],
     assert result["theoretical_prefix_hit_rate"] == result["server_prefix_hit_rate"]
 
 
-async def test_handwritten_trace_with_nested_subagents(tmp_path: Path,
-                                                       tokenizer: Tokenizer) -> None:
+async def test_handwritten_trace_with_nested_subagents(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     trace = TRACES / "agentic_small.jsonl"
-    result, records = await run(tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace),
-                                "--start-ratio", "0,0")
+    result, records = await run(
+        tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace), "--start-ratio", "0,0"
+    )
     check_replay(trace, result, records)
     assert result["replay_subagents_started"] == 3
     assert result["subagent_session_ids"] == 3
@@ -118,24 +141,44 @@ async def test_handwritten_trace_with_nested_subagents(tmp_path: Path,
 
 
 async def test_generated_traces_chat_endpoint(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    shape = TraceShape(requests=(3, 6), system_tokens=700, first_user_tokens=(30, 200),
-                       tool_result_tokens=(10, 250), output_tokens=(3, 12), think_time_s=0.01,
-                       api_time_s=0.05, subagent_prob=0.4, fanout=(1, 3),
-                       subagent_requests=(1, 3))
+    shape = TraceShape(
+        requests=(3, 6),
+        system_tokens=700,
+        first_user_tokens=(30, 200),
+        tool_result_tokens=(10, 250),
+        output_tokens=(3, 12),
+        think_time_s=0.01,
+        api_time_s=0.05,
+        subagent_prob=0.4,
+        fanout=(1, 3),
+        subagent_requests=(1, 3),
+    )
     trace = tmp_path / "gen.jsonl"
     trace.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in generate_traces(5, 11, shape)))
-    result, records = await run(tmp_path / "out", tokenizer, "--conc", "3", "--dataset",
-                                str(trace), "--start-ratio", "0,0", "--endpoint", "chat")
+    result, records = await run(
+        tmp_path / "out",
+        tokenizer,
+        "--conc",
+        "3",
+        "--dataset",
+        str(trace),
+        "--start-ratio",
+        "0,0",
+        "--endpoint",
+        "chat",
+    )
     check_replay(trace, result, records)
 
 
 async def test_mooncake_replay_at_timestamps(tmp_path: Path, tokenizer: Tokenizer) -> None:
     trace = TRACES / "mooncake_small.jsonl"
     sim = CACHE_SIM.replace("--block-size 64", "--block-size 512")
-    result, records = await run(tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace),
-                                sim_args=sim)
-    assert [(r.input_len, r.completion_tokens) for r in sorted(records, key=lambda r: r.start_ns)
-            ] == [(1200, 8), (1100, 6), (700, 5), (1536, 7)]
+    result, records = await run(
+        tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace), sim_args=sim
+    )
+    assert [
+        (r.input_len, r.completion_tokens) for r in sorted(records, key=lambda r: r.start_ns)
+    ] == [(1200, 8), (1100, 6), (700, 5), (1536, 7)]
     starts = sorted(r.scheduled_ns for r in records)
     # due at the recorded offsets (scheduled_ns is the intended time, not the send)
     assert [(s - starts[0]) / 1e6 for s in starts] == pytest.approx([0, 30, 60, 90], abs=5)
@@ -143,11 +186,13 @@ async def test_mooncake_replay_at_timestamps(tmp_path: Path, tokenizer: Tokenize
     assert result["theoretical_cached_tokens"] == 2048 == result["server_prefix_cache_hits"]
 
 
-async def test_start_offsets_send_primers_that_warm_the_cache(tmp_path: Path,
-                                                              tokenizer: Tokenizer) -> None:
+async def test_start_offsets_send_primers_that_warm_the_cache(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     trace = TRACES / "agentic_small.jsonl"
-    result, records = await run(tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace),
-                                "--start-ratio", "0.5,0.5")
+    result, records = await run(
+        tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace), "--start-ratio", "0.5,0.5"
+    )
     assert result["replay_primers"] == 2 and result["replay_primers_failed"] == 0
     roots: defaultdict[str | None, list[int]] = defaultdict(list)
     for record in records:
@@ -161,11 +206,27 @@ async def test_start_offsets_send_primers_that_warm_the_cache(tmp_path: Path,
 
 
 async def test_synthetic_multi_turn_sessions_hit_the_prefix_cache(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     result, records = await run(
-        tmp_path, tokenizer, "--conc", "2", "--isl", "300", "--osl", "16", "--turns", "3",
-        "--turn-tokens", "50..80", "--think-time", "0.02", "--session-header",
-        "X-Dynamo-Session-ID", sim_args=CACHE_SIM.replace("--block-size 64", ""))
+        tmp_path,
+        tokenizer,
+        "--conc",
+        "2",
+        "--isl",
+        "300",
+        "--osl",
+        "16",
+        "--turns",
+        "3",
+        "--turn-tokens",
+        "50..80",
+        "--think-time",
+        "0.02",
+        "--session-header",
+        "X-Dynamo-Session-ID",
+        sim_args=CACHE_SIM.replace("--block-size 64", ""),
+    )
     assert result["completed"] == 4 * 3 and result["session_ids"] == 4
     assert result["prompt_tokens_mismatches"] == 0
     turns: dict[str, list[RequestRecord]] = defaultdict(list)
@@ -186,8 +247,15 @@ async def test_plain_sim_caches_prefixes_by_default(tmp_path: Path, tokenizer: T
     """`loadgen --sim --dataset` with no cache flag: the simulator caches as vLLM >= 0.8 does
     (block 16), so the server hit rate is above zero; cached_tokens stays opt-in."""
     trace = TRACES / "agentic_small.jsonl"
-    result, _ = await run(tmp_path, tokenizer, "--conc", "2", "--dataset", str(trace),
-                          sim_args="--spec-tokens 0 --step-fixed-ms 1 --spin-us 0")
+    result, _ = await run(
+        tmp_path,
+        tokenizer,
+        "--conc",
+        "2",
+        "--dataset",
+        str(trace),
+        sim_args="--spec-tokens 0 --step-fixed-ms 1 --spin-us 0",
+    )
     assert result["server_prefix_cache_hits"] > 0
     assert result["server_prefix_hit_rate"] > 0.5
     assert result["client_prefix_hit_rate"] is None  # no --enable-prompt-tokens-details

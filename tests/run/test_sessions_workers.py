@@ -21,14 +21,30 @@ from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.tracegen import TraceShape, generate_traces
 from tests.support.paths import TRACES
 
-SIM = ("--enable-prompt-tokens-details --block-size 64 --max-num-batched-tokens 65536 "
-       "--spec-tokens 0 --step-fixed-ms 1 --spin-us 0")
-SAME = ("completed", "failed", "planned_requests", "session_ids", "session_trees",
-        "subagent_session_ids", "prompt_tokens_sent", "theoretical_cached_tokens",
-        "theoretical_prefix_hit_rate", "server_prefix_cache_queries",
-        "server_prefix_cache_hits", "server_prefix_hit_rate", "client_cached_tokens",
-        "replay_primers", "replay_trees_started", "replay_trees_completed",
-        "replay_sessions_started", "replay_subagents_started")
+SIM = (
+    "--enable-prompt-tokens-details --block-size 64 --max-num-batched-tokens 65536 "
+    "--spec-tokens 0 --step-fixed-ms 1 --spin-us 0"
+)
+SAME = (
+    "completed",
+    "failed",
+    "planned_requests",
+    "session_ids",
+    "session_trees",
+    "subagent_session_ids",
+    "prompt_tokens_sent",
+    "theoretical_cached_tokens",
+    "theoretical_prefix_hit_rate",
+    "server_prefix_cache_queries",
+    "server_prefix_cache_hits",
+    "server_prefix_hit_rate",
+    "client_cached_tokens",
+    "replay_primers",
+    "replay_trees_started",
+    "replay_trees_completed",
+    "replay_sessions_started",
+    "replay_subagents_started",
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +52,51 @@ def tokenizer() -> Tokenizer:
     return load_tokenizer()
 
 
-async def replay(out: Path, trace: Path, tokenizer: Tokenizer, workers: int
-                 ) -> tuple[dict[str, Any], list[RequestRecord]]:
-    spec = spec_from_argv(["--sim", "--sim-args", SIM, "--results", str(out), "--no-progress",
-                           "--seed", "9", "--conc", "4", "--dataset", str(trace),
-                           "--workers", str(workers), "--idle-cap-tree", "1"])
+async def replay(
+    out: Path, trace: Path, tokenizer: Tokenizer, workers: int
+) -> tuple[dict[str, Any], list[RequestRecord]]:
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--sim-args",
+            SIM,
+            "--results",
+            str(out),
+            "--no-progress",
+            "--seed",
+            "9",
+            "--conc",
+            "4",
+            "--dataset",
+            str(trace),
+            "--workers",
+            str(workers),
+            "--idle-cap-tree",
+            "1",
+        ]
+    )
     assert (await run_sweep(spec, tokenizer=tokenizer)).exit_code == 0
-    return (orjson.loads((out / "conc_4.json").read_bytes()),
-            read_jsonl(out / "requests_conc_4.jsonl"))
+    return (
+        orjson.loads((out / "conc_4.json").read_bytes()),
+        read_jsonl(out / "requests_conc_4.jsonl"),
+    )
 
 
-async def test_two_workers_replay_what_one_process_does(tmp_path: Path,
-                                                        tokenizer: Tokenizer) -> None:
-    shape = TraceShape(requests=(3, 7), system_tokens=600, first_user_tokens=(30, 200),
-                       tool_result_tokens=(10, 250), output_tokens=(3, 10), think_time_s=0.01,
-                       api_time_s=0.02, subagent_prob=0.4, fanout=(1, 2),
-                       subagent_requests=(1, 3))
+async def test_two_workers_replay_what_one_process_does(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    shape = TraceShape(
+        requests=(3, 7),
+        system_tokens=600,
+        first_user_tokens=(30, 200),
+        tool_result_tokens=(10, 250),
+        output_tokens=(3, 10),
+        think_time_s=0.01,
+        api_time_s=0.02,
+        subagent_prob=0.4,
+        fanout=(1, 2),
+        subagent_requests=(1, 3),
+    )
     trace = tmp_path / "gen.jsonl"
     trace.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in generate_traces(9, 4, shape)))
     one, one_records = await replay(tmp_path / "one", trace, tokenizer, 1)
@@ -67,10 +112,13 @@ async def test_two_workers_replay_what_one_process_does(tmp_path: Path,
         workers_of[record.tree_id.split(":", 1)[1]].add(record.request_id % 2)
     assert all(len(found) == 1 for found in workers_of.values())
     assert {w for found in workers_of.values() for w in found} == {0, 1}
+
     # the same turns were sent: (trace, session, turn) -> prompt length
     def turns(records: list[RequestRecord]) -> dict[tuple[str, int], int]:
-        return {((r.session_id or "").split(":", 1)[1], r.turn_index or 0): r.input_len
-                for r in records}
+        return {
+            ((r.session_id or "").split(":", 1)[1], r.turn_index or 0): r.input_len for r in records
+        }
+
     assert turns(one_records) == turns(two_records)
 
 
@@ -80,7 +128,8 @@ def test_refused_where_plays_would_share_a_cache_across_processes(tmp_path: Path
         spec_from_argv(["--sim", "--conc", "2", "--dataset", str(mooncake), "--workers", "2"])
     weka = mooncake.with_name("agentic_small.jsonl")
     with pytest.raises(SpecError, match="--no-cache-bust"):
-        spec_from_argv(["--sim", "--conc", "2", "--dataset", str(weka), "--workers", "2",
-                        "--no-cache-bust"])
+        spec_from_argv(
+            ["--sim", "--conc", "2", "--dataset", str(weka), "--workers", "2", "--no-cache-bust"]
+        )
     with pytest.raises(SpecError, match="--shard does not support session runs"):
         spec_from_argv(["--sim", "--conc", "2", "--dataset", str(weka), "--shard", "0/2"])

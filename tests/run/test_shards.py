@@ -28,8 +28,7 @@ from loadgen.run.shards import merge_results
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 
-SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2",
-       "--seed", "5")
+SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2", "--seed", "5")
 CONC = (1, 2, 4)  # conc 1: shard 1 holds no slot, and its sweep would run ahead
 
 
@@ -45,16 +44,40 @@ async def sim_url(tmp_path: Path) -> AsyncIterator[str]:
 
 
 def argv(url: str, results: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "loadgen", "--base-url", url, "--conc", "1,2,4", "--isl",
-            "64", "--osl", "40", "--prompts-per-conc", "3", "--warmup-per-conc", "1",
-            "--no-progress", "--results", str(results), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "loadgen",
+        "--base-url",
+        url,
+        "--conc",
+        "1,2,4",
+        "--isl",
+        "64",
+        "--osl",
+        "40",
+        "--prompts-per-conc",
+        "3",
+        "--warmup-per-conc",
+        "1",
+        "--no-progress",
+        "--results",
+        str(results),
+        *extra,
+    ]
 
 
 def run_shards(url: str, tmp: Path, *extra: str) -> list[Path]:
     dirs = [tmp / f"shard{i}" for i in range(2)]
-    shards = [subprocess.Popen(argv(url, d, "--shard", f"{i}/2", *extra),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-              for i, d in enumerate(dirs)]
+    shards = [
+        subprocess.Popen(
+            argv(url, d, "--shard", f"{i}/2", *extra),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, d in enumerate(dirs)
+    ]
     for shard in shards:
         _, err = shard.communicate(timeout=120)
         assert shard.returncode == 0, err
@@ -62,8 +85,12 @@ def run_shards(url: str, tmp: Path, *extra: str) -> list[Path]:
 
 
 def merge_cli(dirs: list[Path], out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen", "merge", *map(str, dirs),
-                           "--results", str(out)], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", "merge", *map(str, dirs), "--results", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def point(results: Path, conc: int) -> tuple[dict[str, Any], dict[int, tuple[int, ...]]]:
@@ -73,20 +100,38 @@ def point(results: Path, conc: int) -> tuple[dict[str, Any], dict[int, tuple[int
 
 
 async def test_two_synced_shards_merge_into_the_unsharded_run(
-        tmp_path: Path, sim_url: str, tokenizer: Tokenizer) -> None:
+    tmp_path: Path, sim_url: str, tokenizer: Tokenizer
+) -> None:
     dirs = run_shards(sim_url, tmp_path, "--shard-sync", str(tmp_path / "sync"))
     merged = merge_cli(dirs, tmp_path / "merged")
     assert merged.returncode == 0, merged.stderr
-    spec = RunSpec(conc=CONC, isl=64, osl=40, prompts_per_conc=3, warmup_per_conc=1,
-                   base_url=sim_url, results_dir=tmp_path / "one", progress=False)
+    spec = RunSpec(
+        conc=CONC,
+        isl=64,
+        osl=40,
+        prompts_per_conc=3,
+        warmup_per_conc=1,
+        base_url=sim_url,
+        results_dir=tmp_path / "one",
+        progress=False,
+    )
     await run_sweep(spec, tokenizer=tokenizer)
     for conc in CONC:
         whole, whole_chunks = point(tmp_path / "one", conc)
         result, chunks = point(tmp_path / "merged", conc)
-        for key in ("num_prompts", "completed", "failed", "total_input_tokens",
-                    "total_output_tokens", "total_chunks", "planned_requests",
-                    "warmup_requests", "stream_acceptance_length", "max_concurrency",
-                    "http_client"):
+        for key in (
+            "num_prompts",
+            "completed",
+            "failed",
+            "total_input_tokens",
+            "total_output_tokens",
+            "total_chunks",
+            "planned_requests",
+            "warmup_requests",
+            "stream_acceptance_length",
+            "max_concurrency",
+            "http_client",
+        ):
             assert result[key] == whole[key], (conc, key)
         assert chunks == whole_chunks
         assert result["shards_merged"] == 2 and result["shard"] is None
@@ -106,11 +151,11 @@ async def test_two_synced_shards_merge_into_the_unsharded_run(
 
 def check_exact(results: Path, result: dict[str, Any], conc: int) -> None:
     records = [r for r in read_jsonl(results / f"requests_conc_{conc}.jsonl") if r.ok]
-    tpot = np.array([(r.chunk_ns[-1] - r.chunk_ns[0]) / 1e6 / (r.output_tokens - 1)
-                     for r in records])
+    tpot = np.array(
+        [(r.chunk_ns[-1] - r.chunk_ns[0]) / 1e6 / (r.output_tokens - 1) for r in records]
+    )
     for p in (50, 90, 99):
-        assert result[f"p{p}_tpot_ms"] == pytest.approx(float(np.percentile(tpot, p)),
-                                                        rel=1e-12)
+        assert result[f"p{p}_tpot_ms"] == pytest.approx(float(np.percentile(tpot, p)), rel=1e-12)
 
 
 def pretend_other_machine(source: Path, target: Path, shift_ns: int, esterror_us: int) -> None:
@@ -122,14 +167,21 @@ def pretend_other_machine(source: Path, target: Path, shift_ns: int, esterror_us
         jsonl.unlink()
         with JsonlSink(jsonl) as sink:
             for r in records:
-                sink.write(dataclasses.replace(
-                    r, scheduled_ns=r.scheduled_ns + shift_ns, start_ns=r.start_ns + shift_ns,
-                    end_ns=r.end_ns + shift_ns, chunk_ns=tuple(t + shift_ns for t in r.chunk_ns),
-                    clock_mono_ns=r.clock_mono_ns + shift_ns))
+                sink.write(
+                    dataclasses.replace(
+                        r,
+                        scheduled_ns=r.scheduled_ns + shift_ns,
+                        start_ns=r.start_ns + shift_ns,
+                        end_ns=r.end_ns + shift_ns,
+                        chunk_ns=tuple(t + shift_ns for t in r.chunk_ns),
+                        clock_mono_ns=r.clock_mono_ns + shift_ns,
+                    )
+                )
     run = orjson.loads((target / "run.json").read_bytes())
     for entry in run["points"]:
-        entry["clock"].update(boot_id=f"machine-{target.name}", synced=True,
-                              esterror_us=esterror_us)
+        entry["clock"].update(
+            boot_id=f"machine-{target.name}", synced=True, esterror_us=esterror_us
+        )
     (target / "run.json").write_bytes(orjson.dumps(run))
 
 
@@ -161,14 +213,24 @@ def check_alignment_across_machines(dirs: list[Path], tmp: Path) -> None:
     assert "not NTP-synchronized" in unsynced.warnings[0] and unsynced.exit_code == 0
 
 
-async def test_merge_refuses_shards_that_did_not_overlap(tmp_path: Path, sim_url: str,
-                                                         tokenizer: Tokenizer) -> None:
-    base = RunSpec(conc=(2,), isl=64, osl=24, prompts_per_conc=2, warmup_per_conc=0,
-                   base_url=sim_url, progress=False, shard_count=2)
+async def test_merge_refuses_shards_that_did_not_overlap(
+    tmp_path: Path, sim_url: str, tokenizer: Tokenizer
+) -> None:
+    base = RunSpec(
+        conc=(2,),
+        isl=64,
+        osl=24,
+        prompts_per_conc=2,
+        warmup_per_conc=0,
+        base_url=sim_url,
+        progress=False,
+        shard_count=2,
+    )
     for index in (0, 1):  # one after the other
-        await run_sweep(dataclasses.replace(base, shard_index=index,
-                                            results_dir=tmp_path / f"s{index}"),
-                        tokenizer=tokenizer)
+        await run_sweep(
+            dataclasses.replace(base, shard_index=index, results_dir=tmp_path / f"s{index}"),
+            tokenizer=tokenizer,
+        )
     done = merge_cli([tmp_path / "s0", tmp_path / "s1"], tmp_path / "merged")
     assert done.returncode == 2
     assert "refused conc 2: the shards did not overlap in time" in done.stderr

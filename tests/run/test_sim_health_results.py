@@ -26,10 +26,28 @@ def simulator_child(parent: int) -> int:
 
 def starved_run(results: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "--sim", "--conc", "1,2", *SMALL,
-         "--prompts-per-conc", "30", "--warmup-per-conc", "0", "--results", str(results),
-         "--sim-args", "--step-fixed-ms 3"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--sim",
+            "--conc",
+            "1,2",
+            *SMALL,
+            "--prompts-per-conc",
+            "30",
+            "--warmup-per-conc",
+            "0",
+            "--results",
+            str(results),
+            "--sim-args",
+            "--step-fixed-ms 3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         jsonl = results / "requests_conc_2.jsonl"
         deadline = time.monotonic() + 120
@@ -62,12 +80,13 @@ def test_the_simulators_lateness_is_in_the_point_and_compare_and_report(tmp_path
     assert done.returncode == 0, done.stderr
     listed = [line for line in done.stdout.splitlines() if "fell behind" in line]
     # conc 2's line (a busy machine may starve conc 1's simulator as well)
-    assert [f"  starved conc 2: the simulator fell behind its step schedule by up to "
-                      f"{starved['simulator_behind_max_ms']} ms "
-                      f"({starved['simulator_behind_warnings']} warnings) during the point: "
-                      "short of CPU, it sent late steps back to back, so ITL/TTFT describe an "
-                      "overloaded simulator, not the engine it models"] == [
-        line for line in listed if "conc 2" in line]
+    assert [
+        f"  starved conc 2: the simulator fell behind its step schedule by up to "
+        f"{starved['simulator_behind_max_ms']} ms "
+        f"({starved['simulator_behind_warnings']} warnings) during the point: "
+        "short of CPU, it sent late steps back to back, so ITL/TTFT describe an "
+        "overloaded simulator, not the engine it models"
+    ] == [line for line in listed if "conc 2" in line]
     report = tmp_path / "report.html"
     done = run_loadgen(["report", str(results), "-o", str(report)], timeout=120)
     assert done.returncode == 0, done.stderr
@@ -76,8 +95,21 @@ def test_the_simulators_lateness_is_in_the_point_and_compare_and_report(tmp_path
 
 def test_a_server_loadgen_did_not_start_has_unknown_lateness(tmp_path: Path) -> None:
     with simulator(tmp_path / "sim.log") as url:
-        done = run_loadgen(["--base-url", url, "--conc", "1", *SMALL, "--prompts-per-conc",
-                            "1", "--warmup-per-conc", "0", "--results", str(tmp_path / "r")])
+        done = run_loadgen(
+            [
+                "--base-url",
+                url,
+                "--conc",
+                "1",
+                *SMALL,
+                "--prompts-per-conc",
+                "1",
+                "--warmup-per-conc",
+                "0",
+                "--results",
+                str(tmp_path / "r"),
+            ]
+        )
     assert done.returncode == 0, done.stderr
     result = point(tmp_path / "r", 1)
     assert result["simulator_behind_warnings"] is None

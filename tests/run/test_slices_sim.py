@@ -15,8 +15,18 @@ from loadgen.run.arrivals import point_offsets_ns
 from loadgen.run.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 
-SIM = ("--step-fixed-ms", "4", "--decode-token-us", "20", "--prefill-token-us", "2",
-       "--spin-us", "0", "--seed", "7")
+SIM = (
+    "--step-fixed-ms",
+    "4",
+    "--decode-token-us",
+    "20",
+    "--prefill-token-us",
+    "2",
+    "--spin-us",
+    "0",
+    "--seed",
+    "7",
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +36,23 @@ def tokenizer() -> Tokenizer:
 
 def spec(tmp_path: Path, **changes: Any) -> RunSpec:
     values: dict[str, Any] = dict(
-        conc=(4,), isl=64, osl=32, prompts_per_conc=8, warmup_per_conc=1, sim=True,
-        sim_args=SIM, results_dir=tmp_path / "results", progress=False)
+        conc=(4,),
+        isl=64,
+        osl=32,
+        prompts_per_conc=8,
+        warmup_per_conc=1,
+        sim=True,
+        sim_args=SIM,
+        results_dir=tmp_path / "results",
+        progress=False,
+    )
     values.update(changes)
     return RunSpec(**values)
 
 
 async def test_slices_add_up_to_the_point_and_carry_the_servers_kv_usage(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     outcome = await run_sweep(spec(tmp_path, slice_duration_s=0.25), tokenizer=tokenizer)
     assert outcome.exit_code == 0
     store = ResultsDir(outcome.results_dir)
@@ -50,14 +69,12 @@ async def test_slices_add_up_to_the_point_and_carry_the_servers_kv_usage(
     assert max(s.in_flight_max for s in slices) == 4
     assert 3.0 < slices[0].in_flight_mean <= 4.0
     # the gauge watch ran at half the slice length against the simulator's /metrics
-    assert any(s.kv_cache_usage_mean is not None and s.kv_cache_usage_mean > 0
-               for s in slices)
+    assert any(s.kv_cache_usage_mean is not None and s.kv_cache_usage_mean > 0 for s in slices)
     throughput = sum(s.output_tokens for s in slices) / sum(s.duration_s for s in slices)
     assert throughput == pytest.approx(result.metrics.output_throughput, rel=0.05)
 
 
-async def test_without_the_flag_there_are_no_slices(tmp_path: Path,
-                                                    tokenizer: Tokenizer) -> None:
+async def test_without_the_flag_there_are_no_slices(tmp_path: Path, tokenizer: Tokenizer) -> None:
     outcome = await run_sweep(spec(tmp_path, prompts_per_conc=2), tokenizer=tokenizer)
     assert ResultsDir(outcome.results_dir).read_point(4).slices is None
 
@@ -65,27 +82,48 @@ async def test_without_the_flag_there_are_no_slices(tmp_path: Path,
 async def test_a_ramp_sends_slowly_then_quickly(tmp_path: Path, tokenizer: Tokenizer) -> None:
     """vLLM's linear ramp 2 -> 40 req/s over the point's 40 requests: the first requests'
     gaps are ~20x the last ones' (seeded: the same schedule every run)."""
-    outcome = await run_sweep(spec(tmp_path, conc=(64,), prompts_per_conc=1,
-                                   warmup_per_conc=0, osl=8, ramp_up_strategy="linear",
-                                   ramp_up_start_rps=2.0, ramp_up_end_rps=40.0, seed=3),
-                              tokenizer=tokenizer)
+    outcome = await run_sweep(
+        spec(
+            tmp_path,
+            conc=(64,),
+            prompts_per_conc=1,
+            warmup_per_conc=0,
+            osl=8,
+            ramp_up_strategy="linear",
+            ramp_up_start_rps=2.0,
+            ramp_up_end_rps=40.0,
+            seed=3,
+        ),
+        tokenizer=tokenizer,
+    )
     store = ResultsDir(outcome.results_dir)
     result = store.read_point(64)
     assert result.status.complete and result.identity.request_rate == "ramp"
-    assert (result.identity.ramp_up_strategy, result.identity.ramp_up_start_rps,
-            result.identity.ramp_up_end_rps) == ("linear", 2.0, 40.0)
+    assert (
+        result.identity.ramp_up_strategy,
+        result.identity.ramp_up_start_rps,
+        result.identity.ramp_up_end_rps,
+    ) == ("linear", 2.0, 40.0)
     due = np.array(sorted(r.scheduled_ns for r in store.read_records(64)))
     gaps = np.diff(due) / 1e9
     assert len(due) == 64
     assert gaps[:16].mean() > 4 * gaps[-16:].mean()
 
 
-async def test_rate_stages_step_the_load_and_the_slices_show_it(tmp_path: Path,
-                                                                tokenizer: Tokenizer) -> None:
+async def test_rate_stages_step_the_load_and_the_slices_show_it(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     """4 req/s for 1.5 s, then 40 req/s for 1.5 s (seeded): the requests sent by each
     stage, and the slices' sends, follow the steps; nothing is sent after 3 s."""
-    outcome_spec = spec(tmp_path, conc=(64,), warmup_per_conc=0, osl=8,
-                        rate_stages=((4.0, 1.5), (40.0, 1.5)), seed=2, slice_duration_s=0.5)
+    outcome_spec = spec(
+        tmp_path,
+        conc=(64,),
+        warmup_per_conc=0,
+        osl=8,
+        rate_stages=((4.0, 1.5), (40.0, 1.5)),
+        seed=2,
+        slice_duration_s=0.5,
+    )
     outcome = await run_sweep(outcome_spec, tokenizer=tokenizer)
     store = ResultsDir(outcome.results_dir)
     result = store.read_point(64)

@@ -44,28 +44,52 @@ def posted(wire: bytes, path: str) -> list[dict[str, Any]]:
     bodies = []
     for match in re.finditer(rb"POST " + re.escape(path.encode()) + rb" HTTP/1\.1\r\n", wire):
         head_end = wire.index(b"\r\n\r\n", match.end())
-        length = re.search(rb"(?i)content-length: *(\d+)", wire[match.end():head_end])
+        length = re.search(rb"(?i)content-length: *(\d+)", wire[match.end() : head_end])
         assert length is not None, "every body is sent with its length"
         start = head_end + 4
-        bodies.append(orjson.loads(wire[start:start + int(length.group(1))]))
+        bodies.append(orjson.loads(wire[start : start + int(length.group(1))]))
     return bodies
 
 
 async def run_through_relay(port: int, *args: str) -> tuple[int, str, bytes]:
     async with recording_proxy("127.0.0.1", port) as wire:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "loadgen", "--base-url", f"http://127.0.0.1:{wire.port}",
-            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, env=os.environ.copy())
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--base-url",
+            f"http://127.0.0.1:{wire.port}",
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=os.environ.copy(),
+        )
         output, _ = await asyncio.wait_for(process.communicate(), timeout=240)
         return process.returncode or 0, output.decode(), bytes(wire.sent)
 
 
 def speed_bench_args(results: Path, *extra: str) -> list[str]:
-    return ["--dataset-name", "speed_bench", "--dataset-path", str(FIXTURE),
-            "--speed-bench-category", "coding", "--speed-bench-output-len", str(OSL),
-            "--conc", "2", "--num-prompts", "6", "--num-warmups", "0", "--no-progress",
-            "--results", str(results), *extra]
+    return [
+        "--dataset-name",
+        "speed_bench",
+        "--dataset-path",
+        str(FIXTURE),
+        "--speed-bench-category",
+        "coding",
+        "--speed-bench-output-len",
+        str(OSL),
+        "--conc",
+        "2",
+        "--num-prompts",
+        "6",
+        "--num-warmups",
+        "0",
+        "--no-progress",
+        "--results",
+        str(results),
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -79,17 +103,34 @@ def sim_port(tmp_path: Path) -> Any:
 
 
 def test_only_the_category_is_sent_rendered_with_thinking_and_effort(
-        tmp_path: Path, sim_port: int) -> None:
+    tmp_path: Path, sim_port: int
+) -> None:
     results = tmp_path / "completions"
-    code, output, wire = asyncio.run(run_through_relay(
-        sim_port, *speed_bench_args(results, "--thinking", "thinking", "--reasoning-effort",
-                                    "high", "--temperature", "0.6", "--top-p", "0.95")))
+    code, output, wire = asyncio.run(
+        run_through_relay(
+            sim_port,
+            *speed_bench_args(
+                results,
+                "--thinking",
+                "thinking",
+                "--reasoning-effort",
+                "high",
+                "--temperature",
+                "0.6",
+                "--top-p",
+                "0.95",
+            ),
+        )
+    )
     assert code == 0, output
     bodies = [b for b in posted(wire, "/v1/completions") if b["max_tokens"] == OSL]
     assert len(bodies) >= 6, output
-    expected = {ENCODERS["dsv4"].encode_messages([{"role": "user", "content": text}],
-                                                 "thinking", reasoning_effort="high")
-                for text in rows("coding")}
+    expected = {
+        ENCODERS["dsv4"].encode_messages(
+            [{"role": "user", "content": text}], "thinking", reasoning_effort="high"
+        )
+        for text in rows("coding")
+    }
     sent = {body["prompt"] for body in bodies}
     assert sent == expected  # every coding row, rendered by the encoder, and nothing else
     for prompt in sent:
@@ -104,17 +145,30 @@ def test_only_the_category_is_sent_rendered_with_thinking_and_effort(
 
 
 def test_chat_sends_the_rows_messages_with_the_template_kwargs(
-        tmp_path: Path, sim_port: int) -> None:
-    code, output, wire = asyncio.run(run_through_relay(
-        sim_port, *speed_bench_args(tmp_path / "chat", "--endpoint", "chat", "--thinking",
-                                    "chat", "--reasoning-effort", "max")))
+    tmp_path: Path, sim_port: int
+) -> None:
+    code, output, wire = asyncio.run(
+        run_through_relay(
+            sim_port,
+            *speed_bench_args(
+                tmp_path / "chat",
+                "--endpoint",
+                "chat",
+                "--thinking",
+                "chat",
+                "--reasoning-effort",
+                "max",
+            ),
+        )
+    )
     assert code == 0, output
     bodies = [b for b in posted(wire, "/v1/chat/completions") if b["max_tokens"] == OSL]
     assert len(bodies) >= 6, output
     assert {b["messages"][0]["content"] for b in bodies} == set(rows("coding"))
     assert all(len(b["messages"]) == 1 and b["messages"][0]["role"] == "user" for b in bodies)
     assert {orjson.dumps(b["chat_template_kwargs"]) for b in bodies} == {
-        orjson.dumps({"thinking": False, "reasoning_effort": "max"})}
+        orjson.dumps({"thinking": False, "reasoning_effort": "max"})
+    }
     assert all("top_p" not in b for b in bodies)  # not asked for: the server's default
 
 
@@ -138,13 +192,34 @@ def test_a_fifo_subset_is_refused_without_blocking(tmp_path: Path) -> None:
 
 
 def test_the_cli_needs_a_directory_and_says_so(tmp_path: Path) -> None:
-    done = run_loadgen(["--sim", "--dataset-name", "speed_bench", "--conc", "1",
-                        "--no-progress", "--results", str(tmp_path / "r")])
+    done = run_loadgen(
+        [
+            "--sim",
+            "--dataset-name",
+            "speed_bench",
+            "--conc",
+            "1",
+            "--no-progress",
+            "--results",
+            str(tmp_path / "r"),
+        ]
+    )
     assert done.returncode == 2
     assert "--dataset-path DIR" in one_error_line(done.stderr)
-    done = run_loadgen(["--sim", "--dataset-name", "speed_bench", "--dataset-path",
-                        str(FIXTURE / "qualitative.jsonl"), "--conc", "1", "--no-progress",
-                        "--results", str(tmp_path / "r2")])
+    done = run_loadgen(
+        [
+            "--sim",
+            "--dataset-name",
+            "speed_bench",
+            "--dataset-path",
+            str(FIXTURE / "qualitative.jsonl"),
+            "--conc",
+            "1",
+            "--no-progress",
+            "--results",
+            str(tmp_path / "r2"),
+        ]
+    )
     assert done.returncode == 2
     assert "directory" in one_error_line(done.stderr)
 
@@ -152,8 +227,7 @@ def test_the_cli_needs_a_directory_and_says_so(tmp_path: Path) -> None:
 def test_flags_map_as_vllms_and_conflicts_are_refused() -> None:
     from loadgen.config.args import spec_from_argv
 
-    base = ["--sim", "--conc", "1", "--dataset-name", "speed_bench", "--dataset-path",
-            str(FIXTURE)]
+    base = ["--sim", "--conc", "1", "--dataset-name", "speed_bench", "--dataset-path", str(FIXTURE)]
     spec = spec_from_argv(base)
     assert spec.osl == 4096 and spec.encoder == "dsv4"  # vLLM's default output length
     assert spec.speed_bench == SpeedBenchOptions("qualitative", None)
@@ -161,8 +235,9 @@ def test_flags_map_as_vllms_and_conflicts_are_refused() -> None:
     with pytest.raises(SpecError, match="--osl and --speed-bench-output-len"):
         spec_from_argv([*base, "--osl", "64", "--speed-bench-output-len", "32"])
     with pytest.raises(SpecError, match="applies to --dataset-name speed_bench"):
-        spec_from_argv(["--sim", "--conc", "1", "--isl", "8", "--osl", "8",
-                        "--speed-bench-category", "coding"])
+        spec_from_argv(
+            ["--sim", "--conc", "1", "--isl", "8", "--osl", "8", "--speed-bench-category", "coding"]
+        )
     with pytest.raises(SpecError, match="drop --multi-turn"):
         spec_from_argv([*base, "--multi-turn"])
     with pytest.raises(SpecError, match=r"--top-p 1\.5"):

@@ -22,18 +22,40 @@ import pytest
 
 K = 6
 CONCS = (1, 4)
-ARGS = ("--isl", "64", "--osl", "96", "--prompts-per-conc", "2", "--warmup-per-conc", "1",
-        "--no-progress")
+ARGS = (
+    "--isl",
+    "64",
+    "--osl",
+    "96",
+    "--prompts-per-conc",
+    "2",
+    "--warmup-per-conc",
+    "1",
+    "--no-progress",
+)
 
 
 def loadgen(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
-                          text=True, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def sweep(results: Path, interval: int, concs: tuple[int, ...]) -> str:
-    done = loadgen("--sim", "--sim-args", f"--stream-interval {interval} --spec-tokens {K}",
-                   "--conc", ",".join(map(str, concs)), *ARGS, "--results", str(results))
+    done = loadgen(
+        "--sim",
+        "--sim-args",
+        f"--stream-interval {interval} --spec-tokens {K}",
+        "--conc",
+        ",".join(map(str, concs)),
+        *ARGS,
+        "--results",
+        str(results),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -41,9 +63,11 @@ def sweep(results: Path, interval: int, concs: tuple[int, ...]) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("al")
-    return {"base": base,
-            "merged_out": sweep(base / "merged", 10, CONCS),
-            "clean_out": sweep(base / "clean", 1, (1,))}
+    return {
+        "base": base,
+        "merged_out": sweep(base / "merged", 10, CONCS),
+        "clean_out": sweep(base / "clean", 1, (1,)),
+    }
 
 
 def point(run: Path, conc: int) -> dict[str, Any]:
@@ -55,7 +79,7 @@ def al_cells(stdout: str) -> dict[int, str]:
     lines = stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("conc "))
     cells = {}
-    for line in lines[header + 2:]:
+    for line in lines[header + 2 :]:
         match = re.match(r"\s*(\d+)\s.*\s(\d+\.\d\d(?: \(server\))?)$", line)
         if match is None:
             break
@@ -69,13 +93,19 @@ def test_the_point_results_hold_no_stream_figures_and_say_why(runs: dict[str, An
         assert result["stream_acceptance_decode_chunks"] > 0
         oversized = result["stream_acceptance_oversized_chunks"]
         assert oversized > 0
-        for key in ("stream_acceptance_length", "stream_acceptance_rate",
-                    "stream_acceptance_per_position", "acceptance_length_diff",
-                    "acceptance_rate_diff", "acceptance_per_position_diff"):
+        for key in (
+            "stream_acceptance_length",
+            "stream_acceptance_rate",
+            "stream_acceptance_per_position",
+            "acceptance_length_diff",
+            "acceptance_rate_diff",
+            "acceptance_per_position_diff",
+        ):
             assert result[key] is None, key
         assert result["stream_acceptance_invalid_reason"].startswith(
             f"{oversized} of {result['stream_acceptance_decode_chunks']} decode chunks "
-            f"carried more than K+1={K + 1} tokens")
+            f"carried more than K+1={K + 1} tokens"
+        )
         server = result["server_acceptance_length"]
         assert 1.0 <= server <= K + 1
         assert result["acceptance_length"] == server
@@ -113,11 +143,19 @@ def test_sweep_csv_holds_the_best_source(runs: dict[str, Any]) -> None:
         assert row["acceptance_length_source"] == "server_counters"
 
 
-def test_compare_shows_the_best_source_and_warns_per_point(runs: dict[str, Any],
-                                                          tmp_path: Path) -> None:
+def test_compare_shows_the_best_source_and_warns_per_point(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
     merged, clean = runs["base"] / "merged", runs["base"] / "clean"
-    done = loadgen("compare", str(clean), str(merged), "--csv", str(tmp_path / "c.csv"),
-                   "--json", str(tmp_path / "c.json"))
+    done = loadgen(
+        "compare",
+        str(clean),
+        str(merged),
+        "--csv",
+        str(tmp_path / "c.csv"),
+        "--json",
+        str(tmp_path / "c.json"),
+    )
     assert done.returncode == 0, done.stderr
     with open(tmp_path / "c.csv") as fh:
         csv_rows = {(r["run"], int(r["conc"])): r for r in csv.DictReader(fh)}
@@ -131,23 +169,25 @@ def test_compare_shows_the_best_source_and_warns_per_point(runs: dict[str, Any],
         assert csv_rows[("merged", conc)]["acceptance_length_source"] == "server_counters"
         assert f"{server:.2f} (server)" in done.stdout
     assert json_rows[("clean", 1)]["acceptance_length_source"] == "stream"
-    warned = {(w["run"], w["conc"]) for w in data["warnings"]
-              if "itl_chunks_merged_steps" in w["message"]}
+    warned = {
+        (w["run"], w["conc"]) for w in data["warnings"] if "itl_chunks_merged_steps" in w["message"]
+    }
     assert warned == {("merged", conc) for conc in CONCS}
     for conc in CONCS:
         assert f"merged conc {conc}: " in done.stdout
 
 
-def test_the_html_report_shows_no_merged_steps_figure(runs: dict[str, Any],
-                                                      tmp_path: Path) -> None:
+def test_the_html_report_shows_no_merged_steps_figure(runs: dict[str, Any], tmp_path: Path) -> None:
     merged, clean = runs["base"] / "merged", runs["base"] / "clean"
     report = tmp_path / "report.html"
     done = loadgen("report", str(clean), str(merged), "-o", str(report))
     assert done.returncode == 0, done.stderr
     text = report.read_text()
     table = text.split('<table id="acceptance">')[1].split("</table>")[0]
-    rows = {(m.group(1), int(m.group(2))): m.group(3) for m in re.finditer(
-        r'<tr data-run="([^"]+)" data-conc="(\d+)">(.*?)</tr>', table)}
+    rows = {
+        (m.group(1), int(m.group(2))): m.group(3)
+        for m in re.finditer(r'<tr data-run="([^"]+)" data-conc="(\d+)">(.*?)</tr>', table)
+    }
     assert set(rows) == {("clean", 1)} | {("merged", c) for c in CONCS}
     for conc in CONCS:
         row = rows[("merged", conc)]
@@ -157,8 +197,9 @@ def test_the_html_report_shows_no_merged_steps_figure(runs: dict[str, Any],
         assert f'data-field="acceptance_length" data-value="{server!r}"' in row
     assert "stream_acceptance_per_position[0]" in rows[("clean", 1)]
     # No acceptance figure anywhere in the report above K+1, no rate above 1.
-    for field, value in re.findall(r'data-field="([^"]*acceptance[^"]*)" data-value="([^"]+)"',
-                                   text):
+    for field, value in re.findall(
+        r'data-field="([^"]*acceptance[^"]*)" data-value="([^"]+)"', text
+    ):
         if field.endswith("_ratio"):
             continue  # run / baseline, not an acceptance figure
         limit = K + 1 if "acceptance_length" in field else 1.0  # else rates
@@ -169,14 +210,23 @@ def test_a_known_stream_interval_voids_chunks_that_look_like_one_step(tmp_path: 
     # K=1 and nothing accepted: two steps of 1 token make chunks of 2 = K+1 tokens, which
     # one step could emit. Only the simulator's known --stream-interval tells them apart
     # (the stream would say AL 2.0 against the server's 1.0).
-    done = loadgen("--sim", "--sim-args", "--stream-interval 2 --spec-tokens 1 --acceptance 0",
-                   "--conc", "1", *ARGS, "--results", str(tmp_path / "run"))
+    done = loadgen(
+        "--sim",
+        "--sim-args",
+        "--stream-interval 2 --spec-tokens 1 --acceptance 0",
+        "--conc",
+        "1",
+        *ARGS,
+        "--results",
+        str(tmp_path / "run"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = point(tmp_path / "run", 1)
     assert result["stream_acceptance_decode_chunks"] > 0
     assert result["stream_acceptance_oversized_chunks"] == 0
     assert result["stream_acceptance_length"] is None
     assert result["stream_acceptance_invalid_reason"] == (
-        "the server streams every 2 engine steps: each chunk merges steps")
+        "the server streams every 2 engine steps: each chunk merges steps"
+    )
     assert result["acceptance_length"] == result["server_acceptance_length"] == 1.0
     assert al_cells(done.stdout) == {1: "1.00 (server)"}

@@ -63,16 +63,29 @@ class ExactServer:
         self.clock = clock
         self.sent: list[str] = []
 
-    async def preflight(self, options: BodyOptions, probe: tuple[str, int],
-                        longest: tuple[int, int]) -> ServerInfo:
-        return ServerInfo(model="exact", max_model_len=None, version=None, spec_decoding=False,
-                          token_source=TokenSource.TOKEN_IDS, options=options,
-                          tokenize_check={"loadgen": probe[1], "server": probe[1],
-                                          "match": True, "note": ""},
-                          warnings=())
+    async def preflight(
+        self, options: BodyOptions, probe: tuple[str, int], longest: tuple[int, int]
+    ) -> ServerInfo:
+        return ServerInfo(
+            model="exact",
+            max_model_len=None,
+            version=None,
+            spec_decoding=False,
+            token_source=TokenSource.TOKEN_IDS,
+            options=options,
+            tokenize_check={"loadgen": probe[1], "server": probe[1], "match": True, "note": ""},
+            warnings=(),
+        )
 
-    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
-                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: OnRecord,
+    ) -> RequestRecord:
         await asyncio.sleep(0)  # let the other slots interleave, as a real send would
         self.sent.append(x_request_id)
         start = scheduled_ns
@@ -80,12 +93,22 @@ class ExactServer:
         times = tuple(start + (TTFT_MS + i * ITL_MS) * MS for i in range(chunks))
         self.clock.now_ns = max(self.clock.now_ns, times[-1])
         record = RequestRecord(
-            request_id=request.index, conc=conc, input_len=request.input_len,
-            max_tokens=request.max_tokens, scheduled_ns=scheduled_ns, start_ns=start,
-            connect_ns=0, chunk_ns=times, chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
-            end_ns=times[-1], token_source=TokenSource.TOKEN_IDS,
-            prompt_tokens=request.input_len, completion_tokens=request.max_tokens,
-            finish_reason="length", status=200)
+            request_id=request.index,
+            conc=conc,
+            input_len=request.input_len,
+            max_tokens=request.max_tokens,
+            scheduled_ns=scheduled_ns,
+            start_ns=start,
+            connect_ns=0,
+            chunk_ns=times,
+            chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
+            end_ns=times[-1],
+            token_source=TokenSource.TOKEN_IDS,
+            prompt_tokens=request.input_len,
+            completion_tokens=request.max_tokens,
+            finish_reason="length",
+            status=200,
+        )
         on_record(record)
         return record
 
@@ -108,20 +131,36 @@ def tokenizer() -> Tokenizer:
 
 
 def spec(tmp_path: Path, **changes: Any) -> RunSpec:
-    values: dict[str, Any] = dict(conc=(2, 4), isl=64, osl=16, base_url="http://unused",
-                                  prompts_per_conc=3, warmup_per_conc=1, encoder="raw",
-                                  results_dir=tmp_path, progress=False, num_gpus=2)
+    values: dict[str, Any] = dict(
+        conc=(2, 4),
+        isl=64,
+        osl=16,
+        base_url="http://unused",
+        prompts_per_conc=3,
+        warmup_per_conc=1,
+        encoder="raw",
+        results_dir=tmp_path,
+        progress=False,
+        num_gpus=2,
+    )
     values.update(changes)
     return RunSpec(**values)
 
 
 async def test_a_sweep_through_the_seam_gives_the_exact_figures(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     clock = VirtualClock()
     server = ExactServer(clock)
     run = spec(tmp_path)
-    outcome = await run_sweep(run, tokenizer=tokenizer, backend=server,
-                              clock=clock, sleep=clock.sleep, outputs=RunFiles(run))
+    outcome = await run_sweep(
+        run,
+        tokenizer=tokenizer,
+        backend=server,
+        clock=clock,
+        sleep=clock.sleep,
+        outputs=RunFiles(run),
+    )
     assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [2, 4]
     chunks = 16 // TOKENS_PER_CHUNK
     e2el_ms = TTFT_MS + (chunks - 1) * ITL_MS
@@ -137,14 +176,17 @@ async def test_a_sweep_through_the_seam_gives_the_exact_figures(
         # each slot sends its 3 requests back to back: the point lasts 3 latencies
         assert result["duration"] == pytest.approx(3 * e2el_ms / 1e3)
         assert result["output_throughput"] == pytest.approx(conc * 3 * 16 / result["duration"])
-        assert result["output_throughput_per_gpu"] == pytest.approx(
-            result["output_throughput"] / 2)
+        assert result["output_throughput_per_gpu"] == pytest.approx(result["output_throughput"] / 2)
         assert result["target"] == "exact-fake" and result["model_id"] == "exact"
         assert result["complete"] is True and result["warmup_requests"] == conc
         # p50 comes from the default --percentiles, an extra percentile of the model
         extras = {key for key in result if key.startswith("p50_")}
-        optional = (file_keys(SessionMetrics) | file_keys(EnergyMetrics)  # sessions, --gpu-metrics
-                    | file_keys(TrialSpread) | file_keys(Submission))  # --trials, scenario runs
+        optional = (
+            file_keys(SessionMetrics)
+            | file_keys(EnergyMetrics)  # sessions, --gpu-metrics
+            | file_keys(TrialSpread)
+            | file_keys(Submission)
+        )  # --trials, scenario runs
         assert extras and set(result) - extras == file_keys(PointResult) - optional
         assert len(read_jsonl(tmp_path / f"requests_conc_{conc}.jsonl")) == conc * 3
     run = orjson.loads((tmp_path / "run.json").read_bytes())
@@ -155,12 +197,17 @@ async def test_a_sweep_through_the_seam_gives_the_exact_figures(
 
 
 async def test_the_open_loop_runs_on_the_clock_it_is_given(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     """At 10 req/s on a virtual clock, arrivals follow the seeded gaps exactly."""
     clock = VirtualClock()
     outcome = await run_sweep(
         spec(tmp_path, conc=(64,), prompts_per_conc=1, warmup_per_conc=0, request_rate=10.0),
-        tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep)
+        tokenizer=tokenizer,
+        backend=ExactServer(clock),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     records = read_jsonl(tmp_path / "requests_conc_64.jsonl")
     assert len(records) == 64
     starts = sorted(r.start_ns for r in records)
@@ -171,26 +218,33 @@ async def test_the_open_loop_runs_on_the_clock_it_is_given(
 
 
 async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     """Open loop over 3 shards: each sends its slots' requests at their own arrival
     times of the whole point, so the union is the single-process plan (same ids, bodies,
     intended send times); each shard's file holds its share, labelled as such."""
+
     def sent(results: Path) -> dict[int, int]:
         records = read_jsonl(results / "requests_conc_5.jsonl")
         return {r.request_id: r.scheduled_ns for r in records}
 
     base = spec(tmp_path, conc=(5,), prompts_per_conc=3, warmup_per_conc=0, request_rate=50.0)
     whole_clock = VirtualClock()
-    await run_sweep(spec(tmp_path / "one", conc=(5,), prompts_per_conc=3, warmup_per_conc=0,
-                         request_rate=50.0), tokenizer=tokenizer,
-                    backend=ExactServer(whole_clock), clock=whole_clock, sleep=whole_clock.sleep)
+    await run_sweep(
+        spec(tmp_path / "one", conc=(5,), prompts_per_conc=3, warmup_per_conc=0, request_rate=50.0),
+        tokenizer=tokenizer,
+        backend=ExactServer(whole_clock),
+        clock=whole_clock,
+        sleep=whole_clock.sleep,
+    )
     union: dict[int, int] = {}
     for index in range(3):
         clock = VirtualClock()  # every shard starts at the same (virtual) instant
         results = tmp_path / f"shard{index}"
         shard = dataclasses.replace(base, shard_index=index, shard_count=3, results_dir=results)
-        await run_sweep(shard, tokenizer=tokenizer, backend=ExactServer(clock), clock=clock,
-                        sleep=clock.sleep)
+        await run_sweep(
+            shard, tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep
+        )
         mine = sent(results)
         assert not set(mine) & set(union)
         assert all(request_id % 5 % 3 == index for request_id in mine)  # slot i mod 5
@@ -206,32 +260,54 @@ class LateServer(ExactServer):
 
     DELAY_MS = 25
 
-    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
-                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: OnRecord,
+    ) -> RequestRecord:
         def shifted(record: RequestRecord) -> RequestRecord:
             return dataclasses.replace(record, scheduled_ns=record.scheduled_ns - late)
+
         late = self.DELAY_MS * MS
         # the same exchange, but it was due DELAY_MS before it was actually sent
-        record = await super().send(request, x_request_id=x_request_id, conc=conc,
-                                    scheduled_ns=scheduled_ns + late,
-                                    on_record=lambda r: on_record(shifted(r)))
+        record = await super().send(
+            request,
+            x_request_id=x_request_id,
+            conc=conc,
+            scheduled_ns=scheduled_ns + late,
+            on_record=lambda r: on_record(shifted(r)),
+        )
         return shifted(record)
 
 
 @pytest.mark.parametrize(("server_type", "late_ms"), [(ExactServer, 0), (LateServer, 25)])
 async def test_latency_from_schedule_adds_exactly_the_send_delay(
-        tmp_path: Path, tokenizer: Tokenizer, server_type: type[ExactServer],
-        late_ms: int) -> None:
+    tmp_path: Path, tokenizer: Tokenizer, server_type: type[ExactServer], late_ms: int
+) -> None:
     """Open loop at 10 req/s: never late, TTFT from the schedule is the client TTFT;
     sends held back by 25 ms make it exactly 25 ms more, and goodput on it sees that."""
     clock = VirtualClock()
     chunks = 16 // TOKENS_PER_CHUNK
     e2el_ms = TTFT_MS + (chunks - 1) * ITL_MS
     slos = {"ttft": TTFT_MS + 10.0}  # met from the send, missed from the schedule when late
-    await run_sweep(spec(tmp_path, conc=(8,), prompts_per_conc=1, warmup_per_conc=0,
-                         request_rate=10.0, slos_ms=slos),
-                    tokenizer=tokenizer, backend=server_type(clock), clock=clock,
-                    sleep=clock.sleep)
+    await run_sweep(
+        spec(
+            tmp_path,
+            conc=(8,),
+            prompts_per_conc=1,
+            warmup_per_conc=0,
+            request_rate=10.0,
+            slos_ms=slos,
+        ),
+        tokenizer=tokenizer,
+        backend=server_type(clock),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     result = orjson.loads((tmp_path / "conc_8.json").read_bytes())
     assert result["p99_ttft_ms"] == result["mean_ttft_ms"] == TTFT_MS
     assert result["mean_queue_time_ms"] == pytest.approx(late_ms)

@@ -32,21 +32,56 @@ from loadgen.run.observers import QuietObserver
 from loadgen.run.sweep import SweepOutcome
 from loadgen.tokenizer import load_tokenizer
 
-FAST_SIM = ("--step-fixed-ms", "2", "--decode-token-us", "20", "--prefill-token-us", "2",
-            "--spin-us", "0", "--seed", "7")
+FAST_SIM = (
+    "--step-fixed-ms",
+    "2",
+    "--decode-token-us",
+    "20",
+    "--prefill-token-us",
+    "2",
+    "--spin-us",
+    "0",
+    "--seed",
+    "7",
+)
 CONFIGURED_AL = 1 + 0.8 + 0.8 * 0.6  # the simulator's default MTP acceptance (K=2)
 MEDIAN_LAG_NS, MAX_LAG_NS = 2_000_000, 250_000_000
 
-RESULT_FIELDS = [f"{s}_{m}_ms" for s in ("mean", "median", "std", "p90", "p99", "p99.9")
-                 for m in ("ttft", "tpot", "itl", "e2el")] + [
-    "request_throughput", "output_throughput", "total_token_throughput", "max_concurrency",
-    "num_prompts", "completed", "failed", "total_input_tokens", "total_output_tokens",
-    "input_lens", "output_lens", "duration", "benchmark_start_time_unix",
-    "mean_itl_per_token_ms", "mean_interactivity_tok_s_user", "output_throughput_per_gpu",
-    "steady_output_throughput", "mean_queue_time_ms", "request_goodput", "errors_by_kind",
-    "stream_acceptance_length", "stream_acceptance_rate", "stream_acceptance_per_position",
-    "server_acceptance_length", "server_acceptance_rate", "server_acceptance_per_position",
-    "complete", "target", "client_cpu_per_chunk_us", "client_loop_lag_p99_ms",
+RESULT_FIELDS = [
+    f"{s}_{m}_ms"
+    for s in ("mean", "median", "std", "p90", "p99", "p99.9")
+    for m in ("ttft", "tpot", "itl", "e2el")
+] + [
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_concurrency",
+    "num_prompts",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "input_lens",
+    "output_lens",
+    "duration",
+    "benchmark_start_time_unix",
+    "mean_itl_per_token_ms",
+    "mean_interactivity_tok_s_user",
+    "output_throughput_per_gpu",
+    "steady_output_throughput",
+    "mean_queue_time_ms",
+    "request_goodput",
+    "errors_by_kind",
+    "stream_acceptance_length",
+    "stream_acceptance_rate",
+    "stream_acceptance_per_position",
+    "server_acceptance_length",
+    "server_acceptance_rate",
+    "server_acceptance_per_position",
+    "complete",
+    "target",
+    "client_cpu_per_chunk_us",
+    "client_loop_lag_p99_ms",
     "client_loop_lag_max_ms",
 ]
 
@@ -78,8 +113,15 @@ class Hooks(QuietObserver):
 
 def sim_spec(tmp_path: Path, *extra_sim: str, **changes: Any) -> RunSpec:
     values: dict[str, Any] = dict(
-        conc=(2, 4), isl=64, osl=64, prompts_per_conc=3, warmup_per_conc=1, sim=True,
-        sim_args=(*FAST_SIM, *extra_sim), results_dir=tmp_path / "results", progress=False,
+        conc=(2, 4),
+        isl=64,
+        osl=64,
+        prompts_per_conc=3,
+        warmup_per_conc=1,
+        sim=True,
+        sim_args=(*FAST_SIM, *extra_sim),
+        results_dir=tmp_path / "results",
+        progress=False,
     )
     values.update(changes)
     return RunSpec(**values)
@@ -93,14 +135,20 @@ def point_json(outcome: SweepOutcome, conc: int) -> dict[str, Any]:
 async def test_sweep_against_simulator_trace(tmp_path: Path, tokenizer: Tokenizer) -> None:
     trace_path = tmp_path / "trace.jsonl"
     hooks = Hooks()
-    outcome = await measure(sim_spec(tmp_path, "--trace", str(trace_path)), observer=hooks,
-                              tokenizer=tokenizer)
+    outcome = await measure(
+        sim_spec(tmp_path, "--trace", str(trace_path)), observer=hooks, tokenizer=tokenizer
+    )
     assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [2, 4]
     files = {p.name for p in outcome.results_dir.iterdir()}
-    assert {"run.json", "sweep.csv", "conc_2.json", "conc_4.json", "requests_conc_2.jsonl",
-            "requests_conc_4.jsonl"} <= files
-    trace = {t["x_request_id"]: t for t in map(orjson.loads,
-                                                trace_path.read_bytes().splitlines())}
+    assert {
+        "run.json",
+        "sweep.csv",
+        "conc_2.json",
+        "conc_4.json",
+        "requests_conc_2.jsonl",
+        "requests_conc_4.jsonl",
+    } <= files
+    trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
     lags: list[int] = []
     for conc in (2, 4):
         records = read_jsonl(outcome.results_dir / f"requests_conc_{conc}.jsonl")
@@ -108,8 +156,9 @@ async def test_sweep_against_simulator_trace(tmp_path: Path, tokenizer: Tokenize
         check_counts(records, result, conc)
         check_fields(result)
         for record in records:
-            lags += check_against_trace(record, trace[x_request_id(outcome.run_id, conc,
-                                                                  record.request_id)])
+            lags += check_against_trace(
+                record, trace[x_request_id(outcome.run_id, conc, record.request_id)]
+            )
         # warmup requests reached the server but are not measurements
         warmups = [k for k in trace if k.startswith(f"{outcome.run_id}-c{conc}-w")]
         assert len(warmups) == conc
@@ -162,8 +211,10 @@ def check_against_trace(record: RequestRecord, truth: dict[str, Any]) -> list[in
     # TTFT and ITL against the truth from the same clock: the errors are the lags.
     assert record.ttft_ns is not None
     ttft_error = record.ttft_ns - (sent[0] - record.start_ns)
-    itl_errors = [(b - a) - (sb - sa) for a, b, sa, sb in zip(
-        record.chunk_ns, record.chunk_ns[1:], sent, sent[1:], strict=False)]
+    itl_errors = [
+        (b - a) - (sb - sa)
+        for a, b, sa, sb in zip(record.chunk_ns, record.chunk_ns[1:], sent, sent[1:], strict=False)
+    ]
     assert ttft_error == lags[0] and abs(ttft_error) < MAX_LAG_NS
     assert all(abs(e) < MAX_LAG_NS for e in itl_errors)
     return lags
@@ -184,11 +235,18 @@ def check_acceptance(result: dict[str, Any]) -> None:
     assert len(result["stream_acceptance_per_position"]) == 2
 
 
-async def test_chat_endpoint_open_loop_with_duration(tmp_path: Path,
-                                                     tokenizer: Tokenizer) -> None:
+async def test_chat_endpoint_open_loop_with_duration(tmp_path: Path, tokenizer: Tokenizer) -> None:
     """Chat requests at a Poisson rate, stopped by --duration before the plan runs out."""
-    spec = sim_spec(tmp_path, conc=(4,), osl=16, endpoint="chat", prompts_per_conc=50,
-                    request_rate=40.0, duration_s=1.0, warmup_per_conc=0)
+    spec = sim_spec(
+        tmp_path,
+        conc=(4,),
+        osl=16,
+        endpoint="chat",
+        prompts_per_conc=50,
+        request_rate=40.0,
+        duration_s=1.0,
+        warmup_per_conc=0,
+    )
     outcome = await measure(spec, tokenizer=tokenizer)
     records = read_jsonl(outcome.results_dir / "requests_conc_4.jsonl")
     result = point_json(outcome, 4)

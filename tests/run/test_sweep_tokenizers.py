@@ -31,16 +31,43 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def sweep_args(tokenizer: str, results: Path, *extra: str) -> list[str]:
-    return ["--sim", "--conc", "1,3", "--isl", str(ISL), "--osl", str(OSL),
-            "--range-ratio", "1.0", "--prompts-per-conc", "3", "--warmup-per-conc", "1",
-            "--endpoint", "completions", "--tokenizer", tokenizer, "--results", str(results),
-            "--no-progress", *extra]
+    return [
+        "--sim",
+        "--conc",
+        "1,3",
+        "--isl",
+        str(ISL),
+        "--osl",
+        str(OSL),
+        "--range-ratio",
+        "1.0",
+        "--prompts-per-conc",
+        "3",
+        "--warmup-per-conc",
+        "1",
+        "--endpoint",
+        "completions",
+        "--tokenizer",
+        tokenizer,
+        "--results",
+        str(results),
+        "--no-progress",
+        *extra,
+    ]
 
 
-def run_loadgen(args: list[str], env: dict[str, str] | None = None,
-                ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
-                          text=True, timeout=180, env=env, check=False)
+def run_loadgen(
+    args: list[str],
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+    )
 
 
 def points(results: Path) -> list[dict[str, Any]]:
@@ -52,16 +79,27 @@ def sent_prompt_lengths(args: list[str], tokenizer: str) -> list[int]:
     spec = spec_from_argv(args, env={})
     tok = load_tokenizer(tokenizer, check_dsv4=spec.encoder == "dsv4")
     workload = Workload(spec, tok, body_options(spec))
-    bodies = [orjson.loads(r.body) for conc in spec.conc
-              for r in (*workload.point(conc).warmup, *workload.point(conc).measured)]
-    return [len(e.ids) for e in tok.encode_batch([b["prompt"] for b in bodies],
-                                                 add_special_tokens=False)]
+    bodies = [
+        orjson.loads(r.body)
+        for conc in spec.conc
+        for r in (*workload.point(conc).warmup, *workload.point(conc).measured)
+    ]
+    return [
+        len(e.ids)
+        for e in tok.encode_batch([b["prompt"] for b in bodies], add_special_tokens=False)
+    ]
 
 
-@pytest.mark.parametrize(("name", "encoder", "synthesis"), [
-    ("bpe4k", "raw", "words"), ("unigram", "raw", "words"), ("merging", "raw", "fitted")])
+@pytest.mark.parametrize(
+    ("name", "encoder", "synthesis"),
+    [("bpe4k", "raw", "words"), ("unigram", "raw", "words"), ("merging", "raw", "fitted")],
+)
 def test_sweep_with_a_built_tokenizer_sends_exact_lengths(
-    name: str, encoder: str, synthesis: str, built_tokenizers: dict[str, Path], tmp_path: Path,
+    name: str,
+    encoder: str,
+    synthesis: str,
+    built_tokenizers: dict[str, Path],
+    tmp_path: Path,
 ) -> None:
     tokenizer = str(built_tokenizers[name])
     args = sweep_args(tokenizer, tmp_path / "results", "--encoder", encoder)
@@ -88,7 +126,8 @@ def test_sweep_with_the_dsv4_tokenizer_as_a_hub_id_from_the_cache(tmp_path: Path
     (repo / "refs" / "main").write_text(COMMIT)
     (repo / "snapshots" / COMMIT).mkdir(parents=True)
     (repo / "snapshots" / COMMIT / "tokenizer.json").write_bytes(
-        bundled_tokenizer_path().read_bytes())
+        bundled_tokenizer_path().read_bytes()
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     args = sweep_args("deepseek-ai/DeepSeek-V4-Pro", tmp_path / "results")
@@ -104,18 +143,21 @@ def test_sweep_with_the_dsv4_tokenizer_as_a_hub_id_from_the_cache(tmp_path: Path
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_tokenizer_without_exact_lengths_is_flagged_approximate(tmp_path: Path,
-                                                                 workers: str) -> None:
+def test_a_tokenizer_without_exact_lengths_is_flagged_approximate(
+    tmp_path: Path, workers: str
+) -> None:
     """WordLevel without a pre-tokenizer: any text with a space is one unknown token.
     With two worker processes the figures come from their records, the same."""
     from tokenizers import Tokenizer, models
 
-    words = {"[unk]": 0} | {a + b: i + 1 for i, (a, b) in enumerate(
-        (a, b) for a in "abcdefgh" for b in "abcdefgh")}
+    words = {"[unk]": 0} | {
+        a + b: i + 1 for i, (a, b) in enumerate((a, b) for a in "abcdefgh" for b in "abcdefgh")
+    }
     path = tmp_path / "tokenizer.json"
     Tokenizer(models.WordLevel(words, unk_token="[unk]")).save(str(path))
-    done = run_loadgen(sweep_args(str(path), tmp_path / "results", "--encoder", "raw",
-                                  "--workers", workers))
+    done = run_loadgen(
+        sweep_args(str(path), tmp_path / "results", "--encoder", "raw", "--workers", workers)
+    )
     assert done.returncode == 0, done.stderr
     assert "not of the requested length" in done.stderr
     for point in points(tmp_path / "results"):

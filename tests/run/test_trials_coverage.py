@@ -27,7 +27,7 @@ from loadgen.records import RequestRecord, TokenSource
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import run_sweep
 from loadgen.workload.plan import RequestSpec
-from tests.run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's fixture)
+from tests.run.test_sweep_fake import (
     ITL_MS,
     MS,
     TOKENS_PER_CHUNK,
@@ -35,7 +35,6 @@ from tests.run.test_sweep_fake import (  # noqa: F401 (tokenizer: the module's f
     ExactServer,
     VirtualClock,
     spec,
-    tokenizer,
 )
 
 RUNS = 40
@@ -48,8 +47,15 @@ class NoisyServer(ExactServer):
     """ExactServer with a per-request extra TTFT ~ Exponential(NOISE_MS), drawn from a hash
     of the request's body: each trial's prompts (its seed) give it its own draws."""
 
-    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
-                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: OnRecord,
+    ) -> RequestRecord:
         await asyncio.sleep(0)
         digest = hashlib.blake2b(request.body, digest_size=8).digest()
         uniform = (int.from_bytes(digest, "big") + 0.5) / 2**64
@@ -59,12 +65,22 @@ class NoisyServer(ExactServer):
         times = tuple(start + extra_ns + (TTFT_MS + i * ITL_MS) * MS for i in range(chunks))
         self.clock.now_ns = max(self.clock.now_ns, times[-1])
         record = RequestRecord(
-            request_id=request.index, conc=conc, input_len=request.input_len,
-            max_tokens=request.max_tokens, scheduled_ns=scheduled_ns, start_ns=start,
-            connect_ns=0, chunk_ns=times, chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
-            end_ns=times[-1], token_source=TokenSource.TOKEN_IDS,
-            prompt_tokens=request.input_len, completion_tokens=request.max_tokens,
-            finish_reason="length", status=200)
+            request_id=request.index,
+            conc=conc,
+            input_len=request.input_len,
+            max_tokens=request.max_tokens,
+            scheduled_ns=scheduled_ns,
+            start_ns=start,
+            connect_ns=0,
+            chunk_ns=times,
+            chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
+            end_ns=times[-1],
+            token_source=TokenSource.TOKEN_IDS,
+            prompt_tokens=request.input_len,
+            completion_tokens=request.max_tokens,
+            finish_reason="length",
+            status=200,
+        )
         on_record(record)
         return record
 
@@ -74,16 +90,22 @@ async def _sweep(results: Path, tokens: Tokenizer, seed: int) -> list[dict[str, 
     does not depend on the concurrency, so its points are RUNS replicates of one
     experiment (each point draws its own prompts), measured in one sweep."""
     clock = VirtualClock()
-    await run_sweep(spec(results, conc=CONCS, num_prompts=20, warmup_per_conc=0,
-                         trials=TRIALS, seed=seed),
-                    tokenizer=tokens, backend=NoisyServer(clock), clock=clock,
-                    sleep=clock.sleep)
-    return [orjson.loads((results / f"conc_{conc}.json").read_bytes())
-            ["trial_spread"]["median_ttft_ms"] for conc in CONCS]
+    await run_sweep(
+        spec(results, conc=CONCS, num_prompts=20, warmup_per_conc=0, trials=TRIALS, seed=seed),
+        tokenizer=tokens,
+        backend=NoisyServer(clock),
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    return [
+        orjson.loads((results / f"conc_{conc}.json").read_bytes())["trial_spread"]["median_ttft_ms"]
+        for conc in CONCS
+    ]
 
 
 async def test_trial_intervals_cover_the_mean_at_the_promised_rate(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:  # noqa: F811
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     runs = await _sweep(tmp_path, tokenizer, seed=1)
     values = [v for entry in runs for v in entry["values"]]
     assert len(set(values)) > len(values) // 2  # the trials really differ
@@ -95,8 +117,13 @@ async def test_trial_intervals_cover_the_mean_at_the_promised_rate(
     # another run's 5-trial mean (another point: the same experiment) lies in an interval
     # with probability P(|t_4| < t_0.975,4 / sqrt(2)) = 0.879 (both means vary)
     half = RUNS // 2
-    hit = sum(a["ci_low"] <= b["mean"] <= a["ci_high"]
-              for a, b in zip(runs[:half], runs[half:], strict=True)) / half
+    hit = (
+        sum(
+            a["ci_low"] <= b["mean"] <= a["ci_high"]
+            for a, b in zip(runs[:half], runs[half:], strict=True)
+        )
+        / half
+    )
     assert hit >= 0.7, hit
     assert all(e["wide"] is False and e["n"] == TRIALS for e in runs)
 
@@ -104,36 +131,68 @@ async def test_trial_intervals_cover_the_mean_at_the_promised_rate(
 class DiesInTrialTwo(NoisyServer):
     """The server goes away during trial 2's measured phase (a run-level ServerError)."""
 
-    async def send(self, request: RequestSpec, *, x_request_id: str, conc: int,
-                   scheduled_ns: int, on_record: OnRecord) -> RequestRecord:
+    async def send(
+        self,
+        request: RequestSpec,
+        *,
+        x_request_id: str,
+        conc: int,
+        scheduled_ns: int,
+        on_record: OnRecord,
+    ) -> RequestRecord:
         if "-t2-" in x_request_id and "-t2-w" not in x_request_id and request.index == 3:
             raise ServerError("the fake server is gone")
-        return await super().send(request, x_request_id=x_request_id, conc=conc,
-                                  scheduled_ns=scheduled_ns, on_record=on_record)
+        return await super().send(
+            request,
+            x_request_id=x_request_id,
+            conc=conc,
+            scheduled_ns=scheduled_ns,
+            on_record=on_record,
+        )
 
 
 async def test_a_run_level_stop_in_trial_two_keeps_trial_one_and_resume_ends_the_point(
-        tmp_path: Path, tokenizer: Tokenizer) -> None:  # noqa: F811
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     settings = dict(conc=(2,), num_prompts=8, warmup_per_conc=1, trials=3, seed=5)
     clock = VirtualClock()
     with pytest.raises(ServerError) as stopped:
-        await run_sweep(spec(tmp_path, **settings), tokenizer=tokenizer,
-                        backend=DiesInTrialTwo(clock), clock=clock, sleep=clock.sleep)
+        await run_sweep(
+            spec(tmp_path, **settings),
+            tokenizer=tokenizer,
+            backend=DiesInTrialTwo(clock),
+            clock=clock,
+            sleep=clock.sleep,
+        )
     line = str(stopped.value)
     assert "conc_2_trial_2.json is kept marked complete: false" in line, line
     assert "its first 1 of 3 trials are complete and kept" in line, line
     first = (tmp_path / "conc_2_trial_1.json").read_bytes()
     assert not (tmp_path / "conc_2.json").exists()
     clock = VirtualClock()
-    await run_sweep(spec(tmp_path, resume=True, **settings), tokenizer=tokenizer,
-                    backend=NoisyServer(clock), clock=clock, sleep=clock.sleep)
+    await run_sweep(
+        spec(tmp_path, resume=True, **settings),
+        tokenizer=tokenizer,
+        backend=NoisyServer(clock),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert (tmp_path / "conc_2_trial_1.json").read_bytes() == first  # not measured again
     pooled = orjson.loads((tmp_path / "conc_2.json").read_bytes())
     assert pooled["complete"] is True and pooled["num_prompts"] == 24
     # trial 2 measured again with the same seed: its figures are those of an unbroken run
     clean = tmp_path / "clean"
     clock = VirtualClock()
-    await run_sweep(spec(clean, **settings), tokenizer=tokenizer, backend=NoisyServer(clock),
-                    clock=clock, sleep=clock.sleep)
-    assert pooled["trial_spread"]["median_ttft_ms"]["values"] == orjson.loads(
-        (clean / "conc_2.json").read_bytes())["trial_spread"]["median_ttft_ms"]["values"]
+    await run_sweep(
+        spec(clean, **settings),
+        tokenizer=tokenizer,
+        backend=NoisyServer(clock),
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert (
+        pooled["trial_spread"]["median_ttft_ms"]["values"]
+        == orjson.loads((clean / "conc_2.json").read_bytes())["trial_spread"]["median_ttft_ms"][
+            "values"
+        ]
+    )

@@ -34,8 +34,17 @@ from tests.support.procs import (
     wait_until,
 )
 
-TINY = ["--isl", "64", "--osl", "16", "--prompts-per-conc", "4", "--encoder", "raw",
-        "--no-progress"]
+TINY = [
+    "--isl",
+    "64",
+    "--osl",
+    "16",
+    "--prompts-per-conc",
+    "4",
+    "--encoder",
+    "raw",
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +58,23 @@ def trial(results: Path, conc: int, k: int) -> dict[str, Any]:
     return data
 
 
-def test_three_trials_write_each_trial_and_the_pooled_point(sim_url: str,
-                                                            tmp_path: Path) -> None:
+def test_three_trials_write_each_trial_and_the_pooled_point(sim_url: str, tmp_path: Path) -> None:
     results = tmp_path / "r"
-    done = run_loadgen(["--base-url", sim_url, "--conc", "2,4", *TINY, "--trials", "3",
-                        "--seed", "7", "--results", str(results)])
+    done = run_loadgen(
+        [
+            "--base-url",
+            sim_url,
+            "--conc",
+            "2,4",
+            *TINY,
+            "--trials",
+            "3",
+            "--seed",
+            "7",
+            "--results",
+            str(results),
+        ]
+    )
     assert done.returncode == 0, done.stderr
     assert not (results / "requests_conc_4.jsonl").exists()  # the trials' files hold them
     pooled = point(results, 4)
@@ -61,7 +82,8 @@ def test_three_trials_write_each_trial_and_the_pooled_point(sim_url: str,
     records = [read_jsonl(results / f"requests_conc_4_trial_{k}.jsonl") for k in (1, 2, 3)]
     assert all(len(r) == 16 for r in records) and pooled["num_prompts"] == 48
     assert pooled["trials"] == 3 and pooled["trial_files"] == [
-        f"conc_4_trial_{k}.json" for k in (1, 2, 3)]
+        f"conc_4_trial_{k}.json" for k in (1, 2, 3)
+    ]
     seeds = pooled["trial_seeds"]
     assert seeds[0] == 7 and len(set(seeds)) == 3  # trial 1 is --seed's own point
     assert seeds == [trial_seed(7, k) for k in (1, 2, 3)]  # recorded, reproducible
@@ -70,7 +92,8 @@ def test_three_trials_write_each_trial_and_the_pooled_point(sim_url: str,
     assert pooled["duration"] == pytest.approx(sum(t["duration"] for t in trials), rel=1e-9)
     assert pooled["total_output_tokens"] == sum(t["total_output_tokens"] for t in trials)
     assert pooled["output_throughput"] == pytest.approx(
-        pooled["total_output_tokens"] / pooled["duration"])
+        pooled["total_output_tokens"] / pooled["duration"]
+    )
     # the spread is each trial file's own value, with the Student-t interval
     for figure in ("output_throughput", "p99_ttft_ms", "median_tpot_ms", "acceptance_length"):
         entry = pooled["trial_spread"][figure]
@@ -106,9 +129,25 @@ def _median(values: list[float]) -> float:
 
 def test_resume_continues_at_the_first_missing_trial(sim_url: str, tmp_path: Path) -> None:
     results = tmp_path / "r"
-    args = ["--base-url", sim_url, "--conc", "2", "--isl", "64", "--osl", "100",
-            "--prompts-per-conc", "20", "--encoder", "raw", "--no-progress",
-            "--warmup-per-conc", "0", "--trials", "3"]
+    args = [
+        "--base-url",
+        sim_url,
+        "--conc",
+        "2",
+        "--isl",
+        "64",
+        "--osl",
+        "100",
+        "--prompts-per-conc",
+        "20",
+        "--encoder",
+        "raw",
+        "--no-progress",
+        "--warmup-per-conc",
+        "0",
+        "--trials",
+        "3",
+    ]
     process = loadgen([*args, "--results", str(results)])
     try:
         second = results / "requests_conc_2_trial_2.jsonl"
@@ -145,8 +184,21 @@ def test_trials_on_workers_pool_every_process_of_every_trial(tmp_path: Path) -> 
     port = free_port()
     sim = start_sim(port, tmp_path / "sim.log", "--trace", str(trace))
     try:
-        done = run_loadgen(["--base-url", f"http://127.0.0.1:{port}", "--conc", "4", *TINY,
-                            "--trials", "2", "--workers", "2", "--results", str(results)])
+        done = run_loadgen(
+            [
+                "--base-url",
+                f"http://127.0.0.1:{port}",
+                "--conc",
+                "4",
+                *TINY,
+                "--trials",
+                "2",
+                "--workers",
+                "2",
+                "--results",
+                str(results),
+            ]
+        )
     finally:
         stop(sim)
     assert done.returncode == 0, done.stderr
@@ -157,9 +209,12 @@ def test_trials_on_workers_pool_every_process_of_every_trial(tmp_path: Path) -> 
     assert {i.split("-c4-")[1].split("-")[0] for i in sent} == {"t1", "t2"}
     pooled = point(results, 4)
     assert pooled["trials"] == 2 and pooled["num_prompts"] == 32
-    assert [len(read_jsonl(results / f"requests_conc_4_trial_{k}.jsonl")) for k in (1, 2)] \
-        == [16, 16]
+    assert [len(read_jsonl(results / f"requests_conc_4_trial_{k}.jsonl")) for k in (1, 2)] == [
+        16,
+        16,
+    ]
     labels = [p["process"] for p in pooled["client_processes"]]
     assert sum(label.startswith("trial 2: ") for label in labels) == 3  # parent + 2 workers
     assert pooled["trial_spread"]["output_throughput"]["values"] == [
-        trial(results, 4, k)["output_throughput"] for k in (1, 2)]
+        trial(results, 4, k)["output_throughput"] for k in (1, 2)
+    ]

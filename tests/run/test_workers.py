@@ -40,8 +40,18 @@ from loadgen.run.workers import choose_workers
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 from loadgen.tokenizer import load_tokenizer
 
-SIM = ("--step-fixed-ms", "12", "--decode-token-us", "20", "--prefill-token-us", "2",
-       "--spin-us", "0", "--seed", "11")
+SIM = (
+    "--step-fixed-ms",
+    "12",
+    "--decode-token-us",
+    "20",
+    "--prefill-token-us",
+    "2",
+    "--spin-us",
+    "0",
+    "--seed",
+    "11",
+)
 NOISE = 0.15  # module doc
 
 
@@ -52,8 +62,17 @@ def tokenizer() -> Tokenizer:
 
 def spec(tmp: Path, workers: int, **changes: Any) -> RunSpec:
     values: dict[str, Any] = dict(
-        conc=(3, 4), isl=64, osl=48, prompts_per_conc=4, warmup_per_conc=1, sim=True,
-        sim_args=SIM, results_dir=tmp, progress=False, workers=workers)
+        conc=(3, 4),
+        isl=64,
+        osl=48,
+        prompts_per_conc=4,
+        warmup_per_conc=1,
+        sim=True,
+        sim_args=SIM,
+        results_dir=tmp,
+        progress=False,
+        workers=workers,
+    )
     values.update(changes)
     return RunSpec(**values)
 
@@ -76,24 +95,35 @@ def assert_exact_percentiles(result: dict[str, Any], records: list[RequestRecord
         assert result[f"mean_{name}_ms"] == pytest.approx(float(values.mean()), rel=1e-12)
 
 
-async def test_one_and_two_workers_measure_the_same_point(tmp_path: Path,
-                                                          tokenizer: Tokenizer) -> None:
+async def test_one_and_two_workers_measure_the_same_point(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     registry = CollectorRegistry()
-    observer = MetricsObserver(LoadgenMetrics(registry), model="m", endpoint="completions",
-                               points=2, spec_tokens=None)
+    observer = MetricsObserver(
+        LoadgenMetrics(registry), model="m", endpoint="completions", points=2, spec_tokens=None
+    )
     one = await run_sweep(spec(tmp_path / "one", 1), tokenizer=tokenizer)
     two = await run_sweep(spec(tmp_path / "two", 2), tokenizer=tokenizer, observer=observer)
     assert one.exit_code == two.exit_code == 0
     for conc in (3, 4):
         r1, recs1 = load(one.results_dir, conc)
         r2, recs2 = load(two.results_dir, conc)
-        for key in ("num_prompts", "completed", "failed", "total_input_tokens",
-                    "total_output_tokens", "total_chunks", "planned_requests",
-                    "warmup_requests", "stream_acceptance_length"):
+        for key in (
+            "num_prompts",
+            "completed",
+            "failed",
+            "total_input_tokens",
+            "total_output_tokens",
+            "total_chunks",
+            "planned_requests",
+            "warmup_requests",
+            "stream_acceptance_length",
+        ):
             assert r1[key] == r2[key], key
         # the same requests, each with the same chunk token counts (module doc)
-        assert {r.request_id: r.chunk_tokens for r in recs1} == \
-            {r.request_id: r.chunk_tokens for r in recs2}
+        assert {r.request_id: r.chunk_tokens for r in recs1} == {
+            r.request_id: r.chunk_tokens for r in recs2
+        }
         for key in ("median_itl_ms", "median_tpot_ms"):
             assert r2[key] == pytest.approx(r1[key], rel=NOISE), key
         assert_exact_percentiles(r2, recs2)
@@ -112,9 +142,11 @@ def check_worker_health(result: dict[str, Any], records: list[RequestRecord], co
         assert entry["chunks"] == sum(len(r.chunk_ns) for r in mine)
         assert entry["loop_lag_samples"] > 0 and entry["cpu_seconds"] > 0
     assert result["client_cpu_seconds"] == pytest.approx(
-        sum(p["cpu_seconds"] for p in processes.values()))
+        sum(p["cpu_seconds"] for p in processes.values())
+    )
     assert result["client_loop_lag_p99_ms"] == max(
-        p["loop_lag_p99_ms"] for p in processes.values() if p["loop_lag_samples"])
+        p["loop_lag_p99_ms"] for p in processes.values() if p["loop_lag_samples"]
+    )
     # one machine: both workers' records share a clock, pairs read at the common start
     starts = {r.clock_mono_ns for r in records}
     assert len(starts) == 2 and max(starts) - min(starts) < 50_000_000
@@ -124,20 +156,35 @@ def check_worker_health(result: dict[str, Any], records: list[RequestRecord], co
 def check_live_metrics(registry: CollectorRegistry, results: Path) -> None:
     """The parent's one registry holds every worker's requests and loop-lag samples."""
     completed = sum(load(results, c)[0]["completed"] for c in (3, 4))
-    gaps = sum(load(results, c)[0]["total_chunks"] - load(results, c)[0]["completed"]
-               for c in (3, 4))
-    ok = sum(registry.get_sample_value("loadgen_requests_total",
-                                       {"model_name": "m", "endpoint": "completions",
-                                        "conc": str(c), "outcome": "ok"}) or 0 for c in (3, 4))
-    itl = sum(registry.get_sample_value("loadgen_inter_chunk_latency_seconds_count",
-                                        {"model_name": "m", "endpoint": "completions",
-                                         "conc": str(c)}) or 0 for c in (3, 4))
+    gaps = sum(
+        load(results, c)[0]["total_chunks"] - load(results, c)[0]["completed"] for c in (3, 4)
+    )
+    ok = sum(
+        registry.get_sample_value(
+            "loadgen_requests_total",
+            {"model_name": "m", "endpoint": "completions", "conc": str(c), "outcome": "ok"},
+        )
+        or 0
+        for c in (3, 4)
+    )
+    itl = sum(
+        registry.get_sample_value(
+            "loadgen_inter_chunk_latency_seconds_count",
+            {"model_name": "m", "endpoint": "completions", "conc": str(c)},
+        )
+        or 0
+        for c in (3, 4)
+    )
     lag = registry.get_sample_value("loadgen_event_loop_lag_seconds_count", {})
     samples = sum(load(results, c)[0]["client_loop_lag_samples"] for c in (3, 4))
     assert ok == completed and itl == gaps
     assert lag == samples  # every worker's samples, once
-    assert registry.get_sample_value("loadgen_requests_in_flight",
-                                     {"model_name": "m", "endpoint": "completions"}) == 0
+    assert (
+        registry.get_sample_value(
+            "loadgen_requests_in_flight", {"model_name": "m", "endpoint": "completions"}
+        )
+        == 0
+    )
 
 
 def test_slots_partition_the_point_exactly() -> None:
@@ -151,8 +198,9 @@ def test_slots_partition_the_point_exactly() -> None:
         assert sorted(owners) == list(range(conc))
         share = Share(1, 3, 1, 2)
         total = conc * 4 + 3
-        assert requests_in(total, conc, share.slots(conc)) == \
-            sum(share.owner(conc)(i) for i in range(total))
+        assert requests_in(total, conc, share.slots(conc)) == sum(
+            share.owner(conc)(i) for i in range(total)
+        )
 
 
 def test_auto_workers_from_cores_and_streams() -> None:
@@ -180,11 +228,33 @@ def worker_pids(parent: int) -> list[int]:
 
 def start_run(tmp_path: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "--sim", "--conc", "4", "--isl", "48", "--osl",
-         "400", "--prompts-per-conc", "20", "--warmup-per-conc", "0", "--workers", "2",
-         "--results", str(tmp_path), "--no-progress", "--sim-args",
-         "--step-fixed-ms 4 --spin-us 0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--sim",
+            "--conc",
+            "4",
+            "--isl",
+            "48",
+            "--osl",
+            "400",
+            "--prompts-per-conc",
+            "20",
+            "--warmup-per-conc",
+            "0",
+            "--workers",
+            "2",
+            "--results",
+            str(tmp_path),
+            "--no-progress",
+            "--sim-args",
+            "--step-fixed-ms 4 --spin-us 0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for_records(path: Path, count: int, process: subprocess.Popen[str]) -> None:

@@ -25,8 +25,9 @@ def tokenizer() -> Tokenizer:
 
 
 def spec(**changes: object) -> RunSpec:
-    values: dict[str, object] = dict(conc=(2,), isl=96, osl=12, base_url="http://x",
-                                     prompts_per_conc=3, warmup_per_conc=1)
+    values: dict[str, object] = dict(
+        conc=(2,), isl=96, osl=12, base_url="http://x", prompts_per_conc=3, warmup_per_conc=1
+    )
     values.update(changes)
     return RunSpec(**values)  # type: ignore[arg-type]
 
@@ -68,8 +69,10 @@ def test_chat_bodies_carry_the_user_content(tokenizer: Tokenizer) -> None:
 
 def test_dataset_requests(tmp_path: Path, tokenizer: Tokenizer) -> None:
     path = tmp_path / "d.jsonl"
-    path.write_text('[{"role":"user","content":"hello there"}]\n\n'
-                    '{"messages":[{"role":"user","content":"second"}]}\n')
+    path.write_text(
+        '[{"role":"user","content":"hello there"}]\n\n'
+        '{"messages":[{"role":"user","content":"second"}]}\n'
+    )
     plan = Workload(spec(dataset=path), tokenizer, COMPLETIONS).point(2)
     prompts = {orjson.loads(r.body)["prompt"] for r in plan.measured}
     assert len(prompts) == 2 and any("hello there" in p for p in prompts)
@@ -158,8 +161,19 @@ async def test_closed_loop_slot_free_at_previous_response_end() -> None:
         await asyncio.sleep(0.002)
         ends[request.index] = end = perf_counter_ns()
         await asyncio.sleep(0.003)  # client-side turnaround after the stream ended
-        return RequestRecord(request.index, 1, 1, 1, scheduled, scheduled, 0, (end,), (1,),
-                             end, TokenSource.TOKEN_IDS)
+        return RequestRecord(
+            request.index,
+            1,
+            1,
+            1,
+            scheduled,
+            scheduled,
+            0,
+            (end,),
+            (1,),
+            end,
+            TokenSource.TOKEN_IDS,
+        )
 
     await closed_loop(requests(3), 1, send)
     assert scheduled_of[1] == ends[0] and scheduled_of[2] == ends[1]

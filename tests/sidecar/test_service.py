@@ -36,34 +36,59 @@ from tests.support.recording_proxy import recording_proxy
 MODEL = "sim-model"
 TOKEN = "s3cret-token-for-tests"
 # Small and fast: two points, a few requests each, MTP with 2 draft tokens.
-QUICK = {"conc": "1,2", "isl": 64, "osl": 16, "prompts_per_conc": 2, "warmup_per_conc": 0,
-         "encoder": "raw", "spec_tokens": 2}
+QUICK = {
+    "conc": "1,2",
+    "isl": 64,
+    "osl": 16,
+    "prompts_per_conc": 2,
+    "warmup_per_conc": 0,
+    "encoder": "raw",
+    "spec_tokens": 2,
+}
 # Long enough to still be running when the test cancels it.
-LONG = {"conc": "2", "isl": 64, "osl": 100, "prompts_per_conc": 50, "warmup_per_conc": 0,
-        "encoder": "raw"}
+LONG = {
+    "conc": "2",
+    "isl": 64,
+    "osl": 100,
+    "prompts_per_conc": 50,
+    "warmup_per_conc": 0,
+    "encoder": "raw",
+}
 
 
 @asynccontextmanager
 async def simulator(step_ms: float = 2.0) -> AsyncIterator[str]:
-    config = SimConfig(model=MODEL, spec_tokens=2, step_fixed_ms=step_ms, decode_token_us=1.0,
-                       prefill_token_us=0.1)
+    config = SimConfig(
+        model=MODEL, spec_tokens=2, step_fixed_ms=step_ms, decode_token_us=1.0, prefill_token_us=0.1
+    )
     async with running_simulator(config, host="127.0.0.1", port=0) as sim:
         yield str(sim.base_url)
 
 
 @asynccontextmanager
-async def sidecar(data_dir: Path, target: str, token: str | None = None,
-                  **settings: Any) -> AsyncIterator[aiohttp.ClientSession]:
-    config = ServiceConfig(target=target, model=MODEL, host="127.0.0.1", port=0,
-                           data_dir=data_dir, token=token, **settings)
+async def sidecar(
+    data_dir: Path, target: str, token: str | None = None, **settings: Any
+) -> AsyncIterator[aiohttp.ClientSession]:
+    config = ServiceConfig(
+        target=target,
+        model=MODEL,
+        host="127.0.0.1",
+        port=0,
+        data_dir=data_dir,
+        token=token,
+        **settings,
+    )
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with running_service(config) as service, aiohttp.ClientSession(
-            f"http://127.0.0.1:{service.port}", headers=headers) as client:
+    async with (
+        running_service(config) as service,
+        aiohttp.ClientSession(f"http://127.0.0.1:{service.port}", headers=headers) as client,
+    ):
         yield client
 
 
-async def call(client: aiohttp.ClientSession, method: str, path: str,
-               body: Any = None) -> tuple[int, Any]:
+async def call(
+    client: aiohttp.ClientSession, method: str, path: str, body: Any = None
+) -> tuple[int, Any]:
     data = None if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
     async with client.request(method, path, data=data) as response:
         raw = await response.read()
@@ -73,8 +98,14 @@ async def call(client: aiohttp.ClientSession, method: str, path: str,
             return response.status, raw.decode()
 
 
-async def wait_for(client: aiohttp.ClientSession, run_id: str, *, states: set[str],
-                   timeout_s: float = 60.0, min_requests: int = 0) -> dict[str, Any]:
+async def wait_for(
+    client: aiohttp.ClientSession,
+    run_id: str,
+    *,
+    states: set[str],
+    timeout_s: float = 60.0,
+    min_requests: int = 0,
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         status, run = await call(client, "GET", f"/v1/runs/{run_id}")
@@ -87,8 +118,12 @@ async def wait_for(client: aiohttp.ClientSession, run_id: str, *, states: set[st
 
 
 def metric_sum(text: str, name: str, **labels: str) -> float:
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 async def test_run_start_progress_results_and_metrics(tmp_path: Path) -> None:
@@ -114,10 +149,14 @@ async def test_run_start_progress_results_and_metrics(tmp_path: Path) -> None:
         # The live counters agree with the result files of the same run.
         for point in points:
             conc = str(point["max_concurrency"])
-            assert metric_sum(text, "loadgen_requests_total", conc=conc, outcome="ok") \
+            assert (
+                metric_sum(text, "loadgen_requests_total", conc=conc, outcome="ok")
                 == point["completed"]
-            assert metric_sum(text, "loadgen_output_tokens_total", conc=conc) \
+            )
+            assert (
+                metric_sum(text, "loadgen_output_tokens_total", conc=conc)
                 == point["total_output_tokens"]
+            )
         async with client.get("/v1/runs/" + started["id"] + "/files/requests_conc_2.jsonl") as r:
             assert r.status == 200
             assert len((await r.read()).splitlines()) == points[-1]["completed"]
@@ -153,25 +192,29 @@ async def test_busy_409_then_cancel_keeps_what_was_measured(tmp_path: Path) -> N
         await wait_for(client, second["id"], states={"succeeded"})
 
 
-@pytest.mark.parametrize(("body", "reason"), [
-    ({"conc": "0..4", "isl": 64, "osl": 16}, "--conc"),
-    ({"conc": "4", "isl": -1, "osl": 16}, "--isl"),
-    ({"conc": "4", "isl": 64}, "osl"),
-    ({"conc": "4", "isl": 64, "osl": 16, "bogus": 1}, "bogus"),
-    ({"conc": "4", "isl": 64, "osl": 16, "base_url": "http://10.0.0.1"}, "base_url"),
-    ({"conc": "4", "isl": 64, "osl": 16, "results-dir": "/etc"}, "results-dir"),
-    ({"conc": "4", "isl": 64, "osl": 16, "aiperf-artifacts": "/etc/x"}, "aiperf-artifacts"),
-    # Paths and processes of the sidecar's own machine: not for the network to choose.
-    ({"conc": "4", "isl": 64, "osl": 16, "resume": "/srv/old"}, "resume"),
-    ({"conc": "4", "isl": 64, "osl": 16, "overwrite": True}, "overwrite"),
-    ({"conc": "4", "isl": 64, "osl": 16, "server-pid": 1}, "server-pid"),
-    # Parses, but no prompt can be that short: refused before a run exists.
-    ({"conc": "4", "isl": 2, "osl": 16}, "shorter than the dsv4 prompt template"),
-    (["conc", "4"], "JSON object"),
-    (b"{not json", "not JSON"),
-])
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"conc": "0..4", "isl": 64, "osl": 16}, "--conc"),
+        ({"conc": "4", "isl": -1, "osl": 16}, "--isl"),
+        ({"conc": "4", "isl": 64}, "osl"),
+        ({"conc": "4", "isl": 64, "osl": 16, "bogus": 1}, "bogus"),
+        ({"conc": "4", "isl": 64, "osl": 16, "base_url": "http://10.0.0.1"}, "base_url"),
+        ({"conc": "4", "isl": 64, "osl": 16, "results-dir": "/etc"}, "results-dir"),
+        ({"conc": "4", "isl": 64, "osl": 16, "aiperf-artifacts": "/etc/x"}, "aiperf-artifacts"),
+        # Paths and processes of the sidecar's own machine: not for the network to choose.
+        ({"conc": "4", "isl": 64, "osl": 16, "resume": "/srv/old"}, "resume"),
+        ({"conc": "4", "isl": 64, "osl": 16, "overwrite": True}, "overwrite"),
+        ({"conc": "4", "isl": 64, "osl": 16, "server-pid": 1}, "server-pid"),
+        # Parses, but no prompt can be that short: refused before a run exists.
+        ({"conc": "4", "isl": 2, "osl": 16}, "shorter than the dsv4 prompt template"),
+        (["conc", "4"], "JSON object"),
+        (b"{not json", "not JSON"),
+    ],
+)
 async def test_invalid_run_options_get_400_with_the_reason(
-        tmp_path: Path, body: Any, reason: str) -> None:
+    tmp_path: Path, body: Any, reason: str
+) -> None:
     # No target needed: validation happens before anything is sent.
     async with sidecar(tmp_path, "http://127.0.0.1:9") as client:
         status, answer = await call(client, "POST", "/v1/runs", body)
@@ -187,12 +230,19 @@ async def test_oversized_body_is_refused(tmp_path: Path) -> None:
 
 
 async def test_token_required_on_control_endpoints_only(tmp_path: Path) -> None:
-    config = ServiceConfig(target="http://127.0.0.1:9", model=MODEL, port=0,
-                           data_dir=tmp_path, token=TOKEN)
-    async with running_service(config) as service, aiohttp.ClientSession(
-            f"http://127.0.0.1:{service.port}") as client:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
-                        {"Authorization": f"Basic {TOKEN}"}):
+    config = ServiceConfig(
+        target="http://127.0.0.1:9", model=MODEL, port=0, data_dir=tmp_path, token=TOKEN
+    )
+    async with (
+        running_service(config) as service,
+        aiohttp.ClientSession(f"http://127.0.0.1:{service.port}") as client,
+    ):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": TOKEN},
+            {"Authorization": f"Basic {TOKEN}"},
+        ):
             async with client.get("/v1/runs", headers=headers) as response:
                 assert response.status == 401
                 assert response.headers["WWW-Authenticate"].startswith("Bearer")
@@ -230,8 +280,16 @@ async def test_results_survive_a_restart(tmp_path: Path) -> None:
         # A run that was in progress when a previous process died.
         crashed = tmp_path / "runs" / "20260101T000000Z-abcdef" / "run.json"
         crashed.parent.mkdir(parents=True)
-        crashed.write_bytes(orjson.dumps({"id": crashed.parent.name, "state": "running",
-                                          "created_unix": 1.0, "options": QUICK}))
+        crashed.write_bytes(
+            orjson.dumps(
+                {
+                    "id": crashed.parent.name,
+                    "state": "running",
+                    "created_unix": 1.0,
+                    "options": QUICK,
+                }
+            )
+        )
         async with sidecar(tmp_path, target) as client:
             _, listing = await call(client, "GET", "/v1/runs")
             states = {r["id"]: r["state"] for r in listing["runs"]}
@@ -248,8 +306,11 @@ async def test_readyz_reports_whether_the_target_serves_the_model(tmp_path: Path
             status, ready = await call(client, "GET", "/readyz")
             assert status == 200 and ready["model"] == MODEL
         config = ServiceConfig(target=target, model="other", port=0, data_dir=tmp_path)
-        async with (running_service(config) as service, aiohttp.ClientSession() as session,
-                    session.get(f"http://127.0.0.1:{service.port}/readyz") as response):
+        async with (
+            running_service(config) as service,
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{service.port}/readyz") as response,
+        ):
             assert response.status == 503
             assert MODEL in (await response.json())["error"]
     async with sidecar(tmp_path, "http://127.0.0.1:9") as client:
@@ -258,8 +319,10 @@ async def test_readyz_reports_whether_the_target_serves_the_model(tmp_path: Path
 
 
 async def test_canary_feeds_metrics_between_runs(tmp_path: Path) -> None:
-    async with simulator() as target, sidecar(tmp_path, target, canary_conc=1,
-                                              canary_interval_s=0.2) as client:
+    async with (
+        simulator() as target,
+        sidecar(tmp_path, target, canary_conc=1, canary_interval_s=0.2) as client,
+    ):
         deadline = time.monotonic() + 30
         ok = 0.0
         while time.monotonic() < deadline and ok == 0:
@@ -275,9 +338,21 @@ async def test_canary_feeds_metrics_between_runs(tmp_path: Path) -> None:
 async def test_sigterm_cancels_the_run_flushes_and_exits_0(tmp_path: Path) -> None:
     async with simulator(step_ms=20.0) as target:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "loadgen", "serve", "--target", target, "--model", MODEL,
-            "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path),
-            stderr=asyncio.subprocess.PIPE, env={**os.environ, "LOADGEN_API_TOKEN": ""})
+            sys.executable,
+            "-m",
+            "loadgen",
+            "serve",
+            "--target",
+            target,
+            "--model",
+            MODEL,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path),
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "LOADGEN_API_TOKEN": ""},
+        )
         try:
             assert process.stderr is not None
             port = None
@@ -302,8 +377,9 @@ async def test_sigterm_cancels_the_run_flushes_and_exits_0(tmp_path: Path) -> No
         run = orjson.loads((tmp_path / "runs" / started["id"] / "run.json").read_bytes())
         assert run["state"] == "cancelled" and run["finished_unix"] is not None
         assert read_jsonl(tmp_path / "runs" / started["id"] / "results" / "requests_conc_2.jsonl")
-        point = orjson.loads((tmp_path / "runs" / started["id"] / "results" / "conc_2.json")
-                             .read_bytes())
+        point = orjson.loads(
+            (tmp_path / "runs" / started["id"] / "results" / "conc_2.json").read_bytes()
+        )
         # measured on the CLI's loop, not stdlib asyncio's
         assert [p["event_loop"] for p in point["client_processes"]] == ["uvloop"]
 
@@ -332,8 +408,9 @@ URL_PASSWORD = "hunter2-pw-5150"
 
 
 def all_bytes_under(directory: Path) -> bytes:
-    return b"\n".join(p.read_bytes() for p in directory.rglob("*")
-                      if p.is_file() and not p.is_symlink())
+    return b"\n".join(
+        p.read_bytes() for p in directory.rglob("*") if p.is_file() and not p.is_symlink()
+    )
 
 
 async def test_secrets_are_redacted_in_run_records_results_and_answers(tmp_path: Path) -> None:
@@ -342,8 +419,10 @@ async def test_secrets_are_redacted_in_run_records_results_and_answers(tmp_path:
         port = int(sim_url.rsplit(":", 1)[1])
         async with recording_proxy("127.0.0.1", port) as wire:
             target = f"http://alice:{URL_PASSWORD}@127.0.0.1:{wire.port}"
-            options = {**QUICK, "header": [f"X-Upstream-Auth:Bearer {UPSTREAM_SECRET}",
-                                           "X-Session-Affinity:abc"]}
+            options = {
+                **QUICK,
+                "header": [f"X-Upstream-Auth:Bearer {UPSTREAM_SECRET}", "X-Session-Affinity:abc"],
+            }
             async with sidecar(data_dir, target) as client:
                 status, started = await call(client, "POST", "/v1/runs", options)
                 assert status == 202, started
@@ -385,9 +464,16 @@ async def test_a_record_stored_with_secrets_is_redacted_on_load(tmp_path: Path) 
     """Run records written before redaction existed are rewritten when the sidecar starts."""
     old = tmp_path / "runs" / "20260101T000000Z-abcdef" / "run.json"
     old.parent.mkdir(parents=True)
-    old.write_bytes(orjson.dumps({
-        "id": old.parent.name, "state": "succeeded", "created_unix": 1.0,
-        "options": {**QUICK, "header": [f"Authorization:Bearer {UPSTREAM_SECRET}"]}}))
+    old.write_bytes(
+        orjson.dumps(
+            {
+                "id": old.parent.name,
+                "state": "succeeded",
+                "created_unix": 1.0,
+                "options": {**QUICK, "header": [f"Authorization:Bearer {UPSTREAM_SECRET}"]},
+            }
+        )
+    )
     async with sidecar(tmp_path, "http://127.0.0.1:9") as client:
         status, run = await call(client, "GET", f"/v1/runs/{old.parent.name}")
         assert status == 200 and run["options"]["header"] == ["Authorization:***"]
@@ -397,8 +483,12 @@ async def test_a_record_stored_with_secrets_is_redacted_on_load(tmp_path: Path) 
 async def raw_get(port: int, path: str, header_lines: list[bytes]) -> tuple[int, bytes]:
     """GET over a plain socket, header bytes sent exactly as given (no client encoding)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    head = [f"GET {path} HTTP/1.1".encode(), b"Host: 127.0.0.1", *header_lines,
-            b"Connection: close"]
+    head = [
+        f"GET {path} HTTP/1.1".encode(),
+        b"Host: 127.0.0.1",
+        *header_lines,
+        b"Connection: close",
+    ]
     writer.write(b"\r\n".join(head) + b"\r\n\r\n")
     await writer.drain()
     response = await asyncio.wait_for(reader.read(), 10)
@@ -407,30 +497,46 @@ async def raw_get(port: int, path: str, header_lines: list[bytes]) -> tuple[int,
     return int(status_line.split()[1]), rest
 
 
-@pytest.mark.parametrize("header_lines", [
-    [b"Authorization: Bearer \xff\xfe"],
-    [b"Authorization: \xff\xfe"],
-    [b"Authorization: Bearer " + TOKEN.encode() + b"\xe9"],
-    [b"Authorization: Bearer s3cr\xc3\xa9t"],
-    [b"Authorization: Bearer"],
-    [b"Authorization: Bearer "],
-    [b"Authorization:"],
-    [b"Authorization: Basic " + TOKEN.encode()],
-    [b"Authorization: Bearer " + TOKEN.encode()] * 2,
-], ids=["bearer-ff-fe", "ff-fe", "token-then-latin1", "utf8", "no-token", "empty-token",
-        "empty", "basic", "twice"])
+@pytest.mark.parametrize(
+    "header_lines",
+    [
+        [b"Authorization: Bearer \xff\xfe"],
+        [b"Authorization: \xff\xfe"],
+        [b"Authorization: Bearer " + TOKEN.encode() + b"\xe9"],
+        [b"Authorization: Bearer s3cr\xc3\xa9t"],
+        [b"Authorization: Bearer"],
+        [b"Authorization: Bearer "],
+        [b"Authorization:"],
+        [b"Authorization: Basic " + TOKEN.encode()],
+        [b"Authorization: Bearer " + TOKEN.encode()] * 2,
+    ],
+    ids=[
+        "bearer-ff-fe",
+        "ff-fe",
+        "token-then-latin1",
+        "utf8",
+        "no-token",
+        "empty-token",
+        "empty",
+        "basic",
+        "twice",
+    ],
+)
 async def test_malformed_authorization_is_401_never_500(
-        tmp_path: Path, header_lines: list[bytes]) -> None:
-    config = ServiceConfig(target="http://127.0.0.1:9", model=MODEL, port=0,
-                           data_dir=tmp_path, token=TOKEN)
+    tmp_path: Path, header_lines: list[bytes]
+) -> None:
+    config = ServiceConfig(
+        target="http://127.0.0.1:9", model=MODEL, port=0, data_dir=tmp_path, token=TOKEN
+    )
     async with running_service(config) as service:
         for path in ("/v1/runs", "/v1/runs/20260101T000000Z-abcdef/files/x"):
             status, rest = await raw_get(service.port, path, header_lines)
             assert status == 401, rest
             assert b'WWW-Authenticate: Bearer realm="loadgen"' in rest
         # The same socket path with the right token works (the 401 is the header's fault).
-        status, _ = await raw_get(service.port, "/v1/runs",
-                                  [b"Authorization: bearer " + TOKEN.encode()])
+        status, _ = await raw_get(
+            service.port, "/v1/runs", [b"Authorization: bearer " + TOKEN.encode()]
+        )
         assert status == 200
 
 
@@ -442,7 +548,8 @@ def test_an_unusable_api_token_is_refused_at_start(token: str) -> None:
 
 
 async def test_symbolic_links_in_the_data_dir_are_neither_listed_nor_followed(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     data_dir, outside = tmp_path / "data", tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.json").write_bytes(b'{"max_concurrency": 1, "leak": "OUTSIDE-DATA"}')
@@ -462,8 +569,13 @@ async def test_symbolic_links_in_the_data_dir_are_neither_listed_nor_followed(
         assert {"conc_1.json", "conc_2.json", "run.json"} <= names
         assert not names & {"leak.json", "inner.json", "fifo.json", "linkdir/secret.json"}
         assert b"OUTSIDE-DATA" not in orjson.dumps(listing)
-        for name in ("leak.json", "linkdir/secret.json", "linkdir%2Fsecret.json",
-                     "inner.json", "fifo.json"):
+        for name in (
+            "leak.json",
+            "linkdir/secret.json",
+            "linkdir%2Fsecret.json",
+            "inner.json",
+            "fifo.json",
+        ):
             async with client.get(URL(f"/v1/runs/{run_id}/files/{name}", encoded=True)) as r:
                 assert r.status == 404, name
                 assert b"OUTSIDE-DATA" not in await r.read()
@@ -481,18 +593,20 @@ async def test_symbolic_links_in_the_data_dir_are_neither_listed_nor_followed(
 
     # A run directory that is a link is not loaded by a restarted sidecar.
     planted = data_dir / "runs" / "20260101T000000Z-abcdef"
-    (outside / "run.json").write_bytes(orjson.dumps({
-        "id": planted.name, "state": "succeeded", "created_unix": 1.0, "options": {}}))
+    (outside / "run.json").write_bytes(
+        orjson.dumps({"id": planted.name, "state": "succeeded", "created_unix": 1.0, "options": {}})
+    )
     planted.symlink_to(outside, target_is_directory=True)
     async with sidecar(data_dir, "http://127.0.0.1:9") as client:
         status, runs = await call(client, "GET", "/v1/runs")
         assert [r["id"] for r in runs["runs"]] == [run_id]
+
+
 async def test_a_run_on_worker_processes(tmp_path: Path) -> None:
     """`workers` in the run options: the sidecar spawns them; one result set, one /metrics."""
     options = {**QUICK, "conc": "2,4", "workers": 2}
     async with simulator() as target, sidecar(tmp_path, target) as client:
-        status, refused = await call(client, "POST", "/v1/runs",
-                                     {**options, "shard_sync": "/tmp"})
+        status, refused = await call(client, "POST", "/v1/runs", {**options, "shard_sync": "/tmp"})
         assert status == 400 and "shard_sync" in refused["error"]
         status, started = await call(client, "POST", "/v1/runs", options)
         assert status == 202, started
@@ -504,7 +618,10 @@ async def test_a_run_on_worker_processes(tmp_path: Path) -> None:
             text = await response.text()
         for point in points:
             workers = [p for p in point["client_processes"] if p["process"] != "parent"]
-            assert len(workers) == 2 and sum(p["requests"] for p in workers) == \
-                point["num_prompts"]
-            assert metric_sum(text, "loadgen_requests_total", conc=str(point["max_concurrency"]),
-                              outcome="ok") == point["completed"]
+            assert len(workers) == 2 and sum(p["requests"] for p in workers) == point["num_prompts"]
+            assert (
+                metric_sum(
+                    text, "loadgen_requests_total", conc=str(point["max_concurrency"]), outcome="ok"
+                )
+                == point["completed"]
+            )

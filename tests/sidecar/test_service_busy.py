@@ -16,8 +16,7 @@ async def test_an_invalid_post_while_busy_is_400_not_409(tmp_path: Path) -> None
         assert status == 202, started
         await wait_for(client, started["id"], states={"running"}, min_requests=1)
 
-        status, answer = await call(client, "POST", "/v1/runs",
-                                    {**QUICK, "isll": 3, "bogus": 1})
+        status, answer = await call(client, "POST", "/v1/runs", {**QUICK, "isll": 3, "bogus": 1})
         assert status == 400, answer
         head, allowed = answer["error"].split("; allowed: ")
         assert head == "unknown options 'isll' (did you mean 'isl'?), 'bogus'"

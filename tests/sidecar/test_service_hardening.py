@@ -38,7 +38,8 @@ def outside_files(tmp_path: Path) -> list[Path]:
 
 @pytest.mark.parametrize("label", ["../../tmp/x", "/tmp/x", "../../../../outside/x"])
 async def test_a_label_cannot_put_the_result_file_outside_the_data_dir(
-        tmp_path: Path, label: str) -> None:
+    tmp_path: Path, label: str
+) -> None:
     async with sidecar(tmp_path / "data", NO_TARGET) as client:
         status, body = await call(client, "POST", "/v1/runs", {**RUN, "label": label})
         assert status == 400, body
@@ -53,8 +54,18 @@ async def test_a_label_cannot_put_the_result_file_outside_the_data_dir(
 
 
 def test_the_cli_refuses_a_label_with_a_path_separator() -> None:
-    argv = ["--base-url", NO_TARGET, "--conc", "1", "--isl", "8", "--osl", "8",
-            "--save-result", "--label"]
+    argv = [
+        "--base-url",
+        NO_TARGET,
+        "--conc",
+        "1",
+        "--isl",
+        "8",
+        "--osl",
+        "8",
+        "--save-result",
+        "--label",
+    ]
     with pytest.raises(SpecError, match=r"--label 'a/b': a label, not a path"):
         spec_from_argv([*argv, "a/b"], {})
     spec = spec_from_argv([*argv, "nightly"], {})
@@ -67,8 +78,11 @@ def test_a_link_planted_below_the_data_dir_cannot_lead_out(tmp_path: Path) -> No
     outside.mkdir()
     (data / "planted").symlink_to(outside)
     config = ServiceConfig(target=NO_TARGET, model="m", data_dir=data)
-    with pytest.raises(Escapes, match=r"^results '.*planted': leads outside the sidecar's "
-                       "data directory"):
+    with pytest.raises(
+        Escapes,
+        match=r"^results '.*planted': leads outside the sidecar's "
+        "data directory",
+    ):
         spec_for(config, {**RUN, "label": "nightly"}, data / "planted")
     inside = spec_for(config, {**RUN, "label": "..", "result_filename": ".."}, data / "ok")
     assert inside.vllm_result is not None and inside.vllm_result.label == ".."
@@ -77,11 +91,13 @@ def test_a_link_planted_below_the_data_dir_cannot_lead_out(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("levels", [9, 7])
 async def test_a_billion_laughs_body_is_a_400_and_the_sidecar_keeps_answering(
-        tmp_path: Path, levels: int) -> None:
+    tmp_path: Path, levels: int
+) -> None:
     async with sidecar(tmp_path / "data", NO_TARGET) as client:
         started = time.monotonic()
-        async with client.post("/v1/runs", data=laughs(levels).encode(), headers={
-                "Content-Type": "application/yaml"}) as response:
+        async with client.post(
+            "/v1/runs", data=laughs(levels).encode(), headers={"Content-Type": "application/yaml"}
+        ) as response:
             body = await response.json()
             assert response.status == 400, body
         assert time.monotonic() - started < 2.0
@@ -97,13 +113,18 @@ async def test_a_deep_json_body_is_a_400_naming_the_key_path(tmp_path: Path) -> 
         raw = b'{"lanes": [{"name": "a", "extra-body": {"x": ' + b"[" * 1000 + b"]" * 1000
         status, body = await call(client, "POST", "/v1/runs", raw + b"}}]}")
         assert status == 400, body
-        assert body["error"].startswith("body: lanes[0].extra-body.x" + "[0]" * 28
-                                        + ": nested more than 32 levels deep")
-        async with client.post("/v1/runs", data=b"seed: 0x10000000000000000\nlanes: []",
-                               headers={"Content-Type": "application/yaml"}) as response:
+        assert body["error"].startswith(
+            "body: lanes[0].extra-body.x" + "[0]" * 28 + ": nested more than 32 levels deep"
+        )
+        async with client.post(
+            "/v1/runs",
+            data=b"seed: 0x10000000000000000\nlanes: []",
+            headers={"Content-Type": "application/yaml"},
+        ) as response:
             assert response.status == 400
             assert (await response.json())["error"] == (
-                "body: seed: 18446744073709551616 does not fit in 64 bits")
+                "body: seed: 18446744073709551616 does not fit in 64 bits"
+            )
 
 
 KEY = "sk-mapping-4b1d0e"
@@ -124,20 +145,26 @@ async def test_header_secrets_are_redacted_in_the_mapping_form_too(tmp_path: Pat
     data_dir = tmp_path / "data"
     async with simulator() as sim_url:
         port = int(sim_url.rsplit(":", 1)[1])
-        async with recording_proxy("127.0.0.1", port) as wire, sidecar(
-                data_dir, f"http://127.0.0.1:{wire.port}") as client:
+        async with (
+            recording_proxy("127.0.0.1", port) as wire,
+            sidecar(data_dir, f"http://127.0.0.1:{wire.port}") as client,
+        ):
             options = {**QUICK, "conc": "1", "header": {"X-Api-Key": KEY, "X-Team": "a"}}
             status, started = await call(client, "POST", "/v1/runs", options)
             assert status == 202, started
             run = await wait_for(client, started["id"], states={"succeeded"})
-            async with client.post("/v1/runs", data=SWEEP_WITH_HEADERS, headers={
-                    "Content-Type": "application/yaml"}) as response:
+            async with client.post(
+                "/v1/runs", data=SWEEP_WITH_HEADERS, headers={"Content-Type": "application/yaml"}
+            ) as response:
                 swept = await response.json()
                 assert response.status == 202, swept
             sweep = await wait_for(client, swept["id"], states={"succeeded"})
             answers = [orjson.dumps(run), orjson.dumps(sweep)]
-            for path in ("/v1/runs", f"/v1/runs/{started['id']}/results",
-                         f"/v1/runs/{swept['id']}/results"):
+            for path in (
+                "/v1/runs",
+                f"/v1/runs/{started['id']}/results",
+                f"/v1/runs/{swept['id']}/results",
+            ):
                 status, answer = await call(client, "GET", path)
                 assert status == 200
                 answers.append(orjson.dumps(answer))
@@ -193,8 +220,8 @@ async def held_open(streams: list[Stream], timeout_s: float) -> int:
 
 
 async def check_idle_connections_cannot_starve(
-        port: int, answers: Callable[[], Awaitable[int]],
-        caplog: pytest.LogCaptureFixture) -> None:
+    port: int, answers: Callable[[], Awaitable[int]], caplog: pytest.LogCaptureFixture
+) -> None:
     started = time.monotonic()
     streams = await open_idle(port, 200)
     try:
@@ -211,14 +238,21 @@ async def check_idle_connections_cannot_starve(
             writer.close()
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [r.getMessage().split(":")[1].strip() for r in warnings] == [
-        "64 connections open (the cap)"], [r.getMessage() for r in warnings]
+        "64 connections open (the cap)"
+    ], [r.getMessage() for r in warnings]
     assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
 
 
 @asynccontextmanager
 async def sidecar_port(tmp_path: Path, limits: ServerLimits) -> AsyncIterator[int]:
-    config = ServiceConfig(target=NO_TARGET, model="m", host="127.0.0.1", port=0,
-                           data_dir=tmp_path / "data", limits=limits)
+    config = ServiceConfig(
+        target=NO_TARGET,
+        model="m",
+        host="127.0.0.1",
+        port=0,
+        data_dir=tmp_path / "data",
+        limits=limits,
+    )
     async with running_service(config) as service:
         yield service.port
 
@@ -229,27 +263,32 @@ async def get_status(url: str) -> int:
 
 
 async def test_idle_connections_cannot_starve_the_sidecar(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     async with sidecar_port(tmp_path, SHORT) as port:
         await check_idle_connections_cannot_starve(
-            port, lambda: get_status(f"http://127.0.0.1:{port}/healthz"), caplog)
+            port, lambda: get_status(f"http://127.0.0.1:{port}/healthz"), caplog
+        )
 
 
 async def test_idle_connections_cannot_starve_the_metrics_port(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO)
     async with serve_metrics(CollectorRegistry(), "127.0.0.1", 0, SHORT) as server:
         await check_idle_connections_cannot_starve(
-            server.port, lambda: get_status(server.url), caplog)
+            server.port, lambda: get_status(server.url), caplog
+        )
 
 
-async def test_a_body_that_does_not_arrive_is_a_408_after_the_deadline(
-        tmp_path: Path) -> None:
+async def test_a_body_that_does_not_arrive_is_a_408_after_the_deadline(tmp_path: Path) -> None:
     async with sidecar_port(tmp_path, SHORT) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                     b"\r\nContent-Length: 100\r\n\r\n{\"conc\"")
+        writer.write(
+            b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            b'\r\nContent-Length: 100\r\n\r\n{"conc"'
+        )
         started = time.monotonic()
         head = await asyncio.wait_for(reader.readline(), 3.0)
         assert head.startswith(b"HTTP/1.1 408"), head

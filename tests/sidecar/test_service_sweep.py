@@ -23,8 +23,9 @@ lanes:
 
 async def test_a_sweep_document_runs_its_lanes_into_one_tree(tmp_path: Path) -> None:
     async with simulator() as target, sidecar(tmp_path, target) as client:
-        async with client.post("/v1/runs", data=SWEEP_YAML,
-                               headers={"Content-Type": "application/yaml"}) as response:
+        async with client.post(
+            "/v1/runs", data=SWEEP_YAML, headers={"Content-Type": "application/yaml"}
+        ) as response:
             started = await response.json()
             assert response.status == 202, started
         run = await wait_for(client, started["id"], states={"succeeded"})
@@ -32,8 +33,14 @@ async def test_a_sweep_document_runs_its_lanes_into_one_tree(tmp_path: Path) -> 
         status, results = await call(client, "GET", f"/v1/runs/{started['id']}/results")
         assert status == 200
         names = {f["name"] for f in results["files"]}
-        assert {"lanes.json", "sweep.yaml", "short/conc_1.json", "short/conc_2.json",
-                "long/conc_2.json", "long/requests_conc_2.jsonl"} <= names
+        assert {
+            "lanes.json",
+            "sweep.yaml",
+            "short/conc_1.json",
+            "short/conc_2.json",
+            "long/conc_2.json",
+            "long/requests_conc_2.jsonl",
+        } <= names
         points = {r["file"]: r["result"] for r in results["results"]}
         assert points["long/conc_2.json"]["output_len"] == 24
         assert points["short/conc_2.json"]["output_len"] == 16
@@ -41,20 +48,29 @@ async def test_a_sweep_document_runs_its_lanes_into_one_tree(tmp_path: Path) -> 
         async with client.get(f"/v1/runs/{started['id']}/files/lanes.json") as response:
             lanes = orjson.loads(await response.read())["lanes"]
         assert [(lane["name"], lane["state"]) for lane in lanes] == [
-            ("short", "succeeded"), ("long", "succeeded")]
+            ("short", "succeeded"),
+            ("long", "succeeded"),
+        ]
 
 
 async def test_a_sweep_document_cannot_choose_the_target(tmp_path: Path) -> None:
     async with simulator() as target, sidecar(tmp_path, target) as client:
-        document = {"conc": 1, "isl": 64, "osl": 16, "encoder": "raw",
-                    "lanes": [{"name": "a"}, {"name": "b", "target": {"base-url": "http://x"}}]}
+        document = {
+            "conc": 1,
+            "isl": 64,
+            "osl": 16,
+            "encoder": "raw",
+            "lanes": [{"name": "a"}, {"name": "b", "target": {"base-url": "http://x"}}],
+        }
         status, body = await call(client, "POST", "/v1/runs", document)
         assert status == 400
-        assert body["error"].startswith("sweep document: lanes[1].target.base-url: not "
-                                        "accepted over the API")
+        assert body["error"].startswith(
+            "sweep document: lanes[1].target.base-url: not accepted over the API"
+        )
         status, body = await call(client, "POST", "/v1/runs", {"lanes": []})
         assert status == 400 and "lanes: empty" in body["error"]
-        async with client.post("/v1/runs", data=b"lanes: [", headers={
-                "Content-Type": "application/yaml"}) as response:
+        async with client.post(
+            "/v1/runs", data=b"lanes: [", headers={"Content-Type": "application/yaml"}
+        ) as response:
             assert response.status == 400
             assert "not valid YAML" in (await response.json())["error"]

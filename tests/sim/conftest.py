@@ -37,4 +37,3 @@ def sim_factory(tokenizer: Tokenizer) -> SimFactory:
 async def sim(sim_factory: SimFactory) -> AsyncIterator[RunningSimulator]:
     async with sim_factory() as running:
         yield running
-

@@ -15,8 +15,14 @@ from loadgen.tokenizer import decode
 
 def params(**fields: object) -> PlanParams:
     base: dict[str, object] = {
-        "max_tokens": 64, "min_tokens": 0, "ignore_eos": True, "eos_prob": 0.0,
-        "spec_tokens": 2, "acceptance": (0.8, 0.6), "fragment_fraction": 0.1}
+        "max_tokens": 64,
+        "min_tokens": 0,
+        "ignore_eos": True,
+        "eos_prob": 0.0,
+        "spec_tokens": 2,
+        "acceptance": (0.8, 0.6),
+        "fragment_fraction": 0.1,
+    }
     base.update(fields)
     return PlanParams(**base)  # type: ignore[arg-type]
 
@@ -88,8 +94,11 @@ def tokens_per_second_per_user(config: SimConfig, conc: int, mtp: bool) -> float
 
 def test_default_step_model_shows_the_mtp_crossover() -> None:
     config = SimConfig()
-    gain = {c: tokens_per_second_per_user(config, c, True) /
-            tokens_per_second_per_user(config, c, False) for c in (4, 8, 16, 32, 64, 128, 512)}
+    gain = {
+        c: tokens_per_second_per_user(config, c, True)
+        / tokens_per_second_per_user(config, c, False)
+        for c in (4, 8, 16, 32, 64, 128, 512)
+    }
     assert gain[4] > 1.5 and gain[16] > 1.0, gain  # MTP wins at low concurrency
     assert gain[128] < 1.0 and gain[512] < 1.0, gain  # and loses at high concurrency
     decode_step_512 = step_ns(config, 0, 512 * (config.spec_tokens + 1), 512)
@@ -97,7 +106,6 @@ def test_default_step_model_shows_the_mtp_crossover() -> None:
 
 
 def test_step_time_counts_every_token_computed() -> None:
-    config = SimConfig(step_fixed_ms=2.0, decode_token_us=10.0, prefill_token_us=1.0,
-                       seq_us=3.0)
+    config = SimConfig(step_fixed_ms=2.0, decode_token_us=10.0, prefill_token_us=1.0, seq_us=3.0)
     assert step_ns(config, 0, 0, 0) == 2_000_000
     assert step_ns(config, 1000, 30, 11) == 2_000_000 + 1_000_000 + 300_000 + 33_000

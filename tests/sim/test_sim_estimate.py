@@ -23,22 +23,44 @@ EMBEDDED = config_from_args(build_parser().parse_args(simulator_argv(0, ())[4:])
 
 
 def test_the_headline_sweep_estimate_matches_what_was_measured() -> None:
-    each = {conc: point_seconds(EMBEDDED, conc, 12 * conc, 8192, 1024)
-            for conc in (4, 8, 16, 32, 64, 128, 256, 512)}
+    each = {
+        conc: point_seconds(EMBEDDED, conc, 12 * conc, 8192, 1024)
+        for conc in (4, 8, 16, 32, 64, 128, 256, 512)
+    }
     assert each[4] == pytest.approx(26, rel=0.1)
     assert each[128] == pytest.approx(310, rel=0.1)
     assert sum(each.values()) / 60 == pytest.approx(45, rel=0.1)
     batch = running_batch(EMBEDDED, 512, 8192, 1024)
     assert batch == 113  # the KV cache holds 113 of them: the plateau
-    assert batch * 12 * 1024 / (point_seconds(EMBEDDED, 512, batch * 12, 8192, 1024)) \
-        == pytest.approx(5100, rel=0.05)
+    assert batch * 12 * 1024 / (
+        point_seconds(EMBEDDED, 512, batch * 12, 8192, 1024)
+    ) == pytest.approx(5100, rel=0.05)
 
 
 def test_a_sim_run_prints_its_estimate_and_takes_about_that(tmp_path: Path) -> None:
     sim = "--step-fixed-ms 4"
-    done = run_loadgen(["--sim", "--conc", "1,4", "--isl", "48", "--osl", "200",
-                        "--encoder", "raw", "--prompts-per-conc", "4", "--warmup-per-conc",
-                        "0", "--no-progress", "--results", str(tmp_path), "--sim-args", sim])
+    done = run_loadgen(
+        [
+            "--sim",
+            "--conc",
+            "1,4",
+            "--isl",
+            "48",
+            "--osl",
+            "200",
+            "--encoder",
+            "raw",
+            "--prompts-per-conc",
+            "4",
+            "--warmup-per-conc",
+            "0",
+            "--no-progress",
+            "--results",
+            str(tmp_path),
+            "--sim-args",
+            sim,
+        ]
+    )
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if "step model puts" in line]
     assert len(said) == 1 and re.search(r"\(conc 1 ~\d+ s, 4 ~\d+ s\)", said[0]), said

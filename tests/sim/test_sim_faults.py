@@ -16,9 +16,15 @@ from loadgen.sim.faults import draw_faults
 from tests.support.sim_helpers import SimFactory, fetch
 
 MODEL = SimConfig().model
-BODY: dict[str, Any] = {"model": MODEL, "prompt": "Say something long.", "ignore_eos": True,
-                        "max_tokens": 40, "stream": True, "return_token_ids": True,
-                        "stream_options": {"include_usage": True}}
+BODY: dict[str, Any] = {
+    "model": MODEL,
+    "prompt": "Say something long.",
+    "ignore_eos": True,
+    "max_tokens": 40,
+    "stream": True,
+    "return_token_ids": True,
+    "stream_options": {"include_usage": True},
+}
 
 
 async def read_raw_stream(url: str) -> tuple[list[bytes], BaseException | None, list[float]]:
@@ -83,8 +89,10 @@ async def test_stall_mid_stream(sim_factory: SimFactory) -> None:
 
 async def test_503_when_the_waiting_queue_is_full(sim_factory: SimFactory) -> None:
     faults = FaultConfig(max_waiting=1)
-    async with sim_factory(max_num_seqs=1, faults=faults) as sim, \
-            aiohttp.ClientSession() as session:
+    async with (
+        sim_factory(max_num_seqs=1, faults=faults) as sim,
+        aiohttp.ClientSession() as session,
+    ):
         url = sim.base_url + "/v1/completions"
         long_body = {**BODY, "max_tokens": 400}
         async with session.post(url, json=long_body) as running:
@@ -101,8 +109,9 @@ async def test_503_when_the_waiting_queue_is_full(sim_factory: SimFactory) -> No
 
 
 def sim_waiting(sim: Any) -> float:
-    value = sim.registry.get_sample_value("vllm:num_requests_waiting",
-                                          {"model_name": MODEL, "engine": "0"})
+    value = sim.registry.get_sample_value(
+        "vllm:num_requests_waiting", {"model_name": MODEL, "engine": "0"}
+    )
     return float(value or 0.0)
 
 
@@ -114,8 +123,9 @@ def test_fault_draws_are_deterministic_and_near_their_fractions(seed: int) -> No
     assert sum(d.error_500 for d in draws) / 4000 == pytest.approx(0.1, abs=0.02)
     assert sum(d.abort_at_token is not None for d in draws) / 4000 == pytest.approx(0.2, abs=0.03)
     assert all(1 <= d.abort_at_token < 100 for d in draws if d.abort_at_token is not None)
-    assert not any(draw_faults(config, seed, i, 100, stream=False).abort_at_token
-                   for i in range(200))
+    assert not any(
+        draw_faults(config, seed, i, 100, stream=False).abort_at_token for i in range(200)
+    )
 
 
 async def test_client_leaving_mid_stream_is_an_abort(sim_factory: SimFactory) -> None:
@@ -125,11 +135,17 @@ async def test_client_leaving_mid_stream_is_an_abort(sim_factory: SimFactory) ->
         await response.content.readuntil(b"\n\n")
         response.close()
         for _ in range(200):  # bounded: the engine notices within a step
-            if sim.registry.get_sample_value("vllm:request_success_total", {
-                    "model_name": MODEL, "engine": "0", "finished_reason": "abort"}):
+            if sim.registry.get_sample_value(
+                "vllm:request_success_total",
+                {"model_name": MODEL, "engine": "0", "finished_reason": "abort"},
+            ):
                 break
             await asyncio.sleep(0.01)
-        assert sim.registry.get_sample_value("vllm:num_requests_running",
-                                             {"model_name": MODEL, "engine": "0"}) == 0
+        assert (
+            sim.registry.get_sample_value(
+                "vllm:num_requests_running", {"model_name": MODEL, "engine": "0"}
+            )
+            == 0
+        )
         status, _, _ = await fetch("GET", sim.base_url + "/health")
     assert status == 200

@@ -22,20 +22,30 @@ from tests.support.sim_helpers import (
     post_stream,
 )
 
-BODY = {"model": "tiny", "prompt": "Count to one hundred.", "ignore_eos": True,
-        "return_token_ids": True, "max_tokens": 24, "stream_options": {"include_usage": True}}
+BODY = {
+    "model": "tiny",
+    "prompt": "Count to one hundred.",
+    "ignore_eos": True,
+    "return_token_ids": True,
+    "max_tokens": 24,
+    "stream_options": {"include_usage": True},
+}
 SEEDS = range(40, 48)
 
 
-async def chunk_sizes(sim_factory: SimFactory, trace: Path | None = None,
-                      **config: Any) -> tuple[list[list[int]], dict[str, float]]:
+async def chunk_sizes(
+    sim_factory: SimFactory, trace: Path | None = None, **config: Any
+) -> tuple[list[list[int]], dict[str, float]]:
     fields = {"model": "tiny", "spec_tokens": 0, "trace_path": str(trace) if trace else None}
     async with sim_factory(**{**fields, **config}) as sim, aiohttp.ClientSession() as session:
         sizes = []
         for seed in SEEDS:
-            events = await post_stream(session, sim.base_url + "/v1/completions",
-                                       {**BODY, "seed": seed},
-                                       headers={"X-Request-Id": f"r{seed}"})
+            events = await post_stream(
+                session,
+                sim.base_url + "/v1/completions",
+                {**BODY, "seed": seed},
+                headers={"X-Request-Id": f"r{seed}"},
+            )
             sizes.append([len(ids) for ids in chunk_token_ids(events)])
         async with session.get(sim.base_url + "/metrics") as response:
             samples = parse_metrics(await response.text())
@@ -48,7 +58,8 @@ async def test_off_by_default_every_step_is_one_event(sim_factory: SimFactory) -
 
 
 async def test_merged_steps_are_deterministic_and_truthfully_traced(
-        sim_factory: SimFactory, tmp_path: Path) -> None:
+    sim_factory: SimFactory, tmp_path: Path
+) -> None:
     trace = tmp_path / "trace.jsonl"
     sizes, samples = await chunk_sizes(sim_factory, trace, merge_steps_prob=0.4, seed=3)
     again, _ = await chunk_sizes(sim_factory, merge_steps_prob=0.4, seed=3)
@@ -69,8 +80,9 @@ async def test_merged_steps_are_deterministic_and_truthfully_traced(
 
 
 async def test_with_mtp_a_merged_chunk_carries_several_steps(sim_factory: SimFactory) -> None:
-    sizes, _ = await chunk_sizes(sim_factory, merge_steps_prob=0.5, spec_tokens=3,
-                                 acceptance=(1.0, 1.0, 1.0))
+    sizes, _ = await chunk_sizes(
+        sim_factory, merge_steps_prob=0.5, spec_tokens=3, acceptance=(1.0, 1.0, 1.0)
+    )
     assert all(sum(s) == 24 for s in sizes)
     assert any(size in (5, 8) for s in sizes for size in s)  # 1+4 or 4+4, as vLLM showed
     # Steps emit 1, 4, 4, 4, 4, 4, 3 tokens: every chunk ends on a step boundary.

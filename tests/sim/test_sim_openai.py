@@ -12,8 +12,10 @@ from loadgen.sim.server import RunningSimulator
 from loadgen.tokenizer import decode, encode
 
 PROMPT = "Explain continuous batching in one paragraph, please."
-MESSAGES: list[Any] = [{"role": "system", "content": "Be brief."},
-                       {"role": "user", "content": PROMPT}]
+MESSAGES: list[Any] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": PROMPT},
+]
 EXTRA = {"ignore_eos": True, "return_token_ids": True}
 
 
@@ -24,8 +26,13 @@ def client(sim: RunningSimulator) -> AsyncOpenAI:
 async def test_completions_stream(sim: RunningSimulator, tokenizer: Tokenizer) -> None:
     async with client(sim) as api:
         stream = await api.completions.create(
-            model=sim.config.model, prompt=PROMPT, max_tokens=40, stream=True,
-            stream_options={"include_usage": True}, extra_body=EXTRA)
+            model=sim.config.model,
+            prompt=PROMPT,
+            max_tokens=40,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=EXTRA,
+        )
         texts: list[str] = []
         ids: list[int] = []
         usage, finish = None, None
@@ -46,8 +53,9 @@ async def test_completions_stream(sim: RunningSimulator, tokenizer: Tokenizer) -
 
 async def test_completions_non_stream(sim: RunningSimulator, tokenizer: Tokenizer) -> None:
     async with client(sim) as api:
-        result = await api.completions.create(model=sim.config.model, prompt=PROMPT,
-                                              max_tokens=33, extra_body=EXTRA)
+        result = await api.completions.create(
+            model=sim.config.model, prompt=PROMPT, max_tokens=33, extra_body=EXTRA
+        )
     assert result.usage is not None
     assert result.usage.prompt_tokens == len(encode(tokenizer, PROMPT))
     assert result.usage.completion_tokens == 33
@@ -59,8 +67,13 @@ async def test_chat_stream(sim: RunningSimulator, tokenizer: Tokenizer) -> None:
     prompt_tokens = len(encode(tokenizer, encode_messages(MESSAGES, "chat")))
     async with client(sim) as api:
         stream = await api.chat.completions.create(
-            model=sim.config.model, messages=MESSAGES, max_tokens=25, stream=True,
-            stream_options={"include_usage": True}, extra_body=EXTRA)
+            model=sim.config.model,
+            messages=MESSAGES,
+            max_tokens=25,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=EXTRA,
+        )
         roles: list[str] = []
         texts: list[str] = []
         ids: list[int] = []
@@ -83,9 +96,14 @@ async def test_chat_non_stream_with_thinking(sim: RunningSimulator, tokenizer: T
     text = encode_messages(MESSAGES, "thinking", reasoning_effort="high")
     async with client(sim) as api:
         result = await api.chat.completions.create(
-            model=sim.config.model, messages=MESSAGES, max_tokens=12,
-            extra_body={**EXTRA, "chat_template_kwargs": {"thinking": True,
-                                                          "reasoning_effort": "high"}})
+            model=sim.config.model,
+            messages=MESSAGES,
+            max_tokens=12,
+            extra_body={
+                **EXTRA,
+                "chat_template_kwargs": {"thinking": True, "reasoning_effort": "high"},
+            },
+        )
     assert result.usage is not None
     assert result.usage.prompt_tokens == len(encode(tokenizer, text))
     assert result.usage.completion_tokens == 12

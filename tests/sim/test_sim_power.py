@@ -24,8 +24,9 @@ class FakeClock:
 
 def test_energy_is_the_exact_integral_of_piecewise_constant_power() -> None:
     clock = FakeClock()
-    model = PowerModel(PowerConfig(idle_watts=100.0, joules_per_token=0.5,
-                                   joules_per_prefill_token=0.1), clock)
+    model = PowerModel(
+        PowerConfig(idle_watts=100.0, joules_per_token=0.5, joules_per_prefill_token=0.1), clock
+    )
     start = clock.now
     # a 0.5 s step computing 10 prefill + 4 decode tokens: 1 + 2 = 3 J over 0.5 s = 6 W
     model.step(start, start + 500_000_000, prefill_tokens=10, decode_tokens=4)
@@ -77,28 +78,42 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, dict[str
         return gpu_series(await response.text())
 
 
-async def test_gpu_metrics_count_every_computed_token_on_every_gpu(
-        sim_factory: SimFactory) -> None:
+async def test_gpu_metrics_count_every_computed_token_on_every_gpu(sim_factory: SimFactory) -> None:
     # No idle draw and no prefix cache: the counter delta is a function of the tokens only.
-    power = PowerConfig(num_gpus=2, idle_watts=0.0, joules_per_token=0.25,
-                        joules_per_prefill_token=0.125)
-    async with sim_factory(power=power, spec_tokens=2, enable_prefix_caching=False) as sim, \
-            aiohttp.ClientSession() as session:
+    power = PowerConfig(
+        num_gpus=2, idle_watts=0.0, joules_per_token=0.25, joules_per_prefill_token=0.125
+    )
+    async with (
+        sim_factory(power=power, spec_tokens=2, enable_prefix_caching=False) as sim,
+        aiohttp.ClientSession() as session,
+    ):
         url = f"{sim.base_url}/gpu/metrics"
         before = await scrape(session, url)
         assert set(before) == {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}
         assert set(before["DCGM_FI_DEV_POWER_USAGE"]) == {"0", "1"}
-        events = [await post_stream(session, f"{sim.base_url}/v1/completions", {
-            "model": sim.config.model, "prompt": [7] * 40, "max_tokens": 30,
-            "ignore_eos": True, "stream_options": {"include_usage": True}})
-            for _ in range(3)]
+        events = [
+            await post_stream(
+                session,
+                f"{sim.base_url}/v1/completions",
+                {
+                    "model": sim.config.model,
+                    "prompt": [7] * 40,
+                    "max_tokens": 30,
+                    "ignore_eos": True,
+                    "stream_options": {"include_usage": True},
+                },
+            )
+            for _ in range(3)
+        ]
         after = await scrape(session, url)
     assert all(e[-2]["usage"]["completion_tokens"] == 30 for e in events)
     engine_steps_tokens = sim_decode_tokens(sim)
     expected_mj = (engine_steps_tokens * 0.25 + 3 * 40 * 0.125) * 1000
     for gpu in ("0", "1"):
-        delta = (after["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][gpu]
-                 - before["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][gpu])
+        delta = (
+            after["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][gpu]
+            - before["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][gpu]
+        )
         assert delta == pytest.approx(expected_mj, abs=1.0)  # the counter is integer mJ
 
 
@@ -108,8 +123,12 @@ def sim_decode_tokens(sim: object) -> int:
     from prometheus_client import generate_latest
 
     text = generate_latest(sim.registry).decode()  # type: ignore[attr-defined]
-    drafts = next(s.value for f in text_string_to_metric_families(text) for s in f.samples
-                  if s.name == "vllm:spec_decode_num_drafts_total")
+    drafts = next(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "vllm:spec_decode_num_drafts_total"
+    )
     return int(drafts) * 3
 
 
@@ -123,14 +142,17 @@ async def test_idle_gpus_draw_idle_watts(sim_factory: SimFactory) -> None:
         after = await scrape(session, url)
         elapsed = time.perf_counter() - t0
     assert after["DCGM_FI_DEV_POWER_USAGE"]["0"] == 200.0
-    delta_j = (after["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]["0"]
-               - before["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]["0"]) / 1000
+    delta_j = (
+        after["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]["0"]
+        - before["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]["0"]
+    ) / 1000
     assert 200.0 * 0.3 - 0.01 <= delta_j <= 200.0 * elapsed + 0.01
 
 
 def test_power_flags_build_the_model_and_are_checked() -> None:
-    args = build_parser().parse_args(["--num-gpus", "8", "--gpu-idle-watts", "90",
-                                      "--gpu-joules-per-token", "0.1"])
+    args = build_parser().parse_args(
+        ["--num-gpus", "8", "--gpu-idle-watts", "90", "--gpu-joules-per-token", "0.1"]
+    )
     config = config_from_args(args)
     assert config.power.num_gpus == 8 and config.power.idle_watts == 90.0
     assert "8 GPU(s), each 90 W idle + 0.1 J per decode token" in config.power.describe()

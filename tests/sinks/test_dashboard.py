@@ -40,8 +40,9 @@ def test_committed_json_is_what_the_generator_writes() -> None:
     assert spec is not None and spec.loader is not None
     generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)
-    assert DASHBOARD_PATH.read_text() == generate.render(), \
+    assert DASHBOARD_PATH.read_text() == generate.render(), (
         "dashboards/loadgen.json is stale: run python dashboards/generate.py"
+    )
 
 
 def test_panel_ids_unique_and_grid_inside_24_columns_without_overlap() -> None:
@@ -53,8 +54,9 @@ def test_panel_ids_unique_and_grid_inside_24_columns_without_overlap() -> None:
         grid = p["gridPos"]
         assert grid["w"] > 0 and grid["h"] > 0 and grid["x"] >= 0 and grid["y"] >= 0
         assert grid["x"] + grid["w"] <= 24, f"panel {p['id']} {p['title']} beyond column 24"
-        cells = {(grid["x"] + dx, grid["y"] + dy)
-                 for dx in range(grid["w"]) for dy in range(grid["h"])}
+        cells = {
+            (grid["x"] + dx, grid["y"] + dy) for dx in range(grid["w"]) for dy in range(grid["h"])
+        }
         assert not cells & occupied, f"panel {p['id']} {p['title']} overlaps another"
         occupied |= cells
 
@@ -81,8 +83,9 @@ def test_variables_and_schema() -> None:
     assert variables["model"]["definition"].endswith(", model_name)")  # vLLM's label
     assert variables["instance"]["multi"] is True
     exprs = [t["expr"] for p in query_panels(dashboard) for t in p["targets"]]
-    assert all("$model" in e or "loadgen_event_loop_lag" in e for e in exprs), \
+    assert all("$model" in e or "loadgen_event_loop_lag" in e for e in exprs), (
         "every query except the client-health one filters by model"
+    )
     assert all('instance=~"$instance"' in e for e in exprs), "every query filters by server"
     assert not any(re.search(r"\bmodel=", e) for e in exprs), "the label is model_name"
     assert any("$conc" in e for e in exprs)
@@ -104,26 +107,43 @@ def test_no_query_sums_over_servers() -> None:
 def test_the_issue_panels_are_there() -> None:
     exprs = " ".join(t["expr"] for p in query_panels(load_dashboard()) for t in p["targets"])
     for metric in (
-        "loadgen_time_to_first_token_seconds", "loadgen_inter_chunk_latency_seconds",
-        "loadgen_inter_token_latency_seconds", "loadgen_time_per_output_token_seconds",
-        "loadgen_e2e_request_latency_seconds", "loadgen_output_tokens_total",
-        "loadgen_prompt_tokens_total", "loadgen_requests_in_flight",
-        "loadgen_target_concurrency", "loadgen_request_errors_total",
-        "loadgen_decode_tokens_total", "loadgen_decode_chunks_total",
+        "loadgen_time_to_first_token_seconds",
+        "loadgen_inter_chunk_latency_seconds",
+        "loadgen_inter_token_latency_seconds",
+        "loadgen_time_per_output_token_seconds",
+        "loadgen_e2e_request_latency_seconds",
+        "loadgen_output_tokens_total",
+        "loadgen_prompt_tokens_total",
+        "loadgen_requests_in_flight",
+        "loadgen_target_concurrency",
+        "loadgen_request_errors_total",
+        "loadgen_decode_tokens_total",
+        "loadgen_decode_chunks_total",
         "loadgen_decode_accepted_tokens_per_position_total",
-        "loadgen_server_spec_decode_acceptance_length", "loadgen_event_loop_lag_seconds",
-        "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total",
-        "vllm:spec_decode_num_accepted_tokens_per_pos_total", "vllm:num_requests_running",
-        "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-        "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-        "vllm:prompt_tokens_total", "vllm:prefix_cache_hits_total",
-        "vllm:prefix_cache_queries_total", "vllm:num_preemptions_total",
-        "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
-        "vllm:request_decode_time_seconds", "loadgen_sessions_live",
-        "loadgen_session_trees_live", "loadgen_session_turns_total",
+        "loadgen_server_spec_decode_acceptance_length",
+        "loadgen_event_loop_lag_seconds",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:prompt_tokens_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:num_preemptions_total",
+        "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds",
+        "loadgen_sessions_live",
+        "loadgen_session_trees_live",
+        "loadgen_session_turns_total",
         "loadgen_session_cached_tokens_total",
         "loadgen_session_cache_reported_prompt_tokens_total",
-        "loadgen_session_time_to_first_token_seconds", "loadgen_gpu_power_watts",
+        "loadgen_session_time_to_first_token_seconds",
+        "loadgen_gpu_power_watts",
         "loadgen_joules_per_output_token",
     ):
         assert metric in exprs, f"no panel shows {metric}"
@@ -135,13 +155,29 @@ async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Pa
 
     # GPU power sampled from the simulator's dcgm-exporter-format /gpu/metrics: the energy
     # row's gauges get data too.
-    spec = spec_from_options({"base_url": sim_url, "conc": "2,4", "isl": 64, "osl": 96,
-                              "prompts_per_conc": 4, "warmup_per_conc": 0, "encoder": "raw",
-                              "spec_tokens": 2, "no_progress": True, "results": str(results),
-                              "gpu_metrics": [f"{sim_url}/gpu/metrics"],
-                              "gpu_metrics_interval": 0.25})
-    observer = MetricsObserver(metrics, model=MODEL, endpoint=spec.endpoint, points=len(spec.conc),
-                                spec_tokens=spec.spec_tokens)
+    spec = spec_from_options(
+        {
+            "base_url": sim_url,
+            "conc": "2,4",
+            "isl": 64,
+            "osl": 96,
+            "prompts_per_conc": 4,
+            "warmup_per_conc": 0,
+            "encoder": "raw",
+            "spec_tokens": 2,
+            "no_progress": True,
+            "results": str(results),
+            "gpu_metrics": [f"{sim_url}/gpu/metrics"],
+            "gpu_metrics_interval": 0.25,
+        }
+    )
+    observer = MetricsObserver(
+        metrics,
+        model=MODEL,
+        endpoint=spec.endpoint,
+        points=len(spec.conc),
+        spec_tokens=spec.spec_tokens,
+    )
     await run_sweep(spec, observer=observer)
 
 
@@ -156,11 +192,15 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: P
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
     sim_config = SimConfig(model=MODEL, spec_tokens=2, step_fixed_ms=12.0)
-    async with (running_simulator(sim_config) as sim, running_simulator(sim_config) as twin,
-                serve_metrics(registry) as exporter,
-                prometheus(tmp_path, {"loadgen": exporter.port, "vllm": sim.port,
-                                      "vllm-twin": twin.port}) as prom,
-                aiohttp.ClientSession() as session):
+    async with (
+        running_simulator(sim_config) as sim,
+        running_simulator(sim_config) as twin,
+        serve_metrics(registry) as exporter,
+        prometheus(
+            tmp_path, {"loadgen": exporter.port, "vllm": sim.port, "vllm-twin": twin.port}
+        ) as prom,
+        aiohttp.ClientSession() as session,
+    ):
         await wait_scraped(session, prom, jobs=3)
         await sweep_with_exporter(sim.base_url, metrics, tmp_path / "results")
         await asyncio.sleep(2.5)  # two more scrapes: the final counts are in
@@ -169,50 +209,70 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: P
         models = await label_values(session, prom, variables["model"]["definition"], {})
         assert MODEL in models
         model = {"model": regex_literal(MODEL)}
-        instances = await label_values(session, prom, variables["instance"]["definition"],
-                                       model)
-        busy, idle, client = (f"127.0.0.1:{port}"
-                              for port in (sim.port, twin.port, exporter.port))
+        instances = await label_values(session, prom, variables["instance"]["definition"], model)
+        busy, idle, client = (f"127.0.0.1:{port}" for port in (sim.port, twin.port, exporter.port))
         assert {busy, idle, client} <= set(instances)
-        concs = await label_values(session, prom, variables["conc"]["definition"],
-                                   {**model, "instance": ".*"})
+        concs = await label_values(
+            session, prom, variables["conc"]["definition"], {**model, "instance": ".*"}
+        )
         assert {"2", "4"} <= set(concs)
 
         chosen = "(" + "|".join(regex_literal(i) for i in (busy, client)) + ")"
         empty = []
         for instance, conc in ((".*", ".*"), (".*", "4"), (chosen, ".*")):
-            values = {**model, "instance": instance, "conc": conc, "__rate_interval": "1m",
-                      "__range": "5m", "__interval": "5s"}
+            values = {
+                **model,
+                "instance": instance,
+                "conc": conc,
+                "__rate_interval": "1m",
+                "__range": "5m",
+                "__interval": "5s",
+            }
             for p in query_panels(dashboard, without=SESSION_ROWS):
                 for target in p["targets"]:
                     query = substitute(target["expr"], values)
                     data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
                     if not has_data(data["result"]):
-                        empty.append(f"[instance={instance} conc={conc}] {p['title']} / "
-                                     f"{target['legendFormat']}: {query}")
+                        empty.append(
+                            f"[instance={instance} conc={conc}] {p['title']} / "
+                            f"{target['legendFormat']}: {query}"
+                        )
         assert not empty, "panels without data:\n" + "\n".join(empty)
         await check_energy_gauges(session, prom, tmp_path / "results")
 
         # One model name, two servers: two series, the idle one at 0, not one sum.
-        prompt_rate = next(t["expr"] for p in query_panels(dashboard)
-                           for t in p["targets"] if "rate(vllm:prompt_tokens_total" in t["expr"])
-        data = await prom_get(session, f"{prom}/api/v1/query", {"query": substitute(
-            prompt_rate, {**model, "instance": ".*", "__rate_interval": "1m"})})
+        prompt_rate = next(
+            t["expr"]
+            for p in query_panels(dashboard)
+            for t in p["targets"]
+            if "rate(vllm:prompt_tokens_total" in t["expr"]
+        )
+        data = await prom_get(
+            session,
+            f"{prom}/api/v1/query",
+            {
+                "query": substitute(
+                    prompt_rate, {**model, "instance": ".*", "__rate_interval": "1m"}
+                )
+            },
+        )
         by_instance = {r["metric"]["instance"]: float(r["value"][1]) for r in data["result"]}
         assert set(by_instance) == {busy, idle}
         assert by_instance[busy] > 0 and by_instance[idle] == 0
 
 
-async def check_energy_gauges(session: aiohttp.ClientSession, prom: str,
-                              results: Path) -> None:
+async def check_energy_gauges(session: aiohttp.ClientSession, prom: str, results: Path) -> None:
     """The energy row shows the result files' figures, point by point."""
     for conc in (2, 4):
         point = orjson.loads((results / f"conc_{conc}.json").read_bytes())
         assert point["power_valid"] is True, point["power_invalid_reasons"]
-        for metric, field in (("loadgen_gpu_power_watts", "avg_power_w"),
-                              ("loadgen_joules_per_output_token", "joules_per_output_token")):
-            data = await prom_get(session, f"{prom}/api/v1/query",
-                                  {"query": f'{metric}{{conc="{conc}"}}'})
+        for metric, field in (
+            ("loadgen_gpu_power_watts", "avg_power_w"),
+            ("loadgen_joules_per_output_token", "joules_per_output_token"),
+        ):
+            data = await prom_get(
+                session, f"{prom}/api/v1/query", {"query": f'{metric}{{conc="{conc}"}}'}
+            )
             [series] = data["result"]
             assert float(series["value"][1]) == pytest.approx(point[field], rel=1e-12), metric
 

@@ -36,18 +36,34 @@ from tests.support.fake_records import full_point
 MS = 1_000_000
 
 
-def make_record(request_id: int, conc: int, gaps_ms: list[float], tokens: list[int], *,
-                finish: str = "length", error: ErrorKind | None = None) -> RequestRecord:
+def make_record(
+    request_id: int,
+    conc: int,
+    gaps_ms: list[float],
+    tokens: list[int],
+    *,
+    finish: str = "length",
+    error: ErrorKind | None = None,
+) -> RequestRecord:
     start = 10 * MS
     chunk_ns = tuple(start + int(sum(gaps_ms[: i + 1]) * MS) for i in range(len(gaps_ms)))
     return RequestRecord(
-        request_id=request_id, conc=conc, input_len=100,
+        request_id=request_id,
+        conc=conc,
+        input_len=100,
         max_tokens=sum(tokens) + (0 if finish == "length" else 8),
-        scheduled_ns=start - 2 * MS, start_ns=start, connect_ns=0, chunk_ns=chunk_ns,
-        chunk_tokens=tuple(tokens), end_ns=(chunk_ns[-1] if chunk_ns else start) + 1,
-        token_source=TokenSource.TOKEN_IDS, prompt_tokens=None if error else 100,
-        completion_tokens=None if error else sum(tokens), finish_reason=finish,
-        status=200, error=error,
+        scheduled_ns=start - 2 * MS,
+        start_ns=start,
+        connect_ns=0,
+        chunk_ns=chunk_ns,
+        chunk_tokens=tuple(tokens),
+        end_ns=(chunk_ns[-1] if chunk_ns else start) + 1,
+        token_source=TokenSource.TOKEN_IDS,
+        prompt_tokens=None if error else 100,
+        completion_tokens=None if error else sum(tokens),
+        finish_reason=finish,
+        status=200,
+        error=error,
     )
 
 
@@ -55,8 +71,9 @@ def point_result(**fields: Any) -> Any:
     """A real summary of one record, with the server-side fields a test sets."""
     record = make_record(0, 1, [1.0, 1.0], [1, 1])
     result = full_point([record], PointContext(conc=1, input_len=100, output_len=2))
-    return msgspec.structs.replace(result, metrics=msgspec.structs.replace(result.metrics,
-                                                                           **fields))
+    return msgspec.structs.replace(
+        result, metrics=msgspec.structs.replace(result.metrics, **fields)
+    )
 
 
 def samples(registry: CollectorRegistry) -> list[Sample]:
@@ -65,8 +82,11 @@ def samples(registry: CollectorRegistry) -> list[Sample]:
 
 
 def value(found: Iterable[Sample], name: str, **labels: str) -> float:
-    matching = [s.value for s in found
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    matching = [
+        s.value
+        for s in found
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     assert len(matching) == 1, f"{name}{labels}: {len(matching)} samples"
     return matching[0]
 
@@ -81,8 +101,10 @@ def test_exposition_carries_what_the_records_measured() -> None:
     for record in (ok_a, ok_b, failed):
         observer.request_started(4)
         observer.request_finished(record)
-    observer.point_finished(4, point_result(server_acceptance_length=2.25,
-                                            server_acceptance_per_position=[0.7, 0.3, 0.1]))
+    observer.point_finished(
+        4,
+        point_result(server_acceptance_length=2.25, server_acceptance_per_position=[0.7, 0.3, 0.1]),
+    )
     got = samples(registry)
     point = {"model_name": "m", "endpoint": "chat", "conc": "4"}
 
@@ -95,12 +117,15 @@ def test_exposition_carries_what_the_records_measured() -> None:
     # decode chunks: a's 2nd-3rd (its 4th was cut by max_tokens), b's 2nd-3rd.
     assert value(got, "loadgen_decode_chunks_total", **point) == 4
     assert value(got, "loadgen_decode_tokens_total", **point) == 2 + 4 + 1 + 3
-    assert value(got, "loadgen_decode_accepted_tokens_per_position_total",
-                 position="0", **point) == 3
-    assert value(got, "loadgen_decode_accepted_tokens_per_position_total",
-                 position="1", **point) == 2
-    assert value(got, "loadgen_decode_accepted_tokens_per_position_total",
-                 position="2", **point) == 1
+    assert (
+        value(got, "loadgen_decode_accepted_tokens_per_position_total", position="0", **point) == 3
+    )
+    assert (
+        value(got, "loadgen_decode_accepted_tokens_per_position_total", position="1", **point) == 2
+    )
+    assert (
+        value(got, "loadgen_decode_accepted_tokens_per_position_total", position="2", **point) == 1
+    )
     assert value(got, "loadgen_time_to_first_token_seconds_sum", **point) == pytest.approx(0.012)
     assert value(got, "loadgen_e2e_request_latency_seconds_sum", **point) == pytest.approx(0.025)
     assert value(got, "loadgen_inter_chunk_latency_seconds_count", **point) == 5
@@ -115,8 +140,10 @@ def test_exposition_carries_what_the_records_measured() -> None:
     assert value(got, "loadgen_target_concurrency", model_name="m", endpoint="chat") == 4
     assert value(got, "loadgen_sweep_progress_ratio", model_name="m", endpoint="chat") == 0.5
     assert value(got, "loadgen_server_spec_decode_acceptance_length", **point) == 2.25
-    assert value(got, "loadgen_server_spec_decode_acceptance_rate_per_position",
-                 position="1", **point) == 0.3
+    assert (
+        value(got, "loadgen_server_spec_decode_acceptance_rate_per_position", position="1", **point)
+        == 0.3
+    )
     # 1 ms falls in le=0.001, 2 ms (inclusive bound) in le=0.0025 with 1 ms.
     assert value(got, "loadgen_inter_chunk_latency_seconds_bucket", le="0.001", **point) == 1
     assert value(got, "loadgen_inter_chunk_latency_seconds_bucket", le="0.0025", **point) == 2
@@ -126,29 +153,46 @@ def test_promtool_accepts_the_exposition() -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: run scripts/ensure-prometheus"
     registry = CollectorRegistry()
-    observer = MetricsObserver(LoadgenMetrics(registry), model="m", endpoint="completions",
-                               points=1)
+    observer = MetricsObserver(
+        LoadgenMetrics(registry), model="m", endpoint="completions", points=1
+    )
     observer.point_started(1, 1)
     observer.request_started(1)
     observer.request_finished(make_record(0, 1, [3.0, 1.0, 1.0], [1, 3, 2]))
     observer.session_started(1, True)  # a session turn: the session series too
     observer.request_started(1)
-    observer.request_finished(dataclasses.replace(
-        make_record(1, 1, [2.0, 1.0], [1, 1]), session_id="r.0.0:t", turn_index=0,
-        tree_id="r.0.0:t", cached_tokens=64, theoretical_cached_tokens=64))
+    observer.request_finished(
+        dataclasses.replace(
+            make_record(1, 1, [2.0, 1.0], [1, 1]),
+            session_id="r.0.0:t",
+            turn_index=0,
+            tree_id="r.0.0:t",
+            cached_tokens=64,
+            theoretical_cached_tokens=64,
+        )
+    )
     observer.session_finished(1, True)
     observer.point_finished(1, point_result(server_acceptance_rate=0.5))
     exposition = generate_latest(registry)
-    assert b'loadgen_session_time_to_first_token_seconds_count{conc="1",context_bin="0-8192"' \
+    assert (
+        b'loadgen_session_time_to_first_token_seconds_count{conc="1",context_bin="0-8192"'
         in exposition
-    checked = subprocess.run([promtool, "check", "metrics"], input=exposition,
-                             capture_output=True, timeout=30, check=False)
+    )
+    checked = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=exposition,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(min_value=0, max_value=20, allow_nan=False), max_size=200),
-       st.sampled_from(ITL_BUCKETS))
+@given(
+    st.lists(st.floats(min_value=0, max_value=20, allow_nan=False), max_size=200),
+    st.sampled_from(ITL_BUCKETS),
+)
 def test_bulk_histogram_buckets_like_prometheus_client(values: list[float], edge: float) -> None:
     values = [*values, edge]  # a value on a bound must land in that bound's bucket
     registry = CollectorRegistry()
@@ -160,8 +204,11 @@ def test_bulk_histogram_buckets_like_prometheus_client(values: list[float], edge
     got = samples(registry)
     for bound in ITL_BUCKETS:
         le = repr(float(bound))
-        ref = [s.value for s in got if s.name == "ref_seconds_bucket"
-               and float(s.labels["le"]) == bound]
+        ref = [
+            s.value
+            for s in got
+            if s.name == "ref_seconds_bucket" and float(s.labels["le"]) == bound
+        ]
         assert value(got, "bulk_seconds_bucket", le=le) == ref[0]
     assert value(got, "bulk_seconds_count") == len(values)
     assert value(got, "bulk_seconds_sum") == pytest.approx(value(got, "ref_seconds_sum"))
@@ -173,8 +220,11 @@ async def test_metrics_served_over_http_and_loop_lag_recorded() -> None:
     observer = MetricsObserver(metrics, model="m", endpoint="completions", points=1)
     for lag_s in (0.0001, 0.0002, 0.003, 0.0004, 0.02):
         observer.loop_lag(lag_s)
-    async with (serve_metrics(registry) as server, aiohttp.ClientSession() as session,
-                session.get(server.url) as response):
+    async with (
+        serve_metrics(registry) as server,
+        aiohttp.ClientSession() as session,
+        session.get(server.url) as response,
+    ):
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain")
         text = await response.text()
@@ -193,17 +243,38 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
     from loadgen.sim.config import FaultConfig
     from loadgen.sim.server import SimConfig, running_simulator
 
-    config = SimConfig(model="sim-model", spec_tokens=2, step_fixed_ms=1.0,
-                       decode_token_us=1.0, faults=FaultConfig(error_500=0.15, abort=0.1))
+    config = SimConfig(
+        model="sim-model",
+        spec_tokens=2,
+        step_fixed_ms=1.0,
+        decode_token_us=1.0,
+        faults=FaultConfig(error_500=0.15, abort=0.1),
+    )
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
     async with running_simulator(config) as sim:
-        spec = spec_from_options({"base_url": sim.base_url, "conc": "2,4", "isl": 64,
-                                  "osl": 24, "prompts_per_conc": 5, "warmup_per_conc": 0,
-                                  "encoder": "raw", "spec_tokens": 2, "no_progress": True,
-                                  "max_error_rate": 1.0, "results": str(tmp_path)})
-        observer = MetricsObserver(metrics, model="sim-model", endpoint=spec.endpoint,
-                                    points=len(spec.conc), spec_tokens=spec.spec_tokens)
+        spec = spec_from_options(
+            {
+                "base_url": sim.base_url,
+                "conc": "2,4",
+                "isl": 64,
+                "osl": 24,
+                "prompts_per_conc": 5,
+                "warmup_per_conc": 0,
+                "encoder": "raw",
+                "spec_tokens": 2,
+                "no_progress": True,
+                "max_error_rate": 1.0,
+                "results": str(tmp_path),
+            }
+        )
+        observer = MetricsObserver(
+            metrics,
+            model="sim-model",
+            endpoint=spec.endpoint,
+            points=len(spec.conc),
+            spec_tokens=spec.spec_tokens,
+        )
         outcome = await run_sweep(spec, observer=observer)
     got = samples(registry)
     assert value(got, "loadgen_sweep_progress_ratio") == 1.0
@@ -215,38 +286,44 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
         completed = result["completed"]
         failed_total += result["failed"]
         assert value(got, "loadgen_requests_total", outcome="ok", **labels) == completed
-        assert value(got, "loadgen_requests_total", outcome="error", **labels) \
-            == result["failed"]
+        assert value(got, "loadgen_requests_total", outcome="error", **labels) == result["failed"]
         for kind, count in result["errors_by_kind"].items():
             assert value(got, "loadgen_request_errors_total", kind=kind, **labels) == count
-        assert value(got, "loadgen_prompt_tokens_total", **labels) \
-            == result["total_input_tokens"]
-        assert value(got, "loadgen_output_tokens_total", **labels) \
-            == result["total_output_tokens"]
+        assert value(got, "loadgen_prompt_tokens_total", **labels) == result["total_input_tokens"]
+        assert value(got, "loadgen_output_tokens_total", **labels) == result["total_output_tokens"]
         assert value(got, "loadgen_time_to_first_token_seconds_count", **labels) == completed
-        assert value(got, "loadgen_time_to_first_token_seconds_sum", **labels) \
-            == pytest.approx(result["mean_ttft_ms"] * completed / 1000)
-        assert value(got, "loadgen_e2e_request_latency_seconds_sum", **labels) \
-            == pytest.approx(result["mean_e2el_ms"] * completed / 1000)
+        assert value(got, "loadgen_time_to_first_token_seconds_sum", **labels) == pytest.approx(
+            result["mean_ttft_ms"] * completed / 1000
+        )
+        assert value(got, "loadgen_e2e_request_latency_seconds_sum", **labels) == pytest.approx(
+            result["mean_e2el_ms"] * completed / 1000
+        )
         gaps = result["total_chunks"] - completed
         assert value(got, "loadgen_inter_chunk_latency_seconds_count", **labels) == gaps
-        assert value(got, "loadgen_inter_chunk_latency_seconds_sum", **labels) \
-            == pytest.approx(result["mean_itl_ms"] * gaps / 1000)
+        assert value(got, "loadgen_inter_chunk_latency_seconds_sum", **labels) == pytest.approx(
+            result["mean_itl_ms"] * gaps / 1000
+        )
         chunks = value(got, "loadgen_decode_chunks_total", **labels)
         assert chunks == result["stream_acceptance_decode_chunks"]
-        assert value(got, "loadgen_decode_tokens_total", **labels) / chunks \
-            == pytest.approx(result["stream_acceptance_length"])
+        assert value(got, "loadgen_decode_tokens_total", **labels) / chunks == pytest.approx(
+            result["stream_acceptance_length"]
+        )
         for position, rate in enumerate(result["stream_acceptance_per_position"]):
-            accepted = [s.value for s in got
-                        if s.name == "loadgen_decode_accepted_tokens_per_position_total"
-                        and s.labels["conc"] == labels["conc"]
-                        and s.labels["position"] == str(position)]
+            accepted = [
+                s.value
+                for s in got
+                if s.name == "loadgen_decode_accepted_tokens_per_position_total"
+                and s.labels["conc"] == labels["conc"]
+                and s.labels["position"] == str(position)
+            ]
             assert sum(accepted) / chunks == pytest.approx(rate)
-        assert value(got, "loadgen_server_spec_decode_acceptance_length", **labels) \
-            == pytest.approx(result["server_acceptance_length"])
+        assert value(
+            got, "loadgen_server_spec_decode_acceptance_length", **labels
+        ) == pytest.approx(result["server_acceptance_length"])
         assert result["acceptance_length_source"] == "stream"  # stream interval 1: valid
-        assert value(got, "loadgen_acceptance_length", source="stream", **labels) \
-            == pytest.approx(result["stream_acceptance_length"])
+        assert value(got, "loadgen_acceptance_length", source="stream", **labels) == pytest.approx(
+            result["stream_acceptance_length"]
+        )
     assert failed_total > 0, "the fault injection should have produced some errors"
     # One loop-lag quantity: the live histogram holds exactly the samples the result
     # files summarize, and its largest sample is the files' largest.
@@ -254,16 +331,21 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
     lag_count = value(got, "loadgen_event_loop_lag_seconds_count")
     assert lag_count == sum(r["client_loop_lag_samples"] for r in results) > 0
     largest_ms = max(r["client_loop_lag_max_ms"] for r in results)
-    buckets = sorted((float(s.labels["le"]), s.value) for s in got
-                     if s.name == "loadgen_event_loop_lag_seconds_bucket")
+    buckets = sorted(
+        (float(s.labels["le"]), s.value)
+        for s in got
+        if s.name == "loadgen_event_loop_lag_seconds_bucket"
+    )
     first_full = next(le for le, count in buckets if count == lag_count)
     below = [le for le, _ in buckets if le < first_full]
     assert largest_ms / 1e3 <= first_full and (not below or largest_ms / 1e3 > below[-1])
 
 
 async def test_live_metrics_serves_an_observer_that_learns_k_from_the_first_point() -> None:
-    async with live_metrics(model="m", endpoint="chat", points=2, spec_tokens=None,
-                            port=0) as (server, observer):
+    async with live_metrics(model="m", endpoint="chat", points=2, spec_tokens=None, port=0) as (
+        server,
+        observer,
+    ):
         # finish "length", last chunk of 3 tokens: cut or not depends on K.
         for conc, spec_tokens in ((1, 2), (2, None)):
             record = make_record(0, conc, [2.0, 1.0, 1.0], [1, 3, 3])

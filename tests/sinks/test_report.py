@@ -59,8 +59,12 @@ def test_write_point_failure_keeps_previous_file(tmp_path: Path) -> None:
     path = ResultsDir(tmp_path).write_point(point(2))
     before = path.read_bytes()
     broken = point(2)
-    broken = msgspec.structs.replace(broken, identity=msgspec.structs.replace(
-        broken.identity, tokenizer_check={"unserializable": object()}))
+    broken = msgspec.structs.replace(
+        broken,
+        identity=msgspec.structs.replace(
+            broken.identity, tokenizer_check={"unserializable": object()}
+        ),
+    )
     with pytest.raises(TypeError):
         ResultsDir(tmp_path).write_point(broken)
     assert path.read_bytes() == before
@@ -141,8 +145,9 @@ def test_plot_writes_png(tmp_path: Path) -> None:
 
 
 def test_plot_without_plottable_points_is_none(tmp_path: Path) -> None:
-    failed_only = full_point([failed_record(0, ErrorKind.HTTP)],
-                             PointContext(conc=1, input_len=100, output_len=8))
+    failed_only = full_point(
+        [failed_record(0, ErrorKind.HTTP)], PointContext(conc=1, input_len=100, output_len=8)
+    )
     assert plot_sweep(tmp_path / "x.png", [failed_only]) is None
     assert not (tmp_path / "x.png").exists()
 
@@ -158,8 +163,12 @@ def test_plot_without_matplotlib_is_none(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_table_marks_the_server_al_and_explains_it_once() -> None:
     def with_al(result: PointResult, length: float, source: str) -> PointResult:
-        return msgspec.structs.replace(result, metrics=msgspec.structs.replace(
-            result.metrics, acceptance_length=length, acceptance_length_source=source))
+        return msgspec.structs.replace(
+            result,
+            metrics=msgspec.structs.replace(
+                result.metrics, acceptance_length=length, acceptance_length_source=source
+            ),
+        )
 
     stream = with_al(point(2), 2.5, "stream")
     server = with_al(point(4), 2.76, "server_counters")

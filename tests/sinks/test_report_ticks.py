@@ -17,8 +17,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from loadgen.metrics.distributions import PointDistributions, quantile_curve
 from loadgen.sinks.report_figures import MAX_LOG_TICKS, distribution_plot, log_ticks, tick_label
 
-RANGES = [(lo, lo * ratio) for lo in (0.05, 1.0, 12.0, 40.0, 150.0, 2500.0)
-          for ratio in (31, 80, 300, 3000, 1e5)]
+RANGES = [
+    (lo, lo * ratio)
+    for lo in (0.05, 1.0, 12.0, 40.0, 150.0, 2500.0)
+    for ratio in (31, 80, 300, 3000, 1e5)
+]
 
 
 def drawn_labels(low: float, high: float) -> list[list[tuple[str, float, float]]]:
@@ -34,11 +37,14 @@ def drawn_labels(low: float, high: float) -> list[list[tuple[str, float, float]]
     for axes in figure.axes:
         assert axes.get_xscale() == "log"
         left, right = axes.get_xlim()
-        boxes = [(t.get_text(), t.get_window_extent(renderer))
-                 for t in axes.get_xticklabels(which="both")
-                 if t.get_visible() and t.get_text() and left <= t.get_position()[0] <= right]
-        panels.append(sorted(((text, box.x0, box.x1) for text, box in boxes),
-                             key=lambda label: label[1]))
+        boxes = [
+            (t.get_text(), t.get_window_extent(renderer))
+            for t in axes.get_xticklabels(which="both")
+            if t.get_visible() and t.get_text() and left <= t.get_position()[0] <= right
+        ]
+        panels.append(
+            sorted(((text, box.x0, box.x1) for text, box in boxes), key=lambda label: label[1])
+        )
     return panels
 
 
@@ -55,4 +61,9 @@ def test_the_range_that_overlapped_gets_1_2_5_ticks() -> None:
     assert [label for label, *_ in drawn_labels(12, 400)[0]] == ["20", "50", "100", "200"]
     assert log_ticks(1, 1e6) == [1, 100, 10_000, 1_000_000]  # every other decade
     assert [tick_label(v) for v in (0.5, 500, 2000, 200_000, 1e6)] == [
-        "0.5", "500", "2k", "200k", "1M"]
+        "0.5",
+        "500",
+        "2k",
+        "200k",
+        "1M",
+    ]

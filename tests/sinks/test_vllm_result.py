@@ -29,22 +29,47 @@ from tests.support.fake_records import MS, completed_records, failed_record, ful
 # process_result.py reads these directly: int(max_concurrency) is the `conc`, model_id the
 # `model`, and float() of total_token_throughput and output_throughput / num_gpus give
 # tput_per_gpu, output_tput_per_gpu and input_tput_per_gpu.
-PROCESS_RESULT_KEYS = ("max_concurrency", "model_id", "total_token_throughput",
-                       "output_throughput")
+PROCESS_RESULT_KEYS = ("max_concurrency", "model_id", "total_token_throughput", "output_throughput")
 # aggregate_power.py (called by process_result.py) needs a numeric window with end > start,
 # end - start within max(0.5 s, 1 %) of `duration`, and positive integer token counts.
-POWER_KEYS = ("benchmark_start_time_unix", "benchmark_end_time_unix", "duration",
-              "completed", "total_input_tokens", "total_output_tokens")
+POWER_KEYS = (
+    "benchmark_start_time_unix",
+    "benchmark_end_time_unix",
+    "duration",
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+)
 # compare_results.py reads, from process_result's output, tput_per_gpu and
 # median/p90/p99/p99.9 of ttft, intvty (from tpot) and e2el.
 COMPARE_STATS = ("median", "p90", "p99", "p99.9")
 # vLLM 0.32 serve.py: the keys of `benchmark()`'s result and main's header keys.
-VLLM_KEYS = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id",
-             "num_prompts", "request_rate", "burstiness", "max_concurrency", "duration",
-             "completed", "failed", "total_input_tokens", "total_output_tokens",
-             "request_throughput", "request_goodput", "output_throughput",
-             "total_token_throughput", "latencies", "queue_times",
-             "max_output_tokens_per_s", "max_concurrent_requests", "rtfx")
+VLLM_KEYS = (
+    "date",
+    "endpoint_type",
+    "backend",
+    "label",
+    "model_id",
+    "tokenizer_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "latencies",
+    "queue_times",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
+    "rtfx",
+)
 DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "errors")
 
 
@@ -52,9 +77,11 @@ def inferencex_derivations(bmk: dict[str, Any], num_gpus: int) -> dict[str, floa
     """What process_result.py derives (single node): every key ending in `ms` -> seconds
     under the name without `_ms`, every key containing `tpot` -> 1000/value under the name
     with `intvty`, and throughput per GPU. Raises as the script would on bad values."""
-    data = {"conc": int(bmk["max_concurrency"]),
-            "tput_per_gpu": float(bmk["total_token_throughput"]) / num_gpus,
-            "output_tput_per_gpu": float(bmk["output_throughput"]) / num_gpus}
+    data = {
+        "conc": int(bmk["max_concurrency"]),
+        "tput_per_gpu": float(bmk["total_token_throughput"]) / num_gpus,
+        "output_tput_per_gpu": float(bmk["output_throughput"]) / num_gpus,
+    }
     for key, value in bmk.items():
         if key.endswith("ms"):
             data[key.replace("_ms", "")] = float(value) / 1000.0
@@ -73,22 +100,27 @@ def check_power_window(bmk: dict[str, Any]) -> None:
 
 
 def spec_snapshots() -> tuple[ServerSnapshot, ServerSnapshot]:
-    names = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-             "vllm:spec_decode_num_accepted_tokens_total")
-    before = ServerSnapshot(dict(zip(names, (10.0, 20.0, 5.0), strict=True)),
-                            {"vllm:spec_decode_num_accepted_tokens_per_pos_total":
-                             {"0": 3.0, "1": 2.0}})
-    after = ServerSnapshot(dict(zip(names, (110.0, 220.0, 165.0), strict=True)),
-                           {"vllm:spec_decode_num_accepted_tokens_per_pos_total":
-                            {"0": 93.0, "1": 72.0}})
+    names = (
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    )
+    before = ServerSnapshot(
+        dict(zip(names, (10.0, 20.0, 5.0), strict=True)),
+        {"vllm:spec_decode_num_accepted_tokens_per_pos_total": {"0": 3.0, "1": 2.0}},
+    )
+    after = ServerSnapshot(
+        dict(zip(names, (110.0, 220.0, 165.0), strict=True)),
+        {"vllm:spec_decode_num_accepted_tokens_per_pos_total": {"0": 93.0, "1": 72.0}},
+    )
     return before, after
 
 
 def point_struct(records: list[RequestRecord], **ctx: Any) -> PointResult:
     before, after = spec_snapshots()
-    return full_point(records, PointContext(conc=4, input_len=100, output_len=2,  # type: ignore[no-any-return]
-                                            num_gpus=8, **ctx),
-                      server_before=before, server_after=after)
+    context = PointContext(conc=4, input_len=100, output_len=2, num_gpus=8, **ctx)
+    point: PointResult = full_point(records, context, server_before=before, server_after=after)
+    return point
 
 
 def point(records: list[RequestRecord], **ctx: Any) -> dict[str, Any]:
@@ -97,8 +129,16 @@ def point(records: list[RequestRecord], **ctx: Any) -> dict[str, Any]:
 
 
 def test_file_has_vllm_keys_and_what_inferencex_reads() -> None:
-    records = [make_record(i, start_ns=(1000 + i) * MS, offsets_ns=(10 * MS, (20 + i) * MS),
-                           tokens=(1, 3), sent_unix=1.7e9 + i / 1000) for i in range(5)]
+    records = [
+        make_record(
+            i,
+            start_ns=(1000 + i) * MS,
+            offsets_ns=(10 * MS, (20 + i) * MS),
+            tokens=(1, 3),
+            sent_unix=1.7e9 + i / 1000,
+        )
+        for i in range(5)
+    ]
     result = point(records)
     bmk = vllm_result(result, records, VllmResultOptions(model_id="deepseek-ai/DSv4"))
     assert set(VLLM_KEYS) <= set(bmk) and not set(DETAILED) & set(bmk)
@@ -116,8 +156,11 @@ def test_file_has_vllm_keys_and_what_inferencex_reads() -> None:
     # vLLM's spec-decode block, from the server counters (rate in percent)
     assert bmk["spec_decode_acceptance_rate"] == pytest.approx(80.0)
     assert bmk["spec_decode_acceptance_length"] == pytest.approx(2.6)
-    assert (bmk["spec_decode_num_drafts"], bmk["spec_decode_draft_tokens"],
-            bmk["spec_decode_accepted_tokens"]) == (100, 200, 160)
+    assert (
+        bmk["spec_decode_num_drafts"],
+        bmk["spec_decode_draft_tokens"],
+        bmk["spec_decode_accepted_tokens"],
+    ) == (100, 200, 160)
     assert bmk["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.9, 0.7])
 
 
@@ -147,13 +190,20 @@ def test_statistics_without_samples_are_left_out() -> None:
 
 
 def test_detailed_lists_match_the_records() -> None:
-    records = [make_record(1, start_ns=2000 * MS, offsets_ns=(30 * MS, 35 * MS, 45 * MS),
-                           tokens=(1, 2, 2)),
-               make_record(0, start_ns=1000 * MS, offsets_ns=(10 * MS, 20 * MS)),
-               failed_record(2, ErrorKind.DISCONNECT, start_ns=3000 * MS)]
-    bmk = vllm_result(point(records), records,
-                      VllmResultOptions(detailed=True, percentile_metrics=("client_queue_time",),
-                                        metric_percentiles=(50.0,)))
+    records = [
+        make_record(
+            1, start_ns=2000 * MS, offsets_ns=(30 * MS, 35 * MS, 45 * MS), tokens=(1, 2, 2)
+        ),
+        make_record(0, start_ns=1000 * MS, offsets_ns=(10 * MS, 20 * MS)),
+        failed_record(2, ErrorKind.DISCONNECT, start_ns=3000 * MS),
+    ]
+    bmk = vllm_result(
+        point(records),
+        records,
+        VllmResultOptions(
+            detailed=True, percentile_metrics=("client_queue_time",), metric_percentiles=(50.0,)
+        ),
+    )
     assert bmk["input_lens"] == [100, 100, 100] and bmk["output_lens"] == [2, 5, 0]
     assert bmk["ttfts"] == pytest.approx([0.010, 0.030, 0.0])
     assert bmk["itls"] == [pytest.approx([0.010]), pytest.approx([0.005, 0.010]), []]
@@ -167,8 +217,12 @@ def test_detailed_lists_match_the_records() -> None:
 
 def test_metadata_label_and_file_names(tmp_path: Path) -> None:
     records = [make_record(i, sent_unix=1.7e9) for i in range(3)]
-    options = VllmResultOptions(filename="dsv4_8k1k", metadata=(("tp", "8"), ("run", "a")),
-                                label="nightly", model_id="org/Model-X")
+    options = VllmResultOptions(
+        filename="dsv4_8k1k",
+        metadata=(("tp", "8"), ("run", "a")),
+        label="nightly",
+        model_id="org/Model-X",
+    )
     path = write_vllm_result(tmp_path, point_struct(records), records, options, points=1)
     assert path == tmp_path / "dsv4_8k1k.json"
     bmk = orjson.loads(path.read_bytes())
@@ -176,13 +230,29 @@ def test_metadata_label_and_file_names(tmp_path: Path) -> None:
     assert result_path(tmp_path, options, bmk, points=3) == tmp_path / "dsv4_8k1k_conc4.json"
     unnamed = VllmResultOptions(result_dir=tmp_path / "vllm")
     assert result_path(tmp_path, unnamed, bmk, points=3) == (
-        tmp_path / "vllm" / f"vllm-infqps-concurrency4-Model-X-{bmk['date']}.json")
+        tmp_path / "vllm" / f"vllm-infqps-concurrency4-Model-X-{bmk['date']}.json"
+    )
 
 
 def test_inferencex_safe_rules() -> None:
-    fields = {"a_ms": None, "b_ms": 0.0, "std_tpot_ms": 0.0, "tpot_excluded_single_token": 0,
-              "goodput_slos_ms": {"ttft": 1.0}, "p99_tpot_ms": 2.0, "ttfts": [0.0]}
+    fields = {
+        "a_ms": None,
+        "b_ms": 0.0,
+        "std_tpot_ms": 0.0,
+        "tpot_excluded_single_token": 0,
+        "goodput_slos_ms": {"ttft": 1.0},
+        "p99_tpot_ms": 2.0,
+        "ttfts": [0.0],
+    }
     assert inferencex_safe(fields) == {"b_ms": 0.0, "p99_tpot_ms": 2.0, "ttfts": [0.0]}
-    assert np.isfinite(inferencex_derivations({"max_concurrency": 1, "total_token_throughput": 1,
-                                               "output_throughput": 1,
-                                               **inferencex_safe(fields)}, 1)["p99_intvty"])
+    assert np.isfinite(
+        inferencex_derivations(
+            {
+                "max_concurrency": 1,
+                "total_token_throughput": 1,
+                "output_throughput": 1,
+                **inferencex_safe(fields),
+            },
+            1,
+        )["p99_intvty"]
+    )

@@ -22,8 +22,9 @@ def corpus(lines: int, seed: int = 0) -> list[str]:
     """Sentences of made-up words with a Zipf-like frequency, capitals, digits, punctuation."""
     rng = np.random.default_rng(seed)
     syllables = np.array(SYLLABLES)
-    words = np.array(sorted({"".join(rng.choice(syllables, size=rng.integers(1, 4)))
-                             for _ in range(6000)}))
+    words = np.array(
+        sorted({"".join(rng.choice(syllables, size=rng.integers(1, 4))) for _ in range(6000)})
+    )
     weights = 1 / np.arange(1, len(words) + 1)
     lengths = rng.integers(5, 20, size=lines)
     drawn = words[rng.choice(len(words), size=int(lengths.sum()), p=weights / weights.sum())]
@@ -44,9 +45,15 @@ def bpe4k(text: list[str]) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(text, trainers.BpeTrainer(
-        vocab_size=4096, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=["<|endoftext|>"], show_progress=False))
+    tokenizer.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=4096,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=["<|endoftext|>"],
+            show_progress=False,
+        ),
+    )
     return tokenizer
 
 
@@ -54,9 +61,15 @@ def unigram(text: list[str]) -> Tokenizer:
     tokenizer = Tokenizer(models.Unigram())
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    tokenizer.train_from_iterator(text, trainers.UnigramTrainer(
-        vocab_size=4096, special_tokens=["<unk>", "<s>", "</s>"], unk_token="<unk>",
-        show_progress=False))
+    tokenizer.train_from_iterator(
+        text,
+        trainers.UnigramTrainer(
+            vocab_size=4096,
+            special_tokens=["<unk>", "<s>", "</s>"],
+            unk_token="<unk>",
+            show_progress=False,
+        ),
+    )
     return tokenizer
 
 
@@ -64,9 +77,14 @@ def merging(text: list[str]) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(text, trainers.BpeTrainer(
-        vocab_size=2048, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+    tokenizer.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=2048,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     return tokenizer
 
 
@@ -74,8 +92,11 @@ def build_all(directory: Path) -> dict[str, Path]:
     """Train the three and save each as directory/<name>/tokenizer.json (a model dir)."""
     text = corpus(20_000)
     paths = {}
-    for name, train, lines in (("bpe4k", bpe4k, None), ("unigram", unigram, None),
-                               ("merging", merging, 4_000)):
+    for name, train, lines in (
+        ("bpe4k", bpe4k, None),
+        ("unigram", unigram, None),
+        ("merging", merging, 4_000),
+    ):
         tokenizer = train(text if lines is None else text[:lines])
         (directory / name).mkdir(parents=True, exist_ok=True)
         paths[name] = directory / name / "tokenizer.json"

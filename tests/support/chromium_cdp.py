@@ -32,8 +32,12 @@ def find_chromium() -> str | None:
         if path := shutil.which(name):
             return path
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([str(ROOT / "scripts" / "ensure-chromium")], check=True, timeout=600,
-                       capture_output=True)
+        subprocess.run(
+            [str(ROOT / "scripts" / "ensure-chromium")],
+            check=True,
+            timeout=600,
+            capture_output=True,
+        )
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -48,8 +52,11 @@ class PageReport:
 
     @property
     def errors(self) -> list[str]:
-        return ([m["text"] for m in self.console if m["level"] == "error"]
-                + self.exceptions + self.failed)
+        return (
+            [m["text"] for m in self.console if m["level"] == "error"]
+            + self.exceptions
+            + self.failed
+        )
 
 
 class _Cdp:
@@ -82,8 +89,12 @@ class _Cdp:
         r = self.report
         if method == "Runtime.consoleAPICalled":
             text = " ".join(str(a.get("value", a.get("description", ""))) for a in params["args"])
-            r.console.append({"level": "error" if params["type"] in ("error", "assert")
-                              else params["type"], "text": text})
+            r.console.append(
+                {
+                    "level": "error" if params["type"] in ("error", "assert") else params["type"],
+                    "text": text,
+                }
+            )
         elif method == "Log.entryAdded":
             entry = params["entry"]
             r.console.append({"level": entry["level"], "text": entry.get("text", "")})
@@ -100,15 +111,27 @@ class _Cdp:
 @contextlib.asynccontextmanager
 async def _browser(binary: str) -> AsyncIterator[int]:
     # Chromium's helper processes may still write to the profile as the browser exits.
-    with tempfile.TemporaryDirectory(prefix="loadgen-chromium-",
-                                     ignore_cleanup_errors=True) as profile:
+    with tempfile.TemporaryDirectory(
+        prefix="loadgen-chromium-", ignore_cleanup_errors=True
+    ) as profile:
         process = await asyncio.create_subprocess_exec(
-            binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-            "--disable-background-networking", "--disable-component-update",
-            "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-            f"--user-data-dir={profile}", "about:blank",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            binary,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            f"--user-data-dir={profile}",
+            "about:blank",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             for _ in range(300):
@@ -130,8 +153,7 @@ async def _browser(binary: str) -> AsyncIterator[int]:
                     await process.wait()
 
 
-async def open_page(binary: str, url_of_page: str, screenshot: Path,
-                    expression: str) -> PageReport:
+async def open_page(binary: str, url_of_page: str, screenshot: Path, expression: str) -> PageReport:
     """Load the page (a file: URL), wait for it, screenshot it whole, evaluate `expression`."""
     report = PageReport()
     async with _browser(binary) as port, aiohttp.ClientSession() as session:
@@ -144,20 +166,34 @@ async def open_page(binary: str, url_of_page: str, screenshot: Path,
             try:
                 for domain in ("Page", "Runtime", "Log", "Network"):
                     await cdp.call(f"{domain}.enable")
-                await cdp.call("Emulation.setDeviceMetricsOverride", width=1280, height=900,
-                               deviceScaleFactor=1, mobile=False)
+                await cdp.call(
+                    "Emulation.setDeviceMetricsOverride",
+                    width=1280,
+                    height=900,
+                    deviceScaleFactor=1,
+                    mobile=False,
+                )
                 await cdp.call("Page.navigate", url=url_of_page)
                 await asyncio.wait_for(cdp.loaded.wait(), 30)
                 await asyncio.sleep(0.5)  # late requests and console messages, if any
                 size = (await cdp.call("Page.getLayoutMetrics"))["cssContentSize"]
-                shot = await cdp.call("Page.captureScreenshot", format="png",
-                                      captureBeyondViewport=True,
-                                      clip={"x": 0, "y": 0, "width": size["width"],
-                                            "height": min(size["height"], 16000), "scale": 1})
+                shot = await cdp.call(
+                    "Page.captureScreenshot",
+                    format="png",
+                    captureBeyondViewport=True,
+                    clip={
+                        "x": 0,
+                        "y": 0,
+                        "width": size["width"],
+                        "height": min(size["height"], 16000),
+                        "scale": 1,
+                    },
+                )
                 await asyncio.to_thread(screenshot.write_bytes, base64.b64decode(shot["data"]))
                 report.screenshot = screenshot
-                value = await cdp.call("Runtime.evaluate", expression=expression,
-                                       returnByValue=True)
+                value = await cdp.call(
+                    "Runtime.evaluate", expression=expression, returnByValue=True
+                )
                 report.evaluated = value.get("result", {}).get("value")
             finally:
                 listener.cancel()

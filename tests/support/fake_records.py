@@ -93,8 +93,14 @@ def completed_records(
     return records
 
 
-def full_point(records: Sequence[RequestRecord], ctx: Any, *, server_before: Any = None,
-               server_after: Any = None, **identity: Any) -> Any:
+def full_point(
+    records: Sequence[RequestRecord],
+    ctx: Any,
+    *,
+    server_before: Any = None,
+    server_after: Any = None,
+    **identity: Any,
+) -> Any:
     """A whole PointResult from records, built by the one assembler the runner uses, with
     a fake run's identity (fields given here replace its defaults)."""
     import msgspec
@@ -103,19 +109,39 @@ def full_point(records: Sequence[RequestRecord], ctx: Any, *, server_before: Any
     from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 
     base = PointIdentity(
-        target="fake", run_id="run-test", model_id="served", endpoint_type="openai",
-        endpoint="completions", base_url="http://fake", backend="vllm", http_client="native",
-        input_len=ctx.input_len, output_len=ctx.output_len, range_ratio=1.0,
-        request_rate="inf", burstiness=1.0, loadgen_version="test", tokenizer_check=None,
-        shard=None, shards_merged=1)
+        target="fake",
+        run_id="run-test",
+        model_id="served",
+        endpoint_type="openai",
+        endpoint="completions",
+        base_url="http://fake",
+        backend="vllm",
+        http_client="native",
+        input_len=ctx.input_len,
+        output_len=ctx.output_len,
+        range_ratio=1.0,
+        request_rate="inf",
+        burstiness=1.0,
+        loadgen_version="test",
+        tokenizer_check=None,
+        shard=None,
+        shards_merged=1,
+    )
     parts = PointParts(
         identity=msgspec.structs.replace(base, **identity),
-        status=PointStatus(complete=True, stop_reason=None, stop_detail=None,
-                           incomplete_reason=None),
-        counts=PointCounts(len(records), 0, 0), processes=[], clock_uncertainty_ms=0.0,
-        synthesis=("words", None), server_metrics_by_url=None, simulator=SimulatorHealth())
-    return assemble_point(records, ctx, ctx.conc, parts, server_before=server_before,
-                          server_after=server_after)
+        status=PointStatus(
+            complete=True, stop_reason=None, stop_detail=None, incomplete_reason=None
+        ),
+        counts=PointCounts(len(records), 0, 0),
+        processes=[],
+        clock_uncertainty_ms=0.0,
+        synthesis=("words", None),
+        server_metrics_by_url=None,
+        simulator=SimulatorHealth(),
+    )
+    return assemble_point(
+        records, ctx, ctx.conc, parts, server_before=server_before, server_after=server_after
+    )
 
 
 def point_file(fields: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +150,8 @@ def point_file(fields: dict[str, Any]) -> dict[str, Any]:
     from loadgen.metrics.summary import PointContext
 
     conc = int(fields.get("max_concurrency", 1))
-    base = full_point([make_record(0, start_ns=MS, offsets_ns=[MS, 2 * MS], tokens=(1, 1))],
-                      PointContext(conc=conc, input_len=100, output_len=2)).to_json()
+    base = full_point(
+        [make_record(0, start_ns=MS, offsets_ns=[MS, 2 * MS], tokens=(1, 1))],
+        PointContext(conc=conc, input_len=100, output_len=2),
+    ).to_json()
     return {**base, **fields}

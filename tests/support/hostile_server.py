@@ -51,8 +51,14 @@ class Conn:
         self.writer.write(data)
         await self.writer.drain()
 
-    async def head(self, status: int = 200, content_type: str = "text/event-stream", *,
-                   length: int | None = None, chunked: bool = False) -> None:
+    async def head(
+        self,
+        status: int = 200,
+        content_type: str = "text/event-stream",
+        *,
+        length: int | None = None,
+        chunked: bool = False,
+    ) -> None:
         """Status line and headers; without length or chunked the body ends at close."""
         lines = [f"HTTP/1.1 {status} X", f"Content-Type: {content_type}"]
         if length is not None:
@@ -72,8 +78,9 @@ class Conn:
     async def end(self) -> None:
         await self.send(b"0\r\n\r\n")
 
-    async def answer(self, status: int, body: bytes,
-                     content_type: str = "application/json") -> None:
+    async def answer(
+        self, status: int, body: bytes, content_type: str = "application/json"
+    ) -> None:
         await self.head(status, content_type, length=len(body))
         await self.send(body)
 
@@ -92,12 +99,14 @@ Handler = Callable[[Request, Conn], Awaitable[None]]
 def answer_json(obj: Any, status: int = 200) -> Handler:
     async def handle(_request: Request, conn: Conn) -> None:
         await conn.answer(status, json.dumps(obj).encode())
+
     return handle
 
 
 def answer_bytes(body: bytes, content_type: str, status: int = 200) -> Handler:
     async def handle(_request: Request, conn: Conn) -> None:
         await conn.answer(status, body, content_type)
+
     return handle
 
 
@@ -107,8 +116,9 @@ async def hang(_request: Request, conn: Conn) -> None:
 
 async def upgrade(_request: Request, conn: Conn) -> None:
     """101 Switching Protocols to a completion, then silence."""
-    await conn.send(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n"
-                    b"Connection: Upgrade\r\n\r\n")
+    await conn.send(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"
+    )
     await conn.hang()
 
 
@@ -116,14 +126,16 @@ async def not_found(_request: Request, conn: Conn) -> None:
     await conn.answer(404, b'{"detail":"Not Found"}')
 
 
-MODELS = answer_json({"object": "list", "data": [
-    {"id": MODEL, "object": "model", "max_model_len": 1_000_000}]})
+MODELS = answer_json(
+    {"object": "list", "data": [{"id": MODEL, "object": "model", "max_model_len": 1_000_000}]}
+)
 
 COUNT = object()  # usage value placeholder: the true cumulative count
 
 
-def token_events(max_tokens: int, *, usage: Any = COUNT, text: Any = "w", ids: bool = True,
-                 pad: int = 0) -> list[dict[str, Any]]:
+def token_events(
+    max_tokens: int, *, usage: Any = COUNT, text: Any = "w", ids: bool = True, pad: int = 0
+) -> list[dict[str, Any]]:
     """vLLM's /v1/completions stream with return_token_ids and continuous usage.
 
     `usage` replaces every completion_tokens value (any JSON, however wrong; None: no
@@ -132,21 +144,33 @@ def token_events(max_tokens: int, *, usage: Any = COUNT, text: Any = "w", ids: b
     """
     events: list[dict[str, Any]] = []
     for n in range(1, max_tokens + 1):
-        choice: dict[str, Any] = {"index": 0, "text": text,
-                                  "finish_reason": "length" if n == max_tokens else None}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": text,
+            "finish_reason": "length" if n == max_tokens else None,
+        }
         if ids:
             choice["token_ids"] = [7]
-        event: dict[str, Any] = {"id": "cmpl-h", "object": "text_completion",
-                                 "choices": [choice]}
+        event: dict[str, Any] = {"id": "cmpl-h", "object": "text_completion", "choices": [choice]}
         if n == 1 and pad:
             event["padding"] = "x" * pad
         if usage is not None:
-            event["usage"] = {"prompt_tokens": 3,
-                              "completion_tokens": n if usage is COUNT else usage}
+            event["usage"] = {
+                "prompt_tokens": 3,
+                "completion_tokens": n if usage is COUNT else usage,
+            }
         events.append(event)
     if usage is not None:
-        events.append({"id": "cmpl-h", "choices": [], "usage": {
-            "prompt_tokens": 3, "completion_tokens": max_tokens if usage is COUNT else usage}})
+        events.append(
+            {
+                "id": "cmpl-h",
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 3,
+                    "completion_tokens": max_tokens if usage is COUNT else usage,
+                },
+            }
+        )
     return events
 
 
@@ -162,26 +186,38 @@ def sse(events: Iterable[dict[str, Any] | str], eol: bytes = b"\n") -> bytes:
     return bytes(out)
 
 
-def completion(*, eol: bytes = b"\n", usage: Any = COUNT, text: Any = "w", ids: bool = True,
-               pad: int = 0, piece: int | None = None, then: str = "end") -> Handler:
+def completion(
+    *,
+    eol: bytes = b"\n",
+    usage: Any = COUNT,
+    text: Any = "w",
+    ids: bool = True,
+    pad: int = 0,
+    piece: int | None = None,
+    then: str = "end",
+) -> Handler:
     """A streamed completion for the request's max_tokens, written as scripted.
 
     piece: write the body in pieces of this many bytes, one per event-loop turn (the
     client then sees small reads); then: "end" (a proper end), "silence" (never end).
     """
+
     async def handle(request: Request, conn: Conn) -> None:
-        body = sse(token_events(request.json()["max_tokens"], usage=usage, text=text,
-                                ids=ids, pad=pad), eol)
+        body = sse(
+            token_events(request.json()["max_tokens"], usage=usage, text=text, ids=ids, pad=pad),
+            eol,
+        )
         await conn.head(chunked=True)
         step = piece or len(body)
         for start in range(0, len(body), step):
-            await conn.chunk(body[start:start + step])
+            await conn.chunk(body[start : start + step])
             if piece:
                 await asyncio.sleep(0)
         if then == "silence":
             await conn.hang()
             return
         await conn.end()
+
     return handle
 
 
@@ -189,12 +225,15 @@ def sized_response(max_tokens: int) -> bytes:
     """A whole streamed completion with a Content-Length (keep-alive) body."""
     body = sse(token_events(max_tokens))
     return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(body), body)
+        len(body),
+        body,
+    )
 
 
 def answer_twice(delay: float | None = None) -> Handler:
     """A whole keep-alive response, then a second one no request asked for: in the same
     write (delay None) or `delay` seconds later (the late end of an earlier answer)."""
+
     async def handle(request: Request, conn: Conn) -> None:
         response = sized_response(request.json()["max_tokens"])
         if delay is None:
@@ -203,6 +242,7 @@ def answer_twice(delay: float | None = None) -> Handler:
         await conn.send(response)
         await asyncio.sleep(delay)
         await conn.send(response)
+
     return handle
 
 
@@ -210,6 +250,7 @@ def endless(start: bytes, filler: bytes, *, head: bool = True) -> Handler:
     """`start`, then `filler` over and over until the client hangs up: an SSE line or
     event that never ends (head=True: inside a chunked event-stream body), or a response
     head that never ends (head=False: `start` is the head's beginning)."""
+
     async def handle(_request: Request, conn: Conn) -> None:
         if head:
             await conn.head(chunked=True)
@@ -222,6 +263,7 @@ def endless(start: bytes, filler: bytes, *, head: bool = True) -> Handler:
                 await conn.chunk(block)
             else:
                 await conn.send(block)
+
     return handle
 
 
@@ -231,6 +273,7 @@ def alternate(*handlers: Handler) -> Handler:
 
     async def handle(request: Request, conn: Conn) -> None:
         await next(turn)(request, conn)
+
     return handle
 
 
@@ -245,9 +288,14 @@ class HostileServer:
     requests: list[Request] = field(default_factory=list)  # every request, in order
 
     def __post_init__(self) -> None:
-        self.routes = {"/v1/models": MODELS, "/tokenize": not_found, "/version": not_found,
-                       "/metrics": not_found, "/v1/completions": completion(),
-                       **self.routes}
+        self.routes = {
+            "/v1/models": MODELS,
+            "/tokenize": not_found,
+            "/version": not_found,
+            "/metrics": not_found,
+            "/v1/completions": completion(),
+            **self.routes,
+        }
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
@@ -275,8 +323,7 @@ class HostileServer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 5)
 
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)

@@ -34,9 +34,25 @@ def start_sim(port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     """`loadgen sim` on 127.0.0.1:port, answering /health before this returns."""
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "loadgen", "sim", "--host", "127.0.0.1", "--port",
-             str(port), "--step-fixed-ms", "3", "--spin-us", "0", *extra],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "loadgen",
+                "sim",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--step-fixed-ms",
+                "3",
+                "--spin-us",
+                "0",
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert process.poll() is None, log.read_text()
@@ -67,15 +83,27 @@ def simulator(log: Path) -> Iterator[str]:
 
 
 def loadgen(args: Sequence[str], **popen: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "loadgen", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadgen", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        **popen,
+    )
 
 
-def run_loadgen(args: Sequence[str], timeout: float = 240, **popen: Any
-                ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, **popen)
+def run_loadgen(
+    args: Sequence[str], timeout: float = 240, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        **popen,
+    )
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -31,8 +31,9 @@ def load_dashboard() -> dict[str, Any]:
     return data
 
 
-def query_panels(dashboard: dict[str, Any], *, rows: Collection[str] | None = None,
-                 without: Collection[str] = ()) -> list[dict[str, Any]]:
+def query_panels(
+    dashboard: dict[str, Any], *, rows: Collection[str] | None = None, without: Collection[str] = ()
+) -> list[dict[str, Any]]:
     """The panels with queries (not rows), those of `rows` only when given, none of `without`."""
     picked, row = [], None
     for p in dashboard["panels"]:
@@ -76,16 +77,24 @@ async def prometheus(tmp: Path, targets: dict[str, int]) -> AsyncIterator[str]:
     binary = shutil.which("prometheus")
     assert binary, "prometheus missing: run scripts/ensure-prometheus"
     config = tmp / "prometheus.yml"
-    jobs = "".join(f"  - job_name: {job}\n    static_configs:\n"
-                   f"      - targets: ['127.0.0.1:{port}']\n" for job, port in targets.items())
-    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                      f"scrape_configs:\n{jobs}")
+    jobs = "".join(
+        f"  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        for job, port in targets.items()
+    )
+    config.write_text(
+        f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{jobs}"
+    )
     for _attempt in range(3):
         port = free_port()
         process = await asyncio.create_subprocess_exec(
-            binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             if await wait_ready(url, process):
@@ -111,8 +120,7 @@ async def wait_ready(url: str, process: asyncio.subprocess.Process) -> bool:
     raise AssertionError("prometheus not ready after 30 s")
 
 
-async def prom_get(session: aiohttp.ClientSession, url: str,
-                   params: dict[str, str]) -> Any:
+async def prom_get(session: aiohttp.ClientSession, url: str, params: dict[str, str]) -> Any:
     async with session.get(url, params=params) as response:
         body = await response.json()
         assert response.status == 200 and body["status"] == "success", (params, body)
@@ -128,12 +136,12 @@ async def wait_scraped(session: aiohttp.ClientSession, url: str, jobs: int) -> N
     raise AssertionError(f"targets never all up: {data}")
 
 
-async def label_values(session: aiohttp.ClientSession, prom: str, definition: str,
-                       variables: dict[str, str]) -> list[str]:
+async def label_values(
+    session: aiohttp.ClientSession, prom: str, definition: str, variables: dict[str, str]
+) -> list[str]:
     """Grafana's label_values(selector, label) as the Prometheus series API answers it."""
     match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", definition)
     assert match, definition
     selector = substitute(match[1], variables)
-    data = await prom_get(session, f"{prom}/api/v1/label/{match[2]}/values",
-                          {"match[]": selector})
+    data = await prom_get(session, f"{prom}/api/v1/label/{match[2]}/values", {"match[]": selector})
     return list(data)

@@ -15,8 +15,9 @@ class Recording:
     sent: bytearray = field(default_factory=bytearray)
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                keep: bytearray | None) -> None:
+async def _pump(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, keep: bytearray | None
+) -> None:
     try:
         while data := await reader.read(65536):
             if keep is not None:

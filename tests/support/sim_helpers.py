@@ -20,13 +20,14 @@ def sse_events(raw: bytes) -> list[Any]:
         if not block.strip():
             continue
         assert block.startswith(b"data: "), block
-        payload = block[len(b"data: "):]
+        payload = block[len(b"data: ") :]
         events.append("[DONE]" if payload == b"[DONE]" else orjson.loads(payload))
     return events
 
 
-async def post_stream(session: Any, url: str, body: dict[str, Any],
-                      headers: dict[str, str] | None = None) -> list[Any]:
+async def post_stream(
+    session: Any, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> list[Any]:
     """POST a streaming request and return its decoded events."""
     async with session.post(url, json={**body, "stream": True}, headers=headers) as response:
         assert response.status == 200, await response.text()
@@ -70,11 +71,19 @@ def metric(samples: dict[str, float], name: str, **labels: str) -> float:
     return total
 
 
-async def fetch(method: str, url: str, *, json: Any = None, data: bytes | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+async def fetch(
+    method: str,
+    url: str,
+    *,
+    json: Any = None,
+    data: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     """One request on a fresh session: (status, headers, body)."""
     import aiohttp
 
-    async with aiohttp.ClientSession() as session, session.request(
-            method, url, json=json, data=data, headers=headers) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, url, json=json, data=data, headers=headers) as response,
+    ):
         return response.status, dict(response.headers), await response.read()

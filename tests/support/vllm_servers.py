@@ -31,8 +31,11 @@ SPEC_TOKENS = 3
 MODEL_PLACEHOLDER = "<tiny model dir>"
 # draft == target: every draft token is accepted, so every decode step emits K + 1 tokens.
 CONFIGS: dict[str, dict[str, Any] | None] = {
-    "draft": {"method": "draft_model", "model": MODEL_PLACEHOLDER,
-              "num_speculative_tokens": SPEC_TOKENS},
+    "draft": {
+        "method": "draft_model",
+        "model": MODEL_PLACEHOLDER,
+        "num_speculative_tokens": SPEC_TOKENS,
+    },
     "ngram": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 4},
     "plain": None,
     "prefix": None,
@@ -84,8 +87,11 @@ class VllmServer:
             return bytes(response.read())
 
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
-        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
 
@@ -141,17 +147,31 @@ class ServerPool:
         speculative = CONFIGS[config]
         spec_json = None
         if speculative is not None:
-            spec_json = json.dumps({k: str(self._env.model) if v == MODEL_PLACEHOLDER else v
-                                    for k, v in speculative.items()})
-        state = vllm_cpu.start_server(python=self._env.python, model=str(self._env.model),
-                                      work_dir=self._work_root / config,
-                                      speculative_config=spec_json, timeout_s=900.0,
-                                      extra=EXTRA_ARGS.get(config, ()),
-                                      preexec_fn=_die_with_parent)
-        self._live = VllmServer(config=config, url=state["url"], pid=state["pid"],
-                                spec_tokens=SPEC_TOKENS if speculative else None,
-                                model=self._env.model, log=Path(state["log"]),
-                                startup_s=state["startup_s"], rss_mb=state["rss_mb"])
+            spec_json = json.dumps(
+                {
+                    k: str(self._env.model) if v == MODEL_PLACEHOLDER else v
+                    for k, v in speculative.items()
+                }
+            )
+        state = vllm_cpu.start_server(
+            python=self._env.python,
+            model=str(self._env.model),
+            work_dir=self._work_root / config,
+            speculative_config=spec_json,
+            timeout_s=900.0,
+            extra=EXTRA_ARGS.get(config, ()),
+            preexec_fn=_die_with_parent,
+        )
+        self._live = VllmServer(
+            config=config,
+            url=state["url"],
+            pid=state["pid"],
+            spec_tokens=SPEC_TOKENS if speculative else None,
+            model=self._env.model,
+            log=Path(state["log"]),
+            startup_s=state["startup_s"],
+            rss_mb=state["rss_mb"],
+        )
         self.started.append(self._live)
         return self._live
 

@@ -17,13 +17,20 @@ def chat_event(delta: dict[str, str]) -> bytes:
 
 def test_chat_reasoning_deltas_are_told_apart_from_content() -> None:
     reply = ReplyText()
-    for delta in ({"reasoning": "think "}, {"reasoning_content": "more"},
-                  {"content": "answer"}, {"role": "assistant"}):
+    for delta in (
+        {"reasoning": "think "},
+        {"reasoning_content": "more"},
+        {"content": "answer"},
+        {"role": "assistant"},
+    ):
         event = decode_event(chat_event(delta))
         reply.add(event.text, event.reasoning)
     assert (reply.reasoning, reply.content) == (["think ", "more"], ["answer", ""])
     assert assistant_message(reply, endpoint="chat", encoder="dsv4", thinking="thinking") == {
-        "role": "assistant", "content": "answer", "reasoning": "think more"}
+        "role": "assistant",
+        "content": "answer",
+        "reasoning": "think more",
+    }
     assert not decode_event(b'{"choices":[{"index":0,"text":"x"}]}').reasoning
 
 
@@ -37,18 +44,30 @@ def test_empty_reply() -> None:
 
 def test_dsv4_completion_split_as_the_encoder_parses_it() -> None:
     assert dsv4_message("why</think>so", "thinking") == {
-        "role": "assistant", "content": "so", "reasoning_content": "why"}
+        "role": "assistant",
+        "content": "so",
+        "reasoning_content": "why",
+    }
     # cut short by max_tokens inside the reasoning: all of it is reasoning
     assert dsv4_message("still thinking", "thinking")["content"] == ""
     # chat mode: no reasoning, the whole text is content
     assert dsv4_message("plain", "chat") == {
-        "role": "assistant", "content": "plain", "reasoning_content": None}
+        "role": "assistant",
+        "content": "plain",
+        "reasoning_content": None,
+    }
 
 
 def test_dsv4_completion_the_parser_refuses_is_kept_as_text() -> None:
     cut_call = f"why</think>doing it\n\n{TOOL_CALLS_OPEN}\n<｜DSML｜invoke name="
     assert dsv4_message(cut_call, "thinking") == {
-        "role": "assistant", "content": cut_call.split("</think>")[1], "reasoning_content": "why"}
+        "role": "assistant",
+        "content": cut_call.split("</think>")[1],
+        "reasoning_content": "why",
+    }
     after_eos = f"a</think>b{EOS}c"
     assert dsv4_message(after_eos, "thinking") == {
-        "role": "assistant", "content": "bc", "reasoning_content": "a"}
+        "role": "assistant",
+        "content": "bc",
+        "reasoning_content": "a",
+    }

@@ -232,9 +232,14 @@ def test_tokenizer_without_words_has_no_word_pool_and_gets_fitted_prompts() -> N
     tokenizer = Tokenizer(models.WordLevel({"[unk]": 0, "a": 1}, unk_token="[unk]"))
     with pytest.raises(PoolUnusable, match="too few single-token lowercase words"):
         build_word_pool(tokenizer)
-    [prompt] = synthesize_prompts([1], encoder="raw", thinking_mode="chat",
-                                  reasoning_effort=None, tokenizer=tokenizer,
-                                  rng=np.random.default_rng(0))
+    [prompt] = synthesize_prompts(
+        [1],
+        encoder="raw",
+        thinking_mode="chat",
+        reasoning_effort=None,
+        tokenizer=tokenizer,
+        rng=np.random.default_rng(0),
+    )
     assert prompt.num_tokens == len(encode(tokenizer, prompt.text)) == 1 and prompt.exact
 
 

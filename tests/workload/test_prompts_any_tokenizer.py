@@ -29,16 +29,23 @@ def tokenizer_named(name: str, built: dict[str, Path]) -> Tokenizer:
     return load_tokenizer(built[name], check_dsv4=False)
 
 
-def make(tok: Tokenizer, lengths: list[int], *, encoder: str = "raw", seed: int = 0,
-         mode: str = "chat") -> list[Prompt]:
-    return synthesize_prompts(lengths, encoder=encoder, thinking_mode=mode,
-                              reasoning_effort=None, tokenizer=tok,
-                              rng=np.random.default_rng(seed))
+def make(
+    tok: Tokenizer, lengths: list[int], *, encoder: str = "raw", seed: int = 0, mode: str = "chat"
+) -> list[Prompt]:
+    return synthesize_prompts(
+        lengths,
+        encoder=encoder,
+        thinking_mode=mode,
+        reasoning_effort=None,
+        tokenizer=tok,
+        rng=np.random.default_rng(seed),
+    )
 
 
 def measured(tok: Tokenizer, prompts: list[Prompt]) -> list[int]:
-    return [len(e.ids) for e in tok.encode_batch([p.text for p in prompts],
-                                                 add_special_tokens=False)]
+    return [
+        len(e.ids) for e in tok.encode_batch([p.text for p in prompts], add_special_tokens=False)
+    ]
 
 
 @pytest.mark.parametrize("name", ["bpe4k", "unigram", "dsv4"])
@@ -46,8 +53,10 @@ def test_the_three_test_tokenizers_give_exact_lengths_by_construction(
     name: str, built_tokenizers: dict[str, Path]
 ) -> None:
     tok = tokenizer_named(name, built_tokenizers)
-    assert synthesis(encoder="raw", thinking_mode="chat", reasoning_effort=None,
-                     tokenizer=tok).method == "words"
+    assert (
+        synthesis(encoder="raw", thinking_mode="chat", reasoning_effort=None, tokenizer=tok).method
+        == "words"
+    )
     lengths = LENGTHS * 3
     prompts = make(tok, lengths)
     assert measured(tok, prompts) == lengths
@@ -61,8 +70,9 @@ def test_the_three_test_tokenizers_give_exact_lengths_by_construction(
 
 def test_dsv4_template_with_the_dsv4_tokenizer_is_still_exact() -> None:
     tok = load_tokenizer()
-    smallest = template_tokens(encoder="dsv4", thinking_mode="thinking",
-                               reasoning_effort=None, tokenizer=tok)
+    smallest = template_tokens(
+        encoder="dsv4", thinking_mode="thinking", reasoning_effort=None, tokenizer=tok
+    )
     lengths = [smallest, smallest + 1, 100, 3000]
     assert measured(tok, make(tok, lengths, encoder="dsv4", mode="thinking")) == lengths
 
@@ -91,7 +101,7 @@ def test_metaspace_words_are_found(built_tokenizers: dict[str, Path]) -> None:
 
 
 def test_a_tokenizer_that_merges_words_gets_fitted_exact_prompts(
-    built_tokenizers: dict[str, Path]
+    built_tokenizers: dict[str, Path],
 ) -> None:
     tok = tokenizer_named("merging", built_tokenizers)
     with pytest.raises(PoolUnusable, match="merges adjacent words"):
@@ -111,8 +121,9 @@ def test_a_tokenizer_that_merges_words_gets_fitted_exact_prompts(
 def test_where_no_exact_length_exists_the_true_length_is_reported() -> None:
     """Without a pre-tokenizer a WordLevel model sees one unknown word in any text with a
     space: only 0, 1 or 2 tokens are possible, and the prompt says so."""
-    words = {"[unk]": 0} | {a + b: i + 1 for i, (a, b) in enumerate(
-        (a, b) for a in "abcdefgh" for b in "abcdefgh")}
+    words = {"[unk]": 0} | {
+        a + b: i + 1 for i, (a, b) in enumerate((a, b) for a in "abcdefgh" for b in "abcdefgh")
+    }
     tok = Tokenizer(models.WordLevel(words, unk_token="[unk]"))
     prompts = make(tok, [1, 5, 300])
     counts = measured(tok, prompts)

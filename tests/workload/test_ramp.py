@@ -33,8 +33,15 @@ def test_each_gap_has_its_own_requests_rate() -> None:
     """Gap i has mean 1 / r_i: over many seeded draws, the mean gap of the first requests
     of a 1 -> 100 req/s ramp is ~1 s and of the last ~10 ms (Poisson: std = mean)."""
     rates = ramp_rates(200, "linear", 1.0, 100.0)
-    draws = np.array([np.diff([0, *ramp_offsets_ns(rates, 1.0, np.random.default_rng(s))])
-                      for s in range(400)]) / 1e9
+    draws = (
+        np.array(
+            [
+                np.diff([0, *ramp_offsets_ns(rates, 1.0, np.random.default_rng(s))])
+                for s in range(400)
+            ]
+        )
+        / 1e9
+    )
     mean_gap = draws.mean(axis=0)
     expected = 1 / np.asarray(rates)
     # 400 draws: the standard error of each mean gap is expected / 20; 5 of them
@@ -51,8 +58,16 @@ def test_burstiness_keeps_the_mean_and_changes_the_spread() -> None:
 
 
 def test_the_point_uses_the_ramp_from_its_seed(tmp_path: Path) -> None:
-    spec = RunSpec(conc=(4,), isl=64, osl=8, sim=True, ramp_up_strategy="exponential",
-                   ramp_up_start_rps=1.0, ramp_up_end_rps=50.0, results_dir=tmp_path)
+    spec = RunSpec(
+        conc=(4,),
+        isl=64,
+        osl=8,
+        sim=True,
+        ramp_up_strategy="exponential",
+        ramp_up_start_rps=1.0,
+        ramp_up_end_rps=50.0,
+        results_dir=tmp_path,
+    )
     assert spec.open_loop
     first = point_offsets_ns(spec, 4)
     assert first == point_offsets_ns(spec, 4) and len(first) == 40  # seeded, conc x 10
@@ -63,37 +78,92 @@ def test_the_point_uses_the_ramp_from_its_seed(tmp_path: Path) -> None:
     assert rates[0] == 1.0 and rates[-1] == pytest.approx(50.0)
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1"], "both"),
-    (["--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2"], "need --ramp-up-strategy"),
-    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "2"],
-     "a ramp goes up"),
-    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "0", "--ramp-up-end-rps", "2"],
-     "> 0"),
-    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2",
-      "--request-rate", "3"], "drop --request-rate"),
-    (["--slice-duration", "0"], "--slice-duration"),
-    (["--saturation-window", "-1"], "--saturation-window"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1"], "both"),
+        (["--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2"], "need --ramp-up-strategy"),
+        (
+            ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "2"],
+            "a ramp goes up",
+        ),
+        (
+            ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "0", "--ramp-up-end-rps", "2"],
+            "> 0",
+        ),
+        (
+            [
+                "--ramp-up-strategy",
+                "linear",
+                "--ramp-up-start-rps",
+                "1",
+                "--ramp-up-end-rps",
+                "2",
+                "--request-rate",
+                "3",
+            ],
+            "drop --request-rate",
+        ),
+        (["--slice-duration", "0"], "--slice-duration"),
+        (["--saturation-window", "-1"], "--saturation-window"),
+    ],
+)
 def test_bad_load_flags_are_one_line(flags: list[str], message: str, tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=message):
-        spec_from_argv(["--sim", "--conc", "4", "--isl", "64", "--osl", "8",
-                        "--results", str(tmp_path / "r"), *flags])
+        spec_from_argv(
+            [
+                "--sim",
+                "--conc",
+                "4",
+                "--isl",
+                "64",
+                "--osl",
+                "8",
+                "--results",
+                str(tmp_path / "r"),
+                *flags,
+            ]
+        )
 
 
 def test_the_flags_reach_the_spec(tmp_path: Path) -> None:
-    spec = spec_from_argv(["--sim", "--conc", "4", "--isl", "64", "--osl", "8",
-                           "--results", str(tmp_path / "r"), "--ramp-up-strategy", "linear",
-                           "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "9",
-                           "--slice-duration", "2.5", "--no-saturation-stop"])
-    assert (spec.ramp_up_strategy, spec.ramp_up_start_rps, spec.ramp_up_end_rps) == \
-        ("linear", 1.0, 9.0)
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--conc",
+            "4",
+            "--isl",
+            "64",
+            "--osl",
+            "8",
+            "--results",
+            str(tmp_path / "r"),
+            "--ramp-up-strategy",
+            "linear",
+            "--ramp-up-start-rps",
+            "1",
+            "--ramp-up-end-rps",
+            "9",
+            "--slice-duration",
+            "2.5",
+            "--no-saturation-stop",
+        ]
+    )
+    assert (spec.ramp_up_strategy, spec.ramp_up_start_rps, spec.ramp_up_end_rps) == (
+        "linear",
+        1.0,
+        9.0,
+    )
     assert spec.slice_duration_s == 2.5 and spec.saturation_stop is False and spec.open_loop
 
 
 def test_rate_stages_parse_with_units() -> None:
     assert parse_rate_stages("5@30s, 20@30,40@1m,2@500ms") == (
-        (5.0, 30.0), (20.0, 30.0), (40.0, 60.0), (2.0, 0.5))
+        (5.0, 30.0),
+        (20.0, 30.0),
+        (40.0, 60.0),
+        (2.0, 0.5),
+    )
     for bad in ("5", "5@", "0@3s", "5@-1s", "x@3s", "5@3h"):
         with pytest.raises(SpecError, match="--rate-stages"):
             parse_rate_stages(bad)
@@ -110,7 +180,7 @@ def test_each_stage_has_its_own_rate_and_none_spills_over() -> None:
         offsets = np.array(staged_offsets_ns(stages, 1.0, np.random.default_rng(seed), count))
         assert len(offsets) == count and np.all(np.diff(offsets) >= 0)
         sent = offsets[offsets < 30e9]
-        assert np.all(offsets[len(sent):] == 31e9)  # the unused tail, past the deadline
+        assert np.all(offsets[len(sent) :] == 31e9)  # the unused tail, past the deadline
         firsts.append(int((sent < 20e9).sum()))
         seconds.append(int((sent >= 20e9).sum()))
     # Poisson means 100 and 500 (std 10 and 22): the means of 30 seeds within 3 std errors
@@ -119,16 +189,45 @@ def test_each_stage_has_its_own_rate_and_none_spills_over() -> None:
 
 
 def test_stages_set_the_points_duration_and_requests(tmp_path: Path) -> None:
-    spec = spec_from_argv(["--sim", "--conc", "8", "--isl", "64", "--osl", "8",
-                           "--results", str(tmp_path / "r"), "--rate-stages", "2@3s,10@2s"])
+    spec = spec_from_argv(
+        [
+            "--sim",
+            "--conc",
+            "8",
+            "--isl",
+            "64",
+            "--osl",
+            "8",
+            "--results",
+            str(tmp_path / "r"),
+            "--rate-stages",
+            "2@3s,10@2s",
+        ]
+    )
     assert spec.rate_stages == ((2.0, 3.0), (10.0, 2.0)) and spec.open_loop
     assert spec.point_duration_s == 5.0
     assert spec.measured_requests(8) == stage_request_bound(spec.rate_stages, 1.0)
-    for extra, message in ((["--request-rate", "3"], "drop --request-rate"),
-                           (["--duration", "3"], "drop --duration")):
+    for extra, message in (
+        (["--request-rate", "3"], "drop --request-rate"),
+        (["--duration", "3"], "drop --duration"),
+    ):
         with pytest.raises(SpecError, match=message):
-            spec_from_argv(["--sim", "--conc", "8", "--isl", "64", "--osl", "8", "--results",
-                            str(tmp_path / "r"), "--rate-stages", "2@3s", *extra])
+            spec_from_argv(
+                [
+                    "--sim",
+                    "--conc",
+                    "8",
+                    "--isl",
+                    "64",
+                    "--osl",
+                    "8",
+                    "--results",
+                    str(tmp_path / "r"),
+                    "--rate-stages",
+                    "2@3s",
+                    *extra,
+                ]
+            )
 
 
 def test_a_sweep_file_gives_the_stages_as_a_list() -> None:

@@ -26,16 +26,29 @@ def tokenizer() -> Tokenizer:
 
 
 def renderer(tokenizer: Tokenizer, effort: str | None = None) -> BlockRenderer:
-    template = user_template(encoder="dsv4", thinking_mode="thinking", reasoning_effort=effort,
-                             tokenizer=tokenizer)
+    template = user_template(
+        encoder="dsv4", thinking_mode="thinking", reasoning_effort=effort, tokenizer=tokenizer
+    )
     return BlockRenderer(BlockText(word_pool(tokenizer), 64), template)
 
 
-@pytest.mark.parametrize(("num_tokens", "effort"), [
-    (20, None), (63, None), (64, None), (65, None), (127, None), (128, None), (129, None),
-    (700, "max"), (4097, "high")])
-def test_each_request_has_exactly_in_tokens(tokenizer: Tokenizer, num_tokens: int,
-                                            effort: str | None) -> None:
+@pytest.mark.parametrize(
+    ("num_tokens", "effort"),
+    [
+        (20, None),
+        (63, None),
+        (64, None),
+        (65, None),
+        (127, None),
+        (128, None),
+        (129, None),
+        (700, "max"),
+        (4097, "high"),
+    ],
+)
+def test_each_request_has_exactly_in_tokens(
+    tokenizer: Tokenizer, num_tokens: int, effort: str | None
+) -> None:
     blocks = renderer(tokenizer, effort)
     marker = blocks.blocks.marker((1, 2, 3))
     prompt = blocks.render(7, list(range(1, 80)), num_tokens, marker)
@@ -88,9 +101,20 @@ def test_weka_directory_and_detection(tmp_path: Path) -> None:
 
 def test_sharegpt_and_messages_conversations(tmp_path: Path) -> None:
     share = tmp_path / "share.json"
-    share.write_bytes(orjson.dumps([{"conversations": [
-        {"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"},
-        {"from": "human", "value": "more"}, {"from": "gpt", "value": "sure"}]}]))
+    share.write_bytes(
+        orjson.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": "hi"},
+                        {"from": "gpt", "value": "hello"},
+                        {"from": "human", "value": "more"},
+                        {"from": "gpt", "value": "sure"},
+                    ]
+                }
+            ]
+        )
+    )
     assert detect_format(share) == "sharegpt"
     [messages] = load_conversations(share, "sharegpt")
     tree = conversation_tree("c0", messages, [16])
@@ -98,16 +122,20 @@ def test_sharegpt_and_messages_conversations(tmp_path: Path) -> None:
     assert [t.history_end for t in tree.root.turns] == [1, 3]  # each user turn, no reply
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b'{"requests": [{"type": "s", "in": 0, "out": 3}]}', "`in` must be an integer >= 1"),
-    (b'{"requests": [{"type": "s", "in": 10, "out": 3, "hash_ids": ["x"]}]}',
-     "`hash_ids` must be a list of integers"),
-    (b'{"requests": []}', "no trace has a request"),
-    (b'{"requests": 5}', "a Weka trace is an object with `requests`"),
-    (b"not json", "not JSON"),
-])
-def test_bad_traces_are_one_line_usage_errors(tmp_path: Path, content: bytes,
-                                              message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"requests": [{"type": "s", "in": 0, "out": 3}]}', "`in` must be an integer >= 1"),
+        (
+            b'{"requests": [{"type": "s", "in": 10, "out": 3, "hash_ids": ["x"]}]}',
+            "`hash_ids` must be a list of integers",
+        ),
+        (b'{"requests": []}', "no trace has a request"),
+        (b'{"requests": 5}', "a Weka trace is an object with `requests`"),
+        (b"not json", "not JSON"),
+    ],
+)
+def test_bad_traces_are_one_line_usage_errors(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)
     with pytest.raises(SpecError, match=message):
@@ -124,8 +152,9 @@ def test_session_flags_are_validated() -> None:
     assert spec.sessions and spec.max_error_rate == 0.10
     assert spec.session_headers == ("X-SMG-Routing-Key",)
     assert 75.0 in spec.percentiles and 95.0 in spec.percentiles
-    trace = spec_from_argv(["--sim", "--conc", "1", "--dataset",
-                            str(TRACES / "agentic_small.jsonl")])
+    trace = spec_from_argv(
+        ["--sim", "--conc", "1", "--dataset", str(TRACES / "agentic_small.jsonl")]
+    )
     assert trace.dataset_format == "weka" and trace.sessions
     with pytest.raises(SpecError, match="--isl is required"):  # restructure's wording
         spec_from_argv(["--sim", "--conc", "1"])
@@ -140,20 +169,30 @@ def test_a_turns_seed_depends_on_the_turn_not_on_render_order(tokenizer: Tokeniz
     trees = load_weka(TRACES / "agentic_small.jsonl")
     settings = RenderSettings("dsv4", "thinking", None, ("X-Session-ID",), cache_bust=True)
     options = BodyOptions(endpoint="completions", model="m")
+
     def sessions(session: Session) -> list[Session]:
         return [session, *(s for t in session.turns for c in t.spawns for s in sessions(c))]
 
-    turns = [(lane, session, number) for lane, tree in enumerate(trees[:2])
-             for session in sessions(tree.root) for number in range(len(session.turns))]
+    turns = [
+        (lane, session, number)
+        for lane, tree in enumerate(trees[:2])
+        for session in sessions(tree.root)
+        for number in range(len(session.turns))
+    ]
     assert len(turns) > 4
 
     def seeds(order: list[tuple[int, Any, int]]) -> dict[tuple[int, str, int], int]:
         render = SessionRenderer(settings, tokenizer, options, 64, seed=9)
-        plays = {lane: render.play(tree, (1234, 4, lane, 0), f"r.{lane}.0")
-                 for lane, tree in enumerate(trees[:2])}
-        return {(lane, session.name, number): orjson.loads(
-            render.render(plays[lane], session, number, 0).body)["seed"]
-            for lane, session, number in order}
+        plays = {
+            lane: render.play(tree, (1234, 4, lane, 0), f"r.{lane}.0")
+            for lane, tree in enumerate(trees[:2])
+        }
+        return {
+            (lane, session.name, number): orjson.loads(
+                render.render(plays[lane], session, number, 0).body
+            )["seed"]
+            for lane, session, number in order
+        }
 
     forward, backward = seeds(turns), seeds(turns[::-1])
     assert forward == backward

@@ -47,9 +47,20 @@ class EventStream:
     ingest de-chunks it (never raises); the exchange calls `finish` once the body has
     ended (parses the rest, raises a parse error or records a missing [DONE])."""
 
-    __slots__ = ("_fed", "_framer", "_log", "_pending", "_pending_reads",
-                 "_shortcut_used", "closed", "counter", "error", "last_stamp", "source",
-                 "state")
+    __slots__ = (
+        "_fed",
+        "_framer",
+        "_log",
+        "_pending",
+        "_pending_reads",
+        "_shortcut_used",
+        "closed",
+        "counter",
+        "error",
+        "last_stamp",
+        "source",
+        "state",
+    )
 
     def __init__(self, source: PieceSource, state: Exchange, counter: TokenCounter) -> None:
         self.source = source  # the protocol appends to source.pieces; drain takes them
@@ -85,9 +96,14 @@ class EventStream:
             # The common case inline: one whole `data: ...\n\n` event, nothing pending.
             # (No slicing but the payload: each slice is an allocation.)
             end = data.find(b"\n")
-            if (end == len(data) - 2 and data[-1] == 10 and not self._pending
-                    and self._framer is None and data.startswith(_DATA)
-                    and b"\r" not in data):
+            if (
+                end == len(data) - 2
+                and data[-1] == 10
+                and not self._pending
+                and self._framer is None
+                and data.startswith(_DATA)
+                and b"\r" not in data
+            ):
                 self.last_stamp = stamp
                 self._shortcut_used = True
                 state.on_event(decode_event(data[6:end]), stamp, self.counter)
@@ -123,8 +139,9 @@ class EventStream:
             self._shortcut_used = True
             # pos 0: the event starts with the oldest pending byte; past it, a separator
             # always ends past the old pending bytes, so the rest arrived now.
-            state.on_event(decode_event(data[pos + 6:end]), stamp if pos else reads[0][0],
-                           counter)
+            state.on_event(
+                decode_event(data[pos + 6 : end]), stamp if pos else reads[0][0], counter
+            )
             if state.done:
                 return
             pos = end + 2

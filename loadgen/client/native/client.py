@@ -32,8 +32,9 @@ def encode_headers(headers: Mapping[str, str]) -> bytes:
     lines = []
     for name, value in headers.items():
         if any(c in name + value for c in "\r\n\0") or not name or ":" in name:
-            raise ValueError(f"header {name!r}: names and values cannot hold CR, LF or NUL "
-                             "and names no colon")
+            raise ValueError(
+                f"header {name!r}: names and values cannot hold CR, LF or NUL and names no colon"
+            )
         lines.append(f"{name}: {value}\r\n")
     return "".join(lines).encode("latin-1")
 
@@ -41,16 +42,28 @@ def encode_headers(headers: Mapping[str, str]) -> bytes:
 class NativeStreams:
     """The `StreamClient` of the measured requests: one pool of keep-alive connections."""
 
-    def __init__(self, *, max_connections: int, headers: Mapping[str, str] | None = None,
-                 ssl_context: ssl.SSLContext | None = None, kernel_stamped: bool = True,
-                 ) -> None:
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        headers: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        kernel_stamped: bool = True,
+    ) -> None:
         self.pool = ConnectionPool(max_connections, ssl_context, kernel_stamped)
         self._fixed = encode_headers({**_FIXED_HEADERS, **(headers or {})})
         self._targets: dict[str, Target] = {}
 
-    async def exchange(self, url: str, body: bytes, headers: Mapping[str, str],
-                       clock: RequestClock, state: Exchange, counter: TokenCounter,
-                       ingest: Ingest) -> None:
+    async def exchange(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        clock: RequestClock,
+        state: Exchange,
+        counter: TokenCounter,
+        ingest: Ingest,
+    ) -> None:
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = parse_target(url)
@@ -62,10 +75,19 @@ class NativeStreams:
         try:
             assert transport is not None
             clock.activity = response  # every read, head included, resets the idle deadline
-            request = b"".join((
-                b"POST ", target.path, b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n",
-                self._fixed, encode_headers(headers),
-                b"Content-Length: %d\r\n\r\n" % len(body), body))
+            request = b"".join(
+                (
+                    b"POST ",
+                    target.path,
+                    b" HTTP/1.1\r\nHost: ",
+                    target.host_header,
+                    b"\r\n",
+                    self._fixed,
+                    encode_headers(headers),
+                    b"Content-Length: %d\r\n\r\n" % len(body),
+                    body,
+                )
+            )
             clock.sent_ns = perf_counter_ns()
             transport.write(request)
             await response.head

@@ -67,8 +67,11 @@ def enable(sock: socket.socket) -> bool:
     if not supported():
         return False
     try:
-        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPING,
-                        _SOF_TIMESTAMPING_RX_SOFTWARE | _SOF_TIMESTAMPING_SOFTWARE)
+        sock.setsockopt(
+            socket.SOL_SOCKET,
+            _SO_TIMESTAMPING,
+            _SOF_TIMESTAMPING_RX_SOFTWARE | _SOF_TIMESTAMPING_SOFTWARE,
+        )
     except OSError:
         return False
     return True
@@ -89,8 +92,9 @@ class ClockBridge:
 
     __slots__ = ("_monotonic", "_realtime", "next_ns", "offset_ns")
 
-    def __init__(self, monotonic: Callable[[], int] | None = None,
-                 realtime: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, monotonic: Callable[[], int] | None = None, realtime: Callable[[], int] | None = None
+    ) -> None:
         self._monotonic = monotonic or perf_counter_ns
         self._realtime = realtime or time_ns
         self.offset_ns = 0  # realtime - monotonic
@@ -113,16 +117,22 @@ class ClockBridge:
 class KernelStampedTransport(asyncio.Transport):
     """A connected, non-blocking TCP socket driven by the loop's reader/writer callbacks."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                 protocol: StampedProtocol, bridge: ClockBridge) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        protocol: StampedProtocol,
+        bridge: ClockBridge,
+    ) -> None:
         super().__init__()
         self._bridge = bridge
         self._loop = loop
         self._sock = sock
         self._fd = sock.fileno()
         self._stream = protocol
-        self._recvmsg: Callable[[int, int], tuple[bytes, list[tuple[int, int, bytes]], int,
-                                                  Any]] = sock.recvmsg
+        self._recvmsg: Callable[
+            [int, int], tuple[bytes, list[tuple[int, int, bytes]], int, Any]
+        ] = sock.recvmsg
         self._pending = bytearray()  # written bytes the socket has not taken yet
         self._closing = False
         opened = perf_counter_ns()  # no byte of this connection can be stamped earlier
@@ -256,12 +266,15 @@ class KernelStampedTransport(asyncio.Transport):
         self._loop.call_soon(self._stream.connection_lost, exc)
 
 
-async def open_connection(loop: asyncio.AbstractEventLoop, host: str, port: int,
-                          protocol: StampedProtocol, bridge: ClockBridge,
-                          ) -> KernelStampedTransport:
+async def open_connection(
+    loop: asyncio.AbstractEventLoop,
+    host: str,
+    port: int,
+    protocol: StampedProtocol,
+    bridge: ClockBridge,
+) -> KernelStampedTransport:
     """Connect to host:port (each address in turn, as create_connection does), stamped."""
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                   proto=socket.IPPROTO_TCP)
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     if not infos:
         raise OSError(f"getaddrinfo({host!r}) returned no address")
     errors: list[OSError] = []
@@ -282,5 +295,6 @@ async def open_connection(loop: asyncio.AbstractEventLoop, host: str, port: int,
         return KernelStampedTransport(loop, sock, protocol, bridge)
     if len(errors) == 1:
         raise errors[0]
-    raise OSError(f"could not connect to {host}:{port}: "
-                  + "; ".join(str(error) for error in errors))
+    raise OSError(
+        f"could not connect to {host}:{port}: " + "; ".join(str(error) for error in errors)
+    )

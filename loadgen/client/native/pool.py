@@ -53,8 +53,12 @@ def parse_target(url: str) -> Target:
 
 
 class ConnectionPool:
-    def __init__(self, max_connections: int, ssl_context: ssl.SSLContext | None = None,
-                 kernel_stamped: bool = True) -> None:
+    def __init__(
+        self,
+        max_connections: int,
+        ssl_context: ssl.SSLContext | None = None,
+        kernel_stamped: bool = True,
+    ) -> None:
         self.max_connections = max_connections
         self._ssl_context = ssl_context
         self._kernel_stamped = kernel_stamped and kernel_stamps.supported()
@@ -128,12 +132,17 @@ class ConnectionPool:
         try:
             if context is None and self._kernel_stamped:
                 connection = StreamProtocol()
-                await kernel_stamps.open_connection(loop, origin.host, origin.port,
-                                                    connection, self._clocks)
+                await kernel_stamps.open_connection(
+                    loop, origin.host, origin.port, connection, self._clocks
+                )
             else:
                 _, connection = await loop.create_connection(
-                    StreamProtocol, origin.host, origin.port, ssl=context,
-                    server_hostname=origin.host if context is not None else None)
+                    StreamProtocol,
+                    origin.host,
+                    origin.port,
+                    ssl=context,
+                    server_hostname=origin.host if context is not None else None,
+                )
         except BaseException:
             self._connecting -= 1
             self._wake_one()  # the slot this attempt held is free again

@@ -52,9 +52,23 @@ class HeadTooLarge(BadHttpResponse):
 class Response:
     """One response as it arrives: head, stamped body bytes, end or error."""
 
-    __slots__ = ("complete", "content_type", "ended", "eof_body", "error", "head",
-                 "keep_alive", "last_read_ns", "listener", "parse", "pieces", "sink", "status",
-                 "stopper", "stray")
+    __slots__ = (
+        "complete",
+        "content_type",
+        "ended",
+        "eof_body",
+        "error",
+        "head",
+        "keep_alive",
+        "last_read_ns",
+        "listener",
+        "parse",
+        "pieces",
+        "sink",
+        "status",
+        "stopper",
+        "stray",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0  # 0 until the head has arrived
@@ -119,15 +133,23 @@ class StreamProtocol(asyncio.Protocol):
         self._feed, self._in_head, self._head_bytes = self._feed_head, True, 0
         self._ingest = ingest
         if self.lost is not None:  # closed by the server between acquire and now
-            self._fail(response, ServerDisconnected(
-                f"the server closed the connection before the request was sent: {self.lost}"))
+            self._fail(
+                response,
+                ServerDisconnected(
+                    f"the server closed the connection before the request was sent: {self.lost}"
+                ),
+            )
         return response
 
     @property
     def reusable(self) -> bool:
         transport = self.transport
-        return (self.lost is None and self._response is None and transport is not None
-                and not transport.is_closing())
+        return (
+            self.lost is None
+            and self._response is None
+            and transport is not None
+            and not transport.is_closing()
+        )
 
     def release(self) -> None:
         """The exchange is over; keep the connection only if its response ended cleanly
@@ -136,8 +158,12 @@ class StreamProtocol(asyncio.Protocol):
         self._response = None
         if response is not None and response.complete and self._reads:
             response.stray = response.stray or StrayBytes.AFTER_RESPONSE
-        if self._reads or response is None or response.stray is not None or not (
-                response.complete and response.keep_alive and response.error is None):
+        if (
+            self._reads
+            or response is None
+            or response.stray is not None
+            or not (response.complete and response.keep_alive and response.error is None)
+        ):
             self._reads = []  # bytes past the response's end: not a connection to reuse
             self.abort()
 
@@ -204,9 +230,11 @@ class StreamProtocol(asyncio.Protocol):
         if self._in_head:  # all of this read was head: the head has not ended in it
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
-                raise HeadTooLarge(f"the response head grew past {MAX_HEAD_BYTES >> 10} KiB "
-                                   f"without ending (the cap on a head); "
-                                   f"{self._head_bytes} bytes so far")
+                raise HeadTooLarge(
+                    f"the response head grew past {MAX_HEAD_BYTES >> 10} KiB "
+                    f"without ending (the cap on a head); "
+                    f"{self._head_bytes} bytes so far"
+                )
 
     def _stop(self, response: Response, error: Exception) -> None:
         if response is self._response:
@@ -230,8 +258,9 @@ class StreamProtocol(asyncio.Protocol):
         connection closes; no other connection notices."""
         self.abort()
         response.status = self._parser.get_status_code()
-        self._fail(response, BadHttpResponse(
-            f"the server answered {response.status} Switching Protocols"))
+        self._fail(
+            response, BadHttpResponse(f"the server answered {response.status} Switching Protocols")
+        )
 
     def arrived_before_write(self, data: bytes, stamp: int, written_ns: int) -> None:
         """The kernel stamped `data` before this connection's last request was written:
@@ -243,10 +272,14 @@ class StreamProtocol(asyncio.Protocol):
             self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
             return
         response.stray = StrayBytes.BEFORE_REQUEST
-        self._fail(response, BadHttpResponse(
-            f"{len(data)} bytes on the connection arrived {(written_ns - stamp) / 1e3:.1f} us "
-            f"before this request was written (kernel receive stamp): they belong to an "
-            f"earlier response, not this request's: {data[:80]!r}"))
+        self._fail(
+            response,
+            BadHttpResponse(
+                f"{len(data)} bytes on the connection arrived {(written_ns - stamp) / 1e3:.1f} us "
+                f"before this request was written (kernel receive stamp): they belong to an "
+                f"earlier response, not this request's: {data[:80]!r}"
+            ),
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = exc or ServerDisconnected("the server closed the connection")
@@ -258,9 +291,14 @@ class StreamProtocol(asyncio.Protocol):
             self.on_message_complete()  # a body delimited by the connection's end
             return
         detail = f": {exc}" if exc is not None else ""
-        self._fail(response, ServerDisconnected(
-            "the server closed the connection " + ("mid-body" if response.status else
-                                                   "before sending a response") + detail))
+        self._fail(
+            response,
+            ServerDisconnected(
+                "the server closed the connection "
+                + ("mid-body" if response.status else "before sending a response")
+                + detail
+            ),
+        )
 
     def _fail(self, response: Response, error: Exception) -> None:
         if response.error is None:
@@ -286,7 +324,8 @@ class StreamProtocol(asyncio.Protocol):
         if name == b"content-type":
             response.content_type = value.decode("latin-1").split(";")[0].strip().lower()
         elif name == b"content-length" or (
-                name == b"transfer-encoding" and b"chunked" in value.lower()):
+            name == b"transfer-encoding" and b"chunked" in value.lower()
+        ):
             response.eof_body = False
 
     def on_headers_complete(self) -> None:

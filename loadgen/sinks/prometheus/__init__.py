@@ -20,7 +20,17 @@ from loadgen.sinks.prometheus.server import (
 )
 
 __all__ = [
-    "E2E_BUCKETS", "ITL_BUCKETS", "POINT_LABELS", "RUN_LABELS", "TTFT_BUCKETS",
-    "LoadgenMetrics", "MetricsObserver", "MetricsServer", "WithLabels", "live_metrics",
-    "metrics_handler", "observe_completed", "serve_metrics",
+    "E2E_BUCKETS",
+    "ITL_BUCKETS",
+    "POINT_LABELS",
+    "RUN_LABELS",
+    "TTFT_BUCKETS",
+    "LoadgenMetrics",
+    "MetricsObserver",
+    "MetricsServer",
+    "WithLabels",
+    "live_metrics",
+    "metrics_handler",
+    "observe_completed",
+    "serve_metrics",
 ]

@@ -67,79 +67,128 @@ class LoadgenMetrics:
             return Gauge(name, doc, list(labels), registry=registry)
 
         self.requests = counter(
-            "loadgen_requests", "Finished requests by outcome (ok or error).", ("outcome",))
+            "loadgen_requests", "Finished requests by outcome (ok or error).", ("outcome",)
+        )
         self.request_errors = counter(
-            "loadgen_request_errors", "Failed requests by error kind.", ("kind",))
+            "loadgen_request_errors", "Failed requests by error kind.", ("kind",)
+        )
         self.prompt_tokens = counter(
-            "loadgen_prompt_tokens", "Prompt tokens of completed requests.")
+            "loadgen_prompt_tokens", "Prompt tokens of completed requests."
+        )
         self.output_tokens = counter(
-            "loadgen_output_tokens", "Output tokens (server usage) of completed requests.")
+            "loadgen_output_tokens", "Output tokens (server usage) of completed requests."
+        )
         self.decode_chunks = counter(
-            "loadgen_decode_chunks", "Decode chunks: every chunk after the first, except a "
-            "last chunk cut by max_tokens.")
+            "loadgen_decode_chunks",
+            "Decode chunks: every chunk after the first, except a last chunk cut by max_tokens.",
+        )
         self.decode_tokens = counter(
-            "loadgen_decode_tokens", "Tokens carried by decode chunks; "
-            "rate(tokens)/rate(chunks) is the stream acceptance length.")
+            "loadgen_decode_tokens",
+            "Tokens carried by decode chunks; "
+            "rate(tokens)/rate(chunks) is the stream acceptance length.",
+        )
         self.decode_accepted = counter(
-            "loadgen_decode_accepted_tokens_per_position", "Decode chunks with more than "
+            "loadgen_decode_accepted_tokens_per_position",
+            "Decode chunks with more than "
             "`position` tokens beyond the first (accepted draft at that position).",
-            ("position",))
-        self.ttft = hist("loadgen_time_to_first_token_seconds",
-                         "Time to first token (first chunk - send).", TTFT_BUCKETS)
-        self.itl_chunk = hist("loadgen_inter_chunk_latency_seconds",
-                              "Gap between consecutive chunks (ITL per chunk).", ITL_BUCKETS)
-        self.itl_token = hist("loadgen_inter_token_latency_seconds",
-                              "Chunk gap / tokens of the later chunk, once per token "
-                              "(ITL per token).", ITL_BUCKETS)
-        self.tpot = hist("loadgen_time_per_output_token_seconds",
-                         "(E2E - TTFT) / (output tokens - 1) per request.", ITL_BUCKETS)
-        self.e2e = hist("loadgen_e2e_request_latency_seconds",
-                        "Last chunk - send, per request.", E2E_BUCKETS)
-        self.queue = hist("loadgen_queue_time_seconds",
-                          "Wait between being due and being sent (concurrency slot).",
-                          QUEUE_BUCKETS)
-        self.chunk_tokens = hist("loadgen_decode_chunk_tokens",
-                                 "Tokens per decode chunk (1 + accepted draft tokens).",
-                                 tuple(float(b) for b in CHUNK_TOKEN_BUCKETS))
+            ("position",),
+        )
+        self.ttft = hist(
+            "loadgen_time_to_first_token_seconds",
+            "Time to first token (first chunk - send).",
+            TTFT_BUCKETS,
+        )
+        self.itl_chunk = hist(
+            "loadgen_inter_chunk_latency_seconds",
+            "Gap between consecutive chunks (ITL per chunk).",
+            ITL_BUCKETS,
+        )
+        self.itl_token = hist(
+            "loadgen_inter_token_latency_seconds",
+            "Chunk gap / tokens of the later chunk, once per token (ITL per token).",
+            ITL_BUCKETS,
+        )
+        self.tpot = hist(
+            "loadgen_time_per_output_token_seconds",
+            "(E2E - TTFT) / (output tokens - 1) per request.",
+            ITL_BUCKETS,
+        )
+        self.e2e = hist(
+            "loadgen_e2e_request_latency_seconds", "Last chunk - send, per request.", E2E_BUCKETS
+        )
+        self.queue = hist(
+            "loadgen_queue_time_seconds",
+            "Wait between being due and being sent (concurrency slot).",
+            QUEUE_BUCKETS,
+        )
+        self.chunk_tokens = hist(
+            "loadgen_decode_chunk_tokens",
+            "Tokens per decode chunk (1 + accepted draft tokens).",
+            tuple(float(b) for b in CHUNK_TOKEN_BUCKETS),
+        )
         self.in_flight = gauge("loadgen_requests_in_flight", "Requests sent, not finished.", rl)
         self.target_concurrency = gauge(
-            "loadgen_target_concurrency", "Concurrency of the current sweep point.", rl)
+            "loadgen_target_concurrency", "Concurrency of the current sweep point.", rl
+        )
         self.sweep_points = gauge("loadgen_sweep_points", "Points planned in the sweep.", rl)
         self.sweep_points_completed = gauge(
-            "loadgen_sweep_points_completed", "Points finished in the sweep.", rl)
+            "loadgen_sweep_points_completed", "Points finished in the sweep.", rl
+        )
         self.sweep_progress = gauge(
-            "loadgen_sweep_progress_ratio", "Fraction of the sweep's requests finished.", rl)
+            "loadgen_sweep_progress_ratio", "Fraction of the sweep's requests finished.", rl
+        )
         self.point_requests = gauge(
-            "loadgen_point_requests", "Requests planned at the concurrency point.", pl)
-        self.server_al = gauge("loadgen_server_spec_decode_acceptance_length",
-                               "Acceptance length from the server's spec-decode counters "
-                               "over the point.", pl)
-        self.server_rate = gauge("loadgen_server_spec_decode_acceptance_rate",
-                                 "Acceptance rate from the server's counters over the point.",
-                                 pl)
+            "loadgen_point_requests", "Requests planned at the concurrency point.", pl
+        )
+        self.server_al = gauge(
+            "loadgen_server_spec_decode_acceptance_length",
+            "Acceptance length from the server's spec-decode counters over the point.",
+            pl,
+        )
+        self.server_rate = gauge(
+            "loadgen_server_spec_decode_acceptance_rate",
+            "Acceptance rate from the server's counters over the point.",
+            pl,
+        )
         self.server_rate_pos = gauge(
             "loadgen_server_spec_decode_acceptance_rate_per_position",
-            "Per-position acceptance rate from the server's counters.", (*pl, "position"))
-        self.stream_al = gauge("loadgen_stream_acceptance_length",
-                               "Acceptance length from the stream over the point.", pl)
-        self.stream_rate = gauge("loadgen_stream_acceptance_rate",
-                                 "Acceptance rate from the stream over the point.", pl)
-        self.best_al = gauge("loadgen_acceptance_length",
-                             "The point's acceptance length to publish: the stream's when its "
-                             "chunks are one engine step each, else the server counters' "
-                             "(label source).", (*pl, "source"))
-        self.gpu_power = gauge("loadgen_gpu_power_watts",
-                               "Mean power per GPU over the point's window (--gpu-metrics; "
-                               "set only when the point's power samples are valid).", pl)
+            "Per-position acceptance rate from the server's counters.",
+            (*pl, "position"),
+        )
+        self.stream_al = gauge(
+            "loadgen_stream_acceptance_length",
+            "Acceptance length from the stream over the point.",
+            pl,
+        )
+        self.stream_rate = gauge(
+            "loadgen_stream_acceptance_rate", "Acceptance rate from the stream over the point.", pl
+        )
+        self.best_al = gauge(
+            "loadgen_acceptance_length",
+            "The point's acceptance length to publish: the stream's when its "
+            "chunks are one engine step each, else the server counters' "
+            "(label source).",
+            (*pl, "source"),
+        )
+        self.gpu_power = gauge(
+            "loadgen_gpu_power_watts",
+            "Mean power per GPU over the point's window (--gpu-metrics; "
+            "set only when the point's power samples are valid).",
+            pl,
+        )
         self.joules_per_token = gauge(
             "loadgen_joules_per_output_token",
-            "GPU energy per output token over the point (--gpu-metrics, valid points).", pl)
+            "GPU energy per output token over the point (--gpu-metrics, valid points).",
+            pl,
+        )
         self.loop_lag = BulkHistogram(
             "loadgen_event_loop_lag_seconds",
             "Client event-loop backlog during measured phases: time for a posted callback to "
             "run (the same samples as the result files' client_loop_lag_*).",
-            (), LOOP_LAG_BUCKETS, registry)
+            (),
+            LOOP_LAG_BUCKETS,
+            registry,
+        )
         self.loop_lag.labels()  # unlabelled: exposed (empty) from the start
         self.sessions = SessionMetrics(registry)
-        Info("loadgen_build", "loadgen version.", registry=registry).info(
-            {"version": __version__})
+        Info("loadgen_build", "loadgen version.", registry=registry).info({"version": __version__})

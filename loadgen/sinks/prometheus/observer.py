@@ -47,8 +47,15 @@ class _PointSeries:
 class MetricsObserver:
     """Feeds LoadgenMetrics from the runner's callbacks (all sync and cheap)."""
 
-    def __init__(self, metrics: LoadgenMetrics, *, model: str, endpoint: str,
-                 points: int | None = None, spec_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        metrics: LoadgenMetrics,
+        *,
+        model: str,
+        endpoint: str,
+        points: int | None = None,
+        spec_tokens: int | None = None,
+    ) -> None:
         """A RunObserver for one sweep of `points` concurrency points; `spec_tokens` (K)
         decides which truncated final chunks count as decode chunks, as in the results."""
         self.metrics = metrics
@@ -76,10 +83,13 @@ class MetricsObserver:
     def _make_series(self, conc: int) -> _PointSeries:
         m, key = self.metrics, (*self._run, str(conc))
         return _PointSeries(
-            ok=m.requests.labels(*key, "ok"), error=m.requests.labels(*key, "error"),
+            ok=m.requests.labels(*key, "ok"),
+            error=m.requests.labels(*key, "error"),
             # Every kind exists from the start, so "errors by kind" reads 0, not "no data".
-            errors={kind: m.request_errors.labels(*key, kind)
-                    for kind in [*(k.value for k in ErrorKind), NO_TOKENS]},
+            errors={
+                kind: m.request_errors.labels(*key, kind)
+                for kind in [*(k.value for k in ErrorKind), NO_TOKENS]
+            },
             prompt_tokens=m.prompt_tokens.labels(*key),
             output_tokens=m.output_tokens.labels(*key),
             decode_chunks=m.decode_chunks.labels(*key),
@@ -87,9 +97,12 @@ class MetricsObserver:
             # Positions appear only once a draft was accepted there (no 16 zero series
             # on a server without speculative decoding).
             accepted=functools.cache(lambda p: m.decode_accepted.labels(*key, str(p))),
-            ttft=m.ttft.labels(*key), itl_chunk=m.itl_chunk.labels(*key),
-            itl_token=m.itl_token.labels(*key), tpot=m.tpot.labels(*key),
-            e2e=m.e2e.labels(*key), queue=m.queue.labels(*key),
+            ttft=m.ttft.labels(*key),
+            itl_chunk=m.itl_chunk.labels(*key),
+            itl_token=m.itl_token.labels(*key),
+            tpot=m.tpot.labels(*key),
+            e2e=m.e2e.labels(*key),
+            queue=m.queue.labels(*key),
             chunk_tokens=m.chunk_tokens.labels(*key),
         )
 
@@ -132,8 +145,9 @@ class MetricsObserver:
     def _set_progress(self) -> None:
         if not self._planned_points:
             return
-        within = (min(1.0, self._point_finished / self._point_requests)
-                  if self._point_requests else 0.0)
+        within = (
+            min(1.0, self._point_finished / self._point_requests) if self._point_requests else 0.0
+        )
         done = min(1.0, (self._completed_points + within) / self._planned_points)
         self.metrics.sweep_progress.labels(*self._run).set(done)
 
@@ -150,10 +164,12 @@ class MetricsObserver:
         self._point_requests = self._point_finished = 0
         m.sweep_points_completed.labels(*self._run).set(self._completed_points)
         self._set_progress()
-        for gauge, value in ((m.server_al, result.metrics.server_acceptance_length),
-                             (m.server_rate, result.metrics.server_acceptance_rate),
-                             (m.stream_al, result.metrics.stream_acceptance_length),
-                             (m.stream_rate, result.metrics.stream_acceptance_rate)):
+        for gauge, value in (
+            (m.server_al, result.metrics.server_acceptance_length),
+            (m.server_rate, result.metrics.server_acceptance_rate),
+            (m.stream_al, result.metrics.stream_acceptance_length),
+            (m.stream_rate, result.metrics.stream_acceptance_rate),
+        ):
             if value is not None:  # the stream's is None when its chunks merged steps
                 gauge.labels(*key).set(value)
         if result.metrics.acceptance_length is not None:
@@ -163,13 +179,15 @@ class MetricsObserver:
             m.server_rate_pos.labels(*key, str(position)).set(rate)
         energy = result.energy
         if energy is not None and energy.power_valid:  # null figures set no gauge
-            for gauge, value in ((m.gpu_power, energy.avg_power_w),
-                                 (m.joules_per_token, energy.joules_per_output_token)):
+            for gauge, value in (
+                (m.gpu_power, energy.avg_power_w),
+                (m.joules_per_token, energy.joules_per_output_token),
+            ):
                 if value is not None:
                     gauge.labels(*key).set(value)
 
-def observe_completed(series: _PointSeries, record: RequestRecord,
-                      spec_tokens: int | None) -> None:
+
+def observe_completed(series: _PointSeries, record: RequestRecord, spec_tokens: int | None) -> None:
     """All instruments of one completed request (at least one chunk).
 
     Every quantity comes from the same definitions the result files use (metrics/), on

@@ -23,13 +23,15 @@ from loadgen.sinks.prometheus.observer import MetricsObserver
 log = logging.getLogger("loadgen.metrics")
 
 
-def metrics_handler(registry: CollectorRegistry,
-                    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+def metrics_handler(
+    registry: CollectorRegistry,
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     """An aiohttp handler serving `registry` in the Prometheus text format."""
 
     async def handle(request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
     return handle
 
@@ -55,22 +57,30 @@ class WithLabels:
     def collect(self) -> Iterator[Metric]:
         for family in self.registry.collect():
             labelled = Metric(family.name, family.documentation, family.type, family.unit)
-            labelled.samples = [s._replace(labels={**s.labels, **self.labels})
-                                for s in family.samples]
+            labelled.samples = [
+                s._replace(labels={**s.labels, **self.labels}) for s in family.samples
+            ]
             yield labelled
 
 
 @asynccontextmanager
-async def live_metrics(*, model: str, endpoint: str, points: int, spec_tokens: int | None,
-                       port: int, host: str = "127.0.0.1",
-                       labels: Mapping[str, str] | None = None,
-                       ) -> AsyncIterator[tuple[MetricsServer, MetricsObserver]]:
+async def live_metrics(
+    *,
+    model: str,
+    endpoint: str,
+    points: int,
+    spec_tokens: int | None,
+    port: int,
+    host: str = "127.0.0.1",
+    labels: Mapping[str, str] | None = None,
+) -> AsyncIterator[tuple[MetricsServer, MetricsObserver]]:
     """Everything the CLI's --metrics-port needs: a fresh registry served on host:port
     (every series with `labels` added), and the observer to pass to run_sweep."""
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
-    observer = MetricsObserver(metrics, model=model, endpoint=endpoint, points=points,
-                                spec_tokens=spec_tokens)
+    observer = MetricsObserver(
+        metrics, model=model, endpoint=endpoint, points=points, spec_tokens=spec_tokens
+    )
     served = registry
     if labels:
         served = CollectorRegistry()
@@ -83,8 +93,12 @@ async def live_metrics(*, model: str, endpoint: str, points: int, spec_tokens: i
 
 
 @asynccontextmanager
-async def serve_metrics(registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0,
-                        limits: ServerLimits = DEFAULT_LIMITS) -> AsyncIterator[MetricsServer]:
+async def serve_metrics(
+    registry: CollectorRegistry,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    limits: ServerLimits = DEFAULT_LIMITS,
+) -> AsyncIterator[MetricsServer]:
     """/metrics on host:port (0 picks a free port) for the CLI's --metrics-port; with
     --metrics-host 0.0.0.0 anyone may connect: `limits` keeps them from holding sockets."""
     app = guarded_app(limits, log, "loadgen --metrics-port")

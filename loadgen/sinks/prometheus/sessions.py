@@ -35,33 +35,53 @@ class SessionMetrics:
             return Counter(name, doc, pl, registry=registry)
 
         self.sessions_live = Gauge(
-            "loadgen_sessions_live", "Sessions (roots and subagents) being played: from "
+            "loadgen_sessions_live",
+            "Sessions (roots and subagents) being played: from "
             "their first turn being due until they and their subagents ended.",
-            RUN_LABELS, registry=registry)
+            RUN_LABELS,
+            registry=registry,
+        )
         self.trees_live = Gauge(
-            "loadgen_session_trees_live", "Session trees (a root and its subagents) being "
-            "played: the lanes in use.", RUN_LABELS, registry=registry)
+            "loadgen_session_trees_live",
+            "Session trees (a root and its subagents) being played: the lanes in use.",
+            RUN_LABELS,
+            registry=registry,
+        )
         self.turns = counter(
-            "loadgen_session_turns", "Session turns finished (any outcome; failures also "
-            "count in loadgen_requests_total{outcome=\"error\"}).")
+            "loadgen_session_turns",
+            "Session turns finished (any outcome; failures also "
+            'count in loadgen_requests_total{outcome="error"}).',
+        )
         self.prompt_tokens = counter(
-            "loadgen_session_prompt_tokens", "Prompt tokens of the session turns sent "
-            "(failed ones included): the results' prompt_tokens_sent.")
+            "loadgen_session_prompt_tokens",
+            "Prompt tokens of the session turns sent "
+            "(failed ones included): the results' prompt_tokens_sent.",
+        )
         self.cached_tokens = counter(
-            "loadgen_session_cached_tokens", "Cached prompt tokens the server reported "
-            "(usage.prompt_tokens_details.cached_tokens): the results' client_cached_tokens.")
+            "loadgen_session_cached_tokens",
+            "Cached prompt tokens the server reported "
+            "(usage.prompt_tokens_details.cached_tokens): the results' client_cached_tokens.",
+        )
         self.cache_reported_prompt_tokens = counter(
-            "loadgen_session_cache_reported_prompt_tokens", "Prompt tokens of the turns "
+            "loadgen_session_cache_reported_prompt_tokens",
+            "Prompt tokens of the turns "
             "whose usage reported cached tokens: rate(cached) / rate(this) is the results' "
-            "client_prefix_hit_rate.")
+            "client_prefix_hit_rate.",
+        )
         self.theoretical_cached_tokens = counter(
-            "loadgen_session_theoretical_cached_tokens", "Prompt tokens an unbounded "
+            "loadgen_session_theoretical_cached_tokens",
+            "Prompt tokens an unbounded "
             "prefix cache would hit per the trace's hash_ids: the results' "
-            "theoretical_cached_tokens.")
+            "theoretical_cached_tokens.",
+        )
         self.ttft = BulkHistogram(
-            "loadgen_session_time_to_first_token_seconds", "TTFT of completed session turns "
+            "loadgen_session_time_to_first_token_seconds",
+            "TTFT of completed session turns "
             "by prompt length (`context_bin`: the results' ttft_by_context bins).",
-            (*pl, "context_bin"), TTFT_BUCKETS, registry)
+            (*pl, "context_bin"),
+            TTFT_BUCKETS,
+            registry,
+        )
 
 
 @dataclass(slots=True)
@@ -88,18 +108,21 @@ class SessionObserver:
         if series is None:
             m, key = self.metrics, (*self._run, str(conc))
             series = self._points[conc] = _PointSessionSeries(
-                turns=m.turns.labels(*key), prompt_tokens=m.prompt_tokens.labels(*key),
+                turns=m.turns.labels(*key),
+                prompt_tokens=m.prompt_tokens.labels(*key),
                 cached_tokens=m.cached_tokens.labels(*key),
                 cache_reported_prompt_tokens=m.cache_reported_prompt_tokens.labels(*key),
                 theoretical_cached_tokens=m.theoretical_cached_tokens.labels(*key),
-                ttft=functools.cache(
-                    lambda index: m.ttft.labels(*key, context_bin_label(index))))
+                ttft=functools.cache(lambda index: m.ttft.labels(*key, context_bin_label(index))),
+            )
         return series
 
     def _live_gauges(self) -> tuple[Any, Any]:
         if self._live is None:
-            self._live = (self.metrics.sessions_live.labels(*self._run),
-                          self.metrics.trees_live.labels(*self._run))
+            self._live = (
+                self.metrics.sessions_live.labels(*self._run),
+                self.metrics.trees_live.labels(*self._run),
+            )
         return self._live
 
     def session_started(self, root: bool) -> None:
