@@ -1,7 +1,7 @@
 """Writes dashboards/loadgen.json (Grafana 10+ schema) from the panel list below.
 
 The JSON is committed; edit this file and run `python dashboards/generate.py`, then
-tests/test_dashboard.py checks that both agree and that every query returns data from a
+tests/sinks/test_dashboard.py checks that both agree and that every query returns data from a
 real Prometheus scraping loadgen and the simulator.
 """
 

@@ -1,7 +1,7 @@
 """DeepSeek-V4 chat format: messages -> the exact prompt text, completion text -> message.
 
 A clean-room implementation written from the format's published facts and DeepSeek's golden
-files (tests/test_encoders). Shape of a prompt:
+files (tests/encoders). Shape of a prompt:
 
     BOS [effort prefix] system [<｜latest_reminder｜>reminder]
     <｜User｜>user <｜Assistant｜><think>reasoning</think>answer [DSML calls]<｜end▁of▁sentence｜>

@@ -25,7 +25,7 @@ def dsv4_fixtures() -> Path:
 
 @pytest.fixture(scope="session")
 def built_tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tokenizers trained here (tests/built_tokenizers.py), once per session: name ->
+    """Tokenizers trained here (tests/support/built_tokenizers.py), once per session: name ->
     tokenizer.json (in a directory of its own, as a model directory has it)."""
     from tests.support.built_tokenizers import build_all
 

@@ -1,4 +1,4 @@
-"""The client against a hostile server (tests/hostile_server.py): the hardening issue's rows.
+"""The client against a hostile server (tests/support/hostile_server.py): the hardening rows.
 
 Each test names the row of the issue it guards and runs the real client (Transport,
 run_sweep) over real sockets against a raw asyncio server that sends exactly the bytes

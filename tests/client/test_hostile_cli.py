@@ -2,7 +2,7 @@
 
 Rows of the hardening issue where the user-visible outcome is the point: one line on
 stderr (no traceback), the exit status, the result files, and a bounded wall time.
-The server is tests/hostile_server.py (or a real `loadgen sim`, frozen with SIGSTOP).
+The server is tests/support/hostile_server.py (or a real `loadgen sim`, frozen with SIGSTOP).
 """
 
 from __future__ import annotations

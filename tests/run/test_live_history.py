@@ -1,6 +1,6 @@
 """--live-history over real sockets: the next turn carries the server's own reply.
 
-Scripted servers (tests/hostile_server.py, raw asyncio on 127.0.0.1) answer each turn with
+Scripted servers (tests/support/hostile_server.py, raw asyncio on 127.0.0.1) answer each turn with
 a reply derived from its prompt, so the test knows exactly what the next prompt must
 hold; a relay in front of the real simulator records its streamed replies the same way.
 """

@@ -30,7 +30,7 @@ from tests.support.real_prometheus import (
 )
 
 MODEL = "sim/model-v4.1"  # a "/" and a "." exercise the regex escaping of $model
-# Checked against a session run by tests/test_session_metrics.py: a single-turn sweep
+# Checked against a session run by tests/metrics/test_session_metrics.py: a single-turn sweep
 # has no session series.
 SESSION_ROWS = {"Sessions"}
 
