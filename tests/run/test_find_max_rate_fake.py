@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 
 from loadgen.config.objectives import Objective, Resolution
 from loadgen.errors import UsageError
-from loadgen.records import RequestRecord, TokenSource
+from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
 from loadgen.run.capacity import find_capacity
 from loadgen.run.measure import measure
@@ -29,6 +29,7 @@ from tests.run.test_sweep_fake import (
     TTFT_MS,
     ExactServer,
     VirtualClock,
+    exact_record,
     spec,
 )
 
@@ -67,23 +68,7 @@ class QueueServer(ExactServer):
             self.free_ns[slot] = times[-1]
             self.next_index += 1
             self.turn.notify_all()
-        record = RequestRecord(
-            request_id=request.index,
-            conc=conc,
-            input_len=request.input_len,
-            max_tokens=request.max_tokens,
-            scheduled_ns=scheduled_ns,
-            start_ns=scheduled_ns,
-            connect_ns=0,
-            chunk_ns=times,
-            chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
-            end_ns=times[-1],
-            token_source=TokenSource.TOKEN_IDS,
-            prompt_tokens=request.input_len,
-            completion_tokens=request.max_tokens,
-            finish_reason="length",
-            status=200,
-        )
+        record = exact_record(request, conc, scheduled_ns, times)
         on_record(record)
         return record
 

@@ -53,6 +53,30 @@ class VirtualClock:
         await asyncio.sleep(0)
 
 
+def exact_record(
+    request: RequestSpec, conc: int, scheduled_ns: int, times: tuple[int, ...]
+) -> RequestRecord:
+    """A completed request whose chunks (TOKENS_PER_CHUNK tokens each) arrived at `times`:
+    what every fake server here answers, whatever its timing model."""
+    return RequestRecord(
+        request_id=request.index,
+        conc=conc,
+        input_len=request.input_len,
+        max_tokens=request.max_tokens,
+        scheduled_ns=scheduled_ns,
+        start_ns=scheduled_ns,
+        connect_ns=0,
+        chunk_ns=times,
+        chunk_tokens=(TOKENS_PER_CHUNK,) * len(times),
+        end_ns=times[-1],
+        token_source=TokenSource.TOKEN_IDS,
+        prompt_tokens=request.input_len,
+        completion_tokens=request.max_tokens,
+        finish_reason="length",
+        status=200,
+    )
+
+
 class ExactServer:
     """Answers every request after TTFT_MS, then a chunk of TOKENS_PER_CHUNK every ITL_MS."""
 
@@ -92,23 +116,7 @@ class ExactServer:
         chunks = request.max_tokens // TOKENS_PER_CHUNK
         times = tuple(start + (TTFT_MS + i * ITL_MS) * MS for i in range(chunks))
         self.clock.now_ns = max(self.clock.now_ns, times[-1])
-        record = RequestRecord(
-            request_id=request.index,
-            conc=conc,
-            input_len=request.input_len,
-            max_tokens=request.max_tokens,
-            scheduled_ns=scheduled_ns,
-            start_ns=start,
-            connect_ns=0,
-            chunk_ns=times,
-            chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
-            end_ns=times[-1],
-            token_source=TokenSource.TOKEN_IDS,
-            prompt_tokens=request.input_len,
-            completion_tokens=request.max_tokens,
-            finish_reason="length",
-            status=200,
-        )
+        record = exact_record(request, conc, scheduled_ns, times)
         on_record(record)
         return record
 

@@ -23,7 +23,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from loadgen.errors import ServerError
-from loadgen.records import RequestRecord, TokenSource
+from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import run_sweep
 from loadgen.workload.plan import RequestSpec
@@ -34,6 +34,7 @@ from tests.run.test_sweep_fake import (
     TTFT_MS,
     ExactServer,
     VirtualClock,
+    exact_record,
     spec,
 )
 
@@ -64,23 +65,7 @@ class NoisyServer(ExactServer):
         chunks = request.max_tokens // TOKENS_PER_CHUNK
         times = tuple(start + extra_ns + (TTFT_MS + i * ITL_MS) * MS for i in range(chunks))
         self.clock.now_ns = max(self.clock.now_ns, times[-1])
-        record = RequestRecord(
-            request_id=request.index,
-            conc=conc,
-            input_len=request.input_len,
-            max_tokens=request.max_tokens,
-            scheduled_ns=scheduled_ns,
-            start_ns=start,
-            connect_ns=0,
-            chunk_ns=times,
-            chunk_tokens=(TOKENS_PER_CHUNK,) * chunks,
-            end_ns=times[-1],
-            token_source=TokenSource.TOKEN_IDS,
-            prompt_tokens=request.input_len,
-            completion_tokens=request.max_tokens,
-            finish_reason="length",
-            status=200,
-        )
+        record = exact_record(request, conc, scheduled_ns, times)
         on_record(record)
         return record
 
