@@ -56,10 +56,20 @@ class MetricsEvent(StreamEvent):
     metrics: RequestMetrics
 
 
-def metrics_event(fields: tuple[Any, ...], metrics: RequestMetrics) -> StreamEvent:
-    event = _new_event(MetricsEvent, fields)
-    event.metrics = metrics  # type: ignore[attr-defined]  # a NamedTuple subclass's __dict__
-    return event
+def usage_event(
+    completion: int | None,
+    prompt: int | None,
+    cached: int | None,
+    metrics: RequestMetrics | None = None,
+) -> StreamEvent:
+    """An event without choices (the final usage), for both decoders; with vLLM's
+    per-request `metrics` a MetricsEvent. Once per stream: not the per-chunk path."""
+    event = StreamEvent(completion_tokens=completion, prompt_tokens=prompt, cached_tokens=cached)
+    if metrics is None:
+        return event
+    with_metrics = _new_event(MetricsEvent, tuple(event))
+    with_metrics.metrics = metrics  # type: ignore[attr-defined]  # a NamedTuple subclass's __dict__
+    return with_metrics
 
 
 def show(value: Any) -> str:
@@ -201,24 +211,10 @@ def decode_event(data: bytes) -> StreamEvent:
     if type(choices) is not list:
         raise MalformedEvent(f"no choices list: {show(choices)}")
     if not choices:
-        fields = (
-            False,
-            False,
-            None,
-            None,
-            "",
-            completion_tokens,
-            prompt_tokens,
-            None,
-            None,
-            cached_tokens,
-            False,
-        )
         metrics = get("metrics")
-        if metrics is None:
-            return _new_event(StreamEvent, fields)
         try:
-            return metrics_event(fields, from_value(metrics))
+            server = None if metrics is None else from_value(metrics)
+            return usage_event(completion_tokens, prompt_tokens, cached_tokens, server)
         except BadRequestMetrics as exc:
             raise MalformedEvent(str(exc)) from None
     choice = choices[0]

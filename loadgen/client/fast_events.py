@@ -28,7 +28,7 @@ from loadgen.client.events import (
     MAX_TOKEN_COUNT,
     StreamEvent,
     decode_event,
-    metrics_event,
+    usage_event,
 )
 from loadgen.client.request_metrics import BadRequestMetrics, WireMetrics, from_wire
 
@@ -138,11 +138,9 @@ def decode_event_fast(data: bytes) -> StreamEvent:
                 return decode_event(data)  # the reference words the complaint
     choices = chunk.choices
     if not choices:
-        fields = (False, False, None, None, "", completion, prompt, None, None, cached, False)
-        if chunk.metrics is None:
-            return _new_event(StreamEvent, fields)
         try:
-            return metrics_event(fields, from_wire(chunk.metrics))
+            server = None if chunk.metrics is None else from_wire(chunk.metrics)
+            return usage_event(completion, prompt, cached, server)
         except BadRequestMetrics:
             return decode_event(data)  # the reference words the complaint
     choice = choices[0]
