@@ -36,7 +36,7 @@ from loadgen.results.store import (
     ResultsDir,
     check_run,
 )
-from loadgen.run.point import PointOutcome
+from loadgen.run.point_records import PointOutcome
 from loadgen.run.trials import trials_kept
 
 _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)

@@ -22,7 +22,7 @@ from loadgen.errors import Interrupted, LoadgenError
 from loadgen.results.files import write_atomic
 from loadgen.results.store import RUN_FILE
 from loadgen.run.backend import Backend
-from loadgen.run.point import PointOutcome
+from loadgen.run.point_records import PointOutcome
 from loadgen.run.results_dir import Earlier, settings_of
 from loadgen.run.stops import stop_of
 

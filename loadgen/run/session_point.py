@@ -30,7 +30,8 @@ from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.session_rollup import session_rollups
 from loadgen.records import RequestRecord
 from loadgen.results.point import SessionMetrics
-from loadgen.run.point import Point, RunContext
+from loadgen.run.point import Point
+from loadgen.run.point_records import RunContext
 from loadgen.run.scheduler import deadline_after
 from loadgen.run.sessions import ReplayOptions, ReplayStats, SessionReplay
 from loadgen.run.shares import Share

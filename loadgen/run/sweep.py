@@ -45,7 +45,8 @@ from loadgen.run.embedded_sim import sweep_estimate
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
-from loadgen.run.point import Point, PointOutcome, RunContext
+from loadgen.run.point import Point
+from loadgen.run.point_records import PointOutcome, RunContext
 from loadgen.run.results_dir import Earlier
 from loadgen.run.run_file import RunFile
 from loadgen.run.scheduler import Clock, Sleep

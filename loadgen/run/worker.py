@@ -35,7 +35,8 @@ from loadgen.records import RequestRecord
 from loadgen.run.backend import HttpBackend, open_streams, request_headers
 from loadgen.run.frames import Kind, frame, message, read_frame
 from loadgen.run.observers import QuietObserver
-from loadgen.run.point import Point, RunContext
+from loadgen.run.point import Point
+from loadgen.run.point_records import RunContext
 from loadgen.run.session_point import SessionPoint, build_session_point, replay_counts
 from loadgen.run.shares import Share
 from loadgen.tokenizer import load_tokenizer

@@ -45,7 +45,7 @@ from loadgen.results.files import ResultsWriteError
 from loadgen.run.backend import HttpBackend
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.frames import FrameError, Kind, frame, message, read_frame
-from loadgen.run.point import PointOutcome, PointRecords, RunContext
+from loadgen.run.point_records import PointOutcome, PointRecords, RunContext
 from loadgen.run.session_point import planned_requests, session_metrics
 from loadgen.run.shares import Share, requests_in
 from loadgen.run.stops import INTERRUPTED, Stop, WorkerDied, stop_of

@@ -1,0 +1,419 @@
+"""A point's records and the result made of them: what every point shares (RunContext),
+the measured records as they arrive (JSONL, the server watch, the session and power
+collectors), and `PointRecords.finalize`, which writes the point file and its outputs.
+The live point (point.py) and the worker pool (workers.py) both fill one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgen import __version__
+from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls, point_power_csv
+from loadgen.client.preflight import ServerInfo
+from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls
+from loadgen.client.server_series import SeriesWatch
+from loadgen.config.redact import redact_url
+from loadgen.config.spec import RunSpec
+from loadgen.metrics.energy import PowerInput, PowerSeries
+from loadgen.metrics.server import KV_USAGE, ServerSnapshot
+from loadgen.metrics.server_series import PointCapture, ScrapeText
+from loadgen.metrics.server_urls import per_url_fields
+from loadgen.metrics.submission import SubmissionRules
+from loadgen.metrics.summary import PointContext
+from loadgen.records import RequestRecord
+from loadgen.results.files import ResultsWriteError
+from loadgen.results.jsonl import JsonlSink
+from loadgen.results.point import (
+    PointIdentity,
+    PointResult,
+    PointStatus,
+    SessionMetrics,
+    SimulatorHealth,
+)
+from loadgen.results.store import ResultsDir
+from loadgen.run.assemble import PointCounts, PointParts, assemble_point
+from loadgen.run.backend import Backend
+from loadgen.run.client_health import ProcessHealth
+from loadgen.run.clock import ClockPair, clock_facts, read_pair
+from loadgen.run.embedded_sim import SimulatorLog, sim_stream_interval
+from loadgen.run.gpu_power_file import write_gpu_power_csv
+from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
+from loadgen.run.scheduler import Clock, Sleep
+from loadgen.run.server_watch import ServerWatch
+from loadgen.run.stops import SATURATED, Stop
+
+# (records, server counters before, after the measured phase: None when not both read)
+SessionFields = Callable[
+    [Sequence[RequestRecord], ServerSnapshot | None, ServerSnapshot | None], SessionMetrics
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What every point of a sweep shares."""
+
+    spec: RunSpec
+    backend: Backend
+    server: ServerInfo
+    run_id: str
+    results_dir: Path
+    hooks: RunObserver
+    clock: Clock
+    sleep: Sleep
+    # before each measured phase, once warmed up: wait for the other shards (--shard-sync)
+    barrier: Callable[[int], Awaitable[None]] | None = None
+    # fed every request outcome; holds new requests back while the server is suspected
+    # gone (None in a worker process: its parent watches the records it gets)
+    watch: ServerWatch | None = None
+    # how prompts are built (workload.plan.synthesis_of): words, fitted (and why), dataset
+    synthesis: tuple[str, str | None] = ("words", None)
+    # the vLLM-format result and the like (a worker process writes none)
+    outputs: RunOutputs = field(default_factory=NoOutputs)
+    # the log of the simulator loadgen started (--sim): its lateness goes into each point
+    simulator_log: SimulatorLog | None = None
+    # --trials: the trial this context measures (1..N; its spec carries the trial's seed),
+    # so its files are conc_<N>_trial_<k>.json and requests_conc_<N>_trial_<k>.jsonl
+    trial: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PointOutcome:
+    conc: int
+    result: PointResult
+    complete: bool
+    path: Path
+    # run.json's extra facts about the point, for `loadgen merge`: clock readings and the
+    # server's raw counters before and after
+    facts: dict[str, Any] = field(default_factory=dict)
+    write_error: ResultsWriteError | None = None  # conc_<N>.json or the JSONL not written
+
+    @property
+    def error_rate(self) -> float:
+        # None without requests (a shard holding none of a small point's slots)
+        return self.result.metrics.error_rate or 0.0
+
+
+class PointRecords:
+    """A point's records as they finish (kept, appended to requests_conc_<N>.jsonl, shown
+    live) and, at the end, its PointResult written as conc_<N>.json. The records may come
+    from this process (`Point`) or from worker processes (run/workers.py)."""
+
+    def __init__(
+        self, run: RunContext, conc: int, *, planned: int, warmup: int, slots: int
+    ) -> None:
+        self.run = run
+        self.conc = conc
+        self.planned = planned
+        self.warmup = warmup
+        self.slots = slots  # this run's slots of the point: conc, or its shard's share
+        self.records: list[RequestRecord] = []
+        path = ResultsDir(run.results_dir).requests_file(conc, run.trial)
+        self.sink = JsonlSink(path)  # a fresh file: results_dir.prepare() cleared the way
+        self.before = Scrape()
+        self.gauge_watch: GaugeWatch | None = None
+        self.gauges: dict[str, dict[str, list[float]]] = {}
+        self.power: PowerSampler | None = None  # --gpu-metrics, during the measured phase
+        self.power_series: list[PowerSeries] | None = None
+        self.gauge_times: dict[str, dict[str, list[int]]] = {}  # each sample's perf_counter_ns
+        # --aiperf-artifacts only: the primers/warmup requests and every /metrics scrape
+        self.warmup_records: list[RequestRecord] = []
+        self.series_watch: SeriesWatch | None = None
+        self.scrapes: list[ScrapeText] = []
+        self.started = False
+        self.clock: ClockPair | None = None
+        # More fields a point kind adds from its records and the server's counters around
+        # the measured phase (session runs: run/session_point.py); written with the rest.
+        self.extra: SessionFields | None = None
+        self.simulator_mark: int | None = None  # the simulator log's end at begin()
+
+    async def start_power(self) -> None:
+        """--gpu-metrics: sampled once before the measured phase starts, so the samples
+        bracket its first send."""
+        spec = self.run.spec
+        if spec.gpu_metrics:
+            self.power = PowerSampler(
+                gpu_metrics_urls(spec.gpu_metrics, self.run.backend.base_url),
+                spec.gpu_metrics_interval_s,
+            )
+            await self.power.start()
+
+    def begin(self, before: Scrape) -> None:
+        """The measured phase starts now (the server's counters were just read)."""
+        self.before, self.started, self.clock = before, True, read_pair()
+        log = self.run.simulator_log
+        self.simulator_mark = log.mark() if log is not None else None
+        self.gauge_watch = self.run.backend.gauge_watch()
+        if self.gauge_watch is not None:
+            self.gauge_watch.start()
+        self.run.hooks.point_started(self.conc, self.planned)
+
+    async def open_series(self) -> None:
+        """--aiperf-artifacts: the server series' first scrape, awaited before the
+        counters are read for the measured phase (so no request falls before it)."""
+        self.series_watch = self.run.backend.series_watch()
+        if self.series_watch is not None:
+            await self.series_watch.start()
+
+    async def scrape_after(self) -> Scrape:
+        """The measured phase is over: the gauges watched during it, then the counters."""
+        if self.gauge_watch is not None:
+            self.gauge_times = self.gauge_watch.times
+            self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
+        if self.power is not None:  # sampled once more: after the last completion
+            self.power_series, self.power = await self.power.stop(), None
+        if self.run.spec.gpu_power_csv is not None:  # rows up to past the last completion
+            self.power_series = [
+                *(self.power_series or ()),
+                *await point_power_csv(self.run.spec.gpu_power_csv, self.records),
+            ]
+        if self.series_watch is not None:
+            self.scrapes, self.series_watch = await self.series_watch.stop(), None
+        return await self.run.backend.scrape()
+
+    def add(self, record: RequestRecord) -> None:
+        self.records.append(record)
+        if self.run.watch is not None:
+            self.run.watch.observe(record)
+        self.sink.write(record)  # ResultsWriteError stops the run (records so far intact)
+        self.run.hooks.request_finished(record)
+
+    def close(self) -> None:
+        """Stopped during warmup: nothing was measured."""
+        with contextlib.suppress(ResultsWriteError):  # the run is stopping already
+            self.sink.close()
+
+    def finalize(
+        self,
+        *,
+        complete: bool,
+        after: Scrape | None,
+        processes: Sequence[ProcessHealth],
+        warmup_failed: int,
+        stop: Stop | None = None,
+    ) -> PointOutcome:
+        """Summarize and write conc_<N>.json. A write that fails is on the outcome
+        (`write_error`), not raised: a stopped point is finalized on the way out of a run
+        that is already stopping, and the caller decides."""
+        write_error: ResultsWriteError | None = None
+        try:
+            self.sink.close()
+        except ResultsWriteError as exc:
+            write_error = exc
+        if self.gauge_watch is not None:
+            self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
+        if self.power is not None:  # interrupted: its samples so far, no more
+            self.power.cancel()
+            self.power_series, self.power = self.power.series(), None
+        if self.series_watch is not None:
+            self.series_watch.cancel()
+            self.scrapes = self.series_watch.scrapes
+        result = self._result(complete, after, processes, warmup_failed, stop)
+        _warn_inexact(result)
+        store = ResultsDir(self.run.results_dir)
+        path = store.point_file(self.conc, self.run.trial)
+        try:
+            store.write_point(result, self.run.trial)
+            if self.power_series is not None:
+                write_gpu_power_csv(
+                    store.gpu_power_file(self.conc, self.run.trial), self.power_series, self.records
+                )
+            if self.run.trial is None:  # a trial's point is not the published one
+                self.run.outputs.point_written(
+                    store, result, self.records, complete, self._capture()
+                )
+        except ResultsWriteError as exc:
+            write_error = write_error or exc
+        self.run.hooks.point_finished(self.conc, result)
+        return PointOutcome(
+            self.conc, result, complete, path, self._facts(after if complete else None), write_error
+        )
+
+    def _capture(self) -> PointCapture | None:
+        """--aiperf-artifacts: what the sink needs beyond the records (else None)."""
+        if self.run.spec.aiperf_artifacts is None:
+            return None
+        return PointCapture(
+            warmup=tuple(self.warmup_records),
+            scrapes=tuple(self.scrapes),
+            offset_ns=(self.clock or read_pair()).offset_ns,
+            metrics_urls=metrics_urls(self.run.spec.server_metrics, self.run.backend.base_url),
+        )
+
+    def _facts(self, after: Scrape | None) -> dict[str, Any]:
+        """run.json's facts for `loadgen merge`: the clock pairing and the raw counters
+        before and after, summed and (--server-metrics) per URL."""
+        facts = {
+            "clock": clock_facts(self.clock, read_pair()) if self.clock else None,
+            "server_before": snapshot_json(self.before.total),
+            "server_after": snapshot_json(after.total if after else None),
+        }
+        if self.run.spec.server_metrics:
+            facts["server_before_by_url"] = {
+                u: snapshot_json(s) for u, s in self.before.each.items()
+            }
+            facts["server_after_by_url"] = (
+                {u: snapshot_json(s) for u, s in after.each.items()} if after else None
+            )
+        return facts
+
+    def _result(
+        self,
+        complete: bool,
+        after: Scrape | None,
+        processes: Sequence[ProcessHealth],
+        warmup_failed: int,
+        stop: Stop | None,
+    ) -> PointResult:
+        spec = self.run.spec
+        # a saturated point ran its requests to their end: its counters are whole
+        kept = complete or (stop is not None and stop.reason == SATURATED)
+        server_after = after.total if kept and after is not None else None
+        by_url = (
+            per_url_fields(list(self.before.each), self.before.each, after.each, self.gauges)
+            if spec.server_metrics and after
+            else None
+        )
+        # A shard's own result: the steady window is that of its own slots.
+        ctx = point_context(spec, self.slots)
+        sessions = (
+            self.extra(self.records, self.before.total, server_after)
+            if self.extra is not None
+            else None
+        )
+        parts = PointParts(
+            identity=self._identity(),
+            status=point_status(complete, stop),
+            counts=PointCounts(self.planned, self.warmup, warmup_failed),
+            processes=[p.to_json() for p in processes],
+            clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
+            synthesis=self.run.synthesis,
+            server_metrics_by_url=by_url,
+            simulator=self._simulator(),
+            sessions=sessions,
+            power=PowerInput(self.power_series, spec.gpu_metrics_interval_s, spec.num_gpus)
+            if self.power_series is not None
+            else None,
+            slice_s=spec.slice_duration_s,
+            kv_samples=kv_samples(self.gauges, self.gauge_times),
+            rules=SubmissionRules.of(spec),
+        )
+        return assemble_point(
+            self.records,
+            ctx,
+            self.conc,
+            parts,
+            server_before=self.before.total,
+            server_after=server_after,
+        )
+
+    def _simulator(self) -> SimulatorHealth:
+        """How late the simulator loadgen started ran over the measured phase."""
+        log = self.run.simulator_log
+        if log is None or self.simulator_mark is None:
+            return SimulatorHealth()
+        return log.lateness_since(self.simulator_mark)
+
+    def _identity(self) -> PointIdentity:
+        run, spec = self.run, self.run.spec
+        return PointIdentity(
+            # a shard's own file holds its share only; `loadgen merge` writes the whole point
+            shard=f"{spec.shard_index}/{spec.shard_count}" if spec.shard_count > 1 else None,
+            shards_merged=1,
+            target=run.backend.target,
+            run_id=run.run_id,
+            model_id=run.server.model,
+            endpoint_type="openai",
+            endpoint=spec.endpoint,
+            base_url=redact_url(run.backend.base_url),
+            backend="vllm",
+            # the client that timed the streams: its per-chunk cost is in client_*
+            http_client=spec.http_client,
+            input_len=spec.isl,
+            output_len=spec.osl,
+            range_ratio=spec.range_ratio,
+            request_rate=spec.request_rate
+            if spec.request_rate is not None
+            else "ramp"
+            if spec.ramp_up_strategy is not None
+            else "stages"
+            if spec.rate_stages
+            else "inf",
+            rate_stages=[list(stage) for stage in spec.rate_stages] or None,
+            burstiness=spec.burstiness,
+            ramp_up_strategy=spec.ramp_up_strategy,
+            ramp_up_start_rps=spec.ramp_up_start_rps,
+            ramp_up_end_rps=spec.ramp_up_end_rps,
+            loadgen_version=__version__,
+            tokenizer_check=run.server.tokenize_check,
+        )
+
+
+def point_context(spec: RunSpec, slots: int) -> PointContext:
+    """What summarize needs of the run for a point sent from `slots` slots."""
+    return PointContext(
+        conc=slots,
+        input_len=spec.isl,
+        output_len=spec.osl,
+        spec_tokens=spec.spec_tokens,
+        slos=spec.slos_ms,
+        percentiles=spec.percentiles,
+        num_gpus=spec.num_gpus,
+        stream_interval=sim_stream_interval(spec.sim_args) if spec.sim else None,
+        golden=spec.golden_al,
+    )
+
+
+def point_status(complete: bool, stop: Stop | None) -> PointStatus:
+    """Why a point stopped early: a code, and the line loadgen printed about it
+    (`incomplete_reason` is that same line, the name `loadgen merge` reads)."""
+    if complete or stop is None:
+        return PointStatus(
+            complete=complete, stop_reason=None, stop_detail=None, incomplete_reason=None
+        )
+    return PointStatus(
+        complete=False,
+        stop_reason=stop.reason,
+        stop_detail=stop.detail,
+        incomplete_reason=stop.detail,
+    )
+
+
+def kv_samples(
+    gauges: dict[str, dict[str, list[float]]], times: dict[str, dict[str, list[int]]]
+) -> list[tuple[int, float]]:
+    """Every URL's KV-cache usage samples with their times, for the time slices."""
+    return [
+        (t, v)
+        for url, series in gauges.items()
+        for t, v in zip(
+            times.get(url, {}).get(KV_USAGE, ()), series.get(KV_USAGE, ()), strict=False
+        )
+    ]
+
+
+def _warn_inexact(result: PointResult) -> None:
+    prompts = result.prompts
+    if prompts.input_len_approximate:
+        print(
+            f"loadgen: WARNING: conc {result.conc}: "
+            f"{prompts.input_len_mismatches} prompts are not of the requested length (up "
+            f"to {prompts.input_len_max_abs_diff} tokens off): this tokenizer cannot give "
+            f"them exactly ({prompts.prompt_synthesis_note}); input_lens hold their true "
+            "lengths",
+            file=sys.stderr,
+        )
+
+
+def snapshot_json(snapshot: ServerSnapshot | None) -> dict[str, Any] | None:
+    if snapshot is None:
+        return None
+    return {
+        "samples": dict(snapshot.samples),
+        "keyed": {name: dict(values) for name, values in snapshot.keyed.items()},
+    }
