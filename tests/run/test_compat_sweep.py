@@ -21,7 +21,7 @@ from loadgen.config.args import spec_from_argv
 from loadgen.run.measure import measure
 from loadgen.sim.config import SimConfig
 from loadgen.sim.server import running_simulator
-from loadgen.tokenizer import encode, load_tokenizer
+from loadgen.tokenizer import encode
 from tests.sinks.test_vllm_result import check_power_window, inferencex_derivations
 
 FAST_SIM = "--step-fixed-ms 2 --decode-token-us 20 --prefill-token-us 2 --seed 7"
@@ -33,11 +33,6 @@ INFERENCEX = (
     "--percentile-metrics ttft,tpot,itl,e2el --result-dir {dir} --result-filename "
     "dsv4_conc.json --use-chat-template --dsv4 --trust-remote-code"
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 @pytest.fixture

@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from tokenizers import Tokenizer
 
 from loadgen.config.args import spec_from_argv
 from loadgen.run.sweep import run_sweep
-from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = "--step-fixed-ms 2 --decode-token-us 20 --prefill-token-us 2 --spin-us 0"
 _watched: list[Path] = []
@@ -35,11 +33,6 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_audit)  # hooks cannot be removed: this one only counts the watched path
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 def _dataset(tmp_path: Path) -> Path:

@@ -41,7 +41,6 @@ from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerConfig
 from loadgen.sim.server import RunningSimulator, running_simulator
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
-from loadgen.tokenizer import load_tokenizer
 
 POWER = PowerConfig(
     num_gpus=2,
@@ -60,11 +59,6 @@ SIM = SimConfig(
     enable_prefix_caching=False,
 )
 STAMP_UNCERTAINTY_S = 0.02  # a GET on loopback, the simulator sharing the client's loop
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 def spec(tmp_path: Path, url: str, gpu_url: str, **changes: Any) -> RunSpec:

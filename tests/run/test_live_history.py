@@ -25,7 +25,6 @@ from loadgen.config.spec import SpecError
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
-from loadgen.tokenizer import load_tokenizer
 from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sse
 from tests.support.paths import TRACES
 from tests.support.procs import simulator
@@ -51,11 +50,6 @@ BASE = (
     "--no-progress",
 )
 Script = Callable[[Request, int], tuple[str, str] | None]  # (reasoning, content) or HTTP 500
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 def key(request: Request) -> str:

@@ -18,7 +18,6 @@ from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
-from loadgen.tokenizer import load_tokenizer
 
 SLOW_SIM = (
     "--step-fixed-ms",
@@ -35,11 +34,6 @@ SLOW_SIM = (
     "2",
 )
 DURATION_S = 8.0
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 def spec_at(tmp_path: Path, rate: float, **changes: Any) -> RunSpec:

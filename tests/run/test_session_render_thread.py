@@ -14,24 +14,18 @@ import threading
 import time
 from typing import Any
 
-import pytest
 from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.run.sessions import ReplayOptions, SessionReplay
-from loadgen.tokenizer import count_tokens, encode, load_tokenizer
+from loadgen.tokenizer import count_tokens, encode
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec
 from loadgen.workload.session_plan import session_source
 from loadgen.workload.session_render import SessionRenderer
 
 ISL = 20_000
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 class TimedRenderer(SessionRenderer):

@@ -21,7 +21,6 @@ from loadgen.config.args import spec_from_argv
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
-from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.sessions import Session
 from loadgen.workload.tracegen import TraceShape, generate_traces
 from loadgen.workload.traces import load_weka
@@ -32,11 +31,6 @@ CACHE_SIM = (
     "--max-num-batched-tokens 65536 --spec-tokens 0 --step-fixed-ms 1 "
     "--prefill-token-us 2 --decode-token-us 20 --spin-us 0"
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 async def run(

@@ -17,7 +17,6 @@ from loadgen.config.parsers import SpecError
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import run_sweep
-from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.tracegen import TraceShape, generate_traces
 from tests.support.paths import TRACES
 
@@ -45,11 +44,6 @@ SAME = (
     "replay_sessions_started",
     "replay_subagents_started",
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 async def replay(

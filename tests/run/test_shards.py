@@ -26,15 +26,9 @@ from loadgen.results.jsonl import JsonlSink, read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.shards import merge_results
 from loadgen.run.sweep import run_sweep
-from loadgen.tokenizer import load_tokenizer
 
 SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2", "--seed", "5")
 CONC = (1, 2, 4)  # conc 1: shard 1 holds no slot, and its sweep would run ahead
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 @pytest.fixture

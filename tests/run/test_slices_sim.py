@@ -13,7 +13,6 @@ from loadgen.config.spec import RunSpec
 from loadgen.results.store import ResultsDir
 from loadgen.run.arrivals import point_offsets_ns
 from loadgen.run.sweep import run_sweep
-from loadgen.tokenizer import load_tokenizer
 
 SIM = (
     "--step-fixed-ms",
@@ -27,11 +26,6 @@ SIM = (
     "--seed",
     "7",
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 def spec(tmp_path: Path, **changes: Any) -> RunSpec:

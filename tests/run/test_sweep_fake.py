@@ -33,7 +33,6 @@ from loadgen.results.point import (
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import run_sweep
 from loadgen.sinks.run_files import RunFiles
-from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec
 
@@ -131,11 +130,6 @@ class ExactServer:
 
     def gauge_watch(self) -> None:
         return None
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 def spec(tmp_path: Path, **changes: Any) -> RunSpec:

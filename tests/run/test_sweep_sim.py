@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
@@ -30,7 +29,6 @@ from loadgen.run.ids import x_request_id
 from loadgen.run.measure import measure
 from loadgen.run.observers import QuietObserver
 from loadgen.run.sweep import SweepOutcome
-from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = (
     "--step-fixed-ms",
@@ -84,11 +82,6 @@ RESULT_FIELDS = [
     "client_loop_lag_p99_ms",
     "client_loop_lag_max_ms",
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 class Hooks(QuietObserver):

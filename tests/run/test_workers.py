@@ -38,7 +38,6 @@ from loadgen.run.shares import Share, requests_in
 from loadgen.run.sweep import run_sweep
 from loadgen.run.workers import choose_workers
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
-from loadgen.tokenizer import load_tokenizer
 
 SIM = (
     "--step-fixed-ms",
@@ -53,11 +52,6 @@ SIM = (
     "11",
 )
 NOISE = 0.15  # module doc
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 def spec(tmp: Path, workers: int, **changes: Any) -> RunSpec:

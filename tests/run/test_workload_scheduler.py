@@ -13,15 +13,10 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.run.scheduler import arrival_offsets_ns, closed_loop, open_loop
-from loadgen.tokenizer import encode, load_tokenizer
+from loadgen.tokenizer import encode
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.datasets import load_dataset
 from loadgen.workload.plan import RequestSpec, Workload, sample_lengths
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer()
 
 
 def spec(**changes: object) -> RunSpec:
