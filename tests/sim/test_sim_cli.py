@@ -88,7 +88,8 @@ async def test_module_serves_until_sigterm() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "loadgen.sim",
+        "loadgen",
+        "sim",
         "--port",
         "0",
         stderr=asyncio.subprocess.PIPE,
