@@ -24,7 +24,7 @@ from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.point_records import PointOutcome, PointRecords, RunContext
 from loadgen.run.saturation_watch import SaturationWatch
-from loadgen.run.scheduler import closed_loop, deadline_after, open_loop
+from loadgen.run.scheduler import closed_loop, deadline_after, open_loop, staged_closed_loop
 from loadgen.run.stops import SATURATED, Stop
 from loadgen.workload.plan import PointPlan, RequestSpec
 
@@ -130,6 +130,11 @@ class Point:
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
+        if spec.conc_stages:  # one process (validated): its slots are the point's
+            await staged_closed_loop(
+                measured, spec.conc_stages, self._send, clock=run.clock, sleep=run.sleep
+            )
+            return
         deadline = deadline_after(spec.point_duration_s, run.clock())
         if not spec.open_loop:
             await closed_loop(
