@@ -125,9 +125,10 @@ async def staged_closed_loop(
     *,
     clock: Clock = perf_counter_ns,
     sleep: Sleep = asyncio.sleep,
-) -> None:
+) -> float | None:
     """A closed loop whose slot count steps through `stages` ((concurrency, seconds) one
-    after another; --conc-stages), ending when they do or the requests run out.
+    after another; --conc-stages), ending when they do or the requests run out; returns
+    when they ran out (seconds after the start), None when the stages ended first.
 
     Slot i sends while the stage it is in has more than i slots. The stage is looked up
     once per request, at send time: going down, a slot past the new count finishes its
@@ -141,6 +142,7 @@ async def staged_closed_loop(
     for _, seconds in stages:
         bounds.append(bounds[-1] + int(seconds * 1e9))
     counts = [conc for conc, _ in stages]
+    ran_out: list[int] = []
 
     def next_start(slot: int, stage: int) -> int | None:
         """The start of the first stage from `stage` on that has `slot`."""
@@ -162,6 +164,7 @@ async def staged_closed_loop(
                 continue
             request = next(pending, None)
             if request is None:
+                ran_out.append(now)
                 return
             record = await send(request, scheduled)
             scheduled = record.end_ns if record is not None and record.end_ns else clock()
@@ -169,3 +172,4 @@ async def staged_closed_loop(
     async with asyncio.TaskGroup() as group:
         for i in range(min(max(counts), len(requests))):
             group.create_task(slot(i))
+    return (min(ran_out) - start) / 1e9 if ran_out else None

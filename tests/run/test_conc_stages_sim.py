@@ -94,3 +94,28 @@ async def test_the_requests_in_flight_follow_the_stages(
     for (conc, _), (slower, _), a, b in zip(stages[1:], stages, cut[1:], cut, strict=False):
         if conc >= 2 * slower:
             assert a.request_throughput > 0.6 * conc / slower * b.request_throughput
+
+
+async def test_running_out_of_requests_is_said_and_leaves_the_stages_unreached(
+    tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """6 requests at 2 in flight (~130 ms each) last ~0.4 s of a 1 s first stage."""
+    spec = RunSpec(
+        conc=(4,),
+        conc_stages=((2, 1.0), (4, 1.0)),
+        isl=64,
+        osl=32,
+        num_prompts=6,
+        warmup_per_conc=0,
+        sim=True,
+        sim_args=SIM,
+        results_dir=tmp_path / "results",
+        progress=False,
+    )
+    outcome = await run_sweep(spec, tokenizer=tokenizer)
+    err = capsys.readouterr().err
+    assert "conc 4: the point's 6 requests ran out" in err and "raise --num-prompts" in err
+    result = ResultsDir(outcome.results_dir).read_point(4)
+    assert result.metrics.completed == 6
+    cut = result.stage_slices
+    assert cut is not None and len(cut) == 1 and cut[0].duration_s < 1.0
