@@ -22,7 +22,7 @@ import orjson
 from loadgen import __version__
 from loadgen.config.compat import add_compat_flags, apply_compat, typed
 from loadgen.config.golden import add_golden_flags, golden_fields
-from loadgen.config.load_args import add_load_flags, load_fields
+from loadgen.config.load_args import add_load_flags, load_fields, stages_conc
 from loadgen.config.objectives import add_find_max_flags, find_max_fields, parse_slo_flag
 from loadgen.config.parsers import (
     SpecError,
@@ -568,6 +568,7 @@ def _scale_flags(s: argparse._ArgumentGroup) -> None:
 
 def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
     compat = apply_compat(args)
+    args.conc = stages_conc(args)
     if args.conc is None:
         raise SpecError("--conc is required (or --max-concurrency), e.g. --conc 4..512")
     if args.sim and args.base_url:

@@ -1,5 +1,5 @@
 """Flags that shape the load over a point and how it is watched: the over-saturation stop,
-time slices, vLLM's ramp-up and rate stages (issue 24, items 3, 5, 6).
+time slices, vLLM's ramp-up, rate stages and concurrency stages (issue 24, items 3, 5, 6).
 
 vLLM's ramp-up (`vllm bench serve --ramp-up-strategy`) replaces the fixed rate: request i
 of N goes at the rate start + (end - start) * i/(N-1) (linear) or start * (end/start)^(i/(N-1))
@@ -13,7 +13,7 @@ import argparse
 import math
 from typing import Any
 
-from loadgen.config.parsers import SpecError
+from loadgen.config.parsers import MAX_CONC, SpecError
 
 RAMP_UP_STRATEGIES = ("linear", "exponential")
 DEFAULT_SATURATION_WINDOW_S = 30.0
@@ -76,6 +76,14 @@ def add_load_flags(g: argparse._ArgumentGroup) -> None:
         "the stages set each point's duration and how many requests it plans "
         "(default: none)",
     )
+    g.add_argument(
+        "--conc-stages",
+        default=None,
+        metavar="C@S,...",
+        help="closed loop in stages, each C requests in flight for S seconds (e.g. "
+        "4@30s,16@60s; a sweep file's `conc-stages: [4@30s, 16@60s]`): one point "
+        "of concurrency the largest C, sending for the stages' sum (default: none)",
+    )
 
 
 def load_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -88,7 +96,15 @@ def load_fields(args: argparse.Namespace) -> dict[str, Any]:
         "ramp_up_start_rps": args.ramp_up_start_rps,
         "ramp_up_end_rps": args.ramp_up_end_rps,
         "rate_stages": parse_rate_stages(args.rate_stages) if args.rate_stages else (),
+        "conc_stages": parse_conc_stages(args.conc_stages) if args.conc_stages else (),
     }
+
+
+def stages_conc(args: argparse.Namespace) -> tuple[int, ...] | None:
+    """--conc-stages' one point (its largest stage) when --conc is not given."""
+    if args.conc is not None or not args.conc_stages:
+        return args.conc  # type: ignore[no-any-return]
+    return (max(conc for conc, _ in parse_conc_stages(args.conc_stages)),)
 
 
 def parse_rate_stages(text: str) -> tuple[tuple[float, float], ...]:
@@ -109,6 +125,28 @@ def parse_rate_stages(text: str) -> tuple[tuple[float, float], ...]:
             raise SpecError(
                 f"--rate-stages {text!r}: {part.strip()!r} needs a rate > 0 "
                 "and a duration > 0, e.g. 5@30s"
+            )
+        stages.append((value, span))
+    return tuple(stages)
+
+
+def parse_conc_stages(text: str) -> tuple[tuple[int, float], ...]:
+    """`4@30s,16@1m` -> ((4, 30.0), (16, 60.0)): requests in flight @ seconds."""
+    stages = []
+    for part in text.split(","):
+        conc, at, seconds = part.strip().partition("@")
+        try:
+            value = int(conc)
+            span = _seconds(seconds.strip())
+        except ValueError:
+            raise SpecError(
+                f"--conc-stages {text!r}: each stage is CONCURRENCY@DURATION, e.g. "
+                "4@30s (a whole number of requests in flight at a duration in ms, s or m)"
+            ) from None
+        if not at or not (1 <= value <= MAX_CONC and math.isfinite(span) and span > 0):
+            raise SpecError(
+                f"--conc-stages {text!r}: {part.strip()!r} needs a concurrency in "
+                f"1..{MAX_CONC} and a duration > 0, e.g. 4@30s"
             )
         stages.append((value, span))
     return tuple(stages)
@@ -160,6 +198,8 @@ def check_load_shape(spec: Any) -> None:
             spec.duration_s is None,
             "--rate-stages sets each point's duration (the stages' sum): drop --duration",
         )
+    if spec.conc_stages:
+        _check_conc_stages(spec)
     strategy, start, end = spec.ramp_up_strategy, spec.ramp_up_start_rps, spec.ramp_up_end_rps
     if strategy is None:
         _check(
@@ -187,4 +227,30 @@ def check_load_shape(spec: Any) -> None:
     _check(
         start <= end,
         f"--ramp-up-start-rps {start} is above --ramp-up-end-rps {end}: a ramp goes up",
+    )
+
+
+def _check_conc_stages(spec: Any) -> None:
+    top = max(conc for conc, _ in spec.conc_stages)
+    _check(
+        not spec.open_loop,
+        "--conc-stages is a closed loop: drop --request-rate, --rate-stages and --ramp-up-strategy",
+    )
+    _check(
+        spec.duration_s is None,
+        "--conc-stages sets the point's duration (the stages' sum): drop --duration",
+    )
+    _check(
+        tuple(spec.conc) == (top,),
+        f"--conc-stages runs one point of concurrency {top} (its largest stage): "
+        f"drop --conc or give --conc {top}",
+    )
+    _check(
+        spec.find_max is None and not spec.sessions,
+        "--conc-stages: not with --find-max or session runs (multi-turn, traces)",
+    )
+    # slot i belongs to one process; the stages step this process's own slots
+    _check(
+        spec.workers == 1 and spec.shard_count == 1,
+        "--conc-stages runs in one process: use --workers 1 and no --shard",
     )

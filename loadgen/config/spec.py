@@ -158,6 +158,7 @@ class RunSpec:
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
     rate_stages: tuple[tuple[float, float], ...] = ()  # (req/s, seconds) one after another
+    conc_stages: tuple[tuple[int, float], ...] = ()  # (in flight, seconds) one after another
     # Sessions (multi-turn, trace replay): docs/sessions.md.
     multi_turn: bool = False  # a messages/ShareGPT dataset as one session per conversation
     turns: str | None = None  # synthetic sessions: turns per session (a distribution)
@@ -199,9 +200,9 @@ class RunSpec:
 
     @property
     def point_duration_s(self) -> float | None:
-        """How long a point sends: --duration, or the rate stages' sum."""
-        if self.rate_stages:
-            return math.fsum(seconds for _, seconds in self.rate_stages)
+        """How long a point sends: --duration, or the rate or concurrency stages' sum."""
+        if self.rate_stages or self.conc_stages:
+            return math.fsum(seconds for _, seconds in self.rate_stages or self.conc_stages)
         return self.duration_s
 
     def measured_requests(self, conc: int) -> int:

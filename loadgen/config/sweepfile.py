@@ -293,11 +293,14 @@ def _shape_error(dest: str, action: argparse.Action, value: Any) -> str | None:
             isinstance(value, list) and value and all(_scalar(v) for v in value)
         )
         return None if ok else "a list of numbers or a string like 1,4,16"
-    if dest == "rate_stages":  # [5@30s, 20@30s] or "5@30s,20@30s"
+    if dest in ("rate_stages", "conc_stages"):  # [5@30s, 20@30s] or "5@30s,20@30s"
         ok = isinstance(value, str) or (
             isinstance(value, list) and value and all(isinstance(v, str) for v in value)
         )
-        return None if ok else "a list of RATE@DURATION stages like [5@30s, 20@60s]"
+        like = "RATE@DURATION stages like [5@30s, 20@60s]"
+        if dest == "conc_stages":
+            like = "CONCURRENCY@DURATION stages like [4@30s, 16@60s]"
+        return None if ok else f"a list of {like}"
     if dest in ("slo", "header"):
         ok = isinstance(value, str) or (
             isinstance(value, Mapping) and all(_scalar(v) for v in value.values())

@@ -14,6 +14,8 @@ events inside the slice:
   the slice's time (`in_flight_mean`) and at its highest (`in_flight_max`);
 - server KV-cache usage: the mean of the gauge samples taken in the slice (null when
   none was: no gauge watch, or a slice shorter than its interval).
+
+`stage_slices` cuts the same figures at --conc-stages' boundaries instead, one per stage.
 """
 
 from __future__ import annotations
@@ -106,6 +108,14 @@ class _PointEvents:
         self.kv = _Events(kv[:, 0].astype(np.int64), kv[:, 1])
 
 
+def _bounds(records: Sequence[RequestRecord]) -> tuple[IntArray, IntArray]:
+    starts = np.array([r.start_ns for r in records], dtype=np.int64)
+    ends = np.array(
+        [max(r.end_ns, r.chunk_ns[-1] if r.chunk_ns else 0) for r in records], dtype=np.int64
+    )
+    return starts, ends
+
+
 def time_slices(
     records: Sequence[RequestRecord], slice_s: float, kv_samples: Sequence[tuple[int, float]] = ()
 ) -> list[SliceMetrics]:
@@ -113,16 +123,38 @@ def time_slices(
     usage fraction) gauge readings. No records: no slices."""
     if not records:
         return []
-    starts = np.array([r.start_ns for r in records], dtype=np.int64)
-    ends = np.array(
-        [max(r.end_ns, r.chunk_ns[-1] if r.chunk_ns else 0) for r in records], dtype=np.int64
-    )
+    starts, ends = _bounds(records)
     events = _PointEvents(records, kv_samples)
     t0, t_end = int(starts.min()), max(int(ends.max()), int(starts.min()) + 1)
     step = int(slice_s * 1e9)
     flight = _InFlight(starts, ends)
     los = range(t0, t_end, step)
     return [_slice(events, flight, t0, lo, min(lo + step, t_end), lo == los[-1]) for lo in los]
+
+
+def stage_slices(
+    records: Sequence[RequestRecord],
+    stages_s: Sequence[float],
+    kv_samples: Sequence[tuple[int, float]] = (),
+) -> list[SliceMetrics]:
+    """One slice per stage (--conc-stages), on the stages' own boundaries from the point's
+    start, which is the earliest `scheduled_ns` (the closed loop's first slots are due
+    then). The last stage reached runs on to the point's last event, so the drain after
+    the stages is in it; a stage the point never reached (its requests ran out) has none."""
+    if not records:
+        return []
+    starts, ends = _bounds(records)
+    events = _PointEvents(records, kv_samples)
+    t0 = min(r.scheduled_ns for r in records)
+    t_end = max(int(ends.max()), int(starts.min()) + 1)
+    flight = _InFlight(starts, ends)
+    edges = [t0 + int(s * 1e9) for s in np.cumsum([0.0, *stages_s])]
+    los = [lo for lo in edges[:-1] if lo < t_end]
+    his = [*edges[1 : len(los)], t_end]
+    return [
+        _slice(events, flight, t0, lo, hi, k == len(los) - 1)
+        for k, (lo, hi) in enumerate(zip(los, his, strict=True))
+    ]
 
 
 def _slice(

@@ -108,6 +108,7 @@ class PointIdentity(msgspec.Struct, frozen=True, kw_only=True):
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
     rate_stages: list[list[float]] | None = None  # --rate-stages: [req/s, seconds] each
+    conc_stages: list[tuple[int, float]] | None = None  # --conc-stages: [in flight, seconds]
     loadgen_version: str
     tokenizer_check: dict[str, Any] | None
 
@@ -261,6 +262,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     sessions: SessionMetrics | None = None
     energy: EnergyMetrics | None = None
     slices: list[SliceMetrics] | None = None  # --slice-duration
+    stage_slices: list[SliceMetrics] | None = None  # --conc-stages: one per stage reached
     trials: TrialSpread | None = None
     submission: Submission | None = None
 

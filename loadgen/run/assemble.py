@@ -18,7 +18,7 @@ import msgspec
 from loadgen.metrics.energy import PointTotals, PowerInput, point_energy
 from loadgen.metrics.prompt_lengths import prompt_lengths
 from loadgen.metrics.server import ServerSnapshot
-from loadgen.metrics.slices import time_slices
+from loadgen.metrics.slices import stage_slices, time_slices
 from loadgen.metrics.spread import spread
 from loadgen.metrics.submission import SubmissionRules, submission
 from loadgen.metrics.summary import PointContext, summarize
@@ -63,6 +63,7 @@ class PointParts:
     power: PowerInput | None = None  # --gpu-metrics samples of the point
     slice_s: float | None = None  # --slice-duration: the time slices' length
     kv_samples: Sequence[tuple[int, float]] = ()  # (perf_counter_ns, KV-cache usage) seen
+    stages_s: Sequence[float] = ()  # --conc-stages: each stage's seconds, for its figures
     rules: SubmissionRules | None = None  # a scenario run's (loadgen profile --scenario)
 
 
@@ -97,6 +98,9 @@ def assemble_point(
             if parts.slice_s is not None
             else None
         ),
+        stage_slices=stage_slices(records, parts.stages_s, parts.kv_samples)
+        if parts.stages_s
+        else None,
         submission=None
         if parts.rules is None
         else submission(

@@ -266,7 +266,7 @@ def sweep_estimate(spec: RunSpec, concs: Sequence[int]) -> str | None:
         conc: point_seconds(config, conc, spec.warmup_requests(conc), spec.isl, spec.osl)
         + min(
             point_seconds(config, conc, spec.measured_requests(conc), spec.isl, spec.osl),
-            spec.duration_s if spec.duration_s is not None else math.inf,
+            spec.point_duration_s if spec.point_duration_s is not None else math.inf,
         )
         for conc in concs
     }

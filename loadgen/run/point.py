@@ -11,6 +11,7 @@ suspected gone; a point is never written complete while that question is open.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 
@@ -24,7 +25,7 @@ from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.point_records import PointOutcome, PointRecords, RunContext
 from loadgen.run.saturation_watch import SaturationWatch
-from loadgen.run.scheduler import closed_loop, deadline_after, open_loop
+from loadgen.run.scheduler import closed_loop, deadline_after, open_loop, staged_closed_loop
 from loadgen.run.stops import SATURATED, Stop
 from loadgen.workload.plan import PointPlan, RequestSpec
 
@@ -130,6 +131,13 @@ class Point:
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
+        if spec.conc_stages:  # one process (validated): its slots are the point's
+            ran_out = await staged_closed_loop(
+                measured, spec.conc_stages, self._send, clock=run.clock, sleep=run.sleep
+            )
+            if ran_out is not None:
+                _say_stages_short(self.plan.conc, len(measured), ran_out, spec.point_duration_s)
+            return
         deadline = deadline_after(spec.point_duration_s, run.clock())
         if not spec.open_loop:
             await closed_loop(
@@ -201,6 +209,16 @@ class Point:
         if self.saturation is not None:
             self.saturation.observe(record)
         self._deliver(record)
+
+
+def _say_stages_short(conc: int, planned: int, at_s: float, stages_s: float | None) -> None:
+    """Running out of requests cuts the stages short: never silently."""
+    print(
+        f"loadgen: conc {conc}: the point's {planned} requests ran out {at_s:.1f} s into "
+        f"--conc-stages' {stages_s:g} s, so the stages after that were not run as asked; "
+        "raise --num-prompts",
+        file=sys.stderr,
+    )
 
 
 def _discard(_record: RequestRecord) -> None:

@@ -301,6 +301,7 @@ class PointRecords:
             else None,
             slice_s=spec.slice_duration_s,
             kv_samples=kv_samples(self.gauges, self.gauge_times),
+            stages_s=[seconds for _, seconds in spec.conc_stages],
             rules=SubmissionRules.of(spec),
         )
         return assemble_point(
@@ -345,6 +346,7 @@ class PointRecords:
             if spec.rate_stages
             else "inf",
             rate_stages=[list(stage) for stage in spec.rate_stages] or None,
+            conc_stages=list(spec.conc_stages) or None,
             burstiness=spec.burstiness,
             ramp_up_strategy=spec.ramp_up_strategy,
             ramp_up_start_rps=spec.ramp_up_start_rps,

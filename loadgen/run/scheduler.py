@@ -10,6 +10,7 @@ are passed in, so a test can drive the scheduler on a virtual clock.
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Sequence
 from time import perf_counter_ns
 
@@ -115,3 +116,60 @@ async def open_loop(
             task = group.create_task(run(request, intended))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
+
+
+async def staged_closed_loop(
+    requests: Sequence[RequestSpec],
+    stages: Sequence[tuple[int, float]],
+    send: Send,
+    *,
+    clock: Clock = perf_counter_ns,
+    sleep: Sleep = asyncio.sleep,
+) -> float | None:
+    """A closed loop whose slot count steps through `stages` ((concurrency, seconds) one
+    after another; --conc-stages), ending when they do or the requests run out; returns
+    when they ran out (seconds after the start), None when the stages ended first.
+
+    Slot i sends while the stage it is in has more than i slots. The stage is looked up
+    once per request, at send time: going down, a slot past the new count finishes its
+    request and is not refilled; going up, the new slots start at the stage's start.
+    A slot idle for a stage sleeps to the next stage that has it, and that stage's start
+    is its scheduled time (when it became free to send).
+    """
+    pending = iter(requests)
+    start = clock()
+    bounds = [start]
+    for _, seconds in stages:
+        bounds.append(bounds[-1] + int(seconds * 1e9))
+    counts = [conc for conc, _ in stages]
+    ran_out: list[int] = []
+
+    def next_start(slot: int, stage: int) -> int | None:
+        """The start of the first stage from `stage` on that has `slot`."""
+        return next((bounds[k] for k in range(stage, len(counts)) if counts[k] > slot), None)
+
+    async def slot(i: int) -> None:
+        scheduled = start
+        while True:
+            now = clock()
+            stage = bisect_right(bounds, now) - 1
+            if stage >= len(counts):
+                return
+            if counts[stage] <= i:
+                wake = next_start(i, stage + 1)
+                if wake is None:
+                    return
+                await sleep((wake - now) / 1e9)
+                scheduled = wake
+                continue
+            request = next(pending, None)
+            if request is None:
+                ran_out.append(now)
+                return
+            record = await send(request, scheduled)
+            scheduled = record.end_ns if record is not None and record.end_ns else clock()
+
+    async with asyncio.TaskGroup() as group:
+        for i in range(min(max(counts), len(requests))):
+            group.create_task(slot(i))
+    return (min(ran_out) - start) / 1e9 if ran_out else None
