@@ -99,6 +99,7 @@ async def find_capacity(
                     spec.objectives, _figures(spec, point.result, ResultsDir(outcome.results_dir))
                 ),
                 point.complete,
+                point.result.status.stop_reason,
             )
             probes.append(probe)
             dirs.append(outcome.results_dir.name)
@@ -229,8 +230,12 @@ def _check_text(check: Check) -> str:
 
 def _verdict(spec: RunSpec, probe: Probe) -> str:
     verdict = "meets every objective" if probe.passed else "fails"
-    incomplete = "" if probe.complete else " (incomplete point)"
-    return f"{_load(spec, probe.load)} {verdict}{incomplete}: " + ", ".join(
+    why = {
+        None: "",
+        "saturated": " (saturated: the server fell behind this load, the point stopped early)",
+        "incomplete": " (incomplete point)",
+    }[probe.failed_because]
+    return f"{_load(spec, probe.load)} {verdict}{why}: " + ", ".join(
         _check_text(c) for c in probe.checks
     )
 
@@ -287,6 +292,7 @@ def _probe(probe: Probe, directory: str) -> CapacityProbe:
         load=probe.load,
         passed=probe.passed,
         complete=probe.complete,
+        failed_because=probe.failed_because,
         margin=probe.margin if math.isfinite(probe.margin) else None,
         binding_objective=probe.binding.objective,
         results=directory,
