@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from loadgen.compare.capacity_inputs import probe_points
 from loadgen.compare.inputs import RunDir, load_runs
 from loadgen.errors import UsageError
 from loadgen.metrics.compare import Comparison, compare
@@ -122,7 +123,14 @@ def build_report(runs: Sequence[RunDir], output: Path) -> Path:
 
     report_runs = [
         ReportRun(
-            run.name, str(run.path), run.run, run.points, run.results, *load_record_views(run)
+            run.name,
+            str(run.path),
+            run.run,
+            run.points,
+            run.results,
+            *load_record_views(run),
+            capacity=run.capacity.result if run.capacity else None,
+            probe_points=probe_points(run.capacity) if run.capacity else {},
         )
         for run in runs
     ]
