@@ -25,6 +25,7 @@ from loadgen.sinks.compare_files import (
     write_comparison_csv,
     write_comparison_json,
 )
+from loadgen.sinks.report_capacity import capacity_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,7 +115,10 @@ def write_outputs(
         write_comparison_csv(csv, comparison, _paths(runs))
     if json is not None:
         write_comparison_json(json, comparison, _paths(runs), warnings, mismatch)
-    return format_comparison(comparison, warnings, mismatch)
+    searches = [capacity_line(r.name, r.capacity.result) for r in runs if r.capacity]
+    return format_comparison(comparison, warnings, mismatch) + "".join(
+        f"\n{line}" for line in searches
+    )
 
 
 def build_report(runs: Sequence[RunDir], output: Path) -> Path:

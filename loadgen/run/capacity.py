@@ -316,7 +316,9 @@ def answer_line(spec: RunSpec, answer: Answer) -> str:
     line = f"{_load(spec, answer.load)} is the largest that meets every objective"
     if answer.first_fail is None:
         return line + f" (the upper bound; tightest {answer.binding})"
-    line += f"; {_load(spec, answer.first_fail.load)} fails {answer.binding}"
+    failure = {"saturated": "(saturated)", "incomplete": "(incomplete point)"}
+    why = failure.get(answer.binding or "", answer.binding or "")
+    line += f"; {_load(spec, answer.first_fail.load)} fails {why}"
     if answer.non_monotone:
         line += (
             f" (but {', '.join(f'{v:g}' for v in answer.non_monotone)} passed above "

@@ -130,3 +130,6 @@ async def test_report_shows_the_search_in_chromium(tree: Path, tmp_path: Path) -
             "(a sweep of every conc measures 8)",
         ]
     ], shown["lines"]
+    compared = loadgen("compare", str(tree))
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stdout.rstrip().endswith(shown["lines"][0][1])  # the same line

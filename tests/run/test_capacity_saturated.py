@@ -72,3 +72,5 @@ def test_saturated_probes_fail_and_the_answer_is_below_them(tmp_path: Path) -> N
         assert capacity["binding_objective"] == "saturated"
     assert "rate 60 req/s (conc 256) fails (saturated:" in done.stderr
     assert "is the largest that meets every objective" in done.stderr
+    if first_fail["failed_because"] == "saturated":
+        assert "req/s (conc 256) fails (saturated); " in done.stderr
