@@ -1,4 +1,4 @@
-"""`--find-max` stopped by a real SIGINT to a real `python -m loadgen` process, then
+"""`--find-max` stopped by a real SIGINT (or SIGKILL) to a real `python -m loadgen`, then
 `--resume`: the probes measured before the stop are read back from their directories
 (their files untouched), the probe the stop cut short is measured again, and the search
 ends with the answer a search never stopped finds (the simulator's batch is capped at 4
@@ -11,16 +11,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
-from tests.support.procs import run_loadgen
+from tests.support.procs import free_port, run_loadgen, start_sim
+from tests.support.procs import stop as stop_sim
 
+# an external simulator: a SIGKILLed loadgen cannot stop an embedded one (its own session)
 SEARCH = [
-    "--sim",
-    "--sim-args",
-    "--max-num-seqs 4 --step-fixed-ms 10",
     "--conc",
     "1..8:+1",
     "--isl",
@@ -41,6 +42,17 @@ SEARCH = [
 ]
 
 
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("sim") / "sim.log"
+    sim = start_sim(port, log, "--max-num-seqs", "4", "--step-fixed-ms", "10")
+    try:
+        yield ["--base-url", f"http://127.0.0.1:{port}"]
+    finally:
+        stop_sim(sim)
+
+
 def probes(results: Path) -> list[dict[str, object]]:
     try:
         found = orjson.loads((results / "capacity.json").read_bytes())
@@ -49,10 +61,14 @@ def probes(results: Path) -> list[dict[str, object]]:
     return list(found["probes"])
 
 
-def test_a_search_stopped_by_sigint_resumes_reading_its_probes_back(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL])
+def test_a_stopped_search_resumes_reading_its_probes_back(
+    tmp_path: Path, target: list[str], stop: signal.Signals
+) -> None:
+    """SIGINT: Ctrl-C, the CLI stops cleanly; SIGKILL: a killed process, nothing flushed."""
     results = tmp_path / "search"
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", *SEARCH, "--results", str(results)],
+        [sys.executable, "-m", "loadgen", *target, *SEARCH, "--results", str(results)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -62,11 +78,11 @@ def test_a_search_stopped_by_sigint_resumes_reading_its_probes_back(tmp_path: Pa
         while time.monotonic() < deadline and len(probes(results)) < 2:
             time.sleep(0.05)
         assert len(probes(results)) >= 2, "two probes not measured within 120 s"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 130, err
+    assert process.returncode == (130 if stop == signal.SIGINT else -signal.SIGKILL), err
     before = probes(results)
     assert 2 <= len(before) < 4, err  # stopped mid-search
     kept = {
@@ -74,9 +90,9 @@ def test_a_search_stopped_by_sigint_resumes_reading_its_probes_back(tmp_path: Pa
         for p in before
     }
     stopped = orjson.loads((results / "capacity.json").read_bytes())
-    assert stopped["finished"] is False
+    assert stopped["finished"] is False  # written after each probe, and at the start
 
-    resumed = run_loadgen([*SEARCH, "--resume", str(results)])
+    resumed = run_loadgen([*target, *SEARCH, "--resume", str(results)])
     assert resumed.returncode == 0, resumed.stderr
     for name in kept:
         assert f"loadgen: find-max: {name} read back (measured before)" in resumed.stderr
@@ -94,8 +110,8 @@ def test_a_search_stopped_by_sigint_resumes_reading_its_probes_back(tmp_path: Pa
         assert point["complete"] is True
 
 
-def test_resume_of_a_directory_without_a_search_says_so(tmp_path: Path) -> None:
+def test_resume_of_a_directory_without_a_search_says_so(tmp_path: Path, target: list[str]) -> None:
     (tmp_path / "empty").mkdir()
-    done = run_loadgen([*SEARCH, "--resume", str(tmp_path / "empty")])
+    done = run_loadgen([*target, *SEARCH, "--resume", str(tmp_path / "empty")])
     assert done.returncode == 2
     assert "no capacity.json there, so no capacity search to continue" in done.stderr
