@@ -133,10 +133,12 @@ async def run_lanes(
     index = _Index(plan)
     index.write()
     for number, (lane, status) in enumerate(zip(plan.lanes, index.statuses, strict=True), 1):
-        _say(
-            f"lane {number}/{len(plan.lanes)} {lane.name}: conc "
-            f"{','.join(map(str, lane.spec.conc))} -> {lane.spec.results_dir}"
+        what = (
+            f"find-max {lane.spec.find_max}"
+            if lane.spec.find_max
+            else f"conc {','.join(map(str, lane.spec.conc))}"
         )
+        _say(f"lane {number}/{len(plan.lanes)} {lane.name}: {what} -> {lane.spec.results_dir}")
         status.state = "running"
         index.write()
         try:

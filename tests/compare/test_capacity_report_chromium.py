@@ -66,6 +66,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (base / "sweep.yaml").write_text(SWEEP)
     done = loadgen("--config", str(base / "sweep.yaml"), "--results", str(base / "tree"))
     assert done.returncode == 0, done.stderr
+    assert "lane 2/2 search: find-max conc -> " in done.stderr
     assert "lane search: capacity search in" in done.stderr
     return base / "tree"
 
