@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from loadgen.compare.capacity_inputs import probe_points
 from loadgen.compare.inputs import RunDir, load_runs
 from loadgen.errors import UsageError
 from loadgen.metrics.compare import Comparison, compare
@@ -24,6 +25,7 @@ from loadgen.sinks.compare_files import (
     write_comparison_csv,
     write_comparison_json,
 )
+from loadgen.sinks.report_capacity import capacity_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,7 +115,10 @@ def write_outputs(
         write_comparison_csv(csv, comparison, _paths(runs))
     if json is not None:
         write_comparison_json(json, comparison, _paths(runs), warnings, mismatch)
-    return format_comparison(comparison, warnings, mismatch)
+    searches = [capacity_line(r.name, r.capacity.result) for r in runs if r.capacity]
+    return format_comparison(comparison, warnings, mismatch) + "".join(
+        f"\n{line}" for line in searches
+    )
 
 
 def build_report(runs: Sequence[RunDir], output: Path) -> Path:
@@ -122,7 +127,14 @@ def build_report(runs: Sequence[RunDir], output: Path) -> Path:
 
     report_runs = [
         ReportRun(
-            run.name, str(run.path), run.run, run.points, run.results, *load_record_views(run)
+            run.name,
+            str(run.path),
+            run.run,
+            run.points,
+            run.results,
+            *load_record_views(run),
+            capacity=run.capacity.result if run.capacity else None,
+            probe_points=probe_points(run.capacity) if run.capacity else {},
         )
         for run in runs
     ]

@@ -2,7 +2,8 @@
 
 A RUN argument is a result directory (it holds conc_<N>.json) or a tree written by a
 sweep file (its lanes.json lists the lanes in the file's order; a directory of result
-directories without one is read in name order). Result files are read as dicts: the
+directories without one is read in name order), or a `--find-max` directory (its
+capacity.json and probes: compare/capacity_inputs.py). Result files are read as dicts: the
 fields are those of docs/results.md.
 """
 
@@ -13,6 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.compare.capacity_inputs import (
+    CapacityView,
+    capacity_points,
+    capacity_run_json,
+    has_capacity,
+    read_capacity,
+)
 from loadgen.errors import UsageError
 from loadgen.metrics.compare import RunInput
 from loadgen.results.point import PointResult, ResultFileError
@@ -29,6 +37,7 @@ class RunDir:
     run: Mapping[str, Any]  # run.json, {} when the run never wrote one
     results: Mapping[int, PointResult]  # concurrency -> conc_<N>.json, decoded
     points: Mapping[int, Mapping[str, Any]]  # the same in the file's spelling (compare's)
+    capacity: CapacityView | None = None  # a --find-max directory's search
 
     def as_input(self) -> RunInput:
         return RunInput(self.name, self.points)
@@ -54,7 +63,9 @@ class RunDir:
 
 
 def _is_run(path: Path) -> bool:
-    return bool(ResultsDir(path).point_concs())
+    return bool(ResultsDir(path).point_concs()) or (
+        has_capacity(path) and bool(capacity_points(read_capacity(path)))
+    )
 
 
 def _tree_lanes(path: Path) -> list[tuple[str, Path]]:
@@ -110,10 +121,18 @@ def _lanes_of(index: Any, path: Path) -> list[Any]:
 
 def load_run(name: str, path: Path) -> RunDir:
     store = ResultsDir(path)
+    capacity = read_capacity(path) if has_capacity(path) else None
     results = store.read_points()
-    run = store.read_run() if store.run_file.is_file() else {}
+    run: Mapping[str, Any] = store.read_run() if store.run_file.is_file() else {}
+    if capacity is not None and not results:  # a --find-max directory: its probes' points
+        results, run = capacity_points(capacity), capacity_run_json(path, capacity)
     return RunDir(
-        name, path, run, results, {conc: result.to_json() for conc, result in results.items()}
+        name,
+        path,
+        run,
+        results,
+        {conc: result.to_json() for conc, result in results.items()},
+        capacity,
     )
 
 

@@ -11,6 +11,7 @@ The interpolated load is kept at least a quarter of the bracket from either end,
 two probes in a row on the same side of the answer the next one halves the bracket
 (a margin far from linear, such as a cliff, would otherwise creep up on it one end at a
 time), so the search needs about log2 of the range's probes at worst.
+A point stopped over-saturated (or otherwise before its end) fails whatever its figures.
 A point that passes above one that failed (noise, or a load the server handles
 non-monotonically) does not move the answer above the first failure; it is flagged.
 """
@@ -51,6 +52,9 @@ class Probe:
     load: float  # a concurrency, or requests/s
     checks: tuple[Check, ...]
     complete: bool = True  # a point that did not run to its end fails
+    # why it did not: `saturated` (the over-saturation stop: the server cannot keep up
+    # with this load, so the load fails, as any objective missed), else the point's own
+    stop_reason: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -65,6 +69,13 @@ class Probe:
         """The objective closest to (or furthest past) its limit."""
         return max(self.checks, key=lambda c: c.margin)
 
+    @property
+    def failed_because(self) -> str | None:
+        """`saturated` or `incomplete` when the point itself fails; None otherwise."""
+        if self.complete:
+            return None
+        return "saturated" if self.stop_reason == "saturated" else "incomplete"
+
 
 def checks_of(
     objectives: Sequence[Objective], figures: Mapping[str, tuple[float | None, float | None]]
@@ -78,7 +89,9 @@ class Answer:
     load: float | None  # None: even the lower bound fails
     last_pass: Probe | None
     first_fail: Probe | None  # None: the upper bound passes
-    binding: str | None  # the objective that stops the load growing (or the tightest)
+    # the objective that stops the load growing (or the tightest); `saturated` or
+    # `incomplete` when the first failing probe's point itself failed
+    binding: str | None
     non_monotone: tuple[float, ...]  # loads that passed above the first failure
 
 
@@ -144,9 +157,9 @@ class Search:
         below = [p for p in probes if p.passed and p.load < failed.load]
         passed = max(below, key=lambda p: p.load) if below else None
         above = tuple(sorted(p.load for p in probes if p.passed and p.load > failed.load))
-        return Answer(
-            passed.load if passed else None, passed, failed, failed.binding.objective, above
-        )
+        # a saturated first failure is bound by the server's throughput, not an objective
+        binding = failed.failed_because or failed.binding.objective
+        return Answer(passed.load if passed else None, passed, failed, binding, above)
 
     def brute_force_points(self) -> int | None:
         """How many points a sweep of every concurrency in the range would measure."""

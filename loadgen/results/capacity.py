@@ -22,6 +22,9 @@ class CapacityProbe(msgspec.Struct, frozen=True, kw_only=True):
     load: float  # the concurrency, or requests/s
     passed: bool
     complete: bool  # the point ran to its end (an incomplete one fails)
+    # why the point itself failed: `saturated` (stopped over-saturated), `incomplete`
+    # (stopped otherwise); null: it ran to its end (it passes or fails on its checks)
+    failed_because: str | None = None
     margin: float | None  # the worst objective's
     binding_objective: str  # the objective closest to (or furthest past) its limit
     results: str  # the probe's own results directory, relative to this file's

@@ -129,6 +129,16 @@ class ResultsDir:
         )
         return write_atomic(self.capacity_file, data)
 
+    def read_capacity(self) -> CapacityResult:
+        """capacity.json, decoded (a search stopped early has finished: false)."""
+        path = self.capacity_file
+        try:
+            return msgspec.convert(read_json(path), CapacityResult)
+        except msgspec.ValidationError as exc:
+            raise ResultFileError(
+                f"{path}: {field_message(exc)}; not a capacity.json loadgen wrote"
+            ) from None
+
     def incomplete(self, run_id: str) -> Path:
         return self.path / INCOMPLETE_DIR / run_id
 

@@ -5,8 +5,11 @@ Each probe is a whole one-point run in its own directory, find_max_<kind>_<load>
 run.json, conc_<N>.json, records, --trials files), against one server: the embedded
 simulator or the target's connections are opened once for the whole search. After each
 probe loadgen prints it and rewrites capacity.json, so a search that stops keeps what it
-measured. With --trials an objective is held to the upper end of its 95 % interval over
-the trials, not to the pooled value.
+measured. With --resume the search starts again from the beginning: the probes it
+asks for that were measured before (to their end, or to the over-saturation stop) are
+read back from their directories instead of measured again, so it takes the same path
+and continues where it stopped. With --trials an objective is held to the upper end of
+its 95 % interval over the trials, not to the pooled value.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from loadgen.results.capacity import (
     CapacityProbe,
     CapacityResult,
 )
-from loadgen.results.point import PointResult
+from loadgen.results.point import PointResult, ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.scheduler import Clock, Sleep
@@ -78,30 +81,20 @@ async def find_capacity(
     probes: list[Probe] = []
     dirs: list[str] = []
     result = _result(spec, search, probes, dirs, finished=False)
+    if not spec.resume:  # from the start: a search killed in its first probe can resume
+        store.write_capacity(result)
     async with _server(spec, directory, tokenizer, backend) as server:
         while (load := search.next_load(probes)) is not None:
             probe_spec = _probe_spec(spec, store.probe_dir(spec.find_max or "", load), load)
-            print(
-                f"loadgen: find-max probe {len(probes) + 1}: {_load(spec, load)}", file=sys.stderr
-            )
-            outcome = await run_sweep(
-                probe_spec,
-                tokenizer=tokenizer,
-                backend=server,
-                clock=clock,
-                sleep=sleep,
-                outputs=RunFiles(probe_spec),
-            )
-            point = outcome.points[-1]
-            probe = Probe(
-                load,
-                checks_of(
-                    spec.objectives, _figures(spec, point.result, ResultsDir(outcome.results_dir))
-                ),
-                point.complete,
-            )
+            probe = _measured(spec, probe_spec, load) if spec.resume else None
+            if probe is None:
+                print(
+                    f"loadgen: find-max probe {len(probes) + 1}: {_load(spec, load)}",
+                    file=sys.stderr,
+                )
+                probe = await _measure(spec, probe_spec, load, tokenizer, server, clock, sleep)
             probes.append(probe)
-            dirs.append(outcome.results_dir.name)
+            dirs.append(store.probe_dir(spec.find_max or "", load).name)
             print(
                 f"loadgen: find-max probe {len(probes)}: {_verdict(spec, probe)}", file=sys.stderr
             )
@@ -123,12 +116,63 @@ async def find_capacity(
     return CapacityOutcome(directory, result)
 
 
+async def _measure(
+    spec: RunSpec,
+    probe_spec: RunSpec,
+    load: float,
+    tokenizer: Tokenizer,
+    server: Backend,
+    clock: Clock,
+    sleep: Sleep,
+) -> Probe:
+    directory = probe_spec.results_dir
+    assert directory is not None
+    if directory.exists():  # --resume: a probe the stop cut short is measured again
+        shutil.rmtree(directory)
+    outcome = await run_sweep(
+        probe_spec,
+        tokenizer=tokenizer,
+        backend=server,
+        clock=clock,
+        sleep=sleep,
+        outputs=RunFiles(probe_spec),
+    )
+    return _probe_of(spec, load, outcome.points[-1].result, ResultsDir(outcome.results_dir))
+
+
+def _probe_of(spec: RunSpec, load: float, result: PointResult, store: ResultsDir) -> Probe:
+    return Probe(
+        load,
+        checks_of(spec.objectives, _figures(spec, result, store)),
+        result.status.complete,
+        result.status.stop_reason,
+    )
+
+
+def _measured(spec: RunSpec, probe_spec: RunSpec, load: float) -> Probe | None:
+    """--resume: the probe read back from its directory when it was measured to its end
+    (or to the over-saturation stop, a measurement too); None: measure it (again)."""
+    assert probe_spec.results_dir is not None
+    store = ResultsDir(probe_spec.results_dir)
+    conc = max(probe_spec.conc)
+    if not store.point_file(conc).is_file():
+        return None
+    try:
+        result = store.read_point(conc)
+        status = result.status
+        if not (status.complete or status.stop_reason == "saturated"):
+            return None
+        probe = _probe_of(spec, load, result, store)
+    except (ResultFileError, OSError):
+        return None  # a file the stop left half-written: measure the probe again
+    print(f"loadgen: find-max: {store.path.name} read back (measured before)", file=sys.stderr)
+    return probe
+
+
 def _prepare(store: ResultsDir, spec: RunSpec) -> None:
     if spec.resume:
-        raise SpecError(
-            "--find-max with --resume: not supported; start the search again "
-            "(each probe's directory keeps what it measured)"
-        )
+        _check_resumable(store, spec)
+        return
     try:
         store.path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -147,6 +191,27 @@ def _prepare(store: ResultsDir, spec: RunSpec) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+def _check_resumable(store: ResultsDir, spec: RunSpec) -> None:
+    """--resume: the directory holds a search with these bounds and objectives."""
+    if not store.capacity_file.is_file():
+        raise SpecError(
+            f"--resume {store.path}: no capacity.json there, so no capacity search to "
+            "continue; start it with --results instead"
+        )
+    before = store.read_capacity()
+    search = search_of(spec)
+    given = [(o.name, o.limit_ms) for o in spec.objectives]
+    if (before.find_max, before.low, before.high) != (spec.find_max, search.low, search.high) or [
+        (o.objective, o.limit_ms) for o in before.objectives
+    ] != given:
+        raise SpecError(
+            f"--resume {store.path}: that search is --find-max {before.find_max} over "
+            f"{before.low:g}..{before.high:g} with "
+            f"{', '.join(o.objective for o in before.objectives)}; give the same flags "
+            "as the first run"
+        )
 
 
 @contextlib.asynccontextmanager
@@ -170,6 +235,7 @@ def _probe_spec(spec: RunSpec, directory: Path, load: float) -> RunSpec:
         find_max_resolution=None,
         rate_range=None,
         overwrite=False,
+        resume=False,  # a probe cut short is measured again whole (_measure)
     )
     if spec.find_max == "conc":
         return dataclasses.replace(one, conc=(int(load),))
@@ -229,8 +295,12 @@ def _check_text(check: Check) -> str:
 
 def _verdict(spec: RunSpec, probe: Probe) -> str:
     verdict = "meets every objective" if probe.passed else "fails"
-    incomplete = "" if probe.complete else " (incomplete point)"
-    return f"{_load(spec, probe.load)} {verdict}{incomplete}: " + ", ".join(
+    why = {
+        None: "",
+        "saturated": " (saturated: the server fell behind this load, the point stopped early)",
+        "incomplete": " (incomplete point)",
+    }[probe.failed_because]
+    return f"{_load(spec, probe.load)} {verdict}{why}: " + ", ".join(
         _check_text(c) for c in probe.checks
     )
 
@@ -246,7 +316,9 @@ def answer_line(spec: RunSpec, answer: Answer) -> str:
     line = f"{_load(spec, answer.load)} is the largest that meets every objective"
     if answer.first_fail is None:
         return line + f" (the upper bound; tightest {answer.binding})"
-    line += f"; {_load(spec, answer.first_fail.load)} fails {answer.binding}"
+    failure = {"saturated": "(saturated)", "incomplete": "(incomplete point)"}
+    why = failure.get(answer.binding or "", answer.binding or "")
+    line += f"; {_load(spec, answer.first_fail.load)} fails {why}"
     if answer.non_monotone:
         line += (
             f" (but {', '.join(f'{v:g}' for v in answer.non_monotone)} passed above "
@@ -287,6 +359,7 @@ def _probe(probe: Probe, directory: str) -> CapacityProbe:
         load=probe.load,
         passed=probe.passed,
         complete=probe.complete,
+        failed_because=probe.failed_because,
         margin=probe.margin if math.isfinite(probe.margin) else None,
         binding_objective=probe.binding.objective,
         results=directory,

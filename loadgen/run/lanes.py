@@ -7,7 +7,9 @@
 Lanes run in sequence (two at once would measure each other). Every lane's prompts are
 built before the first lane starts, so a workload that cannot be built fails at once. A
 lane the server or the machine fails (exit 1) is reported and the next lane runs; Ctrl-C
-stops the matrix, keeping what was measured.
+stops the matrix, keeping what was measured. A lane with find_max runs the capacity
+search (run/capacity.py): its directory holds capacity.json and one find_max_<kind>_<load>/
+directory per probe.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class LanesOutcome:
             self.results_dir / lane.name
             for lane in self.lanes
             if any((self.results_dir / lane.name).glob("conc_*.json"))
+            or ResultsDir(self.results_dir / lane.name).capacity_file.is_file()
         ]
 
 
@@ -130,13 +133,20 @@ async def run_lanes(
     index = _Index(plan)
     index.write()
     for number, (lane, status) in enumerate(zip(plan.lanes, index.statuses, strict=True), 1):
-        _say(
-            f"lane {number}/{len(plan.lanes)} {lane.name}: conc "
-            f"{','.join(map(str, lane.spec.conc))} -> {lane.spec.results_dir}"
+        what = (
+            f"find-max {lane.spec.find_max}"
+            if lane.spec.find_max
+            else f"conc {','.join(map(str, lane.spec.conc))}"
         )
+        _say(f"lane {number}/{len(plan.lanes)} {lane.name}: {what} -> {lane.spec.results_dir}")
         status.state = "running"
         index.write()
         try:
+            if lane.spec.find_max is not None:  # the lane is a capacity search
+                await _find_capacity(lane, tokenizer)
+                status.state, status.exit_code = "succeeded", 0
+                index.write()
+                continue
             outcome = await measure(
                 lane.spec,
                 tokenizer=tokenizer,
@@ -164,6 +174,14 @@ async def run_lanes(
     index.write(finished=True)
     _write_al_matrix(plan)
     return LanesOutcome(plan.results_dir, tuple(index.statuses), interrupted=False)
+
+
+async def _find_capacity(lane: Lane, tokenizer: Tokenizer | None) -> None:
+    """A lane with find_max: its search (run/capacity.py), capacity.json in its directory."""
+    from loadgen.run.capacity import find_capacity
+
+    outcome = await find_capacity(lane.spec, tokenizer=tokenizer)
+    _say(f"lane {lane.name}: capacity search in {outcome.results_dir}/capacity.json")
 
 
 def _write_al_matrix(plan: SweepPlan) -> None:

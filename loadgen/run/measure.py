@@ -22,10 +22,9 @@ async def measure(
 ) -> SweepOutcome:
     """`run_sweep` with the progress line (unless spec.progress is off) and RunFiles."""
     if spec.find_max is not None:  # its probes are chosen as it goes (run/capacity.py)
-        raise UsageError(
-            "--find-max: not in a sweep file or through the sidecar (a sweep "
-            "of the points it lists would run instead); run the search on a "
-            "`loadgen` command line of its own"
+        raise UsageError(  # the CLI and the lanes run it; the sidecar refuses it (400)
+            "--find-max: a capacity search runs through run/capacity.py, not as a sweep "
+            "of the points it lists"
         )
     # --trials: each trial is a point of its own on the progress line
     progress = ProgressLine(len(spec.conc) * spec.trials) if spec.progress else None

@@ -98,7 +98,22 @@ def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> R
         }
     )
     check_confined(spec, config.data_dir, "")
+    _refuse_find_max(spec, "")
     return spec
+
+
+# A search is a series of one-point runs in directories of their own, chosen as it goes:
+# the run record (points done of points planned, the results listing) cannot follow it.
+FIND_MAX_WHY = (
+    "find_max: not through the sidecar (its run record follows a fixed list of points, "
+    "a capacity search chooses its probes as it goes); run `loadgen --find-max ...` "
+    "on a command line, or POST the concurrencies to measure"
+)
+
+
+def _refuse_find_max(spec: RunSpec, where: str) -> None:
+    if spec.find_max is not None:
+        raise SpecError(where + FIND_MAX_WHY)
 
 
 @functools.cache
@@ -136,9 +151,9 @@ def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> 
         fixed={"base_url": config.target, "model": config.model, "no_progress": True},
     )
     for index, lane in enumerate(plan.lanes):
-        check_confined(
-            lane.spec, config.data_dir, f"sweep document: lanes[{index}] ({lane.name}): "
-        )
+        where = f"sweep document: lanes[{index}] ({lane.name}): "
+        check_confined(lane.spec, config.data_dir, where)
+        _refuse_find_max(lane.spec, where)
     return plan
 
 

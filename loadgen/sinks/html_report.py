@@ -20,6 +20,7 @@ from loadgen.metrics.acceptance import published_acceptance_length, stream_figur
 from loadgen.metrics.compare import Comparison, PointRow
 from loadgen.metrics.distributions import PointDistributions
 from loadgen.metrics.timeline import TimelineBar
+from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 from loadgen.sinks import report_figures as figures
@@ -31,6 +32,7 @@ from loadgen.sinks.compare_files import (
     summary_lines,
     throughput_label,
 )
+from loadgen.sinks.report_capacity import capacity_text, overlay
 from loadgen.sinks.report_sessions import sessions_section
 from loadgen.sinks.report_slices import slices_section
 from loadgen.sinks.table import al_mark, sweep_rows
@@ -92,6 +94,9 @@ class ReportRun:
     distributions: Mapping[int, PointDistributions] = field(default_factory=dict)
     # points run with --slice-duration: one bar per request (report_slices.py)
     timelines: Mapping[int, Sequence[TimelineBar]] = field(default_factory=dict)
+    # a --find-max directory: capacity.json and each probe's point (load -> as in its file)
+    capacity: CapacityResult | None = None
+    probe_points: Mapping[float, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def _e(value: Any) -> str:
@@ -373,6 +378,22 @@ def energy_sections(comparison: Comparison) -> list[tuple[str, str, str]]:
     ]
 
 
+def frontier_section(runs: Sequence[ReportRun], comparison: Comparison) -> str:
+    """The figure, with every --find-max run's probes and answer, and their lines."""
+    searches = [(r.name, r.capacity) for r in runs if r.capacity is not None]
+    overlays = [
+        overlay(name, capacity, run.probe_points, comparison.throughput_field)
+        for run in runs
+        for name, capacity in [(run.name, run.capacity)]
+        if capacity is not None
+    ]
+    alt = "throughput vs interactivity" + (
+        " with the capacity search's probes and answer" if searches else ""
+    )
+    figure = figures.frontier_figure(comparison, throughput_label(comparison), overlays)
+    return _img(figure, alt) + capacity_text(searches)
+
+
 def render_report(
     runs: Sequence[ReportRun],
     comparison: Comparison,
@@ -385,14 +406,7 @@ def render_report(
     generated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(generated_unix))
     sections = [
         ("comparison", "Comparison by concurrency", comparison_section(comparison, warned)),
-        (
-            "frontier",
-            "Throughput vs interactivity",
-            _img(
-                figures.frontier_figure(comparison, throughput_label(comparison)),
-                "throughput vs interactivity",
-            ),
-        ),
+        ("frontier", "Throughput vs interactivity", frontier_section(runs, comparison)),
         ("matched", "Throughput at matched interactivity", matched_section(comparison)),
         *energy_sections(comparison),
         ("warnings", "Client health and checks", warnings_section(warnings)),

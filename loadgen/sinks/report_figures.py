@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.metrics.compare import Comparison
 from loadgen.metrics.distributions import Distribution, PointDistributions
+from loadgen.sinks.report_capacity import CapacityOverlay, draw_overlay
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -56,9 +57,12 @@ def _data_uri(figure: Figure) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def frontier_figure(comparison: Comparison, throughput_label: str) -> str | None:
+def frontier_figure(
+    comparison: Comparison, throughput_label: str, searches: Sequence[CapacityOverlay] = ()
+) -> str | None:
     """Throughput against interactivity: every point of every run (labelled with its
-    concurrency) and each run's Pareto frontier as a line."""
+    concurrency) and each run's Pareto frontier as a line; a --find-max run's probes
+    (pass and fail marked apart) and its answer (sinks/report_capacity.py)."""
     figure = _figure(8.5, 5.5)
     if figure is None:
         return None
@@ -92,10 +96,12 @@ def frontier_figure(comparison: Comparison, throughput_label: str) -> str | None
             )
     axes.set_xlabel("Interactivity (tok/s/user, median)")
     axes.set_ylabel(throughput_label)
+    for search in searches:
+        draw_overlay(axes, search, colour(comparison.runs.index(search.run)))
     axes.set_title("Throughput vs interactivity (labels: concurrency)")
     axes.grid(True, alpha=0.3)
     axes.margins(x=0.08, y=0.1)
-    if axes.lines:
+    if axes.get_legend_handles_labels()[0]:
         axes.legend(fontsize=8)
     return _data_uri(figure)
 
