@@ -102,7 +102,7 @@ class PointOutcome:
 class PointRecords:
     """A point's records as they finish (kept, appended to requests_conc_<N>.jsonl, shown
     live) and, at the end, its PointResult written as conc_<N>.json. The records may come
-    from this process (`Point`) or from worker processes (run/workers.py)."""
+    from this process (`Point`) or from worker processes (scale/workers.py)."""
 
     def __init__(
         self, run: RunContext, conc: int, *, planned: int, warmup: int, slots: int

@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from loadgen.config.spec import MAX_SEED
+from loadgen.errors import LoadgenError
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.point import ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import TrialPart, assemble_trials
+from loadgen.run.driver import Driver
 from loadgen.run.point_records import PointOutcome, RunContext, point_context
 
 TRIAL_STREAM = 24  # the SeedSequence key that tells a trial seed from any other draw
@@ -89,6 +91,31 @@ async def run_trials(
             TrialPart(result, store.read_records(conc, trial), trial_seed(spec.seed, trial), name)
         )
     return _pooled(context, conc, parts, facts)
+
+
+class Trials:
+    """A driver's points measured `trials` times each and pooled (one time: the driver's
+    point as it is). `fresh_connections` closes the idle connections before a trial."""
+
+    def __init__(
+        self, driver: Driver, trials: int, fresh_connections: Callable[[], object]
+    ) -> None:
+        self.driver = driver
+        self.trials = trials
+        self.fresh_connections = fresh_connections
+
+    async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
+        driver = self.driver
+        if self.trials == 1:
+            return await driver.run_point(context, conc)
+
+        async def trial(at: RunContext) -> PointOutcome:
+            return await driver.run_point(at, conc)
+
+        return await run_trials(context, conc, trial, self.fresh_connections)
+
+    def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
+        return self.driver.abandoned(stop)
 
 
 def _pooled(

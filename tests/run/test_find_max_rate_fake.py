@@ -1,4 +1,4 @@
-"""`--find-max rate` through the whole runner (run/capacity.py, run_sweep, the pure search)
+"""`--find-max rate` through the whole runner (orchestrate/capacity.py, run_sweep, the pure search)
 on the virtual-clock fake backend: a server of 4 slots (FIFO, each request holds one for
 its whole stream) in front of which TTFT grows once the open-loop arrivals outpace it.
 The search must find, within its resolution, what a sweep of every rate on a grid of
@@ -16,10 +16,10 @@ from tokenizers import Tokenizer
 
 from loadgen.config.objectives import Objective, Resolution
 from loadgen.errors import UsageError
+from loadgen.orchestrate.capacity import find_capacity
+from loadgen.orchestrate.measure import measure
 from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
-from loadgen.run.capacity import find_capacity
-from loadgen.run.measure import measure
 from loadgen.run.sweep import run_sweep
 from loadgen.workload.plan import RequestSpec
 from tests.run.test_sweep_fake import (
@@ -161,7 +161,7 @@ async def test_with_trials_each_objective_is_held_at_its_interval_bound(
 
 
 async def test_a_search_is_refused_where_only_a_sweep_would_run(tmp_path: Path) -> None:
-    """Sweep-file lanes and the sidecar go through run/measure.py: a plain sweep of --conc
+    """Sweep-file lanes and the sidecar go through orchestrate/measure.py: a plain sweep of --conc
     must not run there in the search's place."""
     search = spec(
         tmp_path,

@@ -22,9 +22,9 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
+from loadgen.merge.shards import merge_results
 from loadgen.results.jsonl import JsonlSink, read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
-from loadgen.run.shards import merge_results
 from loadgen.run.sweep import run_sweep
 
 SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2", "--seed", "5")

@@ -82,7 +82,7 @@ def _say(message: str) -> None:
 
 async def check_workloads(plan: SweepPlan) -> None:
     """Build every lane's preflight prompt now: a lane that cannot run fails before any does."""
-    from loadgen.run.sweep import probe_prompt
+    from loadgen.run.probe import probe_prompt
     from loadgen.tokenizer import load_tokenizer
 
     tokenizers: dict[tuple[str | None, bool], Tokenizer] = {}
@@ -121,7 +121,7 @@ async def run_lanes(
 ) -> LanesOutcome:
     """Run every lane of `plan`; CancelledError (Ctrl-C, DELETE) is re-raised after the
     index says which lanes were interrupted."""
-    from loadgen.run.measure import measure
+    from loadgen.orchestrate.measure import measure
 
     plan.results_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(
