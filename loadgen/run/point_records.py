@@ -7,7 +7,6 @@ The live point (point.py) and the worker pool (workers.py) both fill one.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,18 +20,16 @@ from loadgen.client.server_series import SeriesWatch
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.energy import PowerInput, PowerSeries
-from loadgen.metrics.server import KV_USAGE, ServerSnapshot
+from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_series import PointCapture, ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.submission import SubmissionRules
-from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import (
     PointIdentity,
     PointResult,
-    PointStatus,
     SessionMetrics,
     SimulatorHealth,
 )
@@ -41,9 +38,16 @@ from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
-from loadgen.run.embedded_sim import SimulatorLog, sim_stream_interval
+from loadgen.run.embedded_sim import SimulatorLog
 from loadgen.run.gpu_power_file import write_gpu_power_csv
 from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
+from loadgen.run.point_fields import (
+    kv_samples,
+    point_context,
+    point_status,
+    snapshot_json,
+    warn_inexact,
+)
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import SATURATED, Stop
@@ -214,7 +218,7 @@ class PointRecords:
             self.series_watch.cancel()
             self.scrapes = self.series_watch.scrapes
         result = self._result(complete, after, processes, warmup_failed, stop)
-        _warn_inexact(result)
+        warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
         path = store.point_file(self.conc, self.run.trial)
         try:
@@ -352,68 +356,3 @@ class PointRecords:
             loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check,
         )
-
-
-def point_context(spec: RunSpec, slots: int) -> PointContext:
-    """What summarize needs of the run for a point sent from `slots` slots."""
-    return PointContext(
-        conc=slots,
-        input_len=spec.isl,
-        output_len=spec.osl,
-        spec_tokens=spec.spec_tokens,
-        slos=spec.slos_ms,
-        percentiles=spec.percentiles,
-        num_gpus=spec.num_gpus,
-        stream_interval=sim_stream_interval(spec.sim_args) if spec.sim else None,
-        golden=spec.golden_al,
-    )
-
-
-def point_status(complete: bool, stop: Stop | None) -> PointStatus:
-    """Why a point stopped early: a code, and the line loadgen printed about it
-    (`incomplete_reason` is that same line, the name `loadgen merge` reads)."""
-    if complete or stop is None:
-        return PointStatus(
-            complete=complete, stop_reason=None, stop_detail=None, incomplete_reason=None
-        )
-    return PointStatus(
-        complete=False,
-        stop_reason=stop.reason,
-        stop_detail=stop.detail,
-        incomplete_reason=stop.detail,
-    )
-
-
-def kv_samples(
-    gauges: dict[str, dict[str, list[float]]], times: dict[str, dict[str, list[int]]]
-) -> list[tuple[int, float]]:
-    """Every URL's KV-cache usage samples with their times, for the time slices."""
-    return [
-        (t, v)
-        for url, series in gauges.items()
-        for t, v in zip(
-            times.get(url, {}).get(KV_USAGE, ()), series.get(KV_USAGE, ()), strict=False
-        )
-    ]
-
-
-def _warn_inexact(result: PointResult) -> None:
-    prompts = result.prompts
-    if prompts.input_len_approximate:
-        print(
-            f"loadgen: WARNING: conc {result.conc}: "
-            f"{prompts.input_len_mismatches} prompts are not of the requested length (up "
-            f"to {prompts.input_len_max_abs_diff} tokens off): this tokenizer cannot give "
-            f"them exactly ({prompts.prompt_synthesis_note}); input_lens hold their true "
-            "lengths",
-            file=sys.stderr,
-        )
-
-
-def snapshot_json(snapshot: ServerSnapshot | None) -> dict[str, Any] | None:
-    if snapshot is None:
-        return None
-    return {
-        "samples": dict(snapshot.samples),
-        "keyed": {name: dict(values) for name, values in snapshot.keyed.items()},
-    }

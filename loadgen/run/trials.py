@@ -27,7 +27,8 @@ from loadgen.results.point import ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import TrialPart, assemble_trials
 from loadgen.run.driver import Driver
-from loadgen.run.point_records import PointOutcome, RunContext, point_context
+from loadgen.run.point_fields import point_context
+from loadgen.run.point_records import PointOutcome, RunContext
 
 TRIAL_STREAM = 24  # the SeedSequence key that tells a trial seed from any other draw
 Measure = Callable[[RunContext], Awaitable[PointOutcome]]

@@ -1,7 +1,7 @@
 """--shard I/N and `loadgen merge`: shards of one run against one real simulator.
 
 The simulator draws each request's tokens and acceptance from the request's own seed
-(tests/run/test_workers.py), so the merged shards must reproduce the unsharded run's
+(tests/scale/test_workers.py), so the merged shards must reproduce the unsharded run's
 requests, counts and per-request chunk token counts exactly.
 """
 
