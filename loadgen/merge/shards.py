@@ -30,6 +30,7 @@ from loadgen.errors import UsageError
 from loadgen.merge.counters import combined_snapshots, merged_by_url
 from loadgen.merge.timeline import PointRefused, align, check_overlap
 from loadgen.metrics.summary import PointContext
+from loadgen.persist.results_dir import run_files
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import JsonlSink
@@ -38,7 +39,6 @@ from loadgen.results.store import ResultsDir, check_run
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import new_run_id
-from loadgen.run.results_dir import run_files
 from loadgen.sinks.sweep_files import write_sweep_files
 
 # Settings that may differ between the shards of one run (everything else must match).

@@ -11,9 +11,9 @@ from typing import Any
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import KV_USAGE, ServerSnapshot
 from loadgen.metrics.summary import PointContext
+from loadgen.persist.outcome import Stop
 from loadgen.results.point import PointResult, PointStatus
 from loadgen.run.embedded_sim import sim_stream_interval
-from loadgen.run.stops import Stop
 
 
 def point_context(spec: RunSpec, slots: int) -> PointContext:

@@ -24,6 +24,8 @@ from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_series import PointCapture, ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.submission import SubmissionRules
+from loadgen.persist.gpu_power_file import write_gpu_power_csv
+from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.jsonl import JsonlSink
@@ -39,7 +41,6 @@ from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import SimulatorLog
-from loadgen.run.gpu_power_file import write_gpu_power_csv
 from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
 from loadgen.run.point_fields import (
     kv_samples,
@@ -50,7 +51,7 @@ from loadgen.run.point_fields import (
 )
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
-from loadgen.run.stops import SATURATED, Stop
+from loadgen.run.stops import SATURATED
 
 # (records, server counters before, after the measured phase: None when not both read)
 SessionFields = Callable[
@@ -84,23 +85,6 @@ class RunContext:
     # --trials: the trial this context measures (1..N; its spec carries the trial's seed),
     # so its files are conc_<N>_trial_<k>.json and requests_conc_<N>_trial_<k>.jsonl
     trial: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PointOutcome:
-    conc: int
-    result: PointResult
-    complete: bool
-    path: Path
-    # run.json's extra facts about the point, for `loadgen merge`: clock readings and the
-    # server's raw counters before and after
-    facts: dict[str, Any] = field(default_factory=dict)
-    write_error: ResultsWriteError | None = None  # conc_<N>.json or the JSONL not written
-
-    @property
-    def error_rate(self) -> float:
-        # None without requests (a shard holding none of a small point's slots)
-        return self.result.metrics.error_rate or 0.0
 
 
 class PointRecords:

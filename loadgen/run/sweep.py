@@ -2,7 +2,7 @@
 
 Per point (its Driver, run/driver.py: this process, or scale/'s worker pool with
 --workers): build its requests (off the loop), warm up, measure, write conc_<N>.json;
-run.json (run/run_file.py) is written when the first point starts and rewritten after
+run.json (persist/run_file.py) is written when the first point starts and rewritten after
 each point, so even a killed loadgen leaves a run that `--resume` can continue. At the
 end: run.json, sweep.csv, the console table and the plot (complete points only: an
 incomplete point's figures are in its own file, marked, never in the table people
@@ -36,19 +36,20 @@ from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import Interrupted, LoadgenError, UsageError
+from loadgen.persist import results_dir as results_files
+from loadgen.persist.outcome import PointOutcome
+from loadgen.persist.results_dir import Earlier, trials_kept
+from loadgen.persist.run_file import RunFile
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.store import RUN_FILE, ResultsDir
-from loadgen.run import results_dir as results_files
 from loadgen.run.backend import Backend, HttpBackend, http_backend
 from loadgen.run.driver import Drive, Driver, RunPieces, in_process
 from loadgen.run.embedded_sim import sweep_estimate
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
-from loadgen.run.point_records import PointOutcome, RunContext
+from loadgen.run.point_records import RunContext
 from loadgen.run.probe import ProbedWorkload, body_options, probe_workload
-from loadgen.run.results_dir import Earlier
-from loadgen.run.run_file import RunFile
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.shard_sync import ShardBarrier
@@ -58,8 +59,9 @@ from loadgen.run.stops import (
     add_context,
     out_of_descriptors,
     run_level_error,
+    stop_of,
 )
-from loadgen.run.trials import Trials, trials_kept
+from loadgen.run.trials import Trials
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import synthesis_of
 from loadgen.workload.session_plan import SessionSource, session_source
@@ -367,7 +369,15 @@ class _Sweep:
     def _write_run_file(self, stop: LoadgenError | None, *, final: bool) -> None:
         run = RunFile(self.spec, self.run_id, self.started_unix, self.earlier)
         try:
-            run.write(self.results_dir, self.backend, self.server, self.points, stop, final=final)
+            run.write(
+                self.results_dir,
+                self.backend,
+                self.server,
+                self.points,
+                stop_of(stop),
+                interrupted=isinstance(stop, Interrupted),
+                final=final,
+            )
         except ResultsWriteError:
             if not final:
                 raise

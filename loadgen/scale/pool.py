@@ -30,13 +30,14 @@ from typing import Any
 
 import orjson
 
+from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.run.client_health import ProcessHealth
-from loadgen.run.point_records import PointOutcome, PointRecords, RunContext
+from loadgen.run.point_records import PointRecords, RunContext
 from loadgen.run.session_point import planned_requests, session_metrics
 from loadgen.run.shares import Share, requests_in
-from loadgen.run.stops import INTERRUPTED, Stop, WorkerDied, stop_of
+from loadgen.run.stops import INTERRUPTED, WorkerDied, stop_of
 from loadgen.scale.frames import FrameError, Kind, message, read_frame
 from loadgen.workload.session_plan import SessionSource
 

@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator
 
 from loadgen.config.spec import RunSpec
 from loadgen.errors import LoadgenError, UsageError
+from loadgen.persist.outcome import PointOutcome
 from loadgen.run.backend import HttpBackend
 from loadgen.run.driver import Driver, RunPieces
-from loadgen.run.point_records import PointOutcome, RunContext
+from loadgen.run.point_records import RunContext
 from loadgen.run.shares import Share
 from loadgen.run.stops import WorkerDied
 from loadgen.scale.frames import Kind, frame
