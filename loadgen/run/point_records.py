@@ -1,7 +1,7 @@
 """A point's records and the result made of them: what every point shares (RunContext),
 the measured records as they arrive (JSONL, the server watch, the session and power
 collectors), and `PointRecords.finalize`, which writes the point file and its outputs.
-The live point (point.py) and the worker pool (workers.py) both fill one.
+The live point (point.py) and the worker pool (scale/pool.py) both fill one.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class RunContext:
 class PointRecords:
     """A point's records as they finish (kept, appended to requests_conc_<N>.jsonl, shown
     live) and, at the end, its PointResult written as conc_<N>.json. The records may come
-    from this process (`Point`) or from worker processes (scale/workers.py)."""
+    from this process (`Point`) or from worker processes (scale/pool.py)."""
 
     def __init__(
         self, run: RunContext, conc: int, *, planned: int, warmup: int, slots: int
