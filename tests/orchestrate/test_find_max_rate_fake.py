@@ -3,7 +3,7 @@ on the virtual-clock fake backend: a server of 4 slots (FIFO, each request holds
 its whole stream) in front of which TTFT grows once the open-loop arrivals outpace it.
 The search must find, within its resolution, what a sweep of every rate on a grid of
 that resolution finds, with fewer points. (The real-socket check of the search is
-tests/run/test_find_max_sim.py, `--find-max conc` against the simulator.)"""
+tests/orchestrate/test_find_max_sim.py, `--find-max conc` against the simulator.)"""
 
 from __future__ import annotations
 
