@@ -67,7 +67,7 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.ids import x_request_id
 from loadgen.run.shares import Share
-from loadgen.run.sweep import run_sweep
+from loadgen.scale.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 
 # decode-token-us 12: a conc-512 MTP step costs 3 ms + 512 x 3 x 12 us = 21 ms, i.e.

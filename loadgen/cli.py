@@ -94,7 +94,7 @@ def merge(argv: Sequence[str]) -> int:
     import argparse
     from pathlib import Path
 
-    from loadgen.run.shards import merge_results
+    from loadgen.merge.shards import merge_results
 
     parser = argparse.ArgumentParser(
         prog="loadgen merge",
@@ -147,7 +147,7 @@ def run_config(argv: Sequence[str]) -> int:
 
 async def _run_lanes(plan: SweepPlan) -> int:
     from loadgen.compare.cli import publish_tree
-    from loadgen.run.lanes import check_workloads, run_lanes
+    from loadgen.orchestrate.lanes import check_workloads, run_lanes
 
     await check_workloads(plan)
     outcome = await run_lanes(plan)
@@ -212,8 +212,8 @@ async def _metrics_model_label(spec: RunSpec) -> str:
 
 
 async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
-    if spec.find_max is not None:  # each probe is a run of its own (run/capacity.py)
-        from loadgen.run.capacity import find_capacity
+    if spec.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
+        from loadgen.orchestrate.capacity import find_capacity
 
         outcome = await find_capacity(spec)
         print(f"loadgen: capacity search in {outcome.results_dir}/capacity.json", file=sys.stderr)
@@ -248,7 +248,7 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
 
 
 async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
-    from loadgen.run.measure import measure
+    from loadgen.orchestrate.measure import measure
 
     outcome = await measure(spec, observer=observer)
     if outcome.nothing_to_resume:

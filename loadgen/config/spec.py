@@ -141,7 +141,7 @@ class RunSpec:
     shard_sync: Path | None = None  # a directory all shards share: start points together
     server_pid: int | None = None  # stop the sweep when this process dies or stays stopped
     trials: int = 1  # --trials N: each point measured N times (run/trials.py)
-    # --find-max conc|rate: the capacity search (run/capacity.py), its objectives (the
+    # --find-max conc|rate: the capacity search (orchestrate/capacity.py), its objectives (the
     # --slo percentile forms), when it stops, and --find-max rate's rates
     find_max: str | None = None
     objectives: tuple[Objective, ...] = ()

@@ -1,4 +1,4 @@
-"""The capacity search of `--find-max` (pure: no I/O; run/capacity.py measures).
+"""The capacity search of `--find-max` (pure: no I/O; orchestrate/capacity.py measures).
 
 The question: the largest concurrency (or request rate) whose point meets every
 objective (`ttft:p99 <= 2 s`, ...), between two bounds. Each measured point is a probe;

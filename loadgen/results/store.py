@@ -8,7 +8,7 @@
                                 is then the point pooled over its trials (run/trials.py)
     requests_conc_<N>_trial_<k>.jsonl  --trials: trial k's records (no pooled JSONL: the
                                 trials' files are the records)
-    capacity.json               --find-max: the capacity search's answer (run/capacity.py)
+    capacity.json               --find-max: the capacity search's answer (orchestrate/capacity.py)
     find_max_<kind>_<load>/     --find-max: each probe's own results directory
     sweep.csv, sweep.png        the sweep table and plot, complete points only
     simulator.log               the embedded simulator's log (--sim), first attempt

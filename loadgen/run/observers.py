@@ -15,7 +15,7 @@ class RunOutputs(Protocol):
     """The files a run writes beyond its own (run.json, point and record files): the
     vLLM-format result, the AIPerf artifacts, sweep.csv and its plot
     (sinks/run_files.py). The engine calls
-    them and never imports a sink; `loadgen.run.measure` plugs the standard ones in."""
+    them and never imports a sink; `loadgen.orchestrate.measure` plugs the standard ones in."""
 
     def point_written(
         self,

@@ -17,16 +17,17 @@ from collections.abc import Callable
 
 from loadgen.client.server_metrics import Scrape
 from loadgen.metrics.saturation import SaturationRule
+from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
 from loadgen.run.arrivals import offsets_for, point_offsets_ns
 from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, read_pair
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
-from loadgen.run.point_records import PointOutcome, PointRecords, RunContext
+from loadgen.run.point_records import PointRecords, RunContext
 from loadgen.run.saturation_watch import SaturationWatch
 from loadgen.run.scheduler import closed_loop, deadline_after, open_loop, staged_closed_loop
-from loadgen.run.stops import SATURATED, Stop
+from loadgen.run.stops import SATURATED
 from loadgen.workload.plan import PointPlan, RequestSpec
 
 

@@ -1,13 +1,12 @@
 """A point's records and the result made of them: what every point shares (RunContext),
 the measured records as they arrive (JSONL, the server watch, the session and power
 collectors), and `PointRecords.finalize`, which writes the point file and its outputs.
-The live point (point.py) and the worker pool (workers.py) both fill one.
+The live point (point.py) and the worker pool (scale/pool.py) both fill one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,18 +20,18 @@ from loadgen.client.server_series import SeriesWatch
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.energy import PowerInput, PowerSeries
-from loadgen.metrics.server import KV_USAGE, ServerSnapshot
+from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_series import PointCapture, ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.submission import SubmissionRules
-from loadgen.metrics.summary import PointContext
+from loadgen.persist.gpu_power_file import write_gpu_power_csv
+from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import (
     PointIdentity,
     PointResult,
-    PointStatus,
     SessionMetrics,
     SimulatorHealth,
 )
@@ -41,12 +40,18 @@ from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
-from loadgen.run.embedded_sim import SimulatorLog, sim_stream_interval
-from loadgen.run.gpu_power_file import write_gpu_power_csv
+from loadgen.run.embedded_sim import SimulatorLog
 from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
+from loadgen.run.point_fields import (
+    kv_samples,
+    point_context,
+    point_status,
+    snapshot_json,
+    warn_inexact,
+)
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
-from loadgen.run.stops import SATURATED, Stop
+from loadgen.run.stops import SATURATED
 
 # (records, server counters before, after the measured phase: None when not both read)
 SessionFields = Callable[
@@ -82,27 +87,10 @@ class RunContext:
     trial: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PointOutcome:
-    conc: int
-    result: PointResult
-    complete: bool
-    path: Path
-    # run.json's extra facts about the point, for `loadgen merge`: clock readings and the
-    # server's raw counters before and after
-    facts: dict[str, Any] = field(default_factory=dict)
-    write_error: ResultsWriteError | None = None  # conc_<N>.json or the JSONL not written
-
-    @property
-    def error_rate(self) -> float:
-        # None without requests (a shard holding none of a small point's slots)
-        return self.result.metrics.error_rate or 0.0
-
-
 class PointRecords:
     """A point's records as they finish (kept, appended to requests_conc_<N>.jsonl, shown
     live) and, at the end, its PointResult written as conc_<N>.json. The records may come
-    from this process (`Point`) or from worker processes (run/workers.py)."""
+    from this process (`Point`) or from worker processes (scale/pool.py)."""
 
     def __init__(
         self, run: RunContext, conc: int, *, planned: int, warmup: int, slots: int
@@ -214,7 +202,7 @@ class PointRecords:
             self.series_watch.cancel()
             self.scrapes = self.series_watch.scrapes
         result = self._result(complete, after, processes, warmup_failed, stop)
-        _warn_inexact(result)
+        warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
         path = store.point_file(self.conc, self.run.trial)
         try:
@@ -354,68 +342,3 @@ class PointRecords:
             loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check,
         )
-
-
-def point_context(spec: RunSpec, slots: int) -> PointContext:
-    """What summarize needs of the run for a point sent from `slots` slots."""
-    return PointContext(
-        conc=slots,
-        input_len=spec.isl,
-        output_len=spec.osl,
-        spec_tokens=spec.spec_tokens,
-        slos=spec.slos_ms,
-        percentiles=spec.percentiles,
-        num_gpus=spec.num_gpus,
-        stream_interval=sim_stream_interval(spec.sim_args) if spec.sim else None,
-        golden=spec.golden_al,
-    )
-
-
-def point_status(complete: bool, stop: Stop | None) -> PointStatus:
-    """Why a point stopped early: a code, and the line loadgen printed about it
-    (`incomplete_reason` is that same line, the name `loadgen merge` reads)."""
-    if complete or stop is None:
-        return PointStatus(
-            complete=complete, stop_reason=None, stop_detail=None, incomplete_reason=None
-        )
-    return PointStatus(
-        complete=False,
-        stop_reason=stop.reason,
-        stop_detail=stop.detail,
-        incomplete_reason=stop.detail,
-    )
-
-
-def kv_samples(
-    gauges: dict[str, dict[str, list[float]]], times: dict[str, dict[str, list[int]]]
-) -> list[tuple[int, float]]:
-    """Every URL's KV-cache usage samples with their times, for the time slices."""
-    return [
-        (t, v)
-        for url, series in gauges.items()
-        for t, v in zip(
-            times.get(url, {}).get(KV_USAGE, ()), series.get(KV_USAGE, ()), strict=False
-        )
-    ]
-
-
-def _warn_inexact(result: PointResult) -> None:
-    prompts = result.prompts
-    if prompts.input_len_approximate:
-        print(
-            f"loadgen: WARNING: conc {result.conc}: "
-            f"{prompts.input_len_mismatches} prompts are not of the requested length (up "
-            f"to {prompts.input_len_max_abs_diff} tokens off): this tokenizer cannot give "
-            f"them exactly ({prompts.prompt_synthesis_note}); input_lens hold their true "
-            "lengths",
-            file=sys.stderr,
-        )
-
-
-def snapshot_json(snapshot: ServerSnapshot | None) -> dict[str, Any] | None:
-    if snapshot is None:
-        return None
-    return {
-        "samples": dict(snapshot.samples),
-        "keyed": {name: dict(values) for name, values in snapshot.keyed.items()},
-    }

@@ -5,7 +5,7 @@ watched around the measured phase, PointResult written even when interrupted) wi
 session replay as its warmup and measured phase, and the session figures
 (metrics/agentic.py) added to its result. With --workers each worker process plays
 its lanes (run/sessions.py) and the parent assembles the point from all records and the
-summed replay counts (run/workers.py); --shard is refused for session runs.
+summed replay counts (scale/pool.py); --shard is refused for session runs.
 """
 
 from __future__ import annotations

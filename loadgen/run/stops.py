@@ -11,24 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from dataclasses import dataclass
 
 from loadgen.client.transport import OutOfDescriptors, descriptors_exhausted
 from loadgen.errors import Interrupted, LoadgenError, ServerError, SetupError, UsageError
+from loadgen.persist.outcome import Stop
 from loadgen.results.files import ResultsWriteError
 from loadgen.run.server_watch import ServerGone
 
 
 class WorkerDied(SetupError):
     """A --workers process exited or failed during the run; str() says which and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """Why a point ended before its plan did (`stop_reason`/`stop_detail` in its result)."""
-
-    reason: str
-    detail: str
 
 
 # (error class, stop_reason), most specific first: docs/results.md lists these codes.

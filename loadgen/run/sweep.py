@@ -1,11 +1,12 @@
 """Composition root: RunSpec -> preflight -> one point after another -> result files.
 
-Per point (run/point.py, or run/workers.py with --workers): build its requests (off the
-loop), warm up, measure, write conc_<N>.json; run.json (run/run_file.py) is written when
-the first point starts and rewritten after each point, so even a killed loadgen leaves
-a run that `--resume` can continue. At the end: run.json, sweep.csv, the console table
-and the plot (complete points only: an incomplete point's figures are in its own file,
-marked, never in the table people publish).
+Per point (its Driver, run/driver.py: this process, or scale/'s worker pool with
+--workers): build its requests (off the loop), warm up, measure, write conc_<N>.json;
+run.json (persist/run_file.py) is written when the first point starts and rewritten after
+each point, so even a killed loadgen leaves a run that `--resume` can continue. At the
+end: run.json, sweep.csv, the console table and the plot (complete points only: an
+incomplete point's figures are in its own file, marked, never in the table people
+publish).
 
 A run that stops early, by Ctrl-C (cancellation) or by a run-level error (the server
 gone, a full disk, no file descriptors left), keeps every record, writes the point in
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -34,26 +34,25 @@ from loadgen.client.gpu_metrics import (
 )
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.args import default_results_dir
-from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
 from loadgen.config.spec import RunSpec, SpecError
-from loadgen.errors import Interrupted, LoadgenError
+from loadgen.errors import Interrupted, LoadgenError, UsageError
+from loadgen.persist import results_dir as results_files
+from loadgen.persist.outcome import PointOutcome
+from loadgen.persist.results_dir import Earlier, trials_kept
+from loadgen.persist.run_file import RunFile
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.store import RUN_FILE, ResultsDir
-from loadgen.run import results_dir as results_files
 from loadgen.run.backend import Backend, HttpBackend, http_backend
+from loadgen.run.driver import Drive, Driver, RunPieces, in_process
 from loadgen.run.embedded_sim import sweep_estimate
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
-from loadgen.run.point import Point
-from loadgen.run.point_records import PointOutcome, RunContext
-from loadgen.run.results_dir import Earlier
-from loadgen.run.run_file import RunFile
+from loadgen.run.point_records import RunContext
+from loadgen.run.probe import ProbedWorkload, body_options, probe_workload
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
-from loadgen.run.session_point import build_session_point
 from loadgen.run.shard_sync import ShardBarrier
-from loadgen.run.shares import Share
 from loadgen.run.stops import (
     INTERRUPTED_DETAIL,
     SATURATED,
@@ -62,10 +61,9 @@ from loadgen.run.stops import (
     run_level_error,
     stop_of,
 )
-from loadgen.run.trials import Measure, run_trials, trials_kept
+from loadgen.run.trials import Trials
 from loadgen.tokenizer import load_tokenizer
-from loadgen.workload.bodies import BodyOptions
-from loadgen.workload.plan import Workload, synthesis_of
+from loadgen.workload.plan import synthesis_of
 from loadgen.workload.session_plan import SessionSource, session_source
 
 __all__ = ["PointOutcome", "SweepOutcome", "run_sweep"]
@@ -89,60 +87,6 @@ class SweepOutcome:
         return 1 if self.failed_points or self.golden_failed else 0
 
 
-def body_options(spec: RunSpec) -> BodyOptions:
-    return BodyOptions(
-        endpoint=spec.endpoint,
-        model=spec.model or "",
-        temperature=spec.temperature,
-        top_p=spec.top_p,
-        seed=spec.seed,
-        thinking=spec.thinking,
-        reasoning_effort=spec.reasoning_effort,
-        extra_body=spec.extra_body,
-    )
-
-
-def single_turn_spec(spec: RunSpec) -> RunSpec:
-    """What the single-turn workload (the preflight probe) sees: a session run's dataset is
-    read as sessions, so the probe is a synthetic prompt of --isl/--osl (or of probe
-    lengths when the dataset alone gives them)."""
-    if not spec.sessions:
-        return spec
-    return dataclasses.replace(
-        spec,
-        dataset=None,
-        dataset_format="auto",
-        multi_turn=False,
-        turns=None,
-        live_history=False,
-        isl=spec.isl or TRACE_PROBE_ISL,
-        osl=spec.osl or TRACE_PROBE_OSL,
-    )
-
-
-def probe_prompt(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, int]:
-    """The preflight prompt (text, tokens); raises SpecError when the workload cannot be
-    built (isl below the template, range ratio too low, bad dataset)."""
-    return Workload(single_turn_spec(spec), tokenizer, body_options(spec)).preflight_prompt()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProbedWorkload:
-    """The run's one Workload (its dataset read and encoded here, once, and reused by the
-    points), the preflight prompt and the (input, output) tokens of its longest request."""
-
-    workload: Workload
-    probe: tuple[str, int]
-    longest: tuple[int, int]
-
-
-def probe_workload(spec: RunSpec, tokenizer: Tokenizer) -> ProbedWorkload:
-    """A session run's probe is a single-turn prompt of its --isl/--osl (its turns'
-    lengths are known only as played)."""
-    workload = Workload(single_turn_spec(spec), tokenizer, body_options(spec))
-    return ProbedWorkload(workload, workload.preflight_prompt(), workload.longest_request())
-
-
 async def run_sweep(
     spec: RunSpec,
     *,
@@ -152,17 +96,22 @@ async def run_sweep(
     clock: Clock = perf_counter_ns,
     sleep: Sleep = asyncio.sleep,
     outputs: RunOutputs | None = None,
+    drive: Drive | None = None,
 ) -> SweepOutcome:
     """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
-    the point and record files, and whatever `outputs` writes (loadgen.run.measure gives
-    the standard files and the progress line; the engine imports no sink).
+    the point and record files, and whatever `outputs` writes (loadgen.orchestrate.measure
+    gives the standard files and the progress line; the engine imports no sink).
 
     Without `backend` the server is `spec.base_url` (or the embedded simulator for
     `spec.sim`) over HTTP; `clock` and `sleep` drive the scheduler (tests pass virtual ones).
+    `drive` runs the points: by default in this process; loadgen.scale.sweep.run_sweep
+    resolves --workers and gives the worker pool's.
     """
-    from loadgen.run.workers import resolve_workers
-
-    spec = resolve_workers(spec)
+    if drive is None and spec.workers != 1:
+        raise UsageError(
+            f"--workers {spec.workers or 'auto'}: this entry point runs one process; "
+            "start the run with loadgen.scale.sweep.run_sweep, which starts the workers"
+        )
     results_dir = spec.results_dir or default_results_dir()
     earlier = results_files.prepare(results_dir, spec)
     if earlier is not None and not earlier.remaining:
@@ -188,7 +137,9 @@ async def run_sweep(
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probed = await asyncio.to_thread(probe_workload, spec, tokenizer)
     sessions = await asyncio.to_thread(session_source, spec, tokenizer) if spec.sessions else None
-    sweep = _Sweep(spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions, outputs)
+    sweep = _Sweep(
+        spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions, outputs, drive
+    )
     try:
         attempt = earlier.attempt if earlier else 1
         async with _backend(spec, results_dir, tokenizer, backend, attempt) as server:
@@ -245,6 +196,7 @@ class _Sweep:
         earlier: Earlier | None,
         sessions: SessionSource | None = None,
         outputs: RunOutputs | None = None,
+        drive: Drive | None = None,
     ) -> None:
         self.spec = spec
         self.outputs: RunOutputs = outputs or NoOutputs()
@@ -259,11 +211,11 @@ class _Sweep:
         self.run_id = new_run_id(self.started_unix)
         self.backend: Backend | None = None
         self.server: ServerInfo | None = None
-        self.workload: Workload | None = None  # the probe's, under the server's body options
         self.points: list[PointOutcome] = list(earlier.points) if earlier else []
         self.todo = earlier.remaining if earlier else spec.conc
-        self.at: int | None = None  # the point in progress (in this process or on workers)
-        self.current: Point | None = None  # ... when it runs in this process
+        self.at: int | None = None  # the point in progress
+        self.drive: Drive = drive or in_process
+        self.driver: Driver | None = None  # the points' runner, once the server answered
         self.began = False  # a point was started: from then on run.json exists
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
@@ -273,7 +225,7 @@ class _Sweep:
         if self.spec.gpu_power_csv is not None:
             check_power_csv(self.spec.gpu_power_csv)
         self.server = await backend.preflight(body_options(self.spec), probed.probe, probed.longest)
-        self.workload = probed.workload.with_options(self.server.options)
+        workload = probed.workload.with_options(self.server.options)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
@@ -299,75 +251,25 @@ class _Sweep:
             results_files.set_aside(self.results_dir, self.earlier, self.spec.trials)
         self.began = True
         self._write_run_file(None, final=False)
+        pieces = RunPieces(context, workload, self.sessions, self.tokenizer)
+        fresh = getattr(backend, "fresh_connections", None)  # fakes in tests have none
         async with asyncio.TaskGroup() as group:
             watcher = group.create_task(watch.run(), name="loadgen-server-watch")
-            if self.spec.workers != 1:
-                await self._run_on_workers(context)
-            else:
-                await self._run_here(context)
+            async with self.drive(pieces) as driver:
+                self.driver = Trials(driver, self.spec.trials, fresh or (lambda: None))
+                await self._points(context, self.driver)
             watcher.cancel()
 
-    async def _run_here(self, context: RunContext) -> None:
-        assert self.server is not None
-        workload = self.workload
-        assert workload is not None  # set by run() with the server
-        share = Share(self.spec.shard_index, self.spec.shard_count)
+    async def _points(self, context: RunContext, driver: Driver) -> None:
+        """Each point still to run, in order, until one saturates."""
         for conc in self.todo:
             self.at = conc
-            if self.sessions is not None:  # this process, the whole point
-                self.current = await build_session_point(
-                    context, conc, self.sessions, self.tokenizer
-                )
-                outcome = await self.current.run_to_end()
-                self.current = None
-                self._record(outcome)
-                self._point_done(outcome)
-                continue
-
-            async def here(at: RunContext, conc: int = conc) -> PointOutcome:
-                keep = share.owner(conc) if share.shards > 1 else None
-                trial_workload = workload.reseeded(at.spec.seed) if at.trial else workload
-                plan = await asyncio.to_thread(trial_workload.point, conc, keep)
-                self.current = Point(at, plan, slots=len(share.slots(conc)), label=share.label)
-                outcome = await self.current.run_to_end()
-                self.current = None
-                return outcome
-
-            outcome = await self._trials(context, conc, here)
+            outcome = await driver.run_point(context, conc)
             self._record(outcome)
             self._point_done(outcome)
             if outcome.result.status.stop_reason == SATURATED:
                 _say_saturated(outcome, self.todo)
                 return
-
-    async def _trials(self, context: RunContext, conc: int, measure: Measure) -> PointOutcome:
-        """The point, or with --trials its N trials and the pooled point (run/trials.py)."""
-        if self.spec.trials == 1:
-            return await measure(context)
-        backend = self.backend
-        fresh = getattr(backend, "fresh_connections", None)  # fakes in tests have none
-        return await run_trials(context, conc, measure, fresh or (lambda: None))
-
-    async def _run_on_workers(self, context: RunContext) -> None:
-        from loadgen.run.workers import worker_pool
-
-        async with worker_pool(context) as pool:
-            for conc in self.todo:
-                self.at = conc
-
-                async def on_workers(at: RunContext, conc: int = conc) -> PointOutcome:
-                    got: list[PointOutcome] = []
-                    try:
-                        await pool.run_point(conc, got.append, self.sessions, context=at)
-                    finally:  # a stopped point (or trial) is kept as it is
-                        if len(got) and (not got[-1].complete or at.trial is None):
-                            self._record(got[-1])
-                    return got[-1]
-
-                outcome = await self._trials(context, conc, on_workers)
-                if self.spec.trials > 1:
-                    self._record(outcome)
-                self._point_done(outcome)
 
     def _record(self, outcome: PointOutcome) -> None:
         self.points.append(outcome)
@@ -437,13 +339,9 @@ class _Sweep:
     def finish(self, stop: LoadgenError | None) -> SweepOutcome:
         if self._finished is not None:
             return self._finished
-        if self.current is not None:  # the stopped point: keep what it measured
-            point = self.current
-            self.current = None
-            if point.started:
-                self._record(point.finalize(complete=False, after=None, stop=stop_of(stop)))
-            elif point.recorded is not None:  # stopped during warmup: nothing was measured
-                point.recorded.close()
+        stopped = self.driver.abandoned(stop) if self.driver is not None else None
+        if stopped is not None:  # the stopped point: keep what it measured
+            self._record(stopped)
         # a saturated point's cancelled requests are the stop's doing, not the server's
         failed = tuple(
             p.conc
@@ -471,7 +369,15 @@ class _Sweep:
     def _write_run_file(self, stop: LoadgenError | None, *, final: bool) -> None:
         run = RunFile(self.spec, self.run_id, self.started_unix, self.earlier)
         try:
-            run.write(self.results_dir, self.backend, self.server, self.points, stop, final=final)
+            run.write(
+                self.results_dir,
+                self.backend,
+                self.server,
+                self.points,
+                stop_of(stop),
+                interrupted=isinstance(stop, Interrupted),
+                final=final,
+            )
         except ResultsWriteError:
             if not final:
                 raise

@@ -20,12 +20,16 @@ from typing import Any
 import numpy as np
 
 from loadgen.config.spec import MAX_SEED
+from loadgen.errors import LoadgenError
 from loadgen.metrics.server import ServerSnapshot
+from loadgen.persist.outcome import PointOutcome
+from loadgen.persist.results_dir import trials_kept
 from loadgen.results.files import ResultsWriteError
-from loadgen.results.point import ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import TrialPart, assemble_trials
-from loadgen.run.point_records import PointOutcome, RunContext, point_context
+from loadgen.run.driver import Driver
+from loadgen.run.point_fields import point_context
+from loadgen.run.point_records import RunContext
 
 TRIAL_STREAM = 24  # the SeedSequence key that tells a trial seed from any other draw
 Measure = Callable[[RunContext], Awaitable[PointOutcome]]
@@ -43,23 +47,6 @@ def trial_seed(seed: int, trial: int) -> int:
 def trial_context(context: RunContext, trial: int) -> RunContext:
     spec = dataclasses.replace(context.spec, seed=trial_seed(context.spec.seed, trial))
     return dataclasses.replace(context, spec=spec, trial=trial)
-
-
-def trials_kept(store: ResultsDir, conc: int, trials: int) -> int:
-    """How many leading trials of `conc` are on disk complete (--resume keeps those)."""
-    kept = 0
-    for trial in range(1, trials + 1):
-        if not (
-            store.point_file(conc, trial).is_file() and store.requests_file(conc, trial).is_file()
-        ):
-            break
-        try:
-            if not store.read_trial_point(conc, trial).status.complete:
-                break
-        except ResultFileError:  # torn by a kill mid-write: measure it again
-            break
-        kept = trial
-    return kept
 
 
 async def run_trials(
@@ -89,6 +76,31 @@ async def run_trials(
             TrialPart(result, store.read_records(conc, trial), trial_seed(spec.seed, trial), name)
         )
     return _pooled(context, conc, parts, facts)
+
+
+class Trials:
+    """A driver's points measured `trials` times each and pooled (one time: the driver's
+    point as it is). `fresh_connections` closes the idle connections before a trial."""
+
+    def __init__(
+        self, driver: Driver, trials: int, fresh_connections: Callable[[], object]
+    ) -> None:
+        self.driver = driver
+        self.trials = trials
+        self.fresh_connections = fresh_connections
+
+    async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
+        driver = self.driver
+        if self.trials == 1:
+            return await driver.run_point(context, conc)
+
+        async def trial(at: RunContext) -> PointOutcome:
+            return await driver.run_point(at, conc)
+
+        return await run_trials(context, conc, trial, self.fresh_connections)
+
+    def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
+        return self.driver.abandoned(stop)
 
 
 def _pooled(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.config.args import spec_from_options
-from loadgen.run.sweep import run_sweep
+from loadgen.scale.sweep import run_sweep
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 
 log = logging.getLogger("loadgen.serve")

@@ -27,6 +27,7 @@ from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
 from loadgen.results.store import ResultsDir
 from loadgen.run.ids import RUN_ID, new_run_id
+from loadgen.run.observers import QuietObserver
 
 log = logging.getLogger("loadgen.serve")
 RunStateName = Literal["running", "succeeded", "cancelled", "failed", "interrupted"]
@@ -110,8 +111,9 @@ class RunRecord:
         }
 
 
-class ProgressObserver:
-    """A RunObserver that keeps a RunRecord's progress and point summaries current."""
+class ProgressObserver(QuietObserver):
+    """A RunObserver that keeps a RunRecord's progress and point summaries current (loop
+    lag and live sessions are on the sidecar's /metrics: MetricsObserver has them)."""
 
     def __init__(self, record: RunRecord, on_point: Callable[[], None]) -> None:
         self.record = record
@@ -123,15 +125,6 @@ class ProgressObserver:
 
     def request_started(self, conc: int) -> None:
         self.record.progress.in_flight += 1
-
-    def loop_lag(self, seconds: float) -> None:
-        pass  # the sidecar's /metrics has it (MetricsObserver); run.json keeps progress
-
-    def session_started(self, conc: int, root: bool) -> None:
-        pass  # live sessions are on /metrics too
-
-    def session_finished(self, conc: int, root: bool) -> None:
-        pass
 
     def request_finished(self, record: RequestRecord) -> None:
         p = self.record.progress

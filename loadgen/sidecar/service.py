@@ -231,7 +231,7 @@ class Service:
 
     async def _check_workload(self, spec: RunSpec) -> None:
         """Options that parse but describe prompts that cannot be built are a 400 too."""
-        from loadgen.run.sweep import probe_prompt
+        from loadgen.run.probe import probe_prompt
 
         await asyncio.to_thread(probe_prompt, spec, await self._tokenizer())
 
@@ -242,7 +242,7 @@ class Service:
         results_dir: Path,
         progress: ProgressObserver,
     ) -> None:
-        from loadgen.run.measure import measure
+        from loadgen.orchestrate.measure import measure
 
         spec = spec_for(self.config, options, results_dir)
         metrics = MetricsObserver(
@@ -267,7 +267,7 @@ class Service:
         progress: ProgressObserver,
     ) -> None:
         """A sweep document's lanes, each with its own live-metrics observer."""
-        from loadgen.run.lanes import run_lanes
+        from loadgen.orchestrate.lanes import run_lanes
         from loadgen.sinks.prometheus import MetricsObserver
 
         plan = plan_for(self.config, options, results_dir)

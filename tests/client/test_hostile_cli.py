@@ -26,10 +26,10 @@ from tokenizers import Tokenizer
 from loadgen.config.args import build_parser, spec_from_argv
 from loadgen.config.parsers import parse_header
 from loadgen.config.spec import RunSpec, SpecError
+from loadgen.orchestrate.measure import measure
 from loadgen.records import ErrorKind
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import free_port, simulator_argv
-from loadgen.run.measure import measure
 from loadgen.run.observers import QuietObserver
 from loadgen.tokenizer import load_tokenizer
 from tests.support.hostile_server import (

@@ -273,7 +273,7 @@ def test_a_native_run_never_imports_the_private_seam() -> None:
     """An aiohttp release that moved its internals cannot stop a native run: nothing on
     that path imports aiohttp_seam (checked in a fresh interpreter)."""
     code = (
-        "import sys, loadgen.cli, loadgen.run.backend, loadgen.run.worker, "
+        "import sys, loadgen.cli, loadgen.run.backend, loadgen.scale.worker, "
         "loadgen.client.transport, loadgen.sidecar.service; "
         "print('loadgen.client.aiohttp_seam' in sys.modules)"
     )

@@ -18,7 +18,7 @@ from loadgen import cli
 from loadgen.client import server_metrics
 from loadgen.client.server_metrics import MetricsUrlError
 from loadgen.config.args import spec_from_argv
-from loadgen.run.measure import measure
+from loadgen.orchestrate.measure import measure
 from loadgen.sim.config import SimConfig
 from loadgen.sim.server import running_simulator
 from loadgen.tokenizer import encode

@@ -34,8 +34,8 @@ from tokenizers import Tokenizer
 from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import UsageError
+from loadgen.orchestrate.measure import measure
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.measure import measure
 from loadgen.run.sweep import run_sweep
 from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerConfig

@@ -132,7 +132,7 @@ def test_dataset_format_and_dataset_name(tmp_path: Path) -> None:
 
 
 def test_sessions_refuse_shards() -> None:
-    # --workers N plays a session run's lanes over processes (tests/run/test_sessions_workers.py)
+    # --workers N plays a session run's lanes over processes (tests/scale/test_sessions_workers.py)
     assert spec_from_argv([*BASE, "--turns", "2", "--workers", "2"]).workers == 2
     with pytest.raises(SpecError, match="does not support session runs"):
         spec_from_argv([*BASE, "--turns", "2", "--shard", "1/2"])
@@ -148,7 +148,7 @@ def test_sessions_refuse_shards() -> None:
 
 
 def test_workers_auto_plays_a_mooncake_trace_in_one_process() -> None:
-    from loadgen.run.workers import resolve_workers
+    from loadgen.scale.workers import resolve_workers
 
     spec = spec_from_argv(
         [

@@ -22,11 +22,11 @@ import orjson
 from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
+from loadgen.orchestrate.measure import measure
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.results.point import PointResult
 from loadgen.run.ids import x_request_id
-from loadgen.run.measure import measure
 from loadgen.run.observers import QuietObserver
 from loadgen.run.sweep import SweepOutcome
 

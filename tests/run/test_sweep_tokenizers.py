@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from loadgen.config.args import spec_from_argv
-from loadgen.run.sweep import body_options
+from loadgen.run.probe import body_options
 from loadgen.tokenizer import bundled_tokenizer_path, load_tokenizer
 from loadgen.workload.plan import Workload
 

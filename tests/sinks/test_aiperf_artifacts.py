@@ -21,10 +21,10 @@ from tokenizers import Tokenizer
 
 from loadgen.config.args import spec_from_argv
 from loadgen.metrics.server_series import ScrapeText, build_series, series_stats, slices
+from loadgen.orchestrate.measure import measure
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.results.store import AiperfArtifacts
-from loadgen.run.measure import measure
 from loadgen.sinks.aiperf_artifacts import ArtifactRun, record_lines
 from loadgen.tokenizer import load_tokenizer
 from tests.support.fake_records import MS, make_record

@@ -16,7 +16,7 @@ from loadgen.config.args import spec_from_argv
 from loadgen.config.parsers import SpecError
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import run_sweep
+from loadgen.scale.sweep import run_sweep
 from loadgen.workload.tracegen import TraceShape, generate_traces
 from tests.support.paths import TRACES
 

@@ -1,13 +1,11 @@
-"""`--workers N`: N client processes on this machine, one result.
+"""The worker pool at work: one point on N worker processes, every record back in the parent.
 
-The parent checks the server (preflight), starts any embedded simulator and then N
-worker processes (run/worker.py), each on its own socketpair. Per point it asks every
-worker holding some of the point's slots (run/shares.py) to build its share and warm up,
-reads the server's counters, and tells all of them to start at one perf_counter_ns
-instant (one CLOCK_MONOTONIC on a machine). Every record comes back the moment it ends
-and goes where a single process's would: the point's list, the JSONL file, the progress
-line and the live metrics. Percentiles are computed over all raw records, never
-averaged from per-worker summaries.
+Per point the parent asks every worker holding some of the point's slots (run/shares.py)
+to build its share and warm up, reads the server's counters, and tells all of them to
+start at one perf_counter_ns instant (one CLOCK_MONOTONIC on a machine). Every record
+comes back the moment it ends and goes where a single process's would: the point's list,
+the JSONL file, the progress line and the live metrics. Percentiles are computed over all
+raw records, never averaged from per-worker summaries.
 
 Ctrl-C (or SIGTERM, or the sidecar's DELETE) stops every worker, whose in-flight
 requests end as `cancelled` records; the point is written `complete: false`. A worker
@@ -23,81 +21,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import math
-import os
-import pickle
-import socket
 import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
 import orjson
 
-from loadgen.config.spec import RunSpec
-from loadgen.errors import UsageError
+from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
-from loadgen.run.backend import HttpBackend
 from loadgen.run.client_health import ProcessHealth
-from loadgen.run.frames import FrameError, Kind, frame, message, read_frame
-from loadgen.run.point_records import PointOutcome, PointRecords, RunContext
+from loadgen.run.point_records import PointRecords, RunContext
 from loadgen.run.session_point import planned_requests, session_metrics
 from loadgen.run.shares import Share, requests_in
-from loadgen.run.stops import INTERRUPTED, Stop, WorkerDied, stop_of
-from loadgen.run.worker import WorkerConfig
+from loadgen.run.stops import INTERRUPTED, WorkerDied, stop_of
+from loadgen.scale.frames import FrameError, Kind, message, read_frame
 from loadgen.workload.session_plan import SessionSource
 
-START_TIMEOUT_S = 120.0  # import, tokenizer load, word pool: a few seconds, more when busy
 STOP_TIMEOUT_S = 30.0  # cancelled requests end at once; this bounds a wedged worker
 GO_DELAY_NS = 50_000_000  # every worker has read GO well before the common start
-STREAMS_PER_WORKER = 128  # bench/client_overhead.py: receive lag grows with streams/process
-
-
-__all__ = ["WorkerDied", "WorkerPool", "choose_workers", "resolve_workers", "worker_pool"]
-
-
-def choose_workers(spec: RunSpec, cpus: int) -> tuple[int, str]:
-    """`--workers auto`: one worker per STREAMS_PER_WORKER streams of this run's largest
-    point, within the cores left after the parent (and an embedded simulator)."""
-    share = Share(spec.shard_index, spec.shard_count)
-    streams = max(len(share.shard_slots(conc)) for conc in spec.conc)
-    spare = cpus - 1 - (1 if spec.sim else 0)
-    wanted = math.ceil(streams / STREAMS_PER_WORKER)
-    count = max(1, min(spare, wanted))
-    why = (
-        f"{cpus} cores available, 1 kept for the parent"
-        f"{' and 1 for the embedded simulator' if spec.sim else ''}; the largest point "
-        f"has {streams} streams here, up to {STREAMS_PER_WORKER} per worker"
-    )
-    return count, why
-
-
-def resolve_workers(spec: RunSpec) -> RunSpec:
-    """The spec with `--workers auto` replaced by the count chosen (and said so)."""
-    if spec.workers is not None:
-        return spec
-    if spec.sessions and (spec.dataset_format == "mooncake" or not spec.cache_bust):
-        print(
-            "loadgen: --workers auto: 1 process (this one): a Mooncake trace or "
-            "--no-cache-bust is played by one process",
-            file=sys.stderr,
-        )
-        return dataclasses.replace(spec, workers=1, cpu_affinity=())
-    count, why = choose_workers(spec, len(os.sched_getaffinity(0)))
-    noun = "process (this one)" if count == 1 else "worker processes"
-    print(f"loadgen: --workers auto: {count} {noun} ({why})", file=sys.stderr)
-    return dataclasses.replace(
-        spec, workers=count, cpu_affinity=spec.cpu_affinity if count > 1 else ()
-    )
 
 
 @dataclass(slots=True)
-class _Handle:
+class Handle:
     index: int
     process: subprocess.Popen[bytes]
     reader: asyncio.StreamReader
@@ -121,8 +70,8 @@ class _Handle:
         return f"worker {self.share.worker}/{self.share.workers} (pid {self.process.pid}) {how}"
 
 
-class _Lost(Exception):
-    def __init__(self, handle: _Handle, reason: str) -> None:
+class Lost(Exception):
+    def __init__(self, handle: Handle, reason: str) -> None:
         super().__init__(reason)
         self.handle = handle
 
@@ -131,9 +80,9 @@ class _Lost(Exception):
 class WorkerPool:
     context: RunContext
     share: Share  # this run's shard; workers split it
-    handles: list[_Handle] = field(default_factory=list)
+    handles: list[Handle] = field(default_factory=list)
     # (handle, kind, body); kind None: that worker is gone; handle None: look at write_error
-    events: asyncio.Queue[tuple[_Handle | None, Kind | None, bytes]] = field(
+    events: asyncio.Queue[tuple[Handle | None, Kind | None, bytes]] = field(
         default_factory=asyncio.Queue
     )
     current: PointRecords | None = None
@@ -190,7 +139,7 @@ class WorkerPool:
         except ResultsWriteError as exc:
             await self._stop(state, Stop("results_write_failed", str(exc)), keep)
             raise
-        except _Lost as lost:
+        except Lost as lost:
             reason = str(lost) or await lost.handle.death()
             await self._stop(state, Stop("worker_died", reason), keep)
             raise WorkerDied(
@@ -225,10 +174,10 @@ class WorkerPool:
         state.parent_cpu = time.process_time() - state.cpu_start
 
     async def _collect(
-        self, handles: list[_Handle], kind: Kind, *, fail_fast: bool = True
+        self, handles: list[Handle], kind: Kind, *, fail_fast: bool = True
     ) -> dict[int, dict[str, Any]]:
         """Wait until each live worker of `handles` has sent `kind`. A worker that dies
-        first raises _Lost, or (fail_fast False) is no longer waited for."""
+        first raises Lost, or (fail_fast False) is no longer waited for."""
         waiting = {h.index for h in handles if h.alive}
         got: dict[int, dict[str, Any]] = {}
         while waiting:
@@ -249,7 +198,7 @@ class WorkerPool:
                     else ""
                 )
                 if fail_fast and handle.index in waiting:
-                    raise _Lost(handle, reason)
+                    raise Lost(handle, reason)
                 waiting.discard(handle.index)
             elif got_kind is kind and handle.index in waiting:
                 got[handle.index] = orjson.loads(body)
@@ -277,7 +226,7 @@ class WorkerPool:
             else:
                 state.recorded.close()
 
-    def _on_frame(self, handle: _Handle, kind: Kind, body: bytes) -> None:
+    def _on_frame(self, handle: Handle, kind: Kind, body: bytes) -> None:
         hooks, conc = self.context.hooks, self.current.conc if self.current else 0
         if kind is Kind.RECORD:
             record = RequestRecord.from_dict(orjson.loads(body))
@@ -302,7 +251,7 @@ class WorkerPool:
             self.write_error = self.write_error or exc
             self.events.put_nowait((None, None, b""))
 
-    async def _listen(self, handle: _Handle) -> None:
+    async def _listen(self, handle: Handle) -> None:
         try:
             while (got := await read_frame(handle.reader)) is not None:
                 self._on_frame(handle, *got)
@@ -315,7 +264,7 @@ class WorkerPool:
 @dataclass(slots=True)
 class _PointState:
     recorded: PointRecords
-    active: list[_Handle]
+    active: list[Handle]
     warmup_failed: int = 0
     cpu_start: float = 0.0
     parent_cpu: float = 0.0
@@ -365,88 +314,3 @@ class _PointState:
             warmup_failed=self.warmup_failed,
             stop=stop,
         )
-
-
-def _spawn(index: int) -> tuple[subprocess.Popen[bytes], socket.socket]:
-    ours, theirs = socket.socketpair()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.run.worker", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # Ctrl-C reaches the parent only; it stops the workers
-    finally:
-        theirs.close()
-    return process, ours
-
-
-@contextlib.asynccontextmanager
-async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
-    """Start `spec.workers` worker processes; stop them all on exit, whatever happened."""
-    spec = context.spec
-    backend = context.backend
-    if not isinstance(backend, HttpBackend):
-        raise UsageError("--workers needs an HTTP server (--base-url or --sim)")
-    assert spec.workers is not None
-    pool = WorkerPool(context, Share(spec.shard_index, spec.shard_count))
-    # (the parent samples --gpu-metrics: workers only send.) A worker sees only its share
-    # of the arrivals: the over-saturation stop is not judged across workers
-    # (docs/results.md), so a worker never stops its share alone.
-    worker_spec = dataclasses.replace(
-        spec,
-        base_url=backend.base_url,
-        sim=False,
-        sim_args=(),
-        workers=1,
-        cpu_affinity=(),
-        gpu_metrics=(),
-        saturation_stop=False,
-    )
-    try:
-        for index in range(spec.workers):
-            share = pool.share.worker_share(index, spec.workers)
-            process, sock = _spawn(index)
-            reader, writer = await asyncio.open_connection(sock=sock)
-            handle = _Handle(index, process, reader, writer, share)
-            pool.handles.append(handle)
-            cpu = spec.cpu_affinity[index % len(spec.cpu_affinity)] if spec.cpu_affinity else None
-            config = WorkerConfig(
-                worker_spec, context.server, context.run_id, backend.target, share, cpu
-            )
-            writer.write(frame(Kind.CONFIG, pickle.dumps(config)))
-            handle.reader_task = asyncio.create_task(pool._listen(handle))
-        await _wait_ready(pool)
-        yield pool
-    finally:
-        await _shut_down(pool)
-
-
-async def _wait_ready(pool: WorkerPool) -> None:
-    try:
-        await asyncio.wait_for(pool._collect(pool.handles, Kind.READY), START_TIMEOUT_S)
-    except _Lost as lost:
-        reason = str(lost) or await lost.handle.death()
-        raise WorkerDied(f"{reason} while starting") from None
-    except TimeoutError:
-        raise WorkerDied(
-            f"the worker processes did not start within {START_TIMEOUT_S:.0f} s"
-        ) from None
-
-
-async def _shut_down(pool: WorkerPool) -> None:
-    for handle in pool.handles:
-        handle.send(Kind.EXIT)
-    for handle in pool.handles:
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await handle.writer.drain()
-        try:
-            await asyncio.to_thread(handle.process.wait, 10)
-        except subprocess.TimeoutExpired:
-            handle.process.kill()
-            await asyncio.to_thread(handle.process.wait)
-        handle.writer.close()
-        if handle.reader_task is not None:
-            handle.reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await handle.reader_task

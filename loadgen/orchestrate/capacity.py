@@ -41,7 +41,7 @@ from loadgen.results.point import PointResult, ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.scheduler import Clock, Sleep
-from loadgen.run.sweep import run_sweep
+from loadgen.scale.sweep import run_sweep
 from loadgen.sinks.run_files import RunFiles
 from loadgen.tokenizer import load_tokenizer
 

@@ -8,7 +8,7 @@ Lanes run in sequence (two at once would measure each other). Every lane's promp
 built before the first lane starts, so a workload that cannot be built fails at once. A
 lane the server or the machine fails (exit 1) is reported and the next lane runs; Ctrl-C
 stops the matrix, keeping what was measured. A lane with find_max runs the capacity
-search (run/capacity.py): its directory holds capacity.json and one find_max_<kind>_<load>/
+search (orchestrate/capacity.py): its directory holds capacity.json and one find_max_<kind>_<load>/
 directory per probe.
 """
 
@@ -30,6 +30,7 @@ from loadgen import __version__
 from loadgen.config.spec import SpecError
 from loadgen.config.sweepfile import Lane, SweepPlan
 from loadgen.errors import LoadgenError, UsageError
+from loadgen.orchestrate.capacity import find_capacity
 from loadgen.results.files import write_atomic
 from loadgen.results.store import AL_MATRIX_FILE, LANES_FILE, ResultsDir
 from loadgen.run.observers import RunObserver
@@ -85,7 +86,7 @@ def _say(message: str) -> None:
 
 async def check_workloads(plan: SweepPlan) -> None:
     """Build every lane's preflight prompt now: a lane that cannot run fails before any does."""
-    from loadgen.run.sweep import probe_prompt
+    from loadgen.run.probe import probe_prompt
     from loadgen.tokenizer import load_tokenizer
 
     tokenizers: dict[tuple[str | None, bool], Tokenizer] = {}
@@ -124,7 +125,7 @@ async def run_lanes(
 ) -> LanesOutcome:
     """Run every lane of `plan`; CancelledError (Ctrl-C, DELETE) is re-raised after the
     index says which lanes were interrupted."""
-    from loadgen.run.measure import measure
+    from loadgen.orchestrate.measure import measure
 
     plan.results_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(
@@ -177,9 +178,7 @@ async def run_lanes(
 
 
 async def _find_capacity(lane: Lane, tokenizer: Tokenizer | None) -> None:
-    """A lane with find_max: its search (run/capacity.py), capacity.json in its directory."""
-    from loadgen.run.capacity import find_capacity
-
+    """A lane with find_max: its search, capacity.json in its directory."""
     outcome = await find_capacity(lane.spec, tokenizer=tokenizer)
     _say(f"lane {lane.name}: capacity search in {outcome.results_dir}/capacity.json")
 

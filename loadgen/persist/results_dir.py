@@ -22,7 +22,9 @@ import orjson
 
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec, SpecError
+from loadgen.persist.outcome import PointOutcome
 from loadgen.results.files import ResultsWriteError
+from loadgen.results.point import ResultFileError
 from loadgen.results.store import (
     GPU_POWER_GLOB,
     INCOMPLETE_DIR,
@@ -36,8 +38,6 @@ from loadgen.results.store import (
     ResultsDir,
     check_run,
 )
-from loadgen.run.point_records import PointOutcome
-from loadgen.run.trials import trials_kept
 
 _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
 _RESULT_GLOBS = (
@@ -216,3 +216,20 @@ def _complete_points(directory: Path, run: Mapping[str, Any]) -> list[PointOutco
             facts = {key: entry[key] for key in _FACTS if key in entry}
             points.append(PointOutcome(conc, result, True, path, facts))
     return points
+
+
+def trials_kept(store: ResultsDir, conc: int, trials: int) -> int:
+    """How many leading trials of `conc` are on disk complete (--resume keeps those)."""
+    kept = 0
+    for trial in range(1, trials + 1):
+        if not (
+            store.point_file(conc, trial).is_file() and store.requests_file(conc, trial).is_file()
+        ):
+            break
+        try:
+            if not store.read_trial_point(conc, trial).status.complete:
+                break
+        except ResultFileError:  # torn by a kill mid-write: measure it again
+            break
+        kept = trial
+    return kept

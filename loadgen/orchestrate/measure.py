@@ -12,7 +12,8 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
 from loadgen.run.observers import FanoutObserver, RunObserver
-from loadgen.run.sweep import SweepOutcome, run_sweep
+from loadgen.run.sweep import SweepOutcome
+from loadgen.scale.sweep import run_sweep
 from loadgen.sinks.progress import ProgressLine
 from loadgen.sinks.run_files import RunFiles
 
@@ -21,9 +22,9 @@ async def measure(
     spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None
 ) -> SweepOutcome:
     """`run_sweep` with the progress line (unless spec.progress is off) and RunFiles."""
-    if spec.find_max is not None:  # its probes are chosen as it goes (run/capacity.py)
+    if spec.find_max is not None:  # its probes are chosen as it goes (orchestrate/capacity.py)
         raise UsageError(  # the CLI and the lanes run it; the sidecar refuses it (400)
-            "--find-max: a capacity search runs through run/capacity.py, not as a sweep "
+            "--find-max: a capacity search runs through orchestrate/capacity.py, not as a sweep "
             "of the points it lists"
         )
     # --trials: each trial is a point of its own on the progress line

@@ -1,7 +1,7 @@
 """--shard I/N and `loadgen merge`: shards of one run against one real simulator.
 
 The simulator draws each request's tokens and acceptance from the request's own seed
-(tests/run/test_workers.py), so the merged shards must reproduce the unsharded run's
+(tests/scale/test_workers.py), so the merged shards must reproduce the unsharded run's
 requests, counts and per-request chunk token counts exactly.
 """
 
@@ -22,9 +22,9 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
+from loadgen.merge.shards import merge_results
 from loadgen.results.jsonl import JsonlSink, read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
-from loadgen.run.shards import merge_results
 from loadgen.run.sweep import run_sweep
 
 SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2", "--seed", "5")

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -18,13 +18,20 @@ from loadgen import __version__
 from loadgen.client.preflight import ServerInfo
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
-from loadgen.errors import Interrupted, LoadgenError
+from loadgen.persist.outcome import PointOutcome, Stop
+from loadgen.persist.results_dir import Earlier, settings_of
 from loadgen.results.files import write_atomic
 from loadgen.results.store import RUN_FILE
-from loadgen.run.backend import Backend
-from loadgen.run.point_records import PointOutcome
-from loadgen.run.results_dir import Earlier, settings_of
-from loadgen.run.stops import stop_of
+
+
+class Served(Protocol):
+    """The server the run measured, as run.json names it (the engine's Backend is one)."""
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def base_url(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +44,17 @@ class RunFile:
     def write(
         self,
         directory: Path,
-        backend: Backend | None,
+        backend: Served | None,
         server: ServerInfo | None,
         points: Sequence[PointOutcome],
-        stop: LoadgenError | None,
+        stop: Stop | None,
         *,
+        interrupted: bool,
         final: bool,
     ) -> None:
-        """Raises ResultsWriteError when it cannot be written."""
-        data = self.to_json(backend, server, points, stop, final=final)
+        """Raises ResultsWriteError when it cannot be written. `stop`: why the run
+        stopped (None: it did not), `interrupted`: by Ctrl-C or a signal."""
+        data = self.to_json(backend, server, points, stop, interrupted=interrupted, final=final)
         write_atomic(
             directory / RUN_FILE,
             orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str),
@@ -53,14 +62,15 @@ class RunFile:
 
     def to_json(
         self,
-        backend: Backend | None,
+        backend: Served | None,
         server: ServerInfo | None,
         points: Sequence[PointOutcome],
-        stop: LoadgenError | None,
+        stop: Stop | None,
         *,
+        interrupted: bool,
         final: bool,
     ) -> dict[str, Any]:
-        spec, now, reason = self.spec, time.time(), stop_of(stop)
+        spec, now, reason = self.spec, time.time(), stop
         attempt = {
             "run_id": self.run_id,
             "loadgen_version": __version__,
@@ -79,7 +89,7 @@ class RunFile:
             "base_url": redact_url(backend.base_url if backend else spec.base_url or ""),
             "started_unix": attempts[0]["started_unix"] if attempts else self.started_unix,
             "finished_unix": now if final else None,
-            "interrupted": isinstance(stop, Interrupted),
+            "interrupted": interrupted,
             "stop_reason": attempt["stop_reason"],
             "stop_detail": attempt["stop_detail"],
             "settings": settings_of(spec),

@@ -1,4 +1,4 @@
-"""A worker process: `python -m loadgen.run.worker FD`, started by run/workers.py.
+"""A worker process: `python -m loadgen.scale.worker FD`, started by scale/workers.py.
 
 It is a fresh interpreter (spawned, never forked: the parent's tokenizer runs threads that
 a fork would copy mid-flight) with its own uvloop, its own aiohttp session and
@@ -33,12 +33,12 @@ from loadgen.client.transport import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.run.backend import HttpBackend, open_streams, request_headers
-from loadgen.run.frames import Kind, frame, message, read_frame
 from loadgen.run.observers import QuietObserver
 from loadgen.run.point import Point
 from loadgen.run.point_records import RunContext
 from loadgen.run.session_point import SessionPoint, build_session_point, replay_counts
 from loadgen.run.shares import Share
+from loadgen.scale.frames import Kind, frame, message, read_frame
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import Workload
 from loadgen.workload.session_plan import SessionSource, session_source

@@ -15,7 +15,6 @@ overlap by more than that were not one concurrency point: that point is refused.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,9 +27,10 @@ import orjson
 from loadgen import __version__
 from loadgen.config.golden import GoldenAL
 from loadgen.errors import UsageError
-from loadgen.metrics.server import ServerSnapshot
-from loadgen.metrics.server_urls import per_url_fields
+from loadgen.merge.counters import combined_snapshots, merged_by_url
+from loadgen.merge.timeline import PointRefused, align, check_overlap
 from loadgen.metrics.summary import PointContext
+from loadgen.persist.results_dir import run_files
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import JsonlSink
@@ -39,7 +39,6 @@ from loadgen.results.store import ResultsDir, check_run
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import new_run_id
-from loadgen.run.results_dir import run_files
 from loadgen.sinks.sweep_files import write_sweep_files
 
 # Settings that may differ between the shards of one run (everything else must match).
@@ -56,10 +55,6 @@ PER_SHARD = frozenset(
         "shard_sync",
     }
 )
-
-
-class PointRefused(Exception):
-    """This point's shards cannot be combined; str() says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,88 +228,6 @@ def merge_point(
     return result, entry
 
 
-def align(
-    per_shard: Sequence[Sequence[RequestRecord]],
-    clocks: Sequence[dict[str, Any] | None],
-) -> tuple[list[RequestRecord], int | None]:
-    """All records on the first shard's monotonic clock, and the alignment's uncertainty
-    in ns (0 on one machine; None when a clock's error is unknown)."""
-    boots = {c.get("boot_id") if c else None for c in clocks}
-    if len(boots) == 1 and None not in boots:  # one machine: one CLOCK_MONOTONIC
-        return sorted((r for rs in per_shard for r in rs), key=lambda r: r.request_id), 0
-    offsets = [r.clock_unix_ns - r.clock_mono_ns for rs in per_shard for r in rs[:1]]
-    reference = offsets[0] if offsets else 0
-    moved = [
-        _shift(r, r.clock_unix_ns - r.clock_mono_ns - reference) for rs in per_shard for r in rs
-    ]
-    return sorted(moved, key=lambda r: r.request_id), alignment_uncertainty_ns(clocks)
-
-
-def alignment_uncertainty_ns(clocks: Sequence[dict[str, Any] | None]) -> int | None:
-    """Two machines' wall clocks may differ by both their kernels' error estimates; each
-    pairing of clocks adds half its read bracket; a wall-clock step adds its size."""
-    if any(
-        c is None or c.get("synced") is not True or c.get("esterror_us") is None for c in clocks
-    ):
-        return None
-    known = cast(list[dict[str, Any]], clocks)
-    errors = sorted((int(c["esterror_us"]) * 1000 for c in known), reverse=True)
-    pairing = max(int(c["pair_read_ns"]) for c in known)  # two half-brackets at most
-    steps = max(abs(int(c.get("offset_change_ns") or 0)) for c in known)
-    return sum(errors[:2]) + pairing + steps
-
-
-def _shift(record: RequestRecord, by_ns: int) -> RequestRecord:
-    if by_ns == 0:
-        return record
-    return dataclasses.replace(
-        record,
-        scheduled_ns=record.scheduled_ns + by_ns,
-        start_ns=record.start_ns + by_ns,
-        chunk_ns=tuple(t + by_ns for t in record.chunk_ns),
-        end_ns=record.end_ns + by_ns,
-        clock_mono_ns=record.clock_mono_ns + by_ns,
-    )
-
-
-def check_overlap(
-    per_shard: Sequence[Sequence[RequestRecord]],
-    aligned: Sequence[RequestRecord],
-    uncertainty_ns: int | None,
-) -> list[list[float] | None]:
-    """Each shard's measured span (s, from the earliest start); PointRefused when the
-    shards that sent requests were not all measuring at one time."""
-    ids = [{r.request_id for r in rs} for rs in per_shard]
-    spans_ns: list[tuple[int, int] | None] = []
-    for shard_ids in ids:
-        mine = [r for r in aligned if r.request_id in shard_ids]
-        spans_ns.append(
-            (min(r.start_ns for r in mine), max(r.end_ns for r in mine)) if mine else None
-        )
-    sending = [s for s in spans_ns if s is not None]
-    if not sending:
-        raise PointRefused("no shard recorded a request")
-    origin = min(start for start, _ in sending)
-    first_end = min(end for _, end in sending)
-    last_start = max(start for start, _ in sending)
-    if first_end - last_start <= (uncertainty_ns or 0):
-        raise PointRefused(
-            f"the shards did not overlap in time (one started {(last_start - first_end) / 1e9:.3f}"
-            f" s after another had finished{_plus_minus(uncertainty_ns)}): they were not one "
-            "concurrency point; run the shards at the same time"
-        )
-    return [
-        None if span is None else [(span[0] - origin) / 1e9, (span[1] - origin) / 1e9]
-        for span in spans_ns
-    ]
-
-
-def _plus_minus(uncertainty_ns: int | None) -> str:
-    if uncertainty_ns is None:
-        return ", clocks not NTP-synchronized"
-    return f", ±{uncertainty_ns / 1e6:.3f} ms" if uncertainty_ns else ""
-
-
 def _merged_result(
     shards: Sequence[Shard],
     files: Sequence[PointResult],
@@ -360,7 +273,7 @@ def _merged_result(
         processes=[p for f in files for p in f.client.client_processes],
         clock_uncertainty_ms=None if uncertainty_ns is None else uncertainty_ns / 1e6,
         synthesis=(first.prompts.prompt_synthesis, first.prompts.prompt_synthesis_note),
-        server_metrics_by_url=_merged_by_url(points) if complete else None,
+        server_metrics_by_url=merged_by_url(points) if complete else None,
         simulator=SimulatorHealth.combined([f.simulator for f in files]),
         # the shards' records on one clock; their gauge samples are not (no KV per slice)
         slice_s=settings.get("slice_duration_s"),
@@ -386,58 +299,6 @@ def _merged_status(shards: Sequence[Shard], files: Sequence[PointResult]) -> Poi
         stop_detail="; ".join(reasons),
         incomplete_reason="; ".join(reasons),
     )
-
-
-def _merged_by_url(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """Each --server-metrics URL's figures over the whole merged point: per URL the
-    earliest scrape before and the latest after, as for the summed counters. The gauges
-    sampled during each shard's point are not kept in run.json: their fields are null."""
-    if any(not p.get("server_before_by_url") or not p.get("server_after_by_url") for p in points):
-        return None
-    urls = list(points[0]["server_before_by_url"])
-    before: dict[str, ServerSnapshot | None] = {}
-    after: dict[str, ServerSnapshot | None] = {}
-    for url in urls:
-        starts = [p["server_before_by_url"].get(url) for p in points]
-        ends = [p["server_after_by_url"].get(url) for p in points]
-        known = None not in starts and None not in ends
-        before[url] = _sum_snapshots([min(starts, key=_counter_total)]) if known else None
-        after[url] = _sum_snapshots([max(ends, key=_counter_total)]) if known else None
-    return per_url_fields(urls, before, after, {})
-
-
-def combined_snapshots(
-    shards: Sequence[Shard],
-    points: Sequence[dict[str, Any]],
-) -> tuple[ServerSnapshot | None, ServerSnapshot | None]:
-    """The server counters around the whole merged point: per server (base URL) the
-    earliest scrape before and the latest after (counters only grow, so the smallest and
-    largest), summed over servers. None when a shard has no scrape."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for shard, point in zip(shards, points, strict=True):
-        if point.get("server_before") is None or point.get("server_after") is None:
-            return None, None
-        groups.setdefault(shard.run.get("base_url") or "", []).append(point)
-    befores = [min((p["server_before"] for p in g), key=_counter_total) for g in groups.values()]
-    afters = [max((p["server_after"] for p in g), key=_counter_total) for g in groups.values()]
-    return _sum_snapshots(befores), _sum_snapshots(afters)
-
-
-def _counter_total(snapshot: dict[str, Any]) -> float:
-    return float(sum(v for k, v in snapshot["samples"].items() if k.endswith(("_total", "_count"))))
-
-
-def _sum_snapshots(snapshots: Sequence[dict[str, Any]]) -> ServerSnapshot:
-    samples: dict[str, float] = {}
-    keyed: dict[str, dict[str, float]] = {}
-    for snapshot in snapshots:
-        for name, value in snapshot["samples"].items():
-            samples[name] = samples.get(name, 0.0) + value
-        for name, values in snapshot["keyed"].items():
-            into = keyed.setdefault(name, {})
-            for key, value in values.items():
-                into[key] = into.get(key, 0.0) + value
-    return ServerSnapshot(samples=samples, keyed=keyed)
 
 
 def _write_run(

@@ -1,9 +1,9 @@
-"""`--find-max rate` through the whole runner (run/capacity.py, run_sweep, the pure search)
+"""`--find-max rate` through the whole runner (orchestrate/capacity.py, run_sweep, the pure search)
 on the virtual-clock fake backend: a server of 4 slots (FIFO, each request holds one for
 its whole stream) in front of which TTFT grows once the open-loop arrivals outpace it.
 The search must find, within its resolution, what a sweep of every rate on a grid of
 that resolution finds, with fewer points. (The real-socket check of the search is
-tests/run/test_find_max_sim.py, `--find-max conc` against the simulator.)"""
+tests/orchestrate/test_find_max_sim.py, `--find-max conc` against the simulator.)"""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from tokenizers import Tokenizer
 
 from loadgen.config.objectives import Objective, Resolution
 from loadgen.errors import UsageError
+from loadgen.orchestrate.capacity import find_capacity
+from loadgen.orchestrate.measure import measure
 from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
-from loadgen.run.capacity import find_capacity
-from loadgen.run.measure import measure
 from loadgen.run.sweep import run_sweep
 from loadgen.workload.plan import RequestSpec
 from tests.run.test_sweep_fake import (
@@ -161,8 +161,8 @@ async def test_with_trials_each_objective_is_held_at_its_interval_bound(
 
 
 async def test_a_search_is_refused_where_only_a_sweep_would_run(tmp_path: Path) -> None:
-    """run/measure.py (the sidecar's runs) must never run a plain sweep of --conc in the
-    search's place; lanes run the search themselves (run/lanes.py)."""
+    """orchestrate/measure.py (the sidecar's runs) must never run a plain sweep of --conc in the
+    search's place; lanes run the search themselves (orchestrate/lanes.py)."""
     search = spec(
         tmp_path,
         conc=(1, 2, 4),

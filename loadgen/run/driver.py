@@ -1,0 +1,123 @@
+"""What runs a point: the `Driver` the sweep calls, and the two that run it in this process.
+
+The sweep (run/sweep.py) goes through its points with one driver and knows nothing of
+how a point's load is made. Closed and open loop are not drivers of their own: they
+differ only in the plan's arrivals, which `Point` reads. A session run plays trees
+instead (run/session_point.py). The worker pool (scale/pool_driver.py) implements the
+same protocol over worker processes; the engine never imports it: whoever starts a run
+picks the driver (scale/sweep.py), and --trials wraps any of them (run/trials.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from tokenizers import Tokenizer
+
+from loadgen.errors import LoadgenError
+from loadgen.persist.outcome import PointOutcome
+from loadgen.run.point import Point
+from loadgen.run.point_records import RunContext
+from loadgen.run.session_point import build_session_point
+from loadgen.run.shares import Share
+from loadgen.run.stops import stop_of
+from loadgen.workload.plan import Workload
+from loadgen.workload.session_plan import SessionSource
+
+
+class Driver(Protocol):
+    async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
+        """Measure point `conc` (`context`: the run's, or a --trials trial's) and write
+        it. A point that stops early on its own (over-saturation) is returned; one stopped
+        by cancellation or a run-level error raises, and `abandoned` hands over what it
+        measured."""
+        ...
+
+    def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
+        """The point that was in progress when the run stopped for `stop`, written
+        `complete: false`; None when none was, or it had measured nothing."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunPieces:
+    """What a driver is built from, once the server has answered the preflight."""
+
+    context: RunContext
+    workload: Workload  # the probe's, under the server's body options
+    sessions: SessionSource | None  # a session run's trees (then `workload` is the probe's)
+    tokenizer: Tokenizer
+
+
+# Starts a driver for a run, and stops whatever it started when the run ends.
+Drive = Callable[[RunPieces], AbstractAsyncContextManager[Driver]]
+
+
+class _Here:
+    """The point in progress in this process, finalized as stopped when the run stops."""
+
+    def __init__(self) -> None:
+        self.current: Point | None = None
+
+    async def _run(self, point: Point) -> PointOutcome:
+        self.current = point
+        outcome = await point.run_to_end()
+        self.current = None
+        return outcome
+
+    def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
+        point, self.current = self.current, None
+        if point is None:
+            return None
+        if point.started:
+            return point.finalize(complete=False, after=None, stop=stop_of(stop))
+        if point.recorded is not None:  # stopped during warmup: nothing was measured
+            point.recorded.close()
+        return None
+
+
+class SingleTurn(_Here):
+    """Closed or open loop in this process: the point's plan (this shard's share of it)."""
+
+    def __init__(self, workload: Workload, share: Share) -> None:
+        super().__init__()
+        self.workload = workload
+        self.share = share
+
+    async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
+        share = self.share
+        keep = share.owner(conc) if share.shards > 1 else None
+        workload = self.workload.reseeded(context.spec.seed) if context.trial else self.workload
+        plan = await asyncio.to_thread(workload.point, conc, keep)
+        return await self._run(
+            Point(context, plan, slots=len(share.slots(conc)), label=share.label)
+        )
+
+
+class Sessions(_Here):
+    """A session run in this process: every lane of the point's trees."""
+
+    def __init__(self, sessions: SessionSource, tokenizer: Tokenizer) -> None:
+        super().__init__()
+        self.sessions = sessions
+        self.tokenizer = tokenizer
+
+    async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
+        return await self._run(
+            await build_session_point(context, conc, self.sessions, self.tokenizer)
+        )
+
+
+@contextlib.asynccontextmanager
+async def in_process(pieces: RunPieces) -> AsyncIterator[Driver]:
+    """The driver of a run in this one process (--workers 1)."""
+    if pieces.sessions is not None:
+        yield Sessions(pieces.sessions, pieces.tokenizer)
+        return
+    spec = pieces.context.spec
+    yield SingleTurn(pieces.workload, Share(spec.shard_index, spec.shard_count))
