@@ -161,7 +161,7 @@ async def test_with_trials_each_objective_is_held_at_its_interval_bound(
 
 
 async def test_a_search_is_refused_where_only_a_sweep_would_run(tmp_path: Path) -> None:
-    """orchestrate/measure.py (the sidecar's runs) must never run a plain sweep of --conc in the
+    """orchestrate/measure.py (the sidecar's runs) must never run a sweep of --conc in the
     search's place; lanes run the search themselves (orchestrate/lanes.py)."""
     search = spec(
         tmp_path,
@@ -170,5 +170,5 @@ async def test_a_search_is_refused_where_only_a_sweep_would_run(tmp_path: Path) 
         objectives=(Objective("ttft", 99.0, LIMIT_MS),),
         find_max_resolution=Resolution(1, False),
     )
-    with pytest.raises(UsageError, match="a capacity search runs through run/capacity"):
+    with pytest.raises(UsageError, match="a capacity search runs through orchestrate/capacity"):
         await measure(search)
