@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loadgen.config.fields import Field, flag
 from loadgen.config.parsers import SpecError, parse_conc, parse_percentiles
 from loadgen.config.spec import VLLM_PERCENTILE_METRICS, SpeedBenchOptions, VllmResultOptions
 
@@ -32,19 +32,6 @@ SPEED_BENCH_SUBSETS = (
     "throughput_32k",
 )
 SPEED_BENCH_OUTPUT_LEN = 4096  # vLLM's --speed-bench-output-len default
-
-
-def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse `type` from a parser that raises SpecError (the message is kept)."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except SpecError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = parse.__name__
-    return convert
 
 
 def parse_goodput_pair(text: str) -> list[tuple[str, float]]:
@@ -80,41 +67,40 @@ def parse_metric_names(text: str) -> tuple[str, ...]:
     return names
 
 
-def add_compat_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        GROUP,
-        "Each flag means what it means to `vllm bench serve` (vLLM 0.32) or "
-        "InferenceX's benchmark_serving.py, translated to the loadgen flag named.",
-    )
-    g.add_argument(
+COMPAT_DESCRIPTION = (
+    "Each flag means what it means to `vllm bench serve` (vLLM 0.32) or "
+    "InferenceX's benchmark_serving.py, translated to the loadgen flag named."
+)
+COMPAT_FIELDS: tuple[Field, ...] = (
+    flag(
         "--max-concurrency",
         nargs="+",
         action="extend",
-        type=typed(parse_conc),
+        type=parse_conc,
         metavar="N",
         help="= --conc: one value or a list (4 8 16, or 4,8,16), one point each (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--num-prompts",
         type=int,
         metavar="N",
         help="measured requests per point (instead of conc x --prompts-per-conc) (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--num-warmups",
         type=int,
         metavar="N",
         help="warmup requests per point (instead of conc x --warmup-per-conc) (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--random-input-len",
         "--input-len",
         type=int,
         metavar="TOKENS",
         dest="random_input_len",
         help="= --isl (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--random-output-len",
         "--output-len",
         "--sharegpt-output-len",
@@ -122,15 +108,15 @@ def add_compat_flags(p: argparse.ArgumentParser) -> None:
         metavar="TOKENS",
         dest="random_output_len",
         help="= --osl (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--random-range-ratio",
         type=float,
         metavar="R",
         help="= --range-ratio: lengths uniform in [R*L, L], as InferenceX's "
         "benchmark_serving.py (vLLM 0.32 samples [(1-R)*L, (1+R)*L]) (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--dataset-name",
         choices=DATASET_NAMES,
         help="random: synthesized prompts (lengths default to vLLM's 1024 in, 128 "
@@ -139,124 +125,123 @@ def add_compat_flags(p: argparse.ArgumentParser) -> None:
         "NVIDIA SPEED-Bench, --dataset-path DIR holding <subset>.jsonl (rows of "
         "messages and category), each first message rendered by --encoder "
         "(default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--speed-bench-dataset-subset",
         choices=SPEED_BENCH_SUBSETS,
         default="qualitative",
         help="SPEED-Bench subset: reads DIR/<subset>.jsonl",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--speed-bench-category",
         metavar="NAME",
         help="only SPEED-Bench rows of this category, e.g. coding (InferenceX's "
         "golden AL set) (default: all categories)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--speed-bench-output-len",
         type=int,
         metavar="TOKENS",
         help=f"= --osl with --dataset-name speed_bench (default: "
         f"{SPEED_BENCH_OUTPUT_LEN}, as vLLM)",
-    )
-    g.add_argument("--dataset-path", type=Path, metavar="FILE", help="= --dataset (default: none)")
-    g.add_argument(
+    ),
+    flag("--dataset-path", type=Path, metavar="FILE", help="= --dataset (default: none)"),
+    flag(
         "--backend",
         choices=BACKENDS,
         help="openai-chat = --endpoint chat; vllm, openai = completions; also the "
         "result file's `backend` (default: vllm)",
-    )
-    g.add_argument("--host", help="with --port: --base-url http://HOST:PORT (default: none)")
-    g.add_argument("--port", type=int, help="see --host (default: none)")
-    g.add_argument(
+    ),
+    flag("--host", help="with --port: --base-url http://HOST:PORT (default: none)"),
+    flag("--port", type=int, help="see --host (default: none)"),
+    flag(
         "--served-model-name",
         metavar="NAME",
         help="the model name in requests, when --model is the model id written "
         "to results (default: none)",
-    )
-    g.add_argument(
-        "--ignore-eos", action="store_true", help="accepted: loadgen always sends ignore_eos"
-    )
-    g.add_argument(
+    ),
+    flag("--ignore-eos", action="store_true", help="accepted: loadgen always sends ignore_eos"),
+    flag(
         "--use-chat-template",
         action="store_true",
         help="= --encoder dsv4 (loadgen's chat template is DeepSeek-V4's). Without "
         "it or --dsv4, --dataset-name random|sharegpt and --random-input-len send "
         "untemplated prompts as vLLM does (--encoder raw)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--dsv4",
         action="store_true",
         help="= --encoder dsv4 --thinking thinking, as InferenceX (implies --use-chat-template)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--percentile-metrics",
-        type=typed(parse_metric_names),
+        type=parse_metric_names,
         metavar="M,...",
         help="metrics with percentiles in the --save-result file, from "
         f"{','.join(VLLM_PERCENTILE_METRICS)} (default: ttft,tpot,itl,e2el, as "
         "InferenceX; vLLM's is ttft,tpot,itl)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--metric-percentiles",
-        type=typed(parse_percentiles),
+        type=parse_percentiles,
         metavar="P,...",
         help="their percentiles, also added to --percentiles (default: 90,99,99.9, "
         "as InferenceX; vLLM's is 99)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--goodput",
         nargs="+",
         action="extend",
-        type=typed(parse_goodput_pair),
+        type=parse_goodput_pair,
         metavar="M:MS",
         help="= --slo, vLLM syntax in ms: --goodput ttft:2000 tpot:50 (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--save-result",
         action="store_true",
         help="also write each point as vLLM `bench serve --save-result` JSON",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--save-detailed",
         action="store_true",
         help="add its per-request lists (input_lens, output_lens, ttfts, itls, "
         "start_times, errors)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--result-dir",
         type=Path,
         metavar="DIR",
         help="directory of the --save-result files, and --results when that is "
         "not given (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--result-filename",
         metavar="NAME",
         help="NAME.json (one concurrency) or NAME_conc<N>.json per point; implies "
         "--save-result (default: vLLM's {label}-{rate}qps-concurrency{N}-{model}-"
         "{date}.json)",
-    )
-    g.add_argument("--label", help="the result file's label and name prefix (default: none)")
-    g.add_argument(
+    ),
+    flag("--label", help="the result file's label and name prefix (default: none)"),
+    flag(
         "--metadata",
         nargs="+",
         action="extend",
-        type=typed(parse_key_value),
+        type=parse_key_value,
         metavar="K=V",
         help="KEY=VALUE pairs written into the --save-result file (default: none)",
-    )
-    g.add_argument("--disable-tqdm", action="store_true", help="= --no-progress")
-    g.add_argument(
+    ),
+    flag("--disable-tqdm", action="store_true", help="= --no-progress"),
+    flag(
         "--trust-remote-code",
         action="store_true",
         help="accepted and ignored: loadgen runs no model code",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--tokenizer-mode",
         metavar="MODE",
         help="accepted and ignored: loadgen's tokenizer is HF `tokenizers` (default: none)",
-    )
+    ),
+)
 
 
 def _merge(args: argparse.Namespace, dest: str, alias: str, flags: str) -> None:
