@@ -115,7 +115,7 @@ def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
         except SpecError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
-    convert.__name__ = getattr(parse, "__name__", "value")  # argparse's "invalid X value"
+    convert.__name__ = getattr(parse, "__name__", "value")  # argparse names the type in errors
     return convert
 
 
