@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from loadgen.config.compat import COMPAT_DESCRIPTION, COMPAT_FIELDS, GROUP
+from loadgen.config.compat import GROUP
+from loadgen.config.compat_flags import COMPAT_DESCRIPTION, COMPAT_FIELDS
 from loadgen.config.fields import Field, Group
 from loadgen.config.golden import GOLDEN_FIELDS
 from loadgen.config.load_args import LOAD_FIELDS
