@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from loadgen.config.fields import Field, flag
 from loadgen.config.parsers import SpecError
 
 DEFAULT_TOLERANCE = 0.03  # relative: |measured - golden| / golden
@@ -61,8 +62,8 @@ class GoldenAL:
         )
 
 
-def add_golden_flags(g: argparse._ArgumentGroup) -> None:
-    g.add_argument(
+GOLDEN_FIELDS: tuple[Field, ...] = (
+    flag(
         "--golden-al",
         type=Path,
         default=None,
@@ -70,20 +71,21 @@ def add_golden_flags(g: argparse._ArgumentGroup) -> None:
         help="check each point's acceptance length against an InferenceX golden "
         "file (golden_al_distribution/*.yaml); a point outside tolerance makes "
         "the exit status 1 (default: no check)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--golden-al-model",
         default=None,
         metavar="NAME",
         help="the golden file's model key (default: --model)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--golden-al-tolerance",
         type=float,
         default=DEFAULT_TOLERANCE,
         metavar="FRACTION",
         help=f"relative tolerance (default: {DEFAULT_TOLERANCE})",
-    )
+    ),
+)
 
 
 def golden_fields(

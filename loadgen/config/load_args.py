@@ -13,21 +13,22 @@ import argparse
 import math
 from typing import Any
 
+from loadgen.config.fields import Field, flag
 from loadgen.config.parsers import MAX_CONC, SpecError
 
 RAMP_UP_STRATEGIES = ("linear", "exponential")
 DEFAULT_SATURATION_WINDOW_S = 30.0
 
 
-def add_load_flags(g: argparse._ArgumentGroup) -> None:
-    g.add_argument(
+LOAD_FIELDS: tuple[Field, ...] = (
+    flag(
         "--no-saturation-stop",
         action="store_true",
         help="run open-loop points to their end even when the server falls "
         "behind the arrival rate (default: such a point stops early as "
         "`saturated`, said on stderr, and no higher point runs)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--saturation-window",
         type=float,
         default=DEFAULT_SATURATION_WINDOW_S,
@@ -35,8 +36,8 @@ def add_load_flags(g: argparse._ArgumentGroup) -> None:
         help="the over-saturation test's sliding window: the slopes of requests "
         "outstanding and of TTFT from schedule over the last this many seconds, "
         "checked once one window has passed (docs/results.md)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--slice-duration",
         type=float,
         default=None,
@@ -44,46 +45,49 @@ def add_load_flags(g: argparse._ArgumentGroup) -> None:
         help="add per-slice figures to each point (throughput, TTFT/ITL "
         "percentiles, requests in flight, server KV usage) over consecutive "
         "slices of this length, and the report's slice plots (default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--ramp-up-strategy",
         choices=RAMP_UP_STRATEGIES,
         default=None,
         help="open loop whose rate ramps from --ramp-up-start-rps to "
         "--ramp-up-end-rps over each point's requests, as vllm bench serve "
         "(default: a fixed --request-rate or a closed loop)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--ramp-up-start-rps",
         type=float,
         default=None,
         metavar="REQ/S",
         help="the ramp's rate at the first request",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--ramp-up-end-rps",
         type=float,
         default=None,
         metavar="REQ/S",
         help="the ramp's rate at the last request",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--rate-stages",
+        shape="stages",
         default=None,
         metavar="R@S,...",
         help="open loop in stages, each R req/s for S seconds (e.g. "
         "5@30s,20@30s,40@60s; a sweep file's `rate-stages: [5@30s, 20@30s]`): "
         "the stages set each point's duration and how many requests it plans "
         "(default: none)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--conc-stages",
+        shape="stages",
         default=None,
         metavar="C@S,...",
         help="closed loop in stages, each C requests in flight for S seconds (e.g. "
         "4@30s,16@60s; a sweep file's `conc-stages: [4@30s, 16@60s]`): one point "
         "of concurrency the largest C, sending for the stages' sum (default: none)",
-    )
+    ),
+)
 
 
 def load_fields(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.config.fields import Field, flag
 from loadgen.config.parsers import SLO_METRICS, SpecError, parse_duration_ms
 
 DEFAULT_PERCENTILE = 99.0
@@ -170,45 +171,33 @@ def parse_rate_range(text: str) -> tuple[float, float]:
     return bounds
 
 
-def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse `type` from a parser that raises SpecError (as config/compat.py's,
-    which this module cannot import: compat imports the spec, the spec this)."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except SpecError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
-
-
-def add_find_max_flags(g: argparse._ArgumentGroup) -> None:
-    g.add_argument(
+FIND_MAX_FIELDS: tuple[Field, ...] = (
+    flag(
         "--find-max",
         choices=FIND_MAX_KINDS,
         default=None,
         help="find the largest concurrency (between --conc's smallest and "
         "largest) or request rate (--rate-range) whose point meets every --slo "
         "objective, e.g. --slo ttft:p99=2s,tpot:p50=20ms (default: no search)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--find-max-resolution",
-        type=typed(parse_resolution),
+        type=parse_resolution,
         default=None,
         metavar="STEP|PCT",
         help="stop when the first failing and the last passing load are this "
         "close: a step (1) or a percentage (5%%) (default: 1 for conc, 5%% for "
         "rate)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--rate-range",
-        type=typed(parse_rate_range),
+        type=parse_rate_range,
         default=None,
         metavar="LOW..HIGH",
         help="--find-max rate: the request rates to search between (open loop, "
         "capped by the largest --conc)",
-    )
+    ),
+)
 
 
 def find_max_fields(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from loadgen.config.compat import typed
 from loadgen.config.dataset_format import FORMAT_CHOICES, detect_format, spec_format
 from loadgen.config.dist import parse_dist
+from loadgen.config.fields import Field, flag
 from loadgen.config.spec import TRACE_FORMATS, SpecError
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -31,8 +31,8 @@ def parse_ratio_pair(text: str) -> tuple[float, float]:
     return low, high
 
 
-def add_session_flags(g: argparse._ArgumentGroup) -> None:
-    g.add_argument(
+SESSION_FIELDS: tuple[Field, ...] = (
+    flag(
         "--dataset-format",
         choices=FORMAT_CHOICES,
         default="auto",
@@ -41,40 +41,40 @@ def add_session_flags(g: argparse._ArgumentGroup) -> None:
         "{prompt, output_tokens} per line), weka (AgentX agentic traces: a JSONL "
         "file or a directory of .json traces), mooncake (JSONL); auto detects it "
         "from the first item (vLLM's --dataset-name sharegpt|custom also names it)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--multi-turn",
         action="store_true",
         help="play each messages/ShareGPT dataset conversation as a session: one "
         "request per user turn, each sending the whole history so far",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--turns",
         default=None,
         metavar="DIST",
         help="synthetic multi-turn sessions with this many turns: N, A..B "
         "(uniform) or exp:MEAN; the first turn has --isl tokens",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--turn-tokens",
         default="256",
         metavar="DIST",
         help="new user tokens per later turn (N, A..B or exp:MEAN)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--think-time",
         default="0",
         metavar="DIST",
         help="seconds between a turn's reply and the next turn (N, A..B, exp:MEAN)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--sessions-per-conc",
         type=int,
         default=2,
         metavar="N",
         help="synthetic sessions per point = conc x N",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--session-header",
         action="append",
         default=None,
@@ -82,43 +82,44 @@ def add_session_flags(g: argparse._ArgumentGroup) -> None:
         help="header carrying the session id, repeatable (e.g. "
         "X-Dynamo-Session-ID, X-SMG-Routing-Key); 'none' sends none "
         "(default: X-Session-ID)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--start-ratio",
-        type=typed(parse_ratio_pair),
+        type=parse_ratio_pair,
         default=None,
         metavar="LO,HI",
         help="trace lanes start at a seeded turn in this fraction of their "
         "trace, after a primer that sends its prefix (default: 0.25,0.75 for "
         "weka traces, 0,0 otherwise)",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--idle-cap-system",
         type=float,
         default=10.0,
         metavar="SECONDS",
         help="when nothing is in flight this long, send the next due turn now",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--idle-cap-tree",
         type=float,
         default=300.0,
         metavar="SECONDS",
         help="cut any recorded gap of a session tree to this",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--live-history",
         action="store_true",
         help="assistant turns in the history are the server's own replies to "
         "the previous turns (default: the recorded ones, prefix-stable); a "
         "session ends at a turn that failed or came back empty",
-    )
-    g.add_argument(
+    ),
+    flag(
         "--no-cache-bust",
         action="store_true",
         help="do not give each play of a session tree its own marker before its "
         "first user turn (recycled plays then hit the previous play's cache)",
-    )
+    ),
+)
 
 
 def dataset_format(args: argparse.Namespace, named: str) -> str:
@@ -142,13 +143,13 @@ def dataset_format(args: argparse.Namespace, named: str) -> str:
 def session_fields(args: argparse.Namespace, fmt: str) -> dict[str, Any]:
     """The RunSpec fields the session flags set, and the defaults a session run changes
     (isl/osl for trace replay, percentiles, max error rate)."""
-    for flag, text, integer in (
+    for name, text, integer in (
         ("--turns", args.turns, True),
         ("--turn-tokens", args.turn_tokens, True),
         ("--think-time", args.think_time, False),
     ):
         if text is not None:
-            parse_dist(text, what=flag, integer=integer)
+            parse_dist(text, what=name, integer=integer)
     sessions = args.turns is not None or args.multi_turn or fmt in TRACE_FORMATS
     isl, osl = args.isl, args.osl
     if fmt in TRACE_FORMATS:

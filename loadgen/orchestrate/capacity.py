@@ -26,7 +26,7 @@ from time import perf_counter_ns
 
 from tokenizers import Tokenizer
 
-from loadgen.config.args import default_results_dir
+from loadgen.config.build_spec import default_results_dir
 from loadgen.config.objectives import Objective, default_resolution
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.metrics.capacity import Answer, Check, Probe, Search, checks_of

@@ -33,7 +33,7 @@ from loadgen.client.gpu_metrics import (
     gpu_metrics_urls,
 )
 from loadgen.client.preflight import ServerInfo
-from loadgen.config.args import default_results_dir
+from loadgen.config.build_spec import default_results_dir
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import Interrupted, LoadgenError, UsageError
 from loadgen.persist import results_dir as results_files

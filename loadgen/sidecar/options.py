@@ -17,9 +17,12 @@ from typing import Any, Protocol
 
 import orjson
 
-from loadgen.config.args import build_parser, option_dest, spec_from_options
+from loadgen.config.args import spec_from_options
+from loadgen.config.decode import option_dest
 from loadgen.config.spec import RunSpec, SpecError, VllmResultOptions
-from loadgen.config.sweepfile import SweepPlan, check_document, load_yaml, parse_sweep
+from loadgen.config.sweep_yaml import check_document, load_yaml
+from loadgen.config.sweepfile import SweepPlan, parse_sweep
+from loadgen.config.table import RUN_FIELDS
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 RESERVED_WHY = (
@@ -118,9 +121,8 @@ def _refuse_find_max(spec: RunSpec, where: str) -> None:
 
 @functools.cache
 def allowed_options() -> tuple[str, ...]:
-    """The run options a caller may send: the run flags' names, less the sidecar's own."""
-    dests = {action.dest for action in build_parser()._actions} - {"help"}
-    return tuple(sorted(dests - RESERVED_OPTIONS))
+    """The run options a caller may send: the table's run options, less the sidecar's own."""
+    return tuple(sorted(RUN_FIELDS.keys() - RESERVED_OPTIONS))
 
 
 def check_known(options: Mapping[str, Any]) -> None:
