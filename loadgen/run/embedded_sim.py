@@ -49,7 +49,8 @@ def sim_stream_interval(sim_args: Sequence[str]) -> int | None:
     --stream-interval in neither /metrics nor /version. None when the arguments do not
     parse (the simulator would not have started).
     """
-    from loadgen.sim.config import ConfigError, build_parser
+    from loadgen.sim.config import ConfigError
+    from loadgen.sim.parser import build_parser
 
     try:
         args, _ = build_parser().parse_known_args(list(sim_args))
@@ -249,8 +250,8 @@ def sweep_estimate(spec: RunSpec, concs: Sequence[int]) -> str | None:
     """The line a --sim run prints before it starts: what the simulator's step model says
     each point (warmup included) and the sweep will take. None where the model does not
     say (sessions, datasets, an open loop)."""
-    from loadgen.sim.config import build_parser, config_from_args
     from loadgen.sim.estimate import point_seconds
+    from loadgen.sim.parser import build_parser, config_from_args
 
     if (
         not spec.sim
