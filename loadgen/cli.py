@@ -46,7 +46,7 @@ def _dispatch(command: str, args: list[str]) -> int:
 
         return int(sim_main(args))
     if command == "serve":
-        from loadgen.sidecar.service import main as serve_main
+        from loadgen.sidecar.serve import main as serve_main
 
         return int(serve_main(args))
     if command in ("compare", "report"):
