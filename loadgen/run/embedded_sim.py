@@ -30,6 +30,7 @@ import aiohttp
 from loadgen.config.spec import RunSpec
 from loadgen.errors import SetupError
 from loadgen.results.point import SimulatorHealth
+from loadgen.wording import counted
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0
@@ -235,7 +236,7 @@ def behind_warning(log: bytes, log_path: Path | None) -> str | None:
     where = f" in {log_path}" if log_path is not None else ""
     return (
         f"the simulator fell behind its step schedule by up to {max(late)} ms "
-        f"({len(late)} warnings{where}): short of CPU, it sent late steps back to back, "
+        f"({counted(len(late), 'warning')}{where}): short of CPU, it sent late steps back to back, "
         "so ITL/TTFT describe an overloaded simulator; give it a free core or less load"
     )
 

@@ -47,6 +47,7 @@ from loadgen.run.observers import NoOutputs, RunObserver, RunOutputs
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.stops import SATURATED, Stop
+from loadgen.wording import counted
 
 # (records, server counters before, after the measured phase: None when not both read)
 SessionFields = Callable[
@@ -399,10 +400,14 @@ def kv_samples(
 
 def _warn_inexact(result: PointResult) -> None:
     prompts = result.prompts
+    n = prompts.input_len_mismatches
+    which = (
+        "some prompts are" if n is None else f"{counted(n, 'prompt')} {'is' if n == 1 else 'are'}"
+    )
     if prompts.input_len_approximate:
         print(
             f"loadgen: WARNING: conc {result.conc}: "
-            f"{prompts.input_len_mismatches} prompts are not of the requested length (up "
+            f"{which} not of the requested length (up "
             f"to {prompts.input_len_max_abs_diff} tokens off): this tokenizer cannot give "
             f"them exactly ({prompts.prompt_synthesis_note}); input_lens hold their true "
             "lengths",
