@@ -136,6 +136,22 @@ def default_acceptance(spec_tokens: int) -> tuple[float, ...]:
 
 def validate(config: SimConfig) -> None:
     """Raise ConfigError naming the first bad setting."""
+    _check_ranges(config)
+    _check_speculative(config)
+    _check_probabilities(config)
+    if config.faults.max_waiting is not None and config.faults.max_waiting < 0:
+        raise ConfigError(f"--max-waiting must be >= 0, got {config.faults.max_waiting}")
+    if not config.model:
+        raise ConfigError("--model must not be empty")
+    unknown = sorted(set(config.reject_params) - set(REJECTABLE_PARAMS))
+    if unknown:
+        raise ConfigError(
+            f"--reject-params: unknown {','.join(unknown)}; choose from "
+            f"{','.join(REJECTABLE_PARAMS)}"
+        )
+
+
+def _check_ranges(config: SimConfig) -> None:
     positive_ints = {
         "--max-model-len": config.max_model_len,
         "--max-num-seqs": config.max_num_seqs,
@@ -164,6 +180,9 @@ def validate(config: SimConfig) -> None:
     for flag, number in non_negative.items():
         if not math.isfinite(number) or number < 0:
             raise ConfigError(f"{flag} must be a finite number >= 0, got {number}")
+
+
+def _check_speculative(config: SimConfig) -> None:
     if config.per_request_spec_decode_metrics not in SPEC_DECODE_LEVELS:
         raise ConfigError(
             f"--per-request-spec-decode-metrics must be one of {', '.join(SPEC_DECODE_LEVELS)}"
@@ -179,6 +198,9 @@ def validate(config: SimConfig) -> None:
         )
     if config.mtp and config.max_num_batched_tokens < config.spec_tokens + 1:
         raise ConfigError("--max-num-batched-tokens must fit one MTP decode step (K+1 tokens)")
+
+
+def _check_probabilities(config: SimConfig) -> None:
     probabilities = {
         "--eos-prob": config.eos_prob,
         "--byte-fragment-fraction": (config.byte_fragment_fraction),
@@ -197,13 +219,3 @@ def validate(config: SimConfig) -> None:
     for flag, p in probabilities.items():
         if not 0.0 <= p <= 1.0:
             raise ConfigError(f"{flag} must be a probability in [0, 1], got {p}")
-    if faults.max_waiting is not None and faults.max_waiting < 0:
-        raise ConfigError(f"--max-waiting must be >= 0, got {faults.max_waiting}")
-    if not config.model:
-        raise ConfigError("--model must not be empty")
-    unknown = sorted(set(config.reject_params) - set(REJECTABLE_PARAMS))
-    if unknown:
-        raise ConfigError(
-            f"--reject-params: unknown {','.join(unknown)}; choose from "
-            f"{','.join(REJECTABLE_PARAMS)}"
-        )

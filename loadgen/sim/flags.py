@@ -36,6 +36,13 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    _step_flags(p, d)
+    _speculative_flags(p, d)
+    _cache_and_metrics_flags(p, d)
+
+
+def _step_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    """Scheduling limits and the step-time model."""
     p.add_argument(
         "--max-model-len",
         type=int,
@@ -75,6 +82,9 @@ def engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
     p.add_argument(
         "--seq-us", type=float, default=d.seq_us, help="cost per scheduled sequence per step"
     )
+
+
+def _speculative_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
     p.add_argument(
         "--spec-tokens",
         type=int,
@@ -99,6 +109,10 @@ def engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
         "or unconditional synthetic_acceptance_rates, resolved as vLLM 0.32 "
         "does); replaces --spec-tokens/--acceptance",
     )
+
+
+def _cache_and_metrics_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    """Step timer precision, the prefix cache and vLLM's per-request metrics."""
     p.add_argument(
         "--spin-us",
         type=float,
