@@ -194,6 +194,11 @@ def output_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
         default=d.byte_fragment_fraction,
         help="share of generated characters split over byte tokens",
     )
+    _capacity_and_tokenizer_flags(p, d)
+
+
+def _capacity_and_tokenizer_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    """The KV capacity reported, the tokenizer and its BOS, the request trace."""
     p.add_argument(
         "--kv-cache-tokens",
         type=int,
