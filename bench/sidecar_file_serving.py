@@ -26,7 +26,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from loadgen.sidecar.service import ServiceConfig, running_service
+from loadgen.sidecar.service import running_service
+from loadgen.sidecar.settings import ServiceConfig
 
 RUN_ID = "20260101T000000Z-abcdef"
 

@@ -87,8 +87,8 @@ def prompts_per_conc(args: argparse.Namespace) -> int:
     """Enough requests to outlast --duration (twice what the step model says it takes),
     and no more: every planned prompt is built before the point starts."""
     from loadgen.run.embedded_sim import simulator_argv
-    from loadgen.sim.config import build_parser, config_from_args
     from loadgen.sim.estimate import point_seconds
+    from loadgen.sim.parser import build_parser, config_from_args
 
     config = config_from_args(build_parser().parse_args(simulator_argv(0, ())[4:]))
     wave = point_seconds(config, args.conc, args.conc, args.isl, args.osl)

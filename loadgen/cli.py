@@ -46,7 +46,7 @@ def _dispatch(command: str, args: list[str]) -> int:
 
         return int(sim_main(args))
     if command == "serve":
-        from loadgen.sidecar.service import main as serve_main
+        from loadgen.sidecar.serve import main as serve_main
 
         return int(serve_main(args))
     if command in ("compare", "report"):
@@ -197,7 +197,7 @@ async def _metrics_model_label(spec: RunSpec) -> str:
     if spec.model:
         return spec.model
     if spec.sim:
-        from loadgen.sim.config import build_parser as sim_parser
+        from loadgen.sim.parser import build_parser as sim_parser
 
         return str(sim_parser().parse_known_args(list(spec.sim_args))[0].model)
     import aiohttp

@@ -224,19 +224,45 @@ def summarize(
     samples = latency_samples(arrays)
     server = _server_fields(server_before, server_after)
     per_request = spec_decode_fields(ordered)
-    spec_tokens = ctx.spec_tokens if ctx.spec_tokens is not None else server["server_spec_tokens"]
-    if spec_tokens is None:  # K as the server's per-request stats say it
-        spec_tokens = max(
-            (
-                r.server_spec_decode.num_spec_tokens
-                for r in completed
-                if r.server_spec_decode is not None
-            ),
-            default=None,
-        )
+    spec_tokens = _spec_tokens(ctx, server, completed)
     stream = stream_acceptance_from_arrays(arrays, spec_tokens, ctx.stream_interval)
     throughput = throughput_fields(ordered, arrays, ctx.conc, ctx.num_gpus)
-    result: dict[str, Any] = {
+    result = _count_fields(ordered, completed, arrays, samples, ctx, spec_tokens, throughput)
+    result.update(_latency_fields(arrays, samples, ctx))
+    result.update(_goodput(arrays, samples, ctx, throughput["duration"]))
+    result.update(error_fields(ordered))
+    result.update(stray_bytes_fields(ordered))
+    result.update(token_count_checks(arrays))
+    result.update(token_source_fields(completed))
+    result.update(arrival_stamp_fields(completed))
+    result.update(stream)
+    result.update(server)
+    result.update(per_request)
+    result.update(_server_timing_fields(ordered, ctx))
+    result.update(acceptance_difference(stream, server))
+    result.update(best_acceptance_length(stream, server, per_request))
+    result["itl_chunks_merged_steps"] = itl_merged_steps(stream)
+    result.update(
+        golden_fields(
+            ctx.golden, spec_tokens, result["acceptance_length"], result["acceptance_length_source"]
+        )
+    )
+    result.update(_per_request_lists(ordered))
+    # Built, not cast: a key missing here or of the wrong type fails at once.
+    return metrics_from_fields(result)
+
+
+def _count_fields(
+    ordered: Sequence[RequestRecord],
+    completed: Sequence[RequestRecord],
+    arrays: PointArrays,
+    samples: Mapping[str, FloatArray],
+    ctx: PointContext,
+    spec_tokens: int | None,
+    throughput: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What was sent and what came back: counts, K, the start, and the throughput."""
+    return {
         "num_prompts": len(ordered),
         "max_concurrency": ctx.conc,
         "completed": len(completed),
@@ -255,6 +281,53 @@ def summarize(
         "chunk_gaps_read_together": int(np.count_nonzero(samples["itl"] == 0)),
         "tpot_excluded_single_token": int(np.count_nonzero(arrays.output_tokens <= 1)),
     }
+
+
+def _goodput(
+    arrays: PointArrays,
+    samples: Mapping[str, FloatArray],
+    ctx: PointContext,
+    duration: float | None,
+) -> dict[str, Any]:
+    """Goodput against the SLOs, from the send and from the schedule."""
+    result = goodput_fields(arrays, samples, ctx.slos, duration)
+    result.update(goodput_fields(arrays, samples, ctx.slos, duration, from_schedule=True))
+    result["goodput_slos_ms"] = dict(ctx.slos) if ctx.slos else None
+    return result
+
+
+def _server_timing_fields(ordered: Sequence[RequestRecord], ctx: PointContext) -> dict[str, Any]:
+    """The server's own per-request timings (vLLM's per-request metrics), as distributions."""
+    result: dict[str, Any] = {"server_timing_requests": timing_requests(ordered)}
+    server_samples = timing_samples(ordered)
+    for name in TIMING_SAMPLES:
+        result.update(distribution(name, server_samples[name], ctx.all_percentiles))
+    return result
+
+
+def _spec_tokens(
+    ctx: PointContext, server: Mapping[str, Any], completed: Sequence[RequestRecord]
+) -> int | None:
+    """K: the run's, else the server counters' draft tokens per draft, else as the
+    server's per-request stats say it."""
+    spec_tokens = ctx.spec_tokens if ctx.spec_tokens is not None else server["server_spec_tokens"]
+    if spec_tokens is None:
+        spec_tokens = max(
+            (
+                r.server_spec_decode.num_spec_tokens
+                for r in completed
+                if r.server_spec_decode is not None
+            ),
+            default=None,
+        )
+    return spec_tokens
+
+
+def _latency_fields(
+    arrays: PointArrays, samples: Mapping[str, Any], ctx: PointContext
+) -> dict[str, Any]:
+    """Every latency distribution, and how long the new connections took."""
+    result: dict[str, Any] = {}
     for name in (
         "ttft",
         "tpot",
@@ -273,31 +346,4 @@ def summarize(
     connect = samples["connect_time"]
     result["max_connect_time_ms"] = float(connect.max()) if connect.size else None
     result["new_connections"] = int(np.count_nonzero(arrays.connect_ns > 0))
-    result.update(goodput_fields(arrays, samples, ctx.slos, throughput["duration"]))
-    result.update(
-        goodput_fields(arrays, samples, ctx.slos, throughput["duration"], from_schedule=True)
-    )
-    result["goodput_slos_ms"] = dict(ctx.slos) if ctx.slos else None
-    result.update(error_fields(ordered))
-    result.update(stray_bytes_fields(ordered))
-    result.update(token_count_checks(arrays))
-    result.update(token_source_fields(completed))
-    result.update(arrival_stamp_fields(completed))
-    result.update(stream)
-    result.update(server)
-    result.update(per_request)
-    result["server_timing_requests"] = timing_requests(ordered)
-    server_samples = timing_samples(ordered)
-    for name in TIMING_SAMPLES:
-        result.update(distribution(name, server_samples[name], ctx.all_percentiles))
-    result.update(acceptance_difference(stream, server))
-    result.update(best_acceptance_length(stream, server, per_request))
-    result["itl_chunks_merged_steps"] = itl_merged_steps(stream)
-    result.update(
-        golden_fields(
-            ctx.golden, spec_tokens, result["acceptance_length"], result["acceptance_length_source"]
-        )
-    )
-    result.update(_per_request_lists(ordered))
-    # Built, not cast: a key missing here or of the wrong type fails at once.
-    return metrics_from_fields(result)
+    return result

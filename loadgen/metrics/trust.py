@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from loadgen.wording import counted
+
 LAG_SHARE_OF_ITL = 0.25
 LAG_FLOOR_MS = 1.0
 LAG_ABS_MS = 10.0
@@ -88,12 +90,14 @@ def _check_warnings(result: Mapping[str, Any]) -> list[str]:
     mismatches = result.get("chunk_tokens_vs_usage_mismatches") or 0
     if mismatches:
         warnings.append(
-            f"{mismatches} requests' chunk token counts disagree with the server's usage"
+            f"the chunk token counts of {counted(mismatches, 'request')} disagree with the "
+            "server's usage"
         )
     short = result.get("completion_tokens_vs_max_tokens_mismatches") or 0
     if short:
         warnings.append(
-            f"{short} requests did not produce max_tokens tokens (server ignores ignore_eos?)"
+            f"{counted(short, 'request')} did not produce max_tokens tokens (server ignores "
+            "ignore_eos?)"
         )
     warnings += _merged_steps_warnings(result)
     return warnings
@@ -105,7 +109,8 @@ def _merged_steps_warnings(result: Mapping[str, Any]) -> list[str]:
     reason = result.get("stream_acceptance_invalid_reason")
     oversized = result.get("stream_acceptance_oversized_chunks") or 0
     if reason is None and oversized:  # a result from before the reason was recorded
-        reason = f"{oversized} decode chunks carry more than K+1 tokens (steps merged)"
+        carry = "carries" if oversized == 1 else "carry"
+        reason = f"{counted(oversized, 'decode chunk')} {carry} more than K+1 tokens (steps merged)"
     if reason is None:
         return []
     return [
@@ -124,7 +129,7 @@ def _simulator_warnings(result: Mapping[str, Any]) -> list[str]:
     worst = _get(result, "simulator_behind_max_ms")
     by = f" by up to {worst:.0f} ms" if worst is not None else ""
     return [
-        f"the simulator fell behind its step schedule{by} ({count} warnings) during "
+        f"the simulator fell behind its step schedule{by} ({counted(count, 'warning')}) during "
         "the point: short of CPU, it sent late steps back to back, so ITL/TTFT describe "
         "an overloaded simulator, not the engine it models"
     ]

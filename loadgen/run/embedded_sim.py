@@ -30,6 +30,7 @@ import aiohttp
 from loadgen.config.spec import RunSpec
 from loadgen.errors import SetupError
 from loadgen.results.point import SimulatorHealth
+from loadgen.wording import counted
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0
@@ -49,7 +50,8 @@ def sim_stream_interval(sim_args: Sequence[str]) -> int | None:
     --stream-interval in neither /metrics nor /version. None when the arguments do not
     parse (the simulator would not have started).
     """
-    from loadgen.sim.config import ConfigError, build_parser
+    from loadgen.sim.config import ConfigError
+    from loadgen.sim.parser import build_parser
 
     try:
         args, _ = build_parser().parse_known_args(list(sim_args))
@@ -234,7 +236,7 @@ def behind_warning(log: bytes, log_path: Path | None) -> str | None:
     where = f" in {log_path}" if log_path is not None else ""
     return (
         f"the simulator fell behind its step schedule by up to {max(late)} ms "
-        f"({len(late)} warnings{where}): short of CPU, it sent late steps back to back, "
+        f"({counted(len(late), 'warning')}{where}): short of CPU, it sent late steps back to back, "
         "so ITL/TTFT describe an overloaded simulator; give it a free core or less load"
     )
 
@@ -249,8 +251,8 @@ def sweep_estimate(spec: RunSpec, concs: Sequence[int]) -> str | None:
     """The line a --sim run prints before it starts: what the simulator's step model says
     each point (warmup included) and the sweep will take. None where the model does not
     say (sessions, datasets, an open loop)."""
-    from loadgen.sim.config import build_parser, config_from_args
     from loadgen.sim.estimate import point_seconds
+    from loadgen.sim.parser import build_parser, config_from_args
 
     if (
         not spec.sim

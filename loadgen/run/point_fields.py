@@ -14,6 +14,7 @@ from loadgen.metrics.summary import PointContext
 from loadgen.persist.outcome import Stop
 from loadgen.results.point import PointResult, PointStatus
 from loadgen.run.embedded_sim import sim_stream_interval
+from loadgen.wording import counted
 
 
 def point_context(spec: RunSpec, slots: int) -> PointContext:
@@ -61,10 +62,14 @@ def kv_samples(
 
 def warn_inexact(result: PointResult) -> None:
     prompts = result.prompts
+    n = prompts.input_len_mismatches
+    which = (
+        "some prompts are" if n is None else f"{counted(n, 'prompt')} {'is' if n == 1 else 'are'}"
+    )
     if prompts.input_len_approximate:
         print(
             f"loadgen: WARNING: conc {result.conc}: "
-            f"{prompts.input_len_mismatches} prompts are not of the requested length (up "
+            f"{which} not of the requested length (up "
             f"to {prompts.input_len_max_abs_diff} tokens off): this tokenizer cannot give "
             f"them exactly ({prompts.prompt_synthesis_note}); input_lens hold their true "
             "lengths",

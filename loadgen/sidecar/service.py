@@ -15,39 +15,31 @@ Security: with LOADGEN_API_TOKEN set, /v1/* needs `Authorization: Bearer <token>
 a non-loopback --listen without a token is refused unless --insecure-no-auth. Secrets
 in run options and the target URL are redacted in everything stored or returned; no
 symbolic link below the data directory is listed or followed.
+Ctrl-C, SIGTERM or SIGHUP stops the sidecar: the active run is cancelled, what it
+measured is kept, and the process exits 0.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import functools
-import ipaddress
 import logging
-import os
-import signal
-import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from tokenizers import Tokenizer
 
 from loadgen.config.redact import redact_json, redact_text
-from loadgen.config.spec import RunSpec, SpecError
-from loadgen.config.sweepfile import Lane
-from loadgen.errors import UsageError
+from loadgen.config.spec import SpecError
 from loadgen.run.ids import RUN_ID
-from loadgen.run.observers import FanoutObserver
-from loadgen.sidecar.auth import auth_middleware, token_problem
+from loadgen.sidecar.auth import auth_middleware
 from loadgen.sidecar.canary import Canary, CanarySettings
+from loadgen.sidecar.launch import RunLauncher
 from loadgen.sidecar.options import parse_body, plan_for, spec_for
 from loadgen.sidecar.result_files import (
     NotServed,
@@ -56,69 +48,14 @@ from loadgen.sidecar.result_files import (
     read_beneath,
     stream_file,
 )
-from loadgen.sidecar.runs import (
-    Busy,
-    ProgressObserver,
-    RunManager,
-    RunRecord,
-)
-from loadgen.sinks.guarded_http import (
-    DEFAULT_LIMITS,
-    BodyTimeout,
-    ServerLimits,
-    guarded_app,
-    read_body,
-    start_guarded,
-)
-from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver, metrics_handler
-from loadgen.tokenizer import load_tokenizer
+from loadgen.sidecar.runs import Busy, RunManager, RunRecord
+from loadgen.sidecar.settings import ServiceConfig, check_exposure
+from loadgen.sinks.guarded_http import BodyTimeout, guarded_app, read_body, start_guarded
+from loadgen.sinks.prometheus import LoadgenMetrics, metrics_handler
 
 log = logging.getLogger("loadgen.serve")
-TOKEN_ENV = "LOADGEN_API_TOKEN"
-MAX_BODY_BYTES = 64 * 1024
 # GET /results parses each JSON file; a point file is ~10 KB, anything this big is not one.
 MAX_PARSED_JSON_BYTES = 16 * 1024 * 1024
-
-
-class ServiceError(UsageError):
-    """The sidecar cannot start as configured; the message says what to change."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceConfig:
-    target: str
-    model: str
-    host: str = "127.0.0.1"
-    port: int = 9400
-    data_dir: Path = Path("loadgen-data")
-    token: str | None = None
-    canary_conc: int = 0
-    canary_interval_s: float = 60.0
-    insecure_no_auth: bool = False
-    max_body_bytes: int = MAX_BODY_BYTES
-    # connections, header and body deadlines (tests shorten them)
-    limits: ServerLimits = DEFAULT_LIMITS
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name may resolve anywhere: treat it as public
-
-
-def check_exposure(config: ServiceConfig) -> None:
-    problem = token_problem(config.token) if config.token else None
-    if problem:
-        raise ServiceError(f"{TOKEN_ENV} {problem}")
-    if not config.token and not is_loopback(config.host) and not config.insecure_no_auth:
-        raise ServiceError(
-            f"refusing to listen on {config.host} without {TOKEN_ENV}: set {TOKEN_ENV} "
-            "to a secret (e.g. `openssl rand -hex 16`), listen on 127.0.0.1, or pass "
-            "--insecure-no-auth"
-        )
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -157,7 +94,7 @@ class Service:
         # may be a link the operator made; nothing below it may be).
         self.root = config.data_dir.resolve()
         self.port = 0
-        self._loaded_tokenizer: Tokenizer | None = None
+        self.launcher = RunLauncher(config, self.metrics)
 
     def app(self) -> web.Application:
         app = guarded_app(
@@ -201,16 +138,17 @@ class Service:
         try:  # an invalid body is a 400 whether or not a run is active
             if "lanes" in options:
                 plan = plan_for(self.config, options, probe_dir)
-                specs, points, sweep = [lane.spec for lane in plan.lanes], plan.points, self._lanes
+                specs, points = [lane.spec for lane in plan.lanes], plan.points
+                sweep = self.launcher.lanes
             else:
                 spec = spec_for(self.config, options, probe_dir)
-                specs, points, sweep = [spec], len(spec.conc), self._sweep
+                specs, points, sweep = [spec], len(spec.conc), self.launcher.sweep
             if self.manager.active_id is not None:
                 return error(
                     409, f"run {self.manager.active_id} is still running; DELETE it or wait"
                 )
             for one in specs:  # after the busy check: building prompts takes the run's CPU
-                await self._check_workload(one)
+                await self.launcher.check_workload(one)
         except SpecError as exc:
             return error(400, str(exc))
         await self.canary.pause()
@@ -222,81 +160,6 @@ class Service:
         return json_response(
             {"id": record.id, "state": record.state, "url": f"/v1/runs/{record.id}"}, 202
         )
-
-    async def _tokenizer(self) -> Tokenizer:
-        # Loaded once (~0.4 s), on first use: the sidecar's runs cannot pick a tokenizer.
-        if self._loaded_tokenizer is None:
-            self._loaded_tokenizer = await asyncio.to_thread(load_tokenizer)
-        return self._loaded_tokenizer
-
-    async def _check_workload(self, spec: RunSpec) -> None:
-        """Options that parse but describe prompts that cannot be built are a 400 too."""
-        from loadgen.run.probe import probe_prompt
-
-        await asyncio.to_thread(probe_prompt, spec, await self._tokenizer())
-
-    async def _sweep(
-        self,
-        options: Mapping[str, Any],
-        record: RunRecord,
-        results_dir: Path,
-        progress: ProgressObserver,
-    ) -> None:
-        from loadgen.orchestrate.measure import measure
-
-        spec = spec_for(self.config, options, results_dir)
-        metrics = MetricsObserver(
-            self.metrics,
-            model=self.config.model,
-            endpoint=spec.endpoint,
-            points=len(spec.conc),
-            spec_tokens=spec.spec_tokens,
-        )
-        try:
-            await measure(
-                spec, observer=FanoutObserver(progress, metrics), tokenizer=await self._tokenizer()
-            )
-        finally:
-            metrics.finished()
-
-    async def _lanes(
-        self,
-        options: Mapping[str, Any],
-        record: RunRecord,
-        results_dir: Path,
-        progress: ProgressObserver,
-    ) -> None:
-        """A sweep document's lanes, each with its own live-metrics observer."""
-        from loadgen.orchestrate.lanes import run_lanes
-        from loadgen.sinks.prometheus import MetricsObserver
-
-        plan = plan_for(self.config, options, results_dir)
-        current: list[MetricsObserver] = []
-
-        def observer_for(lane: Lane) -> FanoutObserver:
-            for done in current:  # the previous lane's series: nothing in flight any more
-                done.finished()
-            current[:] = [
-                MetricsObserver(
-                    self.metrics,
-                    model=self.config.model,
-                    endpoint=lane.spec.endpoint,
-                    points=len(lane.spec.conc),
-                    spec_tokens=lane.spec.spec_tokens,
-                )
-            ]
-            return FanoutObserver(progress, current[0])
-
-        try:
-            outcome = await run_lanes(
-                plan, observer_for=observer_for, tokenizer=await self._tokenizer()
-            )
-        finally:
-            for done in current:
-                done.finished()
-        failed = [lane.name for lane in outcome.lanes if lane.state == "failed"]
-        if failed:
-            raise RuntimeError(f"lanes failed: {', '.join(failed)} (see results/lanes.json)")
 
     def _record(self, request: web.Request) -> RunRecord | None:
         run_id = request.match_info["id"]
@@ -389,98 +252,3 @@ async def running_service(config: ServiceConfig) -> AsyncIterator[Service]:
                     await service.manager.cancel_active()
         finally:
             await runner.cleanup()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="loadgen serve",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--target", required=True, help="base URL of the server, e.g. http://vllm:8000")
-    p.add_argument("--model", required=True, help="served model name to benchmark")
-    p.add_argument("--listen", default="127.0.0.1:9400", help="HOST:PORT (default %(default)s)")
-    p.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path("loadgen-data"),
-        help="where runs and results are kept (default %(default)s)",
-    )
-    p.add_argument(
-        "--canary-conc",
-        type=int,
-        default=0,
-        help="steady canary load between runs at this concurrency (0 = off)",
-    )
-    p.add_argument(
-        "--canary-interval",
-        type=float,
-        default=60.0,
-        help="seconds between canary rounds (default %(default)s)",
-    )
-    p.add_argument(
-        "--insecure-no-auth",
-        action="store_true",
-        help=f"allow a non-loopback --listen without {TOKEN_ENV}",
-    )
-    return p
-
-
-def config_from_args(argv: list[str], env: Mapping[str, str]) -> ServiceConfig:
-    args = build_parser().parse_args(argv)
-    host, sep, port_text = args.listen.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ServiceError(f"--listen {args.listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9400")
-    if not args.target.startswith(("http://", "https://")):
-        raise ServiceError(f"--target {args.target!r}: must start with http:// or https://")
-    if args.canary_conc < 0 or args.canary_interval <= 0:
-        raise ServiceError("--canary-conc must be >= 0 and --canary-interval > 0 seconds")
-    config = ServiceConfig(
-        target=args.target,
-        model=args.model,
-        host=host.strip("[]"),
-        port=int(port_text),
-        data_dir=args.data_dir,
-        token=env.get(TOKEN_ENV) or None,
-        canary_conc=args.canary_conc,
-        canary_interval_s=args.canary_interval,
-        insecure_no_auth=args.insecure_no_auth,
-    )
-    check_exposure(config)
-    return config
-
-
-async def serve_until_signalled(config: ServiceConfig) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with running_service(config) as service:
-        log.info(
-            "loadgen serve: listening on http://%s:%d (target %s, model %s, auth %s)",
-            config.host,
-            service.port,
-            redact_text(config.target),
-            config.model,
-            "on" if config.token else "off",
-        )
-        await stop.wait()
-        log.info("loadgen serve: stopping (cancelling the active run, flushing results)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`loadgen serve`: on uvloop, as the CLI and the workers measure (a sweep started here
-    must time the same loop); a ServiceError or a port it cannot bind goes up to
-    loadgen.cli as one line."""
-    import uvloop
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    config = config_from_args(list(sys.argv[1:] if argv is None else argv), os.environ)
-    try:
-        uvloop.run(serve_until_signalled(config))
-    except OSError as exc:
-        raise ServiceError(
-            f"cannot listen on {config.host}:{config.port}: "
-            f"{exc.strerror or exc}; pick another --listen"
-        ) from None
-    return 0

@@ -8,7 +8,8 @@ import signal
 import sys
 
 from loadgen.errors import SetupError
-from loadgen.sim.config import SimConfig, build_parser, config_from_args
+from loadgen.sim.config import SimConfig
+from loadgen.sim.parser import build_parser, config_from_args
 from loadgen.sim.server import running_simulator
 
 __all__ = ["build_parser", "main"]

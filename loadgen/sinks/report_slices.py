@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from loadgen.metrics.timeline import TimelineBar
 from loadgen.results.point import PointResult, SliceMetrics
 from loadgen.sinks.report_figures import _data_uri, _figure, colour
+from loadgen.wording import counted
 
 TTFT_COLOUR, DECODE_COLOUR, FAILED_COLOUR = "#ff7f0e", "#1f77b4", "#9a9a9a"
 COLUMNS = (
@@ -129,7 +130,9 @@ def timeline_figure(run: str, conc: int, bars: Sequence[TimelineBar]) -> str | N
     axes.set_ylabel("request (send order)")
     axes.invert_yaxis()  # the first request on top: the bars run down to the right
     axes.legend(fontsize=8, loc="upper right")
-    axes.set_title(f"{run}, conc {conc}: request timeline ({len(bars)} requests)", fontsize=10)
+    axes.set_title(
+        f"{run}, conc {conc}: request timeline ({counted(len(bars), 'request')})", fontsize=10
+    )
     return _data_uri(figure)
 
 

@@ -274,7 +274,7 @@ def test_a_native_run_never_imports_the_private_seam() -> None:
     that path imports aiohttp_seam (checked in a fresh interpreter)."""
     code = (
         "import sys, loadgen.cli, loadgen.run.backend, loadgen.scale.worker, "
-        "loadgen.client.transport, loadgen.sidecar.service; "
+        "loadgen.client.transport, loadgen.sidecar.service, loadgen.sidecar.serve; "
         "print('loadgen.client.aiohttp_seam' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

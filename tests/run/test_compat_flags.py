@@ -228,7 +228,7 @@ def test_help_keeps_the_aliases_in_their_own_group() -> None:
 )
 def test_sidecar_refuses_aliases_of_what_it_sets_itself(option: str, tmp_path: Path) -> None:
     from loadgen.sidecar.options import spec_for
-    from loadgen.sidecar.service import ServiceConfig
+    from loadgen.sidecar.settings import ServiceConfig
 
     config = ServiceConfig(target="http://127.0.0.1:9", model="m", data_dir=tmp_path)
     with pytest.raises(SpecError, match="not accepted over the API"):

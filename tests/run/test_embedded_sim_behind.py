@@ -70,3 +70,10 @@ def test_behind_warning_reads_the_simulator_log() -> None:
     warning = behind_warning(late, Path("r/simulator.log"))
     assert warning is not None
     assert "by up to 291 ms (2 warnings in r/simulator.log)" in warning
+
+
+def test_behind_warning_counts_one_warning_in_the_singular() -> None:
+    once = b"loadgen sim: 66 ms behind its step schedule (CPU-starved?): sends\n"
+    warning = behind_warning(once, Path("r/simulator.log"))
+    assert warning is not None
+    assert "by up to 66 ms (1 warning in r/simulator.log)" in warning

@@ -83,7 +83,8 @@ def test_the_simulators_lateness_is_in_the_point_and_compare_and_report(tmp_path
     assert [
         f"  starved conc 2: the simulator fell behind its step schedule by up to "
         f"{starved['simulator_behind_max_ms']} ms "
-        f"({starved['simulator_behind_warnings']} warnings) during the point: "
+        f"({starved['simulator_behind_warnings']} "
+        f"warning{'' if starved['simulator_behind_warnings'] == 1 else 's'}) during the point: "
         "short of CPU, it sent late steps back to back, so ITL/TTFT describe an "
         "overloaded simulator, not the engine it models"
     ] == [line for line in listed if "conc 2" in line]

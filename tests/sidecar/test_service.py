@@ -1,5 +1,5 @@
 """The sidecar end to end over HTTP on 127.0.0.1 (port 0) against the real simulator:
-start, progress, results, cancel, 409, 400, 401, exposure refusal, restart, SIGTERM;
+start, progress, results, cancel, 409, 400, 401, exposure refusal, restart, SIGTERM/SIGHUP/SIGINT;
 secrets redacted, malformed Authorization bytes, symbolic links in the data directory."""
 
 from __future__ import annotations
@@ -24,12 +24,9 @@ from yarl import URL
 
 from loadgen.cli import main as loadgen_main
 from loadgen.results.jsonl import read_jsonl
-from loadgen.sidecar.service import (
-    ServiceConfig,
-    ServiceError,
-    config_from_args,
-    running_service,
-)
+from loadgen.sidecar.serve import config_from_args
+from loadgen.sidecar.service import running_service
+from loadgen.sidecar.settings import ServiceConfig, ServiceError
 from loadgen.sim.server import SimConfig, running_simulator
 from tests.support.recording_proxy import recording_proxy
 
@@ -335,7 +332,14 @@ async def test_canary_feeds_metrics_between_runs(tmp_path: Path) -> None:
         await wait_for(client, started["id"], states={"succeeded"})
 
 
-async def test_sigterm_cancels_the_run_flushes_and_exits_0(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name
+)
+async def test_a_stop_signal_cancels_the_run_flushes_and_exits_0(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    """SIGHUP (the terminal or the ssh session went away) and SIGTERM stop `loadgen
+    serve` as Ctrl-C does: the run is cancelled, its files kept, one line said."""
     async with simulator(step_ms=20.0) as target:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -366,20 +370,27 @@ async def test_sigterm_cancels_the_run_flushes_and_exits_0(tmp_path: Path) -> No
                 _, started = await call(client, "POST", "/v1/runs", LONG)
                 await wait_for(client, started["id"], states={"running"}, min_requests=1)
             sent = time.monotonic()
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(stop)
+            rest = await asyncio.wait_for(process.stderr.read(), 15)
             code = await asyncio.wait_for(process.wait(), 15)
-            assert code == 0
+            assert code == 0, rest.decode(errors="replace")
             assert time.monotonic() - sent < 8
         finally:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+        stopping = [line for line in rest.decode().splitlines() if "stopping" in line]
+        assert stopping == [
+            f"loadgen serve: stopping on {stop.name} (cancelling the active run, flushing results)"
+        ], rest.decode(errors="replace")
+        assert "Traceback" not in rest.decode(errors="replace")
         run = orjson.loads((tmp_path / "runs" / started["id"] / "run.json").read_bytes())
         assert run["state"] == "cancelled" and run["finished_unix"] is not None
         assert read_jsonl(tmp_path / "runs" / started["id"] / "results" / "requests_conc_2.jsonl")
         point = orjson.loads(
             (tmp_path / "runs" / started["id"] / "results" / "conc_2.json").read_bytes()
         )
+        assert point["complete"] is False and point["stop_reason"] == "interrupted"
         # measured on the CLI's loop, not stdlib asyncio's
         assert [p["event_loop"] for p in point["client_processes"]] == ["uvloop"]
 

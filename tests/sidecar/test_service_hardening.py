@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry
 from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import SpecError
 from loadgen.sidecar.options import Escapes, spec_for
-from loadgen.sidecar.service import ServiceConfig, running_service
+from loadgen.sidecar.service import running_service
+from loadgen.sidecar.settings import ServiceConfig
 from loadgen.sinks.guarded_http import ServerLimits
 from loadgen.sinks.prometheus.server import serve_metrics
 from tests.sidecar.test_service import QUICK, all_bytes_under, call, sidecar, simulator, wait_for

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from loadgen.cli import main as loadgen_main
-from loadgen.sim.config import SimConfig, build_parser, config_from_args
+from loadgen.sim.config import SimConfig
+from loadgen.sim.parser import build_parser, config_from_args
 from tests.support.sim_helpers import fetch
 
 

@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from loadgen.run.embedded_sim import simulator_argv
-from loadgen.sim.config import build_parser, config_from_args
 from loadgen.sim.estimate import point_seconds, running_batch
+from loadgen.sim.parser import build_parser, config_from_args
 from tests.support.procs import run_loadgen
 
 EMBEDDED = config_from_args(build_parser().parse_args(simulator_argv(0, ())[4:]))

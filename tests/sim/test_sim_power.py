@@ -9,7 +9,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.sim.config import ConfigError, build_parser, config_from_args
+from loadgen.sim.config import ConfigError
+from loadgen.sim.parser import build_parser, config_from_args
 from loadgen.sim.power import PowerConfig, PowerModel
 from tests.support.sim_helpers import SimFactory, post_stream
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from loadgen.cli import main as loadgen_main
-from loadgen.sim.config import SimConfig, build_parser, config_from_args
+from loadgen.sim.config import SimConfig
+from loadgen.sim.parser import build_parser, config_from_args
 from loadgen.sim.plan import draw_acceptance
 from loadgen.sim.speculative import acceptance_length_to_rates, conditional_rates
 

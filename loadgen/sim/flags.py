@@ -1,0 +1,310 @@
+"""The `loadgen sim` flags, in groups: the engine's step-time model and scheduling,
+the output stream, the faults and the power model (each default from SimConfig)."""
+
+from __future__ import annotations
+
+import argparse
+
+from loadgen.sim.config import (
+    DEFAULT_ACCEPTANCE,
+    DEFAULT_LATER_ACCEPTANCE,
+    REJECTABLE_PARAMS,
+    SPEC_DECODE_LEVELS,
+    FaultConfig,
+    SimConfig,
+)
+from loadgen.sim.power import PowerConfig
+
+# `loadgen sim` is a process of its own: it may spin before a step (SimConfig.spin_us).
+CLI_SPIN_US = 1000.0
+
+
+def _acceptance(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--acceptance wants comma-separated probabilities like 0.8,0.6, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("--acceptance needs at least one probability")
+    return values
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def engine_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    _step_flags(p, d)
+    _speculative_flags(p, d)
+    _cache_and_metrics_flags(p, d)
+
+
+def _step_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    """Scheduling limits and the step-time model."""
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=d.max_model_len,
+        help="context length (prompt + max_tokens), reported by /v1/models",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=d.max_num_seqs,
+        help="most requests running at once (continuous batching)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=d.max_num_batched_tokens,
+        help="tokens computed per step (chunked prefill budget)",
+    )
+    p.add_argument(
+        "--step-fixed-ms",
+        type=float,
+        default=d.step_fixed_ms,
+        help="fixed cost of every engine step (weights read once)",
+    )
+    p.add_argument(
+        "--decode-token-us",
+        type=float,
+        default=d.decode_token_us,
+        help="cost per decode token computed (1, or K+1 with MTP, per request)",
+    )
+    p.add_argument(
+        "--prefill-token-us",
+        type=float,
+        default=d.prefill_token_us,
+        help="cost per prompt token computed in a prefill chunk",
+    )
+    p.add_argument(
+        "--seq-us", type=float, default=d.seq_us, help="cost per scheduled sequence per step"
+    )
+
+
+def _speculative_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    p.add_argument(
+        "--spec-tokens",
+        type=int,
+        default=None,
+        help="MTP draft tokens per step K (0 disables speculative decoding; "
+        f"default {d.spec_tokens}); shorthand for --speculative-config",
+    )
+    p.add_argument(
+        "--acceptance",
+        type=_acceptance,
+        default=None,
+        help="conditional acceptance probability per draft position "
+        f"(default {','.join(map(str, DEFAULT_ACCEPTANCE))}, "
+        f"{DEFAULT_LATER_ACCEPTANCE} for later positions)",
+    )
+    p.add_argument(
+        "--speculative-config",
+        default=None,
+        metavar="JSON",
+        help="vLLM's speculative config: method, num_speculative_tokens, "
+        'rejection_sample_method ("synthetic" with synthetic_acceptance_length '
+        "or unconditional synthetic_acceptance_rates, resolved as vLLM 0.32 "
+        "does); replaces --spec-tokens/--acceptance",
+    )
+
+
+def _cache_and_metrics_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    """Step timer precision, the prefix cache and vLLM's per-request metrics."""
+    p.add_argument(
+        "--spin-us",
+        type=float,
+        default=CLI_SPIN_US,
+        help="busy-wait this long before each step deadline (timer precision)",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=d.enable_prefix_caching,
+        help="automatic prefix caching as vLLM (on by default, as vLLM >= 0.8): "
+        "hashed full blocks in an LRU pool; cached prompt tokens are not "
+        "prefilled (vllm:prefix_cache_* counters count queried and hit tokens)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=d.block_size,
+        help="tokens per KV block (the prefix cache's unit)",
+    )
+    p.add_argument(
+        "--prefix-cache-blocks",
+        type=int,
+        default=None,
+        help="blocks the prefix-cache pool holds, least recently used evicted "
+        "first (default: --kv-cache-tokens / --block-size)",
+    )
+    p.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        help="report usage.prompt_tokens_details.cached_tokens, as vLLM does with this flag",
+    )
+    p.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=SPEC_DECODE_LEVELS,
+        default=d.per_request_spec_decode_metrics,
+        help="each stream's final usage chunk carries metrics.speculative_decoding "
+        "(acceptance histogram; detailed adds each step), as vLLM 0.32",
+    )
+    p.add_argument(
+        "--enable-per-request-metrics",
+        action="store_true",
+        help="each stream's final usage chunk carries the request's queue time, "
+        "TTFT from scheduling and generation time, as vLLM 0.32",
+    )
+
+
+def output_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    p.add_argument(
+        "--stream-interval",
+        type=int,
+        default=d.stream_interval,
+        help="engine steps merged into one streamed chunk",
+    )
+    p.add_argument(
+        "--merge-steps-prob",
+        type=float,
+        default=d.merge_steps_prob,
+        help="frontend lag model: chance that a request's step output is held "
+        "and sent with its next step's event, as vLLM's frontend merges steps "
+        "when it falls behind (first chunks may then carry >1 token); "
+        "deterministic under --seed; the final step is never held",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=d.seed,
+        help="server seed (request i without 'seed' uses seed + i)",
+    )
+    p.add_argument(
+        "--eos-prob",
+        type=float,
+        default=d.eos_prob,
+        help="chance per token, after min_tokens and without ignore_eos, of EOS",
+    )
+    p.add_argument(
+        "--byte-fragment-fraction",
+        type=float,
+        default=d.byte_fragment_fraction,
+        help="share of generated characters split over byte tokens",
+    )
+    _capacity_and_tokenizer_flags(p, d)
+
+
+def _capacity_and_tokenizer_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    """The KV capacity reported, the tokenizer and its BOS, the request trace."""
+    p.add_argument(
+        "--kv-cache-tokens",
+        type=int,
+        default=d.kv_cache_tokens,
+        help="KV capacity used for vllm:kv_cache_usage_perc (not enforced)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="a DeepSeek-V4 tokenizer.json, model dir or Hugging Face Hub id "
+        "(default: official DeepSeek-V4)",
+    )
+    p.add_argument(
+        "--add-bos",
+        action="store_true",
+        help="prepend BOS id 0 when add_special_tokens is true (off: the "
+        "DeepSeek-V4 tokenizer_config has add_bos_token=false)",
+    )
+    p.add_argument(
+        "--trace",
+        dest="trace_path",
+        default=None,
+        metavar="FILE",
+        help="write one JSON line per request: chunk intended/sent ns and tokens",
+    )
+
+
+def fault_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fault-500",
+        type=float,
+        default=0.0,
+        help="fraction of requests answered 500 before streaming",
+    )
+    p.add_argument(
+        "--fault-abort",
+        type=float,
+        default=0.0,
+        help="fraction of streams closed mid-stream (no [DONE])",
+    )
+    p.add_argument(
+        "--fault-malformed",
+        type=float,
+        default=0.0,
+        help="fraction of streams with one malformed (non-JSON) chunk",
+    )
+    p.add_argument(
+        "--fault-stall",
+        type=float,
+        default=0.0,
+        help="fraction of streams stalled mid-stream for --stall-seconds",
+    )
+    p.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=FaultConfig().stall_seconds,
+        help="how long a --fault-stall stream pauses",
+    )
+    p.add_argument(
+        "--max-waiting",
+        type=int,
+        default=None,
+        help="answer 503 when this many requests are already waiting",
+    )
+    p.add_argument(
+        "--reject-params",
+        type=_names,
+        default=(),
+        metavar="NAMES",
+        help="answer 400 to requests using these vLLM extensions, like a server "
+        f"without them (comma-separated: {','.join(REJECTABLE_PARAMS)})",
+    )
+
+
+def power_flags(p: argparse.ArgumentParser, d: PowerConfig) -> None:
+    p.add_argument(
+        "--num-gpus",
+        type=int,
+        default=d.num_gpus,
+        help="simulated GPUs on /gpu/metrics (dcgm-exporter format), each drawing "
+        "the power model's watts",
+    )
+    p.add_argument(
+        "--gpu-idle-watts",
+        type=float,
+        default=d.idle_watts,
+        help="power model: watts each simulated GPU draws at all times",
+    )
+    p.add_argument(
+        "--gpu-joules-per-token",
+        type=float,
+        default=d.joules_per_token,
+        help="power model: joules per decode token computed, per GPU (with MTP "
+        "K+1 per decoding request: verified drafts cost energy)",
+    )
+    p.add_argument(
+        "--gpu-joules-per-prefill-token",
+        type=float,
+        default=d.joules_per_prefill_token,
+        help="power model: joules per prompt token prefilled, per GPU",
+    )
+    p.add_argument(
+        "--gpu-power-average",
+        type=float,
+        default=d.average_s,
+        metavar="SECONDS",
+        help="DCGM_FI_DEV_POWER_USAGE is the mean power over this many seconds "
+        "before the scrape, as NVML averages (0: the instant's, one step's)",
+    )
