@@ -588,7 +588,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         )
     results = args.resume or args.results or default_results_dir()
     fmt = dataset_format(args, compat.pop("dataset_format"))
-    return RunSpec(
+    return RunSpec.flat(
         conc=args.conc,
         base_url=args.base_url,
         model=args.model,

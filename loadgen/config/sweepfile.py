@@ -71,7 +71,7 @@ class SweepPlan:
 
     @property
     def points(self) -> int:
-        return sum(len(lane.spec.conc) for lane in self.lanes)
+        return sum(len(lane.spec.load.conc) for lane in self.lanes)
 
 
 # Bounds of a sweep document, CLI and sidecar alike, checked while it is parsed (before

@@ -50,12 +50,14 @@ class CapacityOutcome:
 
 
 def search_of(spec: RunSpec) -> Search:
-    assert spec.find_max is not None
-    resolution = spec.find_max_resolution or default_resolution(spec.find_max)
-    if spec.find_max == "conc":
-        return Search(float(min(spec.conc)), float(max(spec.conc)), resolution, integer=True)
-    assert spec.rate_range is not None
-    return Search(*spec.rate_range, resolution, integer=False)
+    assert spec.load.find_max is not None
+    resolution = spec.load.find_max_resolution or default_resolution(spec.load.find_max)
+    if spec.load.find_max == "conc":
+        return Search(
+            float(min(spec.load.conc)), float(max(spec.load.conc)), resolution, integer=True
+        )
+    assert spec.load.rate_range is not None
+    return Search(*spec.load.rate_range, resolution, integer=False)
 
 
 async def find_capacity(
@@ -67,12 +69,12 @@ async def find_capacity(
     sleep: Sleep = asyncio.sleep,
 ) -> CapacityOutcome:
     """Run the search of `spec` (spec.find_max set); capacity.json in spec.results_dir."""
-    directory = spec.results_dir or default_results_dir()
+    directory = spec.output.results_dir or default_results_dir()
     store = ResultsDir(directory)
     _prepare(store, spec)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(
-            load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4"
+            load_tokenizer, spec.target.tokenizer, check_dsv4=spec.workload.encoder == "dsv4"
         )
     search = search_of(spec)
     probes: list[Probe] = []
@@ -80,7 +82,7 @@ async def find_capacity(
     result = _result(spec, search, probes, dirs, finished=False)
     async with _server(spec, directory, tokenizer, backend) as server:
         while (load := search.next_load(probes)) is not None:
-            probe_spec = _probe_spec(spec, store.probe_dir(spec.find_max or "", load), load)
+            probe_spec = _probe_spec(spec, store.probe_dir(spec.load.find_max or "", load), load)
             print(
                 f"loadgen: find-max probe {len(probes) + 1}: {_load(spec, load)}", file=sys.stderr
             )
@@ -96,7 +98,8 @@ async def find_capacity(
             probe = Probe(
                 load,
                 checks_of(
-                    spec.objectives, _figures(spec, point.result, ResultsDir(outcome.results_dir))
+                    spec.load.objectives,
+                    _figures(spec, point.result, ResultsDir(outcome.results_dir)),
                 ),
                 point.complete,
             )
@@ -110,7 +113,7 @@ async def find_capacity(
     result = _result(spec, search, probes, dirs, finished=True)
     store.write_capacity(result)
     print(
-        f"loadgen: find-max {spec.find_max}: {answer_line(spec, search.answer(probes))}; "
+        f"loadgen: find-max {spec.load.find_max}: {answer_line(spec, search.answer(probes))}; "
         f"{len(probes)} probes"
         + (
             f" (a sweep of every conc in {search.low:g}.."
@@ -124,7 +127,7 @@ async def find_capacity(
 
 
 def _prepare(store: ResultsDir, spec: RunSpec) -> None:
-    if spec.resume:
+    if spec.output.resume:
         raise SpecError(
             "--find-max with --resume: not supported; start the search again "
             "(each probe's directory keeps what it measured)"
@@ -136,7 +139,7 @@ def _prepare(store: ResultsDir, spec: RunSpec) -> None:
             f"--results {store.path}: cannot create it ({exc.strerror or exc})"
         ) from None
     used = store.probe_dirs() + ([store.capacity_file] if store.capacity_file.exists() else [])
-    if used and not spec.overwrite:
+    if used and not spec.output.overwrite:
         raise SpecError(
             f"--results {store.path} already holds a capacity search "
             f"({used[0].name}); replace it with --overwrite, or choose another "
@@ -162,8 +165,7 @@ async def _server(
 
 def _probe_spec(spec: RunSpec, directory: Path, load: float) -> RunSpec:
     """The one-point run of a probe: the search's own settings, one load."""
-    one = dataclasses.replace(
-        spec,
+    one = spec.with_(
         results_dir=directory,
         find_max=None,
         objectives=(),
@@ -171,9 +173,9 @@ def _probe_spec(spec: RunSpec, directory: Path, load: float) -> RunSpec:
         rate_range=None,
         overwrite=False,
     )
-    if spec.find_max == "conc":
-        return dataclasses.replace(one, conc=(int(load),))
-    return dataclasses.replace(one, conc=(max(spec.conc),), request_rate=load)
+    if spec.load.find_max == "conc":
+        return one.with_(conc=(int(load),))
+    return one.with_(conc=(max(spec.load.conc),), request_rate=load)
 
 
 def _figures(
@@ -183,11 +185,11 @@ def _figures(
     end of its 95 % interval over the trials' own values (else the figure itself)."""
     flat = result.to_json()
     figures: dict[str, tuple[float | None, float | None]] = {}
-    for objective in spec.objectives:
+    for objective in spec.load.objectives:
         value = _number(flat.get(objective.field))
         figures[objective.name] = (
             value,
-            _bound(spec, objective, result, store) if spec.trials > 1 else value,
+            _bound(spec, objective, result, store) if spec.load.trials > 1 else value,
         )
     return figures
 
@@ -197,7 +199,7 @@ def _bound(
 ) -> float | None:
     values = [
         _number(store.read_trial_point(result.conc, k).to_json().get(objective.field))
-        for k in range(1, spec.trials + 1)
+        for k in range(1, spec.load.trials + 1)
     ]
     known = [v for v in values if v is not None]
     if len(known) < len(values):
@@ -212,8 +214,8 @@ def _number(value: object) -> float | None:
 def _load(spec: RunSpec, load: float) -> str:
     return (
         f"conc {load:g}"
-        if spec.find_max == "conc"
-        else f"rate {load:g} req/s (conc {max(spec.conc)})"
+        if spec.load.find_max == "conc"
+        else f"rate {load:g} req/s (conc {max(spec.load.conc)})"
     )
 
 
@@ -261,16 +263,16 @@ def _result(
     answer = search.answer(probes)
     records = {p.load: _probe(p, d) for p, d in zip(probes, dirs, strict=True)}
     return CapacityResult(
-        find_max=spec.find_max or "",
+        find_max=spec.load.find_max or "",
         objectives=[
             CapacityObjective(objective=o.name, field=o.field, limit_ms=o.limit_ms)
-            for o in spec.objectives
+            for o in spec.load.objectives
         ],
         low=search.low,
         high=search.high,
         resolution=search.resolution.describe(),
-        trials=spec.trials,
-        held_to_limit="ci95_high" if spec.trials > 1 else "value",
+        trials=spec.load.trials,
+        held_to_limit="ci95_high" if spec.load.trials > 1 else "value",
         finished=finished,
         answer=answer.load,
         last_pass=records[answer.last_pass.load] if answer.last_pass else None,

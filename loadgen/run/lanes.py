@@ -87,7 +87,7 @@ async def check_workloads(plan: SweepPlan) -> None:
 
     tokenizers: dict[tuple[str | None, bool], Tokenizer] = {}
     for index, lane in enumerate(plan.lanes):
-        key = (lane.spec.tokenizer, lane.spec.encoder == "dsv4")
+        key = (lane.spec.target.tokenizer, lane.spec.workload.encoder == "dsv4")
         if key not in tokenizers:
             tokenizers[key] = await asyncio.to_thread(load_tokenizer, key[0], check_dsv4=key[1])
         try:
@@ -132,7 +132,7 @@ async def run_lanes(
     for number, (lane, status) in enumerate(zip(plan.lanes, index.statuses, strict=True), 1):
         _say(
             f"lane {number}/{len(plan.lanes)} {lane.name}: conc "
-            f"{','.join(map(str, lane.spec.conc))} -> {lane.spec.results_dir}"
+            f"{','.join(map(str, lane.spec.load.conc))} -> {lane.spec.output.results_dir}"
         )
         status.state = "running"
         index.write()

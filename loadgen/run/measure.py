@@ -21,14 +21,16 @@ async def measure(
     spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None
 ) -> SweepOutcome:
     """`run_sweep` with the progress line (unless spec.progress is off) and RunFiles."""
-    if spec.find_max is not None:  # its probes are chosen as it goes (run/capacity.py)
+    if spec.load.find_max is not None:  # its probes are chosen as it goes (run/capacity.py)
         raise UsageError(
             "--find-max: not in a sweep file or through the sidecar (a sweep "
             "of the points it lists would run instead); run the search on a "
             "`loadgen` command line of its own"
         )
     # --trials: each trial is a point of its own on the progress line
-    progress = ProgressLine(len(spec.conc) * spec.trials) if spec.progress else None
+    progress = (
+        ProgressLine(len(spec.load.conc) * spec.load.trials) if spec.output.progress else None
+    )
     try:
         return await run_sweep(
             spec,

@@ -91,14 +91,14 @@ class SweepOutcome:
 
 def body_options(spec: RunSpec) -> BodyOptions:
     return BodyOptions(
-        endpoint=spec.endpoint,
-        model=spec.model or "",
-        temperature=spec.temperature,
-        top_p=spec.top_p,
+        endpoint=spec.target.endpoint,
+        model=spec.target.model or "",
+        temperature=spec.workload.temperature,
+        top_p=spec.workload.top_p,
         seed=spec.seed,
-        thinking=spec.thinking,
-        reasoning_effort=spec.reasoning_effort,
-        extra_body=spec.extra_body,
+        thinking=spec.workload.thinking,
+        reasoning_effort=spec.workload.reasoning_effort,
+        extra_body=spec.target.extra_body,
     )
 
 
@@ -108,15 +108,14 @@ def single_turn_spec(spec: RunSpec) -> RunSpec:
     lengths when the dataset alone gives them)."""
     if not spec.sessions:
         return spec
-    return dataclasses.replace(
-        spec,
+    return spec.with_(
         dataset=None,
         dataset_format="auto",
         multi_turn=False,
         turns=None,
         live_history=False,
-        isl=spec.isl or TRACE_PROBE_ISL,
-        osl=spec.osl or TRACE_PROBE_OSL,
+        isl=spec.workload.isl or TRACE_PROBE_ISL,
+        osl=spec.workload.osl or TRACE_PROBE_OSL,
     )
 
 
@@ -163,7 +162,7 @@ async def run_sweep(
     from loadgen.run.workers import resolve_workers
 
     spec = resolve_workers(spec)
-    results_dir = spec.results_dir or default_results_dir()
+    results_dir = spec.output.results_dir or default_results_dir()
     earlier = results_files.prepare(results_dir, spec)
     if earlier is not None and not earlier.remaining:
         return SweepOutcome(
@@ -176,14 +175,14 @@ async def run_sweep(
         )
     if earlier is not None:
         print(f"loadgen: {earlier.summary(results_dir)}", file=sys.stderr)
-    estimate = sweep_estimate(spec, earlier.remaining if earlier else spec.conc)
+    estimate = sweep_estimate(spec, earlier.remaining if earlier else spec.load.conc)
     if estimate is not None:
         print(f"loadgen: {estimate}", file=sys.stderr)
-    ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
+    ensure_fd_limit(max(spec.load.conc))  # before the embedded simulator, which inherits it
     hooks = FanoutObserver(observer)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
-            load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4"
+            load_tokenizer, spec.target.tokenizer, check_dsv4=spec.workload.encoder == "dsv4"
         )
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probed = await asyncio.to_thread(probe_workload, spec, tokenizer)
@@ -261,7 +260,7 @@ class _Sweep:
         self.server: ServerInfo | None = None
         self.workload: Workload | None = None  # the probe's, under the server's body options
         self.points: list[PointOutcome] = list(earlier.points) if earlier else []
-        self.todo = earlier.remaining if earlier else spec.conc
+        self.todo = earlier.remaining if earlier else spec.load.conc
         self.at: int | None = None  # the point in progress (in this process or on workers)
         self.current: Point | None = None  # ... when it runs in this process
         self.began = False  # a point was started: from then on run.json exists
@@ -270,16 +269,18 @@ class _Sweep:
 
     async def run(self, backend: Backend, probed: ProbedWorkload) -> None:
         self.backend = backend
-        if self.spec.gpu_power_csv is not None:
-            check_power_csv(self.spec.gpu_power_csv)
+        if self.spec.telemetry.gpu_power_csv is not None:
+            check_power_csv(self.spec.telemetry.gpu_power_csv)
         self.server = await backend.preflight(body_options(self.spec), probed.probe, probed.longest)
         self.workload = probed.workload.with_options(self.server.options)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
-        if self.spec.gpu_metrics:
-            await check_gpu_metrics_urls(gpu_metrics_urls(self.spec.gpu_metrics, backend.base_url))
-        watch = ServerWatch(backend.probe, self.spec.server_pid)
+        if self.spec.telemetry.gpu_metrics:
+            await check_gpu_metrics_urls(
+                gpu_metrics_urls(self.spec.telemetry.gpu_metrics, backend.base_url)
+            )
+        watch = ServerWatch(backend.probe, self.spec.processes.server_pid)
         context = RunContext(
             self.spec,
             backend,
@@ -296,12 +297,12 @@ class _Sweep:
             backend.simulator_log if isinstance(backend, HttpBackend) else None,
         )
         if self.earlier is not None:
-            results_files.set_aside(self.results_dir, self.earlier, self.spec.trials)
+            results_files.set_aside(self.results_dir, self.earlier, self.spec.load.trials)
         self.began = True
         self._write_run_file(None, final=False)
         async with asyncio.TaskGroup() as group:
             watcher = group.create_task(watch.run(), name="loadgen-server-watch")
-            if self.spec.workers != 1:
+            if self.spec.processes.workers != 1:
                 await self._run_on_workers(context)
             else:
                 await self._run_here(context)
@@ -311,7 +312,7 @@ class _Sweep:
         assert self.server is not None
         workload = self.workload
         assert workload is not None  # set by run() with the server
-        share = Share(self.spec.shard_index, self.spec.shard_count)
+        share = Share(self.spec.processes.shard_index, self.spec.processes.shard_count)
         for conc in self.todo:
             self.at = conc
             if self.sessions is not None:  # this process, the whole point
@@ -342,7 +343,7 @@ class _Sweep:
 
     async def _trials(self, context: RunContext, conc: int, measure: Measure) -> PointOutcome:
         """The point, or with --trials its N trials and the pooled point (run/trials.py)."""
-        if self.spec.trials == 1:
+        if self.spec.load.trials == 1:
             return await measure(context)
         backend = self.backend
         fresh = getattr(backend, "fresh_connections", None)  # fakes in tests have none
@@ -365,7 +366,7 @@ class _Sweep:
                     return got[-1]
 
                 outcome = await self._trials(context, conc, on_workers)
-                if self.spec.trials > 1:
+                if self.spec.load.trials > 1:
                     self._record(outcome)
                 self._point_done(outcome)
 
@@ -382,9 +383,11 @@ class _Sweep:
 
     def _barrier(self) -> Callable[[int], Awaitable[None]] | None:
         spec = self.spec
-        if spec.shard_sync is None:
+        if spec.processes.shard_sync is None:
             return None
-        barrier = ShardBarrier(spec.shard_sync, spec.shard_index, spec.shard_count)
+        barrier = ShardBarrier(
+            spec.processes.shard_sync, spec.processes.shard_index, spec.processes.shard_count
+        )
         barrier.check_fresh()
         return barrier.wait
 
@@ -421,12 +424,14 @@ class _Sweep:
                 else f"{point_file} is kept marked complete: false"
             )
             done = (
-                trials_kept(ResultsDir(self.results_dir), where, self.spec.trials)
-                if self.spec.trials > 1
+                trials_kept(ResultsDir(self.results_dir), where, self.spec.load.trials)
+                if self.spec.load.trials > 1
                 else 0
             )
             if done:  # --trials: the trials before the stopped one are whole
-                parts.append(f"its first {done} of {self.spec.trials} trials are complete and kept")
+                parts.append(
+                    f"its first {done} of {self.spec.load.trials} trials are complete and kept"
+                )
         if self.unwritten:
             parts.append(f"not written: {', '.join(self.unwritten)}")
         parts.append(f"results in {self.results_dir}")
@@ -448,7 +453,8 @@ class _Sweep:
         failed = tuple(
             p.conc
             for p in self.points
-            if p.error_rate > self.spec.max_error_rate and p.result.status.stop_reason != SATURATED
+            if p.error_rate > self.spec.deadlines.max_error_rate
+            and p.result.status.stop_reason != SATURATED
         )
         if self.began:
             self._write_run_file(stop, final=True)

@@ -204,7 +204,7 @@ class Service:
                 specs, points, sweep = [lane.spec for lane in plan.lanes], plan.points, self._lanes
             else:
                 spec = spec_for(self.config, options, probe_dir)
-                specs, points, sweep = [spec], len(spec.conc), self._sweep
+                specs, points, sweep = [spec], len(spec.load.conc), self._sweep
             if self.manager.active_id is not None:
                 return error(
                     409, f"run {self.manager.active_id} is still running; DELETE it or wait"
@@ -248,9 +248,9 @@ class Service:
         metrics = MetricsObserver(
             self.metrics,
             model=self.config.model,
-            endpoint=spec.endpoint,
-            points=len(spec.conc),
-            spec_tokens=spec.spec_tokens,
+            endpoint=spec.target.endpoint,
+            points=len(spec.load.conc),
+            spec_tokens=spec.scoring.spec_tokens,
         )
         try:
             await measure(
@@ -280,9 +280,9 @@ class Service:
                 MetricsObserver(
                     self.metrics,
                     model=self.config.model,
-                    endpoint=lane.spec.endpoint,
-                    points=len(lane.spec.conc),
-                    spec_tokens=lane.spec.spec_tokens,
+                    endpoint=lane.spec.target.endpoint,
+                    points=len(lane.spec.load.conc),
+                    spec_tokens=lane.spec.scoring.spec_tokens,
                 )
             ]
             return FanoutObserver(progress, current[0])
