@@ -79,12 +79,13 @@ class SessionSource:
                 f"{template.tokens} template tokens"
             )
         pool = word_pool(self.tokenizer)
+        osl = spec.workload.osl
         shape = SyntheticSessions(
             turns=parse_dist(spec.session.turns, what="--turns"),
             first_tokens=spec.workload.isl - template.tokens,
             turn_tokens=parse_dist(spec.session.turn_tokens, what="--turn-tokens"),
             output_tokens=parse_dist(
-                f"{max(1, int(spec.workload.osl * spec.workload.range_ratio))}..{spec.workload.osl}",
+                f"{max(1, int(osl * spec.workload.range_ratio))}..{osl}",
                 what="--osl",
             ),
             think_time_s=parse_dist(spec.session.think_time, what="--think-time", integer=False),
