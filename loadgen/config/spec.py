@@ -18,13 +18,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadgen.config.local_checks import check_results_dir as check_results_dir
 from loadgen.config.parsers import SpecError as SpecError  # raised by RunSpec; re-exported
 from loadgen.config.spec_checks import MAX_CONVERSATION_BYTES as MAX_CONVERSATION_BYTES
 from loadgen.config.spec_checks import MAX_DATASET_BYTES as MAX_DATASET_BYTES
 from loadgen.config.spec_checks import MAX_SEED as MAX_SEED
 from loadgen.config.spec_checks import MAX_TRIALS as MAX_TRIALS
 from loadgen.config.spec_checks import VLLM_PERCENTILE_METRICS as VLLM_PERCENTILE_METRICS
-from loadgen.config.spec_checks import check_results_dir as check_results_dir
 from loadgen.config.spec_checks import validate
 from loadgen.config.subspecs import DATASET_FORMATS as DATASET_FORMATS
 from loadgen.config.subspecs import DEFAULT_HTTP_TIMEOUT_S as DEFAULT_HTTP_TIMEOUT_S

@@ -7,11 +7,10 @@ Every message names the flag the user typed and says what to do.
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loadgen.config.load_args import check_load_shape
+from loadgen.config.local_checks import check_results_dir, process_exists
 from loadgen.config.objectives import find_max_problem
 from loadgen.config.parsers import (
     CONTROL_CHARS,
@@ -23,6 +22,7 @@ from loadgen.config.parsers import (
     parse_header,
 )
 from loadgen.config.redact import url_has_credentials
+from loadgen.config.session_checks import validate_sessions
 from loadgen.config.subspecs import (
     DATASET_FORMATS,
     ENCODER_NAMES,
@@ -30,7 +30,9 @@ from loadgen.config.subspecs import (
     HTTP_CLIENTS,
     REASONING_EFFORTS,
     THINKING_MODES,
-    TRACE_FORMATS,
+    DeadlineSpec,
+    ScoringSpec,
+    TelemetrySpec,
     VllmResultOptions,
 )
 
@@ -66,7 +68,7 @@ def validate(spec: RunSpec) -> None:
     check_load_shape(spec.load)
     _validate_processes(spec)
     _validate_run_level(spec)
-    _validate_sessions(spec)
+    validate_sessions(spec)
     _validate_find_max(spec)
     if spec.output.vllm_result is not None:
         _validate_vllm_result(spec.output.vllm_result)
@@ -155,22 +157,7 @@ def _validate_target(spec: RunSpec) -> None:
             not CONTROL_CHARS.search(spec.target.api_key),
             "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)",
         )
-    for url in spec.telemetry.server_metrics:
-        _check(
-            url.startswith(("http://", "https://")),
-            f"--server-metrics {url!r}: must start with http:// or https://",
-        )
-    for url in spec.telemetry.gpu_metrics:
-        _check(
-            url.startswith(("http://", "https://")) or (url == "sim" and spec.sim),
-            f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
-            "with --sim: the embedded simulator's /gpu/metrics)",
-        )
-    _check(
-        0 < spec.telemetry.gpu_metrics_interval_s <= 3.0,
-        f"--gpu-metrics-interval {spec.telemetry.gpu_metrics_interval_s:g}: must be in (0, 3] "
-        "seconds (samples more than 3 s apart make a point's energy invalid)",
-    )
+    _validate_telemetry(spec.telemetry, spec.sim)
 
 
 def _validate_prompts(spec: RunSpec) -> None:
@@ -214,30 +201,57 @@ def _validate_load(spec: RunSpec) -> None:
         spec.workload.top_p is None or 0 < spec.workload.top_p <= 1,
         f"--top-p {spec.workload.top_p}: must be in (0, 1]",
     )
-    _check(spec.scoring.num_gpus is None or spec.scoring.num_gpus >= 1, "--num-gpus: must be >= 1")
-    _check(
-        spec.scoring.spec_tokens is None or spec.scoring.spec_tokens >= 1,
-        "--spec-tokens: must be >= 1",
-    )
-    _check(
-        all(k in SLO_METRICS and v > 0 for k, v in spec.scoring.slos_ms.items()),
-        f"--slo: metrics must be among {', '.join(SLO_METRICS)} with positive limits",
-    )
-    _check(
-        bool(spec.scoring.percentiles) and all(0 < p < 100 for p in spec.scoring.percentiles),
-        "--percentiles: each must be strictly between 0 and 100",
-    )
-    _check(
-        spec.deadlines.request_timeout_s is None or spec.deadlines.request_timeout_s > 0,
-        "--request-timeout: must be > 0 seconds",
-    )
-    _check(spec.deadlines.http_timeout_s > 0, "--http-timeout: must be > 0 seconds")
-    _check(spec.deadlines.stream_idle_timeout_s > 0, "--stream-idle-timeout: must be > 0 seconds")
-    _check(0.0 <= spec.deadlines.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
+    _validate_scoring(spec.scoring)
+    _validate_deadlines(spec.deadlines)
     _check(
         spec.target.http_client in HTTP_CLIENTS,
         f"--http-client {spec.target.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}",
     )
+
+
+def _validate_telemetry(telemetry: TelemetrySpec, sim: bool) -> None:
+    for url in telemetry.server_metrics:
+        _check(
+            url.startswith(("http://", "https://")),
+            f"--server-metrics {url!r}: must start with http:// or https://",
+        )
+    for url in telemetry.gpu_metrics:
+        _check(
+            url.startswith(("http://", "https://")) or (url == "sim" and sim),
+            f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
+            "with --sim: the embedded simulator's /gpu/metrics)",
+        )
+    _check(
+        0 < telemetry.gpu_metrics_interval_s <= 3.0,
+        f"--gpu-metrics-interval {telemetry.gpu_metrics_interval_s:g}: must be in (0, 3] "
+        "seconds (samples more than 3 s apart make a point's energy invalid)",
+    )
+
+
+def _validate_scoring(scoring: ScoringSpec) -> None:
+    _check(scoring.num_gpus is None or scoring.num_gpus >= 1, "--num-gpus: must be >= 1")
+    _check(
+        scoring.spec_tokens is None or scoring.spec_tokens >= 1,
+        "--spec-tokens: must be >= 1",
+    )
+    _check(
+        all(k in SLO_METRICS and v > 0 for k, v in scoring.slos_ms.items()),
+        f"--slo: metrics must be among {', '.join(SLO_METRICS)} with positive limits",
+    )
+    _check(
+        bool(scoring.percentiles) and all(0 < p < 100 for p in scoring.percentiles),
+        "--percentiles: each must be strictly between 0 and 100",
+    )
+
+
+def _validate_deadlines(deadlines: DeadlineSpec) -> None:
+    _check(
+        deadlines.request_timeout_s is None or deadlines.request_timeout_s > 0,
+        "--request-timeout: must be > 0 seconds",
+    )
+    _check(deadlines.http_timeout_s > 0, "--http-timeout: must be > 0 seconds")
+    _check(deadlines.stream_idle_timeout_s > 0, "--stream-idle-timeout: must be > 0 seconds")
+    _check(0.0 <= deadlines.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
 
 
 def _validate_processes(spec: RunSpec) -> None:
@@ -365,99 +379,6 @@ def _validate_run_level(spec: RunSpec) -> None:
         )
     if spec.processes.server_pid is not None:
         _check(
-            spec.processes.server_pid > 0 and _process_exists(spec.processes.server_pid),
+            spec.processes.server_pid > 0 and process_exists(spec.processes.server_pid),
             f"--server-pid {spec.processes.server_pid}: no such process on this machine",
-        )
-
-
-def check_results_dir(path: Path) -> None:
-    """`path` is a directory, or can be made one, that this process may write into.
-
-    No side effect: the nearest existing ancestor decides. access(2) answers EROFS for a
-    read-only mount even to root, so this holds inside containers too.
-    """
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is a file" if existing == path else f"is under {existing}, which is a file"
-        raise SpecError(f"--results {path}: {what}; give a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        where = "" if existing == path else f" ({existing} is where it would be created)"
-        raise SpecError(
-            f"--results {path}: not writable{where}: read-only or no permission; "
-            "give a directory you can write"
-        )
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else: /proc still shows its state
-    except OverflowError:
-        return False
-    return True
-
-
-def _validate_sessions(spec: RunSpec) -> None:
-    _check(spec.session.sessions_per_conc >= 1, "--sessions-per-conc: must be >= 1")
-    _check(
-        not spec.session.multi_turn or spec.workload.dataset is not None,
-        "--multi-turn plays a --dataset's conversations: give --dataset (or --turns N "
-        "for synthetic sessions)",
-    )
-    _check(
-        not spec.session.multi_turn or spec.workload.osl is not None,
-        "--multi-turn: --osl is required (the max_tokens of each turn)",
-    )
-    _check(
-        not spec.session.live_history or spec.workload.dataset_format not in TRACE_FORMATS,
-        "--live-history: trace replay rebuilds each prompt from the trace's `in` and "
-        "hash_ids, which a reply cannot change; use it with --turns or --multi-turn",
-    )
-    _check(
-        not spec.session.live_history or spec.sessions,
-        "--live-history puts the server's replies into the history of a session: use "
-        "it with --turns N or --multi-turn",
-    )
-    _check(
-        spec.session.turns is None or spec.workload.dataset is None,
-        "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)",
-    )
-    if spec.session.start_ratio is not None:
-        low, high = spec.session.start_ratio
-        _check(0.0 <= low <= high < 1.0, "--start-ratio LO,HI: need 0 <= LO <= HI < 1")
-    for flag, cap in (
-        ("--idle-cap-system", spec.session.idle_cap_system_s),
-        ("--idle-cap-tree", spec.session.idle_cap_tree_s),
-    ):
-        _check(cap is None or cap > 0, f"{flag}: must be > 0 seconds (0 = no cap: omit it)")
-    _check(
-        all(
-            name and not any(c in name for c in " :\t\r\n") for name in spec.session.session_headers
-        ),
-        "--session-header: a header name without spaces or colons, e.g. X-Session-ID",
-    )
-    # Session runs on workers: each plays whole lanes (a tree and its subagents in one
-    # process: run/sessions.py). Refused where a play's figures would depend on plays in
-    # other processes: Mooncake's one hash scope per point, plays without their own
-    # cache-bust marker. Shards (other machines) are refused for session runs.
-    _check(
-        not spec.sessions or spec.processes.shard_count == 1,
-        "--shard does not support session runs (--turns, --multi-turn, trace replay): "
-        "run them on one machine (--workers N splits their lanes over processes)",
-    )
-    if spec.sessions and spec.processes.workers is not None and spec.processes.workers > 1:
-        _check(
-            spec.workload.dataset_format != "mooncake",
-            "--workers with a Mooncake trace: its requests share one hash scope per "
-            "point, which processes cannot share; use --workers 1",
-        )
-        _check(
-            spec.session.cache_bust,
-            "--workers with --no-cache-bust: recycled plays of a tree "
-            "would hit a cache another process filled; use --workers 1",
         )
