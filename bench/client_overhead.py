@@ -259,7 +259,7 @@ async def measure(
     async with embedded_simulator(
         sim_args, log_path=workdir / "sim.log", cpus=frozenset({SIM_CPU})
     ) as base_url:
-        spec = RunSpec(
+        spec = RunSpec.flat(
             conc=concs,
             isl=isl,
             osl=osl,

@@ -82,7 +82,7 @@ def pooling_seconds(results: Path, conc: int, trials: int) -> tuple[float, int, 
         )
         for k in range(1, trials + 1)
     ]
-    spec = RunSpec(conc=(conc,), isl=64, osl=16, sim=True, encoder="raw")
+    spec = RunSpec.flat(conc=(conc,), isl=64, osl=16, sim=True, encoder="raw")
     pooled = assemble_trials(
         parts, point_context(spec, conc), conc, server_before=None, server_after=None
     )

@@ -13,7 +13,6 @@ A flag accepted but without effect on loadgen is said once, as for vLLM's flags.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -317,11 +316,10 @@ def profile_spec(
     adds, e.g. --no-progress)."""
     args = build_parser().parse_args(list(argv))
     spec = spec_from_argv([*_loadgen_argv(args), *extra], env)
-    return dataclasses.replace(
-        spec,
+    return spec.with_(
         scenario=SCENARIO,
         unsafe_override=args.unsafe_override,
         max_context_length=args.max_context_length,
         series_interval_s=args.slice_duration,
-        ignored_flags=(*spec.ignored_flags, *_notes(args, spec.encoder)),
+        ignored_flags=(*spec.output.ignored_flags, *_notes(args, spec.workload.encoder)),
     )

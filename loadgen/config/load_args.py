@@ -249,12 +249,19 @@ def _check_conc_stages(spec: Any) -> None:
         f"--conc-stages runs one point of concurrency {top} (its largest stage): "
         f"drop --conc or give --conc {top}",
     )
+    _check(spec.find_max is None, CONC_STAGES_ALONE)
+
+
+# session runs send by sessions, not slots; slot i belongs to one process
+CONC_STAGES_ALONE = "--conc-stages: not with --find-max or session runs (multi-turn, traces)"
+
+
+def check_conc_stages_run(spec: Any) -> None:
+    """--conc-stages against the rest of the run (RunSpec.validate: after check_load_shape)."""
+    if not spec.load.conc_stages:
+        return
+    _check(not spec.sessions, CONC_STAGES_ALONE)
     _check(
-        spec.find_max is None and not spec.sessions,
-        "--conc-stages: not with --find-max or session runs (multi-turn, traces)",
-    )
-    # slot i belongs to one process; the stages step this process's own slots
-    _check(
-        spec.workers == 1 and spec.shard_count == 1,
+        spec.processes.workers == 1 and spec.processes.shard_count == 1,
         "--conc-stages runs in one process: use --workers 1 and no --shard",
     )

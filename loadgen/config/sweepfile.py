@@ -83,7 +83,7 @@ class SweepPlan:
 
     @property
     def points(self) -> int:
-        return sum(len(lane.spec.conc) for lane in self.lanes)
+        return sum(len(lane.spec.load.conc) for lane in self.lanes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,10 +34,13 @@ class SubmissionRules:
     @classmethod
     def of(cls, spec: RunSpec) -> SubmissionRules | None:
         """A scenario run's rules (`loadgen profile --scenario`); None for any other run."""
-        if spec.scenario is None:
+        if spec.scoring.scenario is None:
             return None
         return cls(
-            spec.scenario, spec.unsafe_override, spec.max_error_rate, spec.max_context_length
+            spec.scoring.scenario,
+            spec.scoring.unsafe_override,
+            spec.deadlines.max_error_rate,
+            spec.workload.max_context_length,
         )
 
 

@@ -21,7 +21,7 @@ from typing import Any, cast
 import orjson
 
 from loadgen.config.redact import redact_url
-from loadgen.config.spec import RunSpec, SpecError
+from loadgen.config.spec import RunSpec, SpecError, flat_settings
 from loadgen.persist.outcome import PointOutcome
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.point import ResultFileError
@@ -89,8 +89,9 @@ class Earlier:
 
 
 def settings_of(spec: RunSpec) -> dict[str, Any]:
-    """The run's settings as run.json records them (JSON types, no credentials)."""
-    settings = dataclasses.asdict(spec)
+    """The run's settings as run.json records them (JSON types, no credentials), flat:
+    one key per setting name, whatever part of the RunSpec holds it (flat_settings)."""
+    settings = flat_settings(spec)
     settings.pop("api_key", None)  # never write a credential into results
     settings["headers"] = [name for name, _ in spec.headers]  # names only: may hold tokens
     settings["base_url"] = spec.base_url and redact_url(spec.base_url)  # user:pw@ -> ***@

@@ -86,7 +86,7 @@ class RunFile:
             "run_id": self.run_id,
             "loadgen_version": __version__,
             "target": backend.target if backend else None,
-            "base_url": redact_url(backend.base_url if backend else spec.base_url or ""),
+            "base_url": redact_url(backend.base_url if backend else spec.target.base_url or ""),
             "started_unix": attempts[0]["started_unix"] if attempts else self.started_unix,
             "finished_unix": now if final else None,
             "interrupted": interrupted,
@@ -94,7 +94,7 @@ class RunFile:
             "stop_detail": attempt["stop_detail"],
             "settings": settings_of(spec),
             "server": server.to_json() if server else None,
-            "shard": {"index": spec.shard_index, "count": spec.shard_count},
+            "shard": {"index": spec.processes.shard_index, "count": spec.processes.shard_count},
             "points": [
                 {
                     "conc": p.conc,

@@ -16,17 +16,20 @@ ARRIVALS = 3  # rng stream id for open-loop arrival times
 def point_offsets_ns(spec: RunSpec, conc: int) -> list[int]:
     """Every measured request's intended send time after the point start: a fixed rate's
     gamma arrivals or vLLM's ramp-up (workload/ramp.py), from the point's own seed."""
-    count, rng = spec.measured_requests(conc), point_rng(spec, conc, ARRIVALS)
-    if spec.ramp_up_strategy is not None:
-        assert spec.ramp_up_start_rps is not None and spec.ramp_up_end_rps is not None
+    count, rng = spec.load.measured_requests(conc), point_rng(spec, conc, ARRIVALS)
+    if spec.load.ramp_up_strategy is not None:
+        assert spec.load.ramp_up_start_rps is not None and spec.load.ramp_up_end_rps is not None
         rates = ramp_rates(
-            count, spec.ramp_up_strategy, spec.ramp_up_start_rps, spec.ramp_up_end_rps
+            count,
+            spec.load.ramp_up_strategy,
+            spec.load.ramp_up_start_rps,
+            spec.load.ramp_up_end_rps,
         )
-        return ramp_offsets_ns(rates, spec.burstiness, rng)
-    if spec.rate_stages:
-        return staged_offsets_ns(spec.rate_stages, spec.burstiness, rng, count)
-    assert spec.request_rate is not None
-    return arrival_offsets_ns(count, spec.request_rate, spec.burstiness, rng)
+        return ramp_offsets_ns(rates, spec.load.burstiness, rng)
+    if spec.load.rate_stages:
+        return staged_offsets_ns(spec.load.rate_stages, spec.load.burstiness, rng, count)
+    assert spec.load.request_rate is not None
+    return arrival_offsets_ns(count, spec.load.request_rate, spec.load.burstiness, rng)
 
 
 def offsets_for(requests: Sequence[RequestSpec], offsets: Sequence[int]) -> list[int]:

@@ -10,7 +10,6 @@ own to run a whole sweep in-process, exactly and fast.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -106,15 +105,15 @@ class HttpBackend:
         streams: StreamClient | None = None,
         simulator_log: SimulatorLog | None = None,
     ) -> None:
-        assert spec.base_url is not None
+        assert spec.target.base_url is not None
         self.spec = spec
         self.simulator_log = simulator_log  # the simulator loadgen started, if it did
         self.session = session
         self.streams = streams or AiohttpStreams(session)
         self.target = target
-        self.base_url = spec.base_url.rstrip("/")
+        self.base_url = spec.target.base_url.rstrip("/")
         self.tokenizer = tokenizer
-        self.metrics_urls = metrics_urls(spec.server_metrics, self.base_url)
+        self.metrics_urls = metrics_urls(spec.telemetry.server_metrics, self.base_url)
         self._transport: Transport | None = None
 
     async def preflight(
@@ -124,14 +123,14 @@ class HttpBackend:
         server = await preflight(
             self.session,
             self.base_url,
-            wanted_model=spec.model,
+            wanted_model=spec.target.model,
             isl=longest[0],
             osl=longest[1],
             options=options,
             prompt=probe,
-            request_timeout_s=spec.request_timeout_s,
-            stream_idle_timeout_s=spec.stream_idle_timeout_s,
-            metrics_urls=self.metrics_urls if spec.server_metrics else (),
+            request_timeout_s=spec.deadlines.request_timeout_s,
+            stream_idle_timeout_s=spec.deadlines.stream_idle_timeout_s,
+            metrics_urls=self.metrics_urls if spec.telemetry.server_metrics else (),
             streams=self.streams,
         )
         self.adopt(server)
@@ -143,8 +142,8 @@ class HttpBackend:
         self._transport = Transport(
             self.streams,
             self.base_url + server.options.path,
-            request_timeout_s=self.spec.request_timeout_s,
-            stream_idle_timeout_s=self.spec.stream_idle_timeout_s,
+            request_timeout_s=self.spec.deadlines.request_timeout_s,
+            stream_idle_timeout_s=self.spec.deadlines.stream_idle_timeout_s,
             count_text=text_counter(self.tokenizer),
         )
 
@@ -177,30 +176,30 @@ class HttpBackend:
 
     def gauge_watch(self) -> GaugeWatch | None:
         spec = self.spec
-        if not spec.server_metrics and spec.slice_duration_s is None:
+        if not spec.telemetry.server_metrics and spec.load.slice_duration_s is None:
             return None
         # slices place the KV-cache samples: two per slice, but no faster than 10 a second
         # (each scrape is the client's CPU during the measured phase)
         interval = (
             None
-            if spec.slice_duration_s is None
-            else max(0.1, min(WATCH_INTERVAL_S, spec.slice_duration_s / 2))
+            if spec.load.slice_duration_s is None
+            else max(0.1, min(WATCH_INTERVAL_S, spec.load.slice_duration_s / 2))
         )
         return GaugeWatch(self.session, self.metrics_urls, interval)
 
     def series_watch(self) -> SeriesWatch | None:
-        if self.spec.aiperf_artifacts is None:
+        if self.spec.output.aiperf_artifacts is None:
             return None
-        return SeriesWatch(self.session, self.metrics_urls, self.spec.series_interval_s)
+        return SeriesWatch(self.session, self.metrics_urls, self.spec.telemetry.series_interval_s)
 
     async def probe(self) -> bool:
         return await answers_http(self.base_url, PROBE_TIMEOUT_S)
 
 
 def request_headers(spec: RunSpec) -> dict[str, str]:
-    headers = dict(spec.headers)
-    if spec.api_key:
-        headers["Authorization"] = f"Bearer {spec.api_key}"
+    headers = dict(spec.target.headers)
+    if spec.target.api_key:
+        headers["Authorization"] = f"Bearer {spec.target.api_key}"
     return headers
 
 
@@ -209,7 +208,7 @@ async def open_streams(
     spec: RunSpec, session: aiohttp.ClientSession, max_connections: int
 ) -> AsyncIterator[StreamClient]:
     """The client of the measured streams that `--http-client` names."""
-    if spec.http_client == "aiohttp":
+    if spec.target.http_client == "aiohttp":
         yield AiohttpStreams(session)
         return
     native = NativeStreams(max_connections=max_connections, headers=request_headers(spec))
@@ -236,17 +235,17 @@ async def http_backend(
                 )
             )
             spec, target, log = (
-                dataclasses.replace(spec, base_url=sim.base_url),
+                spec.with_(base_url=sim.base_url),
                 "simulator",
                 sim.log,
             )
         session = await stack.enter_async_context(
             open_session(
-                max_connections=max(spec.conc),
+                max_connections=max(spec.load.conc),
                 headers=request_headers(spec),
-                http_timeout_s=spec.http_timeout_s,
-                stamping=spec.http_client == "aiohttp",
+                http_timeout_s=spec.deadlines.http_timeout_s,
+                stamping=spec.target.http_client == "aiohttp",
             )
         )
-        streams = await stack.enter_async_context(open_streams(spec, session, max(spec.conc)))
+        streams = await stack.enter_async_context(open_streams(spec, session, max(spec.load.conc)))
         yield HttpBackend(spec, session, target, tokenizer, streams, log)

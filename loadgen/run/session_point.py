@@ -42,7 +42,7 @@ from loadgen.workload.sessions import SessionTree
 
 
 def planned_requests(spec: RunSpec, trees: Sequence[SessionTree]) -> int:
-    if spec.duration_s is not None:
+    if spec.load.duration_s is not None:
         return 0  # open-ended: as many turns as the duration allows
     return sum(tree.request_count() for tree in trees)
 
@@ -58,11 +58,11 @@ def session_metrics(
     and the replay's counts (ReplayStats and primers_failed; summed over workers)."""
     rates = prefix_cache_rates(records, before, after)
     fields: dict[str, Any] = {
-        "session_history": "live" if spec.live_history else "recorded",
+        "session_history": "live" if spec.session.live_history else "recorded",
         **rates,
         **session_rollups(
             records,
-            spec.slos_ms,
+            spec.scoring.slos_ms,
             rates["theoretical_prefix_hit_rate"],
             rates["server_prefix_hit_rate"],
         ),
@@ -109,7 +109,7 @@ class SessionPoint(Point):
         await self.replay.warmup(self._send_primer)
 
     async def _measured_phase(self) -> None:
-        deadline = deadline_after(self.run.spec.duration_s, self.run.clock())
+        deadline = deadline_after(self.run.spec.load.duration_s, self.run.clock())
         await self.replay.measure(self._send, deadline)
 
     async def _send_primer(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
@@ -152,10 +152,10 @@ async def build_session_point(
     )
     options = ReplayOptions(
         conc=conc,
-        duration_s=spec.duration_s,
+        duration_s=spec.load.duration_s,
         start_ratio=source.start_ratio,
-        idle_cap_system_s=spec.idle_cap_system_s,
-        idle_cap_tree_s=spec.idle_cap_tree_s,
+        idle_cap_system_s=spec.session.idle_cap_system_s,
+        idle_cap_tree_s=spec.session.idle_cap_tree_s,
         seed=spec.seed,
         run_key=zlib.crc32(context.run_id.encode()),
         worker=share.worker,

@@ -45,7 +45,7 @@ def trial_seed(seed: int, trial: int) -> int:
 
 
 def trial_context(context: RunContext, trial: int) -> RunContext:
-    spec = dataclasses.replace(context.spec, seed=trial_seed(context.spec.seed, trial))
+    spec = context.spec.with_(seed=trial_seed(context.spec.seed, trial))
     return dataclasses.replace(context, spec=spec, trial=trial)
 
 
@@ -56,10 +56,10 @@ async def run_trials(
     that stops early is returned as it is (its own file, `complete: false`)."""
     spec = context.spec
     store = ResultsDir(context.results_dir)
-    kept = trials_kept(store, conc, spec.trials)
+    kept = trials_kept(store, conc, spec.load.trials)
     parts: list[TrialPart] = []
     facts: list[Mapping[str, Any] | None] = []
-    for trial in range(1, spec.trials + 1):
+    for trial in range(1, spec.load.trials + 1):
         name = store.point_file(conc, trial).name
         if trial <= kept:  # measured by the attempt being resumed
             result = store.read_trial_point(conc, trial)

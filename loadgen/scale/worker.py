@@ -184,9 +184,7 @@ class Worker:
         (`fresh`: a trial after the first, which starts on new connections)."""
         context, workload = self.context, self.workload
         if trial is not None:  # its seed, and its trial in every X-Request-Id
-            context = dataclasses.replace(
-                context, trial=trial, spec=dataclasses.replace(context.spec, seed=seed)
-            )
+            context = dataclasses.replace(context, trial=trial, spec=context.spec.with_(seed=seed))
             if isinstance(workload, Workload):
                 workload = workload.reseeded(seed)
         fresh_connections = getattr(context.backend, "fresh_connections", None)
@@ -265,21 +263,21 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
     if config.cpu is not None:
         os.sched_setaffinity(0, {config.cpu})
     tokenizer = await asyncio.to_thread(
-        load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4"
+        load_tokenizer, spec.target.tokenizer, check_dsv4=spec.workload.encoder == "dsv4"
     )
     workload: Workload | SessionSource = (
         await asyncio.to_thread(session_source, spec, tokenizer)
         if spec.sessions
         else Workload(spec, tokenizer, config.server.options)
     )
-    slots = max(len(config.share.slots(conc)) for conc in spec.conc) or 1
+    slots = max(len(config.share.slots(conc)) for conc in spec.load.conc) or 1
     commands: asyncio.Queue[Command] = asyncio.Queue()
     async with (
         open_session(
             max_connections=slots,
             headers=request_headers(spec),
-            http_timeout_s=spec.http_timeout_s,
-            stamping=spec.http_client == "aiohttp",
+            http_timeout_s=spec.deadlines.http_timeout_s,
+            stamping=spec.target.http_client == "aiohttp",
         ) as session,
         open_streams(spec, session, slots) as streams,
     ):

@@ -95,9 +95,9 @@ class Canary:
         observer = MetricsObserver(
             self.metrics,
             model=s.model,
-            endpoint=spec.endpoint,
+            endpoint=spec.target.endpoint,
             points=1,
-            spec_tokens=spec.spec_tokens,
+            spec_tokens=spec.scoring.spec_tokens,
         )
         try:
             await run_sweep(spec, observer=observer)

@@ -168,18 +168,20 @@ def _paths(spec: RunSpec) -> list[tuple[str, str, Path]]:
     found = [
         (option, str(path), path)
         for option, path in (
-            ("results", spec.results_dir),
-            ("dataset", spec.dataset),
-            ("shard-sync", spec.shard_sync),
-            ("aiperf-artifacts", spec.aiperf_artifacts),
-            ("golden-al", spec.golden_al.path if spec.golden_al else None),
+            ("results", spec.output.results_dir),
+            ("dataset", spec.workload.dataset),
+            ("shard-sync", spec.processes.shard_sync),
+            ("aiperf-artifacts", spec.output.aiperf_artifacts),
+            ("golden-al", spec.scoring.golden_al.path if spec.scoring.golden_al else None),
         )
         if path is not None
     ]
-    if spec.tokenizer is not None:  # a local path or a Hub id: either stays inside
-        found.append(("tokenizer", spec.tokenizer, Path(spec.tokenizer)))
-    if spec.vllm_result is not None:
-        found += _result_file_paths(spec.vllm_result, spec.results_dir or Path("results"))
+    if spec.target.tokenizer is not None:  # a local path or a Hub id: either stays inside
+        found.append(("tokenizer", spec.target.tokenizer, Path(spec.target.tokenizer)))
+    if spec.output.vllm_result is not None:
+        found += _result_file_paths(
+            spec.output.vllm_result, spec.output.results_dir or Path("results")
+        )
     return found
 
 

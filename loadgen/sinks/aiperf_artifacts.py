@@ -74,10 +74,10 @@ class ArtifactRun:
         return cls(
             run_id=run_id,
             model=model,
-            dataset=spec.dataset,
-            dataset_format=spec.dataset_format,
+            dataset=spec.workload.dataset,
+            dataset_format=spec.workload.dataset_format,
             urls=tuple(redact_url(u) for u in urls),
-            series_interval_s=spec.series_interval_s,
+            series_interval_s=spec.telemetry.series_interval_s,
             offset_ns=offset_ns,
         )
 

@@ -52,8 +52,17 @@ def lane_al(name: str, spec: RunSpec, points: Mapping[int, PointResult]) -> Lane
     """A lane's entry key from its settings and its complete points."""
     complete = [p for _, p in sorted(points.items()) if p.status.complete]
     served = next((p.identity.model_id for p in complete if p.identity.model_id), None)
-    model = (spec.golden_al.model if spec.golden_al else None) or spec.model or served
-    return LaneAL(name, model or "unknown-model", MODES.get(spec.thinking, spec.thinking), complete)
+    model = (
+        (spec.scoring.golden_al.model if spec.scoring.golden_al else None)
+        or spec.target.model
+        or served
+    )
+    return LaneAL(
+        name,
+        model or "unknown-model",
+        MODES.get(spec.workload.thinking, spec.workload.thinking),
+        complete,
+    )
 
 
 def al_matrix(lanes: Sequence[LaneAL]) -> str | None:

@@ -32,10 +32,10 @@ class RunFiles:
         capture: PointCapture | None = None,
     ) -> None:
         spec = self.spec
-        options = spec.vllm_result
+        options = spec.output.vllm_result
         if options is not None and complete:  # vLLM writes none when stopped
-            write_vllm_result(store.path, result, records, options, points=len(spec.conc))
-        if spec.aiperf_artifacts is not None and capture is not None:  # stopped ones too
+            write_vllm_result(store.path, result, records, options, points=len(spec.load.conc))
+        if spec.output.aiperf_artifacts is not None and capture is not None:  # stopped ones too
             run = ArtifactRun.of(
                 spec,
                 result.identity.run_id,
@@ -44,7 +44,9 @@ class RunFiles:
                 capture.offset_ns,
             )
             write_aiperf_artifacts(
-                AiperfArtifacts.for_point(spec.aiperf_artifacts, result.conc, len(spec.conc)),
+                AiperfArtifacts.for_point(
+                    spec.output.aiperf_artifacts, result.conc, len(spec.load.conc)
+                ),
                 result,
                 records,
                 capture.warmup,

@@ -9,7 +9,6 @@ sweep also ran point 32, and warmup prompts never share a prefix with measured o
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -81,19 +80,21 @@ def point_rng(spec: RunSpec, conc: int, stream: int) -> np.random.Generator:
 def synthesis_of(spec: RunSpec, tokenizer: Tokenizer) -> tuple[str, str | None]:
     """(method, why) the run's prompts are built with: `words` (exact by construction),
     `fitted` (re-tokenized until exact where possible; why not words) or `dataset`."""
-    if spec.dataset is not None:
+    if spec.workload.dataset is not None:
         return "dataset", None
     from loadgen.workload.prompts import synthesis
 
     try:
         how = synthesis(
-            encoder=spec.encoder,
-            thinking_mode=spec.thinking,
-            reasoning_effort=spec.reasoning_effort,
+            encoder=spec.workload.encoder,
+            thinking_mode=spec.workload.thinking,
+            reasoning_effort=spec.workload.reasoning_effort,
             tokenizer=tokenizer,
         )
     except (ValueError, EncodingError) as exc:
-        raise SpecError(f"cannot build prompts for --encoder {spec.encoder}: {exc}") from None
+        raise SpecError(
+            f"cannot build prompts for --encoder {spec.workload.encoder}: {exc}"
+        ) from None
     return how.method, how.reason
 
 
@@ -107,17 +108,17 @@ class Workload:
         self.dataset: list[Conversation] | None = None
         self._dataset_prompts: dict[int, tuple[str, int]] = {}
         self._answer_tokens: dict[int, int] = {}
-        if spec.dataset is not None:
+        if spec.workload.dataset is not None:
             self.dataset = (
-                load_speed_bench(spec.dataset, spec.speed_bench)
-                if spec.speed_bench is not None
-                else load_dataset(spec.dataset, spec.dataset_format)
+                load_speed_bench(spec.workload.dataset, spec.workload.speed_bench)
+                if spec.workload.speed_bench is not None
+                else load_dataset(spec.workload.dataset, spec.workload.dataset_format)
             )
-            if spec.osl is None and any(
+            if spec.workload.osl is None and any(
                 c.answer is None and c.output_tokens is None for c in self.dataset
             ):
                 raise SpecError(
-                    f"--osl is required with --dataset {spec.dataset}: its items "
+                    f"--osl is required with --dataset {spec.workload.dataset}: its items "
                     "carry no output length (only ShareGPT answers and "
                     "output_tokens do)"
                 )
@@ -133,16 +134,16 @@ class Workload:
         """The same workload drawn with another seed (a --trials trial): the dataset and
         its encoded prompts (cached by line, not by seed) are shared, not read again."""
         other = copy.copy(self)
-        other.spec = dataclasses.replace(self.spec, seed=seed)
+        other.spec = self.spec.with_(seed=seed)
         return other
 
     def point(self, conc: int, keep: Keep | None = None) -> PointPlan:
         """The point's requests; with `keep`, only those whose index it accepts (one
         process's share: the others are drawn, so the kept ones are the same, not built)."""
         spec = self.spec
-        warmup = self.requests(spec.warmup_requests(conc), point_rng(spec, conc, WARMUP), keep)
+        warmup = self.requests(spec.load.warmup_requests(conc), point_rng(spec, conc, WARMUP), keep)
         measured = self.requests(
-            spec.measured_requests(conc), point_rng(spec, conc, MEASURED), keep
+            spec.load.measured_requests(conc), point_rng(spec, conc, MEASURED), keep
         )
         return PointPlan(conc=conc, warmup=tuple(warmup), measured=tuple(measured))
 
@@ -155,20 +156,26 @@ class Workload:
             raise SpecError(f"cannot build prompts for {self._described()}: {exc}") from None
 
     def _described(self) -> str:
-        if self.spec.dataset is not None:
-            return f"--dataset {self.spec.dataset} --encoder {self.spec.encoder}"
-        return f"--isl {self.spec.isl} --encoder {self.spec.encoder}"
+        if self.spec.workload.dataset is not None:
+            return f"--dataset {self.spec.workload.dataset} --encoder {self.spec.workload.encoder}"
+        return f"--isl {self.spec.workload.isl} --encoder {self.spec.workload.encoder}"
 
     def _requests(self, count: int, rng: np.random.Generator, keep: Keep) -> list[RequestSpec]:
         if count == 0:
             return []
         spec = self.spec
-        osls = None if spec.osl is None else sample_lengths(rng, count, spec.osl, spec.range_ratio)
+        osls = (
+            None
+            if spec.workload.osl is None
+            else sample_lengths(rng, count, spec.workload.osl, spec.workload.range_ratio)
+        )
         seeds = [int(s) for s in rng.integers(0, 1 << SEED_BITS, size=count)]
         if self.dataset is not None:
             return self._from_dataset(osls, seeds, rng, keep)
-        assert osls is not None and spec.isl is not None  # RunSpec: None only with a dataset
-        isls = sample_lengths(rng, count, spec.isl, spec.range_ratio)
+        assert (
+            osls is not None and spec.workload.isl is not None
+        )  # RunSpec: None only with a dataset
+        isls = sample_lengths(rng, count, spec.workload.isl, spec.workload.range_ratio)
         return self._synthesized(isls, osls, seeds, rng, keep)
 
     def _synthesized(
@@ -187,9 +194,9 @@ class Workload:
         for first in range(0, len(isls), SYNTH_BATCH):
             prompts = synthesize_prompts(
                 isls[first : first + SYNTH_BATCH],
-                encoder=self.spec.encoder,
-                thinking_mode=self.spec.thinking,
-                reasoning_effort=self.spec.reasoning_effort,
+                encoder=self.spec.workload.encoder,
+                thinking_mode=self.spec.workload.thinking,
+                reasoning_effort=self.spec.workload.reasoning_effort,
                 tokenizer=self.tokenizer,
                 rng=rng,
             )
@@ -240,10 +247,10 @@ class Workload:
             from encoders import ENCODERS
 
             assert self.dataset is not None
-            text = ENCODERS[self.spec.encoder].encode_messages(
+            text = ENCODERS[self.spec.workload.encoder].encode_messages(
                 self.dataset[line].messages,
-                self.spec.thinking,
-                reasoning_effort=self.spec.reasoning_effort,
+                self.spec.workload.thinking,
+                reasoning_effort=self.spec.workload.reasoning_effort,
             )
             cached = self._dataset_prompts[line] = (text, len(encode(self.tokenizer, text)))
         return cached
@@ -262,11 +269,13 @@ class Workload:
 
     def _keeps(self, line: int) -> bool:
         """vLLM's ShareGPT length pruning, with `--dataset-name sharegpt` only."""
-        if not self.spec.sharegpt_limits:
+        if not self.spec.workload.sharegpt_limits:
             return True
-        output = self.spec.osl if self.spec.osl is not None else self._output_len(line)
+        output = (
+            self.spec.workload.osl if self.spec.workload.osl is not None else self._output_len(line)
+        )
         return VLLM_SHAREGPT_LIMITS.keeps(
-            self._encoded(line)[1], output, output_given=self.spec.osl is not None
+            self._encoded(line)[1], output, output_given=self.spec.workload.osl is not None
         )
 
     def _usable(self, order: np.ndarray[tuple[int], np.dtype[np.int64]], count: int) -> list[int]:
@@ -285,7 +294,7 @@ class Workload:
     def _nothing_usable(self) -> SpecError:
         limits = VLLM_SHAREGPT_LIMITS
         return SpecError(
-            f"--dataset {self.spec.dataset}: no conversation is within vLLM's "
+            f"--dataset {self.spec.workload.dataset}: no conversation is within vLLM's "
             f"ShareGPT bounds (prompt {limits.min_len}..{limits.max_prompt_len} "
             f"tokens, prompt + output <= {limits.max_total_len})"
         )
@@ -295,13 +304,16 @@ class Workload:
         server's max_model_len must hold. Encodes every usable dataset item once."""
         spec = self.spec
         if self.dataset is None:
-            assert spec.isl is not None and spec.osl is not None
-            return spec.isl, spec.osl
+            assert spec.workload.isl is not None and spec.workload.osl is not None
+            return spec.workload.isl, spec.workload.osl
         lines = [line for line in range(len(self.dataset)) if self._keeps(line)]
         if not lines:
             raise self._nothing_usable()
         return max(
-            ((self._encoded(line)[1], spec.osl or self._output_len(line)) for line in lines),
+            (
+                (self._encoded(line)[1], spec.workload.osl or self._output_len(line))
+                for line in lines
+            ),
             key=sum,
         )
 
@@ -318,13 +330,16 @@ class Workload:
             return self._encoded(0)
         from loadgen.workload.prompts import synthesize_prompts
 
-        assert self.spec.isl is not None  # RunSpec: None only with a dataset
-        shortest = min(self.spec.isl, max(1, int(self.spec.isl * self.spec.range_ratio)))
+        assert self.spec.workload.isl is not None  # RunSpec: None only with a dataset
+        shortest = min(
+            self.spec.workload.isl,
+            max(1, int(self.spec.workload.isl * self.spec.workload.range_ratio)),
+        )
         [prompt] = synthesize_prompts(  # the shortest allowed length: if it fits, all do
             [min(shortest, 256)],
-            encoder=self.spec.encoder,
-            thinking_mode=self.spec.thinking,
-            reasoning_effort=self.spec.reasoning_effort,
+            encoder=self.spec.workload.encoder,
+            thinking_mode=self.spec.workload.thinking,
+            reasoning_effort=self.spec.workload.reasoning_effort,
             tokenizer=self.tokenizer,
             rng=rng,
         )

@@ -44,47 +44,51 @@ class SessionSource:
 
     @property
     def start_ratio(self) -> tuple[float, float] | None:
-        if self.spec.start_ratio is not None:
-            return self.spec.start_ratio if self.spec.start_ratio[1] > 0 else None
-        return WEKA_START_RATIO if self.spec.dataset_format == "weka" else None
+        if self.spec.session.start_ratio is not None:
+            return self.spec.session.start_ratio if self.spec.session.start_ratio[1] > 0 else None
+        return WEKA_START_RATIO if self.spec.workload.dataset_format == "weka" else None
 
     def settings(self) -> RenderSettings:
         spec = self.spec
         return RenderSettings(
-            spec.encoder,
-            spec.thinking,
-            spec.reasoning_effort,
-            spec.session_headers,
-            spec.cache_bust,
-            spec.live_history,
+            spec.workload.encoder,
+            spec.workload.thinking,
+            spec.workload.reasoning_effort,
+            spec.session.session_headers,
+            spec.session.cache_bust,
+            spec.session.live_history,
         )
 
     def trees(self, conc: int) -> list[SessionTree]:
         if self.loaded:
             return list(self.loaded)
         spec = self.spec
-        assert spec.turns is not None
-        assert spec.isl is not None and spec.osl is not None  # RunSpec: no dataset, both given
+        assert spec.session.turns is not None
+        assert (
+            spec.workload.isl is not None and spec.workload.osl is not None
+        )  # RunSpec: no dataset, both given
         template = user_template(
-            encoder=spec.encoder,
-            thinking_mode=spec.thinking,
-            reasoning_effort=spec.reasoning_effort,
+            encoder=spec.workload.encoder,
+            thinking_mode=spec.workload.thinking,
+            reasoning_effort=spec.workload.reasoning_effort,
             tokenizer=self.tokenizer,
         )
-        if spec.isl <= template.tokens:
+        if spec.workload.isl <= template.tokens:
             raise SpecError(
-                f"--isl {spec.isl}: the first turn needs more than the "
+                f"--isl {spec.workload.isl}: the first turn needs more than the "
                 f"{template.tokens} template tokens"
             )
         pool = word_pool(self.tokenizer)
+        osl = spec.workload.osl
         shape = SyntheticSessions(
-            turns=parse_dist(spec.turns, what="--turns"),
-            first_tokens=spec.isl - template.tokens,
-            turn_tokens=parse_dist(spec.turn_tokens, what="--turn-tokens"),
+            turns=parse_dist(spec.session.turns, what="--turns"),
+            first_tokens=spec.workload.isl - template.tokens,
+            turn_tokens=parse_dist(spec.session.turn_tokens, what="--turn-tokens"),
             output_tokens=parse_dist(
-                f"{max(1, int(spec.osl * spec.range_ratio))}..{spec.osl}", what="--osl"
+                f"{max(1, int(osl * spec.workload.range_ratio))}..{osl}",
+                what="--osl",
             ),
-            think_time_s=parse_dist(spec.think_time, what="--think-time", integer=False),
+            think_time_s=parse_dist(spec.session.think_time, what="--think-time", integer=False),
         )
 
         def words(count: int, rng: object) -> str:
@@ -92,35 +96,35 @@ class SessionSource:
             return "".join(pool.later[draw].tolist())
 
         return synthetic_trees(
-            shape, conc * spec.sessions_per_conc, point_rng(spec, conc, SESSIONS), words
+            shape, conc * spec.session.sessions_per_conc, point_rng(spec, conc, SESSIONS), words
         )
 
 
 def session_source(spec: RunSpec, tokenizer: Tokenizer) -> SessionSource:
     """Reads the dataset (traces or conversations) once; raises SpecError for bad files."""
-    if spec.dataset is None:
+    if spec.workload.dataset is None:
         return SessionSource(spec, tokenizer, ())
-    fmt = spec.dataset_format
+    fmt = spec.workload.dataset_format
     if fmt == "weka":
-        trees = load_weka(spec.dataset)
+        trees = load_weka(spec.workload.dataset)
     elif fmt == "mooncake":
-        trees = load_mooncake(spec.dataset)
+        trees = load_mooncake(spec.workload.dataset)
     else:
-        conversations = load_conversations(spec.dataset, fmt)
+        conversations = load_conversations(spec.workload.dataset, fmt)
         rng = point_rng(spec, 0, SESSIONS)
-        assert spec.osl is not None  # RunSpec: --multi-turn needs --osl
+        assert spec.workload.osl is not None  # RunSpec: --multi-turn needs --osl
         trees = []
         for number, messages in enumerate(conversations):
-            lengths = sample_lengths(rng, 8, spec.osl, spec.range_ratio)
+            lengths = sample_lengths(rng, 8, spec.workload.osl, spec.workload.range_ratio)
             tree = conversation_tree(f"c{number:06d}", messages, lengths)
             if tree is not None:
                 trees.append(tree)
         if not trees:
-            raise SpecError(f"--dataset {spec.dataset}: no conversation has a user turn")
+            raise SpecError(f"--dataset {spec.workload.dataset}: no conversation has a user turn")
     sizes = {tree.block_size for tree in trees}
     if len(sizes) > 1:
         raise SpecError(
-            f"--dataset {spec.dataset}: traces disagree on block_size "
+            f"--dataset {spec.workload.dataset}: traces disagree on block_size "
             f"({sorted(sizes)}); replay one block size at a time"
         )
     return SessionSource(spec, tokenizer, tuple(trees))

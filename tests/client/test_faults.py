@@ -47,7 +47,7 @@ def tokenizer() -> Tokenizer:
 async def test_fault_mode(
     tmp_path: Path, tokenizer: Tokenizer, fault: tuple[str, ...], kind: ErrorKind, mid_stream: bool
 ) -> None:
-    spec = RunSpec(
+    spec = RunSpec.flat(
         conc=(CONC,),
         isl=48,
         osl=32,
@@ -68,7 +68,7 @@ async def test_fault_mode(
     assert 0 < kinds[kind] < len(records)
     assert result["errors_by_kind"][kind.value] == kinds[kind] == result["failed"]
     assert result["completed"] == len(records) - kinds[kind]
-    assert result["error_rate"] > spec.max_error_rate and outcome.exit_code == 1
+    assert result["error_rate"] > spec.deadlines.max_error_rate and outcome.exit_code == 1
     assert outcome.failed_points == (CONC,)
     failed = [r for r in records if r.error is not None]
     assert all(r.error_detail for r in failed)

@@ -133,7 +133,7 @@ async def send_in_turn(
 async def sweep(
     server: HostileServer, results: Path, tokenizer: Tokenizer, **settings: Any
 ) -> tuple[SweepOutcome, dict[str, Any], list[RequestRecord]]:
-    spec = RunSpec(
+    spec = RunSpec.flat(
         conc=(CONC,),
         isl=ISL,
         osl=OSL,

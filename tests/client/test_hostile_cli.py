@@ -128,8 +128,8 @@ def test_row3_every_deadline_has_a_finite_default() -> None:
     spec = spec_from_argv(
         ["--base-url", "http://127.0.0.1:9", "--conc", "1", "--isl", "8", "--osl", "8"], env={}
     )
-    assert spec.http_timeout_s == 30.0 and spec.stream_idle_timeout_s == 300.0
-    assert spec.request_timeout_s is None  # the overall cap stays opt-in
+    assert spec.deadlines.http_timeout_s == 30.0 and spec.deadlines.stream_idle_timeout_s == 300.0
+    assert spec.deadlines.request_timeout_s is None  # the overall cap stays opt-in
     text = " ".join(build_parser().format_help().split())
     assert "--stream-idle-timeout SECONDS a streamed request that receives no byte" in text
     assert "(default: 300.0)" in text and "(default: 30.0)" in text
@@ -197,7 +197,7 @@ async def test_row3_server_frozen_mid_point_ends_the_sweep(
 ) -> None:
     tokenizer: Tokenizer = await asyncio.to_thread(load_tokenizer)
     async with simulator("--decode-token-us", "200") as (url, process):
-        spec = RunSpec(
+        spec = RunSpec.flat(
             conc=(2,),
             isl=48,
             osl=64,
@@ -287,7 +287,7 @@ def test_parse_header_accepts_what_http_allows() -> None:
         with pytest.raises(SpecError, match="--header"):
             parse_header(bad)
     with pytest.raises(SpecError, match="--header"):  # RunSpec built directly is checked too
-        RunSpec(conc=(1,), isl=8, osl=8, sim=True, headers=(("X-A", "b\r\nc"),))
+        RunSpec.flat(conc=(1,), isl=8, osl=8, sim=True, headers=(("X-A", "b\r\nc"),))
 
 
 async def test_api_key_with_a_trailing_newline_is_stripped(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ FAST_SIM = (
 async def test_tokens_counted_from_logprobs_when_ids_and_usage_are_rejected(tmp_path: Path) -> None:
     tokenizer: Tokenizer = load_tokenizer()
     trace = tmp_path / "trace.jsonl"
-    spec = RunSpec(
+    spec = RunSpec.flat(
         conc=(2,),
         isl=64,
         osl=32,

@@ -81,9 +81,9 @@ def test_lanes_are_the_runs_the_same_flags_would_make() -> None:
         ],
         env={},
     )
-    assert b.spec.conc == (2, 8) and b.spec.sim and b.spec.sim_args == ("--spec-tokens", "0")
-    assert b.spec.osl == 16 and b.spec.results_dir == Path("results/ab/b.2")
-    assert b.spec.api_key == "sk-secret"
+    assert b.spec.load.conc == (2, 8) and b.spec.sim and b.spec.sim_args == ("--spec-tokens", "0")
+    assert b.spec.workload.osl == 16 and b.spec.output.results_dir == Path("results/ab/b.2")
+    assert b.spec.target.api_key == "sk-secret"
     # what is kept with the results never holds a credential
     kept = orjson.dumps([plan.document, a.options, b.options]).decode()
     assert "sk-secret" not in kept and '"api-key":"***"' in kept
@@ -112,19 +112,22 @@ lanes:
     assert plan.document["lanes"][1]["header"] == {"X-Upstream-Auth": "***"}
     assert plan.lanes[1].options["header"] == {"X-Upstream-Auth": "***"}  # a lane's wins
     # the requests carry the real values
-    assert plan.lanes[0].spec.headers == (("Authorization", "Bearer sk-list"), ("X-Trace", "t"))
-    assert plan.lanes[1].spec.headers == (("X-Upstream-Auth", "sk-lane"),)
+    assert plan.lanes[0].spec.target.headers == (
+        ("Authorization", "Bearer sk-list"),
+        ("X-Trace", "t"),
+    )
+    assert plan.lanes[1].spec.target.headers == (("X-Upstream-Auth", "sk-lane"),)
 
 
 def test_argv_flags_override_every_lane_and_the_tree() -> None:
     plan = parse(
         DOC, overrides=["--prompts-per-conc", "1", "--conc", "16"], results_dir=Path("elsewhere")
     )
-    assert [(lane.spec.prompts_per_conc, lane.spec.conc) for lane in plan.lanes] == [
+    assert [(lane.spec.load.prompts_per_conc, lane.spec.load.conc) for lane in plan.lanes] == [
         (1, (16,)),
         (1, (16,)),
     ]
-    assert [lane.spec.results_dir for lane in plan.lanes] == [
+    assert [lane.spec.output.results_dir for lane in plan.lanes] == [
         Path("elsewhere/a"),
         Path("elsewhere/b.2"),
     ]
@@ -217,8 +220,14 @@ def test_repeatable_flags_take_a_list_one_flag_per_item() -> None:
         "[http://127.0.0.1:9/metrics, http://127.0.0.1:10/metrics]}]"
     )
     [lane] = plan.lanes
-    assert lane.spec.gpu_metrics == ("http://node0:9400/metrics", "http://node1:9400/metrics")
-    assert lane.spec.server_metrics == ("http://127.0.0.1:9/metrics", "http://127.0.0.1:10/metrics")
+    assert lane.spec.telemetry.gpu_metrics == (
+        "http://node0:9400/metrics",
+        "http://node1:9400/metrics",
+    )
+    assert lane.spec.telemetry.server_metrics == (
+        "http://127.0.0.1:9/metrics",
+        "http://127.0.0.1:10/metrics",
+    )
     with pytest.raises(SweepFileError, match="gpu-metrics: expected a value or a list"):
         parse("gpu-metrics: {a: 1}\nlanes: [{name: a, sim: true, conc: 1, isl: 8, osl: 2}]")
 
@@ -244,8 +253,8 @@ def test_extra_body_reaches_every_body_but_never_overrides_loadgen() -> None:
             "extra_body": {"min_p": 0.1, "top_k": 5},
         }
     )
-    assert spec.extra_body == {"min_p": 0.1, "top_k": 5}
-    options = BodyOptions(endpoint="completions", model="m", extra_body=spec.extra_body)
+    assert spec.target.extra_body == {"min_p": 0.1, "top_k": 5}
+    options = BodyOptions(endpoint="completions", model="m", extra_body=spec.target.extra_body)
     body: Mapping[str, object] = completion_body(options, "hi", 4)
     assert body["max_tokens"] == 4 and body["stream"] is True
     assert {k: body[k] for k in ("min_p", "top_k")} == {"min_p": 0.1, "top_k": 5}
@@ -299,7 +308,7 @@ def test_a_few_aliases_still_work() -> None:
         "conc: 1\nworkload: &w {isl: 8, osl: 4}\nslo: &s {ttft: 2s}\n"
         "lanes: [{name: a, sim: true}, {name: b, sim: true, workload: *w, slo: *s}]"
     )
-    assert [(lane.spec.osl, lane.spec.slos_ms) for lane in plan.lanes] == [
+    assert [(lane.spec.workload.osl, lane.spec.scoring.slos_ms) for lane in plan.lanes] == [
         (4, {"ttft": 2000.0})
     ] * 2
 

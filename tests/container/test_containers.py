@@ -253,9 +253,9 @@ def test_sharded_job_and_merge_job_fit_together() -> None:
         spec = spec_from_argv(
             expand(pod["args"], {**env, "JOB_COMPLETION_INDEX": str(index)}), env={}
         )
-        assert (spec.shard_index, spec.shard_count) == (index, count)
-        assert spec.shard_sync is not None and spec.workers is None
-        results.add(str(spec.results_dir))
+        assert (spec.processes.shard_index, spec.processes.shard_count) == (index, count)
+        assert spec.processes.shard_sync is not None and spec.processes.workers is None
+        results.add(str(spec.output.results_dir))
     (merger,) = merge["spec"]["template"]["spec"]["containers"]
     merge_env = {e["name"]: e.get("value", "") for e in merger["env"]}
     assert merge_env["RUN"] == env["RUN"]

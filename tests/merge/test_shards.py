@@ -99,7 +99,7 @@ async def test_two_synced_shards_merge_into_the_unsharded_run(
     dirs = run_shards(sim_url, tmp_path, "--shard-sync", str(tmp_path / "sync"))
     merged = merge_cli(dirs, tmp_path / "merged")
     assert merged.returncode == 0, merged.stderr
-    spec = RunSpec(
+    spec = RunSpec.flat(
         conc=CONC,
         isl=64,
         osl=40,
@@ -210,7 +210,7 @@ def check_alignment_across_machines(dirs: list[Path], tmp: Path) -> None:
 async def test_merge_refuses_shards_that_did_not_overlap(
     tmp_path: Path, sim_url: str, tokenizer: Tokenizer
 ) -> None:
-    base = RunSpec(
+    base = RunSpec.flat(
         conc=(2,),
         isl=64,
         osl=24,
@@ -222,7 +222,7 @@ async def test_merge_refuses_shards_that_did_not_overlap(
     )
     for index in (0, 1):  # one after the other
         await run_sweep(
-            dataclasses.replace(base, shard_index=index, results_dir=tmp_path / f"s{index}"),
+            base.with_(shard_index=index, results_dir=tmp_path / f"s{index}"),
             tokenizer=tokenizer,
         )
     done = merge_cli([tmp_path / "s0", tmp_path / "s1"], tmp_path / "merged")

@@ -149,7 +149,7 @@ async def test_live_session_metrics_equal_the_result_file(tmp_path: Path) -> Non
         )
         async with (
             live_metrics(
-                model=MODEL, endpoint=spec.endpoint, points=1, spec_tokens=None, port=0
+                model=MODEL, endpoint=spec.target.endpoint, points=1, spec_tokens=None, port=0
             ) as (exporter, observer),
             prometheus(tmp_path, {"loadgen": exporter.port, "vllm": sim.port}) as url,
             aiohttp.ClientSession() as session,

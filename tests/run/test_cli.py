@@ -59,28 +59,36 @@ def test_parse_header() -> None:
 
 def test_defaults_from_argv(tmp_path: Path) -> None:
     spec = spec_from_argv([*BASE, "--conc", "4..16", "--results", str(tmp_path)], env={})
-    assert spec.conc == (4, 8, 16)
-    assert (spec.endpoint, spec.encoder, spec.thinking) == ("completions", "dsv4", "thinking")
-    assert (spec.prompts_per_conc, spec.warmup_per_conc, spec.temperature) == (10, 2, 0.0)
-    assert spec.percentiles == (50.0, 90.0, 99.0, 99.9)
-    assert spec.max_error_rate == 0.05
-    assert spec.results_dir == tmp_path
-    assert spec.api_key is None
-    assert spec.http_client == "native"
+    assert spec.load.conc == (4, 8, 16)
+    assert (spec.target.endpoint, spec.workload.encoder, spec.workload.thinking) == (
+        "completions",
+        "dsv4",
+        "thinking",
+    )
+    assert (spec.load.prompts_per_conc, spec.load.warmup_per_conc, spec.workload.temperature) == (
+        10,
+        2,
+        0.0,
+    )
+    assert spec.scoring.percentiles == (50.0, 90.0, 99.0, 99.9)
+    assert spec.deadlines.max_error_rate == 0.05
+    assert spec.output.results_dir == tmp_path
+    assert spec.target.api_key is None
+    assert spec.target.http_client == "native"
     spec = spec_from_argv([*BASE, "--conc", "4", "--http-client", "aiohttp"], env={})
-    assert spec.http_client == "aiohttp"
+    assert spec.target.http_client == "aiohttp"
 
 
 def test_api_key_from_environment() -> None:
     spec = spec_from_argv([*BASE, "--conc", "4"], env={"OPENAI_API_KEY": "sk-x"})
-    assert spec.api_key == "sk-x"
+    assert spec.target.api_key == "sk-x"
     spec = spec_from_argv([*BASE, "--conc", "4", "--api-key", "sk-y"], env={"OPENAI_API_KEY": "x"})
-    assert spec.api_key == "sk-y"
+    assert spec.target.api_key == "sk-y"
 
 
 def test_default_results_dir_is_timestamped() -> None:
     spec = spec_from_argv([*BASE, "--conc", "4"], env={})
-    assert spec.results_dir is not None and spec.results_dir.parent == Path("results")
+    assert spec.output.results_dir is not None and spec.output.results_dir.parent == Path("results")
 
 
 def test_sim_excludes_base_url() -> None:
@@ -100,7 +108,7 @@ def test_sim_excludes_base_url() -> None:
         ],
         env={},
     )
-    assert spec.sim and spec.base_url is None
+    assert spec.sim and spec.target.base_url is None
     assert spec.sim_args == ("--step-fixed-ms", "1", "--seed", "3")
 
 
@@ -123,9 +131,9 @@ def test_invalid_values_name_the_flag(extra: list[str], message: str) -> None:
 
 def test_runspec_validates_directly() -> None:
     with pytest.raises(SpecError, match="--base-url"):
-        RunSpec(conc=(4,), isl=8, osl=8)
+        RunSpec.flat(conc=(4,), isl=8, osl=8)
     with pytest.raises(SpecError, match="--isl"):
-        RunSpec(conc=(4,), isl=0, osl=8, base_url="http://x")
+        RunSpec.flat(conc=(4,), isl=0, osl=8, base_url="http://x")
 
 
 def test_spec_from_options_matches_argv(tmp_path: Path) -> None:
@@ -141,9 +149,9 @@ def test_spec_from_options_matches_argv(tmp_path: Path) -> None:
         "request_rate": 5.5,
     }
     spec = spec_from_options(options)
-    assert spec.conc == (4, 8) and spec.slos_ms == {"ttft": 2000.0}
-    assert spec.headers == (("A", "b"),) and not spec.progress
-    assert spec.request_rate == 5.5 and spec.results_dir == tmp_path
+    assert spec.load.conc == (4, 8) and spec.scoring.slos_ms == {"ttft": 2000.0}
+    assert spec.target.headers == (("A", "b"),) and not spec.output.progress
+    assert spec.load.request_rate == 5.5 and spec.output.results_dir == tmp_path
     with pytest.raises(SpecError, match="unknown option 'bogus'"):
         spec_from_options({**options, "bogus": 1})
     with pytest.raises(SpecError, match="--conc"):

@@ -25,20 +25,29 @@ INFERENCEX = (
 
 def test_inferencex_command_line(tmp_path: Path) -> None:
     spec = spec_from_argv(shlex.split(INFERENCEX.format(dir=tmp_path)), env={})
-    assert (spec.conc, spec.isl, spec.osl, spec.range_ratio) == ((64,), 8192, 1024, 0.8)
-    assert (spec.measured_requests(64), spec.warmup_requests(64)) == (640, 128)
-    assert spec.request_rate is None  # inf: closed loop at the concurrency
-    assert (spec.encoder, spec.thinking, spec.endpoint) == ("dsv4", "thinking", "completions")
-    assert spec.results_dir == tmp_path and spec.sim
+    assert (spec.load.conc, spec.workload.isl, spec.workload.osl, spec.workload.range_ratio) == (
+        (64,),
+        8192,
+        1024,
+        0.8,
+    )
+    assert (spec.load.measured_requests(64), spec.load.warmup_requests(64)) == (640, 128)
+    assert spec.load.request_rate is None  # inf: closed loop at the concurrency
+    assert (spec.workload.encoder, spec.workload.thinking, spec.target.endpoint) == (
+        "dsv4",
+        "thinking",
+        "completions",
+    )
+    assert spec.output.results_dir == tmp_path and spec.sim
     assert spec.sim_args[:2] == ("--model", "deepseek-ai/DeepSeek-V4-Pro")  # sim serves it
-    assert spec.vllm_result == VllmResultOptions(
+    assert spec.output.vllm_result == VllmResultOptions(
         result_dir=tmp_path,
         filename="dsv4_8k1k_conc64",
         model_id="deepseek-ai/DeepSeek-V4-Pro",
         tokenizer_id="deepseek-ai/DeepSeek-V4-Pro",
     )
-    assert {90.0, 99.0, 99.9} <= set(spec.percentiles)
-    assert [n for n in spec.ignored_flags if "--trust-remote-code" in n]
+    assert {90.0, 99.0, 99.9} <= set(spec.scoring.percentiles)
+    assert [n for n in spec.output.ignored_flags if "--trust-remote-code" in n]
 
 
 def test_vllm_flags_map_to_loadgen_flags() -> None:
@@ -82,17 +91,21 @@ def test_vllm_flags_map_to_loadgen_flags() -> None:
         ],
         env={},
     )
-    assert spec.base_url == "http://10.0.0.5:8001" and spec.conc == (4, 8, 16)
-    assert (spec.isl, spec.osl, spec.encoder) == (100, 20, "raw")  # untemplated, as vLLM
-    assert spec.headers == (("x-a", "1"), ("X-B", "2=3"))
-    assert spec.slos_ms == {"ttft": 2000.0, "tpot": 50.0} and not spec.progress
-    assert {25.0, 50.0, 90.0} <= set(spec.percentiles)
-    assert (spec.endpoint, spec.model, spec.request_rate) == ("chat", "m", 12.5)
-    assert spec.vllm_result is not None and spec.vllm_result.detailed
-    assert (spec.vllm_result.model_id, spec.vllm_result.label) == ("org/M", "L")
-    assert spec.vllm_result.metadata == (("tp", "8"),)
-    assert spec.vllm_result.percentile_metrics == ("ttft", "client_queue_time")
-    assert spec.vllm_result.metric_percentiles == (25.0, 50.0)
+    assert spec.target.base_url == "http://10.0.0.5:8001" and spec.load.conc == (4, 8, 16)
+    assert (spec.workload.isl, spec.workload.osl, spec.workload.encoder) == (
+        100,
+        20,
+        "raw",
+    )  # untemplated, as vLLM
+    assert spec.target.headers == (("x-a", "1"), ("X-B", "2=3"))
+    assert spec.scoring.slos_ms == {"ttft": 2000.0, "tpot": 50.0} and not spec.output.progress
+    assert {25.0, 50.0, 90.0} <= set(spec.scoring.percentiles)
+    assert (spec.target.endpoint, spec.target.model, spec.load.request_rate) == ("chat", "m", 12.5)
+    assert spec.output.vllm_result is not None and spec.output.vllm_result.detailed
+    assert (spec.output.vllm_result.model_id, spec.output.vllm_result.label) == ("org/M", "L")
+    assert spec.output.vllm_result.metadata == (("tp", "8"),)
+    assert spec.output.vllm_result.percentile_metrics == ("ttft", "client_queue_time")
+    assert spec.output.vllm_result.metric_percentiles == (25.0, 50.0)
 
 
 @pytest.mark.parametrize(
@@ -137,9 +150,13 @@ def test_same_value_twice_is_fine_and_random_dataset_refuses_a_path(tmp_path: Pa
         ],
         env={},
     )
-    assert spec.conc == (4,) and spec.isl == 64
+    assert spec.load.conc == (4,) and spec.workload.isl == 64
     spec = spec_from_argv(["--sim", "--conc", "4", "--dataset-name", "random"], env={})
-    assert (spec.isl, spec.osl, spec.encoder) == (1024, 128, "raw")  # vLLM's defaults
+    assert (spec.workload.isl, spec.workload.osl, spec.workload.encoder) == (
+        1024,
+        128,
+        "raw",
+    )  # vLLM's defaults
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "hi"}\n')
     with pytest.raises(SpecError, match="drop --dataset-path"):
@@ -171,7 +188,12 @@ def test_same_value_twice_is_fine_and_random_dataset_refuses_a_path(tmp_path: Pa
         ],
         env={},
     )
-    assert (spec.isl, spec.dataset, spec.dataset_format, spec.encoder) == (
+    assert (
+        spec.workload.isl,
+        spec.workload.dataset,
+        spec.workload.dataset_format,
+        spec.workload.encoder,
+    ) == (
         None,
         data,
         "jsonl",
@@ -191,8 +213,8 @@ def test_sidecar_options_take_the_same_aliases(tmp_path: Path) -> None:
             "results_dir": str(tmp_path),
         }
     )
-    assert spec.conc == (2, 4) and spec.slos_ms == {"ttft": 100.0, "e2el": 900.0}
-    assert spec.server_metrics == ("http://127.0.0.1:9/metrics",)
+    assert spec.load.conc == (2, 4) and spec.scoring.slos_ms == {"ttft": 100.0, "e2el": 900.0}
+    assert spec.telemetry.server_metrics == ("http://127.0.0.1:9/metrics",)
 
 
 def test_help_keeps_the_aliases_in_their_own_group() -> None:
@@ -238,6 +260,6 @@ def test_sidecar_refuses_aliases_of_what_it_sets_itself(option: str, tmp_path: P
             config,
             {"max_concurrency": [2], "random_input_len": 64, "osl": 8, "save_result": True},
             tmp_path,
-        ).vllm_result
+        ).output.vllm_result
         is not None
     )

@@ -154,7 +154,11 @@ async def test_sharegpt_without_isl_or_osl(tmp_path: Path, tokenizer: Tokenizer)
         ],
         env={},
     )
-    assert (spec.isl, spec.osl, spec.encoder) == (None, None, "raw")  # as vLLM sends it
+    assert (spec.workload.isl, spec.workload.osl, spec.workload.encoder) == (
+        None,
+        None,
+        "raw",
+    )  # as vLLM sends it
     outcome = await measure(spec, tokenizer=tokenizer)
     result = outcome.points[0].result.to_json()  # as the file spells it
     assert outcome.exit_code == 0 and result["completed"] == 10

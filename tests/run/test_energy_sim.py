@@ -77,7 +77,7 @@ def spec(tmp_path: Path, url: str, gpu_url: str, **changes: Any) -> RunSpec:
         vllm_result=None,
     )
     values.update(changes)
-    return RunSpec(**values)
+    return RunSpec.flat(**values)
 
 
 def ground_truth_j(sim: RunningSimulator, results: Path, conc: int) -> tuple[float, float]:

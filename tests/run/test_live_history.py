@@ -314,5 +314,5 @@ def test_sidecar_options_take_live_history() -> None:
         "live_history": True,
         "base_url": "http://127.0.0.1:1",
     }
-    assert spec_from_options(options).live_history
-    assert not spec_from_options({**options, "live_history": False}).live_history
+    assert spec_from_options(options).session.live_history
+    assert not spec_from_options({**options, "live_history": False}).session.live_history

@@ -158,12 +158,12 @@ def test_another_models_tokenizer_runs_untemplated(tmp_path: Path) -> None:
     Tokenizer(models.WordLevel({"[unk]": 0, "a": 1}, unk_token="[unk]")).save(str(other))
     argv = replay_cmd(8000, tmp_path, 4, "--unsafe-override")
     spec = profile_spec(argv[1:], {})  # after the `profile` word, as cli.py passes it
-    assert spec.encoder == "dsv4"
-    assert not any("DeepSeek-V4" in note for note in spec.ignored_flags)
+    assert spec.workload.encoder == "dsv4"
+    assert not any("DeepSeek-V4" in note for note in spec.output.ignored_flags)
     argv[argv.index("--tokenizer") + 1] = str(other)
     spec = profile_spec(argv[1:], {})  # after the `profile` word, as cli.py passes it
-    assert spec.encoder == "raw" and spec.tokenizer == str(other)
-    assert [note for note in spec.ignored_flags if "DeepSeek-V4" in note] == [
+    assert spec.workload.encoder == "raw" and spec.target.tokenizer == str(other)
+    assert [note for note in spec.output.ignored_flags if "DeepSeek-V4" in note] == [
         f"--tokenizer {other} is not DeepSeek-V4's: messages are sent and counted as they "
         "are (loadgen --encoder raw), as AIPerf does"
     ]

@@ -114,7 +114,7 @@ def test_redact_options_headers_in_every_form_and_at_every_level() -> None:
 
 def test_url_credentials_and_an_authorization_header_conflict() -> None:
     base = ["--conc", "1", "--isl", "64", "--osl", "8", "--base-url", "http://u:p@127.0.0.1:9"]
-    assert spec_from_argv(base, env={}).base_url == "http://u:p@127.0.0.1:9"
+    assert spec_from_argv(base, env={}).target.base_url == "http://u:p@127.0.0.1:9"
     for extra, env in (
         (["--api-key", "k"], {}),
         ([], {"OPENAI_API_KEY": "k"}),

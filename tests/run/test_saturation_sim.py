@@ -53,7 +53,7 @@ def spec_at(tmp_path: Path, rate: float, **changes: Any) -> RunSpec:
         saturation_window_s=2.0,
     )
     values.update(changes)
-    return RunSpec(**values)
+    return RunSpec.flat(**values)
 
 
 async def test_a_rate_above_capacity_stops_saturated_before_its_duration(

@@ -41,7 +41,7 @@ class TimedRenderer(SessionRenderer):
 
 
 async def test_turns_render_off_the_loop_in_due_order(tokenizer: Tokenizer) -> None:
-    spec = RunSpec(
+    spec = RunSpec.flat(
         conc=(1,),
         isl=ISL,
         osl=8,

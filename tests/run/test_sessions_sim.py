@@ -51,7 +51,7 @@ async def run(
     )
     outcome = await run_sweep(spec, tokenizer=tokenizer)
     assert outcome.exit_code == 0
-    conc = spec.conc[0]
+    conc = spec.load.conc[0]
     result = orjson.loads((tmp_path / f"conc_{conc}.json").read_bytes())
     return result, read_jsonl(tmp_path / f"requests_conc_{conc}.jsonl")
 

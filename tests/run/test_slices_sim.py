@@ -41,7 +41,7 @@ def spec(tmp_path: Path, **changes: Any) -> RunSpec:
         progress=False,
     )
     values.update(changes)
-    return RunSpec(**values)
+    return RunSpec.flat(**values)
 
 
 async def test_slices_add_up_to_the_point_and_carry_the_servers_kv_usage(

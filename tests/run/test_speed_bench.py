@@ -229,9 +229,13 @@ def test_flags_map_as_vllms_and_conflicts_are_refused() -> None:
 
     base = ["--sim", "--conc", "1", "--dataset-name", "speed_bench", "--dataset-path", str(FIXTURE)]
     spec = spec_from_argv(base)
-    assert spec.osl == 4096 and spec.encoder == "dsv4"  # vLLM's default output length
-    assert spec.speed_bench == SpeedBenchOptions("qualitative", None)
-    assert spec_from_argv([*base, "--osl", "64", "--speed-bench-output-len", "64"]).osl == 64
+    assert (
+        spec.workload.osl == 4096 and spec.workload.encoder == "dsv4"
+    )  # vLLM's default output length
+    assert spec.workload.speed_bench == SpeedBenchOptions("qualitative", None)
+    assert (
+        spec_from_argv([*base, "--osl", "64", "--speed-bench-output-len", "64"]).workload.osl == 64
+    )
     with pytest.raises(SpecError, match="--osl and --speed-bench-output-len"):
         spec_from_argv([*base, "--osl", "64", "--speed-bench-output-len", "32"])
     with pytest.raises(SpecError, match="applies to --dataset-name speed_bench"):

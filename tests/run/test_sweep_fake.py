@@ -146,7 +146,7 @@ def spec(tmp_path: Path, **changes: Any) -> RunSpec:
         num_gpus=2,
     )
     values.update(changes)
-    return RunSpec(**values)
+    return RunSpec.flat(**values)
 
 
 async def test_a_sweep_through_the_seam_gives_the_exact_figures(
@@ -243,7 +243,7 @@ async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
     for index in range(3):
         clock = VirtualClock()  # every shard starts at the same (virtual) instant
         results = tmp_path / f"shard{index}"
-        shard = dataclasses.replace(base, shard_index=index, shard_count=3, results_dir=results)
+        shard = base.with_(shard_index=index, shard_count=3, results_dir=results)
         await run_sweep(
             shard, tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep
         )

@@ -117,7 +117,7 @@ def sim_spec(tmp_path: Path, *extra_sim: str, **changes: Any) -> RunSpec:
         progress=False,
     )
     values.update(changes)
-    return RunSpec(**values)
+    return RunSpec.flat(**values)
 
 
 def point_json(outcome: SweepOutcome, conc: int) -> dict[str, Any]:

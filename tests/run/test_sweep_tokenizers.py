@@ -77,11 +77,11 @@ def points(results: Path) -> list[dict[str, Any]]:
 def sent_prompt_lengths(args: list[str], tokenizer: str) -> list[int]:
     """Token counts of the prompts the sweep sent, re-tokenized from the request bodies."""
     spec = spec_from_argv(args, env={})
-    tok = load_tokenizer(tokenizer, check_dsv4=spec.encoder == "dsv4")
+    tok = load_tokenizer(tokenizer, check_dsv4=spec.workload.encoder == "dsv4")
     workload = Workload(spec, tok, body_options(spec))
     bodies = [
         orjson.loads(r.body)
-        for conc in spec.conc
+        for conc in spec.load.conc
         for r in (*workload.point(conc).warmup, *workload.point(conc).measured)
     ]
     return [

@@ -24,7 +24,7 @@ def spec(**changes: object) -> RunSpec:
         conc=(2,), isl=96, osl=12, base_url="http://x", prompts_per_conc=3, warmup_per_conc=1
     )
     values.update(changes)
-    return RunSpec(**values)  # type: ignore[arg-type]
+    return RunSpec.flat(**values)
 
 
 COMPLETIONS = BodyOptions(endpoint="completions", model="m")

@@ -68,7 +68,7 @@ def spec(tmp: Path, workers: int, **changes: Any) -> RunSpec:
         workers=workers,
     )
     values.update(changes)
-    return RunSpec(**values)
+    return RunSpec.flat(**values)
 
 
 def load(results: Path, conc: int) -> tuple[dict[str, Any], list[RequestRecord]]:
@@ -198,12 +198,12 @@ def test_slots_partition_the_point_exactly() -> None:
 
 
 def test_auto_workers_from_cores_and_streams() -> None:
-    base = RunSpec(conc=(4, 512), isl=64, osl=8, base_url="http://127.0.0.1:9", workers=None)
+    base = RunSpec.flat(conc=(4, 512), isl=64, osl=8, base_url="http://127.0.0.1:9", workers=None)
     assert choose_workers(base, 2)[0] == 1  # the parent needs the other core
     count, why = choose_workers(base, 16)
     assert count == 4 and "512 streams" in why  # 512 / 128 per worker
-    assert choose_workers(RunSpec(conc=(64,), isl=64, osl=8, sim=True), 16)[0] == 1
-    sharded = RunSpec(conc=(512,), isl=64, osl=8, base_url="http://x:1", shard_count=4)
+    assert choose_workers(RunSpec.flat(conc=(64,), isl=64, osl=8, sim=True), 16)[0] == 1
+    sharded = RunSpec.flat(conc=(512,), isl=64, osl=8, base_url="http://x:1", shard_count=4)
     assert choose_workers(sharded, 16)[0] == 1  # 128 streams in this shard
 
 

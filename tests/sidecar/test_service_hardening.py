@@ -70,7 +70,7 @@ def test_the_cli_refuses_a_label_with_a_path_separator() -> None:
     with pytest.raises(SpecError, match=r"--label 'a/b': a label, not a path"):
         spec_from_argv([*argv, "a/b"], {})
     spec = spec_from_argv([*argv, "nightly"], {})
-    assert spec.vllm_result is not None and spec.vllm_result.label == "nightly"
+    assert spec.output.vllm_result is not None and spec.output.vllm_result.label == "nightly"
 
 
 def test_a_link_planted_below_the_data_dir_cannot_lead_out(tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_a_link_planted_below_the_data_dir_cannot_lead_out(tmp_path: Path) -> No
     ):
         spec_for(config, {**RUN, "label": "nightly"}, data / "planted")
     inside = spec_for(config, {**RUN, "label": "..", "result_filename": ".."}, data / "ok")
-    assert inside.vllm_result is not None and inside.vllm_result.label == ".."
+    assert inside.output.vllm_result is not None and inside.output.vllm_result.label == ".."
     assert list(outside.iterdir()) == []
 
 

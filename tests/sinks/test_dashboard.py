@@ -174,9 +174,9 @@ async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Pa
     observer = MetricsObserver(
         metrics,
         model=MODEL,
-        endpoint=spec.endpoint,
-        points=len(spec.conc),
-        spec_tokens=spec.spec_tokens,
+        endpoint=spec.target.endpoint,
+        points=len(spec.load.conc),
+        spec_tokens=spec.scoring.spec_tokens,
     )
     await run_sweep(spec, observer=observer)
 

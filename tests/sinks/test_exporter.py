@@ -271,9 +271,9 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
         observer = MetricsObserver(
             metrics,
             model="sim-model",
-            endpoint=spec.endpoint,
-            points=len(spec.conc),
-            spec_tokens=spec.spec_tokens,
+            endpoint=spec.target.endpoint,
+            points=len(spec.load.conc),
+            spec_tokens=spec.scoring.spec_tokens,
         )
         outcome = await run_sweep(spec, observer=observer)
     got = samples(registry)

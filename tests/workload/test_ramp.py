@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -58,7 +57,7 @@ def test_burstiness_keeps_the_mean_and_changes_the_spread() -> None:
 
 
 def test_the_point_uses_the_ramp_from_its_seed(tmp_path: Path) -> None:
-    spec = RunSpec(
+    spec = RunSpec.flat(
         conc=(4,),
         isl=64,
         osl=8,
@@ -68,10 +67,10 @@ def test_the_point_uses_the_ramp_from_its_seed(tmp_path: Path) -> None:
         ramp_up_end_rps=50.0,
         results_dir=tmp_path,
     )
-    assert spec.open_loop
+    assert spec.load.open_loop
     first = point_offsets_ns(spec, 4)
     assert first == point_offsets_ns(spec, 4) and len(first) == 40  # seeded, conc x 10
-    assert first != point_offsets_ns(dataclasses.replace(spec, seed=1), 4)
+    assert first != point_offsets_ns(spec.with_(seed=1), 4)
     rates = ramp_rates(40, "exponential", 1.0, 50.0)
     gaps = np.diff([0, *first])
     assert gaps[:5].mean() > 10 * gaps[-5:].mean()  # slow at first, fast at the end
@@ -149,12 +148,16 @@ def test_the_flags_reach_the_spec(tmp_path: Path) -> None:
             "--no-saturation-stop",
         ]
     )
-    assert (spec.ramp_up_strategy, spec.ramp_up_start_rps, spec.ramp_up_end_rps) == (
+    assert (spec.load.ramp_up_strategy, spec.load.ramp_up_start_rps, spec.load.ramp_up_end_rps) == (
         "linear",
         1.0,
         9.0,
     )
-    assert spec.slice_duration_s == 2.5 and spec.saturation_stop is False and spec.open_loop
+    assert (
+        spec.load.slice_duration_s == 2.5
+        and spec.load.saturation_stop is False
+        and spec.load.open_loop
+    )
 
 
 def test_rate_stages_parse_with_units() -> None:
@@ -204,9 +207,9 @@ def test_stages_set_the_points_duration_and_requests(tmp_path: Path) -> None:
             "2@3s,10@2s",
         ]
     )
-    assert spec.rate_stages == ((2.0, 3.0), (10.0, 2.0)) and spec.open_loop
-    assert spec.point_duration_s == 5.0
-    assert spec.measured_requests(8) == stage_request_bound(spec.rate_stages, 1.0)
+    assert spec.load.rate_stages == ((2.0, 3.0), (10.0, 2.0)) and spec.load.open_loop
+    assert spec.load.point_duration_s == 5.0
+    assert spec.load.measured_requests(8) == stage_request_bound(spec.load.rate_stages, 1.0)
     for extra, message in (
         (["--request-rate", "3"], "drop --request-rate"),
         (["--duration", "3"], "drop --duration"),
@@ -242,4 +245,4 @@ lanes:
     rate-stages: [2@10s, 8@10s, 32@5s]
 """
     plan = parse_sweep(load_yaml(text, source="s.yaml"), source="s.yaml")
-    assert plan.lanes[0].spec.rate_stages == ((2.0, 10.0), (8.0, 10.0), (32.0, 5.0))
+    assert plan.lanes[0].spec.load.rate_stages == ((2.0, 10.0), (8.0, 10.0), (32.0, 5.0))

@@ -149,13 +149,13 @@ def test_session_flags_are_validated() -> None:
     with pytest.raises(SpecError, match="--start-ratio"):
         spec_from_argv([*base, "--turns", "2", "--start-ratio", "0.8,0.2"])
     spec = spec_from_argv([*base, "--turns", "2..4", "--session-header", "X-SMG-Routing-Key"])
-    assert spec.sessions and spec.max_error_rate == 0.10
-    assert spec.session_headers == ("X-SMG-Routing-Key",)
-    assert 75.0 in spec.percentiles and 95.0 in spec.percentiles
+    assert spec.sessions and spec.deadlines.max_error_rate == 0.10
+    assert spec.session.session_headers == ("X-SMG-Routing-Key",)
+    assert 75.0 in spec.scoring.percentiles and 95.0 in spec.scoring.percentiles
     trace = spec_from_argv(
         ["--sim", "--conc", "1", "--dataset", str(TRACES / "agentic_small.jsonl")]
     )
-    assert trace.dataset_format == "weka" and trace.sessions
+    assert trace.workload.dataset_format == "weka" and trace.sessions
     with pytest.raises(SpecError, match="--isl is required"):  # restructure's wording
         spec_from_argv(["--sim", "--conc", "1"])
 
