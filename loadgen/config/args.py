@@ -40,7 +40,6 @@ from loadgen.config.spec import (
     DEFAULT_HTTP_TIMEOUT_S,
     DEFAULT_STREAM_IDLE_TIMEOUT_S,
     ENCODER_NAMES,
-    HTTP_CLIENTS,
     MAX_CONVERSATION_BYTES,
     MAX_DATASET_BYTES,
     MAX_SEED,
@@ -127,6 +126,17 @@ def parse_endpoint(text: str) -> str:
             "/v1/completions, /v1/chat/completions)"
         )
     return name
+
+
+def parse_http_client(text: str) -> str:
+    if text == "native":
+        return text
+    if text == "aiohttp":
+        raise SpecError(
+            "--http-client: the aiohttp comparison client moved to bench/ "
+            "(bench/read_path.py --http-client aiohttp); loadgen measures with its native client"
+        )
+    raise SpecError(f"--http-client {text!r}: loadgen measures with its native client only")
 
 
 def parse_request_rate(text: str) -> float | None:
@@ -265,15 +275,9 @@ def _target_flags(t: argparse._ArgumentGroup) -> None:
         "500 -f FILE` (or amd-smi): each point's energy integrated from it, "
         "as InferenceX does (default: none)",
     )
-    t.add_argument(
-        "--http-client",
-        choices=HTTP_CLIENTS,
-        default="native",
-        help="client of the measured streams: native (loadgen's own HTTP/1.1 "
-        "reader on uvloop + llhttp: per socket read it only stamps and appends) "
-        "or aiohttp (the previous client, kept for comparison); preflight GETs "
-        "and /metrics scrapes always use aiohttp",
-    )
+    # Gone: loadgen measures with its native client only. `native` is still accepted
+    # (earlier scripts and sweep files keep working); anything else gets one line.
+    t.add_argument("--http-client", default="native", help=argparse.SUPPRESS)
 
 
 def _workload_flags(w: argparse._ArgumentGroup) -> None:
@@ -633,7 +637,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         trials=args.trials,
         resume=args.resume is not None,
         overwrite=args.overwrite,
-        http_client=args.http_client,
+        http_client=parse_http_client(args.http_client),
         aiperf_artifacts=args.aiperf_artifacts,
         **compat,
         **session_fields(args, fmt),
