@@ -285,11 +285,13 @@ async def measure(
     for point in outcome.points:
         records = read_jsonl(outcome.results_dir / f"requests_conc_{point.conc}.jsonl")
         totals = analyse(records, trace, outcome.run_id, point.conc)
-        report(point.conc, totals, point.result)
+        # the point's file as written (PointResult is a struct; the figures read its keys)
+        result = orjson.loads((outcome.results_dir / f"conc_{point.conc}.json").read_bytes())
+        report(point.conc, totals, result)
         if workers > 1:
-            report_workers(point.conc, workers, records, trace, outcome.run_id, point.result)
-        project(totals, point.result, point.conc)
-        out[point.conc] = figures(totals, point.result)
+            report_workers(point.conc, workers, records, trace, outcome.run_id, result)
+        project(totals, result, point.conc)
+        out[point.conc] = figures(totals, result)
     return out
 
 
