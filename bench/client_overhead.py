@@ -60,10 +60,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from bench.aiohttp_client import AIOHTTP_STREAMS, check_private_api
 from loadgen.config.parsers import parse_cpu_list
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
+from loadgen.run.backend import http_backend
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.ids import x_request_id
 from loadgen.run.shares import Share
@@ -272,17 +274,24 @@ async def measure(
             cpu_affinity=cpu_affinity,
             http_client=http_client,
         )
-        outcome = await run_sweep(spec, tokenizer=tokenizer)
+        if http_client == "native":
+            outcome = await run_sweep(spec, tokenizer=tokenizer)
+        else:  # the comparison client, plugged in through the backend's streams seam
+            check_private_api()
+            async with http_backend(spec, workdir, tokenizer, streams=AIOHTTP_STREAMS) as backend:
+                outcome = await run_sweep(spec, tokenizer=tokenizer, backend=backend)
     trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
     out = {}
     for point in outcome.points:
         records = read_jsonl(outcome.results_dir / f"requests_conc_{point.conc}.jsonl")
         totals = analyse(records, trace, outcome.run_id, point.conc)
-        report(point.conc, totals, point.result)
+        # the point's file as written (PointResult is a struct; the figures read its keys)
+        result = orjson.loads((outcome.results_dir / f"conc_{point.conc}.json").read_bytes())
+        report(point.conc, totals, result)
         if workers > 1:
-            report_workers(point.conc, workers, records, trace, outcome.run_id, point.result)
-        project(totals, point.result, point.conc)
-        out[point.conc] = figures(totals, point.result)
+            report_workers(point.conc, workers, records, trace, outcome.run_id, result)
+        project(totals, result, point.conc)
+        out[point.conc] = figures(totals, result)
     return out
 
 
@@ -364,6 +373,8 @@ def main() -> None:
         concs = tuple(int(c) for c in args.conc.split(","))
         clients = args.http_client.split(",")
         cpus = parse_cpu_list(args.cpu_affinity) if args.cpu_affinity else ()
+        if args.workers > 1 and set(clients) != {"native"}:
+            parser.error("--workers > 1: worker processes measure with the native client only")
         runs: dict[str, list[dict[int, dict[str, float]]]] = {c: [] for c in clients}
         for run in range(args.runs):
             for client in clients:

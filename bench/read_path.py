@@ -33,12 +33,13 @@ from typing import cast
 import numpy as np
 import orjson
 
+from bench.aiohttp_client import AiohttpStreams, check_private_api, open_stamping_session
 from loadgen.client.ingest import Exchange  # noqa: F401  (import cost outside the timing)
 from loadgen.client.native import kernel_stamps
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.native.pool import parse_target
 from loadgen.client.stream_client import StreamClient
-from loadgen.client.transport import AiohttpStreams, Transport, open_session
+from loadgen.client.transport import Transport
 from loadgen.workload.plan import RequestSpec
 
 CLIENT_CPU, SERVER_CPU = 0, 1
@@ -140,7 +141,8 @@ async def streams_of(kind: str, conc: int) -> AsyncIterator[StreamClient]:
         yield native
         await native.close()
         return
-    async with open_session(max_connections=conc) as session:
+    check_private_api()
+    async with open_stamping_session(max_connections=conc) as session:
         yield AiohttpStreams(session)
 
 

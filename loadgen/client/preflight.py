@@ -25,7 +25,7 @@ from loadgen.client.deadlines import timeout_of, unanswered
 from loadgen.client.redirects import CrossOriginRedirect
 from loadgen.client.server_metrics import check_metrics_urls
 from loadgen.client.stream_client import StreamClient
-from loadgen.client.transport import AiohttpStreams, Transport
+from loadgen.client.transport import Transport
 from loadgen.config.spec import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import ServerError
 from loadgen.metrics.server import (
@@ -256,15 +256,15 @@ async def preflight(
     request_timeout_s: float | None = None,
     metrics_urls: tuple[str, ...] = (),
     stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
-    streams: StreamClient | None = None,
+    streams: StreamClient,
 ) -> ServerInfo:
     """All checks in order; raises PreflightError with one line when the run cannot start.
 
     isl/osl are the longest request's lengths (a dataset's longest prompt and output).
     With `metrics_urls` (--server-metrics) each is checked once and their sum tells
     whether speculative decoding is on; otherwise the target's own /metrics does.
-    The probe requests go through `streams`, the client the measured requests will use
-    (default: the aiohttp session), so a server that client cannot read fails here.
+    The probe requests go through `streams`, the client the measured requests will use,
+    so a server that client cannot read fails here.
     """
     model, max_model_len = await find_model(session, base_url, wanted_model)
     check_context(max_model_len, isl, osl)
@@ -286,7 +286,7 @@ async def preflight(
         snapshot = await _preflight_metrics(session, base_url)
     spec_decoding = speculative_decoding_enabled(snapshot) if snapshot is not None else None
     transport = Transport(
-        streams or AiohttpStreams(session),
+        streams,
         base_url + options.path,
         request_timeout_s=request_timeout_s,
         stream_idle_timeout_s=stream_idle_timeout_s,

@@ -1,9 +1,8 @@
 """The seam between the transport (timing, outcomes) and the HTTP client that streams.
 
-Two clients implement `StreamClient`: the native one (client/native/, the default: a
-protocol of its own on uvloop with llhttp) and the aiohttp one (transport.py), kept
-selectable with `--http-client` so the two can be measured against each other. Both
-stamp arrivals in their protocol's data callback and hand the body to the same ingest.
+loadgen's one `StreamClient` is the native one (client/native/: a protocol of its own on
+uvloop with llhttp); bench/aiohttp_client.py implements it over aiohttp, as a comparison.
+Both stamp arrivals in their protocol's data callback and hand the body to the same ingest.
 """
 
 from __future__ import annotations

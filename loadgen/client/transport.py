@@ -1,8 +1,8 @@
-"""A request's timing and outcome, the exception -> ErrorKind boundary, and the aiohttp client.
+"""A request's timing and outcome, the exception -> ErrorKind boundary, and the aiohttp
+session of everything that is not a measured stream (preflight GETs, /metrics scrapes).
 
 Timing (docs/design.md, "Timing under bursts"): the first Python code that sees a socket
-read is the client protocol's data callback (client/native/protocol.py, or
-`StampingResponseHandler` in aiohttp_seam.py for `--http-client aiohttp`). It reads
+read is the client protocol's data callback (client/native/protocol.py). It reads
 perf_counter_ns before parsing anything and keeps the stamp with the bytes. The ingest
 (ingest.py) parses the events later, in short slices between socket polls, and gives
 each event the stamp of the read that carried its first byte, so parsing cost never
@@ -11,8 +11,7 @@ turn) so that a wave of requests ending or starting together cannot stop the pol
 either.
 
 A request's clock starts immediately before its bytes are written to the socket (the
-native client stamps it before its one write; aiohttp's `request_chunk_sent` trace
-signal marks the body write, with the buffered headers). Opening a new connection is
+native client stamps it before its one write). Opening a new connection is
 timed separately (`connect_ns`).
 
 No wait is unbounded (deadlines.py): the session's default timeout (`--http-timeout`)
@@ -24,104 +23,48 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import time
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
-from types import SimpleNamespace
-from typing import Any
 
 import aiohttp
 
-from loadgen.client.deadlines import STREAM_TIMEOUT, IdleDeadline, StreamIdle, http_timeout
+from loadgen.client.deadlines import IdleDeadline, StreamIdle, http_timeout
 from loadgen.client.events import MalformedEvent, TokenCounter
-from loadgen.client.ingest import BodyStream, Exchange, Ingest, StartPacer
+from loadgen.client.ingest import Exchange, Ingest, StartPacer
 from loadgen.client.malformed_body import MalformedBody
 from loadgen.client.native.protocol import BadHttpResponse
 from loadgen.client.redirects import same_origin_redirects
-from loadgen.client.sse import ArrivalLog
 from loadgen.client.stream_client import (
-    ERROR_BODY_LIMIT,
     RequestClock,
     StreamClient,
-    is_event_stream,
-    record_rejection,
 )
 from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S, DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import SetupError
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
-READ_BUFSIZE = 1 << 22  # aiohttp pauses the socket only past 2x this: never for one event
-
-
-# Requests without a RequestClock (preflight GETs) pass through the same session untraced.
-async def _on_create_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-    if isinstance(clock := ctx.trace_request_ctx, RequestClock):
-        clock.connect_begin = perf_counter_ns()
-
-
-async def _on_create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-    if isinstance(clock := ctx.trace_request_ctx, RequestClock):
-        clock.acquired_ns = perf_counter_ns()
-        clock.connect_ns = clock.acquired_ns - clock.connect_begin
-
-
-async def _on_reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-    if isinstance(clock := ctx.trace_request_ctx, RequestClock):
-        clock.acquired_ns = perf_counter_ns()
-
-
-async def _on_chunk_sent(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-    # On Python < 3.12 aiohttp writes the body (with the buffered headers) from a task of
-    # its own, which runs only after every other ready callback: with 256 requests
-    # starting together, tens of ms after the connection was acquired. The request's
-    # clock starts here, at the write, so that delay is queue time and not TTFT.
-    if isinstance(clock := ctx.trace_request_ctx, RequestClock) and not clock.sent_ns:
-        clock.sent_ns = perf_counter_ns()
-
-
-def _trace_config() -> aiohttp.TraceConfig:
-    config = aiohttp.TraceConfig(trace_config_ctx_factory=SimpleNamespace)
-    config.on_connection_create_start.append(_on_create_start)
-    config.on_connection_create_end.append(_on_create_end)
-    config.on_connection_reuseconn.append(_on_reuse)
-    config.on_request_chunk_sent.append(_on_chunk_sent)
-    return config
-
 
 def open_session(
     *,
     max_connections: int,
     headers: Mapping[str, str] | None = None,
-    read_bufsize: int = READ_BUFSIZE,
     http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
-    stamping: bool = False,
 ) -> aiohttp.ClientSession:
-    """One session per run: `max_connections` sockets at once. Its default timeout bounds
-    every non-streaming call; streamed requests replace it with their own deadlines.
-    `stamping`: the session also reads the measured streams (`--http-client aiohttp`),
-    whose arrival stamps need aiohttp's internals (aiohttp_seam.py, imported only then)."""
-    options: dict[str, Any] = {
-        "limit": max_connections,
-        "limit_per_host": 0,
-        "keepalive_timeout": 3600.0,
-        "force_close": False,
-        "ttl_dns_cache": None,
-    }
-    if stamping:
-        from loadgen.client.aiohttp_seam import StampingConnector
-
-        connector: aiohttp.TCPConnector = StampingConnector(**options)
-    else:
-        connector = aiohttp.TCPConnector(**options)
+    """One session per run (aiohttp's public API only): `max_connections` sockets at once,
+    its default timeout bounding every call. The measured streams never use it."""
+    connector = aiohttp.TCPConnector(
+        limit=max_connections,
+        limit_per_host=0,
+        keepalive_timeout=3600.0,
+        force_close=False,
+        ttl_dns_cache=None,
+    )
     return aiohttp.ClientSession(
         connector=connector,
         timeout=http_timeout(http_timeout_s),
         headers={"Accept-Encoding": "identity", **(headers or {})},
-        auto_decompress=False,  # bytes stay the bytes that were stamped
-        read_bufsize=read_bufsize,
-        trace_configs=[_trace_config()],
+        auto_decompress=False,
         skip_auto_headers=("User-Agent",),
         # the session's headers (--header secrets) never follow a redirect elsewhere
         middlewares=(same_origin_redirects,),
@@ -239,80 +182,6 @@ class Transport:
                 # (a server that never closes the body after [DONE] is complete)
                 capped = self.request_timeout_s if overall.expired() else None
                 state.fail(*_classify(exc, clock, capped))
-
-
-class AiohttpStreams:
-    """The `StreamClient` over an aiohttp session (`--http-client aiohttp`)."""
-
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        from loadgen.client.aiohttp_seam import StampingConnector, protocol_of
-
-        if not isinstance(session.connector, StampingConnector):
-            raise ValueError("AiohttpStreams needs a session from open_session(stamping=True)")
-        self.session = session
-        self._protocol_of = protocol_of
-
-    async def exchange(
-        self,
-        url: str,
-        body: bytes,
-        headers: Mapping[str, str],
-        clock: RequestClock,
-        state: Exchange,
-        counter: TokenCounter,
-        ingest: Ingest,
-    ) -> None:
-        async with self.session.post(
-            url, data=body, headers=headers, trace_request_ctx=clock, timeout=STREAM_TIMEOUT
-        ) as response:
-            state.status = response.status
-            if not is_event_stream(response.status, response.content_type):
-                record_rejection(
-                    state, response.status, await response.content.read(ERROR_BODY_LIMIT)
-                )
-                return
-            await self._follow(response, clock, state, counter, ingest)
-
-    async def close(self) -> None:
-        pass  # the session belongs to whoever opened it
-
-    async def _follow(
-        self,
-        response: aiohttp.ClientResponse,
-        clock: RequestClock,
-        state: Exchange,
-        counter: TokenCounter,
-        ingest: Ingest,
-    ) -> None:
-        """Hand the body to the ingest, then sleep until it has ended."""
-        protocol = self._protocol_of(response)
-        log = protocol.log_for(response.content) if protocol is not None else None
-        if log is None:  # never expected: the protocol was rebound under us
-            log = ArrivalLog()
-            log.add(perf_counter_ns(), response.content.total_bytes)
-        clock.activity = log
-        stream = BodyStream(
-            response.content, log, state, counter, ingest, functools.partial(_stop_body, response)
-        )
-        if protocol is not None:
-            protocol.body_listener = stream.wake
-        stream.wake()  # bytes that arrived with the headers
-        try:
-            await response.content.wait_eof()  # end of body, or the connection broke
-        except (aiohttp.ClientError, OSError):
-            pass  # finish() below raises it, after parsing everything that came before
-        finally:
-            if protocol is not None and protocol.body_listener == stream.wake:
-                protocol.body_listener = None
-            stream.drain()  # a cancelled or timed-out request keeps what had arrived
-        stream.finish()
-
-
-def _stop_body(response: aiohttp.ClientResponse, error: Exception) -> None:
-    """The body's parser gave up: wake the reader now and close the connection (aiohttp
-    would read on, into memory, until the server ended the body)."""
-    response.content.set_exception(MalformedBody(str(error)))
-    response.close()
 
 
 class OutOfDescriptors(SetupError):

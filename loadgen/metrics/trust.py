@@ -145,7 +145,7 @@ def stamp_warnings(
 ) -> list[tuple[str, int, str]]:
     """Across the runs of a comparison (run -> concurrency -> result): points stamped at
     the read compared with kernel-stamped ones differ by the client's read delay, which
-    is not the server's (a run before kernel stamps, https, or --http-client aiohttp)."""
+    is not the server's (a run before kernel stamps, https, or an earlier --http-client aiohttp)."""
     kernel = sorted(
         name
         for name, run in points.items()

@@ -1,16 +1,19 @@
 """The runner's seam to a server: preflight, send a request, scrape its metrics.
 
 The runner only ever talks to a `Backend`. `http_backend` is the real one, aimed at
-`--base-url` or at the embedded simulator it starts: the measured streams go through the
-client `--http-client` names (native by default; aiohttp kept for comparison), preflight
-GETs and /metrics scrapes through one aiohttp session. Tests can pass a backend of their
-own to run a whole sweep in-process, exactly and fast.
+`--base-url` or at the embedded simulator it starts: the measured streams go through
+loadgen's native client (client/native/), preflight GETs and /metrics scrapes through one
+aiohttp session (its public API). `StreamsSource` is the one seam for another client of
+the measured streams (bench/aiohttp_client.py's comparison). Tests can pass a backend of
+their own to run a whole sweep in-process, exactly and fast.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,7 +32,7 @@ from loadgen.client.server_metrics import (
 )
 from loadgen.client.server_series import SeriesWatch
 from loadgen.client.stream_client import StreamClient
-from loadgen.client.transport import AiohttpStreams, Transport, open_session
+from loadgen.client.transport import Transport, open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.results.store import ResultsDir
@@ -102,14 +105,14 @@ class HttpBackend:
         session: aiohttp.ClientSession,
         target: str,
         tokenizer: Tokenizer,
-        streams: StreamClient | None = None,
+        streams: StreamClient,
         simulator_log: SimulatorLog | None = None,
     ) -> None:
         assert spec.target.base_url is not None
         self.spec = spec
         self.simulator_log = simulator_log  # the simulator loadgen started, if it did
         self.session = session
-        self.streams = streams or AiohttpStreams(session)
+        self.streams = streams
         self.target = target
         self.base_url = spec.target.base_url.rstrip("/")
         self.tokenizer = tokenizer
@@ -204,13 +207,8 @@ def request_headers(spec: RunSpec) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def open_streams(
-    spec: RunSpec, session: aiohttp.ClientSession, max_connections: int
-) -> AsyncIterator[StreamClient]:
-    """The client of the measured streams that `--http-client` names."""
-    if spec.target.http_client == "aiohttp":
-        yield AiohttpStreams(session)
-        return
+async def open_native_streams(spec: RunSpec, max_connections: int) -> AsyncIterator[StreamClient]:
+    """loadgen's own client of the measured streams."""
     native = NativeStreams(max_connections=max_connections, headers=request_headers(spec))
     try:
         yield native
@@ -218,12 +216,31 @@ async def open_streams(
         await native.close()
 
 
+@dataclass(frozen=True, slots=True)
+class StreamsSource:
+    """A client of the measured streams: its name (the spec's `http_client`, which the
+    results record) and how to open it for a spec with so many connections. loadgen has
+    one, NATIVE_STREAMS; the seam is for bench/'s comparison client (in the run's own
+    process only: worker processes always use the native one)."""
+
+    name: str
+    open: Callable[[RunSpec, int], AbstractAsyncContextManager[StreamClient]]
+
+
+NATIVE_STREAMS = StreamsSource("native", open_native_streams)
+
+
 @contextlib.asynccontextmanager
 async def http_backend(
-    spec: RunSpec, results_dir: Path, tokenizer: Tokenizer, attempt: int = 1
+    spec: RunSpec,
+    results_dir: Path,
+    tokenizer: Tokenizer,
+    attempt: int = 1,
+    streams: StreamsSource = NATIVE_STREAMS,
 ) -> AsyncIterator[HttpBackend]:
     """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`
-    (its log is the attempt's: a --resume keeps the earlier attempt's)."""
+    (its log is the attempt's: a --resume keeps the earlier attempt's); the measured
+    streams through `streams`."""
     async with contextlib.AsyncExitStack() as stack:
         target, log = "server", None
         if spec.sim:
@@ -243,9 +260,8 @@ async def http_backend(
             open_session(
                 max_connections=max(spec.load.conc),
                 headers=request_headers(spec),
-                http_timeout_s=spec.deadlines.http_timeout_s,
-                stamping=spec.target.http_client == "aiohttp",
+                http_timeout_s=spec.http_timeout_s,
             )
         )
-        streams = await stack.enter_async_context(open_streams(spec, session, max(spec.load.conc)))
-        yield HttpBackend(spec, session, target, tokenizer, streams, log)
+        client = await stack.enter_async_context(streams.open(spec, max(spec.conc)))
+        yield HttpBackend(spec, session, target, tokenizer, client, log)

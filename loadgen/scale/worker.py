@@ -32,7 +32,8 @@ from loadgen.client.preflight import ServerInfo
 from loadgen.client.transport import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
-from loadgen.run.backend import HttpBackend, open_streams, request_headers
+from loadgen.run.backend import HttpBackend, open_native_streams, request_headers
+from loadgen.scale.frames import Kind, frame, message, read_frame
 from loadgen.run.observers import QuietObserver
 from loadgen.run.point import Point
 from loadgen.run.point_records import RunContext
@@ -276,10 +277,9 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
         open_session(
             max_connections=slots,
             headers=request_headers(spec),
-            http_timeout_s=spec.deadlines.http_timeout_s,
-            stamping=spec.target.http_client == "aiohttp",
+            http_timeout_s=spec.http_timeout_s,
         ) as session,
-        open_streams(spec, session, slots) as streams,
+        open_native_streams(spec, slots) as streams,
     ):
         backend = HttpBackend(spec, session, config.target, tokenizer, streams)
         backend.adopt(config.server)

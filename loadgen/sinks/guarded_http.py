@@ -29,6 +29,9 @@ LOG_EVERY_S = 10.0
 LINGER_S = 2.0
 
 
+BACKLOG = 128  # aiohttp's own default for a site
+
+
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
     max_connections: int = 64
@@ -163,28 +166,45 @@ class _Counted(asyncio.Protocol):
 
 
 class GuardedSite(web.BaseSite):
-    """A TCP site (web.TCPSite's job) whose connections pass through a ConnectionGate."""
+    """A TCP site (web.TCPSite's job) whose connections pass through a ConnectionGate.
+
+    Only BaseSite's public interface: the runner and the listening server are this
+    class's own attributes (none of BaseSite's private ones), and stop() closes it."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, gate: ConnectionGate) -> None:
-        super().__init__(runner)
+        super().__init__(runner, backlog=BACKLOG)
         self._host, self._port, self._gate = host, port, gate
+        self._web_runner = runner
+        self._listener: asyncio.Server | None = None
 
     @property
     def name(self) -> str:
         return f"http://{self._host}:{self._port}"
 
+    @property
+    def bound_port(self) -> int:
+        """The port listened on (the runner's `addresses` would read BaseSite's private
+        server, which this site does not set)."""
+        assert self._listener is not None, "start() first"
+        return int(self._listener.sockets[0].getsockname()[1])
+
     async def start(self) -> None:
         await super().start()  # registers the site with the runner (stopped by cleanup)
-        server = self._runner.server
+        server = self._web_runner.server
         assert server is not None  # BaseSite refuses a runner that is not set up
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
+        self._listener = await loop.create_server(
             self._gate.protocol_factory(server),
             self._host,
             self._port,
-            backlog=self._backlog,
+            backlog=BACKLOG,
             reuse_address=True,
         )
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()  # no new connections; cleanup then ends the open ones
+        await super().stop()
 
 
 GATE: web.AppKey[ConnectionGate] = web.AppKey("connection_gate", ConnectionGate)
@@ -208,7 +228,7 @@ async def start_guarded(
     except BaseException:
         await runner.cleanup()
         raise
-    return runner, int(runner.addresses[0][1])
+    return runner, site.bound_port
 
 
 def guarded_app(

@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 from loadgen.client.native import kernel_stamps
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.sse import SseFramer
-from loadgen.client.transport import AiohttpStreams, Transport, open_session
+from loadgen.client.transport import Transport
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.results.jsonl import read_jsonl
@@ -57,9 +57,9 @@ def tokenizer() -> Tokenizer:
     return load_tokenizer()
 
 
-@pytest.fixture(params=["native", "aiohttp"])
+@pytest.fixture(params=["native"])  # loadgen's one client of the measured streams
 def client(request: pytest.FixtureRequest) -> str:
-    """The streaming client (`--http-client`) the transport-level rows run through."""
+    """The streaming client the transport-level rows run through."""
     return str(request.param)
 
 
@@ -72,28 +72,27 @@ async def send_one(
     max_tokens: int = OSL,
 ) -> RequestRecord:
     """One streamed request through the real transport and the given client."""
-    async with open_session(max_connections=1, http_timeout_s=5.0, stamping=True) as session:
-        native = NativeStreams(max_connections=1)
-        streams = native if client == "native" else AiohttpStreams(session)
-        transport = Transport(
-            streams,
-            base_url + "/v1/completions",
-            request_timeout_s=request_timeout_s,
-            stream_idle_timeout_s=idle_s,
-        )
-        request = RequestSpec(
-            index=0,
-            input_len=3,
-            max_tokens=max_tokens,
-            body=orjson.dumps({"max_tokens": max_tokens}),
-        )
-        try:
-            async with asyncio.timeout(60):  # an old client would hang: fail instead
-                return await transport.send(
-                    request, x_request_id="r", conc=1, scheduled_ns=0, on_record=lambda _r: None
-                )
-        finally:
-            await native.close()
+    assert client == "native"
+    native = NativeStreams(max_connections=1)
+    transport = Transport(
+        native,
+        base_url + "/v1/completions",
+        request_timeout_s=request_timeout_s,
+        stream_idle_timeout_s=idle_s,
+    )
+    request = RequestSpec(
+        index=0,
+        input_len=3,
+        max_tokens=max_tokens,
+        body=orjson.dumps({"max_tokens": max_tokens}),
+    )
+    try:
+        async with asyncio.timeout(60):  # an old client would hang: fail instead
+            return await transport.send(
+                request, x_request_id="r", conc=1, scheduled_ns=0, on_record=lambda _r: None
+            )
+    finally:
+        await native.close()
 
 
 async def send_in_turn(
@@ -103,30 +102,29 @@ async def send_in_turn(
     two, `pause_s` with the loop running, then `block_s` with it blocked (bytes that
     arrive then wait in the socket until after the next request's write)."""
     records = []
-    async with open_session(max_connections=1, http_timeout_s=5.0, stamping=True) as session:
-        native = NativeStreams(max_connections=1)
-        streams = native if client == "native" else AiohttpStreams(session)
-        transport = Transport(streams, base_url + "/v1/completions", stream_idle_timeout_s=5)
-        try:
-            for index in range(count):
-                if index:
-                    await asyncio.sleep(pause_s)
-                    time.sleep(block_s)  # noqa: ASYNC251 -- blocking the loop is the point
-                request = RequestSpec(
-                    index=index, input_len=3, max_tokens=OSL, body=orjson.dumps({"max_tokens": OSL})
-                )
-                async with asyncio.timeout(60):
-                    records.append(
-                        await transport.send(
-                            request,
-                            x_request_id="r",
-                            conc=1,
-                            scheduled_ns=0,
-                            on_record=lambda _r: None,
-                        )
+    assert client == "native"
+    native = NativeStreams(max_connections=1)
+    transport = Transport(native, base_url + "/v1/completions", stream_idle_timeout_s=5)
+    try:
+        for index in range(count):
+            if index:
+                await asyncio.sleep(pause_s)
+                time.sleep(block_s)  # noqa: ASYNC251 -- blocking the loop is the point
+            request = RequestSpec(
+                index=index, input_len=3, max_tokens=OSL, body=orjson.dumps({"max_tokens": OSL})
+            )
+            async with asyncio.timeout(60):
+                records.append(
+                    await transport.send(
+                        request,
+                        x_request_id="r",
+                        conc=1,
+                        scheduled_ns=0,
+                        on_record=lambda _r: None,
                     )
-        finally:
-            await native.close()
+                )
+    finally:
+        await native.close()
     return records
 
 
@@ -484,12 +482,10 @@ async def test_101_is_that_requests_http_error_and_no_one_elses(client: str) -> 
     """A 101 escaped the native parser loop (HttpParserUpgrade is no HttpParserError):
     streams queued behind it were never parsed, and it surfaced as a timeout."""
     routes = {"/up": upgrade, "/slow": completion(piece=20)}
-    async with (
-        HostileServer(routes) as server,
-        open_session(max_connections=4, http_timeout_s=5.0, stamping=True) as session,
-    ):
+    assert client == "native"
+    async with HostileServer(routes) as server:
         native = NativeStreams(max_connections=4)
-        streams = native if client == "native" else AiohttpStreams(session)
+        streams = native
         upgraded = Transport(streams, server.base_url + "/up", stream_idle_timeout_s=5)
         slow = Transport(streams, server.base_url + "/slow", stream_idle_timeout_s=5)
         slow.ingest = upgraded.ingest  # one ingest, as in a run

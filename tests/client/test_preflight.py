@@ -14,6 +14,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from loadgen.client.native.client import NativeStreams
 from loadgen.client.preflight import PreflightError, preflight
 from loadgen.client.transport import open_session
 from loadgen.records import TokenSource
@@ -112,8 +113,9 @@ async def run_preflight(
 ) -> Any:
     gen = serve(script)
     base = await gen.__anext__()
+    streams = NativeStreams(max_connections=2, headers=headers)
     try:
-        async with open_session(max_connections=2, headers=headers, stamping=True) as session:
+        async with open_session(max_connections=2, headers=headers) as session:
             return await preflight(
                 session,
                 base,
@@ -122,8 +124,10 @@ async def run_preflight(
                 osl=osl,
                 options=BodyOptions(endpoint="completions", model=""),
                 prompt=("one two three", 3),
+                streams=streams,
             )
     finally:
+        await streams.close()
         await gen.aclose()
 
 

@@ -3,15 +3,13 @@ the server's cached_tokens (a real aiohttp server on 127.0.0.1)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
 
 from loadgen.client.native.client import NativeStreams
-from loadgen.client.stream_client import StreamClient
-from loadgen.client.transport import AiohttpStreams, Transport, open_session
+from loadgen.client.transport import Transport
 from loadgen.workload.plan import RequestSpec
 
 EVENTS = [
@@ -48,9 +46,8 @@ async def server() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
     await runner.cleanup()
 
 
-@pytest.mark.parametrize("kind", ["native", "aiohttp"])
 async def test_session_headers_fields_and_cached_tokens(
-    server: tuple[str, list[dict[str, str]]], kind: str
+    server: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, seen = server
     request = RequestSpec(
@@ -67,18 +64,13 @@ async def test_session_headers_fields_and_cached_tokens(
         ),
         theoretical_cached_tokens=128,
     )
-    async with contextlib.AsyncExitStack() as stack:  # both clients carry the headers
-        client: StreamClient
-        if kind == "native":
-            client = NativeStreams(max_connections=1)
-            stack.push_async_callback(client.close)
-        else:
-            client = AiohttpStreams(
-                await stack.enter_async_context(open_session(max_connections=1, stamping=True))
-            )
+    client = NativeStreams(max_connections=1)
+    try:
         record = await Transport(client, url).send(
             request, x_request_id="r", conc=1, scheduled_ns=1, on_record=lambda r: None
         )
+    finally:
+        await client.close()
     assert seen[0]["x-session-id"] == seen[0]["x-smg-routing-key"] == "run.0.1:trace-a::sa0"
     assert seen[0]["x-request-id"] == "r"
     assert record.ok and record.cached_tokens == 128 and record.prompt_tokens == 130

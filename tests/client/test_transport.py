@@ -1,9 +1,9 @@
-"""The transport against a small real SSE server on 127.0.0.1 (port 0), through both clients.
+"""The transport against a small real SSE server on 127.0.0.1 (port 0), through the native client.
 
 The server here is deliberately minimal (scripted byte streams, not the simulator) so
 each wire situation -- split events, missing [DONE], bad JSON, HTTP errors, stalls -- is
-exact and fast. Every case runs through the native client and the aiohttp one
-(`--http-client`); raw-socket wire cases of the native client are in test_native.py.
+exact and fast; raw-socket wire cases of the native client are in test_native.py. (The
+aiohttp comparison client lives in bench/aiohttp_client.py, outside the product.)
 """
 
 from __future__ import annotations
@@ -11,20 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
-from loadgen.client.aiohttp_seam import StampingConnector, StampingResponseHandler
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.stream_client import StreamClient
-from loadgen.client.transport import READ_BUFSIZE, AiohttpStreams, Transport, open_session
+from loadgen.client.transport import Transport
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.workload.plan import RequestSpec
 
@@ -107,26 +103,18 @@ async def sse_server() -> AsyncIterator[tuple[str, dict[str, list[int]]]]:
 
 
 REQUEST = RequestSpec(index=3, input_len=5, max_tokens=6, body=b"{}")
-CLIENTS = ("native", "aiohttp")
+CLIENTS = ("native",)  # the clients of the measured streams: loadgen has one
 
 
 @contextlib.asynccontextmanager
-async def open_streams(
-    kind: str, max_connections: int, read_bufsize: int | None = None
-) -> AsyncIterator[StreamClient]:
-    """The measured-stream client `--http-client kind` would use."""
-    if kind == "native":
-        native = NativeStreams(max_connections=max_connections)
-        try:
-            yield native
-        finally:
-            await native.close()
-        return
-    bufsize = READ_BUFSIZE if read_bufsize is None else read_bufsize
-    async with open_session(
-        max_connections=max_connections, stamping=True, read_bufsize=bufsize
-    ) as session:
-        yield AiohttpStreams(session)
+async def open_streams(kind: str, max_connections: int) -> AsyncIterator[StreamClient]:
+    """The measured-stream client named `kind`."""
+    assert kind == "native"
+    native = NativeStreams(max_connections=max_connections)
+    try:
+        yield native
+    finally:
+        await native.close()
 
 
 # A count above max_tokens is malformed (tests/client/test_hostile.py): the long script's
@@ -177,16 +165,6 @@ async def test_long_event_has_no_size_limit(sse_server: SseServer, kind: str) ->
     async with open_streams(kind, 1) as session:
         record, _ = await send(base, "long", session, request=LONG_REQUEST)
     assert record.ok and record.chunk_tokens == (300_000,)
-
-
-async def test_paused_reading_resumes(sse_server: SseServer) -> None:
-    """A tiny read buffer makes aiohttp pause the socket; the protocol must resume it."""
-    base, _ = sse_server
-    async with open_streams("aiohttp", 1, read_bufsize=1024) as session:
-        record, _ = await send(base, "long", session, limit_s=20, request=LONG_REQUEST)
-        again, _ = await send(base, "ok", session, limit_s=20)
-    assert record.ok and record.chunk_tokens == (300_000,)
-    assert again.ok and again.chunk_tokens == (1, 2, 3)
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
@@ -254,54 +232,3 @@ async def test_connection_refused_is_connect_error(kind: str) -> None:
     async with open_streams(kind, 1) as session:
         record, _ = await send(f"http://127.0.0.1:{port}", "ok", session)
     assert record.error is ErrorKind.CONNECT and record.status is None
-
-
-async def test_connector_uses_stamping_protocol() -> None:
-    """Guards the one private aiohttp seam (TCPConnector._factory) against upgrades; only
-    the aiohttp streams client's session uses it, a native run's is aiohttp's own."""
-    async with open_session(max_connections=1, stamping=True) as session:
-        connector = session.connector
-        assert isinstance(connector, StampingConnector)
-        assert connector._factory.func is StampingResponseHandler
-    async with open_session(max_connections=1) as session:
-        assert type(session.connector) is aiohttp.TCPConnector
-    with pytest.raises(ValueError, match="stamping=True"):
-        AiohttpStreams(session)
-
-
-def test_a_native_run_never_imports_the_private_seam() -> None:
-    """An aiohttp release that moved its internals cannot stop a native run: nothing on
-    that path imports aiohttp_seam (checked in a fresh interpreter)."""
-    code = (
-        "import sys, loadgen.cli, loadgen.run.backend, loadgen.scale.worker, "
-        "loadgen.client.transport, loadgen.sidecar.service, loadgen.sidecar.serve; "
-        "print('loadgen.client.aiohttp_seam' in sys.modules)"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "False"
-
-
-def test_private_aiohttp_access_lives_in_the_seam_only() -> None:
-    """Everything else goes through aiohttp's public API, so an upgrade breaks one module."""
-    import re
-    from pathlib import Path
-
-    import loadgen
-
-    private = re.compile(
-        r"aiohttp\.client_proto|aiohttp\.http_parser|\._(payload|factory|"
-        r"protocol|buffer_paused|reading_paused)\b|\"_protocol\""
-    )
-    root = Path(loadgen.__file__).parent
-    offenders = [
-        str(path.relative_to(root))
-        for path in root.rglob("*.py")
-        if path.name != "aiohttp_seam.py" and private.search(path.read_text())
-    ]
-    assert offenders == []
-
-
-def test_the_seam_accepts_the_installed_aiohttp() -> None:
-    from loadgen.client.aiohttp_seam import check_private_api
-
-    check_private_api()  # raises SetupError naming what moved

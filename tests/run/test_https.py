@@ -3,7 +3,7 @@
 The simulator speaks plain HTTP, so a small TLS-terminating relay (asyncio, a
 self-signed certificate for 127.0.0.1) sits in front of it. The CLI trusts that
 certificate the way a user trusts a private CA: SSL_CERT_FILE. Preflight, metrics
-scrapes (aiohttp) and the measured streams (each --http-client) all go through TLS.
+scrapes (aiohttp) and the measured streams (the native client) all go through TLS.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import orjson
-import pytest
 
 from loadgen.records import ArrivalStamps
 from loadgen.results.jsonl import read_jsonl
@@ -53,8 +52,7 @@ async def tls_relay(target: str, certificate: tuple[Path, Path]) -> AsyncIterato
             pipes.cancel()
 
 
-@pytest.mark.parametrize("client", ["native", "aiohttp"])
-async def test_https_base_url_end_to_end(tmp_path: Path, client: str) -> None:
+async def test_https_base_url_end_to_end(tmp_path: Path) -> None:
     certificate = make_certificate(tmp_path)
     results = tmp_path / "results"
     async with (
@@ -80,8 +78,6 @@ async def test_https_base_url_end_to_end(tmp_path: Path, client: str) -> None:
             "--results",
             str(results),
             "--no-progress",
-            "--http-client",
-            client,
             env={**os.environ, "SSL_CERT_FILE": str(certificate[0])},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -93,5 +89,5 @@ async def test_https_base_url_end_to_end(tmp_path: Path, client: str) -> None:
     # TLS is decrypted in user space: stamped at the read, and the file says so
     assert {r.arrival_stamps for r in records} == {ArrivalStamps.READ}
     run = orjson.loads((results / "run.json").read_bytes())
-    assert run["settings"]["http_client"] == client
+    assert run["settings"]["http_client"] == "native"
     assert run["base_url"].startswith("https://")
