@@ -306,7 +306,7 @@ async def _open_streams(spec: RunSpec, max_connections: int) -> AsyncIterator[St
     async with open_stamping_session(
         max_connections=max_connections,
         headers=request_headers(spec),
-        http_timeout_s=spec.http_timeout_s,
+        http_timeout_s=spec.deadlines.http_timeout_s,
     ) as session:
         yield AiohttpStreams(session)
 

@@ -62,7 +62,7 @@ def _dispatch(command: str, args: list[str]) -> int:
     if any(a == "--config" or a.startswith("--config=") for a in args):
         return run_config(args)
     spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
-    for note in spec.ignored_flags:  # compatibility flags that change nothing, said once
+    for note in spec.output.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
 
@@ -84,7 +84,7 @@ def profile(argv: Sequence[str]) -> int:
     from loadgen.config.aiperf_profile import profile_spec
 
     spec = profile_spec(argv, os.environ)
-    for note in spec.ignored_flags:
+    for note in spec.output.ignored_flags:
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec)
 
@@ -130,7 +130,9 @@ def run(spec: RunSpec, *, metrics_port: int | None = None, metrics_host: str = "
     """Run the sweep on uvloop; Ctrl-C/SIGTERM/SIGHUP stop it cleanly (partial results kept)."""
     import uvloop
 
-    return int(uvloop.run(_guarded(_run(spec, metrics_port, metrics_host), spec.results_dir)))
+    return int(
+        uvloop.run(_guarded(_run(spec, metrics_port, metrics_host), spec.output.results_dir))
+    )
 
 
 def run_config(argv: Sequence[str]) -> int:
@@ -194,8 +196,8 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
 async def _metrics_model_label(spec: RunSpec) -> str:
     """The `model` label of live metrics: the served name, so the dashboard can put
     the server's own `vllm:` series (labelled model_name) beside loadgen's."""
-    if spec.model:
-        return spec.model
+    if spec.target.model:
+        return spec.target.model
     if spec.sim:
         from loadgen.sim.parser import build_parser as sim_parser
 
@@ -204,15 +206,15 @@ async def _metrics_model_label(spec: RunSpec) -> str:
 
     from loadgen.client.preflight import find_model
 
-    assert spec.base_url is not None
-    timeout = aiohttp.ClientTimeout(total=spec.http_timeout_s)
+    assert spec.target.base_url is not None
+    timeout = aiohttp.ClientTimeout(total=spec.deadlines.http_timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        name, _ = await find_model(session, spec.base_url.rstrip("/"), None)
+        name, _ = await find_model(session, spec.target.base_url.rstrip("/"), None)
     return name
 
 
 async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
-    if spec.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
+    if spec.load.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
         from loadgen.orchestrate.capacity import find_capacity
 
         outcome = await find_capacity(spec)
@@ -228,12 +230,14 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
         server, observer = await stack.enter_async_context(
             live_metrics(
                 model=model,
-                endpoint=spec.endpoint,
-                points=len(spec.conc),
-                spec_tokens=spec.spec_tokens,
+                endpoint=spec.target.endpoint,
+                points=len(spec.load.conc),
+                spec_tokens=spec.scoring.spec_tokens,
                 port=metrics_port,
                 host=metrics_host,
-                labels={"shard": str(spec.shard_index)} if spec.shard_count > 1 else None,
+                labels={"shard": str(spec.processes.shard_index)}
+                if spec.processes.shard_count > 1
+                else None,
             )
         )
     except OSError as exc:
@@ -263,7 +267,7 @@ async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
         point = next(p for p in outcome.points if p.conc == conc)
         print(
             f"loadgen: conc {conc}: error rate {point.error_rate:.1%} exceeds "
-            f"--max-error-rate {spec.max_error_rate:.1%}",
+            f"--max-error-rate {spec.deadlines.max_error_rate:.1%}",
             file=sys.stderr,
         )
     for conc in outcome.golden_failed:

@@ -18,6 +18,7 @@ from loadgen.config.parsers import SpecError, check_api_key
 from loadgen.config.session_args import dataset_format, session_fields
 from loadgen.config.spec import RunSpec
 from loadgen.config.table import run_defaults
+from loadgen.config.target_flags import parse_http_client
 
 
 def default_results_dir(now: float | None = None) -> Path:
@@ -58,7 +59,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         )
     results = args.resume or args.results or default_results_dir()
     fmt = dataset_format(args, compat.pop("dataset_format"))
-    return RunSpec(
+    return RunSpec.flat(
         conc=args.conc,
         base_url=args.base_url,
         model=args.model,
@@ -103,7 +104,7 @@ def _spec(args: argparse.Namespace, env: Mapping[str, str]) -> RunSpec:
         trials=args.trials,
         resume=args.resume is not None,
         overwrite=args.overwrite,
-        http_client=args.http_client,
+        http_client=parse_http_client(args.http_client),
         aiperf_artifacts=args.aiperf_artifacts,
         **compat,
         **session_fields(args, fmt),

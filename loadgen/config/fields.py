@@ -51,7 +51,7 @@ class Field:
     def help_text(self) -> str:
         """The help, ending with its default exactly once."""
         text = self.help
-        if "default" in text:
+        if "default" in text or text == argparse.SUPPRESS:  # SUPPRESS: not in --help
             return text
         if self.kind == "flag":
             return f"{text} (default: off)"

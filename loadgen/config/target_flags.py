@@ -4,14 +4,12 @@ config/fields.py), with the parsers only they use."""
 from __future__ import annotations
 
 import argparse
-
 from pathlib import Path
 
 from loadgen.config.fields import Field, flag
 from loadgen.config.parsers import SpecError, parse_conc, parse_extra_body, parse_header
 from loadgen.config.spec import (
     ENCODER_NAMES,
-    HTTP_CLIENTS,
     MAX_CONVERSATION_BYTES,
     MAX_DATASET_BYTES,
     MAX_SEED,
@@ -42,6 +40,18 @@ def parse_request_rate(text: str) -> float | None:
 
 
 # name -> what it does: loadgen.cli dispatches on it and `loadgen --help` lists it
+
+
+def parse_http_client(text: str) -> str:
+    if text == "native":
+        return text
+    if text == "aiohttp":
+        raise SpecError(
+            "--http-client: the aiohttp comparison client moved to bench/ "
+            "(bench/read_path.py --http-client aiohttp); loadgen measures with its native client"
+        )
+    raise SpecError(f"--http-client {text!r}: loadgen measures with its native client only")
+
 
 TARGET_FIELDS: tuple[Field, ...] = (
     flag(
@@ -133,7 +143,7 @@ TARGET_FIELDS: tuple[Field, ...] = (
         "as InferenceX does (default: none)",
     ),
     # the aiohttp comparison client is bench/'s now; `native` still parses, for old scripts
-    flag("--http-client", type=parse_http_client, default="native", help=argparse.SUPPRESS),
+    flag("--http-client", default="native", help=argparse.SUPPRESS),  # build_spec checks it,
 )
 
 
@@ -261,14 +271,3 @@ WORKLOAD_FIELDS: tuple[Field, ...] = (
         "loadgen sets: model, prompt, max_tokens, stream, ...) (default: none)",
     ),
 )
-
-
-def parse_http_client(text: str) -> str:
-    if text == "native":
-        return text
-    if text == "aiohttp":
-        raise SpecError(
-            "--http-client: the aiohttp comparison client moved to bench/ "
-            "(bench/read_path.py --http-client aiohttp); loadgen measures with its native client"
-        )
-    raise SpecError(f"--http-client {text!r}: loadgen measures with its native client only")

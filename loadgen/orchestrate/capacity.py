@@ -53,12 +53,14 @@ class CapacityOutcome:
 
 
 def search_of(spec: RunSpec) -> Search:
-    assert spec.find_max is not None
-    resolution = spec.find_max_resolution or default_resolution(spec.find_max)
-    if spec.find_max == "conc":
-        return Search(float(min(spec.conc)), float(max(spec.conc)), resolution, integer=True)
-    assert spec.rate_range is not None
-    return Search(*spec.rate_range, resolution, integer=False)
+    assert spec.load.find_max is not None
+    resolution = spec.load.find_max_resolution or default_resolution(spec.load.find_max)
+    if spec.load.find_max == "conc":
+        return Search(
+            float(min(spec.load.conc)), float(max(spec.load.conc)), resolution, integer=True
+        )
+    assert spec.load.rate_range is not None
+    return Search(*spec.load.rate_range, resolution, integer=False)
 
 
 async def find_capacity(
@@ -70,23 +72,23 @@ async def find_capacity(
     sleep: Sleep = asyncio.sleep,
 ) -> CapacityOutcome:
     """Run the search of `spec` (spec.find_max set); capacity.json in spec.results_dir."""
-    directory = spec.results_dir or default_results_dir()
+    directory = spec.output.results_dir or default_results_dir()
     store = ResultsDir(directory)
     _prepare(store, spec)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(
-            load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4"
+            load_tokenizer, spec.target.tokenizer, check_dsv4=spec.workload.encoder == "dsv4"
         )
     search = search_of(spec)
     probes: list[Probe] = []
     dirs: list[str] = []
     result = _result(spec, search, probes, dirs, finished=False)
-    if not spec.resume:  # from the start: a search killed in its first probe can resume
+    if not spec.output.resume:  # from the start: a search killed in its first probe can resume
         store.write_capacity(result)
     async with _server(spec, directory, tokenizer, backend) as server:
         while (load := search.next_load(probes)) is not None:
-            probe_spec = _probe_spec(spec, store.probe_dir(spec.find_max or "", load), load)
-            probe = _measured(spec, probe_spec, load) if spec.resume else None
+            probe_spec = _probe_spec(spec, store.probe_dir(spec.load.find_max or "", load), load)
+            probe = _measured(spec, probe_spec, load) if spec.output.resume else None
             if probe is None:
                 print(
                     f"loadgen: find-max probe {len(probes) + 1}: {_load(spec, load)}",
@@ -94,7 +96,7 @@ async def find_capacity(
                 )
                 probe = await _measure(spec, probe_spec, load, tokenizer, server, clock, sleep)
             probes.append(probe)
-            dirs.append(store.probe_dir(spec.find_max or "", load).name)
+            dirs.append(store.probe_dir(spec.load.find_max or "", load).name)
             print(
                 f"loadgen: find-max probe {len(probes)}: {_verdict(spec, probe)}", file=sys.stderr
             )
@@ -103,7 +105,7 @@ async def find_capacity(
     result = _result(spec, search, probes, dirs, finished=True)
     store.write_capacity(result)
     print(
-        f"loadgen: find-max {spec.find_max}: {answer_line(spec, search.answer(probes))}; "
+        f"loadgen: find-max {spec.load.find_max}: {answer_line(spec, search.answer(probes))}; "
         f"{len(probes)} probes"
         + (
             f" (a sweep of every conc in {search.low:g}.."
@@ -125,7 +127,7 @@ async def _measure(
     clock: Clock,
     sleep: Sleep,
 ) -> Probe:
-    directory = probe_spec.results_dir
+    directory = probe_spec.output.results_dir
     assert directory is not None
     if directory.exists():  # --resume: a probe the stop cut short is measured again
         shutil.rmtree(directory)
@@ -143,7 +145,7 @@ async def _measure(
 def _probe_of(spec: RunSpec, load: float, result: PointResult, store: ResultsDir) -> Probe:
     return Probe(
         load,
-        checks_of(spec.objectives, _figures(spec, result, store)),
+        checks_of(spec.load.objectives, _figures(spec, result, store)),
         result.status.complete,
         result.status.stop_reason,
     )
@@ -152,9 +154,9 @@ def _probe_of(spec: RunSpec, load: float, result: PointResult, store: ResultsDir
 def _measured(spec: RunSpec, probe_spec: RunSpec, load: float) -> Probe | None:
     """--resume: the probe read back from its directory when it was measured to its end
     (or to the over-saturation stop, a measurement too); None: measure it (again)."""
-    assert probe_spec.results_dir is not None
-    store = ResultsDir(probe_spec.results_dir)
-    conc = max(probe_spec.conc)
+    assert probe_spec.output.results_dir is not None
+    store = ResultsDir(probe_spec.output.results_dir)
+    conc = max(probe_spec.load.conc)
     if not store.point_file(conc).is_file():
         return None
     try:
@@ -170,7 +172,7 @@ def _measured(spec: RunSpec, probe_spec: RunSpec, load: float) -> Probe | None:
 
 
 def _prepare(store: ResultsDir, spec: RunSpec) -> None:
-    if spec.resume:
+    if spec.output.resume:
         _check_resumable(store, spec)
         return
     try:
@@ -180,7 +182,7 @@ def _prepare(store: ResultsDir, spec: RunSpec) -> None:
             f"--results {store.path}: cannot create it ({exc.strerror or exc})"
         ) from None
     used = store.probe_dirs() + ([store.capacity_file] if store.capacity_file.exists() else [])
-    if used and not spec.overwrite:
+    if used and not spec.output.overwrite:
         raise SpecError(
             f"--results {store.path} already holds a capacity search "
             f"({used[0].name}); replace it with --overwrite, or choose another "
@@ -202,10 +204,12 @@ def _check_resumable(store: ResultsDir, spec: RunSpec) -> None:
         )
     before = store.read_capacity()
     search = search_of(spec)
-    given = [(o.name, o.limit_ms) for o in spec.objectives]
-    if (before.find_max, before.low, before.high) != (spec.find_max, search.low, search.high) or [
-        (o.objective, o.limit_ms) for o in before.objectives
-    ] != given:
+    given = [(o.name, o.limit_ms) for o in spec.load.objectives]
+    if (before.find_max, before.low, before.high) != (
+        spec.load.find_max,
+        search.low,
+        search.high,
+    ) or [(o.objective, o.limit_ms) for o in before.objectives] != given:
         raise SpecError(
             f"--resume {store.path}: that search is --find-max {before.find_max} over "
             f"{before.low:g}..{before.high:g} with "
@@ -227,8 +231,7 @@ async def _server(
 
 def _probe_spec(spec: RunSpec, directory: Path, load: float) -> RunSpec:
     """The one-point run of a probe: the search's own settings, one load."""
-    one = dataclasses.replace(
-        spec,
+    one = spec.with_(
         results_dir=directory,
         find_max=None,
         objectives=(),
@@ -237,9 +240,9 @@ def _probe_spec(spec: RunSpec, directory: Path, load: float) -> RunSpec:
         overwrite=False,
         resume=False,  # a probe cut short is measured again whole (_measure)
     )
-    if spec.find_max == "conc":
-        return dataclasses.replace(one, conc=(int(load),))
-    return dataclasses.replace(one, conc=(max(spec.conc),), request_rate=load)
+    if spec.load.find_max == "conc":
+        return one.with_(conc=(int(load),))
+    return one.with_(conc=(max(spec.load.conc),), request_rate=load)
 
 
 def _figures(
@@ -249,11 +252,11 @@ def _figures(
     end of its 95 % interval over the trials' own values (else the figure itself)."""
     flat = result.to_json()
     figures: dict[str, tuple[float | None, float | None]] = {}
-    for objective in spec.objectives:
+    for objective in spec.load.objectives:
         value = _number(flat.get(objective.field))
         figures[objective.name] = (
             value,
-            _bound(spec, objective, result, store) if spec.trials > 1 else value,
+            _bound(spec, objective, result, store) if spec.load.trials > 1 else value,
         )
     return figures
 
@@ -263,7 +266,7 @@ def _bound(
 ) -> float | None:
     values = [
         _number(store.read_trial_point(result.conc, k).to_json().get(objective.field))
-        for k in range(1, spec.trials + 1)
+        for k in range(1, spec.load.trials + 1)
     ]
     known = [v for v in values if v is not None]
     if len(known) < len(values):
@@ -278,8 +281,8 @@ def _number(value: object) -> float | None:
 def _load(spec: RunSpec, load: float) -> str:
     return (
         f"conc {load:g}"
-        if spec.find_max == "conc"
-        else f"rate {load:g} req/s (conc {max(spec.conc)})"
+        if spec.load.find_max == "conc"
+        else f"rate {load:g} req/s (conc {max(spec.load.conc)})"
     )
 
 
@@ -333,16 +336,16 @@ def _result(
     answer = search.answer(probes)
     records = {p.load: _probe(p, d) for p, d in zip(probes, dirs, strict=True)}
     return CapacityResult(
-        find_max=spec.find_max or "",
+        find_max=spec.load.find_max or "",
         objectives=[
             CapacityObjective(objective=o.name, field=o.field, limit_ms=o.limit_ms)
-            for o in spec.objectives
+            for o in spec.load.objectives
         ],
         low=search.low,
         high=search.high,
         resolution=search.resolution.describe(),
-        trials=spec.trials,
-        held_to_limit="ci95_high" if spec.trials > 1 else "value",
+        trials=spec.load.trials,
+        held_to_limit="ci95_high" if spec.load.trials > 1 else "value",
         finished=finished,
         answer=answer.load,
         last_pass=records[answer.last_pass.load] if answer.last_pass else None,

@@ -91,7 +91,7 @@ async def check_workloads(plan: SweepPlan) -> None:
 
     tokenizers: dict[tuple[str | None, bool], Tokenizer] = {}
     for index, lane in enumerate(plan.lanes):
-        key = (lane.spec.tokenizer, lane.spec.encoder == "dsv4")
+        key = (lane.spec.target.tokenizer, lane.spec.workload.encoder == "dsv4")
         if key not in tokenizers:
             tokenizers[key] = await asyncio.to_thread(load_tokenizer, key[0], check_dsv4=key[1])
         try:
@@ -135,15 +135,17 @@ async def run_lanes(
     index.write()
     for number, (lane, status) in enumerate(zip(plan.lanes, index.statuses, strict=True), 1):
         what = (
-            f"find-max {lane.spec.find_max}"
-            if lane.spec.find_max
-            else f"conc {','.join(map(str, lane.spec.conc))}"
+            f"find-max {lane.spec.load.find_max}"
+            if lane.spec.load.find_max
+            else f"conc {','.join(map(str, lane.spec.load.conc))}"
         )
-        _say(f"lane {number}/{len(plan.lanes)} {lane.name}: {what} -> {lane.spec.results_dir}")
+        _say(
+            f"lane {number}/{len(plan.lanes)} {lane.name}: {what} -> {lane.spec.output.results_dir}"
+        )
         status.state = "running"
         index.write()
         try:
-            if lane.spec.find_max is not None:  # the lane is a capacity search
+            if lane.spec.load.find_max is not None:  # the lane is a capacity search
                 await _find_capacity(lane, tokenizer)
                 status.state, status.exit_code = "succeeded", 0
                 index.write()

@@ -22,13 +22,15 @@ async def measure(
     spec: RunSpec, *, observer: RunObserver | None = None, tokenizer: Tokenizer | None = None
 ) -> SweepOutcome:
     """`run_sweep` with the progress line (unless spec.progress is off) and RunFiles."""
-    if spec.find_max is not None:  # its probes are chosen as it goes (orchestrate/capacity.py)
+    if spec.load.find_max is not None:  # its probes are chosen as it goes (orchestrate/capacity.py)
         raise UsageError(  # the CLI and the lanes run it; the sidecar refuses it (400)
             "--find-max: a capacity search runs through orchestrate/capacity.py, not as a sweep "
             "of the points it lists"
         )
     # --trials: each trial is a point of its own on the progress line
-    progress = ProgressLine(len(spec.conc) * spec.trials) if spec.progress else None
+    progress = (
+        ProgressLine(len(spec.load.conc) * spec.load.trials) if spec.output.progress else None
+    )
     try:
         return await run_sweep(
             spec,

@@ -11,7 +11,6 @@ with different settings are not one sweep.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -93,8 +92,10 @@ def settings_of(spec: RunSpec) -> dict[str, Any]:
     one key per setting name, whatever part of the RunSpec holds it (flat_settings)."""
     settings = flat_settings(spec)
     settings.pop("api_key", None)  # never write a credential into results
-    settings["headers"] = [name for name, _ in spec.headers]  # names only: may hold tokens
-    settings["base_url"] = spec.base_url and redact_url(spec.base_url)  # user:pw@ -> ***@
+    settings["headers"] = [name for name, _ in spec.target.headers]  # names only: may hold tokens
+    settings["base_url"] = spec.target.base_url and redact_url(
+        spec.target.base_url
+    )  # user:pw@ -> ***@
     # nested settings (vllm_result) hold Paths
     return cast(dict[str, Any], orjson.loads(orjson.dumps(settings, default=str)))
 
@@ -106,7 +107,7 @@ def run_files(directory: Path) -> list[str]:
 
 def prepare(directory: Path, spec: RunSpec) -> Earlier | None:
     """Make `directory` ready for `spec`; the earlier run when resuming."""
-    if spec.resume:
+    if spec.output.resume:
         return _resume(directory, spec)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -115,7 +116,7 @@ def prepare(directory: Path, spec: RunSpec) -> Earlier | None:
             f"--results {directory}: cannot create it ({exc.strerror or exc})"
         ) from None
     used = run_files(directory)
-    if used and not spec.overwrite:
+    if used and not spec.output.overwrite:
         shown = ", ".join(used[:3]) + (", ..." if len(used) > 3 else "")
         raise SpecError(
             f"--results {directory} already holds a run ({shown}); continue it "
@@ -143,8 +144,10 @@ def _resume(directory: Path, spec: RunSpec) -> Earlier:
     _check_settings(directory, spec, run.get("settings"))
     points = _complete_points(directory, run)
     done = {p.conc for p in points}
-    remaining = tuple(c for c in spec.conc if c not in done)
-    return Earlier(run, tuple(sorted(points, key=lambda p: spec.conc.index(p.conc))), remaining)
+    remaining = tuple(c for c in spec.load.conc if c not in done)
+    return Earlier(
+        run, tuple(sorted(points, key=lambda p: spec.load.conc.index(p.conc))), remaining
+    )
 
 
 def set_aside(directory: Path, earlier: Earlier, trials: int = 1) -> None:

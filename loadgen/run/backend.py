@@ -260,8 +260,8 @@ async def http_backend(
             open_session(
                 max_connections=max(spec.load.conc),
                 headers=request_headers(spec),
-                http_timeout_s=spec.http_timeout_s,
+                http_timeout_s=spec.deadlines.http_timeout_s,
             )
         )
-        client = await stack.enter_async_context(streams.open(spec, max(spec.conc)))
+        client = await stack.enter_async_context(streams.open(spec, max(spec.load.conc)))
         yield HttpBackend(spec, session, target, tokenizer, client, log)

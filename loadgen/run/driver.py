@@ -120,4 +120,4 @@ async def in_process(pieces: RunPieces) -> AsyncIterator[Driver]:
         yield Sessions(pieces.sessions, pieces.tokenizer)
         return
     spec = pieces.context.spec
-    yield SingleTurn(pieces.workload, Share(spec.shard_index, spec.shard_count))
+    yield SingleTurn(pieces.workload, Share(spec.processes.shard_index, spec.processes.shard_count))

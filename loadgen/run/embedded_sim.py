@@ -256,19 +256,27 @@ def sweep_estimate(spec: RunSpec, concs: Sequence[int]) -> str | None:
 
     if (
         not spec.sim
-        or spec.isl is None
-        or spec.osl is None
+        or spec.workload.isl is None
+        or spec.workload.osl is None
         or spec.sessions
-        or spec.dataset is not None
-        or spec.request_rate is not None
+        or spec.workload.dataset is not None
+        or spec.load.request_rate is not None
     ):
         return None
     config = config_from_args(build_parser().parse_args(simulator_argv(0, spec.sim_args)[4:]))
     each = {
-        conc: point_seconds(config, conc, spec.warmup_requests(conc), spec.isl, spec.osl)
+        conc: point_seconds(
+            config, conc, spec.load.warmup_requests(conc), spec.workload.isl, spec.workload.osl
+        )
         + min(
-            point_seconds(config, conc, spec.measured_requests(conc), spec.isl, spec.osl),
-            spec.point_duration_s if spec.point_duration_s is not None else math.inf,
+            point_seconds(
+                config,
+                conc,
+                spec.load.measured_requests(conc),
+                spec.workload.isl,
+                spec.workload.osl,
+            ),
+            spec.load.point_duration_s if spec.load.point_duration_s is not None else math.inf,
         )
         for conc in concs
     }

@@ -132,15 +132,17 @@ class Point:
 
     async def _measured_phase(self) -> None:
         spec, run, measured = self.run.spec, self.run, self.plan.measured
-        if spec.conc_stages:  # one process (validated): its slots are the point's
+        if spec.load.conc_stages:  # one process (validated): its slots are the point's
             ran_out = await staged_closed_loop(
-                measured, spec.conc_stages, self._send, clock=run.clock, sleep=run.sleep
+                measured, spec.load.conc_stages, self._send, clock=run.clock, sleep=run.sleep
             )
             if ran_out is not None:
-                _say_stages_short(self.plan.conc, len(measured), ran_out, spec.point_duration_s)
+                _say_stages_short(
+                    self.plan.conc, len(measured), ran_out, spec.load.point_duration_s
+                )
             return
-        deadline = deadline_after(spec.point_duration_s, run.clock())
-        if not spec.open_loop:
+        deadline = deadline_after(spec.load.point_duration_s, run.clock())
+        if not spec.load.open_loop:
             await closed_loop(
                 measured, self.slots, self._send, deadline_ns=deadline, clock=run.clock
             )
@@ -150,9 +152,9 @@ class Point:
         offsets = point_offsets_ns(spec, self.plan.conc)
         mine = offsets_for(measured, offsets)
         stop = None
-        if spec.saturation_stop:
+        if spec.load.saturation_stop:
             self.saturation = SaturationWatch(
-                SaturationRule(window_s=spec.saturation_window_s), run.clock(), mine
+                SaturationRule(window_s=spec.load.saturation_window_s), run.clock(), mine
             )
             stop = self.saturation.saturated
         await open_loop(
@@ -183,7 +185,7 @@ class Point:
             watch.observe(record)
         if record.error is not None:  # not a measurement, but a sign worth reporting
             self.warmup_failed += 1
-        if self.run.spec.aiperf_artifacts is not None and self.recorded is not None:
+        if self.run.spec.output.aiperf_artifacts is not None and self.recorded is not None:
             self.recorded.warmup_records.append(record)
         return record
 

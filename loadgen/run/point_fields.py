@@ -21,14 +21,14 @@ def point_context(spec: RunSpec, slots: int) -> PointContext:
     """What summarize needs of the run for a point sent from `slots` slots."""
     return PointContext(
         conc=slots,
-        input_len=spec.isl,
-        output_len=spec.osl,
-        spec_tokens=spec.spec_tokens,
-        slos=spec.slos_ms,
-        percentiles=spec.percentiles,
-        num_gpus=spec.num_gpus,
+        input_len=spec.workload.isl,
+        output_len=spec.workload.osl,
+        spec_tokens=spec.scoring.spec_tokens,
+        slos=spec.scoring.slos_ms,
+        percentiles=spec.scoring.percentiles,
+        num_gpus=spec.scoring.num_gpus,
         stream_interval=sim_stream_interval(spec.sim_args) if spec.sim else None,
-        golden=spec.golden_al,
+        golden=spec.scoring.golden_al,
     )
 
 

@@ -124,10 +124,10 @@ class PointRecords:
         """--gpu-metrics: sampled once before the measured phase starts, so the samples
         bracket its first send."""
         spec = self.run.spec
-        if spec.gpu_metrics:
+        if spec.telemetry.gpu_metrics:
             self.power = PowerSampler(
-                gpu_metrics_urls(spec.gpu_metrics, self.run.backend.base_url),
-                spec.gpu_metrics_interval_s,
+                gpu_metrics_urls(spec.telemetry.gpu_metrics, self.run.backend.base_url),
+                spec.telemetry.gpu_metrics_interval_s,
             )
             await self.power.start()
 
@@ -155,10 +155,10 @@ class PointRecords:
             self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
         if self.power is not None:  # sampled once more: after the last completion
             self.power_series, self.power = await self.power.stop(), None
-        if self.run.spec.gpu_power_csv is not None:  # rows up to past the last completion
+        if self.run.spec.telemetry.gpu_power_csv is not None:  # rows up to past the last completion
             self.power_series = [
                 *(self.power_series or ()),
-                *await point_power_csv(self.run.spec.gpu_power_csv, self.records),
+                *await point_power_csv(self.run.spec.telemetry.gpu_power_csv, self.records),
             ]
         if self.series_watch is not None:
             self.scrapes, self.series_watch = await self.series_watch.stop(), None
@@ -224,13 +224,15 @@ class PointRecords:
 
     def _capture(self) -> PointCapture | None:
         """--aiperf-artifacts: what the sink needs beyond the records (else None)."""
-        if self.run.spec.aiperf_artifacts is None:
+        if self.run.spec.output.aiperf_artifacts is None:
             return None
         return PointCapture(
             warmup=tuple(self.warmup_records),
             scrapes=tuple(self.scrapes),
             offset_ns=(self.clock or read_pair()).offset_ns,
-            metrics_urls=metrics_urls(self.run.spec.server_metrics, self.run.backend.base_url),
+            metrics_urls=metrics_urls(
+                self.run.spec.telemetry.server_metrics, self.run.backend.base_url
+            ),
         )
 
     def _facts(self, after: Scrape | None) -> dict[str, Any]:
@@ -241,7 +243,7 @@ class PointRecords:
             "server_before": snapshot_json(self.before.total),
             "server_after": snapshot_json(after.total if after else None),
         }
-        if self.run.spec.server_metrics:
+        if self.run.spec.telemetry.server_metrics:
             facts["server_before_by_url"] = {
                 u: snapshot_json(s) for u, s in self.before.each.items()
             }
@@ -264,7 +266,7 @@ class PointRecords:
         server_after = after.total if kept and after is not None else None
         by_url = (
             per_url_fields(list(self.before.each), self.before.each, after.each, self.gauges)
-            if spec.server_metrics and after
+            if spec.telemetry.server_metrics and after
             else None
         )
         # A shard's own result: the steady window is that of its own slots.
@@ -284,12 +286,14 @@ class PointRecords:
             server_metrics_by_url=by_url,
             simulator=self._simulator(),
             sessions=sessions,
-            power=PowerInput(self.power_series, spec.gpu_metrics_interval_s, spec.num_gpus)
+            power=PowerInput(
+                self.power_series, spec.telemetry.gpu_metrics_interval_s, spec.scoring.num_gpus
+            )
             if self.power_series is not None
             else None,
-            slice_s=spec.slice_duration_s,
+            slice_s=spec.load.slice_duration_s,
             kv_samples=kv_samples(self.gauges, self.gauge_times),
-            stages_s=[seconds for _, seconds in spec.conc_stages],
+            stages_s=[seconds for _, seconds in spec.load.conc_stages],
             rules=SubmissionRules.of(spec),
         )
         return assemble_point(
@@ -312,33 +316,35 @@ class PointRecords:
         run, spec = self.run, self.run.spec
         return PointIdentity(
             # a shard's own file holds its share only; `loadgen merge` writes the whole point
-            shard=f"{spec.shard_index}/{spec.shard_count}" if spec.shard_count > 1 else None,
+            shard=f"{spec.processes.shard_index}/{spec.processes.shard_count}"
+            if spec.processes.shard_count > 1
+            else None,
             shards_merged=1,
             target=run.backend.target,
             run_id=run.run_id,
             model_id=run.server.model,
             endpoint_type="openai",
-            endpoint=spec.endpoint,
+            endpoint=spec.target.endpoint,
             base_url=redact_url(run.backend.base_url),
             backend="vllm",
             # the client that timed the streams: its per-chunk cost is in client_*
-            http_client=spec.http_client,
-            input_len=spec.isl,
-            output_len=spec.osl,
-            range_ratio=spec.range_ratio,
-            request_rate=spec.request_rate
-            if spec.request_rate is not None
+            http_client=spec.target.http_client,
+            input_len=spec.workload.isl,
+            output_len=spec.workload.osl,
+            range_ratio=spec.workload.range_ratio,
+            request_rate=spec.load.request_rate
+            if spec.load.request_rate is not None
             else "ramp"
-            if spec.ramp_up_strategy is not None
+            if spec.load.ramp_up_strategy is not None
             else "stages"
-            if spec.rate_stages
+            if spec.load.rate_stages
             else "inf",
-            rate_stages=[list(stage) for stage in spec.rate_stages] or None,
-            conc_stages=list(spec.conc_stages) or None,
-            burstiness=spec.burstiness,
-            ramp_up_strategy=spec.ramp_up_strategy,
-            ramp_up_start_rps=spec.ramp_up_start_rps,
-            ramp_up_end_rps=spec.ramp_up_end_rps,
+            rate_stages=[list(stage) for stage in spec.load.rate_stages] or None,
+            conc_stages=list(spec.load.conc_stages) or None,
+            burstiness=spec.load.burstiness,
+            ramp_up_strategy=spec.load.ramp_up_strategy,
+            ramp_up_start_rps=spec.load.ramp_up_start_rps,
+            ramp_up_end_rps=spec.load.ramp_up_end_rps,
             loadgen_version=__version__,
             tokenizer_check=run.server.tokenize_check,
         )

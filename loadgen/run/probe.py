@@ -18,14 +18,14 @@ from loadgen.workload.plan import Workload
 
 def body_options(spec: RunSpec) -> BodyOptions:
     return BodyOptions(
-        endpoint=spec.endpoint,
-        model=spec.model or "",
-        temperature=spec.temperature,
-        top_p=spec.top_p,
+        endpoint=spec.target.endpoint,
+        model=spec.target.model or "",
+        temperature=spec.workload.temperature,
+        top_p=spec.workload.top_p,
         seed=spec.seed,
-        thinking=spec.thinking,
-        reasoning_effort=spec.reasoning_effort,
-        extra_body=spec.extra_body,
+        thinking=spec.workload.thinking,
+        reasoning_effort=spec.workload.reasoning_effort,
+        extra_body=spec.target.extra_body,
     )
 
 
@@ -35,15 +35,14 @@ def single_turn_spec(spec: RunSpec) -> RunSpec:
     lengths when the dataset alone gives them)."""
     if not spec.sessions:
         return spec
-    return dataclasses.replace(
-        spec,
+    return spec.with_(
         dataset=None,
         dataset_format="auto",
         multi_turn=False,
         turns=None,
         live_history=False,
-        isl=spec.isl or TRACE_PROBE_ISL,
-        osl=spec.osl or TRACE_PROBE_OSL,
+        isl=spec.workload.isl or TRACE_PROBE_ISL,
+        osl=spec.workload.osl or TRACE_PROBE_OSL,
     )
 
 

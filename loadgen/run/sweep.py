@@ -107,12 +107,12 @@ async def run_sweep(
     `drive` runs the points: by default in this process; loadgen.scale.sweep.run_sweep
     resolves --workers and gives the worker pool's.
     """
-    if drive is None and spec.workers != 1:
+    if drive is None and spec.processes.workers != 1:
         raise UsageError(
-            f"--workers {spec.workers or 'auto'}: this entry point runs one process; "
+            f"--workers {spec.processes.workers or 'auto'}: this entry point runs one process; "
             "start the run with loadgen.scale.sweep.run_sweep, which starts the workers"
         )
-    results_dir = spec.results_dir or default_results_dir()
+    results_dir = spec.output.results_dir or default_results_dir()
     earlier = results_files.prepare(results_dir, spec)
     if earlier is not None and not earlier.remaining:
         return SweepOutcome(
@@ -125,14 +125,14 @@ async def run_sweep(
         )
     if earlier is not None:
         print(f"loadgen: {earlier.summary(results_dir)}", file=sys.stderr)
-    estimate = sweep_estimate(spec, earlier.remaining if earlier else spec.conc)
+    estimate = sweep_estimate(spec, earlier.remaining if earlier else spec.load.conc)
     if estimate is not None:
         print(f"loadgen: {estimate}", file=sys.stderr)
-    ensure_fd_limit(max(spec.conc))  # before the embedded simulator, which inherits it
+    ensure_fd_limit(max(spec.load.conc))  # before the embedded simulator, which inherits it
     hooks = FanoutObserver(observer)
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
-            load_tokenizer, spec.tokenizer, check_dsv4=spec.encoder == "dsv4"
+            load_tokenizer, spec.target.tokenizer, check_dsv4=spec.workload.encoder == "dsv4"
         )
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probed = await asyncio.to_thread(probe_workload, spec, tokenizer)
@@ -212,7 +212,7 @@ class _Sweep:
         self.backend: Backend | None = None
         self.server: ServerInfo | None = None
         self.points: list[PointOutcome] = list(earlier.points) if earlier else []
-        self.todo = earlier.remaining if earlier else spec.conc
+        self.todo = earlier.remaining if earlier else spec.load.conc
         self.at: int | None = None  # the point in progress
         self.drive: Drive = drive or in_process
         self.driver: Driver | None = None  # the points' runner, once the server answered
@@ -222,16 +222,18 @@ class _Sweep:
 
     async def run(self, backend: Backend, probed: ProbedWorkload) -> None:
         self.backend = backend
-        if self.spec.gpu_power_csv is not None:
-            check_power_csv(self.spec.gpu_power_csv)
+        if self.spec.telemetry.gpu_power_csv is not None:
+            check_power_csv(self.spec.telemetry.gpu_power_csv)
         self.server = await backend.preflight(body_options(self.spec), probed.probe, probed.longest)
         workload = probed.workload.with_options(self.server.options)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
-        if self.spec.gpu_metrics:
-            await check_gpu_metrics_urls(gpu_metrics_urls(self.spec.gpu_metrics, backend.base_url))
-        watch = ServerWatch(backend.probe, self.spec.server_pid)
+        if self.spec.telemetry.gpu_metrics:
+            await check_gpu_metrics_urls(
+                gpu_metrics_urls(self.spec.telemetry.gpu_metrics, backend.base_url)
+            )
+        watch = ServerWatch(backend.probe, self.spec.processes.server_pid)
         context = RunContext(
             self.spec,
             backend,
@@ -248,7 +250,7 @@ class _Sweep:
             backend.simulator_log if isinstance(backend, HttpBackend) else None,
         )
         if self.earlier is not None:
-            results_files.set_aside(self.results_dir, self.earlier, self.spec.trials)
+            results_files.set_aside(self.results_dir, self.earlier, self.spec.load.trials)
         self.began = True
         self._write_run_file(None, final=False)
         pieces = RunPieces(context, workload, self.sessions, self.tokenizer)
@@ -256,7 +258,7 @@ class _Sweep:
         async with asyncio.TaskGroup() as group:
             watcher = group.create_task(watch.run(), name="loadgen-server-watch")
             async with self.drive(pieces) as driver:
-                self.driver = Trials(driver, self.spec.trials, fresh or (lambda: None))
+                self.driver = Trials(driver, self.spec.load.trials, fresh or (lambda: None))
                 await self._points(context, self.driver)
             watcher.cancel()
 
@@ -284,9 +286,11 @@ class _Sweep:
 
     def _barrier(self) -> Callable[[int], Awaitable[None]] | None:
         spec = self.spec
-        if spec.shard_sync is None:
+        if spec.processes.shard_sync is None:
             return None
-        barrier = ShardBarrier(spec.shard_sync, spec.shard_index, spec.shard_count)
+        barrier = ShardBarrier(
+            spec.processes.shard_sync, spec.processes.shard_index, spec.processes.shard_count
+        )
         barrier.check_fresh()
         return barrier.wait
 
@@ -323,12 +327,14 @@ class _Sweep:
                 else f"{point_file} is kept marked complete: false"
             )
             done = (
-                trials_kept(ResultsDir(self.results_dir), where, self.spec.trials)
-                if self.spec.trials > 1
+                trials_kept(ResultsDir(self.results_dir), where, self.spec.load.trials)
+                if self.spec.load.trials > 1
                 else 0
             )
             if done:  # --trials: the trials before the stopped one are whole
-                parts.append(f"its first {done} of {self.spec.trials} trials are complete and kept")
+                parts.append(
+                    f"its first {done} of {self.spec.load.trials} trials are complete and kept"
+                )
         if self.unwritten:
             parts.append(f"not written: {', '.join(self.unwritten)}")
         parts.append(f"results in {self.results_dir}")
@@ -346,7 +352,8 @@ class _Sweep:
         failed = tuple(
             p.conc
             for p in self.points
-            if p.error_rate > self.spec.max_error_rate and p.result.status.stop_reason != SATURATED
+            if p.error_rate > self.spec.deadlines.max_error_rate
+            and p.result.status.stop_reason != SATURATED
         )
         if self.began:
             self._write_run_file(stop, final=True)

@@ -116,8 +116,8 @@ class WorkerPool:
             recorded = PointRecords(
                 context,
                 conc,
-                planned=requests_in(spec.measured_requests(conc), conc, shard_slots),
-                warmup=requests_in(spec.warmup_requests(conc), conc, shard_slots),
+                planned=requests_in(spec.load.measured_requests(conc), conc, shard_slots),
+                warmup=requests_in(spec.load.warmup_requests(conc), conc, shard_slots),
                 slots=len(shard_slots),
             )
         state = _PointState(recorded, [h for h in self.handles if h.share.slots(conc)])

@@ -23,7 +23,7 @@ from loadgen.scale.workers import pool_drive, resolve_workers
 
 def drive_for(spec: RunSpec) -> Drive:
     """The driver of a run whose --workers is resolved."""
-    return in_process if spec.workers == 1 else pool_drive
+    return in_process if spec.processes.workers == 1 else pool_drive
 
 
 async def run_sweep(

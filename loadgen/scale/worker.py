@@ -33,7 +33,6 @@ from loadgen.client.transport import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.run.backend import HttpBackend, open_native_streams, request_headers
-from loadgen.scale.frames import Kind, frame, message, read_frame
 from loadgen.run.observers import QuietObserver
 from loadgen.run.point import Point
 from loadgen.run.point_records import RunContext
@@ -277,7 +276,7 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
         open_session(
             max_connections=slots,
             headers=request_headers(spec),
-            http_timeout_s=spec.http_timeout_s,
+            http_timeout_s=spec.deadlines.http_timeout_s,
         ) as session,
         open_native_streams(spec, slots) as streams,
     ):

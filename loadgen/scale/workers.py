@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import math
 import os
 import pickle
@@ -50,8 +49,8 @@ __all__ = [
 def choose_workers(spec: RunSpec, cpus: int) -> tuple[int, str]:
     """`--workers auto`: one worker per STREAMS_PER_WORKER streams of this run's largest
     point, within the cores left after the parent (and an embedded simulator)."""
-    share = Share(spec.shard_index, spec.shard_count)
-    streams = max(len(share.shard_slots(conc)) for conc in spec.conc)
+    share = Share(spec.processes.shard_index, spec.processes.shard_count)
+    streams = max(len(share.shard_slots(conc)) for conc in spec.load.conc)
     spare = cpus - 1 - (1 if spec.sim else 0)
     wanted = math.ceil(streams / STREAMS_PER_WORKER)
     count = max(1, min(spare, wanted))
@@ -65,21 +64,21 @@ def choose_workers(spec: RunSpec, cpus: int) -> tuple[int, str]:
 
 def resolve_workers(spec: RunSpec) -> RunSpec:
     """The spec with `--workers auto` replaced by the count chosen (and said so)."""
-    if spec.workers is not None:
+    if spec.processes.workers is not None:
         return spec
-    if spec.sessions and (spec.dataset_format == "mooncake" or not spec.cache_bust):
+    if spec.sessions and (
+        spec.workload.dataset_format == "mooncake" or not spec.session.cache_bust
+    ):
         print(
             "loadgen: --workers auto: 1 process (this one): a Mooncake trace or "
             "--no-cache-bust is played by one process",
             file=sys.stderr,
         )
-        return dataclasses.replace(spec, workers=1, cpu_affinity=())
+        return spec.with_(workers=1, cpu_affinity=())
     count, why = choose_workers(spec, len(os.sched_getaffinity(0)))
     noun = "process (this one)" if count == 1 else "worker processes"
     print(f"loadgen: --workers auto: {count} {noun} ({why})", file=sys.stderr)
-    return dataclasses.replace(
-        spec, workers=count, cpu_affinity=spec.cpu_affinity if count > 1 else ()
-    )
+    return spec.with_(workers=count, cpu_affinity=spec.processes.cpu_affinity if count > 1 else ())
 
 
 def _spawn(index: int) -> tuple[subprocess.Popen[bytes], socket.socket]:
@@ -103,13 +102,12 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
     backend = context.backend
     if not isinstance(backend, HttpBackend):
         raise UsageError("--workers needs an HTTP server (--base-url or --sim)")
-    assert spec.workers is not None
-    pool = WorkerPool(context, Share(spec.shard_index, spec.shard_count))
+    assert spec.processes.workers is not None
+    pool = WorkerPool(context, Share(spec.processes.shard_index, spec.processes.shard_count))
     # (the parent samples --gpu-metrics: workers only send.) A worker sees only its share
     # of the arrivals: the over-saturation stop is not judged across workers
     # (docs/results.md), so a worker never stops its share alone.
-    worker_spec = dataclasses.replace(
-        spec,
+    worker_spec = spec.with_(
         base_url=backend.base_url,
         sim=False,
         sim_args=(),
@@ -119,13 +117,17 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
         saturation_stop=False,
     )
     try:
-        for index in range(spec.workers):
-            share = pool.share.worker_share(index, spec.workers)
+        for index in range(spec.processes.workers):
+            share = pool.share.worker_share(index, spec.processes.workers)
             process, sock = _spawn(index)
             reader, writer = await asyncio.open_connection(sock=sock)
             handle = Handle(index, process, reader, writer, share)
             pool.handles.append(handle)
-            cpu = spec.cpu_affinity[index % len(spec.cpu_affinity)] if spec.cpu_affinity else None
+            cpu = (
+                spec.processes.cpu_affinity[index % len(spec.processes.cpu_affinity)]
+                if spec.processes.cpu_affinity
+                else None
+            )
             config = WorkerConfig(
                 worker_spec, context.server, context.run_id, backend.target, share, cpu
             )

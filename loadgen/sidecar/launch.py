@@ -44,9 +44,9 @@ class RunLauncher:
         return MetricsObserver(
             self.metrics,
             model=self.config.model,
-            endpoint=spec.endpoint,
-            points=len(spec.conc),
-            spec_tokens=spec.spec_tokens,
+            endpoint=spec.target.endpoint,
+            points=len(spec.load.conc),
+            spec_tokens=spec.scoring.spec_tokens,
         )
 
     async def sweep(

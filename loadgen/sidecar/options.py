@@ -115,7 +115,7 @@ FIND_MAX_WHY = (
 
 
 def _refuse_find_max(spec: RunSpec, where: str) -> None:
-    if spec.find_max is not None:
+    if spec.load.find_max is not None:
         raise SpecError(where + FIND_MAX_WHY)
 
 

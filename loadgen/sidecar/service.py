@@ -142,7 +142,7 @@ class Service:
                 sweep = self.launcher.lanes
             else:
                 spec = spec_for(self.config, options, probe_dir)
-                specs, points, sweep = [spec], len(spec.conc), self.launcher.sweep
+                specs, points, sweep = [spec], len(spec.load.conc), self.launcher.sweep
             if self.manager.active_id is not None:
                 return error(
                     409, f"run {self.manager.active_id} is still running; DELETE it or wait"

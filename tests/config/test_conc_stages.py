@@ -45,11 +45,11 @@ def test_bad_stages_say_what_a_stage_is(text: str, message: str) -> None:
 
 def test_the_largest_stage_is_the_points_concurrency(tmp_path: Path) -> None:
     spec = spec_from_argv(argv(tmp_path, "--conc-stages", "4@3s,16@2s,2@1s"))
-    assert spec.conc_stages == ((4, 3.0), (16, 2.0), (2, 1.0))
-    assert spec.conc == (16,) and not spec.open_loop
-    assert spec.point_duration_s == 6.0
+    assert spec.load.conc_stages == ((4, 3.0), (16, 2.0), (2, 1.0))
+    assert spec.load.conc == (16,) and not spec.load.open_loop
+    assert spec.load.point_duration_s == 6.0
     same = spec_from_argv(argv(tmp_path, "--conc", "16", "--conc-stages", "4@3s,16@2s"))
-    assert same.conc == (16,)
+    assert same.load.conc == (16,)
 
 
 @pytest.mark.parametrize(
@@ -85,9 +85,9 @@ lanes:
     conc: [4]
 """
     plan = parse_sweep(load_yaml(text, source="s.yaml"), source="s.yaml")
-    assert plan.lanes[0].spec.conc_stages == ((2, 10.0), (8, 10.0), (4, 5.0))
-    assert plan.lanes[0].spec.conc == (8,)
-    assert plan.lanes[1].spec.conc_stages == ()
+    assert plan.lanes[0].spec.load.conc_stages == ((2, 10.0), (8, 10.0), (4, 5.0))
+    assert plan.lanes[0].spec.load.conc == (8,)
+    assert plan.lanes[1].spec.load.conc_stages == ()
 
 
 @pytest.mark.parametrize(

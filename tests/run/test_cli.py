@@ -60,17 +60,25 @@ def test_parse_header() -> None:
 
 def test_defaults_from_argv(tmp_path: Path) -> None:
     spec = spec_from_argv([*BASE, "--conc", "4..16", "--results", str(tmp_path)], env={})
-    assert spec.conc == (4, 8, 16)
-    assert (spec.endpoint, spec.encoder, spec.thinking) == ("completions", "dsv4", "thinking")
-    assert (spec.prompts_per_conc, spec.warmup_per_conc, spec.temperature) == (10, 2, 0.0)
-    assert spec.percentiles == (50.0, 90.0, 99.0, 99.9)
-    assert spec.max_error_rate == 0.05
-    assert spec.results_dir == tmp_path
-    assert spec.api_key is None
-    assert spec.http_client == "native"
+    assert spec.load.conc == (4, 8, 16)
+    assert (spec.target.endpoint, spec.workload.encoder, spec.workload.thinking) == (
+        "completions",
+        "dsv4",
+        "thinking",
+    )
+    assert (spec.load.prompts_per_conc, spec.load.warmup_per_conc, spec.workload.temperature) == (
+        10,
+        2,
+        0.0,
+    )
+    assert spec.scoring.percentiles == (50.0, 90.0, 99.0, 99.9)
+    assert spec.deadlines.max_error_rate == 0.05
+    assert spec.output.results_dir == tmp_path
+    assert spec.target.api_key is None
+    assert spec.target.http_client == "native"
     # an earlier script's `--http-client native` still runs: it names the one client
     spec = spec_from_argv([*BASE, "--conc", "4", "--http-client", "native"], env={})
-    assert spec.http_client == "native"
+    assert spec.target.http_client == "native"
 
 
 def test_http_client_aiohttp_says_where_it_went() -> None:

@@ -41,7 +41,7 @@ async def test_the_requests_in_flight_follow_the_stages(
     tmp_path: Path, tokenizer: Tokenizer, stages: tuple[tuple[int, float], ...]
 ) -> None:
     top = max(conc for conc, _ in stages)
-    spec = RunSpec(
+    spec = RunSpec.flat(
         conc=(top,),
         conc_stages=stages,
         isl=64,
@@ -100,7 +100,7 @@ async def test_running_out_of_requests_is_said_and_leaves_the_stages_unreached(
     tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """6 requests at 2 in flight (~130 ms each) last ~0.4 s of a 1 s first stage."""
-    spec = RunSpec(
+    spec = RunSpec.flat(
         conc=(4,),
         conc_stages=((2, 1.0), (4, 1.0)),
         isl=64,

@@ -98,15 +98,19 @@ def test_dataset_format_and_dataset_name(tmp_path: Path) -> None:
         )
     )
     plain = spec_from_argv(["--sim", "--conc", "2", "--osl", "4", "--dataset", str(share)])
-    assert (plain.dataset_format, plain.sharegpt_limits, plain.sessions) == ("auto", False, False)
+    assert (plain.workload.dataset_format, plain.workload.sharegpt_limits, plain.sessions) == (
+        "auto",
+        False,
+        False,
+    )
     named = spec_from_argv(
         ["--sim", "--conc", "2", "--dataset-name", "sharegpt", "--dataset-path", str(share)]
     )
-    assert (named.dataset_format, named.sharegpt_limits) == ("sharegpt", True)
+    assert (named.workload.dataset_format, named.workload.sharegpt_limits) == ("sharegpt", True)
     forced = spec_from_argv([*BASE, "--dataset", str(share), "--dataset-format", "sharegpt"])
-    assert (forced.dataset_format, forced.sharegpt_limits) == ("sharegpt", False)
+    assert (forced.workload.dataset_format, forced.workload.sharegpt_limits) == ("sharegpt", False)
     custom = spec_from_argv([*BASE, "--dataset", str(share), "--dataset-format", "custom"])
-    assert custom.dataset_format == "jsonl"
+    assert custom.workload.dataset_format == "jsonl"
     with pytest.raises(SpecError, match="name different formats: give one"):
         spec_from_argv(
             [
@@ -124,7 +128,7 @@ def test_dataset_format_and_dataset_name(tmp_path: Path) -> None:
     trace = spec_from_argv(
         ["--sim", "--conc", "1", "--dataset-path", str(TRACES / "mooncake_small.jsonl")]
     )
-    assert trace.dataset_format == "mooncake" and trace.sessions
+    assert trace.workload.dataset_format == "mooncake" and trace.sessions
     with pytest.raises(SpecError, match="--multi-turn: --osl is required"):
         spec_from_argv(["--sim", "--conc", "1", "--dataset", str(share), "--multi-turn"])
     with pytest.raises(SpecError, match="--multi-turn plays a --dataset"):
@@ -133,7 +137,7 @@ def test_dataset_format_and_dataset_name(tmp_path: Path) -> None:
 
 def test_sessions_refuse_shards() -> None:
     # --workers N plays a session run's lanes over processes (tests/scale/test_sessions_workers.py)
-    assert spec_from_argv([*BASE, "--turns", "2", "--workers", "2"]).workers == 2
+    assert spec_from_argv([*BASE, "--turns", "2", "--workers", "2"]).processes.workers == 2
     with pytest.raises(SpecError, match="does not support session runs"):
         spec_from_argv([*BASE, "--turns", "2", "--shard", "1/2"])
     done = subprocess.run(
@@ -161,5 +165,5 @@ def test_workers_auto_plays_a_mooncake_trace_in_one_process() -> None:
             "auto",
         ]
     )
-    assert spec.workers is None
-    assert resolve_workers(spec).workers == 1
+    assert spec.processes.workers is None
+    assert resolve_workers(spec).processes.workers == 1
