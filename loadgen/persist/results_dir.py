@@ -195,13 +195,21 @@ def _check_settings(directory: Path, spec: RunSpec, earlier: Any) -> None:
     differ = [
         f"{key} {now.get(key)!r} (was {earlier.get(key)!r})"
         for key in sorted(set(now) | set(earlier))
-        if key not in _NOT_COMPARED and now.get(key) != earlier.get(key)
+        if key not in _NOT_COMPARED
+        and now.get(key) != earlier.get(key)
+        and not _added_since(key, now, earlier)
     ]
     if differ:
         raise SpecError(
             f"--resume {directory}: the settings differ from the run being "
             f"resumed: {'; '.join(differ)}; give the same flags as that run"
         )
+
+
+def _added_since(key: str, now: Mapping[str, Any], earlier: Mapping[str, Any]) -> bool:
+    """A setting the earlier loadgen did not write yet (conc_stages, ...) left unset now:
+    the same run, so an older run.json still resumes."""
+    return key not in earlier and now.get(key) in (None, False, [], {}, "")
 
 
 def _complete_points(directory: Path, run: Mapping[str, Any]) -> list[PointOutcome]:

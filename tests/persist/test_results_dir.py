@@ -3,6 +3,7 @@ simulator): refused with one line, or replaced whole with --overwrite."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,3 +89,25 @@ def test_default_directories_of_the_same_second_differ(
     first.mkdir(parents=True)
     second = default_results_dir(now=1_800_000_000)
     assert second != first and second.name == f"{first.name}-2"
+
+
+def test_an_older_run_file_without_a_newer_setting_still_resumes(
+    sim_url: str, tmp_path: Path
+) -> None:
+    """A run.json an earlier loadgen wrote has no key for a setting added since
+    (conc_stages): left unset, it is the same run; a setting that differs is still refused."""
+    results = tmp_path / "results"
+    assert _run(sim_url, results, "2").returncode == 0
+    path = results / "run.json"
+    run = json.loads(path.read_text())
+    del run["settings"]["conc_stages"]
+    path.write_text(json.dumps(run))
+    resume = ["--base-url", sim_url, "--conc", "2", *SMALL, "--prompts-per-conc", "2"]
+    resume += ["--warmup-per-conc", "0", "--resume", str(results)]
+    resumed = run_loadgen(resume)
+    assert resumed.returncode == 0, resumed.stderr
+    run["settings"]["osl"] = 999
+    path.write_text(json.dumps(run))
+    refused = run_loadgen(resume)
+    assert refused.returncode == 2
+    assert "osl" in one_error_line(refused.stderr)
