@@ -3,13 +3,8 @@ spec_checks.py for their number; `validate` calls them after the processes' chec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from loadgen.config.parsers import SpecError
-from loadgen.config.subspecs import TRACE_FORMATS
-
-if TYPE_CHECKING:
-    from loadgen.config.spec import RunSpec
+from loadgen.config.subspecs import TRACE_FORMATS, SpecParts
 
 
 def _check(condition: bool, message: str) -> None:
@@ -17,7 +12,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def validate_sessions(spec: RunSpec) -> None:
+def validate_sessions(spec: SpecParts) -> None:
     _check(spec.session.sessions_per_conc >= 1, "--sessions-per-conc: must be >= 1")
     _check(
         not spec.session.multi_turn or spec.workload.dataset is not None,

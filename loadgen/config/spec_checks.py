@@ -7,7 +7,6 @@ Every message names the flag the user typed and says what to do.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from loadgen.config.load_args import check_conc_stages_run, check_load_shape
 from loadgen.config.local_checks import check_results_dir, process_exists
@@ -32,12 +31,10 @@ from loadgen.config.subspecs import (
     THINKING_MODES,
     DeadlineSpec,
     ScoringSpec,
+    SpecParts,
     TelemetrySpec,
     VllmResultOptions,
 )
-
-if TYPE_CHECKING:
-    from loadgen.config.spec import RunSpec
 
 # vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
 VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
@@ -54,7 +51,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def validate(spec: RunSpec) -> None:
+def validate(spec: SpecParts) -> None:
     """Raise SpecError for the first invalid setting (RunSpec calls this on construction)."""
     _check_finite(spec)
     _check(
@@ -80,7 +77,7 @@ def validate(spec: RunSpec) -> None:
     )
 
 
-def _validate_workload(spec: RunSpec) -> None:
+def _validate_workload(spec: SpecParts) -> None:
     _check(
         spec.workload.isl is not None or spec.workload.dataset is not None,
         "--isl is required (or --dataset, whose prompts give the input lengths)",
@@ -127,7 +124,7 @@ def _validate_workload(spec: RunSpec) -> None:
     )
 
 
-def _validate_target(spec: RunSpec) -> None:
+def _validate_target(spec: SpecParts) -> None:
     """The server, its credentials and what goes on the wire besides the prompt."""
     _check(spec.sim or bool(spec.target.base_url), "--base-url is required (or use --sim)")
     if spec.target.base_url:
@@ -161,7 +158,7 @@ def _validate_target(spec: RunSpec) -> None:
     _validate_telemetry(spec.telemetry, spec.sim)
 
 
-def _validate_prompts(spec: RunSpec) -> None:
+def _validate_prompts(spec: SpecParts) -> None:
     _check(
         spec.target.endpoint in ENDPOINTS,
         f"--endpoint {spec.target.endpoint!r}: allowed: completions, chat",
@@ -181,7 +178,7 @@ def _validate_prompts(spec: RunSpec) -> None:
     )
 
 
-def _validate_load(spec: RunSpec) -> None:
+def _validate_load(spec: SpecParts) -> None:
     """How many requests, how fast, and what the figures are checked against."""
     _check(spec.load.prompts_per_conc >= 1, "--prompts-per-conc: must be >= 1")
     _check(spec.load.warmup_per_conc >= 0, "--warmup-per-conc: must be >= 0")
@@ -255,7 +252,7 @@ def _validate_deadlines(deadlines: DeadlineSpec) -> None:
     _check(0.0 <= deadlines.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
 
 
-def _validate_processes(spec: RunSpec) -> None:
+def _validate_processes(spec: SpecParts) -> None:
     _check(
         spec.processes.workers is None or 1 <= spec.processes.workers <= MAX_WORKERS,
         f"--workers: must be in 1..{MAX_WORKERS} (or auto)",
@@ -290,7 +287,7 @@ def _validate_processes(spec: RunSpec) -> None:
     )
 
 
-def _validate_find_max(spec: RunSpec) -> None:
+def _validate_find_max(spec: SpecParts) -> None:
     if spec.load.find_max is None:
         return
     problem = find_max_problem(
@@ -350,7 +347,7 @@ _FLOAT_FLAGS = (
 )
 
 
-def _check_finite(spec: RunSpec) -> None:
+def _check_finite(spec: SpecParts) -> None:
     for part, name, flag in _FLOAT_FLAGS:
         value = getattr(getattr(spec, part), name)
         _check(value is None or math.isfinite(value), f"{flag} {value}: must be a finite number")
@@ -360,7 +357,7 @@ def _check_finite(spec: RunSpec) -> None:
     )
 
 
-def _validate_run_level(spec: RunSpec) -> None:
+def _validate_run_level(spec: SpecParts) -> None:
     """A seed numpy and vLLM accept, a results directory that can be written, a dataset
     that fits in memory, a server process that exists."""
     _check(0 <= spec.seed <= MAX_SEED, f"--seed {spec.seed}: must be in 0..{MAX_SEED} (2^63-1)")

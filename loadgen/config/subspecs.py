@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from encoders import ENCODERS
 from loadgen.config.golden import GoldenAL
@@ -237,3 +237,35 @@ class SessionSpec:
     idle_cap_tree_s: float | None = 300.0
     cache_bust: bool = True
     live_history: bool = False  # history assistant turns: the server's replies
+
+
+class SpecParts(Protocol):
+    """What the checks read of a run: its parts (RunSpec is one). The checks type against
+    this, not RunSpec, so RunSpec can call them on construction without a circle."""
+
+    @property
+    def load(self) -> LoadSpec: ...
+    @property
+    def workload(self) -> WorkloadSpec: ...
+    @property
+    def target(self) -> TargetSpec: ...
+    @property
+    def deadlines(self) -> DeadlineSpec: ...
+    @property
+    def scoring(self) -> ScoringSpec: ...
+    @property
+    def telemetry(self) -> TelemetrySpec: ...
+    @property
+    def output(self) -> OutputSpec: ...
+    @property
+    def processes(self) -> ProcessSpec: ...
+    @property
+    def session(self) -> SessionSpec: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def sim(self) -> bool: ...
+    @property
+    def sim_args(self) -> tuple[str, ...]: ...
+    @property
+    def sessions(self) -> bool: ...

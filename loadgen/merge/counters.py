@@ -13,7 +13,7 @@ from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_urls import per_url_fields
 
 if TYPE_CHECKING:
-    from loadgen.merge.shards import Shard
+    from loadgen.merge.shard import Shard
 
 
 def merged_by_url(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:

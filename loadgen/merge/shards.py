@@ -28,6 +28,7 @@ from loadgen import __version__
 from loadgen.config.golden import GoldenAL
 from loadgen.errors import UsageError
 from loadgen.merge.counters import combined_snapshots, merged_by_url
+from loadgen.merge.shard import Shard
 from loadgen.merge.timeline import PointRefused, align, check_overlap
 from loadgen.metrics.summary import PointContext
 from loadgen.persist.results_dir import run_files
@@ -55,19 +56,6 @@ PER_SHARD = frozenset(
         "shard_sync",
     }
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Shard:
-    path: Path
-    run: dict[str, Any]  # its run.json
-
-    @property
-    def index(self) -> int:
-        return int(self.run["shard"]["index"])
-
-    def point(self, conc: int) -> dict[str, Any] | None:
-        return next((p for p in self.run["points"] if p["conc"] == conc), None)
 
 
 @dataclass(frozen=True, slots=True)
