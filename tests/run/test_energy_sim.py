@@ -36,7 +36,7 @@ from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import UsageError
 from loadgen.orchestrate.measure import measure
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import run_sweep
+from loadgen.scale.sweep import run_sweep  # --workers: the pool driver
 from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerConfig
 from loadgen.sim.server import RunningSimulator, running_simulator
