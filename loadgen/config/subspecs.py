@@ -22,13 +22,15 @@ from loadgen.config.objectives import Objective, Resolution
 Endpoint = Literal["completions", "chat"]
 ThinkingMode = Literal["chat", "thinking"]
 ReasoningEffort = Literal["low", "high", "max"]
-HttpClient = Literal["native"]  # the aiohttp comparison client is bench/aiohttp_client.py
+# the client the results record: native, or bench/aiohttp_client.py's comparison client
+# (the command line takes native only: target_flags.parse_http_client)
+HttpClient = Literal["native", "aiohttp"]
 DatasetFormat = Literal["auto", "sharegpt", "jsonl", "weka", "mooncake", "speed_bench"]
 ENDPOINTS: tuple[str, ...] = ("completions", "chat")
 ENCODER_NAMES: tuple[str, ...] = tuple(ENCODERS)
 THINKING_MODES: tuple[str, ...] = ("chat", "thinking")
 REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
-HTTP_CLIENTS: tuple[str, ...] = ("native",)
+HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 # jsonl: OpenAI messages or vLLM custom {prompt} per line; weka, mooncake: traces replayed
 # as sessions (docs/sessions.md). Detection and reading: config/dataset_format.py.
 # speed_bench: NVIDIA SPEED-Bench, a directory of <subset>.jsonl (workload/datasets.py).

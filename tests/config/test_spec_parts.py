@@ -65,3 +65,15 @@ def test_settings_stay_flat_and_hold_no_credentials() -> None:
     assert set(written) == set(flat) - {"api_key"}
     assert written["conc"] == [2, 4] and written["request_timeout_s"] == 5.0
     assert written["headers"] == ["X-Token"] and "pw" not in written["base_url"]
+
+
+def test_bench_comparison_client_is_a_spec_the_command_line_refuses() -> None:
+    """bench/client_overhead.py builds a spec with bench's aiohttp client (its results say
+    so); only the command line is limited to the native one."""
+    from loadgen.config.args import spec_from_argv
+
+    assert _spec().with_(http_client="aiohttp").target.http_client == "aiohttp"
+    with pytest.raises(SpecError, match="moved to bench/"):
+        spec_from_argv(
+            ["--sim", "--conc", "2", "--isl", "8", "--osl", "8", "--http-client", "aiohttp"], env={}
+        )
