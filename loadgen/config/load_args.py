@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from loadgen.config.fields import Field, flag
 from loadgen.config.parsers import MAX_CONC, SpecError
+
+N = TypeVar("N", int, float)  # a stage's value: a rate or a concurrency
 
 RAMP_UP_STRATEGIES = ("linear", "exponential")
 DEFAULT_SATURATION_WINDOW_S = 30.0
@@ -114,44 +117,49 @@ def stages_conc(args: argparse.Namespace) -> tuple[int, ...] | None:
 def parse_rate_stages(text: str) -> tuple[tuple[float, float], ...]:
     """`5@30s,20@30,40@1m` -> ((5.0, 30.0), (20.0, 30.0), (40.0, 60.0)): req/s @ seconds
     (a bare number is seconds; units ms, s, m)."""
-    stages = []
-    for part in text.split(","):
-        rate, at, seconds = part.strip().partition("@")
-        try:
-            value = float(rate)
-            span = _seconds(seconds.strip())
-        except ValueError:
-            raise SpecError(
-                f"--rate-stages {text!r}: each stage is RATE@DURATION, e.g. "
-                "5@30s (req/s at a duration in ms, s or m)"
-            ) from None
-        if not at or not (math.isfinite(value) and value > 0 and math.isfinite(span) and span > 0):
-            raise SpecError(
-                f"--rate-stages {text!r}: {part.strip()!r} needs a rate > 0 "
-                "and a duration > 0, e.g. 5@30s"
-            )
-        stages.append((value, span))
-    return tuple(stages)
+    return _stages(
+        text,
+        float,
+        lambda rate: math.isfinite(rate) and rate > 0,
+        shape="--rate-stages {text!r}: each stage is RATE@DURATION, e.g. 5@30s (req/s at a "
+        "duration in ms, s or m)",
+        bounds="--rate-stages {text!r}: {part!r} needs a rate > 0 and a duration > 0, e.g. 5@30s",
+    )
 
 
 def parse_conc_stages(text: str) -> tuple[tuple[int, float], ...]:
     """`4@30s,16@1m` -> ((4, 30.0), (16, 60.0)): requests in flight @ seconds."""
+    return _stages(
+        text,
+        int,
+        lambda conc: 1 <= conc <= MAX_CONC,
+        shape="--conc-stages {text!r}: each stage is CONCURRENCY@DURATION, e.g. 4@30s (a "
+        "whole number of requests in flight at a duration in ms, s or m)",
+        bounds="--conc-stages {text!r}: {part!r} needs a concurrency in "
+        f"1..{MAX_CONC} and a duration > 0, e.g. 4@30s",
+    )
+
+
+def _stages(
+    text: str,
+    value_of: Callable[[str], N],
+    fits: Callable[[N], bool],
+    *,
+    shape: str,
+    bounds: str,
+) -> tuple[tuple[N, float], ...]:
+    """VALUE@DURATION stages joined by commas; `shape` and `bounds` are the two errors
+    (formatted with the whole text and the stage at fault)."""
     stages = []
     for part in text.split(","):
-        conc, at, seconds = part.strip().partition("@")
+        head, at, seconds = part.strip().partition("@")
         try:
-            value = int(conc)
+            value = value_of(head)
             span = _seconds(seconds.strip())
         except ValueError:
-            raise SpecError(
-                f"--conc-stages {text!r}: each stage is CONCURRENCY@DURATION, e.g. "
-                "4@30s (a whole number of requests in flight at a duration in ms, s or m)"
-            ) from None
-        if not at or not (1 <= value <= MAX_CONC and math.isfinite(span) and span > 0):
-            raise SpecError(
-                f"--conc-stages {text!r}: {part.strip()!r} needs a concurrency in "
-                f"1..{MAX_CONC} and a duration > 0, e.g. 4@30s"
-            )
+            raise SpecError(shape.format(text=text)) from None
+        if not at or not (fits(value) and math.isfinite(span) and span > 0):
+            raise SpecError(bounds.format(text=text, part=part.strip()))
         stages.append((value, span))
     return tuple(stages)
 
