@@ -8,8 +8,6 @@ number is read from capacity.json and the probes' own point files.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 from loadgen.compare.capacity_inputs import probe_points, read_capacity
 from loadgen.sinks.report_capacity import overlay
 from tests.support.chromium_cdp import find_chromium, open_page
+from tests.support.procs import run_loadgen
 
 SIM = "--max-num-seqs 4 --step-fixed-ms 10"
 SWEEP = f"""
@@ -50,21 +49,11 @@ FRONTIER_JS = """(() => {
 })()"""
 
 
-def loadgen(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("capacity-sweep")
     (base / "sweep.yaml").write_text(SWEEP)
-    done = loadgen("--config", str(base / "sweep.yaml"), "--results", str(base / "tree"))
+    done = run_loadgen(["--config", str(base / "sweep.yaml"), "--results", str(base / "tree")])
     assert done.returncode == 0, done.stderr
     assert "lane 2/2 search: find-max conc -> " in done.stderr
     assert "lane search: capacity search in" in done.stderr
@@ -111,7 +100,7 @@ async def test_report_shows_the_search_in_chromium(tree: Path, tmp_path: Path) -
     binary = find_chromium()
     assert binary is not None, "scripts/ensure-chromium installs Debian's chromium"
     report = tmp_path / "report.html"
-    done = loadgen("report", str(tree), "-o", str(report))
+    done = run_loadgen(["report", str(tree), "-o", str(report)])
     assert done.returncode == 0, done.stderr
     page = await open_page(binary, report.resolve().as_uri(), tmp_path / "r.png", FRONTIER_JS)
     assert page.errors == [], page.errors
@@ -131,6 +120,6 @@ async def test_report_shows_the_search_in_chromium(tree: Path, tmp_path: Path) -
             "(a sweep of every conc measures 8)",
         ]
     ], shown["lines"]
-    compared = loadgen("compare", str(tree))
+    compared = run_loadgen(["compare", str(tree)])
     assert compared.returncode == 0, compared.stderr
     assert compared.stdout.rstrip().endswith(shown["lines"][0][1])  # the same line
