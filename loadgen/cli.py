@@ -23,6 +23,7 @@ from loadgen.config.args import COMMANDS, parse_run_args
 from loadgen.config.redact import redact_text
 from loadgen.config.spec import RunSpec
 from loadgen.errors import Interrupted, LoadgenError, UsageError
+from loadgen.wording import printable
 
 if TYPE_CHECKING:
     from loadgen.config.sweepfile import SweepPlan
@@ -162,7 +163,8 @@ async def _run_lanes(plan: SweepPlan) -> int:
 
 def _report(exc: LoadgenError, prog: str) -> int:
     # redacted: a preflight error names --base-url, credentials and all (CI logs keep it)
-    print(f"{prog}: error: {redact_text(str(exc))}", file=sys.stderr)
+    # printable: an error line may quote a server (a model name, a body)
+    print(f"{prog}: error: {printable(redact_text(str(exc)))}", file=sys.stderr)
     return exc.exit_code
 
 
@@ -202,13 +204,16 @@ async def _metrics_model_label(spec: RunSpec) -> str:
         from loadgen.sim.parser import build_parser as sim_parser
 
         return str(sim_parser().parse_known_args(list(spec.sim_args))[0].model)
-    import aiohttp
-
     from loadgen.client.preflight import find_model
+    from loadgen.client.transport import open_session
+    from loadgen.run.backend import request_headers
 
     assert spec.target.base_url is not None
-    timeout = aiohttp.ClientTimeout(total=spec.deadlines.http_timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with open_session(
+        max_connections=1,
+        headers=request_headers(spec),
+        http_timeout_s=spec.deadlines.http_timeout_s,
+    ) as session:
         name, _ = await find_model(session, spec.target.base_url.rstrip("/"), None)
     return name
 

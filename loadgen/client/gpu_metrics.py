@@ -5,7 +5,8 @@ none of the others; each scrape is bounded by a 2 s timeout and a failed one is 
 a sample without readings (metrics/energy.py marks the point). `start`
 returns once every URL has been sampled once and `stop` samples every URL once more, so
 the samples bracket the measured window (first send to last completion) by construction.
-Scrapes run on a session of their own, beside the server's /metrics scrapes.
+Scrapes run on a session of their own (client/http_session.py: no decompression,
+same-origin redirects, a capped body), beside the server's /metrics scrapes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
+from loadgen.client.http_session import open_session
 from loadgen.client.server_metrics import MetricsUrlError, fetch_metrics_text, metrics_urls
 from loadgen.config.redact import redact_url
 from loadgen.errors import UsageError
@@ -33,6 +35,7 @@ from loadgen.metrics.throughput import measured_window
 from loadgen.records import RequestRecord
 
 MAX_SCRAPE_S = 2.0
+PREFLIGHT_SCRAPE_S = 5.0
 MAX_CSV_WAIT_S = 3.0  # a recorder sampling at InferenceX's largest valid gap has written
 EMBEDDED_SIM = "sim"  # --gpu-metrics sim: the embedded simulator's (--sim) /gpu/metrics
 
@@ -49,7 +52,7 @@ class GpuMetricsUrlError(MetricsUrlError):
 
 async def check_gpu_metrics_urls(urls: Sequence[str]) -> None:
     """Before the sweep: one line naming every URL that has no GPU power series."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0)) as session:
+    async with open_session(timeout_s=PREFLIGHT_SCRAPE_S, max_connections=len(urls)) as session:
 
         async def problem(url: str) -> str | None:
             try:
@@ -94,7 +97,7 @@ class PowerSampler:
         self._interrupted = False
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession()
+        self._session = open_session(timeout_s=self._timeout_s, max_connections=len(self.urls))
         try:
             await self._sample_all()
         except BaseException:  # interrupted before the point began: no session left open

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import aiohttp
 
+from loadgen.client.http_session import open_session
+
 PROBE_PATH = "/health"  # vLLM's; other servers answer 404, which counts as an answer
 
 
 async def answers_http(base_url: str, timeout_s: float) -> bool:
     """True when an HTTP response (any status) arrives within `timeout_s`."""
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    connector = aiohttp.TCPConnector(force_close=True, limit=1)
     try:
         async with (
-            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            open_session(timeout_s=timeout_s, max_connections=1, force_close=True) as session,
             session.get(base_url + PROBE_PATH, allow_redirects=False) as response,
         ):
             return response.status > 0

@@ -14,7 +14,8 @@ server says, stops the run with one line (exit 1).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,13 @@ import aiohttp
 import orjson
 
 from loadgen.client.deadlines import timeout_of, unanswered
+from loadgen.client.http_session import (
+    MAX_JSON_BYTES,
+    MAX_PAGE_BYTES,
+    REFUSED,
+    read_capped,
+    refused_line,
+)
 from loadgen.client.redirects import CrossOriginRedirect
 from loadgen.client.server_metrics import check_metrics_urls
 from loadgen.client.stream_client import StreamClient
@@ -35,10 +43,12 @@ from loadgen.metrics.server import (
     speculative_decoding_enabled,
 )
 from loadgen.records import RequestRecord, TokenSource
+from loadgen.wording import printable
 from loadgen.workload.bodies import BodyOptions, completion_body, encode_body
 from loadgen.workload.plan import RequestSpec
 
 PROBE_TOKENS = 4
+MAX_NAMES, NAME_CHARS = 20, 80  # of the served models an error line names
 PROBE_ATTEMPTS = 3
 
 
@@ -68,7 +78,7 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
     async with session.get(url) as response:
         if response.status != 200:
             raise PreflightError(f"GET {url}: HTTP {response.status}")
-        body = await response.read()
+        body = await read_capped(response, MAX_JSON_BYTES)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -88,7 +98,7 @@ async def fetch_metrics(session: aiohttp.ClientSession, base_url: str) -> Server
     async with session.get(base_url + "/metrics") as response:
         if response.status != 200:
             return None
-        body = await response.read()
+        body = await read_capped(response, MAX_PAGE_BYTES)
     try:
         return parse_metrics(body.decode("utf-8", "replace"))
     except MetricsParseError:
@@ -103,8 +113,8 @@ async def find_model(
         listing = await get_json(session, url)
     except TimeoutError:
         raise PreflightError(unanswered(session, url)) from None
-    except CrossOriginRedirect as exc:
-        raise PreflightError(str(exc)) from None
+    except REFUSED as exc:
+        raise PreflightError(refused_line(url, exc)) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise PreflightError(
             f"cannot reach the server at {base_url} ({type(exc).__name__}: {exc}); "
@@ -116,16 +126,23 @@ async def find_model(
     if wanted is None:
         if len(cards) > 1:
             raise PreflightError(
-                f"the server serves {len(cards)} models ({', '.join(cards)}); pick one with --model"
+                f"the server serves {len(cards)} models ({_names(cards)}); pick one with --model"
             )
         wanted = next(iter(cards))
     if wanted not in cards:
         raise PreflightError(
-            f"model {wanted!r} is not served at {base_url}; "
-            f"served: {', '.join(sorted(cards))} (use --model)"
+            f"model {printable(wanted, NAME_CHARS)!r} is not served at {base_url}; "
+            f"served: {_names(sorted(cards))} (use --model)"
         )
     max_len = cards[wanted].get("max_model_len")
     return wanted, max_len if type(max_len) is int and max_len > 0 else None
+
+
+def _names(names: Iterable[str]) -> str:
+    """Model names from the server, as data: shown without control characters, each and
+    their number bounded."""
+    shown = [printable(name, NAME_CHARS) for name in itertools.islice(names, MAX_NAMES + 1)]
+    return ", ".join(shown[:MAX_NAMES]) + (", …" if len(shown) > MAX_NAMES else "")
 
 
 def _model_cards(listing: Any, url: str) -> dict[str, dict[str, Any]]:
@@ -162,7 +179,7 @@ async def tokenize_check(
         async with session.post(base_url + "/tokenize", json=body) as response:
             if response.status != 200:
                 return {**unknown, "note": f"/tokenize answered HTTP {response.status}"}
-            answer = orjson.loads(await response.read())
+            answer = orjson.loads(await read_capped(response, MAX_JSON_BYTES))
     except TimeoutError:
         return {
             **unknown,
@@ -318,7 +335,7 @@ async def _preflight_metrics(
         return await fetch_metrics(session, base_url)
     except TimeoutError:
         raise PreflightError(unanswered(session, base_url + "/metrics")) from None
-    except CrossOriginRedirect as exc:
-        raise PreflightError(str(exc)) from None
+    except REFUSED as exc:
+        raise PreflightError(refused_line(base_url + "/metrics", exc)) from None
     except (aiohttp.ClientError, OSError):
         return None

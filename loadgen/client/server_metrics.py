@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from loadgen.client.deadlines import unanswered
+from loadgen.client.http_session import MAX_PAGE_BYTES, read_capped
 from loadgen.errors import ServerError
 from loadgen.metrics.server import (
     WATCHED_GAUGES,
@@ -31,6 +32,7 @@ from loadgen.metrics.server import (
     merge_snapshots,
     parse_metrics,
 )
+from loadgen.wording import printable
 
 WATCH_INTERVAL_S = 2.0
 
@@ -65,11 +67,11 @@ async def fetch_metrics_text(session: aiohttp.ClientSession, url: str) -> str:
     async with session.get(url) as response:
         if response.status != 200:
             raise MetricsUrlError(f"HTTP {response.status}")
-        return await response.text()
+        return (await read_capped(response, MAX_PAGE_BYTES)).decode("utf-8", "replace")
 
 
 def warn(message: str) -> None:
-    print(f"loadgen: WARNING: {message}", file=sys.stderr)
+    print(f"loadgen: WARNING: {printable(message)}", file=sys.stderr)
 
 
 async def scrape_url(

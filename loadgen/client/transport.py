@@ -1,5 +1,6 @@
 """A request's timing and outcome, the exception -> ErrorKind boundary, and the aiohttp
-session of everything that is not a measured stream (preflight GETs, /metrics scrapes).
+session of everything that is not a measured stream (preflight GETs, /metrics scrapes;
+its bounds: http_session.py).
 
 Timing (docs/design.md, "Timing under bursts"): the first Python code that sees a socket
 read is the client protocol's data callback (client/native/protocol.py). It reads
@@ -29,12 +30,12 @@ from time import perf_counter_ns
 
 import aiohttp
 
-from loadgen.client.deadlines import IdleDeadline, StreamIdle, http_timeout
+from loadgen.client import http_session
+from loadgen.client.deadlines import IdleDeadline, StreamIdle
 from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import Exchange, Ingest, StartPacer
 from loadgen.client.malformed_body import MalformedBody
 from loadgen.client.native.protocol import BadHttpResponse
-from loadgen.client.redirects import same_origin_redirects
 from loadgen.client.stream_client import (
     RequestClock,
     StreamClient,
@@ -51,23 +52,10 @@ def open_session(
     headers: Mapping[str, str] | None = None,
     http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
 ) -> aiohttp.ClientSession:
-    """One session per run (aiohttp's public API only): `max_connections` sockets at once,
-    its default timeout bounding every call. The measured streams never use it."""
-    connector = aiohttp.TCPConnector(
-        limit=max_connections,
-        limit_per_host=0,
-        keepalive_timeout=3600.0,
-        force_close=False,
-        ttl_dns_cache=None,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=http_timeout(http_timeout_s),
-        headers={"Accept-Encoding": "identity", **(headers or {})},
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent",),
-        # the session's headers (--header secrets) never follow a redirect elsewhere
-        middlewares=(same_origin_redirects,),
+    """The run's session (http_session.py's bounds): `max_connections` sockets at once,
+    `--http-timeout` bounding every call. The measured streams never use it."""
+    return http_session.open_session(
+        timeout_s=http_timeout_s, max_connections=max_connections, headers=headers
     )
 
 

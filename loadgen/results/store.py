@@ -27,6 +27,7 @@ shape or of another version is one ResultFileError naming the file and the field
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,24 @@ AIPERF_SERVER_METRICS = "server_metrics_export.json"
 _POINT_NAME = re.compile(r"^conc_(\d+)\.json$")
 # A file that is bigger than any result loadgen writes is not one of its results.
 MAX_READ_BYTES = 1 << 30
+
+
+# A name from outside (a server's model name) inside a file name: the characters that are
+# safe in a file name on every system, and a length that leaves room for the rest of the
+# name under the usual 255-byte limit.
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+=@-]+")
+MAX_NAME_PART = 80
+
+
+def name_part(text: str, limit: int = MAX_NAME_PART) -> str:
+    """`text` as one part of a file name: runs of any other character become `_`, no
+    leading dot (no hidden file, no `..`), at most `limit` characters (a longer one keeps
+    its start and a digest of the whole, so two long names stay apart)."""
+    part = _UNSAFE_IN_NAME.sub("_", text).lstrip(".") or "_"
+    if len(part) <= limit:
+        return part
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{part[: limit - len(digest) - 1]}~{digest}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from typing import IO
 
 import aiohttp
 
+from loadgen.client.http_session import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.errors import SetupError
 from loadgen.results.point import SimulatorHealth
@@ -34,6 +35,7 @@ from loadgen.wording import counted
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0
+HEALTH_POLL_S = 5.0  # each poll: a simulator that accepts but never answers is not up
 # The simulator's own log line when its engine runs late (loadgen/sim/engine.py).
 BEHIND_LINE = re.compile(rb"loadgen sim: (\d+) ms behind its step schedule")
 MTP_DRAFT_TOKENS = 2  # as the DeepSeek-V4 MTP recipes
@@ -94,8 +96,7 @@ def simulator_argv(port: int, extra: Sequence[str]) -> list[str]:
 
 async def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
     deadline = perf_counter() + START_TIMEOUT_S
-    # Each poll is bounded too: a simulator that accepts but never answers is not up.
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+    async with open_session(timeout_s=HEALTH_POLL_S, max_connections=1) as session:
         while perf_counter() < deadline:
             if process.poll() is not None:
                 log.seek(0)

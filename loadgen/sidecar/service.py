@@ -34,6 +34,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from loadgen.client.http_session import MAX_JSON_BYTES, open_session, read_capped
 from loadgen.config.redact import redact_json, redact_text
 from loadgen.config.spec import SpecError
 from loadgen.run.ids import RUN_ID
@@ -52,10 +53,14 @@ from loadgen.sidecar.runs import Busy, RunManager, RunRecord
 from loadgen.sidecar.settings import ServiceConfig, check_exposure
 from loadgen.sinks.guarded_http import BodyTimeout, guarded_app, read_body, start_guarded
 from loadgen.sinks.prometheus import LoadgenMetrics, metrics_handler
+from loadgen.wording import printable
 
 log = logging.getLogger("loadgen.serve")
 # GET /results parses each JSON file; a point file is ~10 KB, anything this big is not one.
 MAX_PARSED_JSON_BYTES = 16 * 1024 * 1024
+READY_TIMEOUT_S = 3.0
+# what /readyz names of the target's model list when our model is not on it
+MAX_NAMES, NAME_CHARS = 8, 80
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -223,15 +228,19 @@ class Service:
     async def readyz(self, request: web.Request) -> web.Response:
         url = f"{self.config.target.rstrip('/')}/v1/models"
         try:
-            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=3)) as resp:
+            async with self.session.get(url) as resp:
                 if resp.status != 200:
                     return error(503, redact_text(f"{url} answered HTTP {resp.status}"))
-                body = await resp.json(content_type=None)
+                body = orjson.loads(await read_capped(resp, MAX_JSON_BYTES))
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             return error(503, redact_text(f"{url} unreachable: {type(exc).__name__}: {exc}"))
-        served = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+        listed = body.get("data") if isinstance(body, dict) else None
+        served = (
+            [m.get("id") for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+        )
         if self.config.model not in served:
-            return error(503, f"target serves {served}, not {self.config.model!r}")
+            names = ", ".join(printable(str(name), NAME_CHARS) for name in served[:MAX_NAMES])
+            return error(503, f"target serves [{names}], not {self.config.model!r}")
         return json_response({"ready": True, "model": self.config.model})
 
 
@@ -239,7 +248,9 @@ class Service:
 async def running_service(config: ServiceConfig) -> AsyncIterator[Service]:
     """The sidecar on config.host:config.port (0 = a free port, in `service.port`)."""
     check_exposure(config)
-    async with aiohttp.ClientSession() as session:
+    # /readyz's session: unauthenticated callers make it fetch, so it is bounded as every
+    # other connection loadgen opens (client/http_session.py)
+    async with open_session(timeout_s=READY_TIMEOUT_S, max_connections=4) as session:
         service = Service(config, session)
         runner, service.port = await start_guarded(
             service.app(), config.host, config.port, shutdown_timeout=1.0

@@ -31,6 +31,7 @@ from loadgen.metrics.summary import distribution, percentile_word
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
+from loadgen.results.store import name_part
 
 SUMMARY_KEYS = (
     "duration",
@@ -186,7 +187,8 @@ def result_path(
         suffix = ".json" if points == 1 else f"_conc{conc}.json"
         return directory / f"{options.filename}{suffix}"
     label = options.label or options.backend
-    model = str(fields["model_id"]).split("/")[-1]
+    # the server's name for its model: data, never path syntax or an over-long name
+    model = name_part(str(fields["model_id"]).split("/")[-1])
     return directory / (
         f"{label}-{fields['request_rate']}qps-concurrency{conc}-{model}-{fields['date']}.json"
     )

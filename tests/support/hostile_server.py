@@ -110,6 +110,28 @@ def answer_bytes(body: bytes, content_type: str, status: int = 200) -> Handler:
     return handle
 
 
+def compressed(body: bytes, content_type: str, encoding: str = "gzip") -> Handler:
+    """`body` sent as is, declared compressed (`Content-Encoding`), whatever was asked."""
+
+    async def handle(_request: Request, conn: Conn) -> None:
+        await conn.send(
+            f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Encoding: "
+            f"{encoding}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
+        await conn.send(body)
+
+    return handle
+
+
+def redirect(location: str, status: int = 302) -> Handler:
+    async def handle(_request: Request, conn: Conn) -> None:
+        await conn.send(
+            f"HTTP/1.1 {status} X\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+
+    return handle
+
+
 async def hang(_request: Request, conn: Conn) -> None:
     await conn.hang()
 
