@@ -34,6 +34,7 @@ from loadgen.client.redirects import CrossOriginRedirect
 from loadgen.client.server_metrics import check_metrics_urls
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import Transport
+from loadgen.config.redact import redact_body
 from loadgen.config.spec import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import ServerError
 from loadgen.metrics.server import (
@@ -70,6 +71,8 @@ class ServerInfo:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["options"] = dataclasses.asdict(self.options)
+        # as stored (run.json): a credential passed through the body is not written down
+        data["options"]["extra_body"] = redact_body(data["options"].get("extra_body"))
         return data
 
 

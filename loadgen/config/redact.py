@@ -1,14 +1,15 @@
 """What counts as a secret in settings, and its redacted form (pure, no I/O).
 
 The one rule for everything loadgen stores or returns (result files, the sidecar's
-run.json and API answers, error lines): header values whose name looks like a
-credential, and credentials inside URLs (`user:password@`, secret-named query
-parameters), become `***`. Requests themselves always carry the real values; only
+run.json and API answers, error lines): header values and `--extra-body` string fields
+whose name looks like a credential, and credentials inside URLs (`user:password@`,
+secret-named query parameters), become `***`. Requests themselves always carry the real values; only
 what is written down or shown is redacted.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +27,7 @@ _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#]*@"
 _QUERY_PARAM = re.compile(r"(?P<sep>[?&])(?P<name>[^=&#\s]+)=[^&#\s]*")
 # Sidecar options (and argv flags) that hold `NAME:VALUE` headers.
 _HEADER_OPTIONS = frozenset({"header", "headers"})
+_BODY_OPTIONS = frozenset({"extra_body"})
 
 
 def is_secret_name(name: str) -> bool:
@@ -77,6 +79,8 @@ def _redact_option(key: str, value: Any) -> Any:
         headers = _redact_headers(value)
         if headers is not None:
             return headers
+    if key.replace("-", "_").lower() in _BODY_OPTIONS:
+        return redact_body(value)
     if key.replace("-", "_").lower() == "api_key":  # refused by the sidecar; never shown
         return None if value is None else REDACTED
     if isinstance(value, str):
@@ -103,6 +107,26 @@ def _redact_headers(value: Any) -> Any:
             for k, v in value.items()
         }
     return None
+
+
+def redact_body(value: Any) -> Any:
+    """Request-body fields (`--extra-body`, a mapping or its JSON text) safe to store:
+    a string under a secret-looking name at any depth is `***` (a provider key passed
+    through the body), every other string as free text. A JSON text stays text."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return redact_text(value)
+        return json.dumps(redact_body(parsed)) if isinstance(parsed, dict) else redact_text(value)
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED if isinstance(v, str) and is_secret_name(str(k)) else redact_body(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact_body(v) for v in value]
+    return value
 
 
 def redact_json(value: Any) -> Any:

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import orjson
 
-from loadgen.config.redact import redact_url
+from loadgen.config.redact import redact_body, redact_url
 from loadgen.config.spec import RunSpec, SpecError, flat_settings
 from loadgen.persist.outcome import PointOutcome
 from loadgen.results.files import ResultsWriteError
@@ -93,6 +93,7 @@ def settings_of(spec: RunSpec) -> dict[str, Any]:
     settings = flat_settings(spec)
     settings.pop("api_key", None)  # never write a credential into results
     settings["headers"] = [name for name, _ in spec.target.headers]  # names only: may hold tokens
+    settings["extra_body"] = redact_body(settings.get("extra_body"))
     settings["base_url"] = spec.target.base_url and redact_url(
         spec.target.base_url
     )  # user:pw@ -> ***@

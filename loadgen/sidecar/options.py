@@ -9,9 +9,10 @@ absolute path or a symbolic link planted below the data directory cannot lead ou
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,7 +22,7 @@ from loadgen.config.args import spec_from_options
 from loadgen.config.decode import option_dest
 from loadgen.config.spec import RunSpec, SpecError, VllmResultOptions
 from loadgen.config.sweep_yaml import check_document, load_yaml
-from loadgen.config.sweepfile import SweepPlan, parse_sweep
+from loadgen.config.sweepfile import SECTIONS, SweepPlan, parse_sweep
 from loadgen.config.table import RUN_FIELDS
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
@@ -91,15 +92,17 @@ def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> R
     if reserved:
         raise SpecError(f"{', '.join(reserved)}: {RESERVED_WHY}")
     check_known(options)
-    spec = spec_from_options(
-        {
-            **options,
-            "base_url": config.target,
-            "model": config.model,
-            "results": str(results_dir),
-            "no_progress": True,
-        }
-    )
+    placed = place_paths(options, config.data_dir, results_dir, "")
+    with files_not_described(options):
+        spec = spec_from_options(
+            {
+                **placed,
+                "base_url": config.target,
+                "model": config.model,
+                "results": str(results_dir),
+                "no_progress": True,
+            }
+        )
     check_confined(spec, config.data_dir, "")
     _refuse_find_max(spec, "")
     return spec
@@ -145,13 +148,15 @@ def check_known(options: Mapping[str, Any]) -> None:
 def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> SweepPlan:
     """A sweep file's document, every lane aimed at our target, results in results_dir."""
     refused = {option_dest(name): RESERVED_WHY for name in RESERVED_OPTIONS}
-    plan = parse_sweep(
-        document,
-        source="sweep document",
-        results_dir=results_dir,
-        forbidden=refused,
-        fixed={"base_url": config.target, "model": config.model, "no_progress": True},
-    )
+    placed = _place_document(document, config.data_dir, results_dir)
+    with files_not_described(document):
+        plan = parse_sweep(
+            placed,
+            source="sweep document",
+            results_dir=results_dir,
+            forbidden=refused,
+            fixed={"base_url": config.target, "model": config.model, "no_progress": True},
+        )
     for index, lane in enumerate(plan.lanes):
         where = f"sweep document: lanes[{index}] ({lane.name}): "
         check_confined(lane.spec, config.data_dir, where)
@@ -161,6 +166,85 @@ def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> 
 
 class Escapes(SpecError):
     """A run option names a place outside the sidecar's data directory (HTTP 400)."""
+
+
+# Options a caller may give that name a file or directory, and what a relative name is
+# relative to: the run's own results directory (what it writes) or the data directory
+# (what the operator put there for runs to read). Placed on the raw option, before
+# anything is built, so no file is opened or created anywhere else.
+IN_RUN, IN_DATA = "the run's results directory", "the sidecar's data directory"
+PLACED_OPTIONS = {"aiperf_artifacts": IN_RUN, "golden_al": IN_DATA}
+
+
+def place_paths(
+    options: Mapping[str, Any], data_dir: Path, run_dir: Path, where: str
+) -> dict[str, Any]:
+    """`options` with each PLACED_OPTIONS value made a path below its base; Escapes
+    for a value that is not a plain relative name that stays there (links followed)."""
+    placed = dict(options)
+    for key, value in options.items():
+        base_name = PLACED_OPTIONS.get(option_dest(key)) if isinstance(key, str) else None
+        if base_name is None or value is None:
+            continue
+        base = run_dir if base_name is IN_RUN else data_dir
+        text = value if isinstance(value, str) else ""
+        target = (base / text).resolve() if text and "\0" not in text else None
+        if Path(text).is_absolute() or target is None or not target.is_relative_to(base.resolve()):
+            raise Escapes(
+                f"{where}{key} {value!r}: not a name inside {base_name}; the sidecar reads "
+                f"and writes only there: give a relative name"
+            )
+        placed[key] = str(target)
+    return placed
+
+
+def _place_document(document: Mapping[str, Any], data_dir: Path, run_dir: Path) -> dict[str, Any]:
+    """A sweep document with place_paths applied where options sit: the top level, each
+    lane, and their `target:` / `workload:` groups."""
+
+    def level(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
+        placed = place_paths(mapping, data_dir, run_dir, where)
+        for section in SECTIONS:
+            if isinstance(placed.get(section), Mapping):
+                placed[section] = place_paths(placed[section], data_dir, run_dir, where)
+        return placed
+
+    placed = level(document, "sweep document: ")
+    if isinstance(placed.get("lanes"), list):
+        placed["lanes"] = [
+            level(lane, f"sweep document: lanes[{i}]: ") if isinstance(lane, Mapping) else lane
+            for i, lane in enumerate(placed["lanes"])
+        ]
+    return placed
+
+
+def _golden_al_given(options: Any) -> bool:
+    """Whether golden-al is set anywhere options sit (the top, lanes, groups)."""
+    if isinstance(options, list):
+        return any(_golden_al_given(item) for item in options)
+    if not isinstance(options, Mapping):
+        return False
+    return any(
+        option_dest(k) == "golden_al" or _golden_al_given(v)
+        for k, v in options.items()
+        if isinstance(k, str) and option_dest(k) != "extra_body"
+    )
+
+
+@contextlib.contextmanager
+def files_not_described(options: Mapping[str, Any]) -> Iterator[None]:
+    """A golden-al file that cannot be used is one line that tells nothing of the file
+    (whether it exists, its keys or values: the caller is not its owner)."""
+    try:
+        yield
+    except SpecError as exc:
+        if "--golden-al " in str(exc) and _golden_al_given(options):
+            raise SpecError(
+                "golden-al: the file is missing, unreadable, or has no curve for this "
+                "model, thinking mode and K; the sidecar does not describe files on its "
+                "disk: check it with `loadgen --golden-al FILE` where it is"
+            ) from None
+        raise
 
 
 def _paths(spec: RunSpec) -> list[tuple[str, str, Path]]:

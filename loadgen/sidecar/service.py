@@ -51,7 +51,12 @@ from loadgen.sidecar.result_files import (
 )
 from loadgen.sidecar.runs import Busy, RunManager, RunRecord
 from loadgen.sidecar.settings import ServiceConfig, check_exposure
-from loadgen.sinks.guarded_http import BodyTimeout, guarded_app, read_body, start_guarded
+from loadgen.sinks.guarded_http import (
+    BodyRefused,
+    guarded_app,
+    read_body,
+    start_guarded,
+)
 from loadgen.sinks.prometheus import LoadgenMetrics, metrics_handler
 from loadgen.wording import printable
 
@@ -122,10 +127,10 @@ class Service:
 
     async def post_run(self, request: web.Request) -> web.Response:
         try:
-            raw = await read_body(request, self.config.limits)
-        except BodyTimeout as exc:
-            response = error(408, str(exc))
-            response.force_close()  # the rest of a body that late is not waited for
+            raw = await read_body(request)
+        except BodyRefused as exc:
+            response = error(exc.status, str(exc))
+            response.force_close()  # the rest of that body is not waited for
             return response
         try:
             # in a thread: PyYAML takes up to ~0.6 s for a 64 KiB body at the bounds,

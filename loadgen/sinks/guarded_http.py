@@ -11,7 +11,11 @@ then dies of EMFILE. Three bounds (ServerLimits):
 - `header_timeout_s` from the connection (or the end of its previous response) to a
   complete request head: aiohttp's own keep-alive timer, which closes a connection still
   waiting for a request, partial headers included.
-- `body_timeout_s` to read a request body (`read_body`): 408 and the connection closed.
+- `body_timeout_s` to read a request body (`read_body`): 408 and the connection closed;
+  and at most `max_body_reads` bodies received at once (503 and closed past it): a
+  connection receiving a body is handling a request, so it is never evicted, and 64
+  slow uploads would otherwise hold every connection (and /healthz out) for the
+  body deadline.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from aiohttp import web
 
@@ -37,6 +41,7 @@ class ServerLimits:
     max_connections: int = 64
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    max_body_reads: int = 4
 
     def runner_kwargs(self) -> dict[str, Any]:
         """AppRunner's keyword arguments that apply the header deadline, and bound how
@@ -48,12 +53,34 @@ class ServerLimits:
 DEFAULT_LIMITS = ServerLimits()
 
 
-class BodyTimeout(Exception):
-    """The request body did not arrive in time; the handler answers 408."""
+class BodyRefused(Exception):
+    """A request body not read; the handler answers `status` and closes the connection."""
+
+    status: ClassVar[int]
 
 
-async def read_body(request: web.Request, limits: ServerLimits) -> bytes:
-    """The whole body, or BodyTimeout (the connection is then closed after the answer)."""
+class BodyTimeout(BodyRefused):
+    """The request body did not arrive in time."""
+
+    status = 408
+
+
+class BodiesBusy(BodyRefused):
+    """`max_body_reads` bodies are being received already."""
+
+    status = 503
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, within the limits of the app's gate, or BodyRefused."""
+    gate = request.app[GATE]
+    limits = gate.limits
+    if gate.body_reads >= limits.max_body_reads:
+        raise BodiesBusy(
+            f"{limits.max_body_reads} request bodies are being received already; "
+            "send it again when one of them is done"
+        )
+    gate.body_reads += 1
     try:
         async with asyncio.timeout(limits.body_timeout_s):
             return await request.read()
@@ -61,6 +88,8 @@ async def read_body(request: web.Request, limits: ServerLimits) -> bytes:
         raise BodyTimeout(
             f"the request body did not arrive within {limits.body_timeout_s:g} s; send it whole"
         ) from None
+    finally:
+        gate.body_reads -= 1
 
 
 class ConnectionGate:
@@ -71,6 +100,7 @@ class ConnectionGate:
         self._log = log
         self._name = name
         self._open: dict[asyncio.Transport, int] = {}  # -> requests in progress
+        self.body_reads = 0  # request bodies being received (read_body)
         self._closed_since_log = 0
         self._last_log = 0.0
 
