@@ -34,7 +34,13 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from loadgen.client.http_session import MAX_JSON_BYTES, open_session, read_capped
+from loadgen.client.http_session import (
+    MAX_JSON_BYTES,
+    REFUSED,
+    open_session,
+    read_capped,
+    refused_line,
+)
 from loadgen.config.redact import redact_json, redact_text
 from loadgen.config.spec import SpecError
 from loadgen.run.ids import RUN_ID
@@ -237,6 +243,8 @@ class Service:
                 if resp.status != 200:
                     return error(503, redact_text(f"{url} answered HTTP {resp.status}"))
                 body = orjson.loads(await read_capped(resp, MAX_JSON_BYTES))
+        except REFUSED as exc:  # an answer, but not one loadgen reads
+            return error(503, redact_text(refused_line(url, exc)))
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             return error(503, redact_text(f"{url} unreachable: {type(exc).__name__}: {exc}"))
         listed = body.get("data") if isinstance(body, dict) else None
