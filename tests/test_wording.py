@@ -1,11 +1,12 @@
-"""Counted nouns in printed lines: one in the singular, any other number in the plural."""
+"""Counted nouns in printed lines: one in the singular, any other number in the plural;
+text from outside shown without terminal control."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from loadgen.metrics.trust import point_warnings
-from loadgen.wording import counted
+from loadgen.wording import counted, printable
 
 
 def test_counted_puts_the_noun_in_the_number_it_needs() -> None:
@@ -39,3 +40,12 @@ def test_the_client_check_lines_count_one_request_in_the_singular() -> None:
     assert merged.startswith("1 decode chunk carries more than K+1 tokens")
     [merged] = point_warnings({"stream_acceptance_oversized_chunks": 2})
     assert merged.startswith("2 decode chunks carry more than K+1 tokens")
+
+
+def test_printable_strips_terminal_control_and_keeps_the_text() -> None:
+    assert printable("\x1b]0;owned\x07m1") == "m1"  # a window title (OSC ... BEL)
+    assert printable("\x1b]8;;http://x\x1b\\link") == "link"  # OSC ... ST
+    assert printable("m2\x1b[2J\x1b[31;1mred\x1b[0m\r") == "m2red"  # CSI, CR
+    assert printable("\u202eevil\x9b\x00") == "evil"  # bidi override, C1, NUL
+    assert printable("Qwen3-8B\tdone\nnext") == "Qwen3-8B\tdone\nnext"
+    assert printable("x" * 100, 10) == "x" * 9 + "…"

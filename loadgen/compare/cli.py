@@ -26,6 +26,7 @@ from loadgen.sinks.compare_files import (
     write_comparison_json,
 )
 from loadgen.sinks.report_capacity import capacity_line
+from loadgen.wording import printable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -147,7 +148,8 @@ def publish_tree(tree: Path) -> Path:
     """After a sweep file: the comparison on the console, compare.csv/.json and report.html
     in the tree. Returns the report's path."""
     runs = load_runs([tree])
-    print(write_outputs(runs, csv=tree / "compare.csv", json=tree / "compare.json"))
+    # printable: the table may quote what the files hold (a served model's name)
+    print(printable(write_outputs(runs, csv=tree / "compare.csv", json=tree / "compare.json")))
     return build_report(runs, tree / "report.html")
 
 
@@ -156,7 +158,7 @@ def _guard(command: str, argv: Sequence[str]) -> int:
     try:
         if command == "compare":
             args = compare_parser().parse_args(list(argv))
-            print(write_outputs(load_runs(args.runs), csv=args.csv, json=args.json))
+            print(printable(write_outputs(load_runs(args.runs), csv=args.csv, json=args.json)))
         else:
             args = report_parser().parse_args(list(argv))
             path = build_report(load_runs(args.runs), args.output)
