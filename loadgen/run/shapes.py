@@ -57,6 +57,8 @@ class ClosedLoop:
 
     duration_s: float | None  # --duration: no new request after it
     rate_label: ClassVar[float | str] = "inf"  # vLLM's request_rate of a closed loop
+    # sends as slots free up, so the simulator's step model can say what a point takes
+    closed: ClassVar[bool] = True
 
     async def measure(self, phase: Phase) -> None:
         deadline = deadline_after(self.duration_s, phase.clock())
@@ -73,6 +75,7 @@ class ConcStages:
     stages: tuple[tuple[int, float], ...]
     duration_s: float | None  # the stages' sum
     rate_label: ClassVar[float | str] = "inf"
+    closed: ClassVar[bool] = True
 
     async def measure(self, phase: Phase) -> None:
         ran_out = await staged_closed_loop(
@@ -89,6 +92,7 @@ class OpenLoop:
     rate: float
     burstiness: float
     duration_s: float | None
+    closed: ClassVar[bool] = False
 
     @property
     def rate_label(self) -> float | str:
@@ -111,6 +115,7 @@ class Ramp:
     burstiness: float
     duration_s: float | None
     rate_label: ClassVar[float | str] = "ramp"
+    closed: ClassVar[bool] = False
 
     def offsets_ns(self, count: int, rng: np.random.Generator) -> list[int]:
         rates = ramp_rates(count, self.strategy, self.start_rps, self.end_rps)
@@ -128,6 +133,7 @@ class RateStages:
     burstiness: float
     duration_s: float | None  # the stages' sum
     rate_label: ClassVar[float | str] = "stages"
+    closed: ClassVar[bool] = False
 
     def offsets_ns(self, count: int, rng: np.random.Generator) -> list[int]:
         return staged_offsets_ns(self.stages, self.burstiness, rng, count)

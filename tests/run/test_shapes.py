@@ -16,6 +16,7 @@ import pytest
 
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
+from loadgen.run.embedded_sim import sweep_estimate
 from loadgen.run.scheduler import arrival_offsets_ns
 from loadgen.run.shapes import (
     ClosedLoop,
@@ -240,3 +241,14 @@ def test_a_reply_goes_back_into_history_as_its_endpoint_sends_it() -> None:
     assert chat == {"role": "assistant", "content": "so", "reasoning": "why"}
     raw = assistant_message(reply, builder=Completions(), encoder="raw", thinking="thinking")
     assert raw == {"role": "assistant", "content": "so"}  # a new key: not chat's cached
+
+
+@pytest.mark.parametrize(("settings", "shape"), SHAPES)
+def test_the_step_model_estimates_closed_shapes_only(
+    tmp_path: Path, settings: dict[str, Any], shape: LoadShape
+) -> None:
+    """The --sim estimate is a closed loop's: a ramp or rate stages sends on its own
+    schedule, so (as for a fixed rate) there is no estimate, not a closed loop's."""
+    run = spec(tmp_path, **settings)
+    estimate = sweep_estimate(run, run.load.conc)
+    assert (estimate is not None) == isinstance(shape, ClosedLoop | ConcStages)
