@@ -111,6 +111,9 @@ def _old_offsets_ns(run: RunSpec, conc: int) -> list[int]:
     return arrival_offsets_ns(count, load.request_rate, load.burstiness, rng)
 
 
+Sent = tuple[int, int, int]  # (request index, scheduled_ns, sent at)
+
+
 class VirtualClock:
     """Time moves only when the scheduler sleeps: sends take no time, and the tasks due
     run before the clock moves on."""
@@ -127,7 +130,7 @@ class VirtualClock:
 
 
 def _phase(
-    run: RunSpec, conc: int, requests: Sequence[RequestSpec], clock: VirtualClock, sent: list[Any]
+    run: RunSpec, conc: int, requests: Sequence[RequestSpec], clock: VirtualClock, sent: list[Sent]
 ) -> tuple[Phase, list[Sequence[int]]]:
     watched: list[Sequence[int]] = []
 
@@ -167,7 +170,7 @@ async def test_open_shapes_send_on_the_schedule_the_point_always_drew(
     old = _old_offsets_ns(run, 4)
     assert shape.offsets_ns(count, arrivals_rng(run, 4)) == old
     # a worker's share (every other request) keeps its requests' own arrival times
-    clock, sent = VirtualClock(), []
+    clock, sent = VirtualClock(), list[Sent]()
     share = [RequestSpec(i, 1, 1, b"") for i in range(0, count, 2)]
     phase, watched = _phase(run, 4, share, clock, sent)
     start = clock()
@@ -181,7 +184,7 @@ async def test_open_shapes_send_on_the_schedule_the_point_always_drew(
 
 async def test_closed_shapes_send_in_index_order_and_watch_nothing(tmp_path: Path) -> None:
     run = spec(tmp_path)
-    clock, sent = VirtualClock(), []
+    clock, sent = VirtualClock(), list[Sent]()
     requests = [RequestSpec(i, 1, 1, b"") for i in range(40)]
     phase, watched = _phase(run, 4, requests, clock, sent)
     await load_shape(run).measure(phase)
@@ -194,7 +197,7 @@ async def test_conc_stages_say_when_the_requests_ran_out(
     """Sends take no time, so the first slot sends every request at the start, in stage
     1: the stages are cut short there, and the point says so."""
     run = spec(tmp_path, conc=(6,), conc_stages=((2, 1.0), (6, 1.0)))
-    clock, sent = VirtualClock(), []
+    clock, sent = VirtualClock(), list[Sent]()
     requests = [RequestSpec(i, 1, 1, b"") for i in range(10)]
     phase, watched = _phase(run, 6, requests, clock, sent)
     await load_shape(run).measure(phase)
