@@ -45,7 +45,7 @@ from loadgen.metrics.server import (
 )
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.wording import printable
-from loadgen.workload.bodies import BodyOptions, completion_body, encode_body
+from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec
 
 PROBE_TOKENS = 4
@@ -246,11 +246,12 @@ async def probe_options(
 
 
 def _probe_body(options: BodyOptions, prompt: str) -> bytes:
-    if options.endpoint == "completions":
-        return encode_body(completion_body(options, prompt, PROBE_TOKENS))
-    from loadgen.workload.bodies import chat_body
-
-    return encode_body(chat_body(options, [{"role": "user", "content": prompt}], PROBE_TOKENS))
+    return options.builder.body(
+        options,
+        text=prompt,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=PROBE_TOKENS,
+    )
 
 
 async def server_version(session: aiohttp.ClientSession, base_url: str) -> str | None:

@@ -31,6 +31,7 @@ from loadgen.client.http_session import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.errors import SetupError
 from loadgen.results.point import SimulatorHealth
+from loadgen.run.shapes import load_shape
 from loadgen.wording import counted
 
 HOST = "127.0.0.1"
@@ -261,7 +262,7 @@ def sweep_estimate(spec: RunSpec, concs: Sequence[int]) -> str | None:
         or spec.workload.osl is None
         or spec.sessions
         or spec.workload.dataset is not None
-        or spec.load.request_rate is not None
+        or not load_shape(spec).closed
     ):
         return None
     config = config_from_args(build_parser().parse_args(simulator_argv(0, spec.sim_args)[4:]))

@@ -11,22 +11,21 @@ suspected gone; a point is never written complete while that question is open.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from loadgen.client.server_metrics import Scrape
 from loadgen.metrics.saturation import SaturationRule
 from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
-from loadgen.run.arrivals import offsets_for, point_offsets_ns
 from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, read_pair
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
 from loadgen.run.point_records import PointRecords, RunContext
 from loadgen.run.saturation_watch import SaturationWatch
-from loadgen.run.scheduler import closed_loop, deadline_after, open_loop, staged_closed_loop
+from loadgen.run.scheduler import closed_loop
+from loadgen.run.shapes import LoadShape, Phase, arrivals_rng, load_shape
 from loadgen.run.stops import SATURATED
 from loadgen.workload.plan import PointPlan, RequestSpec
 
@@ -47,6 +46,7 @@ class Point:
     ) -> None:
         self.run = run
         self.plan = plan
+        self.shape: LoadShape = load_shape(run.spec)
         self.slots = plan.conc if slots is None else slots
         self.label = label
         self.recorded: PointRecords | None = None
@@ -131,42 +131,29 @@ class Point:
         )
 
     async def _measured_phase(self) -> None:
-        spec, run, measured = self.run.spec, self.run, self.plan.measured
-        if spec.load.conc_stages:  # one process (validated): its slots are the point's
-            ran_out = await staged_closed_loop(
-                measured, spec.load.conc_stages, self._send, clock=run.clock, sleep=run.sleep
-            )
-            if ran_out is not None:
-                _say_stages_short(
-                    self.plan.conc, len(measured), ran_out, spec.load.point_duration_s
-                )
-            return
-        deadline = deadline_after(spec.load.point_duration_s, run.clock())
-        if not spec.load.open_loop:
-            await closed_loop(
-                measured, self.slots, self._send, deadline_ns=deadline, clock=run.clock
-            )
-            return
-        # The whole point's arrival times (a share keeps its requests' own), so the union
-        # of all processes' arrivals is the single-process one.
-        offsets = point_offsets_ns(spec, self.plan.conc)
-        mine = offsets_for(measured, offsets)
-        stop = None
-        if spec.load.saturation_stop:
-            self.saturation = SaturationWatch(
-                SaturationRule(window_s=spec.load.saturation_window_s), run.clock(), mine
-            )
-            stop = self.saturation.saturated
-        await open_loop(
-            measured,
-            self.slots,
-            self._send,
-            mine,
-            deadline_ns=deadline,
+        run, conc = self.run, self.plan.conc
+        phase = Phase(
+            conc=conc,
+            requests=self.plan.measured,
+            planned=run.spec.load.measured_requests(conc),
+            slots=self.slots,
+            send=self._send,
             clock=run.clock,
             sleep=run.sleep,
-            stop=stop,
+            rng=arrivals_rng(run.spec, conc),
+            watch=self._watch_saturation,
         )
+        await self.shape.measure(phase)
+
+    def _watch_saturation(self, arrivals: Sequence[int]) -> Callable[[int], bool] | None:
+        """An open shape's over-saturation stop over its arrivals, unless switched off."""
+        load = self.run.spec.load
+        if not load.saturation_stop:
+            return None
+        self.saturation = SaturationWatch(
+            SaturationRule(window_s=load.saturation_window_s), self.run.clock(), arrivals
+        )
+        return self.saturation.saturated
 
     async def _send_warmup(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         watch = self.run.watch
@@ -212,16 +199,6 @@ class Point:
         if self.saturation is not None:
             self.saturation.observe(record)
         self._deliver(record)
-
-
-def _say_stages_short(conc: int, planned: int, at_s: float, stages_s: float | None) -> None:
-    """Running out of requests cuts the stages short: never silently."""
-    print(
-        f"loadgen: conc {conc}: the point's {planned} requests ran out {at_s:.1f} s into "
-        f"--conc-stages' {stages_s:g} s, so the stages after that were not run as asked; "
-        "raise --num-prompts",
-        file=sys.stderr,
-    )
 
 
 def _discard(_record: RequestRecord) -> None:

@@ -51,6 +51,7 @@ from loadgen.run.point_fields import (
 )
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
+from loadgen.run.shapes import load_shape
 from loadgen.run.stops import SATURATED
 
 # (records, server counters before, after the measured phase: None when not both read)
@@ -332,13 +333,7 @@ class PointRecords:
             input_len=spec.workload.isl,
             output_len=spec.workload.osl,
             range_ratio=spec.workload.range_ratio,
-            request_rate=spec.load.request_rate
-            if spec.load.request_rate is not None
-            else "ramp"
-            if spec.load.ramp_up_strategy is not None
-            else "stages"
-            if spec.load.rate_stages
-            else "inf",
+            request_rate=load_shape(spec).rate_label,
             rate_stages=[list(stage) for stage in spec.load.rate_stages] or None,
             conc_stages=list(spec.load.conc_stages) or None,
             burstiness=spec.load.burstiness,

@@ -1,4 +1,5 @@
-"""OpenAI request bodies as vLLM reads them (wire shapes are TypedDicts).
+"""OpenAI request bodies as vLLM reads them (wire shapes are TypedDicts), built by the
+endpoint's request builder (`Completions` or `Chat`, picked once by `request_builder`).
 
 Bodies are serialized to bytes once, when a point is planned, so no JSON encoding ever
 happens between a request's `start_ns` and its bytes reaching the socket.
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, ClassVar, NotRequired, TypedDict, cast
 
 import orjson
+
+from loadgen.workload.reply import ReplyText, chat_message, completion_message
 
 
 class StreamOptions(TypedDict):
@@ -67,8 +70,13 @@ class BodyOptions:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
 
     @property
+    def builder(self) -> RequestBuilder:
+        """The endpoint's request builder (not a field: the options' JSON stays as it is)."""
+        return request_builder(self.endpoint)
+
+    @property
     def path(self) -> str:
-        return "/v1/completions" if self.endpoint == "completions" else "/v1/chat/completions"
+        return self.builder.path
 
 
 def _stream_options(options: BodyOptions) -> StreamOptions:
@@ -141,3 +149,64 @@ def chat_body(
 
 def encode_body(body: CompletionRequest | ChatRequest) -> bytes:
     return orjson.dumps(body)
+
+
+@dataclass(frozen=True, slots=True)
+class Completions:
+    """/v1/completions: the prompt as loadgen encoded it (chat template and BOS included),
+    and a reply back into history as the encoder parses the raw text."""
+
+    name: ClassVar[str] = "completions"
+    path: ClassVar[str] = "/v1/completions"
+
+    def body(
+        self,
+        options: BodyOptions,
+        *,
+        text: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        seed: int | None = None,
+    ) -> bytes:
+        """The request's bytes from its encoded `text` (`messages` are chat's)."""
+        return encode_body(completion_body(options, text, max_tokens, seed))
+
+    def history_message(self, reply: ReplyText, encoder: str, thinking: str) -> dict[str, Any]:
+        return completion_message(reply, encoder, thinking)
+
+
+@dataclass(frozen=True, slots=True)
+class Chat:
+    """/v1/chat/completions: the messages, templated by the server; a reply back into
+    history as a chat client sends it (content, and reasoning apart)."""
+
+    name: ClassVar[str] = "chat"
+    path: ClassVar[str] = "/v1/chat/completions"
+
+    def body(
+        self,
+        options: BodyOptions,
+        *,
+        text: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        seed: int | None = None,
+    ) -> bytes:
+        """The request's bytes from its `messages` (`text` is completions')."""
+        return encode_body(chat_body(options, [dict(m) for m in messages], max_tokens, seed))
+
+    def history_message(self, reply: ReplyText, encoder: str, thinking: str) -> dict[str, Any]:
+        return chat_message(reply)
+
+
+RequestBuilder = Completions | Chat
+_BUILDERS: dict[str, RequestBuilder] = {Completions.name: Completions(), Chat.name: Chat()}
+
+
+def request_builder(endpoint: str) -> RequestBuilder:
+    """The builder of `--endpoint` (RunSpec allows completions and chat): the one place
+    that asks which endpoint a run sends to."""
+    try:
+        return _BUILDERS[endpoint]
+    except KeyError:
+        raise ValueError(f"endpoint {endpoint!r}: allowed: completions, chat") from None

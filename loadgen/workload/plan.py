@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from encoders.errors import EncodingError
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.tokenizer import encode
-from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
+from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.datasets import (
     VLLM_SHAREGPT_LIMITS,
     Conversation,
@@ -189,6 +189,7 @@ class Workload:
         from loadgen.workload.prompts import synthesize_prompts
 
         requests: list[RequestSpec] = []
+        builder = self.options.builder
         # In batches: a batch's prompt strings are dropped once they are bodies, so a
         # conc-512 x isl-8192 point holds its bodies plus one batch, not every text twice.
         for first in range(0, len(isls), SYNTH_BATCH):
@@ -204,11 +205,13 @@ class Workload:
                 if not keep(index):
                     continue
                 osl, seed = osls[index], seeds[index]
-                if self.options.endpoint == "completions":
-                    body = encode_body(completion_body(self.options, prompt.text, osl, seed))
-                else:
-                    messages = [{"role": "user", "content": prompt.content}]
-                    body = encode_body(chat_body(self.options, messages, osl, seed))
+                body = builder.body(
+                    self.options,
+                    text=prompt.text,
+                    messages=[{"role": "user", "content": prompt.content}],
+                    max_tokens=osl,
+                    seed=seed,
+                )
                 requests.append(
                     RequestSpec(index, prompt.num_tokens, osl, body, target_len=prompt.target)
                 )
@@ -225,6 +228,7 @@ class Workload:
         assert self.dataset is not None
         order = self._usable(rng.permutation(len(self.dataset)), len(seeds))
         requests = []
+        builder = self.options.builder
         for index, seed in enumerate(seeds):
             if not keep(index):
                 continue
@@ -232,10 +236,9 @@ class Workload:
             messages = self.dataset[line].messages
             text, input_len = self._encoded(line)
             osl = self._output_len(line) if osls is None else osls[index]
-            if self.options.endpoint == "completions":
-                body = encode_body(completion_body(self.options, text, osl, seed))
-            else:
-                body = encode_body(chat_body(self.options, messages, osl, seed))
+            body = builder.body(
+                self.options, text=text, messages=messages, max_tokens=osl, seed=seed
+            )
             requests.append(RequestSpec(index, input_len, osl, body))
         return requests
 

@@ -15,7 +15,7 @@ its chat template applies the model's own drop rule), as a chat client sends the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from encoders import EncodingError
 from encoders.deepseek_v4 import EOS, THINK_CLOSE, parse_message_from_completion_text
@@ -43,24 +43,36 @@ class ReplyText:
 
 
 def assistant_message(
-    reply: ReplyText, *, endpoint: str, encoder: str, thinking: str
+    reply: ReplyText, *, builder: HistoryMessage, encoder: str, thinking: str
 ) -> dict[str, Any]:
     """The history's assistant message for `reply`, as the endpoint's client sends it
-    (made once per reply and settings; read it only after the reply has ended)."""
-    key = (endpoint, encoder, thinking)
+    (`builder`: the request builder of the run's endpoint, workload/bodies.py; made once
+    per reply and settings; read it only after the reply has ended)."""
+    key = (builder.name, encoder, thinking)
     cached = reply._message
     if cached is None or cached[0] != key:
-        cached = reply._message = (key, _message(reply, endpoint, encoder, thinking))
+        cached = reply._message = (key, builder.history_message(reply, encoder, thinking))
     return cached[1]
 
 
-def _message(reply: ReplyText, endpoint: str, encoder: str, thinking: str) -> dict[str, Any]:
+class HistoryMessage(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def history_message(self, reply: ReplyText, encoder: str, thinking: str) -> dict[str, Any]: ...
+
+
+def chat_message(reply: ReplyText) -> dict[str, Any]:
+    """/v1/chat/completions: the content, and the reasoning streamed apart."""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(reply.content)}
+    if reply.reasoning:
+        message["reasoning"] = "".join(reply.reasoning)
+    return message
+
+
+def completion_message(reply: ReplyText, encoder: str, thinking: str) -> dict[str, Any]:
+    """/v1/completions: the raw text, parsed as the encoder's model would be."""
     content = "".join(reply.content)
-    if endpoint == "chat":
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if reply.reasoning:
-            message["reasoning"] = "".join(reply.reasoning)
-        return message
     if encoder != "dsv4":  # the raw encoder renders contents only
         return {"role": "assistant", "content": content}
     return dsv4_message(content, thinking)

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 from encoders import get_encoder
 from loadgen.tokenizer import count_tokens
 from loadgen.workload.blocks import MARKER_WORDS, BlockRenderer, BlockText, TheoreticalCache
-from loadgen.workload.bodies import BodyOptions, chat_body, completion_body, encode_body
+from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import SEED_BITS, RequestSpec
 from loadgen.workload.prompts import user_template, word_pool
 from loadgen.workload.reply import ReplyText, assistant_message
@@ -141,11 +141,13 @@ class SessionRenderer:
     ) -> tuple[bytes, int, int]:
         prompt = self.traces.render(play.namespace, turn.hash_ids, turn.input_len, play.marker)
         theoretical = self.theory.observe(play.namespace, turn.hash_ids, turn.input_len)
-        if self.options.endpoint == "completions":
-            body = encode_body(completion_body(self.options, prompt.text, max_tokens, seed))
-        else:
-            messages = [{"role": "user", "content": prompt.content}]
-            body = encode_body(chat_body(self.options, messages, max_tokens, seed))
+        body = self.options.builder.body(
+            self.options,
+            text=prompt.text,
+            messages=[{"role": "user", "content": prompt.content}],
+            max_tokens=max_tokens,
+            seed=seed,
+        )
         return body, prompt.num_tokens, theoretical
 
     def _message_body(
@@ -163,7 +165,7 @@ class SessionRenderer:
             history = tuple(
                 assistant_message(
                     live[i],
-                    endpoint=self.options.endpoint,
+                    builder=self.options.builder,
                     encoder=settings.encoder,
                     thinking=settings.thinking,
                 )
@@ -176,12 +178,9 @@ class SessionRenderer:
             messages, settings.thinking, reasoning_effort=settings.reasoning_effort
         )
         input_len = count_tokens(self.tokenizer, text)
-        if self.options.endpoint == "completions":
-            body = encode_body(completion_body(self.options, text, max_tokens, seed))
-        else:
-            body = encode_body(
-                chat_body(self.options, [dict(m) for m in messages], max_tokens, seed)
-            )
+        body = self.options.builder.body(
+            self.options, text=text, messages=messages, max_tokens=max_tokens, seed=seed
+        )
         return body, input_len
 
 

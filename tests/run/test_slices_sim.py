@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.results.store import ResultsDir
-from loadgen.run.arrivals import point_offsets_ns
+from loadgen.run.shapes import RateStages, arrivals_rng, load_shape
 from loadgen.run.sweep import run_sweep
 
 SIM = (
@@ -126,7 +126,11 @@ async def test_rate_stages_step_the_load_and_the_slices_show_it(
     records = store.read_records(64)
     due = np.sort(np.array([r.scheduled_ns for r in records]))
     # the run sent exactly the schedule's arrivals inside the stages, at its times
-    planned = np.array(point_offsets_ns(outcome_spec, 64))
+    shape = load_shape(outcome_spec)
+    assert isinstance(shape, RateStages)
+    planned = np.array(
+        shape.offsets_ns(outcome_spec.load.measured_requests(64), arrivals_rng(outcome_spec, 64))
+    )
     inside = planned[planned < 3e9]
     assert len(records) == len(inside) < result.planned_requests
     assert np.all(np.abs((due - due[0]) - (inside - inside[0])) <= 1)

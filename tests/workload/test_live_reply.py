@@ -8,6 +8,7 @@ import orjson
 from encoders.deepseek_v4 import EOS
 from encoders.dsml import TOOL_CALLS_OPEN
 from loadgen.client.events import decode_event
+from loadgen.workload.bodies import Chat
 from loadgen.workload.reply import ReplyText, assistant_message, dsv4_message
 
 
@@ -26,7 +27,7 @@ def test_chat_reasoning_deltas_are_told_apart_from_content() -> None:
         event = decode_event(chat_event(delta))
         reply.add(event.text, event.reasoning)
     assert (reply.reasoning, reply.content) == (["think ", "more"], ["answer", ""])
-    assert assistant_message(reply, endpoint="chat", encoder="dsv4", thinking="thinking") == {
+    assert assistant_message(reply, builder=Chat(), encoder="dsv4", thinking="thinking") == {
         "role": "assistant",
         "content": "answer",
         "reasoning": "think more",

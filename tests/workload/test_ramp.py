@@ -11,7 +11,7 @@ import pytest
 from loadgen.config.args import spec_from_argv
 from loadgen.config.load_args import parse_rate_stages, stage_request_bound
 from loadgen.config.spec import RunSpec, SpecError
-from loadgen.run.arrivals import point_offsets_ns
+from loadgen.run.shapes import Ramp, arrivals_rng, load_shape
 from loadgen.workload.ramp import ramp_offsets_ns, ramp_rates, staged_offsets_ns
 
 
@@ -68,13 +68,20 @@ def test_the_point_uses_the_ramp_from_its_seed(tmp_path: Path) -> None:
         results_dir=tmp_path,
     )
     assert spec.load.open_loop
-    first = point_offsets_ns(spec, 4)
-    assert first == point_offsets_ns(spec, 4) and len(first) == 40  # seeded, conc x 10
-    assert first != point_offsets_ns(spec.with_(seed=1), 4)
+    first = _ramp_offsets_ns(spec, 4)
+    assert first == _ramp_offsets_ns(spec, 4) and len(first) == 40  # seeded, conc x 10
+    assert first != _ramp_offsets_ns(spec.with_(seed=1), 4)
     rates = ramp_rates(40, "exponential", 1.0, 50.0)
     gaps = np.diff([0, *first])
     assert gaps[:5].mean() > 10 * gaps[-5:].mean()  # slow at first, fast at the end
     assert rates[0] == 1.0 and rates[-1] == pytest.approx(50.0)
+
+
+def _ramp_offsets_ns(spec: RunSpec, conc: int) -> list[int]:
+    """The point's whole schedule, as its measured phase draws it."""
+    shape = load_shape(spec)
+    assert isinstance(shape, Ramp)
+    return shape.offsets_ns(spec.load.measured_requests(conc), arrivals_rng(spec, conc))
 
 
 @pytest.mark.parametrize(
