@@ -10,7 +10,7 @@ import dataclasses
 
 from tokenizers import Tokenizer
 
-from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
+from loadgen.config.workload import TRACE_PROBE_ISL, TRACE_PROBE_OSL
 from loadgen.config.spec import RunSpec
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload
