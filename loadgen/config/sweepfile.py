@@ -11,8 +11,9 @@
 
 Every key is a run flag's long name (`-` or `_`), with the value the flag takes (lists
 and mappings where the flag takes a list: conc, percentiles, header, slo, extra-body,
-sim-args). `target:` and `workload:` group the flags of those `loadgen --help` groups;
-the others (num-gpus, slo, spec-tokens, ...) sit beside them. A lane's keys override the
+sim-args). `target:` and `workload:` group the flags whose entries name that section
+(the server's; the requests' and their arrivals'); the others (num-gpus, slo,
+spec-tokens, ...) sit beside them. A lane's keys override the
 top level's; argv flags given with --config override both. Each lane is decoded with the
 run options' table argv is parsed with (config/decode.py), so it accepts and rejects the same
 things, and ends in the same function (config/build_spec.py); every
