@@ -60,6 +60,17 @@ class WorkloadSpec:
     top_p: float | None = None  # None: not sent (the server's default, 1.0 on vLLM)
     max_context_length: int | None = None
 
+    @property
+    def probe_lengths(self) -> tuple[int, int]:
+        """(isl, osl) of a synthetic prompt standing in for this workload: the lengths
+        given, else the probe's (a dataset alone gives them)."""
+        return probe_lengths(self.isl, self.osl)
+
+
+def probe_lengths(isl: int | None, osl: int | None) -> tuple[int, int]:
+    """The one place the probe's default lengths apply."""
+    return isl or TRACE_PROBE_ISL, osl or TRACE_PROBE_OSL
+
 
 FIELDS: tuple[Field, ...] = (
     flag(
@@ -187,7 +198,7 @@ def derive(values: argparse.Namespace, fmt: str) -> dict[str, Any]:
     """The format, and the lengths: a trace replay's only size the preflight probe."""
     isl, osl = values.isl, values.osl
     if fmt in TRACE_FORMATS:
-        isl, osl = isl or TRACE_PROBE_ISL, osl or TRACE_PROBE_OSL
+        isl, osl = probe_lengths(isl, osl)
     return {"dataset_format": fmt, "isl": isl, "osl": osl}
 
 
