@@ -1,7 +1,7 @@
 """`loadgen profile --scenario inferencex-agentx-mvp ...`: the AIPerf command line InferenceX
 types for its AgentX lanes (benchmarks/benchmark_lib.sh, `build_replay_cmd`), each flag
-meaning what it means to AIPerf, translated into loadgen's own flags (so one validation
-applies) and the scenario's locked rules applied on top.
+meaning what it means to AIPerf, translated into the typed values of loadgen's own options
+(so one validation applies) and the scenario's locked rules applied on top.
 
 Locked by the scenario (AIPerf's inferencex-agentx-mvp plugin): streaming and ignore_eos
 (loadgen always does both), the trace's recorded delays honoured, the 10 s whole-system
@@ -19,9 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadgen.config.args import spec_from_argv
+from loadgen.config.build_spec import check_machine, settings_from_values
+from loadgen.config.fields import default_of
 from loadgen.config.parsers import SpecError
 from loadgen.config.spec import RunSpec
+from loadgen.config.table import argv_values
+from loadgen.config.workload import WorkloadSpec
 from loadgen.tokenizer import TokenizerError, load_tokenizer, verify_dsv4_special_tokens
 
 SCENARIO = "inferencex-agentx-mvp"
@@ -229,7 +232,9 @@ def _url(text: str) -> str:
     return text if text.startswith(("http://", "https://")) else f"http://{text}"
 
 
-def _loadgen_argv(args: argparse.Namespace) -> list[str]:
+def _values(args: argparse.Namespace) -> dict[str, Any]:
+    """The run options (dest -> typed value) the AIPerf flags stand for, the scenario's
+    locked ones included."""
     endpoint = ENDPOINT_PATHS[args.endpoint]
     if endpoint != args.endpoint_type:
         raise SpecError(
@@ -242,46 +247,32 @@ def _loadgen_argv(args: argparse.Namespace) -> list[str]:
             f"scenario needs at least {MIN_DURATION_S:g} s (or --unsafe-override, "
             "which marks the results submission_valid: false)"
         )
-    argv = [
-        "--base-url",
-        _url(args.url),
-        "--endpoint",
-        endpoint,
-        "--model",
-        args.model,
-        "--conc",
-        str(args.concurrency),
-        "--duration",
-        f"{args.benchmark_duration:g}",
-        "--seed",
-        str(args.random_seed),
-        "--dataset",
-        str(resolve_dataset(args.public_dataset)),
-        "--dataset-format",
-        "weka",
-        "--start-ratio",
-        f"{args.trajectory_start_min_ratio},{args.trajectory_start_max_ratio}",
-        "--idle-cap-tree",
-        f"{args.trace_idle_gap_cap_seconds:g}",
-        "--idle-cap-system",
-        f"{IDLE_CAP_SYSTEM_S:g}",  # locked
-        "--aiperf-artifacts",
-        str(args.output_artifact_dir),
-        "--results",
-        str(args.output_artifact_dir / "loadgen"),
-    ]
+    values: dict[str, Any] = {
+        "base_url": _url(args.url),
+        "endpoint": endpoint,
+        "model": args.model,
+        "conc": (args.concurrency,),
+        "duration": args.benchmark_duration,
+        "seed": args.random_seed,
+        "dataset": resolve_dataset(args.public_dataset),
+        "dataset_format": "weka",
+        "start_ratio": (args.trajectory_start_min_ratio, args.trajectory_start_max_ratio),
+        "idle_cap_tree": args.trace_idle_gap_cap_seconds,
+        "idle_cap_system": IDLE_CAP_SYSTEM_S,  # locked
+        "aiperf_artifacts": args.output_artifact_dir,
+        "results": args.output_artifact_dir / "loadgen",
+        "server_metrics": list(args.server_metrics),
+    }
     if args.tokenizer:
-        argv += ["--tokenizer", args.tokenizer, "--encoder", _encoder(args.tokenizer)]
+        values.update(tokenizer=args.tokenizer, encoder=_encoder(args.tokenizer))
     if args.failed_request_threshold is not None:
-        argv += ["--max-error-rate", str(args.failed_request_threshold)]
-    for url in args.server_metrics:
-        argv += ["--server-metrics", url]
+        values["max_error_rate"] = args.failed_request_threshold
     extra = parse_extra_inputs(args.extra_inputs)
     if extra.pop("ignore_eos", True) is not True:
         raise SpecError(f"--extra-inputs ignore_eos: the {SCENARIO} scenario locks it on")
     if extra:
-        argv += ["--extra-body", json.dumps(extra)]
-    return argv
+        values["extra_body"] = extra
+    return values
 
 
 def _encoder(tokenizer: str) -> str:
@@ -315,11 +306,16 @@ def profile_spec(
     """The RunSpec of a `loadgen profile` command line (`extra`: loadgen flags a test
     adds, e.g. --no-progress)."""
     args = build_parser().parse_args(list(argv))
-    spec = spec_from_argv([*_loadgen_argv(args), *extra], env)
-    return spec.with_(
+    values = {**_values(args), **argv_values(extra)}
+    settings = settings_from_values(values, os.environ if env is None else env)
+    encoder = settings.get("encoder", default_of(WorkloadSpec, "encoder"))
+    settings.update(
         scenario=SCENARIO,
         unsafe_override=args.unsafe_override,
         max_context_length=args.max_context_length,
         series_interval_s=args.slice_duration,
-        ignored_flags=(*spec.output.ignored_flags, *_notes(args, spec.workload.encoder)),
+        ignored_flags=(*settings.get("ignored_flags", ()), *_notes(args, encoder)),
     )
+    spec = RunSpec.flat(**settings)
+    check_machine(spec)
+    return spec

@@ -13,22 +13,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from loadgen.config.compat_flags import GROUP as GROUP
+from loadgen.config.compat_flags import RANDOM_INPUT_LEN, RANDOM_OUTPUT_LEN, SPEED_BENCH_OUTPUT_LEN
+from loadgen.config.output import VllmResultOptions
 from loadgen.config.parsers import SpecError
-from loadgen.config.spec import SpeedBenchOptions, VllmResultOptions
-
-GROUP = "vLLM bench serve / InferenceX compatibility"
-BACKENDS = ("vllm", "openai", "openai-chat")
-DATASET_NAMES = ("random", "sharegpt", "custom", "speed_bench")
-# vLLM 0.32 benchmarks/datasets.py SpeedBench: DIR/<subset>.jsonl
-SPEED_BENCH_SUBSETS = (
-    "qualitative",
-    "throughput_1k",
-    "throughput_2k",
-    "throughput_8k",
-    "throughput_16k",
-    "throughput_32k",
-)
-SPEED_BENCH_OUTPUT_LEN = 4096  # vLLM's --speed-bench-output-len default
+from loadgen.config.workload import SpeedBenchOptions
 
 
 def _merge(args: argparse.Namespace, dest: str, alias: str, flags: str) -> None:
@@ -49,8 +38,8 @@ def _flatten(lists: list[Any] | None) -> list[Any]:
 
 
 def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
-    """Fold the aliases into loadgen's own dests (in place); returns the RunSpec fields
-    that only the compatibility flags set."""
+    """Fold the aliases into loadgen's own dests (in place); returns the RunSpec settings
+    that only the compatibility flags set (beyond the ones their entries fill)."""
     if args.max_concurrency is not None:
         conc = tuple(_flatten(args.max_concurrency))
         if len(set(conc)) != len(conc):
@@ -65,8 +54,8 @@ def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
     if args.dataset_name == "speed_bench" and args.osl is None:
         args.osl = SPEED_BENCH_OUTPUT_LEN
     if args.dataset_name == "random":  # vLLM 0.32's --random-input-len/--random-output-len
-        args.isl = 1024 if args.isl is None else args.isl
-        args.osl = 128 if args.osl is None else args.osl
+        args.isl = RANDOM_INPUT_LEN if args.isl is None else args.isl
+        args.osl = RANDOM_OUTPUT_LEN if args.osl is None else args.osl
     _apply_target(args)
     _apply_prompt_format(args)
     if args.goodput:
@@ -78,8 +67,6 @@ def apply_compat(args: argparse.Namespace) -> dict[str, Any]:
     if args.results is None and args.result_dir is not None:
         args.results = args.result_dir
     return {
-        "num_prompts": args.num_prompts,
-        "num_warmups": args.num_warmups,
         # the format --dataset-name names (args.py reconciles it with --dataset-format);
         # vLLM prunes ShareGPT by length only under its own flag
         "dataset_format": _dataset_format(args),

@@ -1,20 +1,35 @@
 """The vLLM `bench serve` / InferenceX compatibility flags' table entries
-(config/fields.py) and their parsers; config/compat.py maps the values onto loadgen's own."""
+(config/fields.py), their parsers and vLLM's defaults; config/compat.py maps the values
+onto loadgen's own settings."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from loadgen.config.compat import (
-    BACKENDS,
-    DATASET_NAMES,
-    SPEED_BENCH_OUTPUT_LEN,
-    SPEED_BENCH_SUBSETS,
-)
 from loadgen.config.fields import Field, flag
-from loadgen.config.parsers import SpecError, parse_conc, parse_percentiles
-from loadgen.config.spec import VLLM_PERCENTILE_METRICS
+from loadgen.config.parsers import (
+    VLLM_PERCENTILE_METRICS,
+    SpecError,
+    parse_conc,
+    parse_percentiles,
+)
+
+GROUP = "vLLM bench serve / InferenceX compatibility"
+BACKENDS = ("vllm", "openai", "openai-chat")
+DATASET_NAMES = ("random", "sharegpt", "custom", "speed_bench")
+# vLLM 0.32 benchmarks/datasets.py SpeedBench: DIR/<subset>.jsonl
+SPEED_BENCH_SUBSETS = (
+    "qualitative",
+    "throughput_1k",
+    "throughput_2k",
+    "throughput_8k",
+    "throughput_16k",
+    "throughput_32k",
+)
+SPEED_BENCH_OUTPUT_LEN = 4096  # vLLM's --speed-bench-output-len default
+# vLLM 0.32's --random-input-len/--random-output-len defaults (--dataset-name random)
+RANDOM_INPUT_LEN, RANDOM_OUTPUT_LEN = 1024, 128
 
 
 def parse_goodput_pair(text: str) -> list[tuple[str, float]]:
@@ -68,12 +83,14 @@ COMPAT_FIELDS: tuple[Field, ...] = (
         type=int,
         metavar="N",
         help="measured requests per point (instead of conc x --prompts-per-conc) (default: none)",
+        fills="num_prompts",
     ),
     flag(
         "--num-warmups",
         type=int,
         metavar="N",
         help="warmup requests per point (instead of conc x --warmup-per-conc) (default: none)",
+        fills="num_warmups",
     ),
     flag(
         "--random-input-len",

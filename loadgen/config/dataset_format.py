@@ -11,16 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
-from loadgen.config.spec import (
-    DATASET_FORMATS,
-    MAX_CONVERSATION_BYTES,
-    MAX_DATASET_BYTES,
-    SpecError,
-)
+from loadgen.config.parsers import SpecError
+
+DatasetFormat = Literal["auto", "sharegpt", "jsonl", "weka", "mooncake", "speed_bench"]
+# jsonl: OpenAI messages or vLLM custom {prompt} per line; weka, mooncake: traces replayed
+# as sessions (docs/sessions.md). speed_bench: NVIDIA SPEED-Bench, a directory of
+# <subset>.jsonl (workload/datasets.py).
+DATASET_FORMATS: tuple[str, ...] = ("auto", "sharegpt", "jsonl", "weka", "mooncake", "speed_bench")
+TRACE_FORMATS: tuple[str, ...] = ("weka", "mooncake")
+# A dataset is read into memory whole, and each conversation is tokenized in one piece
+# (~1.4 s and ~130 MB of RSS per MB of text): bound both before reading a byte of it.
+MAX_DATASET_BYTES = 1 << 30  # 1 GiB
+MAX_CONVERSATION_BYTES = 4 << 20  # 4 MiB per line: ~1M tokens of text, above any context
 
 # --dataset-format choices -> RunSpec.dataset_format: OpenAI messages and vLLM custom
 # {prompt, output_tokens} lines are read by one JSONL reader, which takes either per line.

@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from loadgen.config.spec import SpecError
+from loadgen.config.parsers import SpecError
 
 
 @dataclass(frozen=True, slots=True)

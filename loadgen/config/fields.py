@@ -11,6 +11,7 @@ is one of its outputs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -43,6 +44,12 @@ class Field:
     choices: tuple[str, ...] | None
     metavar: str | None
     shape: Shape
+    # The RunSpec setting(s) the value fills (flat names, config/spec.py); None: an input
+    # its part's `derive` (or the compatibility mapping) combines with others.
+    fills: str | tuple[str, ...] | None = None
+    to: Callable[[Any], Any] | None = None  # value -> setting; None: as it is
+    keep_none: bool = False  # None is a value here (workers: auto), not "not given"
+    section: str | None = None  # the sweep document's `target:`/`workload:` it may sit in
 
     @property
     def flag(self) -> str:
@@ -87,8 +94,13 @@ def flag(
     metavar: str | None = None,
     dest: str | None = None,
     shape: Shape = "value",
+    fills: str | tuple[str, ...] | None = None,
+    to: Callable[[Any], Any] | None = None,
+    keep_none: bool = False,
+    section: str | None = None,
 ) -> Field:
-    """A table entry, written like the add_argument call it becomes."""
+    """A table entry, written like the add_argument call it becomes, naming the setting
+    it fills."""
     kind = _ACTIONS[action]
     if (kind == "extend") != (nargs == "+"):
         raise ValueError(f"{flags[0]}: extend goes with nargs='+' and only with it")
@@ -103,7 +115,19 @@ def flag(
         choices=tuple(choices) if choices is not None else None,
         metavar=metavar,
         shape=shape,
+        fills=fills,
+        to=to,
+        keep_none=keep_none,
+        section=section,
     )
+
+
+def default_of(part: type[Any], name: str) -> Any:
+    """A part's default for one of its settings: flags show and take the struct's own."""
+    spec = {f.name: f for f in dataclasses.fields(part)}[name]
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return spec.default
 
 
 def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -15,15 +15,12 @@ failed check at that point, said in the result.
 
 from __future__ import annotations
 
-import argparse
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from loadgen.config.fields import Field, flag
 from loadgen.config.parsers import SpecError
 
 DEFAULT_TOLERANCE = 0.03  # relative: |measured - golden| / golden
@@ -60,58 +57,6 @@ class GoldenAL:
             tuple((int(k), float(al)) for k, al in value["curve"]),
             float(value["tolerance"]),
         )
-
-
-GOLDEN_FIELDS: tuple[Field, ...] = (
-    flag(
-        "--golden-al",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="check each point's acceptance length against an InferenceX golden "
-        "file (golden_al_distribution/*.yaml); a point outside tolerance makes "
-        "the exit status 1 (default: no check)",
-    ),
-    flag(
-        "--golden-al-model",
-        default=None,
-        metavar="NAME",
-        help="the golden file's model key (default: --model)",
-    ),
-    flag(
-        "--golden-al-tolerance",
-        type=float,
-        default=DEFAULT_TOLERANCE,
-        metavar="FRACTION",
-        help=f"relative tolerance (default: {DEFAULT_TOLERANCE})",
-    ),
-)
-
-
-def golden_fields(
-    args: argparse.Namespace, thinking: str, spec_tokens: int | None
-) -> dict[str, Any]:
-    """RunSpec's golden_al from the flags; a missing model/mode/K entry is one line now,
-    before anything runs (K only when --spec-tokens names it)."""
-    if args.golden_al is None:
-        return {"golden_al": None}
-    tolerance = args.golden_al_tolerance
-    if not (math.isfinite(tolerance) and 0 < tolerance < 1):
-        raise SpecError(
-            f"--golden-al-tolerance {tolerance}: give a fraction in (0, 1), e.g. 0.03 for 3%"
-        )
-    model = args.golden_al_model or args.model
-    if not model:
-        raise SpecError(
-            "--golden-al: name the golden file's model with --golden-al-model (or --model)"
-        )
-    golden = read_golden(args.golden_al, model, MODES.get(thinking, thinking), tolerance)
-    if spec_tokens is not None and golden.al_for(spec_tokens) is None:
-        raise SpecError(
-            f"--golden-al {golden.path}: {model}/{golden.mode} has no entry for "
-            f"K={spec_tokens} (it has K={golden.ks})"
-        )
-    return {"golden_al": golden}
 
 
 def read_golden(path: Path, model: str, mode: str, tolerance: float) -> GoldenAL:

@@ -1,5 +1,5 @@
 """Checks against this machine: a results directory that can be written, a process
-that exists (RunSpec's checks call them; spec_checks.py)."""
+that exists (build_spec.check_machine calls them, once per run built)."""
 
 from __future__ import annotations
 

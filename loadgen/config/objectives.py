@@ -9,13 +9,10 @@ SLO); without `--find-max`, a percentile form is refused (it would measure nothi
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from loadgen.config.fields import Field, flag
 from loadgen.config.parsers import SLO_METRICS, SpecError, parse_duration_ms
 
 DEFAULT_PERCENTILE = 99.0
@@ -169,58 +166,3 @@ def parse_rate_range(text: str) -> tuple[float, float]:
             f"--rate-range {text!r}: expected LOW..HIGH requests/s with 0 < LOW < HIGH, e.g. 1..64"
         )
     return bounds
-
-
-FIND_MAX_FIELDS: tuple[Field, ...] = (
-    flag(
-        "--find-max",
-        choices=FIND_MAX_KINDS,
-        default=None,
-        help="find the largest concurrency (between --conc's smallest and "
-        "largest) or request rate (--rate-range) whose point meets every --slo "
-        "objective, e.g. --slo ttft:p99=2s,tpot:p50=20ms (default: no search)",
-    ),
-    flag(
-        "--find-max-resolution",
-        type=parse_resolution,
-        default=None,
-        metavar="STEP|PCT",
-        help="stop when the first failing and the last passing load are this "
-        "close: a step (1) or a percentage (5%%) (default: 1 for conc, 5%% for "
-        "rate)",
-    ),
-    flag(
-        "--rate-range",
-        type=parse_rate_range,
-        default=None,
-        metavar="LOW..HIGH",
-        help="--find-max rate: the request rates to search between (open loop, "
-        "capped by the largest --conc)",
-    ),
-)
-
-
-def find_max_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """RunSpec's goodput SLOs, objectives and search settings from the flags."""
-    goodput, objectives = split_slos(args.slo, args.find_max)
-    if args.find_max is not None and not objectives:
-        raise SpecError(
-            f"--find-max {args.find_max}: give the objectives with --slo, e.g. "
-            "--slo ttft:p99=2s,tpot:p50=20ms"
-        )
-    if args.find_max is None and (args.rate_range or args.find_max_resolution):
-        raise SpecError("--rate-range and --find-max-resolution are for --find-max")
-    if args.find_max == "rate" and args.rate_range is None:
-        raise SpecError("--find-max rate: give the rates to search with --rate-range LOW..HIGH")
-    if args.find_max == "conc" and args.rate_range is not None:
-        raise SpecError("--rate-range is for --find-max rate (conc searches --conc's range)")
-    resolution = args.find_max_resolution or (
-        default_resolution(args.find_max) if args.find_max else None
-    )
-    return {
-        "slos_ms": goodput,
-        "find_max": args.find_max,
-        "objectives": objectives,
-        "find_max_resolution": resolution,
-        "rate_range": args.rate_range,
-    }

@@ -17,6 +17,8 @@ import orjson
 from loadgen.errors import UsageError
 
 SLO_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+# vLLM `--percentile-metrics` names loadgen can report (client_queue_time = queue_time).
+VLLM_PERCENTILE_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
 MAX_CONC = 65536
 MAX_WORKERS = 256
 
@@ -73,22 +75,6 @@ def parse_duration_ms(text: str, *, what: str) -> float:
     if not match:
         raise SpecError(f"{what}: {text!r} is not a duration (use e.g. 2s, 50ms, 250us)")
     return float(match.group(1)) * _UNIT_MS[match.group(2)]
-
-
-def parse_slos(text: str) -> dict[str, float]:
-    """`ttft=2s,tpot=50ms` -> {"ttft": 2000.0, "tpot": 50.0} (milliseconds)."""
-    slos: dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, sep, value = part.partition("=")
-        name = name.strip().lower()
-        if not sep or name not in SLO_METRICS:
-            raise SpecError(
-                f"--slo {part!r}: expected METRIC=DURATION with METRIC in {', '.join(SLO_METRICS)}"
-            )
-        slos[name] = parse_duration_ms(value, what=f"--slo {name}")
-        if slos[name] <= 0:
-            raise SpecError(f"--slo {name}: must be > 0")
-    return slos
 
 
 def parse_percentiles(text: str) -> tuple[float, ...]:

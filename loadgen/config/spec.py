@@ -1,54 +1,68 @@
-"""What a run is asked to do: `RunSpec`, frozen and validated (flag parsers: parsers.py).
+"""What a run is asked to do: `RunSpec`, frozen and validated, and the rules that cross its
+parts.
 
-A RunSpec is made of typed parts (subspecs.py): `spec.target`, `spec.workload`,
-`spec.load`, `spec.deadlines`, `spec.scoring`, `spec.telemetry`, `spec.output`,
-`spec.processes` and `spec.session`; only the seed and the simulator are run-level.
-`RunSpec.flat(**settings)` builds one from the flat setting names (as the flags, the
-sidecar's options and run.json's `settings` name them) and `spec.with_(**settings)`
-changes some; `flat_settings` is the one place that flattens it back for files.
+A RunSpec is made of typed parts, one module each (flags, struct, checks): `spec.target`
+(target.py), `spec.workload` (workload.py), `spec.load` (load.py), `spec.deadlines`
+(deadlines.py), `spec.scoring` (scoring.py), `spec.telemetry` (telemetry.py),
+`spec.output` (output.py), `spec.processes` (processes.py) and `spec.session`
+(session.py); only the seed and the simulator are run-level. `RunSpec.flat(**settings)`
+builds one from the flat setting names (as the flags, the sidecar's options and run.json's
+`settings` name them) and `spec.with_(**settings)` changes some; `flat_settings` is the one
+place that flattens it back for files.
 
-Every value that reaches the engine has passed through here, whether it came from argv or
-from the sidecar's JSON options, so both paths reject bad input with the same message
-(the checks: spec_checks.py).
+Construction runs the checks that need nothing but the values (each part's, then the rules
+that cross parts, in the order the first error is reported); the checks against this
+machine (paths, processes) run once, where a run is built from options (build_spec.py).
+Every message names the flag the user typed and says what to do.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.config.local_checks import check_results_dir as check_results_dir
-from loadgen.config.parsers import SpecError as SpecError  # raised by RunSpec; re-exported
-from loadgen.config.spec_checks import MAX_CONVERSATION_BYTES as MAX_CONVERSATION_BYTES
-from loadgen.config.spec_checks import MAX_DATASET_BYTES as MAX_DATASET_BYTES
-from loadgen.config.spec_checks import MAX_SEED as MAX_SEED
-from loadgen.config.spec_checks import MAX_TRIALS as MAX_TRIALS
-from loadgen.config.spec_checks import VLLM_PERCENTILE_METRICS as VLLM_PERCENTILE_METRICS
-from loadgen.config.spec_checks import validate
-from loadgen.config.subspecs import DATASET_FORMATS as DATASET_FORMATS
-from loadgen.config.subspecs import DEFAULT_HTTP_TIMEOUT_S as DEFAULT_HTTP_TIMEOUT_S
-from loadgen.config.subspecs import DEFAULT_STREAM_IDLE_TIMEOUT_S as DEFAULT_STREAM_IDLE_TIMEOUT_S
-from loadgen.config.subspecs import ENCODER_NAMES as ENCODER_NAMES
-from loadgen.config.subspecs import ENDPOINTS as ENDPOINTS
-from loadgen.config.subspecs import HTTP_CLIENTS as HTTP_CLIENTS
-from loadgen.config.subspecs import REASONING_EFFORTS as REASONING_EFFORTS
-from loadgen.config.subspecs import THINKING_MODES as THINKING_MODES
-from loadgen.config.subspecs import TRACE_FORMATS as TRACE_FORMATS
-from loadgen.config.subspecs import (
-    DeadlineSpec,
-    LoadSpec,
-    OutputSpec,
-    ProcessSpec,
-    ScoringSpec,
-    SessionSpec,
-    TargetSpec,
-    TelemetrySpec,
-    WorkloadSpec,
+from loadgen.config import (
+    deadlines,
+    load,
+    output,
+    processes,
+    scoring,
+    session,
+    target,
+    telemetry,
+    workload,
 )
-from loadgen.config.subspecs import Endpoint as Endpoint
-from loadgen.config.subspecs import SpeedBenchOptions as SpeedBenchOptions
-from loadgen.config.subspecs import VllmResultOptions as VllmResultOptions
+from loadgen.config.dataset_format import DATASET_FORMATS as DATASET_FORMATS
+from loadgen.config.dataset_format import MAX_CONVERSATION_BYTES as MAX_CONVERSATION_BYTES
+from loadgen.config.dataset_format import MAX_DATASET_BYTES as MAX_DATASET_BYTES
+from loadgen.config.dataset_format import TRACE_FORMATS as TRACE_FORMATS
+from loadgen.config.deadlines import DEFAULT_HTTP_TIMEOUT_S as DEFAULT_HTTP_TIMEOUT_S
+from loadgen.config.deadlines import DEFAULT_STREAM_IDLE_TIMEOUT_S as DEFAULT_STREAM_IDLE_TIMEOUT_S
+from loadgen.config.deadlines import DeadlineSpec as DeadlineSpec
+from loadgen.config.load import CONC_STAGES_ALONE
+from loadgen.config.load import MAX_TRIALS as MAX_TRIALS
+from loadgen.config.load import LoadSpec as LoadSpec
+from loadgen.config.objectives import find_max_problem
+from loadgen.config.output import OutputSpec as OutputSpec
+from loadgen.config.output import VllmResultOptions as VllmResultOptions
+from loadgen.config.parsers import VLLM_PERCENTILE_METRICS as VLLM_PERCENTILE_METRICS
+from loadgen.config.parsers import SpecError as SpecError  # raised by RunSpec; re-exported
+from loadgen.config.processes import ProcessSpec as ProcessSpec
+from loadgen.config.scoring import ScoringSpec as ScoringSpec
+from loadgen.config.session import SessionSpec as SessionSpec
+from loadgen.config.target import ENDPOINTS as ENDPOINTS
+from loadgen.config.target import HTTP_CLIENTS as HTTP_CLIENTS
+from loadgen.config.target import Endpoint as Endpoint
+from loadgen.config.target import TargetSpec as TargetSpec
+from loadgen.config.telemetry import TelemetrySpec as TelemetrySpec
+from loadgen.config.workload import ENCODER_NAMES as ENCODER_NAMES
+from loadgen.config.workload import MAX_SEED as MAX_SEED
+from loadgen.config.workload import REASONING_EFFORTS as REASONING_EFFORTS
+from loadgen.config.workload import THINKING_MODES as THINKING_MODES
+from loadgen.config.workload import SpeedBenchOptions as SpeedBenchOptions
+from loadgen.config.workload import WorkloadSpec as WorkloadSpec
 
 # RunSpec's parts by attribute name; each setting name belongs to exactly one.
 PARTS: dict[str, type[Any]] = {
@@ -143,3 +157,161 @@ def flat_settings(spec: RunSpec) -> dict[str, Any]:
         flat.update(dataclasses.asdict(getattr(spec, name)))
     flat.update({name: getattr(spec, name) for name in RUN_LEVEL})
     return flat
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise SpecError(message)
+
+
+def validate(spec: RunSpec) -> None:
+    """Raise SpecError for the first invalid setting (RunSpec calls this on construction)."""
+    _check_finite(spec)
+    load.check_conc(spec.load)
+    workload.check_lengths(spec.workload)
+    load.check_request_counts(spec.load)
+    workload.check_dataset(spec.workload)
+    _check(
+        spec.workload.speed_bench is None
+        or not (spec.session.multi_turn or spec.session.turns is not None),
+        "--dataset-name speed_bench sends single prompts: drop --multi-turn / --turns",
+    )
+    _check(spec.sim or bool(spec.target.base_url), "--base-url is required (or use --sim)")
+    target.check_url(spec.target)
+    target.check_wire(spec.target)
+    _check(
+        spec.workload.top_p is None or "top_p" not in spec.target.extra_body,
+        "--top-p and --extra-body '{\"top_p\": ...}': give one",
+    )
+    target.check_headers(spec.target)
+    telemetry.check(spec.telemetry, spec.sim)
+    target.check_endpoint(spec.target)
+    workload.check_prompts(spec.workload)
+    load.check_counts(spec.load)
+    workload.check_range_ratio(spec.workload)
+    load.check_rate(spec.load)
+    workload.check_sampling(spec.workload)
+    scoring.check(spec.scoring)
+    deadlines.check(spec.deadlines)
+    target.check_client(spec.target)
+    load.check_load_shape(spec.load)
+    _check_conc_stages_run(spec)
+    _check_processes(spec)
+    workload.check_seed(spec.seed)
+    output.check_resume(spec.output)
+    _check_sessions(spec)
+    _check_find_max(spec)
+    output.check_vllm_result(spec.output)
+    telemetry.check_series(spec.telemetry)
+    workload.check_context(spec.workload)
+
+
+def _check_finite(spec: RunSpec) -> None:
+    """Flags whose value is a float: each must be a finite number (`inf` would overflow a
+    deadline or turn arrival gaps into NaN; `nan` passes every `>`)."""
+    for part, floats in (
+        (spec.load, load.FLOATS),
+        (spec.workload, workload.FLOATS),
+        (spec.deadlines, deadlines.FLOATS),
+    ):
+        for name, flag in floats:
+            value = getattr(part, name)
+            _check(
+                value is None or math.isfinite(value), f"{flag} {value}: must be a finite number"
+            )
+    scoring.check_finite(spec.scoring)
+
+
+def _check_conc_stages_run(spec: RunSpec) -> None:
+    """--conc-stages against the rest of the run."""
+    if not spec.load.conc_stages:
+        return
+    _check(not spec.sessions, CONC_STAGES_ALONE)
+    _check(
+        spec.processes.workers == 1 and spec.processes.shard_count == 1,
+        "--conc-stages runs in one process: use --workers 1 and no --shard",
+    )
+
+
+def _check_processes(spec: RunSpec) -> None:
+    processes.check(spec.processes)
+    load.check_trials(spec.load)
+    # A shard's trials would be pooled before `loadgen merge` sees them, and a session
+    # point's figures are per session: neither is pooled over trials (yet).
+    _check(
+        spec.load.trials == 1 or spec.processes.shard_count == 1,
+        "--trials with --shard: not supported; run the trials as separate sharded runs",
+    )
+    _check(
+        spec.load.trials == 1 or not spec.sessions,
+        "--trials with a session run (--turns, multi-turn or trace datasets): not "
+        "supported; run it N times with different --seed",
+    )
+    processes.check_affinity(spec.processes)
+
+
+def _check_sessions(spec: RunSpec) -> None:
+    """The session part, and what sessions need of the workload and the processes."""
+    session.check_count(spec.session)
+    _check(
+        not spec.session.multi_turn or spec.workload.dataset is not None,
+        "--multi-turn plays a --dataset's conversations: give --dataset (or --turns N "
+        "for synthetic sessions)",
+    )
+    _check(
+        not spec.session.multi_turn or spec.workload.osl is not None,
+        "--multi-turn: --osl is required (the max_tokens of each turn)",
+    )
+    _check(
+        not spec.session.live_history or spec.workload.dataset_format not in TRACE_FORMATS,
+        "--live-history: trace replay rebuilds each prompt from the trace's `in` and "
+        "hash_ids, which a reply cannot change; use it with --turns or --multi-turn",
+    )
+    _check(
+        not spec.session.live_history or spec.sessions,
+        "--live-history puts the server's replies into the history of a session: use "
+        "it with --turns N or --multi-turn",
+    )
+    _check(
+        spec.session.turns is None or spec.workload.dataset is None,
+        "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)",
+    )
+    session.check_timing(spec.session)
+    # Session runs on workers: each plays whole lanes (a tree and its subagents in one
+    # process: run/sessions.py). Refused where a play's figures would depend on plays in
+    # other processes: Mooncake's one hash scope per point, plays without their own
+    # cache-bust marker. Shards (other machines) are refused for session runs.
+    _check(
+        not spec.sessions or spec.processes.shard_count == 1,
+        "--shard does not support session runs (--turns, --multi-turn, trace replay): "
+        "run them on one machine (--workers N splits their lanes over processes)",
+    )
+    if spec.sessions and spec.processes.workers is not None and spec.processes.workers > 1:
+        _check(
+            spec.workload.dataset_format != "mooncake",
+            "--workers with a Mooncake trace: its requests share one hash scope per "
+            "point, which processes cannot share; use --workers 1",
+        )
+        _check(
+            spec.session.cache_bust,
+            "--workers with --no-cache-bust: recycled plays of a tree "
+            "would hit a cache another process filled; use --workers 1",
+        )
+
+
+def _check_find_max(spec: RunSpec) -> None:
+    if spec.load.find_max is None:
+        return
+    problem = find_max_problem(
+        spec.load.find_max,
+        spec.load.objectives,
+        spec.load.conc,
+        spec.load.rate_range,
+        spec.load.request_rate,
+        spec.scoring.percentiles,
+    )
+    _check(problem is None, problem or "")
+    _check(
+        not spec.sessions and spec.processes.shard_count == 1,
+        "--find-max: not with session runs or --shard",
+    )

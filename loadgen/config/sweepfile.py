@@ -11,8 +11,9 @@
 
 Every key is a run flag's long name (`-` or `_`), with the value the flag takes (lists
 and mappings where the flag takes a list: conc, percentiles, header, slo, extra-body,
-sim-args). `target:` and `workload:` group the flags of those `loadgen --help` groups;
-the others (num-gpus, slo, spec-tokens, ...) sit beside them. A lane's keys override the
+sim-args). `target:` and `workload:` group the flags whose entries name that section
+(the server's; the requests' and their arrivals'); the others (num-gpus, slo,
+spec-tokens, ...) sit beside them. A lane's keys override the
 top level's; argv flags given with --config override both. Each lane is decoded with the
 run options' table argv is parsed with (config/decode.py), so it accepts and rejects the same
 things, and ends in the same function (config/build_spec.py); every
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from loadgen.config.args import argv_values
 from loadgen.config.build_spec import default_results_dir, spec_from_values
 from loadgen.config.decode import decode_options, decode_value, option_dest
 from loadgen.config.redact import redact_options
@@ -41,7 +41,7 @@ from loadgen.config.sweep_yaml import (
     load_yaml,
     read_sweep_document,
 )
-from loadgen.config.table import GROUP_DESTS, RUN_FIELDS
+from loadgen.config.table import GROUP_DESTS, RUN_FIELDS, argv_values
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -56,7 +56,7 @@ __all__ = [
     "read_sweep_document",
 ]
 
-SECTIONS = ("target", "workload")  # the help groups a document may group keys under
+SECTIONS = ("target", "workload")  # the sections a document may group keys under
 LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Keys a lane cannot set: its results directory is <tree>/<name>; live metrics would mix
 # lanes that share a model and concurrency into one series.

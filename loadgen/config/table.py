@@ -1,37 +1,64 @@
-"""The run options' table: every run flag's entry (config/fields.py), in `loadgen --help`
-order, grouped as the help groups them. argparse's run parser, the sweep-file and
-sidecar decoders and the sidecar's allowed list all come from here."""
+"""The run options' table: every run flag's entry, one help group per RunSpec part (each
+part's module declares its entries), plus vLLM's compatibility flags; and argparse's run
+parser, built from it. The sweep-file and sidecar decoders (decode.py), the sidecar's
+allowed list and values -> RunSpec (build_spec.py) all come from here too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import argparse
+import difflib
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
-from loadgen.config.compat import GROUP
-from loadgen.config.compat_flags import COMPAT_DESCRIPTION, COMPAT_FIELDS
-from loadgen.config.fields import Field, Group
-from loadgen.config.golden import GOLDEN_FIELDS
-from loadgen.config.load_args import LOAD_FIELDS
-from loadgen.config.objectives import FIND_MAX_FIELDS
-from loadgen.config.results_flags import RESULTS_FIELDS, SCALE_FIELDS
-from loadgen.config.session_args import SESSION_FIELDS
-from loadgen.config.target_flags import TARGET_FIELDS, WORKLOAD_FIELDS
+from loadgen import __version__
+from loadgen.config import (
+    deadlines,
+    load,
+    output,
+    processes,
+    scoring,
+    session,
+    target,
+    telemetry,
+    workload,
+)
+from loadgen.config.compat_flags import COMPAT_DESCRIPTION, COMPAT_FIELDS, GROUP
+from loadgen.config.fields import Field, Group, add_field
+from loadgen.config.parsers import SpecError
 
+# one group per RunSpec part, in the parts' order (config/spec.py), titled by the part
 RUN_GROUPS: tuple[Group, ...] = (
-    Group("target", TARGET_FIELDS),
-    Group("workload", WORKLOAD_FIELDS),
-    Group("sessions (multi-turn, agentic trace replay)", SESSION_FIELDS),
-    Group("results", RESULTS_FIELDS),
-    Group("load shape (over-saturation stop, slices, ramp-up)", LOAD_FIELDS),
-    Group("capacity search (README: capacity at an SLO)", FIND_MAX_FIELDS),
-    Group("acceptance conformance (InferenceX golden AL)", GOLDEN_FIELDS),
+    Group("target", target.FIELDS),
+    Group("workload", workload.FIELDS),
+    Group("load (arrivals, load shape, capacity search: README)", load.FIELDS),
+    Group("deadlines", deadlines.FIELDS),
+    Group("scoring (SLOs, percentiles, InferenceX golden AL)", scoring.FIELDS),
+    Group("telemetry", telemetry.FIELDS),
+    Group("output", output.FIELDS),
+    Group("processes (README: workers and shards)", processes.FIELDS),
+    Group("sessions (multi-turn, agentic trace replay)", session.FIELDS),
     Group(GROUP, COMPAT_FIELDS, COMPAT_DESCRIPTION),
-    Group("scale out (README: workers and shards)", SCALE_FIELDS),
 )
 # dest -> entry: every run option once
 RUN_FIELDS: Mapping[str, Field] = {f.dest: f for g in RUN_GROUPS for f in g.fields}
-# the groups a sweep document may nest keys under (`target:`, `workload:`)
+# the sections a sweep document may nest keys under (`target:`, `workload:`)
 GROUP_DESTS: Mapping[str, frozenset[str]] = {
-    g.title: frozenset(f.dest for f in g.fields) for g in RUN_GROUPS
+    section: frozenset(f.dest for f in RUN_FIELDS.values() if f.section == section)
+    for section in ("target", "workload")
+}
+# every run flag's long name, for the nearest one to a mistyped flag
+RUN_FLAGS = tuple(f for field in RUN_FIELDS.values() for f in field.flags if f.startswith("--"))
+# name -> what it does: loadgen.cli dispatches on it and `loadgen --help` lists it
+COMMANDS = {
+    "run": "measure a server (the default: `loadgen [run] --base-url URL ...`)",
+    "sim": "serve the simulator (vLLM's API, MTP, prefix cache) on a port",
+    "serve": "run the sidecar: a REST API that starts sweeps next to the server",
+    "compare": "compare result directories on the console and as CSV/JSON",
+    "report": "write one HTML report of result directories",
+    "merge": "combine the result directories of a run's shards",
+    "profile": "AIPerf's `profile --scenario inferencex-agentx-mvp` command line "
+    "(InferenceX AgentX)",
 }
 
 
@@ -47,3 +74,55 @@ def _default(field: Field) -> object:
     if isinstance(default, str) and field.parse is not None:
         return field.parse(default)  # as argparse converts a text default through `type`
     return default
+
+
+class _Parser(argparse.ArgumentParser):
+    """Raises SpecError instead of printing usage and exiting, so errors stay one line;
+    an unknown flag gets the nearest real one, as a sweep file's unknown key does."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        # `--is 1024` must not silently become --isl: abbreviations are off
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise SpecError(message + _suggestion(message))
+
+
+def _suggestion(message: str) -> str:
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    for word in message.split(":", 1)[1].split():
+        flag = word.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, RUN_FLAGS, n=1, cutoff=0.6)
+        if flag.startswith("--") and close:
+            return f" (did you mean {close[0]}?)"
+    return ""
+
+
+def build_parser(*, suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    """The run parser, from the table. suppress_defaults: only the flags given are set
+    (a sweep file's argv overrides: what they leave out the file decides)."""
+    p = _Parser(
+        prog="loadgen",
+        description=textwrap.fill(
+            "Measure an OpenAI-compatible (vLLM) server at controlled concurrency: TTFT, "
+            "ITL, TPOT, E2EL, throughput, interactivity and MTP acceptance. `loadgen --config "
+            "sweep.yaml [flags]` runs a sweep file's lanes (flags given apply to every lane).",
+            88,
+        ),
+        epilog="commands (`loadgen COMMAND --help` for each):\n"
+        + "\n".join(f"  {name:<9} {summary}" for name, summary in COMMANDS.items()),
+        # the description and the command list are laid out by hand, not re-wrapped
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"loadgen {__version__}")
+    for group in RUN_GROUPS:
+        argparse_group = p.add_argument_group(group.title, group.description)
+        for field in group.fields:
+            add_field(argparse_group, field, suppress=suppress_defaults)
+    return p
+
+
+def argv_values(argv: Sequence[str]) -> dict[str, Any]:
+    """dest -> value of the flags given in argv only (no defaults)."""
+    return vars(build_parser(suppress_defaults=True).parse_args(list(argv)))

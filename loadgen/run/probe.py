@@ -10,7 +10,6 @@ import dataclasses
 
 from tokenizers import Tokenizer
 
-from loadgen.config.session_args import TRACE_PROBE_ISL, TRACE_PROBE_OSL
 from loadgen.config.spec import RunSpec
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import Workload
@@ -35,14 +34,15 @@ def single_turn_spec(spec: RunSpec) -> RunSpec:
     lengths when the dataset alone gives them)."""
     if not spec.sessions:
         return spec
+    isl, osl = spec.workload.probe_lengths
     return spec.with_(
         dataset=None,
         dataset_format="auto",
         multi_turn=False,
         turns=None,
         live_history=False,
-        isl=spec.workload.isl or TRACE_PROBE_ISL,
-        osl=spec.workload.osl or TRACE_PROBE_OSL,
+        isl=isl,
+        osl=osl,
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.config.args import spec_from_argv
-from loadgen.config.load_args import parse_conc_stages
+from loadgen.config.load import parse_conc_stages
 from loadgen.config.spec import SpecError
 from loadgen.config.sweepfile import SweepFileError, load_yaml, parse_sweep
 

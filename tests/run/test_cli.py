@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.config.args import build_parser, spec_from_argv, spec_from_options
-from loadgen.config.parsers import parse_conc, parse_header, parse_slos
+from loadgen.config.objectives import parse_slo_flag
+from loadgen.config.parsers import parse_conc, parse_header
 from loadgen.config.spec import RunSpec, SpecError
 
 BASE = ["--base-url", "http://127.0.0.1:9", "--isl", "64", "--osl", "16"]
@@ -38,16 +39,16 @@ def test_parse_conc_rejects(text: str) -> None:
 
 
 def test_parse_slos_units() -> None:
-    assert parse_slos("ttft=2s,tpot=50ms,itl=250us,e2el=1.5") == {
+    assert parse_slo_flag("ttft=2s,tpot=50ms,itl=250us,e2el=1.5") == {
         "ttft": 2000.0,
         "tpot": 50.0,
         "itl": 0.25,
         "e2el": 1.5,
     }
     with pytest.raises(SpecError, match="METRIC"):
-        parse_slos("latency=2s")
+        parse_slo_flag("latency=2s")
     with pytest.raises(SpecError, match="duration"):
-        parse_slos("ttft=fast")
+        parse_slo_flag("ttft=fast")
 
 
 def test_parse_header() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from loadgen.config.args import spec_from_argv
-from loadgen.config.load_args import parse_rate_stages, stage_request_bound
+from loadgen.config.load import parse_rate_stages, stage_request_bound
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.run.shapes import Ramp, arrivals_rng, load_shape
 from loadgen.workload.ramp import ramp_offsets_ns, ramp_rates, staged_offsets_ns

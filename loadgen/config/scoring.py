@@ -1,0 +1,159 @@
+"""The scoring part: what the figures are computed with and held to (`spec.scoring`): GPUs
+and draft tokens, goodput SLOs, percentiles, the golden acceptance curve; its flags, its
+struct and its checks."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadgen.config.fields import Field, flag
+from loadgen.config.golden import DEFAULT_TOLERANCE, MODES, GoldenAL, read_golden
+from loadgen.config.objectives import parse_slo_flag
+from loadgen.config.parsers import SLO_METRICS, SpecError, parse_percentiles
+
+PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+SESSION_PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)  # InferenceX's agentic set
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringSpec:
+    """What the figures are computed with and held to."""
+
+    num_gpus: int | None = None
+    spec_tokens: int | None = None
+    golden_al: GoldenAL | None = None  # --golden-al: the curve each point is held to
+    slos_ms: Mapping[str, float] = field(default_factory=dict)
+    percentiles: tuple[float, ...] = PERCENTILES
+    # `loadgen profile --scenario ...` (config/aiperf_profile.py): the scenario whose
+    # submission rules each point is checked against (metrics/submission.py)
+    scenario: str | None = None
+    unsafe_override: bool = False
+
+
+FIELDS: tuple[Field, ...] = (
+    flag(
+        "--num-gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="GPUs behind the server, for per-GPU throughput",
+        fills="num_gpus",
+    ),
+    flag(
+        "--spec-tokens",
+        type=int,
+        default=None,
+        metavar="K",
+        help="draft tokens per step for the acceptance rate (default: from the server's /metrics)",
+        fills="spec_tokens",
+    ),
+    flag(
+        "--slo",
+        shape="slo",
+        type=parse_slo_flag,
+        default={},
+        metavar="M=T,...",
+        help="goodput SLOs, e.g. ttft=2s,tpot=50ms (metrics ttft, tpot, itl, e2el; "
+        "units us, ms, s; bare numbers are ms); with --find-max also objectives "
+        "per percentile, ttft:p99=2s (plain M=T: p99) (default: none: no "
+        "goodput figure)",
+    ),
+    flag(
+        "--percentiles",
+        shape="numbers",
+        type=parse_percentiles,
+        default=None,
+        metavar="P,...",
+        help="percentiles to report (default: 50,90,99,99.9; session runs add 75,95)",
+    ),
+    flag(
+        "--golden-al",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="check each point's acceptance length against an InferenceX golden "
+        "file (golden_al_distribution/*.yaml); a point outside tolerance makes "
+        "the exit status 1 (default: no check)",
+    ),
+    flag(
+        "--golden-al-model",
+        default=None,
+        metavar="NAME",
+        help="the golden file's model key (default: --model)",
+    ),
+    flag(
+        "--golden-al-tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        metavar="FRACTION",
+        help=f"relative tolerance (default: {DEFAULT_TOLERANCE})",
+    ),
+)
+
+
+def percentiles(values: argparse.Namespace, sessions: bool) -> tuple[float, ...]:
+    """--percentiles, else the run kind's set; vLLM's --metric-percentiles are added."""
+    chosen: tuple[float, ...] = values.percentiles or (
+        SESSION_PERCENTILES if sessions else PERCENTILES
+    )
+    if values.metric_percentiles:  # vLLM's --metric-percentiles are reported too
+        chosen = tuple(sorted({*chosen, *values.metric_percentiles}))
+    return chosen
+
+
+def golden_al(
+    values: argparse.Namespace, thinking: str, spec_tokens: int | None
+) -> GoldenAL | None:
+    """The --golden-al curve; a missing model/mode/K entry is one line now, before anything
+    runs (K only when --spec-tokens names it)."""
+    if values.golden_al is None:
+        return None
+    tolerance = values.golden_al_tolerance
+    if not (math.isfinite(tolerance) and 0 < tolerance < 1):
+        raise SpecError(
+            f"--golden-al-tolerance {tolerance}: give a fraction in (0, 1), e.g. 0.03 for 3%"
+        )
+    model = values.golden_al_model or values.model
+    if not model:
+        raise SpecError(
+            "--golden-al: name the golden file's model with --golden-al-model (or --model)"
+        )
+    golden = read_golden(values.golden_al, model, MODES.get(thinking, thinking), tolerance)
+    if spec_tokens is not None and golden.al_for(spec_tokens) is None:
+        raise SpecError(
+            f"--golden-al {golden.path}: {model}/{golden.mode} has no entry for "
+            f"K={spec_tokens} (it has K={golden.ks})"
+        )
+    return golden
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise SpecError(message)
+
+
+def check(scoring: ScoringSpec) -> None:
+    _check(scoring.num_gpus is None or scoring.num_gpus >= 1, "--num-gpus: must be >= 1")
+    _check(
+        scoring.spec_tokens is None or scoring.spec_tokens >= 1,
+        "--spec-tokens: must be >= 1",
+    )
+    _check(
+        all(k in SLO_METRICS and v > 0 for k, v in scoring.slos_ms.items()),
+        f"--slo: metrics must be among {', '.join(SLO_METRICS)} with positive limits",
+    )
+    _check(
+        bool(scoring.percentiles) and all(0 < p < 100 for p in scoring.percentiles),
+        "--percentiles: each must be strictly between 0 and 100",
+    )
+
+
+def check_finite(scoring: ScoringSpec) -> None:
+    _check(
+        all(math.isfinite(v) for v in scoring.slos_ms.values()),
+        "--slo: each limit must be a finite duration",
+    )

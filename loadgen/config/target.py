@@ -1,0 +1,234 @@
+"""The target part: the server, its credentials and what goes on the wire besides the
+prompt (`spec.target`), with the simulator loadgen may start instead (run-level `sim`,
+`sim_args`): its flags, its struct and its checks."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from loadgen.config.fields import Field, default_of, flag
+from loadgen.config.parsers import (
+    CONTROL_CHARS,
+    SpecError,
+    check_api_key,
+    check_extra_body,
+    parse_extra_body,
+    parse_header,
+)
+from loadgen.config.redact import url_has_credentials
+
+Endpoint = Literal["completions", "chat"]
+# the client the results record: native, or bench/aiohttp_client.py's comparison client
+# (the command line takes native only: parse_http_client)
+HttpClient = Literal["native", "aiohttp"]
+ENDPOINTS: tuple[str, ...] = ("completions", "chat")
+HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSpec:
+    """The server, its credentials and what goes on the wire besides the prompt."""
+
+    base_url: str | None = None  # None only with sim=True (filled in when it starts)
+    model: str | None = None  # None: the only model the server serves
+    endpoint: Endpoint = "completions"
+    api_key: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    tokenizer: str | None = None
+    # Extra request-body fields (vLLM's `--extra-body`), e.g. {"min_p": 0.1}; never the
+    # fields loadgen sets itself (EXTRA_BODY_RESERVED).
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    http_client: HttpClient = "native"  # the measured streams' client
+
+
+def parse_endpoint(text: str) -> str:
+    """`completions` or `chat`, or vLLM's paths /v1/completions and /v1/chat/completions."""
+    name = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(text, text)
+    if name not in ("completions", "chat"):
+        raise SpecError(
+            f"--endpoint {text!r}: allowed: completions, chat (or vLLM's "
+            "/v1/completions, /v1/chat/completions)"
+        )
+    return name
+
+
+def parse_http_client(text: str) -> str:
+    if text == "native":
+        return text
+    if text == "aiohttp":
+        raise SpecError(
+            "--http-client: the aiohttp comparison client moved to bench/ "
+            "(bench/read_path.py --http-client aiohttp); loadgen measures with its native client"
+        )
+    raise SpecError(f"--http-client {text!r}: loadgen measures with its native client only")
+
+
+FIELDS: tuple[Field, ...] = (
+    flag(
+        "--base-url",
+        metavar="URL",
+        help="server root, e.g. http://127.0.0.1:8000 (required unless --sim)",
+        fills="base_url",
+        section="target",
+    ),
+    flag(
+        "--model",
+        metavar="NAME",
+        help="served model name (default: the only model the server serves)",
+        fills="model",
+        section="target",
+    ),
+    flag(
+        "--sim",
+        action="store_true",
+        help="start the embedded simulator (MTP, 2 draft tokens) on a free "
+        "loopback port and measure it; results say target: simulator",
+        fills="sim",
+        section="target",
+    ),
+    flag(
+        "--sim-args",
+        shape="args",
+        default="",
+        metavar='"FLAGS"',
+        help='extra `loadgen sim` flags for --sim, e.g. "--step-fixed-ms 5"',
+        section="target",
+    ),
+    flag(
+        "--api-key",
+        metavar="KEY",
+        help="bearer token (default: $OPENAI_API_KEY; never written to results)",
+        section="target",
+    ),
+    flag(
+        "--header",
+        shape="headers",
+        action="extend",
+        nargs="+",
+        default=[],
+        type=parse_header,
+        metavar="K:V",
+        help="extra request headers, repeatable, e.g. X-Session-Affinity:abc "
+        "(K=V as vLLM works too) (default: none)",
+        fills="headers",
+        to=tuple,
+        section="target",
+    ),
+    flag(
+        "--endpoint",
+        type=parse_endpoint,
+        default=None,
+        metavar="{completions,chat}",
+        help="completions: loadgen encodes the prompt; chat: the server does "
+        "(default: completions)",
+        fills="endpoint",
+        section="workload",
+    ),
+    flag(
+        "--extra-body",
+        shape="body",
+        type=parse_extra_body,
+        default={},
+        metavar="JSON",
+        help="extra request-body fields, e.g. '{\"min_p\": 0.1}' (not those "
+        "loadgen sets: model, prompt, max_tokens, stream, ...) (default: none)",
+        fills="extra_body",
+        section="workload",
+    ),
+    flag(
+        "--tokenizer",
+        metavar="PATH|ORG/NAME",
+        help="tokenizer.json, model dir or Hugging Face Hub id (HF cache and "
+        "HF_HUB_OFFLINE honoured) (default: official DeepSeek-V4)",
+        fills="tokenizer",
+    ),
+    # the aiohttp comparison client is bench/'s now; `native` still parses, for old scripts
+    flag(
+        "--http-client",
+        default=default_of(TargetSpec, "http_client"),
+        help=argparse.SUPPRESS,
+        fills="http_client",
+        to=parse_http_client,
+        section="target",
+    ),
+)
+
+
+def derive(values: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    """The settings of several flags: the key (or $OPENAI_API_KEY), the simulator's flags."""
+    if values.sim and values.base_url:
+        raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
+    try:
+        sim_args = tuple(shlex.split(values.sim_args))
+    except ValueError as exc:
+        raise SpecError(f"--sim-args {values.sim_args!r}: {exc}") from None
+    taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
+    if taken:
+        raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
+    if values.sim and values.model and not any(a.split("=")[0] == "--model" for a in sim_args):
+        sim_args = ("--model", values.model, *sim_args)  # the simulator serves the name asked for
+    return {"sim_args": sim_args, "api_key": _api_key(values.api_key or env.get("OPENAI_API_KEY"))}
+
+
+def _api_key(key: str | None) -> str | None:
+    """Surrounding whitespace stripped (a secret file's newline); empty means none."""
+    if key is None:
+        return None
+    return check_api_key(key) or None
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise SpecError(message)
+
+
+def check_url(target: TargetSpec) -> None:
+    if not target.base_url:
+        return
+    _check(
+        target.base_url.startswith(("http://", "https://")),
+        f"--base-url {target.base_url!r}: must start with http:// or https://",
+    )
+    # aiohttp refuses both at the first request (a traceback, not a line): say it here
+    _check(
+        not url_has_credentials(target.base_url)
+        or not (
+            target.api_key or any(name.lower() == "authorization" for name, _ in target.headers)
+        ),
+        "--base-url carries credentials (user:password@, sent as Basic auth) and "
+        "--api-key, $OPENAI_API_KEY or --header Authorization sets Authorization "
+        "too: keep one",
+    )
+
+
+def check_wire(target: TargetSpec) -> None:
+    """What goes on the wire besides the prompt: body fields, headers, the key."""
+    check_extra_body(target.extra_body)
+
+
+def check_headers(target: TargetSpec) -> None:
+    for name, value in target.headers:  # argv went through parse_header; RunSpec(...) may not
+        parse_header(f"{name}:{value}")
+    if target.api_key is not None:
+        _check(
+            not CONTROL_CHARS.search(target.api_key),
+            "--api-key / OPENAI_API_KEY contains a control character (CR, LF, ...)",
+        )
+
+
+def check_endpoint(target: TargetSpec) -> None:
+    _check(
+        target.endpoint in ENDPOINTS,
+        f"--endpoint {target.endpoint!r}: allowed: completions, chat",
+    )
+
+
+def check_client(target: TargetSpec) -> None:
+    _check(
+        target.http_client in HTTP_CLIENTS,
+        f"--http-client {target.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}",
+    )

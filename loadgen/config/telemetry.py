@@ -1,0 +1,102 @@
+"""The telemetry part: what is scraped beside the requests, server metrics, GPU exporters,
+power (`spec.telemetry`): its flags, its struct and its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.config.fields import Field, default_of, flag
+from loadgen.config.parsers import SpecError
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySpec:
+    """What is scraped beside the requests: server metrics, GPU exporters, power."""
+
+    server_metrics: tuple[str, ...] = ()  # /metrics URLs scraped instead of the target's
+    gpu_metrics: tuple[str, ...] = ()  # GPU exporters sampled during every point (energy)
+    gpu_metrics_interval_s: float = 1.0
+    gpu_power_csv: Path | None = None  # nvidia-smi/amd-smi telemetry recorded meanwhile
+    series_interval_s: float = 1.0  # the server series of --aiperf-artifacts
+
+
+FIELDS: tuple[Field, ...] = (
+    flag(
+        "--server-metrics",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="scrape this Prometheus /metrics instead of the target's, repeatable: "
+        "the workers behind a router or a Dynamo frontend; counters are summed, "
+        "each URL's own figures kept (a URL without a path gets /metrics; "
+        "list the target too to keep it) (default: the target's)",
+        fills="server_metrics",
+        to=tuple,
+        section="target",
+    ),
+    flag(
+        "--gpu-metrics",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a GPU exporter's Prometheus endpoint (NVIDIA dcgm-exporter, AMD "
+        "device-metrics-exporter; `loadgen sim`'s /gpu/metrics; `sim` with --sim), "
+        "repeatable: one per node; sampled during every point for energy per "
+        "token (a URL without a path gets /metrics) (default: none)",
+        fills="gpu_metrics",
+        to=tuple,
+        section="target",
+    ),
+    flag(
+        "--gpu-metrics-interval",
+        type=float,
+        default=default_of(TelemetrySpec, "gpu_metrics_interval_s"),
+        metavar="SECONDS",
+        help="seconds between --gpu-metrics samples (at most 3: a longer gap "
+        "makes a point's energy invalid, as in InferenceX)",
+        fills="gpu_metrics_interval_s",
+        section="target",
+    ),
+    flag(
+        "--gpu-power-csv",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a GPU power telemetry CSV being recorded during the run, e.g. by "
+        "`nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv -lms "
+        "500 -f FILE` (or amd-smi): each point's energy integrated from it, "
+        "as InferenceX does (default: none)",
+        fills="gpu_power_csv",
+        section="target",
+    ),
+)
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise SpecError(message)
+
+
+def check(telemetry: TelemetrySpec, sim: bool) -> None:
+    """URLs and the sampling interval (`sim`: the embedded simulator's exporter exists)."""
+    for url in telemetry.server_metrics:
+        _check(
+            url.startswith(("http://", "https://")),
+            f"--server-metrics {url!r}: must start with http:// or https://",
+        )
+    for url in telemetry.gpu_metrics:
+        _check(
+            url.startswith(("http://", "https://")) or (url == "sim" and sim),
+            f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
+            "with --sim: the embedded simulator's /gpu/metrics)",
+        )
+    _check(
+        0 < telemetry.gpu_metrics_interval_s <= 3.0,
+        f"--gpu-metrics-interval {telemetry.gpu_metrics_interval_s:g}: must be in (0, 3] "
+        "seconds (samples more than 3 s apart make a point's energy invalid)",
+    )
+
+
+def check_series(telemetry: TelemetrySpec) -> None:
+    _check(telemetry.series_interval_s > 0, "--slice-duration: must be > 0 seconds")
