@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from loadgen.config.limits import check_limits
 from loadgen.config.load_args import check_conc_stages_run, check_load_shape
 from loadgen.config.local_checks import check_results_dir, process_exists
 from loadgen.config.objectives import find_max_problem
@@ -75,6 +76,7 @@ def validate(spec: SpecParts) -> None:
         spec.workload.max_context_length is None or spec.workload.max_context_length >= 1,
         "--max-context-length: must be >= 1 token",
     )
+    check_limits(spec)  # after the signs: the work each option sizes, bounded
 
 
 def _validate_workload(spec: SpecParts) -> None:
