@@ -29,8 +29,8 @@ The limits, and why these values:
   within MAX_POINT_SECONDS; sessions x turns within MAX_REQUESTS_PER_POINT.
 - MEMORY_SHARE: the estimate of one point's bodies and records (`point_memory_bytes`)
   may take at most half the memory of the machine (or of its container, when that is
-  limited): a conc-512 x 12 point of isl 8192 / osl 1024 is ~0.7 GiB, a conc-4096 one
-  ~5.4 GiB. The other half is the interpreter, the tokenizer, the workers and the rest
+  limited): a conc-512 x 12 point of isl 8192 / osl 1024 is ~0.8 GiB, a conc-4096 one
+  ~6.2 GiB. The other half is the interpreter, the tokenizer, the workers and the rest
   of the machine.
 """
 
@@ -55,13 +55,14 @@ MAX_BURSTINESS = 1e3
 MAX_TURNS = 10_000
 MEMORY_SHARE = 0.5
 
-# The per-request memory estimate, from RSS measured over built points and rounded up:
-# a planned request holds ~2.2 KiB at isl 64 and ~7.1 bytes more per prompt token
-# (~60 KB at isl 8192: its JSON body and the request around it); a record ~1 KiB and
-# ~48 bytes per output chunk (a stamp and a count, every token a chunk at worst). A
-# dataset prompt's length is not known before the dataset is read: DATASET_TOKENS.
-REQUEST_BYTES = 3072
-BODY_BYTES_PER_TOKEN = 8
+# The per-request memory estimate, from the RSS a freshly built point grows by, rounded
+# up: a planned request holds ~8 KB at isl 1024 and ~69 KB at isl 8192 (its JSON body,
+# ~5.2 bytes a token, and the request around it: ~8.5 bytes a token in all); a record ~1
+# KiB and ~48 bytes per output chunk (a stamp and a count, every token a chunk at
+# worst). A dataset prompt's length is not known before the dataset is read:
+# DATASET_TOKENS.
+REQUEST_BYTES = 4096
+BODY_BYTES_PER_TOKEN = 10
 RECORD_BYTES_PER_TOKEN = 48
 DATASET_TOKENS = 4096
 
