@@ -110,6 +110,7 @@ def check_limits(spec: SpecParts) -> None:
         )
     _check_rates(load)
     _check_durations(spec)
+    _count(spec.session.sessions_per_conc, "--sessions-per-conc")
     if spec.session.turns is not None:
         _check_turns(spec)
     _count(load.num_prompts, "--num-prompts")
@@ -226,7 +227,6 @@ def _check_turns(spec: SpecParts) -> None:
         f"--turns {session.turns} x --turn-tokens {session.turn_tokens}: a last turn of "
         f"~{history:,.0f} tokens of history, over {MAX_TOKENS:,}",
     )
-    _count(session.sessions_per_conc, "--sessions-per-conc")
     requests = max(load.conc) * session.sessions_per_conc * turns
     _check(
         requests <= MAX_REQUESTS_PER_POINT,
