@@ -14,11 +14,11 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from loadgen.config import deadlines, load, output, scoring, target, workload
+from loadgen.config import deadlines, limits, load, output, scoring, target, workload
 from loadgen.config.compat import apply_compat
 from loadgen.config.dataset_format import MAX_DATASET_BYTES, TRACE_FORMATS
 from loadgen.config.fields import default_of
-from loadgen.config.local_checks import check_results_dir, process_exists
+from loadgen.config.local_checks import check_results_dir, memory_bytes, process_exists
 from loadgen.config.output import default_results_dir as default_results_dir
 from loadgen.config.parsers import SpecError
 from loadgen.config.spec import RunSpec
@@ -96,12 +96,33 @@ def check_machine(spec: RunSpec) -> None:
             f"{MAX_DATASET_BYTES >> 30} GiB limit (the file is read into memory); "
             "split it or keep only the conversations you need",
         )
+    _check_memory(spec)
     pid = spec.processes.server_pid
     if pid is not None:
         _check(
             pid > 0 and process_exists(pid),
             f"--server-pid {pid}: no such process on this machine",
         )
+
+
+def memory_budget() -> int:
+    """What one point's estimate may reach on this machine (limits.MEMORY_SHARE of it)."""
+    return int(memory_bytes() * limits.MEMORY_SHARE)
+
+
+def _check_memory(spec: RunSpec) -> None:
+    """The largest point's estimate against this machine's memory."""
+    top, isl, osl = max(spec.load.conc), spec.workload.isl, spec.workload.osl
+    estimate, budget = load.point_memory_bytes(spec.load, top, isl, osl), memory_budget()
+    requests = spec.load.measured_requests(top) + spec.load.warmup_requests(top)
+    _check(
+        estimate <= budget,
+        f"conc {top}: its {requests:,} requests of isl {isl or limits.DATASET_TOKENS} / "
+        f"osl {osl or limits.DATASET_TOKENS} would hold ~{estimate / 2**30:,.1f} GiB in "
+        f"memory, over the limit of one point (half this machine's memory: "
+        f"{budget / 2**30:,.1f} GiB); plan fewer requests per point (--prompts-per-conc, "
+        "--num-prompts) or shorter prompts",
+    )
 
 
 __all__ = ["check_machine", "default_results_dir", "settings_from_values", "spec_from_values"]

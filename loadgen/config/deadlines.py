@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadgen.config import limits
 from loadgen.config.fields import Field, default_of, flag
 from loadgen.config.parsers import SpecError
 
@@ -87,6 +88,12 @@ def check(deadlines: DeadlineSpec) -> None:
     _check(deadlines.http_timeout_s > 0, "--http-timeout: must be > 0 seconds")
     _check(deadlines.stream_idle_timeout_s > 0, "--stream-idle-timeout: must be > 0 seconds")
     _check(0.0 <= deadlines.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
+
+
+def check_limits(deadlines: DeadlineSpec) -> None:
+    limits.seconds(deadlines.request_timeout_s, "--request-timeout")
+    limits.seconds(deadlines.http_timeout_s, "--http-timeout")
+    limits.seconds(deadlines.stream_idle_timeout_s, "--stream-idle-timeout")
 
 
 # floats: each must be a finite number (RunSpec's first check, with the other parts')

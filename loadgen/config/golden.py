@@ -15,6 +15,7 @@ failed check at that point, said in the result.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from loadgen.config.parsers import SpecError
 
 DEFAULT_TOLERANCE = 0.03  # relative: |measured - golden| / golden
 MAX_FILE_BYTES = 1 << 16  # InferenceX's files are a few hundred bytes
+MAX_DEPTH = 8  # nested mappings/lists: model -> mode -> K needs three
 MODES = {"thinking": "thinking_on", "chat": "thinking_off"}
 
 
@@ -90,8 +92,7 @@ def _load(path: Path, where: str) -> Any:
         if len(raw) > MAX_FILE_BYTES:
             raise SpecError(f"{where}: over 64 KiB: not a golden AL file")
         text = raw.decode("utf-8")
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
-            raise SpecError(f"{where}: YAML aliases are not accepted here; write the values")
+        _check_events(yaml.parse(text), where)
         return yaml.safe_load(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(
@@ -99,6 +100,25 @@ def _load(path: Path, where: str) -> Any:
         ) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{where}: not valid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def _check_events(events: Iterable[yaml.Event], where: str) -> None:
+    """No aliases, and nesting no deeper than the file's three levels need: PyYAML's
+    parser walks the events without recursion, its composer then recurses once per level
+    (a 20,000-deep document would end in RecursionError)."""
+    depth = 0
+    for event in events:
+        if isinstance(event, yaml.AliasEvent):
+            raise SpecError(f"{where}: YAML aliases are not accepted here; write the values")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SpecError(
+                    f"{where}: nested more than {MAX_DEPTH} levels deep; a golden AL "
+                    "file has three (model, mode, K)"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _curve(value: Any, where: str) -> dict[int, float]:

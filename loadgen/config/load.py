@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from loadgen.config import limits
 from loadgen.config.fields import Field, default_of, flag
 from loadgen.config.objectives import (
     FIND_MAX_KINDS,
@@ -487,6 +488,71 @@ def check_rate(load: LoadSpec) -> None:
         "--request-rate: must be > 0 requests/s (omit it for a closed loop)",
     )
     _check(load.burstiness > 0, "--burstiness: the gamma shape must be > 0 (1 = Poisson)")
+
+
+def check_limits(load: LoadSpec) -> None:
+    """The load's rates, durations and request counts within config/limits.py's bounds."""
+    for value, flag_name in (
+        (load.request_rate, "--request-rate"),
+        (load.ramp_up_start_rps, "--ramp-up-start-rps"),
+        (load.ramp_up_end_rps, "--ramp-up-end-rps"),
+        *(((end, "--rate-range") for end in load.rate_range) if load.rate_range else ()),
+    ):
+        limits.rate(value, flag_name)
+    for stage_rate, stage_s in load.rate_stages:
+        limits.rate(stage_rate, f"--rate-stages {stage_rate:g}@{stage_s:g}s: the rate")
+        limits.seconds(stage_s, f"--rate-stages {stage_rate:g}@{stage_s:g}s: the duration")
+    for stage_conc, stage_s in load.conc_stages:
+        limits.seconds(stage_s, f"--conc-stages {stage_conc}@{stage_s:g}s: the duration")
+    limits.check(
+        limits.MIN_BURSTINESS <= load.burstiness <= limits.MAX_BURSTINESS,
+        f"--burstiness {load.burstiness:g}: must be in "
+        f"{limits.MIN_BURSTINESS:g}..{limits.MAX_BURSTINESS:g} (the gamma shape; 1 = Poisson)",
+    )
+    _check_duration_limits(load)
+    limits.count(load.num_prompts, "--num-prompts")
+    limits.count(load.num_warmups, "--num-warmups")
+    limits.count(load.prompts_per_conc, "--prompts-per-conc")
+    limits.count(load.warmup_per_conc, "--warmup-per-conc")
+    top = max(load.conc)
+    for name, flag_name, requests in (
+        ("measured", "--prompts-per-conc", load.measured_requests(top)),
+        ("warmup", "--warmup-per-conc", load.warmup_requests(top)),
+    ):
+        why = (
+            "--rate-stages"
+            if name == "measured" and load.rate_stages
+            else f"--conc {top} x {flag_name}"
+        )
+        limits.check(
+            requests <= limits.MAX_REQUESTS_PER_POINT,
+            f"{why}: {requests:,} {name} requests per point, over the limit of "
+            f"{limits.MAX_REQUESTS_PER_POINT:,}; split a longer soak into several points or runs",
+        )
+
+
+def _check_duration_limits(load: LoadSpec) -> None:
+    limits.seconds(load.duration_s, "--duration")
+    stages = load.rate_stages or load.conc_stages
+    if stages:
+        limits.seconds(math.fsum(stage_s for _, stage_s in stages), "the stages' sum")
+    limits.seconds(load.saturation_window_s, "--saturation-window")
+    limits.seconds(load.slice_duration_s, "--slice-duration", limits.MIN_SLICE_SECONDS)
+    duration = load.point_duration_s
+    if load.slice_duration_s is not None and duration is not None:
+        slices = duration / load.slice_duration_s
+        limits.check(
+            slices <= limits.MAX_SLICES_PER_POINT,
+            f"--slice-duration {load.slice_duration_s:g}: {duration:g} s points would have "
+            f"{slices:,.0f} slices, over the limit of {limits.MAX_SLICES_PER_POINT:,}; "
+            "give longer slices",
+        )
+
+
+def point_memory_bytes(load: LoadSpec, conc: int, isl: int | None, osl: int | None) -> int:
+    """limits.point_memory_bytes for the point of `conc` (warmup and measured)."""
+    requests = load.measured_requests(conc) + load.warmup_requests(conc)
+    return limits.point_memory_bytes(requests, isl, osl)
 
 
 def check_trials(load: LoadSpec) -> None:

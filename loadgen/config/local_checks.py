@@ -1,8 +1,11 @@
 """Checks against this machine: a results directory that can be written, a process
-that exists (build_spec.check_machine calls them, once per run built)."""
+that exists (build_spec.check_machine calls them, once per run built), the memory a run
+may hold (limits.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 from pathlib import Path
 
@@ -39,3 +42,20 @@ def process_exists(pid: int) -> bool:
     except OverflowError:
         return False
     return True
+
+
+# cgroup v2, then v1: a container's memory limit, when one is set
+CGROUP_MEMORY_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+
+
+@functools.cache
+def memory_bytes() -> int:
+    """The memory this process may use: the machine's, or its container's limit if lower."""
+    limit = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in CGROUP_MEMORY_LIMITS:
+        with contextlib.suppress(OSError, ValueError):
+            limit = min(limit, int(path.read_text().strip()))  # "max": no limit (ValueError)
+    return limit

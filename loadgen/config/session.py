@@ -8,6 +8,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from loadgen.config import limits
 from loadgen.config.dist import parse_dist
 from loadgen.config.fields import Field, default_of, flag
 from loadgen.config.parsers import SpecError
@@ -160,6 +161,17 @@ def _check(condition: bool, message: str) -> None:
 
 def check_count(session: SessionSpec) -> None:
     _check(session.sessions_per_conc >= 1, "--sessions-per-conc: must be >= 1")
+
+
+def check_limits(session: SessionSpec) -> None:
+    limits.count(session.sessions_per_conc, "--sessions-per-conc")
+
+
+def largest(text: str, what: str) -> float:
+    """The largest value a `N`, `A..B` or `exp:MEAN` flag draws: an exponential's 10 x
+    its mean (e^-10 of the draws go beyond)."""
+    dist = parse_dist(text, what=what)
+    return {"const": dist.low, "uniform": dist.high, "exp": 10 * dist.low}[dist.kind]
 
 
 def check_timing(session: SessionSpec) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from loadgen.config import (
     deadlines,
+    limits,
     load,
     output,
     processes,
@@ -204,6 +205,7 @@ def validate(spec: RunSpec) -> None:
     output.check_vllm_result(spec.output)
     telemetry.check_series(spec.telemetry)
     workload.check_context(spec.workload)
+    _check_limits(spec)  # after the signs: the work each option sizes, bounded
 
 
 def _check_finite(spec: RunSpec) -> None:
@@ -314,4 +316,46 @@ def _check_find_max(spec: RunSpec) -> None:
     _check(
         not spec.sessions and spec.processes.shard_count == 1,
         "--find-max: not with session runs or --shard",
+    )
+
+
+def _check_limits(spec: RunSpec) -> None:
+    """Every value that sizes the work within config/limits.py's bounds."""
+    workload.check_limits(spec.workload)
+    load.check_limits(spec.load)
+    deadlines.check_limits(spec.deadlines)
+    telemetry.check_limits(spec.telemetry)
+    session.check_limits(spec.session)
+    if spec.session.turns is not None:
+        _check_turn_limits(spec)
+
+
+def _check_turn_limits(spec: RunSpec) -> None:
+    """Synthetic sessions: the turns, each turn's new tokens and the pauses bounded, so
+    the sessions' requests and the last turn's history are."""
+    parts = spec.session
+    assert parts.turns is not None
+    turns = session.largest(parts.turns, "--turns")
+    _check(
+        turns <= limits.MAX_TURNS,
+        f"--turns {parts.turns}: at most {limits.MAX_TURNS:,} turns a session",
+    )
+    think = session.largest(parts.think_time, "--think-time")
+    _check(
+        think <= limits.MAX_POINT_SECONDS,
+        f"--think-time {parts.think_time}: at most {limits.MAX_POINT_SECONDS:g} seconds (7 days)",
+    )
+    added = session.largest(parts.turn_tokens, "--turn-tokens") + (spec.workload.osl or 0)
+    history = (spec.workload.isl or 0) + turns * added
+    _check(
+        history <= limits.MAX_TOKENS,
+        f"--turns {parts.turns} x --turn-tokens {parts.turn_tokens}: a last turn of "
+        f"~{history:,.0f} tokens of history, over {limits.MAX_TOKENS:,}",
+    )
+    requests = max(spec.load.conc) * parts.sessions_per_conc * turns
+    _check(
+        requests <= limits.MAX_REQUESTS_PER_POINT,
+        f"--conc {max(spec.load.conc)} x --sessions-per-conc {parts.sessions_per_conc} x "
+        f"--turns {parts.turns}: up to {requests:,.0f} requests per point, over the "
+        f"limit of {limits.MAX_REQUESTS_PER_POINT:,}",
     )

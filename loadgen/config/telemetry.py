@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.config import limits
 from loadgen.config.fields import Field, default_of, flag
 from loadgen.config.parsers import SpecError
 
@@ -100,3 +101,8 @@ def check(telemetry: TelemetrySpec, sim: bool) -> None:
 
 def check_series(telemetry: TelemetrySpec) -> None:
     _check(telemetry.series_interval_s > 0, "--slice-duration: must be > 0 seconds")
+
+
+def check_limits(telemetry: TelemetrySpec) -> None:
+    # `loadgen profile`'s slices are a /metrics scrape of the server each
+    limits.seconds(telemetry.series_interval_s, "--slice-duration", limits.MIN_SERIES_SECONDS)

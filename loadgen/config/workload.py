@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from encoders import ENCODERS
+from loadgen.config import limits
 from loadgen.config.dataset_format import (
     DATASET_FORMATS,
     FORMAT_CHOICES,
@@ -218,6 +219,11 @@ def check_lengths(workload: WorkloadSpec) -> None:
     )
     _check(workload.isl is None or workload.isl >= 1, f"--isl {workload.isl}: must be >= 1 token")
     _check(workload.osl is None or workload.osl >= 1, f"--osl {workload.osl}: must be >= 1 token")
+
+
+def check_limits(workload: WorkloadSpec) -> None:
+    limits.tokens(workload.isl, "--isl")
+    limits.tokens(workload.osl, "--osl")
 
 
 def check_dataset(workload: WorkloadSpec) -> None:
