@@ -31,6 +31,7 @@ from loadgen.config.objectives import Objective, default_resolution
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.metrics.capacity import Answer, Check, Probe, Search, checks_of
 from loadgen.metrics.spread import spread
+from loadgen.persist.results_dir import check_same_settings
 from loadgen.results.capacity import (
     CapacityCheck,
     CapacityObjective,
@@ -153,12 +154,15 @@ def _probe_of(spec: RunSpec, load: float, result: PointResult, store: ResultsDir
 
 def _measured(spec: RunSpec, probe_spec: RunSpec, load: float) -> Probe | None:
     """--resume: the probe read back from its directory when it was measured to its end
-    (or to the over-saturation stop, a measurement too); None: measure it (again)."""
+    (or to the over-saturation stop, a measurement too) with this search's settings (else
+    SpecError, as --resume of a run); None: measure it (again)."""
     assert probe_spec.output.results_dir is not None
     store = ResultsDir(probe_spec.output.results_dir)
     conc = max(probe_spec.load.conc)
     if not store.point_file(conc).is_file():
         return None
+    # Another isl, osl, seed, server or model measured that probe: not this search's.
+    check_same_settings(store.path, probe_spec)
     try:
         result = store.read_point(conc)
         status = result.status

@@ -188,6 +188,12 @@ def _read_run(directory: Path) -> dict[str, Any]:
     return run
 
 
+def check_same_settings(directory: Path, spec: RunSpec) -> None:
+    """--resume's settings check alone, for a run read back rather than continued (a
+    --find-max probe): SpecError unless `directory`'s run.json has `spec`'s settings."""
+    _check_settings(directory, spec, _read_run(directory).get("settings"))
+
+
 def _check_settings(directory: Path, spec: RunSpec, earlier: Any) -> None:
     if not isinstance(earlier, Mapping):
         raise SpecError(f"--resume {directory}: {RUN_FILE} has no settings to compare")
