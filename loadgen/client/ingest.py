@@ -27,7 +27,7 @@ from loadgen.client.events import MAX_TOKEN_COUNT, MetricsEvent, StreamEvent, To
 from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.request_metrics import RequestMetrics
 from loadgen.client.sse import ArrivalLog, SseFramer
-from loadgen.records import ArrivalStamps, ErrorKind, StrayBytes, TokenSource
+from loadgen.records import ArrivalStamps, ErrorKind, SpecDecodeStats, StrayBytes, TokenSource
 from loadgen.workload.reply import ReplyText
 
 SLICE_NS = 50_000  # longest parsing run between two socket polls (a read may wait this long)
@@ -139,16 +139,21 @@ class Exchange:
         )
         self.done, self.end_ns = True, self.end_ns or stamp
 
-    def check_counts(self, counter: TokenCounter) -> None:
+    def check_counts(self, counter: TokenCounter, spec_tokens: int | None = None) -> None:
         """Once per request, at its end (nothing here costs per chunk): the counts the
-        server reported must agree with each other, or none of them is published."""
+        server reported must agree with each other, or none of them is published.
+        `spec_tokens`: the run's K (--spec-tokens), which the server's stats must have."""
         if self.error is not None:
             return
         total = sum(self.chunk_tokens)
         if total > self.token_cap:
             self.impossible("the sum of chunk token counts", total, self.end_ns)
             return
-        problem = _count_lie(self.completion_tokens, total, counter)
+        problem = _count_lie(self.completion_tokens, total, counter) or _spec_lie(
+            self.server_metrics[0],
+            total if self.completion_tokens is None else self.completion_tokens,
+            spec_tokens,
+        )
         if problem:
             self.fail(ErrorKind.MALFORMED, problem)
 
@@ -169,6 +174,32 @@ def _count_lie(usage: int | None, chunk_total: int, counter: TokenCounter) -> st
         return (
             f"usage.completion_tokens is {usage}, but the chunks' token_ids hold "
             f"{chunk_total} tokens"
+        )
+    return ""
+
+
+def _spec_lie(spec: SpecDecodeStats | None, tokens: int, spec_tokens: int | None) -> str:
+    """Why the server's per-request spec-decode stats cannot be this request's ("" when
+    they can): each verify step emits its accepted drafts and one token of its own, so
+    steps + accepted drafts never exceed the tokens the request produced (100 steps
+    claimed for an 8-token answer published AL 3.0) -- but for the last step's drafts,
+    up to K, which vLLM counts before max_tokens or a stop cuts them; and every step
+    drafts the run's K."""
+    if spec is None:
+        return ""
+    where = "metrics.speculative_decoding"
+    emitted = spec.num_spec_steps + spec.num_accepted_draft_tokens
+    if emitted > tokens + spec.num_spec_tokens:
+        return (
+            f"{where}: {spec.num_spec_steps} verify steps and "
+            f"{spec.num_accepted_draft_tokens} accepted drafts emit {emitted} tokens, "
+            f"more than the {tokens} the request produced (+ K={spec.num_spec_tokens} "
+            "the last step may have cut)"
+        )
+    if spec_tokens and spec.num_spec_tokens != spec_tokens:
+        return (
+            f"{where}: num_spec_tokens {spec.num_spec_tokens}, but the run's K "
+            f"(--spec-tokens) is {spec_tokens}"
         )
     return ""
 

@@ -82,8 +82,10 @@ class Transport:
         request_timeout_s: float | None = None,
         stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         count_text: Callable[[str], int] | None = None,
+        spec_tokens: int | None = None,
     ) -> None:
         self.client = client
+        self.spec_tokens = spec_tokens  # the run's K: the server's per-request stats' too
         self.url = url
         self.request_timeout_s = request_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
@@ -114,7 +116,7 @@ class Transport:
         except asyncio.CancelledError:
             cancelled = True
             state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
-        state.check_counts(counter)
+        state.check_counts(counter, self.spec_tokens)
         end_ns = state.end_ns or perf_counter_ns()
         if not cancelled:
             # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with

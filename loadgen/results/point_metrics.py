@@ -174,6 +174,7 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     server_request_al_p90: float | None
     server_request_al_max: float | None
     server_timing_requests: int
+    server_timings_exceed_client: int = 0  # left out of the timing figures (request_stats.py)
     mean_server_request_ttft_ms: float | None
     median_server_request_ttft_ms: float | None
     std_server_request_ttft_ms: float | None

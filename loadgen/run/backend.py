@@ -148,6 +148,7 @@ class HttpBackend:
             request_timeout_s=self.spec.deadlines.request_timeout_s,
             stream_idle_timeout_s=self.spec.deadlines.stream_idle_timeout_s,
             count_text=text_counter(self.tokenizer),
+            spec_tokens=self.spec.scoring.spec_tokens,
         )
 
     async def send(
