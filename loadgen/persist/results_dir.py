@@ -21,6 +21,7 @@ import orjson
 
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec, SpecError, flat_settings
+from loadgen.persist.artifacts_dir import prepare_artifacts
 from loadgen.persist.outcome import PointOutcome
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.point import ResultFileError
@@ -106,7 +107,13 @@ def run_files(directory: Path) -> list[str]:
 
 
 def prepare(directory: Path, spec: RunSpec) -> Earlier | None:
-    """Make `directory` ready for `spec`; the earlier run when resuming."""
+    """Make `directory` (and --aiperf-artifacts) ready for `spec`; the earlier run when
+    resuming."""
+    prepare_artifacts(spec)  # first: a bad one must not cost --overwrite's removals
+    return _prepare(directory, spec)
+
+
+def _prepare(directory: Path, spec: RunSpec) -> Earlier | None:
     if spec.output.resume:
         return _resume(directory, spec)
     try:
