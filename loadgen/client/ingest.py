@@ -53,11 +53,13 @@ class Exchange:
         "error",
         "finish_reason",
         "max_tokens",
+        "on_taint",
         "prompt_tokens",
         "reply",
         "server_metrics",
         "status",
         "stray_bytes",
+        "tainted",
         "token_cap",
     )
 
@@ -80,6 +82,10 @@ class Exchange:
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
         self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
         self.server_metrics: RequestMetrics = (None, None)  # vLLM's per-request `metrics`
+        # Set by the native client when its connection later got bytes no request asked
+        # for (protocol.py `taint`): why this response may not be this request's.
+        self.tainted = ""
+        self.on_taint: Callable[[str], None] | None = None  # the record's, once it is built
 
     def body_ended(self, last_stamp: int | None, cut: bool) -> None:
         """The body is over (either client): without [DONE] or an error event the stream
@@ -95,6 +101,13 @@ class Exchange:
                     else ""
                 ),
             )
+
+    def taint(self, why: str) -> None:
+        """Its connection showed, after this response, that an answer was out of step."""
+        if not self.tainted:
+            self.tainted = why
+            if self.on_taint is not None:
+                self.on_taint(why)
 
     def fail(self, kind: ErrorKind, detail: str) -> None:
         if self.error is None:  # the first failure is the cause; later ones are echoes

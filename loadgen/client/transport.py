@@ -22,6 +22,7 @@ bounds every non-streaming call; a streamed request has an idle deadline instead
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import time
 from collections.abc import Callable, Mapping
@@ -41,7 +42,7 @@ from loadgen.client.stream_client import (
 )
 from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S, DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import SetupError
-from loadgen.records import ErrorKind, RequestRecord
+from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.workload.plan import RequestSpec
 
 
@@ -92,6 +93,9 @@ class Transport:
         self.count_text = count_text
         self.ingest = Ingest()
         self.pacer = StartPacer()
+        # records already handed on when their connection later showed them out of step:
+        # (request_id, start_ns) -> why; the point applies them (`taken_tainted`)
+        self.tainted: dict[tuple[int, int], str] = {}
 
     async def send(
         self,
@@ -156,10 +160,20 @@ class Transport:
             server_spec_decode=state.server_metrics[0],
             server_timings=state.server_metrics[1],
         )
+        if state.tainted:
+            record = tainted(record, state.tainted)
+        else:
+            key = (record.request_id, record.start_ns)
+            state.on_taint = lambda why: self.tainted.__setitem__(key, why)
         on_record(record)
         if cancelled:
             raise asyncio.CancelledError
         return record
+
+    def take_tainted(self) -> dict[tuple[int, int], str]:
+        """The records tainted since the last call, by (request_id, start_ns)."""
+        found, self.tainted = self.tainted, {}
+        return found
 
     async def _bounded(
         self,
@@ -184,6 +198,19 @@ class Transport:
                 # (a server that never closes the body after [DONE] is complete)
                 capped = self.request_timeout_s if overall.expired() else None
                 state.fail(*_classify(exc, clock, capped))
+
+
+def tainted(record: RequestRecord, why: str) -> RequestRecord:
+    """A record whose response its connection later showed out of step: never counted ok
+    (docs/results.md, `stray_bytes_later`). A failed one keeps its own cause."""
+    if record.error is not None:
+        return record
+    return dataclasses.replace(
+        record,
+        error=ErrorKind.MALFORMED,
+        error_detail=why[:500],
+        stray_bytes=StrayBytes.LATER,
+    )
 
 
 class OutOfDescriptors(SetupError):

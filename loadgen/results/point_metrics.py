@@ -132,6 +132,7 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     error_rate: float | None
     stray_bytes_after_response: int
     stray_bytes_before_request: int
+    stray_bytes_later: int = 0
     prompt_tokens_mismatches: int
     prompt_tokens_max_abs_diff: int
     prompt_tokens_unreported: int

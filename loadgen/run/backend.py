@@ -172,6 +172,11 @@ class HttpBackend:
     async def scrape(self) -> Scrape:
         return await scrape_all(self.session, self.metrics_urls)
 
+    def take_tainted(self) -> dict[tuple[int, int], str]:
+        """Records handed on before their connection showed them out of step (native
+        client): (request_id, start_ns) -> why; the point applies them at its end."""
+        return self._transport.take_tainted() if self._transport is not None else {}
+
     def fresh_connections(self) -> int:
         """Close the measured streams' idle connections (--trials: each trial opens its
         own in its warmup). aiohttp's pool has no such call: it keeps its connections."""
