@@ -38,6 +38,24 @@ QUIET_NS = 200_000  # no read for this long: between bursts (a burst's reads com
 # +64 let a server report up to 17x the tokens of a max_tokens=4 request.
 
 
+class Taint:
+    """Why a request's response may not be its own, learnt after it ended: its connection
+    later got bytes no request asked for (client/native/protocol.py). Small on purpose:
+    the connection keeps it, not the request's Exchange, for a while after the request."""
+
+    __slots__ = ("then", "why")
+
+    def __init__(self) -> None:
+        self.why = ""
+        self.then: Callable[[str], None] | None = None  # told once the record was handed on
+
+    def __call__(self, why: str) -> None:
+        if not self.why:
+            self.why = why
+            if self.then is not None:
+                self.then(why)
+
+
 class Exchange:
     """Mutable state of one request in flight; becomes a frozen RequestRecord at the end."""
 
@@ -53,13 +71,12 @@ class Exchange:
         "error",
         "finish_reason",
         "max_tokens",
-        "on_taint",
         "prompt_tokens",
         "reply",
         "server_metrics",
         "status",
         "stray_bytes",
-        "tainted",
+        "taint",
         "token_cap",
     )
 
@@ -82,10 +99,8 @@ class Exchange:
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
         self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
         self.server_metrics: RequestMetrics = (None, None)  # vLLM's per-request `metrics`
-        # Set by the native client when its connection later got bytes no request asked
-        # for (protocol.py `taint`): why this response may not be this request's.
-        self.tainted = ""
-        self.on_taint: Callable[[str], None] | None = None  # the record's, once it is built
+        # The native client's mark, kept by the connection after the exchange (protocol.py)
+        self.taint = Taint()
 
     def body_ended(self, last_stamp: int | None, cut: bool) -> None:
         """The body is over (either client): without [DONE] or an error event the stream
@@ -101,13 +116,6 @@ class Exchange:
                     else ""
                 ),
             )
-
-    def taint(self, why: str) -> None:
-        """Its connection showed, after this response, that an answer was out of step."""
-        if not self.tainted:
-            self.tainted = why
-            if self.on_taint is not None:
-                self.on_taint(why)
 
     def fail(self, kind: ErrorKind, detail: str) -> None:
         if self.error is None:  # the first failure is the cause; later ones are echoes

@@ -94,7 +94,7 @@ class Transport:
         self.ingest = Ingest()
         self.pacer = StartPacer()
         # records already handed on when their connection later showed them out of step:
-        # (request_id, start_ns) -> why; the point applies them (`taken_tainted`)
+        # (request_id, start_ns) -> why; the point applies them (`take_tainted`)
         self.tainted: dict[tuple[int, int], str] = {}
 
     async def send(
@@ -160,11 +160,11 @@ class Transport:
             server_spec_decode=state.server_metrics[0],
             server_timings=state.server_metrics[1],
         )
-        if state.tainted:
-            record = tainted(record, state.tainted)
+        if state.taint.why:
+            record = tainted(record, state.taint.why)
         else:
             key = (record.request_id, record.start_ns)
-            state.on_taint = lambda why: self.tainted.__setitem__(key, why)
+            state.taint.then = lambda why: self.tainted.__setitem__(key, why)
         on_record(record)
         if cancelled:
             raise asyncio.CancelledError

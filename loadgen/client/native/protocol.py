@@ -21,7 +21,7 @@ from typing import cast
 
 import httptools
 
-from loadgen.client.ingest import Exchange, Ingest
+from loadgen.client.ingest import Exchange, Ingest, Taint
 from loadgen.client.native.body import Piece
 from loadgen.records import StrayBytes
 
@@ -43,6 +43,11 @@ _NO_BODY_STATUS = frozenset({204, 304})
 # may take: llhttp has no limit of its own, and httptools keeps an unfinished header in
 # memory, so a header that never ends grew without bound. vLLM's heads are ~200 bytes.
 MAX_HEAD_BYTES = 64 << 10
+
+
+# The answers a connection that never rests keeps tainting (protocol `served`): enough
+# for any plausible run of out-of-step answers, bounded over a long closed-loop run.
+MAX_SERVED = 256
 
 
 class HeadTooLarge(BadHttpResponse):
@@ -124,7 +129,7 @@ class StreamProtocol(asyncio.Protocol):
         # The requests answered here since the connection's last clean idle period
         # (`served`, `reused`): bytes it gets while idle say an answer was out of step
         # (a stale copy taken as a later request's), so each of them is tainted.
-        self._served: list[Exchange] = []
+        self._served: list[Taint] = []  # at most MAX_SERVED, the newest
         self._idle_ns = 0  # when it last went idle
         self._longest_ns = 0  # the longest exchange among _served
 
@@ -179,7 +184,10 @@ class StreamProtocol(asyncio.Protocol):
 
     def served(self, state: Exchange, took_ns: int, now: int) -> None:
         """`state`'s response ended here and the connection goes idle, kept (per request)."""
-        self._served.append(state)
+        served = self._served
+        if len(served) >= MAX_SERVED:  # a connection never at rest: its newest answers
+            del served[: len(served) - MAX_SERVED + 1]
+        served.append(state.taint)
         self._idle_ns = now
         self._longest_ns = max(self._longest_ns, took_ns)
 
@@ -194,8 +202,8 @@ class StreamProtocol(asyncio.Protocol):
 
     def _taint(self, why: str) -> None:
         served, self._served = self._served, []
-        for state in served:
-            state.taint(why)
+        for taint in served:
+            taint(why)
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
