@@ -15,6 +15,7 @@ value here (`Response.error`); the exchange raises it for transport.py's `_class
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import cast
@@ -129,7 +130,7 @@ class StreamProtocol(asyncio.Protocol):
         # The requests answered here since the connection's last clean idle period
         # (`served`, `reused`): bytes it gets while idle say an answer was out of step
         # (a stale copy taken as a later request's), so each of them is tainted.
-        self._served: list[Taint] = []  # at most MAX_SERVED, the newest
+        self._served: deque[Taint] = deque(maxlen=MAX_SERVED)  # the newest
         self._idle_ns = 0  # when it last went idle
         self._longest_ns = 0  # the longest exchange among _served
 
@@ -184,10 +185,7 @@ class StreamProtocol(asyncio.Protocol):
 
     def served(self, state: Exchange, took_ns: int, now: int) -> None:
         """`state`'s response ended here and the connection goes idle, kept (per request)."""
-        served = self._served
-        if len(served) >= MAX_SERVED:  # a connection never at rest: its newest answers
-            del served[: len(served) - MAX_SERVED + 1]
-        served.append(state.taint)
+        self._served.append(state.taint)  # (a connection never at rest: its newest)
         self._idle_ns = now
         self._longest_ns = max(self._longest_ns, took_ns)
 
@@ -201,7 +199,7 @@ class StreamProtocol(asyncio.Protocol):
             self._longest_ns = 0
 
     def _taint(self, why: str) -> None:
-        served, self._served = self._served, []
+        served, self._served = self._served, deque(maxlen=MAX_SERVED)
         for taint in served:
             taint(why)
 
