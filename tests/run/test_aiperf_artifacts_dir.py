@@ -111,3 +111,26 @@ def test_each_find_max_probe_writes_its_own_artifacts(tmp_path: Path) -> None:
     for probe in probes:
         aggregate = artifacts / probe["results"] / "profile_export_aiperf.json"
         assert orjson.loads(aggregate.read_bytes())["metadata"]["concurrency"] == probe["load"]
+
+
+def test_sweep_file_lanes_given_one_directory_write_their_own(tmp_path: Path) -> None:
+    """Lanes sharing --aiperf-artifacts overwrote each other's one-point files; with the
+    reuse check the second lane would be refused. Each now writes DIR/<lane name>."""
+    (tmp_path / "sweep.yaml").write_text(
+        "sim: true\nsim-args: '--step-fixed-ms 1 --spin-us 0'\nconc: 1\n"
+        "isl: 32\nosl: 8\nprompts-per-conc: 4\nwarmup-per-conc: 0\nencoder: raw\n"
+        "lanes: [{name: a}, {name: b, osl: 4}]\n"
+    )
+    artifacts = tmp_path / "artifacts"
+    done = run_loadgen(
+        [
+            *("--config", str(tmp_path / "sweep.yaml"), "--results", str(tmp_path / "tree")),
+            *("--aiperf-artifacts", str(artifacts), "--no-progress"),
+        ]
+    )
+    assert done.returncode == 0, done.stderr
+    for lane, osl in (("a", 8), ("b", 4)):
+        lines = (artifacts / lane / "profile_export.jsonl").read_bytes().splitlines()
+        assert len(lines) == 4
+        osls = {orjson.loads(line)["metrics"]["output_sequence_length"]["value"] for line in lines}
+        assert osls == {osl}, (lane, osls)
