@@ -33,6 +33,9 @@ class StrayBytes(StrEnum):
 
     AFTER_RESPONSE = "after_response"  # more after its complete response: connection closed
     BEFORE_REQUEST = "before_request"  # kernel-stamped before its write: malformed
+    # bytes came on its connection later, while it was idle (or stamped before a later
+    # write): its response may have been another request's: malformed (protocol.py)
+    LATER = "later"
 
 
 class TokenSource(StrEnum):

@@ -27,7 +27,7 @@ from loadgen.client.events import MAX_TOKEN_COUNT, MetricsEvent, StreamEvent, To
 from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.request_metrics import RequestMetrics
 from loadgen.client.sse import ArrivalLog, SseFramer
-from loadgen.records import ArrivalStamps, ErrorKind, StrayBytes, TokenSource
+from loadgen.records import ArrivalStamps, ErrorKind, SpecDecodeStats, StrayBytes, TokenSource
 from loadgen.workload.reply import ReplyText
 
 SLICE_NS = 50_000  # longest parsing run between two socket polls (a read may wait this long)
@@ -36,6 +36,24 @@ QUIET_NS = 200_000  # no read for this long: between bursts (a burst's reads com
 # No allowance over max_tokens: vLLM trims a speculative step's accepted tokens at
 # max_tokens (and SGLang stops there), so a count above it is no server's truth; the old
 # +64 let a server report up to 17x the tokens of a max_tokens=4 request.
+
+
+class Taint:
+    """Why a request's response may not be its own, learnt after it ended: its connection
+    later got bytes no request asked for (client/native/protocol.py). Small on purpose:
+    the connection keeps it, not the request's Exchange, for a while after the request."""
+
+    __slots__ = ("then", "why")
+
+    def __init__(self) -> None:
+        self.why = ""
+        self.then: Callable[[str], None] | None = None  # told once the record was handed on
+
+    def __call__(self, why: str) -> None:
+        if not self.why:
+            self.why = why
+            if self.then is not None:
+                self.then(why)
 
 
 class Exchange:
@@ -58,6 +76,7 @@ class Exchange:
         "server_metrics",
         "status",
         "stray_bytes",
+        "taint",
         "token_cap",
     )
 
@@ -80,6 +99,8 @@ class Exchange:
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
         self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
         self.server_metrics: RequestMetrics = (None, None)  # vLLM's per-request `metrics`
+        # The native client's mark, kept by the connection after the exchange (protocol.py)
+        self.taint = Taint()
 
     def body_ended(self, last_stamp: int | None, cut: bool) -> None:
         """The body is over (either client): without [DONE] or an error event the stream
@@ -139,16 +160,21 @@ class Exchange:
         )
         self.done, self.end_ns = True, self.end_ns or stamp
 
-    def check_counts(self, counter: TokenCounter) -> None:
+    def check_counts(self, counter: TokenCounter, spec_tokens: int | None = None) -> None:
         """Once per request, at its end (nothing here costs per chunk): the counts the
-        server reported must agree with each other, or none of them is published."""
+        server reported must agree with each other, or none of them is published.
+        `spec_tokens`: the run's K (--spec-tokens), which the server's stats must have."""
         if self.error is not None:
             return
         total = sum(self.chunk_tokens)
         if total > self.token_cap:
             self.impossible("the sum of chunk token counts", total, self.end_ns)
             return
-        problem = _count_lie(self.completion_tokens, total, counter)
+        problem = _count_lie(self.completion_tokens, total, counter) or _spec_lie(
+            self.server_metrics[0],
+            total if self.completion_tokens is None else self.completion_tokens,
+            spec_tokens,
+        )
         if problem:
             self.fail(ErrorKind.MALFORMED, problem)
 
@@ -169,6 +195,32 @@ def _count_lie(usage: int | None, chunk_total: int, counter: TokenCounter) -> st
         return (
             f"usage.completion_tokens is {usage}, but the chunks' token_ids hold "
             f"{chunk_total} tokens"
+        )
+    return ""
+
+
+def _spec_lie(spec: SpecDecodeStats | None, tokens: int, spec_tokens: int | None) -> str:
+    """Why the server's per-request spec-decode stats cannot be this request's ("" when
+    they can): each verify step emits its accepted drafts and one token of its own, so
+    steps + accepted drafts never exceed the tokens the request produced (100 steps
+    claimed for an 8-token answer published AL 3.0) -- but for the last step's drafts,
+    up to K, which vLLM counts before max_tokens or a stop cuts them; and every step
+    drafts the run's K."""
+    if spec is None:
+        return ""
+    where = "metrics.speculative_decoding"
+    emitted = spec.num_spec_steps + spec.num_accepted_draft_tokens
+    if emitted > tokens + spec.num_spec_tokens:
+        return (
+            f"{where}: {spec.num_spec_steps} verify steps and "
+            f"{spec.num_accepted_draft_tokens} accepted drafts emit {emitted} tokens, "
+            f"more than the {tokens} the request produced (+ K={spec.num_spec_tokens} "
+            "the last step may have cut)"
+        )
+    if spec_tokens and spec.num_spec_tokens != spec_tokens:
+        return (
+            f"{where}: num_spec_tokens {spec.num_spec_tokens}, but the run's K "
+            f"(--spec-tokens) is {spec_tokens}"
         )
     return ""
 

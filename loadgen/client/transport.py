@@ -23,6 +23,7 @@ bounds every non-streaming call; a streamed request has an idle deadline instead
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import time
 from collections.abc import Callable, Mapping
@@ -42,7 +43,7 @@ from loadgen.client.stream_client import (
 )
 from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S, DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import SetupError
-from loadgen.records import ErrorKind, RequestRecord
+from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.workload.plan import RequestSpec
 
 
@@ -70,14 +71,19 @@ class Transport:
         request_timeout_s: float | None = None,
         stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         count_text: Callable[[str], int] | None = None,
+        spec_tokens: int | None = None,
     ) -> None:
         self.client = client
+        self.spec_tokens = spec_tokens  # the run's K: the server's per-request stats' too
         self.url = url
         self.request_timeout_s = request_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self.count_text = count_text
         self.ingest = Ingest()
         self.pacer = StartPacer()
+        # records already handed on when their connection later showed them out of step:
+        # (request_id, start_ns) -> why; the point applies them (`take_tainted`)
+        self.tainted: dict[tuple[int, int], str] = {}
 
     async def send(
         self,
@@ -102,7 +108,7 @@ class Transport:
         except asyncio.CancelledError:
             cancelled = True
             state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
-        state.check_counts(counter)
+        state.check_counts(counter, self.spec_tokens)
         end_ns = state.end_ns or perf_counter_ns()
         if not cancelled:
             # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with
@@ -142,10 +148,20 @@ class Transport:
             server_spec_decode=state.server_metrics[0],
             server_timings=state.server_metrics[1],
         )
+        if state.taint.why:
+            record = tainted(record, state.taint.why)
+        else:
+            key = (record.request_id, record.start_ns)
+            state.taint.then = lambda why: self.tainted.__setitem__(key, why)
         on_record(record)
         if cancelled:
             raise asyncio.CancelledError
         return record
+
+    def take_tainted(self) -> dict[tuple[int, int], str]:
+        """The records tainted since the last call, by (request_id, start_ns)."""
+        found, self.tainted = self.tainted, {}
+        return found
 
     async def _bounded(
         self,
@@ -170,6 +186,19 @@ class Transport:
                 # (a server that never closes the body after [DONE] is complete)
                 capped = self.request_timeout_s if overall.expired() else None
                 state.fail(*_classify(exc, clock, capped))
+
+
+def tainted(record: RequestRecord, why: str) -> RequestRecord:
+    """A record whose response its connection later showed out of step: never counted ok
+    (docs/results.md, `stray_bytes_later`). A failed one keeps its own cause."""
+    if record.error is not None:
+        return record
+    return dataclasses.replace(
+        record,
+        error=ErrorKind.MALFORMED,
+        error_detail=why[:500],
+        stray_bytes=StrayBytes.LATER,
+    )
 
 
 class OutOfDescriptors(SetupError):

@@ -23,8 +23,10 @@ error is one line naming the key path (`lanes[1].workload.isl: ...`), exit statu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,8 +235,21 @@ def parse_sweep(
             raise _spec_error(exc, f"{where} ({name})", keys, source) from None
         options = {dest: key.value for dest, key in keys.items()}
         planned.append(Lane(name, spec, redact_options(options)))
+    planned = _own_artifacts(planned)
     # the one rule (config/redact.py) at every level: lanes, `target:` groups, the top
     return SweepPlan(tree, tuple(planned), redact_options(document))
+
+
+def _own_artifacts(lanes: list[Lane]) -> list[Lane]:
+    """Lanes given one --aiperf-artifacts DIR write theirs in DIR/<lane name>: each run
+    refuses a directory that holds another run's artifacts (persist/artifacts_dir.py)."""
+    shared = Counter(lane.spec.output.aiperf_artifacts for lane in lanes)
+    return [
+        dataclasses.replace(lane, spec=lane.spec.with_(aiperf_artifacts=root / lane.name))
+        if (root := lane.spec.output.aiperf_artifacts) is not None and shared[root] > 1
+        else lane
+        for lane in lanes
+    ]
 
 
 def _tree(

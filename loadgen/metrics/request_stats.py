@@ -11,6 +11,11 @@ Timings (`--enable-per-request-metrics`): per request, the client's TTFT (its se
 first token-bearing chunk) minus the server's TTFT (scheduled -> first token) is what the
 server's queue and everything outside the engine (network, HTTP frontend, tokenizing, the
 client's own read) added; minus the server's queue time too, what only lies outside it.
+The server's span of a request lies inside the client's, so a server that claims more
+(queue + TTFT above the client's TTFT, or a generation time above the client's first to
+last chunk) sent timings that are not this request's: they are counted
+(`server_timings_exceed_client`) and left out of every timing figure, never published
+as negative time outside the server.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from typing import Any
 import numpy as np
 
 from loadgen.metrics.arrays import NS_PER_MS, is_completed
-from loadgen.records import RequestRecord, SpecDecodeStats
+from loadgen.records import RequestRecord, ServerTimings, SpecDecodeStats
+
+# The two clocks are one host's (or NTP-close): what the server may claim beyond the
+# client's span before it is taken as not this request's (its ms are rounded floats).
+TIMING_SLACK_MS = 1.0
 
 SPEC_KEYS = (
     "server_request_acceptance_length",
@@ -93,7 +102,7 @@ def timing_samples(records: Sequence[RequestRecord]) -> dict[str, np.ndarray[Any
     samples: dict[str, list[float]] = {name: [] for name in TIMING_SAMPLES}
     for record in records:
         timings = record.server_timings
-        if timings is None or not is_completed(record):
+        if timings is None or not is_completed(record) or exceeds_client(record, timings):
             continue
         client_ttft = (record.chunk_ns[0] - record.start_ns) / NS_PER_MS
         server_ttft, queue = timings.time_to_first_token_ms, timings.queue_time_ms
@@ -110,3 +119,23 @@ def timing_samples(records: Sequence[RequestRecord]) -> dict[str, np.ndarray[Any
 
 def timing_requests(records: Sequence[RequestRecord]) -> int:
     return sum(1 for r in records if is_completed(r) and r.server_timings is not None)
+
+
+def exceeds_client(record: RequestRecord, timings: ServerTimings) -> bool:
+    """Whether the server claims a longer span than the client measured (see the module)."""
+    client_ttft = (record.chunk_ns[0] - record.start_ns) / NS_PER_MS
+    client_generation = (record.chunk_ns[-1] - record.chunk_ns[0]) / NS_PER_MS
+    inside = (timings.time_to_first_token_ms or 0.0) + (timings.queue_time_ms or 0.0)
+    return (
+        inside > client_ttft + TIMING_SLACK_MS
+        or (timings.generation_time_ms or 0.0) > client_generation + TIMING_SLACK_MS
+    )
+
+
+def timings_exceeding_client(records: Sequence[RequestRecord]) -> int:
+    """Completed requests whose server timings claim more than the client measured."""
+    return sum(
+        1
+        for r in records
+        if r.server_timings is not None and is_completed(r) and exceeds_client(r, r.server_timings)
+    )

@@ -53,6 +53,7 @@ from loadgen.metrics.request_stats import (
     spec_decode_fields,
     timing_requests,
     timing_samples,
+    timings_exceeding_client,
 )
 from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
 from loadgen.metrics.throughput import throughput_fields
@@ -298,7 +299,10 @@ def _goodput(
 
 def _server_timing_fields(ordered: Sequence[RequestRecord], ctx: PointContext) -> dict[str, Any]:
     """The server's own per-request timings (vLLM's per-request metrics), as distributions."""
-    result: dict[str, Any] = {"server_timing_requests": timing_requests(ordered)}
+    result: dict[str, Any] = {
+        "server_timing_requests": timing_requests(ordered),
+        "server_timings_exceed_client": timings_exceeding_client(ordered),
+    }
     server_samples = timing_samples(ordered)
     for name in TIMING_SAMPLES:
         result.update(distribution(name, server_samples[name], ctx.all_percentiles))

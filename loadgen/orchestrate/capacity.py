@@ -31,6 +31,8 @@ from loadgen.config.objectives import Objective, default_resolution
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.metrics.capacity import Answer, Check, Probe, Search, checks_of
 from loadgen.metrics.spread import spread
+from loadgen.persist.artifacts_dir import prepare_artifacts
+from loadgen.persist.results_dir import check_same_settings
 from loadgen.results.capacity import (
     CapacityCheck,
     CapacityObjective,
@@ -129,8 +131,10 @@ async def _measure(
 ) -> Probe:
     directory = probe_spec.output.results_dir
     assert directory is not None
-    if directory.exists():  # --resume: a probe the stop cut short is measured again
-        shutil.rmtree(directory)
+    artifacts = probe_spec.output.aiperf_artifacts
+    for place in (directory, artifacts):  # --resume: a probe the stop cut short, again
+        if place is not None and place.exists():
+            shutil.rmtree(place)
     outcome = await run_sweep(
         probe_spec,
         tokenizer=tokenizer,
@@ -153,12 +157,15 @@ def _probe_of(spec: RunSpec, load: float, result: PointResult, store: ResultsDir
 
 def _measured(spec: RunSpec, probe_spec: RunSpec, load: float) -> Probe | None:
     """--resume: the probe read back from its directory when it was measured to its end
-    (or to the over-saturation stop, a measurement too); None: measure it (again)."""
+    (or to the over-saturation stop, a measurement too) with this search's settings (else
+    SpecError, as --resume of a run); None: measure it (again)."""
     assert probe_spec.output.results_dir is not None
     store = ResultsDir(probe_spec.output.results_dir)
     conc = max(probe_spec.load.conc)
     if not store.point_file(conc).is_file():
         return None
+    # Another isl, osl, seed, server or model measured that probe: not this search's.
+    check_same_settings(store.path, probe_spec)
     try:
         result = store.read_point(conc)
         status = result.status
@@ -172,6 +179,7 @@ def _measured(spec: RunSpec, probe_spec: RunSpec, load: float) -> Probe | None:
 
 
 def _prepare(store: ResultsDir, spec: RunSpec) -> None:
+    prepare_artifacts(spec)
     if spec.output.resume:
         _check_resumable(store, spec)
         return
@@ -239,6 +247,10 @@ def _probe_spec(spec: RunSpec, directory: Path, load: float) -> RunSpec:
         rate_range=None,
         overwrite=False,
         resume=False,  # a probe cut short is measured again whole (_measure)
+        # each probe's artifacts beside the others', not over them
+        aiperf_artifacts=None
+        if spec.output.aiperf_artifacts is None
+        else spec.output.aiperf_artifacts / directory.name,
     )
     if spec.load.find_max == "conc":
         return one.with_(conc=(int(load),))

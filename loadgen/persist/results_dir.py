@@ -21,6 +21,7 @@ import orjson
 
 from loadgen.config.redact import redact_body, redact_url
 from loadgen.config.spec import RunSpec, SpecError, flat_settings
+from loadgen.persist.artifacts_dir import prepare_artifacts
 from loadgen.persist.outcome import PointOutcome
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.point import ResultFileError
@@ -107,7 +108,13 @@ def run_files(directory: Path) -> list[str]:
 
 
 def prepare(directory: Path, spec: RunSpec) -> Earlier | None:
-    """Make `directory` ready for `spec`; the earlier run when resuming."""
+    """Make `directory` (and --aiperf-artifacts) ready for `spec`; the earlier run when
+    resuming."""
+    prepare_artifacts(spec)  # first: a bad one must not cost --overwrite's removals
+    return _prepare(directory, spec)
+
+
+def _prepare(directory: Path, spec: RunSpec) -> Earlier | None:
     if spec.output.resume:
         return _resume(directory, spec)
     try:
@@ -187,6 +194,12 @@ def _read_run(directory: Path) -> dict[str, Any]:
     run = ResultsDir(directory).read_run()
     check_run(run, path)  # one line naming the field, never a KeyError later
     return run
+
+
+def check_same_settings(directory: Path, spec: RunSpec) -> None:
+    """--resume's settings check alone, for a run read back rather than continued (a
+    --find-max probe): SpecError unless `directory`'s run.json has `spec`'s settings."""
+    _check_settings(directory, spec, _read_run(directory).get("settings"))
 
 
 def _check_settings(directory: Path, spec: RunSpec, earlier: Any) -> None:

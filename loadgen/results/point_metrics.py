@@ -132,6 +132,7 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     error_rate: float | None
     stray_bytes_after_response: int
     stray_bytes_before_request: int
+    stray_bytes_later: int = 0
     prompt_tokens_mismatches: int
     prompt_tokens_max_abs_diff: int
     prompt_tokens_unreported: int
@@ -174,6 +175,7 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     server_request_al_p90: float | None
     server_request_al_max: float | None
     server_timing_requests: int
+    server_timings_exceed_client: int = 0  # left out of the timing figures (request_stats.py)
     mean_server_request_ttft_ms: float | None
     median_server_request_ttft_ms: float | None
     std_server_request_ttft_ms: float | None

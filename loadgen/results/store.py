@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import msgspec
@@ -152,11 +152,29 @@ class ResultsDir:
         """capacity.json, decoded (a search stopped early has finished: false)."""
         path = self.capacity_file
         try:
-            return msgspec.convert(read_json(path), CapacityResult)
+            capacity = msgspec.convert(read_json(path), CapacityResult)
         except msgspec.ValidationError as exc:
             raise ResultFileError(
                 f"{path}: {field_message(exc)}; not a capacity.json loadgen wrote"
             ) from None
+        for probe in capacity.probes:  # every reader follows these: never out of the directory
+            self._check_probe_dir(probe.results)
+        return capacity
+
+    def _check_probe_dir(self, name: str) -> None:
+        """A probe's `results` is one of this directory's find_max_* directories: a path
+        (`../x`, `/x`) or a link leading elsewhere would read another run as this one."""
+        inside = (
+            name.startswith(PROBE_PREFIX)
+            and PurePath(name).name == name
+            and "\\" not in name
+            and (self.path / name).resolve().parent == self.path.resolve()
+        )
+        if not inside:
+            raise ResultFileError(
+                f"{self.capacity_file}: probe results {name[:200]!r} is not a "
+                f"{PROBE_PREFIX}* directory inside {self.path}; not a capacity.json loadgen wrote"
+            )
 
     def incomplete(self, run_id: str) -> Path:
         return self.path / INCOMPLETE_DIR / run_id

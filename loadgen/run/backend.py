@@ -148,6 +148,7 @@ class HttpBackend:
             request_timeout_s=self.spec.deadlines.request_timeout_s,
             stream_idle_timeout_s=self.spec.deadlines.stream_idle_timeout_s,
             count_text=text_counter(self.tokenizer),
+            spec_tokens=self.spec.scoring.spec_tokens,
         )
 
     async def send(
@@ -170,6 +171,11 @@ class HttpBackend:
 
     async def scrape(self) -> Scrape:
         return await scrape_all(self.session, self.metrics_urls)
+
+    def take_tainted(self) -> dict[tuple[int, int], str]:
+        """Records handed on before their connection showed them out of step (native
+        client): (request_id, start_ns) -> why; the point applies them at its end."""
+        return self._transport.take_tainted() if self._transport is not None else {}
 
     def fresh_connections(self) -> int:
         """Close the measured streams' idle connections (--trials: each trial opens its

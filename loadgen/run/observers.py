@@ -28,6 +28,17 @@ class RunOutputs(Protocol):
         """After the point file; may raise ResultsWriteError (the point's write error).
         `capture`: with --aiperf-artifacts, the warmup records and server scrapes."""
 
+    def point_kept(
+        self,
+        store: ResultsDir,
+        result: PointResult,
+        records: Sequence[RequestRecord],
+        capture: PointCapture,
+    ) -> None:
+        """--resume: a complete point kept from the attempt resumed; writes those of its
+        outputs that are missing (the AIPerf artifacts a failed write left out). May
+        raise ResultsWriteError."""
+
     def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
         """At the end (complete points only); the names of files it could not write."""
 
@@ -42,6 +53,15 @@ class NoOutputs:
         records: Sequence[RequestRecord],
         complete: bool,
         capture: PointCapture | None = None,
+    ) -> None:
+        pass
+
+    def point_kept(
+        self,
+        store: ResultsDir,
+        result: PointResult,
+        records: Sequence[RequestRecord],
+        capture: PointCapture,
     ) -> None:
         pass
 

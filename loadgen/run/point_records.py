@@ -17,6 +17,7 @@ from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls, point_pow
 from loadgen.client.preflight import ServerInfo
 from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls
 from loadgen.client.server_series import SeriesWatch
+from loadgen.client.transport import tainted
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.energy import PowerInput, PowerSeries
@@ -27,7 +28,7 @@ from loadgen.metrics.submission import SubmissionRules
 from loadgen.persist.gpu_power_file import write_gpu_power_csv
 from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
-from loadgen.results.files import ResultsWriteError
+from loadgen.results.files import ResultsWriteError, write_atomic
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import (
     PointIdentity,
@@ -192,6 +193,7 @@ class PointRecords:
         write_error: ResultsWriteError | None = None
         try:
             self.sink.close()
+            self._apply_taints()
         except ResultsWriteError as exc:
             write_error = exc
         if self.gauge_watch is not None:
@@ -222,6 +224,23 @@ class PointRecords:
         return PointOutcome(
             self.conc, result, complete, path, self._facts(after if complete else None), write_error
         )
+
+    def _apply_taints(self) -> None:
+        """Records whose connection, after they were written, got bytes no request asked
+        for (client/native/protocol.py): made malformed here and in the JSONL, rewritten
+        whole (rare: only a server answering out of step). Fakes in tests have none."""
+        take = getattr(self.run.backend, "take_tainted", None)
+        found: dict[tuple[int, int], str] = take() if take is not None else {}
+        if not found:
+            return
+        changed = False
+        for i, record in enumerate(self.records):
+            why = found.get((record.request_id, record.start_ns))
+            if why is not None and record.ok:
+                self.records[i] = tainted(record, why)
+                changed = True
+        if changed:
+            write_atomic(self.sink.path, b"".join(r.to_json() + b"\n" for r in self.records))
 
     def _capture(self) -> PointCapture | None:
         """--aiperf-artifacts: what the sink needs beyond the records (else None)."""

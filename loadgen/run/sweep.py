@@ -33,9 +33,11 @@ from loadgen.client.gpu_metrics import (
     gpu_metrics_urls,
 )
 from loadgen.client.preflight import ServerInfo
+from loadgen.client.server_metrics import metrics_urls
 from loadgen.config.build_spec import default_results_dir
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import Interrupted, LoadgenError, UsageError
+from loadgen.metrics.server_series import PointCapture
 from loadgen.persist import results_dir as results_files
 from loadgen.persist.outcome import PointOutcome
 from loadgen.persist.results_dir import Earlier, trials_kept
@@ -220,6 +222,21 @@ class _Sweep:
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
 
+    def _kept_outputs(self, backend: Backend) -> None:
+        """--resume: the kept points' outputs a failed write left out (--aiperf-artifacts),
+        from what is on disk: their records and result; their warmup requests and server
+        series were not kept, so those files have none."""
+        if self.earlier is None or self.spec.output.aiperf_artifacts is None:
+            return
+        store = ResultsDir(self.results_dir)
+        urls = metrics_urls(self.spec.telemetry.server_metrics, backend.base_url)
+        for point in self.earlier.points:
+            records = store.read_records(point.conc)
+            offset = records[0].clock_unix_ns - records[0].clock_mono_ns if records else 0
+            self.outputs.point_kept(
+                store, point.result, records, PointCapture((), (), offset, urls)
+            )
+
     async def run(self, backend: Backend, probed: ProbedWorkload) -> None:
         self.backend = backend
         if self.spec.telemetry.gpu_power_csv is not None:
@@ -251,6 +268,7 @@ class _Sweep:
         )
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier, self.spec.load.trials)
+            self._kept_outputs(backend)
         self.began = True
         self._write_run_file(None, final=False)
         pieces = RunPieces(context, workload, self.sessions, self.tokenizer)

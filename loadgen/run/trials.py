@@ -14,17 +14,21 @@ and measures again from the first missing one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from loadgen.config.spec import MAX_SEED
 from loadgen.errors import LoadgenError
+from loadgen.metrics.arrays import is_completed
+from loadgen.metrics.checks import error_text
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.persist.outcome import PointOutcome
 from loadgen.persist.results_dir import trials_kept
+from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
+from loadgen.results.point import PointResult, ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import TrialPart, assemble_trials
 from loadgen.run.driver import Driver
@@ -63,6 +67,7 @@ async def run_trials(
         name = store.point_file(conc, trial).name
         if trial <= kept:  # measured by the attempt being resumed
             result = store.read_trial_point(conc, trial)
+            check_kept_trial(store, conc, trial, result, store.read_records(conc, trial))
             facts.append(None)  # its server counters are that attempt's: not known here
         else:
             if trial > 1:
@@ -76,6 +81,43 @@ async def run_trials(
             TrialPart(result, store.read_records(conc, trial), trial_seed(spec.seed, trial), name)
         )
     return _pooled(context, conc, parts, facts)
+
+
+def check_kept_trial(
+    store: ResultsDir,
+    conc: int,
+    trial: int,
+    result: PointResult,
+    records: Sequence[RequestRecord],
+) -> None:
+    """A trial --resume pools without measuring it must be this run's and its two files
+    one trial's: a file of another run (or another trial's records beside it) was pooled
+    silently. ResultFileError (exit 2), naming the file; nothing is moved or deleted."""
+    name, lines = store.point_file(conc, trial), store.requests_file(conc, trial).name
+    run = store.read_run()
+    attempts = run.get("attempts") or [run]
+    run_ids = {a.get("run_id") for a in attempts if isinstance(a, dict)}
+    if result.identity.run_id not in run_ids:
+        raise ResultFileError(
+            f"{name}: run_id {result.identity.run_id!r} is not an attempt of the run being "
+            f"resumed ({', '.join(sorted(map(str, run_ids)))}): a trial file of another run; "
+            "move it (and its requests file) away and --resume measures that trial again"
+        )
+    ordered = sorted(records, key=lambda r: r.request_id)
+    metrics = result.metrics
+    if (
+        any(r.conc != conc for r in ordered)
+        or [r.input_len for r in ordered] != metrics.input_lens
+        or [error_text(r) for r in ordered] != metrics.errors
+        or [r.output_tokens if is_completed(r) else 0 for r in ordered] != metrics.output_lens
+        or [(r.chunk_ns[0] - r.start_ns) / 1e9 if is_completed(r) else None for r in ordered]
+        != metrics.ttfts
+    ):
+        raise ResultFileError(
+            f"{name}: its requests do not match {lines} ({len(ordered)} records; the point "
+            f"counts {len(metrics.input_lens)}): the two files are not one trial's; move both "
+            "away and --resume measures that trial again"
+        )
 
 
 class Trials:

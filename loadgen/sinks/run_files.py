@@ -5,6 +5,7 @@ console table and the sweep plot at the end. The run engine calls these through
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from loadgen.config.spec import RunSpec
@@ -35,24 +36,47 @@ class RunFiles:
         options = spec.output.vllm_result
         if options is not None and complete:  # vLLM writes none when stopped
             write_vllm_result(store.path, result, records, options, points=len(spec.load.conc))
-        if spec.output.aiperf_artifacts is not None and capture is not None:  # stopped ones too
-            run = ArtifactRun.of(
-                spec,
-                result.identity.run_id,
-                result.identity.model_id or "",
-                capture.metrics_urls,
-                capture.offset_ns,
+        if capture is not None:  # stopped ones too
+            self._artifacts(result, records, capture)
+
+    def point_kept(
+        self,
+        store: ResultsDir,
+        result: PointResult,
+        records: Sequence[RequestRecord],
+        capture: PointCapture,
+    ) -> None:
+        where = self._where(result)
+        if where is not None and not all(
+            p.is_file() for p in (where.records_file, where.aggregate_file)
+        ):
+            self._artifacts(result, records, capture)
+            print(
+                f"loadgen: conc {result.conc}: kept from the run resumed; its AIPerf "
+                f"artifacts were missing, written to {where.path} from its records",
+                file=sys.stderr,
             )
-            write_aiperf_artifacts(
-                AiperfArtifacts.for_point(
-                    spec.output.aiperf_artifacts, result.conc, len(spec.load.conc)
-                ),
-                result,
-                records,
-                capture.warmup,
-                capture.scrapes,
-                run,
-            )
+
+    def _where(self, result: PointResult) -> AiperfArtifacts | None:
+        root = self.spec.output.aiperf_artifacts
+        if root is None:
+            return None
+        return AiperfArtifacts.for_point(root, result.conc, len(self.spec.load.conc))
+
+    def _artifacts(
+        self, result: PointResult, records: Sequence[RequestRecord], capture: PointCapture
+    ) -> None:
+        where = self._where(result)
+        if where is None:
+            return
+        run = ArtifactRun.of(
+            self.spec,
+            result.identity.run_id,
+            result.identity.model_id or "",
+            capture.metrics_urls,
+            capture.offset_ns,
+        )
+        write_aiperf_artifacts(where, result, records, capture.warmup, capture.scrapes, run)
 
     def sweep_written(self, store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
         return write_sweep_files(store, results)

@@ -68,6 +68,8 @@ class NativeStreams:
         if target is None:
             target = self._targets[url] = parse_target(url)
         connection = await self.pool.acquire(target.origin, clock)
+        if not clock.connect_ns:  # kept alive: its idle period may clear what it served
+            connection.reused(clock.acquired_ns)
         transport = connection.transport
         kernel = transport if isinstance(transport, KernelStampedTransport) else None
         fallbacks = kernel.fallbacks if kernel is not None else 0
@@ -104,6 +106,9 @@ class NativeStreams:
                 state.arrival_stamps = ArrivalStamps.KERNEL
             self.pool.release(target.origin, connection)
             state.stray_bytes = response.stray  # release() may have found some, too
+            if connection.reusable:  # kept: bytes it gets from now on may taint this one
+                now = perf_counter_ns()
+                connection.served(state, now - clock.sent_ns, now)
 
     def drop_idle(self) -> int:
         return self.pool.drop_idle()

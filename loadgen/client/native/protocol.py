@@ -15,13 +15,14 @@ value here (`Response.error`); the exchange raises it for transport.py's `_class
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import cast
 
 import httptools
 
-from loadgen.client.ingest import Ingest
+from loadgen.client.ingest import Exchange, Ingest, Taint
 from loadgen.client.native.body import Piece
 from loadgen.records import StrayBytes
 
@@ -43,6 +44,11 @@ _NO_BODY_STATUS = frozenset({204, 304})
 # may take: llhttp has no limit of its own, and httptools keeps an unfinished header in
 # memory, so a header that never ends grew without bound. vLLM's heads are ~200 bytes.
 MAX_HEAD_BYTES = 64 << 10
+
+
+# The answers a connection that never rests keeps tainting (protocol `served`): enough
+# for any plausible run of out-of-step answers, bounded over a long closed-loop run.
+MAX_SERVED = 256
 
 
 class HeadTooLarge(BadHttpResponse):
@@ -121,6 +127,12 @@ class StreamProtocol(asyncio.Protocol):
         self._reads: list[Piece] = []  # (stamp, bytes as received) not parsed yet
         self._ingest: Ingest | None = None
         self._stamp = 0  # of the read being parsed
+        # The requests answered here since the connection's last clean idle period
+        # (`served`, `reused`): bytes it gets while idle say an answer was out of step
+        # (a stale copy taken as a later request's), so each of them is tainted.
+        self._served: deque[Taint] = deque(maxlen=MAX_SERVED)  # the newest
+        self._idle_ns = 0  # when it last went idle
+        self._longest_ns = 0  # the longest exchange among _served
 
     # -- used by the pool and the exchange --------------------------------------------
 
@@ -171,6 +183,26 @@ class StreamProtocol(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.abort()
 
+    def served(self, state: Exchange, took_ns: int, now: int) -> None:
+        """`state`'s response ended here and the connection goes idle, kept (per request)."""
+        self._served.append(state.taint)  # (a connection never at rest: its newest)
+        self._idle_ns = now
+        self._longest_ns = max(self._longest_ns, took_ns)
+
+    def reused(self, now: int) -> None:
+        """A request is about to be written on this kept connection (per request). Its
+        idle period was silent (bytes would have closed it); it was a clean one if it
+        lasted at least the longest exchange served since the last: the late answer to
+        any of them would have come by then. Those requests stand for good."""
+        if now - self._idle_ns >= self._longest_ns:
+            self._served.clear()
+            self._longest_ns = 0
+
+    def _taint(self, why: str) -> None:
+        served, self._served = self._served, deque(maxlen=MAX_SERVED)
+        for taint in served:
+            taint(why)
+
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -188,6 +220,10 @@ class StreamProtocol(asyncio.Protocol):
         if response is None:  # bytes nobody asked for: the connection is not reusable
             self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
             self.abort()
+            self._taint(
+                f"{len(data)} bytes no request asked for came on its connection while idle "
+                f"after it, so its response may have been an earlier request's: {data[:80]!r}"
+            )
             return
         response.last_read_ns = stamp
         self._reads.append((stamp, data))
@@ -268,6 +304,11 @@ class StreamProtocol(asyncio.Protocol):
         answer (kernel_stamps.py). Its request is malformed; the connection closes."""
         response = self._response
         self.abort()
+        self._taint(
+            f"{len(data)} bytes on its connection, stamped before a later request was "
+            "written, were an answer out of step, so its response may have been an "
+            f"earlier request's: {data[:80]!r}"
+        )
         if response is None:
             self.lost = BadHttpResponse(f"unexpected bytes on an idle connection: {data[:80]!r}")
             return

@@ -1,0 +1,122 @@
+"""A server that answers out of step: 20 ms after each request it sends a same-size copy
+of the answer before (a stale response of the right size), and the real answer only
+300 ms after the request. The copy was taken as the request's answer (TTFT 20 ms instead
+of ~300 ms, recorded ok, no counter moved); the real answer then came while the
+connection was idle and only closed it. Now those bytes taint every request the
+connection answered since its last clean idle period: each is made malformed
+(`stray_bytes: later`), in the point and its JSONL alike. Real sockets, a raw asyncio
+server of our own, the real native client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from tokenizers import Tokenizer
+
+from loadgen.client.native.client import NativeStreams
+from loadgen.client.transport import Transport
+from loadgen.config.spec import RunSpec
+from loadgen.records import ErrorKind, RequestRecord, StrayBytes
+from loadgen.results.jsonl import read_jsonl
+from loadgen.run.sweep import run_sweep
+from loadgen.tokenizer import load_tokenizer
+from loadgen.workload.plan import RequestSpec
+from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sized_response
+
+pytestmark = pytest.mark.timeout(120)
+OSL = 4
+STALE_S, REAL_S = 0.02, 0.3
+
+
+def out_of_step() -> Handler:
+    """Per connection: a copy of its previous answer after STALE_S, the real one after
+    REAL_S (each request in turn, as one connection's requests are)."""
+    last: weakref.WeakKeyDictionary[Conn, bytes] = weakref.WeakKeyDictionary()
+
+    async def handle(request: Request, conn: Conn) -> None:
+        started = time.monotonic()
+        answer = sized_response(request.json()["max_tokens"])
+        if conn in last:
+            await asyncio.sleep(STALE_S)
+            await conn.send(last[conn])
+        await asyncio.sleep(max(0.0, REAL_S - (time.monotonic() - started)))
+        await conn.send(answer)
+        last[conn] = answer
+
+    return handle
+
+
+async def test_the_request_that_took_a_stale_copy_is_tainted() -> None:
+    async with HostileServer({"/v1/completions": out_of_step()}) as server:
+        native = NativeStreams(max_connections=1)
+        transport = Transport(native, server.base_url + "/v1/completions", stream_idle_timeout_s=5)
+        records: list[RequestRecord] = []
+        try:
+            for index in range(3):
+                request = RequestSpec(
+                    index=index, input_len=3, max_tokens=OSL, body=orjson.dumps({"max_tokens": OSL})
+                )
+                async with asyncio.timeout(30):
+                    records.append(
+                        await transport.send(
+                            request,
+                            x_request_id="r",
+                            conc=1,
+                            scheduled_ns=0,
+                            on_record=lambda _r: None,
+                        )
+                    )
+                await asyncio.sleep(0.5)  # idle: longer than any answer took
+        finally:
+            await native.close()
+    first, stale, fresh = records
+    assert first.ok and first.ttft_ns is not None and first.ttft_ns > 0.2e9
+    assert stale.ok and stale.ttft_ns is not None and stale.ttft_ns < 0.2e9  # the copy
+    assert fresh.connect_ns > 0  # the real answer came while idle and closed it
+    tainted = transport.take_tainted()
+    assert set(tainted) == {(stale.request_id, stale.start_ns)}, tainted
+    assert "came on its connection while idle after it" in tainted[stale.request_id, stale.start_ns]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return load_tokenizer()
+
+
+async def slow_metrics(_request: Request, conn: Conn) -> None:
+    """/metrics after a while: the point ends only once the late answer has come."""
+    await asyncio.sleep(0.8)
+    await conn.answer(404, b'{"detail":"Not Found"}')
+
+
+async def test_a_point_counts_tainted_requests_malformed(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    routes = {"/v1/completions": out_of_step(), "/metrics": slow_metrics}
+    async with HostileServer(routes) as server:
+        spec = RunSpec.flat(
+            conc=(1,),
+            isl=48,
+            osl=OSL,
+            base_url=server.base_url,
+            prompts_per_conc=2,
+            warmup_per_conc=0,
+            results_dir=tmp_path,
+            progress=False,
+            max_error_rate=1.0,
+        )
+        async with asyncio.timeout(60):
+            await run_sweep(spec, tokenizer=tokenizer)
+    point: dict[str, Any] = orjson.loads((tmp_path / "conc_1.json").read_bytes())
+    records = read_jsonl(tmp_path / "requests_conc_1.jsonl")
+    # the first took the probe's copy, the second the first's real answer: both out of step
+    assert [r.error for r in records] == [ErrorKind.MALFORMED] * 2, records
+    assert all(r.stray_bytes is StrayBytes.LATER for r in records)
+    assert point["completed"] == 0 and point["errors_by_kind"]["malformed"] == 2
+    assert point["stray_bytes_later"] == 2, point["errors"]

@@ -1,0 +1,94 @@
+"""`--find-max --resume` re-run with other settings: each probe it would read back was
+measured with the earlier settings, so the search is refused (exit 2, one line) as
+`--resume` of a run is, never answered from the old probes. Real CLI processes against a
+real `loadgen sim`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.support.procs import free_port, run_loadgen, start_sim
+from tests.support.procs import stop as stop_sim
+
+SEARCH = [
+    "--conc",
+    "1..2:+1",
+    "--prompts-per-conc",
+    "4",
+    "--warmup-per-conc",
+    "0",
+    "--encoder",
+    "raw",
+    "--no-progress",
+    "--find-max",
+    "conc",
+    "--slo",
+    "ttft:p99=60000ms",
+]
+FIRST = ["--isl", "32", "--osl", "8", "--seed", "1"]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    port = free_port()
+    sim = start_sim(port, tmp_path_factory.mktemp("sim") / "sim.log")
+    try:
+        yield ["--base-url", f"http://127.0.0.1:{port}"]
+    finally:
+        stop_sim(sim)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory, target: list[str]) -> Path:
+    results = tmp_path_factory.mktemp("search") / "found"
+    done = run_loadgen([*target, *SEARCH, *FIRST, "--results", str(results)])
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads((results / "capacity.json").read_bytes())["finished"] is True
+    return results
+
+
+@pytest.mark.parametrize(
+    ("changed", "named"),
+    [
+        (["--isl", "48", "--osl", "8", "--seed", "1"], "isl 48 (was 32)"),
+        (["--isl", "32", "--osl", "16", "--seed", "1"], "osl 16 (was 8)"),
+        (["--isl", "32", "--osl", "8", "--seed", "2"], "seed 2 (was 1)"),
+    ],
+)
+def test_resume_with_other_settings_is_refused(
+    searched: Path, target: list[str], changed: list[str], named: str
+) -> None:
+    before = (searched / "capacity.json").read_bytes()
+    done = run_loadgen([*target, *SEARCH, *changed, "--resume", str(searched)])
+    assert done.returncode == 2, done.stderr
+    assert "the settings differ from the run being resumed" in done.stderr, done.stderr
+    assert named in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "read back (measured before)" not in done.stderr
+    assert (searched / "capacity.json").read_bytes() == before  # the old answer stands
+
+
+def test_resume_against_another_server_is_refused(searched: Path, tmp_path: Path) -> None:
+    port = free_port()
+    other = start_sim(port, tmp_path / "other.log")
+    try:
+        done = run_loadgen(
+            ["--base-url", f"http://127.0.0.1:{port}", *SEARCH, *FIRST, "--resume", str(searched)]
+        )
+    finally:
+        stop_sim(other)
+    assert done.returncode == 2, done.stderr
+    assert "base_url" in done.stderr and "the settings differ" in done.stderr, done.stderr
+
+
+def test_resume_with_the_same_settings_reads_the_probes_back(
+    searched: Path, target: list[str]
+) -> None:
+    done = run_loadgen([*target, *SEARCH, *FIRST, "--resume", str(searched)])
+    assert done.returncode == 0, done.stderr
+    assert "read back (measured before)" in done.stderr
+    assert "find-max probe 1: conc" in done.stderr
