@@ -108,7 +108,7 @@ class RunFile:
                     "file": None if p.write_error else p.path.name,
                     "error_rate": p.error_rate,
                     "run_id": p.result.identity.run_id,
-                    **p.facts,
+                    **p.facts.to_json(),
                 }
                 for p in points
             ],

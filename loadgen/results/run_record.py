@@ -262,13 +262,44 @@ class CounterFacts(msgspec.Struct, frozen=True, kw_only=True):
         return float(sum(v for k, v in self.samples.items() if k.endswith(("_total", "_count"))))
 
 
-class TrialFacts(msgspec.Struct, frozen=True, kw_only=True):
+class TrialFacts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One trial of a --trials point (its clock and counters absent for a trial an
+    earlier attempt measured)."""
+
     trial: int
     seed: int | None = None
     file: str | None = None
     clock: ClockFacts | None = None
     server_before: CounterFacts | None = None
     server_after: CounterFacts | None = None
+
+
+class PointFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What run.json keeps beside a point for `loadgen merge`: the clock pairing and the
+    raw counters around it (summed and, with --server-metrics, per URL), or a pooled
+    --trials point's trials."""
+
+    clock: ClockFacts | None = None
+    server_before: CounterFacts | None = None
+    server_after: CounterFacts | None = None
+    server_before_by_url: dict[str, CounterFacts | None] | None = None
+    server_after_by_url: dict[str, CounterFacts | None] | None = None
+    trials: tuple[TrialFacts, ...] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """As run.json spells them: a pooled point's trials only; a point's clock and
+        counters (null when unknown), per URL only with --server-metrics."""
+        if self.trials is not None:
+            return {"trials": msgspec.to_builtins(self.trials)}
+        facts: dict[str, object] = {
+            "clock": self.clock,
+            "server_before": self.server_before,
+            "server_after": self.server_after,
+        }
+        if self.server_before_by_url is not None:
+            facts["server_before_by_url"] = self.server_before_by_url
+            facts["server_after_by_url"] = self.server_after_by_url
+        return {name: msgspec.to_builtins(value) for name, value in facts.items()}
 
 
 class PointEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -290,20 +321,16 @@ class PointEntry(msgspec.Struct, frozen=True, kw_only=True):
     shard_spans_s: tuple[tuple[float, float] | None, ...] | None = None
     clock_alignment_uncertainty_ms: float | None = None
 
-    def facts(self) -> dict[str, Any]:
-        """The facts kept beside the point for `loadgen merge`, as run.json spells them
-        (run/point_records.py, run/trials.py): what a resumed run writes back."""
-        if self.trials is not None:
-            return {"trials": msgspec.to_builtins(self.trials)}
-        facts: dict[str, object] = {
-            "clock": self.clock,
-            "server_before": self.server_before,
-            "server_after": self.server_after,
-        }
-        if self.server_before_by_url is not None:
-            facts["server_before_by_url"] = self.server_before_by_url
-            facts["server_after_by_url"] = self.server_after_by_url
-        return {name: msgspec.to_builtins(value) for name, value in facts.items()}
+    def facts(self) -> PointFacts:
+        """The facts kept beside the point: what a resumed run writes back."""
+        return PointFacts(
+            clock=self.clock,
+            server_before=self.server_before,
+            server_after=self.server_after,
+            server_before_by_url=self.server_before_by_url,
+            server_after_by_url=self.server_after_by_url,
+            trials=self.trials,
+        )
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):

@@ -68,7 +68,7 @@ def test_a_run_file_of_the_previous_release_reads_back_typed() -> None:
     first = run.points[0]
     assert first.clock is not None and first.clock.start_mono_ns > 0
     assert first.server_before is not None and first.server_before.samples
-    assert _json(first.facts()) == {
+    assert _json(first.facts().to_json()) == {
         k: on_disk["points"][0][k] for k in ("clock", "server_before", "server_after")
     }
     assert run.server is not None and run.server.model == on_disk["server"]["model"]
