@@ -16,6 +16,7 @@ from typing import Any
 
 from loadgen.results.capacity import CapacityProbe, CapacityResult
 from loadgen.results.point import PointResult
+from loadgen.results.run_record import RunRecord
 from loadgen.results.store import ResultsDir
 
 
@@ -70,10 +71,10 @@ def probe_points(view: CapacityView) -> dict[float, Mapping[str, Any]]:
     return {p.probe.load: p.result.to_json() for p in view.measured if p.result is not None}
 
 
-def capacity_run_json(path: Path, view: CapacityView) -> Mapping[str, Any]:
+def capacity_run_json(path: Path, view: CapacityView) -> RunRecord | None:
     """The settings to show: the first probe's run.json (every probe shares them)."""
     for probe in view.measured:
         store = ResultsDir(path / probe.probe.results)
         if store.run_file.is_file():
             return store.read_run()
-    return {}
+    return None

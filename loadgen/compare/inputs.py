@@ -24,17 +24,15 @@ from loadgen.compare.capacity_inputs import (
 from loadgen.errors import UsageError
 from loadgen.metrics.compare import RunInput
 from loadgen.results.point import PointResult, ResultFileError
+from loadgen.results.run_record import RunRecord
 from loadgen.results.store import ResultsDir, read_json
-
-# run.json settings that change the requests themselves (not how they are sent)
-WORKLOAD_SETTINGS = ("dataset", "dataset_format", "turns", "turn_tokens", "multi_turn")
 
 
 @dataclass(frozen=True, slots=True)
 class RunDir:
     name: str
     path: Path
-    run: Mapping[str, Any]  # run.json, {} when the run never wrote one
+    run: RunRecord | None  # run.json, None when the run never wrote one
     results: Mapping[int, PointResult]  # concurrency -> conc_<N>.json, decoded
     points: Mapping[int, Mapping[str, Any]]  # the same in the file's spelling (compare's)
     capacity: CapacityView | None = None  # a --find-max directory's search
@@ -50,16 +48,23 @@ class RunDir:
         lengths and model, and where the prompts came from (run.json's settings; absent
         in a directory without one)."""
         first = self.results[min(self.results)].identity
-        settings = self.run.get("settings")
-        settings = settings if isinstance(settings, dict) else {}
-        return {
+        shape: dict[str, Any] = {
             "isl": first.input_len,
             "osl": first.output_len,
             "range_ratio": first.range_ratio,
             "model": first.model_id,
             "endpoint": first.endpoint,
-            **{key: settings.get(key) for key in WORKLOAD_SETTINGS if key in settings},
         }
+        if self.run is not None:  # the settings that change the requests themselves
+            workload, session = self.run.settings.workload, self.run.settings.session
+            shape |= {
+                "dataset": workload.dataset,
+                "dataset_format": workload.dataset_format,
+                "turns": session.turns,
+                "turn_tokens": session.turn_tokens,
+                "multi_turn": session.multi_turn,
+            }
+        return shape
 
 
 def _is_run(path: Path) -> bool:
@@ -123,7 +128,7 @@ def load_run(name: str, path: Path) -> RunDir:
     store = ResultsDir(path)
     capacity = read_capacity(path) if has_capacity(path) else None
     results = store.read_points()
-    run: Mapping[str, Any] = store.read_run() if store.run_file.is_file() else {}
+    run = store.read_run() if store.run_file.is_file() else None
     if capacity is not None and not results:  # a --find-max directory: its probes' points
         results, run = capacity_points(capacity), capacity_run_json(path, capacity)
     return RunDir(

@@ -5,6 +5,10 @@ vLLM's --dataset-name). The one reader every dataset loader uses: workload/datas
 A directory is a Weka trace directory (one trace per `.json` file). A file is one JSON
 array (ShareGPT as vLLM reads it, or an array of traces) or JSONL; the first item decides
 the format when it is `auto`.
+
+A file is opened once per run, detection included: `detect_format` keeps the bytes it
+read, and the next `items` of the same unchanged file (the workload's) takes them over
+instead of reading the file again (a 1 GB trace would otherwise be read twice).
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ def spec_format(choice: str) -> str:
     return fmt
 
 
+# The bytes detection read, by the file's identity then (device, inode, size, mtime):
+# at most one file, handed to the next reader of it (see the module's docstring).
+_held: dict[tuple[int, int, int, int], bytes] = {}
+
+
 def items(path: Path) -> Iterator[tuple[str, Any]]:
     """(where, JSON value) per trace file in a directory, per array item, or per line."""
     if path.is_dir():
@@ -50,7 +59,10 @@ def items(path: Path) -> Iterator[tuple[str, Any]]:
         for file in files:
             yield str(file), loads(read_bounded(file), str(file))
         return
-    data = read_bounded(path)
+    yield from _items_of(path, read_bounded(path))
+
+
+def _items_of(path: Path, data: bytes) -> Iterator[tuple[str, Any]]:
     whole = _whole_array(data)
     if whole is not None:
         for number, item in enumerate(whole):
@@ -63,9 +75,11 @@ def items(path: Path) -> Iterator[tuple[str, Any]]:
             yield f"{path}:{number}", loads(line, f"{path}:{number}")
 
 
-def read_bounded(path: Path) -> bytes:
+def read_bounded(path: Path, *, keep: bool = False) -> bytes:
     """The file's bytes, never more than the limit: a device (/dev/zero) or a FIFO has no
-    size to check beforehand and would be read until memory runs out, or block."""
+    size to check beforehand and would be read until memory runs out, or block. The bytes
+    detection kept are taken over if the file is unchanged; `keep`: hold them for the
+    next reader (detection)."""
     try:
         if not path.is_file():  # stat only: a FIFO is not opened, so nothing blocks
             raise SpecError(
@@ -74,8 +88,11 @@ def read_bounded(path: Path) -> bytes:
             )
         # the size first (a large file is refused without reading it), then a bounded read
         # (the file may grow, or be a /proc-like file whose size says 0)
-        too_big = path.stat().st_size > MAX_DATASET_BYTES
-        data = b"" if too_big else _read_at_most(path)
+        status = path.stat()
+        identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+        too_big = status.st_size > MAX_DATASET_BYTES
+        held = _held.pop(identity, None)
+        data = b"" if too_big else held if held is not None else _read_at_most(path)
     except OSError as exc:
         raise SpecError(f"--dataset {path}: cannot read it ({exc.strerror or exc})") from None
     if too_big or len(data) > MAX_DATASET_BYTES:
@@ -83,6 +100,9 @@ def read_bounded(path: Path) -> bytes:
             f"--dataset {path}: over the {MAX_DATASET_BYTES >> 30} GiB limit (read "
             "into memory); split it or keep only the conversations you need"
         )
+    _held.clear()  # never more than one file's bytes held
+    if keep:
+        _held[identity] = data
     return data
 
 
@@ -133,7 +153,7 @@ def detect_format(path: Path) -> str:
     """The RunSpec.dataset_format of the first item (a directory is Weka traces)."""
     if path.is_dir():
         return "weka"
-    for where, item in items(path):
+    for where, item in _items_of(path, read_bounded(path, keep=True)):
         return item_format(where, item)
     raise SpecError(f"--dataset {path}: no records in the file")
 

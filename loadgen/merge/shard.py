@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from loadgen.results.run_record import PointEntry, RunRecord
 
 
 @dataclass(frozen=True, slots=True)
 class Shard:
     path: Path
-    run: dict[str, Any]  # its run.json
+    run: RunRecord  # its run.json (load_shards checked it has shard information)
 
     @property
     def index(self) -> int:
-        return int(self.run["shard"]["index"])
+        assert self.run.shard is not None and self.run.shard.index is not None
+        return self.run.shard.index
 
-    def point(self, conc: int) -> dict[str, Any] | None:
-        return next((p for p in self.run["points"] if p["conc"] == conc), None)
+    @property
+    def count(self) -> int:
+        assert self.run.shard is not None
+        return self.run.shard.count
+
+    def point(self, conc: int) -> PointEntry | None:
+        return self.run.point(conc)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 import orjson
@@ -36,9 +36,9 @@ from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import PointResult, PointStatus, SimulatorHealth
-from loadgen.results.store import ResultsDir, check_run
+from loadgen.results.run_record import PointEntry, RunRecord
+from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
-from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.run.ids import new_run_id
 from loadgen.sinks.sweep_files import write_sweep_files
 
@@ -73,7 +73,7 @@ class MergeOutcome:
 def load_shards(dirs: Sequence[Path]) -> list[Shard]:
     """The shards, checked to be all N shards of one run, sorted by index."""
     shards = [Shard(d, _run_json(d)) for d in dirs]
-    counts = {s.run["shard"]["count"] for s in shards}
+    counts = {s.count for s in shards}
     if len(counts) != 1:
         raise UsageError(
             f"the directories are shards of different splits (N = "
@@ -87,17 +87,13 @@ def load_shards(dirs: Sequence[Path]) -> list[Shard]:
             f"{indices}: a missing shard's slots were never sent"
         )
     first = shards[0].run
-    if any(s.run.get("target") == "simulator" for s in shards) and count > 1:
+    if any(s.run.target == "simulator" for s in shards) and count > 1:
         raise UsageError(
             "these shards each measured their own embedded simulator (--sim): "
             "start one `loadgen sim` and point every shard at it with --base-url"
         )
     for shard in shards[1:]:
-        different = sorted(
-            k
-            for k in set(first["settings"]) | set(shard.run["settings"])
-            if k not in PER_SHARD and first["settings"].get(k) != shard.run["settings"].get(k)
-        )
+        different = shard.run.settings.differing(first.settings, PER_SHARD)
         if different:
             raise UsageError(
                 f"{shard.path}: settings differ from {shards[0].path} "
@@ -106,7 +102,7 @@ def load_shards(dirs: Sequence[Path]) -> list[Shard]:
     return sorted(shards, key=lambda s: s.index)
 
 
-def _run_json(directory: Path) -> dict[str, Any]:
+def _run_json(directory: Path) -> RunRecord:
     store = ResultsDir(directory)
     if not store.run_file.is_file():
         raise UsageError(
@@ -115,13 +111,12 @@ def _run_json(directory: Path) -> dict[str, Any]:
             "(--results of each shard)"
         )
     run = store.read_run()
-    header = check_run(run, store.run_file)
-    if header.shard is None:
+    if run.shard is None:
         raise UsageError(
             f"{directory}: run.json has no shard information (written by an "
             "older loadgen?); rerun the shards with --shard I/N"
         )
-    if header.shard.index is None:
+    if run.shard.index is None:
         raise UsageError(f"{directory}: is already a merge; pass the shards' own directories")
     return run
 
@@ -138,7 +133,7 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
     results: list[PointResult] = []
     refused: list[str] = []
     entries: list[dict[str, Any]] = []
-    for conc in shards[0].run["settings"]["conc"]:
+    for conc in shards[0].run.settings.load.conc:
         try:
             result, entry = merge_point(shards, conc, out, run_id)
         except PointRefused as exc:
@@ -188,9 +183,9 @@ def merge_point(
     missing = [s.index for s, e in zip(shards, entries, strict=True) if e is None]
     if missing:
         raise PointRefused(f"shard(s) {missing} have no such point (stopped before it?)")
-    points = cast(list[dict[str, Any]], entries)
+    points = [e for e in entries if e is not None]
     per_shard = [ResultsDir(s.path).read_records(conc) for s in shards]
-    records, uncertainty_ns = align(per_shard, [p["clock"] for p in points])
+    records, uncertainty_ns = align(per_shard, [p.clock for p in points])
     spans = check_overlap(per_shard, records, uncertainty_ns)
     ids = [r.request_id for r in records]
     if len(set(ids)) != len(ids):
@@ -219,26 +214,13 @@ def merge_point(
 def _merged_result(
     shards: Sequence[Shard],
     files: Sequence[PointResult],
-    points: Sequence[dict[str, Any]],
+    points: Sequence[PointEntry],
     records: Sequence[RequestRecord],
     conc: int,
     uncertainty_ns: int | None,
     run_id: str,
 ) -> PointResult:
-    settings = shards[0].run["settings"]
-    ctx = PointContext(
-        conc=conc,
-        input_len=settings["isl"],
-        output_len=settings["osl"],
-        spec_tokens=settings["spec_tokens"],
-        slos=settings["slos_ms"] or {},
-        percentiles=tuple(settings["percentiles"]),
-        num_gpus=settings["num_gpus"],
-        stream_interval=sim_stream_interval(settings.get("sim_args") or ())
-        if settings.get("sim")
-        else None,
-        golden=GoldenAL.from_settings(settings.get("golden_al")),
-    )
+    ctx = merged_context(shards[0].run, conc)
     complete = all(f.status.complete for f in files)
     before, after = combined_snapshots(shards, points) if complete else (None, None)
     first = files[0]
@@ -264,9 +246,29 @@ def _merged_result(
         server_metrics_by_url=merged_by_url(points) if complete else None,
         simulator=SimulatorHealth.combined([f.simulator for f in files]),
         # the shards' records on one clock; their gauge samples are not (no KV per slice)
-        slice_s=settings.get("slice_duration_s"),
+        slice_s=shards[0].run.settings.load.slice_duration_s,
     )
     return assemble_point(records, ctx, conc, parts, server_before=before, server_after=after)
+
+
+def merged_context(run: RunRecord, conc: int) -> PointContext:
+    """What summarize needs of the run, from the shard's typed run.json, as the run
+    itself had it (run/point_fields.py's point_context)."""
+    settings = run.settings
+    golden = settings.scoring.golden_al
+    return PointContext(
+        conc=conc,
+        input_len=settings.workload.isl,
+        output_len=settings.workload.osl,
+        spec_tokens=settings.scoring.spec_tokens,
+        slos=settings.scoring.slos_ms,
+        percentiles=settings.scoring.percentiles,
+        num_gpus=settings.scoring.num_gpus,
+        stream_interval=run.server.stream_interval if run.server else None,
+        golden=None
+        if golden is None
+        else GoldenAL(Path(golden.path), golden.model, golden.mode, golden.curve, golden.tolerance),
+    )
 
 
 def _merged_status(shards: Sequence[Shard], files: Sequence[PointResult]) -> PointStatus:
@@ -297,27 +299,30 @@ def _write_run(
     refused: list[str],
 ) -> None:
     first = shards[0].run
-    settings = {k: v for k, v in first["settings"].items() if k not in PER_SHARD}
+    settings = {k: v for k, v in first.settings.flat().items() if k not in PER_SHARD}
     run = {
         "run_id": run_id,
         "loadgen_version": __version__,
-        "target": first.get("target"),
-        "base_url": first.get("base_url"),
+        "target": first.target,
+        "base_url": first.base_url,
         "merged_unix": time.time(),
-        "interrupted": any(s.run.get("interrupted") for s in shards),
+        "interrupted": any(s.run.interrupted for s in shards),
         "settings": settings,
-        "server": first.get("server"),
+        "server": first.server,
         "shard": {"index": None, "count": len(shards)},
         "merged_from": [
             {
                 "path": str(s.path),
-                "run_id": s.run["run_id"],
+                "run_id": s.run.run_id,
                 "shard": s.index,
-                "base_url": s.run.get("base_url"),
+                "base_url": s.run.base_url,
             }
             for s in shards
         ],
         "points": entries,
         "refused": refused,
     }
-    write_atomic(ResultsDir(out).run_file, orjson.dumps(run, option=orjson.OPT_INDENT_2))
+    write_atomic(
+        ResultsDir(out).run_file,
+        orjson.dumps(msgspec.to_builtins(run), option=orjson.OPT_INDENT_2),
+    )

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, cast
 
 from loadgen.records import RequestRecord
+from loadgen.results.run_record import ClockFacts
 
 
 class PointRefused(Exception):
@@ -21,11 +21,11 @@ class PointRefused(Exception):
 
 def align(
     per_shard: Sequence[Sequence[RequestRecord]],
-    clocks: Sequence[dict[str, Any] | None],
+    clocks: Sequence[ClockFacts | None],
 ) -> tuple[list[RequestRecord], int | None]:
     """All records on the first shard's monotonic clock, and the alignment's uncertainty
     in ns (0 on one machine; None when a clock's error is unknown)."""
-    boots = {c.get("boot_id") if c else None for c in clocks}
+    boots = {c.boot_id if c else None for c in clocks}
     if len(boots) == 1 and None not in boots:  # one machine: one CLOCK_MONOTONIC
         return sorted((r for rs in per_shard for r in rs), key=lambda r: r.request_id), 0
     offsets = [r.clock_unix_ns - r.clock_mono_ns for rs in per_shard for r in rs[:1]]
@@ -36,17 +36,16 @@ def align(
     return sorted(moved, key=lambda r: r.request_id), alignment_uncertainty_ns(clocks)
 
 
-def alignment_uncertainty_ns(clocks: Sequence[dict[str, Any] | None]) -> int | None:
+def alignment_uncertainty_ns(clocks: Sequence[ClockFacts | None]) -> int | None:
     """Two machines' wall clocks may differ by both their kernels' error estimates; each
     pairing of clocks adds half its read bracket; a wall-clock step adds its size."""
-    if any(
-        c is None or c.get("synced") is not True or c.get("esterror_us") is None for c in clocks
-    ):
+    known = [c for c in clocks if c is not None and c.synced is True]
+    errors_us = [c.esterror_us for c in known if c.esterror_us is not None]
+    if len(errors_us) < len(clocks):
         return None
-    known = cast(list[dict[str, Any]], clocks)
-    errors = sorted((int(c["esterror_us"]) * 1000 for c in known), reverse=True)
-    pairing = max(int(c["pair_read_ns"]) for c in known)  # two half-brackets at most
-    steps = max(abs(int(c.get("offset_change_ns") or 0)) for c in known)
+    errors = sorted((e * 1000 for e in errors_us), reverse=True)
+    pairing = max(c.pair_read_ns for c in known)  # two half-brackets at most
+    steps = max(abs(c.offset_change_ns or 0) for c in known)
     return sum(errors[:2]) + pairing + steps
 
 

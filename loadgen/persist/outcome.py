@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.point import PointResult
+from loadgen.results.run_record import PointFacts
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class PointOutcome:
     path: Path
     # run.json's extra facts about the point, for `loadgen merge`: clock readings and the
     # server's raw counters before and after
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: PointFacts = field(default_factory=PointFacts)
     write_error: ResultsWriteError | None = None  # conc_<N>.json or the JSONL not written
 
     @property

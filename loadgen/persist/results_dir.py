@@ -12,7 +12,6 @@ with different settings are not one sweep.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -25,6 +24,11 @@ from loadgen.persist.artifacts_dir import prepare_artifacts
 from loadgen.persist.outcome import PointOutcome
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.point import ResultFileError
+from loadgen.results.run_record import (
+    NOT_COMPARED_ON_RESUME,
+    RunRecord,
+    settings_from_flat,
+)
 from loadgen.results.store import (
     GPU_POWER_GLOB,
     INCOMPLETE_DIR,
@@ -36,7 +40,6 @@ from loadgen.results.store import (
     SWEEP_CSV,
     SWEEP_PNG,
     ResultsDir,
-    check_run,
 )
 
 _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
@@ -48,40 +51,27 @@ _RESULT_GLOBS = (
     SIMULATOR_LOG_GLOB,
     GPU_POWER_GLOB,
 )
-# Settings that may differ between an interrupted run and its --resume: where results go
-# and how the run is driven, not what is measured. (A restarted server has a new pid.)
-# run.json's per-point extras (run/point.py), kept for `loadgen merge`
-_FACTS = (
-    "clock",
-    "server_before",
-    "server_after",
-    "server_before_by_url",
-    "server_after_by_url",
-    "trials",
-)
-_NOT_COMPARED = frozenset({"results_dir", "progress", "resume", "overwrite", "server_pid"})
 
 
 @dataclass(frozen=True, slots=True)
 class Earlier:
     """What a resumed sweep takes over from the run in its directory."""
 
-    run: dict[str, Any]  # the earlier run.json
+    run: RunRecord  # the earlier run.json
     points: tuple[PointOutcome, ...]  # its complete points, kept as they are
     remaining: tuple[int, ...]  # concurrencies still to measure, in --conc order
 
     @property
     def attempt(self) -> int:
         """The number of the attempt resuming it (2 for the first --resume)."""
-        attempts = self.run.get("attempts")
-        return (len(attempts) if isinstance(attempts, list) and attempts else 1) + 1
+        return len(self.run.attempts_so_far()) + 1
 
     def summary(self, directory: Path) -> str:
         """The line --resume prints: what is kept and what is measured (again)."""
         kept = [p.conc for p in self.points]
         shown = ", ".join(str(c) for c in kept) or "none"
         return (
-            f"resuming run {self.run.get('run_id')} in {directory} (attempt "
+            f"resuming run {self.run.run_id} in {directory} (attempt "
             f"{self.attempt}): {len(kept)} complete point(s) kept (conc {shown}), "
             f"{len(self.remaining)} to run (conc "
             f"{', '.join(str(c) for c in self.remaining)})"
@@ -91,13 +81,13 @@ class Earlier:
 def settings_of(spec: RunSpec) -> dict[str, Any]:
     """The run's settings as run.json records them (JSON types, no credentials), flat:
     one key per setting name, whatever part of the RunSpec holds it (flat_settings)."""
-    settings = flat_settings(spec)
-    settings.pop("api_key", None)  # never write a credential into results
-    settings["headers"] = [name for name, _ in spec.target.headers]  # names only: may hold tokens
+    target = spec.target
+    settings = {
+        **{name: value for name, value in flat_settings(spec).items() if name != "api_key"},
+        "headers": [name for name, _ in target.headers],  # names only: values may hold tokens
+        "base_url": target.base_url and redact_url(target.base_url),  # user:pw@ -> ***@
+    }  # never a credential in results
     settings["extra_body"] = redact_body(settings.get("extra_body"))
-    settings["base_url"] = spec.target.base_url and redact_url(
-        spec.target.base_url
-    )  # user:pw@ -> ***@
     # nested settings (vllm_result) hold Paths
     return cast(dict[str, Any], orjson.loads(orjson.dumps(settings, default=str)))
 
@@ -149,7 +139,7 @@ def _remove_results(directory: Path) -> None:
 
 def _resume(directory: Path, spec: RunSpec) -> Earlier:
     run = _read_run(directory)
-    _check_settings(directory, spec, run.get("settings"))
+    _check_settings(directory, spec, run)
     points = _complete_points(directory, run)
     done = {p.conc for p in points}
     remaining = tuple(c for c in spec.load.conc if c not in done)
@@ -162,7 +152,7 @@ def set_aside(directory: Path, earlier: Earlier, trials: int = 1) -> None:
     """Move the files of the points about to be measured again to incomplete/<run_id>/:
     they were measured, so they are kept, but out of the new attempt's way. With
     --trials, a point's leading complete trials stay (the point resumes after them)."""
-    attempt = str(earlier.run.get("run_id") or "earlier")
+    attempt = earlier.run.run_id or "earlier"
     store = ResultsDir(directory)
     for conc in earlier.remaining:
         kept = trials_kept(store, conc, trials) if trials > 1 else 0
@@ -184,35 +174,27 @@ def set_aside(directory: Path, earlier: Earlier, trials: int = 1) -> None:
                     ) from None
 
 
-def _read_run(directory: Path) -> dict[str, Any]:
+def _read_run(directory: Path) -> RunRecord:
     path = directory / RUN_FILE
     if not path.is_file():
         raise SpecError(
             f"--resume {directory}: no {RUN_FILE} there, so no run to continue; "
             f"start one with --results {directory}"
         )
-    run = ResultsDir(directory).read_run()
-    check_run(run, path)  # one line naming the field, never a KeyError later
-    return run
+    return ResultsDir(directory).read_run()  # one line naming the field, never a KeyError
 
 
 def check_same_settings(directory: Path, spec: RunSpec) -> None:
     """--resume's settings check alone, for a run read back rather than continued (a
     --find-max probe): SpecError unless `directory`'s run.json has `spec`'s settings."""
-    _check_settings(directory, spec, _read_run(directory).get("settings"))
+    _check_settings(directory, spec, _read_run(directory))
 
 
-def _check_settings(directory: Path, spec: RunSpec, earlier: Any) -> None:
-    if not isinstance(earlier, Mapping):
-        raise SpecError(f"--resume {directory}: {RUN_FILE} has no settings to compare")
-    now = settings_of(spec)
-    differ = [
-        f"{key} {now.get(key)!r} (was {earlier.get(key)!r})"
-        for key in sorted(set(now) | set(earlier))
-        if key not in _NOT_COMPARED
-        and now.get(key) != earlier.get(key)
-        and not _added_since(key, now, earlier)
-    ]
+def _check_settings(directory: Path, spec: RunSpec, earlier: RunRecord) -> None:
+    """A setting an earlier loadgen did not write yet reads as its default
+    (results/run_record.py): left unset now, it is the same run."""
+    now = settings_from_flat(settings_of(spec))
+    differ = now.differences(earlier.settings, NOT_COMPARED_ON_RESUME)
     if differ:
         raise SpecError(
             f"--resume {directory}: the settings differ from the run being "
@@ -220,27 +202,19 @@ def _check_settings(directory: Path, spec: RunSpec, earlier: Any) -> None:
         )
 
 
-def _added_since(key: str, now: Mapping[str, Any], earlier: Mapping[str, Any]) -> bool:
-    """A setting the earlier loadgen did not write yet (conc_stages, ...) left unset now:
-    the same run, so an older run.json still resumes."""
-    return key not in earlier and now.get(key) in (None, False, [], {}, "")
-
-
-def _complete_points(directory: Path, run: Mapping[str, Any]) -> list[PointOutcome]:
+def _complete_points(directory: Path, run: RunRecord) -> list[PointOutcome]:
     """Points run.json lists as complete whose conc_<N>.json says so too."""
     points = []
     store = ResultsDir(directory)
-    for entry in run["points"]:  # each entry's conc and complete checked by check_run
-        if entry["complete"] is not True:
+    for entry in run.points:
+        if not entry.complete:
             continue
-        conc = entry["conc"]
-        path = store.point_file(conc)
+        path = store.point_file(entry.conc)
         if not path.is_file():
             continue  # listed but missing: measure it again
-        result = store.read_point(conc)  # a damaged file is one line, not a re-measurement
+        result = store.read_point(entry.conc)  # a damaged file is one line, not a re-measurement
         if result.status.complete:  # its facts too, for `loadgen merge`
-            facts = {key: entry[key] for key in _FACTS if key in entry}
-            points.append(PointOutcome(conc, result, True, path, facts))
+            points.append(PointOutcome(entry.conc, result, True, path, entry.facts()))
     return points
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 
 from loadgen import __version__
@@ -40,6 +41,9 @@ class RunFile:
     run_id: str  # this attempt's
     started_unix: float  # this attempt's
     earlier: Earlier | None  # the run this attempt resumes
+    # engine steps per stream chunk, when known (the embedded simulator's): `loadgen merge`
+    # summarizes with it as the run did
+    stream_interval: int | None = None
 
     def write(
         self,
@@ -80,8 +84,8 @@ class RunFile:
             "stop_detail": reason.detail if reason else None,
             "points": [p.conc for p in points if p.result.identity.run_id == self.run_id],
         }
-        earlier = self.earlier.run if self.earlier else None
-        attempts = list(earlier.get("attempts") or [_as_attempt(earlier)]) if earlier else []
+        earlier = self.earlier.run.attempts_so_far() if self.earlier else ()
+        attempts = [msgspec.to_builtins(a) for a in earlier]
         return {
             "run_id": self.run_id,
             "loadgen_version": __version__,
@@ -93,7 +97,9 @@ class RunFile:
             "stop_reason": attempt["stop_reason"],
             "stop_detail": attempt["stop_detail"],
             "settings": settings_of(spec),
-            "server": server.to_json() if server else None,
+            "server": {**server.to_json(), "stream_interval": self.stream_interval}
+            if server
+            else None,
             "shard": {"index": spec.processes.shard_index, "count": spec.processes.shard_count},
             "points": [
                 {
@@ -102,22 +108,9 @@ class RunFile:
                     "file": None if p.write_error else p.path.name,
                     "error_rate": p.error_rate,
                     "run_id": p.result.identity.run_id,
-                    **p.facts,
+                    **p.facts.to_json(),
                 }
                 for p in points
             ],
             "attempts": [*attempts, attempt],
         }
-
-
-def _as_attempt(run: dict[str, Any]) -> dict[str, Any]:
-    """An attempt entry for a run.json written before attempts were recorded."""
-    return {
-        "run_id": run.get("run_id"),
-        "loadgen_version": run.get("loadgen_version"),
-        "started_unix": run.get("started_unix"),
-        "finished_unix": run.get("finished_unix"),
-        "stop_reason": "interrupted" if run.get("interrupted") else None,
-        "stop_detail": None,
-        "points": [p.get("conc") for p in run.get("points", [])],
-    }

@@ -41,6 +41,7 @@ from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import read_jsonl
 from loadgen.results.point import PointResult, ResultFileError, field_message, point_from_json
+from loadgen.results.run_record import RunRecord, decode_run
 
 RUN_FILE = "run.json"
 LANES_FILE = "lanes.json"
@@ -210,15 +211,9 @@ class ResultsDir:
         except OSError as exc:
             raise ResultFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
-    def read_run(self) -> dict[str, Any]:
-        """run.json as an object (its fields are checked by the reader that needs them)."""
-        run = read_json(self.run_file)
-        if not isinstance(run, dict):
-            raise ResultFileError(
-                f"{self.run_file}: not a loadgen run.json (a JSON "
-                f"{type(run).__name__}, expected an object)"
-            )
-        return run
+    def read_run(self) -> RunRecord:
+        """run.json, typed (results/run_record.py)."""
+        return decode_run(_read_bytes(self.run_file), self.run_file)
 
 
 def _trial_suffix(trial: int | None) -> str:
@@ -253,43 +248,17 @@ class AiperfArtifacts:
 def read_json(path: Path) -> Any:
     """A JSON file loadgen wrote; ResultFileError (one line) for anything else."""
     try:
-        if not path.is_file():
-            raise ResultFileError(f"{path}: no such file (or not a regular file)")
-        if path.stat().st_size > MAX_READ_BYTES:
-            raise ResultFileError(f"{path}: larger than 1 GiB: not a file loadgen wrote")
-        return orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise ResultFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        return orjson.loads(_read_bytes(path))
     except orjson.JSONDecodeError as exc:
         raise ResultFileError(f"{path}: not valid JSON ({exc})") from None
 
 
-class ShardInfo(msgspec.Struct, frozen=True):
-    index: int | None  # None: a merge of shards
-    count: int
-
-
-class PointEntry(msgspec.Struct, frozen=True):
-    """One point as run.json lists it (more facts beside these are kept as they are)."""
-
-    conc: int
-    complete: bool
-
-
-class RunHeader(msgspec.Struct, frozen=True):
-    """The run.json fields that --resume and `loadgen merge` rely on."""
-
-    run_id: str
-    settings: dict[str, Any]
-    points: list[PointEntry]
-    shard: ShardInfo | None = None
-
-
-def check_run(run: dict[str, Any], path: Path) -> RunHeader:
-    """run.json's fields checked against RunHeader; ResultFileError names the field."""
+def _read_bytes(path: Path) -> bytes:
     try:
-        return msgspec.convert(run, RunHeader)
-    except msgspec.ValidationError as exc:
-        raise ResultFileError(
-            f"{path}: {field_message(exc)}; not a run.json this loadgen wrote"
-        ) from None
+        if not path.is_file():
+            raise ResultFileError(f"{path}: no such file (or not a regular file)")
+        if path.stat().st_size > MAX_READ_BYTES:
+            raise ResultFileError(f"{path}: larger than 1 GiB: not a file loadgen wrote")
+        return path.read_bytes()
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None

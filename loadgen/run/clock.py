@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.results.run_record import ClockFacts
+
 PAIR_TRIES = 5
 STA_UNSYNC = 0x0040  # <sys/timex.h>: the clock is not synchronized
 TIME_ERROR = 5  # adjtimex's return value for an unsynchronized clock
@@ -113,15 +115,17 @@ def boot_id() -> str | None:
         return None
 
 
-def clock_facts(start: ClockPair, end: ClockPair | None) -> dict[str, Any]:
+def clock_facts(start: ClockPair, end: ClockPair | None) -> ClockFacts:
     """What run.json keeps per point for `loadgen merge` (see the module doc)."""
-    return {
-        "boot_id": boot_id(),
-        "start_mono_ns": start.mono_ns,
-        "start_unix_ns": start.unix_ns,
-        "pair_read_ns": start.read_ns,
+    error = kernel_clock_error()
+    return ClockFacts(
+        boot_id=boot_id(),
+        start_mono_ns=start.mono_ns,
+        start_unix_ns=start.unix_ns,
+        pair_read_ns=start.read_ns,
         # A wall clock stepped during the point moves `unix - mono`: the step is an error
         # of the alignment too.
-        "offset_change_ns": None if end is None else end.offset_ns - start.offset_ns,
-        **kernel_clock_error(),
-    }
+        offset_change_ns=None if end is None else end.offset_ns - start.offset_ns,
+        synced=error["synced"],
+        esterror_us=error["esterror_us"],
+    )

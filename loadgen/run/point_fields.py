@@ -6,13 +6,13 @@ counters as run.json keeps them, and the warning about prompts of inexact length
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import KV_USAGE, ServerSnapshot
 from loadgen.metrics.summary import PointContext
 from loadgen.persist.outcome import Stop
 from loadgen.results.point import PointResult, PointStatus
+from loadgen.results.run_record import CounterFacts
 from loadgen.run.embedded_sim import sim_stream_interval
 from loadgen.wording import counted
 
@@ -77,10 +77,11 @@ def warn_inexact(result: PointResult) -> None:
         )
 
 
-def snapshot_json(snapshot: ServerSnapshot | None) -> dict[str, Any] | None:
+def snapshot_json(snapshot: ServerSnapshot | None) -> CounterFacts | None:
+    """The raw counters as run.json keeps them (None: no scrape)."""
     if snapshot is None:
         return None
-    return {
-        "samples": dict(snapshot.samples),
-        "keyed": {name: dict(values) for name, values in snapshot.keyed.items()},
-    }
+    return CounterFacts(
+        samples=dict(snapshot.samples),
+        keyed={name: dict(values) for name, values in snapshot.keyed.items()},
+    )

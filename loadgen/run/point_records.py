@@ -10,7 +10,6 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loadgen import __version__
 from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls, point_power_csv
@@ -36,6 +35,7 @@ from loadgen.results.point import (
     SessionMetrics,
     SimulatorHealth,
 )
+from loadgen.results.run_record import PointFacts
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
@@ -255,22 +255,21 @@ class PointRecords:
             ),
         )
 
-    def _facts(self, after: Scrape | None) -> dict[str, Any]:
+    def _facts(self, after: Scrape | None) -> PointFacts:
         """run.json's facts for `loadgen merge`: the clock pairing and the raw counters
         before and after, summed and (--server-metrics) per URL."""
-        facts = {
-            "clock": clock_facts(self.clock, read_pair()) if self.clock else None,
-            "server_before": snapshot_json(self.before.total),
-            "server_after": snapshot_json(after.total if after else None),
-        }
-        if self.run.spec.telemetry.server_metrics:
-            facts["server_before_by_url"] = {
-                u: snapshot_json(s) for u, s in self.before.each.items()
-            }
-            facts["server_after_by_url"] = (
-                {u: snapshot_json(s) for u, s in after.each.items()} if after else None
-            )
-        return facts
+        by_url = bool(self.run.spec.telemetry.server_metrics)
+        return PointFacts(
+            clock=clock_facts(self.clock, read_pair()) if self.clock else None,
+            server_before=snapshot_json(self.before.total),
+            server_after=snapshot_json(after.total if after else None),
+            server_before_by_url={u: snapshot_json(s) for u, s in self.before.each.items()}
+            if by_url
+            else None,
+            server_after_by_url={u: snapshot_json(s) for u, s in after.each.items()}
+            if by_url and after
+            else None,
+        )
 
     def _result(
         self,

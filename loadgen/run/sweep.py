@@ -46,7 +46,7 @@ from loadgen.results.files import ResultsWriteError
 from loadgen.results.store import RUN_FILE, ResultsDir
 from loadgen.run.backend import Backend, HttpBackend, http_backend
 from loadgen.run.driver import Drive, Driver, RunPieces, in_process
-from loadgen.run.embedded_sim import sweep_estimate
+from loadgen.run.embedded_sim import sim_stream_interval, sweep_estimate
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
@@ -119,7 +119,7 @@ async def run_sweep(
     if earlier is not None and not earlier.remaining:
         return SweepOutcome(
             results_dir,
-            str(earlier.run.get("run_id")),
+            earlier.run.run_id,
             earlier.points,
             False,
             (),
@@ -314,7 +314,8 @@ class _Sweep:
 
     def _check_same_model(self) -> None:
         assert self.server is not None
-        before = (self.earlier.run.get("server") or {}).get("model") if self.earlier else None
+        server = self.earlier.run.server if self.earlier else None
+        before = server.model if server else None
         if before is not None and before != self.server.model:
             raise SpecError(
                 f"--resume {self.results_dir}: the server now serves "
@@ -392,7 +393,9 @@ class _Sweep:
         return self._finished
 
     def _write_run_file(self, stop: LoadgenError | None, *, final: bool) -> None:
-        run = RunFile(self.spec, self.run_id, self.started_unix, self.earlier)
+        spec = self.spec
+        interval = sim_stream_interval(spec.sim_args) if spec.sim else None
+        run = RunFile(spec, self.run_id, self.started_unix, self.earlier, interval)
         try:
             run.write(
                 self.results_dir,

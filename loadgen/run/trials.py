@@ -14,8 +14,7 @@ and measures again from the first missing one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from loadgen.persist.results_dir import trials_kept
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.point import PointResult, ResultFileError
+from loadgen.results.run_record import PointFacts, TrialFacts
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import TrialPart, assemble_trials
 from loadgen.run.driver import Driver
@@ -62,7 +62,7 @@ async def run_trials(
     store = ResultsDir(context.results_dir)
     kept = trials_kept(store, conc, spec.load.trials)
     parts: list[TrialPart] = []
-    facts: list[Mapping[str, Any] | None] = []
+    facts: list[PointFacts | None] = []
     for trial in range(1, spec.load.trials + 1):
         name = store.point_file(conc, trial).name
         if trial <= kept:  # measured by the attempt being resumed
@@ -94,9 +94,7 @@ def check_kept_trial(
     one trial's: a file of another run (or another trial's records beside it) was pooled
     silently. ResultFileError (exit 2), naming the file; nothing is moved or deleted."""
     name, lines = store.point_file(conc, trial), store.requests_file(conc, trial).name
-    run = store.read_run()
-    attempts = run.get("attempts") or [run]
-    run_ids = {a.get("run_id") for a in attempts if isinstance(a, dict)}
+    run_ids = {attempt.run_id for attempt in store.read_run().attempts_so_far()}
     if result.identity.run_id not in run_ids:
         raise ResultFileError(
             f"{name}: run_id {result.identity.run_id!r} is not an attempt of the run being "
@@ -146,7 +144,7 @@ class Trials:
 
 
 def _pooled(
-    context: RunContext, conc: int, parts: list[TrialPart], facts: list[Mapping[str, Any] | None]
+    context: RunContext, conc: int, parts: list[TrialPart], facts: list[PointFacts | None]
 ) -> PointOutcome:
     spec = context.spec
     before, after = summed_counters(facts)
@@ -154,19 +152,17 @@ def _pooled(
         parts, point_context(spec, conc), conc, server_before=before, server_after=after
     )
     store = ResultsDir(context.results_dir)
-    entries = [
-        {
-            "trial": k,
-            "seed": p.seed,
-            "file": p.file,
-            **(
-                {key: f[key] for key in ("clock", "server_before", "server_after") if key in f}
-                if f
-                else {}
-            ),
-        }
+    entries = tuple(
+        TrialFacts(
+            trial=k,
+            seed=p.seed,
+            file=p.file,
+            clock=f.clock if f else None,
+            server_before=f.server_before if f else None,
+            server_after=f.server_after if f else None,
+        )
         for k, (p, f) in enumerate(zip(parts, facts, strict=True), 1)
-    ]
+    )
     write_error: ResultsWriteError | None = None
     try:
         path = store.write_point(result)
@@ -174,27 +170,27 @@ def _pooled(
         path, write_error = store.point_file(conc), exc
     context.hooks.point_finished(conc, result)
     return PointOutcome(
-        conc, result, result.status.complete, path, {"trials": entries}, write_error
+        conc, result, result.status.complete, path, PointFacts(trials=entries), write_error
     )
 
 
 def summed_counters(
-    facts: list[Mapping[str, Any] | None],
+    facts: list[PointFacts | None],
 ) -> tuple[ServerSnapshot | None, ServerSnapshot | None]:
     """(zero, the trials' counter deltas summed): the server's traffic during the measured
     phases only, not between them. (None, None) when any trial's counters are unknown."""
-    pairs = [(f.get("server_before"), f.get("server_after")) if f else (None, None) for f in facts]
+    pairs = [(f.server_before, f.server_after) if f else (None, None) for f in facts]
     known = [(b, a) for b, a in pairs if b is not None and a is not None]
     if not pairs or len(known) < len(pairs):
         return None, None
     samples: dict[str, float] = {}
     keyed: dict[str, dict[str, float]] = {}
     for before, after in known:
-        for name, value in after["samples"].items():
-            samples[name] = samples.get(name, 0.0) + value - before["samples"].get(name, 0.0)
-        for name, values in after["keyed"].items():
+        for name, value in after.samples.items():
+            samples[name] = samples.get(name, 0.0) + value - before.samples.get(name, 0.0)
+        for name, values in after.keyed.items():
             per_key = keyed.setdefault(name, {})
-            was = before["keyed"].get(name, {})
+            was = before.keyed.get(name, {})
             for key, value in values.items():
                 per_key[key] = per_key.get(key, 0.0) + value - was.get(key, 0.0)
     zero = ServerSnapshot(

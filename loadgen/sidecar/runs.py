@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
 import orjson
 
 from loadgen.config.redact import redact_options, redact_text
@@ -95,10 +96,10 @@ class RunRecord:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
-        values = dict(data)
-        values["progress"] = Progress(**values.get("progress", {}))
-        return cls(**values)
+    def from_json(cls, data: bytes) -> RunRecord:
+        """The record as run.json holds it, decoded against its type
+        (msgspec.ValidationError names a field that is missing or of the wrong type)."""
+        return msgspec.json.decode(data, type=cls)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -172,8 +173,8 @@ class RunManager:
                 log.warning("loadgen serve: %s is reached through a symbolic link; ignored", path)
                 continue
             try:
-                record = RunRecord.from_json(orjson.loads(path.read_bytes()))
-            except (OSError, ValueError, TypeError) as exc:
+                record = RunRecord.from_json(path.read_bytes())
+            except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
                 # A damaged file must not keep the service from starting; say which.
                 record = RunRecord(
                     id=path.parent.name,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from loadgen.metrics.timeline import TimelineBar
 from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
+from loadgen.results.run_record import RunRecord
 from loadgen.sinks import report_figures as figures
 from loadgen.sinks.compare_files import (
     COLUMNS,
@@ -51,34 +52,35 @@ tr.differs th{background:#fff2cc}tr.warn td{background:#fff6f6}
 .warnings li{margin:4px 0}.ok{color:#17702f}img{max-width:100%;height:auto}
 code{background:#f0f2f6;padding:0 3px}.wide{overflow-x:auto}
 """
-SETTINGS = (
-    "target",
-    "base_url",
-    "server.model",
-    "server.version",
-    "server.spec_decoding",
-    "server.token_source",
-    "settings.conc",
-    "settings.isl",
-    "settings.osl",
-    "settings.endpoint",
-    "settings.encoder",
-    "settings.thinking",
-    "settings.reasoning_effort",
-    "settings.dataset",
-    "settings.range_ratio",
-    "settings.prompts_per_conc",
-    "settings.warmup_per_conc",
-    "settings.request_rate",
-    "settings.num_gpus",
-    "settings.spec_tokens",
-    "settings.sim_args",
-    "settings.extra_body",
-    "settings.temperature",
-    "settings.seed",
-    "started",
-    "loadgen_version",
-    "interrupted",
+# The settings table: label -> its value in a run's run.json (None: not shown).
+SETTINGS: tuple[tuple[str, Callable[[RunRecord], object]], ...] = (
+    ("target", lambda r: r.target),
+    ("base_url", lambda r: r.base_url),
+    ("model", lambda r: r.server.model if r.server else None),
+    ("version", lambda r: r.server.version if r.server else None),
+    ("spec_decoding", lambda r: r.server.spec_decoding if r.server else None),
+    ("token_source", lambda r: r.server.token_source if r.server else None),
+    ("conc", lambda r: r.settings.load.conc),
+    ("isl", lambda r: r.settings.workload.isl),
+    ("osl", lambda r: r.settings.workload.osl),
+    ("endpoint", lambda r: r.settings.target.endpoint),
+    ("encoder", lambda r: r.settings.workload.encoder),
+    ("thinking", lambda r: r.settings.workload.thinking),
+    ("reasoning_effort", lambda r: r.settings.workload.reasoning_effort),
+    ("dataset", lambda r: r.settings.workload.dataset),
+    ("range_ratio", lambda r: r.settings.workload.range_ratio),
+    ("prompts_per_conc", lambda r: r.settings.load.prompts_per_conc),
+    ("warmup_per_conc", lambda r: r.settings.load.warmup_per_conc),
+    ("request_rate", lambda r: r.settings.load.request_rate),
+    ("num_gpus", lambda r: r.settings.scoring.num_gpus),
+    ("spec_tokens", lambda r: r.settings.scoring.spec_tokens),
+    ("sim_args", lambda r: r.settings.run.sim_args),
+    ("extra_body", lambda r: r.settings.target.extra_body),
+    ("temperature", lambda r: r.settings.workload.temperature),
+    ("seed", lambda r: r.settings.run.seed),
+    ("started", lambda r: _started(r.started_unix)),
+    ("loadgen_version", lambda r: r.loadgen_version),
+    ("interrupted", lambda r: r.interrupted),
 )
 # A ratio this far from 1 is coloured (up = the run is better, down = worse).
 LOWER_IS_BETTER = frozenset({"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"})
@@ -88,7 +90,7 @@ LOWER_IS_BETTER = frozenset({"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_
 class ReportRun:
     name: str
     path: str
-    run: Mapping[str, Any]  # run.json
+    run: RunRecord | None  # run.json (None: the directory has none)
     points: Mapping[int, Mapping[str, Any]]  # conc -> conc_<N>.json, as in the file
     results: Mapping[int, PointResult]  # the same points, decoded
     distributions: Mapping[int, PointDistributions] = field(default_factory=dict)
@@ -140,29 +142,23 @@ def _ratio_cell(row: PointRow, key: str, baseline: str) -> str:
     )
 
 
-def _setting(run: ReportRun, path: str) -> Any:
-    if path == "started":
-        started = run.run.get("started_unix")
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else None
-    value: Any = run.run
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
+def _started(unix: float | None) -> str | None:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix)) if unix else None
 
 
 def settings_section(runs: Sequence[ReportRun]) -> str:
     head = "".join(f"<th>{_e(r.name)}</th>" for r in runs)
     rows = []
-    for path in SETTINGS:
+    for label, read in SETTINGS:
         values = [
-            _value(_setting(r, path), joiner=" " if path.endswith("sim_args") else ", ")
+            _value(read(r.run) if r.run else None, joiner=" " if label == "sim_args" else ", ")
             for r in runs
         ]
         if all(v == "-" for v in values):
             continue
         differs = ' class="differs"' if len(set(values)) > 1 else ""
         cells = "".join(f"<td>{_e(v)}</td>" for v in values)
-        rows.append(f"<tr{differs}><th>{_e(path.split('.')[-1])}</th>{cells}</tr>")
+        rows.append(f"<tr{differs}><th>{_e(label)}</th>{cells}</tr>")
     paths = "".join(f"<td><code>{_e(r.path)}</code></td>" for r in runs)
     return (
         f'<table id="settings"><tr><th>setting</th>{head}</tr>'

@@ -1,5 +1,6 @@
-"""A dataset is read once per run: the format check at the command line (only when the
-format is left to detection) and the one Workload the preflight and every point share.
+"""A dataset is read once per run: the one Workload the preflight and every point share
+takes over the bytes the format check at the command line read (when the format is left
+to detection).
 
 Reads are counted with an audit hook on `open` (CPython's own event, raised for every
 file open in this process), during a real run against the embedded simulator.
@@ -81,7 +82,7 @@ async def test_a_dataset_of_a_named_format_is_read_once(
     assert await _opens_of_a_run(tmp_path, tokenizer, "--dataset-format", "custom") == 1
 
 
-async def test_detecting_the_format_is_the_only_other_read(
+async def test_detecting_the_format_reads_nothing_more(
     tmp_path: Path, tokenizer: Tokenizer
 ) -> None:
-    assert await _opens_of_a_run(tmp_path, tokenizer) == 2
+    assert await _opens_of_a_run(tmp_path, tokenizer) == 1
