@@ -20,7 +20,7 @@ from loadgen.config.parsers import (
     check_extra_body,
     parse_header,
 )
-from loadgen.config.redact import url_has_credentials
+from loadgen.config.redact import redact_url, url_has_credentials
 from loadgen.config.session_checks import validate_sessions
 from loadgen.config.subspecs import (
     DATASET_FORMATS,
@@ -219,6 +219,12 @@ def _validate_telemetry(telemetry: TelemetrySpec, sim: bool) -> None:
             f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
             "with --sim: the embedded simulator's /gpu/metrics)",
         )
+    twice = sorted({url for url in telemetry.gpu_metrics if telemetry.gpu_metrics.count(url) > 1})
+    _check(
+        not twice,
+        f"--gpu-metrics {', '.join(map(redact_url, twice))}: given twice, its GPUs would be "
+        "counted twice; name every exporter once",
+    )
     _check(
         0 < telemetry.gpu_metrics_interval_s <= 3.0,
         f"--gpu-metrics-interval {telemetry.gpu_metrics_interval_s:g}: must be in (0, 3] "
@@ -274,6 +280,15 @@ def _validate_processes(spec: SpecParts) -> None:
     _check(
         spec.load.trials == 1 or spec.processes.shard_count == 1,
         "--trials with --shard: not supported; run the trials as separate sharded runs",
+    )
+    # Each shard would sample every GPU and divide all of their energy by its own share
+    # of the tokens (J/token x N); one sampler for the whole run needs one process.
+    _check(
+        spec.processes.shard_count == 1
+        or (not spec.telemetry.gpu_metrics and spec.telemetry.gpu_power_csv is None),
+        "--gpu-metrics/--gpu-power-csv with --shard: not supported (each shard would "
+        "charge every GPU's energy to its own tokens); measure energy in one process, "
+        "with --workers N for more client CPU",
     )
     _check(
         spec.load.trials == 1 or not spec.sessions,
