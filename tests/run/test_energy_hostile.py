@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
-from loadgen.client.gpu_metrics import GpuMetricsUrlError, PowerCsvTail
+from loadgen.client import gpu_metrics
+from loadgen.client.gpu_metrics import GpuMetricsUrlError
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import UsageError
 from loadgen.orchestrate.measure import measure
@@ -142,7 +143,8 @@ async def test_two_exporters_of_different_gpus_are_counted_once_each(
 async def test_a_power_csv_that_is_no_regular_file_is_refused_with_one_line(
     kind: str, tmp_path: Path, tokenizer: Tokenizer
 ) -> None:
-    """A FIFO blocked the read past Ctrl-C and /dev/zero grew without bound."""
+    """A FIFO blocked the read past Ctrl-C and /dev/zero grew without bound (the device
+    case, run against a loadgen without the check, reads until memory runs out)."""
     path = {"fifo": tmp_path / "gpu.fifo", "device": Path("/dev/zero"), "directory": tmp_path}[kind]
     if kind == "fifo":
         os.mkfifo(path)
@@ -161,7 +163,7 @@ def test_the_power_csv_is_read_once_as_it_grows(tmp_path: Path) -> None:
     read are never read again (the whole file used to be re-read after every point)."""
     path = tmp_path / "gpu.csv"
     path.write_text("timestamp, index, power.draw [W]\n100.0, 0, 300 W\n101.0, 0, 300 W\n102.0, 0")
-    tail = PowerCsvTail(path)
+    tail = gpu_metrics.PowerCsvTail(path)
     tail.read_new()
     assert tail.rows == {"0": [(100.0, 300.0), (101.0, 300.0)]}  # the half row waits
     # the recorder finishes the row and appends; an earlier row changed on disk is not read
