@@ -7,14 +7,24 @@ returns once every URL has been sampled once and `stop` samples every URL once m
 the samples bracket the measured window (first send to last completion) by construction.
 Scrapes run on a session of their own (client/http_session.py: no decompression,
 same-origin redirects, a capped body), beside the server's /metrics scrapes.
+
+While the point measures, each answer is kept as its lines of the GPU series
+(metrics/gpu_power.gpu_lines, a C-speed scan) and parsed only when the series are asked
+for, after the point: parsing a dcgm-exporter page costs milliseconds of Python, which on
+the event loop would delay the stamps of every chunk arriving meanwhile (as the server
+series' scrapes, client/server_series.py, wait too).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import os
+import stat
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -27,9 +37,14 @@ from loadgen.metrics.energy import PowerSample, PowerSeries, csv_power_series, m
 from loadgen.metrics.gpu_power import (
     POWER_NAMES,
     GpuMetricsParseError,
+    GpuReading,
+    PowerCsvColumns,
     PowerCsvError,
+    gpu_ids,
+    gpu_lines,
     parse_gpu_metrics,
-    parse_power_csv,
+    power_csv_columns,
+    power_csv_rows,
 )
 from loadgen.metrics.throughput import measured_window
 from loadgen.records import RequestRecord
@@ -51,27 +66,71 @@ class GpuMetricsUrlError(MetricsUrlError):
 
 
 async def check_gpu_metrics_urls(urls: Sequence[str]) -> None:
-    """Before the sweep: one line naming every URL that has no GPU power series."""
+    """Before the sweep: one line naming every URL that has no GPU power series, or a
+    URL given twice or GPUs (by UUID) two URLs both serve, which would count them twice."""
+    twice = sorted({redact_url(url) for url in urls if urls.count(url) > 1})
+    if twice:
+        raise GpuMetricsUrlError(
+            f"--gpu-metrics: {', '.join(twice)} given twice: each GPU would be counted "
+            "twice; name every exporter once"
+        )
     async with open_session(timeout_s=PREFLIGHT_SCRAPE_S, max_connections=len(urls)) as session:
 
-        async def problem(url: str) -> str | None:
+        async def problem(url: str) -> str | dict[str, GpuReading]:
             try:
                 readings = parse_gpu_metrics(await fetch_metrics_text(session, url))
             except (aiohttp.ClientError, OSError, MetricsUrlError, TimeoutError) as exc:
                 return f"{redact_url(url)} ({str(exc) or type(exc).__name__})"
             except GpuMetricsParseError:
                 return f"{redact_url(url)} (not Prometheus text)"
-            return None if readings else f"{redact_url(url)} (no {' or '.join(POWER_NAMES)})"
+            return readings or f"{redact_url(url)} (no {' or '.join(POWER_NAMES)})"
 
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(problem(url)) for url in urls]
-    failed = [p for task in tasks if (p := task.result()) is not None]
+    answers = [task.result() for task in tasks]
+    failed = [p for p in answers if isinstance(p, str)]
     if failed:
         raise GpuMetricsUrlError(
             f"--gpu-metrics: {len(failed)} of {len(urls)} URLs serve no GPU power metrics: "
             f"{'; '.join(failed)}; point it at dcgm-exporter (:9400/metrics) or AMD's "
             "device-metrics-exporter (:5000/metrics)"
         )
+    _check_distinct_gpus(urls, [a for a in answers if not isinstance(a, str)])
+
+
+def _check_distinct_gpus(urls: Sequence[str], readings: Sequence[dict[str, GpuReading]]) -> None:
+    """One exporter under two names (localhost and 127.0.0.1, a node's two addresses)
+    serves the same GPUs: their UUIDs say so."""
+    where: dict[str, str] = {}
+    for url, gpus in zip(urls, readings, strict=True):
+        for reading in gpus.values():
+            if reading.uuid is None:
+                continue
+            first = where.setdefault(reading.uuid, url)
+            if first != url:
+                raise GpuMetricsUrlError(
+                    f"--gpu-metrics: {redact_url(first)} and {redact_url(url)} both serve "
+                    f"GPU {reading.uuid}: the same exporter twice would count its GPUs "
+                    "twice; name each exporter once"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class RawSample:
+    """One scrape as it arrived: its GPU lines (gpu_lines), None when the scrape failed."""
+
+    mono_ns: int
+    unix_ns: int
+    lines: str | None
+
+
+def parse_sample(raw: RawSample) -> PowerSample:
+    """After the point: the scrape's readings (None when it failed or does not parse)."""
+    readings: dict[str, GpuReading] | None = None
+    if raw.lines is not None:
+        with contextlib.suppress(GpuMetricsParseError):
+            readings = parse_gpu_metrics(raw.lines)
+    return PowerSample(raw.mono_ns, raw.unix_ns, readings)
 
 
 class PowerSampler:
@@ -88,7 +147,7 @@ class PowerSampler:
         self.urls = tuple(urls)
         self.interval_s = interval_s
         self.clock, self.wall = clock, wall
-        self.samples: dict[str, list[PowerSample]] = {url: [] for url in self.urls}
+        self.samples: dict[str, list[RawSample]] = {url: [] for url in self.urls}
         # not tied to the interval: a slow answer delays only its URL's next sample (the
         # schedule is absolute), while a timeout marks the point exporter_unanswered
         self._timeout_s = MAX_SCRAPE_S
@@ -121,7 +180,11 @@ class PowerSampler:
             self._task.cancel()
 
     def series(self) -> list[PowerSeries]:
-        return [PowerSeries(redact_url(url), tuple(self.samples[url])) for url in self.urls]
+        """Parsed here, once the point is over (never while it measures)."""
+        return [
+            PowerSeries(redact_url(url), tuple(parse_sample(raw) for raw in self.samples[url]))
+            for url in self.urls
+        ]
 
     async def _cancel(self) -> None:
         if self._task is not None:
@@ -162,19 +225,23 @@ class PowerSampler:
         assert self._session is not None
         before = self.clock()
         wall = self.wall()
+        lines: str | None
         try:
             async with asyncio.timeout(self._timeout_s):
                 text = await fetch_metrics_text(self._session, url)
-            readings = parse_gpu_metrics(text)
-        except (aiohttp.ClientError, OSError, MetricsUrlError, TimeoutError, GpuMetricsParseError):
-            readings = None
+        except (aiohttp.ClientError, OSError, MetricsUrlError, TimeoutError):
+            lines = None
+        else:
+            lines = gpu_lines(text)
         after = self.clock()
         # the exporter read its GPUs somewhere between send and answer: the midpoint
         mid = (before + after) // 2
-        self.samples[url].append(PowerSample(mid, wall + (mid - before), readings))
+        self.samples[url].append(RawSample(mid, wall + (mid - before), lines))
 
 
 CSV_POLL_S = 0.05
+MAX_CSV_READ_BYTES = 64 << 20  # per point: 18 h of nvidia-smi at 500 ms on 8 GPUs
+CSV_MARGIN_S = 10.0  # rows kept around a window (metrics/energy.csv_power_series)
 
 
 def _written_since(path: Path, unix_s: float) -> bool:
@@ -188,18 +255,30 @@ class PowerCsvFileError(UsageError):
     """--gpu-power-csv names no readable telemetry CSV."""
 
 
+def _not_a_file(path: Path) -> str:
+    return (
+        f"--gpu-power-csv {path}: not a regular file (a FIFO, device or directory "
+        "cannot be read back to a point's window); let the recorder write a file "
+        "(nvidia-smi ... -f FILE)"
+    )
+
+
 def check_power_csv(path: Path) -> None:
-    """Before the sweep: the file is there and its header has the columns energy needs."""
+    """Before the sweep: a regular file (a FIFO would block the read, /dev/zero never
+    ends) whose header has the columns energy needs."""
     try:
+        regular = stat.S_ISREG(path.stat().st_mode)
+        if not regular:
+            raise PowerCsvFileError(_not_a_file(path))
         with path.open(encoding="utf-8", errors="replace") as fh:
-            header = fh.readline()
+            header = fh.readline(64 << 10)
     except OSError as exc:
         raise PowerCsvFileError(
             f"--gpu-power-csv {path}: {exc.strerror or exc}; start the "
             "recorder (nvidia-smi ... -f FILE) before loadgen"
         ) from None
     try:
-        parse_power_csv(header)
+        power_csv_columns(header)
     except PowerCsvError as exc:
         raise PowerCsvFileError(
             f"--gpu-power-csv {path}: {exc}; record it with nvidia-smi "
@@ -207,45 +286,76 @@ def check_power_csv(path: Path) -> None:
         ) from None
 
 
-async def read_power_csv(path: Path, *, wait_s: float = MAX_CSV_WAIT_S) -> str | None:
-    """After the last completion: the file once its recorder wrote past now (at most
-    `wait_s` later, so a row brackets the window's end), None when it cannot be read."""
+class PowerCsvTail:
+    """--gpu-power-csv read as its recorder appends: each point reads only the bytes
+    written since the previous one (at most MAX_CSV_READ_BYTES), so a sweep reads the
+    file once, and keeps only the rows a later window can still use."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = ""  # a last line the recorder had not finished
+        self.columns: PowerCsvColumns | None = None
+        self.rows: dict[str, list[tuple[float, float]]] = {}
+
+    def read_new(self) -> None:
+        """Blocking (run it in a thread): the rows appended since the last read. Raises
+        OSError, PowerCsvError."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):  # swapped for a FIFO since the check
+                raise OSError(_not_a_file(self.path))
+            if info.st_size < self.offset:  # truncated or replaced: read it anew
+                self.offset, self.partial, self.columns, self.rows = 0, "", None, {}
+            fh.seek(self.offset)
+            data = fh.read(MAX_CSV_READ_BYTES)
+        self.offset += len(data)
+        text = self.partial + data.decode("utf-8", errors="replace")
+        complete, _, self.partial = text.rpartition("\n")
+        if self.columns is None:
+            header, _, complete = complete.partition("\n")
+            self.columns = power_csv_columns(header)
+        for gpu, rows in power_csv_rows(self.columns, complete).items():
+            self.rows.setdefault(gpu, []).extend(rows)
+
+    def rows_after(self, unix_s: float) -> dict[str, list[tuple[float, float]]]:
+        """Every GPU's rows in time order, dropping for good those before `unix_s`."""
+        for gpu, rows in self.rows.items():
+            rows.sort()
+            self.rows[gpu] = rows[bisect.bisect_left(rows, (unix_s,)) :]
+        return {gpu: self.rows[gpu] for gpu in gpu_ids(self.rows)}
+
+
+async def read_power_csv(tail: PowerCsvTail, *, wait_s: float = MAX_CSV_WAIT_S) -> bool:
+    """After the last completion: the rows written up to once its recorder wrote past
+    now (at most `wait_s` later, so a row brackets the window's end); False when it
+    cannot be read."""
     now = time.time()
     for _ in range(int(wait_s / CSV_POLL_S)):  # polled: a file has no event to wait on
-        if await asyncio.to_thread(_written_since, path, now):
+        if await asyncio.to_thread(_written_since, tail.path, now):
             break
         await asyncio.sleep(CSV_POLL_S)
     try:
-        return await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
-    except OSError:
-        return None
+        await asyncio.to_thread(tail.read_new)
+    except (OSError, PowerCsvError):
+        return False
+    return True
 
 
-async def point_power_csv(path: Path, records: Sequence[RequestRecord]) -> list[PowerSeries]:
-    """A point's series from --gpu-power-csv, read once its recorder is past the end."""
-    return power_csv_series(
-        await read_power_csv(path),
-        str(path),
-        [(r.start_ns, r.sent_unix) for r in records],
-        measured_window(records),
-    )
-
-
-def power_csv_series(
-    text: str | None,
-    source: str,
-    starts: Sequence[tuple[int, float]],
-    window_ns: tuple[int, int] | None,
+async def point_power_csv(
+    tail: PowerCsvTail, records: Sequence[RequestRecord]
 ) -> list[PowerSeries]:
-    """The point's --gpu-power-csv rows as series on the monotonic clock; a file that
-    could not be read or parsed is one failed sample (exporter_unanswered)."""
+    """A point's series from --gpu-power-csv, read once its recorder is past the end."""
+    readable = await read_power_csv(tail)
+    starts = [(r.start_ns, r.sent_unix) for r in records]
+    window_ns = measured_window(records)
     offset = mono_to_unix_ns(starts)
     if offset is None or window_ns is None:
         return []
-    rows = None
-    if text is not None:
-        with contextlib.suppress(PowerCsvError):
-            rows = parse_power_csv(text)
-    if rows is None:
+    source = str(tail.path)
+    if not readable:  # one failed sample: exporter_unanswered
         return [PowerSeries(source, [PowerSample(window_ns[1], window_ns[1] + offset, None)])]
-    return csv_power_series(rows, source, offset, window_ns)
+    # a later window starts after this one ends: rows before its margin serve none
+    rows = tail.rows_after((window_ns[0] + offset) / 1e9 - CSV_MARGIN_S)
+    return csv_power_series(rows, source, offset, window_ns, CSV_MARGIN_S)

@@ -244,6 +244,15 @@ def _check_processes(spec: RunSpec) -> None:
         spec.load.trials == 1 or spec.processes.shard_count == 1,
         "--trials with --shard: not supported; run the trials as separate sharded runs",
     )
+    # Each shard would sample every GPU and divide all of their energy by its own share
+    # of the tokens (J/token x N); one sampler for the whole run needs one process.
+    _check(
+        spec.processes.shard_count == 1
+        or (not spec.telemetry.gpu_metrics and spec.telemetry.gpu_power_csv is None),
+        "--gpu-metrics/--gpu-power-csv with --shard: not supported (each shard would "
+        "charge every GPU's energy to its own tokens); measure energy in one process, "
+        "with --workers N for more client CPU",
+    )
     _check(
         spec.load.trials == 1 or not spec.sessions,
         "--trials with a session run (--turns, multi-turn or trace datasets): not "

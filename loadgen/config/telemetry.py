@@ -9,6 +9,7 @@ from pathlib import Path
 from loadgen.config import limits
 from loadgen.config.fields import Field, default_of, flag
 from loadgen.config.parsers import SpecError
+from loadgen.config.redact import redact_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,12 @@ def check(telemetry: TelemetrySpec, sim: bool) -> None:
             f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
             "with --sim: the embedded simulator's /gpu/metrics)",
         )
+    twice = sorted({url for url in telemetry.gpu_metrics if telemetry.gpu_metrics.count(url) > 1})
+    _check(
+        not twice,
+        f"--gpu-metrics {', '.join(map(redact_url, twice))}: given twice, its GPUs would be "
+        "counted twice; name every exporter once",
+    )
     _check(
         0 < telemetry.gpu_metrics_interval_s <= 3.0,
         f"--gpu-metrics-interval {telemetry.gpu_metrics_interval_s:g}: must be in (0, 3] "

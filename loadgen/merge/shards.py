@@ -153,11 +153,30 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
         if unknown
         else []
     )
+    warnings += _energy_warning(shards)
     warnings += [
         f"{name} could not be written (the points' files are)"
         for name in write_sweep_files(ResultsDir(out), results)
     ]
     return MergeOutcome(out, tuple(results), tuple(refused), tuple(warnings))
+
+
+def _energy_warning(shards: Sequence[Shard]) -> list[str]:
+    """Energy is never merged: a shard sampled every GPU but divided by its own tokens,
+    and the shards' samples are not one series. Said, not dropped silently."""
+    sampled = [
+        str(s.path)
+        for s in shards
+        if s.run.settings.telemetry.gpu_metrics or s.run.settings.telemetry.gpu_power_csv
+    ]
+    if not sampled:
+        return []
+    return [
+        f"{', '.join(sampled)}: sampled GPU energy (--gpu-metrics/--gpu-power-csv, which "
+        "loadgen refuses with --shard since): each shard charged every GPU's energy to its "
+        "own tokens, so the merged points carry no energy figures; measure energy in one "
+        "process (--workers N for more client CPU)"
+    ]
 
 
 def _check_out(out: Path) -> None:

@@ -13,13 +13,26 @@ Reason codes are InferenceX's (sampling_gap_exceeded, benchmark_window_not_brack
 insufficient_power_samples, expected_gpu_count_mismatch, no_usable_power_samples), plus
 loadgen's own: exporter_unanswered (a scrape of the point failed or timed out: the
 exporter stopped answering, or missed a beat), counter_reset (the
-energy counter went down) and gpu_missing (a GPU absent from some of its URL's samples).
+energy counter went down), gpu_missing (a GPU absent from some of its URL's samples),
+power_not_finite / power_negative and counter_not_finite / counter_negative (a reading
+no GPU can give), and the counter's cross-check against the power gauge:
+- counter_stalled: the counter did not advance over the window while the power
+  integral says the GPU drew more than COUNTER_SLACK_W on average;
+- counter_power_mismatch: the counter's energy and the power integral are more than a
+  factor COUNTER_POWER_RATIO apart (and more than COUNTER_SLACK_W x window). The gauge
+  is sampled every interval while the counter accumulates every joule, so they differ
+  under bursty load; a factor of 2 is far outside that and catches a stuck, glitched
+  or mis-scaled counter.
+A GPU is its UUID where the exporter gives one: a UUID already counted from an earlier
+URL (the same exporter under two names) is counted once (the preflight refuses such
+URLs, client/gpu_metrics.py; this holds should one appear mid-run).
 Averages are InferenceX's: avg_power_w is per GPU (total / window / GPUs).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -28,6 +41,8 @@ from loadgen.metrics.gpu_power import GpuReading, gpu_ids
 from loadgen.results.point import EnergyMetrics, GpuEnergy
 
 MAX_SAMPLE_GAP_S = 3.0  # InferenceX's _DEFAULT_MAX_SAMPLE_GAP_S
+COUNTER_POWER_RATIO = 2.0  # the counter within [integral / 2, integral x 2]
+COUNTER_SLACK_W = 5.0  # per GPU: below this average the gauge's resolution decides
 NS_PER_S = 1e9
 
 
@@ -129,6 +144,33 @@ def trapezoid_j(times: Sequence[float], powers: Sequence[float], end: float) -> 
     return sum((t1 - t0) * (p0 + p1) / 2.0 for (t0, p0), (t1, p1) in pairwise(points))
 
 
+def _value_issues(samples: Sequence[tuple[float, GpuReading]]) -> list[str]:
+    """Readings no GPU can give: NaN/Inf or negative power or energy."""
+    issues = []
+    powers = [r.power_w for _, r in samples if r.power_w is not None]
+    counters = [r.energy_j for _, r in samples if r.energy_j is not None]
+    if not all(math.isfinite(p) for p in powers):
+        issues.append("power_not_finite")
+    elif any(p < 0 for p in powers):
+        issues.append("power_negative")
+    if not all(math.isfinite(c) for c in counters):
+        issues.append("counter_not_finite")
+    elif any(c < 0 for c in counters):
+        issues.append("counter_negative")
+    return issues
+
+
+def counter_check(counter_j: float, integral_j: float, seconds: float) -> str | None:
+    """The counter's energy against the power integral over the same window (module doc)."""
+    slack = COUNTER_SLACK_W * seconds
+    if counter_j == 0.0 and integral_j > slack:
+        return "counter_stalled"
+    low, high = sorted((counter_j, integral_j))
+    if high - low > slack and (low <= 0.0 or high / low > COUNTER_POWER_RATIO):
+        return "counter_power_mismatch"
+    return None
+
+
 def _device(samples: Sequence[tuple[float, GpuReading]], end: float, max_gap_s: float) -> _Device:
     """One GPU: its samples as (seconds from the window start, reading), in time order."""
     if len(samples) < 2:
@@ -142,6 +184,9 @@ def _device(samples: Sequence[tuple[float, GpuReading]], end: float, max_gap_s: 
     rel_times = times[left : right + 1]
     max_gap = max((b - a for a, b in pairwise(rel_times)), default=0.0)
     issues = ["sampling_gap_exceeded"] if max_gap > max_gap_s else []
+    bad_values = _value_issues(relevant)
+    if bad_values:  # no figure from a NaN, an infinity or a negative reading
+        return _Device(None, None, max_gap, (*issues, *bad_values))
     powers = [r.power_w for _, r in relevant]
     trapezoid = (
         None
@@ -151,9 +196,11 @@ def _device(samples: Sequence[tuple[float, GpuReading]], end: float, max_gap_s: 
     counters = [r.energy_j for _, r in relevant]
     if all(c is not None for c in counters):
         values = [float(c) for c in counters if c is not None]
-        if any(b < a for a, b in pairwise(values)):
-            issues.append("counter_reset")
         energy = _interpolate(rel_times, values, end) - _interpolate(rel_times, values, 0.0)
+        if any(b < a for a, b in pairwise(values)):
+            issues.append("counter_reset")  # its delta means nothing: no cross-check
+        elif trapezoid is not None and (mismatch := counter_check(energy, trapezoid, end)):
+            issues.append(mismatch)
         return _Device(energy, "counter", max_gap, tuple(issues), trapezoid)
     if trapezoid is None:
         return _Device(None, None, max_gap, (*issues, "no_usable_power_samples"))
@@ -175,7 +222,8 @@ def _gpu_samples(
         if sample.readings is None:
             continue
         t = (sample.mono_ns - start_ns) / NS_PER_S
-        missing = missing or (bool(sample.readings) and set(sample.readings) != seen)
+        # an answer without GPUs (an empty or foreign page) between ones with them misses them
+        missing = missing or set(sample.readings) != seen
         for gpu, reading in sample.readings.items():
             per_gpu.setdefault(gpu, []).append((t, reading))
     return {gpu: per_gpu[gpu] for gpu in gpu_ids(per_gpu)}, missing
@@ -201,6 +249,7 @@ def point_energy(
     if window_ns is None or window_ns[1] <= window_ns[0]:
         return _metrics(["invalid_benchmark_window"], gpus, None, interval_s, totals)
     end = (window_ns[1] - window_ns[0]) / NS_PER_S
+    counted: set[str] = set()  # GPU UUIDs
     for one in series:
         # a point's samples span its window only: any failure is the window's
         if any(s.readings is None for s in one.samples):
@@ -211,10 +260,14 @@ def point_energy(
         if not per_gpu:
             _append(reasons, "no_usable_power_samples")
         for gpu, samples in per_gpu.items():
+            uuid = next((r.uuid for _, r in samples if r.uuid), None)
+            if uuid is not None:
+                if uuid in counted:
+                    continue
+                counted.add(uuid)
             device = _device(samples, end, max_gap_s)
             for issue in device.issues:
                 _append(reasons, issue)
-            uuid = next((r.uuid for _, r in samples if r.uuid), None)
             gpus.append(
                 GpuEnergy(
                     source=one.source,

@@ -3,7 +3,7 @@
 
 On disk `settings` is flat, one key per setting name, as docs/run-file.md promises and
 tools outside loadgen read it. Read back it is grouped by the parts of a RunSpec
-(config/subspecs.py: target, workload, load, deadlines, scoring, telemetry, output,
+(config/: target, workload, load, deadlines, scoring, telemetry, output,
 processes, session, plus the run-level seed and simulator), each a frozen Struct of the
 JSON each setting is written as. The model is the file's own schema, kept beside the
 other result files (this layer imports no config): a test holds its names and defaults

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen import __version__
-from loadgen.client.gpu_metrics import PowerSampler, gpu_metrics_urls, point_power_csv
+from loadgen.client.gpu_metrics import (
+    PowerCsvTail,
+    PowerSampler,
+    gpu_metrics_urls,
+    point_power_csv,
+)
 from loadgen.client.preflight import ServerInfo
 from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls
 from loadgen.client.server_series import SeriesWatch
@@ -87,6 +92,8 @@ class RunContext:
     # --trials: the trial this context measures (1..N; its spec carries the trial's seed),
     # so its files are conc_<N>_trial_<k>.json and requests_conc_<N>_trial_<k>.jsonl
     trial: int | None = None
+    # --gpu-power-csv: the file read as it grows, each point reading what was appended
+    power_csv: PowerCsvTail | None = None
 
 
 class PointRecords:
@@ -157,10 +164,10 @@ class PointRecords:
             self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
         if self.power is not None:  # sampled once more: after the last completion
             self.power_series, self.power = await self.power.stop(), None
-        if self.run.spec.telemetry.gpu_power_csv is not None:  # rows up to past the last completion
+        if self.run.power_csv is not None:  # rows up to past the last completion
             self.power_series = [
                 *(self.power_series or ()),
-                *await point_power_csv(self.run.spec.telemetry.gpu_power_csv, self.records),
+                *await point_power_csv(self.run.power_csv, self.records),
             ]
         if self.series_watch is not None:
             self.scrapes, self.series_watch = await self.series_watch.stop(), None

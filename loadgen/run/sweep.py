@@ -28,6 +28,7 @@ from time import perf_counter_ns
 from tokenizers import Tokenizer
 
 from loadgen.client.gpu_metrics import (
+    PowerCsvTail,
     check_gpu_metrics_urls,
     check_power_csv,
     gpu_metrics_urls,
@@ -265,6 +266,9 @@ class _Sweep:
             synthesis_of(self.spec, self.tokenizer),
             self.outputs,
             backend.simulator_log if isinstance(backend, HttpBackend) else None,
+            power_csv=PowerCsvTail(self.spec.telemetry.gpu_power_csv)
+            if self.spec.telemetry.gpu_power_csv is not None
+            else None,
         )
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier, self.spec.load.trials)

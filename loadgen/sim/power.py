@@ -16,7 +16,10 @@ These parameters describe the simulator, not any hardware.
 
 Exposed as NVIDIA dcgm-exporter does (its default counters): `DCGM_FI_DEV_POWER_USAGE`
 (gauge, W) and `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (counter, mJ, no `_total` suffix),
-one series per GPU labelled gpu, UUID, pci_bus_id, device, modelName, Hostname.
+one series per GPU labelled gpu, UUID, pci_bus_id, device, modelName, Hostname. Each
+simulator's GPUs have UUIDs of their own (random per process, as real GPUs differ), so
+two simulators standing for two nodes are two sets of GPUs to a client that identifies
+GPUs by UUID.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class PowerModel:
         # (when, energy) as each scrape reported it: the gauge averages between reported
         # values, so energy a late step dates in the past still reaches a later reading
         self._reads: list[tuple[int, float]] = [(self.start_ns, 0.0)]
+        self._board = uuid.uuid4()  # this simulator's GPUs' UUIDs derive from it
 
     def step(self, start_ns: int, end_ns: int, prefill_tokens: int, decode_tokens: int) -> None:
         """A step computing these tokens runs from start_ns to end_ns (steps never overlap
@@ -170,7 +174,7 @@ class PowerModel:
 
     def _labels(self, index: int) -> str:
         host = self.config.hostname
-        gpu_uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{host}/{index}"))
+        gpu_uuid = "GPU-" + str(uuid.uuid5(self._board, f"{host}/{index}"))
         return (
             f'gpu="{index}",UUID="{gpu_uuid}",pci_bus_id="00000000:{index + 1:02X}:00.0",'
             f'device="nvidia{index}",modelName="{MODEL_NAME}",Hostname="{host}"'

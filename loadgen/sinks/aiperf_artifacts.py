@@ -117,24 +117,28 @@ def _error(record: RequestRecord) -> dict[str, Any]:
     return {
         "code": record.status,
         "type": failure_kind(record) or "unknown",
-        "message": record.error_detail or None,
+        # AIPerf's ErrorDetails requires a message: the kind when loadgen kept no detail
+        "message": record.error_detail or failure_kind(record) or "request failed",
     }
 
 
 def _metadata(record: RequestRecord, phase: str, index: int, offset_ns: int) -> dict[str, Any]:
     offset = record.clock_unix_ns - record.clock_mono_ns if record.clock_mono_ns else offset_ns
     cancelled = record.error is ErrorKind.CANCELLED
-    session = record.session_id
+    # a request of a non-session run is a one-turn session of its own, as AIPerf writes
+    # single-turn runs (its swim-lane groups by these ids: null would make one session)
+    session = record.session_id or f"request-{index}"
     return {
         "session_num": index,
         "x_correlation_id": session,
         # the trace's own id (and ::sa subagent suffix), without loadgen's play label
-        "conversation_id": session.split(":", 1)[1] if session and ":" in session else session,
+        "conversation_id": session.split(":", 1)[1] if ":" in session else session,
         "turn_index": record.turn_index or 0,
         "request_start_ns": record.start_ns + offset,
         "request_ack_ns": None,  # loadgen does not stamp the response headers
         "request_end_ns": record.end_ns + offset,
         "worker_id": "loadgen",
+        "record_processor_id": "loadgen",  # required by AIPerf's MetricRecordMetadata
         "benchmark_phase": phase,
         "was_cancelled": cancelled,
         "cancellation_time_ns": record.end_ns + offset if cancelled else None,

@@ -87,6 +87,10 @@ def merge_cli(dirs: list[Path], out: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def loadgen_cli(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
 def point(results: Path, conc: int) -> tuple[dict[str, Any], dict[int, tuple[int, ...]]]:
     result = orjson.loads((results / f"conc_{conc}.json").read_bytes())
     records = read_jsonl(results / f"requests_conc_{conc}.jsonl")
@@ -246,3 +250,25 @@ def test_merge_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     done = merge_cli([tmp_path / "nothing"], tmp_path / "out")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "no readable run.json" in done.stderr
+
+
+async def test_merge_says_it_carries_no_energy_and_shards_refuse_to_sample_it(
+    tmp_path: Path, sim_url: str
+) -> None:
+    """Each shard sampling every GPU divided all of their energy by its own tokens (J/token
+    x N), and merge dropped energy without a word: now --shard refuses --gpu-metrics, and
+    merge says so for shards an older loadgen let sample."""
+    refused = loadgen_cli(
+        argv(sim_url, tmp_path / "x", "--shard", "0/2", "--gpu-metrics", sim_url + "/gpu/metrics")
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "--gpu-metrics/--gpu-power-csv with --shard: not supported" in refused.stderr
+    dirs = run_shards(sim_url, tmp_path, "--shard-sync", str(tmp_path / "sync"))
+    for d in dirs:  # as an older loadgen wrote them
+        run = orjson.loads((d / "run.json").read_bytes())
+        run["settings"]["gpu_metrics"] = [sim_url + "/gpu/metrics"]
+        (d / "run.json").write_bytes(orjson.dumps(run))
+    merged = merge_cli(dirs, tmp_path / "merged")
+    assert merged.returncode == 0, merged.stderr
+    assert "the merged points carry no energy figures" in merged.stderr
+    assert "power_valid" not in orjson.loads((tmp_path / "merged" / "conc_2.json").read_bytes())

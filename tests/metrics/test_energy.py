@@ -65,15 +65,82 @@ def test_trapezoid_interpolates_power_at_the_window_boundaries() -> None:
 
 
 def test_counter_delta_wins_over_power_when_every_sample_has_it() -> None:
-    # the gauge says 100 W but the counter grew 1000 J over the 2 s between samples
-    # bracketing a 1 s window centred in them: the counter's 500 J, not the gauge's 100
-    samples = [(-0.5, energy(100.0, 5000.0)), (1.5, energy(100.0, 6000.0))]
+    # the gauge says 400 W but the counter grew 1000 J over the 2 s between samples
+    # bracketing a 1 s window centred in them: the counter's 500 J, not the gauge's 400
+    # (within the cross-check's factor of 2)
+    samples = [(-0.5, energy(400.0, 5000.0)), (1.5, energy(400.0, 6000.0))]
     result = point_energy(
         [series(samples)], window(1.0), TOTALS, interval_s=1.0, expected_gpus=None
     )
     assert result.power_valid and result.energy_source == "counter"
     assert result.total_gpu_energy_j == pytest.approx(500.0)
-    assert result.gpu_energy[0].trapezoid_energy_j == pytest.approx(100.0)
+    assert result.gpu_energy[0].trapezoid_energy_j == pytest.approx(400.0)
+
+
+@pytest.mark.parametrize(
+    ("watts", "counter_j", "reason"),
+    [
+        (300.0, (5000.0, 5000.0), "counter_stalled"),  # 300 W drawn, the counter stuck
+        (300.0, (5000.0, 5000.0 + 2 * 283e6), "counter_power_mismatch"),  # a glitch: 283 MW
+        (300.0, (5000.0, 5000.0 + 2 * 100.0), "counter_power_mismatch"),  # a third of it
+        (100.0, (5000.0, 5000.0 + 2 * 201.0), "counter_power_mismatch"),  # just over 2x
+        (100.0, (5000.0, 5000.0 + 2 * 199.0), None),  # just under 2x
+        (300.0, (5000.0, 5000.0 + 2 * 151.0), None),  # just over half
+        (2.0, (5000.0, 5000.0), None),  # an idle reading below the gauge's resolution
+        (0.0, (5000.0, 5000.0 + 2 * 4.0), None),
+    ],
+)
+def test_the_counter_is_cross_checked_against_the_power_integral(
+    watts: float, counter_j: tuple[float, float], reason: str | None
+) -> None:
+    """The counter must lie within a factor of 2 of the power integral (or within 5 W
+    per GPU of it on average): a counter that does not advance while power is drawn, or
+    jumps, is not energy."""
+    samples = [(-1.0, energy(watts, counter_j[0])), (1.0, energy(watts, counter_j[1]))]
+    result = point_energy(
+        [series(samples)], window(1.0), TOTALS, interval_s=1.0, expected_gpus=None
+    )
+    assert result.power_invalid_reasons == ([reason] if reason else [])
+    assert result.power_valid is (reason is None)
+    assert (result.total_gpu_energy_j is None) is (reason is not None)
+
+
+@pytest.mark.parametrize(
+    ("reading", "reason"),
+    [
+        (GpuReading(float("nan"), None), "power_not_finite"),
+        (GpuReading(float("inf"), None), "power_not_finite"),
+        (GpuReading(-300.0, None), "power_negative"),
+        (GpuReading(300.0, float("nan")), "counter_not_finite"),
+        (GpuReading(300.0, -1.0), "counter_negative"),
+    ],
+)
+def test_readings_no_gpu_can_give_are_invalid_with_a_reason(
+    reading: GpuReading, reason: str
+) -> None:
+    good = GpuReading(300.0, 5000.0 if reading.energy_j is not None else None)
+    samples = [(-0.5, {"0": good}), (0.5, {"0": reading}), (1.5, {"0": good})]
+    result = point_energy(
+        [series(samples)], window(1.0), TOTALS, interval_s=1.0, expected_gpus=None
+    )
+    assert result.power_valid is False and reason in result.power_invalid_reasons
+    assert result.gpu_energy[0].energy_j is None and result.gpu_energy[0].avg_power_w is None
+    assert result.total_gpu_energy_j is None and result.joules_per_output_token is None
+
+
+def test_a_gpu_uuid_two_urls_serve_is_counted_once() -> None:
+    one = {"0": GpuReading(300.0, None, "GPU-a"), "1": GpuReading(100.0, None, "GPU-b")}
+    samples = [(-0.5, one), (1.5, one)]
+    result = point_energy(
+        [series(samples, "http://a/metrics"), series(samples, "http://b/metrics")],
+        window(1.0),
+        TOTALS,
+        interval_s=1.0,
+        expected_gpus=2,
+    )
+    assert result.power_valid and result.power_num_gpus == 2
+    assert result.total_gpu_energy_j == pytest.approx(400.0)
+    assert [g.uuid for g in result.gpu_energy] == ["GPU-a", "GPU-b"]
 
 
 def test_a_counter_that_goes_down_invalidates() -> None:
