@@ -95,7 +95,9 @@ def merge(argv: Sequence[str]) -> int:
     import argparse
     from pathlib import Path
 
-    from loadgen.merge.shards import merge_results
+    from loadgen.results.store import ResultsDir
+    from loadgen.scale.merge import merge_results
+    from loadgen.sinks.sweep_files import write_sweep_files
 
     parser = argparse.ArgumentParser(
         prog="loadgen merge",
@@ -115,7 +117,13 @@ def merge(argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(list(argv))  # argparse's own usage errors exit 2 as well
     outcome = merge_results(args.dirs, args.results)
-    for line in outcome.warnings:
+    # the sweep's files (csv, plot) are a sink's: written here, as a run's are by measure
+    unwritten = write_sweep_files(ResultsDir(outcome.results_dir), outcome.points)
+    warnings = [
+        *outcome.warnings,
+        *(f"{name} could not be written (the points' files are)" for name in unwritten),
+    ]
+    for line in warnings:
         print(f"loadgen merge: WARNING: {line}", file=sys.stderr)
     for line in outcome.refused:
         print(f"loadgen merge: refused {line}", file=sys.stderr)

@@ -69,7 +69,7 @@ from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import synthesis_of
 from loadgen.workload.session_plan import SessionSource, session_source
 
-__all__ = ["PointOutcome", "SweepOutcome", "run_sweep"]
+__all__ = ["PointOutcome", "SweepOutcome", "sweep_points"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ class SweepOutcome:
         return 1 if self.failed_points or self.golden_failed else 0
 
 
-async def run_sweep(
+async def sweep_points(
     spec: RunSpec,
     *,
     observer: RunObserver | None = None,

@@ -1,6 +1,6 @@
 """A sweep with its driver chosen: this process, or the worker pool (--workers N or auto).
 
-The engine's run_sweep runs whatever driver it is given and never imports this package;
+The engine's sweep_points runs whatever driver it is given and never imports this package;
 this is where `--workers auto` is resolved (and said) and the pool's driver is picked.
 """
 
@@ -18,7 +18,7 @@ from loadgen.run.driver import Drive, in_process
 from loadgen.run.observers import RunObserver, RunOutputs
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.sweep import SweepOutcome
-from loadgen.scale.workers import pool_drive, resolve_workers
+from loadgen.scale.pool_driver import pool_drive, resolve_workers
 
 
 def drive_for(spec: RunSpec) -> Drive:
@@ -36,9 +36,9 @@ async def run_sweep(
     sleep: Sleep = asyncio.sleep,
     outputs: RunOutputs | None = None,
 ) -> SweepOutcome:
-    """loadgen.run.sweep.run_sweep, with the points on as many processes as --workers says."""
+    """loadgen.run.sweep.sweep_points, with the points on as many processes as --workers says."""
     spec = resolve_workers(spec)
-    return await engine.run_sweep(
+    return await engine.sweep_points(
         spec,
         observer=observer,
         tokenizer=tokenizer,

@@ -1,5 +1,5 @@
 """The sweep's own outputs once its points are in: sweep.csv, the console tables and
-sweep.png, for a run (run/sweep.py) and a merge (merge/shards.py) alike."""
+sweep.png, for a run (run/sweep.py) and a merge (scale/merge.py) alike."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The client against a hostile server (tests/support/hostile_server.py): the hardening rows.
 
 Each test names the row of the issue it guards and runs the real client (Transport,
-run_sweep) over real sockets against a raw asyncio server that sends exactly the bytes
+sweep_points) over real sockets against a raw asyncio server that sends exactly the bytes
 the row describes. The CLI-level rows (one line on stderr, an exit status) are in
 test_hostile_cli.py.
 """
@@ -27,7 +27,7 @@ from loadgen.client.transport import Transport
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import SweepOutcome, run_sweep
+from loadgen.run.sweep import SweepOutcome, sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
 from tests.support.hostile_server import (
@@ -143,7 +143,7 @@ async def sweep(
         **settings,
     )
     async with asyncio.timeout(90):
-        outcome = await run_sweep(spec, tokenizer=tokenizer)
+        outcome = await sweep_points(spec, tokenizer=tokenizer)
     result = orjson.loads((results / f"conc_{CONC}.json").read_bytes())
     assert (results / "run.json").is_file()
     return outcome, result, read_jsonl(results / f"requests_conc_{CONC}.jsonl")

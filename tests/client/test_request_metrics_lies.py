@@ -24,7 +24,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.metrics.trust import point_warnings
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import run_sweep
+from loadgen.run.sweep import sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
 from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sse, token_events
@@ -135,7 +135,7 @@ async def point_of(
             **settings,
         )
         async with asyncio.timeout(90):
-            await run_sweep(spec, tokenizer=tokenizer)
+            await sweep_points(spec, tokenizer=tokenizer)
     point: dict[str, Any] = orjson.loads((results / f"conc_{CONC}.json").read_bytes())
     return point
 

@@ -24,7 +24,7 @@ from loadgen.client.transport import Transport
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import run_sweep
+from loadgen.run.sweep import sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
 from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sized_response
@@ -112,7 +112,7 @@ async def test_a_point_counts_tainted_requests_malformed(
             max_error_rate=1.0,
         )
         async with asyncio.timeout(60):
-            await run_sweep(spec, tokenizer=tokenizer)
+            await sweep_points(spec, tokenizer=tokenizer)
     point: dict[str, Any] = orjson.loads((tmp_path / "conc_1.json").read_bytes())
     records = read_jsonl(tmp_path / "requests_conc_1.jsonl")
     # the first took the probe's copy, the second the first's real answer: both out of step

@@ -121,7 +121,7 @@ class Prom:
 
 @pytest.mark.prometheus
 async def test_live_session_metrics_equal_the_result_file(tmp_path: Path) -> None:
-    from loadgen.run.sweep import run_sweep
+    from loadgen.run.sweep import sweep_points
     from loadgen.sim.server import running_simulator
     from loadgen.tokenizer import load_tokenizer
 
@@ -155,7 +155,7 @@ async def test_live_session_metrics_equal_the_result_file(tmp_path: Path) -> Non
             aiohttp.ClientSession() as session,
         ):
             await wait_scraped(session, url, jobs=2)
-            outcome = await run_sweep(spec, observer=observer, tokenizer=tokenizer)
+            outcome = await sweep_points(spec, observer=observer, tokenizer=tokenizer)
             assert outcome.exit_code == 0
             await asyncio.sleep(2.5)  # two more scrapes: the final counts are in
             prom = Prom(session, url)

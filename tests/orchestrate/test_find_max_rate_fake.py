@@ -1,4 +1,4 @@
-"""`--find-max rate` through the whole runner (orchestrate/capacity.py, run_sweep, the pure search)
+"""`--find-max rate` through the whole runner (orchestrate/capacity.py, the sweep, the pure search)
 on the virtual-clock fake backend: a server of 4 slots (FIFO, each request holds one for
 its whole stream) in front of which TTFT grows once the open-loop arrivals outpace it.
 The search must find, within its resolution, what a sweep of every rate on a grid of
@@ -20,7 +20,7 @@ from loadgen.orchestrate.capacity import find_capacity
 from loadgen.orchestrate.measure import measure
 from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
-from loadgen.run.sweep import run_sweep
+from loadgen.run.sweep import sweep_points
 from loadgen.workload.plan import RequestSpec
 from tests.run.test_sweep_fake import (
     ITL_MS,
@@ -81,7 +81,7 @@ async def test_find_max_rate_equals_a_sweep_of_every_rate_on_its_grid(
     async def p99_at(rate: float) -> float:
         clock = VirtualClock()
         results = tmp_path / f"grid_{rate:g}"
-        await run_sweep(
+        await sweep_points(
             spec(results, request_rate=rate, **common),
             tokenizer=tokenizer,
             backend=QueueServer(clock),

@@ -16,7 +16,7 @@ from loadgen.errors import LoadgenError, UsageError
 from loadgen.persist.outcome import PointOutcome
 from loadgen.run.driver import Driver, RunPieces, in_process
 from loadgen.run.point_records import RunContext
-from loadgen.run.sweep import run_sweep
+from loadgen.run.sweep import sweep_points
 from tests.run.test_sweep_fake import ExactServer, VirtualClock, spec
 
 
@@ -49,7 +49,7 @@ async def test_the_sweep_runs_every_point_through_its_driver(
             yield drivers[-1]
 
     clock = VirtualClock()
-    outcome = await run_sweep(
+    outcome = await sweep_points(
         spec(tmp_path, conc=(2, 4)),
         tokenizer=tokenizer,
         backend=ExactServer(clock),
@@ -69,7 +69,7 @@ async def test_the_engine_refuses_workers_without_the_pools_driver(
 ) -> None:
     clock = VirtualClock()
     with pytest.raises(UsageError, match="--workers 2: this entry point runs one process"):
-        await run_sweep(
+        await sweep_points(
             spec(tmp_path, conc=(2,), workers=2),
             tokenizer=tokenizer,
             backend=ExactServer(clock),

@@ -152,7 +152,7 @@ def test_sessions_refuse_shards() -> None:
 
 
 def test_workers_auto_plays_a_mooncake_trace_in_one_process() -> None:
-    from loadgen.scale.workers import resolve_workers
+    from loadgen.scale.pool_driver import resolve_workers
 
     spec = spec_from_argv(
         [

@@ -31,7 +31,7 @@ from loadgen.results.point import (
     file_keys,
 )
 from loadgen.run.backend import OnRecord
-from loadgen.run.sweep import run_sweep
+from loadgen.run.sweep import sweep_points
 from loadgen.sinks.run_files import RunFiles
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec
@@ -155,7 +155,7 @@ async def test_a_sweep_through_the_seam_gives_the_exact_figures(
     clock = VirtualClock()
     server = ExactServer(clock)
     run = spec(tmp_path)
-    outcome = await run_sweep(
+    outcome = await sweep_points(
         run,
         tokenizer=tokenizer,
         backend=server,
@@ -203,7 +203,7 @@ async def test_the_open_loop_runs_on_the_clock_it_is_given(
 ) -> None:
     """At 10 req/s on a virtual clock, arrivals follow the seeded gaps exactly."""
     clock = VirtualClock()
-    outcome = await run_sweep(
+    outcome = await sweep_points(
         spec(tmp_path, conc=(64,), prompts_per_conc=1, warmup_per_conc=0, request_rate=10.0),
         tokenizer=tokenizer,
         backend=ExactServer(clock),
@@ -232,7 +232,7 @@ async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
 
     base = spec(tmp_path, conc=(5,), prompts_per_conc=3, warmup_per_conc=0, request_rate=50.0)
     whole_clock = VirtualClock()
-    await run_sweep(
+    await sweep_points(
         spec(tmp_path / "one", conc=(5,), prompts_per_conc=3, warmup_per_conc=0, request_rate=50.0),
         tokenizer=tokenizer,
         backend=ExactServer(whole_clock),
@@ -244,7 +244,7 @@ async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
         clock = VirtualClock()  # every shard starts at the same (virtual) instant
         results = tmp_path / f"shard{index}"
         shard = base.with_(shard_index=index, shard_count=3, results_dir=results)
-        await run_sweep(
+        await sweep_points(
             shard, tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep
         )
         mine = sent(results)
@@ -296,7 +296,7 @@ async def test_latency_from_schedule_adds_exactly_the_send_delay(
     chunks = 16 // TOKENS_PER_CHUNK
     e2el_ms = TTFT_MS + (chunks - 1) * ITL_MS
     slos = {"ttft": TTFT_MS + 10.0}  # met from the send, missed from the schedule when late
-    await run_sweep(
+    await sweep_points(
         spec(
             tmp_path,
             conc=(8,),

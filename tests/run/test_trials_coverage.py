@@ -1,6 +1,6 @@
 """The --trials interval covers what it promises (issue 24: "CIs that contain the mean ...
 at least at the rate the method promises"), checked where it is cheap: the whole runner
-(run_sweep, trials, pooling, files) on the virtual-clock fake backend of the
+(sweep_points, trials, pooling, files) on the virtual-clock fake backend of the
 schedule-relative latency tests, whose TTFT is noisy per request (drawn from the request
 body, so from each trial's seed) and whose clock costs nothing to advance.
 
@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from loadgen.errors import ServerError
 from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
-from loadgen.run.sweep import run_sweep
+from loadgen.run.sweep import sweep_points
 from loadgen.workload.plan import RequestSpec
 from tests.run.test_sweep_fake import (
     ITL_MS,
@@ -75,7 +75,7 @@ async def _sweep(results: Path, tokens: Tokenizer, seed: int) -> list[dict[str, 
     does not depend on the concurrency, so its points are RUNS replicates of one
     experiment (each point draws its own prompts), measured in one sweep."""
     clock = VirtualClock()
-    await run_sweep(
+    await sweep_points(
         spec(results, conc=CONCS, num_prompts=20, warmup_per_conc=0, trials=TRIALS, seed=seed),
         tokenizer=tokens,
         backend=NoisyServer(clock),
@@ -142,7 +142,7 @@ async def test_a_run_level_stop_in_trial_two_keeps_trial_one_and_resume_ends_the
     settings = dict(conc=(2,), num_prompts=8, warmup_per_conc=1, trials=3, seed=5)
     clock = VirtualClock()
     with pytest.raises(ServerError) as stopped:
-        await run_sweep(
+        await sweep_points(
             spec(tmp_path, **settings),
             tokenizer=tokenizer,
             backend=DiesInTrialTwo(clock),
@@ -155,7 +155,7 @@ async def test_a_run_level_stop_in_trial_two_keeps_trial_one_and_resume_ends_the
     first = (tmp_path / "conc_2_trial_1.json").read_bytes()
     assert not (tmp_path / "conc_2.json").exists()
     clock = VirtualClock()
-    await run_sweep(
+    await sweep_points(
         spec(tmp_path, resume=True, **settings),
         tokenizer=tokenizer,
         backend=NoisyServer(clock),
@@ -168,7 +168,7 @@ async def test_a_run_level_stop_in_trial_two_keeps_trial_one_and_resume_ends_the
     # trial 2 measured again with the same seed: its figures are those of an unbroken run
     clean = tmp_path / "clean"
     clock = VirtualClock()
-    await run_sweep(
+    await sweep_points(
         spec(clean, **settings),
         tokenizer=tokenizer,
         backend=NoisyServer(clock),

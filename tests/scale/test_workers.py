@@ -35,8 +35,8 @@ from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.shares import Share, requests_in
+from loadgen.scale.pool_driver import choose_workers
 from loadgen.scale.sweep import run_sweep
-from loadgen.scale.workers import choose_workers
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 
 SIM = (
@@ -215,7 +215,7 @@ def worker_pids(parent: int) -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError):
             continue
-        if int(fields[1]) == parent and b"loadgen.scale.worker" in cmdline:
+        if int(fields[1]) == parent and b"loadgen.scale.worker_process" in cmdline:
             pids.append(int(stat.parent.name))
     return sorted(pids)
 

@@ -151,7 +151,7 @@ def test_the_issue_panels_are_there() -> None:
 
 async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Path) -> None:
     from loadgen.config.args import spec_from_options
-    from loadgen.run.sweep import run_sweep
+    from loadgen.run.sweep import sweep_points
 
     # GPU power sampled from the simulator's dcgm-exporter-format /gpu/metrics: the energy
     # row's gauges get data too.
@@ -178,7 +178,7 @@ async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Pa
         points=len(spec.load.conc),
         spec_tokens=spec.scoring.spec_tokens,
     )
-    await run_sweep(spec, observer=observer)
+    await sweep_points(spec, observer=observer)
 
 
 @pytest.mark.prometheus

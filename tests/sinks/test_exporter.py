@@ -239,7 +239,7 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
     mid-stream aborts) with the exporter
     as the runner's observer: every counter equals the matching field of the result file."""
     from loadgen.config.args import spec_from_options
-    from loadgen.run.sweep import run_sweep
+    from loadgen.run.sweep import sweep_points
     from loadgen.sim.config import FaultConfig
     from loadgen.sim.server import SimConfig, running_simulator
 
@@ -275,7 +275,7 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
             points=len(spec.load.conc),
             spec_tokens=spec.scoring.spec_tokens,
         )
-        outcome = await run_sweep(spec, observer=observer)
+        outcome = await sweep_points(spec, observer=observer)
     got = samples(registry)
     assert value(got, "loadgen_sweep_progress_ratio") == 1.0
     assert value(got, "loadgen_requests_in_flight") == 0

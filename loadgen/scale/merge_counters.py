@@ -14,7 +14,7 @@ from loadgen.metrics.server_urls import per_url_fields
 from loadgen.results.run_record import CounterFacts, PointEntry
 
 if TYPE_CHECKING:
-    from loadgen.merge.shard import Shard
+    from loadgen.scale.shard_dir import Shard
 
 
 def merged_by_url(points: Sequence[PointEntry]) -> list[dict[str, Any]] | None:

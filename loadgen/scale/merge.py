@@ -27,9 +27,6 @@ import orjson
 from loadgen import __version__
 from loadgen.config.golden import GoldenAL
 from loadgen.errors import UsageError
-from loadgen.merge.counters import combined_snapshots, merged_by_url
-from loadgen.merge.shard import Shard
-from loadgen.merge.timeline import PointRefused, align, check_overlap
 from loadgen.metrics.summary import PointContext
 from loadgen.persist.results_dir import run_files
 from loadgen.records import RequestRecord
@@ -40,7 +37,9 @@ from loadgen.results.run_record import PointEntry, RunRecord
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.ids import new_run_id
-from loadgen.sinks.sweep_files import write_sweep_files
+from loadgen.scale.merge_counters import combined_snapshots, merged_by_url
+from loadgen.scale.merge_timeline import PointRefused, align, check_overlap
+from loadgen.scale.shard_dir import Shard
 
 # Settings that may differ between the shards of one run (everything else must match).
 PER_SHARD = frozenset(
@@ -154,10 +153,6 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
         else []
     )
     warnings += _energy_warning(shards)
-    warnings += [
-        f"{name} could not be written (the points' files are)"
-        for name in write_sweep_files(ResultsDir(out), results)
-    ]
     return MergeOutcome(out, tuple(results), tuple(refused), tuple(warnings))
 
 

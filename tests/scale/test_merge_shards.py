@@ -22,10 +22,10 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
-from loadgen.merge.shards import merge_results
 from loadgen.results.jsonl import JsonlSink, read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
-from loadgen.run.sweep import run_sweep
+from loadgen.run.sweep import sweep_points
+from loadgen.scale.merge import merge_results
 
 SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2", "--seed", "5")
 CONC = (1, 2, 4)  # conc 1: shard 1 holds no slot, and its sweep would run ahead
@@ -113,7 +113,7 @@ async def test_two_synced_shards_merge_into_the_unsharded_run(
         results_dir=tmp_path / "one",
         progress=False,
     )
-    await run_sweep(spec, tokenizer=tokenizer)
+    await sweep_points(spec, tokenizer=tokenizer)
     for conc in CONC:
         whole, whole_chunks = point(tmp_path / "one", conc)
         result, chunks = point(tmp_path / "merged", conc)
@@ -225,7 +225,7 @@ async def test_merge_refuses_shards_that_did_not_overlap(
         shard_count=2,
     )
     for index in (0, 1):  # one after the other
-        await run_sweep(
+        await sweep_points(
             base.with_(shard_index=index, results_dir=tmp_path / f"s{index}"),
             tokenizer=tokenizer,
         )

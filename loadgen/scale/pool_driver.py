@@ -1,7 +1,7 @@
 """`--workers N`: N client processes on this machine, one result.
 
 The parent checks the server (preflight), starts any embedded simulator and then N
-worker processes (scale/worker.py), each on its own socketpair; scale/pool.py runs each
+worker processes (scale/worker_process.py), each on its own socketpair; scale/pool.py runs each
 point on them, and `PoolDriver` is the engine's Driver (run/driver.py) over the pool.
 `--workers auto` is resolved here, before the run starts.
 """
@@ -28,7 +28,7 @@ from loadgen.run.shares import Share
 from loadgen.run.stops import WorkerDied
 from loadgen.scale.frames import Kind, frame
 from loadgen.scale.pool import Handle, Lost, WorkerPool
-from loadgen.scale.worker import WorkerConfig
+from loadgen.scale.worker_process import WorkerConfig
 from loadgen.workload.session_plan import SessionSource
 
 START_TIMEOUT_S = 120.0  # import, tokenizer load, word pool: a few seconds, more when busy
@@ -85,7 +85,7 @@ def _spawn(index: int) -> tuple[subprocess.Popen[bytes], socket.socket]:
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.scale.worker", str(theirs.fileno())],
+            [sys.executable, "-m", "loadgen.scale.worker_process", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             start_new_session=True,

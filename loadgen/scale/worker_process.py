@@ -1,4 +1,4 @@
-"""A worker process: `python -m loadgen.scale.worker FD`, started by scale/workers.py.
+"""A worker process: `python -m loadgen.scale.worker_process FD`, started by scale/pool_driver.py.
 
 It is a fresh interpreter (spawned, never forked: the parent's tokenizer runs threads that
 a fork would copy mid-flight) with its own uvloop, its own aiohttp session and

@@ -1,1 +1,0 @@
-"""`loadgen merge`: the shards of one run (`--shard I/N`) merged into one result set."""
