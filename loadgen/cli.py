@@ -10,7 +10,6 @@ exit status, here and nowhere else.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import difflib
 import os
 import signal
@@ -27,7 +26,7 @@ from loadgen.wording import printable
 
 if TYPE_CHECKING:
     from loadgen.config.sweepfile import SweepPlan
-    from loadgen.run.observers import RunObserver
+    from loadgen.orchestrate.measure import SweepOutcome
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,9 +94,7 @@ def merge(argv: Sequence[str]) -> int:
     import argparse
     from pathlib import Path
 
-    from loadgen.results.store import ResultsDir
-    from loadgen.scale.merge import merge_results
-    from loadgen.sinks.sweep_files import write_sweep_files
+    from loadgen.orchestrate.merge import merge_shards
 
     parser = argparse.ArgumentParser(
         prog="loadgen merge",
@@ -116,14 +113,8 @@ def merge(argv: Sequence[str]) -> int:
         help="where the merged result set goes (a new directory)",
     )
     args = parser.parse_args(list(argv))  # argparse's own usage errors exit 2 as well
-    outcome = merge_results(args.dirs, args.results)
-    # the sweep's files (csv, plot) are a sink's: written here, as a run's are by measure
-    unwritten = write_sweep_files(ResultsDir(outcome.results_dir), outcome.points)
-    warnings = [
-        *outcome.warnings,
-        *(f"{name} could not be written (the points' files are)" for name in unwritten),
-    ]
-    for line in warnings:
+    outcome = merge_shards(args.dirs, args.results)
+    for line in outcome.warnings:
         print(f"loadgen merge: WARNING: {line}", file=sys.stderr)
     for line in outcome.refused:
         print(f"loadgen merge: refused {line}", file=sys.stderr)
@@ -203,29 +194,6 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
             loop.remove_signal_handler(sig)
 
 
-async def _metrics_model_label(spec: RunSpec) -> str:
-    """The `model` label of live metrics: the served name, so the dashboard can put
-    the server's own `vllm:` series (labelled model_name) beside loadgen's."""
-    if spec.target.model:
-        return spec.target.model
-    if spec.sim:
-        from loadgen.sim.parser import build_parser as sim_parser
-
-        return str(sim_parser().parse_known_args(list(spec.sim_args))[0].model)
-    from loadgen.client.preflight import find_model
-    from loadgen.client.transport import open_session
-    from loadgen.run.backend import request_headers
-
-    assert spec.target.base_url is not None
-    async with open_session(
-        max_connections=1,
-        headers=request_headers(spec),
-        http_timeout_s=spec.deadlines.http_timeout_s,
-    ) as session:
-        name, _ = await find_model(session, spec.target.base_url.rstrip("/"), None)
-    return name
-
-
 async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
     if spec.load.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
         from loadgen.orchestrate.capacity import find_capacity
@@ -233,41 +201,18 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
         outcome = await find_capacity(spec)
         print(f"loadgen: capacity search in {outcome.results_dir}/capacity.json", file=sys.stderr)
         return 0
-    if metrics_port is None:
-        return await _run_sweep(spec, None)
-    from loadgen.sinks.prometheus import live_metrics
-
-    model = await _metrics_model_label(spec)
-    stack = contextlib.AsyncExitStack()
-    try:  # bind before the sweep, so a taken port fails fast and alone
-        server, observer = await stack.enter_async_context(
-            live_metrics(
-                model=model,
-                endpoint=spec.target.endpoint,
-                points=len(spec.load.conc),
-                spec_tokens=spec.scoring.spec_tokens,
-                port=metrics_port,
-                host=metrics_host,
-                labels={"shard": str(spec.processes.shard_index)}
-                if spec.processes.shard_count > 1
-                else None,
-            )
-        )
-    except OSError as exc:
-        raise UsageError(
-            f"--metrics-port {metrics_port}: {exc.strerror or exc}; pick a free port (0 = any)"
-        ) from None
-    async with stack:
-        print(
-            f"loadgen: live metrics at http://{server.host}:{server.port}/metrics", file=sys.stderr
-        )
-        return await _run_sweep(spec, observer)
-
-
-async def _run_sweep(spec: RunSpec, observer: RunObserver | None) -> int:
     from loadgen.orchestrate.measure import measure
 
-    outcome = await measure(spec, observer=observer)
+    if metrics_port is None:
+        return _said(spec, await measure(spec))
+    from loadgen.orchestrate.live import live_observer
+
+    async with live_observer(spec, metrics_port, metrics_host) as observer:
+        return _said(spec, await measure(spec, observer=observer))
+
+
+def _said(spec: RunSpec, outcome: SweepOutcome) -> int:
+    """The sweep's closing lines on stderr, and its exit status."""
     if outcome.nothing_to_resume:
         print(
             f"loadgen: every point of the run in {outcome.results_dir} is complete; "

@@ -41,3 +41,6 @@ async def measure(
     finally:
         if progress is not None:
             progress.close()
+
+
+__all__ = ["SweepOutcome", "measure"]  # SweepOutcome: what `loadgen` reads of a run

@@ -63,6 +63,13 @@ def sim_stream_interval(sim_args: Sequence[str]) -> int | None:
     return int(args.stream_interval)
 
 
+def sim_model(sim_args: Sequence[str]) -> str:
+    """The model name the embedded simulator run with `sim_args` serves."""
+    from loadgen.sim.parser import build_parser
+
+    return str(build_parser().parse_known_args(list(sim_args))[0].model)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))

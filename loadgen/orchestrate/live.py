@@ -1,0 +1,64 @@
+"""A run with live Prometheus metrics (`--metrics-port`): the exporter bound before the
+sweep starts, so a taken port fails fast and alone, and labelled with the served model."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+
+from loadgen.client.preflight import find_model
+from loadgen.client.transport import open_session
+from loadgen.config.spec import RunSpec
+from loadgen.errors import UsageError
+from loadgen.run.backend import request_headers
+from loadgen.run.embedded_sim import sim_model
+from loadgen.run.observers import RunObserver
+from loadgen.sinks.prometheus import live_metrics
+
+
+async def model_label(spec: RunSpec) -> str:
+    """The `model` label of live metrics: the served name, so the dashboard can put
+    the server's own `vllm:` series (labelled model_name) beside loadgen's."""
+    if spec.target.model:
+        return spec.target.model
+    if spec.sim:
+        return sim_model(spec.sim_args)
+    assert spec.target.base_url is not None
+    async with open_session(
+        max_connections=1,
+        headers=request_headers(spec),
+        http_timeout_s=spec.deadlines.http_timeout_s,
+    ) as session:
+        name, _ = await find_model(session, spec.target.base_url.rstrip("/"), None)
+    return name
+
+
+@contextlib.asynccontextmanager
+async def live_observer(spec: RunSpec, port: int, host: str) -> AsyncIterator[RunObserver]:
+    """The observer that feeds the live metrics served on host:port while the block runs."""
+    model = await model_label(spec)
+    stack = contextlib.AsyncExitStack()
+    try:
+        server, observer = await stack.enter_async_context(
+            live_metrics(
+                model=model,
+                endpoint=spec.target.endpoint,
+                points=len(spec.load.conc),
+                spec_tokens=spec.scoring.spec_tokens,
+                port=port,
+                host=host,
+                labels={"shard": str(spec.processes.shard_index)}
+                if spec.processes.shard_count > 1
+                else None,
+            )
+        )
+    except OSError as exc:
+        raise UsageError(
+            f"--metrics-port {port}: {exc.strerror or exc}; pick a free port (0 = any)"
+        ) from None
+    async with stack:
+        print(
+            f"loadgen: live metrics at http://{server.host}:{server.port}/metrics", file=sys.stderr
+        )
+        yield observer
