@@ -300,3 +300,30 @@ def test_sweep_file_lanes_differ_in_cache_state_and_compare_says_so(
     assert "cache_state uncontrolled, while reset elsewhere" in text, text
     assert "cache_state reset, while uncontrolled elsewhere" in text, text
     assert orjson.loads((lanes["cold"] / "run.json").read_bytes())["settings"]["reset_prefix_cache"]
+
+
+def test_worker_processes_measure_after_the_parents_reset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--workers 2: the parent resets between the workers' warmup and their measured
+    requests (scale/pool.py), so their prompts find nothing from the run before."""
+    monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    sim = start_sim(port, tmp_path / "sim.log", "--enable-prompt-tokens-details")
+    common = ["--base-url", base, *POINT, "--workers", "2"]
+    try:
+        first = run_loadgen([*common, "--results", str(tmp_path / "first")])
+        again = run_loadgen([*common, "--results", str(tmp_path / "again")])
+        reset = run_loadgen(
+            [*common, "--reset-prefix-cache", "--reset-after-warmup"]
+            + ["--results", str(tmp_path / "reset")]
+        )
+    finally:
+        stop(sim)
+    for done in (first, again, reset):
+        assert done.returncode == 0, done.stderr
+    assert all(c == 32 for c in _cached(tmp_path / "again"))
+    assert all(c == 0 for c in _cached(tmp_path / "reset"))
+    assert point(tmp_path / "reset", 2)["cache_state"] == "reset"
+    assert point(tmp_path / "again", 2)["cache_state"] == "uncontrolled"
