@@ -327,3 +327,16 @@ def test_worker_processes_measure_after_the_parents_reset(
     assert all(c == 0 for c in _cached(tmp_path / "reset"))
     assert point(tmp_path / "reset", 2)["cache_state"] == "reset"
     assert point(tmp_path / "again", 2)["cache_state"] == "uncontrolled"
+
+
+def test_the_embedded_simulator_serves_the_reset_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--sim: loadgen starts its simulator in dev mode for a run that resets it."""
+    monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
+    done = run_loadgen(
+        ["--sim", "--sim-args", "--spec-tokens 0", *POINT, "--reset-prefix-cache"]
+        + ["--results", str(tmp_path)]
+    )
+    assert done.returncode == 0, done.stderr
+    assert point(tmp_path, 2)["cache_state"] == "reset"
