@@ -315,10 +315,8 @@ def test_worker_processes_measure_after_the_parents_reset(
     try:
         first = run_loadgen([*common, "--results", str(tmp_path / "first")])
         again = run_loadgen([*common, "--results", str(tmp_path / "again")])
-        reset = run_loadgen(
-            [*common, "--reset-prefix-cache", "--reset-after-warmup"]
-            + ["--results", str(tmp_path / "reset")]
-        )
+        flags = ["--reset-prefix-cache", "--reset-after-warmup"]
+        reset = run_loadgen([*common, *flags, "--results", str(tmp_path / "reset")])
     finally:
         stop(sim)
     for done in (first, again, reset):
@@ -334,9 +332,7 @@ def test_the_embedded_simulator_serves_the_reset_when_asked(
 ) -> None:
     """--sim: loadgen starts its simulator in dev mode for a run that resets it."""
     monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
-    done = run_loadgen(
-        ["--sim", "--sim-args", "--spec-tokens 0", *POINT, "--reset-prefix-cache"]
-        + ["--results", str(tmp_path)]
-    )
+    sim = ["--sim", "--sim-args", "--spec-tokens 0"]
+    done = run_loadgen([*sim, *POINT, "--reset-prefix-cache", "--results", str(tmp_path)])
     assert done.returncode == 0, done.stderr
     assert point(tmp_path, 2)["cache_state"] == "reset"
