@@ -336,6 +336,7 @@ def start_server(
     timeout_s: float = 600.0,
     extra: Sequence[str] = (),
     preexec_fn: Callable[[], object] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start vLLM in its own process group, wait for /health; return its state dict.
 
@@ -357,7 +358,7 @@ def start_server(
     with log_path.open("ab") as log_file:
         process = subprocess.Popen(
             argv,
-            env=server_env(work_dir),
+            env={**server_env(work_dir), **(env or {})},  # env: e.g. VLLM_SERVER_DEV_MODE
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -17,7 +17,12 @@ from loadgen.compare.capacity_inputs import probe_points
 from loadgen.compare.inputs import RunDir, load_runs
 from loadgen.errors import UsageError
 from loadgen.metrics.compare import Comparison, compare
-from loadgen.metrics.trust import point_warnings, stamp_warnings, workload_mismatch
+from loadgen.metrics.trust import (
+    cache_warnings,
+    point_warnings,
+    stamp_warnings,
+    workload_mismatch,
+)
 from loadgen.results.files import ResultsWriteError
 from loadgen.sinks.compare_files import (
     Warning_,
@@ -86,12 +91,16 @@ def report_parser() -> argparse.ArgumentParser:
 
 
 def warnings_of(runs: Sequence[RunDir]) -> list[Warning_]:
-    return [
-        (run.name, conc, message)
-        for run in runs
-        for conc, point in run.points.items()
-        for message in point_warnings(point)
-    ] + stamp_warnings({run.name: run.points for run in runs})
+    return (
+        [
+            (run.name, conc, message)
+            for run in runs
+            for conc, point in run.points.items()
+            for message in point_warnings(point)
+        ]
+        + stamp_warnings({run.name: run.points for run in runs})
+        + cache_warnings({run.name: run.points for run in runs})
+    )
 
 
 def workload_warning(runs: Sequence[RunDir]) -> str | None:

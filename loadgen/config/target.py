@@ -1,10 +1,12 @@
 """The target part: the server, its credentials and what goes on the wire besides the
 prompt (`spec.target`), with the simulator loadgen may start instead (run-level `sim`,
-`sim_args`): its flags, its struct and its checks."""
+`sim_args`), and what loadgen does to the server between points (its prefix-cache
+resets): its flags, its struct and its checks."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +45,12 @@ class TargetSpec:
     # fields loadgen sets itself (EXTRA_BODY_RESERVED).
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     http_client: HttpClient = "native"  # the measured streams' client
+    # Server controls between points: empty the prefix cache of every server loadgen knows
+    # (the target, each --server-metrics URL's) before each point's warmup, or after it.
+    reset_prefix_cache: bool = False
+    reset_after_warmup: bool = False
+    reset_external: bool = False  # vLLM's reset_external=true: the connector's cache too
+    reset_timeout_s: float = 60.0  # how long a reset is retried while the server refuses
 
 
 def parse_endpoint(text: str) -> str:
@@ -65,6 +73,16 @@ def parse_http_client(text: str) -> str:
             "(bench/read_path.py --http-client aiohttp); loadgen measures with its native client"
         )
     raise SpecError(f"--http-client {text!r}: loadgen measures with its native client only")
+
+
+def parse_reset_timeout(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise SpecError(f"--reset-timeout {text!r}: a number of seconds, e.g. 60") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise SpecError(f"--reset-timeout {text}: must be a finite number of seconds > 0")
+    return seconds
 
 
 FIELDS: tuple[Field, ...] = (
@@ -155,6 +173,43 @@ FIELDS: tuple[Field, ...] = (
         to=parse_http_client,
         section="target",
     ),
+    flag(
+        "--reset-prefix-cache",
+        action="store_true",
+        help="empty the prefix cache of every server loadgen knows (the target and each "
+        "--server-metrics URL's) before each point: vLLM's POST /reset_prefix_cache "
+        "(the server needs VLLM_SERVER_DEV_MODE=1) or SGLang's /flush_cache, retried "
+        "while running requests hold blocks; each point records its cache_state",
+        fills="reset_prefix_cache",
+        section="target",
+    ),
+    flag(
+        "--reset-after-warmup",
+        action="store_true",
+        help="with --reset-prefix-cache: reset after each point's warmup (a cold cache "
+        "for the measured requests) instead of before it",
+        fills="reset_after_warmup",
+        section="target",
+    ),
+    flag(
+        "--reset-external",
+        action="store_true",
+        help="with --reset-prefix-cache: vLLM's reset_external=true, the KV connector's "
+        "(offloaded) prefix cache too",
+        fills="reset_external",
+        section="target",
+    ),
+    flag(
+        "--reset-timeout",
+        type=parse_reset_timeout,
+        default=default_of(TargetSpec, "reset_timeout_s"),
+        metavar="SECONDS",
+        help="how long a --reset-prefix-cache reset is retried while the server refuses "
+        "it (requests still hold blocks); past it the point runs with "
+        "cache_state reset_failed",
+        fills="reset_timeout_s",
+        section="target",
+    ),
 )
 
 
@@ -231,4 +286,17 @@ def check_client(target: TargetSpec) -> None:
     _check(
         target.http_client in HTTP_CLIENTS,
         f"--http-client {target.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}",
+    )
+
+
+def check_reset(target: TargetSpec) -> None:
+    """The reset options go with --reset-prefix-cache; its deadline is a real one."""
+    for given, name in (
+        (target.reset_after_warmup, "--reset-after-warmup"),
+        (target.reset_external, "--reset-external"),
+    ):
+        _check(not given or target.reset_prefix_cache, f"{name}: add --reset-prefix-cache")
+    _check(
+        math.isfinite(target.reset_timeout_s) and target.reset_timeout_s > 0,
+        f"--reset-timeout {target.reset_timeout_s}: must be a finite number of seconds > 0",
     )

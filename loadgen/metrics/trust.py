@@ -194,6 +194,34 @@ def stamp_warnings(
     ]
 
 
+def cache_warnings(
+    points: Mapping[str, Mapping[int, Mapping[str, Any]]],
+) -> list[tuple[str, int, str]]:
+    """Across the runs of a comparison: points whose prefix cache was in another state
+    (cache_state: reset, reset_failed, uncontrolled; a file from before the field was
+    uncontrolled) measured prompts against another cache, so their TTFT and prefix hits
+    say as much about the cache as about the server. Said of every point when the runs
+    differ, each naming the states of the others."""
+    states = {
+        (name, conc): str(point.get("cache_state") or "uncontrolled")
+        for name, run in points.items()
+        for conc, point in run.items()
+    }
+    if len(set(states.values())) < 2:
+        return []
+    return [
+        (
+            name,
+            conc,
+            f"cache_state {state}, while "
+            + ", ".join(sorted({s for s in states.values() if s != state}))
+            + " elsewhere in this comparison: its TTFT and prefix hits reflect a different "
+            "prefix cache (--reset-prefix-cache on every lane makes them alike)",
+        )
+        for (name, conc), state in states.items()
+    ]
+
+
 def workload_mismatch(workloads: Mapping[str, Mapping[str, Any]]) -> str | None:
     """One line when the runs of a comparison (run -> what shapes its requests) measured
     different work: a ratio between 1k/256 and 8k/1k says nothing about the servers."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Mapping
-from typing import Any, TypeVar, Union, get_origin
+from typing import Any, Literal, TypeVar, Union, get_origin
 
 import msgspec
 
@@ -132,6 +132,31 @@ class SimulatorHealth(msgspec.Struct, frozen=True, kw_only=True):
             simulator_behind_warnings=sum(counts) if counts else None,
             simulator_behind_max_ms=max(worst) if worst else None,
         )
+
+
+# What the server's prefix cache held when the measured phase began (--reset-prefix-cache):
+# emptied on every server loadgen knows, a reset asked for that did not happen, or
+# whatever the points before left in it.
+CacheStateName = Literal["reset", "reset_failed", "uncontrolled"]
+
+
+class CacheState(msgspec.Struct, frozen=True, kw_only=True):
+    """The prefix cache at the start of the point's measured work (run/cache_control.py).
+    Defaults: files from before these fields read as uncontrolled, which they were."""
+
+    cache_state: CacheStateName = "uncontrolled"
+    cache_reset_detail: str | None = None  # reset_failed: why (each server's reason)
+
+    @staticmethod
+    def combined(parts: list[CacheState]) -> CacheState:
+        """Several trials' or shards': reset only when each was; one failure fails it."""
+        failed = [p for p in parts if p.cache_state == "reset_failed"]
+        if failed:
+            details = dict.fromkeys(p.cache_reset_detail or "" for p in failed)
+            return CacheState(cache_state="reset_failed", cache_reset_detail="; ".join(details))
+        if parts and all(p.cache_state == "reset" for p in parts):
+            return CacheState(cache_state="reset")
+        return CacheState()
 
 
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
@@ -259,6 +284,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     warmup_failed: int
     server_metrics_by_url: list[dict[str, Any]] | None
     simulator: SimulatorHealth = msgspec.field(default_factory=SimulatorHealth)
+    cache: CacheState = msgspec.field(default_factory=CacheState)
     sessions: SessionMetrics | None = None
     energy: EnergyMetrics | None = None
     slices: list[SliceMetrics] | None = None  # --slice-duration

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -25,6 +25,7 @@ from loadgen.metrics.summary import PointContext, summarize
 from loadgen.metrics.throughput import measured_window
 from loadgen.records import RequestRecord
 from loadgen.results.point import (
+    CacheState,
     EnergyMetrics,
     FigureSpread,
     PointIdentity,
@@ -65,6 +66,7 @@ class PointParts:
     kv_samples: Sequence[tuple[int, float]] = ()  # (perf_counter_ns, KV-cache usage) seen
     stages_s: Sequence[float] = ()  # --conc-stages: each stage's seconds, for its figures
     rules: SubmissionRules | None = None  # a scenario run's (loadgen profile --scenario)
+    cache: CacheState = field(default_factory=CacheState)  # --reset-prefix-cache: its outcome
 
 
 def assemble_point(
@@ -91,6 +93,7 @@ def assemble_point(
         warmup_failed=parts.counts.warmup_failed,
         server_metrics_by_url=parts.server_metrics_by_url,
         simulator=parts.simulator,
+        cache=parts.cache,
         sessions=parts.sessions,
         energy=_energy(parts.power, records, metrics) if parts.power is not None else None,
         slices=(
@@ -258,6 +261,7 @@ def assemble_trials(
         synthesis=(last.prompts.prompt_synthesis, last.prompts.prompt_synthesis_note),
         server_metrics_by_url=None,  # per URL: in each trial's own file
         simulator=SimulatorHealth.combined([t.result.simulator for t in trials]),
+        cache=CacheState.combined([t.result.cache for t in trials]),
     )
     pooled = assemble_point(
         end_to_end([t.records for t in trials]),

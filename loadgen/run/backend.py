@@ -254,7 +254,9 @@ async def http_backend(
 
             sim = await stack.enter_async_context(
                 started_simulator(
-                    spec.sim_args, log_path=ResultsDir(results_dir).attempt_simulator_log(attempt)
+                    spec.sim_args,
+                    log_path=ResultsDir(results_dir).attempt_simulator_log(attempt),
+                    dev_mode=spec.target.reset_prefix_cache,
                 )
             )
             spec, target, log = (

@@ -124,7 +124,10 @@ async def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: IO
 
 
 def _spawn(
-    argv: list[str], log_path: Path | None, cpus: frozenset[int] | None = None
+    argv: list[str],
+    log_path: Path | None,
+    cpus: frozenset[int] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
     # The file outlives this function: the context manager below closes it.
     if log_path is not None:
@@ -136,6 +139,7 @@ def _spawn(
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
+        env=env,  # None: loadgen's own
         start_new_session=True,  # Ctrl-C goes to loadgen, which stops the child itself
         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
@@ -200,15 +204,19 @@ async def started_simulator(
     *,
     log_path: Path | None = None,
     cpus: frozenset[int] | None = None,
+    dev_mode: bool = False,
 ) -> AsyncIterator[EmbeddedSimulator]:
     """Start `loadgen sim` in a child process; yields its URL and log; stops it on exit.
 
     Its output goes to a file (`log_path`, else a temporary one), never to a pipe that
     nobody drains and that would block the simulator once full. `cpus` pins the child
-    (the overhead benchmark keeps simulator and client on separate cores).
+    (the overhead benchmark keeps simulator and client on separate cores). `dev_mode`:
+    it serves POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1, as vLLM needs), for a
+    run that resets it between points.
     """
     port = free_port()
-    process, log = _spawn(simulator_argv(port, extra_args), log_path, cpus)
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"} if dev_mode else None
+    process, log = _spawn(simulator_argv(port, extra_args), log_path, cpus, env)
     base_url = f"http://{HOST}:{port}"
     sim_log = SimulatorLog(log)
     try:

@@ -75,7 +75,9 @@ class Point:
 
     async def run_to_end(self) -> PointOutcome:
         assert self.recorded is not None
+        await self.recorded.reset_cache(warmed=False)
         await self.warm_up()
+        await self.recorded.reset_cache(warmed=True)
         if self.run.barrier is not None:
             await self.run.barrier(self.plan.conc)
         await self.recorded.start_power()

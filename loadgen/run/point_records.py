@@ -7,6 +7,7 @@ The live point (point.py) and the worker pool (scale/pool.py) both fill one.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError, write_atomic
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import (
+    CacheState,
     PointIdentity,
     PointResult,
     SessionMetrics,
@@ -44,6 +46,7 @@ from loadgen.results.run_record import PointFacts
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.backend import Backend
+from loadgen.run.cache_control import CacheControl
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.clock import ClockPair, clock_facts, read_pair
 from loadgen.run.embedded_sim import SimulatorLog
@@ -94,6 +97,9 @@ class RunContext:
     trial: int | None = None
     # --gpu-power-csv: the file read as it grows, each point reading what was appended
     power_csv: PowerCsvTail | None = None
+    # --reset-prefix-cache: empties the servers' prefix caches before each point (None:
+    # not asked for, or a worker process: its parent resets)
+    cache: CacheControl | None = None
 
 
 class PointRecords:
@@ -128,6 +134,22 @@ class PointRecords:
         # the measured phase (session runs: run/session_point.py); written with the rest.
         self.extra: SessionFields | None = None
         self.simulator_mark: int | None = None  # the simulator log's end at begin()
+        self.cache = CacheState()  # uncontrolled until a reset says otherwise
+
+    async def reset_cache(self, *, warmed: bool) -> None:
+        """--reset-prefix-cache: empty the servers' prefix caches, before the warmup
+        (`warmed` False) or after it (--reset-after-warmup); the outcome is the point's
+        cache_state. A failed reset does not stop the point: its file says so."""
+        target = self.run.spec.target
+        if self.run.cache is None or target.reset_after_warmup != warmed:
+            return
+        self.cache = await self.run.cache.reset()
+        if self.cache.cache_state == "reset_failed":
+            print(
+                f"loadgen: WARNING: conc {self.conc}: prefix cache not reset: "
+                f"{self.cache.cache_reset_detail}",
+                file=sys.stderr,
+            )
 
     async def start_power(self) -> None:
         """--gpu-metrics: sampled once before the measured phase starts, so the samples
@@ -321,6 +343,7 @@ class PointRecords:
             kv_samples=kv_samples(self.gauges, self.gauge_times),
             stages_s=[seconds for _, seconds in spec.load.conc_stages],
             rules=SubmissionRules.of(spec),
+            cache=self.cache,
         )
         return assemble_point(
             self.records,

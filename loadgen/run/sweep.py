@@ -46,6 +46,7 @@ from loadgen.persist.run_file import RunFile
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.store import RUN_FILE, ResultsDir
 from loadgen.run.backend import Backend, HttpBackend, http_backend
+from loadgen.run.cache_control import CacheControl, http_cache_control
 from loadgen.run.driver import Drive, Driver, RunPieces, in_process
 from loadgen.run.embedded_sim import sim_stream_interval, sweep_estimate
 from loadgen.run.ids import new_run_id
@@ -100,6 +101,7 @@ async def sweep_points(
     sleep: Sleep = asyncio.sleep,
     outputs: RunOutputs | None = None,
     drive: Drive | None = None,
+    cache: CacheControl | None = None,
 ) -> SweepOutcome:
     """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
     the point and record files, and whatever `outputs` writes (loadgen.orchestrate.measure
@@ -108,7 +110,8 @@ async def sweep_points(
     Without `backend` the server is `spec.base_url` (or the embedded simulator for
     `spec.sim`) over HTTP; `clock` and `sleep` drive the scheduler (tests pass virtual ones).
     `drive` runs the points: by default in this process; loadgen.scale.sweep.run_sweep
-    resolves --workers and gives the worker pool's.
+    resolves --workers and gives the worker pool's. `cache` resets the servers' prefix
+    caches for --reset-prefix-cache (by default over HTTP, run/cache_control.py).
     """
     if drive is None and spec.processes.workers != 1:
         raise UsageError(
@@ -143,6 +146,7 @@ async def sweep_points(
     sweep = _Sweep(
         spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions, outputs, drive
     )
+    sweep.cache = cache
     try:
         attempt = earlier.attempt if earlier else 1
         async with _backend(spec, results_dir, tokenizer, backend, attempt) as server:
@@ -222,6 +226,7 @@ class _Sweep:
         self.began = False  # a point was started: from then on run.json exists
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
+        self.cache: CacheControl | None = None  # given; else built for the backend
 
     def _kept_outputs(self, backend: Backend) -> None:
         """--resume: the kept points' outputs a failed write left out (--aiperf-artifacts),
@@ -251,6 +256,13 @@ class _Sweep:
             await check_gpu_metrics_urls(
                 gpu_metrics_urls(self.spec.telemetry.gpu_metrics, backend.base_url)
             )
+        cache = self.cache
+        if cache is None:
+            cache = http_cache_control(self.spec, backend)
+        if cache is not None and self.spec.target.reset_prefix_cache:
+            await cache.check()  # a server without the endpoint stops the run here
+        else:
+            cache = None
         watch = ServerWatch(backend.probe, self.spec.processes.server_pid)
         context = RunContext(
             self.spec,
@@ -269,6 +281,7 @@ class _Sweep:
             power_csv=PowerCsvTail(self.spec.telemetry.gpu_power_csv)
             if self.spec.telemetry.gpu_power_csv is not None
             else None,
+            cache=cache,
         )
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier, self.spec.load.trials)

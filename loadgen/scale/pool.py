@@ -157,10 +157,12 @@ class WorkerPool:
             "trial": context.trial,
             "fresh": context.trial is not None and context.trial > 1,
         }
+        await state.recorded.reset_cache(warmed=False)
         for handle in state.active:
             handle.send(Kind.POINT, point)
         for body in (await self._collect(state.active, Kind.WARM)).values():
             state.warmup_failed += int(body["warmup_failed"])
+        await state.recorded.reset_cache(warmed=True)
         if self.context.barrier is not None:
             await self.context.barrier(conc)
         await state.recorded.start_power()

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.run import sweep as engine
 from loadgen.run.backend import Backend
+from loadgen.run.cache_control import CacheControl
 from loadgen.run.driver import Drive, in_process
 from loadgen.run.observers import RunObserver, RunOutputs
 from loadgen.run.scheduler import Clock, Sleep
@@ -35,6 +36,7 @@ async def run_sweep(
     clock: Clock = perf_counter_ns,
     sleep: Sleep = asyncio.sleep,
     outputs: RunOutputs | None = None,
+    cache: CacheControl | None = None,
 ) -> SweepOutcome:
     """loadgen.run.sweep.sweep_points, with the points on as many processes as --workers says."""
     spec = resolve_workers(spec)
@@ -47,4 +49,5 @@ async def run_sweep(
         sleep=sleep,
         outputs=outputs,
         drive=drive_for(spec),
+        cache=cache,
     )

@@ -106,6 +106,9 @@ class SimConfig:
     # vLLM 0.32's per-request `metrics` on the final usage chunk (sim/request_metrics.py)
     per_request_spec_decode_metrics: str = "none"  # none | summary | detailed
     enable_per_request_metrics: bool = False
+    # vLLM's VLLM_SERVER_DEV_MODE=1: the development endpoints, here POST
+    # /reset_prefix_cache (404 without it, as in vLLM); `loadgen sim` reads the variable.
+    dev_mode: bool = False
     # The power model behind /gpu/metrics (sim/power.py): --num-gpus, --gpu-*.
     power: PowerConfig = field(default_factory=PowerConfig)
 

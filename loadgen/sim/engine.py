@@ -95,6 +95,16 @@ class Engine:
         self.waiting.append(request)
         self._wake.set()
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's BlockPool.reset_prefix_cache: refused (False) while any request holds
+        blocks (scheduled, not yet finished), else every cached block forgotten. Waiting
+        requests hold none yet; they look the emptied pool up when scheduled."""
+        if self.running:
+            return False
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+        return True
+
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()

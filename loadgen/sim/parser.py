@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping
 
 from loadgen.sim.config import ConfigError, FaultConfig, SimConfig
 from loadgen.sim.flags import engine_flags, fault_flags, output_flags, power_flags
@@ -66,6 +68,17 @@ def _speculative(args: argparse.Namespace) -> Speculative:
         raise ConfigError(str(exc)) from None
 
 
+def server_dev_mode(env: Mapping[str, str]) -> bool:
+    """VLLM_SERVER_DEV_MODE as vLLM reads it: an integer, on when not 0."""
+    text = env.get("VLLM_SERVER_DEV_MODE", "0").strip() or "0"
+    try:
+        return bool(int(text))
+    except ValueError:
+        raise ConfigError(
+            f"VLLM_SERVER_DEV_MODE={text!r}: 0 or 1 (an integer, as vLLM reads it)"
+        ) from None
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     spec = _speculative(args)
     faults = FaultConfig(
@@ -108,6 +121,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
         enable_per_request_metrics=args.enable_per_request_metrics,
+        dev_mode=server_dev_mode(os.environ),
         power=PowerConfig(
             num_gpus=args.num_gpus,
             idle_watts=args.gpu_idle_watts,

@@ -47,6 +47,10 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._pool)
 
+    def clear(self) -> None:
+        """POST /reset_prefix_cache: no block is a hit any more."""
+        self._pool.clear()
+
     def lookup(self, hashes: Sequence[int], prompt_len: int) -> int:
         """Tokens of the prompt already cached (whole blocks, at most prompt_len - 1)."""
         limit = min(len(hashes), (prompt_len - 1) // self.block_size)

@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -30,7 +31,14 @@ from loadgen.sim.handlers import GenerationHandlers, Tokenization, error_respons
 from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.power import PowerModel
 from loadgen.sim.trace import TraceWriter
-from loadgen.sim.validate import ApiError, bad_request, check_model, check_token_ids, parse_json
+from loadgen.sim.validate import (
+    ApiError,
+    bad_request,
+    check_model,
+    check_token_ids,
+    parse_json,
+    query_bool,
+)
 from loadgen.sim.wire import (
     VLLM_VERSION,
     detokenize_body,
@@ -108,6 +116,8 @@ class SimServer:
         app.router.add_post("/detokenize", self.detokenize)
         app.router.add_post("/v1/completions", self.generation.completions)
         app.router.add_post("/v1/chat/completions", self.generation.chat_completions)
+        if self.config.dev_mode:  # vLLM registers its dev endpoints only then
+            app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         return app
 
     async def models(self, request: web.Request) -> web.Response:
@@ -131,6 +141,19 @@ class SimServer:
         return web.Response(
             body=self.engine.power.render().encode(), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM 0.32's dev endpoint (vllm/entrypoints/serve/dev/cache/api_router.py):
+        `{"success": bool}`, false while requests hold blocks. The query's
+        reset_running_requests (preempting them first) is accepted but not modelled: the
+        answer is false while they run, as without it; reset_external has no connector
+        to reach here."""
+        try:
+            for name in ("reset_running_requests", "reset_external"):
+                query_bool(request.query.get(name), name)
+        except ApiError as exc:
+            return error_response(exc)
+        return json_response(orjson.dumps({"success": self.engine.reset_prefix_cache()}))
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:

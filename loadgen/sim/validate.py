@@ -280,3 +280,16 @@ def chat_template_args(body: dict[str, Any]) -> tuple[str, str | None]:
     if effort is not None and not isinstance(effort, str):
         raise bad_request("reasoning_effort must be a string", "reasoning_effort", effort)
     return ("thinking" if thinking else "chat"), effort
+
+
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def query_bool(text: str | None, name: str) -> bool:
+    """A boolean query parameter as FastAPI reads one (absent: false)."""
+    if text is None:
+        return False
+    if text.lower() in _TRUE | _FALSE:
+        return text.lower() in _TRUE
+    raise bad_request("Input should be a valid boolean", name, text)

@@ -34,6 +34,7 @@ BY_SHAPE: dict[str, tuple[list[str], Any]] = {
 }
 # Options whose generic value is not one they accept (or that need a partner to matter).
 BY_DEST: dict[str, tuple[list[str], Any]] = {
+    "reset_timeout": (["2.5"], 2.5),
     "base_url": (["http://127.0.0.1:7"], "http://127.0.0.1:7"),
     "endpoint": (["chat"], "chat"),
     "request_rate": (["5.5"], 5.5),
@@ -87,6 +88,9 @@ PARTNERS: dict[str, dict[str, Any]] = {
     "result_filename": {"save_result": True},
     "result_dir": {"save_result": True},
     "save_detailed": {"save_result": True},
+    "reset_after_warmup": {"reset_prefix_cache": True},
+    "reset_external": {"reset_prefix_cache": True},
+    "reset_timeout": {"reset_prefix_cache": True},
 }
 
 

@@ -13,6 +13,11 @@ resumed; both count twice in the counters, once in usage (hits >= sum, queries >
 This run stays far from both (2 streams, prompts < 1k tokens, a 1 GiB KV cache), so the
 test asserts equality; a failure with hits > sum means a deferral or preemption, not a
 loadgen miscount.
+
+--reset-prefix-cache against the real endpoint (vLLM 0.32's POST /reset_prefix_cache,
+served only with VLLM_SERVER_DEV_MODE=1): the same prompts sent twice hit the second
+time, and not at all when the cache is reset before the point; without dev mode the run
+stops before its first point with the one line.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_vllm import records, run_loadgen
-from tests.support.vllm_servers import VllmServer
+from tests.integration.test_vllm import records, run_loadgen, server_counter
+from tests.support.vllm_servers import ServerPool, VllmServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -137,3 +142,48 @@ def test_live_history_cached_tokens_equal_the_server_hits(
             assert prompt > previous_prompt + 64, turns
             # (vLLM also caches the blocks of its own output, which can add hits)
             assert hit >= previous_prompt // size * size, (size, turns)
+
+
+# One point of 8 requests, no warmup, the same seed (run_loadgen's) every time: the same
+# prompts. 600-token prompts span whole KV blocks of 16 as of 256 tokens.
+ONE_POINT = (
+    "--conc", "2", "--prompts-per-conc", "4", "--warmup-per-conc", "0",
+    "--isl", "600", "--osl", "8",
+)  # fmt: skip
+
+
+def test_reset_needs_dev_mode_and_stops_before_the_first_point(
+    vllm_prefix: VllmServer, tmp_path: Path
+) -> None:
+    done = run_loadgen(vllm_prefix, tmp_path, *ONE_POINT, "--reset-prefix-cache")
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("loadgen: error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "POST /reset_prefix_cache" in errors[0] and "VLLM_SERVER_DEV_MODE=1" in errors[0]
+    assert not list(tmp_path.glob("conc_*"))
+
+
+def test_same_prompts_twice_hit_unless_the_cache_is_reset(
+    vllm_pool: ServerPool, tmp_path: Path
+) -> None:
+    server = vllm_pool.get("prefix_dev")
+    hits: dict[str, float] = {}
+    for name, extra in (("first", ()), ("again", ()), ("reset", ("--reset-prefix-cache",))):
+        before = server_counter(server, "vllm:prefix_cache_hits_total")
+        done = run_loadgen(server, tmp_path / name, *ONE_POINT, *extra)
+        assert done.returncode == 0, f"loadgen failed (log {server.log}):\n{done.stderr}"
+        hits[name] = server_counter(server, "vllm:prefix_cache_hits_total") - before
+    again, reset = records(tmp_path / "again", 2), records(tmp_path / "reset", 2)
+    cached_again = sum(r.cached_tokens or 0 for r in again)
+    size = block_size(server)
+    # every request of the second run finds its whole-block prefix; after a reset none
+    assert all(r.cached_tokens == ((r.prompt_tokens or 0) - 1) // size * size for r in again)
+    assert cached_again > 0 and all(r.cached_tokens == 0 for r in reset)
+    states = {
+        name: json.loads((tmp_path / name / "conc_2.json").read_text())["cache_state"]
+        for name in hits
+    }
+    assert states == {"first": "uncontrolled", "again": "uncontrolled", "reset": "reset"}
+    # The server's own counter: the preflight probe (before the reset) hits alike in both
+    # runs; the measured requests only without the reset.
+    assert hits["again"] - hits["reset"] == cached_again, hits

@@ -39,6 +39,7 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
     "ngram": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 4},
     "plain": None,
     "prefix": None,
+    "prefix_dev": None,
 }
 # Server flags beyond the speculative config. vLLM 0.32 caches prefixes by default; the
 # flag makes it explicit, and --enable-prompt-tokens-details adds cached_tokens to usage.
@@ -46,7 +47,15 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
 # each step, and the request's timings) on each stream's final usage chunk.
 EXTRA_ARGS: dict[str, tuple[str, ...]] = {
     "prefix": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
+    "prefix_dev": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
     "draft": ("--per-request-spec-decode-metrics", "detailed", "--enable-per-request-metrics"),
+}
+
+# Server environments: prefix_dev serves vLLM's dev endpoints (POST /reset_prefix_cache);
+# prefix never does, whatever the test process's own environment says.
+EXTRA_ENV: dict[str, dict[str, str]] = {
+    "prefix": {"VLLM_SERVER_DEV_MODE": "0"},
+    "prefix_dev": {"VLLM_SERVER_DEV_MODE": "1"},
 }
 
 
@@ -161,6 +170,7 @@ class ServerPool:
             timeout_s=900.0,
             extra=EXTRA_ARGS.get(config, ()),
             preexec_fn=_die_with_parent,
+            env=EXTRA_ENV.get(config),
         )
         self._live = VllmServer(
             config=config,
