@@ -42,6 +42,10 @@ class TargetSettings(_Part, frozen=True, kw_only=True):
     tokenizer: str | None = None
     extra_body: dict[str, object] = {}
     http_client: str = "native"
+    reset_prefix_cache: bool = False
+    reset_after_warmup: bool = False
+    reset_external: bool = False
+    reset_timeout_s: float = 60.0
 
 
 class SpeedBenchSettings(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,7 +18,7 @@ from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import PARTS, RUN_LEVEL, RunSpec
 from loadgen.persist.results_dir import settings_of
 from loadgen.results.point import ResultFileError
-from loadgen.results.run_record import PART_TYPES, decode_run, settings_from_flat
+from loadgen.results.run_record import PART_TYPES, RunSettings, decode_run, settings_from_flat
 from tests.support.procs import one_error_line, run_loadgen
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_file_main"
@@ -62,7 +62,17 @@ def test_what_is_written_is_what_is_read() -> None:
 def test_a_run_file_of_the_previous_release_reads_back_typed() -> None:
     run = decode_run((FIXTURE / "run.json").read_bytes(), FIXTURE / "run.json")
     on_disk = json.loads((FIXTURE / "run.json").read_text())
-    assert _json(run.settings.flat()) == on_disk["settings"]  # every setting, as written
+    flat = _json(run.settings.flat())
+    written = on_disk["settings"]
+    assert {name: flat[name] for name in written} == written  # every setting, as written
+    added = set(flat) - set(written)  # settings newer than the file read as their defaults
+    defaults = {
+        field.name: field.default
+        for part in msgspec.structs.fields(RunSettings)
+        if isinstance(part.type, type) and issubclass(part.type, msgspec.Struct)
+        for field in msgspec.structs.fields(part.type)
+    }
+    assert {name: flat[name] for name in added} == _json({name: defaults[name] for name in added})
     assert run.settings.workload.isl == 32 and run.settings.load.conc == (1, 2)
     assert [(p.conc, p.complete) for p in run.points] == [(1, True), (2, False)]
     first = run.points[0]
