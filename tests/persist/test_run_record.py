@@ -62,8 +62,8 @@ def test_what_is_written_is_what_is_read() -> None:
 def test_a_run_file_of_the_previous_release_reads_back_typed() -> None:
     run = decode_run((FIXTURE / "run.json").read_bytes(), FIXTURE / "run.json")
     on_disk = json.loads((FIXTURE / "run.json").read_text())
-    flat = _json(run.settings.flat())
-    written = on_disk["settings"]
+    flat: dict[str, object] = orjson.loads(orjson.dumps(run.settings.flat()))
+    written: dict[str, object] = on_disk["settings"]
     assert {name: flat[name] for name in written} == written  # every setting, as written
     added = set(flat) - set(written)  # settings newer than the file read as their defaults
     defaults = {
