@@ -1,12 +1,50 @@
-"""Shared test fixtures: paths to the reference data in tests/fixtures (see its README)."""
+"""Shared test fixtures: paths to the reference data in tests/fixtures (see its README);
+and how the run shares the machine's cores (tests/support/parallel.py)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.support import parallel
 from tests.support.paths import FIXTURES
+
+TESTS = Path(__file__).parent
+_LOCK_DIR = pytest.StashKey[Path]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    parallel.assign_groups(items, TESTS)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook, on the controller: absent with -p no:xdist
+def pytest_configure_node(node: Any) -> None:
+    """Every worker of this run gets the same directory for the `exclusive` lock."""
+    config: pytest.Config = node.config
+    if _LOCK_DIR not in config.stash:
+        config.stash[_LOCK_DIR] = Path(tempfile.mkdtemp(prefix="loadgen-tests-"))
+    node.workerinput["loadgen_lock_dir"] = str(config.stash[_LOCK_DIR])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _LOCK_DIR in config.stash:
+        shutil.rmtree(config.stash[_LOCK_DIR], ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Under xdist, a test marked `exclusive` runs with no other test beside it."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:  # one process: nothing runs beside anything
+        return (yield)
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with parallel.turn(Path(workerinput["loadgen_lock_dir"]), exclusive):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -447,6 +447,7 @@ def _serve_twice_in_a_thread(listener: socket.socket) -> None:
 
 
 @pytest.mark.skipif(not kernel_stamps.supported(), reason="kernel receive stamps: Linux")
+@pytest.mark.exclusive  # the server thread's 50 ms gap must fall inside the loop's 200 ms block
 async def test_bytes_stamped_before_the_write_are_not_its_response() -> None:
     """The late response waits in the socket while the loop is blocked and is read only
     after the next request was written; its kernel stamp says it came before."""

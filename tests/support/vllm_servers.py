@@ -1,9 +1,12 @@
 """Real vLLM (CPU build) servers for the integration tests, built on scripts/vllm_cpu.py.
 
-Servers cost ~3 GB RSS and ~30-60 s to start on two cores, so a module shares them and
-keeps at most one alive: asking for another configuration stops the current one first.
+Servers cost ~3 GB RSS and ~30-75 s to start on two cores, so the whole test run shares
+one pool that keeps at most one alive: asking for another configuration stops the current
+one first. The vllm tests run grouped by configuration (tests/integration/conftest.py
+orders them), so each configuration starts once per run, and the pool refuses to start
+one a second time rather than hide a broken order behind another minute of startup.
 Every server runs in its own process group and is stopped by its PID: by the pool's
-owner (a module fixture, also when a test fails), at interpreter exit, and, through
+owner (a session fixture, also when a test fails), at interpreter exit, and, through
 PR_SET_PDEATHSIG, by the kernel when the test process itself is killed.
 """
 
@@ -131,7 +134,7 @@ def _die_with_parent() -> None:
 
 
 class ServerPool:
-    """One live server at a time, started on demand per configuration."""
+    """One live server at a time, started on demand per configuration, each at most once."""
 
     def __init__(self, env: VllmEnv, work_root: Path) -> None:
         self._env = env
@@ -143,6 +146,12 @@ class ServerPool:
     def get(self, config: str) -> VllmServer:
         if self._live is not None and self._live.config == config:
             return self._live
+        again = [s.config for s in self.started if s.config == config]
+        assert not again, (
+            f"vLLM configuration {config!r} asked for again after {self._live_name()}: the "
+            "vllm tests must run grouped by configuration (tests/integration/conftest.py "
+            "sorts them by the server fixture they use)"
+        )
         self.close()
         speculative = CONFIGS[config]
         spec_json = None
@@ -174,6 +183,9 @@ class ServerPool:
         )
         self.started.append(self._live)
         return self._live
+
+    def _live_name(self) -> str:
+        return self.started[-1].config if self.started else "none"
 
     def any(self) -> VllmServer:
         """Whatever server is up (tests that do not care about speculative decoding)."""
