@@ -14,12 +14,25 @@ import pytest
 from tests.support import parallel
 from tests.support.paths import FIXTURES
 
-TESTS = Path(__file__).parent
 _LOCK_DIR = pytest.StashKey[Path]()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    parallel.assign_groups(items, TESTS)
+    if any(item.get_closest_marker("vllm") for item in items):
+        from tests.support.vllm_servers import group_by_config
+
+        group_by_config(items)
+    parallel.long_first(items)
+
+
+# tryfirst: xdist's own implementation is registered after this file, so runs first else.
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # xdist hooks: absent with -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadgroup: the groups of tests/support/parallel.py."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return parallel.GroupScheduling(config, log)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook, on the controller: absent with -p no:xdist

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tests.support.parallel import turn
+from tests.support.parallel import group_of, turn
 
 WAIT_S = 0.3
 
@@ -55,3 +55,12 @@ def test_an_exclusive_turn_waits_for_the_shared_one_and_then_holds_off_the_next(
     assert late_in.wait(10)
     late_out.set()
     late.join()
+
+
+def test_a_module_is_a_group_and_the_vllm_modules_are_one() -> None:
+    assert group_of("tests/run/test_cli.py::test_x[a::b]") == "tests/run/test_cli.py"
+    assert group_of("tests/integration/test_aiohttp_upgrade.py::test_y") == (
+        "tests/integration/test_aiohttp_upgrade.py"
+    )
+    for module in ("test_vllm.py", "test_vllm_agentx.py", "test_vllm_prefix_cache.py"):
+        assert group_of(f"tests/integration/{module}::test_z") == "vllm"

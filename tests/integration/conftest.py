@@ -7,7 +7,8 @@ and the reason is repeated in the terminal summary: never silently.
 Set LOADGEN_SKIP_VLLM=<why> to skip them on purpose (reported the same way).
 
 One pool serves the whole run, and the vllm tests run one after another in one xdist
-group, sorted by the server configuration they use: each configuration starts once.
+group, sorted by the server configuration they use (tests/conftest.py, through
+vllm_servers.group_by_config): each configuration starts once.
 """
 
 from __future__ import annotations
@@ -21,36 +22,10 @@ from typing import Any, NoReturn
 
 import pytest
 
-from tests.support.vllm_servers import CONFIGS, ServerPool, VllmEnv, VllmServer, vllm_cpu
+from tests.support.vllm_servers import ServerPool, VllmEnv, VllmServer, vllm_cpu
 
 _skip_reasons: list[str] = []
 _timings: dict[str, float | int] = {}
-# What each config's fixture is called; a vllm test using none of them takes whatever
-# server is up (ServerPool.any), so it runs last, on the last configuration started.
-_CONFIG_FIXTURES = [f"vllm_{config}" for config in CONFIGS]
-GROUP = "vllm"  # the xdist group: one worker, one pool, one server at a time
-
-
-def _config_rank(item: pytest.Item) -> int:
-    used = getattr(item, "fixturenames", ())
-    return next(
-        (rank for rank, name in enumerate(_CONFIG_FIXTURES) if name in used),
-        len(_CONFIG_FIXTURES),
-    )
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The vllm tests together where the first of them was, sorted by server configuration
-    (a stable sort: within one configuration they keep their order), all in one xdist group."""
-    vllm = [item for item in items if item.get_closest_marker("vllm")]
-    if not vllm:
-        return
-    first = items.index(vllm[0])
-    rest = [item for item in items if not item.get_closest_marker("vllm")]
-    for item in vllm:
-        item.add_marker(pytest.mark.xdist_group(GROUP))
-    items[:] = [*rest[:first], *sorted(vllm, key=_config_rank), *rest[first:]]
 
 
 def _skip(reason: str) -> NoReturn:
