@@ -1,12 +1,63 @@
-"""Shared test fixtures: paths to the reference data in tests/fixtures (see its README)."""
+"""Shared test fixtures: paths to the reference data in tests/fixtures (see its README);
+and how the run shares the machine's cores (tests/support/parallel.py)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.support import parallel
 from tests.support.paths import FIXTURES
+
+_LOCK_DIR = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if any(item.get_closest_marker("vllm") for item in items):
+        from tests.support.vllm_servers import group_by_config
+
+        group_by_config(items)
+    parallel.long_first(items)
+
+
+# tryfirst: xdist's own implementation is registered after this file, so runs first else.
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # xdist hooks: absent with -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadgroup: the groups of tests/support/parallel.py."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return parallel.GroupScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook, on the controller: absent with -p no:xdist
+def pytest_configure_node(node: Any) -> None:
+    """Every worker of this run gets the same directory for the `exclusive` lock."""
+    config: pytest.Config = node.config
+    if _LOCK_DIR not in config.stash:
+        config.stash[_LOCK_DIR] = Path(tempfile.mkdtemp(prefix="loadgen-tests-"))
+    node.workerinput["loadgen_lock_dir"] = str(config.stash[_LOCK_DIR])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _LOCK_DIR in config.stash:
+        shutil.rmtree(config.stash[_LOCK_DIR], ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Under xdist, a test marked `exclusive` runs with no other test beside it."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:  # one process: nothing runs beside anything
+        return (yield)
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with parallel.turn(Path(workerinput["loadgen_lock_dir"]), exclusive):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

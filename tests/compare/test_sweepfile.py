@@ -294,10 +294,11 @@ def test_a_billion_laughs_document_is_refused_at_once(levels: int, message: str)
     text = laughs(levels)
     assert len(text) < 600
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    started = time.monotonic()
+    # CPU time: the bound is on the work done, which other processes' load does not change
+    started = time.process_time()
     with pytest.raises(SweepFileError) as caught:
         parse(text)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert str(caught.value).startswith(message)
     # the peak did not move by more than 50 MiB (before: 608 MiB for levels=7)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 50 << 10
@@ -346,10 +347,10 @@ def test_a_few_aliases_still_work() -> None:
     ],
 )
 def test_documents_past_the_bounds_are_one_line(text: str, message: str) -> None:
-    started = time.monotonic()
+    started = time.process_time()  # the work done (CPU), not the machine's load
     with pytest.raises(SweepFileError) as caught:
         parse(text)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
 
 

@@ -5,6 +5,10 @@ directory, so a fresh clone (CI) reuses it when the machine still has it and bui
 (~2 min) when not. If it cannot be built, every `vllm` test is skipped with the reason,
 and the reason is repeated in the terminal summary: never silently.
 Set LOADGEN_SKIP_VLLM=<why> to skip them on purpose (reported the same way).
+
+One pool serves the whole run, and the vllm tests run one after another in one xdist
+group, sorted by the server configuration they use (tests/conftest.py, through
+vllm_servers.group_by_config): each configuration starts once.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pytest
 from tests.support.vllm_servers import ServerPool, VllmEnv, VllmServer, vllm_cpu
 
 _skip_reasons: list[str] = []
-_timings: dict[str, float] = {}
+_timings: dict[str, float | int] = {}
 
 
 def _skip(reason: str) -> NoReturn:
@@ -43,7 +47,7 @@ def vllm_env() -> VllmEnv:
     return VllmEnv(python=info["python"], model=Path(info["model"]), prepare_info=info)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def vllm_pool(vllm_env: VllmEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
     pool = ServerPool(vllm_env, tmp_path_factory.mktemp("vllm"))
     try:
@@ -52,6 +56,7 @@ def vllm_pool(vllm_env: VllmEnv, tmp_path_factory: pytest.TempPathFactory) -> It
         pool.close()
         for server in pool.started:
             _timings[f"start {server.config} ({server.rss_mb:.0f} MB RSS)"] = server.startup_s
+        _timings["server starts"] = len(pool.started)
 
 
 @pytest.fixture()
@@ -74,11 +79,29 @@ def vllm_prefix(vllm_pool: ServerPool) -> VllmServer:
     return vllm_pool.get("prefix")
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker hands its lines to the controller, which prints the summary.
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["vllm_skip_reasons"] = list(_skip_reasons)
+        output["vllm_timings"] = dict(_timings)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent with -p no:xdist
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    output = getattr(node, "workeroutput", {})
+    _skip_reasons.extend(output.get("vllm_skip_reasons", ()))
+    _timings.update(output.get("vllm_timings", {}))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for reason in dict.fromkeys(_skip_reasons):
         terminalreporter.write_line(f"vLLM integration tests were SKIPPED: {reason}", red=True)
     if _timings:
         terminalreporter.write_line(
             "vLLM integration: "
-            + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in _timings.items())
+            + ", ".join(
+                f"{name} {value}" if isinstance(value, int) else f"{name} {value:.1f} s"
+                for name, value in _timings.items()
+            )
         )

@@ -164,6 +164,7 @@ async def test_generated_traces_chat_endpoint(tmp_path: Path, tokenizer: Tokeniz
     check_replay(trace, result, records)
 
 
+@pytest.mark.exclusive  # sends due 30 ms apart, checked to 5 ms: the loop must be on time
 async def test_mooncake_replay_at_timestamps(tmp_path: Path, tokenizer: Tokenizer) -> None:
     trace = TRACES / "mooncake_small.jsonl"
     sim = CACHE_SIM.replace("--block-size 64", "--block-size 512")

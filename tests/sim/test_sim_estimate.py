@@ -37,6 +37,7 @@ def test_the_headline_sweep_estimate_matches_what_was_measured() -> None:
     ) == pytest.approx(5100, rel=0.05)
 
 
+@pytest.mark.exclusive  # the run's wall time against the step model's estimate
 def test_a_sim_run_prints_its_estimate_and_takes_about_that(tmp_path: Path) -> None:
     sim = "--step-fixed-ms 4"
     done = run_loadgen(

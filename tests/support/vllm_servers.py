@@ -1,9 +1,12 @@
 """Real vLLM (CPU build) servers for the integration tests, built on scripts/vllm_cpu.py.
 
-Servers cost ~3 GB RSS and ~30-60 s to start on two cores, so a module shares them and
-keeps at most one alive: asking for another configuration stops the current one first.
+Servers cost ~3 GB RSS and ~30-75 s to start on two cores, so the whole test run shares
+one pool that keeps at most one alive: asking for another configuration stops the current
+one first. The vllm tests run grouped by configuration (group_by_config, called by
+tests/conftest.py), so each configuration starts once per run, and the pool refuses to start
+one a second time rather than hide a broken order behind another minute of startup.
 Every server runs in its own process group and is stopped by its PID: by the pool's
-owner (a module fixture, also when a test fails), at interpreter exit, and, through
+owner (a session fixture, also when a test fails), at interpreter exit, and, through
 PR_SET_PDEATHSIG, by the kernel when the test process itself is killed.
 """
 
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 from tests.support.paths import ROOT
 
@@ -57,6 +62,39 @@ EXTRA_ENV: dict[str, dict[str, str]] = {
     "prefix": {"VLLM_SERVER_DEV_MODE": "0"},
     "prefix_dev": {"VLLM_SERVER_DEV_MODE": "1"},
 }
+
+
+GROUP = "vllm"  # the xdist group (tests/support/parallel.py): one worker, one pool
+# What each configuration's fixture is called (tests/integration/conftest.py).
+CONFIG_FIXTURES = [f"vllm_{config}" for config in CONFIGS]
+
+
+def _config_rank(item: pytest.Item) -> int:
+    """The configuration a test uses; one using none of them takes whatever server is up
+    (ServerPool.any), so it goes last, onto the last configuration started."""
+    used = getattr(item, "fixturenames", ())
+    return next(
+        (rank for rank, name in enumerate(CONFIG_FIXTURES) if name in used), len(CONFIG_FIXTURES)
+    )
+
+
+def group_by_config(items: list[pytest.Item]) -> None:
+    """The vllm tests together where the first of them was, sorted by server configuration
+    (a stable sort: within one configuration they keep their order). Under xdist they are
+    one group (tests/support/parallel.py), which is why they must live in its modules."""
+    from tests.support.parallel import group_of
+
+    vllm = [item for item in items if item.get_closest_marker("vllm")]
+    if not vllm:
+        return
+    astray = [item.nodeid for item in vllm if group_of(item.nodeid) != GROUP]
+    assert not astray, (
+        f"vllm tests outside tests/integration/test_vllm*.py would start servers of their "
+        f"own on another xdist worker: {astray}"
+    )
+    first = items.index(vllm[0])
+    rest = [item for item in items if not item.get_closest_marker("vllm")]
+    items[:] = [*rest[:first], *sorted(vllm, key=_config_rank), *rest[first:]]
 
 
 def _load_script() -> ModuleType:
@@ -140,7 +178,7 @@ def _die_with_parent() -> None:
 
 
 class ServerPool:
-    """One live server at a time, started on demand per configuration."""
+    """One live server at a time, started on demand per configuration, each at most once."""
 
     def __init__(self, env: VllmEnv, work_root: Path) -> None:
         self._env = env
@@ -152,6 +190,12 @@ class ServerPool:
     def get(self, config: str) -> VllmServer:
         if self._live is not None and self._live.config == config:
             return self._live
+        again = [s.config for s in self.started if s.config == config]
+        assert not again, (
+            f"vLLM configuration {config!r} asked for again after {self._live_name()}: the "
+            "vllm tests must run grouped by configuration (group_by_config sorts them by "
+            "the server fixture they use)"
+        )
         self.close()
         speculative = CONFIGS[config]
         spec_json = None
@@ -184,6 +228,9 @@ class ServerPool:
         )
         self.started.append(self._live)
         return self._live
+
+    def _live_name(self) -> str:
+        return self.started[-1].config if self.started else "none"
 
     def any(self) -> VllmServer:
         """Whatever server is up (tests that do not care about speculative decoding)."""

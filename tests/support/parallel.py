@@ -1,0 +1,96 @@
+"""How the suite shares two cores: which tests run together on one pytest-xdist worker,
+in what order the work is handed out, and which tests run with nothing else beside them.
+
+scripts/test runs pytest with `-n auto --dist loadgroup`; with that, tests/conftest.py
+hands xdist the scheduler below. xdist's own loadgroup reads `xdist_group` marks by
+renaming node ids, which pytest 9.2 no longer lets it do (every test would be a group of
+one), so the groups are decided here, from the node id alone (the controller never sees
+the tests' marks):
+
+- A test module is a group: its fixtures (a sweep run once for the module, a simulator,
+  a trained tokenizer) are built once, on one worker, and its tests keep their order.
+- Named groups span modules: `vllm` is every tests/integration/test_vllm*.py module
+  (one pool, one server at a time; tests/support/vllm_servers.py sorts those tests by
+  server configuration so that each starts once).
+- Groups are handed out in collection order (no reordering by size), and collection
+  puts the long ones first (LONG_FIRST), so the longest chain starts at once and the
+  short modules fill in beside it.
+- A test marked `exclusive` (a CPU-timing assertion that another worker's load would
+  break) runs with no other test beside it: every test holds a shared lock on one file
+  for its setup, call and teardown, an exclusive one takes it alone. A second file, taken
+  briefly before either, is the turnstile that keeps a waiting exclusive test from being
+  starved by a stream of shared ones.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+# name -> what each of its modules' paths starts with
+NAMED_GROUPS: dict[str, str] = {"vllm": "tests/integration/test_vllm"}
+# Groups that take minutes, handed out first in this order; the rest keep their
+# collection order.
+LONG_FIRST: Sequence[str] = (
+    "vllm",
+    "tests/container/test_container_image.py",
+    "tests/integration/test_aiohttp_upgrade.py",
+)
+
+
+def group_of(nodeid: str) -> str:
+    """The group of a test, from its node id: a named group, or else its module's path."""
+    module = nodeid.split("::", 1)[0]
+    return next(
+        (name for name, prefix in NAMED_GROUPS.items() if module.startswith(prefix)), module
+    )
+
+
+def long_first(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
+
+
+class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
+    """xdist's scope scheduling (a whole scope to one worker), with group_of as the scope
+    and the collection's order kept."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        config.option.loadscopereorder = False
+        super().__init__(config, log)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(nodeid)
+
+
+@contextmanager
+def _flock(path: Path, operation: int) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, operation)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@contextmanager
+def turn(lock_dir: Path, exclusive: bool) -> Iterator[None]:
+    """Hold the run's shared lock (or, exclusive, the whole machine's test slot) for a test."""
+    with _flock(lock_dir / "turnstile", fcntl.LOCK_EX):
+        fd = os.open(lock_dir / "tests", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+    try:
+        yield
+    finally:
+        os.close(fd)
