@@ -79,6 +79,11 @@ def vllm_prefix(vllm_pool: ServerPool) -> VllmServer:
     return vllm_pool.get("prefix")
 
 
+@pytest.fixture()
+def vllm_prefix_dev(vllm_pool: ServerPool) -> VllmServer:
+    return vllm_pool.get("prefix_dev")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # An xdist worker hands its lines to the controller, which prints the summary.
     output = getattr(session.config, "workeroutput", None)

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_vllm import records, run_loadgen, server_counter
-from tests.support.vllm_servers import ServerPool, VllmServer
+from tests.support.vllm_servers import VllmServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -164,9 +164,9 @@ def test_reset_needs_dev_mode_and_stops_before_the_first_point(
 
 
 def test_same_prompts_twice_hit_unless_the_cache_is_reset(
-    vllm_pool: ServerPool, tmp_path: Path
+    vllm_prefix_dev: VllmServer, tmp_path: Path
 ) -> None:
-    server = vllm_pool.get("prefix_dev")
+    server = vllm_prefix_dev
     hits: dict[str, float] = {}
     for name, extra in (("first", ()), ("again", ()), ("reset", ("--reset-prefix-cache",))):
         before = server_counter(server, "vllm:prefix_cache_hits_total")
