@@ -404,6 +404,7 @@ async def test_second_response_in_the_same_write_is_nobodys(client: str) -> None
         assert all(r.stray_bytes is StrayBytes.AFTER_RESPONSE for r in records)
 
 
+@pytest.mark.exclusive  # the late answer (50 ms) must be read before the next send (150 ms)
 async def test_late_response_on_an_idle_connection_reaches_no_request(client: str) -> None:
     """The second response comes while the connection is idle: aiohttp kept it and gave
     it to the next request (TTFT -50 ms). Now that connection closes."""
