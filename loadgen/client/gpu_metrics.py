@@ -66,14 +66,9 @@ class GpuMetricsUrlError(MetricsUrlError):
 
 
 async def check_gpu_metrics_urls(urls: Sequence[str]) -> None:
-    """Before the sweep: one line naming every URL that has no GPU power series, or a
-    URL given twice or GPUs (by UUID) two URLs both serve, which would count them twice."""
-    twice = sorted({redact_url(url) for url in urls if urls.count(url) > 1})
-    if twice:
-        raise GpuMetricsUrlError(
-            f"--gpu-metrics: {', '.join(twice)} given twice: each GPU would be counted "
-            "twice; name every exporter once"
-        )
+    """Before the sweep: one line naming every URL that has no GPU power series, or GPUs
+    (by UUID) two URLs both serve, which would count them twice (a URL given twice is
+    refused with the settings: config/telemetry.py)."""
     async with open_session(timeout_s=PREFLIGHT_SCRAPE_S, max_connections=len(urls)) as session:
 
         async def problem(url: str) -> str | dict[str, GpuReading]:
