@@ -13,6 +13,7 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +97,15 @@ async def send_one(
 
 
 async def send_in_turn(
-    base_url: str, client: str, count: int, *, pause_s: float = 0.0, block_s: float = 0.0
+    base_url: str,
+    client: str,
+    count: int,
+    *,
+    pause_s: float = 0.0,
+    block: Callable[[], object] | None = None,
 ) -> list[RequestRecord]:
     """`count` requests one after another over one kept-alive connection slot; between
-    two, `pause_s` with the loop running, then `block_s` with it blocked (bytes that
+    two, `pause_s` with the loop running, then `block()` with it blocked (bytes that
     arrive then wait in the socket until after the next request's write)."""
     records = []
     assert client == "native"
@@ -109,7 +115,8 @@ async def send_in_turn(
         for index in range(count):
             if index:
                 await asyncio.sleep(pause_s)
-                time.sleep(block_s)  # noqa: ASYNC251 -- blocking the loop is the point
+                if block is not None:
+                    block()  # blocking the loop is the point
             request = RequestSpec(
                 index=index, input_len=3, max_tokens=OSL, body=orjson.dumps({"max_tokens": OSL})
             )
@@ -416,10 +423,12 @@ async def test_late_response_on_an_idle_connection_reaches_no_request(client: st
     assert all(r.ttft_ns is not None and r.ttft_ns > 0 for r in records)
 
 
-def _serve_twice_in_a_thread(listener: socket.socket) -> None:
+def _serve_twice_in_a_thread(listener: socket.socket, answered_twice: threading.Event) -> None:
     """Each request answered, then answered again 50 ms later, from a thread of its own:
     the second answer arrives while the client's loop is blocked (an in-loop server
-    could not write then)."""
+    could not write then). `answered_twice` is set once the first request's second
+    answer is written, so the client blocks until then, not for a guessed time that a
+    busy machine can outlast."""
     while True:
         try:
             conn, _ = listener.accept()
@@ -445,19 +454,31 @@ def _serve_twice_in_a_thread(listener: socket.socket) -> None:
                     conn.sendall(response)
                     time.sleep(0.05)
                     conn.sendall(response)
+                answered_twice.set()
 
 
 @pytest.mark.skipif(not kernel_stamps.supported(), reason="kernel receive stamps: Linux")
-@pytest.mark.exclusive  # the server thread's 50 ms gap must fall inside the loop's 200 ms block
 async def test_bytes_stamped_before_the_write_are_not_its_response() -> None:
     """The late response waits in the socket while the loop is blocked and is read only
     after the next request was written; its kernel stamp says it came before."""
     listener = socket.create_server(("127.0.0.1", 0))
-    thread = threading.Thread(target=_serve_twice_in_a_thread, args=(listener,), daemon=True)
+    answered_twice = threading.Event()
+    thread = threading.Thread(
+        target=_serve_twice_in_a_thread, args=(listener, answered_twice), daemon=True
+    )
     thread.start()
+
+    def until_the_copy_is_in_the_socket() -> None:
+        assert answered_twice.wait(30), "the server thread never wrote its second answer"
+        answered_twice.clear()  # later requests' copies must not unblock a later wait
+        # sendall() returned: on loopback the bytes are in our receive queue, stamped
+        time.sleep(0.02)
+
     try:
         base_url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        records = await send_in_turn(base_url, "native", 3, pause_s=0.01, block_s=0.2)
+        records = await send_in_turn(
+            base_url, "native", 3, pause_s=0.01, block=until_the_copy_is_in_the_socket
+        )
     finally:
         listener.close()
     first, stale, after = records
