@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import parallel
+from tests.support import parallel, vllm_servers
 from tests.support.paths import FIXTURES
 
 _LOCK_DIR = pytest.StashKey[Path]()
@@ -81,3 +81,32 @@ def built_tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
     from tests.support.built_tokenizers import build_all
 
     return build_all(tmp_path_factory.mktemp("tokenizers"))
+
+
+# The vLLM integration tests' skip reasons and server start-up times (their fixtures fill
+# them): an xdist worker hands its lines to the controller, which prints them.
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["vllm_skip_reasons"] = list(vllm_servers.SKIP_REASONS)
+        output["vllm_timings"] = dict(vllm_servers.TIMINGS)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent with -p no:xdist
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    output = getattr(node, "workeroutput", {})
+    vllm_servers.SKIP_REASONS.extend(output.get("vllm_skip_reasons", ()))
+    vllm_servers.TIMINGS.update(output.get("vllm_timings", {}))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for reason in dict.fromkeys(vllm_servers.SKIP_REASONS):
+        terminalreporter.write_line(f"vLLM integration tests were SKIPPED: {reason}", red=True)
+    if vllm_servers.TIMINGS:
+        terminalreporter.write_line(
+            "vLLM integration: "
+            + ", ".join(
+                f"{name} {value}" if isinstance(value, int) else f"{name} {value:.1f} s"
+                for name, value in vllm_servers.TIMINGS.items()
+            )
+        )

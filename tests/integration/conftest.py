@@ -8,7 +8,9 @@ Set LOADGEN_SKIP_VLLM=<why> to skip them on purpose (reported the same way).
 
 One pool serves the whole run, and the vllm tests run one after another in one xdist
 group, sorted by the server configuration they use (tests/conftest.py, through
-vllm_servers.group_by_config): each configuration starts once.
+vllm_servers.group_by_config): each configuration starts once. The skip reasons and
+start-up times reach the terminal summary through tests/conftest.py's hooks, which the
+xdist controller loads (it never loads this file).
 """
 
 from __future__ import annotations
@@ -18,18 +20,22 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pytest
 
-from tests.support.vllm_servers import ServerPool, VllmEnv, VllmServer, vllm_cpu
-
-_skip_reasons: list[str] = []
-_timings: dict[str, float | int] = {}
+from tests.support.vllm_servers import (
+    SKIP_REASONS,
+    TIMINGS,
+    ServerPool,
+    VllmEnv,
+    VllmServer,
+    vllm_cpu,
+)
 
 
 def _skip(reason: str) -> NoReturn:
-    _skip_reasons.append(reason)
+    SKIP_REASONS.append(reason)
     print(f"\nSKIPPING the vLLM integration tests: {reason}", file=sys.stderr)
     pytest.skip(reason)
 
@@ -43,7 +49,7 @@ def vllm_env() -> VllmEnv:
         info = vllm_cpu.prepare(vllm_cpu.cache_root())
     except vllm_cpu.PrepareError as error:
         _skip(f"the vLLM CPU environment cannot be built here: {error}")
-    _timings["prepare"] = time.perf_counter() - started
+    TIMINGS["prepare"] = time.perf_counter() - started
     return VllmEnv(python=info["python"], model=Path(info["model"]), prepare_info=info)
 
 
@@ -55,8 +61,8 @@ def vllm_pool(vllm_env: VllmEnv, tmp_path_factory: pytest.TempPathFactory) -> It
     finally:
         pool.close()
         for server in pool.started:
-            _timings[f"start {server.config} ({server.rss_mb:.0f} MB RSS)"] = server.startup_s
-        _timings["server starts"] = len(pool.started)
+            TIMINGS[f"start {server.config} ({server.rss_mb:.0f} MB RSS)"] = server.startup_s
+        TIMINGS["server starts"] = len(pool.started)
 
 
 @pytest.fixture()
@@ -82,31 +88,3 @@ def vllm_prefix(vllm_pool: ServerPool) -> VllmServer:
 @pytest.fixture()
 def vllm_prefix_dev(vllm_pool: ServerPool) -> VllmServer:
     return vllm_pool.get("prefix_dev")
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    # An xdist worker hands its lines to the controller, which prints the summary.
-    output = getattr(session.config, "workeroutput", None)
-    if output is not None:
-        output["vllm_skip_reasons"] = list(_skip_reasons)
-        output["vllm_timings"] = dict(_timings)
-
-
-@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent with -p no:xdist
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    output = getattr(node, "workeroutput", {})
-    _skip_reasons.extend(output.get("vllm_skip_reasons", ()))
-    _timings.update(output.get("vllm_timings", {}))
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for reason in dict.fromkeys(_skip_reasons):
-        terminalreporter.write_line(f"vLLM integration tests were SKIPPED: {reason}", red=True)
-    if _timings:
-        terminalreporter.write_line(
-            "vLLM integration: "
-            + ", ".join(
-                f"{name} {value}" if isinstance(value, int) else f"{name} {value:.1f} s"
-                for name, value in _timings.items()
-            )
-        )

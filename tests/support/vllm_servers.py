@@ -64,6 +64,11 @@ EXTRA_ENV: dict[str, dict[str, str]] = {
 }
 
 
+# Why the vllm tests were skipped, and how long each server took to start: filled by the
+# fixtures (tests/integration/conftest.py), printed by tests/conftest.py's summary hook.
+SKIP_REASONS: list[str] = []
+TIMINGS: dict[str, float | int] = {}
+
 GROUP = "vllm"  # the xdist group (tests/support/parallel.py): one worker, one pool
 # What each configuration's fixture is called (tests/integration/conftest.py).
 CONFIG_FIXTURES = [f"vllm_{config}" for config in CONFIGS]
