@@ -242,7 +242,7 @@ def parse_sweep(
 
 def _own_artifacts(lanes: list[Lane]) -> list[Lane]:
     """Lanes given one --aiperf-artifacts DIR write theirs in DIR/<lane name>: each run
-    refuses a directory that holds another run's artifacts (persist/artifacts_dir.py)."""
+    refuses a directory that holds another run's artifacts (results/artifacts_dir.py)."""
     shared = Counter(lane.spec.output.aiperf_artifacts for lane in lanes)
     return [
         dataclasses.replace(lane, spec=lane.spec.with_(aiperf_artifacts=root / lane.name))

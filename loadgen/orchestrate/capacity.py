@@ -31,8 +31,7 @@ from loadgen.config.objectives import Objective, default_resolution
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.metrics.capacity import Answer, Check, Probe, Search, checks_of
 from loadgen.metrics.spread import spread
-from loadgen.persist.artifacts_dir import prepare_artifacts
-from loadgen.persist.results_dir import check_same_settings
+from loadgen.results.artifacts_dir import prepare_artifacts
 from loadgen.results.capacity import (
     CapacityCheck,
     CapacityObjective,
@@ -40,6 +39,7 @@ from loadgen.results.capacity import (
     CapacityResult,
 )
 from loadgen.results.point import PointResult, ResultFileError
+from loadgen.results.results_dir import check_same_settings
 from loadgen.results.store import ResultsDir
 from loadgen.run.backend import Backend, http_backend
 from loadgen.run.scheduler import Clock, Sleep

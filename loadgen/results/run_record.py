@@ -1,5 +1,5 @@
 """run.json read back: the one typed model `--resume`, `loadgen merge`, `compare` and
-`report` read it through (docs/run-file.md; persist/run_file.py writes it).
+`report` read it through (docs/run-file.md; results/run_file.py writes it).
 
 On disk `settings` is flat, one key per setting name, as docs/run-file.md promises and
 tools outside loadgen read it. Read back it is grouped by the parts of a RunSpec
@@ -237,7 +237,7 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def settings_from_flat(flat: dict[str, object]) -> RunSettings:
-    """Flat settings (persist/results_dir.py's settings_of) grouped by part, exactly as
+    """Flat settings (results/results_dir.py's settings_of) grouped by part, exactly as
     decode_run reads them from the file."""
     return msgspec.convert(_by_part(flat)["settings"], RunSettings)
 

@@ -20,7 +20,7 @@ from typing import Protocol
 from tokenizers import Tokenizer
 
 from loadgen.errors import LoadgenError
-from loadgen.persist.outcome import PointOutcome
+from loadgen.results.outcome import PointOutcome
 from loadgen.run.point import Point
 from loadgen.run.point_records import RunContext
 from loadgen.run.session_point import build_session_point

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 from loadgen.client.server_metrics import Scrape
 from loadgen.metrics.saturation import SaturationRule
-from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
+from loadgen.results.outcome import PointOutcome, Stop
 from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, read_pair
 from loadgen.run.ids import x_request_id

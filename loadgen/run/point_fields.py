@@ -10,7 +10,7 @@ import sys
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.server import KV_USAGE, ServerSnapshot
 from loadgen.metrics.summary import PointContext
-from loadgen.persist.outcome import Stop
+from loadgen.results.outcome import Stop
 from loadgen.results.point import PointResult, PointStatus
 from loadgen.results.run_record import CounterFacts
 from loadgen.run.embedded_sim import sim_stream_interval

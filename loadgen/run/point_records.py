@@ -26,15 +26,15 @@ from loadgen.client.transport import tainted
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.energy import PowerInput, PowerSeries
+from loadgen.metrics.gpu_power_csv import point_gpu_power_csv
 from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.server_series import PointCapture, ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.submission import SubmissionRules
-from loadgen.persist.gpu_power_file import write_gpu_power_csv
-from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError, write_atomic
 from loadgen.results.jsonl import JsonlSink
+from loadgen.results.outcome import PointOutcome, Stop
 from loadgen.results.point import (
     CacheState,
     PointIdentity,
@@ -240,8 +240,9 @@ class PointRecords:
         try:
             store.write_point(result, self.run.trial)
             if self.power_series is not None:
-                write_gpu_power_csv(
-                    store.gpu_power_file(self.conc, self.run.trial), self.power_series, self.records
+                write_atomic(
+                    store.gpu_power_file(self.conc, self.run.trial),
+                    point_gpu_power_csv(self.power_series, self.records).encode(),
                 )
             if self.run.trial is None:  # a trial's point is not the published one
                 self.run.outputs.point_written(

@@ -14,8 +14,8 @@ import errno
 
 from loadgen.client.transport import OutOfDescriptors, descriptors_exhausted
 from loadgen.errors import Interrupted, LoadgenError, ServerError, SetupError, UsageError
-from loadgen.persist.outcome import Stop
 from loadgen.results.files import ResultsWriteError
+from loadgen.results.outcome import Stop
 from loadgen.run.server_watch import ServerGone
 
 

@@ -2,7 +2,7 @@
 
 Per point (its Driver, run/driver.py: this process, or scale/'s worker pool with
 --workers): build its requests (off the loop), warm up, measure, write conc_<N>.json;
-run.json (persist/run_file.py) is written when the first point starts and rewritten after
+run.json (results/run_file.py) is written when the first point starts and rewritten after
 each point, so even a killed loadgen leaves a run that `--resume` can continue. At the
 end: run.json, sweep.csv, the console table and the plot (complete points only: an
 incomplete point's figures are in its own file, marked, never in the table people
@@ -39,11 +39,11 @@ from loadgen.config.build_spec import default_results_dir
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import Interrupted, LoadgenError, UsageError
 from loadgen.metrics.server_series import PointCapture
-from loadgen.persist import results_dir as results_files
-from loadgen.persist.outcome import PointOutcome
-from loadgen.persist.results_dir import Earlier, trials_kept
-from loadgen.persist.run_file import RunFile
+from loadgen.results import results_dir as results_files
 from loadgen.results.files import ResultsWriteError
+from loadgen.results.outcome import PointOutcome
+from loadgen.results.results_dir import Earlier, trials_kept
+from loadgen.results.run_file import RunFile
 from loadgen.results.store import RUN_FILE, ResultsDir
 from loadgen.run.backend import Backend, HttpBackend, http_backend
 from loadgen.run.cache_control import CacheControl, http_cache_control

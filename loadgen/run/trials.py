@@ -23,11 +23,11 @@ from loadgen.errors import LoadgenError
 from loadgen.metrics.arrays import is_completed
 from loadgen.metrics.checks import error_text
 from loadgen.metrics.server import ServerSnapshot
-from loadgen.persist.outcome import PointOutcome
-from loadgen.persist.results_dir import trials_kept
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
+from loadgen.results.outcome import PointOutcome
 from loadgen.results.point import PointResult, ResultFileError
+from loadgen.results.results_dir import trials_kept
 from loadgen.results.run_record import PointFacts, TrialFacts
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import TrialPart, assemble_trials

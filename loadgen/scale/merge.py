@@ -28,11 +28,11 @@ from loadgen import __version__
 from loadgen.config.golden import GoldenAL
 from loadgen.errors import UsageError
 from loadgen.metrics.summary import PointContext
-from loadgen.persist.results_dir import run_files
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import JsonlSink
 from loadgen.results.point import CacheState, PointResult, PointStatus, SimulatorHealth
+from loadgen.results.results_dir import run_files
 from loadgen.results.run_record import PointEntry, RunRecord
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point

@@ -30,9 +30,9 @@ from typing import Any
 
 import orjson
 
-from loadgen.persist.outcome import PointOutcome, Stop
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
+from loadgen.results.outcome import PointOutcome, Stop
 from loadgen.run.client_health import ProcessHealth
 from loadgen.run.point_records import PointRecords, RunContext
 from loadgen.run.session_point import planned_requests, session_metrics

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 from loadgen.config.spec import RunSpec
 from loadgen.errors import LoadgenError, UsageError
-from loadgen.persist.outcome import PointOutcome
+from loadgen.results.outcome import PointOutcome
 from loadgen.run.backend import HttpBackend
 from loadgen.run.driver import Driver, RunPieces
 from loadgen.run.point_records import RunContext

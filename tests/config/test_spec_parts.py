@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from loadgen.config.spec import PART_OF, PARTS, RUN_LEVEL, RunSpec, SpecError, flat_settings
-from loadgen.persist.results_dir import settings_of
+from loadgen.results.results_dir import settings_of
 
 
 def _spec() -> RunSpec:

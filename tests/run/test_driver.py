@@ -13,7 +13,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from loadgen.errors import LoadgenError, UsageError
-from loadgen.persist.outcome import PointOutcome
+from loadgen.results.outcome import PointOutcome
 from loadgen.run.driver import Driver, RunPieces, in_process
 from loadgen.run.point_records import RunContext
 from loadgen.run.sweep import sweep_points

@@ -20,9 +20,9 @@ import orjson
 
 from loadgen.config.redact import redact_body, redact_url
 from loadgen.config.spec import RunSpec, SpecError, flat_settings
-from loadgen.persist.artifacts_dir import prepare_artifacts
-from loadgen.persist.outcome import PointOutcome
+from loadgen.results.artifacts_dir import prepare_artifacts
 from loadgen.results.files import ResultsWriteError
+from loadgen.results.outcome import PointOutcome
 from loadgen.results.point import ResultFileError
 from loadgen.results.run_record import (
     NOT_COMPARED_ON_RESUME,

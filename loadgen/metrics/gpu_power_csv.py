@@ -11,25 +11,24 @@ are the samples' monotonic stamps on the result file's own timeline (the first r
 `sent_unix` paired with its monotonic start), so the window it integrates over is exactly
 the one loadgen did. `index` numbers the GPUs of every URL in turn (0..n-1), one identity
 per GPU as InferenceX expects; failed scrapes write no row. The engine's own file, like
-the request records: the raw samples the point's energy was integrated from.
+the request records: the raw samples the point's energy was integrated from. Text only:
+the point's finish step writes it where the store says.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from pathlib import Path
 
 from loadgen.metrics.energy import PowerSeries, mono_to_unix_ns
 from loadgen.metrics.gpu_power import gpu_ids
 from loadgen.records import RequestRecord
-from loadgen.results.files import write_atomic
 
 HEADER = "timestamp, index, uuid, power.draw [W]\n"
 
 
-def gpu_power_csv(series: Sequence[PowerSeries], mono_to_unix_ns: int | None) -> str:
-    """The CSV text; `mono_to_unix_ns` maps the samples' monotonic stamps onto the result
+def gpu_power_csv(series: Sequence[PowerSeries], offset_ns: int | None) -> str:
+    """The CSV text; `offset_ns` maps the samples' monotonic stamps onto the result
     file's wall clock (None: each sample's own wall-clock reading)."""
     index: dict[tuple[int, str], int] = {}
     for source, one in enumerate(series):
@@ -41,9 +40,7 @@ def gpu_power_csv(series: Sequence[PowerSeries], mono_to_unix_ns: int | None) ->
         for sample in one.samples:
             if not sample.readings:
                 continue
-            unix_ns = (
-                sample.mono_ns + mono_to_unix_ns if mono_to_unix_ns is not None else sample.unix_ns
-            )
+            unix_ns = sample.mono_ns + offset_ns if offset_ns is not None else sample.unix_ns
             for gpu, reading in sample.readings.items():
                 if reading.power_w is None:
                     continue
@@ -59,8 +56,6 @@ def gpu_power_csv(series: Sequence[PowerSeries], mono_to_unix_ns: int | None) ->
     return out.getvalue()
 
 
-def write_gpu_power_csv(
-    path: Path, series: Sequence[PowerSeries], records: Sequence[RequestRecord]
-) -> Path:
-    offset = mono_to_unix_ns([(r.start_ns, r.sent_unix) for r in records])
-    return write_atomic(path, gpu_power_csv(series, offset).encode())
+def point_gpu_power_csv(series: Sequence[PowerSeries], records: Sequence[RequestRecord]) -> str:
+    """The point's CSV on its result file's timeline (its requests' clock pairs)."""
+    return gpu_power_csv(series, mono_to_unix_ns([(r.start_ns, r.sent_unix) for r in records]))

@@ -1,4 +1,4 @@
-"""The run tests' shared fixtures, for the persist tests too."""
+"""The run tests' shared fixtures, for the results tests too."""
 
 from tests.run.conftest import tokenizer
 

@@ -16,8 +16,8 @@ import pytest
 
 from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import PARTS, RUN_LEVEL, RunSpec
-from loadgen.persist.results_dir import settings_of
 from loadgen.results.point import ResultFileError
+from loadgen.results.results_dir import settings_of
 from loadgen.results.run_record import PART_TYPES, RunSettings, decode_run, settings_from_flat
 from tests.support.procs import one_error_line, run_loadgen
 

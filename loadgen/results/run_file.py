@@ -16,13 +16,19 @@ import msgspec
 import orjson
 
 from loadgen import __version__
-from loadgen.client.preflight import ServerInfo
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
-from loadgen.persist.outcome import PointOutcome, Stop
-from loadgen.persist.results_dir import Earlier, settings_of
 from loadgen.results.files import write_atomic
+from loadgen.results.outcome import PointOutcome, Stop
+from loadgen.results.results_dir import Earlier, settings_of
 from loadgen.results.store import RUN_FILE
+
+
+class ServerFacts(Protocol):
+    """What the preflight found of the server (client/preflight.py's ServerInfo), as
+    run.json stores it."""
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 class Served(Protocol):
@@ -49,7 +55,7 @@ class RunFile:
         self,
         directory: Path,
         backend: Served | None,
-        server: ServerInfo | None,
+        server: ServerFacts | None,
         points: Sequence[PointOutcome],
         stop: Stop | None,
         *,
@@ -67,7 +73,7 @@ class RunFile:
     def to_json(
         self,
         backend: Served | None,
-        server: ServerInfo | None,
+        server: ServerFacts | None,
         points: Sequence[PointOutcome],
         stop: Stop | None,
         *,
