@@ -1,7 +1,8 @@
-"""Does a long point at high concurrency hold? (issue 26, "Done when": a 5-minute soak)
+"""Does a long point at high concurrency hold? (a 5- or 10-minute soak)
 
 Runs one `loadgen --sim --conc 256 --duration 300` point as a real CLI process, and
-every --interval seconds prints, for the loadgen process (the client):
+every --interval seconds prints, for the client (the loadgen process, and with
+--workers N its worker processes, summed; `procs` says how many were found):
 
   RSS        resident memory, MB (VmRSS), and its growth since the first sample
   fds        open file descriptors (/proc/PID/fd): should stay flat (one per connection)
@@ -18,6 +19,9 @@ records a point keeps in memory until it is summarized are what RSS may grow by)
 
     .venv/bin/python bench/soak.py                          # the 5-minute soak
     .venv/bin/python bench/soak.py --duration 60 --interval 5
+    # 10 minutes, two worker processes, with and without GPU exporters (the simulator's
+    # /gpu/metrics), one after the other in the same sitting: TTFT p99 side by side
+    .venv/bin/python bench/soak.py --duration 600 --workers 2 --gpu-metrics both
 
 Figures on a shared 2-core machine are noisy (the simulator and the client share it).
 A 60 s run here (2 cores shared with other work; isl 1024, osl 256): 1,592 requests all
@@ -52,6 +56,36 @@ def rss_mb(pid: int) -> float:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def client_pids(parent: int) -> list[int]:
+    """loadgen and its worker processes: its children, less the simulator (its cost is
+    the server's)."""
+    pids = [parent]
+    for task in Path(f"/proc/{parent}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"sim" not in argv:
+                pids.append(int(child))
+    return pids
+
+
+def summed(measure: Any, pids: list[int]) -> Any:
+    total = 0
+    for pid in pids:
+        try:
+            total += measure(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            if pid == pids[0]:
+                raise
+    return total
 
 
 def cpu_seconds(pid: int) -> float:
@@ -95,7 +129,7 @@ def prompts_per_conc(args: argparse.Namespace) -> int:
     return max(2, math.ceil(2 * float(args.duration) / wave))
 
 
-def soak(args: argparse.Namespace, results: Path) -> dict[str, Any]:
+def soak(args: argparse.Namespace, results: Path, *, exporters: bool) -> dict[str, Any]:
     argv = [
         sys.executable,
         "-m",
@@ -118,13 +152,15 @@ def soak(args: argparse.Namespace, results: Path) -> dict[str, Any]:
         "--no-progress",
         "--results",
         str(results),
+        *(["--workers", str(args.workers)] if args.workers > 1 else []),
+        *(["--gpu-metrics", "sim"] if exporters else []),
     ]
     process = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     records = Records(results / f"requests_conc_{args.conc}.jsonl")
     print(
-        f"{'t s':>6} {'req':>7} {'ok':>7} {'RSS MB':>8} {'growth':>7} {'fds':>5} "
+        f"{'t s':>6} {'req':>7} {'ok':>7} {'procs':>5} {'RSS MB':>8} {'growth':>7} {'fds':>5} "
         f"{'CPU':>5} {'us/chunk':>9}"
     )
     start = time.monotonic()
@@ -134,7 +170,9 @@ def soak(args: argparse.Namespace, results: Path) -> dict[str, Any]:
     while process.poll() is None:
         time.sleep(args.interval)
         try:
-            rss, fds, cpu = rss_mb(process.pid), open_fds(process.pid), cpu_seconds(process.pid)
+            pids = client_pids(process.pid)
+            rss, fds = summed(rss_mb, pids), summed(open_fds, pids)
+            cpu = summed(cpu_seconds, pids)
         except (FileNotFoundError, ProcessLookupError):
             break  # it just ended
         records.read()
@@ -148,7 +186,7 @@ def soak(args: argparse.Namespace, results: Path) -> dict[str, Any]:
         per_chunk = f"{(cpu - last_cpu) / chunks * 1e6:9.1f}" if chunks else f"{'-':>9}"
         print(
             f"{time.monotonic() - start:6.0f} {records.requests:7,} {records.ok:7,} "
-            f"{rss:8.1f} {rss - first_rss:+7.1f} {fds:5} "
+            f"{len(pids):5} {rss:8.1f} {rss - first_rss:+7.1f} {fds:5} "
             f"{(cpu - last_cpu) / args.interval:5.0%} {per_chunk}",
             flush=True,
         )
@@ -167,6 +205,7 @@ def report(outcome: dict[str, Any]) -> None:
     if not samples:
         print("no samples (the point ended before the first interval)")
         return
+    lost = outcome["records"].requests - point["completed"] - point["failed"]
     rss = [s[0] for s in samples]
     fds = [s[2] for s in samples]
     growth = rss[-1] - rss[0]
@@ -174,7 +213,12 @@ def report(outcome: dict[str, Any]) -> None:
     print(
         f"\nrequests {point['num_prompts']:,}: ok {point['completed']:,}, failed "
         f"{point['failed']:,}; duration {point['duration']:.1f} s; "
-        f"{point['total_chunks']:,} chunks"
+        f"{point['total_chunks']:,} chunks; request lines on disk {outcome['records'].requests:,} "
+        f"({'none lost' if lost == 0 else f'{lost:+,} against the point'})"
+    )
+    print(
+        f"TTFT p99 {point['p99_ttft_ms']:.1f} ms, ITL p99 {point['p99_itl_ms']:.1f} ms; "
+        f"energy per output token {point.get('joules_per_output_token')} J"
     )
     print(
         f"RSS {rss[0]:.1f} -> {rss[-1]:.1f} MB ({growth:+.1f} MB; "
@@ -196,9 +240,28 @@ def main() -> None:
     parser.add_argument("--conc", type=int, default=256)
     parser.add_argument("--isl", type=int, default=1024)
     parser.add_argument("--osl", type=int, default=256)
+    parser.add_argument("--workers", type=int, default=1, help="loadgen --workers")
+    parser.add_argument(
+        "--gpu-metrics",
+        choices=("off", "on", "both"),
+        default="off",
+        help="sample the simulator's GPU exporter (--gpu-metrics sim); both: a run without, "
+        "then one with, and their TTFT p99 side by side",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="loadgen-soak-") as tmp:
-        report(soak(args, Path(tmp) / "results"))
+    runs = {"off": (False,), "on": (True,), "both": (False, True)}[args.gpu_metrics]
+    p99: dict[bool, float] = {}
+    for exporters in runs:
+        print(f"\n== {'with' if exporters else 'without'} GPU exporters")
+        with tempfile.TemporaryDirectory(prefix="loadgen-soak-") as tmp:
+            outcome = soak(args, Path(tmp) / "results", exporters=exporters)
+            report(outcome)
+            p99[exporters] = outcome["point"]["p99_ttft_ms"]
+    if len(p99) == 2:
+        print(
+            f"\nTTFT p99 without exporters {p99[False]:.1f} ms, with {p99[True]:.1f} ms "
+            f"({p99[True] / p99[False] - 1:+.1%})"
+        )
 
 
 if __name__ == "__main__":
