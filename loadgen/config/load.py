@@ -28,7 +28,7 @@ from loadgen.config.objectives import (
     parse_resolution,
     split_slos,
 )
-from loadgen.config.parsers import MAX_CONC, SpecError, parse_conc
+from loadgen.config.parsers import MAX_CONC, SpecError, check_finite, parse_conc
 
 N = TypeVar("N", int, float)  # a stage's value: a rate or a concurrency
 
@@ -393,7 +393,7 @@ def _finite_positive(value: float | None) -> bool:
     return value is None or (math.isfinite(value) and value > 0)
 
 
-def check_load_shape(spec: LoadSpec) -> None:
+def _check_load_shape(spec: LoadSpec) -> None:
     """One line per wrong combination of the load's shape."""
     _check(
         _finite_positive(spec.saturation_window_s),
@@ -464,25 +464,25 @@ def _check_conc_stages(spec: LoadSpec) -> None:
 CONC_STAGES_ALONE = "--conc-stages: not with --find-max or session runs (multi-turn, traces)"
 
 
-def check_conc(load: LoadSpec) -> None:
+def _check_conc(load: LoadSpec) -> None:
     _check(
         bool(load.conc) and all(1 <= c <= MAX_CONC for c in load.conc),
         f"--conc: every concurrency must be in 1..{MAX_CONC}",
     )
 
 
-def check_request_counts(load: LoadSpec) -> None:
+def _check_request_counts(load: LoadSpec) -> None:
     _check(load.num_prompts is None or load.num_prompts >= 1, "--num-prompts: must be >= 1")
     _check(load.num_warmups is None or load.num_warmups >= 0, "--num-warmups: must be >= 0")
 
 
-def check_counts(load: LoadSpec) -> None:
+def _check_counts(load: LoadSpec) -> None:
     _check(load.prompts_per_conc >= 1, "--prompts-per-conc: must be >= 1")
     _check(load.warmup_per_conc >= 0, "--warmup-per-conc: must be >= 0")
     _check(load.duration_s is None or load.duration_s > 0, "--duration: must be > 0 seconds")
 
 
-def check_rate(load: LoadSpec) -> None:
+def _check_rate(load: LoadSpec) -> None:
     _check(
         load.request_rate is None or load.request_rate > 0,
         "--request-rate: must be > 0 requests/s (omit it for a closed loop)",
@@ -490,7 +490,7 @@ def check_rate(load: LoadSpec) -> None:
     _check(load.burstiness > 0, "--burstiness: the gamma shape must be > 0 (1 = Poisson)")
 
 
-def check_limits(load: LoadSpec) -> None:
+def _check_limits(load: LoadSpec) -> None:
     """The load's rates, durations and request counts within config/limits.py's bounds."""
     for value, flag_name in (
         (load.request_rate, "--request-rate"),
@@ -555,13 +555,26 @@ def point_memory_bytes(load: LoadSpec, conc: int, isl: int | None, osl: int | No
     return limits.point_memory_bytes(requests, isl, osl)
 
 
-def check_trials(load: LoadSpec) -> None:
+def _check_trials(load: LoadSpec) -> None:
     _check(1 <= load.trials <= MAX_TRIALS, f"--trials {load.trials}: must be in 1..{MAX_TRIALS}")
 
 
-# floats: each must be a finite number (RunSpec's first check, with the other parts')
+# floats: each must be a finite number
 FLOATS = (
     ("duration_s", "--duration"),
     ("request_rate", "--request-rate"),
     ("burstiness", "--burstiness"),
 )
+
+
+def check(load: LoadSpec) -> None:
+    """The load's own checks, in the order the first error is reported; the bounds
+    (config/limits.py) after the signs."""
+    check_finite(load, FLOATS)
+    _check_conc(load)
+    _check_request_counts(load)
+    _check_counts(load)
+    _check_rate(load)
+    _check_load_shape(load)
+    _check_trials(load)
+    _check_limits(load)

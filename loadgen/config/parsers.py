@@ -8,8 +8,9 @@ typed values, argv and the sidecar's JSON options alike go through them via conf
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -25,6 +26,15 @@ MAX_WORKERS = 256
 
 class SpecError(UsageError):
     """A run setting is invalid; the message says what is wrong and what is allowed."""
+
+
+def check_finite(part: object, floats: Iterable[tuple[str, str]]) -> None:
+    """Each (setting, flag) of a part whose value is a float: a finite number (`inf` would
+    overflow a deadline or turn arrival gaps into NaN; `nan` passes every `>`)."""
+    for name, flag in floats:
+        value = getattr(part, name)
+        if value is not None and not math.isfinite(value):
+            raise SpecError(f"{flag} {value}: must be a finite number")
 
 
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)(?::\+(\d+))?$")

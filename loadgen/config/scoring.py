@@ -136,7 +136,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check(scoring: ScoringSpec) -> None:
+def _check_values(scoring: ScoringSpec) -> None:
     _check(scoring.num_gpus is None or scoring.num_gpus >= 1, "--num-gpus: must be >= 1")
     _check(
         scoring.spec_tokens is None or scoring.spec_tokens >= 1,
@@ -152,8 +152,14 @@ def check(scoring: ScoringSpec) -> None:
     )
 
 
-def check_finite(scoring: ScoringSpec) -> None:
+def _check_finite(scoring: ScoringSpec) -> None:
     _check(
         all(math.isfinite(v) for v in scoring.slos_ms.values()),
         "--slo: each limit must be a finite duration",
     )
+
+
+def check(scoring: ScoringSpec) -> None:
+    """The scoring's own checks, in the order the first error is reported."""
+    _check_finite(scoring)
+    _check_values(scoring)

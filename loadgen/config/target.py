@@ -241,7 +241,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check_url(target: TargetSpec) -> None:
+def _check_url(target: TargetSpec) -> None:
     if not target.base_url:
         return
     _check(
@@ -260,12 +260,12 @@ def check_url(target: TargetSpec) -> None:
     )
 
 
-def check_wire(target: TargetSpec) -> None:
+def _check_wire(target: TargetSpec) -> None:
     """What goes on the wire besides the prompt: body fields, headers, the key."""
     check_extra_body(target.extra_body)
 
 
-def check_headers(target: TargetSpec) -> None:
+def _check_headers(target: TargetSpec) -> None:
     for name, value in target.headers:  # argv went through parse_header; RunSpec(...) may not
         parse_header(f"{name}:{value}")
     if target.api_key is not None:
@@ -275,21 +275,21 @@ def check_headers(target: TargetSpec) -> None:
         )
 
 
-def check_endpoint(target: TargetSpec) -> None:
+def _check_endpoint(target: TargetSpec) -> None:
     _check(
         target.endpoint in ENDPOINTS,
         f"--endpoint {target.endpoint!r}: allowed: completions, chat",
     )
 
 
-def check_client(target: TargetSpec) -> None:
+def _check_client(target: TargetSpec) -> None:
     _check(
         target.http_client in HTTP_CLIENTS,
         f"--http-client {target.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}",
     )
 
 
-def check_reset(target: TargetSpec) -> None:
+def _check_reset(target: TargetSpec) -> None:
     """The reset options go with --reset-prefix-cache; its deadline is a real one."""
     for given, name in (
         (target.reset_after_warmup, "--reset-after-warmup"),
@@ -300,3 +300,14 @@ def check_reset(target: TargetSpec) -> None:
         math.isfinite(target.reset_timeout_s) and target.reset_timeout_s > 0,
         f"--reset-timeout {target.reset_timeout_s}: must be a finite number of seconds > 0",
     )
+
+
+def check(target: TargetSpec) -> None:
+    """The target's own checks, in the order the first error is reported (RunSpec runs
+    each part's `check`, then the rules that cross parts)."""
+    _check_url(target)
+    _check_wire(target)
+    _check_headers(target)
+    _check_endpoint(target)
+    _check_client(target)
+    _check_reset(target)
