@@ -7,8 +7,8 @@ A RunSpec is made of typed parts, one module each (flags, struct, checks): `spec
 `spec.output` (output.py), `spec.processes` (processes.py) and `spec.session`
 (session.py); only the seed and the simulator are run-level. `RunSpec.flat(**settings)`
 builds one from the flat setting names (as the flags, the sidecar's options and run.json's
-`settings` name them) and `spec.with_(**settings)` changes some; `flat_settings` is the one
-place that flattens it back for files.
+`settings` name them) and `spec.with_(**settings)` changes some; `flat_settings` flattens
+it back (run.json records each part as it is: results/run_record.py).
 
 Construction runs the checks that need nothing but the values (each part's, then the rules
 that cross parts, in the order the first error is reported); the checks against this
@@ -149,9 +149,9 @@ def _route(settings: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[st
 
 
 def flat_settings(spec: RunSpec) -> dict[str, Any]:
-    """The spec as one flat dict of setting names: run.json's `settings`, whose shape the
-    split into parts leaves unchanged (files written before and after it compare equal).
-    Nested options (vllm_result, speed_bench, golden_al) stay nested, as they always were."""
+    """The spec as one flat dict of setting names, as `RunSpec.flat` takes them (run.json's
+    `settings` have this shape: results/run_record.py). Nested options (vllm_result,
+    speed_bench, golden_al) stay nested."""
     flat: dict[str, Any] = {}
     for name in PARTS:
         flat.update(dataclasses.asdict(getattr(spec, name)))

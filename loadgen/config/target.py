@@ -6,6 +6,7 @@ resets): its flags, its struct and its checks."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import shlex
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from loadgen.config.parsers import (
     parse_extra_body,
     parse_header,
 )
-from loadgen.config.redact import url_has_credentials
+from loadgen.config.redact import REDACTED, redact_body, redact_url, url_has_credentials
 
 Endpoint = Literal["completions", "chat"]
 # the client the results record: native, or bench/aiohttp_client.py's comparison client
@@ -211,6 +212,18 @@ FIELDS: tuple[Field, ...] = (
         section="target",
     ),
 )
+
+
+def redacted(target: TargetSpec) -> TargetSpec:
+    """The target as files and answers record it: no API key, header values `***`, a
+    URL's credentials and secret-named body fields `***` (config/redact.py)."""
+    return dataclasses.replace(
+        target,
+        api_key=None,
+        headers=tuple((name, REDACTED) for name, _ in target.headers),
+        base_url=target.base_url and redact_url(target.base_url),
+        extra_body=redact_body(target.extra_body),
+    )
 
 
 def derive(values: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
