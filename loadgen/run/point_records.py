@@ -257,9 +257,8 @@ class PointRecords:
     def _apply_taints(self) -> None:
         """Records whose connection, after they were written, got bytes no request asked
         for (client/native/protocol.py): made malformed here and in the JSONL, rewritten
-        whole (rare: only a server answering out of step). Fakes in tests have none."""
-        take = getattr(self.run.backend, "take_tainted", None)
-        found: dict[tuple[int, int], str] = take() if take is not None else {}
+        whole (rare: only a server answering out of step)."""
+        found = self.run.backend.take_tainted()
         if not found:
             return
         changed = False
