@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,7 +28,7 @@ from loadgen.config.objectives import (
     parse_resolution,
     split_slos,
 )
-from loadgen.config.parsers import MAX_CONC, SpecError, check_finite, parse_conc
+from loadgen.config.parsers import MAX_CONC, SpecError, check_finite, conc_list, parse_conc
 
 N = TypeVar("N", int, float)  # a stage's value: a rate or a concurrency
 
@@ -103,12 +103,12 @@ def parse_request_rate(text: str) -> float | None:
     return None if rate == float("inf") else rate
 
 
-def _rate_stages(text: str | None) -> tuple[tuple[float, float], ...]:
-    return parse_rate_stages(text) if text else ()
+def _rate_stages(given: Stages | None) -> tuple[tuple[float, float], ...]:
+    return parse_rate_stages(given) if given else ()
 
 
-def _conc_stages(text: str | None) -> tuple[tuple[int, float], ...]:
-    return parse_conc_stages(text) if text else ()
+def _conc_stages(given: Stages | None) -> tuple[tuple[int, float], ...]:
+    return parse_conc_stages(given) if given else ()
 
 
 FIELDS: tuple[Field, ...] = (
@@ -116,6 +116,7 @@ FIELDS: tuple[Field, ...] = (
         "--conc",
         shape="numbers",
         type=parse_conc,
+        read=conc_list,
         metavar="SPEC",
         help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S "
         "(required, or --max-concurrency)",
@@ -316,7 +317,11 @@ def derive_search(values: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def parse_rate_stages(text: str) -> tuple[tuple[float, float], ...]:
+# --rate-stages' text `5@30s,20@30s`, or a document's list of stages `[5@30s, 20@30s]`
+Stages = str | Sequence[str]
+
+
+def parse_rate_stages(text: Stages) -> tuple[tuple[float, float], ...]:
     """`5@30s,20@30,40@1m` -> ((5.0, 30.0), (20.0, 30.0), (40.0, 60.0)): req/s @ seconds
     (a bare number is seconds; units ms, s, m)."""
     return _stages(
@@ -329,7 +334,7 @@ def parse_rate_stages(text: str) -> tuple[tuple[float, float], ...]:
     )
 
 
-def parse_conc_stages(text: str) -> tuple[tuple[int, float], ...]:
+def parse_conc_stages(text: Stages) -> tuple[tuple[int, float], ...]:
     """`4@30s,16@1m` -> ((4, 30.0), (16, 60.0)): requests in flight @ seconds."""
     return _stages(
         text,
@@ -343,17 +348,18 @@ def parse_conc_stages(text: str) -> tuple[tuple[int, float], ...]:
 
 
 def _stages(
-    text: str,
+    given: Stages,
     value_of: Callable[[str], N],
     fits: Callable[[N], bool],
     *,
     shape: str,
     bounds: str,
 ) -> tuple[tuple[N, float], ...]:
-    """VALUE@DURATION stages joined by commas; `shape` and `bounds` are the two errors
-    (formatted with the whole text and the stage at fault)."""
+    """VALUE@DURATION stages, the flag's joined by commas; `shape` and `bounds` are the
+    two errors (formatted with the whole value as the flag reads and the stage at fault)."""
+    parts, text = (given.split(","), given) if isinstance(given, str) else (given, ",".join(given))
     stages = []
-    for part in text.split(","):
+    for part in parts:
         head, at, seconds = part.strip().partition("@")
         try:
             value = value_of(head)

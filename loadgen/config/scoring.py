@@ -12,8 +12,8 @@ from pathlib import Path
 
 from loadgen.config.fields import Field, flag
 from loadgen.config.golden import DEFAULT_TOLERANCE, MODES, GoldenAL, read_golden
-from loadgen.config.objectives import parse_slo_flag
-from loadgen.config.parsers import SLO_METRICS, SpecError, parse_percentiles
+from loadgen.config.objectives import parse_slo_flag, slo_pairs
+from loadgen.config.parsers import SLO_METRICS, SpecError, parse_percentiles, percentile_list
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 SESSION_PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)  # InferenceX's agentic set
@@ -55,6 +55,7 @@ FIELDS: tuple[Field, ...] = (
         "--slo",
         shape="slo",
         type=parse_slo_flag,
+        read=slo_pairs,
         default={},
         metavar="M=T,...",
         help="goodput SLOs, e.g. ttft=2s,tpot=50ms (metrics ttft, tpot, itl, e2el; "
@@ -66,6 +67,7 @@ FIELDS: tuple[Field, ...] = (
         "--percentiles",
         shape="numbers",
         type=parse_percentiles,
+        read=percentile_list,
         default=None,
         metavar="P,...",
         help="percentiles to report (default: 50,90,99,99.9; session runs add 75,95)",

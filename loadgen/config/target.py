@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +19,8 @@ from loadgen.config.parsers import (
     SpecError,
     check_api_key,
     check_extra_body,
+    extra_body,
+    header_pair,
     parse_extra_body,
     parse_header,
 )
@@ -130,6 +132,7 @@ FIELDS: tuple[Field, ...] = (
         nargs="+",
         default=[],
         type=parse_header,
+        read=header_pair,
         metavar="K:V",
         help="extra request headers, repeatable, e.g. X-Session-Affinity:abc "
         "(K=V as vLLM works too) (default: none)",
@@ -151,6 +154,7 @@ FIELDS: tuple[Field, ...] = (
         "--extra-body",
         shape="body",
         type=parse_extra_body,
+        read=extra_body,
         default={},
         metavar="JSON",
         help="extra request-body fields, e.g. '{\"min_p\": 0.1}' (not those "
@@ -230,16 +234,23 @@ def derive(values: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]
     """The settings of several flags: the key (or $OPENAI_API_KEY), the simulator's flags."""
     if values.sim and values.base_url:
         raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
-    try:
-        sim_args = tuple(shlex.split(values.sim_args))
-    except ValueError as exc:
-        raise SpecError(f"--sim-args {values.sim_args!r}: {exc}") from None
+    sim_args = _sim_args(values.sim_args)
     taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
     if taken:
         raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
     if values.sim and values.model and not any(a.split("=")[0] == "--model" for a in sim_args):
         sim_args = ("--model", values.model, *sim_args)  # the simulator serves the name asked for
     return {"sim_args": sim_args, "api_key": _api_key(values.api_key or env.get("OPENAI_API_KEY"))}
+
+
+def _sim_args(given: str | Sequence[str]) -> tuple[str, ...]:
+    """--sim-args' text split as a shell would, or a document's list of them as given."""
+    if not isinstance(given, str):
+        return tuple(given)
+    try:
+        return tuple(shlex.split(given))
+    except ValueError as exc:
+        raise SpecError(f"--sim-args {given!r}: {exc}") from None
 
 
 def _api_key(key: str | None) -> str | None:
@@ -280,7 +291,7 @@ def _check_wire(target: TargetSpec) -> None:
 
 def _check_headers(target: TargetSpec) -> None:
     for name, value in target.headers:  # argv went through parse_header; RunSpec(...) may not
-        parse_header(f"{name}:{value}")
+        header_pair((name, value))
     if target.api_key is not None:
         _check(
             not CONTROL_CHARS.search(target.api_key),
