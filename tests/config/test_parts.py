@@ -131,17 +131,22 @@ def _numeric_fields() -> list[tuple[str, type]]:
 
 @pytest.mark.parametrize(("name", "kind"), _numeric_fields())
 def test_every_numeric_setting_is_checked_naming_its_flag(name: str, kind: type) -> None:
-    """A number no run can use (a negative, and for a float NaN) is refused by the part's
-    `check`, in one line naming the flag the user typed: an option added to a part whose
-    check was not written (or not wired into its part's `check`) fails here."""
+    """A number no option can use is refused by the part's `check`, in one line naming
+    the flag the user typed: NaN for a float; for an integer, -10^30 or 10^30 (no option
+    takes every integer). An option added to a part without its check written and wired
+    into the part's `check` (or, for a float, its FLOATS entry) fails here."""
     if name in CHECKED_AT_BUILD:
         return
     spec = RunSpec.flat(conc=(4,), isl=64, osl=16, base_url="http://127.0.0.1:9")
     flags = [f.flag for f in RUN_FIELDS.values() if name in _filled(f.fills)]
-    for bad in (-1, math.nan) if kind is float else (-1,):
-        with pytest.raises(SpecError) as refused:
-            spec.with_(**{name: kind(bad)})
-        assert not flags or any(flag in str(refused.value) for flag in flags), (name, flags)
+    refused = []
+    for bad in (math.nan,) if kind is float else (-(10**30), 10**30):
+        try:
+            spec.with_(**{name: bad})
+        except SpecError as exc:
+            refused.append(str(exc))
+    assert refused, f"{name}: {kind.__name__} values no run can use are accepted"
+    assert not flags or any(flag in line for flag in flags for line in refused), (name, flags)
 
 
 def _filled(fills: str | tuple[str, ...] | None) -> tuple[str, ...]:
