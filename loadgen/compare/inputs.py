@@ -58,7 +58,7 @@ class RunDir:
         if self.run is not None:  # the settings that change the requests themselves
             workload, session = self.run.settings.workload, self.run.settings.session
             shape |= {
-                "dataset": workload.dataset,
+                "dataset": None if workload.dataset is None else str(workload.dataset),
                 "dataset_format": workload.dataset_format,
                 "turns": session.turns,
                 "turn_tokens": session.turn_tokens,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from loadgen.config import limits
 from loadgen.config.fields import Field, default_of, flag
-from loadgen.config.parsers import SpecError
+from loadgen.config.parsers import SpecError, check_finite
 
 # Deadlines (no wait is unbounded): a non-streaming call (/v1/models, /tokenize, /version,
 # /metrics) must answer within DEFAULT_HTTP_TIMEOUT_S; a streamed response that delivers
@@ -80,7 +80,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check(deadlines: DeadlineSpec) -> None:
+def _check_signs(deadlines: DeadlineSpec) -> None:
     _check(
         deadlines.request_timeout_s is None or deadlines.request_timeout_s > 0,
         "--request-timeout: must be > 0 seconds",
@@ -90,16 +90,23 @@ def check(deadlines: DeadlineSpec) -> None:
     _check(0.0 <= deadlines.max_error_rate <= 1.0, "--max-error-rate: must be in [0, 1]")
 
 
-def check_limits(deadlines: DeadlineSpec) -> None:
+def _check_limits(deadlines: DeadlineSpec) -> None:
     limits.seconds(deadlines.request_timeout_s, "--request-timeout")
     limits.seconds(deadlines.http_timeout_s, "--http-timeout")
     limits.seconds(deadlines.stream_idle_timeout_s, "--stream-idle-timeout")
 
 
-# floats: each must be a finite number (RunSpec's first check, with the other parts')
+# floats: each must be a finite number
 FLOATS = (
     ("request_timeout_s", "--request-timeout"),
     ("http_timeout_s", "--http-timeout"),
     ("stream_idle_timeout_s", "--stream-idle-timeout"),
     ("max_error_rate", "--max-error-rate"),
 )
+
+
+def check(deadlines: DeadlineSpec) -> None:
+    """The deadlines' own checks: finite, signs, then bounds (config/limits.py)."""
+    check_finite(deadlines, FLOATS)
+    _check_signs(deadlines)
+    _check_limits(deadlines)

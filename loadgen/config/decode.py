@@ -1,15 +1,14 @@
 """A document's run options (a sweep file's lane, the sidecar's JSON options) -> the very
 values argparse gives for the same flags, straight from the table (config/table.py):
-each value's YAML/JSON type checked against its entry's kind and shape, then run through
-the entry's own parser, as argv text is. Errors name the key path given."""
+each value's YAML/JSON type checked against its entry's kind and shape, then read by the
+entry's own parser: a scalar as the flag's one value, a list or mapping item by item
+(the entry's `read`, which the flag's text parser ends in too), never joined back into
+flag text to be split again. Errors name the key path given."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
-
-import orjson
 
 from loadgen.config.fields import Field
 from loadgen.config.parsers import SpecError
@@ -37,32 +36,70 @@ def decode_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def decode_value(field: Field, value: Any, where: str) -> Any:
     """`value` (not None) as argparse would give the flag; SpecError `where: ...`."""
-    texts = _texts(field, value)
-    if texts is None:
+    read = _reader(field, value)
+    if read is None:
         raise SpecError(f"{where}: expected {_expected(field)}, got {value!r}")
-    if field.kind == "flag" or field.shape == "args":
-        return value if field.kind == "flag" else texts[0]
-    if field.choices is not None:
-        for text in texts:
-            if text not in field.choices:
-                raise SpecError(f"{where}: {text!r} is not one of {', '.join(field.choices)}")
+    if field.choices is not None and field.kind != "flag":
+        for item in value if isinstance(value, list) else [value]:
+            if str(item) not in field.choices:
+                raise SpecError(f"{where}: {str(item)!r} is not one of {', '.join(field.choices)}")
     try:
-        parsed = [_read(field.parse, text, value) for text in texts]
+        return read()
     except (SpecError, ValueError, TypeError) as exc:
         raise SpecError(f"{where}: {exc}") from None
-    return parsed if field.kind in ("repeat", "extend") else parsed[0]
 
 
-def _read(parse: Callable[[str], Any] | None, text: str, value: Any) -> Any:
+def _reader(field: Field, value: Any) -> Callable[[], Any] | None:
+    """How the value becomes the flag's, or None when its type cannot be the flag's."""
+    shape, parse, read = field.shape, field.parse, field.read
+    if field.kind == "flag":
+        return (lambda: value) if isinstance(value, bool) else None
+    if isinstance(value, str) and shape != "value" and parse is not None:
+        # the flag's own text (`conc: 1..64`, `slo: ttft=2s`); a list of headers is each
+        # header's text
+        return lambda: [parse(value)] if field.kind in ("repeat", "extend") else parse(value)
+    if shape == "numbers":
+        items = _scalars(value)
+        return None if items is None or read is None else lambda: read(items)
+    if shape in ("stages", "args"):  # the setting's `to` (or its part's derive) reads them
+        if isinstance(value, str):
+            return lambda: value
+        items = _scalars(value, str if shape == "stages" else (str, int, float)) or []
+        return (lambda: tuple(str(v) for v in items)) if items else None
+    if shape == "slo":
+        if not _scalar_map(value) or read is None:
+            return None
+        return lambda: read(list(value.items()))
+    if shape == "headers":
+        if _scalar_map(value) and read is not None:
+            return lambda: [read((str(k), v)) for k, v in value.items()]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return lambda: [_one(parse, v) for v in value]
+        return None
+    if shape == "body":
+        return (lambda: read(value)) if isinstance(value, Mapping) and read is not None else None
+    if field.kind in ("repeat", "extend"):
+        found = _scalars(value) or []
+        return (lambda: [_one(parse, v) for v in found]) if found else None
+    return (lambda: _one(parse, value)) if _fits(field, value) else None
+
+
+def _one(parse: Callable[[str], Any] | None, value: Any) -> Any:
+    """One scalar by the flag's parser: a number to a float parser as it is; any other
+    parser reads the scalar's own spelling (units, `auto`, `inf`; `int` refuses `1.5`)."""
     if parse is None:
-        return text
-    if parse in (int, float) and not isinstance(value, list | Mapping):
-        return parse(value)  # the number itself, already checked to be one
-    return parse(text)
+        return str(value)
+    if parse is float and not isinstance(value, str):
+        return float(value)
+    return parse(value if isinstance(value, str) else str(value))
 
 
 def _scalar(value: Any) -> bool:
     return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def _scalar_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(_scalar(v) for v in value.values())
 
 
 def _scalars(value: Any, kind: type | tuple[type, ...] = (str, int, float)) -> list[Any] | None:
@@ -70,38 +107,6 @@ def _scalars(value: Any, kind: type | tuple[type, ...] = (str, int, float)) -> l
     items = value if isinstance(value, list) else [value]
     ok = bool(items) and all(isinstance(v, kind) and not isinstance(v, bool) for v in items)
     return items if ok else None
-
-
-def _texts(field: Field, value: Any) -> list[str] | None:
-    """The flag texts the value stands for, or None when its type cannot be the flag's."""
-    shape = field.shape
-    if field.kind == "flag":
-        return [] if isinstance(value, bool) else None
-    if shape in ("numbers", "stages"):
-        items = _scalars(value) if shape == "numbers" else _scalars(value, str)
-        return None if items is None else [",".join(str(v) for v in items)]
-    if shape == "slo":
-        if isinstance(value, Mapping) and all(_scalar(v) for v in value.values()):
-            return [",".join(f"{k}={v}" for k, v in value.items())]
-        return [value] if isinstance(value, str) else None
-    if shape == "headers":
-        if isinstance(value, Mapping) and all(_scalar(v) for v in value.values()):
-            return [f"{k}:{v}" for k, v in value.items()]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
-        return [value] if isinstance(value, str) else None
-    if shape == "body":
-        if isinstance(value, Mapping):
-            return [orjson.dumps(dict(value)).decode()]
-        return [value] if isinstance(value, str) else None
-    if shape == "args":
-        if isinstance(value, list) and all(_scalar(v) for v in value):
-            return [shlex.join(str(v) for v in value)]
-        return [value] if isinstance(value, str) else None
-    if field.kind in ("repeat", "extend"):
-        items = _scalars(value)
-        return None if items is None else [str(v) for v in items]
-    return [str(value)] if _fits(field, value) else None
 
 
 def _fits(field: Field, value: Any) -> bool:

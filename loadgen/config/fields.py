@@ -48,6 +48,10 @@ class Field:
     # its part's `derive` (or the compatibility mapping) combines with others.
     fills: str | tuple[str, ...] | None = None
     to: Callable[[Any], Any] | None = None  # value -> setting; None: as it is
+    # A list or mapping in a document (a sweep file's lane, the sidecar's JSON) read
+    # straight to the value: the function `parse` ends in once it has split the flag's
+    # text (a list of items; (NAME, VALUE) pairs; a JSON object), not that text re-joined.
+    read: Callable[[Any], Any] | None = None
     keep_none: bool = False  # None is a value here (workers: auto), not "not given"
     section: str | None = None  # the sweep document's `target:`/`workload:` it may sit in
 
@@ -96,6 +100,7 @@ def flag(
     shape: Shape = "value",
     fills: str | tuple[str, ...] | None = None,
     to: Callable[[Any], Any] | None = None,
+    read: Callable[[Any], Any] | None = None,
     keep_none: bool = False,
     section: str | None = None,
 ) -> Field:
@@ -117,6 +122,7 @@ def flag(
         shape=shape,
         fills=fills,
         to=to,
+        read=read,
         keep_none=keep_none,
         section=section,
     )

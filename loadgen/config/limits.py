@@ -6,7 +6,7 @@ would otherwise surface as a MemoryError minutes in, an OverflowError from the
 scheduler, or (through the sidecar) a process the OOM killer ends. Each limit here is
 far above real use and is named in the one line that refuses a value over it
 (docs/failure-behaviour.md lists them). Each part checks its own values against these
-(load.check_limits, workload.check_limits, ...; spec.py the turns, which cross parts),
+(at the end of each part module's `check`; spec.py the turns, which cross parts),
 last, after the signs and finiteness of the same values; the memory estimate, a check
 of this machine, runs where the run is built (build_spec.check_machine).
 

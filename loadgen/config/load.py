@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,7 +28,7 @@ from loadgen.config.objectives import (
     parse_resolution,
     split_slos,
 )
-from loadgen.config.parsers import MAX_CONC, SpecError, parse_conc
+from loadgen.config.parsers import MAX_CONC, SpecError, check_finite, conc_list, parse_conc
 
 N = TypeVar("N", int, float)  # a stage's value: a rate or a concurrency
 
@@ -103,12 +103,12 @@ def parse_request_rate(text: str) -> float | None:
     return None if rate == float("inf") else rate
 
 
-def _rate_stages(text: str | None) -> tuple[tuple[float, float], ...]:
-    return parse_rate_stages(text) if text else ()
+def _rate_stages(given: Stages | None) -> tuple[tuple[float, float], ...]:
+    return parse_rate_stages(given) if given else ()
 
 
-def _conc_stages(text: str | None) -> tuple[tuple[int, float], ...]:
-    return parse_conc_stages(text) if text else ()
+def _conc_stages(given: Stages | None) -> tuple[tuple[int, float], ...]:
+    return parse_conc_stages(given) if given else ()
 
 
 FIELDS: tuple[Field, ...] = (
@@ -116,6 +116,7 @@ FIELDS: tuple[Field, ...] = (
         "--conc",
         shape="numbers",
         type=parse_conc,
+        read=conc_list,
         metavar="SPEC",
         help="concurrency points: 4..512 (powers of two), 8,16,64, or A..B:+S "
         "(required, or --max-concurrency)",
@@ -316,7 +317,11 @@ def derive_search(values: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def parse_rate_stages(text: str) -> tuple[tuple[float, float], ...]:
+# --rate-stages' text `5@30s,20@30s`, or a document's list of stages `[5@30s, 20@30s]`
+Stages = str | Sequence[str]
+
+
+def parse_rate_stages(text: Stages) -> tuple[tuple[float, float], ...]:
     """`5@30s,20@30,40@1m` -> ((5.0, 30.0), (20.0, 30.0), (40.0, 60.0)): req/s @ seconds
     (a bare number is seconds; units ms, s, m)."""
     return _stages(
@@ -329,7 +334,7 @@ def parse_rate_stages(text: str) -> tuple[tuple[float, float], ...]:
     )
 
 
-def parse_conc_stages(text: str) -> tuple[tuple[int, float], ...]:
+def parse_conc_stages(text: Stages) -> tuple[tuple[int, float], ...]:
     """`4@30s,16@1m` -> ((4, 30.0), (16, 60.0)): requests in flight @ seconds."""
     return _stages(
         text,
@@ -343,17 +348,18 @@ def parse_conc_stages(text: str) -> tuple[tuple[int, float], ...]:
 
 
 def _stages(
-    text: str,
+    given: Stages,
     value_of: Callable[[str], N],
     fits: Callable[[N], bool],
     *,
     shape: str,
     bounds: str,
 ) -> tuple[tuple[N, float], ...]:
-    """VALUE@DURATION stages joined by commas; `shape` and `bounds` are the two errors
-    (formatted with the whole text and the stage at fault)."""
+    """VALUE@DURATION stages, the flag's joined by commas; `shape` and `bounds` are the
+    two errors (formatted with the whole value as the flag reads and the stage at fault)."""
+    parts, text = (given.split(","), given) if isinstance(given, str) else (given, ",".join(given))
     stages = []
-    for part in text.split(","):
+    for part in parts:
         head, at, seconds = part.strip().partition("@")
         try:
             value = value_of(head)
@@ -393,7 +399,7 @@ def _finite_positive(value: float | None) -> bool:
     return value is None or (math.isfinite(value) and value > 0)
 
 
-def check_load_shape(spec: LoadSpec) -> None:
+def _check_load_shape(spec: LoadSpec) -> None:
     """One line per wrong combination of the load's shape."""
     _check(
         _finite_positive(spec.saturation_window_s),
@@ -464,25 +470,25 @@ def _check_conc_stages(spec: LoadSpec) -> None:
 CONC_STAGES_ALONE = "--conc-stages: not with --find-max or session runs (multi-turn, traces)"
 
 
-def check_conc(load: LoadSpec) -> None:
+def _check_conc(load: LoadSpec) -> None:
     _check(
         bool(load.conc) and all(1 <= c <= MAX_CONC for c in load.conc),
         f"--conc: every concurrency must be in 1..{MAX_CONC}",
     )
 
 
-def check_request_counts(load: LoadSpec) -> None:
+def _check_request_counts(load: LoadSpec) -> None:
     _check(load.num_prompts is None or load.num_prompts >= 1, "--num-prompts: must be >= 1")
     _check(load.num_warmups is None or load.num_warmups >= 0, "--num-warmups: must be >= 0")
 
 
-def check_counts(load: LoadSpec) -> None:
+def _check_counts(load: LoadSpec) -> None:
     _check(load.prompts_per_conc >= 1, "--prompts-per-conc: must be >= 1")
     _check(load.warmup_per_conc >= 0, "--warmup-per-conc: must be >= 0")
     _check(load.duration_s is None or load.duration_s > 0, "--duration: must be > 0 seconds")
 
 
-def check_rate(load: LoadSpec) -> None:
+def _check_rate(load: LoadSpec) -> None:
     _check(
         load.request_rate is None or load.request_rate > 0,
         "--request-rate: must be > 0 requests/s (omit it for a closed loop)",
@@ -490,7 +496,7 @@ def check_rate(load: LoadSpec) -> None:
     _check(load.burstiness > 0, "--burstiness: the gamma shape must be > 0 (1 = Poisson)")
 
 
-def check_limits(load: LoadSpec) -> None:
+def _check_limits(load: LoadSpec) -> None:
     """The load's rates, durations and request counts within config/limits.py's bounds."""
     for value, flag_name in (
         (load.request_rate, "--request-rate"),
@@ -555,13 +561,26 @@ def point_memory_bytes(load: LoadSpec, conc: int, isl: int | None, osl: int | No
     return limits.point_memory_bytes(requests, isl, osl)
 
 
-def check_trials(load: LoadSpec) -> None:
+def _check_trials(load: LoadSpec) -> None:
     _check(1 <= load.trials <= MAX_TRIALS, f"--trials {load.trials}: must be in 1..{MAX_TRIALS}")
 
 
-# floats: each must be a finite number (RunSpec's first check, with the other parts')
+# floats: each must be a finite number
 FLOATS = (
     ("duration_s", "--duration"),
     ("request_rate", "--request-rate"),
     ("burstiness", "--burstiness"),
 )
+
+
+def check(load: LoadSpec) -> None:
+    """The load's own checks, in the order the first error is reported; the bounds
+    (config/limits.py) after the signs."""
+    check_finite(load, FLOATS)
+    _check_conc(load)
+    _check_request_counts(load)
+    _check_counts(load)
+    _check_rate(load)
+    _check_load_shape(load)
+    _check_trials(load)
+    _check_limits(load)

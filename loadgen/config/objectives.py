@@ -10,7 +10,7 @@ SLO); without `--find-max`, a percentile form is refused (it would measure nothi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from loadgen.config.parsers import SLO_METRICS, SpecError, parse_duration_ms
@@ -78,13 +78,23 @@ def find_max_problem(
 def parse_slo_flag(text: str) -> dict[str, float]:
     """`ttft=2s,tpot:p50=20ms` -> {"ttft": 2000.0, "tpot:p50": 20.0} (milliseconds): both
     forms, each checked; split_slos tells them apart."""
-    slos: dict[str, float] = {}
+    pairs: list[tuple[str, object]] = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = part.partition("=")
-        key = key.strip().lower()
+        pairs.append((key, value if sep else None))
+    return slo_pairs(pairs)
+
+
+def slo_pairs(pairs: Iterable[tuple[str, object]]) -> dict[str, float]:
+    """SLOs as (METRIC or METRIC:pNN, DURATION) pairs: --slo's text split at `,` and `=`
+    (DURATION None: no `=`), or a document's mapping `{ttft: 2s}`."""
+    slos: dict[str, float] = {}
+    for given, value in pairs:
+        part = given if value is None else f"{given}={value}"  # as the flag reads
+        key = given.strip().lower()
         match = _OBJECTIVE_KEY.match(key)
         metric = match[1] if match else key
-        if not sep or metric not in SLO_METRICS:
+        if value is None or metric not in SLO_METRICS:
             raise SpecError(
                 f"--slo {part!r}: expected METRIC=DURATION (goodput) or "
                 f"METRIC:pNN=DURATION (--find-max) with METRIC in "
@@ -92,7 +102,7 @@ def parse_slo_flag(text: str) -> dict[str, float]:
             )
         if match and not 0 < float(match[2]) < 100:
             raise SpecError(f"--slo {part!r}: the percentile must be strictly between 0 and 100")
-        slos[key] = parse_duration_ms(value, what=f"--slo {key}")
+        slos[key] = parse_duration_ms(str(value), what=f"--slo {key}")
         if slos[key] <= 0:
             raise SpecError(f"--slo {key}: must be > 0")
     return slos

@@ -145,14 +145,14 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check_resume(output: OutputSpec) -> None:
+def _check_resume(output: OutputSpec) -> None:
     _check(
         not (output.resume and output.overwrite),
         "--resume and --overwrite exclude each other: continue the run, or replace it",
     )
 
 
-def check_vllm_result(output: OutputSpec) -> None:
+def _check_vllm_result(output: OutputSpec) -> None:
     options = output.vllm_result
     if options is None:
         return
@@ -179,3 +179,9 @@ def check_vllm_result(output: OutputSpec) -> None:
             f"--label {options.label!r}: a label, not a path: no `/` in it (use "
             "--result-dir for the directory)",
         )
+
+
+def check(output: OutputSpec) -> None:
+    """The output's own checks, in the order the first error is reported."""
+    _check_resume(output)
+    _check_vllm_result(output)

@@ -8,8 +8,9 @@ typed values, argv and the sidecar's JSON options alike go through them via conf
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -25,6 +26,15 @@ MAX_WORKERS = 256
 
 class SpecError(UsageError):
     """A run setting is invalid; the message says what is wrong and what is allowed."""
+
+
+def check_finite(part: object, floats: Iterable[tuple[str, str]]) -> None:
+    """Each (setting, flag) of a part whose value is a float: a finite number (`inf` would
+    overflow a deadline or turn arrival gaps into NaN; `nan` passes every `>`)."""
+    for name, flag in floats:
+        value = getattr(part, name)
+        if value is not None and not math.isfinite(value):
+            raise SpecError(f"{flag} {value}: must be a finite number")
 
 
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)(?::\+(\d+))?$")
@@ -52,16 +62,28 @@ def parse_conc(text: str) -> tuple[int, ...]:
                 values.append(value)
                 value *= 2
     else:
-        try:
-            values = [int(part) for part in text.split(",") if part]
-        except ValueError:
-            raise SpecError(
-                f"--conc {text!r}: expected A..B (powers of two), A..B:+S or a list like 8,16,64"
-            ) from None
+        return conc_list([part for part in text.split(",") if part], shown=text)
+    return _checked_conc(values, text)
+
+
+def conc_list(items: Sequence[object], shown: str | None = None) -> tuple[int, ...]:
+    """A list of concurrencies, order kept: --conc's `8,16,64` or a document's
+    `[8, 16, 64]` (`shown`: how the value reads in a message, the list's own text)."""
+    shown = ",".join(map(str, items)) if shown is None else shown
+    try:
+        values = [v if type(v) is int else int(str(v)) for v in items]  # not 1.5, not true
+    except ValueError:
+        raise SpecError(
+            f"--conc {shown!r}: expected A..B (powers of two), A..B:+S or a list like 8,16,64"
+        ) from None
+    return _checked_conc(values, shown)
+
+
+def _checked_conc(values: list[int], shown: str) -> tuple[int, ...]:
     if not values or any(v < 1 or v > MAX_CONC for v in values):
-        raise SpecError(f"--conc {text!r}: every concurrency must be in 1..{MAX_CONC}")
+        raise SpecError(f"--conc {shown!r}: every concurrency must be in 1..{MAX_CONC}")
     if len(set(values)) != len(values):
-        raise SpecError(f"--conc {text!r}: a concurrency appears twice")
+        raise SpecError(f"--conc {shown!r}: a concurrency appears twice")
     return tuple(values)
 
 
@@ -78,12 +100,18 @@ def parse_duration_ms(text: str, *, what: str) -> float:
 
 
 def parse_percentiles(text: str) -> tuple[float, ...]:
+    return percentile_list([p for p in text.split(",") if p.strip()], shown=text)
+
+
+def percentile_list(items: Sequence[object], shown: str | None = None) -> tuple[float, ...]:
+    """Percentiles: --percentiles' `50,99` or a document's `[50, 99]`."""
+    shown = ",".join(map(str, items)) if shown is None else shown
     try:
-        values = tuple(float(p) for p in text.split(",") if p.strip())
+        values = tuple(float(v) if isinstance(v, int | float) else float(str(v)) for v in items)
     except ValueError:
-        raise SpecError(f"--percentiles {text!r}: expected numbers like 50,90,99,99.9") from None
+        raise SpecError(f"--percentiles {shown!r}: expected numbers like 50,90,99,99.9") from None
     if not values or any(not 0 < v < 100 for v in values):
-        raise SpecError(f"--percentiles {text!r}: each must be strictly between 0 and 100")
+        raise SpecError(f"--percentiles {shown!r}: each must be strictly between 0 and 100")
     return values
 
 
@@ -121,8 +149,16 @@ def parse_extra_body(text: str) -> dict[str, Any]:
         ) from None
     if not isinstance(value, dict):
         raise SpecError(f'--extra-body {text!r}: expected a JSON object like {{"min_p": 0.1}}')
-    check_extra_body(value)
-    return value
+    return extra_body(value)
+
+
+def extra_body(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Extra request-body fields (--extra-body's JSON, a document's mapping): JSON values
+    (orjson refuses anything else with its own words), none loadgen sets itself."""
+    body = dict(fields)
+    orjson.dumps(body)  # TypeError naming what a request body cannot hold
+    check_extra_body(body)
+    return body
 
 
 def check_extra_body(body: Mapping[str, Any]) -> None:
@@ -140,16 +176,25 @@ def parse_header(text: str) -> tuple[str, str]:
     """`NAME:VALUE` (loadgen) or `NAME=VALUE` (vLLM): a header name has neither character,
     so the first of them ends the name."""
     match = _HEADER_SEP.search(text)
-    name = text[: match.start()].strip(" \t") if match else ""
-    if not match or not _HEADER_NAME.match(name):
+    if not match:
+        return header_pair(("", text), shown=text)
+    return header_pair((text[: match.start()], text[match.end() :]), shown=text)
+
+
+def header_pair(header: tuple[str, object], shown: str | None = None) -> tuple[str, str]:
+    """One header as (NAME, VALUE): --header's text split at its first `:` or `=`, or a
+    document's `NAME: VALUE` (`shown`: how it reads in a message)."""
+    name, value = header[0].strip(" \t"), str(header[1])
+    shown = f"{header[0]}:{value}" if shown is None else shown
+    if not _HEADER_NAME.match(name):
         raise SpecError(
-            f"--header {text!r}: expected NAME:VALUE or NAME=VALUE with NAME made "
+            f"--header {shown!r}: expected NAME:VALUE or NAME=VALUE with NAME made "
             "of letters, digits and !#$%&'*+-.^_`|~, e.g. X-Session-Affinity:abc"
         )
-    value = text[match.end() :].strip(" \t")  # not CR/LF: those are refused
+    value = value.strip(" \t")  # not CR/LF: those are refused
     if CONTROL_CHARS.search(value):
         raise SpecError(
-            f"--header {text!r}: the value contains a control character (CR, LF, "
+            f"--header {shown!r}: the value contains a control character (CR, LF, "
             "...), which would break or inject HTTP headers; remove it"
         )
     return name, value

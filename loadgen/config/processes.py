@@ -92,7 +92,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check(processes: ProcessSpec) -> None:
+def _check_counts(processes: ProcessSpec) -> None:
     _check(
         processes.workers is None or 1 <= processes.workers <= MAX_WORKERS,
         f"--workers: must be in 1..{MAX_WORKERS} (or auto)",
@@ -107,9 +107,15 @@ def check(processes: ProcessSpec) -> None:
     )
 
 
-def check_affinity(processes: ProcessSpec) -> None:
+def _check_affinity(processes: ProcessSpec) -> None:
     _check(
         not processes.cpu_affinity or processes.workers != 1,
         "--cpu-affinity pins worker processes: use it with --workers 2 or more (or "
         "auto), or start a single process under taskset",
     )
+
+
+def check(processes: ProcessSpec) -> None:
+    """The processes' own checks, in the order the first error is reported."""
+    _check_counts(processes)
+    _check_affinity(processes)

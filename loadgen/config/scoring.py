@@ -12,8 +12,8 @@ from pathlib import Path
 
 from loadgen.config.fields import Field, flag
 from loadgen.config.golden import DEFAULT_TOLERANCE, MODES, GoldenAL, read_golden
-from loadgen.config.objectives import parse_slo_flag
-from loadgen.config.parsers import SLO_METRICS, SpecError, parse_percentiles
+from loadgen.config.objectives import parse_slo_flag, slo_pairs
+from loadgen.config.parsers import SLO_METRICS, SpecError, parse_percentiles, percentile_list
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 SESSION_PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)  # InferenceX's agentic set
@@ -55,6 +55,7 @@ FIELDS: tuple[Field, ...] = (
         "--slo",
         shape="slo",
         type=parse_slo_flag,
+        read=slo_pairs,
         default={},
         metavar="M=T,...",
         help="goodput SLOs, e.g. ttft=2s,tpot=50ms (metrics ttft, tpot, itl, e2el; "
@@ -66,6 +67,7 @@ FIELDS: tuple[Field, ...] = (
         "--percentiles",
         shape="numbers",
         type=parse_percentiles,
+        read=percentile_list,
         default=None,
         metavar="P,...",
         help="percentiles to report (default: 50,90,99,99.9; session runs add 75,95)",
@@ -136,7 +138,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check(scoring: ScoringSpec) -> None:
+def _check_values(scoring: ScoringSpec) -> None:
     _check(scoring.num_gpus is None or scoring.num_gpus >= 1, "--num-gpus: must be >= 1")
     _check(
         scoring.spec_tokens is None or scoring.spec_tokens >= 1,
@@ -152,8 +154,14 @@ def check(scoring: ScoringSpec) -> None:
     )
 
 
-def check_finite(scoring: ScoringSpec) -> None:
+def _check_finite(scoring: ScoringSpec) -> None:
     _check(
         all(math.isfinite(v) for v in scoring.slos_ms.values()),
         "--slo: each limit must be a finite duration",
     )
+
+
+def check(scoring: ScoringSpec) -> None:
+    """The scoring's own checks, in the order the first error is reported."""
+    _check_finite(scoring)
+    _check_values(scoring)

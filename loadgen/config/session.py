@@ -159,11 +159,11 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check_count(session: SessionSpec) -> None:
+def _check_count(session: SessionSpec) -> None:
     _check(session.sessions_per_conc >= 1, "--sessions-per-conc: must be >= 1")
 
 
-def check_limits(session: SessionSpec) -> None:
+def _check_limits(session: SessionSpec) -> None:
     limits.count(session.sessions_per_conc, "--sessions-per-conc")
 
 
@@ -174,7 +174,7 @@ def largest(text: str, what: str) -> float:
     return {"const": dist.low, "uniform": dist.high, "exp": 10 * dist.low}[dist.kind]
 
 
-def check_timing(session: SessionSpec) -> None:
+def _check_timing(session: SessionSpec) -> None:
     if session.start_ratio is not None:
         low, high = session.start_ratio
         _check(0.0 <= low <= high < 1.0, "--start-ratio LO,HI: need 0 <= LO <= HI < 1")
@@ -187,3 +187,10 @@ def check_timing(session: SessionSpec) -> None:
         all(name and not any(c in name for c in " :\t\r\n") for name in session.session_headers),
         "--session-header: a header name without spaces or colons, e.g. X-Session-ID",
     )
+
+
+def check(session: SessionSpec) -> None:
+    """The session part's own checks; what sessions need of other parts is spec.py's."""
+    _check_count(session)
+    _check_timing(session)
+    _check_limits(session)

@@ -7,8 +7,8 @@ A RunSpec is made of typed parts, one module each (flags, struct, checks): `spec
 `spec.output` (output.py), `spec.processes` (processes.py) and `spec.session`
 (session.py); only the seed and the simulator are run-level. `RunSpec.flat(**settings)`
 builds one from the flat setting names (as the flags, the sidecar's options and run.json's
-`settings` name them) and `spec.with_(**settings)` changes some; `flat_settings` is the one
-place that flattens it back for files.
+`settings` name them) and `spec.with_(**settings)` changes some; `flat_settings` flattens
+it back (run.json records each part as it is: results/run_record.py).
 
 Construction runs the checks that need nothing but the values (each part's, then the rules
 that cross parts, in the order the first error is reported); the checks against this
@@ -19,7 +19,6 @@ Every message names the flag the user typed and says what to do.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,9 +149,9 @@ def _route(settings: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[st
 
 
 def flat_settings(spec: RunSpec) -> dict[str, Any]:
-    """The spec as one flat dict of setting names: run.json's `settings`, whose shape the
-    split into parts leaves unchanged (files written before and after it compare equal).
-    Nested options (vllm_result, speed_bench, golden_al) stay nested, as they always were."""
+    """The spec as one flat dict of setting names, as `RunSpec.flat` takes them (run.json's
+    `settings` have this shape: results/run_record.py). Nested options (vllm_result,
+    speed_bench, golden_al) stay nested."""
     flat: dict[str, Any] = {}
     for name in PARTS:
         flat.update(dataclasses.asdict(getattr(spec, name)))
@@ -166,63 +165,47 @@ def _check(condition: bool, message: str) -> None:
 
 
 def validate(spec: RunSpec) -> None:
-    """Raise SpecError for the first invalid setting (RunSpec calls this on construction)."""
-    _check_finite(spec)
-    load.check_conc(spec.load)
-    workload.check_lengths(spec.workload)
-    load.check_request_counts(spec.load)
-    workload.check_dataset(spec.workload)
+    """Raise SpecError for the first invalid setting (RunSpec calls this on construction):
+    each part's own checks (its module's `check`: values, then bounds), the run-level
+    settings, then the rules that cross parts, which can trust each part's values."""
+    load.check(spec.load)
+    workload.check(spec.workload)
+    target.check(spec.target)
+    telemetry.check(spec.telemetry)
+    scoring.check(spec.scoring)
+    deadlines.check(spec.deadlines)
+    processes.check(spec.processes)
+    output.check(spec.output)
+    session.check(spec.session)
+    _check(0 <= spec.seed <= MAX_SEED, f"--seed {spec.seed}: must be in 0..{MAX_SEED} (2^63-1)")
+    _check_across_parts(spec)
+
+
+def _check_across_parts(spec: RunSpec) -> None:
+    """The rules between parts (and the run-level --sim), in the order the first error is
+    reported."""
     _check(
         spec.workload.speed_bench is None
         or not (spec.session.multi_turn or spec.session.turns is not None),
         "--dataset-name speed_bench sends single prompts: drop --multi-turn / --turns",
     )
     _check(spec.sim or bool(spec.target.base_url), "--base-url is required (or use --sim)")
-    target.check_url(spec.target)
-    target.check_wire(spec.target)
     _check(
         spec.workload.top_p is None or "top_p" not in spec.target.extra_body,
         "--top-p and --extra-body '{\"top_p\": ...}': give one",
     )
-    target.check_headers(spec.target)
-    telemetry.check(spec.telemetry, spec.sim)
-    target.check_endpoint(spec.target)
-    workload.check_prompts(spec.workload)
-    load.check_counts(spec.load)
-    workload.check_range_ratio(spec.workload)
-    load.check_rate(spec.load)
-    workload.check_sampling(spec.workload)
-    scoring.check(spec.scoring)
-    deadlines.check(spec.deadlines)
-    target.check_client(spec.target)
-    target.check_reset(spec.target)
-    load.check_load_shape(spec.load)
+    for url in spec.telemetry.gpu_metrics:
+        _check(
+            url != "sim" or spec.sim,
+            f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
+            "with --sim: the embedded simulator's /gpu/metrics)",
+        )
     _check_conc_stages_run(spec)
     _check_processes(spec)
-    workload.check_seed(spec.seed)
-    output.check_resume(spec.output)
     _check_sessions(spec)
     _check_find_max(spec)
-    output.check_vllm_result(spec.output)
-    telemetry.check_series(spec.telemetry)
-    workload.check_context(spec.workload)
-    _check_limits(spec)  # after the signs: the work each option sizes, bounded
-
-
-def _check_finite(spec: RunSpec) -> None:
-    """Flags whose value is a float: each must be a finite number (`inf` would overflow a
-    deadline or turn arrival gaps into NaN; `nan` passes every `>`)."""
-    for part, floats in (
-        (spec.load, load.FLOATS),
-        (spec.workload, workload.FLOATS),
-        (spec.deadlines, deadlines.FLOATS),
-    ):
-        for name, flag in floats:
-            value = getattr(part, name)
-            _check(
-                value is None or math.isfinite(value), f"{flag} {value}: must be a finite number"
-            )
-    scoring.check_finite(spec.scoring)
+    if spec.session.turns is not None:
+        _check_turn_limits(spec)
 
 
 def _check_conc_stages_run(spec: RunSpec) -> None:
@@ -237,8 +220,7 @@ def _check_conc_stages_run(spec: RunSpec) -> None:
 
 
 def _check_processes(spec: RunSpec) -> None:
-    processes.check(spec.processes)
-    load.check_trials(spec.load)
+    """What the processes can do with the rest of the run."""
     # A shard's trials would be pooled before `loadgen merge` sees them, and a session
     # point's figures are per session: neither is pooled over trials (yet).
     _check(
@@ -259,12 +241,10 @@ def _check_processes(spec: RunSpec) -> None:
         "--trials with a session run (--turns, multi-turn or trace datasets): not "
         "supported; run it N times with different --seed",
     )
-    processes.check_affinity(spec.processes)
 
 
 def _check_sessions(spec: RunSpec) -> None:
-    """The session part, and what sessions need of the workload and the processes."""
-    session.check_count(spec.session)
+    """What sessions need of the workload and the processes."""
     _check(
         not spec.session.multi_turn or spec.workload.dataset is not None,
         "--multi-turn plays a --dataset's conversations: give --dataset (or --turns N "
@@ -288,7 +268,6 @@ def _check_sessions(spec: RunSpec) -> None:
         spec.session.turns is None or spec.workload.dataset is None,
         "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)",
     )
-    session.check_timing(spec.session)
     # Session runs on workers: each plays whole lanes (a tree and its subagents in one
     # process: run/sessions.py). Refused where a play's figures would depend on plays in
     # other processes: Mooncake's one hash scope per point, plays without their own
@@ -329,20 +308,9 @@ def _check_find_max(spec: RunSpec) -> None:
     )
 
 
-def _check_limits(spec: RunSpec) -> None:
-    """Every value that sizes the work within config/limits.py's bounds."""
-    workload.check_limits(spec.workload)
-    load.check_limits(spec.load)
-    deadlines.check_limits(spec.deadlines)
-    telemetry.check_limits(spec.telemetry)
-    session.check_limits(spec.session)
-    if spec.session.turns is not None:
-        _check_turn_limits(spec)
-
-
 def _check_turn_limits(spec: RunSpec) -> None:
-    """Synthetic sessions: the turns, each turn's new tokens and the pauses bounded, so
-    the sessions' requests and the last turn's history are."""
+    """Synthetic sessions (after every part's bounds): the turns, each turn's new tokens
+    and the pauses bounded, so the sessions' requests and the last turn's history are."""
     parts = spec.session
     assert parts.turns is not None
     turns = session.largest(parts.turns, "--turns")

@@ -6,9 +6,10 @@ resets): its flags, its struct and its checks."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,10 +19,12 @@ from loadgen.config.parsers import (
     SpecError,
     check_api_key,
     check_extra_body,
+    extra_body,
+    header_pair,
     parse_extra_body,
     parse_header,
 )
-from loadgen.config.redact import url_has_credentials
+from loadgen.config.redact import REDACTED, redact_body, redact_url, url_has_credentials
 
 Endpoint = Literal["completions", "chat"]
 # the client the results record: native, or bench/aiohttp_client.py's comparison client
@@ -129,6 +132,7 @@ FIELDS: tuple[Field, ...] = (
         nargs="+",
         default=[],
         type=parse_header,
+        read=header_pair,
         metavar="K:V",
         help="extra request headers, repeatable, e.g. X-Session-Affinity:abc "
         "(K=V as vLLM works too) (default: none)",
@@ -150,6 +154,7 @@ FIELDS: tuple[Field, ...] = (
         "--extra-body",
         shape="body",
         type=parse_extra_body,
+        read=extra_body,
         default={},
         metavar="JSON",
         help="extra request-body fields, e.g. '{\"min_p\": 0.1}' (not those "
@@ -213,20 +218,39 @@ FIELDS: tuple[Field, ...] = (
 )
 
 
+def redacted(target: TargetSpec) -> TargetSpec:
+    """The target as files and answers record it: no API key, header values `***`, a
+    URL's credentials and secret-named body fields `***` (config/redact.py)."""
+    return dataclasses.replace(
+        target,
+        api_key=None,
+        headers=tuple((name, REDACTED) for name, _ in target.headers),
+        base_url=target.base_url and redact_url(target.base_url),
+        extra_body=redact_body(target.extra_body),
+    )
+
+
 def derive(values: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
     """The settings of several flags: the key (or $OPENAI_API_KEY), the simulator's flags."""
     if values.sim and values.base_url:
         raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
-    try:
-        sim_args = tuple(shlex.split(values.sim_args))
-    except ValueError as exc:
-        raise SpecError(f"--sim-args {values.sim_args!r}: {exc}") from None
+    sim_args = _sim_args(values.sim_args)
     taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
     if taken:
         raise SpecError(f"--sim-args: {taken[0]} is chosen by loadgen (a free loopback port)")
     if values.sim and values.model and not any(a.split("=")[0] == "--model" for a in sim_args):
         sim_args = ("--model", values.model, *sim_args)  # the simulator serves the name asked for
     return {"sim_args": sim_args, "api_key": _api_key(values.api_key or env.get("OPENAI_API_KEY"))}
+
+
+def _sim_args(given: str | Sequence[str]) -> tuple[str, ...]:
+    """--sim-args' text split as a shell would, or a document's list of them as given."""
+    if not isinstance(given, str):
+        return tuple(given)
+    try:
+        return tuple(shlex.split(given))
+    except ValueError as exc:
+        raise SpecError(f"--sim-args {given!r}: {exc}") from None
 
 
 def _api_key(key: str | None) -> str | None:
@@ -241,7 +265,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check_url(target: TargetSpec) -> None:
+def _check_url(target: TargetSpec) -> None:
     if not target.base_url:
         return
     _check(
@@ -260,14 +284,14 @@ def check_url(target: TargetSpec) -> None:
     )
 
 
-def check_wire(target: TargetSpec) -> None:
+def _check_wire(target: TargetSpec) -> None:
     """What goes on the wire besides the prompt: body fields, headers, the key."""
     check_extra_body(target.extra_body)
 
 
-def check_headers(target: TargetSpec) -> None:
+def _check_headers(target: TargetSpec) -> None:
     for name, value in target.headers:  # argv went through parse_header; RunSpec(...) may not
-        parse_header(f"{name}:{value}")
+        header_pair((name, value))
     if target.api_key is not None:
         _check(
             not CONTROL_CHARS.search(target.api_key),
@@ -275,21 +299,21 @@ def check_headers(target: TargetSpec) -> None:
         )
 
 
-def check_endpoint(target: TargetSpec) -> None:
+def _check_endpoint(target: TargetSpec) -> None:
     _check(
         target.endpoint in ENDPOINTS,
         f"--endpoint {target.endpoint!r}: allowed: completions, chat",
     )
 
 
-def check_client(target: TargetSpec) -> None:
+def _check_client(target: TargetSpec) -> None:
     _check(
         target.http_client in HTTP_CLIENTS,
         f"--http-client {target.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}",
     )
 
 
-def check_reset(target: TargetSpec) -> None:
+def _check_reset(target: TargetSpec) -> None:
     """The reset options go with --reset-prefix-cache; its deadline is a real one."""
     for given, name in (
         (target.reset_after_warmup, "--reset-after-warmup"),
@@ -300,3 +324,14 @@ def check_reset(target: TargetSpec) -> None:
         math.isfinite(target.reset_timeout_s) and target.reset_timeout_s > 0,
         f"--reset-timeout {target.reset_timeout_s}: must be a finite number of seconds > 0",
     )
+
+
+def check(target: TargetSpec) -> None:
+    """The target's own checks, in the order the first error is reported (RunSpec runs
+    each part's `check`, then the rules that cross parts)."""
+    _check_url(target)
+    _check_wire(target)
+    _check_headers(target)
+    _check_endpoint(target)
+    _check_client(target)
+    _check_reset(target)

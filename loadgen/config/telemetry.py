@@ -80,8 +80,8 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check(telemetry: TelemetrySpec, sim: bool) -> None:
-    """URLs and the sampling interval (`sim`: the embedded simulator's exporter exists)."""
+def _check_urls(telemetry: TelemetrySpec) -> None:
+    """URLs and the sampling interval (`sim` only with --sim: spec.py, which sees both)."""
     for url in telemetry.server_metrics:
         _check(
             url.startswith(("http://", "https://")),
@@ -89,7 +89,7 @@ def check(telemetry: TelemetrySpec, sim: bool) -> None:
         )
     for url in telemetry.gpu_metrics:
         _check(
-            url.startswith(("http://", "https://")) or (url == "sim" and sim),
+            url.startswith(("http://", "https://")) or url == "sim",
             f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
             "with --sim: the embedded simulator's /gpu/metrics)",
         )
@@ -106,10 +106,17 @@ def check(telemetry: TelemetrySpec, sim: bool) -> None:
     )
 
 
-def check_series(telemetry: TelemetrySpec) -> None:
+def _check_series(telemetry: TelemetrySpec) -> None:
     _check(telemetry.series_interval_s > 0, "--slice-duration: must be > 0 seconds")
 
 
-def check_limits(telemetry: TelemetrySpec) -> None:
+def _check_limits(telemetry: TelemetrySpec) -> None:
     # `loadgen profile`'s slices are a /metrics scrape of the server each
     limits.seconds(telemetry.series_interval_s, "--slice-duration", limits.MIN_SERIES_SECONDS)
+
+
+def check(telemetry: TelemetrySpec) -> None:
+    """The telemetry's own checks, in the order the first error is reported."""
+    _check_urls(telemetry)
+    _check_series(telemetry)
+    _check_limits(telemetry)

@@ -21,7 +21,7 @@ from loadgen.config.dataset_format import (
     spec_format,
 )
 from loadgen.config.fields import Field, default_of, flag
-from loadgen.config.parsers import SpecError
+from loadgen.config.parsers import SpecError, check_finite
 
 ThinkingMode = Literal["chat", "thinking"]
 ReasoningEffort = Literal["low", "high", "max"]
@@ -208,7 +208,7 @@ def _check(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
-def check_lengths(workload: WorkloadSpec) -> None:
+def _check_lengths(workload: WorkloadSpec) -> None:
     _check(
         workload.isl is not None or workload.dataset is not None,
         "--isl is required (or --dataset, whose prompts give the input lengths)",
@@ -221,12 +221,12 @@ def check_lengths(workload: WorkloadSpec) -> None:
     _check(workload.osl is None or workload.osl >= 1, f"--osl {workload.osl}: must be >= 1 token")
 
 
-def check_limits(workload: WorkloadSpec) -> None:
+def _check_limits(workload: WorkloadSpec) -> None:
     limits.tokens(workload.isl, "--isl")
     limits.tokens(workload.osl, "--osl")
 
 
-def check_dataset(workload: WorkloadSpec) -> None:
+def _check_dataset(workload: WorkloadSpec) -> None:
     _check(
         workload.dataset_format in DATASET_FORMATS,
         f"dataset format {workload.dataset_format!r}: allowed: {', '.join(DATASET_FORMATS)}",
@@ -237,7 +237,7 @@ def check_dataset(workload: WorkloadSpec) -> None:
     )
 
 
-def check_prompts(workload: WorkloadSpec) -> None:
+def _check_prompts(workload: WorkloadSpec) -> None:
     _check(
         workload.encoder in ENCODER_NAMES,
         f"--encoder {workload.encoder!r}: allowed: {', '.join(ENCODER_NAMES)}",
@@ -252,14 +252,14 @@ def check_prompts(workload: WorkloadSpec) -> None:
     )
 
 
-def check_range_ratio(workload: WorkloadSpec) -> None:
+def _check_range_ratio(workload: WorkloadSpec) -> None:
     _check(
         0.0 <= workload.range_ratio <= 1.0,
         f"--range-ratio {workload.range_ratio}: must be in [0, 1]",
     )
 
 
-def check_sampling(workload: WorkloadSpec) -> None:
+def _check_sampling(workload: WorkloadSpec) -> None:
     _check(workload.temperature >= 0, "--temperature: must be >= 0")
     _check(
         workload.top_p is None or 0 < workload.top_p <= 1,
@@ -267,16 +267,25 @@ def check_sampling(workload: WorkloadSpec) -> None:
     )
 
 
-def check_context(workload: WorkloadSpec) -> None:
+def _check_context(workload: WorkloadSpec) -> None:
     _check(
         workload.max_context_length is None or workload.max_context_length >= 1,
         "--max-context-length: must be >= 1 token",
     )
 
 
-def check_seed(seed: int) -> None:
-    _check(0 <= seed <= MAX_SEED, f"--seed {seed}: must be in 0..{MAX_SEED} (2^63-1)")
-
-
-# floats: each must be a finite number (RunSpec's first check, with the other parts')
+# floats: each must be a finite number
 FLOATS = (("temperature", "--temperature"), ("top_p", "--top-p"), ("range_ratio", "--range-ratio"))
+
+
+def check(workload: WorkloadSpec) -> None:
+    """The workload's own checks, in the order the first error is reported; the bounds
+    (config/limits.py) after the signs."""
+    check_finite(workload, FLOATS)
+    _check_lengths(workload)
+    _check_dataset(workload)
+    _check_prompts(workload)
+    _check_range_ratio(workload)
+    _check_sampling(workload)
+    _check_context(workload)
+    _check_limits(workload)

@@ -18,8 +18,7 @@ from typing import Any, cast
 
 import orjson
 
-from loadgen.config.redact import redact_body, redact_url
-from loadgen.config.spec import RunSpec, SpecError, flat_settings
+from loadgen.config.spec import RunSpec, SpecError
 from loadgen.results.artifacts_dir import prepare_artifacts
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.outcome import PointOutcome
@@ -27,7 +26,7 @@ from loadgen.results.point import ResultFileError
 from loadgen.results.run_record import (
     NOT_COMPARED_ON_RESUME,
     RunRecord,
-    settings_from_flat,
+    RunSettings,
 )
 from loadgen.results.store import (
     GPU_POWER_GLOB,
@@ -80,16 +79,8 @@ class Earlier:
 
 def settings_of(spec: RunSpec) -> dict[str, Any]:
     """The run's settings as run.json records them (JSON types, no credentials), flat:
-    one key per setting name, whatever part of the RunSpec holds it (flat_settings)."""
-    target = spec.target
-    settings = {
-        **{name: value for name, value in flat_settings(spec).items() if name != "api_key"},
-        "headers": [name for name, _ in target.headers],  # names only: values may hold tokens
-        "base_url": target.base_url and redact_url(target.base_url),  # user:pw@ -> ***@
-    }  # never a credential in results
-    settings["extra_body"] = redact_body(settings.get("extra_body"))
-    # nested settings (vllm_result) hold Paths
-    return cast(dict[str, Any], orjson.loads(orjson.dumps(settings, default=str)))
+    one key per setting name, whatever part of the RunSpec holds it."""
+    return cast(dict[str, Any], orjson.loads(orjson.dumps(RunSettings.of(spec).flat())))
 
 
 def run_files(directory: Path) -> list[str]:
@@ -193,7 +184,7 @@ def check_same_settings(directory: Path, spec: RunSpec) -> None:
 def _check_settings(directory: Path, spec: RunSpec, earlier: RunRecord) -> None:
     """A setting an earlier loadgen did not write yet reads as its default
     (results/run_record.py): left unset now, it is the same run."""
-    now = settings_from_flat(settings_of(spec))
+    now = RunSettings.of(spec)
     differ = now.differences(earlier.settings, NOT_COMPARED_ON_RESUME)
     if differ:
         raise SpecError(

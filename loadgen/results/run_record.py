@@ -2,17 +2,17 @@
 `report` read it through (docs/run-file.md; results/run_file.py writes it).
 
 On disk `settings` is flat, one key per setting name, as docs/run-file.md promises and
-tools outside loadgen read it. Read back it is grouped by the parts of a RunSpec
-(config/: target, workload, load, deadlines, scoring, telemetry, output,
-processes, session, plus the run-level seed and simulator), each a frozen Struct of the
-JSON each setting is written as. The model is the file's own schema, kept beside the
-other result files (this layer imports no config): a test holds its names and defaults
-to the RunSpec parts', so the writer and the reader cannot drift apart.
+tools outside loadgen read it. Read back it is grouped by the parts of a RunSpec, each
+decoded as that part's own type (config/: TargetSpec, WorkloadSpec, LoadSpec, ...), plus
+the run-level seed and simulator: there is no second list of the settings to keep in
+step, so an option added to a part is written, read back and compared on --resume with
+no edit here. What a file records is the run as `RunSettings.of` redacts it: no API key,
+header values and credentials as `***`; a header is written by its name only.
 
 Old spellings live here only: a setting a previous loadgen did not write yet reads as
-its default; a run.json from before attempts were recorded reads as its one attempt.
-Anything else that is not a run.json this loadgen wrote is one ResultFileError naming
-the file and the field.
+its part's default; a run.json from before attempts were recorded reads as its one
+attempt. Anything else that is not a run.json this loadgen wrote is one ResultFileError
+naming the file and the field.
 """
 
 from __future__ import annotations
@@ -23,206 +23,70 @@ from typing import Any
 import msgspec
 import orjson
 
+from loadgen.config.redact import REDACTED
+from loadgen.config.spec import (
+    PARTS,
+    DeadlineSpec,
+    LoadSpec,
+    OutputSpec,
+    ProcessSpec,
+    RunSpec,
+    ScoringSpec,
+    SessionSpec,
+    TargetSpec,
+    TelemetrySpec,
+    WorkloadSpec,
+)
+from loadgen.config.target import redacted
 from loadgen.results.point import ResultFileError, field_message
 
 # Settings that describe where and how a run was driven, not what it measured: they may
 # differ between an interrupted run and its --resume. (A restarted server has a new pid.)
 NOT_COMPARED_ON_RESUME = frozenset({"results_dir", "progress", "resume", "overwrite", "server_pid"})
+# Settings of a part that no file records (a credential).
+NOT_WRITTEN = frozenset({"api_key"})
 
 
-class _Part(msgspec.Struct, frozen=True, kw_only=True):
-    """A part of the settings: read from the flat `settings` by its own names."""
+class RunLevelSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The settings a RunSpec holds itself rather than in a part (spec.RUN_LEVEL)."""
 
-
-class TargetSettings(_Part, frozen=True, kw_only=True):
-    base_url: str | None = None  # with any user:password@ as ***@
-    model: str | None = None
-    endpoint: str = "completions"
-    headers: tuple[str, ...] = ()  # names only: values may hold tokens
-    tokenizer: str | None = None
-    extra_body: dict[str, object] = {}
-    http_client: str = "native"
-    reset_prefix_cache: bool = False
-    reset_after_warmup: bool = False
-    reset_external: bool = False
-    reset_timeout_s: float = 60.0
-
-
-class SpeedBenchSettings(msgspec.Struct, frozen=True, kw_only=True):
-    subset: str = "qualitative"
-    category: str | None = None
-
-
-class WorkloadSettings(_Part, frozen=True, kw_only=True):
-    isl: int | None = None
-    osl: int | None = None
-    encoder: str = "dsv4"
-    thinking: str = "thinking"
-    reasoning_effort: str | None = None
-    range_ratio: float = 1.0
-    dataset: str | None = None
-    dataset_format: str = "auto"
-    sharegpt_limits: bool = False
-    speed_bench: SpeedBenchSettings | None = None
-    temperature: float = 0.0
-    top_p: float | None = None
-    max_context_length: int | None = None
-
-
-class ObjectiveSettings(msgspec.Struct, frozen=True, kw_only=True):
-    metric: str
-    percentile: float
-    limit_ms: float
-
-
-class ResolutionSettings(msgspec.Struct, frozen=True, kw_only=True):
-    value: float
-    relative: bool
-
-
-class LoadSettings(_Part, frozen=True, kw_only=True):
-    conc: tuple[int, ...]
-    prompts_per_conc: int = 10
-    warmup_per_conc: int = 2
-    num_prompts: int | None = None
-    num_warmups: int | None = None
-    duration_s: float | None = None
-    request_rate: float | None = None
-    burstiness: float = 1.0
-    trials: int = 1
-    find_max: str | None = None
-    objectives: tuple[ObjectiveSettings, ...] = ()
-    find_max_resolution: ResolutionSettings | None = None
-    rate_range: tuple[float, float] | None = None
-    saturation_stop: bool = True
-    saturation_window_s: float = 30.0
-    slice_duration_s: float | None = None
-    ramp_up_strategy: str | None = None
-    ramp_up_start_rps: float | None = None
-    ramp_up_end_rps: float | None = None
-    rate_stages: tuple[tuple[float, float], ...] = ()
-    conc_stages: tuple[tuple[int, float], ...] = ()
-
-
-class DeadlineSettings(_Part, frozen=True, kw_only=True):
-    request_timeout_s: float | None = None
-    http_timeout_s: float = 30.0
-    stream_idle_timeout_s: float = 300.0
-    max_error_rate: float = 0.05
-
-
-class GoldenSettings(msgspec.Struct, frozen=True, kw_only=True):
-    path: str
-    model: str
-    mode: str
-    curve: tuple[tuple[int, float], ...] = ()
-    tolerance: float
-
-
-class ScoringSettings(_Part, frozen=True, kw_only=True):
-    num_gpus: int | None = None
-    spec_tokens: int | None = None
-    golden_al: GoldenSettings | None = None
-    slos_ms: dict[str, float] = {}
-    percentiles: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
-    scenario: str | None = None
-    unsafe_override: bool = False
-
-
-class TelemetrySettings(_Part, frozen=True, kw_only=True):
-    server_metrics: tuple[str, ...] = ()
-    gpu_metrics: tuple[str, ...] = ()
-    gpu_metrics_interval_s: float = 1.0
-    gpu_power_csv: str | None = None
-    series_interval_s: float = 1.0
-
-
-class VllmResultSettings(msgspec.Struct, frozen=True, kw_only=True):
-    result_dir: str | None = None
-    filename: str | None = None
-    detailed: bool = False
-    percentile_metrics: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
-    metric_percentiles: tuple[float, ...] = (90.0, 99.0, 99.9)
-    label: str | None = None
-    metadata: tuple[tuple[str, str], ...] = ()
-    model_id: str | None = None
-    tokenizer_id: str | None = None
-    backend: str = "vllm"
-
-
-class OutputSettings(_Part, frozen=True, kw_only=True):
-    results_dir: str | None = None
-    progress: bool = True
-    vllm_result: VllmResultSettings | None = None
-    aiperf_artifacts: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    ignored_flags: tuple[str, ...] = ()
-
-
-class ProcessSettings(_Part, frozen=True, kw_only=True):
-    workers: int | None = 1
-    cpu_affinity: tuple[int, ...] = ()
-    shard_index: int = 0
-    shard_count: int = 1
-    shard_sync: str | None = None
-    server_pid: int | None = None
-
-
-class SessionSettings(_Part, frozen=True, kw_only=True):
-    multi_turn: bool = False
-    turns: str | None = None
-    turn_tokens: str = "256"
-    think_time: str = "0"
-    sessions_per_conc: int = 2
-    session_headers: tuple[str, ...] = ("X-Session-ID",)
-    start_ratio: tuple[float, float] | None = None
-    idle_cap_system_s: float | None = 10.0
-    idle_cap_tree_s: float | None = 300.0
-    cache_bust: bool = True
-    live_history: bool = False
-
-
-class RunLevelSettings(_Part, frozen=True, kw_only=True):
     seed: int = 0
     sim: bool = False
     sim_args: tuple[str, ...] = ()
 
 
-# The parts by the RunSpec attribute that holds them (run-level: on RunSpec itself).
-PART_TYPES: dict[str, type[_Part]] = {
-    "target": TargetSettings,
-    "workload": WorkloadSettings,
-    "load": LoadSettings,
-    "deadlines": DeadlineSettings,
-    "scoring": ScoringSettings,
-    "telemetry": TelemetrySettings,
-    "output": OutputSettings,
-    "processes": ProcessSettings,
-    "session": SessionSettings,
-    "run": RunLevelSettings,
-}
-
-
 class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """run.json's `settings`, by the RunSpec part each setting belongs to."""
+    """run.json's `settings`, by the RunSpec part each setting belongs to, each part of
+    its own type (a test holds these fields to spec.PARTS)."""
 
-    target: TargetSettings
-    workload: WorkloadSettings
-    load: LoadSettings
-    deadlines: DeadlineSettings
-    scoring: ScoringSettings
-    telemetry: TelemetrySettings
-    output: OutputSettings
-    processes: ProcessSettings
-    session: SessionSettings
+    target: TargetSpec
+    workload: WorkloadSpec
+    load: LoadSpec
+    deadlines: DeadlineSpec
+    scoring: ScoringSpec
+    telemetry: TelemetrySpec
+    output: OutputSpec
+    processes: ProcessSpec
+    session: SessionSpec
     run: RunLevelSettings
 
-    def flat(self) -> dict[str, object]:
-        """The settings as run.json spells them: one flat object of setting names."""
-        flat: dict[str, object] = {}
-        for name in PART_TYPES:
-            flat.update(msgspec.to_builtins(getattr(self, name)))
+    @classmethod
+    def of(cls, spec: RunSpec) -> RunSettings:
+        """The settings of `spec` as files record them: without credentials."""
+        parts: dict[str, Any] = {name: getattr(spec, name) for name in PARTS}
+        parts["target"] = redacted(spec.target)
+        run = RunLevelSettings(seed=spec.seed, sim=spec.sim, sim_args=spec.sim_args)
+        return cls(**parts, run=run)
+
+    def flat(self) -> dict[str, Any]:
+        """The settings as run.json spells them: one flat object of setting names
+        (paths as text; nested options such as vllm_result stay nested)."""
+        flat: dict[str, Any] = {}
+        for name in (*PARTS, "run"):
+            flat.update(msgspec.to_builtins(getattr(self, name), enc_hook=str))
+        for name in NOT_WRITTEN:
+            del flat[name]
+        flat["headers"] = [name for name, _ in self.target.headers]  # values may hold tokens
         return flat
 
     def differing(self, other: RunSettings, ignored: frozenset[str]) -> list[str]:
@@ -237,9 +101,9 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def settings_from_flat(flat: dict[str, object]) -> RunSettings:
-    """Flat settings (results/results_dir.py's settings_of) grouped by part, exactly as
-    decode_run reads them from the file."""
-    return msgspec.convert(_by_part(flat)["settings"], RunSettings)
+    """Flat settings (as run.json holds them) grouped by part, exactly as decode_run
+    reads them from the file."""
+    return msgspec.convert(_by_part(flat)["settings"], RunSettings, dec_hook=_decode)
 
 
 class ClockFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -427,7 +291,9 @@ def decode_run(data: bytes, path: Path) -> RunRecord:
             f"{path}: not a loadgen run.json (a JSON {type(raw).__name__}, expected an object)"
         )
     try:
-        return msgspec.convert({**raw, **_by_part(raw.get("settings"))}, RunRecord)
+        return msgspec.convert(
+            {**raw, **_by_part(raw.get("settings"))}, RunRecord, dec_hook=_decode
+        )
     except msgspec.ValidationError as exc:
         raise ResultFileError(
             f"{path}: {field_message(exc)}; not a run.json this loadgen wrote"
@@ -435,5 +301,21 @@ def decode_run(data: bytes, path: Path) -> RunRecord:
 
 
 def _by_part(flat: object) -> dict[str, object]:
-    """The flat `settings` handed to every part, each taking its own names."""
-    return {"settings": {name: flat for name in PART_TYPES}} if isinstance(flat, dict) else {}
+    """The flat `settings` handed to every part, each taking its own names; a header is
+    on file by its name alone (its value as `***`)."""
+    if not isinstance(flat, dict):
+        return {}
+    headers = flat.get("headers")
+    if isinstance(headers, list) and all(isinstance(name, str) for name in headers):
+        flat = {**flat, "headers": [[name, REDACTED] for name in headers]}
+    return {"settings": {name: flat for name in (*PARTS, "run")}}
+
+
+def _decode(kind: type, value: object) -> object:
+    """The one type of the parts msgspec does not know: a path, written as its text
+    (`object`, which msgspec hands here once a hook is given, is any JSON value)."""
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    if kind is object:
+        return value
+    raise NotImplementedError(f"{kind!r} from {type(value).__name__}")

@@ -95,6 +95,17 @@ class Backend(Protocol):
         while it is suspected gone (run/server_watch.py)."""
         ...
 
+    def take_tainted(self) -> dict[tuple[int, int], str]:
+        """Records handed on before their connection showed them out of step, since the
+        last call: (request_id, start_ns) -> why (empty when there are none, or for a
+        backend that cannot tell); the point applies them at its end."""
+        ...
+
+    def fresh_connections(self) -> int:
+        """Close the measured streams' idle connections before a --trials trial (each
+        opens its own in its warmup); how many were closed (0 where none are kept)."""
+        ...
+
 
 class HttpBackend:
     """A real server: measured streams through `streams`, everything else through `session`."""

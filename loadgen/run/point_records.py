@@ -1,7 +1,8 @@
 """A point's records and the result made of them: what every point shares (RunContext),
-the measured records as they arrive (JSONL, the server watch, the session and power
-collectors), and `PointRecords.finalize`, which writes the point file and its outputs.
-The live point (point.py) and the worker pool (scale/pool.py) both fill one.
+the measured records as they arrive (JSONL, the server watch), the watchers beside them
+(point_telemetry.py: gauges, power, the /metrics series), and `PointRecords.finalize`,
+which writes the point file and its outputs. The live point (point.py) and the worker
+pool (scale/pool.py) both fill one.
 """
 
 from __future__ import annotations
@@ -15,20 +16,16 @@ from pathlib import Path
 from loadgen import __version__
 from loadgen.client.gpu_metrics import (
     PowerCsvTail,
-    PowerSampler,
-    gpu_metrics_urls,
-    point_power_csv,
 )
 from loadgen.client.preflight import ServerInfo
-from loadgen.client.server_metrics import GaugeWatch, Scrape, metrics_urls
-from loadgen.client.server_series import SeriesWatch
+from loadgen.client.server_metrics import Scrape, metrics_urls
 from loadgen.client.transport import tainted
 from loadgen.config.redact import redact_url
 from loadgen.config.spec import RunSpec
-from loadgen.metrics.energy import PowerInput, PowerSeries
+from loadgen.metrics.energy import PowerInput
 from loadgen.metrics.gpu_power_csv import point_gpu_power_csv
 from loadgen.metrics.server import ServerSnapshot
-from loadgen.metrics.server_series import PointCapture, ScrapeText
+from loadgen.metrics.server_series import PointCapture
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.metrics.submission import SubmissionRules
 from loadgen.records import RequestRecord
@@ -58,6 +55,7 @@ from loadgen.run.point_fields import (
     snapshot_json,
     warn_inexact,
 )
+from loadgen.run.point_telemetry import PointTelemetry
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.shapes import load_shape
@@ -119,15 +117,10 @@ class PointRecords:
         path = ResultsDir(run.results_dir).requests_file(conc, run.trial)
         self.sink = JsonlSink(path)  # a fresh file: results_dir.prepare() cleared the way
         self.before = Scrape()
-        self.gauge_watch: GaugeWatch | None = None
-        self.gauges: dict[str, dict[str, list[float]]] = {}
-        self.power: PowerSampler | None = None  # --gpu-metrics, during the measured phase
-        self.power_series: list[PowerSeries] | None = None
-        self.gauge_times: dict[str, dict[str, list[int]]] = {}  # each sample's perf_counter_ns
-        # --aiperf-artifacts only: the primers/warmup requests and every /metrics scrape
+        # the gauges, power and /metrics series watched beside the requests
+        self.telemetry = PointTelemetry(run.spec, run.backend, run.power_csv)
+        # --aiperf-artifacts only: the primers/warmup requests
         self.warmup_records: list[RequestRecord] = []
-        self.series_watch: SeriesWatch | None = None
-        self.scrapes: list[ScrapeText] = []
         self.started = False
         self.clock: ClockPair | None = None
         # More fields a point kind adds from its records and the server's counters around
@@ -154,45 +147,24 @@ class PointRecords:
     async def start_power(self) -> None:
         """--gpu-metrics: sampled once before the measured phase starts, so the samples
         bracket its first send."""
-        spec = self.run.spec
-        if spec.telemetry.gpu_metrics:
-            self.power = PowerSampler(
-                gpu_metrics_urls(spec.telemetry.gpu_metrics, self.run.backend.base_url),
-                spec.telemetry.gpu_metrics_interval_s,
-            )
-            await self.power.start()
+        await self.telemetry.start_power()
 
     def begin(self, before: Scrape) -> None:
         """The measured phase starts now (the server's counters were just read)."""
         self.before, self.started, self.clock = before, True, read_pair()
         log = self.run.simulator_log
         self.simulator_mark = log.mark() if log is not None else None
-        self.gauge_watch = self.run.backend.gauge_watch()
-        if self.gauge_watch is not None:
-            self.gauge_watch.start()
+        self.telemetry.start_gauges()
         self.run.hooks.point_started(self.conc, self.planned)
 
     async def open_series(self) -> None:
         """--aiperf-artifacts: the server series' first scrape, awaited before the
         counters are read for the measured phase (so no request falls before it)."""
-        self.series_watch = self.run.backend.series_watch()
-        if self.series_watch is not None:
-            await self.series_watch.start()
+        await self.telemetry.open_series()
 
     async def scrape_after(self) -> Scrape:
         """The measured phase is over: the gauges watched during it, then the counters."""
-        if self.gauge_watch is not None:
-            self.gauge_times = self.gauge_watch.times
-            self.gauges, self.gauge_watch = await self.gauge_watch.stop(), None
-        if self.power is not None:  # sampled once more: after the last completion
-            self.power_series, self.power = await self.power.stop(), None
-        if self.run.power_csv is not None:  # rows up to past the last completion
-            self.power_series = [
-                *(self.power_series or ()),
-                *await point_power_csv(self.run.power_csv, self.records),
-            ]
-        if self.series_watch is not None:
-            self.scrapes, self.series_watch = await self.series_watch.stop(), None
+        await self.telemetry.stop(self.records)
         return await self.run.backend.scrape()
 
     def add(self, record: RequestRecord) -> None:
@@ -225,24 +197,18 @@ class PointRecords:
             self._apply_taints()
         except ResultsWriteError as exc:
             write_error = exc
-        if self.gauge_watch is not None:
-            self.gauge_watch.cancel()  # interrupted: the gauge watch must not outlive the point
-        if self.power is not None:  # interrupted: its samples so far, no more
-            self.power.cancel()
-            self.power_series, self.power = self.power.series(), None
-        if self.series_watch is not None:
-            self.series_watch.cancel()
-            self.scrapes = self.series_watch.scrapes
+        self.telemetry.cancel()  # interrupted: no watcher outlives the point
         result = self._result(complete, after, processes, warmup_failed, stop)
         warn_inexact(result)
         store = ResultsDir(self.run.results_dir)
         path = store.point_file(self.conc, self.run.trial)
         try:
             store.write_point(result, self.run.trial)
-            if self.power_series is not None:
+            power_series = self.telemetry.power_series
+            if power_series is not None:
                 write_atomic(
                     store.gpu_power_file(self.conc, self.run.trial),
-                    point_gpu_power_csv(self.power_series, self.records).encode(),
+                    point_gpu_power_csv(power_series, self.records).encode(),
                 )
             if self.run.trial is None:  # a trial's point is not the published one
                 self.run.outputs.point_written(
@@ -258,9 +224,8 @@ class PointRecords:
     def _apply_taints(self) -> None:
         """Records whose connection, after they were written, got bytes no request asked
         for (client/native/protocol.py): made malformed here and in the JSONL, rewritten
-        whole (rare: only a server answering out of step). Fakes in tests have none."""
-        take = getattr(self.run.backend, "take_tainted", None)
-        found: dict[tuple[int, int], str] = take() if take is not None else {}
+        whole (rare: only a server answering out of step)."""
+        found = self.run.backend.take_tainted()
         if not found:
             return
         changed = False
@@ -278,7 +243,7 @@ class PointRecords:
             return None
         return PointCapture(
             warmup=tuple(self.warmup_records),
-            scrapes=tuple(self.scrapes),
+            scrapes=tuple(self.telemetry.scrapes),
             offset_ns=(self.clock or read_pair()).offset_ns,
             metrics_urls=metrics_urls(
                 self.run.spec.telemetry.server_metrics, self.run.backend.base_url
@@ -309,12 +274,12 @@ class PointRecords:
         warmup_failed: int,
         stop: Stop | None,
     ) -> PointResult:
-        spec = self.run.spec
+        spec, telemetry = self.run.spec, self.telemetry
         # a saturated point ran its requests to their end: its counters are whole
         kept = complete or (stop is not None and stop.reason == SATURATED)
         server_after = after.total if kept and after is not None else None
         by_url = (
-            per_url_fields(list(self.before.each), self.before.each, after.each, self.gauges)
+            per_url_fields(list(self.before.each), self.before.each, after.each, telemetry.gauges)
             if spec.telemetry.server_metrics and after
             else None
         )
@@ -336,12 +301,12 @@ class PointRecords:
             simulator=self._simulator(),
             sessions=sessions,
             power=PowerInput(
-                self.power_series, spec.telemetry.gpu_metrics_interval_s, spec.scoring.num_gpus
+                telemetry.power_series, spec.telemetry.gpu_metrics_interval_s, spec.scoring.num_gpus
             )
-            if self.power_series is not None
+            if telemetry.power_series is not None
             else None,
             slice_s=spec.load.slice_duration_s,
-            kv_samples=kv_samples(self.gauges, self.gauge_times),
+            kv_samples=kv_samples(telemetry.gauges, telemetry.gauge_times),
             stages_s=[seconds for _, seconds in spec.load.conc_stages],
             rules=SubmissionRules.of(spec),
             cache=self.cache,

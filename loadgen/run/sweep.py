@@ -289,11 +289,10 @@ class _Sweep:
         self.began = True
         self._write_run_file(None, final=False)
         pieces = RunPieces(context, workload, self.sessions, self.tokenizer)
-        fresh = getattr(backend, "fresh_connections", None)  # fakes in tests have none
         async with asyncio.TaskGroup() as group:
             watcher = group.create_task(watch.run(), name="loadgen-server-watch")
             async with self.drive(pieces) as driver:
-                self.driver = Trials(driver, self.spec.load.trials, fresh or (lambda: None))
+                self.driver = Trials(driver, self.spec.load.trials, backend.fresh_connections)
                 await self._points(context, self.driver)
             watcher.cancel()
 

@@ -25,7 +25,6 @@ import msgspec
 import orjson
 
 from loadgen import __version__
-from loadgen.config.golden import GoldenAL
 from loadgen.errors import UsageError
 from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
@@ -270,7 +269,6 @@ def merged_context(run: RunRecord, conc: int) -> PointContext:
     """What summarize needs of the run, from the shard's typed run.json, as the run
     itself had it (run/point_fields.py's point_context)."""
     settings = run.settings
-    golden = settings.scoring.golden_al
     return PointContext(
         conc=conc,
         input_len=settings.workload.isl,
@@ -280,9 +278,7 @@ def merged_context(run: RunRecord, conc: int) -> PointContext:
         percentiles=settings.scoring.percentiles,
         num_gpus=settings.scoring.num_gpus,
         stream_interval=run.server.stream_interval if run.server else None,
-        golden=None
-        if golden is None
-        else GoldenAL(Path(golden.path), golden.model, golden.mode, golden.curve, golden.tolerance),
+        golden=settings.scoring.golden_al,
     )
 
 

@@ -230,3 +230,19 @@ def test_no_module_of_loadgen_reads_argparse_internals() -> None:
     ]
     assert found == []
     assert len(list(root.rglob("*.py"))) > 50  # the walk saw the package
+
+
+@pytest.mark.parametrize(
+    ("dest", "value"),
+    [("conc", [4, "8,16"]), ("percentiles", [50, "90,99"]), ("rate_stages", ["1@1s,2@1s"])],
+)
+def test_a_list_item_is_one_value_never_split_again(dest: str, value: list[Any]) -> None:
+    """A document's list is read item by item, not joined into the flag's text and split
+    again: an item holding a comma is refused at its key, never silently several values."""
+    options = {**BASE, dest: value, "results": "unused"}
+    # (stages are read where the run is built: the flag's words without the key, as ever)
+    with pytest.raises(SpecError, match=rf"^({dest}: )?--{dest.replace('_', '-')} "):
+        spec_from_options(options, {})
+    document = {**BASE, "lanes": [{"name": "a", dest: value}]}
+    with pytest.raises(SpecError, match=rf"^s\.yaml: lanes\[0\]\.{dest}: "):
+        parse_sweep(document, source="s.yaml", env={}, results_dir=Path("t"))

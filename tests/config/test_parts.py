@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import os
 import subprocess
 import sys
+import types
+import typing
 from pathlib import Path
 
 import pytest
@@ -108,3 +111,43 @@ def test_config_is_at_most_six_import_layers_deep() -> None:
         return depth[name]
 
     assert max(layer(name, ()) for name in deps) <= 6
+
+
+# Numeric settings a RunSpec may hold out of range, because the run is built where the
+# value can be checked: the server's pid against this machine (build_spec.check_machine).
+CHECKED_AT_BUILD = frozenset({"server_pid"})
+
+
+def _numeric_fields() -> list[tuple[str, type]]:
+    found: list[tuple[str, type]] = []
+    for part in PARTS.values():
+        hints = typing.get_type_hints(part)
+        for f in dataclasses.fields(part):
+            hint = hints[f.name]  # a number, or a number or None
+            kinds = set(typing.get_args(hint)) if isinstance(hint, types.UnionType) else {hint}
+            found += [(f.name, kind) for kind in (float, int) if kind in kinds]
+    return found
+
+
+@pytest.mark.parametrize(("name", "kind"), _numeric_fields())
+def test_every_numeric_setting_is_checked_naming_its_flag(name: str, kind: type) -> None:
+    """A number no option can use is refused by the part's `check`, in one line naming
+    the flag the user typed: NaN for a float; for an integer, -10^30 or 10^30 (no option
+    takes every integer). An option added to a part without its check written and wired
+    into the part's `check` (or, for a float, its FLOATS entry) fails here."""
+    if name in CHECKED_AT_BUILD:
+        return
+    spec = RunSpec.flat(conc=(4,), isl=64, osl=16, base_url="http://127.0.0.1:9")
+    flags = [f.flag for f in RUN_FIELDS.values() if name in _filled(f.fills)]
+    refused = []
+    for bad in (math.nan,) if kind is float else (-(10**30), 10**30):
+        try:
+            spec.with_(**{name: bad})
+        except SpecError as exc:
+            refused.append(str(exc))
+    assert refused, f"{name}: {kind.__name__} values no run can use are accepted"
+    assert not flags or any(flag in line for flag in flags for line in refused), (name, flags)
+
+
+def _filled(fills: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    return (fills,) if isinstance(fills, str) else fills or ()

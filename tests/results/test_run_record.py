@@ -18,7 +18,13 @@ from loadgen.config.args import spec_from_argv
 from loadgen.config.spec import PARTS, RUN_LEVEL, RunSpec
 from loadgen.results.point import ResultFileError
 from loadgen.results.results_dir import settings_of
-from loadgen.results.run_record import PART_TYPES, RunSettings, decode_run, settings_from_flat
+from loadgen.results.run_record import (
+    NOT_WRITTEN,
+    RunLevelSettings,
+    RunSettings,
+    decode_run,
+    settings_from_flat,
+)
 from tests.support.procs import one_error_line, run_loadgen
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_file_main"
@@ -31,12 +37,16 @@ def _json(value: object) -> object:
     return orjson.loads(orjson.dumps(value))
 
 
-def test_the_model_has_each_part_of_a_run_spec_with_its_names() -> None:
-    for name, part in PARTS.items():
-        written = {f.name for f in dataclasses.fields(part)} - {"api_key"}  # never written
-        assert set(PART_TYPES[name].__struct_fields__) == written, name
-    assert set(PART_TYPES["run"].__struct_fields__) == set(RUN_LEVEL)
-    assert set(PART_TYPES) == {*PARTS, "run"}
+def test_the_model_reads_each_part_as_the_run_spec_part_itself() -> None:
+    """No second list of settings: each part of run.json's settings is read back as the
+    RunSpec part's own type, so a field added to a part (a new option) is written and read
+    back with no edit in results/, and cannot be left out of the read-back."""
+    fields = {f.name: f.type for f in msgspec.structs.fields(RunSettings)}
+    assert fields == {**PARTS, "run": RunLevelSettings}
+    assert set(RunLevelSettings.__struct_fields__) == set(RUN_LEVEL)
+    spec = RunSpec.flat(conc=(1,), isl=8, osl=8, sim=True)
+    every = {f.name for part in PARTS.values() for f in dataclasses.fields(part)}
+    assert set(settings_of(spec)) == (every - NOT_WRITTEN) | set(RUN_LEVEL)
 
 
 def test_a_setting_left_out_reads_as_the_run_spec_default() -> None:
@@ -56,7 +66,7 @@ def test_what_is_written_is_what_is_read() -> None:
     assert _json(read.flat()) == written
     assert read.load.conc == (2, 4) and read.load.request_rate == 3.0
     assert read.scoring.slos_ms == {"ttft": 300.0} and read.run.seed == 7
-    assert read.target.headers == ("X-Token",) and read.session.turns == "2"
+    assert read.target.headers == (("X-Token", "***"),) and read.session.turns == "2"
 
 
 def test_a_run_file_of_the_previous_release_reads_back_typed() -> None:
@@ -67,10 +77,11 @@ def test_a_run_file_of_the_previous_release_reads_back_typed() -> None:
     assert {name: flat[name] for name in written} == written  # every setting, as written
     added = set(flat) - set(written)  # settings newer than the file read as their defaults
     defaults = {
-        field.name: field.default
-        for part in msgspec.structs.fields(RunSettings)
-        if isinstance(part.type, type) and issubclass(part.type, msgspec.Struct)
-        for field in msgspec.structs.fields(part.type)
+        field.name: field.default_factory()
+        if field.default_factory is not dataclasses.MISSING
+        else field.default
+        for part in PARTS.values()
+        for field in dataclasses.fields(part)
     }
     assert {name: flat[name] for name in added} == _json({name: defaults[name] for name in added})
     assert run.settings.workload.isl == 32 and run.settings.load.conc == (1, 2)

@@ -131,6 +131,12 @@ class ExactServer:
     def gauge_watch(self) -> None:
         return None
 
+    def take_tainted(self) -> dict[tuple[int, int], str]:
+        return {}  # every answer in step
+
+    def fresh_connections(self) -> int:
+        return 0  # no connections kept
+
 
 def spec(tmp_path: Path, **changes: Any) -> RunSpec:
     values: dict[str, Any] = dict(
