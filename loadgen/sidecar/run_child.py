@@ -42,6 +42,7 @@ JOB_HEADER = struct.Struct(">I")  # the pickled job's length, then the job
 # always raise its own score without privileges).
 OOM_SCORE_ADJ = 1000
 FLUSH_S = 0.1
+CLOSE_TIMEOUT_S = 30.0  # the sidecar reading the last lines (gone: the socket errors at once)
 RunKind = Literal["sweep", "lanes"]
 
 
@@ -184,9 +185,11 @@ async def _serve(sock: socket.socket) -> NoReturn:
         link.send("failed", error=f"{type(exc).__name__}: {exc}")
         code = 1
     watch.cancel()
-    with contextlib.suppress(ConnectionError):
-        await writer.drain()
+    # every line sent before the exit below: drain() leaves up to its low-water mark
+    # buffered, which os._exit would drop (the last point's line and "done" among them)
     writer.close()
+    with contextlib.suppress(ConnectionError, TimeoutError):
+        await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
     # Now, not at the loop's close, which waits for the executor: a cancelled plan may
     # still be building in a thread, work nobody will read. The engine's files are
     # written (synchronously) by now.
