@@ -160,10 +160,16 @@ class Exchange:
         )
         self.done, self.end_ns = True, self.end_ns or stamp
 
-    def check_counts(self, counter: TokenCounter, spec_tokens: int | None = None) -> None:
+    def check_counts(
+        self,
+        counter: TokenCounter,
+        spec_tokens: int | None = None,
+        server_spec_tokens: int | None = None,
+    ) -> None:
         """Once per request, at its end (nothing here costs per chunk): the counts the
         server reported must agree with each other, or none of them is published.
-        `spec_tokens`: the run's K (--spec-tokens), which the server's stats must have."""
+        `spec_tokens`: the run's K (--spec-tokens); `server_spec_tokens`: the K the
+        server's /metrics report; the server's per-request stats must have each."""
         if self.error is not None:
             return
         total = sum(self.chunk_tokens)
@@ -174,6 +180,7 @@ class Exchange:
             self.server_metrics[0],
             total if self.completion_tokens is None else self.completion_tokens,
             spec_tokens,
+            server_spec_tokens,
         )
         if problem:
             self.fail(ErrorKind.MALFORMED, problem)
@@ -199,13 +206,18 @@ def _count_lie(usage: int | None, chunk_total: int, counter: TokenCounter) -> st
     return ""
 
 
-def _spec_lie(spec: SpecDecodeStats | None, tokens: int, spec_tokens: int | None) -> str:
+def _spec_lie(
+    spec: SpecDecodeStats | None,
+    tokens: int,
+    spec_tokens: int | None,
+    server_spec_tokens: int | None,
+) -> str:
     """Why the server's per-request spec-decode stats cannot be this request's ("" when
     they can): each verify step emits its accepted drafts and one token of its own, so
     steps + accepted drafts never exceed the tokens the request produced (100 steps
     claimed for an 8-token answer published AL 3.0) -- but for the last step's drafts,
     up to K, which vLLM counts before max_tokens or a stop cuts them; and every step
-    drafts the run's K."""
+    drafts K: the server's, as its /metrics report it, and the run's (--spec-tokens)."""
     if spec is None:
         return ""
     where = "metrics.speculative_decoding"
@@ -216,6 +228,11 @@ def _spec_lie(spec: SpecDecodeStats | None, tokens: int, spec_tokens: int | None
             f"{spec.num_accepted_draft_tokens} accepted drafts emit {emitted} tokens, "
             f"more than the {tokens} the request produced (+ K={spec.num_spec_tokens} "
             "the last step may have cut)"
+        )
+    if server_spec_tokens and spec.num_spec_tokens != server_spec_tokens:
+        return (
+            f"{where}: num_spec_tokens {spec.num_spec_tokens}, but the server's K "
+            f"(num_speculative_tokens, from its /metrics) is {server_spec_tokens}"
         )
     if spec_tokens and spec.num_spec_tokens != spec_tokens:
         return (

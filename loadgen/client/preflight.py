@@ -41,6 +41,7 @@ from loadgen.metrics.server import (
     MetricsParseError,
     ServerSnapshot,
     parse_metrics,
+    server_spec_tokens,
     speculative_decoding_enabled,
 )
 from loadgen.records import RequestRecord, TokenSource
@@ -67,6 +68,9 @@ class ServerInfo:
     options: BodyOptions  # the request options the server accepted
     tokenize_check: dict[str, Any]
     warnings: tuple[str, ...]
+    # K (num_speculative_tokens) as the server's /metrics give it (None: not known):
+    # every request's spec-decode stats must have it (client/ingest.py)
+    spec_tokens: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -327,6 +331,7 @@ async def preflight(
         options=options,
         tokenize_check=check,
         warnings=tuple(warnings),
+        spec_tokens=server_spec_tokens(snapshot) if snapshot is not None else None,
     )
 
 

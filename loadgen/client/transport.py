@@ -72,9 +72,13 @@ class Transport:
         stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         count_text: Callable[[str], int] | None = None,
         spec_tokens: int | None = None,
+        server_spec_tokens: int | None = None,
     ) -> None:
         self.client = client
-        self.spec_tokens = spec_tokens  # the run's K: the server's per-request stats' too
+        # the run's K (--spec-tokens) and the server's (its /metrics): each request's
+        # spec-decode stats must have both
+        self.spec_tokens = spec_tokens
+        self.server_spec_tokens = server_spec_tokens
         self.url = url
         self.request_timeout_s = request_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
@@ -108,7 +112,7 @@ class Transport:
         except asyncio.CancelledError:
             cancelled = True
             state.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
-        state.check_counts(counter, self.spec_tokens)
+        state.check_counts(counter, self.spec_tokens, self.server_spec_tokens)
         end_ns = state.end_ns or perf_counter_ns()
         if not cancelled:
             # Bookkeeping (record, JSONL line, observers) shares the per-turn budget with

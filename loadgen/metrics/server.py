@@ -83,6 +83,21 @@ def speculative_decoding_enabled(snapshot: ServerSnapshot) -> bool:
     return snapshot.get(SPEC_DRAFTS) is not None
 
 
+def server_spec_tokens(snapshot: ServerSnapshot) -> int | None:
+    """K (num_speculative_tokens) as the server's counters give it: vLLM registers one
+    accepted-per-position series for each of its K draft positions when it starts, so
+    their number is K from the first scrape on; a server without them, the draft tokens
+    per draft it counted so far; None when neither says (no speculative decoding, or
+    nothing drafted yet)."""
+    positions = [int(p) for p in snapshot.keyed.get(SPEC_ACCEPTED_PER_POS, {}) if p.isdigit()]
+    if positions:
+        return max(positions) + 1
+    drafts, draft_tokens = snapshot.get(SPEC_DRAFTS), snapshot.get(SPEC_DRAFT_TOKENS)
+    if drafts and draft_tokens and drafts > 0:
+        return round(draft_tokens / drafts)
+    return None
+
+
 def counter_delta(before: ServerSnapshot, after: ServerSnapshot, name: str) -> float | None:
     """after - before, or None when missing on either side or reset in between (negative)."""
     start, end = before.get(name), after.get(name)

@@ -57,6 +57,7 @@ class Series:
     kind: str  # counter | gauge
     labels: tuple[tuple[str, str], ...]
     points: tuple[tuple[int, float], ...]  # (ns, value)
+    description: str = ""  # the family's HELP text (AIPerf's export requires one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +78,12 @@ class SeriesStats:
     max: float | None = None
 
 
-def _readings(scrape: ScrapeText) -> list[tuple[str, str, tuple[tuple[str, str], ...], float]]:
-    """(family, kind, labels, value) of the counters and gauges of one scrape; a text that
-    is not Prometheus format gives none (the point's own scrapes say so already)."""
+def _readings(
+    scrape: ScrapeText,
+) -> list[tuple[str, str, tuple[tuple[str, str], ...], float, str]]:
+    """(family, kind, labels, value, HELP text) of the counters and gauges of one scrape;
+    a text that is not Prometheus format gives none (the point's own scrapes say so
+    already)."""
     found = []
     try:
         for family in text_string_to_metric_families(scrape.text):
@@ -94,6 +98,7 @@ def _readings(scrape: ScrapeText) -> list[tuple[str, str, tuple[tuple[str, str],
                         family.type,
                         tuple(sorted(sample.labels.items())),
                         float(sample.value),
+                        family.documentation,
                     )
                 )
     except ValueError:
@@ -103,14 +108,14 @@ def _readings(scrape: ScrapeText) -> list[tuple[str, str, tuple[tuple[str, str],
 
 def build_series(scrapes: Sequence[ScrapeText]) -> list[Series]:
     """Every counter and gauge series of the scrapes, by URL then name then labels."""
-    table: dict[tuple[str, str, Labels], tuple[str, list[tuple[int, float]]]] = {}
+    table: dict[tuple[str, str, Labels], tuple[str, str, list[tuple[int, float]]]] = {}
     for scrape in sorted(scrapes, key=lambda s: s.ns):
-        for name, kind, labels, value in _readings(scrape):
-            entry = table.setdefault((scrape.url, name, labels), (kind, []))
-            entry[1].append((scrape.ns, value))
+        for name, kind, labels, value, description in _readings(scrape):
+            entry = table.setdefault((scrape.url, name, labels), (kind, description, []))
+            entry[2].append((scrape.ns, value))
     return [
-        Series(url, name, kind, labels, tuple(points))
-        for (url, name, labels), (kind, points) in sorted(table.items())
+        Series(url, name, kind, labels, tuple(points), description)
+        for (url, name, labels), (kind, description, points) in sorted(table.items())
     ]
 
 

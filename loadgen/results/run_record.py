@@ -223,6 +223,8 @@ class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int | None = None
     version: str | None = None
     spec_decoding: bool | None = None
+    # K as the server's /metrics give it (None: not known; a run.json from before)
+    spec_tokens: int | None = None
     token_source: str | None = None
     options: dict[str, object] = {}  # the request options the server accepted
     tokenize_check: dict[str, object] = {}  # the tokenizer's agreement, as measured

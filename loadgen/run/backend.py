@@ -160,6 +160,7 @@ class HttpBackend:
             stream_idle_timeout_s=self.spec.deadlines.stream_idle_timeout_s,
             count_text=text_counter(self.tokenizer),
             spec_tokens=self.spec.scoring.spec_tokens,
+            server_spec_tokens=server.spec_tokens,
         )
 
     async def send(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,6 +128,13 @@ class PointRecords:
         self.extra: SessionFields | None = None
         self.simulator_mark: int | None = None  # the simulator log's end at begin()
         self.cache = CacheState()  # uncontrolled until a reset says otherwise
+        # taints found in worker processes (scale/pool.py), applied with this process's
+        self.taints: dict[tuple[int, int], str] = {}
+
+    def taint(self, found: Mapping[tuple[int, int], str]) -> None:
+        """Records another process's connections showed out of step (a worker's
+        transport, `take_tainted`): applied when the point ends, as this process's are."""
+        self.taints.update(found)
 
     async def reset_cache(self, *, warmed: bool) -> None:
         """--reset-prefix-cache: empty the servers' prefix caches, before the warmup
@@ -224,8 +231,9 @@ class PointRecords:
     def _apply_taints(self) -> None:
         """Records whose connection, after they were written, got bytes no request asked
         for (client/native/protocol.py): made malformed here and in the JSONL, rewritten
-        whole (rare: only a server answering out of step)."""
-        found = self.run.backend.take_tainted()
+        whole (rare: only a server answering out of step); with --workers, what the
+        workers found reaches `taints` through taint()."""
+        found: dict[tuple[int, int], str] = {**self.taints, **self.run.backend.take_tainted()}
         if not found:
             return
         changed = False

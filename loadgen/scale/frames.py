@@ -36,6 +36,9 @@ class Kind(IntEnum):
     RECORD = 14  # one RequestRecord
     DONE = 15  # {"health": {...}, "warmup_failed"}: the point is over for this worker
     FAILED = 16  # {"error"}: the worker cannot go on (it exits next)
+    # {"tainted": [[request_id, start_ns, why], ...]}: records already sent whose
+    # connection later showed them out of step (its transport's take_tainted)
+    TAINTED = 17
 
 
 class FrameError(ValueError):

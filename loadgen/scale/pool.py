@@ -242,6 +242,10 @@ class WorkerPool:
         elif kind is Kind.LAG:
             for lag_ns in orjson.loads(body)["ns"]:
                 hooks.loop_lag(lag_ns / 1e9)
+        elif kind is Kind.TAINTED:  # between points: no record of a point to taint
+            if self.current is not None:
+                rows = orjson.loads(body)["tainted"]
+                self.current.taint({(int(r[0]), int(r[1])): str(r[2]) for r in rows})
         else:
             self.events.put_nowait((handle, kind, body))
 

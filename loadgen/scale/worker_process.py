@@ -78,6 +78,11 @@ class ParentLink(QuietObserver):
             self.send(Kind.STARTED, {"n": self._started})
             self._started = 0
 
+    def tainted(self, found: dict[tuple[int, int], str]) -> None:
+        if found:
+            rows = [[request_id, start_ns, why] for (request_id, start_ns), why in found.items()]
+            self.send(Kind.TAINTED, {"tainted": rows})
+
     def flush(self) -> None:
         self._flush_started()
         if self._lag_ns:
@@ -203,6 +208,9 @@ class Worker:
                     await _until_stopped(self._measure_at(point, at_ns), self.commands)
                 finally:
                     self.link.stop_flushing()
+        take = getattr(context.backend, "take_tainted", None)  # before DONE: the point's own
+        if take is not None:
+            self.link.tainted(take())
         health = point.health()
         replay = (
             replay_counts(point.replay.stats, point.primers_failed)
@@ -232,6 +240,16 @@ class Worker:
         if delay > 0:
             await asyncio.sleep(delay / 1e9)
         await point.measure()
+
+
+async def _forward_taints(backend: HttpBackend, link: ParentLink) -> None:
+    """Taints come when bytes arrive on an idle connection, after the record went to the
+    parent (and may be after DONE, while the parent still ends the point): looked for
+    every FLUSH_S for the worker's whole life; the parent applies those of its current
+    point (scale/pool.py), as a single process applies its own when the point ends."""
+    while True:
+        await asyncio.sleep(FLUSH_S)
+        link.tainted(backend.take_tainted())
 
 
 async def _read_commands(reader: asyncio.StreamReader, commands: asyncio.Queue[Command]) -> None:
@@ -295,8 +313,10 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
         link.send(Kind.READY, {"pid": os.getpid()})
         async with asyncio.TaskGroup() as group:
             listener = group.create_task(_read_commands(reader, commands))
+            taints = group.create_task(_forward_taints(backend, link))
             await Worker(config, link, context, workload, commands, tokenizer).serve()
             listener.cancel()
+            taints.cancel()
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
 """What a posted run executes: its options checked against the workload it would build,
-then one sweep or a sweep document's lanes, each point feeding the live metrics."""
+then one sweep or a sweep document's lanes, in a process of their own
+(sidecar/run_child.py), each point feeding the live metrics."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
-from loadgen.config.sweepfile import Lane
-from loadgen.run.observers import FanoutObserver
-from loadgen.sidecar.options import plan_for, spec_for
+from loadgen.sidecar.run_child import RunJob, RunKind
+from loadgen.sidecar.run_process import run_in_child
 from loadgen.sidecar.runs import ProgressObserver, RunRecord
 from loadgen.sidecar.settings import ServiceConfig
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
@@ -21,7 +21,8 @@ from loadgen.tokenizer import load_tokenizer
 
 
 class RunLauncher:
-    """The sweeps behind POST /v1/runs, sharing one tokenizer and the service's metrics."""
+    """The sweeps behind POST /v1/runs: the sidecar's tokenizer checks their prompts, the
+    service's metrics show them live."""
 
     def __init__(self, config: ServiceConfig, metrics: LoadgenMetrics) -> None:
         self.config = config
@@ -40,14 +41,26 @@ class RunLauncher:
 
         await asyncio.to_thread(probe_prompt, spec, await self.tokenizer())
 
-    def _metrics_for(self, spec: RunSpec) -> MetricsObserver:
+    def _metrics_for(self, endpoint: str, points: int, spec_tokens: int | None) -> MetricsObserver:
         return MetricsObserver(
             self.metrics,
             model=self.config.model,
-            endpoint=spec.target.endpoint,
-            points=len(spec.load.conc),
-            spec_tokens=spec.scoring.spec_tokens,
+            endpoint=endpoint,
+            points=points,
+            spec_tokens=spec_tokens,
         )
+
+    async def _run(
+        self,
+        kind: RunKind,
+        options: Mapping[str, Any],
+        results_dir: Path,
+        progress: ProgressObserver,
+    ) -> None:
+        """In a process of its own (sidecar/run_child.py): the plan and the records grow
+        that process, never the sidecar's."""
+        job = RunJob(self.config, dict(options), results_dir, kind)
+        await run_in_child(job, progress, self._metrics_for)
 
     async def sweep(
         self,
@@ -56,16 +69,7 @@ class RunLauncher:
         results_dir: Path,
         progress: ProgressObserver,
     ) -> None:
-        from loadgen.orchestrate.measure import measure
-
-        spec = spec_for(self.config, options, results_dir)
-        metrics = self._metrics_for(spec)
-        try:
-            await measure(
-                spec, observer=FanoutObserver(progress, metrics), tokenizer=await self.tokenizer()
-            )
-        finally:
-            metrics.finished()
+        await self._run("sweep", options, results_dir, progress)
 
     async def lanes(
         self,
@@ -75,24 +79,4 @@ class RunLauncher:
         progress: ProgressObserver,
     ) -> None:
         """A sweep document's lanes, each with its own live-metrics observer."""
-        from loadgen.orchestrate.lanes import run_lanes
-
-        plan = plan_for(self.config, options, results_dir)
-        current: list[MetricsObserver] = []
-
-        def observer_for(lane: Lane) -> FanoutObserver:
-            for done in current:  # the previous lane's series: nothing in flight any more
-                done.finished()
-            current[:] = [self._metrics_for(lane.spec)]
-            return FanoutObserver(progress, current[0])
-
-        try:
-            outcome = await run_lanes(
-                plan, observer_for=observer_for, tokenizer=await self.tokenizer()
-            )
-        finally:
-            for done in current:
-                done.finished()
-        failed = [lane.name for lane in outcome.lanes if lane.state == "failed"]
-        if failed:
-            raise RuntimeError(f"lanes failed: {', '.join(failed)} (see results/lanes.json)")
+        await self._run("lanes", options, results_dir, progress)

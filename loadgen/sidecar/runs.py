@@ -140,6 +140,10 @@ class ProgressObserver(QuietObserver):
         self._on_point()
 
 
+class RunFailed(Exception):
+    """A run's failure already in words (its process reported it, or died): kept as is."""
+
+
 class Busy(Exception):
     """A run is already active (HTTP 409)."""
 
@@ -233,6 +237,8 @@ class RunManager:
         except asyncio.CancelledError:
             record.state = "cancelled"
             raise
+        except RunFailed as exc:
+            record.state, record.error = "failed", redact_text(str(exc))
         except Exception as exc:  # a failed sweep is reported, the sidecar keeps serving
             # redacted: a preflight error names the target URL, credentials and all
             record.state, record.error = "failed", redact_text(f"{type(exc).__name__}: {exc}")

@@ -17,13 +17,18 @@ Every value is loadgen's own, spelled in AIPerf's keys and units here only:
   ..., std}), `theoretical_prefix_cache_hit` (session runs: sum = theoretical cached
   tokens, count = prompt tokens sent, so sum / count, which InferenceX reads, is
   loadgen's theoretical_prefix_hit_rate; avg the same in %), and `metadata.dataset`.
-- server_metrics_export.json: metrics/server_series.py's series, with `endpoint_url`.
+- server_metrics_export.json: metrics/server_series.py's series, with `endpoint_url`,
+  each metric's HELP text as its `description`, and the summary's `start_time` /
+  `end_time` (the first and last scrape, UTC): AIPerf 0.13.0's ServerMetricsExportData
+  (schema 1.1) requires them. A counter slice without a rate (two scrapes at one
+  instant) is left out: AIPerf's slices carry numbers only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from loadgen.results.point import PointResult
 from loadgen.results.store import AiperfArtifacts
 
 SCHEMA_VERSION = "1.0"
+SERVER_METRICS_SCHEMA_VERSION = "1.1"  # AIPerf 0.13.0's ServerMetricsExportData
 # loadgen's point field stem -> AIPerf's metric name, unit
 AGGREGATES = (
     ("ttft", "time_to_first_token", "ms"),
@@ -221,29 +227,56 @@ def aggregate(result: PointResult, run: ArtifactRun) -> dict[str, Any]:
     return out
 
 
-def server_metrics(scrapes: Sequence[ScrapeText], run: ArtifactRun) -> dict[str, Any]:
+def server_metrics(
+    scrapes: Sequence[ScrapeText], run: ArtifactRun, records: Sequence[RequestRecord] = ()
+) -> dict[str, Any]:
+    """`records`: the point's, whose span is the summary's when nothing was scraped."""
     metrics: dict[str, dict[str, Any]] = {}
     for series in build_series(scrapes):
         stats = series_stats(series)
-        entry = metrics.setdefault(series.name, {"type": series.kind, "series": []})
+        entry = metrics.setdefault(
+            series.name,
+            {"type": series.kind, "description": series.description, "series": []},
+        )
         keys = ("total", "rate") if series.kind == "counter" else ("avg", "min", "max")
         entry["series"].append(
             {
                 "endpoint_url": series.url,
                 "labels": dict(series.labels),
                 "stats": {k: getattr(stats, k) for k in keys},
-                "timeslices": [_slice(s, series.kind, run.offset_ns) for s in slices(series)],
+                "timeslices": [
+                    _slice(s, series.kind, run.offset_ns)
+                    for s in slices(series)
+                    if series.kind != "counter" or (s.total is not None and s.rate is not None)
+                ],
             }
         )
+    start_ns, end_ns = _span(scrapes, records, run.offset_ns)
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": SERVER_METRICS_SCHEMA_VERSION,
         "summary": {
             "endpoints_configured": list(run.urls),
             "endpoints_successful": sorted({s.url for s in scrapes}),
+            "start_time": _utc(start_ns),
+            "end_time": _utc(end_ns),
             "slice_duration": run.series_interval_s,
         },
         "metrics": metrics,
     }
+
+
+def _span(
+    scrapes: Sequence[ScrapeText], records: Sequence[RequestRecord], offset_ns: int
+) -> tuple[int, int]:
+    """Wall-clock ns of the first and last scrape (else of the records' starts and ends)."""
+    stamps = [s.ns for s in scrapes] or [t for r in records for t in (r.start_ns, r.end_ns)]
+    if not stamps:
+        return offset_ns, offset_ns
+    return min(stamps) + offset_ns, max(stamps) + offset_ns
+
+
+def _utc(unix_ns: int) -> str:
+    return datetime.fromtimestamp(unix_ns / 1e9, UTC).isoformat()
 
 
 def _slice(part: Any, kind: str, offset_ns: int) -> dict[str, Any]:
@@ -271,5 +304,6 @@ def write_aiperf_artifacts(
     option = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
     write_atomic(where.aggregate_file, orjson.dumps(aggregate(result, run), option=option))
     write_atomic(
-        where.server_metrics_file, orjson.dumps(server_metrics(scrapes, run), option=option)
+        where.server_metrics_file,
+        orjson.dumps(server_metrics(scrapes, run, [*warmup, *measured]), option=option),
     )

@@ -27,7 +27,15 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
-from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sse, token_events
+from tests.support.hostile_server import (
+    Conn,
+    Handler,
+    HostileServer,
+    Request,
+    answer_bytes,
+    sse,
+    token_events,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -177,3 +185,86 @@ async def test_server_timings_inside_the_clients_are_published(
     point = await point_of(with_metrics(timings, delay_s=0.01, osl=OSL), tmp_path / "r", tokenizer)
     assert point["server_timings_exceed_client"] == 0
     assert point["mean_ttft_outside_server_ms"] > 0
+
+
+def vllm_metrics(k: int) -> bytes:
+    """A vLLM /metrics page of a server drafting K=k tokens that has served nothing yet:
+    its spec-decode counters at 0, one accepted-per-position series per draft position
+    (vLLM registers them all when it starts)."""
+    labels = 'engine="0",model_name="m"'
+    lines = [
+        "# TYPE vllm:spec_decode_num_drafts counter",
+        f"vllm:spec_decode_num_drafts_total{{{labels}}} 0.0",
+        "# TYPE vllm:spec_decode_num_draft_tokens counter",
+        f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} 0.0",
+        "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+        f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} 0.0",
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+        *(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}} 0.0'
+            for p in range(k)
+        ),
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def test_another_k_than_the_servers_is_malformed_without_spec_tokens(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    """The server's /metrics say K=2; its per-request stats claim K=3 (AL 2.0 over 16
+    steps, which 32 tokens can hold). No --spec-tokens: before, nothing had K to check
+    them against and every request was ok; now each is malformed, naming both Ks."""
+    stats = {"speculative_decoding": spec_stats(3, [0, 16, 0, 0])}
+    async with HostileServer(
+        {
+            "/v1/completions": with_metrics(stats, osl=OSL),
+            "/metrics": answer_bytes(vllm_metrics(2), "text/plain; version=0.0.4"),
+        }
+    ) as server:
+        spec = RunSpec.flat(
+            conc=(CONC,),
+            isl=48,
+            osl=OSL,
+            base_url=server.base_url,
+            prompts_per_conc=PER_CONC,
+            warmup_per_conc=0,
+            results_dir=tmp_path / "r",
+            progress=False,
+        )
+        async with asyncio.timeout(90):
+            await sweep_points(spec, tokenizer=tokenizer)
+    records = read_jsonl(tmp_path / "r" / f"requests_conc_{CONC}.jsonl")
+    assert len(records) == CONC * PER_CONC
+    for record in records:
+        assert record.error is ErrorKind.MALFORMED, record
+        assert (
+            "num_spec_tokens 3, but the server's K (num_speculative_tokens, from its /metrics) is 2"
+            in (record.error_detail or "")
+        )
+    run = orjson.loads((tmp_path / "r" / "run.json").read_bytes())
+    assert run["server"]["spec_tokens"] == 2
+
+
+async def test_the_servers_own_k_stands(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """The same stats from a server whose /metrics say K=3: every request is ok."""
+    stats = {"speculative_decoding": spec_stats(3, [0, 16, 0, 0])}
+    async with HostileServer(
+        {
+            "/v1/completions": with_metrics(stats, osl=OSL),
+            "/metrics": answer_bytes(vllm_metrics(3), "text/plain; version=0.0.4"),
+        }
+    ) as server:
+        spec = RunSpec.flat(
+            conc=(CONC,),
+            isl=48,
+            osl=OSL,
+            base_url=server.base_url,
+            prompts_per_conc=PER_CONC,
+            warmup_per_conc=0,
+            results_dir=tmp_path / "r",
+            progress=False,
+        )
+        async with asyncio.timeout(90):
+            await sweep_points(spec, tokenizer=tokenizer)
+    records = read_jsonl(tmp_path / "r" / f"requests_conc_{CONC}.jsonl")
+    assert [r.ok for r in records] == [True] * CONC * PER_CONC, records[0].error_detail

@@ -120,3 +120,44 @@ async def test_a_point_counts_tainted_requests_malformed(
     assert all(r.stray_bytes is StrayBytes.LATER for r in records)
     assert point["completed"] == 0 and point["errors_by_kind"]["malformed"] == 2
     assert point["stray_bytes_later"] == 2, point["errors"]
+
+
+async def test_taints_found_in_worker_processes_reach_the_merged_point(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    """--workers 2: each worker's transport finds its own taints, after the records went
+    to the parent; they used to stay in the worker (every request counted ok, no counter
+    moved). Now they reach the parent's point, its counters and its JSONL alike."""
+    from loadgen.scale.sweep import run_sweep
+
+    routes = {"/v1/completions": out_of_step(), "/metrics": slow_metrics}
+    async with HostileServer(routes) as server:
+        spec = RunSpec.flat(
+            conc=(2,),
+            isl=48,
+            osl=OSL,
+            base_url=server.base_url,
+            prompts_per_conc=2,
+            warmup_per_conc=0,
+            results_dir=tmp_path,
+            progress=False,
+            max_error_rate=1.0,
+            workers=2,
+        )
+        async with asyncio.timeout(90):
+            await run_sweep(spec, tokenizer=tokenizer)
+    point: dict[str, Any] = orjson.loads((tmp_path / "conc_2.json").read_bytes())
+    records = read_jsonl(tmp_path / "requests_conc_2.jsonl")
+    assert {p["process"] for p in point["client_processes"]} >= {
+        "shard 0/1 worker 0/2",
+        "shard 0/1 worker 1/2",
+    }
+    assert len(records) == 4
+    later = [r for r in records if r.stray_bytes is StrayBytes.LATER]
+    # each worker's second request took its first's copy: at least one per worker
+    assert len(later) >= 2, [(r.error, r.stray_bytes) for r in records]
+    assert all(r.error is ErrorKind.MALFORMED for r in later)
+    assert "came on its connection while idle after it" in (later[0].error_detail or "")
+    assert point["stray_bytes_later"] == len(later)
+    assert point["errors_by_kind"]["malformed"] == len(later)
+    assert point["completed"] == 4 - len(later)

@@ -43,18 +43,20 @@ def rss_bytes(pid: int, field: str) -> int:
 
 
 @asynccontextmanager
-async def sidecar_process(data_dir: Path) -> AsyncIterator[tuple[int, aiohttp.ClientSession]]:
-    """`loadgen serve` with a token, aimed at a port nothing listens on (no run gets as
-    far as sending): its pid and a client carrying the token."""
+async def sidecar_process(
+    data_dir: Path, target: str = "http://127.0.0.1:9", model: str = "m"
+) -> AsyncIterator[tuple[int, aiohttp.ClientSession]]:
+    """`loadgen serve` with a token, aimed by default at a port nothing listens on (no
+    run gets as far as sending): its pid and a client carrying the token."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "loadgen",
         "serve",
         "--target",
-        "http://127.0.0.1:9",
+        target,
         "--model",
-        "m",
+        model,
         "--listen",
         "127.0.0.1:0",
         "--data-dir",

@@ -2,17 +2,22 @@
 analyze swim-lane`), pinned from AIPerf 0.13.0's pydantic models as installed from the
 package index (aiperf/common/models/record_models.py: MetricRecordInfo,
 MetricRecordMetadata, MetricValue; error_models.py: ErrorDetails; export_models.py:
-JsonExportData, JsonMetricResult). AIPerf itself is not needed here: the required
-fields and their types are written out below.
+JsonExportData, JsonMetricResult; server_metrics_models.py: ServerMetricsExportData,
+ServerMetricsSummary, Counter/GaugeMetricData, Counter/GaugeSeries, Counter/GaugeStats,
+Counter/GaugeTimeslice). AIPerf itself is not needed here: the required fields and their
+types are written out below.
 
 Before: every profile_export.jsonl line lacked `metadata.record_processor_id`, so
 `aiperf plot` found "No valid records"; a failed request without a detail had a null
 `error.message`; a non-session run's null `x_correlation_id`/`conversation_id` made
-swim-lane one session of every request.
+swim-lane one session of every request. server_metrics_export.json lacked the summary's
+`start_time`/`end_time` and every metric's `description` (201 validation errors: `aiperf
+plot` logged "Failed to load server metrics from JSON" and drew none of them).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +26,10 @@ import pytest
 from tokenizers import Tokenizer
 
 from loadgen.config.args import spec_from_argv
+from loadgen.metrics.server_series import ScrapeText
 from loadgen.orchestrate.measure import measure
 from loadgen.records import ErrorKind
-from loadgen.sinks.aiperf_artifacts import ArtifactRun, record_lines
+from loadgen.sinks.aiperf_artifacts import ArtifactRun, record_lines, server_metrics
 from loadgen.tokenizer import load_tokenizer
 from tests.support.fake_records import make_record
 
@@ -95,6 +101,50 @@ def check_aggregate(data: dict[str, Any]) -> None:
         assert JSON_METRIC_STATS & set(metric), name
 
 
+# AIPerf 0.13.0 ServerMetricsExportData: its metric types, the stats each series type
+# may have (floats or None), and the numbers each timeslice type requires
+SERVER_METRIC_TYPES = {"counter", "gauge", "histogram", "unknown"}
+SERIES_STATS = {
+    "counter": {"total", "rate", "rate_avg", "rate_min", "rate_max", "rate_std"},
+    "gauge": {"avg", "min", "max", "std", "p1", "p5", "p10", "p25", "p50", "p75", "p90"}
+    | {"p95", "p99"},
+}
+SLICE_REQUIRED = {"counter": {"total", "rate"}, "gauge": {"avg", "min", "max"}}
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_server_metrics(data: dict[str, Any]) -> None:
+    """server_metrics_export.json as AIPerf 0.13.0's ServerMetricsExportData validates it
+    (extra="allow": loadgen's `slice_duration` is an extra)."""
+    assert isinstance(data.get("schema_version", ""), str)
+    summary = data["summary"]
+    for name in ("endpoints_configured", "endpoints_successful"):
+        assert all(isinstance(url, str) for url in summary[name]), name
+    for name in ("start_time", "end_time"):  # required datetimes
+        assert datetime.fromisoformat(summary[name]).tzinfo is not None, name
+    assert summary["start_time"] <= summary["end_time"]
+    assert data["metrics"]
+    for name, metric in data["metrics"].items():
+        kind = metric["type"]
+        assert kind in SERVER_METRIC_TYPES, name
+        assert isinstance(metric["description"], str), name  # required (HELP text)
+        assert metric.get("unit") is None or isinstance(metric["unit"], str), name
+        for series in metric["series"]:
+            assert series.get("endpoint_url") is None or isinstance(series["endpoint_url"], str)
+            labels = series.get("labels") or {}
+            assert all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
+            stats = series.get("stats") or {}
+            assert set(stats) <= SERIES_STATS[kind], (name, set(stats))
+            assert all(v is None or is_number(v) for v in stats.values()), (name, stats)
+            for part in series.get("timeslices") or []:
+                assert isinstance(part["start_ns"], int) and isinstance(part["end_ns"], int)
+                for required in SLICE_REQUIRED[kind]:
+                    assert is_number(part.get(required)), (name, required, part)
+
+
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     return load_tokenizer()
@@ -127,6 +177,9 @@ async def test_a_runs_artifacts_validate_as_aiperf_0_13_models(
     assert len(set(ids)) == len(rows)
     assert all(row["metadata"]["conversation_id"] for row in rows)
     check_aggregate(orjson.loads((artifacts / "profile_export_aiperf.json").read_bytes()))
+    server = orjson.loads((artifacts / "server_metrics_export.json").read_bytes())
+    check_server_metrics(server)
+    assert server["metrics"]["vllm:generation_tokens"]["description"]  # the sim's HELP text
 
 
 def test_a_failed_request_without_detail_has_an_error_message() -> None:
@@ -137,3 +190,19 @@ def test_a_failed_request_without_detail_has_an_error_message() -> None:
     row = orjson.loads(record_lines([record], "profiling", run)[0])
     check_record(row)
     assert row["error"]["message"] == row["error"]["type"] == "http"
+
+
+def test_server_metrics_without_a_rate_or_a_scrape_still_validate() -> None:
+    """Two scrapes at one instant give a counter slice without a rate (AIPerf's slices
+    carry numbers only: left out); without scrapes the span is the records'."""
+    text = "# HELP c_total A counter.\n# TYPE c_total counter\nc_total 1.0\n"
+    run = ArtifactRun("r", "m", None, "auto", ("http://s/metrics",), 1.0, 1_000)
+    scrapes = [ScrapeText("http://s/metrics", 5_000, text)] * 2
+    data = server_metrics(scrapes, run)
+    check_server_metrics(data)
+    assert data["metrics"]["c"]["series"][0]["timeslices"] == []
+    assert data["metrics"]["c"]["description"] == "A counter."
+    record = make_record(0, offsets_ns=(10, 20), tokens=(1, 1))
+    bare = server_metrics([], run, [record])
+    assert bare["summary"]["start_time"] <= bare["summary"]["end_time"]
+    assert bare["metrics"] == {}
