@@ -195,6 +195,7 @@ def validate(spec: RunSpec) -> None:
     scoring.check(spec.scoring)
     deadlines.check(spec.deadlines)
     target.check_client(spec.target)
+    target.check_engine(spec.target)
     target.check_reset(spec.target)
     load.check_load_shape(spec.load)
     _check_conc_stages_run(spec)

@@ -28,6 +28,10 @@ Endpoint = Literal["completions", "chat"]
 # (the command line takes native only: parse_http_client)
 HttpClient = Literal["native", "aiohttp"]
 ENDPOINTS: tuple[str, ...] = ("completions", "chat")
+# the serving engine families whose server-side figures loadgen reads (metrics/engines.py)
+Engine = Literal["auto", "vllm", "sglang", "trtllm", "atom", "llamacpp"]
+ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm", "atom", "llamacpp")
+ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINES)
 HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 
 
@@ -45,6 +49,8 @@ class TargetSpec:
     # fields loadgen sets itself (EXTRA_BODY_RESERVED).
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     http_client: HttpClient = "native"  # the measured streams' client
+    # which engine's metrics and per-request fields to read; auto: found at preflight
+    engine: Engine = "auto"
     # Server controls between points: empty the prefix cache of every server loadgen knows
     # (the target, each --server-metrics URL's) before each point's warmup, or after it.
     reset_prefix_cache: bool = False
@@ -62,6 +68,12 @@ def parse_endpoint(text: str) -> str:
             "/v1/completions, /v1/chat/completions)"
         )
     return name
+
+
+def parse_engine(text: str) -> str:
+    if text not in ENGINE_CHOICES:
+        raise SpecError(f"--engine {text!r}: allowed: {', '.join(ENGINE_CHOICES)}")
+    return text
 
 
 def parse_http_client(text: str) -> str:
@@ -171,6 +183,18 @@ FIELDS: tuple[Field, ...] = (
         help=argparse.SUPPRESS,
         fills="http_client",
         to=parse_http_client,
+        section="target",
+    ),
+    flag(
+        "--engine",
+        type=parse_engine,
+        default=default_of(TargetSpec, "engine"),
+        metavar="{" + ",".join(ENGINE_CHOICES) + "}",
+        help="the serving engine, for the server-side figures (acceptance counters, "
+        "latency histograms, KV and queue gauges, prefix hits, per-request stats): "
+        "auto finds it at preflight from /metrics names, /get_server_info and "
+        "/server_info, and run.json records which and why (default: auto)",
+        fills="engine",
         section="target",
     ),
     flag(
@@ -286,6 +310,13 @@ def check_client(target: TargetSpec) -> None:
     _check(
         target.http_client in HTTP_CLIENTS,
         f"--http-client {target.http_client!r}: allowed: {', '.join(HTTP_CLIENTS)}",
+    )
+
+
+def check_engine(target: TargetSpec) -> None:
+    _check(
+        target.engine in ENGINE_CHOICES,
+        f"--engine {target.engine!r}: allowed: {', '.join(ENGINE_CHOICES)}",
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from loadgen.metrics.agentic import PREFIX_HITS, PREFIX_QUERIES
 from loadgen.metrics.server import (
@@ -35,11 +35,6 @@ from loadgen.metrics.server import (
     WAITING,
     ServerSnapshot,
 )
-
-Engine = Literal["vllm", "sglang", "trtllm", "atom", "llamacpp"]
-ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm", "atom", "llamacpp")
-ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINES)
-
 
 SERVER_ACCEPTANCE = "server_acceptance_length"  # and the other SERVER_KEYS of acceptance.py
 NO_COUNTERS = "the engine exports no speculative-decoding counters"

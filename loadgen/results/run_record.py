@@ -42,6 +42,7 @@ class TargetSettings(_Part, frozen=True, kw_only=True):
     tokenizer: str | None = None
     extra_body: dict[str, object] = {}
     http_client: str = "native"
+    engine: str = "auto"  # --engine as given (server.engine: what the preflight chose)
     reset_prefix_cache: bool = False
     reset_after_warmup: bool = False
     reset_external: bool = False
@@ -366,6 +367,11 @@ class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
     # engine steps per stream chunk when known (the embedded simulator's --stream-interval;
     # None: unknown, and in a run.json written before it was recorded)
     stream_interval: int | None = None
+    # the engine family whose figures were read (--engine, or found by auto), why, and
+    # each result field that engine cannot give with the reason; None in older files
+    engine: str | None = None
+    engine_reason: str | None = None
+    engine_unavailable: dict[str, str] = {}
 
 
 class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):
