@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from loadgen.metrics.agentic import PREFIX_HITS, PREFIX_QUERIES
+from loadgen.metrics.frontend import FRONTEND_PREFIX
 from loadgen.metrics.server import (
     ATOM_DECODE_STEPS,
     KV_USAGE,
@@ -112,6 +113,12 @@ class EngineDialect:
             for theirs, ours in self.renames.items()
             if theirs in snapshot.samples
         }
+        # a Dynamo frontend's series are no engine's: kept as they are (metrics/frontend.py)
+        samples.update(
+            (name, value)
+            for name, value in snapshot.samples.items()
+            if name.startswith(FRONTEND_PREFIX)
+        )
         derived, keyed = self.derive(snapshot)
         samples.update(derived)
         return ServerSnapshot(samples=samples, keyed=keyed)
