@@ -21,7 +21,13 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 RUN = 'model_name=~"$model", instance=~"$instance"'  # series of a sweep (no conc label)
 POINT = f'{RUN}, conc=~"$conc"'  # series of a concurrency point
 SERVER = 'model_name=~"$model", instance=~"$instance"'  # vLLM's series
-BOTH = "loadgen_target_concurrency|vllm:num_requests_running"  # who drives / serves a model
+# who drives / serves a model (the engines whose series carry model_name: ATOM's and
+# llama.cpp's have no labels, so their servers are picked by "All" only)
+BOTH = (
+    "loadgen_target_concurrency|vllm:num_requests_running|sglang:num_running_reqs"
+    "|trtllm_num_requests_running"
+)
+UNLABELLED = 'instance=~"$instance"'  # ATOM's and llama.cpp's series (no model_name)
 RATE = "[$__rate_interval]"
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 
@@ -50,6 +56,127 @@ def server_quantile(q: float, metric: str) -> str:
     return (
         f"histogram_quantile({q}, sum by (le, instance) (rate({metric}_bucket{{{SERVER}}}{RATE})))"
     )
+
+
+def engine_rate(metric: str, selector: str = SERVER) -> str:
+    return rate_sum(metric, selector, "instance")
+
+
+def engine_rows() -> list[Panel]:
+    """Other engines' own series (README's engine table; loadgen/metrics/engines.py reads
+    the same ones): one panel per figure, one line per engine and server."""
+    trt_steps = engine_rate(
+        "trtllm_spec_decode_drafted_tokens_total", f'{SERVER}, token_position="0"'
+    )
+    return [
+        (
+            "Engine acceptance length",
+            "TensorRT-LLM: 1 + accepted / draft steps (drafted tokens at position 0). ATOM: "
+            "1 + accepted / decode steps. SGLang exports only a gauge, its last logging "
+            "interval's batch, shown as such (loadgen never publishes it).",
+            "short",
+            8,
+            [
+                (
+                    "TensorRT-LLM {{instance}}",
+                    f"1 + {engine_rate('trtllm_spec_decode_accepted_tokens_total')} / {trt_steps}",
+                ),
+                (
+                    "ATOM {{instance}}",
+                    f"1 + {engine_rate('atom:mtp_accepted_tokens_total', UNLABELLED)}"
+                    f" / {engine_rate('atom:mtp_decode_steps_total', UNLABELLED)}",
+                ),
+                (
+                    "SGLang {{instance}} (gauge: last interval's batch)",
+                    f"max by (instance) (sglang:spec_accept_length{{{SERVER}}})",
+                ),
+            ],
+            "timeseries",
+        ),
+        (
+            "Engine requests running / waiting",
+            "Each engine's scheduler queue (llama.cpp: processing / deferred).",
+            "short",
+            8,
+            [
+                (f"{engine} {{{{instance}}}} {what}", f"sum by (instance) ({metric}{{{sel}}})")
+                for engine, sel, pairs in (
+                    ("SGLang", SERVER, (("sglang:num_running_reqs", "sglang:num_queue_reqs"))),
+                    (
+                        "TensorRT-LLM",
+                        SERVER,
+                        ("trtllm_num_requests_running", "trtllm_num_requests_waiting"),
+                    ),
+                    ("ATOM", UNLABELLED, ("atom:requests_running", "atom:requests_waiting")),
+                    (
+                        "llama.cpp",
+                        UNLABELLED,
+                        ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+                    ),
+                )
+                for what, metric in zip(("running", "waiting"), pairs, strict=True)
+            ],
+            "timeseries",
+        ),
+        (
+            "Engine KV-cache usage",
+            "SGLang token_usage, TensorRT-LLM kv_cache_utilization, ATOM kv_cache_usage_ratio "
+            "(llama.cpp exports none).",
+            "percentunit",
+            8,
+            [
+                ("SGLang {{instance}}", f"max by (instance) (sglang:token_usage{{{SERVER}}})"),
+                (
+                    "TensorRT-LLM {{instance}}",
+                    f"max by (instance) (trtllm_kv_cache_utilization{{{SERVER}}})",
+                ),
+                (
+                    "ATOM {{instance}}",
+                    f"max by (instance) (atom:kv_cache_usage_ratio{{{UNLABELLED}}})",
+                ),
+            ],
+            "timeseries",
+        ),
+        (
+            "Engine server TTFT",
+            "From each engine's own TTFT histogram (ATOM and llama.cpp export none).",
+            "s",
+            12,
+            server_quantiles(
+                [
+                    ("SGLang", "sglang:time_to_first_token_seconds"),
+                    ("TensorRT-LLM", "trtllm_time_to_first_token_seconds"),
+                ]
+            ),
+            "timeseries",
+        ),
+        (
+            "Engine prefix-cache hit rate",
+            "Prompt tokens served from the prefix cache / prompt tokens: SGLang cached_tokens "
+            "/ prompt_tokens, TensorRT-LLM prompt_cached_tokens / prompt_tokens, ATOM "
+            "prefix_cache_cached_tokens / full_tokens.",
+            "percentunit",
+            12,
+            [
+                (
+                    "SGLang {{instance}}",
+                    f"{engine_rate('sglang:cached_tokens_total')} / "
+                    f"{engine_rate('sglang:prompt_tokens_total')}",
+                ),
+                (
+                    "TensorRT-LLM {{instance}}",
+                    f"{engine_rate('trtllm_prompt_cached_tokens_total')} / "
+                    f"{engine_rate('trtllm_prompt_tokens_total')}",
+                ),
+                (
+                    "ATOM {{instance}}",
+                    f"{engine_rate('atom:prefix_cache_cached_tokens_total', UNLABELLED)} / "
+                    f"{engine_rate('atom:prefix_cache_full_tokens_total', UNLABELLED)}",
+                ),
+            ],
+            "timeseries",
+        ),
+    ]
 
 
 def client_vs_server(client: str, server: str) -> list[tuple[str, str]]:
@@ -523,6 +650,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
             ),
         ],
     ),
+    ("Server (SGLang, TensorRT-LLM, ATOM, llama.cpp)", engine_rows()),
     (
         "Client health",
         [

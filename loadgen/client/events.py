@@ -11,7 +11,12 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from loadgen.client.request_metrics import BadRequestMetrics, RequestMetrics, from_value
+from loadgen.client.request_metrics import (
+    BadRequestMetrics,
+    RequestMetrics,
+    from_sglext,
+    from_value,
+)
 from loadgen.records import TokenSource
 
 MAX_TOKEN_COUNT = 2**31 - 1  # a count above this is a lie, not a long request
@@ -211,9 +216,11 @@ def decode_event(data: bytes) -> StreamEvent:
     if type(choices) is not list:
         raise MalformedEvent(f"no choices list: {show(choices)}")
     if not choices:
-        metrics = get("metrics")
+        metrics, sglext = get("metrics"), get("sglext")
         try:
             server = None if metrics is None else from_value(metrics)
+            if server is None and sglext is not None:  # SGLang's per-request acceptance
+                server = (from_sglext(sglext), None)
             return usage_event(completion_tokens, prompt_tokens, cached_tokens, server)
         except BadRequestMetrics as exc:
             raise MalformedEvent(str(exc)) from None

@@ -23,6 +23,7 @@ import aiohttp
 import orjson
 
 from loadgen.client.deadlines import timeout_of, unanswered
+from loadgen.client.engine_detect import choose_engine, detect_engine
 from loadgen.client.http_session import (
     MAX_JSON_BYTES,
     MAX_PAGE_BYTES,
@@ -71,6 +72,11 @@ class ServerInfo:
     # K (num_speculative_tokens) as the server's /metrics give it (None: not known):
     # every request's spec-decode stats must have it (client/ingest.py)
     spec_tokens: int | None = None
+    # the engine family whose figures are read, why, and what it cannot give (field ->
+    # reason); metrics/engines.py
+    engine: str = "vllm"
+    engine_reason: str = ""
+    engine_unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -78,6 +84,15 @@ class ServerInfo:
         # as stored (run.json): a credential passed through the body is not written down
         data["options"]["extra_body"] = redact_body(data["options"].get("extra_body"))
         return data
+
+
+def engine_line(server: ServerInfo) -> str:
+    """The one line that says which engine's figures are read, why, and which result
+    fields it leaves null (their reasons are in run.json's server.engine_unavailable)."""
+    line = f"loadgen: engine {server.engine} ({server.engine_reason})"
+    if server.engine_unavailable:
+        line += "; null on this engine: " + ", ".join(server.engine_unavailable)
+    return printable(line)
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
@@ -97,12 +112,12 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
         ) from None
 
 
-async def fetch_metrics(session: aiohttp.ClientSession, base_url: str) -> ServerSnapshot | None:
-    """The server's Prometheus text parsed, or None when it has no usable /metrics.
+async def fetch_metrics(session: aiohttp.ClientSession, url: str) -> ServerSnapshot | None:
+    """The server's Prometheus text at `url` parsed, or None when it has none usable.
 
     Raises TimeoutError (or aiohttp.ClientError / OSError) when it does not answer.
     """
-    async with session.get(base_url + "/metrics") as response:
+    async with session.get(url) as response:
         if response.status != 200:
             return None
         body = await read_capped(response, MAX_PAGE_BYTES)
@@ -282,6 +297,7 @@ async def preflight(
     metrics_urls: tuple[str, ...] = (),
     stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
     streams: StreamClient,
+    engine: str = "auto",
 ) -> ServerInfo:
     """All checks in order; raises PreflightError with one line when the run cannot start.
 
@@ -289,7 +305,9 @@ async def preflight(
     With `metrics_urls` (--server-metrics) each is checked once and their sum tells
     whether speculative decoding is on; otherwise the target's own /metrics does.
     The probe requests go through `streams`, the client the measured requests will use,
-    so a server that client cannot read fails here.
+    so a server that client cannot read fails here. `engine` (--engine) is checked
+    against what the server shows, or found from it (client/engine_detect.py); its
+    dialect reads the metrics and adds the request fields its per-request stats need.
     """
     model, max_model_len = await find_model(session, base_url, wanted_model)
     check_context(max_model_len, isl, osl)
@@ -308,8 +326,19 @@ async def preflight(
     if metrics_urls:
         snapshot = (await check_metrics_urls(session, metrics_urls)).total
     else:
-        snapshot = await _preflight_metrics(session, base_url)
-    spec_decoding = speculative_decoding_enabled(snapshot) if snapshot is not None else None
+        snapshot = await _preflight_metrics(session, base_url + "/metrics")
+    where = ", ".join(metrics_urls) or base_url + "/metrics"
+    chosen = choose_engine(engine, await detect_engine(session, base_url, snapshot, where))
+    dialect = chosen.dialect
+    if not metrics_urls and dialect.metrics_path != "/metrics":
+        snapshot = await _preflight_metrics(session, base_url + dialect.metrics_path)
+    spec_decoding = (
+        speculative_decoding_enabled(dialect.canonical(snapshot)) if snapshot is not None else None
+    )
+    if dialect.request_body:
+        options = dataclasses.replace(
+            options, extra_body={**dialect.request_body, **options.extra_body}
+        )
     transport = Transport(
         streams,
         base_url + options.path,
@@ -332,19 +361,20 @@ async def preflight(
         tokenize_check=check,
         warnings=tuple(warnings),
         spec_tokens=server_spec_tokens(snapshot) if snapshot is not None else None,
+        engine=dialect.name,
+        engine_reason=chosen.reason,
+        engine_unavailable=dict(dialect.missing),
     )
 
 
-async def _preflight_metrics(
-    session: aiohttp.ClientSession, base_url: str
-) -> ServerSnapshot | None:
+async def _preflight_metrics(session: aiohttp.ClientSession, url: str) -> ServerSnapshot | None:
     """/metrics before the run: absent is fine; hanging stops the run (it would hang, or
     null the server-side fields, at every point)."""
     try:
-        return await fetch_metrics(session, base_url)
+        return await fetch_metrics(session, url)
     except TimeoutError:
-        raise PreflightError(unanswered(session, base_url + "/metrics")) from None
+        raise PreflightError(unanswered(session, url)) from None
     except REFUSED as exc:
-        raise PreflightError(refused_line(base_url + "/metrics", exc)) from None
+        raise PreflightError(refused_line(url, exc)) from None
     except (aiohttp.ClientError, OSError):
         return None

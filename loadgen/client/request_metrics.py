@@ -58,6 +58,19 @@ class WireMetrics(_Struct):
 RequestMetrics = tuple[SpecDecodeStats | None, ServerTimings | None]
 
 
+class WireSpecTokensDetails(msgspec.Struct, gc=False):
+    """SGLang's `sglext.spec_tokens_details` (entrypoints/openai/utils.py
+    spec_tokens_details_from_meta_info), sent with `"return_spec_tokens_details": true`.
+    Only the counts are read; SGLang adds fields freely (cap lengths, rates), so unknown
+    ones are allowed. The histogram grows with the largest count seen (index = drafts a
+    verify step accepted), so it may be shorter than K + 1."""
+
+    spec_verify_ct: Count = 0
+    spec_num_correct_drafts: Count = 0
+    spec_num_proposed_drafts: Count = 0
+    spec_correct_drafts_histogram: list[Count] = msgspec.field(default_factory=list)
+
+
 def from_value(value: object) -> RequestMetrics:
     """A decoded JSON `metrics` value -> the record's two parts; BadRequestMetrics."""
     try:
@@ -116,4 +129,46 @@ def _spec(wire: WireSpecDecode) -> SpecDecodeStats:
         num_spec_tokens=k,
         per_step_accepted=None if wire.per_step_accepted is None else tuple(wire.per_step_accepted),
         per_step_drafted=None if wire.per_step_drafted is None else tuple(wire.per_step_drafted),
+    )
+
+
+def from_sglext(value: object) -> SpecDecodeStats | None:
+    """SGLang's `sglext` object -> the record's acceptance, in vLLM's terms (AL = 1 +
+    accepted / verify steps); None when it carries no verify step or no histogram (an
+    SGLang without it: its steps cannot be told apart). BadRequestMetrics when malformed
+    or when its counts contradict each other."""
+    details = value.get("spec_tokens_details") if isinstance(value, dict) else None
+    if details is None:
+        return None
+    try:
+        wire = msgspec.convert(details, WireSpecTokensDetails)
+    except msgspec.ValidationError as exc:
+        raise BadRequestMetrics(f"sglext.spec_tokens_details: {exc}") from None
+    histogram, steps = list(wire.spec_correct_drafts_histogram), wire.spec_verify_ct
+    if not histogram or not steps:
+        return None
+    where = "sglext.spec_tokens_details"
+    accepted = sum(j * n for j, n in enumerate(histogram))
+    if (sum(histogram), accepted) != (steps, wire.spec_num_correct_drafts):
+        raise BadRequestMetrics(
+            f"{where}: spec_verify_ct {steps} and spec_num_correct_drafts "
+            f"{wire.spec_num_correct_drafts} disagree with its histogram "
+            f"({sum(histogram)} steps, {accepted} accepted)"
+        )
+    proposed = wire.spec_num_proposed_drafts
+    k = max(len(histogram) - 1, -(-proposed // steps))  # K: what a step proposed at most
+    if not 1 <= k <= MAX_SPEC_TOKENS or accepted > proposed:
+        raise BadRequestMetrics(
+            f"{where}: {proposed} proposed drafts cannot hold {accepted} accepted "
+            f"in {steps} verify steps"
+        )
+    histogram += [0] * (k + 1 - len(histogram))
+    return SpecDecodeStats(
+        mean_acceptance_length=1.0 + accepted / steps,
+        draft_acceptance_rate=accepted / proposed if proposed else 0.0,
+        acceptance_histogram=tuple(histogram),
+        num_spec_steps=steps,
+        num_accepted_draft_tokens=accepted,
+        num_draft_tokens=proposed,
+        num_spec_tokens=k,
     )

@@ -24,6 +24,7 @@ import aiohttp
 from loadgen.client.deadlines import unanswered
 from loadgen.client.http_session import MAX_PAGE_BYTES, read_capped
 from loadgen.errors import ServerError
+from loadgen.metrics.engines import VLLM, EngineDialect
 from loadgen.metrics.server import (
     WATCHED_GAUGES,
     MetricsParseError,
@@ -75,12 +76,17 @@ def warn(message: str) -> None:
 
 
 async def scrape_url(
-    session: aiohttp.ClientSession, url: str, *, on_warning: Callable[[str], None] = warn
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    on_warning: Callable[[str], None] = warn,
+    dialect: EngineDialect = VLLM,
 ) -> ServerSnapshot | None:
     """During a run: never raises. No usable metrics is None; a URL that stops answering
-    costs the point its server-side fields (null), with a warning, never the sweep."""
+    costs the point its server-side fields (null), with a warning, never the sweep. The
+    snapshot is under vLLM's names (`dialect`, metrics/engines.py)."""
     try:
-        return parse_metrics(await fetch_metrics_text(session, url))
+        return dialect.canonical(parse_metrics(await fetch_metrics_text(session, url)))
     except (ValueError, MetricsUrlError):
         return None
     except TimeoutError:
@@ -91,9 +97,11 @@ async def scrape_url(
     return None
 
 
-async def scrape_all(session: aiohttp.ClientSession, urls: Sequence[str]) -> Scrape:
+async def scrape_all(
+    session: aiohttp.ClientSession, urls: Sequence[str], dialect: EngineDialect = VLLM
+) -> Scrape:
     async with asyncio.TaskGroup() as group:
-        tasks = {url: group.create_task(scrape_url(session, url)) for url in urls}
+        tasks = {url: group.create_task(scrape_url(session, url, dialect=dialect)) for url in urls}
     return Scrape({url: task.result() for url, task in tasks.items()})
 
 
@@ -125,9 +133,15 @@ class GaugeWatch:
     """Samples WATCHED_GAUGES of each URL every `interval_s` until stopped."""
 
     def __init__(
-        self, session: aiohttp.ClientSession, urls: Sequence[str], interval_s: float | None = None
+        self,
+        session: aiohttp.ClientSession,
+        urls: Sequence[str],
+        interval_s: float | None = None,
+        dialect: EngineDialect = VLLM,
     ) -> None:
         self.session, self.urls = session, tuple(urls)
+        # the engine's gauge names -> vLLM's; None: vLLM's own (its fast line filter)
+        self.names = None if dialect is VLLM else dialect.gauge_names()
         self.interval_s = WATCH_INTERVAL_S if interval_s is None else interval_s
         self.samples: dict[str, dict[str, list[float]]] = {
             url: {name: [] for name in WATCHED_GAUGES} for url in self.urls
@@ -156,7 +170,8 @@ class GaugeWatch:
         while True:
             for url in self.urls:
                 with contextlib.suppress(aiohttp.ClientError, OSError, MetricsUrlError):
-                    values = gauge_samples(await fetch_metrics_text(self.session, url))
+                    text = await fetch_metrics_text(self.session, url)
+                    values = gauge_samples(text, self.names)
                     now = time.perf_counter_ns()
                     for name, value in values.items():
                         self.samples[url][name].append(value)

@@ -31,6 +31,10 @@ Endpoint = Literal["completions", "chat"]
 # (the command line takes native only: parse_http_client)
 HttpClient = Literal["native", "aiohttp"]
 ENDPOINTS: tuple[str, ...] = ("completions", "chat")
+# the serving engine families whose server-side figures loadgen reads (metrics/engines.py)
+Engine = Literal["auto", "vllm", "sglang", "trtllm", "atom", "llamacpp"]
+ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm", "atom", "llamacpp")
+ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINES)
 HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 
 
@@ -48,6 +52,8 @@ class TargetSpec:
     # fields loadgen sets itself (EXTRA_BODY_RESERVED).
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     http_client: HttpClient = "native"  # the measured streams' client
+    # which engine's metrics and per-request fields to read; auto: found at preflight
+    engine: Engine = "auto"
     # Server controls between points: empty the prefix cache of every server loadgen knows
     # (the target, each --server-metrics URL's) before each point's warmup, or after it.
     reset_prefix_cache: bool = False
@@ -65,6 +71,12 @@ def parse_endpoint(text: str) -> str:
             "/v1/completions, /v1/chat/completions)"
         )
     return name
+
+
+def parse_engine(text: str) -> str:
+    if text not in ENGINE_CHOICES:
+        raise SpecError(f"--engine {text!r}: allowed: {', '.join(ENGINE_CHOICES)}")
+    return text
 
 
 def parse_http_client(text: str) -> str:
@@ -176,6 +188,18 @@ FIELDS: tuple[Field, ...] = (
         help=argparse.SUPPRESS,
         fills="http_client",
         to=parse_http_client,
+        section="target",
+    ),
+    flag(
+        "--engine",
+        type=parse_engine,
+        default=default_of(TargetSpec, "engine"),
+        metavar="{" + ",".join(ENGINE_CHOICES) + "}",
+        help="the serving engine, for the server-side figures (acceptance counters, "
+        "latency histograms, KV and queue gauges, prefix hits, per-request stats): "
+        "auto finds it at preflight from /metrics names, /get_server_info and "
+        "/server_info, and run.json records which and why (default: auto)",
+        fills="engine",
         section="target",
     ),
     flag(
@@ -313,6 +337,13 @@ def _check_client(target: TargetSpec) -> None:
     )
 
 
+def _check_engine(target: TargetSpec) -> None:
+    _check(
+        target.engine in ENGINE_CHOICES,
+        f"--engine {target.engine!r}: allowed: {', '.join(ENGINE_CHOICES)}",
+    )
+
+
 def _check_reset(target: TargetSpec) -> None:
     """The reset options go with --reset-prefix-cache; its deadline is a real one."""
     for given, name in (
@@ -334,4 +365,5 @@ def check(target: TargetSpec) -> None:
     _check_headers(target)
     _check_endpoint(target)
     _check_client(target)
+    _check_engine(target)
     _check_reset(target)

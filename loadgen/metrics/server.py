@@ -20,8 +20,20 @@ SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
+# Other engines' per-position / per-count counters (metrics/engines.py maps them to vLLM's)
+TRT_DRAFTED_PER_POS = "trtllm_spec_decode_drafted_tokens_total"
+TRT_ACCEPTED_PER_POS = "trtllm_spec_decode_accepted_tokens_total"
+ATOM_DECODE_STEPS = "atom:mtp_decode_steps_total"
+
 # Samples whose label is the key of the value rather than something to sum over.
-KEYED_SAMPLES: Mapping[str, str] = MappingProxyType({SPEC_ACCEPTED_PER_POS: "position"})
+KEYED_SAMPLES: Mapping[str, str] = MappingProxyType(
+    {
+        SPEC_ACCEPTED_PER_POS: "position",
+        TRT_DRAFTED_PER_POS: "token_position",
+        TRT_ACCEPTED_PER_POS: "token_position",
+        ATOM_DECODE_STEPS: "accepted_tokens",
+    }
+)
 
 # Server-side latency histograms (seconds) -> loadgen's metric name for the cross-check.
 LATENCY_HISTOGRAMS: Mapping[str, str] = MappingProxyType(
@@ -150,14 +162,16 @@ WATCHED_GAUGES: Mapping[str, str] = MappingProxyType(
 )
 
 
-def gauge_samples(text: str) -> dict[str, float]:
+def gauge_samples(text: str, names: Mapping[str, str] | None = None) -> dict[str, float]:
     """WATCHED_GAUGES from /metrics text by a line scan (no full parse: this runs during
-    the measured phase, on the client's loop). Absent gauges are absent from the dict."""
+    the measured phase, on the client's loop). Absent gauges are absent from the dict.
+    `names` maps another engine's gauge names to WATCHED_GAUGES' (metrics/engines.py)."""
     found: dict[str, list[float]] = {}
     for line in text.splitlines():
-        if not line.startswith("vllm:"):
+        if names is None and not line.startswith("vllm:"):
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
+        name = name if names is None else names.get(name, "")
         if name in WATCHED_GAUGES:
             try:
                 found.setdefault(name, []).append(float(line.rsplit(" ", 1)[-1]))

@@ -47,6 +47,7 @@ from loadgen.metrics.checks import (
     token_count_checks,
     token_source_fields,
 )
+from loadgen.metrics.frontend import frontend_fields
 from loadgen.metrics.golden import golden_fields
 from loadgen.metrics.request_stats import (
     TIMING_SAMPLES,
@@ -186,10 +187,11 @@ def goodput_fields(
 
 
 def _server_fields(before: ServerSnapshot | None, after: ServerSnapshot | None) -> dict[str, Any]:
+    frontend = frontend_fields(before, after)  # a Dynamo frontend among the URLs
     if before is None or after is None:
         latency_keys = [f"server_mean_{m}_ms" for m in LATENCY_HISTOGRAMS] + ["server_requests"]
-        return dict.fromkeys([*SERVER_KEYS, *latency_keys])
-    return {**server_acceptance(before, after), **server_latency_means(before, after)}
+        return {**dict.fromkeys([*SERVER_KEYS, *latency_keys]), **frontend}
+    return {**server_acceptance(before, after), **server_latency_means(before, after), **frontend}
 
 
 def _per_request_lists(ordered: Sequence[RequestRecord]) -> dict[str, list[Any]]:

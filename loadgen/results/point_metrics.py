@@ -164,6 +164,12 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     server_mean_itl_ms: float | None
     server_mean_queue_time_ms: float | None
     server_requests: float | None
+    # a Dynamo frontend's own series among --server-metrics (metrics/frontend.py); the
+    # defaults read files of an older loadgen
+    frontend_mean_ttft_ms: float | None = None
+    frontend_mean_itl_per_token_ms: float | None = None
+    frontend_mean_e2el_ms: float | None = None
+    frontend_requests: int | None = None
     server_request_acceptance_length: float | None
     server_request_acceptance_rate: float | None
     server_request_acceptance_per_position: list[float] | None

@@ -232,6 +232,11 @@ class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
     # engine steps per stream chunk when known (the embedded simulator's --stream-interval;
     # None: unknown, and in a run.json written before it was recorded)
     stream_interval: int | None = None
+    # the engine family whose figures were read (--engine, or found by auto), why, and
+    # each result field that engine cannot give with the reason; None in older files
+    engine: str | None = None
+    engine_reason: str | None = None
+    engine_unavailable: dict[str, str] = {}
 
 
 class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):

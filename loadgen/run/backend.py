@@ -34,6 +34,7 @@ from loadgen.client.server_series import SeriesWatch
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import Transport, open_session
 from loadgen.config.spec import RunSpec
+from loadgen.metrics.engines import DIALECTS, VLLM, EngineDialect
 from loadgen.records import RequestRecord
 from loadgen.results.store import ResultsDir
 from loadgen.workload.bodies import BodyOptions
@@ -128,6 +129,7 @@ class HttpBackend:
         self.base_url = spec.target.base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.metrics_urls = metrics_urls(spec.telemetry.server_metrics, self.base_url)
+        self.dialect: EngineDialect = VLLM  # the preflight's engine, once adopted
         self._transport: Transport | None = None
 
     async def preflight(
@@ -146,6 +148,7 @@ class HttpBackend:
             stream_idle_timeout_s=spec.deadlines.stream_idle_timeout_s,
             metrics_urls=self.metrics_urls if spec.telemetry.server_metrics else (),
             streams=self.streams,
+            engine=spec.target.engine,
         )
         self.adopt(server)
         return server
@@ -153,6 +156,9 @@ class HttpBackend:
     def adopt(self, server: ServerInfo) -> None:
         """Send with what another process's preflight found (a worker process: the
         parent checked the server once for all of them)."""
+        self.dialect = DIALECTS[server.engine]
+        if not self.spec.telemetry.server_metrics:  # the engine's own Prometheus path
+            self.metrics_urls = (self.base_url + self.dialect.metrics_path,)
         self._transport = Transport(
             self.streams,
             self.base_url + server.options.path,
@@ -182,7 +188,7 @@ class HttpBackend:
         )
 
     async def scrape(self) -> Scrape:
-        return await scrape_all(self.session, self.metrics_urls)
+        return await scrape_all(self.session, self.metrics_urls, self.dialect)
 
     def take_tainted(self) -> dict[tuple[int, int], str]:
         """Records handed on before their connection showed them out of step (native
@@ -206,7 +212,7 @@ class HttpBackend:
             if spec.load.slice_duration_s is None
             else max(0.1, min(WATCH_INTERVAL_S, spec.load.slice_duration_s / 2))
         )
-        return GaugeWatch(self.session, self.metrics_urls, interval)
+        return GaugeWatch(self.session, self.metrics_urls, interval, self.dialect)
 
     def series_watch(self) -> SeriesWatch | None:
         if self.spec.output.aiperf_artifacts is None:

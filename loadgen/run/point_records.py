@@ -253,9 +253,10 @@ class PointRecords:
             warmup=tuple(self.warmup_records),
             scrapes=tuple(self.telemetry.scrapes),
             offset_ns=(self.clock or read_pair()).offset_ns,
-            metrics_urls=metrics_urls(
-                self.run.spec.telemetry.server_metrics, self.run.backend.base_url
-            ),
+            # the URLs the backend scrapes (the engine's own path, e.g. TensorRT-LLM's
+            # /prometheus/metrics); a test backend without them: the configured ones
+            metrics_urls=getattr(self.run.backend, "metrics_urls", None)
+            or metrics_urls(self.run.spec.telemetry.server_metrics, self.run.backend.base_url),
         )
 
     def _facts(self, after: Scrape | None) -> PointFacts:

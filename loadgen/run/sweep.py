@@ -33,7 +33,7 @@ from loadgen.client.gpu_metrics import (
     check_power_csv,
     gpu_metrics_urls,
 )
-from loadgen.client.preflight import ServerInfo
+from loadgen.client.preflight import ServerInfo, engine_line
 from loadgen.client.server_metrics import metrics_urls
 from loadgen.config.build_spec import default_results_dir
 from loadgen.config.spec import RunSpec, SpecError
@@ -249,6 +249,7 @@ class _Sweep:
             check_power_csv(self.spec.telemetry.gpu_power_csv)
         self.server = await backend.preflight(body_options(self.spec), probed.probe, probed.longest)
         workload = probed.workload.with_options(self.server.options)
+        print(engine_line(self.server), file=sys.stderr)
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from loadgen.errors import UsageError
 from loadgen.sim.power import PowerConfig
 
+# the engines whose dialect `loadgen sim --engine` speaks (sim/dialects.py)
+DIALECT_NAMES = ("vllm", "sglang", "trtllm", "atom", "llamacpp")
+
 SPEC_DECODE_LEVELS = ("none", "summary", "detailed")  # vLLM's --per-request-spec-decode-metrics
 
 DEFAULT_MODEL = "deepseek-v4-sim"
@@ -106,6 +109,9 @@ class SimConfig:
     # vLLM 0.32's per-request `metrics` on the final usage chunk (sim/request_metrics.py)
     per_request_spec_decode_metrics: str = "none"  # none | summary | detailed
     enable_per_request_metrics: bool = False
+    # the engine whose dialect the simulator speaks (sim/dialects.py): its /metrics names
+    # and path, its own endpoints, and its per-request fields (SGLang's sglext)
+    engine: str = "vllm"
     # vLLM's VLLM_SERVER_DEV_MODE=1: the development endpoints, here POST
     # /reset_prefix_cache (404 without it, as in vLLM); `loadgen sim` reads the variable.
     dev_mode: bool = False
@@ -141,6 +147,7 @@ def validate(config: SimConfig) -> None:
     """Raise ConfigError naming the first bad setting."""
     _check_ranges(config)
     _check_speculative(config)
+    _check_engine(config)
     _check_probabilities(config)
     if config.faults.max_waiting is not None and config.faults.max_waiting < 0:
         raise ConfigError(f"--max-waiting must be >= 0, got {config.faults.max_waiting}")
@@ -183,6 +190,13 @@ def _check_ranges(config: SimConfig) -> None:
     for flag, number in non_negative.items():
         if not math.isfinite(number) or number < 0:
             raise ConfigError(f"{flag} must be a finite number >= 0, got {number}")
+
+
+def _check_engine(config: SimConfig) -> None:
+    if config.engine not in DIALECT_NAMES:
+        raise ConfigError(
+            f"--engine must be one of {', '.join(DIALECT_NAMES)}, got {config.engine!r}"
+        )
 
 
 def _check_speculative(config: SimConfig) -> None:

@@ -23,7 +23,7 @@ from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerModel
 from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.request import EngineRequest
-from loadgen.sim.request_metrics import metrics_json
+from loadgen.sim.request_metrics import metrics_json, sglext_json
 from loadgen.sim.wire import http_chunk, malformed_event
 
 log = logging.getLogger("loadgen.sim")
@@ -89,7 +89,8 @@ class Engine:
             request.done.set_result("abort")
             return
         level = self.config.per_request_spec_decode_metrics
-        if level != "none" and self.config.mtp:  # vLLM tracks it from the request's arrival
+        wanted = level != "none" or request.spec_details
+        if wanted and self.config.mtp:  # vLLM tracks it from the request's arrival
             request.spec_histogram = [0] * self._decode_width
             request.spec_steps = [] if level == "detailed" else None
         self.waiting.append(request)
@@ -298,7 +299,8 @@ class Engine:
                 timings=config.enable_per_request_metrics,
                 spec_tokens=config.spec_tokens,
             )
-            events.extend(fmt.final_events(end, cached, metrics))
+            sglext = sglext_json(request, end) if request.spec_details else None
+            events.extend(fmt.final_events(end, cached, metrics, sglext))
         elif faults.abort_at_token is not None and start < faults.abort_at_token <= end:
             send.then = "abort"
         elif faults.stall_at_token is not None and start < faults.stall_at_token <= end:

@@ -8,6 +8,7 @@ import argparse
 from loadgen.sim.config import (
     DEFAULT_ACCEPTANCE,
     DEFAULT_LATER_ACCEPTANCE,
+    DIALECT_NAMES,
     REJECTABLE_PARAMS,
     SPEC_DECODE_LEVELS,
     FaultConfig,
@@ -161,6 +162,14 @@ def _cache_and_metrics_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
 
 
 def output_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    p.add_argument(
+        "--engine",
+        choices=DIALECT_NAMES,
+        default=d.engine,
+        help="the serving engine whose dialect to speak: /metrics names, types and path "
+        "(TensorRT-LLM's /prometheus/metrics), SGLang's /get_server_info and sglext "
+        "per-request acceptance, ATOM's /server_info (tests/fixtures/engines/)",
+    )
     p.add_argument(
         "--stream-interval",
         type=int,

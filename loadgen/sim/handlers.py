@@ -208,6 +208,8 @@ class GenerationHandlers:
             has_faults=faults != NO_FAULTS,
             merge_draw=self._merge_draw(gen, index),
             block_hashes=self._block_hashes(prompt_ids),
+            spec_details=self.config.engine == "sglang"
+            and body.get("return_spec_tokens_details") is True,
         )
         request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(8)
         created = int(time.time())

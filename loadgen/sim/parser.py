@@ -121,6 +121,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
         enable_per_request_metrics=args.enable_per_request_metrics,
+        engine=args.engine,
         dev_mode=server_dev_mode(os.environ),
         power=PowerConfig(
             num_gpus=args.num_gpus,

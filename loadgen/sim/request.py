@@ -85,6 +85,8 @@ class EngineRequest:
     # `detailed` each step's accepted drafts in order (None: not reported)
     spec_histogram: list[int] | None = None
     spec_steps: list[int] | None = None
+    # SGLang's "return_spec_tokens_details": true (with --engine sglang): sglext at the end
+    spec_details: bool = False
     # (intended_ns, sent_ns, tokens) per token-bearing chunk.
     chunks: list[tuple[int, int, int]] = field(default_factory=list)
     # Step ends whose output was merged into a later chunk (still one ITL each, as vLLM).

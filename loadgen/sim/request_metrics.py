@@ -76,7 +76,7 @@ def metrics_dict(
     """The `metrics` value for a finished request as a stream's final chunk has it (absent
     values left out), None when the server sends none."""
     metrics = _timings(request, tokens) if timings else {}
-    if request.spec_histogram is not None:
+    if request.spec_histogram is not None and not request.spec_details:  # vLLM's, not sglext
         metrics["speculative_decoding"] = _spec_decode(
             request.spec_histogram, spec_tokens, request.spec_steps
         )
@@ -106,3 +106,28 @@ def with_nulls(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
         }
     out["speculative_decoding"] = spec
     return out
+
+
+def sglext_json(request: EngineRequest, tokens: int) -> bytes | None:
+    """SGLang's `sglext` for a finished request that asked "return_spec_tokens_details"
+    (tests/fixtures/engines/sglang/response.json): its counts of this request's verify
+    steps, the histogram grown only as far as the largest count seen, as SGLang's is."""
+    histogram = request.spec_histogram
+    if histogram is None:
+        return None
+    steps = sum(histogram)
+    accepted = sum(j * n for j, n in enumerate(histogram))
+    k = len(histogram) - 1
+    grown = histogram[: max((j for j, n in enumerate(histogram) if n), default=-1) + 1]
+    details = {
+        "spec_accept_rate": accepted / (steps * k) if steps else 0.0,
+        "spec_accept_length": tokens / steps if steps else 0.0,  # SGLang's own definition
+        "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0,
+        "spec_num_correct_drafts": accepted,
+        "spec_num_proposed_drafts": steps * k,
+        "spec_verify_ct": steps,
+        "spec_correct_drafts_histogram": grown,
+        "spec_cap_lens_histogram": [],
+    }
+    return orjson.dumps({"spec_tokens_details": details})

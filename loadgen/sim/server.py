@@ -26,6 +26,7 @@ from tokenizers import Tokenizer
 from loadgen.sim.accounting import Accounting
 from loadgen.sim.config import SimConfig
 from loadgen.sim.detok import build_token_table
+from loadgen.sim.dialects import SIM_DIALECTS, render
 from loadgen.sim.engine import Engine
 from loadgen.sim.handlers import GenerationHandlers, Tokenization, error_response, json_response
 from loadgen.sim.metrics import SimMetrics
@@ -110,7 +111,17 @@ class SimServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
-        app.router.add_get("/metrics", self.prometheus)
+        dialect = SIM_DIALECTS.get(self.config.engine)
+        if dialect is None:
+            app.router.add_get("/metrics", self.prometheus)
+        else:
+            app.router.add_get(dialect.metrics_path, self.engine_prometheus)
+        if self.config.engine == "trtllm":  # trtllm-serve's /metrics: JSON iteration stats
+            app.router.add_get("/metrics", self.iteration_stats)
+        if self.config.engine == "sglang":
+            app.router.add_get("/get_server_info", self.sglang_server_info)
+        if self.config.engine == "atom":
+            app.router.add_get("/server_info", self.atom_server_info)
         app.router.add_get("/gpu/metrics", self.gpu_metrics)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
@@ -135,6 +146,26 @@ class SimServer:
     async def prometheus(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def engine_prometheus(self, request: web.Request) -> web.Response:
+        """--engine: the same instruments in that engine's names (sim/dialects.py)."""
+        vllm = generate_latest(self.registry).decode()
+        body = render(SIM_DIALECTS[self.config.engine], vllm)
+        return web.Response(text=body, content_type="text/plain", charset="utf-8")
+
+    async def iteration_stats(self, request: web.Request) -> web.Response:
+        return json_response(b"[]")
+
+    async def sglang_server_info(self, request: web.Request) -> web.Response:
+        """SGLang's /get_server_info, the fields a client looks at (its args and version,
+        one internal state per DP rank; no acceptance here, loadgen does not read it)."""
+        body = {"model_path": self.config.root, "version": "sim", "internal_states": [{}]}
+        return json_response(orjson.dumps(body))
+
+    async def atom_server_info(self, request: web.Request) -> web.Response:
+        c = self.config
+        body = {"model_id": c.model, "served_model_name": c.model, "tp_size": 1, "dp_size": 1}
+        return json_response(orjson.dumps(body))
 
     async def gpu_metrics(self, request: web.Request) -> web.Response:
         """The power model's GPUs as dcgm-exporter shows them (sim/power.py)."""

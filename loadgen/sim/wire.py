@@ -190,7 +190,11 @@ class StreamFormat:
         return b"%x\r\n%b\r\n" % (len(payload), payload)
 
     def final_events(
-        self, completion_tokens: int, cached_tokens: int | None = None, metrics: bytes | None = None
+        self,
+        completion_tokens: int,
+        cached_tokens: int | None = None,
+        metrics: bytes | None = None,
+        sglext: bytes | None = None,
     ) -> tuple[bytes, ...]:
         """The usage-only event (with include_usage) and [DONE], each to be its own chunk.
 
@@ -204,7 +208,8 @@ class StreamFormat:
         if cached_tokens is not None:
             usage = usage[:-1] + b',"prompt_tokens_details":{"cached_tokens":%d}}' % cached_tokens
         tail = b',"system_fingerprint":%b' % orjson.dumps(self._fingerprint)
-        tail += (b',"metrics":%b}' % metrics) if metrics is not None else b"}"
+        tail += (b',"metrics":%b' % metrics) if metrics is not None else b""
+        tail += (b',"sglext":%b}' % sglext) if sglext is not None else b"}"
         return sse(self._head + b"[]," + usage + tail), DONE_EVENT
 
 

@@ -39,6 +39,7 @@ BY_DEST: dict[str, tuple[list[str], Any]] = {
     "endpoint": (["chat"], "chat"),
     "request_rate": (["5.5"], 5.5),
     "http_client": (["native"], "native"),  # the one client left
+    "engine": (["sglang"], "sglang"),
     "conc_stages": (["2@1s,4@2s"], ["2@1s", "4@2s"]),  # its largest stage is BASE's --conc
     "turns": (["2"], "2"),
     "turn_tokens": (["8"], "8"),

@@ -252,6 +252,11 @@ def test_ngram_stream_and_server_acceptance_agree(vllm_ngram: VllmServer, tmp_pa
     # The random-weight model repeats itself, so prompt lookup finds matches: the check
     # would be vacuous if nothing was accepted.
     assert server_accepted > 0
+    # --engine auto finds real vLLM by its /metrics names, and nothing is left null for it
+    server = json.loads((tmp_path / "run.json").read_text())["server"]
+    assert server["engine"] == "vllm", server
+    assert server["engine_reason"].endswith("/metrics serves vllm:* series")
+    assert server["engine_unavailable"] == {}
 
 
 def test_chat_endpoint_and_token_count_sources(vllm_ngram: VllmServer, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ here, so its queries are run the way Grafana would send them)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import re
 from pathlib import Path
@@ -33,6 +34,8 @@ MODEL = "sim/model-v4.1"  # a "/" and a "." exercise the regex escaping of $mode
 # Checked against a session run by tests/metrics/test_session_metrics.py: a single-turn sweep
 # has no session series.
 SESSION_ROWS = {"Sessions"}
+# Checked against simulators speaking each engine's dialect (below): the vLLM sweep has none.
+ENGINE_ROW = "Server (SGLang, TensorRT-LLM, ATOM, llama.cpp)"
 
 
 def test_committed_json_is_what_the_generator_writes() -> None:
@@ -83,9 +86,10 @@ def test_variables_and_schema() -> None:
     assert variables["model"]["definition"].endswith(", model_name)")  # vLLM's label
     assert variables["instance"]["multi"] is True
     exprs = [t["expr"] for p in query_panels(dashboard) for t in p["targets"]]
-    assert all("$model" in e or "loadgen_event_loop_lag" in e for e in exprs), (
-        "every query except the client-health one filters by model"
-    )
+    unlabelled = re.compile(r"\b(atom|llamacpp):")  # engines whose series have no model_name
+    assert all(
+        "$model" in e or "loadgen_event_loop_lag" in e or unlabelled.search(e) for e in exprs
+    ), "every query except the client-health one and ATOM's / llama.cpp's filters by model"
     assert all('instance=~"$instance"' in e for e in exprs), "every query filters by server"
     assert not any(re.search(r"\bmodel=", e) for e in exprs), "the label is model_name"
     assert any("$conc" in e for e in exprs)
@@ -228,7 +232,7 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: P
                 "__range": "5m",
                 "__interval": "5s",
             }
-            for p in query_panels(dashboard, without=SESSION_ROWS):
+            for p in query_panels(dashboard, without={*SESSION_ROWS, ENGINE_ROW}):
                 for target in p["targets"]:
                     query = substitute(target["expr"], values)
                     data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
@@ -288,3 +292,64 @@ def test_queries_aggregate_the_shards_of_a_sharded_run() -> None:
                 assert re.search(r"histogram_quantile\([0-9.]+, sum by \(le[,)]", expr), expr
             if expr.startswith("loadgen_"):
                 raise AssertionError(f"{p['title']}: one series per shard: {expr}")
+
+
+@pytest.mark.prometheus
+async def test_the_engine_row_has_data_for_every_engine(tmp_path: Path) -> None:
+    """One simulator per engine dialect (`loadgen sim --engine`), each scraped on that
+    engine's path by a real Prometheus and given a little load: every line of the engine
+    row (one per engine and figure) has data. SGLang, TensorRT-LLM and ATOM need GPUs, and
+    llama.cpp a GGUF build, so the simulator speaks their dialects from the fixtures
+    transcribed from their source (tests/fixtures/engines/)."""
+    from loadgen.sim.server import SimConfig, running_simulator
+
+    dashboard = load_dashboard()
+    configs = {
+        e: SimConfig(model=MODEL, spec_tokens=2, step_fixed_ms=2.0, engine=e)
+        for e in ("sglang", "trtllm", "atom", "llamacpp")
+    }
+    async with contextlib.AsyncExitStack() as stack:
+        sims = {
+            e: await stack.enter_async_context(running_simulator(c)) for e, c in configs.items()
+        }
+        prom = await stack.enter_async_context(
+            prometheus(
+                tmp_path,
+                {e: sim.port for e, sim in sims.items()},
+                paths={"trtllm": "/prometheus/metrics"},
+            )
+        )
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        await wait_scraped(session, prom, jobs=4)
+        for _round in range(3):  # load across several scrapes: the rates have two samples
+            async with asyncio.TaskGroup() as group:
+                for sim in sims.values():
+                    for i in range(4):
+                        group.create_task(one_request(session, sim.base_url, i))
+            await asyncio.sleep(1.2)
+        await asyncio.sleep(2.5)
+        values = {
+            "model": regex_literal(MODEL),
+            "instance": ".*",
+            "conc": ".*",
+            "__rate_interval": "1m",
+            "__range": "5m",
+            "__interval": "5s",
+        }
+        empty = []
+        panels = query_panels(dashboard, rows={ENGINE_ROW})
+        assert len(panels) == 5
+        for p in panels:
+            for target in p["targets"]:
+                query = substitute(target["expr"], values)
+                data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
+                if not has_data(data["result"]):
+                    empty.append(f"{p['title']} / {target['legendFormat']}: {query}")
+        assert not empty, "engine lines without data:\n" + "\n".join(empty)
+
+
+async def one_request(session: aiohttp.ClientSession, base_url: str, i: int) -> None:
+    body = {"model": MODEL, "prompt": f"engine row {i}", "max_tokens": 24, "stream": True}
+    async with session.post(base_url + "/v1/completions", json=body) as response:
+        assert response.status == 200
+        await response.read()

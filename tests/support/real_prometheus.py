@@ -73,12 +73,17 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def prometheus(tmp: Path, targets: dict[str, int]) -> AsyncIterator[str]:
+async def prometheus(
+    tmp: Path, targets: dict[str, int], paths: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """A Prometheus scraping each job's port every second (at /metrics, or `paths[job]`)."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus missing: run scripts/ensure-prometheus"
     config = tmp / "prometheus.yml"
     jobs = "".join(
-        f"  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        f"  - job_name: {job}\n"
+        + (f"    metrics_path: {(paths or {})[job]}\n" if job in (paths or {}) else "")
+        + f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
         for job, port in targets.items()
     )
     config.write_text(

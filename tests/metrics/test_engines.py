@@ -1,0 +1,125 @@
+"""Engine dialects read each engine's own /metrics text (as transcribed from its source into
+tests/fixtures/engines/) into the figures loadgen publishes, with vLLM's meaning."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen.metrics.acceptance import server_acceptance
+from loadgen.metrics.agentic import PREFIX_HITS, PREFIX_QUERIES
+from loadgen.metrics.engines import DIALECTS, SGLANG, dialect, engine_by_names
+from loadgen.metrics.server import (
+    KV_USAGE,
+    RUNNING,
+    WAITING,
+    ServerSnapshot,
+    gauge_samples,
+    parse_metrics,
+    server_latency_means,
+)
+from tests.support.paths import FIXTURES
+
+ENGINES = FIXTURES / "engines"
+ZERO = ServerSnapshot()
+
+
+def fixture_text(engine: str) -> str:
+    return (ENGINES / engine / "metrics.txt").read_text()
+
+
+def canonical(engine: str) -> ServerSnapshot:
+    return dialect(engine).canonical(parse_metrics(fixture_text(engine)))
+
+
+def zero_of(snapshot: ServerSnapshot) -> ServerSnapshot:
+    """The same series all at 0 (a server just started): the fixture's values are the delta."""
+    return ServerSnapshot(
+        samples=dict.fromkeys(snapshot.samples, 0.0),
+        keyed={name: dict.fromkeys(by_key, 0.0) for name, by_key in snapshot.keyed.items()},
+    )
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "atom"])
+def test_counter_engines_give_vllm_acceptance(engine: str) -> None:
+    """Both fixtures hold 100 steps of K=3 with 210 of 300 drafts accepted (90/70/50 by
+    position): AL 3.1, rate 0.7, per position 0.9/0.7/0.5, as vLLM's counters would."""
+    after = canonical(engine)
+    got = server_acceptance(zero_of(after), after)
+    assert got["server_acceptance_length"] == pytest.approx(3.1)
+    assert got["server_acceptance_rate"] == pytest.approx(0.7)
+    assert got["server_acceptance_per_position"] == pytest.approx([0.9, 0.7, 0.5])
+    assert got["server_spec_tokens"] == 3
+    assert (got["server_spec_decode_drafts"], got["server_spec_decode_accepted_tokens"]) == (
+        100,
+        210,
+    )
+
+
+def test_sglang_gauges_never_become_a_server_acceptance() -> None:
+    """SGLang's spec_accept_length is 2.4 in the fixture: a gauge, so no server AL at all,
+    and the reason is there for run.json."""
+    after = canonical("sglang")
+    assert parse_metrics(fixture_text("sglang")).get("sglang:spec_accept_length") == 2.4
+    got = server_acceptance(zero_of(after), after)
+    assert all(value is None for value in got.values())
+    assert "gauges" in SGLANG.missing["server_acceptance_length"]
+
+
+def test_llamacpp_has_no_server_acceptance() -> None:
+    after = canonical("llamacpp")
+    assert all(v is None for v in server_acceptance(zero_of(after), after).values())
+
+
+@pytest.mark.parametrize(
+    ("engine", "ttft_ms", "queue_ms"),
+    [("sglang", 150.0, 20.0), ("trtllm", 150.0, 20.0), ("atom", None, None)],
+)
+def test_latency_means_from_the_engines_histograms(
+    engine: str, ttft_ms: float | None, queue_ms: float | None
+) -> None:
+    after = canonical(engine)
+    means = server_latency_means(zero_of(after), after)
+    assert means["server_mean_ttft_ms"] == (None if ttft_ms is None else pytest.approx(ttft_ms))
+    assert means["server_mean_queue_time_ms"] == (
+        None if queue_ms is None else pytest.approx(queue_ms)
+    )
+    # SGLang's ITL histogram counts tokens, TRT-LLM and ATOM have none: never published
+    assert means["server_mean_itl_ms"] is None
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm", "atom"])
+def test_prefix_counters_map_to_vllms(engine: str) -> None:
+    after = canonical(engine)
+    assert (after.get(PREFIX_QUERIES), after.get(PREFIX_HITS)) == (1000.0, 400.0)
+
+
+@pytest.mark.parametrize(
+    ("engine", "kv", "waiting", "running"),
+    [
+        ("sglang", 0.25, 1.0, 3.0),
+        ("trtllm", 0.3, 0.0, 4.0),
+        ("atom", 0.2, 0.0, 3.0),
+        ("llamacpp", None, 0.0, 2.0),
+    ],
+)
+def test_gauges_by_line_scan(engine: str, kv: float | None, waiting: float, running: float) -> None:
+    got = gauge_samples(fixture_text(engine), dialect(engine).gauge_names())
+    assert (got.get(KV_USAGE), got.get(WAITING), got.get(RUNNING)) == (kv, waiting, running)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm", "atom", "llamacpp"])
+def test_every_series_a_dialect_reads_is_in_its_fixture(engine: str) -> None:
+    """Names confirmed against the engine's source: nothing read that the engine lacks."""
+    families = text_string_to_metric_families(fixture_text(engine))
+    samples = {s.name for family in families for s in family.samples}
+    d = dialect(engine)
+    read = set(d.renames) | set(d.gauges)
+    assert read <= samples, read - samples
+    assert engine_by_names(samples) is d
+
+
+def test_vllm_is_the_identity() -> None:
+    snapshot = parse_metrics((FIXTURES / "vllm_0.32_cpu" / "metrics.txt").read_text())
+    assert DIALECTS["vllm"].canonical(snapshot) is snapshot
+    assert engine_by_names(snapshot.samples).name == "vllm"  # type: ignore[union-attr]
