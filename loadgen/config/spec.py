@@ -196,6 +196,12 @@ def validate(spec: RunSpec) -> None:
     deadlines.check(spec.deadlines)
     target.check_client(spec.target)
     target.check_reset(spec.target)
+    target.check_profile(
+        spec.target,
+        spec.load.conc,
+        find_max=spec.load.find_max is not None,
+        shards=spec.processes.shard_count,
+    )
     load.check_load_shape(spec.load)
     _check_conc_stages_run(spec)
     _check_processes(spec)

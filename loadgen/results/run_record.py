@@ -46,6 +46,7 @@ class TargetSettings(_Part, frozen=True, kw_only=True):
     reset_after_warmup: bool = False
     reset_external: bool = False
     reset_timeout_s: float = 60.0
+    profile_conc: tuple[int, ...] = ()
 
 
 class SpeedBenchSettings(msgspec.Struct, frozen=True, kw_only=True):
