@@ -82,8 +82,8 @@ class Point:
             await self.run.barrier(self.plan.conc)
         await self.recorded.start_power()
         await self.recorded.open_series()
-        await self.recorded.start_profile()
         try:
+            await self.recorded.start_profile()
             self.recorded.begin(await self.run.backend.scrape())
             await self.measure()
             if self.run.watch is not None:  # never complete while the server may be gone

@@ -84,6 +84,11 @@ def vllm_prefix_dev(vllm_pool: ServerPool) -> VllmServer:
     return vllm_pool.get("prefix_dev")
 
 
+@pytest.fixture()
+def vllm_profile(vllm_pool: ServerPool) -> VllmServer:
+    return vllm_pool.get("profile")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # An xdist worker hands its lines to the controller, which prints the summary.
     output = getattr(session.config, "workeroutput", None)

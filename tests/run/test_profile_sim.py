@@ -8,6 +8,10 @@ a failed stop is on the point (docs/results.md `profiled`; docs/failure-behaviou
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -41,8 +45,9 @@ def _run_id(results: Path) -> str:
     return run_id
 
 
+@pytest.mark.parametrize("processes", [[], ["--workers", "2"]], ids=["in-process", "workers"])
 def test_one_window_around_the_chosen_points_measured_phase(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    processes: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")  # /server_info: the trace directory
     traces, results = tmp_path / "traces", tmp_path / "results"
@@ -54,6 +59,7 @@ def test_one_window_around_the_chosen_points_measured_phase(
                 "--base-url",
                 f"http://127.0.0.1:{port}",
                 *SWEEP,
+                *processes,
                 "--profile-conc",
                 "2",
                 "--results",
@@ -184,3 +190,57 @@ def test_profile_conc_is_a_lane_key(tmp_path: Path) -> None:
     document["lanes"][0]["target"]["profile-conc"] = [1, 8]  # type: ignore[index]
     with pytest.raises(SpecError, match="--profile-conc 8: not one of this run's"):
         parse_sweep(document, source="sweep.yaml")
+
+
+def test_an_interrupted_point_still_closes_its_window(tmp_path: Path) -> None:
+    """Ctrl-C during the profiled point's measured phase: the stop is still sent (the
+    trace is written), and the point kept, incomplete, says it was profiled."""
+    traces, results = tmp_path / "traces", tmp_path / "results"
+    port = free_port()
+    sim = start_sim(port, tmp_path / "sim.log", "--profiler-dir", str(traces))
+    try:
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loadgen",
+                "--base-url",
+                f"http://127.0.0.1:{port}",
+                "--conc",
+                "2",
+                "--prompts-per-conc",
+                "1",
+                "--warmup-per-conc",
+                "0",
+                "--isl",
+                "32",
+                "--osl",
+                "4000",  # 4000 steps of 3 ms: the point is still measuring when stopped
+                "--encoder",
+                "raw",
+                "--no-progress",
+                "--profile-conc",
+                "2",
+                "--results",
+                str(results),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        jsonl = results / "requests_conc_2.jsonl"
+        while not jsonl.exists() and time.monotonic() < deadline:  # conc 2 has begun
+            time.sleep(0.1)
+        time.sleep(2)  # no warmup: its measured requests are streaming
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=120)
+    finally:
+        stop(sim)
+    assert run.returncode == 130, err
+    files = list(traces.iterdir())
+    assert len(files) == 1 and files[0].name.startswith(point(results, 2)["profile_prefix"])
+    stopped = point(results, 2)
+    assert stopped["profiled"] is True and stopped["complete"] is False, stopped
+    assert stopped["profile_error"] is None

@@ -34,6 +34,8 @@ from tests.support.paths import ROOT
 SCRIPT = ROOT / "scripts" / "vllm_cpu.py"
 SPEC_TOKENS = 3
 MODEL_PLACEHOLDER = "<tiny model dir>"
+WORK_PLACEHOLDER = "<server work dir>"  # in EXTRA_ARGS: the configuration's own directory
+PROFILER_DIR = "traces"  # the profile server's torch_profiler_dir, below its work dir
 # draft == target: every draft token is accepted, so every decode step emits K + 1 tokens.
 CONFIGS: dict[str, dict[str, Any] | None] = {
     "draft": {
@@ -45,6 +47,7 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
     "plain": None,
     "prefix": None,
     "prefix_dev": None,
+    "profile": None,
 }
 # Server flags beyond the speculative config. vLLM 0.32 caches prefixes by default; the
 # flag makes it explicit, and --enable-prompt-tokens-details adds cached_tokens to usage.
@@ -54,6 +57,17 @@ EXTRA_ARGS: dict[str, tuple[str, ...]] = {
     "prefix": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
     "prefix_dev": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
     "draft": ("--per-request-spec-decode-metrics", "detailed", "--enable-per-request-metrics"),
+    # vLLM 0.32's torch profiler: /start_profile and /stop_profile exist only with it
+    "profile": (
+        "--profiler-config",
+        json.dumps(
+            {
+                "profiler": "torch",
+                "torch_profiler_dir": f"{WORK_PLACEHOLDER}/{PROFILER_DIR}",
+                "torch_profiler_with_stack": False,  # smaller, faster traces on 2 cores
+            }
+        ),
+    ),
 }
 
 # Server environments: prefix_dev serves vLLM's dev endpoints (POST /reset_prefix_cache);
@@ -61,6 +75,8 @@ EXTRA_ARGS: dict[str, tuple[str, ...]] = {
 EXTRA_ENV: dict[str, dict[str, str]] = {
     "prefix": {"VLLM_SERVER_DEV_MODE": "0"},
     "prefix_dev": {"VLLM_SERVER_DEV_MODE": "1"},
+    # dev mode's GET /server_info tells loadgen where the profiler writes
+    "profile": {"VLLM_SERVER_DEV_MODE": "1"},
 }
 
 
@@ -128,6 +144,7 @@ class VllmServer:
     log: Path
     startup_s: float
     rss_mb: float
+    work_dir: Path  # the pool's directory for this configuration (its server.log, traces)
 
     def get(self, path: str) -> bytes:
         with urllib.request.urlopen(self.url + path, timeout=30) as response:
@@ -206,13 +223,14 @@ class ServerPool:
                     for k, v in speculative.items()
                 }
             )
+        work_dir = self._work_root / config
         state = vllm_cpu.start_server(
             python=self._env.python,
             model=str(self._env.model),
-            work_dir=self._work_root / config,
+            work_dir=work_dir,
             speculative_config=spec_json,
             timeout_s=900.0,
-            extra=EXTRA_ARGS.get(config, ()),
+            extra=[a.replace(WORK_PLACEHOLDER, str(work_dir)) for a in EXTRA_ARGS.get(config, ())],
             preexec_fn=_die_with_parent,
             env=EXTRA_ENV.get(config),
         )
@@ -225,6 +243,7 @@ class ServerPool:
             log=Path(state["log"]),
             startup_s=state["startup_s"],
             rss_mb=state["rss_mb"],
+            work_dir=work_dir,
         )
         self.started.append(self._live)
         return self._live
