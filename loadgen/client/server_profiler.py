@@ -49,7 +49,7 @@ class ProfilerUnavailable(ServerError):
 
 
 class HttpProfiler:
-    """run/profile_control.py's ProfileControl over HTTP, against the target only (a
+    """run/profiler_control.py's ProfilerControl over HTTP, against the target only (a
     profiler window is the engine's, which the target's routes reach)."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str) -> None:

@@ -161,7 +161,7 @@ class CacheState(msgspec.Struct, frozen=True, kw_only=True):
 
 class ProfileState(msgspec.Struct, frozen=True, kw_only=True):
     """--profile-conc: whether the measured phase ran inside a server profiler window
-    (run/profile_control.py). Defaults: files from before these fields were not profiled."""
+    (run/profiler_control.py). Defaults: files from before these fields were not profiled."""
 
     profiled: bool = False  # a window was opened around the measured phase: a slower server
     profile_prefix: str | None = None  # the trace files' name prefix asked of the server

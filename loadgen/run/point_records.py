@@ -61,7 +61,7 @@ from loadgen.run.point_fields import (
     snapshot_json,
     warn_inexact,
 )
-from loadgen.run.profile_control import ProfileControl, profile_prefix
+from loadgen.run.profiler_control import ProfilerControl, profile_prefix
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.shapes import load_shape
@@ -106,7 +106,7 @@ class RunContext:
     cache: CacheControl | None = None
     # --profile-conc: opens the server's profiler around the chosen points' measured
     # phases (None: not asked for, or a worker process: its parent opens it)
-    profiler: ProfileControl | None = None
+    profiler: ProfilerControl | None = None
 
 
 class PointRecords:

@@ -54,7 +54,7 @@ from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
 from loadgen.run.point_records import RunContext
 from loadgen.run.probe import ProbedWorkload, body_options, probe_workload
-from loadgen.run.profile_control import ProfileControl, http_profile_control
+from loadgen.run.profiler_control import ProfilerControl, http_profiler_control
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.shard_sync import ShardBarrier
@@ -103,7 +103,7 @@ async def sweep_points(
     outputs: RunOutputs | None = None,
     drive: Drive | None = None,
     cache: CacheControl | None = None,
-    profiler: ProfileControl | None = None,
+    profiler: ProfilerControl | None = None,
 ) -> SweepOutcome:
     """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
     the point and record files, and whatever `outputs` writes (loadgen.orchestrate.measure
@@ -115,7 +115,7 @@ async def sweep_points(
     resolves --workers and gives the worker pool's. `cache` resets the servers' prefix
     caches for --reset-prefix-cache (by default over HTTP, run/cache_control.py);
     `profiler` opens the server's profiler windows for --profile-conc (likewise,
-    run/profile_control.py).
+    run/profiler_control.py).
     """
     if drive is None and spec.processes.workers != 1:
         raise UsageError(
@@ -232,7 +232,7 @@ class _Sweep:
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
         self.cache: CacheControl | None = None  # given; else built for the backend
-        self.profiler: ProfileControl | None = None  # likewise
+        self.profiler: ProfilerControl | None = None  # likewise
 
     def _kept_outputs(self, backend: Backend) -> None:
         """--resume: the kept points' outputs a failed write left out (--aiperf-artifacts),
@@ -305,13 +305,13 @@ class _Sweep:
                 await self._points(context, self.driver)
             watcher.cancel()
 
-    async def _profiler(self, backend: Backend) -> ProfileControl | None:
+    async def _profiler(self, backend: Backend) -> ProfilerControl | None:
         """--profile-conc: the server's profiler, checked before the first point (a
         server without one stops the run here), and where its traces will be said."""
         profile = self.spec.target.profile_conc
         if not profile:
             return None
-        profiler = self.profiler or http_profile_control(self.spec, backend)
+        profiler = self.profiler or http_profiler_control(self.spec, backend)
         if profiler is None:
             return None
         await profiler.check()

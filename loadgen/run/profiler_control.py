@@ -12,7 +12,7 @@ from loadgen.errors import UsageError
 from loadgen.run.backend import Backend, HttpBackend
 
 
-class ProfileControl(Protocol):
+class ProfilerControl(Protocol):
     @property
     def where(self) -> str:
         """Where the server writes its traces, as far as known (after `check`)."""
@@ -38,13 +38,13 @@ def profile_prefix(run_id: str, conc: int) -> str:
     return f"loadgen-{run_id}-c{conc}"
 
 
-def http_profile_control(spec: RunSpec, backend: Backend) -> ProfileControl | None:
+def http_profiler_control(spec: RunSpec, backend: Backend) -> ProfilerControl | None:
     """The windows --profile-conc asks for, over the backend's session; None when not
     asked for."""
     if not spec.target.profile_conc:
         return None
     if not isinstance(backend, HttpBackend):
         raise UsageError(
-            "--profile-conc: this backend is not an HTTP server; pass its ProfileControl"
+            "--profile-conc: this backend is not an HTTP server; pass its ProfilerControl"
         )
     return HttpProfiler(backend.session, backend.base_url)
