@@ -73,7 +73,8 @@ class HttpProfiler:
                 f"--profile-conc: {where} answers 404 to {STOP_PATH}: vLLM serves "
                 f"{START_PATH} and {STOP_PATH} only when started with a profiler, e.g. "
                 '--profiler-config \'{"profiler": "torch", "torch_profiler_dir": '
-                '"/abs/dir"}\'; restart it so, or drop --profile-conc'
+                '"/abs/dir"}\' (`loadgen sim`: --profiler-dir DIR, with --sim through '
+                "--sim-args); restart it so, or drop --profile-conc"
             )
         directory = await self._trace_dir()
         if directory is not None:
