@@ -200,6 +200,12 @@ def _check_across_parts(spec: RunSpec) -> None:
             f"--gpu-metrics {url!r}: must start with http:// or https:// (or be `sim`, "
             "with --sim: the embedded simulator's /gpu/metrics)",
         )
+    target.check_profile(
+        spec.target,
+        spec.load.conc,
+        find_max=spec.load.find_max is not None,
+        shards=spec.processes.shard_count,
+    )
     _check_conc_stages_run(spec)
     _check_processes(spec)
     _check_sessions(spec)

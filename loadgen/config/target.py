@@ -1,7 +1,7 @@
 """The target part: the server, its credentials and what goes on the wire besides the
 prompt (`spec.target`), with the simulator loadgen may start instead (run-level `sim`,
 `sim_args`), and what loadgen does to the server between points (its prefix-cache
-resets): its flags, its struct and its checks."""
+resets) and around them (its profiler windows): its flags, its struct and its checks."""
 
 from __future__ import annotations
 
@@ -60,6 +60,9 @@ class TargetSpec:
     reset_after_warmup: bool = False
     reset_external: bool = False  # vLLM's reset_external=true: the connector's cache too
     reset_timeout_s: float = 60.0  # how long a reset is retried while the server refuses
+    # The points whose measured phase runs inside the server's profiler (POST
+    # /start_profile before it, /stop_profile after): their numbers are a slowed server's.
+    profile_conc: tuple[int, ...] = ()
 
 
 def parse_endpoint(text: str) -> str:
@@ -98,6 +101,16 @@ def parse_reset_timeout(text: str) -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise SpecError(f"--reset-timeout {text}: must be a finite number of seconds > 0")
     return seconds
+
+
+def parse_profile_conc(text: str) -> int:
+    try:
+        conc = int(text)
+    except ValueError:
+        raise SpecError(f"--profile-conc {text!r}: one concurrency point, e.g. 16") from None
+    if conc < 1:
+        raise SpecError(f"--profile-conc {text}: a concurrency point >= 1")
+    return conc
 
 
 FIELDS: tuple[Field, ...] = (
@@ -239,6 +252,20 @@ FIELDS: tuple[Field, ...] = (
         fills="reset_timeout_s",
         section="target",
     ),
+    flag(
+        "--profile-conc",
+        action="append",
+        type=parse_profile_conc,
+        default=[],
+        metavar="N",
+        help="profile the server around this point's measured phase, repeatable: POST "
+        "/start_profile after its warmup, /stop_profile after it (vLLM serves them only "
+        "when started with --profiler-config); the point is marked profiled: true, its "
+        "numbers kept but flagged (a profiled server is slower)",
+        fills="profile_conc",
+        to=tuple,
+        section="target",
+    ),
 )
 
 
@@ -355,6 +382,34 @@ def _check_reset(target: TargetSpec) -> None:
         math.isfinite(target.reset_timeout_s) and target.reset_timeout_s > 0,
         f"--reset-timeout {target.reset_timeout_s}: must be a finite number of seconds > 0",
     )
+
+
+def check_profile(
+    target: TargetSpec, conc: tuple[int, ...], *, find_max: bool, shards: int
+) -> None:
+    """--profile-conc names points the run measures, each once; one process starts the
+    window (a second /start_profile while one is open is refused by vLLM with 409)."""
+    if not target.profile_conc:
+        return
+    _check(
+        not find_max,
+        "--profile-conc: not with --find-max (its points are chosen as it goes); "
+        "profile a point of a plain --conc run",
+    )
+    _check(
+        shards == 1,
+        "--profile-conc: not with --shard (each shard would open its own profiler "
+        "window on the same server); profile from an unsharded run",
+    )
+    for point in target.profile_conc:
+        _check(point >= 1, f"--profile-conc {point}: a concurrency point >= 1")
+        _check(
+            point in conc,
+            f"--profile-conc {point}: not one of this run's --conc points "
+            f"({', '.join(map(str, conc))}); no window would open",
+        )
+    repeated = sorted({c for c in target.profile_conc if target.profile_conc.count(c) > 1})
+    _check(not repeated, f"--profile-conc {repeated[0] if repeated else ''}: given twice")
 
 
 def check(target: TargetSpec) -> None:

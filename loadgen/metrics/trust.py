@@ -163,9 +163,27 @@ def _simulator_warnings(result: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _profile_warnings(result: Mapping[str, Any]) -> list[str]:
+    """--profile-conc: the server ran its profiler through the measured phase, which
+    slows every step; the numbers are kept for the trace's sake, never as the server's."""
+    if result.get("profiled") is not True:
+        return []
+    error = result.get("profile_error")
+    return [
+        "profiled: a profiled server is slower (the server's profiler ran through this "
+        "point's measured phase), so its latency and throughput are not the server's own"
+        + (f"; the profiler window failed: {error}" if error else "")
+    ]
+
+
 def point_warnings(result: Mapping[str, Any]) -> list[str]:
     """Why this point's numbers may be off; empty when nothing is suspect."""
-    return _client_warnings(result) + _check_warnings(result) + _simulator_warnings(result)
+    return (
+        _client_warnings(result)
+        + _check_warnings(result)
+        + _simulator_warnings(result)
+        + _profile_warnings(result)
+    )
 
 
 def stamp_warnings(

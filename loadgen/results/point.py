@@ -159,6 +159,30 @@ class CacheState(msgspec.Struct, frozen=True, kw_only=True):
         return CacheState()
 
 
+class ProfileState(msgspec.Struct, frozen=True, kw_only=True):
+    """--profile-conc: whether the measured phase ran inside a server profiler window
+    (run/profiler_control.py). Defaults: files from before these fields were not profiled."""
+
+    profiled: bool = False  # a window was opened around the measured phase: a slower server
+    profile_prefix: str | None = None  # the trace files' name prefix asked of the server
+    profile_trace: str | None = None  # where the server writes them, as far as known
+    profile_error: str | None = None  # the window's start or stop failed: why
+
+    @staticmethod
+    def combined(parts: list[ProfileState]) -> ProfileState:
+        """Several trials' or shards': profiled when any was; every failure kept."""
+        profiled = [p for p in parts if p.profiled]
+        if not profiled:
+            return ProfileState()
+        errors = dict.fromkeys(p.profile_error for p in profiled if p.profile_error)
+        return ProfileState(
+            profiled=True,
+            profile_prefix=profiled[0].profile_prefix,
+            profile_trace=profiled[0].profile_trace,
+            profile_error="; ".join(errors) or None,
+        )
+
+
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
     """`loadgen profile --scenario inferencex-agentx-mvp` only: whether the point counts
     as a submission under the scenario's rules (metrics/submission.py), and why not."""
@@ -285,6 +309,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     server_metrics_by_url: list[dict[str, Any]] | None
     simulator: SimulatorHealth = msgspec.field(default_factory=SimulatorHealth)
     cache: CacheState = msgspec.field(default_factory=CacheState)
+    profile: ProfileState = msgspec.field(default_factory=ProfileState)
     sessions: SessionMetrics | None = None
     energy: EnergyMetrics | None = None
     slices: list[SliceMetrics] | None = None  # --slice-duration

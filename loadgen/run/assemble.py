@@ -31,6 +31,7 @@ from loadgen.results.point import (
     PointIdentity,
     PointResult,
     PointStatus,
+    ProfileState,
     SessionMetrics,
     SimulatorHealth,
     TrialSpread,
@@ -67,6 +68,7 @@ class PointParts:
     stages_s: Sequence[float] = ()  # --conc-stages: each stage's seconds, for its figures
     rules: SubmissionRules | None = None  # a scenario run's (loadgen profile --scenario)
     cache: CacheState = field(default_factory=CacheState)  # --reset-prefix-cache: its outcome
+    profile: ProfileState = field(default_factory=ProfileState)  # --profile-conc: its window
 
 
 def assemble_point(
@@ -94,6 +96,7 @@ def assemble_point(
         server_metrics_by_url=parts.server_metrics_by_url,
         simulator=parts.simulator,
         cache=parts.cache,
+        profile=parts.profile,
         sessions=parts.sessions,
         energy=_energy(parts.power, records, metrics) if parts.power is not None else None,
         slices=(
@@ -262,6 +265,7 @@ def assemble_trials(
         server_metrics_by_url=None,  # per URL: in each trial's own file
         simulator=SimulatorHealth.combined([t.result.simulator for t in trials]),
         cache=CacheState.combined([t.result.cache for t in trials]),
+        profile=ProfileState.combined([t.result.profile for t in trials]),
     )
     pooled = assemble_point(
         end_to_end([t.records for t in trials]),

@@ -82,11 +82,15 @@ class Point:
             await self.run.barrier(self.plan.conc)
         await self.recorded.start_power()
         await self.recorded.open_series()
-        self.recorded.begin(await self.run.backend.scrape())
-        await self.measure()
-        if self.run.watch is not None:  # never complete while the server may be gone
-            await self.run.watch.settled()
-        after = await self.recorded.scrape_after()
+        try:
+            await self.recorded.start_profile()
+            self.recorded.begin(await self.run.backend.scrape())
+            await self.measure()
+            if self.run.watch is not None:  # never complete while the server may be gone
+                await self.run.watch.settled()
+            after = await self.recorded.scrape_after()
+        finally:  # after the gauges stopped: the trace export is not the point's
+            await self.recorded.stop_profile()
         verdict = self.saturation.verdict if self.saturation is not None else None
         if verdict is not None:  # measured to the stop, kept, never published as complete
             return self.finalize(complete=False, after=after, stop=Stop(SATURATED, verdict.detail))

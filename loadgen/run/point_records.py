@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from loadgen import __version__
 from loadgen.client.gpu_metrics import (
     PowerCsvTail,
@@ -36,6 +38,7 @@ from loadgen.results.point import (
     CacheState,
     PointIdentity,
     PointResult,
+    ProfileState,
     SessionMetrics,
     SimulatorHealth,
 )
@@ -56,6 +59,7 @@ from loadgen.run.point_fields import (
     warn_inexact,
 )
 from loadgen.run.point_telemetry import PointTelemetry
+from loadgen.run.profiler_control import ProfilerControl, profile_prefix
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.shapes import load_shape
@@ -98,6 +102,9 @@ class RunContext:
     # --reset-prefix-cache: empties the servers' prefix caches before each point (None:
     # not asked for, or a worker process: its parent resets)
     cache: CacheControl | None = None
+    # --profile-conc: opens the server's profiler around the chosen points' measured
+    # phases (None: not asked for, or a worker process: its parent opens it)
+    profiler: ProfilerControl | None = None
 
 
 class PointRecords:
@@ -135,6 +142,8 @@ class PointRecords:
         """Records another process's connections showed out of step (a worker's
         transport, `take_tainted`): applied when the point ends, as this process's are."""
         self.taints.update(found)
+        self.profile = ProfileState()  # not profiled unless --profile-conc names the point
+        self._profiling = False  # a window is open (or its start is under way)
 
     async def reset_cache(self, *, warmed: bool) -> None:
         """--reset-prefix-cache: empty the servers' prefix caches, before the warmup
@@ -150,6 +159,46 @@ class PointRecords:
                 f"{self.cache.cache_reset_detail}",
                 file=sys.stderr,
             )
+
+    async def start_profile(self) -> None:
+        """--profile-conc: open the server's profiler window just before the measured
+        phase (after the warmup and any cache reset). The point is profiled from the
+        moment the start is sent: even a start that failed may have taken effect."""
+        profiler = self.run.profiler
+        if profiler is None or self.conc not in self.run.spec.target.profile_conc:
+            return
+        prefix = profile_prefix(self.run.run_id, self.conc)
+        self.profile = ProfileState(
+            profiled=True, profile_prefix=prefix, profile_trace=f"{prefix}_* {profiler.where}"
+        )
+        self._profiling = True
+        error = await profiler.start(prefix)
+        if error is not None:
+            self._profile_failed(f"start: {error}")
+
+    async def stop_profile(self) -> None:
+        """Close the window opened for this point, also when the point was stopped; a
+        failure is the point's `profile_error`, never the run's end."""
+        profiler = self.run.profiler
+        if not self._profiling or profiler is None:
+            return
+        self._profiling = False
+        error = await profiler.stop()
+        if error is not None:
+            self._profile_failed(f"stop: {error}")
+            return
+        print(
+            f"loadgen: conc {self.conc}: profiled (its numbers are a slowed server's); "
+            f"the server wrote its trace files {self.profile.profile_trace}",
+            file=sys.stderr,
+        )
+
+    def _profile_failed(self, why: str) -> None:
+        before = self.profile.profile_error
+        self.profile = msgspec.structs.replace(
+            self.profile, profile_error=f"{before}; {why}" if before else why
+        )
+        print(f"loadgen: WARNING: conc {self.conc}: profiler window {why}", file=sys.stderr)
 
     async def start_power(self) -> None:
         """--gpu-metrics: sampled once before the measured phase starts, so the samples
@@ -319,6 +368,7 @@ class PointRecords:
             stages_s=[seconds for _, seconds in spec.load.conc_stages],
             rules=SubmissionRules.of(spec),
             cache=self.cache,
+            profile=self.profile,
         )
         return assemble_point(
             self.records,

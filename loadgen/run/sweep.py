@@ -54,6 +54,7 @@ from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
 from loadgen.run.point_records import RunContext
 from loadgen.run.probe import ProbedWorkload, body_options, probe_workload
+from loadgen.run.profiler_control import ProfilerControl, http_profiler_control
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
 from loadgen.run.shard_sync import ShardBarrier
@@ -102,6 +103,7 @@ async def sweep_points(
     outputs: RunOutputs | None = None,
     drive: Drive | None = None,
     cache: CacheControl | None = None,
+    profiler: ProfilerControl | None = None,
 ) -> SweepOutcome:
     """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
     the point and record files, and whatever `outputs` writes (loadgen.orchestrate.measure
@@ -111,7 +113,9 @@ async def sweep_points(
     `spec.sim`) over HTTP; `clock` and `sleep` drive the scheduler (tests pass virtual ones).
     `drive` runs the points: by default in this process; loadgen.scale.sweep.run_sweep
     resolves --workers and gives the worker pool's. `cache` resets the servers' prefix
-    caches for --reset-prefix-cache (by default over HTTP, run/cache_control.py).
+    caches for --reset-prefix-cache (by default over HTTP, run/cache_control.py);
+    `profiler` opens the server's profiler windows for --profile-conc (likewise,
+    run/profiler_control.py).
     """
     if drive is None and spec.processes.workers != 1:
         raise UsageError(
@@ -147,6 +151,7 @@ async def sweep_points(
         spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions, outputs, drive
     )
     sweep.cache = cache
+    sweep.profiler = profiler
     try:
         attempt = earlier.attempt if earlier else 1
         async with _backend(spec, results_dir, tokenizer, backend, attempt) as server:
@@ -227,6 +232,7 @@ class _Sweep:
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
         self.cache: CacheControl | None = None  # given; else built for the backend
+        self.profiler: ProfilerControl | None = None  # likewise
 
     def _kept_outputs(self, backend: Backend) -> None:
         """--resume: the kept points' outputs a failed write left out (--aiperf-artifacts),
@@ -264,6 +270,7 @@ class _Sweep:
             await cache.check()  # a server without the endpoint stops the run here
         else:
             cache = None
+        profiler = await self._profiler(backend)
         watch = ServerWatch(backend.probe, self.spec.processes.server_pid)
         context = RunContext(
             self.spec,
@@ -283,6 +290,7 @@ class _Sweep:
             if self.spec.telemetry.gpu_power_csv is not None
             else None,
             cache=cache,
+            profiler=profiler,
         )
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier, self.spec.load.trials)
@@ -296,6 +304,23 @@ class _Sweep:
                 self.driver = Trials(driver, self.spec.load.trials, backend.fresh_connections)
                 await self._points(context, self.driver)
             watcher.cancel()
+
+    async def _profiler(self, backend: Backend) -> ProfilerControl | None:
+        """--profile-conc: the server's profiler, checked before the first point (a
+        server without one stops the run here), and where its traces will be said."""
+        profile = self.spec.target.profile_conc
+        if not profile:
+            return None
+        profiler = self.profiler or http_profiler_control(self.spec, backend)
+        if profiler is None:
+            return None
+        await profiler.check()
+        print(
+            f"loadgen: profiling conc {', '.join(map(str, profile))} (those points' numbers "
+            f"are a slowed server's): the server writes its trace files {profiler.where}",
+            file=sys.stderr,
+        )
+        return profiler
 
     async def _points(self, context: RunContext, driver: Driver) -> None:
         """Each point still to run, in order, until one saturates."""

@@ -30,7 +30,13 @@ from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import JsonlSink
-from loadgen.results.point import CacheState, PointResult, PointStatus, SimulatorHealth
+from loadgen.results.point import (
+    CacheState,
+    PointResult,
+    PointStatus,
+    ProfileState,
+    SimulatorHealth,
+)
 from loadgen.results.results_dir import run_files
 from loadgen.results.run_record import PointEntry, RunRecord
 from loadgen.results.store import ResultsDir
@@ -259,6 +265,7 @@ def _merged_result(
         server_metrics_by_url=merged_by_url(points) if complete else None,
         simulator=SimulatorHealth.combined([f.simulator for f in files]),
         cache=CacheState.combined([f.cache for f in files]),
+        profile=ProfileState.combined([f.profile for f in files]),
         # the shards' records on one clock; their gauge samples are not (no KV per slice)
         slice_s=shards[0].run.settings.load.slice_duration_s,
     )

@@ -128,10 +128,14 @@ class WorkerPool:
         self.current = recorded
         watch = self.context.watch
         try:
-            await self._measure(conc, state, context)
-            if watch is not None:  # never complete while the server may be gone
-                await watch.settled()
-            keep(state.finalize(complete=True, after=await recorded.scrape_after()))
+            try:
+                await self._measure(conc, state, context)
+                if watch is not None:  # never complete while the server may be gone
+                    await watch.settled()
+                after = await recorded.scrape_after()
+            finally:  # after the gauges stopped: the trace export is not the point's
+                await recorded.stop_profile()
+            keep(state.finalize(complete=True, after=after))
         except asyncio.CancelledError:  # Ctrl-C, or the server watch's verdict
             gone = watch.verdict if watch is not None else None
             await self._stop(state, stop_of(gone) or INTERRUPTED, keep)
@@ -167,6 +171,7 @@ class WorkerPool:
             await self.context.barrier(conc)
         await state.recorded.start_power()
         await state.recorded.open_series()
+        await state.recorded.start_profile()
         state.recorded.begin(await self.context.backend.scrape())
         state.cpu_start = time.process_time()
         at_ns = perf_counter_ns() + GO_DELAY_NS

@@ -17,6 +17,7 @@ from loadgen.run.backend import Backend
 from loadgen.run.cache_control import CacheControl
 from loadgen.run.driver import Drive, in_process
 from loadgen.run.observers import RunObserver, RunOutputs
+from loadgen.run.profiler_control import ProfilerControl
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.sweep import SweepOutcome
 from loadgen.scale.pool_driver import pool_drive, resolve_workers
@@ -37,6 +38,7 @@ async def run_sweep(
     sleep: Sleep = asyncio.sleep,
     outputs: RunOutputs | None = None,
     cache: CacheControl | None = None,
+    profiler: ProfilerControl | None = None,
 ) -> SweepOutcome:
     """loadgen.run.sweep.sweep_points, with the points on as many processes as --workers says."""
     spec = resolve_workers(spec)
@@ -50,4 +52,5 @@ async def run_sweep(
         outputs=outputs,
         drive=drive_for(spec),
         cache=cache,
+        profiler=profiler,
     )

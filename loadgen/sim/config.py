@@ -115,6 +115,9 @@ class SimConfig:
     # vLLM's VLLM_SERVER_DEV_MODE=1: the development endpoints, here POST
     # /reset_prefix_cache (404 without it, as in vLLM); `loadgen sim` reads the variable.
     dev_mode: bool = False
+    # vLLM's --profiler-config (torch_profiler_dir): POST /start_profile and /stop_profile
+    # (404 without it, as in vLLM), each window's engine steps written here (sim/profiler.py)
+    profiler_dir: str | None = None
     # The power model behind /gpu/metrics (sim/power.py): --num-gpus, --gpu-*.
     power: PowerConfig = field(default_factory=PowerConfig)
 

@@ -22,6 +22,7 @@ from loadgen.sim.accounting import Accounting
 from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerModel
 from loadgen.sim.prefix_cache import PrefixCache
+from loadgen.sim.profiler import SimProfiler
 from loadgen.sim.request import EngineRequest
 from loadgen.sim.request_metrics import metrics_json, sglext_json
 from loadgen.sim.wire import http_chunk, malformed_event
@@ -82,6 +83,8 @@ class Engine:
             if config.enable_prefix_caching
             else None
         )
+        # --profiler-dir: the open profiling session sees every step (sim/profiler.py)
+        self.profiler = SimProfiler(config.profiler_dir) if config.profiler_dir else None
 
     def submit(self, request: EngineRequest) -> None:
         if self._stopping:  # stopped, or crashed: never leave a handler waiting forever
@@ -123,6 +126,8 @@ class Engine:
                     self.config, batch.prefill_tokens, batch.decode_tokens, len(batch.entries)
                 )
                 self.power.step(start, deadline, batch.prefill_tokens, batch.decode_tokens)
+                if self.profiler is not None and self.profiler.active:
+                    self.profiler.step(start, deadline, [r.x_request_id for r, _ in batch.entries])
                 sends = self._advance(batch, deadline)
                 await self._sleep_until(deadline)
                 self._warn_if_behind(deadline)

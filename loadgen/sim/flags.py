@@ -233,6 +233,14 @@ def _capacity_and_tokenizer_flags(p: argparse.ArgumentParser, d: SimConfig) -> N
         metavar="FILE",
         help="write one JSON line per request: chunk intended/sent ns and tokens",
     )
+    p.add_argument(
+        "--profiler-dir",
+        default=None,
+        metavar="DIR",
+        help="serve vLLM's POST /start_profile and /stop_profile (as vLLM with "
+        "--profiler-config): each window's engine steps and their requests' X-Request-Id "
+        "are written to DIR as <prefix>_sim_engine.<ms>.trace.json (default: no profiler)",
+    )
 
 
 def fault_flags(p: argparse.ArgumentParser) -> None:

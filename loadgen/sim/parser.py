@@ -112,6 +112,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         tokenizer=args.tokenizer,
         add_bos=args.add_bos,
         trace_path=args.trace_path,
+        profiler_dir=args.profiler_dir,
         faults=faults,
         spin_us=args.spin_us,
         reject_params=args.reject_params,

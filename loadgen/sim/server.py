@@ -129,6 +129,10 @@ class SimServer:
         app.router.add_post("/v1/chat/completions", self.generation.chat_completions)
         if self.config.dev_mode:  # vLLM registers its dev endpoints only then
             app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
+            app.router.add_get("/server_info", self.server_info)
+        if self.engine.profiler is not None:  # vLLM: only with a --profiler-config
+            app.router.add_post("/start_profile", self.start_profile)
+            app.router.add_post("/stop_profile", self.stop_profile)
         return app
 
     async def models(self, request: web.Request) -> web.Response:
@@ -185,6 +189,36 @@ class SimServer:
         except ApiError as exc:
             return error_response(exc)
         return json_response(orjson.dumps({"success": self.engine.reset_prefix_cache()}))
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """vLLM's dev-mode GET /server_info, of its config only the profiler's part
+        (where a client learns the trace directory)."""
+        profile = self.engine.profiler
+        profiler = {
+            "profiler": "torch" if profile else None,
+            "torch_profiler_dir": str(profile.directory) if profile else "",
+        }
+        body = {"vllm_config": {"profiler_config": profiler}, "vllm_env": {}, "system_env": {}}
+        return json_response(orjson.dumps(body))
+
+    async def start_profile(self, request: web.Request) -> web.Response:
+        assert self.engine.profiler is not None
+        raw = await request.read()
+        try:
+            self.engine.profiler.start(parse_json(raw) if raw.strip() else None)
+        except ApiError as exc:
+            return error_response(exc)
+        return web.Response(status=200)
+
+    async def stop_profile(self, request: web.Request) -> web.Response:
+        assert self.engine.profiler is not None
+        try:
+            self.engine.profiler.stop()
+        except OSError as exc:  # vLLM: the export's exception, a 500
+            return error_response(
+                ApiError(500, f"the trace could not be written: {exc}", "InternalServerError")
+            )
+        return web.Response(status=200)
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:

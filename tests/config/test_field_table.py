@@ -35,6 +35,7 @@ BY_SHAPE: dict[str, tuple[list[str], Any]] = {
 # Options whose generic value is not one they accept (or that need a partner to matter).
 BY_DEST: dict[str, tuple[list[str], Any]] = {
     "reset_timeout": (["2.5"], 2.5),
+    "profile_conc": (["4"], 4),  # BASE's one point
     "base_url": (["http://127.0.0.1:7"], "http://127.0.0.1:7"),
     "endpoint": (["chat"], "chat"),
     "request_rate": (["5.5"], 5.5),

@@ -34,6 +34,8 @@ from tests.support.paths import ROOT
 SCRIPT = ROOT / "scripts" / "vllm_cpu.py"
 SPEC_TOKENS = 3
 MODEL_PLACEHOLDER = "<tiny model dir>"
+WORK_PLACEHOLDER = "<server work dir>"  # in EXTRA_ARGS: the configuration's own directory
+PROFILER_DIR = "traces"  # the profile server's torch_profiler_dir, below its work dir
 # draft == target: every draft token is accepted, so every decode step emits K + 1 tokens.
 CONFIGS: dict[str, dict[str, Any] | None] = {
     "draft": {
@@ -52,14 +54,30 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
 # each step, and the request's timings) on each stream's final usage chunk.
 EXTRA_ARGS: dict[str, tuple[str, ...]] = {
     "prefix": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
-    "prefix_dev": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
     "draft": ("--per-request-spec-decode-metrics", "detailed", "--enable-per-request-metrics"),
+    # the dev-mode server also serves the profiler windows (one start fewer than a
+    # configuration of their own): vLLM 0.32's torch profiler, whose /start_profile and
+    # /stop_profile exist only with --profiler-config
+    "prefix_dev": (
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--profiler-config",
+        json.dumps(
+            {
+                "profiler": "torch",
+                "torch_profiler_dir": f"{WORK_PLACEHOLDER}/{PROFILER_DIR}",
+                "torch_profiler_with_stack": False,  # smaller, faster traces on 2 cores
+            }
+        ),
+    ),
 }
 
 # Server environments: prefix_dev serves vLLM's dev endpoints (POST /reset_prefix_cache);
 # prefix never does, whatever the test process's own environment says.
 EXTRA_ENV: dict[str, dict[str, str]] = {
     "prefix": {"VLLM_SERVER_DEV_MODE": "0"},
+    # dev mode: POST /reset_prefix_cache, and GET /server_info, which tells loadgen
+    # where the profiler writes
     "prefix_dev": {"VLLM_SERVER_DEV_MODE": "1"},
 }
 
@@ -70,16 +88,19 @@ SKIP_REASONS: list[str] = []
 TIMINGS: dict[str, float | int] = {}
 
 GROUP = "vllm"  # the xdist group (tests/support/parallel.py): one worker, one pool
-# What each configuration's fixture is called (tests/integration/conftest.py).
-CONFIG_FIXTURES = [f"vllm_{config}" for config in CONFIGS]
+# What each configuration's fixtures are called (tests/integration/conftest.py):
+# vllm_<config>, and vllm_profile for the dev-mode server's profiler.
+FIXTURE_CONFIG = {f"vllm_{config}": config for config in CONFIGS} | {"vllm_profile": "prefix_dev"}
 
 
 def _config_rank(item: pytest.Item) -> int:
     """The configuration a test uses; one using none of them takes whatever server is up
     (ServerPool.any), so it goes last, onto the last configuration started."""
     used = getattr(item, "fixturenames", ())
-    return next(
-        (rank for rank, name in enumerate(CONFIG_FIXTURES) if name in used), len(CONFIG_FIXTURES)
+    ranks = {config: rank for rank, config in enumerate(CONFIGS)}
+    return min(
+        (ranks[config] for name, config in FIXTURE_CONFIG.items() if name in used),
+        default=len(CONFIGS),
     )
 
 
@@ -133,6 +154,7 @@ class VllmServer:
     log: Path
     startup_s: float
     rss_mb: float
+    work_dir: Path  # the pool's directory for this configuration (its server.log, traces)
 
     def get(self, path: str) -> bytes:
         with urllib.request.urlopen(self.url + path, timeout=30) as response:
@@ -211,13 +233,14 @@ class ServerPool:
                     for k, v in speculative.items()
                 }
             )
+        work_dir = self._work_root / config
         state = vllm_cpu.start_server(
             python=self._env.python,
             model=str(self._env.model),
-            work_dir=self._work_root / config,
+            work_dir=work_dir,
             speculative_config=spec_json,
             timeout_s=900.0,
-            extra=EXTRA_ARGS.get(config, ()),
+            extra=[a.replace(WORK_PLACEHOLDER, str(work_dir)) for a in EXTRA_ARGS.get(config, ())],
             preexec_fn=_die_with_parent,
             env=EXTRA_ENV.get(config),
         )
@@ -230,6 +253,7 @@ class ServerPool:
             log=Path(state["log"]),
             startup_s=state["startup_s"],
             rss_mb=state["rss_mb"],
+            work_dir=work_dir,
         )
         self.started.append(self._live)
         return self._live
