@@ -137,13 +137,13 @@ class PointRecords:
         self.cache = CacheState()  # uncontrolled until a reset says otherwise
         # taints found in worker processes (scale/pool.py), applied with this process's
         self.taints: dict[tuple[int, int], str] = {}
+        self.profile = ProfileState()  # not profiled unless --profile-conc names the point
+        self._profiling = False  # a window is open (or its start is under way)
 
     def taint(self, found: Mapping[tuple[int, int], str]) -> None:
         """Records another process's connections showed out of step (a worker's
         transport, `take_tainted`): applied when the point ends, as this process's are."""
         self.taints.update(found)
-        self.profile = ProfileState()  # not profiled unless --profile-conc names the point
-        self._profiling = False  # a window is open (or its start is under way)
 
     async def reset_cache(self, *, warmed: bool) -> None:
         """--reset-prefix-cache: empty the servers' prefix caches, before the warmup
