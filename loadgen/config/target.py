@@ -1,12 +1,14 @@
 """The target part: the server, its credentials and what goes on the wire besides the
 prompt (`spec.target`), with the simulator loadgen may start instead (run-level `sim`,
-`sim_args`), and what loadgen does to the server between points (its prefix-cache
-resets): its flags, its struct and its checks."""
+`sim_args`) or the server command it may launch for the run (`--serve-cmd`), and what
+loadgen does to the server between points (its prefix-cache resets): its flags, its
+struct and its checks."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,7 +37,7 @@ HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 class TargetSpec:
     """The server, its credentials and what goes on the wire besides the prompt."""
 
-    base_url: str | None = None  # None only with sim=True (filled in when it starts)
+    base_url: str | None = None  # None only with sim=True or serve_cmd (filled in when it starts)
     model: str | None = None  # None: the only model the server serves
     endpoint: Endpoint = "completions"
     api_key: str | None = None
@@ -51,6 +53,13 @@ class TargetSpec:
     reset_after_warmup: bool = False
     reset_external: bool = False  # vLLM's reset_external=true: the connector's cache too
     reset_timeout_s: float = 60.0  # how long a reset is retried while the server refuses
+    # A server loadgen launches for the run (run/launched_server.py): its argv (split like
+    # a shell, run without one; `{port}` becomes a free port), extra environment, working
+    # directory, and how long it may take to answer /health and /v1/models.
+    serve_cmd: tuple[str, ...] = ()
+    serve_env: tuple[tuple[str, str], ...] = ()
+    serve_cwd: str | None = None
+    serve_timeout_s: float = 1800.0  # a large model loads for many minutes
 
 
 def parse_endpoint(text: str) -> str:
@@ -82,6 +91,39 @@ def parse_reset_timeout(text: str) -> float:
         raise SpecError(f"--reset-timeout {text!r}: a number of seconds, e.g. 60") from None
     if not (math.isfinite(seconds) and seconds > 0):
         raise SpecError(f"--reset-timeout {text}: must be a finite number of seconds > 0")
+    return seconds
+
+
+PORT_PLACEHOLDER = "{port}"
+
+
+def parse_serve_cmd(text: str | None) -> tuple[str, ...]:
+    """The server command's argv: split like a shell (quotes kept together), not run by one."""
+    if text is None:
+        return ()
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise SpecError(f"--serve-cmd {text!r}: {exc}") from None
+
+
+def parse_serve_env(text: str) -> tuple[str, str]:
+    """NAME=VALUE (the flag), or NAME:VALUE (a sweep file's mapping `NAME: VALUE`): the
+    name ends at the first `=` or `:`, which no environment name holds."""
+    cut = min((i for i in (text.find("="), text.find(":")) if i >= 0), default=-1)
+    name = text[:cut] if cut > 0 else ""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise SpecError(f"--serve-env {text!r}: expected NAME=VALUE, e.g. VLLM_USE_V1=1")
+    return name, text[cut + 1 :]
+
+
+def parse_serve_timeout(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise SpecError(f"--serve-timeout {text!r}: a number of seconds, e.g. 1800") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise SpecError(f"--serve-timeout {text}: must be a finite number of seconds > 0")
     return seconds
 
 
@@ -210,6 +252,47 @@ FIELDS: tuple[Field, ...] = (
         fills="reset_timeout_s",
         section="target",
     ),
+    flag(
+        "--serve-cmd",
+        shape="args",
+        metavar='"COMMAND"',
+        help="launch this server for the run and stop it after (its own process group; "
+        "SIGINT, SIGTERM, then SIGKILL): `{port}` becomes a free port, the run targets "
+        "http://127.0.0.1:{port} unless --base-url is given; output in server.log, "
+        "e.g. \"vllm serve MODEL --port {port}\"",
+        fills="serve_cmd",
+        to=parse_serve_cmd,
+        section="target",
+    ),
+    flag(
+        "--serve-env",
+        shape="headers",
+        action="append",
+        type=parse_serve_env,
+        metavar="NAME=VALUE",
+        help="with --serve-cmd: an environment variable for the server, repeatable "
+        "(on top of loadgen's own environment)",
+        fills="serve_env",
+        to=lambda pairs: tuple(pairs or ()),
+        section="target",
+    ),
+    flag(
+        "--serve-cwd",
+        metavar="DIR",
+        help="with --serve-cmd: the server's working directory (default: loadgen's)",
+        fills="serve_cwd",
+        section="target",
+    ),
+    flag(
+        "--serve-timeout",
+        type=parse_serve_timeout,
+        default=default_of(TargetSpec, "serve_timeout_s"),
+        metavar="SECONDS",
+        help="with --serve-cmd: how long the server may take to answer /health and "
+        "/v1/models (a large model loads for many minutes); progress is shown meanwhile",
+        fills="serve_timeout_s",
+        section="target",
+    ),
 )
 
 
@@ -217,6 +300,8 @@ def derive(values: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]
     """The settings of several flags: the key (or $OPENAI_API_KEY), the simulator's flags."""
     if values.sim and values.base_url:
         raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
+    if values.sim and values.serve_cmd:
+        raise SpecError("--sim and --serve-cmd exclude each other: each starts the server")
     try:
         sim_args = tuple(shlex.split(values.sim_args))
     except ValueError as exc:
@@ -299,4 +384,26 @@ def check_reset(target: TargetSpec) -> None:
     _check(
         math.isfinite(target.reset_timeout_s) and target.reset_timeout_s > 0,
         f"--reset-timeout {target.reset_timeout_s}: must be a finite number of seconds > 0",
+    )
+
+
+def check_serve(target: TargetSpec) -> None:
+    """The launched server's options go with --serve-cmd; its port is loadgen's to choose
+    unless --base-url says where the server listens."""
+    if not target.serve_cmd:
+        for given, name in (
+            (bool(target.serve_env), "--serve-env"),
+            (target.serve_cwd is not None, "--serve-cwd"),
+        ):
+            _check(not given, f"{name}: add --serve-cmd (the server it applies to)")
+        return
+    _check(
+        target.base_url is not None
+        or any(PORT_PLACEHOLDER in arg for arg in target.serve_cmd),
+        f"--serve-cmd: put {PORT_PLACEHOLDER} where the server takes its port (e.g. "
+        f"--port {PORT_PLACEHOLDER}), or give --base-url for the port it listens on",
+    )
+    _check(
+        math.isfinite(target.serve_timeout_s) and target.serve_timeout_s > 0,
+        f"--serve-timeout {target.serve_timeout_s}: must be a finite number of seconds > 0",
     )

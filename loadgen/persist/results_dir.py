@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import orjson
 
-from loadgen.config.redact import redact_body, redact_url
+from loadgen.config.redact import redact_body, redact_command, redact_env, redact_url
 from loadgen.config.spec import RunSpec, SpecError, flat_settings
 from loadgen.persist.artifacts_dir import prepare_artifacts
 from loadgen.persist.outcome import PointOutcome
@@ -35,6 +35,8 @@ from loadgen.results.store import (
     POINT_GLOB,
     REQUESTS_GLOB,
     RUN_FILE,
+    SERVER_LOG,
+    SERVER_LOG_GLOB,
     SIMULATOR_LOG,
     SIMULATOR_LOG_GLOB,
     SWEEP_CSV,
@@ -49,6 +51,8 @@ _RESULT_GLOBS = (
     SWEEP_PNG,
     SIMULATOR_LOG,
     SIMULATOR_LOG_GLOB,
+    SERVER_LOG,
+    SERVER_LOG_GLOB,
     GPU_POWER_GLOB,
 )
 
@@ -88,6 +92,8 @@ def settings_of(spec: RunSpec) -> dict[str, Any]:
         "base_url": target.base_url and redact_url(target.base_url),  # user:pw@ -> ***@
     }  # never a credential in results
     settings["extra_body"] = redact_body(settings.get("extra_body"))
+    settings["serve_cmd"] = redact_command(target.serve_cmd)  # --api-key K, HF_TOKEN=...
+    settings["serve_env"] = [list(pair) for pair in redact_env(target.serve_env).items()]
     # nested settings (vllm_result) hold Paths
     return cast(dict[str, Any], orjson.loads(orjson.dumps(settings, default=str)))
 

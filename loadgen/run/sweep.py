@@ -263,7 +263,11 @@ class _Sweep:
             await cache.check()  # a server without the endpoint stops the run here
         else:
             cache = None
-        watch = ServerWatch(backend.probe, self.spec.processes.server_pid)
+        launched = backend.launched if isinstance(backend, HttpBackend) else None
+        # a launched server is watched by its pid, as --server-pid's (its death is seen at once)
+        watch = ServerWatch(
+            backend.probe, launched.pid if launched else self.spec.processes.server_pid
+        )
         context = RunContext(
             self.spec,
             backend,
@@ -422,6 +426,9 @@ class _Sweep:
                 stop_of(stop),
                 interrupted=isinstance(stop, Interrupted),
                 final=final,
+                launched=self.backend.launched.facts()
+                if isinstance(self.backend, HttpBackend) and self.backend.launched
+                else None,
             )
         except ResultsWriteError:
             if not final:
