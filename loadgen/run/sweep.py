@@ -265,8 +265,10 @@ class _Sweep:
             cache = None
         launched = backend.launched if isinstance(backend, HttpBackend) else None
         # a launched server is watched by its pid, as --server-pid's (its death is seen at once)
-        watch = ServerWatch(
-            backend.probe, launched.pid if launched else self.spec.processes.server_pid
+        watch = (
+            ServerWatch(backend.probe, launched.pid, "launched by --serve-cmd")
+            if launched
+            else ServerWatch(backend.probe, self.spec.processes.server_pid)
         )
         context = RunContext(
             self.spec,
