@@ -186,6 +186,8 @@ async def launched_server(
     except BaseException as exc:
         if process.poll() is not None:  # it died under the run: say how, in the stop's line
             for error in _run_level_errors(exc):
+                if isinstance(error, ServerFailedToStart):
+                    continue  # its line says so already
                 error.args = (f"{error}; {server.exit_line()}",)  # as stops.add_context
         raise
     finally:
