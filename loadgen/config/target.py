@@ -259,7 +259,7 @@ FIELDS: tuple[Field, ...] = (
         help="launch this server for the run and stop it after (its own process group; "
         "SIGINT, SIGTERM, then SIGKILL): `{port}` becomes a free port, the run targets "
         "http://127.0.0.1:{port} unless --base-url is given; output in server.log, "
-        "e.g. \"vllm serve MODEL --port {port}\"",
+        'e.g. "vllm serve MODEL --port {port}"',
         fills="serve_cmd",
         to=parse_serve_cmd,
         section="target",
@@ -398,8 +398,7 @@ def check_serve(target: TargetSpec) -> None:
             _check(not given, f"{name}: add --serve-cmd (the server it applies to)")
         return
     _check(
-        target.base_url is not None
-        or any(PORT_PLACEHOLDER in arg for arg in target.serve_cmd),
+        target.base_url is not None or any(PORT_PLACEHOLDER in arg for arg in target.serve_cmd),
         f"--serve-cmd: put {PORT_PLACEHOLDER} where the server takes its port (e.g. "
         f"--port {PORT_PLACEHOLDER}), or give --base-url for the port it listens on",
     )
