@@ -210,6 +210,15 @@ def test_a_command_that_exits_at_once_is_server_failed_to_start(tmp_path: Path) 
     assert alone.returncode == 1
     line = one_error_line(alone.stderr)
     assert "exited with status 3" in line and "server.log's last line: no GPU found" in line
+    # a program that is not there: the same stop, said as such
+    missing = run_loadgen(
+        ["--serve-cmd", f"{tmp_path}/no-such-server --port {{port}}", "--conc", "1",
+         "--isl", "48", "--osl", "16", "--encoder", "raw", "--results", str(tmp_path / "m")],
+        timeout=120,
+    )  # fmt: skip
+    assert missing.returncode == 1
+    line = one_error_line(missing.stderr)
+    assert "no-such-server" in line and "cannot start it: No such file or directory" in line
 
 
 def test_ctrl_c_stops_the_launched_server_and_its_whole_group(tmp_path: Path) -> None:
