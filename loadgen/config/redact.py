@@ -3,15 +3,19 @@
 The one rule for everything loadgen stores or returns (result files, the sidecar's
 run.json and API answers, error lines): header values and `--extra-body` string fields
 whose name looks like a credential, and credentials inside URLs (`user:password@`,
-secret-named query parameters), become `***`. Requests themselves always carry the real values; only
-what is written down or shown is redacted.
+secret-named query parameters), become `***`; so do, in a launched server's command
+(`--serve-cmd`) and environment (`--serve-env`), the value of a flag or variable one of
+whose words names a credential (`--api-key K`, `--hf-token=T`, `HF_TOKEN=T`: not
+`--max-num-batched-tokens`, whose words are plural counts, nor `--tokenizer`). Requests
+themselves always carry the real values; only what is written down or shown is redacted.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 REDACTED = "***"
@@ -28,6 +32,15 @@ _QUERY_PARAM = re.compile(r"(?P<sep>[?&])(?P<name>[^=&#\s]+)=[^&#\s]*")
 # Sidecar options (and argv flags) that hold `NAME:VALUE` headers.
 _HEADER_OPTIONS = frozenset({"header", "headers"})
 _BODY_OPTIONS = frozenset({"extra_body"})
+_COMMAND_OPTIONS = frozenset({"serve_cmd"})
+_ENV_OPTIONS = frozenset({"serve_env"})
+# A command-line flag's or an environment variable's words (split at - and _) that name
+# a credential: whole words only, so counts (`tokens`) and paths (`tokenizer`) stay.
+_SECRET_WORD = re.compile(
+    r"(?:api)?(?:key|token|secret|auth|authorization|cookie|passw(?:or)?d|credentials?)",
+    re.I,
+)
+_WORDS = re.compile(r"[-_]+")
 
 
 def is_secret_name(name: str) -> bool:
@@ -68,6 +81,36 @@ def _redact_param(match: re.Match[str]) -> str:
     return f"{match['sep']}{match['name']}={REDACTED}"
 
 
+def is_secret_word_name(name: str) -> bool:
+    """A flag or variable name (`--api-key`, `HF_TOKEN`) one of whose words is a credential."""
+    return any(_SECRET_WORD.fullmatch(word) for word in _WORDS.split(name) if word)
+
+
+def redact_command(argv: Sequence[str]) -> list[str]:
+    """A server command with its credentials replaced: the value after a secret-named
+    flag (`--api-key K`, `--api-key=K`), a secret-named `NAME=VALUE` argument (an `env`
+    prefix), and URLs' credentials anywhere."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        name, eq, _ = arg.partition("=")
+        if hide_next and not arg.startswith("--"):
+            shown.append(REDACTED)
+        elif eq and is_secret_word_name(name.lstrip("-")):
+            shown.append(f"{name}={REDACTED}")
+        else:
+            shown.append(redact_text(arg))
+        hide_next = arg.startswith("-") and not eq and is_secret_word_name(arg.lstrip("-"))
+    return shown
+
+
+def redact_env(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """A launched server's extra environment, a secret-named variable's value replaced."""
+    return {
+        name: REDACTED if is_secret_word_name(name) else redact_text(value) for name, value in pairs
+    }
+
+
 def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """Run options (the sidecar's JSON, flag names with `-` or `_`) or a sweep document
     (its lanes and `target:` groups hold the same keys, at any depth) safe to store/show."""
@@ -81,6 +124,16 @@ def _redact_option(key: str, value: Any) -> Any:
             return headers
     if key.replace("-", "_").lower() in _BODY_OPTIONS:
         return redact_body(value)
+    if key.replace("-", "_").lower() in _COMMAND_OPTIONS:
+        if isinstance(value, str):
+            try:
+                return shlex.join(redact_command(shlex.split(value)))
+            except ValueError:  # refused when the run is built; show it as text
+                return redact_text(value)
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return redact_command(value)
+    if key.replace("-", "_").lower() in _ENV_OPTIONS:
+        return _redact_env_option(value)
     if key.replace("-", "_").lower() == "api_key":  # refused by the sidecar; never shown
         return None if value is None else REDACTED
     if isinstance(value, str):
@@ -90,6 +143,29 @@ def _redact_option(key: str, value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _redact_option(str(k), v) for k, v in value.items()}
     return value
+
+
+def _redact_env_option(value: Any) -> Any:
+    """Every form --serve-env takes: "NAME=VALUE", a list of them, {NAME: VALUE}."""
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED if is_secret_word_name(str(k)) else _redact_option("", v)
+            for k, v in value.items()
+        }
+    items = value if isinstance(value, list | tuple) else [value]
+    shown: list[Any] = []
+    for item in items:
+        if isinstance(item, str):
+            cut = min((i for i in (item.find("="), item.find(":")) if i > 0), default=-1)
+            name = item[:cut] if cut > 0 else ""
+            hidden = bool(name) and is_secret_word_name(name)
+            shown.append(f"{item[: cut + 1]}{REDACTED}" if hidden else redact_text(item))
+        elif isinstance(item, list | tuple) and len(item) == 2:  # a (name, value) pair
+            name, val = str(item[0]), item[1]
+            shown.append([name, REDACTED if is_secret_word_name(name) else _redact_option("", val)])
+        else:
+            shown.append(_redact_option("", item))
+    return shown if isinstance(value, list | tuple) else shown[0]
 
 
 def _redact_headers(value: Any) -> Any:

@@ -189,7 +189,10 @@ def _check_across_parts(spec: RunSpec) -> None:
         or not (spec.session.multi_turn or spec.session.turns is not None),
         "--dataset-name speed_bench sends single prompts: drop --multi-turn / --turns",
     )
-    _check(spec.sim or bool(spec.target.base_url), "--base-url is required (or use --sim)")
+    _check(
+        spec.sim or bool(spec.target.base_url) or bool(spec.target.serve_cmd),
+        "--base-url is required (or use --sim or --serve-cmd)",
+    )
     _check(
         spec.workload.top_p is None or "top_p" not in spec.target.extra_body,
         "--top-p and --extra-body '{\"top_p\": ...}': give one",
@@ -311,6 +314,11 @@ def _check_find_max(spec: RunSpec) -> None:
     _check(
         not spec.sessions and spec.processes.shard_count == 1,
         "--find-max: not with session runs or --shard",
+    )
+    _check(
+        not spec.target.serve_cmd,
+        "--find-max with --serve-cmd: each probe is a run of its own and would launch the "
+        "server again; start it once yourself and give --base-url",
     )
 
 

@@ -1,13 +1,15 @@
 """The target part: the server, its credentials and what goes on the wire besides the
 prompt (`spec.target`), with the simulator loadgen may start instead (run-level `sim`,
-`sim_args`), and what loadgen does to the server between points (its prefix-cache
-resets) and around them (its profiler windows): its flags, its struct and its checks."""
+`sim_args`) or the server command it may launch for the run (`--serve-cmd`), and what
+loadgen does to the server between points (its prefix-cache resets) and around them (its
+profiler windows): its flags, its struct and its checks."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import math
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +26,14 @@ from loadgen.config.parsers import (
     parse_extra_body,
     parse_header,
 )
-from loadgen.config.redact import REDACTED, redact_body, redact_url, url_has_credentials
+from loadgen.config.redact import (
+    REDACTED,
+    redact_body,
+    redact_command,
+    redact_env,
+    redact_url,
+    url_has_credentials,
+)
 
 Endpoint = Literal["completions", "chat"]
 # the client the results record: native, or bench/aiohttp_client.py's comparison client
@@ -42,7 +51,7 @@ HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 class TargetSpec:
     """The server, its credentials and what goes on the wire besides the prompt."""
 
-    base_url: str | None = None  # None only with sim=True (filled in when it starts)
+    base_url: str | None = None  # None only with sim=True or serve_cmd (filled in when it starts)
     model: str | None = None  # None: the only model the server serves
     endpoint: Endpoint = "completions"
     api_key: str | None = None
@@ -63,6 +72,13 @@ class TargetSpec:
     # The points whose measured phase runs inside the server's profiler (POST
     # /start_profile before it, /stop_profile after): their numbers are a slowed server's.
     profile_conc: tuple[int, ...] = ()
+    # A server loadgen launches for the run (run/launched_server.py): its argv (split like
+    # a shell, run without one; `{port}` becomes a free port), extra environment, working
+    # directory, and how long it may take to answer /health and /v1/models.
+    serve_cmd: tuple[str, ...] = ()
+    serve_env: tuple[tuple[str, str], ...] = ()
+    serve_cwd: str | None = None
+    serve_timeout_s: float = 1800.0  # a large model loads for many minutes
 
 
 def parse_endpoint(text: str) -> str:
@@ -111,6 +127,39 @@ def parse_profile_conc(text: str) -> int:
     if conc < 1:
         raise SpecError(f"--profile-conc {text}: a concurrency point >= 1")
     return conc
+
+
+PORT_PLACEHOLDER = "{port}"
+
+
+def parse_serve_cmd(text: str | None) -> tuple[str, ...]:
+    """The server command's argv: split like a shell (quotes kept together), not run by one."""
+    if text is None:
+        return ()
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise SpecError(f"--serve-cmd {text!r}: {exc}") from None
+
+
+def parse_serve_env(text: str) -> tuple[str, str]:
+    """NAME=VALUE (the flag), or NAME:VALUE (a sweep file's mapping `NAME: VALUE`): the
+    name ends at the first `=` or `:`, which no environment name holds."""
+    cut = min((i for i in (text.find("="), text.find(":")) if i >= 0), default=-1)
+    name = text[:cut] if cut > 0 else ""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise SpecError(f"--serve-env {text!r}: expected NAME=VALUE, e.g. VLLM_USE_V1=1")
+    return name, text[cut + 1 :]
+
+
+def parse_serve_timeout(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise SpecError(f"--serve-timeout {text!r}: a number of seconds, e.g. 1800") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise SpecError(f"--serve-timeout {text}: must be a finite number of seconds > 0")
+    return seconds
 
 
 FIELDS: tuple[Field, ...] = (
@@ -266,18 +315,62 @@ FIELDS: tuple[Field, ...] = (
         to=tuple,
         section="target",
     ),
+    flag(
+        "--serve-cmd",
+        shape="args",
+        metavar='"COMMAND"',
+        help="launch this server for the run and stop it after (its own process group; "
+        "SIGINT, SIGTERM, then SIGKILL): `{port}` becomes a free port, the run targets "
+        "http://127.0.0.1:{port} unless --base-url is given; output in server.log, "
+        'e.g. "vllm serve MODEL --port {port}"',
+        fills="serve_cmd",
+        to=parse_serve_cmd,
+        section="target",
+    ),
+    flag(
+        "--serve-env",
+        shape="headers",
+        action="append",
+        type=parse_serve_env,
+        metavar="NAME=VALUE",
+        help="with --serve-cmd: an environment variable for the server, repeatable "
+        "(on top of loadgen's own environment)",
+        fills="serve_env",
+        to=lambda pairs: tuple(pairs or ()),
+        section="target",
+    ),
+    flag(
+        "--serve-cwd",
+        metavar="DIR",
+        help="with --serve-cmd: the server's working directory (default: loadgen's)",
+        fills="serve_cwd",
+        section="target",
+    ),
+    flag(
+        "--serve-timeout",
+        type=parse_serve_timeout,
+        default=default_of(TargetSpec, "serve_timeout_s"),
+        metavar="SECONDS",
+        help="with --serve-cmd: how long the server may take to answer /health and "
+        "/v1/models (a large model loads for many minutes); progress is shown meanwhile",
+        fills="serve_timeout_s",
+        section="target",
+    ),
 )
 
 
 def redacted(target: TargetSpec) -> TargetSpec:
     """The target as files and answers record it: no API key, header values `***`, a
-    URL's credentials and secret-named body fields `***` (config/redact.py)."""
+    URL's credentials, secret-named body fields and the launched server's credentials
+    (flags, arguments, environment) `***` (config/redact.py)."""
     return dataclasses.replace(
         target,
         api_key=None,
         headers=tuple((name, REDACTED) for name, _ in target.headers),
         base_url=target.base_url and redact_url(target.base_url),
         extra_body=redact_body(target.extra_body),
+        serve_cmd=tuple(redact_command(target.serve_cmd)),  # --api-key K, HF_TOKEN=...
+        serve_env=tuple(redact_env(target.serve_env).items()),
     )
 
 
@@ -285,6 +378,8 @@ def derive(values: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]
     """The settings of several flags: the key (or $OPENAI_API_KEY), the simulator's flags."""
     if values.sim and values.base_url:
         raise SpecError("--sim and --base-url exclude each other: --sim measures the simulator")
+    if values.sim and values.serve_cmd:
+        raise SpecError("--sim and --serve-cmd exclude each other: each starts the server")
     sim_args = _sim_args(values.sim_args)
     taken = [a for a in sim_args if a.split("=")[0] in ("--host", "--port")]
     if taken:
@@ -384,6 +479,27 @@ def _check_reset(target: TargetSpec) -> None:
     )
 
 
+def _check_serve(target: TargetSpec) -> None:
+    """The launched server's options go with --serve-cmd; its port is loadgen's to choose
+    unless --base-url says where the server listens."""
+    if not target.serve_cmd:
+        for given, name in (
+            (bool(target.serve_env), "--serve-env"),
+            (target.serve_cwd is not None, "--serve-cwd"),
+        ):
+            _check(not given, f"{name}: add --serve-cmd (the server it applies to)")
+        return
+    _check(
+        target.base_url is not None or any(PORT_PLACEHOLDER in arg for arg in target.serve_cmd),
+        f"--serve-cmd: put {PORT_PLACEHOLDER} where the server takes its port (e.g. "
+        f"--port {PORT_PLACEHOLDER}), or give --base-url for the port it listens on",
+    )
+    _check(
+        math.isfinite(target.serve_timeout_s) and target.serve_timeout_s > 0,
+        f"--serve-timeout {target.serve_timeout_s}: must be a finite number of seconds > 0",
+    )
+
+
 def check_profile(
     target: TargetSpec, conc: tuple[int, ...], *, find_max: bool, shards: int
 ) -> None:
@@ -422,3 +538,4 @@ def check(target: TargetSpec) -> None:
     _check_client(target)
     _check_engine(target)
     _check_reset(target)
+    _check_serve(target)

@@ -7,7 +7,9 @@
 Lanes run in sequence (two at once would measure each other). Every lane's prompts are
 built before the first lane starts, so a workload that cannot be built fails at once. A
 lane the server or the machine fails (exit 1) is reported and the next lane runs; Ctrl-C
-stops the matrix, keeping what was measured. A lane with find_max runs the capacity
+stops the matrix, keeping what was measured. A lane with serve_cmd launches its own server
+and stops it before the next lane starts (run/launched_server.py: the port is free again
+by then). A lane with find_max runs the capacity
 search (orchestrate/capacity.py): its directory holds capacity.json and one find_max_<kind>_<load>/
 directory per probe.
 """
@@ -34,6 +36,7 @@ from loadgen.orchestrate.capacity import find_capacity
 from loadgen.results.files import write_atomic
 from loadgen.results.store import AL_MATRIX_FILE, LANES_FILE, ResultsDir
 from loadgen.run.observers import RunObserver
+from loadgen.run.stops import stop_reason
 from loadgen.sinks.al_matrix import lane_al, write_al_matrix
 
 INDEX = LANES_FILE
@@ -46,6 +49,7 @@ class LaneStatus:
     state: LaneState = "pending"
     exit_code: int | None = None
     error: str | None = None
+    stop_reason: str | None = None  # a failed lane's code (run/stops.py), as run.json's
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,7 @@ class LaneStatus:
             "state": self.state,
             "exit_code": self.exit_code,
             "error": self.error,
+            "stop_reason": self.stop_reason,
         }
 
 
@@ -138,7 +143,7 @@ async def run_lanes(
             f"find-max {lane.spec.load.find_max}"
             if lane.spec.load.find_max
             else f"conc {','.join(map(str, lane.spec.load.conc))}"
-        )
+        ) + (", launching its server" if lane.spec.target.serve_cmd else "")
         _say(
             f"lane {number}/{len(plan.lanes)} {lane.name}: {what} -> {lane.spec.output.results_dir}"
         )
@@ -165,6 +170,7 @@ async def run_lanes(
             raise  # bad input is the whole command's problem, not one lane's
         except LoadgenError as exc:
             status.state, status.exit_code, status.error = "failed", exc.exit_code, str(exc)
+            status.stop_reason = stop_reason(exc)
             _say(f"lane {lane.name} failed: {exc}")
         else:  # ran to the end; a point over --max-error-rate still makes the exit status 1
             status.state, status.exit_code = "succeeded", outcome.exit_code

@@ -24,6 +24,8 @@ async def model_label(spec: RunSpec) -> str:
         return spec.target.model
     if spec.sim:
         return sim_model(spec.sim_args)
+    if spec.target.serve_cmd:  # not up yet: the label is the name asked for, if any
+        return "launched-server"
     assert spec.target.base_url is not None
     async with open_session(
         max_connections=1,

@@ -34,6 +34,8 @@ from loadgen.results.store import (
     POINT_GLOB,
     REQUESTS_GLOB,
     RUN_FILE,
+    SERVER_LOG,
+    SERVER_LOG_GLOB,
     SIMULATOR_LOG,
     SIMULATOR_LOG_GLOB,
     SWEEP_CSV,
@@ -48,6 +50,8 @@ _RESULT_GLOBS = (
     SWEEP_PNG,
     SIMULATOR_LOG,
     SIMULATOR_LOG_GLOB,
+    SERVER_LOG,
+    SERVER_LOG_GLOB,
     GPU_POWER_GLOB,
 )
 

@@ -21,6 +21,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.results.files import write_atomic
 from loadgen.results.outcome import PointOutcome, Stop
 from loadgen.results.results_dir import Earlier, settings_of
+from loadgen.results.run_record import LaunchedServerFacts
 from loadgen.results.store import RUN_FILE
 
 
@@ -61,10 +62,14 @@ class RunFile:
         *,
         interrupted: bool,
         final: bool,
+        launched: LaunchedServerFacts | None = None,
     ) -> None:
         """Raises ResultsWriteError when it cannot be written. `stop`: why the run
-        stopped (None: it did not), `interrupted`: by Ctrl-C or a signal."""
-        data = self.to_json(backend, server, points, stop, interrupted=interrupted, final=final)
+        stopped (None: it did not), `interrupted`: by Ctrl-C or a signal; `launched`: the
+        server loadgen launched for the run (--serve-cmd), as far as it is known."""
+        data = self.to_json(
+            backend, server, points, stop, interrupted=interrupted, final=final, launched=launched
+        )
         write_atomic(
             directory / RUN_FILE,
             orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str),
@@ -79,6 +84,7 @@ class RunFile:
         *,
         interrupted: bool,
         final: bool,
+        launched: LaunchedServerFacts | None = None,
     ) -> dict[str, Any]:
         spec, now, reason = self.spec, time.time(), stop
         attempt = {
@@ -106,6 +112,7 @@ class RunFile:
             "server": {**server.to_json(), "stream_interval": self.stream_interval}
             if server
             else None,
+            "launched_server": msgspec.to_builtins(launched) if launched else None,
             "shard": {"index": spec.processes.shard_index, "count": spec.processes.shard_count},
             "points": [
                 {

@@ -239,6 +239,22 @@ class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
     engine_unavailable: dict[str, str] = {}
 
 
+class LaunchedServerFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """The server loadgen launched for the run (--serve-cmd, run/launched_server.py)."""
+
+    command: tuple[str, ...]  # as run, `{port}` substituted, credentials redacted
+    env: dict[str, str] = {}  # --serve-env, credentials redacted
+    cwd: str | None = None
+    port: int
+    pid: int
+    log: str  # the file its output went to, in the results directory
+    startup_s: float | None = None  # launch to /health and /v1/models answering
+    version: str | None = None  # its GET /version, when it answered one
+    exit_status: int | None = None  # None: still running; < 0: ended by that signal
+    stopped_by: str | None = None  # the last signal loadgen sent (None: it ended by itself)
+    last_log_line: str | None = None
+
+
 class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     run_id: str
@@ -261,6 +277,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     stop_detail: str | None = None
     settings: RunSettings
     server: ServerFacts | None = None
+    launched_server: LaunchedServerFacts | None = None
     shard: ShardInfo | None = None
     points: tuple[PointEntry, ...]
     attempts: tuple[Attempt, ...] = ()

@@ -13,6 +13,8 @@
     sweep.csv, sweep.png        the sweep table and plot, complete points only
     simulator.log               the embedded simulator's log (--sim), first attempt
     simulator_attempt<K>.log    ... of attempt K (the K-1th --resume): earlier logs kept
+    server.log                  the launched server's output (--serve-cmd), first attempt
+    server_attempt<K>.log       ... of attempt K, as the simulator's
     lanes.json                  a sweep file's tree: its lanes in the file's order
     al_matrix.yaml              a sweep file's tree: AL per model, mode and K (sinks/al_matrix.py)
     incomplete/<run_id>/        after --resume: the stopped point's files as they were
@@ -50,6 +52,8 @@ SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 SIMULATOR_LOG = "simulator.log"
 SIMULATOR_LOG_GLOB = "simulator_attempt*.log"
+SERVER_LOG = "server.log"
+SERVER_LOG_GLOB = "server_attempt*.log"
 CAPACITY_FILE = "capacity.json"
 PROBE_PREFIX = "find_max_"
 INCOMPLETE_DIR = "incomplete"
@@ -110,6 +114,10 @@ class ResultsDir:
         """The embedded simulator's log of attempt `attempt` (1: the first run): a resumed
         run's simulator must not overwrite the log (and warnings) of the one before."""
         return self.simulator_log if attempt <= 1 else self.path / f"simulator_attempt{attempt}.log"
+
+    def attempt_server_log(self, attempt: int) -> Path:
+        """The launched server's log (--serve-cmd) of attempt `attempt`, as the simulator's."""
+        return self.path / (SERVER_LOG if attempt <= 1 else f"server_attempt{attempt}.log")
 
     @property
     def capacity_file(self) -> Path:

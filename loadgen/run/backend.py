@@ -42,6 +42,7 @@ from loadgen.workload.plan import RequestSpec, text_counter
 
 if TYPE_CHECKING:
     from loadgen.run.embedded_sim import SimulatorLog
+    from loadgen.run.launched_server import LaunchedServer
 
 OnRecord = Callable[[RequestRecord], None]
 PROBE_TIMEOUT_S = 0.5  # a liveness probe; loopback or LAN answers in milliseconds
@@ -119,10 +120,12 @@ class HttpBackend:
         tokenizer: Tokenizer,
         streams: StreamClient,
         simulator_log: SimulatorLog | None = None,
+        launched: LaunchedServer | None = None,
     ) -> None:
         assert spec.target.base_url is not None
         self.spec = spec
         self.simulator_log = simulator_log  # the simulator loadgen started, if it did
+        self.launched = launched  # the server loadgen launched (--serve-cmd), if it did
         self.session = session
         self.streams = streams
         self.target = target
@@ -262,9 +265,10 @@ async def http_backend(
     attempt: int = 1,
     streams: StreamsSource = NATIVE_STREAMS,
 ) -> AsyncIterator[HttpBackend]:
-    """The server of `spec`: `--base-url`, or the embedded simulator started for `--sim`
-    (its log is the attempt's: a --resume keeps the earlier attempt's); the measured
-    streams through `streams`."""
+    """The server of `spec`: `--base-url`, the embedded simulator started for `--sim`
+    (its log is the attempt's: a --resume keeps the earlier attempt's), or the server
+    `--serve-cmd` launches (run/launched_server.py, its log the attempt's too); the
+    measured streams through `streams`."""
     async with contextlib.AsyncExitStack() as stack:
         target, log = "server", None
         if spec.sim:
@@ -282,6 +286,18 @@ async def http_backend(
                 "simulator",
                 sim.log,
             )
+        launched = None
+        if spec.target.serve_cmd:  # --serve-cmd: the server this run launches and stops
+            from loadgen.run.launched_server import launched_server
+
+            launched = await stack.enter_async_context(
+                launched_server(
+                    spec,
+                    ResultsDir(results_dir).attempt_server_log(attempt),
+                    request_headers(spec),
+                )
+            )
+            spec = spec.with_(base_url=launched.base_url)
         session = await stack.enter_async_context(
             open_session(
                 max_connections=max(spec.load.conc),
@@ -290,4 +306,4 @@ async def http_backend(
             )
         )
         client = await stack.enter_async_context(streams.open(spec, max(spec.load.conc)))
-        yield HttpBackend(spec, session, target, tokenizer, client, log)
+        yield HttpBackend(spec, session, target, tokenizer, client, log, launched)

@@ -73,9 +73,12 @@ def process_state(pid: int) -> tuple[str, str] | None:
 class ServerWatch:
     """Fed every request outcome; `run()` raises ServerGone when the rule above fires."""
 
-    def __init__(self, probe: Probe, server_pid: int | None = None) -> None:
+    def __init__(
+        self, probe: Probe, server_pid: int | None = None, pid_source: str = "--server-pid"
+    ) -> None:
         self._probe = probe
         self._pid = server_pid
+        self._pid_source = pid_source  # where the pid came from, for the line
         started = process_state(server_pid) if server_pid is not None else None
         self._pid_start = started[1] if started is not None else ""
         self._streak = 0
@@ -159,7 +162,7 @@ class ServerWatch:
             or state[0] in ("Z", "X")
             or (self._pid_start and state[1] != self._pid_start)
         ):
-            raise ServerGone(f"the server process {self._pid} (--server-pid) has exited")
+            raise ServerGone(f"the server process {self._pid} ({self._pid_source}) has exited")
         if state[0] not in ("T", "t"):
             self._stopped_since = None
             return
@@ -168,6 +171,6 @@ class ServerWatch:
             self._stopped_since = now
         elif now - self._stopped_since >= STOPPED_FOR_S:
             raise ServerGone(
-                f"the server process {self._pid} (--server-pid) has been stopped "
+                f"the server process {self._pid} ({self._pid_source}) has been stopped "
                 f"(SIGSTOP or a debugger) for {now - self._stopped_since:.1f} s"
             )

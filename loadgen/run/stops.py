@@ -16,6 +16,7 @@ from loadgen.client.transport import OutOfDescriptors, descriptors_exhausted
 from loadgen.errors import Interrupted, LoadgenError, ServerError, SetupError, UsageError
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.outcome import Stop
+from loadgen.run.launched_server import ServerFailedToStart
 from loadgen.run.server_watch import ServerGone
 
 
@@ -27,6 +28,7 @@ class WorkerDied(SetupError):
 STOP_REASONS: tuple[tuple[type[LoadgenError], str], ...] = (
     (Interrupted, "interrupted"),
     (ServerGone, "server_gone"),
+    (ServerFailedToStart, "server_failed_to_start"),
     (WorkerDied, "worker_died"),
     (ResultsWriteError, "results_write_failed"),
     (OutOfDescriptors, "out_of_file_descriptors"),

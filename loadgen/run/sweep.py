@@ -271,7 +271,13 @@ class _Sweep:
         else:
             cache = None
         profiler = await self._profiler(backend)
-        watch = ServerWatch(backend.probe, self.spec.processes.server_pid)
+        launched = backend.launched if isinstance(backend, HttpBackend) else None
+        # a launched server is watched by its pid, as --server-pid's (its death is seen at once)
+        watch = (
+            ServerWatch(backend.probe, launched.pid, "launched by --serve-cmd")
+            if launched
+            else ServerWatch(backend.probe, self.spec.processes.server_pid)
+        )
         context = RunContext(
             self.spec,
             backend,
@@ -447,6 +453,9 @@ class _Sweep:
                 stop_of(stop),
                 interrupted=isinstance(stop, Interrupted),
                 final=final,
+                launched=self.backend.launched.facts()
+                if isinstance(self.backend, HttpBackend) and self.backend.launched
+                else None,
             )
         except ResultsWriteError:
             if not final:

@@ -111,6 +111,9 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
         base_url=backend.base_url,
         sim=False,
         sim_args=(),
+        serve_cmd=(),  # the parent launched it (--serve-cmd)
+        serve_env=(),
+        serve_cwd=None,
         workers=1,
         cpu_affinity=(),
         gpu_metrics=(),

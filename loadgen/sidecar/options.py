@@ -59,8 +59,19 @@ RESERVED_OPTIONS = frozenset(
         "resume",
         "overwrite",
         "server_pid",
+        # the sidecar never launches a process: its target is the server it was given
+        *(LAUNCH_OPTIONS := ("serve_cmd", "serve_env", "serve_cwd", "serve_timeout")),
     }
 )
+LAUNCH_WHY = (
+    "not accepted over the API (the sidecar never launches processes: it measures the "
+    "server it was started for; run `loadgen --serve-cmd ...` on a command line)"
+)
+
+
+def refused_why(name: str) -> str:
+    """Why a reserved option (normalised name) is refused."""
+    return LAUNCH_WHY if name in LAUNCH_OPTIONS else RESERVED_WHY
 
 
 class Target(Protocol):
@@ -90,7 +101,7 @@ def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> R
     """The caller's options, validated by the CLI's own code, aimed at our target."""
     reserved = sorted(k for k in options if k.replace("-", "_") in RESERVED_OPTIONS)
     if reserved:
-        raise SpecError(f"{', '.join(reserved)}: {RESERVED_WHY}")
+        raise SpecError(f"{', '.join(reserved)}: {refused_why(reserved[0].replace('-', '_'))}")
     check_known(options)
     placed = place_paths(options, config.data_dir, results_dir, "")
     with files_not_described(options):
@@ -147,7 +158,7 @@ def check_known(options: Mapping[str, Any]) -> None:
 
 def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> SweepPlan:
     """A sweep file's document, every lane aimed at our target, results in results_dir."""
-    refused = {option_dest(name): RESERVED_WHY for name in RESERVED_OPTIONS}
+    refused = {option_dest(name): refused_why(name) for name in RESERVED_OPTIONS}
     placed = _place_document(document, config.data_dir, results_dir)
     with files_not_described(document):
         plan = parse_sweep(

@@ -73,6 +73,9 @@ BY_DEST: dict[str, tuple[list[str], Any]] = {
     "random_range_ratio": (["0.5"], 0.5),
     "golden_al_tolerance": (["0.5"], 0.5),
     "top_p": (["0.5"], 0.5),
+    "serve_timeout": (["90"], 90),
+    "serve_cmd": (["vllm serve m --port {port}"], ["vllm", "serve", "m", "--port", "{port}"]),
+    "serve_env": (["A=1", "--serve-env", "B=x:y"], {"A": 1, "B": "x:y"}),
 }
 # What an option needs beside it to be accepted at all (argv words, document keys).
 PARTNERS: dict[str, dict[str, Any]] = {
@@ -93,6 +96,8 @@ PARTNERS: dict[str, dict[str, Any]] = {
     "reset_after_warmup": {"reset_prefix_cache": True},
     "reset_external": {"reset_prefix_cache": True},
     "reset_timeout": {"reset_prefix_cache": True},
+    "serve_env": {"serve_cmd": "vllm serve m --port {port}"},
+    "serve_cwd": {"serve_cmd": "vllm serve m --port {port}"},
 }
 
 
