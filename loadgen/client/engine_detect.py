@@ -19,6 +19,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.client.http_session import MAX_JSON_BYTES, MAX_PAGE_BYTES, read_capped
+from loadgen.config.redact import redact_url
 from loadgen.errors import UsageError
 from loadgen.metrics.engines import (
     ATOM,
@@ -84,7 +85,7 @@ async def detect_engine(
     body = await _get(session, url, MAX_PAGE_BYTES)
     found = None if body is None else engine_by_names(_series_names(body))
     if found is not None:
-        return EngineChoice(found, f"{url} serves {found.prefix}* series", True)
+        return EngineChoice(found, f"{redact_url(url)} serves {found.prefix}* series", True)
     if isinstance(_json(await _get(session, base_url + "/get_server_info", MAX_JSON_BYTES)), dict):
         return EngineChoice(SGLANG, "/get_server_info answered (SGLang's endpoint)", True)
     info = _json(await _get(session, base_url + "/server_info", MAX_JSON_BYTES))

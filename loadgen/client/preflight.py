@@ -35,7 +35,7 @@ from loadgen.client.redirects import CrossOriginRedirect
 from loadgen.client.server_metrics import check_metrics_urls
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import Transport
-from loadgen.config.redact import redact_body
+from loadgen.config.redact import redact_body, redact_url
 from loadgen.config.spec import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import ServerError
 from loadgen.metrics.server import (
@@ -327,7 +327,8 @@ async def preflight(
         snapshot = (await check_metrics_urls(session, metrics_urls)).total
     else:
         snapshot = await _preflight_metrics(session, base_url + "/metrics")
-    where = ", ".join(metrics_urls) or base_url + "/metrics"
+    # the reason is printed and stored: a URL's user:password@ never is
+    where = ", ".join(map(redact_url, metrics_urls)) or redact_url(base_url + "/metrics")
     chosen = choose_engine(engine, await detect_engine(session, base_url, snapshot, where))
     dialect = chosen.dialect
     if not metrics_urls and dialect.metrics_path != "/metrics":

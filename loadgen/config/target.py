@@ -132,10 +132,13 @@ def parse_profile_conc(text: str) -> int:
 PORT_PLACEHOLDER = "{port}"
 
 
-def parse_serve_cmd(text: str | None) -> tuple[str, ...]:
-    """The server command's argv: split like a shell (quotes kept together), not run by one."""
+def parse_serve_cmd(text: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The server command's argv: split like a shell (quotes kept together), not run by
+    one; a document's list is the argv as given."""
     if text is None:
         return ()
+    if not isinstance(text, str):
+        return tuple(text)
     try:
         return tuple(shlex.split(text))
     except ValueError as exc:
@@ -143,13 +146,20 @@ def parse_serve_cmd(text: str | None) -> tuple[str, ...]:
 
 
 def parse_serve_env(text: str) -> tuple[str, str]:
-    """NAME=VALUE (the flag), or NAME:VALUE (a sweep file's mapping `NAME: VALUE`): the
-    name ends at the first `=` or `:`, which no environment name holds."""
+    """NAME=VALUE (the flag), or NAME:VALUE (a sweep file's list item): the name ends at
+    the first `=` or `:`, which no environment name holds."""
     cut = min((i for i in (text.find("="), text.find(":")) if i >= 0), default=-1)
-    name = text[:cut] if cut > 0 else ""
+    return serve_env_pair((text[:cut] if cut > 0 else "", text[cut + 1 :]), text)
+
+
+def serve_env_pair(pair: tuple[str, object], shown: str | None = None) -> tuple[str, str]:
+    """One variable as (NAME, VALUE): a document's mapping `NAME: VALUE` item, or the
+    flag's text cut in two (`shown`: how it reads in a message)."""
+    name, value = pair[0], str(pair[1])
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise SpecError(f"--serve-env {text!r}: expected NAME=VALUE, e.g. VLLM_USE_V1=1")
-    return name, text[cut + 1 :]
+        shown = f"{pair[0]}={value}" if shown is None else shown
+        raise SpecError(f"--serve-env {shown!r}: expected NAME=VALUE, e.g. VLLM_USE_V1=1")
+    return name, value
 
 
 def parse_serve_timeout(text: str) -> float:
@@ -332,6 +342,7 @@ FIELDS: tuple[Field, ...] = (
         shape="headers",
         action="append",
         type=parse_serve_env,
+        read=serve_env_pair,
         metavar="NAME=VALUE",
         help="with --serve-cmd: an environment variable for the server, repeatable "
         "(on top of loadgen's own environment)",
@@ -482,6 +493,10 @@ def _check_reset(target: TargetSpec) -> None:
 def _check_serve(target: TargetSpec) -> None:
     """The launched server's options go with --serve-cmd; its port is loadgen's to choose
     unless --base-url says where the server listens."""
+    _check(
+        math.isfinite(target.serve_timeout_s) and target.serve_timeout_s > 0,
+        f"--serve-timeout {target.serve_timeout_s}: must be a finite number of seconds > 0",
+    )
     if not target.serve_cmd:
         for given, name in (
             (bool(target.serve_env), "--serve-env"),
@@ -493,10 +508,6 @@ def _check_serve(target: TargetSpec) -> None:
         target.base_url is not None or any(PORT_PLACEHOLDER in arg for arg in target.serve_cmd),
         f"--serve-cmd: put {PORT_PLACEHOLDER} where the server takes its port (e.g. "
         f"--port {PORT_PLACEHOLDER}), or give --base-url for the port it listens on",
-    )
-    _check(
-        math.isfinite(target.serve_timeout_s) and target.serve_timeout_s > 0,
-        f"--serve-timeout {target.serve_timeout_s}: must be a finite number of seconds > 0",
     )
 
 
