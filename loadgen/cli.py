@@ -148,15 +148,17 @@ def run_config(argv: Sequence[str]) -> int:
 
 
 async def _run_lanes(plan: SweepPlan) -> int:
-    from loadgen.compare.cli import publish_tree
+    from loadgen.compare.cli import publish_tree, require_lossless
     from loadgen.orchestrate.lanes import check_workloads, run_lanes
 
     await check_workloads(plan)
     outcome = await run_lanes(plan)
     print(f"loadgen: results in {outcome.results_dir} (one directory per lane)", file=sys.stderr)
     if outcome.measured:
-        report = await asyncio.to_thread(publish_tree, outcome.results_dir)
+        report, check = await asyncio.to_thread(publish_tree, outcome.results_dir)
         print(f"loadgen: report in {report}", file=sys.stderr)
+        if any(lane.spec.scoring.require_lossless for lane in plan.lanes):
+            require_lossless(check)
     return outcome.exit_code
 
 

@@ -37,6 +37,7 @@ from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import Exchange, Ingest, StartPacer
 from loadgen.client.malformed_body import MalformedBody
 from loadgen.client.native.protocol import BadHttpResponse
+from loadgen.client.outputs import OutputKeeper
 from loadgen.client.stream_client import (
     RequestClock,
     StreamClient,
@@ -72,8 +73,10 @@ class Transport:
         stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         count_text: Callable[[str], int] | None = None,
         spec_tokens: int | None = None,
+        record_outputs: bool = False,
     ) -> None:
         self.client = client
+        self.record_outputs = record_outputs  # --record-outputs: keep what came back
         self.spec_tokens = spec_tokens  # the run's K: the server's per-request stats' too
         self.url = url
         self.request_timeout_s = request_timeout_s
@@ -96,7 +99,8 @@ class Transport:
     ) -> RequestRecord:
         """Send, stream, and record; `on_record` sees the record even when cancelled."""
         clock = RequestClock()
-        state = Exchange(request.max_tokens, request.reply)
+        keeper = OutputKeeper() if self.record_outputs else None
+        state = Exchange(request.max_tokens, request.reply, keeper)
         counter = TokenCounter(self.count_text)
         called_ns = perf_counter_ns()
         sent_unix = time.time()
@@ -147,6 +151,7 @@ class Transport:
             stray_bytes=state.stray_bytes,
             server_spec_decode=state.server_metrics[0],
             server_timings=state.server_metrics[1],
+            output=None if keeper is None else keeper.output(state.finish_reason, request.body),
         )
         if state.taint.why:
             record = tainted(record, state.taint.why)

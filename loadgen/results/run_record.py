@@ -127,6 +127,8 @@ class ScoringSettings(_Part, frozen=True, kw_only=True):
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
     scenario: str | None = None
     unsafe_override: bool = False
+    spec_synthetic: bool = False
+    require_lossless: bool = False
 
 
 class TelemetrySettings(_Part, frozen=True, kw_only=True):
@@ -158,6 +160,7 @@ class OutputSettings(_Part, frozen=True, kw_only=True):
     resume: bool = False
     overwrite: bool = False
     ignored_flags: tuple[str, ...] = ()
+    record_outputs: bool = False
 
 
 class ProcessSettings(_Part, frozen=True, kw_only=True):

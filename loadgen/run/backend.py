@@ -149,6 +149,7 @@ class HttpBackend:
             stream_idle_timeout_s=self.spec.deadlines.stream_idle_timeout_s,
             count_text=text_counter(self.tokenizer),
             spec_tokens=self.spec.scoring.spec_tokens,
+            record_outputs=self.spec.output.record_outputs,
         )
 
     async def send(
