@@ -62,6 +62,11 @@ def _dispatch(command: str, args: list[str]) -> int:
     if any(a == "--config" or a.startswith("--config=") for a in args):
         return run_config(args)
     spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
+    if spec.scoring.require_lossless:  # one run has no lane to hold its outputs against
+        raise UsageError(
+            "--require-lossless judges a sweep file's lanes (--config) or `loadgen compare "
+            "--require-lossless RUN...`; one run has nothing to compare its outputs with"
+        )
     for note in spec.output.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
