@@ -2,7 +2,8 @@
 
 Each point's request JSONL (every trial's, with --trials: trial k of two lanes draws the
 same prompts, and pairing goes by the prompt's digest) is read once; records without a
-kept output (the option off, a failed request) take no part. A run's server accepts drafts
+kept output (the option off, a failed request) take no part, and a point with none has
+an empty list (its lane is then `no_pairs`). A run's server accepts drafts
 synthetically when its settings say so: `--spec-synthetic`, or an embedded simulator given
 a `--speculative-config` with `"rejection_sample_method": "synthetic"` (vLLM 0.32 shows
 its speculative config only in its startup log, not on /metrics: declare it there).
@@ -28,14 +29,14 @@ def _outputs(run: RunDir) -> dict[int, list[RequestOutput]]:
     kept: dict[int, list[RequestOutput]] = {}
     for conc in run.points:
         paths = [path for path in record_paths(run, conc) if path.is_file()]
-        outputs = [
+        # every measured point, kept outputs or none: a lane that kept none where the
+        # baseline did is `no_pairs`, never silently left out of the check
+        kept[conc] = [
             record.output
             for path in paths
             for record in read_jsonl(path)
             if record.ok and record.output is not None
         ]
-        if outputs:
-            kept[conc] = outputs
     return kept
 
 

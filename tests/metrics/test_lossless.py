@@ -131,3 +131,12 @@ def test_divergence_percentiles_are_numpys() -> None:
     assert check is not None
     (only,) = check.lanes
     assert only.divergence_median == 5 and math.isclose(only.divergence_p10 or 0, 1.0)
+
+
+def test_a_lane_that_kept_nothing_is_not_left_out() -> None:
+    runs = _runs(40, 40)
+    runs[2] = LosslessRun("lane", {8: []})  # measured, outputs not kept
+    check = check_lossless(runs, repeat="base.repeat")
+    assert check is not None
+    (only,) = check.lanes
+    assert only.verdict is Verdict.NO_PAIRS and check.failures()
