@@ -61,6 +61,7 @@ class OutputKeeper:
     def take(self, event: StreamEvent) -> None:
         text = event[4]
         if text:
+            # (both decoders refuse a lone surrogate: every text encodes)
             (self._reasoning if event[10] else self._text).extend(text.encode())
         ids = event[11]
         if ids is None:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from loadgen.client.events import TokenCounter, decode_event
+from loadgen.client.events import MalformedEvent, TokenCounter, decode_event
 from loadgen.client.fast_events import decode_event_fast
 from loadgen.client.ingest import Exchange
 from loadgen.client.outputs import OutputKeeper, prompt_digest
@@ -101,3 +101,10 @@ def test_the_output_goes_to_disk_and_back(tmp_path: Path) -> None:
     (back,) = read_jsonl(path)
     assert back == record and back.output is not None and back.output.ids() == (1, 2)
     assert RequestRecord.from_dict(orjson.loads(record.to_json())) == record
+
+
+@pytest.mark.parametrize("decode", [decode_event_fast, decode_event])
+def test_no_lone_surrogate_reaches_the_keeper(decode: Any) -> None:
+    # the keeper encodes every text as UTF-8: the decoders must refuse what cannot be
+    with pytest.raises(MalformedEvent):
+        decode(b'{"choices": [{"index": 0, "text": "a\\ud800b"}]}')
