@@ -139,3 +139,27 @@ def test_compare_requires_lossless_only_of_what_it_is_given(
     )
     unknown = loadgen("compare", str(tree / "base"), str(tree / "mtp"), "--repeat-baseline", "x")
     assert unknown.returncode == 2 and "--repeat-baseline x: not one of the runs" in unknown.stderr
+
+
+@pytest.mark.parametrize(
+    ("lane_b", "kept"),
+    [
+        ({}, True),  # one seed, one workload, greedy: comparable output for output
+        ({"temperature": 0.7}, False),  # sampled: outputs differ by design
+        ({"seed": 2}, False),  # other prompts
+        ({"workload": {"osl": 32}}, False),
+    ],
+)
+def test_a_sweep_file_keeps_outputs_where_its_lanes_can_be_compared(
+    lane_b: dict[str, Any], kept: bool
+) -> None:
+    from loadgen.config.sweepfile import parse_sweep
+
+    document = {
+        "conc": "4",
+        "workload": {"isl": 64, "osl": 16},
+        "target": {"sim": True},
+        "lanes": [{"name": "a"}, {"name": "b", **lane_b}],
+    }
+    plan = parse_sweep(document, source="s.yaml")
+    assert [lane.spec.output.record_outputs for lane in plan.lanes] == [kept, kept]
