@@ -14,6 +14,7 @@ what reading alone costs per chunk before any de-chunking, framing, decoding or 
 
     .venv/bin/python bench/read_path.py --conc 512 --http-client native,aiohttp --runs 3
     .venv/bin/python bench/read_path.py --http-client native,reads-kernel,reads-uvloop
+    .venv/bin/python bench/read_path.py --http-client native,native+outputs  # --record-outputs
     perf record -g -p <client pid printed> ...   # to see where the time goes
 """
 
@@ -43,6 +44,7 @@ from loadgen.client.transport import Transport
 from loadgen.workload.plan import RequestSpec
 
 CLIENT_CPU, SERVER_CPU = 0, 1
+OUTPUTS = "+outputs"  # a client kind's suffix: the same client with --record-outputs
 
 
 def chunk_bytes(index: int, prompt: int = 256) -> bytes:
@@ -218,7 +220,13 @@ async def measure(
             bridge = kernel_stamps.ClockBridge()
             sends = [await read_only_send(kind, url, chunks, bridge) for _ in range(conc)]
         else:
-            transport = Transport(await stack.enter_async_context(streams_of(kind, conc)), url)
+            # `<client>+outputs`: the same client keeping every output (--record-outputs)
+            client, keep = kind.removesuffix(OUTPUTS), kind.endswith(OUTPUTS)
+            transport = Transport(
+                await stack.enter_async_context(streams_of(client, conc)),
+                url,
+                record_outputs=keep,
+            )
 
             async def send() -> int:
                 record = await transport.send(

@@ -62,6 +62,11 @@ def _dispatch(command: str, args: list[str]) -> int:
     if any(a == "--config" or a.startswith("--config=") for a in args):
         return run_config(args)
     spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
+    if spec.scoring.require_lossless:  # one run has no lane to hold its outputs against
+        raise UsageError(
+            "--require-lossless judges a sweep file's lanes (--config) or `loadgen compare "
+            "--require-lossless RUN...`; one run has nothing to compare its outputs with"
+        )
     for note in spec.output.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
@@ -148,15 +153,17 @@ def run_config(argv: Sequence[str]) -> int:
 
 
 async def _run_lanes(plan: SweepPlan) -> int:
-    from loadgen.compare.cli import publish_tree
+    from loadgen.compare.cli import publish_tree, require_lossless
     from loadgen.orchestrate.lanes import check_workloads, run_lanes
 
     await check_workloads(plan)
     outcome = await run_lanes(plan)
     print(f"loadgen: results in {outcome.results_dir} (one directory per lane)", file=sys.stderr)
     if outcome.measured:
-        report = await asyncio.to_thread(publish_tree, outcome.results_dir)
+        report, check = await asyncio.to_thread(publish_tree, outcome.results_dir)
         print(f"loadgen: report in {report}", file=sys.stderr)
+        if any(lane.spec.scoring.require_lossless for lane in plan.lanes):
+            require_lossless(check)
     return outcome.exit_code
 
 

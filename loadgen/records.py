@@ -8,7 +8,10 @@ disagree with its raw data.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import sys
+from array import array
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -94,6 +97,45 @@ class ServerTimings:
     tokens_per_second: float | None = None
 
 
+class OutputBasis(StrEnum):
+    """What a request's kept output (`RequestOutput`) identifies it by."""
+
+    TOKEN_IDS = "token_ids"  # the ids the server streamed (vLLM `return_token_ids`): exact
+    TEXT = "text"  # the streamed text, where some chunk carried no ids
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """What one request generated, kept with `--record-outputs` (docs/results.md,
+    `output`): the one field both the lossless check across lanes and an accuracy scorer
+    read. `token_ids` is the ids' little-endian uint32 bytes, base64 (4 bytes a token in
+    memory, 5.3 in the JSONL: 5.4 KB per 1k tokens); `digest` identifies the output by
+    `basis` (ids when every chunk had them, else the text)."""
+
+    basis: OutputBasis
+    digest: str  # blake2b-128 hex of the ids' bytes (TOKEN_IDS) or the text's UTF-8 (TEXT)
+    text: str  # content, then (chat) the reasoning the server streamed apart
+    token_ids: str | None  # base64 of uint32 LE ids; None when basis is TEXT
+    finish_reason: str | None
+    prompt_digest: str  # blake2b-128 hex of the request body: pairs it across lanes
+    reasoning: str = ""  # chat's delta.reasoning(_content), when the server streamed it apart
+
+    def ids(self) -> tuple[int, ...] | None:
+        """The token ids kept (None: the basis is the text)."""
+        if self.token_ids is None:
+            return None
+        ids = array("I", base64.b64decode(self.token_ids))
+        if sys.byteorder == "big":  # stored little-endian
+            ids.byteswap()
+        return tuple(ids)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestOutput:
+        values = dict(data)
+        values["basis"] = OutputBasis(values["basis"])
+        return cls(**values)
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One measured request. All `*_ns` values are time.perf_counter_ns() readings."""
@@ -137,6 +179,7 @@ class RequestRecord:
     # `metrics`), None when it sent none
     server_spec_decode: SpecDecodeStats | None = None
     server_timings: ServerTimings | None = None
+    output: RequestOutput | None = None  # --record-outputs: what came back
 
     @property
     def ok(self) -> bool:
@@ -180,5 +223,7 @@ class RequestRecord:
             values["server_spec_decode"] = SpecDecodeStats.from_dict(values["server_spec_decode"])
         if values.get("server_timings") is not None:
             values["server_timings"] = ServerTimings(**values["server_timings"])
+        if values.get("output") is not None:
+            values["output"] = RequestOutput.from_dict(values["output"])
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})

@@ -48,6 +48,9 @@ class StreamEvent(NamedTuple):
     error: str | None = None  # an error object inside the stream
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (vLLM)
     reasoning: bool = False  # text is chat's delta.reasoning(_content), not its content
+    # the chunk's token ids as sent (None without return_token_ids): only --record-outputs
+    # reads them (client/outputs.py); holding the list the decoder made costs nothing
+    ids: list[Any] | None = None
 
 
 DONE_EVENT = StreamEvent(done=True)
@@ -259,6 +262,7 @@ def decode_event(data: bytes) -> StreamEvent:
             None,  # error
             cached_tokens,
             reasoning,
+            token_ids,
         ),
     )
 
@@ -281,7 +285,7 @@ class TokenCounter:
         self.decrease: tuple[int, int] | None = None
 
     def count(self, event: StreamEvent) -> int:
-        _, has_choice, token_ids, logprobs, text, cumulative, _, _, _, _, _ = event
+        _, has_choice, token_ids, logprobs, text, cumulative, _, _, _, _, _, _ = event
         if cumulative is not None:
             delta = cumulative - self._last_completion
             if delta > 0:

@@ -162,6 +162,7 @@ def decode_event_fast(data: bytes) -> StreamEvent:
             None,  # error
             cached,
             reasoning,
+            token_ids,
         ),
     )
 

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from loadgen.client.events import MAX_TOKEN_COUNT, MetricsEvent, StreamEvent, TokenCounter
 from loadgen.client.fast_events import decode_event_fast as decode_event
+from loadgen.client.outputs import OutputKeeper, content_sink
 from loadgen.client.request_metrics import RequestMetrics
 from loadgen.client.sse import ArrivalLog, SseFramer
 from loadgen.records import ArrivalStamps, ErrorKind, SpecDecodeStats, StrayBytes, TokenSource
@@ -72,15 +73,20 @@ class Exchange:
         "finish_reason",
         "max_tokens",
         "prompt_tokens",
-        "reply",
         "server_metrics",
+        "sink",
         "status",
         "stray_bytes",
         "taint",
         "token_cap",
     )
 
-    def __init__(self, max_tokens: int | None = None, reply: ReplyText | None = None) -> None:
+    def __init__(
+        self,
+        max_tokens: int | None = None,
+        reply: ReplyText | None = None,
+        keeper: OutputKeeper | None = None,
+    ) -> None:
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.prompt_tokens: int | None = None
@@ -95,7 +101,9 @@ class Exchange:
         self.max_tokens = max_tokens  # the request's cap (None: unknown)
         # The most completion tokens the server can truthfully report for this request.
         self.token_cap = MAX_TOKEN_COUNT if max_tokens is None else max_tokens
-        self.reply = reply  # --live-history session turns: the reply's text goes here
+        # Where every event goes besides the counts: --live-history's reply text,
+        # --record-outputs' keeper; None (the default) keeps nothing and costs one check
+        self.sink = content_sink(reply, keeper)
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
         self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
         self.server_metrics: RequestMetrics = (None, None)  # vLLM's per-request `metrics`
@@ -123,7 +131,7 @@ class Exchange:
 
     def on_event(self, event: StreamEvent, stamp: int, counter: TokenCounter) -> None:
         # One unpacking instead of a NamedTuple attribute lookup per field (per event).
-        done, _, _, _, text, completion, prompt, finish_reason, error, cached, reasoning = event
+        done, _, _, _, _, completion, prompt, finish_reason, error, cached, _, _ = event
         if done:
             self.done, self.end_ns = True, stamp
             return
@@ -142,8 +150,9 @@ class Exchange:
             self.cached_tokens = cached
         if finish_reason is not None:
             self.finish_reason = finish_reason
-        if self.reply is not None and text:
-            self.reply.add(text, reasoning)
+        sink = self.sink
+        if sink is not None:
+            sink.take(event)
         tokens = counter.count(event)
         if tokens > 0:
             self.chunk_ns.append(stamp)

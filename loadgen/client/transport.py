@@ -37,6 +37,7 @@ from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import Exchange, Ingest, StartPacer
 from loadgen.client.malformed_body import MalformedBody
 from loadgen.client.native.protocol import BadHttpResponse
+from loadgen.client.outputs import OutputKeeper
 from loadgen.client.stream_client import (
     RequestClock,
     StreamClient,
@@ -73,8 +74,10 @@ class Transport:
         count_text: Callable[[str], int] | None = None,
         spec_tokens: int | None = None,
         server_spec_tokens: int | None = None,
+        record_outputs: bool = False,
     ) -> None:
         self.client = client
+        self.record_outputs = record_outputs  # --record-outputs: keep what came back
         # the run's K (--spec-tokens) and the server's (its /metrics): each request's
         # spec-decode stats must have both
         self.spec_tokens = spec_tokens
@@ -100,7 +103,8 @@ class Transport:
     ) -> RequestRecord:
         """Send, stream, and record; `on_record` sees the record even when cancelled."""
         clock = RequestClock()
-        state = Exchange(request.max_tokens, request.reply)
+        keeper = OutputKeeper() if self.record_outputs else None
+        state = Exchange(request.max_tokens, request.reply, keeper)
         counter = TokenCounter(self.count_text)
         called_ns = perf_counter_ns()
         sent_unix = time.time()
@@ -151,6 +155,7 @@ class Transport:
             stray_bytes=state.stray_bytes,
             server_spec_decode=state.server_metrics[0],
             server_timings=state.server_metrics[1],
+            output=None if keeper is None else keeper.output(state.finish_reason, request.body),
         )
         if state.taint.why:
             record = tainted(record, state.taint.why)

@@ -15,8 +15,10 @@ from typing import NoReturn
 
 from loadgen.compare.capacity_inputs import probe_points
 from loadgen.compare.inputs import RunDir, load_runs
-from loadgen.errors import UsageError
+from loadgen.compare.lossless_inputs import lossless_check
+from loadgen.errors import LoadgenError, UsageError
 from loadgen.metrics.compare import Comparison, compare
+from loadgen.metrics.lossless import LosslessCheck
 from loadgen.metrics.trust import (
     cache_warnings,
     point_warnings,
@@ -67,7 +69,24 @@ def compare_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="also write everything (tables, frontiers, crossovers) as JSON",
     )
+    _lossless_arguments(p)
     return p
+
+
+def _lossless_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repeat-baseline",
+        metavar="RUN",
+        default=None,
+        help="the run (its name or directory) that repeats the baseline's configuration: "
+        "the noise floor of the outputs check (default: a run named <baseline>.repeat)",
+    )
+    parser.add_argument(
+        "--require-lossless",
+        action="store_true",
+        help="exit 1 unless every run's outputs (--record-outputs) are within the noise "
+        "floor of the baseline's",
+    )
 
 
 def report_parser() -> argparse.ArgumentParser:
@@ -86,6 +105,13 @@ def report_parser() -> argparse.ArgumentParser:
         default=Path("report.html"),
         metavar="FILE",
         help="where to write the report (default: report.html)",
+    )
+    p.add_argument(
+        "--repeat-baseline",
+        metavar="RUN",
+        default=None,
+        help="the run that repeats the baseline's configuration (the outputs check's "
+        "noise floor; default: a run named <baseline>.repeat)",
     )
     return p
 
@@ -115,23 +141,45 @@ def _paths(runs: Sequence[RunDir]) -> dict[str, str]:
     return {run.name: str(run.path) for run in runs}
 
 
+class NotLossless(LoadgenError):
+    """--require-lossless: some run's outputs are not shown to be the baseline's (exit 1)."""
+
+
+def require_lossless(check: LosslessCheck | None) -> None:
+    """Raise NotLossless, one line, unless every run's outputs are within the noise floor."""
+    if check is None:
+        raise NotLossless(
+            "--require-lossless: no run kept its outputs; run the lanes with --record-outputs"
+        )
+    failures = check.failures()
+    if failures:
+        raise NotLossless(f"--require-lossless: {'; '.join(failures)}")
+
+
 def write_outputs(
-    runs: Sequence[RunDir], *, csv: Path | None = None, json: Path | None = None
+    runs: Sequence[RunDir],
+    *,
+    csv: Path | None = None,
+    json: Path | None = None,
+    lossless: LosslessCheck | None = None,
 ) -> str:
-    """The comparison as text (returned), plus CSV/JSON where asked."""
+    """The comparison as text (returned), plus CSV/JSON where asked; `lossless`: the
+    outputs check, computed once by the caller for every sink."""
     comparison, warnings = compare_dirs(runs), warnings_of(runs)
     mismatch = workload_warning(runs)
     if csv is not None:
-        write_comparison_csv(csv, comparison, _paths(runs))
+        write_comparison_csv(csv, comparison, _paths(runs), lossless)
     if json is not None:
-        write_comparison_json(json, comparison, _paths(runs), warnings, mismatch)
+        write_comparison_json(json, comparison, _paths(runs), warnings, mismatch, lossless)
     searches = [capacity_line(r.name, r.capacity.result) for r in runs if r.capacity]
-    return format_comparison(comparison, warnings, mismatch) + "".join(
+    return format_comparison(comparison, warnings, mismatch, lossless) + "".join(
         f"\n{line}" for line in searches
     )
 
 
-def build_report(runs: Sequence[RunDir], output: Path) -> Path:
+def build_report(
+    runs: Sequence[RunDir], output: Path, lossless: LosslessCheck | None = None
+) -> Path:
     from loadgen.compare.distributions import load_record_views
     from loadgen.sinks.html_report import ReportRun, write_report
 
@@ -149,17 +197,25 @@ def build_report(runs: Sequence[RunDir], output: Path) -> Path:
         for run in runs
     ]
     return write_report(
-        output, report_runs, compare_dirs(runs), warnings_of(runs), generated_unix=time.time()
+        output,
+        report_runs,
+        compare_dirs(runs),
+        warnings_of(runs),
+        generated_unix=time.time(),
+        lossless=lossless,
     )
 
 
-def publish_tree(tree: Path) -> Path:
+def publish_tree(tree: Path) -> tuple[Path, LosslessCheck | None]:
     """After a sweep file: the comparison on the console, compare.csv/.json and report.html
-    in the tree. Returns the report's path."""
+    in the tree. Returns the report's path and the outputs check (the caller's
+    --require-lossless judges it, after everything is written)."""
     runs = load_runs([tree])
+    check = lossless_check(runs)
     # printable: the table may quote what the files hold (a served model's name)
-    print(printable(write_outputs(runs, csv=tree / "compare.csv", json=tree / "compare.json")))
-    return build_report(runs, tree / "report.html")
+    text = write_outputs(runs, csv=tree / "compare.csv", json=tree / "compare.json", lossless=check)
+    print(printable(text))
+    return build_report(runs, tree / "report.html", check), check
 
 
 def _guard(command: str, argv: Sequence[str]) -> int:
@@ -167,10 +223,16 @@ def _guard(command: str, argv: Sequence[str]) -> int:
     try:
         if command == "compare":
             args = compare_parser().parse_args(list(argv))
-            print(printable(write_outputs(load_runs(args.runs), csv=args.csv, json=args.json)))
+            runs = load_runs(args.runs)
+            check = lossless_check(runs, args.repeat_baseline)
+            text = write_outputs(runs, csv=args.csv, json=args.json, lossless=check)
+            print(printable(text))
+            if args.require_lossless:  # after every file is written: nothing is lost
+                require_lossless(check)
         else:
             args = report_parser().parse_args(list(argv))
-            path = build_report(load_runs(args.runs), args.output)
+            runs = load_runs(args.runs)
+            path = build_report(runs, args.output, lossless_check(runs, args.repeat_baseline))
             print(f"loadgen: report in {path}", file=sys.stderr)
     except OSError as exc:  # an output path that cannot be written
         raise ResultsWriteError(Path(exc.filename or "the output"), exc) from None

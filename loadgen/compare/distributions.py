@@ -16,7 +16,7 @@ def load_distributions(run: RunDir) -> dict[int, PointDistributions]:
     return load_record_views(run)[0]
 
 
-def _record_paths(run: RunDir, conc: int) -> list[Path]:
+def record_paths(run: RunDir, conc: int) -> list[Path]:
     """requests_conc_<N>.jsonl, or (--trials) every trial's requests_conc_<N>_trial_<k>.jsonl,
     pooled as the point is."""
     result = run.results[conc]
@@ -35,7 +35,7 @@ def load_record_views(
     run with --slice-duration (a timeline of every point would swell the report)."""
     distributions, timelines = {}, {}
     for conc in run.points:
-        paths = _record_paths(run, conc)
+        paths = record_paths(run, conc)
         if paths and all(path.is_file() for path in paths):
             records = [r for path in paths for r in read_jsonl(path)]
             distributions[conc] = point_distributions(records)

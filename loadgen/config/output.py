@@ -45,6 +45,10 @@ class OutputSpec:
     resume: bool = False  # continue the interrupted sweep in results_dir
     overwrite: bool = False  # replace the earlier run's files in results_dir
     ignored_flags: tuple[str, ...] = ()  # accepted for compatibility, said once on stderr
+    # Keep every request's output (token ids, text, digests, finish reason) on its record
+    # (client/outputs.py); a sweep file turns it on where its lanes can be compared
+    # output for output (orchestrate/lanes.py)
+    record_outputs: bool = False
 
 
 def parse_port(text: str) -> int:
@@ -90,6 +94,15 @@ FIELDS: tuple[Field, ...] = (
         "scraped every second) for InferenceX's agentic aggregation; several "
         "points: DIR/conc_<N>/ (default: off)",
         fills="aiperf_artifacts",
+    ),
+    flag(
+        "--record-outputs",
+        action="store_true",
+        help="keep each request's output on its record (token ids as received, "
+        "else the text; their digest; the finish reason) for `loadgen compare`'s "
+        "lossless check and accuracy scoring (default: off; on in a sweep file whose "
+        "lanes share seed, prompts and temperature 0)",
+        fills="record_outputs",
     ),
     flag(
         "--no-progress",

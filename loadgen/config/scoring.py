@@ -32,6 +32,12 @@ class ScoringSpec:
     # submission rules each point is checked against (metrics/submission.py)
     scenario: str | None = None
     unsafe_override: bool = False
+    # The server accepts drafts synthetically (vLLM rejection_sample_method: synthetic):
+    # its outputs are not the target's, and the lossless check never calls them lossless
+    spec_synthetic: bool = False
+    # A sweep file's own comparison exits 1 when a lane's outputs differ from the
+    # baseline's beyond run-to-run noise (metrics/lossless.py)
+    require_lossless: bool = False
 
 
 FIELDS: tuple[Field, ...] = (
@@ -50,6 +56,22 @@ FIELDS: tuple[Field, ...] = (
         metavar="K",
         help="draft tokens per step for the acceptance rate (default: from the server's /metrics)",
         fills="spec_tokens",
+    ),
+    flag(
+        "--spec-synthetic",
+        action="store_true",
+        help="the server accepts drafts synthetically (vLLM rejection_sample_method: "
+        "synthetic): `loadgen compare` labels its outputs not verified by the target "
+        "and never lossless",
+        fills="spec_synthetic",
+    ),
+    flag(
+        "--require-lossless",
+        action="store_true",
+        help="a sweep file's comparison exits 1 when a lane's outputs differ from the "
+        "baseline lane's beyond run-to-run noise (needs --record-outputs, on by "
+        "default in such a sweep file)",
+        fills="require_lossless",
     ),
     flag(
         "--slo",

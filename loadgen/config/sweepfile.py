@@ -236,6 +236,7 @@ def parse_sweep(
         options = {dest: key.value for dest, key in keys.items()}
         planned.append(Lane(name, spec, redact_options(options)))
     planned = _own_artifacts(planned)
+    planned = _comparable_outputs(planned)
     # the one rule (config/redact.py) at every level: lanes, `target:` groups, the top
     return SweepPlan(tree, tuple(planned), redact_options(document))
 
@@ -248,6 +249,28 @@ def _own_artifacts(lanes: list[Lane]) -> list[Lane]:
         dataclasses.replace(lane, spec=lane.spec.with_(aiperf_artifacts=root / lane.name))
         if (root := lane.spec.output.aiperf_artifacts) is not None and shared[root] > 1
         else lane
+        for lane in lanes
+    ]
+
+
+def _comparable_outputs(lanes: list[Lane]) -> list[Lane]:
+    """Lanes that send the same requests (one seed, one workload: the same prompts) with
+    greedy sampling can be compared output for output (`loadgen compare`'s lossless
+    check): each keeps its outputs (--record-outputs) without being asked."""
+    first = lanes[0].spec
+    comparable = (
+        len(lanes) > 1
+        and first.workload.temperature == 0
+        and all(
+            lane.spec.seed == first.seed and lane.spec.workload == first.workload for lane in lanes
+        )
+    )
+    if not comparable:
+        return lanes
+    return [
+        lane
+        if lane.spec.output.record_outputs
+        else dataclasses.replace(lane, spec=lane.spec.with_(record_outputs=True))
         for lane in lanes
     ]
 

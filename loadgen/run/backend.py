@@ -170,6 +170,7 @@ class HttpBackend:
             count_text=text_counter(self.tokenizer),
             spec_tokens=self.spec.scoring.spec_tokens,
             server_spec_tokens=server.spec_tokens,
+            record_outputs=self.spec.output.record_outputs,
         )
 
     async def send(

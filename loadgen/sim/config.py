@@ -46,6 +46,10 @@ class FaultConfig:
     stall_seconds: float = 2.0
     # 503 when more than this many requests are already waiting; None = unlimited.
     max_waiting: int | None = None
+    # A test aid, not engine behaviour: the chance that a decode step which accepted
+    # drafts emits a wrong token in place of its last accepted one (a broken draft path:
+    # the output is no longer the target's), for `loadgen compare`'s lossless check.
+    lossy_spec: float = 0.0
 
     def any_mid_stream(self) -> bool:
         return self.abort > 0 or self.malformed > 0 or self.stall > 0
@@ -234,6 +238,7 @@ def _check_probabilities(config: SimConfig) -> None:
             "--fault-abort": faults.abort,
             "--fault-malformed": faults.malformed,
             "--fault-stall": faults.stall,
+            "--fault-lossy-spec": faults.lossy_spec,
         }
     )
     for flag, p in probabilities.items():

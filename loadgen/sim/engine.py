@@ -248,6 +248,7 @@ class Engine:
                     if request.spec_steps is not None:
                         request.spec_steps.append(accepted)
                 produced = min(1 + accepted, plan.num_tokens - request.emitted)
+                plan.corrupt_step(request.emitted, min(accepted, produced))
                 request.steps_since_send += 1
             request.emitted += produced
             request.last_token_ns = deadline

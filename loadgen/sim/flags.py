@@ -269,6 +269,16 @@ def fault_flags(p: argparse.ArgumentParser) -> None:
         help="fraction of streams stalled mid-stream for --stall-seconds",
     )
     p.add_argument(
+        "--fault-lossy-spec",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="a test aid, not engine behaviour: with probability P a decode step that "
+        "accepted drafts emits a wrong token in place of its last accepted one (a "
+        "broken draft path), so the output differs from the same request without "
+        "speculation",
+    )
+    p.add_argument(
         "--stall-seconds",
         type=float,
         default=FaultConfig().stall_seconds,

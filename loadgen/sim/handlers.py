@@ -138,6 +138,7 @@ class GenerationHandlers:
             spec_tokens=c.spec_tokens,
             acceptance=c.acceptance,
             fragment_fraction=c.byte_fragment_fraction,
+            lossy_spec=c.faults.lossy_spec,
         )
         return make_plan(self.table, self._seed(gen, index), params)
 

@@ -88,6 +88,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         stall=args.fault_stall,
         stall_seconds=args.stall_seconds,
         max_waiting=args.max_waiting,
+        lossy_spec=args.fault_lossy_spec,
     )
     return SimConfig(
         model=args.model,

@@ -29,6 +29,7 @@ class PlanParams:
     spec_tokens: int
     acceptance: tuple[float, ...]
     fragment_fraction: float
+    lossy_spec: float = 0.0  # --fault-lossy-spec (a test aid)
 
 
 def eos_index(rng: np.random.Generator, params: PlanParams) -> int | None:
@@ -55,6 +56,8 @@ class RequestPlan:
         "_accept_rng",
         "_acceptance",
         "_fragments",
+        "_lossy",
+        "_lossy_rng",
         "_table",
         "_token_rng",
         "accepted",
@@ -65,7 +68,11 @@ class RequestPlan:
     )
 
     def __init__(self, table: TokenTable, seed: int, params: PlanParams) -> None:
-        token_seed, accept_seed, eos_seed = np.random.SeedSequence(seed).spawn(3)
+        # A fourth child for --fault-lossy-spec: spawn(4)'s first three are spawn(3)'s,
+        # so the tokens, acceptance and EOS are the same with the fault as without.
+        token_seed, accept_seed, eos_seed, lossy_seed = np.random.SeedSequence(seed).spawn(4)
+        self._lossy = params.lossy_spec if params.spec_tokens else 0.0
+        self._lossy_rng = np.random.default_rng(lossy_seed) if self._lossy > 0 else None
         self._table = table
         self._token_rng = np.random.default_rng(token_seed)
         self._accept_rng = np.random.default_rng(accept_seed)
@@ -99,6 +106,27 @@ class RequestPlan:
         while len(self.accepted) <= step:
             self.accepted.extend(draw_acceptance(self._accept_rng, ACCEPT_BLOCK, self._acceptance))
         return self.accepted[step]
+
+    def corrupt_step(self, first: int, accepted: int) -> None:
+        """--fault-lossy-spec: the decode step emitting tokens from `first` accepted
+        `accepted` drafts; with the fault's probability its last accepted draft becomes
+        another token (never the EOS: the length stays the target's). One draw per
+        step that accepted any, so the corruption is a function of the seed alone."""
+        rng = self._lossy_rng
+        if rng is None or accepted <= 0:
+            return
+        if rng.random() >= self._lossy:
+            return
+        position = first + accepted - 1
+        if position >= self.num_tokens - (self.finish_reason == "stop"):
+            return
+        self.ensure_tokens(position + 1)
+        old = self.token_ids[position]
+        for _ in range(8):  # a clean unit other than the one it replaces
+            ids, texts = self._table.generate(rng, 1, 0.0)
+            if ids[0] != old and texts[0] != self.texts[position]:
+                self.token_ids[position], self.texts[position] = ids[0], texts[0]
+                return
 
     def all_token_ids(self) -> list[int]:
         self.ensure_tokens(self.num_tokens)

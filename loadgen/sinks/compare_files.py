@@ -17,7 +17,9 @@ from typing import Any
 import orjson
 
 from loadgen.metrics.compare import ENERGY_METRICS, METRIC_FIELDS, Comparison, Crossover, PointRow
+from loadgen.metrics.lossless import LosslessCheck
 from loadgen.results.files import write_atomic
+from loadgen.sinks import lossless_text
 from loadgen.sinks.table import al_mark, al_notes
 
 Warning_ = tuple[str, int, str]  # run, concurrency, message
@@ -166,7 +168,10 @@ def summary_lines(comparison: Comparison) -> list[str]:
 
 
 def format_comparison(
-    comparison: Comparison, warnings: Sequence[Warning_] = (), workload_mismatch: str | None = None
+    comparison: Comparison,
+    warnings: Sequence[Warning_] = (),
+    workload_mismatch: str | None = None,
+    lossless: LosslessCheck | None = None,
 ) -> str:
     head = f"baseline: {comparison.baseline} (ratios x are run / baseline at the same concurrency)"
     if any(row.halves.get(k) is not None for row in comparison.rows for k in COLUMNS):
@@ -182,13 +187,20 @@ def format_comparison(
     if notes:
         lines += [*notes, ""]
     lines += summary_lines(comparison)
+    outputs = lossless_text.lossless_lines(lossless)
+    if outputs:
+        lines += ["", *outputs]
     if warnings:
         lines += ["", "warnings (numbers to check before publishing):"]
         lines += [f"  {run} conc {conc}: {message}" for run, conc, message in warnings]
     return "\n".join(lines)
 
 
-def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str, Any]]:
+def csv_rows(
+    comparison: Comparison, paths: Mapping[str, str], lossless: LosslessCheck | None = None
+) -> list[dict[str, Any]]:
+    outputs = lossless_text.columns_by_row(lossless)
+    empty = dict.fromkeys(lossless_text.COLUMNS) if lossless is not None else {}
     rows = []
     for row in comparison.rows:
         line: dict[str, Any] = {
@@ -204,11 +216,17 @@ def csv_rows(comparison: Comparison, paths: Mapping[str, str]) -> list[dict[str,
             line[f"{key}_within_noise"] = row.noise.get(key)
             line[f"{key}_trial_mean"] = row.means.get(key)
         line["acceptance_length_source"] = row.acceptance_source
+        line.update(outputs.get((row.run, row.conc), empty))
         rows.append(line)
     return rows
 
 
-def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str, str]) -> Path:
+def write_comparison_csv(
+    path: Path,
+    comparison: Comparison,
+    paths: Mapping[str, str],
+    lossless: LosslessCheck | None = None,
+) -> Path:
     columns = (
         ["conc", "run", "path", "complete"]
         + [
@@ -223,11 +241,12 @@ def write_comparison_csv(path: Path, comparison: Comparison, paths: Mapping[str,
             )
         ]
         + ["acceptance_length_source"]
+        + (list(lossless_text.COLUMNS) if lossless is not None else [])
     )
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for row in csv_rows(comparison, paths):
+    for row in csv_rows(comparison, paths, lossless):
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return write_atomic(path, buffer.getvalue().encode())
 
@@ -237,13 +256,14 @@ def comparison_json(
     paths: Mapping[str, str],
     warnings: Sequence[Warning_] = (),
     workload_mismatch: str | None = None,
+    lossless: LosslessCheck | None = None,
 ) -> dict[str, Any]:
     return {
         "baseline": comparison.baseline,
         "runs": [{"name": name, "path": paths.get(name, "")} for name in comparison.runs],
         "throughput_field": comparison.throughput_field,
         "metric_fields": {k: v or comparison.throughput_field for k, v in METRIC_FIELDS.items()},
-        "rows": csv_rows(comparison, paths),
+        "rows": csv_rows(comparison, paths, lossless),
         "frontiers": {
             name: [asdict(p) for p in points] for name, points in comparison.frontiers.items()
         },
@@ -257,6 +277,7 @@ def comparison_json(
         "summary": summary_lines(comparison),
         "warnings": [{"run": r, "conc": c, "message": m} for r, c, m in warnings],
         "workload_mismatch": workload_mismatch,
+        "lossless": lossless_text.lossless_json(lossless),
     }
 
 
@@ -266,9 +287,10 @@ def write_comparison_json(
     paths: Mapping[str, str],
     warnings: Sequence[Warning_] = (),
     workload_mismatch: str | None = None,
+    lossless: LosslessCheck | None = None,
 ) -> Path:
     data = orjson.dumps(
-        comparison_json(comparison, paths, warnings, workload_mismatch),
+        comparison_json(comparison, paths, warnings, workload_mismatch, lossless),
         option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE,
     )
     return write_atomic(path, data)

@@ -19,6 +19,7 @@ from loadgen import __version__
 from loadgen.metrics.acceptance import published_acceptance_length, stream_figures_valid
 from loadgen.metrics.compare import Comparison, PointRow
 from loadgen.metrics.distributions import PointDistributions
+from loadgen.metrics.lossless import LosslessCheck, Verdict
 from loadgen.metrics.timeline import TimelineBar
 from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
@@ -33,6 +34,7 @@ from loadgen.sinks.compare_files import (
     summary_lines,
     throughput_label,
 )
+from loadgen.sinks.lossless_text import lossless_lines
 from loadgen.sinks.report_capacity import capacity_text, overlay
 from loadgen.sinks.report_sessions import sessions_section
 from loadgen.sinks.report_slices import slices_section
@@ -390,12 +392,45 @@ def frontier_section(runs: Sequence[ReportRun], comparison: Comparison) -> str:
     return _img(figure, alt) + capacity_text(searches)
 
 
+def lossless_section(check: LosslessCheck | None) -> str:
+    """Each lane's outputs against the baseline's (metrics/lossless.py), one row per lane
+    and concurrency; a flagged or unverified lane's verdict in bold."""
+    if check is None:
+        return "<p>No run kept its outputs (<code>--record-outputs</code>).</p>"
+    head, *_ = lossless_lines(check)
+    rows = "".join(
+        f"<tr><td>{_e(lane.run)}</td><td>{lane.conc}</td><td>{_e(_pct(lane.share.value))}</td>"
+        f"<td>{lane.share.pairs}</td><td>{_e(_pct(lane.floor.value if lane.floor else None))}</td>"
+        f"<td>{_e(_plain(lane.divergence_median))}</td><td>{_e(_plain(lane.divergence_p10))}</td>"
+        + (
+            f"<td><strong>{_e(lane.label)}</strong></td></tr>"
+            if lane.verdict in (Verdict.DIFFERS, Verdict.UNVERIFIED)
+            else f"<td>{_e(lane.label)}</td></tr>"
+        )
+        for lane in check.lanes
+    )
+    return (
+        f"<p>{_e(head)}</p><table><tr><th>run</th><th>conc</th><th>identical</th>"
+        "<th>pairs</th><th>noise floor</th><th>first divergence p50</th>"
+        f"<th>p10</th><th>verdict</th></tr>{rows}</table>"
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _plain(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def render_report(
     runs: Sequence[ReportRun],
     comparison: Comparison,
     warnings: Sequence[Warning_],
     *,
     generated_unix: float,
+    lossless: LosslessCheck | None = None,
 ) -> str:
     warned = {(r, c) for r, c, _ in warnings}
     names = ", ".join(r.name for r in runs)
@@ -405,6 +440,7 @@ def render_report(
         ("frontier", "Throughput vs interactivity", frontier_section(runs, comparison)),
         ("matched", "Throughput at matched interactivity", matched_section(comparison)),
         *energy_sections(comparison),
+        ("outputs", "Outputs against the baseline", lossless_section(lossless)),
         ("warnings", "Client health and checks", warnings_section(warnings)),
         ("settings", "Run settings", settings_section(runs)),
         ("distributions", "TTFT and ITL distributions", distributions_section(runs, comparison)),
@@ -441,7 +477,11 @@ def write_report(
     warnings: Sequence[Warning_],
     *,
     generated_unix: float,
+    lossless: LosslessCheck | None = None,
 ) -> Path:
     return write_atomic(
-        path, render_report(runs, comparison, warnings, generated_unix=generated_unix).encode()
+        path,
+        render_report(
+            runs, comparison, warnings, generated_unix=generated_unix, lossless=lossless
+        ).encode(),
     )

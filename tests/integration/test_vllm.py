@@ -577,3 +577,54 @@ def test_the_simulator_sends_vllms_per_request_metrics_shapes(
         assert _shape(ours_body["metrics"]) == _shape(real_body["metrics"])
     finally:
         stop(sim)
+
+
+def test_greedy_draft_model_outputs_are_the_plain_servers(
+    vllm_draft: VllmServer, vllm_pool: ServerPool, tmp_path: Path
+) -> None:
+    """The lossless check on real vLLM: the same greedy prompts on the draft_model (K=3)
+    server, then twice on the plain one (the second run is the noise floor); `loadgen
+    compare` pairs them by prompt, reports the identity share and the floor per
+    concurrency, and does not flag the draft lane (verified speculation is lossless)."""
+    lossless = ("--prompts-per-conc", "4", "--record-outputs")
+    sweep(vllm_draft, tmp_path / "draft", *lossless, conc="1,4")
+    plain = vllm_pool.get("plain")  # the draft server stops; plain is next in line
+    sweep(plain, tmp_path / "plain", *lossless, conc="1,4")
+    sweep(plain, tmp_path / "plain.repeat", *lossless, conc="1,4")
+    kept = [r.output for r in records(tmp_path / "draft", 4) if r.ok]
+    assert kept and all(o is not None and o.basis == "token_ids" for o in kept)
+
+    out = tmp_path / "compare.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "compare",
+            str(tmp_path / "plain"),
+            str(tmp_path / "plain.repeat"),
+            str(tmp_path / "draft"),
+            "--json",
+            str(out),
+            "--require-lossless",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    print(done.stdout, done.stderr)
+    check = json.loads(out.read_text())["lossless"]
+    assert check["baseline"] == "plain" and check["repeat"] == "plain.repeat"
+    lanes = {lane["conc"]: lane for lane in check["lanes"] if lane["run"] == "draft"}
+    assert sorted(lanes) == [1, 4]
+    for conc, lane in lanes.items():
+        print(
+            f"conc {conc}: draft identical {lane['identical_share']:.3f} of "
+            f"{lane['identical_pairs']}, noise floor {lane['noise_floor']:.3f} of "
+            f"{lane['noise_floor_pairs']}, first divergence median "
+            f"{lane['first_divergence_median']} p10 {lane['first_divergence_p10']}: "
+            f"{lane['lossless_note']}"
+        )
+        assert lane["identical_pairs"] == 4 * conc and lane["noise_floor_pairs"] == 4 * conc
+        assert lane["lossless_verdict"] == "lossless", lane
+    assert check["flagged"] == [] and done.returncode == 0, done.stderr

@@ -37,13 +37,15 @@ MODEL_PLACEHOLDER = "<tiny model dir>"
 WORK_PLACEHOLDER = "<server work dir>"  # in EXTRA_ARGS: the configuration's own directory
 PROFILER_DIR = "traces"  # the profile server's torch_profiler_dir, below its work dir
 # draft == target: every draft token is accepted, so every decode step emits K + 1 tokens.
+# In the order they start: draft just before plain, so a test that uses the live draft
+# server and then the plain one (the lossless check) runs at the seam (group_by_config).
 CONFIGS: dict[str, dict[str, Any] | None] = {
+    "ngram": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 4},
     "draft": {
         "method": "draft_model",
         "model": MODEL_PLACEHOLDER,
         "num_speculative_tokens": SPEC_TOKENS,
     },
-    "ngram": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 4},
     "plain": None,
     "prefix": None,
     "prefix_dev": None,
@@ -120,7 +122,14 @@ def group_by_config(items: list[pytest.Item]) -> None:
     )
     first = items.index(vllm[0])
     rest = [item for item in items if not item.get_closest_marker("vllm")]
-    items[:] = [*rest[:first], *sorted(vllm, key=_config_rank), *rest[first:]]
+    items[:] = [*rest[:first], *sorted(vllm, key=_order), *rest[first:]]
+
+
+def _order(item: pytest.Item) -> tuple[int, bool]:
+    """By configuration; within one, a test that also asks the pool for the next
+    configuration itself (it uses `vllm_pool` beside its server) goes last: the next
+    configuration's tests then find that server up."""
+    return _config_rank(item), "vllm_pool" in getattr(item, "fixturenames", ())
 
 
 def _load_script() -> ModuleType:
