@@ -201,14 +201,36 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
         outcome = await find_capacity(spec)
         print(f"loadgen: capacity search in {outcome.results_dir}/capacity.json", file=sys.stderr)
         return 0
+    from loadgen.orchestrate.accuracy import read_data
     from loadgen.orchestrate.measure import measure
 
+    # --accuracy's files are read first: a missing one is one line, before any measurement
+    accuracy = await asyncio.to_thread(read_data, spec) if spec.scoring.accuracy else None
     if metrics_port is None:
-        return _said(spec, await measure(spec))
-    from loadgen.orchestrate.live import live_observer
+        status = _said(spec, outcome := await measure(spec))
+    else:
+        from loadgen.orchestrate.live import live_observer
 
-    async with live_observer(spec, metrics_port, metrics_host) as observer:
-        return _said(spec, await measure(spec, observer=observer))
+        async with live_observer(spec, metrics_port, metrics_host) as observer:
+            status = _said(spec, outcome := await measure(spec, observer=observer))
+    if accuracy is None or outcome.interrupted or outcome.nothing_to_resume:
+        return status
+    from loadgen.orchestrate.accuracy import measure_accuracy
+
+    checked = await measure_accuracy(spec, accuracy, outcome.results_dir)
+    for point in checked.points:
+        strict, flexible = point.strict_match, point.flexible_extract
+        print(
+            f"loadgen: {point.task} conc {point.conc}: strict-match "
+            f"{strict.exact_match:.4f} +/- {strict.stderr or 0:.4f}, flexible-extract "
+            f"{flexible.exact_match:.4f} +/- {flexible.stderr or 0:.4f} (n={point.n}) "
+            f"in {checked.results_dir}",
+            file=sys.stderr,
+        )
+    gate = checked.gate_line()
+    if gate is not None:
+        print(f"loadgen: {gate}", file=sys.stderr)
+    return status or checked.exit_code
 
 
 def _said(spec: RunSpec, outcome: SweepOutcome) -> int:

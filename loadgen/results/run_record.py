@@ -127,6 +127,12 @@ class ScoringSettings(_Part, frozen=True, kw_only=True):
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
     scenario: str | None = None
     unsafe_override: bool = False
+    accuracy: str | None = None
+    accuracy_data: str | None = None
+    accuracy_shots: str | None = None
+    accuracy_conc: tuple[int, ...] = ()
+    accuracy_min: float | None = None
+    accuracy_max_tokens: int = 2048
 
 
 class TelemetrySettings(_Part, frozen=True, kw_only=True):

@@ -122,6 +122,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
         enable_per_request_metrics=args.enable_per_request_metrics,
         dev_mode=server_dev_mode(os.environ),
+        answers=args.answers,
+        answer_rate=args.answer_rate,
         power=PowerConfig(
             num_gpus=args.num_gpus,
             idle_watts=args.gpu_idle_watts,
