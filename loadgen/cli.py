@@ -195,17 +195,18 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
 
 
 async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
-    if spec.load.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
-        from loadgen.orchestrate.capacity import find_capacity
-
-        outcome = await find_capacity(spec)
-        print(f"loadgen: capacity search in {outcome.results_dir}/capacity.json", file=sys.stderr)
-        return 0
     from loadgen.orchestrate.accuracy import read_data
-    from loadgen.orchestrate.measure import measure
 
     # --accuracy's files are read first: a missing one is one line, before any measurement
     accuracy = await asyncio.to_thread(read_data, spec) if spec.scoring.accuracy else None
+    if spec.load.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
+        from loadgen.orchestrate.capacity import find_capacity
+
+        capacity = await find_capacity(spec)
+        print(f"loadgen: capacity search in {capacity.results_dir}/capacity.json", file=sys.stderr)
+        return 0
+    from loadgen.orchestrate.measure import measure
+
     if metrics_port is None:
         status = _said(spec, outcome := await measure(spec))
     else:
@@ -218,18 +219,8 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
     from loadgen.orchestrate.accuracy import measure_accuracy
 
     checked = await measure_accuracy(spec, accuracy, outcome.results_dir)
-    for point in checked.points:
-        strict, flexible = point.strict_match, point.flexible_extract
-        print(
-            f"loadgen: {point.task} conc {point.conc}: strict-match "
-            f"{strict.exact_match:.4f} +/- {strict.stderr or 0:.4f}, flexible-extract "
-            f"{flexible.exact_match:.4f} +/- {flexible.stderr or 0:.4f} (n={point.n}) "
-            f"in {checked.results_dir}",
-            file=sys.stderr,
-        )
-    gate = checked.gate_line()
-    if gate is not None:
-        print(f"loadgen: {gate}", file=sys.stderr)
+    for line in checked.lines():
+        print(f"loadgen: {line}", file=sys.stderr)
     return status or checked.exit_code
 
 

@@ -73,6 +73,20 @@ class AccuracyOutcome:
             return self.sweep.exit_code
         return 1 if self.below() else 0
 
+    def lines(self) -> list[str]:
+        """What the run says of its accuracy points: a line each, then the gate's line."""
+        said = []
+        for point in self.points:
+            strict, flexible = point.strict_match, point.flexible_extract
+            said.append(
+                f"{point.task} conc {point.conc}: strict-match "
+                f"{strict.exact_match:.4f} +/- {strict.stderr or 0:.4f}, flexible-extract "
+                f"{flexible.exact_match:.4f} +/- {flexible.stderr or 0:.4f} (n={point.n}) "
+                f"in {self.results_dir}"
+            )
+        gate = self.gate_line()
+        return said if gate is None else [*said, gate]
+
     def gate_line(self) -> str | None:
         """The one line an --accuracy-min failure prints."""
         below = self.below()

@@ -30,6 +30,7 @@ from loadgen import __version__
 from loadgen.config.spec import SpecError
 from loadgen.config.sweepfile import Lane, SweepPlan
 from loadgen.errors import LoadgenError, UsageError
+from loadgen.orchestrate.accuracy import measure_accuracy, read_data
 from loadgen.orchestrate.capacity import find_capacity
 from loadgen.results.files import write_atomic
 from loadgen.results.store import AL_MATRIX_FILE, LANES_FILE, ResultsDir
@@ -96,6 +97,7 @@ async def check_workloads(plan: SweepPlan) -> None:
             tokenizers[key] = await asyncio.to_thread(load_tokenizer, key[0], check_dsv4=key[1])
         try:
             await asyncio.to_thread(probe_prompt, lane.spec, tokenizers[key])
+            await asyncio.to_thread(read_data, lane.spec)  # --accuracy's files, if any
         except SpecError as exc:
             raise SpecError(f"lanes[{index}] ({lane.name}): {exc}") from None
 
@@ -155,6 +157,12 @@ async def run_lanes(
                 tokenizer=tokenizer,
                 observer=observer_for(lane) if observer_for else None,
             )
+            accuracy = read_data(lane.spec)  # --accuracy: its points after the lane's sweep
+            checked = (
+                await measure_accuracy(lane.spec, accuracy, outcome.results_dir)
+                if accuracy is not None and not outcome.nothing_to_resume
+                else None
+            )
         except asyncio.CancelledError:
             status.state, status.exit_code = "interrupted", 130
             for later in index.statuses[number:]:
@@ -168,6 +176,12 @@ async def run_lanes(
             _say(f"lane {lane.name} failed: {exc}")
         else:  # ran to the end; a point over --max-error-rate still makes the exit status 1
             status.state, status.exit_code = "succeeded", outcome.exit_code
+            if checked is not None:
+                for line in checked.lines():
+                    _say(f"lane {lane.name}: {line}")
+                status.exit_code = max(outcome.exit_code, checked.exit_code)
+                if checked.gate_line() is not None:
+                    status.error = checked.gate_line()
             if outcome.failed_points:
                 status.error = (
                     f"error rate above --max-error-rate at conc "

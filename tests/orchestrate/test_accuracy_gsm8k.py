@@ -1,0 +1,123 @@
+"""`--accuracy gsm8k` end to end: the real CLI against a real `loadgen sim` whose answer
+oracle (--answers, a test aid) answers exactly 6 of the fixture's 8 questions correctly,
+so the accuracy point must report 0.75 strict-match exactly, with its per-question file,
+its timing, and the --accuracy-min gate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.support.paths import FIXTURES
+from tests.support.procs import free_port, one_error_line, point, run_loadgen, start_sim, stop
+
+QUESTIONS = FIXTURES / "gsm8k" / "test.jsonl"
+SHOTS = FIXTURES / "gsm8k" / "train.jsonl"
+RATE = 0.75  # 6 of the 8 questions
+
+
+def _args(url: str, results: Path, *extra: str) -> list[str]:
+    return [
+        "--base-url",
+        url,
+        "--conc",
+        "2",
+        "--isl",
+        "64",
+        "--osl",
+        "8",
+        "--prompts-per-conc",
+        "2",
+        "--thinking",
+        "chat",  # the oracle answers as a non-thinking reply
+        "--accuracy",
+        "gsm8k",
+        "--accuracy-data",
+        str(QUESTIONS),
+        "--accuracy-shots",
+        str(SHOTS),
+        "--accuracy-conc",
+        "4",
+        "--results",
+        str(results),
+        "--no-progress",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("sim") / "sim.log"
+    sim = start_sim(port, log, "--answers", str(QUESTIONS), "--answer-rate", str(RATE))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(sim)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_reports_the_oracles_rate_exactly(oracle: str, tmp_path: Path, endpoint: str) -> None:
+    results = tmp_path / "run"
+    done = run_loadgen(_args(oracle, results, "--endpoint", endpoint))
+    assert done.returncode == 0, done.stderr
+    accuracy = results / "accuracy_gsm8k"
+    score = orjson.loads((accuracy / "gsm8k_conc_4.json").read_bytes())
+    assert score["strict_match"]["exact_match"] == RATE
+    assert score["flexible_extract"]["exact_match"] == RATE
+    assert score["n"] == 8 and score["answered"] == 8 and score["complete"] is True
+    # lm-eval's standard error: sample stddev / sqrt(n) of six 1s and two 0s
+    assert score["strict_match"]["stderr"] == pytest.approx((0.75 * 0.25 * 8 / 7) ** 0.5 / 8**0.5)
+    samples = [
+        orjson.loads(line)
+        for line in (accuracy / "gsm8k_samples_conc_4.jsonl").read_bytes().splitlines()
+    ]
+    assert [s["id"] for s in samples] == list(range(8))
+    assert sum(s["correct"] for s in samples) == 6
+    golds = [s["gold"] for s in samples]
+    assert golds == ["7", "12", "120", "925", "50", "260", "6", "-7"]  # commas and signs as lm-eval
+    for sample in samples:
+        assert (sample["extracted_strict"] == sample["gold"]) == sample["correct"]
+        assert sample["finish_reason"] == "stop"
+    timed = point(accuracy, 4)  # the accuracy point is timed like any point
+    assert timed["completed"] == 8 and timed["max_concurrency"] == 4
+    assert timed["mean_ttft_ms"] > 0 and timed["mean_itl_ms"] > 0 and timed["output_throughput"] > 0
+    assert "strict-match 0.7500" in done.stderr
+    assert (results / "conc_2.json").is_file()  # the sweep itself ran first
+
+
+def test_accuracy_min_above_the_score_exits_1_with_one_line(oracle: str, tmp_path: Path) -> None:
+    done = run_loadgen(_args(oracle, tmp_path / "run", "--accuracy-min", "0.91"))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    gate = [line for line in done.stderr.splitlines() if "--accuracy-min" in line]
+    assert gate == [
+        "loadgen: GSM8K strict-match exact match below --accuracy-min 0.91: conc 4 0.750 "
+        f"(n=8; per-question answers in {tmp_path / 'run' / 'accuracy_gsm8k'})"
+    ]
+    score = orjson.loads((tmp_path / "run" / "accuracy_gsm8k" / "gsm8k_conc_4.json").read_bytes())
+    assert score["passed"] is False and score["accuracy_min"] == 0.91
+
+
+def test_accuracy_min_at_the_score_passes(oracle: str, tmp_path: Path) -> None:
+    done = run_loadgen(_args(oracle, tmp_path / "run", "--accuracy-min", "0.75"))
+    assert done.returncode == 0, done.stderr
+
+
+def test_missing_data_file_is_one_line_exit_2_before_measuring(oracle: str, tmp_path: Path) -> None:
+    args = _args(oracle, tmp_path / "run")
+    args[args.index(str(QUESTIONS))] = str(tmp_path / "gsm8k_test.jsonl")
+    done = run_loadgen(args)
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    assert "--accuracy-data" in line and "openai/gsm8k" in line
+    assert not (tmp_path / "run" / "conc_2.json").exists()  # nothing measured for nothing
+
+
+def test_accuracy_without_data_flag_is_one_line_exit_2(tmp_path: Path) -> None:
+    done = run_loadgen(["--sim", "--conc", "2", "--isl", "64", "--osl", "8", "--accuracy", "gsm8k"])
+    assert done.returncode == 2
+    assert "openai/gsm8k" in one_error_line(done.stderr)
