@@ -14,7 +14,7 @@ import difflib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,9 @@ from loadgen.wording import printable
 
 if TYPE_CHECKING:
     from loadgen.config.sweepfile import SweepPlan
+    from loadgen.orchestrate.accuracy import AccuracyData
     from loadgen.orchestrate.measure import SweepOutcome
+    from loadgen.results.accuracy import AccuracyResult
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -208,17 +210,27 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
     from loadgen.orchestrate.measure import measure
 
     if metrics_port is None:
-        status = _said(spec, outcome := await measure(spec))
-    else:
-        from loadgen.orchestrate.live import live_observer
+        return await _checked(spec, accuracy, await measure(spec))
+    from loadgen.orchestrate.live import live_observer
 
-        async with live_observer(spec, metrics_port, metrics_host) as observer:
-            status = _said(spec, outcome := await measure(spec, observer=observer))
+    async with live_observer(spec, metrics_port, metrics_host) as observer:
+        outcome = await measure(spec, observer=observer)
+        return await _checked(spec, accuracy, outcome, observer.accuracy_scored)
+
+
+async def _checked(
+    spec: RunSpec,
+    accuracy: AccuracyData | None,
+    outcome: SweepOutcome,
+    on_score: Callable[[AccuracyResult], None] | None = None,
+) -> int:
+    """The sweep's closing lines, then its accuracy points (--accuracy), and the status."""
+    status = _said(spec, outcome)
     if accuracy is None or outcome.interrupted or outcome.nothing_to_resume:
         return status
     from loadgen.orchestrate.accuracy import measure_accuracy
 
-    checked = await measure_accuracy(spec, accuracy, outcome.results_dir)
+    checked = await measure_accuracy(spec, accuracy, outcome.results_dir, on_score)
     for line in checked.lines():
         print(f"loadgen: {line}", file=sys.stderr)
     return status or checked.exit_code

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,8 +99,14 @@ class AccuracyOutcome:
         )
 
 
-async def measure_accuracy(spec: RunSpec, data: AccuracyData, results_dir: Path) -> AccuracyOutcome:
-    """The accuracy points of `spec` in `results_dir`/accuracy_<task>/."""
+async def measure_accuracy(
+    spec: RunSpec,
+    data: AccuracyData,
+    results_dir: Path,
+    on_score: Callable[[AccuracyResult], None] | None = None,
+) -> AccuracyOutcome:
+    """The accuracy points of `spec` in `results_dir`/accuracy_<task>/; `on_score` gets
+    each score once it is written (the live exporter's gauge)."""
     task = spec.scoring.accuracy
     assert task is not None
     directory = ResultsDir(results_dir).accuracy_dir(task)
@@ -120,7 +126,7 @@ async def measure_accuracy(spec: RunSpec, data: AccuracyData, results_dir: Path)
         workload = AccuracyWorkload(
             sub, pieces.tokenizer, pieces.workload.options, data.questions, data.shots
         )
-        yield _AccuracyDriver(workload, task, scores)
+        yield _AccuracyDriver(workload, task, scores, on_score)
 
     sweep = await sweep_points(sub, drive=drive, outputs=RunFiles(sub))
     return AccuracyOutcome(directory, tuple(scores[c] for c in concs if c in scores), sweep)
@@ -130,8 +136,13 @@ class _AccuracyDriver:
     """Runs an accuracy point in this process, then scores its replies."""
 
     def __init__(
-        self, workload: AccuracyWorkload, task: str, scores: dict[int, AccuracyResult]
+        self,
+        workload: AccuracyWorkload,
+        task: str,
+        scores: dict[int, AccuracyResult],
+        on_score: Callable[[AccuracyResult], None] | None,
     ) -> None:
+        self.on_score = on_score
         self.workload = workload
         self.task = task
         self.scores = scores
@@ -193,6 +204,8 @@ class _AccuracyDriver:
         )
         store.write_accuracy(result, samples)
         self.scores[conc] = result
+        if self.on_score is not None:
+            self.on_score(result)
 
 
 def _figure(match: gsm8k.ExactMatch) -> ExactMatchFigure:

@@ -5,6 +5,7 @@ its timing, and the --accuracy-min gate."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def _args(url: str, results: Path, *extra: str) -> list[str]:
         "--base-url",
         url,
         "--conc",
-        "2",
+        "4",
         "--isl",
         "64",
         "--osl",
@@ -39,8 +40,6 @@ def _args(url: str, results: Path, *extra: str) -> list[str]:
         str(QUESTIONS),
         "--accuracy-shots",
         str(SHOTS),
-        "--accuracy-conc",
-        "4",
         "--results",
         str(results),
         "--no-progress",
@@ -86,7 +85,17 @@ def test_reports_the_oracles_rate_exactly(oracle: str, tmp_path: Path, endpoint:
     assert timed["completed"] == 8 and timed["max_concurrency"] == 4
     assert timed["mean_ttft_ms"] > 0 and timed["mean_itl_ms"] > 0 and timed["output_throughput"] > 0
     assert "strict-match 0.7500" in done.stderr
-    assert (results / "conc_2.json").is_file()  # the sweep itself ran first
+    assert (results / "conc_4.json").is_file()  # the sweep itself ran first
+    # no conc >= 16 in the sweep: its highest is the accuracy point's (said in the docs)
+    assert sorted(p.name for p in accuracy.glob("conc_*.json")) == ["conc_4.json"]
+    # compare (and the report) show the accuracy beside throughput at that concurrency
+    shutil.copytree(results, tmp_path / "again")
+    compared = run_loadgen(["compare", str(results), str(tmp_path / "again")])
+    assert compared.returncode == 0, compared.stderr
+    header = next(line for line in compared.stdout.splitlines() if line.startswith("run"))
+    assert header.split()[-2:] == ["GSM8K", "strict"], compared.stdout
+    block = compared.stdout.split("conc 4\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[-1] for line in block[1:]] == ["0.750", "x1.00"], compared.stdout
 
 
 def test_accuracy_min_above_the_score_exits_1_with_one_line(oracle: str, tmp_path: Path) -> None:
@@ -114,10 +123,36 @@ def test_missing_data_file_is_one_line_exit_2_before_measuring(oracle: str, tmp_
     assert done.returncode == 2, done.stderr
     line = one_error_line(done.stderr)
     assert "--accuracy-data" in line and "openai/gsm8k" in line
-    assert not (tmp_path / "run" / "conc_2.json").exists()  # nothing measured for nothing
+    assert not (tmp_path / "run" / "conc_4.json").exists()  # nothing measured for nothing
 
 
 def test_accuracy_without_data_flag_is_one_line_exit_2(tmp_path: Path) -> None:
     done = run_loadgen(["--sim", "--conc", "2", "--isl", "64", "--osl", "8", "--accuracy", "gsm8k"])
     assert done.returncode == 2
     assert "openai/gsm8k" in one_error_line(done.stderr)
+
+
+def test_the_exporter_gets_the_accuracy_gauge() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from loadgen.results.accuracy import AccuracyResult, ExactMatchFigure
+    from loadgen.sinks.prometheus.instruments import LoadgenMetrics
+    from loadgen.sinks.prometheus.observer import MetricsObserver
+
+    registry = CollectorRegistry()
+    observer = MetricsObserver(LoadgenMetrics(registry), model="m", endpoint="chat", points=1)
+    observer.accuracy_scored(
+        AccuracyResult(
+            task="gsm8k",
+            protocol="p",
+            conc=64,
+            n=8,
+            strict_match=ExactMatchFigure(exact_match=0.75, stderr=0.16, n=8),
+            flexible_extract=ExactMatchFigure(exact_match=0.875, stderr=0.12, n=8),
+            answered=8,
+        )
+    )
+    labels = {"model_name": "m", "endpoint": "chat", "conc": "64", "task": "gsm8k"}
+    value = registry.get_sample_value
+    assert value("loadgen_accuracy_exact_match", {**labels, "filter": "strict-match"}) == 0.75
+    assert value("loadgen_accuracy_exact_match", {**labels, "filter": "flexible-extract"}) == 0.875
