@@ -71,6 +71,7 @@ BY_DEST: dict[str, tuple[list[str], Any]] = {
     "random_range_ratio": (["0.5"], 0.5),
     "golden_al_tolerance": (["0.5"], 0.5),
     "top_p": (["0.5"], 0.5),
+    "accuracy_min": (["0.5"], 0.5),
 }
 # What an option needs beside it to be accepted at all (argv words, document keys).
 PARTNERS: dict[str, dict[str, Any]] = {
@@ -91,6 +92,14 @@ PARTNERS: dict[str, dict[str, Any]] = {
     "reset_after_warmup": {"reset_prefix_cache": True},
     "reset_external": {"reset_prefix_cache": True},
     "reset_timeout": {"reset_prefix_cache": True},
+    # --accuracy's files are read when the run starts, not when the spec is built
+    "accuracy": {"accuracy_data": "q.jsonl", "accuracy_shots": "s.jsonl"},
+    **{
+        dest: {"accuracy": "gsm8k", "accuracy_data": "q.jsonl", "accuracy_shots": "s.jsonl"}
+        for dest in ("accuracy_conc", "accuracy_min", "accuracy_max_tokens")
+    },
+    "accuracy_data": {"accuracy": "gsm8k", "accuracy_shots": "s.jsonl"},
+    "accuracy_shots": {"accuracy": "gsm8k", "accuracy_data": "q.jsonl"},
 }
 
 
