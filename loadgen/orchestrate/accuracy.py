@@ -52,6 +52,11 @@ def read_data(spec: RunSpec) -> AccuracyData | None:
             "--accuracy: its points are closed loop at --accuracy-conc; run it with a "
             "closed-loop sweep (no sessions, --request-rate, ramps, stages or --find-max)"
         )
+    if spec.processes.shard_count > 1:
+        raise SpecError(
+            "--accuracy with --shard: every shard would ask every question; run the "
+            "accuracy points from one loadgen"
+        )
     return AccuracyData(
         read_items(scoring.accuracy_data, "--accuracy-data"),
         read_items(scoring.accuracy_shots, "--accuracy-shots"),

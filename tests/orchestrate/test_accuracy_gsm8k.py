@@ -156,3 +156,36 @@ def test_the_exporter_gets_the_accuracy_gauge() -> None:
     value = registry.get_sample_value
     assert value("loadgen_accuracy_exact_match", {**labels, "filter": "strict-match"}) == 0.75
     assert value("loadgen_accuracy_exact_match", {**labels, "filter": "flexible-extract"}) == 0.875
+
+
+def test_sweep_file_lanes_run_their_accuracy_points(oracle: str, tmp_path: Path) -> None:
+    """A lane with accuracy gets its points after its sweep; the tree's comparison shows
+    the score beside throughput; a lane without it has none."""
+    document = tmp_path / "lanes.yaml"
+    document.write_text(
+        f"""
+base-url: {oracle}
+conc: 4
+thinking: chat
+workload:
+  isl: 64
+  osl: 8
+  prompts-per-conc: 2
+lanes:
+  - name: plain
+  - name: checked
+    accuracy: gsm8k
+    accuracy-data: {QUESTIONS}
+    accuracy-shots: {SHOTS}
+"""
+    )
+    tree = tmp_path / "tree"
+    done = run_loadgen(["--config", str(document), "--results", str(tree), "--no-progress"])
+    assert done.returncode == 0, done.stderr
+    assert not (tree / "plain" / "accuracy_gsm8k").exists()
+    score = orjson.loads((tree / "checked" / "accuracy_gsm8k" / "gsm8k_conc_4.json").read_bytes())
+    assert score["strict_match"]["exact_match"] == RATE
+    assert "lane checked: gsm8k conc 4: strict-match 0.7500" in done.stderr
+    compared = run_loadgen(["compare", str(tree)])
+    block = compared.stdout.split("conc 4\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[-1] for line in block[1:]] == ["-", "0.750"], compared.stdout
