@@ -6,7 +6,8 @@ FILE is GSM8K-format JSONL (`question`, `answer` ending `#### N`). Of its questi
 exactly round(R x n) are answered correctly, which ones drawn from the simulator's
 --seed; a request whose prompt asks one of them (its last `Question: ...` turn, as
 loadgen renders GSM8K) gets `#### N`, a correct one the gold number, a wrong one the gold
-with a 1 appended. Any other request is generated as usual.
+with a 1 appended (after `</think>` when a DeepSeek-V4 completions prompt opened
+thinking). Any other request is generated as usual.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from encoders.deepseek_v4 import THINK_CLOSE, THINK_OPEN
 from loadgen.sim.config import ConfigError
 
 _ASKED = re.compile(r"Question: (.*?)\nEnd your response with the answer", re.DOTALL)
@@ -41,7 +43,11 @@ class Answers:
         if not isinstance(prompt, str):
             return None
         asked = _ASKED.findall(prompt)
-        return self.replies.get(asked[-1]) if asked else None
+        reply = self.replies.get(asked[-1]) if asked else None
+        if reply is not None and not chat and prompt.endswith(THINK_OPEN):
+            # a DeepSeek-V4 prompt in thinking mode: reason (briefly), then answer
+            reply = f"Adding it up.{THINK_CLOSE}{reply}"
+        return reply
 
 
 def load_answers(path: str, rate: float, seed: int) -> Answers:

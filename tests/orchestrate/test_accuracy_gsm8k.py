@@ -32,8 +32,6 @@ def _args(url: str, results: Path, *extra: str) -> list[str]:
         "8",
         "--prompts-per-conc",
         "2",
-        "--thinking",
-        "chat",  # the oracle answers as a non-thinking reply
         "--accuracy",
         "gsm8k",
         "--accuracy-data",
@@ -58,10 +56,16 @@ def oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stop(sim)
 
 
-@pytest.mark.parametrize("endpoint", ["completions", "chat"])
-def test_reports_the_oracles_rate_exactly(oracle: str, tmp_path: Path, endpoint: str) -> None:
+@pytest.mark.parametrize(
+    ("endpoint", "thinking"),
+    [("completions", "thinking"), ("completions", "chat"), ("chat", "chat")],
+)
+def test_reports_the_oracles_rate_exactly(
+    oracle: str, tmp_path: Path, endpoint: str, thinking: str
+) -> None:
+    """Thinking mode: the reasoning is not scored, the answer after `</think>` is."""
     results = tmp_path / "run"
-    done = run_loadgen(_args(oracle, results, "--endpoint", endpoint))
+    done = run_loadgen(_args(oracle, results, "--endpoint", endpoint, "--thinking", thinking))
     assert done.returncode == 0, done.stderr
     accuracy = results / "accuracy_gsm8k"
     score = orjson.loads((accuracy / "gsm8k_conc_4.json").read_bytes())
