@@ -225,10 +225,13 @@ async def _checked(
     on_score: Callable[[AccuracyResult], None] | None = None,
 ) -> int:
     """The sweep's closing lines, then its accuracy points (--accuracy), and the status."""
+    from loadgen.orchestrate.accuracy import accuracy_done, measure_accuracy
+
     status = _said(spec, outcome)
-    if accuracy is None or outcome.interrupted or outcome.nothing_to_resume:
+    if accuracy is None or outcome.interrupted:
         return status
-    from loadgen.orchestrate.accuracy import measure_accuracy
+    if outcome.nothing_to_resume and accuracy_done(spec, outcome.results_dir):
+        return status
 
     checked = await measure_accuracy(spec, accuracy, outcome.results_dir, on_score)
     for line in checked.lines():

@@ -20,6 +20,7 @@ from loadgen.errors import LoadgenError
 from loadgen.metrics import gsm8k
 from loadgen.persist.outcome import PointOutcome
 from loadgen.results.accuracy import AccuracyResult, AccuracySample, ExactMatchFigure
+from loadgen.results.point import ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.driver import Driver, RunPieces
 from loadgen.run.point import Point
@@ -61,6 +62,21 @@ def read_data(spec: RunSpec) -> AccuracyData | None:
         read_items(scoring.accuracy_data, "--accuracy-data"),
         read_items(scoring.accuracy_shots, "--accuracy-shots"),
     )
+
+
+def accuracy_done(spec: RunSpec, results_dir: Path) -> bool:
+    """Every accuracy point of `spec` is scored whole in `results_dir` (a --resume of a
+    complete sweep then has nothing left to run)."""
+    task = spec.scoring.accuracy
+    assert task is not None
+    store = ResultsDir(ResultsDir(results_dir).accuracy_dir(task))
+    for conc in spec.scoring.accuracy_concs(spec.load.conc):
+        try:
+            if not store.read_accuracy(task, conc).complete:
+                return False
+        except ResultFileError:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +137,14 @@ async def measure_accuracy(
         num_prompts=len(data.questions),
         results_dir=directory,
         trials=1,
-        resume=False,
         duration_s=None,
+        # the accuracy points are run whole again when the sweep is resumed: their replies
+        # are scored from memory, so a point cannot continue where it stopped
+        resume=False,
+        overwrite=spec.output.overwrite or spec.output.resume,
+        # the sweep's own extra formats are its points', not these
+        vllm_result=None,
+        aiperf_artifacts=None,
     )
     scores: dict[int, AccuracyResult] = {}
 

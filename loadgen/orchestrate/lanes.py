@@ -30,11 +30,12 @@ from loadgen import __version__
 from loadgen.config.spec import SpecError
 from loadgen.config.sweepfile import Lane, SweepPlan
 from loadgen.errors import LoadgenError, UsageError
-from loadgen.orchestrate.accuracy import measure_accuracy, read_data
+from loadgen.orchestrate.accuracy import accuracy_done, measure_accuracy, read_data
 from loadgen.orchestrate.capacity import find_capacity
 from loadgen.results.files import write_atomic
 from loadgen.results.store import AL_MATRIX_FILE, LANES_FILE, ResultsDir
 from loadgen.run.observers import RunObserver
+from loadgen.run.sweep import SweepOutcome
 from loadgen.sinks.al_matrix import lane_al, write_al_matrix
 
 INDEX = LANES_FILE
@@ -160,7 +161,7 @@ async def run_lanes(
             accuracy = read_data(lane.spec)  # --accuracy: its points after the lane's sweep
             checked = (
                 await measure_accuracy(lane.spec, accuracy, outcome.results_dir)
-                if accuracy is not None and not outcome.nothing_to_resume
+                if accuracy is not None and not _accuracy_kept(lane, outcome)
                 else None
             )
         except asyncio.CancelledError:
@@ -191,6 +192,11 @@ async def run_lanes(
     index.write(finished=True)
     _write_al_matrix(plan)
     return LanesOutcome(plan.results_dir, tuple(index.statuses), interrupted=False)
+
+
+def _accuracy_kept(lane: Lane, outcome: SweepOutcome) -> bool:
+    """A --resume of a lane whose sweep and accuracy points are all complete."""
+    return outcome.nothing_to_resume and accuracy_done(lane.spec, outcome.results_dir)
 
 
 async def _find_capacity(lane: Lane, tokenizer: Tokenizer | None) -> None:

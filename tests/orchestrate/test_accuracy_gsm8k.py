@@ -193,3 +193,23 @@ lanes:
     compared = run_loadgen(["compare", str(tree)])
     block = compared.stdout.split("conc 4\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert [line.split()[-1] for line in block[1:]] == ["-", "0.750"], compared.stdout
+
+
+def test_overwrite_never_leaves_an_earlier_runs_scores(oracle: str, tmp_path: Path) -> None:
+    """--overwrite of a run that had accuracy points, now without: no stale score is left
+    for compare to show as this run's; a complete run resumed runs nothing again."""
+    results = tmp_path / "run"
+    first = run_loadgen(_args(oracle, results))
+    assert first.returncode == 0, first.stderr
+    again = run_loadgen([*_args(oracle, results), "--resume", str(results)])
+    assert again.returncode == 0, again.stderr
+    assert "nothing to resume" in again.stderr and "strict-match" not in again.stderr
+    plain = _args(oracle, results)
+    at = plain.index("--accuracy")
+    del plain[at : at + 6]  # --accuracy gsm8k --accuracy-data F --accuracy-shots F
+    second = run_loadgen([*plain, "--overwrite"])
+    assert second.returncode == 0, second.stderr
+    assert (results / "conc_4.json").is_file()
+    assert not (results / "accuracy_gsm8k").exists()
+    compared = run_loadgen(["compare", str(results), str(results)])
+    assert "GSM8K" not in compared.stdout
