@@ -169,16 +169,14 @@ class AccuracyWorkload:
     def _request(self, index: int, line: int, max_tokens: int) -> tuple[RequestSpec, ReplyText]:
         spec = self.spec
         messages = self.conversations[line]
-        text = ""
-        if self.options.endpoint == "completions":
-            from encoders import ENCODERS
+        from encoders import ENCODERS
 
-            text = ENCODERS[spec.workload.encoder].encode_messages(
-                messages, spec.workload.thinking, reasoning_effort=spec.workload.reasoning_effort
-            )
-            input_len = len(encode(self.tokenizer, text))
-        else:  # the server templates it; loadgen's count is of the contents only
-            input_len = sum(len(encode(self.tokenizer, m["content"])) for m in messages)
+        # rendered by the encoder for both endpoints, as a dataset prompt is: the text
+        # /v1/completions sends, and the prompt length the point reports
+        text = ENCODERS[spec.workload.encoder].encode_messages(
+            messages, spec.workload.thinking, reasoning_effort=spec.workload.reasoning_effort
+        )
+        input_len = len(encode(self.tokenizer, text))
         built = orjson.loads(
             self.options.builder.body(
                 self.options, text=text, messages=messages, max_tokens=max_tokens, seed=1234
