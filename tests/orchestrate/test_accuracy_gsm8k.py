@@ -193,6 +193,8 @@ lanes:
     compared = run_loadgen(["compare", str(tree)])
     block = compared.stdout.split("conc 4\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert [line.split()[-1] for line in block[1:]] == ["-", "0.750"], compared.stdout
+    report = (tree / "report.html").read_text()
+    assert "<th>GSM8K strict</th>" in report
 
 
 def test_overwrite_never_leaves_an_earlier_runs_scores(oracle: str, tmp_path: Path) -> None:
