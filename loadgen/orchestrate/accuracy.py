@@ -138,6 +138,7 @@ async def measure_accuracy(
         results_dir=directory,
         trials=1,
         duration_s=None,
+        workers=1,  # the accuracy points run in this process (their replies are scored here)
         # the accuracy points are run whole again when the sweep is resumed: their replies
         # are scored from memory, so a point cannot continue where it stopped
         resume=False,
