@@ -14,7 +14,7 @@ import difflib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,9 @@ from loadgen.wording import printable
 
 if TYPE_CHECKING:
     from loadgen.config.sweepfile import SweepPlan
+    from loadgen.orchestrate.accuracy import AccuracyData
     from loadgen.orchestrate.measure import SweepOutcome
+    from loadgen.results.accuracy import AccuracyResult
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,20 +204,46 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
 
 
 async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:
+    from loadgen.orchestrate.accuracy import read_data
+
+    # --accuracy's files are read first: a missing one is one line, before any measurement
+    accuracy = await asyncio.to_thread(read_data, spec) if spec.scoring.accuracy else None
     if spec.load.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
         from loadgen.orchestrate.capacity import find_capacity
 
-        outcome = await find_capacity(spec)
-        print(f"loadgen: capacity search in {outcome.results_dir}/capacity.json", file=sys.stderr)
+        capacity = await find_capacity(spec)
+        print(f"loadgen: capacity search in {capacity.results_dir}/capacity.json", file=sys.stderr)
         return 0
     from loadgen.orchestrate.measure import measure
 
     if metrics_port is None:
-        return _said(spec, await measure(spec))
+        return await _checked(spec, accuracy, await measure(spec))
     from loadgen.orchestrate.live import live_observer
 
     async with live_observer(spec, metrics_port, metrics_host) as observer:
-        return _said(spec, await measure(spec, observer=observer))
+        outcome = await measure(spec, observer=observer)
+        return await _checked(spec, accuracy, outcome, observer.accuracy_scored)
+
+
+async def _checked(
+    spec: RunSpec,
+    accuracy: AccuracyData | None,
+    outcome: SweepOutcome,
+    on_score: Callable[[AccuracyResult], None] | None = None,
+) -> int:
+    """The sweep's closing lines, then its accuracy points (--accuracy), and the status."""
+    from loadgen.orchestrate.accuracy import accuracy_done, measure_accuracy
+
+    status = _said(spec, outcome)
+    if accuracy is None or outcome.interrupted:
+        return status
+    if outcome.nothing_to_resume and accuracy_done(spec, outcome.results_dir):
+        return status
+
+    checked = await measure_accuracy(spec, accuracy, outcome.results_dir, on_score)
+    for line in checked.lines():
+        print(f"loadgen: {line}", file=sys.stderr)
+    return status or checked.exit_code
 
 
 def _said(spec: RunSpec, outcome: SweepOutcome) -> int:

@@ -131,14 +131,25 @@ def load_run(name: str, path: Path) -> RunDir:
     run = store.read_run() if store.run_file.is_file() else None
     if capacity is not None and not results:  # a --find-max directory: its probes' points
         results, run = capacity_points(capacity), capacity_run_json(path, capacity)
-    return RunDir(
-        name,
-        path,
-        run,
-        results,
-        {conc: result.to_json() for conc, result in results.items()},
-        capacity,
-    )
+    points = {conc: result.to_json() for conc, result in results.items()}
+    return RunDir(name, path, run, results, _with_accuracy(path, points), capacity)
+
+
+def _with_accuracy(path: Path, points: dict[int, Any]) -> dict[int, Any]:
+    """Each point with its concurrency's accuracy score beside its figures, when the run
+    has an accuracy point there (`accuracy_gsm8k/gsm8k_conc_<N>.json`)."""
+    scores = ResultsDir(ResultsDir(path).accuracy_dir("gsm8k"))
+    for conc, point in points.items():
+        if scores.accuracy_file("gsm8k", conc).is_file():
+            score = scores.read_accuracy("gsm8k", conc)
+            points[conc] = {
+                **point,
+                "gsm8k_exact_match_strict": score.strict_match.exact_match,
+                "gsm8k_exact_match_strict_stderr": score.strict_match.stderr,
+                "gsm8k_exact_match_flexible": score.flexible_extract.exact_match,
+                "gsm8k_n": score.n,
+            }
+    return points
 
 
 def load_runs(arguments: Sequence[Path]) -> list[RunDir]:

@@ -13,9 +13,18 @@ from pathlib import Path
 from loadgen.config.fields import Field, flag
 from loadgen.config.golden import DEFAULT_TOLERANCE, MODES, GoldenAL, read_golden
 from loadgen.config.objectives import parse_slo_flag, slo_pairs
-from loadgen.config.parsers import SLO_METRICS, SpecError, parse_percentiles, percentile_list
+from loadgen.config.parsers import (
+    SLO_METRICS,
+    SpecError,
+    conc_list,
+    parse_conc,
+    parse_percentiles,
+    percentile_list,
+)
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+ACCURACY_TASKS = ("gsm8k",)
+ACCURACY_MIN_CONC = 16  # InferenceX's MIN_EVAL_CONC: lower points are not evaluated
 SESSION_PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)  # InferenceX's agentic set
 
 
@@ -38,6 +47,25 @@ class ScoringSpec:
     # A sweep file's own comparison exits 1 when a lane's outputs differ from the
     # baseline's beyond run-to-run noise (metrics/lossless.py)
     require_lossless: bool = False
+    # --accuracy gsm8k: an accuracy point per --accuracy-conc after the sweep
+    # (orchestrate/accuracy.py), scored by metrics/gsm8k.py
+    accuracy: str | None = None
+    accuracy_data: Path | None = None
+    accuracy_shots: Path | None = None
+    accuracy_conc: tuple[int, ...] = ()  # (): the sweep's highest and median conc >= 16
+    accuracy_min: float | None = None
+    accuracy_max_tokens: int = 2048
+
+    def accuracy_concs(self, sweep: tuple[int, ...]) -> tuple[int, ...]:
+        """--accuracy-conc, else as InferenceX picks: of the sweep's concurrencies >= 16,
+        the highest and the median (the upper one of an even count); none >= 16: the
+        highest."""
+        if self.accuracy_conc:
+            return self.accuracy_conc
+        eligible = sorted({c for c in sweep if c >= ACCURACY_MIN_CONC})
+        if not eligible:
+            return (max(sweep),)
+        return tuple(sorted({eligible[len(eligible) // 2], eligible[-1]}))
 
 
 FIELDS: tuple[Field, ...] = (
@@ -110,6 +138,60 @@ FIELDS: tuple[Field, ...] = (
         help="the golden file's model key (default: --model)",
     ),
     flag(
+        "--accuracy",
+        default=None,
+        choices=ACCURACY_TASKS,
+        help="after the sweep, run the task's accuracy point(s) at --accuracy-conc: "
+        "GSM8K 5-shot chat as InferenceX runs it with lm-eval, timed like any point "
+        "(default: none)",
+        fills="accuracy",
+    ),
+    flag(
+        "--accuracy-data",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the questions: GSM8K's test split as JSONL (Hugging Face openai/gsm8k, config main)",
+        fills="accuracy_data",
+    ),
+    flag(
+        "--accuracy-shots",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the 5-shot examples' pool: GSM8K's train split as JSONL, drawn per question "
+        "as lm-eval draws them (seed 1234)",
+        fills="accuracy_shots",
+    ),
+    flag(
+        "--accuracy-conc",
+        shape="numbers",
+        type=parse_conc,
+        read=conc_list,
+        default=None,
+        metavar="N,...",
+        help="concurrency of the accuracy point(s) (default: the sweep's highest and "
+        "median conc >= 16, as InferenceX picks)",
+        fills="accuracy_conc",
+    ),
+    flag(
+        "--accuracy-min",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="exit status 1 when an accuracy point's strict-match exact match is below "
+        "this, e.g. 0.91 (InferenceX's dsv4 threshold) (default: no gate)",
+        fills="accuracy_min",
+    ),
+    flag(
+        "--accuracy-max-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="max_tokens of each accuracy request (default: 2048)",
+        fills="accuracy_max_tokens",
+    ),
+    flag(
         "--golden-al-tolerance",
         type=float,
         default=DEFAULT_TOLERANCE,
@@ -174,6 +256,46 @@ def _check_values(scoring: ScoringSpec) -> None:
         bool(scoring.percentiles) and all(0 < p < 100 for p in scoring.percentiles),
         "--percentiles: each must be strictly between 0 and 100",
     )
+    _check_accuracy(scoring)
+
+
+def _check_accuracy(scoring: ScoringSpec) -> None:
+    """The --accuracy options hang together; the files are read when the run starts
+    (orchestrate/accuracy.py), where a missing one is one line saying where to get it."""
+    if scoring.accuracy is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--accuracy-data", scoring.accuracy_data),
+                ("--accuracy-shots", scoring.accuracy_shots),
+                ("--accuracy-conc", scoring.accuracy_conc or None),
+                ("--accuracy-min", scoring.accuracy_min),
+            )
+            if value is not None
+        ]
+        _check(not given, f"{', '.join(given)}: only with --accuracy gsm8k")
+        return
+    _check(
+        scoring.accuracy in ACCURACY_TASKS,
+        f"--accuracy {scoring.accuracy!r}: allowed: {', '.join(ACCURACY_TASKS)}",
+    )
+    where = (
+        "GSM8K is the Hugging Face dataset openai/gsm8k (config main): its test split as "
+        "JSONL for --accuracy-data, its train split for --accuracy-shots"
+    )
+    _check(
+        scoring.accuracy_data is not None, f"--accuracy gsm8k needs --accuracy-data FILE; {where}"
+    )
+    _check(
+        scoring.accuracy_shots is not None, f"--accuracy gsm8k needs --accuracy-shots FILE; {where}"
+    )
+    _check(all(c >= 1 for c in scoring.accuracy_conc), "--accuracy-conc: each must be >= 1")
+    _check(
+        scoring.accuracy_min is None
+        or (math.isfinite(scoring.accuracy_min) and 0 <= scoring.accuracy_min <= 1),
+        "--accuracy-min: give a fraction in [0, 1], e.g. 0.91",
+    )
+    _check(scoring.accuracy_max_tokens >= 1, "--accuracy-max-tokens: must be >= 1")
 
 
 def _check_finite(scoring: ScoringSpec) -> None:

@@ -43,8 +43,12 @@ METRIC_FIELDS: Mapping[str, str] = {
     # --gpu-metrics runs (null otherwise): GPU energy per output token, and its inverse
     "joules_per_token": "joules_per_output_token",
     "tokens_per_joule": "output_tokens_per_joule",
+    # --accuracy gsm8k runs (null otherwise): the accuracy point's strict-match exact
+    # match at this concurrency (compare/inputs.py puts it beside the point's figures)
+    "gsm8k_strict": "gsm8k_exact_match_strict",
 }
 ENERGY_METRICS = ("joules_per_token", "tokens_per_joule")
+ACCURACY_METRICS = ("gsm8k_strict",)
 
 
 @dataclass(frozen=True, slots=True)

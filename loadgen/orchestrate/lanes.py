@@ -32,11 +32,13 @@ from loadgen import __version__
 from loadgen.config.spec import SpecError
 from loadgen.config.sweepfile import Lane, SweepPlan
 from loadgen.errors import LoadgenError, UsageError
+from loadgen.orchestrate.accuracy import accuracy_done, measure_accuracy, read_data
 from loadgen.orchestrate.capacity import find_capacity
 from loadgen.results.files import write_atomic
 from loadgen.results.store import AL_MATRIX_FILE, LANES_FILE, ResultsDir
 from loadgen.run.observers import RunObserver
 from loadgen.run.stops import stop_reason
+from loadgen.run.sweep import SweepOutcome
 from loadgen.sinks.al_matrix import lane_al, write_al_matrix
 
 INDEX = LANES_FILE
@@ -101,6 +103,7 @@ async def check_workloads(plan: SweepPlan) -> None:
             tokenizers[key] = await asyncio.to_thread(load_tokenizer, key[0], check_dsv4=key[1])
         try:
             await asyncio.to_thread(probe_prompt, lane.spec, tokenizers[key])
+            await asyncio.to_thread(read_data, lane.spec)  # --accuracy's files, if any
         except SpecError as exc:
             raise SpecError(f"lanes[{index}] ({lane.name}): {exc}") from None
 
@@ -160,6 +163,12 @@ async def run_lanes(
                 tokenizer=tokenizer,
                 observer=observer_for(lane) if observer_for else None,
             )
+            accuracy = read_data(lane.spec)  # --accuracy: its points after the lane's sweep
+            checked = (
+                await measure_accuracy(lane.spec, accuracy, outcome.results_dir)
+                if accuracy is not None and not _accuracy_kept(lane, outcome)
+                else None
+            )
         except asyncio.CancelledError:
             status.state, status.exit_code = "interrupted", 130
             for later in index.statuses[number:]:
@@ -174,6 +183,12 @@ async def run_lanes(
             _say(f"lane {lane.name} failed: {exc}")
         else:  # ran to the end; a point over --max-error-rate still makes the exit status 1
             status.state, status.exit_code = "succeeded", outcome.exit_code
+            if checked is not None:
+                for line in checked.lines():
+                    _say(f"lane {lane.name}: {line}")
+                status.exit_code = max(outcome.exit_code, checked.exit_code)
+                if checked.gate_line() is not None:
+                    status.error = checked.gate_line()
             if outcome.failed_points:
                 status.error = (
                     f"error rate above --max-error-rate at conc "
@@ -183,6 +198,11 @@ async def run_lanes(
     index.write(finished=True)
     _write_al_matrix(plan)
     return LanesOutcome(plan.results_dir, tuple(index.statuses), interrupted=False)
+
+
+def _accuracy_kept(lane: Lane, outcome: SweepOutcome) -> bool:
+    """A --resume of a lane whose sweep and accuracy points are all complete."""
+    return outcome.nothing_to_resume and accuracy_done(lane.spec, outcome.results_dir)
 
 
 async def _find_capacity(lane: Lane, tokenizer: Tokenizer | None) -> None:

@@ -13,8 +13,8 @@ from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
 from loadgen.run.backend import request_headers
 from loadgen.run.embedded_sim import sim_model
-from loadgen.run.observers import RunObserver
 from loadgen.sinks.prometheus import live_metrics
+from loadgen.sinks.prometheus.observer import MetricsObserver
 
 
 async def model_label(spec: RunSpec) -> str:
@@ -37,7 +37,7 @@ async def model_label(spec: RunSpec) -> str:
 
 
 @contextlib.asynccontextmanager
-async def live_observer(spec: RunSpec, port: int, host: str) -> AsyncIterator[RunObserver]:
+async def live_observer(spec: RunSpec, port: int, host: str) -> AsyncIterator[MetricsObserver]:
     """The observer that feeds the live metrics served on host:port while the block runs."""
     model = await model_label(spec)
     stack = contextlib.AsyncExitStack()

@@ -29,6 +29,9 @@ from loadgen.results.run_record import (
     RunSettings,
 )
 from loadgen.results.store import (
+    ACCURACY_GLOB,
+    ACCURACY_PREFIX,
+    ACCURACY_SAMPLES_GLOB,
     GPU_POWER_GLOB,
     INCOMPLETE_DIR,
     POINT_GLOB,
@@ -46,6 +49,8 @@ from loadgen.results.store import (
 _RUN_GLOBS = (RUN_FILE, POINT_GLOB, REQUESTS_GLOB)
 _RESULT_GLOBS = (
     *_RUN_GLOBS,
+    ACCURACY_GLOB,
+    ACCURACY_SAMPLES_GLOB,
     SWEEP_CSV,
     SWEEP_PNG,
     SIMULATOR_LOG,
@@ -130,6 +135,10 @@ def _remove_results(directory: Path) -> None:
             except OSError as exc:
                 raise ResultsWriteError(path, exc, "--overwrite could not remove it") from None
     shutil.rmtree(directory / INCOMPLETE_DIR, ignore_errors=True)
+    # the run's accuracy points (--accuracy): an earlier run's scores must not read as this one's
+    for accuracy in directory.glob(f"{ACCURACY_PREFIX}*"):
+        if accuracy.is_dir() and not accuracy.is_symlink():
+            shutil.rmtree(accuracy)
 
 
 def _resume(directory: Path, spec: RunSpec) -> Earlier:

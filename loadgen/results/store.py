@@ -8,6 +8,10 @@
                                 is then the point pooled over its trials (run/trials.py)
     requests_conc_<N>_trial_<k>.jsonl  --trials: trial k's records (no pooled JSONL: the
                                 trials' files are the records)
+    accuracy_gsm8k/             --accuracy gsm8k: the accuracy points' own results directory
+                                (conc_<N>.json, requests_conc_<N>.jsonl, run.json), with
+    gsm8k_conc_<N>.json         ... each point's score (results/accuracy.py AccuracyResult)
+    gsm8k_samples_conc_<N>.jsonl  ... and its per-question answers (AccuracySample)
     capacity.json               --find-max: the capacity search's answer (orchestrate/capacity.py)
     find_max_<kind>_<load>/     --find-max: each probe's own results directory
     sweep.csv, sweep.png        the sweep table and plot, complete points only
@@ -39,6 +43,7 @@ import msgspec
 import orjson
 
 from loadgen.records import RequestRecord
+from loadgen.results.accuracy import AccuracyResult, AccuracySample
 from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
 from loadgen.results.jsonl import read_jsonl
@@ -56,6 +61,9 @@ SERVER_LOG = "server.log"
 SERVER_LOG_GLOB = "server_attempt*.log"
 CAPACITY_FILE = "capacity.json"
 PROBE_PREFIX = "find_max_"
+ACCURACY_PREFIX = "accuracy_"
+ACCURACY_GLOB = "gsm8k_conc_*.json"
+ACCURACY_SAMPLES_GLOB = "gsm8k_samples_conc_*.jsonl"
 INCOMPLETE_DIR = "incomplete"
 POINT_GLOB = "conc_*.json"
 REQUESTS_GLOB = "requests_conc_*.jsonl"
@@ -141,6 +149,42 @@ class ResultsDir:
                 f"{path}: field 'max_concurrency' is {result.conc}, not {conc} as its name says"
             )
         return result
+
+    def accuracy_dir(self, task: str) -> Path:
+        """--accuracy: the accuracy points' own results directory (`accuracy_gsm8k`)."""
+        return self.path / f"{ACCURACY_PREFIX}{task}"
+
+    def accuracy_file(self, task: str, conc: int) -> Path:
+        return self.path / f"{task}_conc_{conc}.json"
+
+    def accuracy_samples_file(self, task: str, conc: int) -> Path:
+        return self.path / f"{task}_samples_conc_{conc}.jsonl"
+
+    def write_accuracy(self, result: AccuracyResult, samples: list[AccuracySample]) -> Path:
+        """The samples first: a score on disk always has its answers beside it."""
+        lines = b"".join(msgspec.json.encode(sample) + b"\n" for sample in samples)
+        write_atomic(self.accuracy_samples_file(result.task, result.conc), lines)
+        data = orjson.dumps(msgspec.to_builtins(result), option=orjson.OPT_INDENT_2)
+        return write_atomic(self.accuracy_file(result.task, result.conc), data)
+
+    def read_accuracy(self, task: str, conc: int) -> AccuracyResult:
+        path = self.accuracy_file(task, conc)
+        try:
+            return msgspec.json.decode(_read_bytes(path), type=AccuracyResult)
+        except msgspec.ValidationError as exc:
+            raise ResultFileError(f"{path}: {field_message(exc)}") from None
+        except msgspec.DecodeError:
+            raise ResultFileError(f"{path}: not a JSON accuracy result") from None
+
+    def read_accuracy_samples(self, task: str, conc: int) -> list[AccuracySample]:
+        path = self.accuracy_samples_file(task, conc)
+        decoder = msgspec.json.Decoder(AccuracySample)
+        try:
+            return [decoder.decode(line) for line in _read_bytes(path).splitlines() if line]
+        except msgspec.ValidationError as exc:
+            raise ResultFileError(f"{path}: {field_message(exc)}") from None
+        except msgspec.DecodeError:
+            raise ResultFileError(f"{path}: a line is not a JSON accuracy sample") from None
 
     def probe_dir(self, kind: str, load: float) -> Path:
         """--find-max: a probe's own results directory (`find_max_conc_16`,

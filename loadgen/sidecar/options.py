@@ -116,6 +116,7 @@ def spec_for(config: Target, options: Mapping[str, Any], results_dir: Path) -> R
         )
     check_confined(spec, config.data_dir, "")
     _refuse_find_max(spec, "")
+    _refuse_accuracy(spec, "")
     return spec
 
 
@@ -131,6 +132,18 @@ FIND_MAX_WHY = (
 def _refuse_find_max(spec: RunSpec, where: str) -> None:
     if spec.load.find_max is not None:
         raise SpecError(where + FIND_MAX_WHY)
+
+
+# Its points run after the sweep, outside the run record's list of points, and its files
+# are not among the paths confined to the data directory.
+ACCURACY_WHY = (
+    "accuracy: not through the sidecar (yet); run `loadgen --accuracy gsm8k ...` on a command line"
+)
+
+
+def _refuse_accuracy(spec: RunSpec, where: str) -> None:
+    if spec.scoring.accuracy is not None:
+        raise SpecError(where + ACCURACY_WHY)
 
 
 @functools.cache
@@ -172,6 +185,7 @@ def plan_for(config: Target, document: Mapping[str, Any], results_dir: Path) -> 
         where = f"sweep document: lanes[{index}] ({lane.name}): "
         check_confined(lane.spec, config.data_dir, where)
         _refuse_find_max(lane.spec, where)
+        _refuse_accuracy(lane.spec, where)
     return plan
 
 

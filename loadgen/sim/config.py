@@ -124,6 +124,9 @@ class SimConfig:
     profiler_dir: str | None = None
     # The power model behind /gpu/metrics (sim/power.py): --num-gpus, --gpu-*.
     power: PowerConfig = field(default_factory=PowerConfig)
+    # --answers FILE / --answer-rate: the GSM8K answer oracle, a test aid (sim/answers.py)
+    answers: str | None = None
+    answer_rate: float = 1.0
 
     def __post_init__(self) -> None:
         if self.spec_tokens > 0 and not self.acceptance:

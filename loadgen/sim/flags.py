@@ -245,6 +245,21 @@ def _capacity_and_tokenizer_flags(p: argparse.ArgumentParser, d: SimConfig) -> N
 
 def fault_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
+        "--answers",
+        default=None,
+        metavar="FILE",
+        help="TEST AID, not engine behaviour: answer the GSM8K questions of FILE (JSONL, "
+        "question/answer) with `#### N`, correct for exactly --answer-rate of them "
+        "(chosen by --seed), so loadgen --accuracy has ground truth",
+    )
+    p.add_argument(
+        "--answer-rate",
+        type=float,
+        default=1.0,
+        metavar="FRACTION",
+        help="with --answers: the fraction of FILE's questions answered correctly",
+    )
+    p.add_argument(
         "--fault-500",
         type=float,
         default=0.0,

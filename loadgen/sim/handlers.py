@@ -17,12 +17,13 @@ from typing import Any
 from aiohttp import web
 from tokenizers import Tokenizer
 
+from loadgen.sim.answers import load_answers, scripted_tokens
 from loadgen.sim.config import SimConfig
 from loadgen.sim.detok import BOS_ID, TokenTable
 from loadgen.sim.engine import Engine
 from loadgen.sim.faults import NO_FAULTS, draw_faults
 from loadgen.sim.logprobs import MAX_LOGPROBS, LogprobsBuilder
-from loadgen.sim.plan import PlanParams, RequestPlan, make_plan
+from loadgen.sim.plan import PlanParams, RequestPlan, make_plan, script
 from loadgen.sim.prefix_cache import block_hashes
 from loadgen.sim.request import EngineRequest, TransportSink
 from loadgen.sim.request_metrics import metrics_dict, with_nulls
@@ -116,6 +117,11 @@ class GenerationHandlers:
         self._indices = itertools.count()
         # Alternative tokens for top_logprobs: a fixed slice of the generated vocabulary.
         self._alternatives = tuple(unit.texts[0] for unit in table.clean[: 4 * MAX_LOGPROBS])
+        self.answers = (
+            None
+            if config.answers is None
+            else load_answers(config.answers, config.answer_rate, config.seed)
+        )
 
     def _logprobs(self, gen: Generation) -> LogprobsBuilder | None:
         if gen.logprobs is None:
@@ -158,6 +164,20 @@ class GenerationHandlers:
             return None
         return block_hashes(prompt_ids, self.config.block_size)
 
+    def _answer(self, plan: RequestPlan, body: dict[str, Any], chat: bool, max_tokens: int) -> None:
+        """--answers: a GSM8K question of the oracle's file gets its scripted reply."""
+        assert self.answers is not None
+        reply = self.answers.reply(body, chat)
+        if reply is None:
+            return
+        tokenizer = self.tokenization.tokenizer
+
+        def encode(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+            encoding = tokenizer.encode(text, add_special_tokens=False)
+            return list(encoding.ids), list(encoding.offsets)
+
+        script(plan, *scripted_tokens(reply, encode), self.table.eos_id, max_tokens)
+
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = self.clock()
         try:
@@ -186,6 +206,8 @@ class GenerationHandlers:
             )
         index = next(self._indices)
         plan = self._plan(gen, index, max_tokens)
+        if self.answers is not None:
+            self._answer(plan, body, chat, max_tokens)
         faults = draw_faults(faults_config, self.config.seed, index, plan.num_tokens, gen.stream)
         if faults.error_500:
             return json_response(

@@ -125,6 +125,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         enable_per_request_metrics=args.enable_per_request_metrics,
         engine=args.engine,
         dev_mode=server_dev_mode(os.environ),
+        answers=args.answers,
+        answer_rate=args.answer_rate,
         power=PowerConfig(
             num_gpus=args.num_gpus,
             idle_watts=args.gpu_idle_watts,

@@ -135,3 +135,15 @@ class RequestPlan:
 
 def make_plan(table: TokenTable, seed: int, params: PlanParams) -> RequestPlan:
     return RequestPlan(table, seed, params)
+
+
+def script(
+    plan: RequestPlan, ids: list[int], texts: list[str], eos_id: int, max_tokens: int
+) -> None:
+    """--answers: `plan` streams these tokens, then EOS (within its max_tokens), instead of
+    drawn ones; its acceptance draws are kept."""
+    ids, texts = [*ids, eos_id], [*texts, ""]
+    count = min(max_tokens, len(ids))
+    plan.num_tokens = count
+    plan.finish_reason = "stop" if count == len(ids) else "length"
+    plan.token_ids, plan.texts = ids[:count], texts[:count]

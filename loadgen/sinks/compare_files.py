@@ -16,7 +16,14 @@ from typing import Any
 
 import orjson
 
-from loadgen.metrics.compare import ENERGY_METRICS, METRIC_FIELDS, Comparison, Crossover, PointRow
+from loadgen.metrics.compare import (
+    ACCURACY_METRICS,
+    ENERGY_METRICS,
+    METRIC_FIELDS,
+    Comparison,
+    Crossover,
+    PointRow,
+)
 from loadgen.metrics.lossless import LosslessCheck
 from loadgen.results.files import write_atomic
 from loadgen.sinks import lossless_text
@@ -36,6 +43,16 @@ COLUMNS: Mapping[str, tuple[str, int]] = {
 }
 # On the console only, and only when some run measured GPU energy (--gpu-metrics).
 ENERGY_COLUMNS: Mapping[str, tuple[str, int]] = {"joules_per_token": ("J/tok", 3)}
+# Only when some run has an accuracy point (--accuracy gsm8k) at that concurrency.
+ACCURACY_COLUMNS: Mapping[str, tuple[str, int]] = {"gsm8k_strict": ("GSM8K strict", 3)}
+
+
+def accuracy_columns(comparison: Comparison) -> Mapping[str, tuple[str, int]]:
+    """The accuracy column beside throughput, when any run measured accuracy."""
+    measured = any(
+        row.values.get(k) is not None for row in comparison.rows for k in ACCURACY_METRICS
+    )
+    return ACCURACY_COLUMNS if measured else {}
 
 
 def throughput_label(comparison: Comparison) -> str:
@@ -57,7 +74,7 @@ def ratio_text(row: PointRow, key: str) -> str:
 
 
 def _cell(row: PointRow, key: str, baseline: str) -> str:
-    digits = {**COLUMNS, **ENERGY_COLUMNS}[key][1]
+    digits = {**COLUMNS, **ENERGY_COLUMNS, **ACCURACY_COLUMNS}[key][1]
     half, mean = row.halves.get(key), row.means.get(key)
     if half is not None and mean is not None:  # --trials: the trials' mean ± its CI
         text = f"{number(mean, digits)} ±{half:,.{digits}f}"
@@ -76,7 +93,11 @@ def has_energy(comparison: Comparison) -> bool:
 
 def _block(comparison: Comparison, conc: int) -> list[str]:
     rows = comparison.rows_at(conc)
-    columns = {**COLUMNS, **(ENERGY_COLUMNS if has_energy(comparison) else {})}
+    columns = {
+        **COLUMNS,
+        **(ENERGY_COLUMNS if has_energy(comparison) else {}),
+        **accuracy_columns(comparison),
+    }
     headers = ["run"] + [
         throughput_label(comparison) if k == "throughput" else h for k, (h, _) in columns.items()
     ]

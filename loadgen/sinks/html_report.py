@@ -29,6 +29,7 @@ from loadgen.sinks import report_figures as figures
 from loadgen.sinks.compare_files import (
     COLUMNS,
     Warning_,
+    accuracy_columns,
     energy_lines,
     has_energy,
     summary_lines,
@@ -177,15 +178,16 @@ def _metric_cell(row: PointRow, key: str, digits: int) -> str:
 
 
 def _comparison_table(comparison: Comparison, conc: int, warned: set[tuple[str, int]]) -> str:
+    columns = {**COLUMNS, **accuracy_columns(comparison)}
     heads = "".join(
         f"<th>{_e(throughput_label(comparison) if k == 'throughput' else h)}</th><th>x</th>"
-        for k, (h, _) in COLUMNS.items()
+        for k, (h, _) in columns.items()
     )
     body = []
     for row in comparison.rows_at(conc):
         cells = "".join(
             _metric_cell(row, k, d) + _ratio_cell(row, k, comparison.baseline)
-            for k, (_, d) in COLUMNS.items()
+            for k, (_, d) in columns.items()
         )
         flag = " warn" if (row.run, conc) in warned else ""
         partial = "" if row.complete else " (partial)"

@@ -76,6 +76,7 @@ BY_DEST: dict[str, tuple[list[str], Any]] = {
     "serve_timeout": (["90"], 90),
     "serve_cmd": (["vllm serve m --port {port}"], ["vllm", "serve", "m", "--port", "{port}"]),
     "serve_env": (["A=1", "--serve-env", "B=x:y"], {"A": 1, "B": "x:y"}),
+    "accuracy_min": (["0.5"], 0.5),
 }
 # What an option needs beside it to be accepted at all (argv words, document keys).
 PARTNERS: dict[str, dict[str, Any]] = {
@@ -98,6 +99,14 @@ PARTNERS: dict[str, dict[str, Any]] = {
     "reset_timeout": {"reset_prefix_cache": True},
     "serve_env": {"serve_cmd": "vllm serve m --port {port}"},
     "serve_cwd": {"serve_cmd": "vllm serve m --port {port}"},
+    # --accuracy's files are read when the run starts, not when the spec is built
+    "accuracy": {"accuracy_data": "q.jsonl", "accuracy_shots": "s.jsonl"},
+    **{
+        dest: {"accuracy": "gsm8k", "accuracy_data": "q.jsonl", "accuracy_shots": "s.jsonl"}
+        for dest in ("accuracy_conc", "accuracy_min", "accuracy_max_tokens")
+    },
+    "accuracy_data": {"accuracy": "gsm8k", "accuracy_shots": "s.jsonl"},
+    "accuracy_shots": {"accuracy": "gsm8k", "accuracy_data": "q.jsonl"},
 }
 
 

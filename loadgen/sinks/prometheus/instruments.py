@@ -181,6 +181,12 @@ class LoadgenMetrics:
             "GPU energy per output token over the point (--gpu-metrics, valid points).",
             pl,
         )
+        self.accuracy = gauge(
+            "loadgen_accuracy_exact_match",
+            "Exact match of the accuracy point at `conc` (--accuracy gsm8k), per task and "
+            "filter (strict-match: the gated one, flexible-extract).",
+            (*pl, "task", "filter"),
+        )
         self.loop_lag = BulkHistogram(
             "loadgen_event_loop_lag_seconds",
             "Client event-loop backlog during measured phases: time for a posted callback to "

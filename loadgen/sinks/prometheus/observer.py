@@ -16,6 +16,7 @@ from loadgen.metrics.arrays import PointArrays
 from loadgen.metrics.checks import NO_TOKENS, failure_kind
 from loadgen.metrics.summary import latency_samples
 from loadgen.records import ErrorKind, RequestRecord
+from loadgen.results.accuracy import AccuracyResult
 from loadgen.results.point import PointResult
 from loadgen.sinks.prometheus.buckets import MAX_POSITIONS
 from loadgen.sinks.prometheus.instruments import LoadgenMetrics
@@ -185,6 +186,16 @@ class MetricsObserver:
             ):
                 if value is not None:
                     gauge.labels(*key).set(value)
+
+    def accuracy_scored(self, result: AccuracyResult) -> None:
+        """An accuracy point's score (orchestrate/accuracy.py), once it is written."""
+        key = (*self._run, str(result.conc), result.task)
+        for name, figure in (
+            ("strict-match", result.strict_match),
+            ("flexible-extract", result.flexible_extract),
+        ):
+            if figure.n:  # no questions: no figure (NaN is not a measurement)
+                self.metrics.accuracy.labels(*key, name).set(figure.exact_match)
 
 
 def observe_completed(series: _PointSeries, record: RequestRecord, spec_tokens: int | None) -> None:

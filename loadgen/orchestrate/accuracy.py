@@ -1,0 +1,240 @@
+"""`--accuracy gsm8k`: after the sweep, an accuracy point per --accuracy-conc.
+
+Each is a point like any other (warmed up, streamed, timed: conc_<N>.json with TTFT,
+ITL, throughput and AL) in the run's `accuracy_gsm8k/` directory, whose requests are the
+GSM8K questions (workload/gsm8k.py); once the point has ended its replies are scored
+(metrics/gsm8k.py) into gsm8k_conc_<N>.json and gsm8k_samples_conc_<N>.jsonl beside it.
+The data files are read before the sweep starts, so a missing one costs no measurement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.config.spec import RunSpec, SpecError
+from loadgen.errors import LoadgenError
+from loadgen.metrics import gsm8k
+from loadgen.persist.outcome import PointOutcome
+from loadgen.results.accuracy import AccuracyResult, AccuracySample, ExactMatchFigure
+from loadgen.results.point import ResultFileError
+from loadgen.results.store import ResultsDir
+from loadgen.run.driver import Driver, RunPieces
+from loadgen.run.point import Point
+from loadgen.run.point_records import RunContext
+from loadgen.run.stops import stop_of
+from loadgen.run.sweep import SweepOutcome, sweep_points
+from loadgen.sinks.run_files import RunFiles
+from loadgen.workload.gsm8k import AccuracyWorkload, Item, read_items, reply_content
+
+PROTOCOL = (
+    "5-shot chat (shots as turns, lm-eval's seed 1234), greedy, until </s> <|im_end|>; "
+    "InferenceX utils/evals/gsm8k.yaml, lm-eval exact_match"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AccuracyData:
+    questions: list[Item]
+    shots: list[Item]
+
+
+def read_data(spec: RunSpec) -> AccuracyData | None:
+    """The --accuracy files, read (and refused, one line) before anything runs."""
+    scoring = spec.scoring
+    if scoring.accuracy is None:
+        return None
+    assert scoring.accuracy_data is not None and scoring.accuracy_shots is not None
+    if spec.sessions or spec.load.open_loop or spec.load.conc_stages or spec.load.find_max:
+        raise SpecError(
+            "--accuracy: its points are closed loop at --accuracy-conc; run it with a "
+            "closed-loop sweep (no sessions, --request-rate, ramps, stages or --find-max)"
+        )
+    if spec.processes.shard_count > 1:
+        raise SpecError(
+            "--accuracy with --shard: every shard would ask every question; run the "
+            "accuracy points from one loadgen"
+        )
+    return AccuracyData(
+        read_items(scoring.accuracy_data, "--accuracy-data"),
+        read_items(scoring.accuracy_shots, "--accuracy-shots"),
+    )
+
+
+def accuracy_done(spec: RunSpec, results_dir: Path) -> bool:
+    """Every accuracy point of `spec` is scored whole in `results_dir` (a --resume of a
+    complete sweep then has nothing left to run)."""
+    task = spec.scoring.accuracy
+    assert task is not None
+    store = ResultsDir(ResultsDir(results_dir).accuracy_dir(task))
+    for conc in spec.scoring.accuracy_concs(spec.load.conc):
+        try:
+            if not store.read_accuracy(task, conc).complete:
+                return False
+        except ResultFileError:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class AccuracyOutcome:
+    results_dir: Path
+    points: tuple[AccuracyResult, ...]
+    sweep: SweepOutcome
+
+    def below(self) -> list[AccuracyResult]:
+        return [p for p in self.points if p.passed is False]
+
+    @property
+    def exit_code(self) -> int:
+        if self.sweep.exit_code:
+            return self.sweep.exit_code
+        return 1 if self.below() else 0
+
+    def lines(self) -> list[str]:
+        """What the run says of its accuracy points: a line each, then the gate's line."""
+        said = []
+        for point in self.points:
+            strict, flexible = point.strict_match, point.flexible_extract
+            said.append(
+                f"{point.task} conc {point.conc}: strict-match "
+                f"{strict.exact_match:.4f} +/- {strict.stderr or 0:.4f}, flexible-extract "
+                f"{flexible.exact_match:.4f} +/- {flexible.stderr or 0:.4f} (n={point.n}) "
+                f"in {self.results_dir}"
+            )
+        gate = self.gate_line()
+        return said if gate is None else [*said, gate]
+
+    def gate_line(self) -> str | None:
+        """The one line an --accuracy-min failure prints."""
+        below = self.below()
+        if not below:
+            return None
+        figures = ", ".join(f"conc {p.conc} {p.strict_match.exact_match:.3f}" for p in below)
+        return (
+            f"GSM8K strict-match exact match below --accuracy-min {below[0].accuracy_min:g}: "
+            f"{figures} (n={below[0].n}; per-question answers in {self.results_dir})"
+        )
+
+
+async def measure_accuracy(
+    spec: RunSpec,
+    data: AccuracyData,
+    results_dir: Path,
+    on_score: Callable[[AccuracyResult], None] | None = None,
+) -> AccuracyOutcome:
+    """The accuracy points of `spec` in `results_dir`/accuracy_<task>/; `on_score` gets
+    each score once it is written (the live exporter's gauge)."""
+    task = spec.scoring.accuracy
+    assert task is not None
+    directory = ResultsDir(results_dir).accuracy_dir(task)
+    concs = spec.scoring.accuracy_concs(spec.load.conc)
+    sub = spec.with_(
+        conc=concs,
+        num_prompts=len(data.questions),
+        results_dir=directory,
+        trials=1,
+        duration_s=None,
+        workers=1,  # the accuracy points run in this process (their replies are scored here)
+        # the accuracy points are run whole again when the sweep is resumed: their replies
+        # are scored from memory, so a point cannot continue where it stopped
+        resume=False,
+        overwrite=spec.output.overwrite or spec.output.resume,
+        # the sweep's own extra formats are its points', not these
+        vllm_result=None,
+        aiperf_artifacts=None,
+    )
+    scores: dict[int, AccuracyResult] = {}
+
+    @contextlib.asynccontextmanager
+    async def drive(pieces: RunPieces) -> AsyncIterator[Driver]:
+        workload = AccuracyWorkload(
+            sub, pieces.tokenizer, pieces.workload.options, data.questions, data.shots
+        )
+        yield _AccuracyDriver(workload, task, scores, on_score)
+
+    sweep = await sweep_points(sub, drive=drive, outputs=RunFiles(sub))
+    return AccuracyOutcome(directory, tuple(scores[c] for c in concs if c in scores), sweep)
+
+
+class _AccuracyDriver:
+    """Runs an accuracy point in this process, then scores its replies."""
+
+    def __init__(
+        self,
+        workload: AccuracyWorkload,
+        task: str,
+        scores: dict[int, AccuracyResult],
+        on_score: Callable[[AccuracyResult], None] | None,
+    ) -> None:
+        self.on_score = on_score
+        self.workload = workload
+        self.task = task
+        self.scores = scores
+        self.current: Point | None = None
+
+    async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
+        plan = await asyncio.to_thread(self.workload.point, conc)
+        self.current = Point(context, plan)
+        outcome = await self.current.run_to_end()
+        self.current = None
+        self._score(context, conc, outcome.complete)
+        return outcome
+
+    def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
+        point, self.current = self.current, None
+        if point is None:
+            return None
+        if point.started:
+            outcome = point.finalize(complete=False, after=None, stop=stop_of(stop))
+            self._score(point.run, point.plan.conc, False)
+            return outcome
+        if point.recorded is not None:
+            point.recorded.close()
+        return None
+
+    def _score(self, context: RunContext, conc: int, complete: bool) -> None:
+        """After the point: each reply against its gold, both filters."""
+        spec, options = context.spec, self.workload.options
+        store = ResultsDir(context.results_dir)
+        records = {r.request_id: r for r in store.read_records(conc)} if complete else {}
+        samples: list[AccuracySample] = []
+        for index, asked in enumerate(self.workload.asked.get(conc, [])):
+            scored = gsm8k.score(reply_content(asked.reply, spec, options), asked.item.answer)
+            record = records.get(index)
+            samples.append(
+                AccuracySample(
+                    id=asked.item.id,
+                    extracted_strict=scored.strict,
+                    extracted_flexible=scored.flexible,
+                    gold=gsm8k.gold(asked.item.answer),
+                    correct=scored.strict_correct,
+                    correct_flexible=scored.flexible_correct,
+                    finish_reason=record.finish_reason if record is not None else None,
+                )
+            )
+        minimum = spec.scoring.accuracy_min
+        strict = _figure(gsm8k.exact_match([s.correct for s in samples]))
+        result = AccuracyResult(
+            task=self.task,
+            protocol=PROTOCOL,
+            conc=conc,
+            n=len(samples),
+            strict_match=strict,
+            flexible_extract=_figure(gsm8k.exact_match([s.correct_flexible for s in samples])),
+            answered=sum(1 for r in records.values() if r.error is None),
+            accuracy_min=minimum,
+            passed=None if minimum is None else strict.exact_match >= minimum,
+            complete=complete,
+        )
+        store.write_accuracy(result, samples)
+        self.scores[conc] = result
+        if self.on_score is not None:
+            self.on_score(result)
+
+
+def _figure(match: gsm8k.ExactMatch) -> ExactMatchFigure:
+    return ExactMatchFigure(exact_match=match.value, stderr=match.stderr, n=match.n)
