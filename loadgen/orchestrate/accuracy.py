@@ -18,8 +18,8 @@ from pathlib import Path
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import LoadgenError
 from loadgen.metrics import gsm8k
-from loadgen.persist.outcome import PointOutcome
 from loadgen.results.accuracy import AccuracyResult, AccuracySample, ExactMatchFigure
+from loadgen.results.outcome import PointOutcome
 from loadgen.results.point import ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.driver import Driver, RunPieces
