@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadgen.config import limits
 from loadgen.config.fields import Field, flag
 from loadgen.config.golden import DEFAULT_TOLERANCE, MODES, GoldenAL, read_golden
 from loadgen.config.objectives import parse_slo_flag, slo_pairs
@@ -262,6 +263,8 @@ def _check_values(scoring: ScoringSpec) -> None:
 def _check_accuracy(scoring: ScoringSpec) -> None:
     """The --accuracy options hang together; the files are read when the run starts
     (orchestrate/accuracy.py), where a missing one is one line saying where to get it."""
+    _check(scoring.accuracy_max_tokens >= 1, "--accuracy-max-tokens: must be >= 1")
+    limits.tokens(scoring.accuracy_max_tokens, "--accuracy-max-tokens")
     if scoring.accuracy is None:
         given = [
             flag
@@ -295,7 +298,6 @@ def _check_accuracy(scoring: ScoringSpec) -> None:
         or (math.isfinite(scoring.accuracy_min) and 0 <= scoring.accuracy_min <= 1),
         "--accuracy-min: give a fraction in [0, 1], e.g. 0.91",
     )
-    _check(scoring.accuracy_max_tokens >= 1, "--accuracy-max-tokens: must be >= 1")
 
 
 def _check_finite(scoring: ScoringSpec) -> None:
