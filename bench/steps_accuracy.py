@@ -198,6 +198,13 @@ def main() -> None:
         help="split: simulator on cpu 1, client on cpu 0; same: both on cpu 0 (the client "
         "then reads late, several steps' chunks in one read)",
     )
+    parser.add_argument(
+        "--step-fixed-ms",
+        type=float,
+        default=12.0,
+        help="the simulator's fixed step cost: 12 ms (a decode step of a large MoE model) "
+        "keeps a simulator with 4 engines on its schedule on a shared machine",
+    )
     parser.add_argument("--keep", default=None, help="keep each run's files under this directory")
     args = parser.parse_args()
     columns = [
@@ -217,6 +224,7 @@ def main() -> None:
                             "--step-log", str(log), "--data-parallel-size", str(dp),
                             "--stream-interval", str(interval), "--no-enable-prefix-caching",
                             "--spec-tokens", "2" if mtp == "on" else "0",
+                            "--step-fixed-ms", str(args.step_fixed_ms),
                         ]  # fmt: skip
                         results = Path(tmp) / "results"
                         waves = max(args.waves, -(-4 // conc))

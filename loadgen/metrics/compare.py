@@ -43,7 +43,13 @@ METRIC_FIELDS: Mapping[str, str] = {
     # --gpu-metrics runs (null otherwise): GPU energy per output token, and its inverse
     "joules_per_token": "joules_per_output_token",
     "tokens_per_joule": "output_tokens_per_joule",
+    # engine steps reconstructed from the arrivals (metrics/steps.py): what a scheduling
+    # flag did to the steps, shown as a line under each concurrency's table
+    "decode_step_ms": "steps_decode_time_p50_ms",
+    "prefill_step_ms": "steps_prefill_time_p50_ms",
+    "stall_share": "steps_stall_share",
 }
+STEP_METRICS = ("decode_step_ms", "prefill_step_ms", "stall_share")
 ENERGY_METRICS = ("joules_per_token", "tokens_per_joule")
 
 

@@ -203,6 +203,11 @@ class Engine:
         delay = deadline - self.clock() - self._spin_ns
         await asyncio.sleep(delay / 1e9 if delay > 0 else 0)
         clock = self.clock
+        if len(self.group) > 1:
+            # data parallel: the engines share one loop, so a spin yields to the others
+            while clock() < deadline:
+                await asyncio.sleep(0)
+            return
         while clock() < deadline:
             pass
 
