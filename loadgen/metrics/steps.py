@@ -17,15 +17,19 @@ The method (docs/results.md, "Engine steps", states its limits):
 2. Engines. Streams that co-arrive share an engine: for pairs of streams adjacent in
    some cluster, the share of the shorter stream's chunks (sampled over their common
    life) that land in a cluster with a chunk of the other; pairs at >= 3/4 are joined.
-   Groups that never run at the same time are one engine's successive requests (interval
-   partitioning). Streams too short to tell follow the majority of their clusters.
+   Streams too short to tell follow their most frequent neighbour. Groups that overlap
+   briefly (one wave of requests ending as the next begins) are joined when >= 3/4 of
+   the clusters of the one seen less while both run carry both; groups that never run
+   at the same time are one engine's successive requests (interval partitioning).
 3. Per engine: the clusters again with the engine's own boundary; a step's time is the
-   time from the previous cluster's first arrival to its own (from the request's send,
-   when it is a prefill step of a request sent after the previous cluster: the engine
-   was idle). k = the median stream gap over the median cluster interval.
+   time from the previous cluster's first arrival to its own (from the request's send
+   when the cluster holds only first chunks of requests sent after the previous
+   cluster: the engine was idle). k = the median stream gap over the median cluster interval.
 
 Null, with the reason in `steps_note`, never a guess: too few chunks, more than 3% of the
-arrival gaps within a factor 1.5 of the boundary (the frontend smears the clusters), or a
+arrival gaps within a factor 1.5 of the boundary, more than 3% of the chunks in one
+cluster with their stream's previous one (steps run together), several clusters per
+stream gap while each chunk carries one step (a frontend that smears the steps), or a
 stream interval > 1 at so few streams per engine that clusters skip steps (step times),
 or with several engines (their phase groups look like engines).
 """
@@ -53,6 +57,7 @@ GRID_DECADES = 0.01
 JOIN_SHARE = 0.75  # co-arrival share that puts two streams on one engine
 PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
+LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
 MISSED_STEPS = 0.05  # expected share of steps without any chunk (stream interval > 1)
 _TIME_BITS = 42  # relative ns in a sort key (73 minutes); longer points are sorted per stream
 
@@ -200,7 +205,42 @@ def _engines(
     strong = (samples >= MIN_PAIR_SAMPLES) & (share >= JOIN_SHARE)
     label = _components(n_streams, pa[strong], pb[strong])
     label = _adopt_loners(label, pa, pb, counts, strong)
+    label = _join_groups(label[stream], fine, t)[arrays.first]
     return _tracks(label, t[arrays.first], t[arrays.last])
+
+
+def _join_groups(group: IntArray, fine: IntArray, t: IntArray) -> IntArray:
+    """Groups (per chunk) whose streams overlap only briefly (one wave of requests
+    ending as the next begins) are one engine's when, while both run, >= 3/4 of the
+    clusters of the one seen less carry both (and at least two do)."""
+    ids, group = np.unique(group, return_inverse=True)
+    if ids.size < 2:
+        return group
+    present = np.unique(fine * ids.size + group)
+    c, g = present // ids.size, present % ids.size
+    adjacent = c[1:] == c[:-1]
+    pair_codes, together = np.unique(
+        g[:-1][adjacent] * ids.size + g[1:][adjacent], return_counts=True
+    )
+    first = np.full(fine.max() + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first, fine, t)
+    lo = np.full(ids.size, np.iinfo(np.int64).max)
+    hi = np.zeros(ids.size, dtype=np.int64)
+    np.minimum.at(lo, group, t)
+    np.maximum.at(hi, group, t)
+    left, right = [], []
+    for code, both in zip(pair_codes.tolist(), together.tolist(), strict=True):
+        a, b = divmod(code, ids.size)
+        start, end = max(lo[a], lo[b]), min(hi[a], hi[b])
+        seen = [
+            int(np.count_nonzero((first[c[g == x]] >= start) & (first[c[g == x]] <= end)))
+            for x in (a, b)
+        ]
+        if both >= 2 and both >= JOIN_SHARE * min(seen):
+            left.append(a)
+            right.append(b)
+    merged = _components(ids.size, np.array(left, dtype=np.int64), np.array(right, dtype=np.int64))
+    return merged[group]
 
 
 def _adopt_loners(
@@ -336,10 +376,38 @@ def step_fields(
             f"({clusters.boundary_ns / 1e3:.0f} us)",
             stamps,
         )
+    within = arrays.gap_is_within_record()
+    later = np.arange(1, arrays.chunk_ns.size)[within]
+    apart = np.diff(arrays.chunk_ns)[within] > 0  # chunks read together share a stamp
+    twice = clusters.cluster[later] == clusters.cluster[later - 1]
+    doubled = float(np.count_nonzero(twice & apart)) / max(1, int(apart.sum()))
+    if doubled > AMBIGUOUS_SHARE:
+        return _null(
+            f"clusters cannot be told apart: {doubled:.1%} of the chunks share a cluster "
+            "with their stream's previous chunk (one step's chunks run into the next's)",
+            stamps,
+        )
+    own = np.diff(arrays.chunk_ns)[within]
+    interval = np.diff(clusters.start_ns)[clusters.engine_of[1:] == clusters.engine_of[:-1]]
+    k = 1
+    if own.size and interval.size:
+        k = max(1, round(float(np.median(own)) / float(np.median(interval))))
+    if k > 1 and not merged:
+        return _null(
+            f"clusters cannot be told apart: ~{k} clusters per gap of one stream, yet its "
+            "chunks carry one step each (the frontend smears each step's chunks)",
+            stamps,
+        )
     if merged:
         engines = None
         notes.append("stream interval > 1: engines not counted (phase groups look alike)")
-    return _figures(arrays, clusters, engines, stamps, notes)
+    elif engines is not None and engines > 1 and _mean_active(arrays, engines) < LONE_STREAMS:
+        return _null(
+            "clusters cannot be told apart: no streams co-arrive (one engine per stream "
+            "cannot be told from a frontend that smears each step's chunks)",
+            stamps,
+        )
+    return _figures(arrays, clusters, engines, stamps, notes, k)
 
 
 def _figures(
@@ -348,14 +416,18 @@ def _figures(
     engines: int | None,
     stamps: str,
     notes: list[str],
+    k: int,
 ) -> dict[str, Any]:
     n_clusters = int(clusters.start_ns.size)
     first_cluster = clusters.cluster[arrays.first]
     prefill = np.zeros(n_clusters, dtype=np.bool_)
     prefill[first_cluster] = True
-    # latest send among the requests whose first chunk a cluster carries
+    # latest send among the requests whose first chunk a cluster carries, where it
+    # carries nothing else: an engine with running requests was not idle before it
     sent = np.full(n_clusters, np.iinfo(np.int64).min)
     np.maximum.at(sent, first_cluster, arrays.start_ns)
+    firsts = np.bincount(first_cluster, minlength=n_clusters)
+    sent[firsts < clusters.size] = np.iinfo(np.int64).min
     same_engine = np.r_[False, clusters.engine_of[1:] == clusters.engine_of[:-1]]
     previous = np.r_[0, clusters.start_ns[:-1]]
     began = np.maximum(previous, sent)
@@ -364,11 +436,6 @@ def _figures(
     began = np.where(same_engine, began, sent)
     step_ms = (clusters.start_ns - began) / NS_PER_MS
     stream = _stream_of_chunk(arrays)
-    own = np.diff(arrays.chunk_ns)[arrays.gap_is_within_record()]
-    interval = np.diff(clusters.start_ns)[same_engine[1:]]
-    k = 1
-    if own.size and interval.size:
-        k = max(1, round(float(np.median(own)) / float(np.median(interval))))
     result: dict[str, Any] = dict.fromkeys(STEP_KEYS)
     result.update(
         {
@@ -380,7 +447,7 @@ def _figures(
             "steps_prefill_share": float(prefill.mean()),
         }
     )
-    active = _mean_active(arrays, clusters, engines or 1)
+    active = _mean_active(arrays, engines or 1)
     if k > 1 and np.exp(-active / k) > MISSED_STEPS:
         notes.append(
             f"stream interval ~{k} at ~{active:.1f} streams per engine: clusters skip "
@@ -407,7 +474,7 @@ def _keys(name: str) -> list[str]:
     return [f"steps_{name}_p{p}_ms" for p in (50, 90, 99)]
 
 
-def _mean_active(arrays: PointArrays, clusters: Clusters, engines: int) -> float:
+def _mean_active(arrays: PointArrays, engines: int) -> float:
     """Streams running at once per engine, on average over the point."""
     t = arrays.chunk_ns
     span = float(t.max() - t.min())
