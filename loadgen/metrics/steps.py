@@ -16,7 +16,8 @@ The method (docs/results.md, "Engine steps", states its limits):
    its chunks never share a cluster).
 2. Engines. Streams that co-arrive share an engine: for pairs of streams adjacent in
    some cluster, the share of the shorter stream's chunks (sampled over their common
-   life) that land in a cluster with a chunk of the other; pairs at >= 3/4 are joined.
+   life) with a chunk of the other within a tenth of the median chunk gap (or in the
+   same cluster); pairs at >= 3/4 are joined.
    Streams too short to tell follow their most frequent neighbour. Groups that overlap
    briefly (one wave of requests ending as the next begins) are joined when >= 3/4 of
    the clusters of the one seen less while both run carry both; groups that never run
@@ -55,6 +56,7 @@ WINDOW = 1.5
 FLOOR_NS = 5_000.0  # no frontend writes two steps' chunks closer than 5 us
 GRID_DECADES = 0.01
 JOIN_SHARE = 0.75  # co-arrival share that puts two streams on one engine
+CO_ARRIVAL = 0.1  # two chunks co-arrive within this share of a stream's median chunk gap
 PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
 LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
@@ -98,11 +100,14 @@ class Clusters:
 
 
 def valley(gaps: IntArray, cap: float) -> tuple[float, float]:
-    """The boundary (ns) in [FLOOR_NS, cap] with the fewest gaps within a factor WINDOW of
-    it (the middle of the widest such stretch, in log space), and that share of gaps."""
+    """The boundary (ns) in [median gap, cap] with the fewest gaps within a factor WINDOW
+    of it (the middle of the widest such stretch, in log space), and that share of gaps."""
     logs = np.sort(np.log10(np.maximum(gaps, 1).astype(np.float64)))
     hi = np.log10(max(cap, FLOOR_NS * WINDOW))
-    grid = np.arange(np.log10(FLOOR_NS), hi + GRID_DECADES, GRID_DECADES)
+    # from the median gap up (most gaps are within a step from 3 streams on; a frontend
+    # that writes some chunks at once and some apart makes that mode bimodal)
+    lo = min(max(float(logs[logs.size // 2]), np.log10(FLOOR_NS)), hi - np.log10(WINDOW))
+    grid = np.arange(lo, hi + GRID_DECADES, GRID_DECADES)
     width = np.log10(WINDOW)
     near = np.searchsorted(logs, grid + width) - np.searchsorted(logs, grid - width)
     best = near == near.min()
@@ -196,10 +201,14 @@ def _engines(
     target = (pb[:, None] << _TIME_BITS) | (t[picks] - base)
     j = np.searchsorted(keys, target)
     hit = np.zeros(picks.shape, dtype=np.bool_)
+    within = arrays.gap_is_within_record()
+    own = np.diff(t)[within]
+    tolerance = CO_ARRIVAL * float(np.median(own)) if own.size else 0.0
     for cand in (j - 1, j):
         ok = (cand >= 0) & (cand < keys.size)
         cand = np.clip(cand, 0, keys.size - 1)
-        hit |= ok & (stream[cand] == pb[:, None]) & (fine[cand] == fine[picks])
+        near = np.abs(t[cand] - t[picks]) <= tolerance
+        hit |= ok & (stream[cand] == pb[:, None]) & (near | (fine[cand] == fine[picks]))
     samples = valid.sum(axis=1)
     share = np.where(samples > 0, (hit & valid).sum(axis=1) / np.maximum(samples, 1), 0.0)
     strong = (samples >= MIN_PAIR_SAMPLES) & (share >= JOIN_SHARE)

@@ -7,8 +7,8 @@ null figures with a reason where the clusters cannot be told apart."""
 from __future__ import annotations
 
 import time
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -158,13 +158,13 @@ def test_too_few_streams_at_a_stream_interval_leave_the_step_times_null() -> Non
     assert "clusters skip steps" in str(result["steps_note"])
 
 
-def test_streams_that_never_co_arrive_leave_the_steps_null() -> None:
-    """A frontend that smears each step's chunks over most of the step: no two streams
-    co-arrive, which one engine per stream would also give; nothing is guessed."""
+def test_smeared_clusters_are_null_with_the_reason() -> None:
+    """A frontend that smears each step's chunks over most of the step: no boundary
+    separates the steps; nothing is guessed."""
     records = simulate([Engine(decode_ms=12.0, prefill_ms=30.0)], conc=16, requests=32, smear_ms=8)
     result = fields(records)
     assert all(result[k] is None for k in STEP_KEYS if k not in ("steps_stamps", "steps_note"))
-    assert "no streams co-arrive" in str(result["steps_note"])
+    assert "cannot be told apart" in str(result["steps_note"])
 
 
 def test_clusters_that_run_into_each_other_are_null_with_the_reason() -> None:
