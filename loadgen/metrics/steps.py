@@ -170,7 +170,7 @@ def _stream_keys(arrays: PointArrays, stream: IntArray) -> IntArray | None:
 
 
 def _engines(
-    arrays: PointArrays, stream: IntArray, fine: IntArray, order: IntArray
+    arrays: PointArrays, stream: IntArray, fine: IntArray, order: IntArray, own_median: float
 ) -> IntArray | None:
     """Engine of each stream (see module doc, step 2); None when the keys do not fit."""
     n_streams = arrays.num_records
@@ -178,7 +178,8 @@ def _engines(
     if keys is None:
         return None
     s_sorted = stream[order]
-    same = fine[order][1:] == fine[order][:-1]
+    f_sorted = fine[order]
+    same = f_sorted[1:] == f_sorted[:-1]
     a, b = s_sorted[:-1][same], s_sorted[1:][same]
     keep = a != b
     lo_s, hi_s = np.minimum(a[keep], b[keep]), np.maximum(a[keep], b[keep])
@@ -201,9 +202,7 @@ def _engines(
     target = (pb[:, None] << _TIME_BITS) | (t[picks] - base)
     j = np.searchsorted(keys, target)
     hit = np.zeros(picks.shape, dtype=np.bool_)
-    within = arrays.gap_is_within_record()
-    own = np.diff(t)[within]
-    tolerance = CO_ARRIVAL * float(np.median(own)) if own.size else 0.0
+    tolerance = CO_ARRIVAL * own_median
     for cand in (j - 1, j):
         ok = (cand >= 0) & (cand < keys.size)
         cand = np.clip(cand, 0, keys.size - 1)
@@ -297,7 +296,7 @@ def _tracks(label: IntArray, begin: IntArray, end: IntArray) -> IntArray:
 def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int | None]:
     """Chunks into clusters (per engine when group_engines), and the engine count."""
     stream = _stream_of_chunk(arrays)
-    cap, _ = _own_gap_cap(arrays)
+    cap, own = _own_gap_cap(arrays)
     order = np.argsort(arrays.chunk_ns, kind="stable")
     starts, boundary, ambiguous = _split(arrays.chunk_ns[order], cap)
     engine_of_stream = np.zeros(arrays.num_records, dtype=np.int64)
@@ -305,7 +304,8 @@ def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int 
     if group_engines:
         fine = np.empty(order.size, dtype=np.int64)
         fine[order] = np.cumsum(starts) - 1
-        grouped = _engines(arrays, stream, fine, order)
+        own_median = float(np.median(own)) if own.size else 0.0
+        grouped = _engines(arrays, stream, fine, order, own_median)
         if grouped is None:
             engines = None
         else:
