@@ -12,10 +12,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.metrics.arrays import PointArrays
 from loadgen.metrics.steps import STEP_KEYS, step_fields
+from loadgen.metrics.summary import PointContext
 from loadgen.records import ArrivalStamps, RequestRecord, TokenSource
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
+from loadgen.sinks.table import step_line
+from tests.support.fake_records import full_point
 
 MS = 1_000_000
 
@@ -207,3 +214,32 @@ def test_a_large_point_reconstructs_in_seconds() -> None:
     print(f"2.6 M chunks reconstructed in {elapsed:.2f} s")
     assert result["steps_observed"] is not None, result["steps_note"]
     assert elapsed < 30.0  # measured ~3-5 s on the shared 2-core machine
+
+
+def test_the_last_points_steps_are_prometheus_gauges_and_a_console_line() -> None:
+    records = simulate([Engine(decode_ms=12.0, prefill_ms=31.0)], conc=8, requests=64)
+    result = full_point(records, PointContext(conc=8, input_len=64, output_len=40))
+    registry = CollectorRegistry()
+    observer = MetricsObserver(LoadgenMetrics(registry), model="m", endpoint="chat", points=1)
+    observer.point_started(8, len(records))
+    observer.point_finished(8, result)
+    text = generate_latest(registry).decode()
+    found = {
+        (s.name, s.labels.get("kind"), s.labels.get("quantile")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith(("loadgen_engine", "loadgen_prefill_stall"))
+    }
+    m = result.metrics
+    assert found[("loadgen_engine_step_seconds", "decode", "0.50")] == pytest.approx(
+        m.steps_decode_time_p50_ms / 1000
+    )
+    assert found[("loadgen_engine_step_seconds", "prefill", "0.99")] == pytest.approx(
+        m.steps_prefill_time_p99_ms / 1000
+    )
+    assert found[("loadgen_engine_steps", None, None)] == m.steps_observed
+    assert found[("loadgen_engines", None, None)] == 1
+    assert found[("loadgen_prefill_stall_share", None, None)] == pytest.approx(1.0)
+    line = step_line(result)
+    assert line.startswith(f"conc 8 steps: {m.steps_observed} on 1 engine(s), k=1; ")
+    assert "(decode 12.0, prefill 31.0)" in line and "on prefill steps: 100% [kernel]" in line
