@@ -61,7 +61,7 @@ PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
 LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
 MISSED_STEPS = 0.05  # expected share of steps without any chunk (stream interval > 1)
-_TIME_BITS = 42  # relative ns in a sort key (73 minutes); longer points are sorted per stream
+_TIME_BITS = 42  # relative ns in a sort key (73 minutes); longer points: engines not counted
 
 STEP_KEYS = (
     "steps_observed",
@@ -410,6 +410,8 @@ def step_fields(
     if merged:
         engines = None
         notes.append("stream interval > 1: engines not counted (phase groups look alike)")
+    elif engines is None:
+        notes.append("engines not counted: the point is longer than its sort keys hold (73 min)")
     elif engines is not None and engines > 1 and _mean_active(arrays, engines) < LONE_STREAMS:
         return _null(
             "clusters cannot be told apart: no streams co-arrive (one engine per stream "
