@@ -145,10 +145,11 @@ def compare(records_file: Path, log_file: Path, interval: int, dp: int) -> dict[
     j = np.searchsorted(starts, t["end"])
     ok = (j < starts.size) & (starts[np.minimum(j, starts.size - 1)] - t["end"] <= MATCH_NS)
     matched = by_start[np.minimum(j, starts.size - 1)]
-    tp = int(np.count_nonzero(ok & t["prefill"] & prefill_est[matched]))
-    recall = tp / max(1, int(np.count_nonzero(t["prefill"])))
-    est_prefill = int(np.count_nonzero(prefill_est))
-    precision = tp / max(1, est_prefill)
+    found = ok & t["prefill"] & prefill_est[matched]
+    recall = int(np.count_nonzero(found)) / max(1, int(np.count_nonzero(t["prefill"])))
+    # each estimated prefill cluster counts once, however many logged steps it matched
+    confirmed = np.unique(matched[found]).size
+    precision = confirmed / max(1, int(np.count_nonzero(prefill_est)))
 
     def rel(est: float | None, true: float) -> float | None:
         return None if est is None else (est - true) / true
