@@ -30,6 +30,7 @@ from loadgen.metrics.arrays import PointArrays, is_completed
 from loadgen.metrics.steps import cluster
 from loadgen.results.jsonl import read_jsonl
 from loadgen.sim.steplog import read_step_log
+from tests.support.chromium_cdp import find_chromium, open_page
 from tests.support.procs import free_port, run_loadgen
 
 pytestmark = pytest.mark.timeout(600)
@@ -138,11 +139,14 @@ def test_four_engines_are_counted_or_not_at_all(tmp_path: Path) -> None:
     assert point["steps_time_p50_ms"] == pytest.approx(true_p50, rel=0.15), true_p50
 
 
-def test_a_prefill_chunk_budget_shows_in_compare(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def budget_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """Two lanes, the simulator's --max-num-batched-tokens 8192 and 256, 2048-token
     prompts: with 256 a prompt is prefilled over 8 steps, so the step that finishes it is
-    short and the long ITL gaps are no longer prefill completions."""
-    tree = tmp_path / "tree"
+    short and the long ITL gaps are no longer prefill completions. The tree, and the
+    sweep's console output."""
+    base = tmp_path_factory.mktemp("budget")
+    tree = base / "tree"
     sweep = {
         "results": str(tree),
         "conc": 8,
@@ -161,14 +165,24 @@ def test_a_prefill_chunk_budget_shows_in_compare(tmp_path: Path) -> None:
             for budget in (8192, 256)
         ],
     }
-    path = tmp_path / "sweep.yaml"
+    path = base / "sweep.yaml"
     path.write_text(yaml.safe_dump(sweep))
     done = run_loadgen(["--config", str(path)], timeout=500)
     assert done.returncode == 0, done.stderr[-3000:]
+    return tree, done.stdout
+
+
+def lanes(tree: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     whole, chunked = (
         orjson.loads((tree / lane / "conc_8.json").read_bytes())
         for lane in ("chunk-8192", "chunk-256")
     )
+    return whole, chunked
+
+
+def test_a_prefill_chunk_budget_shows_in_compare(budget_pair: tuple[Path, str]) -> None:
+    tree, stdout = budget_pair
+    whole, chunked = lanes(tree)
     # a whole 2048-token prefill costs ~41 ms more than a decode step; a 256 chunk ~5 ms
     assert whole["steps_prefill_time_p50_ms"] > 2 * chunked["steps_prefill_time_p50_ms"]
     assert whole["steps_stall_share"] > chunked["steps_stall_share"] + 0.2
@@ -181,4 +195,47 @@ def test_a_prefill_chunk_budget_shows_in_compare(tmp_path: Path) -> None:
         f"{whole['steps_stall_share']:.0%} -> {chunked['steps_stall_share']:.0%}"
     )
     assert expected in line, line
-    assert "conc 8 steps:" in done.stdout  # the console line of each point
+    assert "conc 8 steps:" in stdout  # the console line of each point
+
+
+STEPS_JS = """(() => {
+  const section = document.getElementById('s-steps');
+  return {
+    sections: [...document.querySelectorAll('h2')].map(h => h.textContent),
+    images: [...section.querySelectorAll('img')].map(i => (
+        {alt: i.alt, complete: i.complete, width: i.naturalWidth,
+         shownWidth: i.getBoundingClientRect().width})),
+    rows: [...section.querySelectorAll('tr[data-run]')].map(r => ({
+        run: r.dataset.run,
+        prefill: r.querySelector('[data-field=steps_prefill_time_p50_ms]').dataset.value,
+        stall: r.querySelector('[data-field=steps_stall_share]').dataset.value})),
+  };
+})()"""
+
+
+async def test_the_report_shows_the_steps_in_chromium(
+    budget_pair: tuple[Path, str], tmp_path: Path
+) -> None:
+    binary = find_chromium()
+    assert binary is not None, "scripts/ensure-chromium installs Debian's chromium"
+    tree, _ = budget_pair
+    report = tmp_path / "report.html"
+    lanes_dirs = [str(tree / "chunk-8192"), str(tree / "chunk-256")]
+    done = run_loadgen(["report", *lanes_dirs, "-o", str(report)])
+    assert done.returncode == 0, done.stderr
+    page = await open_page(binary, report.resolve().as_uri(), tmp_path / "r.png", STEPS_JS)
+    assert page.errors == [], page.errors
+    shown = page.evaluated
+    assert "Engine steps (from the arrivals)" in shown["sections"]
+    [figure] = shown["images"]
+    assert figure["alt"] == "engine step time and the ITL tail on prefill steps"
+    assert figure["complete"] and figure["width"] > 0 and figure["shownWidth"] > 0
+    whole, chunked = lanes(tree)
+    assert shown["rows"] == [
+        {
+            "run": lane,
+            "prefill": repr(point["steps_prefill_time_p50_ms"]),
+            "stall": repr(point["steps_stall_share"]),
+        }
+        for lane, point in (("chunk-8192", whole), ("chunk-256", chunked))
+    ]
