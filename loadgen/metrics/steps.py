@@ -445,12 +445,15 @@ def _figures(
     measured = same_engine | (sent > np.iinfo(np.int64).min)
     # a cluster right after another engine's, with no request sent: its first step
     began = np.where(same_engine, began, sent)
-    step_ms = (clusters.start_ns - began) / NS_PER_MS
     stream = _stream_of_chunk(arrays)
+    # a stream's chunks read together (one stamp) put two steps in one cluster: the
+    # cluster stands for as many steps as any stream has chunks in it, each its share
+    multiplicity = _multiplicity(clusters.cluster, stream, arrays.num_records, n_clusters)
+    step_ms = (clusters.start_ns - began) / NS_PER_MS / multiplicity
     result: dict[str, Any] = dict.fromkeys(STEP_KEYS)
     result.update(
         {
-            "steps_observed": n_clusters,
+            "steps_observed": int(multiplicity.sum()),
             "steps_engines": engines,
             "steps_stream_interval": k,
             "steps_boundary_us": clusters.boundary_ns / 1e3,
@@ -466,11 +469,12 @@ def _figures(
         )
     else:
         valid = measured & (step_ms > 0)
-        times = step_ms[valid]
+        times = np.repeat(step_ms[valid], multiplicity[valid])
+        decode = np.repeat(step_ms[valid & ~prefill], multiplicity[valid & ~prefill])
         result.update(dict(zip(_keys("time"), _pct(times), strict=True)))
-        result.update(dict(zip(_keys("decode_time"), _pct(step_ms[valid & ~prefill]), strict=True)))
+        result.update(dict(zip(_keys("decode_time"), _pct(decode), strict=True)))
         result.update(dict(zip(_keys("prefill_time"), _pct(step_ms[valid & prefill]), strict=True)))
-    result["steps_requests_per_step"] = float(clusters.size.mean()) * k
+    result["steps_requests_per_step"] = float(clusters.size.sum() / multiplicity.sum()) * k
     middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
     middle[arrays.first] = False
     middle[arrays.last] = False
@@ -479,6 +483,14 @@ def _figures(
     result["steps_stall_share"] = _stall_share(arrays, clusters, prefill, stream)
     result["steps_note"] = "; ".join(notes) or None
     return result
+
+
+def _multiplicity(cluster: IntArray, stream: IntArray, streams: int, clusters: int) -> IntArray:
+    """Per cluster, the most chunks any one stream has in it (1 unless read together)."""
+    pairs, counts = np.unique(cluster * streams + stream, return_counts=True)
+    most = np.ones(clusters, dtype=np.int64)
+    np.maximum.at(most, pairs // streams, counts)
+    return most
 
 
 def _keys(name: str) -> list[str]:

@@ -6,6 +6,7 @@ null figures with a reason where the clusters cannot be told apart."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,3 +244,23 @@ def test_the_last_points_steps_are_prometheus_gauges_and_a_console_line() -> Non
     line = step_line(result)
     assert line.startswith(f"conc 8 steps: {m.steps_observed} on 1 engine(s), k=1; ")
     assert "(decode 12.0, prefill 31.0)" in line and "on prefill steps: 100% [kernel]" in line
+
+
+def test_chunks_read_together_still_count_their_steps() -> None:
+    """A client that read late: every 7th step's chunks reach it in the next step's reads,
+    stamped with the later packet's time. Their cluster stands for two steps."""
+    clean = simulate([Engine(decode_ms=12.0, prefill_ms=12.0)], conc=8, requests=64)
+    late = []
+    for r in clean:
+        stamps = list(r.chunk_ns)
+        step = [round((t - 1_000 * MS) / (12 * MS)) for t in stamps]
+        for j in range(len(stamps) - 1):
+            if step[j] % 7 == 0 and step[j + 1] == step[j] + 1:
+                stamps[j] = stamps[j + 1]
+        late.append(dataclasses.replace(r, chunk_ns=tuple(stamps)))
+    before, after = fields(clean), fields(late)
+    assert after["steps_observed"] == pytest.approx(before["steps_observed"], rel=0.02)
+    assert after["steps_decode_time_p50_ms"] == pytest.approx(12.0, rel=0.01)
+    assert after["steps_requests_per_step"] == pytest.approx(
+        before["steps_requests_per_step"], rel=0.05
+    )
