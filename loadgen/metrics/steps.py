@@ -60,6 +60,7 @@ CO_ARRIVAL = 0.1  # two chunks co-arrive within this share of a stream's median 
 PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
 LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
+ONE_TOKEN_SHARE = 0.9  # middle chunks of one token that mark one step per token
 MISSED_STEPS = 0.05  # expected share of steps without any chunk (stream interval > 1)
 _TIME_BITS = 42  # relative ns in a sort key (73 minutes); longer points: engines not counted
 
@@ -448,7 +449,12 @@ def _figures(
     stream = _stream_of_chunk(arrays)
     # a stream's chunks read together (one stamp) put two steps in one cluster: the
     # cluster stands for as many steps as any stream has chunks in it, each its share
-    multiplicity = _multiplicity(clusters.cluster, stream, arrays.num_records, n_clusters)
+    # without speculative decoding (nearly every middle chunk one token) a chunk of n
+    # tokens is n steps the frontend merged into one event
+    weight = arrays.chunk_tokens if one_token_steps(arrays) else np.ones_like(stream)
+    multiplicity = _multiplicity(
+        clusters.cluster, stream, arrays.num_records, n_clusters, np.maximum(weight, 1)
+    )
     step_ms = (clusters.start_ns - began) / NS_PER_MS / multiplicity
     result: dict[str, Any] = dict.fromkeys(STEP_KEYS)
     result.update(
@@ -485,12 +491,26 @@ def _figures(
     return result
 
 
-def _multiplicity(cluster: IntArray, stream: IntArray, streams: int, clusters: int) -> IntArray:
-    """Per cluster, the most chunks any one stream has in it (1 unless read together)."""
-    pairs, counts = np.unique(cluster * streams + stream, return_counts=True)
+def _multiplicity(
+    cluster: IntArray, stream: IntArray, streams: int, clusters: int, weight: IntArray
+) -> IntArray:
+    """Per cluster, the most steps any one stream has in it: its chunks (1 unless read
+    together), each weighing its tokens when a chunk is one token per step."""
+    pairs, inverse = np.unique(cluster * streams + stream, return_inverse=True)
+    counts = np.bincount(inverse.ravel(), weights=weight, minlength=pairs.size).astype(np.int64)
     most = np.ones(clusters, dtype=np.int64)
     np.maximum.at(most, pairs // streams, counts)
     return most
+
+
+def one_token_steps(arrays: PointArrays) -> bool:
+    """>= 90% of the middle chunks carry one token: no speculative decoding, so a chunk
+    with more is several steps merged (with MTP a step gives 1..K+1 tokens)."""
+    middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
+    middle[arrays.first] = False
+    middle[arrays.last] = False
+    tokens = arrays.chunk_tokens[middle]
+    return tokens.size > 0 and float(np.mean(tokens == 1)) >= ONE_TOKEN_SHARE
 
 
 def _keys(name: str) -> list[str]:
