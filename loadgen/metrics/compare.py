@@ -46,7 +46,13 @@ METRIC_FIELDS: Mapping[str, str] = {
     # --accuracy gsm8k runs (null otherwise): the accuracy point's strict-match exact
     # match at this concurrency (compare/inputs.py puts it beside the point's figures)
     "gsm8k_strict": "gsm8k_exact_match_strict",
+    # engine steps reconstructed from the arrivals (metrics/steps.py): what a scheduling
+    # flag did to the steps, shown as a line under each concurrency's table
+    "decode_step_ms": "steps_decode_time_p50_ms",
+    "prefill_step_ms": "steps_prefill_time_p50_ms",
+    "stall_share": "steps_stall_share",
 }
+STEP_METRICS = ("decode_step_ms", "prefill_step_ms", "stall_share")
 ENERGY_METRICS = ("joules_per_token", "tokens_per_joule")
 ACCURACY_METRICS = ("gsm8k_strict",)
 

@@ -57,8 +57,9 @@ from loadgen.metrics.request_stats import (
     timings_exceeding_client,
 )
 from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
+from loadgen.metrics.steps import step_fields
 from loadgen.metrics.throughput import throughput_fields
-from loadgen.records import ErrorKind, RequestRecord
+from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord
 from loadgen.results.point import metrics_from_fields
 from loadgen.results.point_metrics import PointMetrics
 
@@ -250,6 +251,8 @@ def summarize(
             ctx.golden, spec_tokens, result["acceptance_length"], result["acceptance_length_source"]
         )
     )
+    kernel = all(r.arrival_stamps is ArrivalStamps.KERNEL for r in completed)
+    result.update(step_fields(arrays, kernel, ctx.stream_interval))
     result.update(_per_request_lists(ordered))
     # Built, not cast: a key missing here or of the wrong type fails at once.
     return metrics_from_fields(result)

@@ -217,6 +217,27 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     golden_acceptance_ok: bool | None
     golden_acceptance_tolerance: float | None
     golden_acceptance_note: str | None
+    # engine steps reconstructed from the arrivals (metrics/steps.py); None with steps_note
+    # saying why; defaults so point files from before them still read
+    steps_observed: int | None = None
+    steps_engines: int | None = None
+    steps_stream_interval: int | None = None
+    steps_boundary_us: float | None = None
+    steps_time_p50_ms: float | None = None
+    steps_time_p90_ms: float | None = None
+    steps_time_p99_ms: float | None = None
+    steps_decode_time_p50_ms: float | None = None
+    steps_decode_time_p90_ms: float | None = None
+    steps_decode_time_p99_ms: float | None = None
+    steps_prefill_time_p50_ms: float | None = None
+    steps_prefill_time_p90_ms: float | None = None
+    steps_prefill_time_p99_ms: float | None = None
+    steps_prefill_share: float | None = None
+    steps_requests_per_step: float | None = None
+    steps_tokens_per_request_step: float | None = None
+    steps_stall_share: float | None = None
+    steps_stamps: str | None = None
+    steps_note: str | None = None
     input_lens: list[int]
     output_lens: list[int]
     ttfts: list[float | None]

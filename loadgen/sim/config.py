@@ -94,6 +94,10 @@ class SimConfig:
     # tokenizer.json has no BOS post-processor, so add_special_tokens adds nothing.
     add_bos: bool = False
     trace_path: str | None = None
+    # --step-log FILE: one JSON line per engine step (sim/steplog.py)
+    step_log_path: str | None = None
+    # --data-parallel-size: engines behind the one frontend (sim/dp.py)
+    data_parallel_size: int = 1
     faults: FaultConfig = field(default_factory=FaultConfig)
     # Sleep until this long before a step's deadline, then spin: timers are ms-grained.
     # Off by default because an embedded simulator shares its event loop with the client,
@@ -177,6 +181,7 @@ def _check_ranges(config: SimConfig) -> None:
         "--max-num-seqs": config.max_num_seqs,
         "--max-num-batched-tokens": config.max_num_batched_tokens,
         "--stream-interval": config.stream_interval,
+        "--data-parallel-size": config.data_parallel_size,
         "--kv-cache-tokens": config.kv_cache_tokens,
         "--block-size": config.block_size,
         "--prefix-cache-blocks": config.cache_blocks,

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loadgen.sim.accounting import Accounting
@@ -25,6 +25,7 @@ from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.profiler import SimProfiler
 from loadgen.sim.request import EngineRequest
 from loadgen.sim.request_metrics import metrics_json, sglext_json
+from loadgen.sim.steplog import StepLog
 from loadgen.sim.wire import http_chunk, malformed_event
 
 log = logging.getLogger("loadgen.sim")
@@ -39,6 +40,9 @@ class Batch:
     entries: list[tuple[EngineRequest, int]] = field(default_factory=list)
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    # filled by _advance: requests whose prompt finished this step, tokens produced
+    prefill_done: list[str | None] = field(default_factory=list)
+    produced: int = 0
 
 
 @dataclass(slots=True)
@@ -66,10 +70,18 @@ class Engine:
         config: SimConfig,
         accounting: Accounting,
         clock: Callable[[], int] = time.perf_counter_ns,
+        *,
+        index: int = 0,
+        step_log: StepLog | None = None,
     ) -> None:
         self.config = config
         self.accounting = accounting
         self.clock = clock
+        self.index = index  # its data-parallel rank (sim/dp.py)
+        self.step_log = step_log
+        self._steps = 0
+        # the engines whose queues the running/waiting gauges sum (all DP ranks)
+        self.group: Sequence[Engine] = (self,)
         self.power = PowerModel(config.power, clock)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
@@ -131,16 +143,49 @@ class Engine:
                 sends = self._advance(batch, deadline)
                 await self._sleep_until(deadline)
                 self._warn_if_behind(deadline)
+                sending = self.clock()
                 self._send(sends, deadline)
+                if self.step_log is not None:
+                    self._log_step(batch, start, deadline, sending, len(sends))
                 self._retire(deadline)
                 start = deadline
         finally:
             self._stopping = True
             self._abort_all()
 
+    def _log_step(self, batch: Batch, start: int, end: int, sending: int, chunks: int) -> None:
+        assert self.step_log is not None
+        decode_requests = sum(1 for _, prefill in batch.entries if prefill == DECODE)
+        self.step_log.write(
+            {
+                "engine": self.index,
+                "step": self._steps,
+                "start_ns": start,
+                "end_ns": end,
+                "sent_ns": sending,
+                "sent_end_ns": self.clock(),
+                "requests": len(batch.entries),
+                "decode_requests": decode_requests,
+                "decode_tokens": batch.decode_tokens,
+                "output_tokens": batch.produced,
+                "prefill_tokens": batch.prefill_tokens,
+                "chunks": chunks,
+                "prefill_done": batch.prefill_done,
+            }
+        )
+        self._steps += 1
+
+    def _gauges(self) -> None:
+        group = self.group
+        if len(group) == 1:
+            self.accounting.gauges(self.running, self.waiting)
+        else:
+            running = [r for engine in group for r in engine.running]
+            self.accounting.gauges(running, [r for engine in group for r in engine.waiting])
+
     async def _idle(self) -> None:
         """Nothing schedulable: wait for a submission or for the earliest stall to end."""
-        self.accounting.gauges(self.running, self.waiting)
+        self._gauges()
         self._wake.clear()
         stalls = [r.stall_until_ns for r in self.running if r.stall_until_ns]
         timeout = None
@@ -164,6 +209,12 @@ class Engine:
         delay = deadline - self.clock() - self._spin_ns
         await asyncio.sleep(delay / 1e9 if delay > 0 else 0)
         clock = self.clock
+        if len(self.group) > 1:
+            # data parallel: the engines share one loop, so a spin yields to the others
+            # (a busy wait to a deadline no event marks: timers are ms-grained)
+            while clock() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0)
+            return
         while clock() < deadline:
             pass
 
@@ -236,6 +287,7 @@ class Engine:
                     continue
                 produced = 1
                 request.first_token_ns = deadline
+                batch.prefill_done.append(request.x_request_id)
                 self.accounting.prompt_done(request)
             else:
                 plan = request.plan
@@ -262,6 +314,7 @@ class Engine:
                 continue
             request.steps_since_send = 0
             sends.append(self._chunk(request, finished))
+        batch.produced = produced_total
         self.accounting.step(batch.prefill_tokens, produced_total, drafts, accepted_histogram)
         return sends
 
@@ -351,7 +404,7 @@ class Engine:
             else:
                 self._finish(request, now)
         self.running = keep
-        self.accounting.gauges(self.running, self.waiting)
+        self._gauges()
 
     def _finish(self, request: EngineRequest, now: int) -> None:
         self.accounting.finished(request, now)

@@ -83,6 +83,14 @@ def _step_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
     p.add_argument(
         "--seq-us", type=float, default=d.seq_us, help="cost per scheduled sequence per step"
     )
+    p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=d.data_parallel_size,
+        help="engines behind the one frontend, each with its own step schedule and the "
+        "limits above; requests go to the engine with the lowest waiting*4+running, as "
+        "vLLM's internal DP load balancer (counts published every 100 ms)",
+    )
 
 
 def _speculative_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
@@ -240,6 +248,15 @@ def _capacity_and_tokenizer_flags(p: argparse.ArgumentParser, d: SimConfig) -> N
         help="serve vLLM's POST /start_profile and /stop_profile (as vLLM with "
         "--profiler-config): each window's engine steps and their requests' X-Request-Id "
         "are written to DIR as <prefix>_sim_engine.<ms>.trace.json (default: no profiler)",
+    )
+    p.add_argument(
+        "--step-log",
+        dest="step_log_path",
+        default=None,
+        metavar="FILE",
+        help="write one JSON line per engine step: engine, start/end/sent ns, requests, "
+        "decode and prefill tokens, the requests whose prefill finished (buffered; "
+        "complete when the simulator stops)",
     )
 
 

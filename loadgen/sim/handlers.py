@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from loadgen.sim.answers import load_answers, scripted_tokens
 from loadgen.sim.config import SimConfig
 from loadgen.sim.detok import BOS_ID, TokenTable
-from loadgen.sim.engine import Engine
+from loadgen.sim.dp import Engines
 from loadgen.sim.faults import NO_FAULTS, draw_faults
 from loadgen.sim.logprobs import MAX_LOGPROBS, LogprobsBuilder
 from loadgen.sim.plan import PlanParams, RequestPlan, make_plan, script
@@ -104,7 +104,7 @@ class GenerationHandlers:
         config: SimConfig,
         tokenization: Tokenization,
         table: TokenTable,
-        engine: Engine,
+        engine: Engines,
         fingerprint: str,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:

@@ -114,6 +114,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         add_bos=args.add_bos,
         trace_path=args.trace_path,
         profiler_dir=args.profiler_dir,
+        step_log_path=args.step_log_path,
+        data_parallel_size=args.data_parallel_size,
         faults=faults,
         spin_us=args.spin_us,
         reject_params=args.reject_params,

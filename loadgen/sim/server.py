@@ -27,10 +27,11 @@ from loadgen.sim.accounting import Accounting
 from loadgen.sim.config import SimConfig
 from loadgen.sim.detok import build_token_table
 from loadgen.sim.dialects import SIM_DIALECTS, render
-from loadgen.sim.engine import Engine
+from loadgen.sim.dp import Engines
 from loadgen.sim.handlers import GenerationHandlers, Tokenization, error_response, json_response
 from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.power import PowerModel
+from loadgen.sim.steplog import StepLog
 from loadgen.sim.trace import TraceWriter
 from loadgen.sim.validate import (
     ApiError,
@@ -98,7 +99,10 @@ class SimServer:
             spec_tokens=config.spec_tokens,
         )
         self.trace = TraceWriter(config.trace_path) if config.trace_path else None
-        self.engine = Engine(config, Accounting(self.metrics, self.trace, config.kv_cache_tokens))
+        self.step_log = StepLog(config.step_log_path) if config.step_log_path else None
+        self.engine = Engines(
+            config, Accounting(self.metrics, self.trace, config.kv_cache_tokens), self.step_log
+        )
         self.tokenization = Tokenization(tokenizer, config.add_bos)
         self.generation = GenerationHandlers(
             config, self.tokenization, build_token_table(tokenizer), self.engine, self.fingerprint
@@ -257,6 +261,8 @@ class SimServer:
     def close(self) -> None:
         if self.trace is not None:
             self.trace.close()
+        if self.step_log is not None:
+            self.step_log.close()
 
 
 @contextlib.asynccontextmanager
@@ -274,12 +280,15 @@ async def running_simulator(
     server = SimServer(config, tokenizer, registry if registry is not None else CollectorRegistry())
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    engine_task: asyncio.Task[None] | None = None
+    engine_tasks: list[asyncio.Task[None]] = []
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound_port = int(runner.addresses[0][1])
-        engine_task = asyncio.create_task(server.engine.run(), name="loadgen-sim-engine")
+        engine_tasks = [
+            asyncio.create_task(engine.run(), name=f"loadgen-sim-engine-{engine.index}")
+            for engine in server.engine.engines
+        ]
         yield RunningSimulator(
             config=config,
             host=host,
@@ -287,12 +296,13 @@ async def running_simulator(
             registry=server.registry,
             power=server.engine.power,
         )
-        if engine_task.done():
-            engine_task.result()  # an engine crash must not pass silently
+        for task in engine_tasks:
+            if task.done():
+                task.result()  # an engine crash must not pass silently
     finally:
         server.engine.stop()
-        if engine_task is not None:
+        for task in engine_tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await engine_task
+                await task
         await runner.cleanup()
         server.close()

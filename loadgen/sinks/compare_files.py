@@ -20,6 +20,7 @@ from loadgen.metrics.compare import (
     ACCURACY_METRICS,
     ENERGY_METRICS,
     METRIC_FIELDS,
+    STEP_METRICS,
     Comparison,
     Crossover,
     PointRow,
@@ -114,7 +115,38 @@ def _block(comparison: Comparison, conc: int) -> list[str]:
         )
         for line in table
     ]
-    return [f"conc {conc}", *lines, ""]
+    return [f"conc {conc}", *lines, *step_lines(comparison, conc), ""]
+
+
+def _step_text(key: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0%}" if key == "stall_share" else f"{value:.1f}"
+
+
+def step_lines(comparison: Comparison, conc: int) -> list[str]:
+    """`steps run / base: decode step 12.1 -> 10.4 ms, prefill steps 31.0 -> 22.0 ms,
+    stall share 84% -> 41%` per run after the baseline, when either has step figures."""
+    rows = comparison.rows_at(conc)
+    base = next((row for row in rows if row.run == comparison.baseline), None)
+    if base is None:
+        return []
+    lines = []
+    for row in rows:
+        if row is base or all(
+            row.values[k] is None and base.values[k] is None for k in STEP_METRICS
+        ):
+            continue
+        parts = [
+            f"{label} {_step_text(k, base.values[k])} -> {_step_text(k, row.values[k])}{unit}"
+            for k, label, unit in (
+                ("decode_step_ms", "decode step", " ms"),
+                ("prefill_step_ms", "prefill steps", " ms"),
+                ("stall_share", "stall share", ""),
+            )
+        ]
+        lines.append(f"steps {base.run} -> {row.run}: {', '.join(parts)}")
+    return lines
 
 
 def crossover_sentence(c: Crossover) -> str:

@@ -337,6 +337,58 @@ def acceptance_section(runs: Sequence[ReportRun]) -> str:
     )
 
 
+STEP_COLUMNS = (
+    ("steps_observed", "steps", 0),
+    ("steps_engines", "engines", 0),
+    ("steps_stream_interval", "k", 0),
+    ("steps_decode_time_p50_ms", "decode p50 ms", 2),
+    ("steps_prefill_time_p50_ms", "prefill p50 ms", 2),
+    ("steps_time_p99_ms", "step p99 ms", 2),
+    ("steps_prefill_share", "prefill steps", 3),
+    ("steps_requests_per_step", "req/step", 1),
+    ("steps_tokens_per_request_step", "tok/req/step", 2),
+    ("steps_stall_share", "ITL > p90 on prefill", 3),
+)
+
+
+def steps_section(runs: Sequence[ReportRun]) -> str:
+    """The engine steps reconstructed from each point's arrivals (docs/results.md)."""
+    rows, series = [], []
+    for index, run in enumerate(runs):
+        points = []
+        for conc, point in sorted(run.points.items()):
+            if "steps_stamps" not in point:  # a result file from before the figures
+                continue
+            cells = "".join(_num(point.get(k), d, k) for k, _, d in STEP_COLUMNS)
+            note = point.get("steps_note") or ""
+            rows.append(
+                f'<tr data-run="{_e(run.name)}"><th>{_e(run.name)}</th>'
+                f"<td class=num>{conc}</td>{cells}"
+                f'<td data-field="steps_stamps">{_e(point.get("steps_stamps"))}</td>'
+                f'<td data-field="steps_note">{_e(note)}</td></tr>'
+            )
+            points.append(
+                (
+                    conc,
+                    point.get("steps_decode_time_p50_ms"),
+                    point.get("steps_prefill_time_p50_ms"),
+                    point.get("steps_stall_share"),
+                )
+            )
+        if points:
+            series.append((run.name, index, points))
+    if not rows:
+        return "<p>No point has engine step figures.</p>"
+    head = "".join(f"<th>{_e(title)}</th>" for _, title, _ in STEP_COLUMNS)
+    return (
+        f'<table id="steps"><tr><th>run</th><th>conc</th>{head}<th>stamps</th><th>note</th>'
+        "</tr>"
+        + "".join(rows)
+        + "</table>"
+        + _img(figures.steps_figure(series), "engine step time and the ITL tail on prefill steps")
+    )
+
+
 def points_section(runs: Sequence[ReportRun]) -> str:
     parts = []
     for run in runs:
@@ -447,6 +499,7 @@ def render_report(
         ("settings", "Run settings", settings_section(runs)),
         ("distributions", "TTFT and ITL distributions", distributions_section(runs, comparison)),
         ("acceptance", "Speculative decoding acceptance", acceptance_section(runs)),
+        ("steps", "Engine steps (from the arrivals)", steps_section(runs)),
         ("slices", "Time slices and request timeline", slices_section(runs)),
         (
             "sessions",

@@ -262,3 +262,48 @@ def acceptance_figure(series: Sequence[tuple[str, int, int, Sequence[float]]]) -
         axes.legend(fontsize=7, ncol=max(1, math.ceil(len(series) / 6)))
     axes.set_title("Acceptance per draft position (darker: higher concurrency)")
     return _data_uri(figure)
+
+
+StepSeries = tuple[str, int, Sequence[tuple[int, float | None, float | None, float | None]]]
+
+
+def steps_figure(series: Sequence[StepSeries]) -> str | None:
+    """Engine steps reconstructed per point: decode-only and prefill step time p50 by
+    concurrency (left), and the share of the ITL gaps above p90 on prefill steps (right);
+    series entries are (run, colour index, [(conc, decode ms, prefill ms, stall share)])."""
+    if not series:
+        return None
+    figure = _figure(9.0, 3.6)
+    if figure is None:
+        return None
+    times, stalls = figure.subplots(1, 2)
+    for run, index, points in series:
+        concs = [p[0] for p in points]
+        for column, style, kind in ((1, "-", "decode"), (2, "--", "prefill")):
+            values = [p[column] for p in points]
+            times.plot(
+                concs,
+                [math.nan if v is None else v for v in values],
+                style,
+                marker="o",
+                color=colour(index),
+                label=f"{run} {kind}",
+            )
+        stalls.plot(
+            concs,
+            [math.nan if p[3] is None else 100 * p[3] for p in points],
+            marker="o",
+            color=colour(index),
+            label=run,
+        )
+    for axes in (times, stalls):
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("concurrency")
+        axes.grid(True, alpha=0.3)
+    times.set_ylabel("step time p50 (ms)")
+    times.set_title("Decode-only (solid) and prefill (dashed) steps")
+    stalls.set_ylabel("% of ITL gaps > p90")
+    stalls.set_ylim(0, 102)
+    stalls.set_title("ITL tail on prefill steps")
+    times.legend(fontsize=7)
+    return _data_uri(figure)

@@ -209,6 +209,33 @@ def _golden_cell(row: Mapping[str, Any]) -> str:
     return f"{golden:.2f} {verdict}" + ("" if drift is None else f" {drift:+.1%}")
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def step_line(result: PointResult) -> str:
+    """One line per point: the engine steps reconstructed from its arrivals."""
+    m = result.metrics
+    head = f"conc {result.conc} steps:"
+    if m.steps_observed is None:
+        return f"{head} not reconstructed ({m.steps_note or 'no figures'})"
+    engines = "?" if m.steps_engines is None else str(m.steps_engines)
+    share = "-" if m.steps_prefill_share is None else f"{m.steps_prefill_share:.0%}"
+    stall = "-" if m.steps_stall_share is None else f"{m.steps_stall_share:.0%}"
+    per_step = "-" if m.steps_requests_per_step is None else f"{m.steps_requests_per_step:.1f}"
+    tokens = (
+        "-" if m.steps_tokens_per_request_step is None else f"{m.steps_tokens_per_request_step:.2f}"
+    )
+    text = (
+        f"{head} {m.steps_observed} on {engines} engine(s), k={m.steps_stream_interval}; "
+        f"step p50 {_ms(m.steps_time_p50_ms)} ms (decode {_ms(m.steps_decode_time_p50_ms)}, "
+        f"prefill {_ms(m.steps_prefill_time_p50_ms)}), p99 {_ms(m.steps_time_p99_ms)} ms; "
+        f"{share} prefill steps; {per_step} req/step, {tokens} tok/req/step; "
+        f"ITL > p90 on prefill steps: {stall} [{m.steps_stamps}]"
+    )
+    return text + (f" ({m.steps_note})" if m.steps_note else "")
+
+
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     """The sweep rows as CSV (header = SWEEP_COLUMNS; unknown values are empty)."""
     buffer = io.StringIO()

@@ -20,6 +20,8 @@ Series and labels (model_name, endpoint, conc = the concurrency point; never per
   chunks are one engine step each), loadgen_acceptance_length{source} (the AL to publish),
   loadgen_server_spec_decode_acceptance_rate_per_position{position}
   loadgen_gpu_power_watts, loadgen_joules_per_output_token (--gpu-metrics, per point)
+  loadgen_engine_step_seconds{kind="all"|"decode"|"prefill", quantile}, loadgen_engine_steps,
+  loadgen_engines, loadgen_prefill_stall_share (steps reconstructed per point; unset: null)
   loadgen_event_loop_lag_seconds (no labels: the client process itself), loadgen_build_info
   session runs (sessions.py): gauges loadgen_sessions_live, loadgen_session_trees_live;
   loadgen_session_{turns,prompt_tokens,cached_tokens,cache_reported_prompt_tokens,
@@ -186,6 +188,24 @@ class LoadgenMetrics:
             "Exact match of the accuracy point at `conc` (--accuracy gsm8k), per task and "
             "filter (strict-match: the gated one, flexible-extract).",
             (*pl, "task", "filter"),
+        )
+        self.step_time = gauge(
+            "loadgen_engine_step_seconds",
+            "Engine step time reconstructed from the point's arrivals (steps_*_time_p*_ms): "
+            "all steps, decode-only, or steps that carried a prefill completion.",
+            (*pl, "kind", "quantile"),
+        )
+        self.steps = gauge(
+            "loadgen_engine_steps", "Engine steps observed over the point (steps_observed).", pl
+        )
+        self.engines = gauge(
+            "loadgen_engines", "Engines detected behind the frontend (steps_engines).", pl
+        )
+        self.stall_share = gauge(
+            "loadgen_prefill_stall_share",
+            "Share of the ITL gaps above the point's p90 that span a prefill step "
+            "(steps_stall_share).",
+            pl,
         )
         self.loop_lag = BulkHistogram(
             "loadgen_event_loop_lag_seconds",

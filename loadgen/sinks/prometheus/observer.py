@@ -178,6 +178,7 @@ class MetricsObserver:
             m.best_al.labels(*key, source).set(result.metrics.acceptance_length)
         for position, rate in enumerate(result.metrics.server_acceptance_per_position or ()):
             m.server_rate_pos.labels(*key, str(position)).set(rate)
+        self._steps(key, result)
         energy = result.energy
         if energy is not None and energy.power_valid:  # null figures set no gauge
             for gauge, value in (
@@ -196,6 +197,26 @@ class MetricsObserver:
         ):
             if figure.n:  # no questions: no figure (NaN is not a measurement)
                 self.metrics.accuracy.labels(*key, name).set(figure.exact_match)
+
+    def _steps(self, key: tuple[str, ...], result: PointResult) -> None:
+        """The point's reconstructed engine steps; a null figure sets no gauge."""
+        m, r = self.metrics, result.metrics
+        for kind, prefix in (
+            ("all", "steps_time"),
+            ("decode", "steps_decode_time"),
+            ("prefill", "steps_prefill_time"),
+        ):
+            for quantile in ("50", "90", "99"):
+                ms = getattr(r, f"{prefix}_p{quantile}_ms")
+                if ms is not None:
+                    m.step_time.labels(*key, kind, f"0.{quantile}").set(ms / 1000.0)
+        for gauge, value in (
+            (m.steps, r.steps_observed),
+            (m.engines, r.steps_engines),
+            (m.stall_share, r.steps_stall_share),
+        ):
+            if value is not None:
+                gauge.labels(*key).set(value)
 
 
 def observe_completed(series: _PointSeries, record: RequestRecord, spec_tokens: int | None) -> None:

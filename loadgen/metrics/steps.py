@@ -1,0 +1,542 @@
+"""Engine steps reconstructed from the chunk arrivals of all streams, once per point.
+
+A serving engine writes one chunk per running request per step (per `--stream-interval`
+k steps), so the arrivals of all streams come in clusters, one per engine step. From the
+clusters: the step time (split into decode-only steps and steps that also finished a
+prefill, i.e. carried some stream's first chunk), the requests and tokens per step, the
+engines behind the frontend, and which ITL gaps a prefill made long.
+
+The method (docs/results.md, "Engine steps", states its limits):
+
+1. Boundary. Sorted arrivals of all streams; a gap between consecutive arrivals longer
+   than the boundary starts a new cluster. The boundary sits where the fewest gaps lie
+   within a factor 1.5 of it (serialisation gaps of one step's chunks are micro-
+   seconds, gaps between steps milliseconds), between 5 us and half the 1st percentile
+   of one stream's own chunk gaps (a stream has at most one chunk per step, so two of
+   its chunks never share a cluster).
+2. Engines. Streams that co-arrive share an engine: for pairs of streams adjacent in
+   some cluster, the share of the shorter stream's chunks (sampled over their common
+   life) with a chunk of the other within a tenth of the median chunk gap (or in the
+   same cluster); pairs at >= 3/4 are joined.
+   Streams too short to tell follow their most frequent neighbour. Groups that overlap
+   briefly (one wave of requests ending as the next begins) are joined when >= 3/4 of
+   the clusters of the one seen less while both run carry both; groups that never run
+   at the same time are one engine's successive requests (interval partitioning).
+3. Per engine: the clusters again with the engine's own boundary; a step's time is the
+   time from the previous cluster's first arrival to its own (from the request's send
+   when the cluster holds only first chunks of requests sent after the previous
+   cluster: the engine was idle). k = the median stream gap over the median cluster interval.
+
+Null, with the reason in `steps_note`, never a guess: too few chunks, more than 3% of the
+arrival gaps within a factor 1.5 of the boundary, more than 3% of the chunks in one
+cluster with their stream's previous one (steps run together), several clusters per
+stream gap while each chunk carries one step (a frontend that smears the steps), or a
+stream interval > 1 at so few streams per engine that clusters skip steps (step times),
+or with several engines (their phase groups look like engines).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from loadgen.metrics.arrays import NS_PER_MS, PointArrays
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+MIN_CHUNKS = 50  # fewer chunks in a point: no step figures
+AMBIGUOUS_SHARE = 0.03  # arrival gaps allowed within a factor WINDOW of the boundary
+WINDOW = 1.5
+FLOOR_NS = 5_000.0  # no frontend writes two steps' chunks closer than 5 us
+GRID_DECADES = 0.01
+JOIN_SHARE = 0.75  # co-arrival share that puts two streams on one engine
+CO_ARRIVAL = 0.1  # two chunks co-arrive within this share of a stream's median chunk gap
+PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
+MIN_PAIR_SAMPLES = 3
+LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
+ONE_TOKEN_SHARE = 0.9  # middle chunks of one token that mark one step per token
+MISSED_STEPS = 0.05  # expected share of steps without any chunk (stream interval > 1)
+_TIME_BITS = 42  # relative ns in a sort key (73 minutes); longer points: engines not counted
+
+STEP_KEYS = (
+    "steps_observed",
+    "steps_engines",
+    "steps_stream_interval",
+    "steps_boundary_us",
+    "steps_time_p50_ms",
+    "steps_time_p90_ms",
+    "steps_time_p99_ms",
+    "steps_decode_time_p50_ms",
+    "steps_decode_time_p90_ms",
+    "steps_decode_time_p99_ms",
+    "steps_prefill_time_p50_ms",
+    "steps_prefill_time_p90_ms",
+    "steps_prefill_time_p99_ms",
+    "steps_prefill_share",
+    "steps_requests_per_step",
+    "steps_tokens_per_request_step",
+    "steps_stall_share",
+    "steps_stamps",
+    "steps_note",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Clusters:
+    """Chunks (indices into the point's chunk arrays) grouped into steps."""
+
+    order: IntArray  # chunk indices in (engine, time) order
+    cluster: IntArray  # [chunks] cluster id of each chunk, by chunk index
+    engine_of: IntArray  # [clusters] engine of each cluster
+    start_ns: IntArray  # [clusters] first arrival
+    size: IntArray  # [clusters] chunks
+    boundary_ns: float
+    ambiguous: float  # share of gaps within a factor 2 of a boundary (worst engine)
+
+
+def valley(gaps: IntArray, cap: float) -> tuple[float, float]:
+    """The boundary (ns) in [median gap, cap] with the fewest gaps within a factor WINDOW
+    of it (the middle of the widest such stretch, in log space), and that share of gaps."""
+    logs = np.sort(np.log10(np.maximum(gaps, 1).astype(np.float64)))
+    hi = np.log10(max(cap, FLOOR_NS * WINDOW))
+    # from the median gap up (most gaps are within a step from 3 streams on; a frontend
+    # that writes some chunks at once and some apart makes that mode bimodal)
+    lo = min(max(float(logs[logs.size // 2]), np.log10(FLOOR_NS)), hi - np.log10(WINDOW))
+    grid = np.arange(lo, hi + GRID_DECADES, GRID_DECADES)
+    width = np.log10(WINDOW)
+    near = np.searchsorted(logs, grid + width) - np.searchsorted(logs, grid - width)
+    best = near == near.min()
+    # the widest run of grid points at the minimum: its middle
+    edges = np.flatnonzero(np.diff(np.r_[0, best.astype(np.int8), 0]))
+    runs = edges.reshape(-1, 2)
+    widest = runs[int(np.argmax(runs[:, 1] - runs[:, 0]))]
+    middle = grid[(widest[0] + widest[1] - 1) // 2]
+    return float(10**middle), float(near.min()) / logs.size
+
+
+def _stream_of_chunk(arrays: PointArrays) -> IntArray:
+    lengths = arrays.last - arrays.first + 1
+    return np.repeat(np.arange(arrays.num_records, dtype=np.int64), lengths)
+
+
+def _own_gap_cap(arrays: PointArrays) -> tuple[float, FloatArray]:
+    """Half the 1st percentile of the streams' own chunk gaps, and those gaps."""
+    within = arrays.gap_is_within_record()
+    own = np.diff(arrays.chunk_ns)[within].astype(np.float64)
+    positive = own[own > 0]
+    cap = 0.5 * float(np.percentile(positive, 1.0)) if positive.size else float("inf")
+    return cap, own
+
+
+def _split(times: IntArray, cap: float) -> tuple[BoolArray, float, float]:
+    """Cluster starts over sorted times, the boundary and the share of ambiguous gaps."""
+    gaps = np.diff(times)
+    if gaps.size == 0:
+        return np.ones(times.size, dtype=np.bool_), cap, 0.0
+    boundary, ambiguous = valley(gaps, cap)
+    starts = np.empty(times.size, dtype=np.bool_)
+    starts[0] = True
+    starts[1:] = gaps > boundary
+    return starts, boundary, ambiguous
+
+
+def _components(n: int, left: IntArray, right: IntArray) -> IntArray:
+    """Connected components of n nodes under the edges (left, right): min-label spreading."""
+    label = np.arange(n, dtype=np.int64)
+    if left.size == 0:
+        return label
+    while True:
+        low = np.minimum(label[left], label[right])
+        new = label.copy()
+        np.minimum.at(new, left, low)
+        np.minimum.at(new, right, low)
+        new = new[new]  # pointer jumping: long chains settle in log steps
+        if np.array_equal(new, label):
+            return label
+        label = new
+
+
+def _stream_keys(arrays: PointArrays, stream: IntArray) -> IntArray | None:
+    """stream << 42 | ns since the point's first chunk: sorted, as records are in order."""
+    rel = arrays.chunk_ns - int(arrays.chunk_ns.min())
+    if int(rel.max()) >= 1 << _TIME_BITS or arrays.num_records >= 1 << (62 - _TIME_BITS):
+        return None
+    return (stream << _TIME_BITS) | rel
+
+
+def _engines(
+    arrays: PointArrays, stream: IntArray, fine: IntArray, order: IntArray, own_median: float
+) -> IntArray | None:
+    """Engine of each stream (see module doc, step 2); None when the keys do not fit."""
+    n_streams = arrays.num_records
+    keys = _stream_keys(arrays, stream)
+    if keys is None:
+        return None
+    s_sorted = stream[order]
+    f_sorted = fine[order]
+    same = f_sorted[1:] == f_sorted[:-1]
+    a, b = s_sorted[:-1][same], s_sorted[1:][same]
+    keep = a != b
+    lo_s, hi_s = np.minimum(a[keep], b[keep]), np.maximum(a[keep], b[keep])
+    pairs, counts = np.unique(lo_s * n_streams + hi_s, return_counts=True)
+    pa, pb = pairs // n_streams, pairs % n_streams
+    lengths = arrays.last - arrays.first + 1
+    swap = lengths[pa] > lengths[pb]  # sample the shorter stream
+    pa, pb = np.where(swap, pb, pa), np.where(swap, pa, pb)
+    t = arrays.chunk_ns
+    lo = np.maximum(t[arrays.first[pa]], t[arrays.first[pb]])
+    hi = np.minimum(t[arrays.last[pa]], t[arrays.last[pb]])
+    base = int(t.min())
+    i0 = np.searchsorted(keys, (pa << _TIME_BITS) | (lo - base))
+    i1 = np.searchsorted(keys, (pa << _TIME_BITS) | (hi - base), side="right")
+    span = np.maximum(i1 - i0, 0)
+    steps = np.arange(PAIR_SAMPLES, dtype=np.int64)
+    picks = i0[:, None] + (steps[None, :] * span[:, None]) // PAIR_SAMPLES
+    valid = steps[None, :] < span[:, None]
+    picks = np.where(valid, picks, 0)
+    target = (pb[:, None] << _TIME_BITS) | (t[picks] - base)
+    j = np.searchsorted(keys, target)
+    hit = np.zeros(picks.shape, dtype=np.bool_)
+    tolerance = CO_ARRIVAL * own_median
+    for cand in (j - 1, j):
+        ok = (cand >= 0) & (cand < keys.size)
+        cand = np.clip(cand, 0, keys.size - 1)
+        near = np.abs(t[cand] - t[picks]) <= tolerance
+        hit |= ok & (stream[cand] == pb[:, None]) & (near | (fine[cand] == fine[picks]))
+    samples = valid.sum(axis=1)
+    share = np.where(samples > 0, (hit & valid).sum(axis=1) / np.maximum(samples, 1), 0.0)
+    strong = (samples >= MIN_PAIR_SAMPLES) & (share >= JOIN_SHARE)
+    label = _components(n_streams, pa[strong], pb[strong])
+    label = _adopt_loners(label, pa, pb, counts, strong)
+    label = _join_groups(label[stream], fine, t)[arrays.first]
+    return _tracks(label, t[arrays.first], t[arrays.last])
+
+
+def _join_groups(group: IntArray, fine: IntArray, t: IntArray) -> IntArray:
+    """Groups (per chunk) whose streams overlap only briefly (one wave of requests
+    ending as the next begins) are one engine's when, while both run, >= 3/4 of the
+    clusters of the one seen less carry both (and at least two do)."""
+    ids, group = np.unique(group, return_inverse=True)
+    if ids.size < 2:
+        return group
+    present = np.unique(fine * ids.size + group)
+    c, g = present // ids.size, present % ids.size
+    adjacent = c[1:] == c[:-1]
+    pair_codes, together = np.unique(
+        g[:-1][adjacent] * ids.size + g[1:][adjacent], return_counts=True
+    )
+    first = np.full(fine.max() + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first, fine, t)
+    lo = np.full(ids.size, np.iinfo(np.int64).max)
+    hi = np.zeros(ids.size, dtype=np.int64)
+    np.minimum.at(lo, group, t)
+    np.maximum.at(hi, group, t)
+    left, right = [], []
+    for code, both in zip(pair_codes.tolist(), together.tolist(), strict=True):
+        a, b = divmod(code, ids.size)
+        start, end = max(lo[a], lo[b]), min(hi[a], hi[b])
+        seen = [
+            int(np.count_nonzero((first[c[g == x]] >= start) & (first[c[g == x]] <= end)))
+            for x in (a, b)
+        ]
+        if both >= 2 and both >= JOIN_SHARE * min(seen):
+            left.append(a)
+            right.append(b)
+    merged = _components(ids.size, np.array(left, dtype=np.int64), np.array(right, dtype=np.int64))
+    return merged[group]
+
+
+def _adopt_loners(
+    label: IntArray, pa: IntArray, pb: IntArray, counts: IntArray, strong: BoolArray
+) -> IntArray:
+    """A stream in no strong pair joins the group of its most frequent neighbour."""
+    sizes = np.bincount(label, minlength=label.size)
+    lonely = sizes[label] == 1
+    candidates = ~strong & (lonely[pa] ^ lonely[pb])
+    if not np.any(candidates):
+        return label
+    loner = np.where(lonely[pa], pa, pb)[candidates]
+    other = np.where(lonely[pa], pb, pa)[candidates]
+    weight = counts[candidates]
+    best = np.lexsort((-weight, loner))
+    first = np.ones(best.size, dtype=np.bool_)
+    first[1:] = loner[best][1:] != loner[best][:-1]
+    chosen = best[first]
+    label = label.copy()
+    label[loner[chosen]] = label[other[chosen]]
+    return label
+
+
+def _tracks(label: IntArray, begin: IntArray, end: IntArray) -> IntArray:
+    """Groups that never overlap in time are one engine's: fewest tracks (greedy by start)."""
+    groups, inverse = np.unique(label, return_inverse=True)
+    g_begin = np.full(groups.size, np.iinfo(np.int64).max)
+    g_end = np.zeros(groups.size, dtype=np.int64)
+    np.minimum.at(g_begin, inverse, begin)
+    np.maximum.at(g_end, inverse, end)
+    track_of = np.zeros(groups.size, dtype=np.int64)
+    track_end: list[int] = []
+    for g in np.argsort(g_begin, kind="stable"):  # one pass over groups, not chunks
+        free = [i for i, e in enumerate(track_end) if e < g_begin[g]]
+        if free:
+            i = min(free, key=lambda x: track_end[x])
+        else:
+            track_end.append(0)
+            i = len(track_end) - 1
+        track_end[i] = int(g_end[g])
+        track_of[g] = i
+    return track_of[inverse]
+
+
+def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int | None]:
+    """Chunks into clusters (per engine when group_engines), and the engine count."""
+    stream = _stream_of_chunk(arrays)
+    cap, own = _own_gap_cap(arrays)
+    order = np.argsort(arrays.chunk_ns, kind="stable")
+    starts, boundary, ambiguous = _split(arrays.chunk_ns[order], cap)
+    engine_of_stream = np.zeros(arrays.num_records, dtype=np.int64)
+    engines: int | None = 1
+    if group_engines:
+        fine = np.empty(order.size, dtype=np.int64)
+        fine[order] = np.cumsum(starts) - 1
+        own_median = float(np.median(own)) if own.size else 0.0
+        grouped = _engines(arrays, stream, fine, order, own_median)
+        if grouped is None:
+            engines = None
+        else:
+            engine_of_stream = grouped
+            engines = int(engine_of_stream.max()) + 1
+    engine = engine_of_stream[stream]
+    if engines != 1:  # per engine: its own boundary over its own arrivals
+        order = np.lexsort((arrays.chunk_ns, engine))
+        t = arrays.chunk_ns[order]
+        e = engine[order]
+        starts = np.zeros(order.size, dtype=np.bool_)
+        boundary, ambiguous = 0.0, 0.0
+        bounds = np.flatnonzero(np.r_[True, e[1:] != e[:-1], True])
+        for lo, hi in itertools.pairwise(bounds):
+            part, b, amb = _split(t[lo:hi], cap)
+            starts[lo:hi] = part
+            boundary, ambiguous = max(boundary, b), max(ambiguous, amb)
+    ids = np.cumsum(starts) - 1
+    chunk_cluster = np.empty(order.size, dtype=np.int64)
+    chunk_cluster[order] = ids
+    first_pos = np.flatnonzero(starts)
+    return (
+        Clusters(
+            order=order,
+            cluster=chunk_cluster,
+            engine_of=engine[order][first_pos],
+            start_ns=arrays.chunk_ns[order][first_pos],
+            size=np.diff(np.r_[first_pos, order.size]),
+            boundary_ns=boundary,
+            ambiguous=ambiguous,
+        ),
+        engines,
+    )
+
+
+def _pct(values: FloatArray) -> list[float | None]:
+    if values.size == 0:
+        return [None, None, None]
+    return [float(v) for v in np.percentile(values, [50.0, 90.0, 99.0])]
+
+
+def _null(reason: str, stamps: str) -> dict[str, Any]:
+    result: dict[str, Any] = dict.fromkeys(STEP_KEYS)
+    result["steps_stamps"] = stamps
+    result["steps_note"] = reason
+    return result
+
+
+def stream_interval_hint(arrays: PointArrays) -> bool:
+    """Whether chunks look merged over steps: middle chunks that (nearly) never carry one
+    token (without MTP a step gives one; with it, a rejected draft gives one)."""
+    middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
+    middle[arrays.first] = False
+    middle[arrays.last] = False
+    tokens = arrays.chunk_tokens[middle]
+    return tokens.size > 0 and float(np.percentile(tokens, 2.0)) >= 2
+
+
+def step_fields(
+    arrays: PointArrays, kernel_stamps: bool, stream_interval: int | None = None
+) -> dict[str, Any]:
+    """The point's `steps_*` fields (docs/results.md); `kernel_stamps`: every completed
+    record's arrivals are kernel receive stamps; `stream_interval`: the server's, when
+    known."""
+    stamps = "kernel" if kernel_stamps else "read"
+    if arrays.chunk_ns.size < MIN_CHUNKS or arrays.num_records < 1:
+        return _null(f"too few chunks ({arrays.chunk_ns.size} < {MIN_CHUNKS})", stamps)
+    merged = (stream_interval or 1) > 1 or stream_interval_hint(arrays)
+    clusters, engines = cluster(arrays, group_engines=not merged)
+    notes: list[str] = []
+    if not kernel_stamps:
+        notes.append("read stamps (not the kernel's): clusters include the client's read delay")
+    if clusters.ambiguous > AMBIGUOUS_SHARE:
+        return _null(
+            f"clusters cannot be told apart: {clusters.ambiguous:.1%} of arrival gaps lie "
+            f"within a factor {WINDOW} of the best boundary "
+            f"({clusters.boundary_ns / 1e3:.0f} us)",
+            stamps,
+        )
+    within = arrays.gap_is_within_record()
+    later = np.arange(1, arrays.chunk_ns.size)[within]
+    apart = np.diff(arrays.chunk_ns)[within] > 0  # chunks read together share a stamp
+    twice = clusters.cluster[later] == clusters.cluster[later - 1]
+    doubled = float(np.count_nonzero(twice & apart)) / max(1, int(apart.sum()))
+    if doubled > AMBIGUOUS_SHARE:
+        return _null(
+            f"clusters cannot be told apart: {doubled:.1%} of the chunks share a cluster "
+            "with their stream's previous chunk (one step's chunks run into the next's)",
+            stamps,
+        )
+    own = np.diff(arrays.chunk_ns)[within]
+    interval = np.diff(clusters.start_ns)[clusters.engine_of[1:] == clusters.engine_of[:-1]]
+    k = 1
+    if own.size and interval.size:
+        k = max(1, round(float(np.median(own)) / float(np.median(interval))))
+    if k > 1 and not merged:
+        return _null(
+            f"clusters cannot be told apart: ~{k} clusters per gap of one stream, yet its "
+            "chunks carry one step each (the frontend smears each step's chunks)",
+            stamps,
+        )
+    if merged:
+        engines = None
+        notes.append("stream interval > 1: engines not counted (phase groups look alike)")
+    elif engines is None:
+        notes.append("engines not counted: the point is longer than its sort keys hold (73 min)")
+    elif engines is not None and engines > 1 and _mean_active(arrays, engines) < LONE_STREAMS:
+        return _null(
+            "clusters cannot be told apart: no streams co-arrive (one engine per stream "
+            "cannot be told from a frontend that smears each step's chunks)",
+            stamps,
+        )
+    return _figures(arrays, clusters, engines, stamps, notes, k)
+
+
+def _figures(
+    arrays: PointArrays,
+    clusters: Clusters,
+    engines: int | None,
+    stamps: str,
+    notes: list[str],
+    k: int,
+) -> dict[str, Any]:
+    n_clusters = int(clusters.start_ns.size)
+    first_cluster = clusters.cluster[arrays.first]
+    prefill = np.zeros(n_clusters, dtype=np.bool_)
+    prefill[first_cluster] = True
+    # latest send among the requests whose first chunk a cluster carries, where it
+    # carries nothing else: an engine with running requests was not idle before it
+    sent = np.full(n_clusters, np.iinfo(np.int64).min)
+    np.maximum.at(sent, first_cluster, arrays.start_ns)
+    firsts = np.bincount(first_cluster, minlength=n_clusters)
+    sent[firsts < clusters.size] = np.iinfo(np.int64).min
+    same_engine = np.r_[False, clusters.engine_of[1:] == clusters.engine_of[:-1]]
+    previous = np.r_[0, clusters.start_ns[:-1]]
+    began = np.maximum(previous, sent)
+    measured = same_engine | (sent > np.iinfo(np.int64).min)
+    # a cluster right after another engine's, with no request sent: its first step
+    began = np.where(same_engine, began, sent)
+    stream = _stream_of_chunk(arrays)
+    # a stream's chunks read together (one stamp) put two steps in one cluster: the
+    # cluster stands for as many steps as any stream has chunks in it, each its share
+    # without speculative decoding (nearly every middle chunk one token) a chunk of n
+    # tokens is n steps the frontend merged into one event
+    weight = arrays.chunk_tokens if one_token_steps(arrays) else np.ones_like(stream)
+    multiplicity = _multiplicity(
+        clusters.cluster, stream, arrays.num_records, n_clusters, np.maximum(weight, 1)
+    )
+    step_ms = (clusters.start_ns - began) / NS_PER_MS / multiplicity
+    result: dict[str, Any] = dict.fromkeys(STEP_KEYS)
+    result.update(
+        {
+            "steps_observed": int(multiplicity.sum()),
+            "steps_engines": engines,
+            "steps_stream_interval": k,
+            "steps_boundary_us": clusters.boundary_ns / 1e3,
+            "steps_stamps": stamps,
+            "steps_prefill_share": float(prefill.mean()),
+        }
+    )
+    active = _mean_active(arrays, engines or 1)
+    if k > 1 and np.exp(-active / k) > MISSED_STEPS:
+        notes.append(
+            f"stream interval ~{k} at ~{active:.1f} streams per engine: clusters skip "
+            "steps, so step times are not measured"
+        )
+    else:
+        valid = measured & (step_ms > 0)
+        times = np.repeat(step_ms[valid], multiplicity[valid])
+        decode = np.repeat(step_ms[valid & ~prefill], multiplicity[valid & ~prefill])
+        result.update(dict(zip(_keys("time"), _pct(times), strict=True)))
+        result.update(dict(zip(_keys("decode_time"), _pct(decode), strict=True)))
+        result.update(dict(zip(_keys("prefill_time"), _pct(step_ms[valid & prefill]), strict=True)))
+    result["steps_requests_per_step"] = float(clusters.size.sum() / multiplicity.sum()) * k
+    middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
+    middle[arrays.first] = False
+    middle[arrays.last] = False
+    if np.any(middle):
+        result["steps_tokens_per_request_step"] = float(arrays.chunk_tokens[middle].mean()) / k
+    result["steps_stall_share"] = _stall_share(arrays, clusters, prefill, stream)
+    result["steps_note"] = "; ".join(notes) or None
+    return result
+
+
+def _multiplicity(
+    cluster: IntArray, stream: IntArray, streams: int, clusters: int, weight: IntArray
+) -> IntArray:
+    """Per cluster, the most steps any one stream has in it: its chunks (1 unless read
+    together), each weighing its tokens when a chunk is one token per step."""
+    pairs, inverse = np.unique(cluster * streams + stream, return_inverse=True)
+    counts = np.bincount(inverse.ravel(), weights=weight, minlength=pairs.size).astype(np.int64)
+    most = np.ones(clusters, dtype=np.int64)
+    np.maximum.at(most, pairs // streams, counts)
+    return most
+
+
+def one_token_steps(arrays: PointArrays) -> bool:
+    """>= 90% of the middle chunks carry one token: no speculative decoding, so a chunk
+    with more is several steps merged (with MTP a step gives 1..K+1 tokens)."""
+    middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
+    middle[arrays.first] = False
+    middle[arrays.last] = False
+    tokens = arrays.chunk_tokens[middle]
+    return tokens.size > 0 and float(np.mean(tokens == 1)) >= ONE_TOKEN_SHARE
+
+
+def _keys(name: str) -> list[str]:
+    return [f"steps_{name}_p{p}_ms" for p in (50, 90, 99)]
+
+
+def _mean_active(arrays: PointArrays, engines: int) -> float:
+    """Streams running at once per engine, on average over the point."""
+    t = arrays.chunk_ns
+    span = float(t.max() - t.min())
+    lives = float(np.sum(t[arrays.last] - t[arrays.first]))
+    return lives / span / engines if span > 0 else 0.0
+
+
+def _stall_share(
+    arrays: PointArrays, clusters: Clusters, prefill: BoolArray, stream: IntArray
+) -> float | None:
+    """Share of the ITL gaps above the point's p90 that span a prefill step."""
+    within = arrays.gap_is_within_record()
+    gaps = np.diff(arrays.chunk_ns)[within]
+    if gaps.size == 0:
+        return None
+    later = np.arange(1, arrays.chunk_ns.size)[within]
+    cum = np.cumsum(prefill)  # clusters are contiguous per engine and in time order
+    hit = cum[clusters.cluster[later]] - cum[clusters.cluster[later - 1]] > 0
+    above = gaps > np.percentile(gaps, 90.0)
+    if not np.any(above):
+        return None
+    return float(np.count_nonzero(hit & above) / np.count_nonzero(above))
