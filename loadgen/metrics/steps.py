@@ -139,6 +139,10 @@ def _split(times: IntArray, cap: float) -> tuple[BoolArray, float, float]:
     gaps = np.diff(times)
     if gaps.size == 0:
         return np.ones(times.size, dtype=np.bool_), cap, 0.0
+    if not np.isfinite(cap):
+        # no stream has two chunks apart (each was read at once): no step has a known
+        # upper bound, so every gap is ambiguous and the figures are null with the reason
+        return np.ones(times.size, dtype=np.bool_), cap, 1.0
     boundary, ambiguous = valley(gaps, cap)
     starts = np.empty(times.size, dtype=np.bool_)
     starts[0] = True
