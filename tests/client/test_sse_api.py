@@ -160,6 +160,7 @@ def test_decode_event_fields_by_name() -> None:
         "error": None,
         "cached_tokens": 4,
         "reasoning": False,
+        "ids": [5, 6, 7],  # the ids themselves, kept only under --record-outputs
     }
     chat = decode_event(b'{"choices":[{"delta":{"reasoning":"r"},"token_ids":[5]}]}')
     assert (chat.text, chat.reasoning, chat.token_ids) == ("r", True, 1)
