@@ -191,7 +191,7 @@ def test_file_size_limit_stops_the_run_with_every_line_whole(sim_url: str, tmp_p
     """RLIMIT_FSIZE: a write past it fails with EFBIG (Python ignores SIGXFSZ), part-way
     through a line, as on a full disk; run.json and conc_4.json stay below it."""
     results = tmp_path / "r"
-    limit = 12_000
+    limit = 20_000  # above conc_4.json (~12.3 kB), below the 40-line JSONL (~60 kB)
     done = _disk_full_run(
         sim_url,
         results,
@@ -210,7 +210,7 @@ def test_file_size_limit_stops_a_workers_run_with_every_line_whole(
     """--workers 2: the parent writes the JSONL of the records the workers send back; a
     line it cannot write stops every worker and the run, as in one process."""
     results = tmp_path / "r"
-    limit = 12_000
+    limit = 20_000  # above conc_4.json (~12.3 kB), below the 40-line JSONL (~60 kB)
     done = _disk_full_run(
         sim_url,
         results,
