@@ -383,6 +383,12 @@ def step_fields(
     notes: list[str] = []
     if not kernel_stamps:
         notes.append("read stamps (not the kernel's): clusters include the client's read delay")
+    if not np.isfinite(clusters.boundary_ns):
+        return _null(
+            "clusters cannot be told apart: no stream has two chunks read apart (each "
+            "stream's output arrived in one read)",
+            stamps,
+        )
     if clusters.ambiguous > AMBIGUOUS_SHARE:
         return _null(
             f"clusters cannot be told apart: {clusters.ambiguous:.1%} of arrival gaps lie "

@@ -9,6 +9,11 @@ most that many steps), so the estimate must lie within 5% of [delta - PROBE_TOKE
 delta]. vLLM's frontend sometimes merges two steps' outputs into one event when it
 falls behind (test_vllm.py: coalesced_chunks): those steps are one cluster, within the
 5% on this machine.
+
+Null is allowed at conc >= 2, never a wrong number: on this CPU build the frontend writes
+one step's chunks of several streams up to ~1 ms apart (Python per request), which the
+boundary search can find ambiguous (3.4% of gaps near an 801 us boundary at conc 2); then
+the point says so in `steps_note` (issue 34 stays open for it). Conc 1 must be estimated.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ def test_estimated_steps_match_vllms_step_count(vllm_plain: VllmServer, tmp_path
                 f"conc {conc}: loadgen {estimate} steps ({result['steps_note']}), vLLM "
                 f"{delta:.0f} (incl. the preflight's <= {PROBE_TOKENS})"
             )
-            assert estimate is not None, result["steps_note"]
+            if estimate is None:
+                assert conc > 1, result["steps_note"]
+                assert result["steps_note"].startswith("clusters cannot be told apart")
+                continue
             assert result["steps_engines"] == 1
             assert (delta - PROBE_TOKENS) * 0.95 <= estimate <= delta * 1.05, (conc, delta)

@@ -186,6 +186,18 @@ def test_clusters_that_run_into_each_other_are_null_with_the_reason() -> None:
     assert "cannot be told apart" in str(result["steps_note"]), result["steps_note"]
 
 
+def test_streams_each_read_at_once_are_null_with_the_reason() -> None:
+    """A client that read each stream's whole output in one read (seen against real vLLM
+    CPU: ITL 0 at conc 2): every chunk of a stream shares one stamp, so no stream bounds a
+    step and nothing can be counted."""
+    clean = simulate([Engine(decode_ms=12.0, prefill_ms=30.0)], conc=2, requests=8)
+    at_once = [dataclasses.replace(r, chunk_ns=(r.chunk_ns[-1],) * len(r.chunk_ns)) for r in clean]
+    assert sum(len(r.chunk_ns) for r in at_once) >= 50
+    result = fields(at_once)
+    assert all(result[k] is None for k in STEP_KEYS if k not in ("steps_stamps", "steps_note"))
+    assert "each stream's output arrived in one read" in str(result["steps_note"])
+
+
 def test_read_stamps_carry_the_caveat_and_too_few_chunks_say_so() -> None:
     records = simulate([Engine(decode_ms=12.0, prefill_ms=30.0)], conc=4, requests=8)
     result = fields(records, kernel=False)
