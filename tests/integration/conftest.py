@@ -78,18 +78,3 @@ def vllm_ngram(vllm_pool: ServerPool) -> VllmServer:
 @pytest.fixture()
 def vllm_plain(vllm_pool: ServerPool) -> VllmServer:
     return vllm_pool.get("plain")
-
-
-@pytest.fixture()
-def vllm_prefix(vllm_pool: ServerPool) -> VllmServer:
-    return vllm_pool.get("prefix")
-
-
-@pytest.fixture()
-def vllm_prefix_dev(vllm_pool: ServerPool) -> VllmServer:
-    return vllm_pool.get("prefix_dev")
-
-
-@pytest.fixture()
-def vllm_profile(vllm_pool: ServerPool) -> VllmServer:
-    return vllm_pool.get("prefix_dev")  # the dev-mode server has the profiler too

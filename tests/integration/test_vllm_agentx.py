@@ -44,15 +44,15 @@ def lines(path: Path) -> list[dict[str, Any]]:
 
 
 def test_build_replay_cmd_runs_as_typed_against_vllm(
-    vllm_prefix: VllmServer, tmp_path: Path
+    vllm_plain: VllmServer, tmp_path: Path
 ) -> None:
-    port = urlsplit(vllm_prefix.url).port
+    port = urlsplit(vllm_plain.url).port
     assert port is not None
     argv = replay_cmd(port, tmp_path, DURATION_S, "--unsafe-override")
     _set(argv, "--model", vllm_cpu.SERVED_MODEL_NAME)
-    _set(argv, "--tokenizer", str(vllm_prefix.model))
+    _set(argv, "--tokenizer", str(vllm_plain.model))
     _set(argv, "--max-context-length", str(vllm_cpu.MAX_MODEL_LEN))
-    _set(argv, "--server-metrics", f"{vllm_prefix.url}/metrics")
+    _set(argv, "--server-metrics", f"{vllm_plain.url}/metrics")
     done = subprocess.run(
         [sys.executable, "-m", "loadgen", *argv],
         capture_output=True,
@@ -62,7 +62,7 @@ def test_build_replay_cmd_runs_as_typed_against_vllm(
         check=False,
     )
     print(f"$ loadgen {' '.join(argv)}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}")
-    assert done.returncode == 0, f"loadgen failed (log {vllm_prefix.log}):\n{done.stderr}"
+    assert done.returncode == 0, f"loadgen failed (log {vllm_plain.log}):\n{done.stderr}"
     assert done.stderr.count("is not DeepSeek-V4's: messages are sent") == 1  # --encoder raw
 
     artifacts = tmp_path / "aiperf_artifacts"
@@ -106,7 +106,7 @@ def test_build_replay_cmd_runs_as_typed_against_vllm(
     assert aggregate["metadata"]["dataset"]["path"].endswith("agentic_small.jsonl")
 
     server = orjson.loads((artifacts / "server_metrics_export.json").read_bytes())
-    assert server["summary"]["endpoints_configured"] == [f"{vllm_prefix.url}/metrics"]
+    assert server["summary"]["endpoints_configured"] == [f"{vllm_plain.url}/metrics"]
     metrics = server["metrics"]
     hits, queries = (
         sum(s["stats"]["total"] for s in metrics[name]["series"])

@@ -46,10 +46,10 @@ def block_size(server: VllmServer) -> int:
 
 
 def test_multi_turn_cached_tokens_equal_the_server_hits(
-    vllm_prefix: VllmServer, tmp_path: Path
+    vllm_plain: VllmServer, tmp_path: Path
 ) -> None:
     done = run_loadgen(
-        vllm_prefix,
+        vllm_plain,
         tmp_path,
         "--conc",
         str(CONC),
@@ -66,7 +66,7 @@ def test_multi_turn_cached_tokens_equal_the_server_hits(
         "--sessions-per-conc",
         "2",
     )
-    assert done.returncode == 0, f"loadgen failed (log {vllm_prefix.log}):\n{done.stderr}"
+    assert done.returncode == 0, f"loadgen failed (log {vllm_plain.log}):\n{done.stderr}"
     result = json.loads((tmp_path / f"conc_{CONC}.json").read_text())
     recs = records(tmp_path, CONC)
     assert len(recs) == CONC * 2 * TURNS and all(r.ok for r in recs)
@@ -85,7 +85,7 @@ def test_multi_turn_cached_tokens_equal_the_server_hits(
         assert r.session_id is not None and r.turn_index is not None
         by_session[r.session_id].append((r.turn_index, r.cached_tokens or 0, r.prompt_tokens or 0))
     assert len(by_session) == CONC * 2
-    size = block_size(vllm_prefix)
+    size = block_size(vllm_plain)
     for turns in by_session.values():
         turns.sort()
         assert [t for t, _, _ in turns] == list(range(TURNS))
@@ -100,12 +100,12 @@ def test_multi_turn_cached_tokens_equal_the_server_hits(
 
 
 def test_live_history_cached_tokens_equal_the_server_hits(
-    vllm_prefix: VllmServer, tmp_path: Path
+    vllm_plain: VllmServer, tmp_path: Path
 ) -> None:
     """--live-history: each turn resends the server's own reply; the two counts still
     agree, and each later turn still hits every full block of the prompt before it."""
     done = run_loadgen(
-        vllm_prefix,
+        vllm_plain,
         tmp_path,
         "--conc",
         str(CONC),
@@ -123,14 +123,14 @@ def test_live_history_cached_tokens_equal_the_server_hits(
         "1",
         "--live-history",
     )
-    assert done.returncode == 0, f"loadgen failed (log {vllm_prefix.log}):\n{done.stderr}"
+    assert done.returncode == 0, f"loadgen failed (log {vllm_plain.log}):\n{done.stderr}"
     result = json.loads((tmp_path / f"conc_{CONC}.json").read_text())
     recs = records(tmp_path, CONC)
     assert result["session_history"] == "live" and result["replay_sessions_cut"] == 0
     assert len(recs) == CONC * TURNS and all(r.ok for r in recs)
     cached = sum(r.cached_tokens or 0 for r in recs)
     assert cached > 0 and result["server_prefix_cache_hits"] == cached, result
-    size = block_size(vllm_prefix)
+    size = block_size(vllm_plain)
     by_session: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
     for r in recs:
         assert r.session_id is not None and r.turn_index is not None
@@ -153,9 +153,10 @@ ONE_POINT = (
 
 
 def test_reset_needs_dev_mode_and_stops_before_the_first_point(
-    vllm_prefix: VllmServer, tmp_path: Path
+    vllm_ngram: VllmServer, tmp_path: Path
 ) -> None:
-    done = run_loadgen(vllm_prefix, tmp_path, *ONE_POINT, "--reset-prefix-cache")
+    """The ngram server runs without dev mode (tests/support/vllm_servers.py)."""
+    done = run_loadgen(vllm_ngram, tmp_path, *ONE_POINT, "--reset-prefix-cache")
     assert done.returncode == 1, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("loadgen: error:")]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
@@ -164,9 +165,9 @@ def test_reset_needs_dev_mode_and_stops_before_the_first_point(
 
 
 def test_same_prompts_twice_hit_unless_the_cache_is_reset(
-    vllm_prefix_dev: VllmServer, tmp_path: Path
+    vllm_plain: VllmServer, tmp_path: Path
 ) -> None:
-    server = vllm_prefix_dev
+    server = vllm_plain
     hits: dict[str, float] = {}
     for name, extra in (("first", ()), ("again", ()), ("reset", ("--reset-prefix-cache",))):
         before = server_counter(server, "vllm:prefix_cache_hits_total")

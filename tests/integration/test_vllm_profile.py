@@ -1,5 +1,5 @@
 """--profile-conc against real vLLM 0.32 (CPU) started with a torch profiler config
-(tests/support/vllm_servers.py, configuration `prefix_dev`: --profiler-config with
+(tests/support/vllm_servers.py, configuration `plain`: --profiler-config with
 torch_profiler_dir below the pool's directory, VLLM_SERVER_DEV_MODE=1 so /server_info
 says where): a sweep conc 1,2 profiling conc 2 leaves one trace set, named for conc 2's
 window, in the directory the note names, written after conc 1 finished."""
@@ -21,13 +21,13 @@ TRACE = re.compile(r"\.pt\.trace\.json(\.gz)?$")
 
 
 def test_a_profiler_window_traces_only_the_chosen_point(
-    vllm_profile: VllmServer, tmp_path: Path
+    vllm_plain: VllmServer, tmp_path: Path
 ) -> None:
-    traces = vllm_profile.work_dir / PROFILER_DIR
+    traces = vllm_plain.work_dir / PROFILER_DIR
     before = set(traces.iterdir()) if traces.exists() else set()
     results = tmp_path / "results"
     done = run_loadgen(
-        vllm_profile,
+        vllm_plain,
         results,
         "--conc",
         "1,2",

@@ -46,23 +46,23 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
         "model": MODEL_PLACEHOLDER,
         "num_speculative_tokens": SPEC_TOKENS,
     },
+    # no speculative decoding; also the prefix-cache, dev-mode and profiler server: each
+    # start costs 45-55 s and 2.7 GB on 2 cores, and none of those features changes what
+    # the plain tests measure (their figures are deltas over their own runs)
     "plain": None,
-    "prefix": None,
-    "prefix_dev": None,
 }
-# Server flags beyond the speculative config. vLLM 0.32 caches prefixes by default; the
-# flag makes it explicit, and --enable-prompt-tokens-details adds cached_tokens to usage.
-# The draft server also reports vLLM 0.32's per-request metrics (spec-decode stats with
-# each step, and the request's timings) on each stream's final usage chunk.
+# Server flags beyond the speculative config. The draft server also reports vLLM 0.32's
+# per-request metrics (spec-decode stats with each step, and the request's timings) on
+# each stream's final usage chunk.
 EXTRA_ARGS: dict[str, tuple[str, ...]] = {
-    "prefix": ("--enable-prefix-caching", "--enable-prompt-tokens-details"),
     "draft": ("--per-request-spec-decode-metrics", "detailed", "--enable-per-request-metrics"),
-    # the dev-mode server also serves the profiler windows (one start fewer than a
-    # configuration of their own): vLLM 0.32's torch profiler, whose /start_profile and
-    # /stop_profile exist only with --profiler-config
-    "prefix_dev": (
+    "plain": (
+        # vLLM 0.32 caches prefixes by default; the flag makes it explicit, and
+        # --enable-prompt-tokens-details adds cached_tokens to usage
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",
+        # vLLM 0.32's torch profiler, whose /start_profile and /stop_profile exist only
+        # with --profiler-config (idle until a window starts)
         "--profiler-config",
         json.dumps(
             {
@@ -74,13 +74,14 @@ EXTRA_ARGS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-# Server environments: prefix_dev serves vLLM's dev endpoints (POST /reset_prefix_cache);
-# prefix never does, whatever the test process's own environment says.
+# Server environments: plain serves vLLM's dev endpoints (POST /reset_prefix_cache, and
+# GET /server_info, which tells loadgen where the profiler writes); the speculative
+# servers never do, whatever the test process's own environment says (the test that a
+# reset needs dev mode runs against one of them).
 EXTRA_ENV: dict[str, dict[str, str]] = {
-    "prefix": {"VLLM_SERVER_DEV_MODE": "0"},
-    # dev mode: POST /reset_prefix_cache, and GET /server_info, which tells loadgen
-    # where the profiler writes
-    "prefix_dev": {"VLLM_SERVER_DEV_MODE": "1"},
+    "ngram": {"VLLM_SERVER_DEV_MODE": "0"},
+    "draft": {"VLLM_SERVER_DEV_MODE": "0"},
+    "plain": {"VLLM_SERVER_DEV_MODE": "1"},
 }
 
 
@@ -90,9 +91,8 @@ SKIP_REASONS: list[str] = []
 TIMINGS: dict[str, float | int] = {}
 
 GROUP = "vllm"  # the xdist group (tests/support/parallel.py): one worker, one pool
-# What each configuration's fixtures are called (tests/integration/conftest.py):
-# vllm_<config>, and vllm_profile for the dev-mode server's profiler.
-FIXTURE_CONFIG = {f"vllm_{config}": config for config in CONFIGS} | {"vllm_profile": "prefix_dev"}
+# What each configuration's fixture is called (tests/integration/conftest.py).
+FIXTURE_CONFIG = {f"vllm_{config}": config for config in CONFIGS}
 
 
 def _config_rank(item: pytest.Item) -> int:
