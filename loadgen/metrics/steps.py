@@ -29,7 +29,9 @@ The method (docs/results.md, "Engine steps", states its limits):
 
 Null, with the reason in `steps_note`, never a guess: too few chunks, more than 3% of the
 arrival gaps within a factor 1.5 of the boundary, more than 3% of the chunks in one
-cluster with their stream's previous one (steps run together), several clusters per
+cluster with their stream's previous one (steps run together), streams spanning more than
+3% more of their engine's clusters than they received tokens (steps split apart: a
+running request gets a token every step), several clusters per
 stream gap while each chunk carries one step (a frontend that smears the steps), or a
 stream interval > 1 at so few streams per engine that clusters skip steps (step times),
 or with several engines (their phase groups look like engines).
@@ -61,6 +63,7 @@ PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
 LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
 ONE_TOKEN_SHARE = 0.9  # middle chunks of one token that mark one step per token
+SPLIT_SHARE = 0.03  # clusters spanned beyond the tokens received (steps split apart)
 MISSED_STEPS = 0.05  # expected share of steps without any chunk (stream interval > 1)
 _TIME_BITS = 42  # relative ns in a sort key (73 minutes); longer points: engines not counted
 
@@ -418,6 +421,14 @@ def step_fields(
             "chunks carry one step each (the frontend smears each step's chunks)",
             stamps,
         )
+    split = oversplit_share(arrays, clusters)
+    if split > SPLIT_SHARE:
+        return _null(
+            f"clusters cannot be told apart: streams span {split:.1%} more of their "
+            "engine's clusters than they received tokens (one step's chunks fall into "
+            "several clusters)",
+            stamps,
+        )
     if merged:
         engines = None
         notes.append("stream interval > 1: engines not counted (phase groups look alike)")
@@ -430,6 +441,26 @@ def step_fields(
             stamps,
         )
     return _figures(arrays, clusters, engines, stamps, notes, k)
+
+
+def oversplit_share(arrays: PointArrays, clusters: Clusters) -> float:
+    """Clusters a stream spans beyond the tokens it received, over all clusters spanned.
+
+    A running request gets at least one token per step of its engine (k steps' tokens in
+    one chunk at a stream interval k, more with speculative decoding), so from its first
+    chunk's cluster to its last it spans at most as many of its engine's clusters as it
+    received tokens after the first chunk. More means steps were split into several
+    clusters (or two engines' clusters taken for one engine's) and the count is too high.
+    """
+    engine = clusters.engine_of
+    by_engine = np.argsort(engine, kind="stable")
+    counts = np.bincount(engine)
+    rank = np.empty(engine.size, dtype=np.int64)
+    rank[by_engine] = np.arange(engine.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    span = rank[clusters.cluster[arrays.last]] - rank[clusters.cluster[arrays.first]]
+    received = arrays.chunk_token_sum - arrays.chunk_tokens[arrays.first]
+    excess = np.maximum(span - received, 0)
+    return float(excess.sum()) / max(1, int(span.sum()))
 
 
 def _figures(
