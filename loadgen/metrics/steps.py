@@ -30,8 +30,9 @@ The method (docs/results.md, "Engine steps", states its limits):
 Null, with the reason in `steps_note`, never a guess: too few chunks, more than 3% of the
 arrival gaps within a factor 1.5 of the boundary, more than 3% of the chunks in one
 cluster with their stream's previous one (steps run together), streams spanning more than
-3% more of their engine's clusters than they received tokens (steps split apart: a
-running request gets a token every step), several clusters per
+3% more of their engine's steps than they received tokens (steps split apart, or a
+cluster's steps counted from one stream's chunks straddling another's: a running request
+gets a token every step), several clusters per
 stream gap while each chunk carries one step (a frontend that smears the steps), or a
 stream interval > 1 at so few streams per engine that clusters skip steps (step times),
 or with several engines (their phase groups look like engines).
@@ -421,11 +422,12 @@ def step_fields(
             "chunks carry one step each (the frontend smears each step's chunks)",
             stamps,
         )
-    split = oversplit_share(arrays, clusters)
+    multiplicity = step_multiplicity(arrays, clusters)
+    split = oversplit_share(arrays, clusters, multiplicity)
     if split > SPLIT_SHARE:
         return _null(
             f"clusters cannot be told apart: streams span {split:.1%} more of their "
-            "engine's clusters than they received tokens (one step's chunks fall into "
+            "engine's steps than they received tokens (one step's chunks fall into "
             "several clusters)",
             stamps,
         )
@@ -440,32 +442,58 @@ def step_fields(
             "cannot be told from a frontend that smears each step's chunks)",
             stamps,
         )
-    return _figures(arrays, clusters, engines, stamps, notes, k)
+    return _figures(arrays, clusters, multiplicity, engines, stamps, notes, k)
 
 
-def oversplit_share(arrays: PointArrays, clusters: Clusters) -> float:
-    """Clusters a stream spans beyond the tokens it received, over all clusters spanned.
+def step_multiplicity(arrays: PointArrays, clusters: Clusters) -> IntArray:
+    """Per cluster, the engine steps it stands for.
+
+    A stream's chunks read together (one stamp) put several steps in one cluster: the
+    cluster stands for as many steps as any stream has chunks in it; without speculative
+    decoding (nearly every middle chunk one token) a chunk of n tokens is n steps the
+    frontend merged into one event."""
+    stream = _stream_of_chunk(arrays)
+    weight = arrays.chunk_tokens if one_token_steps(arrays) else np.ones_like(stream)
+    return _multiplicity(
+        clusters.cluster,
+        stream,
+        arrays.num_records,
+        int(clusters.start_ns.size),
+        np.maximum(weight, 1),
+    )
+
+
+def oversplit_share(arrays: PointArrays, clusters: Clusters, multiplicity: IntArray) -> float:
+    """Steps a stream spans beyond the tokens it received, over all steps spanned.
 
     A running request gets at least one token per step of its engine (k steps' tokens in
-    one chunk at a stream interval k, more with speculative decoding), so from its first
-    chunk's cluster to its last it spans at most as many of its engine's clusters as it
-    received tokens after the first chunk. More means steps were split into several
-    clusters (or two engines' clusters taken for one engine's) and the count is too high.
-    """
-    engine = clusters.engine_of
-    by_engine = np.argsort(engine, kind="stable")
-    counts = np.bincount(engine)
-    rank = np.empty(engine.size, dtype=np.int64)
-    rank[by_engine] = np.arange(engine.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    span = rank[clusters.cluster[arrays.last]] - rank[clusters.cluster[arrays.first]]
-    received = arrays.chunk_token_sum - arrays.chunk_tokens[arrays.first]
-    excess = np.maximum(span - received, 0)
-    return float(excess.sum()) / max(1, int(span.sum()))
+    one chunk at a stream interval k, more with speculative decoding), so over the
+    clusters strictly between its first chunk's and its last chunk's (the edge clusters
+    may hold steps before it began or after it ended) the steps counted cannot exceed the
+    tokens it received in them. More means steps were split into several clusters, or a
+    cluster's steps counted from one stream's chunks straddle another's clusters (or two
+    engines' clusters were taken for one engine's): the count is too high. Clusters of an
+    engine are consecutive ids (cluster() numbers them by engine, then time)."""
+    stream = _stream_of_chunk(arrays)
+    first = clusters.cluster[arrays.first]
+    last = clusters.cluster[arrays.last]
+    steps_through = np.cumsum(multiplicity)
+    between = np.where(
+        last > first + 1, steps_through[np.maximum(last - 1, 0)] - steps_through[first], 0
+    )
+    chunk = clusters.cluster
+    inside = (chunk > first[stream]) & (chunk < last[stream])
+    received = np.bincount(
+        stream[inside], weights=arrays.chunk_tokens[inside], minlength=arrays.num_records
+    )
+    excess = np.maximum(between - received, 0)
+    return float(excess.sum()) / max(1, int(between.sum()))
 
 
 def _figures(
     arrays: PointArrays,
     clusters: Clusters,
+    multiplicity: IntArray,
     engines: int | None,
     stamps: str,
     notes: list[str],
@@ -488,14 +516,6 @@ def _figures(
     # a cluster right after another engine's, with no request sent: its first step
     began = np.where(same_engine, began, sent)
     stream = _stream_of_chunk(arrays)
-    # a stream's chunks read together (one stamp) put two steps in one cluster: the
-    # cluster stands for as many steps as any stream has chunks in it, each its share
-    # without speculative decoding (nearly every middle chunk one token) a chunk of n
-    # tokens is n steps the frontend merged into one event
-    weight = arrays.chunk_tokens if one_token_steps(arrays) else np.ones_like(stream)
-    multiplicity = _multiplicity(
-        clusters.cluster, stream, arrays.num_records, n_clusters, np.maximum(weight, 1)
-    )
     step_ms = (clusters.start_ns - began) / NS_PER_MS / multiplicity
     result: dict[str, Any] = dict.fromkeys(STEP_KEYS)
     result.update(

@@ -210,13 +210,11 @@ def test_steps_split_into_two_clusters_are_null_not_counted_twice(
     monkeypatch.undo()
     result = fields(split)
     assert all(result[k] is None for k in STEP_KEYS if k not in ("steps_stamps", "steps_note"))
-    assert "more of their engine's clusters than they received tokens" in str(result["steps_note"])
-    assert (
-        steps.oversplit_share(
-            PointArrays.build(clean), steps.cluster(PointArrays.build(clean), group_engines=True)[0]
-        )
-        == 0.0
-    )
+    assert "more of their engine's steps than they received tokens" in str(result["steps_note"])
+    arrays = PointArrays.build(clean)
+    clusters = steps.cluster(arrays, group_engines=True)[0]
+    multiplicity = steps.step_multiplicity(arrays, clusters)
+    assert steps.oversplit_share(arrays, clusters, multiplicity) == 0.0
 
 
 def test_streams_each_read_at_once_are_null_with_the_reason() -> None:
