@@ -12,6 +12,11 @@ tokens, so a single larger chunk proves steps were merged, and merges whose sum 
 within K+1 are invisible: the oversized count is a lower bound on the merges, so even
 one oversized chunk voids the stream figures rather than a share threshold.
 acceptance_length is the best valid source's AL (best_acceptance_length).
+
+The stream's AL and the server's per-request AL describe the same requests' steps; when
+they disagree beyond AL_DISAGREE one of them is not these requests' (al_disagreement):
+the point's checks warn (metrics/trust.py) and the golden-AL check cannot pass on either
+(metrics/golden.py), both from this one rule.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ STREAM_KEYS = (
     "stream_acceptance_invalid_reason",
 )
 BEST_KEYS = ("acceptance_length", "acceptance_length_source")
+# They differ by the last step's cut drafts and chunks that merged steps, a few hundredths.
+AL_DISAGREE = 0.05  # of the per-request AL
 SERVER_KEYS = (
     "server_acceptance_length",
     "server_acceptance_rate",
@@ -207,6 +214,20 @@ def best_acceptance_length(
         if value is not None:
             return {"acceptance_length": float(value), "acceptance_length_source": source}
     return dict.fromkeys(BEST_KEYS)
+
+
+def al_disagreement(stream: float | None, per_request: float | None) -> str | None:
+    """Why the stream's AL and the server's per-request AL of the same requests cannot
+    both be theirs (they differ by more than AL_DISAGREE of the per-request AL); None
+    when they agree or either was not measured."""
+    if stream is None or per_request is None or per_request <= 0:
+        return None
+    if abs(stream - per_request) <= AL_DISAGREE * per_request:
+        return None
+    return (
+        f"the stream's acceptance length {stream:.2f} and the server's per-request "
+        f"{per_request:.2f} disagree by more than {AL_DISAGREE:.0%}"
+    )
 
 
 def published_acceptance_length(result: Mapping[str, Any]) -> tuple[float | None, str | None]:

@@ -16,12 +16,19 @@ FIELDS = (
 
 
 def golden_fields(
-    golden: GoldenAL | None, spec_tokens: int | None, measured: float | None, source: str | None
+    golden: GoldenAL | None,
+    spec_tokens: int | None,
+    measured: float | None,
+    source: str | None,
+    disagreement: str | None = None,
 ) -> dict[str, Any]:
     """The golden AL for the point's K, the measured AL's relative drift from it (the
     best valid source: `acceptance_length`), and whether that is within tolerance. A
     point that cannot be checked (no K, no entry for it, no valid AL) fails the check:
-    a conformance run that checked nothing must not pass."""
+    a conformance run that checked nothing must not pass. Nor does a point whose stream
+    and per-request ALs disagree (`disagreement`, acceptance.al_disagreement): one of
+    them is not these requests', and stats tuned to the golden value must not pass
+    because the other source was published, or the other way round."""
     if golden is None:
         return dict.fromkeys(FIELDS)
     fields: dict[str, Any] = {
@@ -39,6 +46,12 @@ def golden_fields(
     fields["golden_acceptance_length"] = target
     if measured is None:
         fields["golden_acceptance_note"] = "no valid acceptance length was measured"
+        return fields
+    if disagreement is not None:
+        fields["golden_acceptance_note"] = (
+            f"not checked: {disagreement}, so neither is these requests' AL "
+            f"(golden {target:.3f}, K={spec_tokens}, {golden.model}/{golden.mode})"
+        )
         return fields
     drift = (measured - target) / target
     fields.update(

@@ -33,6 +33,7 @@ from loadgen.config.parsers import SLO_METRICS
 from loadgen.metrics.acceptance import (
     SERVER_KEYS,
     acceptance_difference,
+    al_disagreement,
     best_acceptance_length,
     itl_merged_steps,
     server_acceptance,
@@ -248,7 +249,14 @@ def summarize(
     result["itl_chunks_merged_steps"] = itl_merged_steps(stream)
     result.update(
         golden_fields(
-            ctx.golden, spec_tokens, result["acceptance_length"], result["acceptance_length_source"]
+            ctx.golden,
+            spec_tokens,
+            result["acceptance_length"],
+            result["acceptance_length_source"],
+            al_disagreement(
+                stream["stream_acceptance_length"],
+                per_request["server_request_acceptance_length"],
+            ),
         )
     )
     kernel = all(r.arrival_stamps is ArrivalStamps.KERNEL for r in completed)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from loadgen.metrics.acceptance import al_disagreement
 from loadgen.wording import counted
 
 LAG_SHARE_OF_ITL = 0.25
@@ -24,9 +25,6 @@ LAG_FLOOR_MS = 1.0
 LAG_ABS_MS = 10.0
 CPU_BUSY = 0.90
 READ_TOGETHER_SHARE = 0.01
-# The stream's AL and the server's per-request AL describe the same requests' steps: they
-# differ by the last step's cut drafts and chunks that merged steps, a few hundredths.
-AL_DISAGREE = 0.05  # of the per-request AL
 
 
 def _get(result: Mapping[str, Any], key: str) -> float | None:
@@ -118,16 +116,14 @@ def _acceptance_warnings(result: Mapping[str, Any]) -> list[str]:
     """The stream's AL and the server's per-request AL of the same requests disagree
     beyond noise: one of them is not these requests' (stats tuned to a target AL, or
     chunks that are not steps), so neither should be trusted as the AL."""
-    stream = _get(result, "stream_acceptance_length")
-    per_request = _get(result, "server_request_acceptance_length")
-    if stream is None or per_request is None or per_request <= 0:
-        return []
-    if abs(stream - per_request) <= AL_DISAGREE * per_request:
+    reason = al_disagreement(
+        _get(result, "stream_acceptance_length"), _get(result, "server_request_acceptance_length")
+    )
+    if reason is None:
         return []
     return [
-        f"the stream's acceptance length {stream:.2f} and the server's per-request "
-        f"{per_request:.2f} disagree by more than {AL_DISAGREE:.0%}: one of them does not "
-        "describe these requests, so neither AL (nor a golden-AL verdict on it) is trusted"
+        f"{reason}: one of them does not describe these requests, so neither AL is "
+        "trusted (and the golden-AL check does not pass on either)"
     ]
 
 

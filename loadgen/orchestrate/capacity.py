@@ -8,8 +8,9 @@ probe loadgen prints it and rewrites capacity.json, so a search that stops keeps
 measured. With --resume the search starts again from the beginning: the probes it
 asks for that were measured before (to their end, or to the over-saturation stop) are
 read back from their directories instead of measured again, so it takes the same path
-and continues where it stopped. With --trials an objective is held to the upper end of
-its 95 % interval over the trials, not to the pooled value.
+and continues where it stopped; each is held to the search's settings and to the model
+the server serves now, as --resume of a run is. With --trials an objective is held to
+the upper end of its 95 % interval over the trials, not to the pooled value.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from loadgen.results.capacity import (
 from loadgen.results.point import PointResult, ResultFileError
 from loadgen.results.results_dir import check_same_settings
 from loadgen.results.store import ResultsDir
-from loadgen.run.backend import Backend, http_backend
+from loadgen.run.backend import Backend, http_backend, served_model
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.scale.sweep import run_sweep
 from loadgen.sinks.run_files import RunFiles
@@ -88,9 +89,12 @@ async def find_capacity(
     if not spec.output.resume:  # from the start: a search killed in its first probe can resume
         store.write_capacity(result)
     async with _server(spec, directory, tokenizer, backend) as server:
+        # --resume: the kept probes are held to the model the server serves now, asked
+        # before any is read back (no probe of the search is measured, so no preflight)
+        model = await served_model(spec, server.base_url) if spec.output.resume else None
         while (load := search.next_load(probes)) is not None:
             probe_spec = _probe_spec(spec, store.probe_dir(spec.load.find_max or "", load), load)
-            probe = _measured(spec, probe_spec, load) if spec.output.resume else None
+            probe = _measured(spec, probe_spec, load, model) if model is not None else None
             if probe is None:
                 print(
                     f"loadgen: find-max probe {len(probes) + 1}: {_load(spec, load)}",
@@ -155,17 +159,18 @@ def _probe_of(spec: RunSpec, load: float, result: PointResult, store: ResultsDir
     )
 
 
-def _measured(spec: RunSpec, probe_spec: RunSpec, load: float) -> Probe | None:
+def _measured(spec: RunSpec, probe_spec: RunSpec, load: float, model: str) -> Probe | None:
     """--resume: the probe read back from its directory when it was measured to its end
-    (or to the over-saturation stop, a measurement too) with this search's settings (else
-    SpecError, as --resume of a run); None: measure it (again)."""
+    (or to the over-saturation stop, a measurement too) with this search's settings and
+    against the `model` the server serves now (else SpecError, as --resume of a run);
+    None: measure it (again)."""
     assert probe_spec.output.results_dir is not None
     store = ResultsDir(probe_spec.output.results_dir)
     conc = max(probe_spec.load.conc)
     if not store.point_file(conc).is_file():
         return None
     # Another isl, osl, seed, server or model measured that probe: not this search's.
-    check_same_settings(store.path, probe_spec)
+    check_same_settings(store.path, probe_spec, model)
     try:
         result = store.read_point(conc)
         status = result.status

@@ -7,11 +7,9 @@ import contextlib
 import sys
 from collections.abc import AsyncIterator
 
-from loadgen.client.preflight import find_model
-from loadgen.client.transport import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
-from loadgen.run.backend import request_headers
+from loadgen.run.backend import served_model
 from loadgen.run.embedded_sim import sim_model
 from loadgen.sinks.prometheus import live_metrics
 from loadgen.sinks.prometheus.observer import MetricsObserver
@@ -27,13 +25,7 @@ async def model_label(spec: RunSpec) -> str:
     if spec.target.serve_cmd:  # not up yet: the label is the name asked for, if any
         return "launched-server"
     assert spec.target.base_url is not None
-    async with open_session(
-        max_connections=1,
-        headers=request_headers(spec),
-        http_timeout_s=spec.deadlines.http_timeout_s,
-    ) as session:
-        name, _ = await find_model(session, spec.target.base_url.rstrip("/"), None)
-    return name
+    return await served_model(spec, spec.target.base_url)
 
 
 @contextlib.asynccontextmanager

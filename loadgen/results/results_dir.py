@@ -188,10 +188,27 @@ def _read_run(directory: Path) -> RunRecord:
     return ResultsDir(directory).read_run()  # one line naming the field, never a KeyError
 
 
-def check_same_settings(directory: Path, spec: RunSpec) -> None:
-    """--resume's settings check alone, for a run read back rather than continued (a
-    --find-max probe): SpecError unless `directory`'s run.json has `spec`'s settings."""
-    _check_settings(directory, spec, _read_run(directory))
+def check_same_settings(directory: Path, spec: RunSpec, model: str | None = None) -> None:
+    """--resume's checks alone, for a run read back rather than continued (a --find-max
+    probe): SpecError unless `directory`'s run.json has `spec`'s settings and, when
+    `model` (the one the server serves now) is given, was measured against it."""
+    earlier = _read_run(directory)
+    _check_settings(directory, spec, earlier)
+    if model is not None:
+        check_same_model(directory, earlier, model)
+
+
+def check_same_model(directory: Path, earlier: RunRecord, model: str) -> None:
+    """SpecError when the server now serves another model than the one `earlier` was
+    measured against: with the same flags (no --model) the settings match, and the kept
+    points would be pooled with another model's. A run.json without the server's model
+    (from before it was recorded) is not held to it."""
+    before = earlier.server.model if earlier.server else None
+    if before is not None and before != model:
+        raise SpecError(
+            f"--resume {directory}: the server now serves {model!r}; the run being "
+            f"resumed measured {before!r}"
+        )
 
 
 def _check_settings(directory: Path, spec: RunSpec, earlier: RunRecord) -> None:

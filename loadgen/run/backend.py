@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 
 from loadgen.client.liveness import answers_http
 from loadgen.client.native.client import NativeStreams
-from loadgen.client.preflight import ServerInfo, preflight
+from loadgen.client.preflight import ServerInfo, find_model, preflight
 from loadgen.client.server_metrics import (
     WATCH_INTERVAL_S,
     GaugeWatch,
@@ -232,6 +232,20 @@ def request_headers(spec: RunSpec) -> dict[str, str]:
     if spec.target.api_key:
         headers["Authorization"] = f"Bearer {spec.target.api_key}"
     return headers
+
+
+async def served_model(spec: RunSpec, base_url: str) -> str:
+    """The model the server at `base_url` serves now (--model when it serves that one),
+    asked without a whole preflight: the `--metrics-port` label, and what a `--resume`d
+    search's kept probes are held to. Through the run's bounded session setup and
+    headers; PreflightError when the server does not answer with one model."""
+    async with open_session(
+        max_connections=1,
+        headers=request_headers(spec),
+        http_timeout_s=spec.deadlines.http_timeout_s,
+    ) as session:
+        name, _ = await find_model(session, base_url.rstrip("/"), spec.target.model)
+    return name
 
 
 @contextlib.asynccontextmanager

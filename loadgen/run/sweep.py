@@ -362,13 +362,8 @@ class _Sweep:
 
     def _check_same_model(self) -> None:
         assert self.server is not None
-        server = self.earlier.run.server if self.earlier else None
-        before = server.model if server else None
-        if before is not None and before != self.server.model:
-            raise SpecError(
-                f"--resume {self.results_dir}: the server now serves "
-                f"{self.server.model!r}; the run being resumed measured {before!r}"
-            )
+        if self.earlier is not None:
+            results_files.check_same_model(self.results_dir, self.earlier.run, self.server.model)
 
     def stopped(self, stop: LoadgenError) -> LoadgenError:
         """Finish the sweep for `stop`; the error with where it stopped and what is kept."""

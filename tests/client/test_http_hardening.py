@@ -5,7 +5,11 @@ model lookup, the server's preflight. Hostile exporters and servers of our own o
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,6 +40,27 @@ PAGE = (
 )
 EXPORTER = answer_bytes(PAGE, "text/plain; version=0.0.4")
 BOMB = gzip_bomb(64 << 20)  # 66 KB on the wire, 64 MiB inflated
+INFLATED = 1 << 30  # the --metrics-port bomb inflated (1 MiB on the wire)
+# The whole loadgen process, bomb or not: it peaked at 67-80 MiB (its imports) against
+# this bomb; the loadgen before the one bounded setup (56777dc^) peaked at 2,125 MiB.
+PEAK_RSS_BOUND = 256 << 20
+
+
+def peak_rss_of_loadgen(*args: str) -> tuple[int, str, int]:
+    """Run the real CLI and wait for it with wait4, which reports that one child's peak
+    resident set (ru_maxrss, KiB on Linux): (exit status, stderr, peak RSS in bytes).
+    Blocking: the test's own server answers while this runs in a thread."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "loadgen", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    ) as process:
+        assert process.stderr is not None
+        err = process.stderr.read()  # until the process ends and closes it
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    return process.returncode, err.decode(), usage.ru_maxrss * 1024
 
 
 async def test_an_exporter_answer_is_asked_identity_and_a_gzip_bomb_is_refused() -> None:
@@ -133,6 +158,36 @@ async def test_the_metrics_port_model_lookup_does_not_follow_a_redirect_away(
         # the lookup carries the run's headers (--header, --api-key) as the run does
         assert server.requests[0].headers["x-api-key"] == "k-secret"
         assert server.requests[0].headers["accept-encoding"] == "identity"
+
+
+async def test_a_metrics_port_model_lookup_answered_with_a_gzip_bomb_stays_small(
+    tmp_path: Path,
+) -> None:
+    """`--metrics-port` asks /v1/models for its label before the run's preflight; a
+    1 MiB gzip answer inflating to 1 GiB took that lookup's process to 2.1 GiB (its
+    session inflated without a bound). Now the answer is refused unread: one line, exit
+    1, and the process's peak RSS stays far below the inflated size."""
+    bomb = compressed(gzip_bomb(INFLATED), "application/json")
+    async with HostileServer({"/v1/models": bomb}) as server:
+        status, err, peak = await asyncio.wait_for(
+            asyncio.to_thread(
+                peak_rss_of_loadgen,
+                "--base-url",
+                server.base_url,
+                *RUN,
+                "--results",
+                str(tmp_path / "r"),
+                "--metrics-port",
+                "0",
+            ),
+            90,
+        )
+    assert status == 1, err
+    line = one_line(err.strip().splitlines())
+    assert f"GET {server.base_url}/v1/models: the answer is compressed" in line, line
+    assert server.requests[0].headers["accept-encoding"] == "identity"
+    assert peak < PEAK_RSS_BOUND, f"peak RSS {peak >> 20} MiB"
+    assert not (tmp_path / "r").exists()  # stopped before the run began
 
 
 # --- names from the server are data ---------------------------------------------------------

@@ -3,7 +3,8 @@ asyncio server of our own, tests/support/hostile_server.py), through the real cl
 - spec-decode stats the output cannot hold (100 verify steps claimed for an 8-token
   answer published AL 3.0) or with another K than the run's: the request is malformed;
 - stats that fit the output but not the stream (tuned to AL 2.27 while every chunk is one
-  token): the point warns that the stream and per-request AL disagree;
+  token): the point warns that the stream and per-request AL disagree, and the golden-AL
+  check passes on neither (whichever of the two matches the golden value);
 - timings longer than the client measured (TTFT outside the server -8 s): counted, left
   out of the timing figures, a warning; never published as negative time.
 """
@@ -20,6 +21,7 @@ from tokenizers import Tokenizer
 
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.transport import Transport
+from loadgen.config.golden import GoldenAL
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.trust import point_warnings
 from loadgen.records import ErrorKind, RequestRecord
@@ -162,6 +164,85 @@ async def test_per_request_al_tuned_against_the_stream_is_a_warning(
         "the stream's acceptance length 1.00 and the server's per-request 2.21 disagree" in w
         for w in warnings
     ), warnings
+
+
+def in_pairs(metrics: dict[str, Any], osl: int) -> Handler:
+    """Two tokens per chunk (K=2: a step that accepted one draft, every time: stream AL
+    2.0), then the final usage chunk carrying `metrics` on requests for `osl` tokens."""
+
+    async def handle(request: Request, conn: Conn) -> None:
+        max_tokens = request.json()["max_tokens"]
+        events: list[dict[str, Any]] = []
+        for n in range(2, max_tokens + 1, 2):
+            choice = {
+                "index": 0,
+                "text": "ww",
+                "token_ids": [7, 7],
+                "finish_reason": "length" if n == max_tokens else None,
+            }
+            events.append({"id": "cmpl-h", "choices": [choice], "usage": {"completion_tokens": n}})
+        final: dict[str, Any] = {"id": "cmpl-h", "choices": [], "usage": {"completion_tokens": n}}
+        if max_tokens == osl:
+            final["metrics"] = metrics
+        await conn.head(chunked=True)
+        await conn.chunk(sse([*events, final]))
+        await conn.end()
+
+    return handle
+
+
+GOLDEN_2 = GoldenAL(Path("golden.yaml"), "m", "thinking_on", ((2, 2.0),))
+
+
+@pytest.mark.parametrize(
+    ("stream_al", "histogram", "per_request_al"),
+    [
+        # the stream (published) matches the golden 2.0; the server's stats say 1.2
+        (2.0, [8, 2, 0], 1.2),
+        # the server's stats are tuned to the golden 2.0; every chunk is one token
+        (1.0, [2, 10, 2], 2.0),
+    ],
+    ids=["stream-at-golden", "per-request-tuned-to-golden"],
+)
+async def test_the_golden_al_check_does_not_pass_when_the_two_als_disagree(
+    tmp_path: Path,
+    tokenizer: Tokenizer,
+    stream_al: float,
+    histogram: list[int],
+    per_request_al: float,
+) -> None:
+    """Before, the check read the published AL alone: a stream at the golden value
+    passed it while the server's per-request stats of the same requests said 1.2 (and
+    the warning said neither AL was trusted). Stats that fit the output (steps +
+    accepted drafts within the 32 tokens) are not malformed, so only the disagreement
+    can stop them."""
+    stats = {"speculative_decoding": spec_stats(2, histogram)}
+    handler = in_pairs(stats, OSL) if stream_al == 2.0 else with_metrics(stats, osl=OSL)
+    point = await point_of(handler, tmp_path / "r", tokenizer, spec_tokens=2, golden_al=GOLDEN_2)
+    assert point["failed"] == 0
+    assert point["stream_acceptance_length"] == stream_al
+    assert point["server_request_acceptance_length"] == pytest.approx(per_request_al)
+    assert point["golden_acceptance_length"] == 2.0
+    assert point["golden_acceptance_ok"] is False, point["golden_acceptance_note"]
+    assert point["golden_acceptance_note"].startswith(
+        f"not checked: the stream's acceptance length {stream_al:.2f} and the server's "
+        f"per-request {per_request_al:.2f} disagree by more than 5%"
+    ), point["golden_acceptance_note"]
+
+
+async def test_the_golden_al_check_passes_when_the_two_als_agree(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    """The stream at 2.0 and stats of 16 steps that each accepted one draft (AL 2.0,
+    32 tokens): the same requests, the check passes."""
+    stats = {"speculative_decoding": spec_stats(2, [0, 16, 0])}
+    point = await point_of(
+        in_pairs(stats, OSL), tmp_path / "r", tokenizer, spec_tokens=2, golden_al=GOLDEN_2
+    )
+    assert point["stream_acceptance_length"] == 2.0
+    assert point["server_request_acceptance_length"] == 2.0
+    assert point["golden_acceptance_ok"] is True, point["golden_acceptance_note"]
+    assert point["golden_acceptance_drift"] == 0.0
 
 
 async def test_server_timings_longer_than_the_clients_are_left_out(

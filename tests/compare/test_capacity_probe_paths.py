@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support.procs import free_port, run_loadgen, start_sim
+from tests.support.procs import free_port, one_error_line, run_loadgen, start_sim
 from tests.support.procs import stop as stop_sim
 
 SEARCH = [
@@ -76,3 +76,23 @@ def test_probe_paths_inside_the_directory_are_read(search: Path, tmp_path: Path)
     done = run_loadgen(["report", str(search), "-o", str(tmp_path / "report.html")])
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "report.html").stat().st_size > 0
+
+
+@pytest.mark.parametrize("how", ["parent", "absolute"])
+def test_compare_refuses_probe_paths_out_of_the_directory(
+    search: Path, tmp_path: Path, how: str
+) -> None:
+    """`loadgen compare` reads a search's probes as its points (compare/capacity_inputs.py):
+    a probe path out of the directory is one line and exit 2, no table and no CSV; the
+    other run, the search itself unedited, is fine alone."""
+    name = {"parent": "../outside", "absolute": str(tmp_path / "outside")}[how]
+    copy = _copy_with(search, tmp_path, name)
+    csv = tmp_path / "compare.csv"
+    done = run_loadgen(["compare", str(search), str(copy), "--csv", str(csv)])
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    assert f"probe results {name!r} is not a find_max_* directory inside" in line, line
+    assert done.stdout == ""
+    assert not csv.exists()
+    alone = run_loadgen(["compare", str(search), str(search)])
+    assert alone.returncode == 0, alone.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support.procs import free_port, run_loadgen, start_sim
+from tests.support.procs import free_port, one_error_line, run_loadgen, start_sim
 from tests.support.procs import stop as stop_sim
 
 SEARCH = [
@@ -92,3 +92,38 @@ def test_resume_with_the_same_settings_reads_the_probes_back(
     assert done.returncode == 0, done.stderr
     assert "read back (measured before)" in done.stderr
     assert "find-max probe 1: conc" in done.stderr
+
+
+def _tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_resume_when_the_server_now_serves_another_model_is_refused(tmp_path: Path) -> None:
+    """The same flags (no --model) and the same URL, but the server restarted with another
+    model: the settings match, so before every probe was read back and the old search
+    answered with exit 0. Now: exit 2, one line naming both models, every file kept."""
+    port = free_port()
+    target = ["--base-url", f"http://127.0.0.1:{port}"]
+    results = tmp_path / "found"
+    first = start_sim(port, tmp_path / "first.log", "--model", "model-a")
+    try:
+        done = run_loadgen([*target, *SEARCH, *FIRST, "--results", str(results)])
+    finally:
+        stop_sim(first)
+    assert done.returncode == 0, done.stderr
+    kept = _tree(results)
+    assert any(name.startswith("find_max_conc_") for name in kept)
+    other = start_sim(port, tmp_path / "other.log", "--model", "model-b")
+    try:
+        done = run_loadgen([*target, *SEARCH, *FIRST, "--resume", str(results)])
+    finally:
+        stop_sim(other)
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    assert "the server now serves 'model-b'; the run being resumed measured 'model-a'" in line
+    assert "read back (measured before)" not in done.stderr
+    assert _tree(results) == kept
