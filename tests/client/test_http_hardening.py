@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import os
 import subprocess
 import sys
 import time
@@ -46,21 +45,35 @@ INFLATED = 1 << 30  # the --metrics-port bomb inflated (1 MiB on the wire)
 PEAK_RSS_BOUND = 256 << 20
 
 
+# Linux keeps a process's peak RSS across exec, and a child forked from the (large)
+# pytest worker starts from the worker's own peak (676 MiB in CI): a small launcher
+# process starts loadgen and reports loadgen's ru_maxrss on its stdout.
+LAUNCHER = """
+import os, subprocess, sys
+child = subprocess.Popen(
+    [sys.executable, "-m", "loadgen", *sys.argv[1:]],
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.DEVNULL,
+)
+_, status, usage = os.wait4(child.pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024)
+"""
+
+
 def peak_rss_of_loadgen(*args: str) -> tuple[int, str, int]:
-    """Run the real CLI and wait for it with wait4, which reports that one child's peak
-    resident set (ru_maxrss, KiB on Linux): (exit status, stderr, peak RSS in bytes).
-    Blocking: the test's own server answers while this runs in a thread."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "loadgen", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    """Run the real CLI from a small launcher and wait for it with wait4, which reports
+    that one child's peak resident set (ru_maxrss, KiB on Linux): (exit status, stderr,
+    peak RSS in bytes). Blocking: the test's own server answers while this runs in a
+    thread."""
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, *args],
         stdin=subprocess.DEVNULL,
-    ) as process:
-        assert process.stderr is not None
-        err = process.stderr.read()  # until the process ends and closes it
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    return process.returncode, err.decode(), usage.ru_maxrss * 1024
+        capture_output=True,
+        check=True,
+        timeout=90,
+    )
+    status, peak = (int(word) for word in done.stdout.split())
+    return status, done.stderr.decode(), peak
 
 
 async def test_an_exporter_answer_is_asked_identity_and_a_gzip_bomb_is_refused() -> None:
