@@ -95,12 +95,17 @@ async def dynamo_frontend(worker_url: str) -> AsyncIterator[Frontend]:
             response.content_type = upstream.content_type
             await response.prepare(request)
             first, last = True, 0.0
+            # each stamp is taken before the line is handed to the client, so the
+            # frontend's spans end before the client can have read them (Dynamo observes
+            # them as it produces the responses, not as the socket drains)
+            end = time.perf_counter()
             async for line in upstream.content:  # SSE lines, each event's data line whole
                 tokens = _tokens(line.rstrip(b"\n")) if upstream.status == 200 else 0
+                end = time.perf_counter()
                 await response.write(line)
                 if not tokens:
                     continue
-                now = time.perf_counter() - start
+                now = end - start
                 if first:
                     first = False
                     ttft.labels(model).observe(now)
@@ -112,7 +117,7 @@ async def dynamo_frontend(worker_url: str) -> AsyncIterator[Frontend]:
         status = "success" if upstream.status == 200 else "error"
         endpoint = "completions" if request.path == "/v1/completions" else "chat_completions"
         requests.labels(model, endpoint, "stream", status).inc()
-        duration.labels(model).observe(time.perf_counter() - start)
+        duration.labels(model).observe(end - start)
         return response
 
     app = web.Application()
