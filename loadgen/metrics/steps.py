@@ -32,7 +32,9 @@ arrival gaps within a factor 1.5 of the boundary, more than 3% of the chunks in 
 cluster with their stream's previous one (steps run together), streams spanning more than
 3% more of their engine's steps than they received tokens (steps split apart, or a
 cluster's steps counted from one stream's chunks straddling another's: a running request
-gets a token every step), several clusters per
+gets a token every step), more than 3% of the steps counted from chunks read together in
+clusters that a request then in flight has no chunk in (its own late read would count
+the same steps again), several clusters per
 stream gap while each chunk carries one step (a frontend that smears the steps), or a
 stream interval > 1 at so few streams per engine that clusters skip steps (step times),
 or with several engines (their phase groups look like engines).
@@ -65,6 +67,7 @@ MIN_PAIR_SAMPLES = 3
 LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
 ONE_TOKEN_SHARE = 0.9  # middle chunks of one token that mark one step per token
 SPLIT_SHARE = 0.03  # clusters spanned beyond the tokens received (steps split apart)
+INFERRED_SHARE = 0.03  # steps counted from one stream's late reads while others were in flight
 MISSED_STEPS = 0.05  # expected share of steps without any chunk (stream interval > 1)
 _TIME_BITS = 42  # relative ns in a sort key (73 minutes); longer points: engines not counted
 
@@ -423,6 +426,14 @@ def step_fields(
             stamps,
         )
     multiplicity = step_multiplicity(arrays, clusters)
+    inferred = crowded_inference_share(arrays, clusters, multiplicity)
+    if inferred > INFERRED_SHARE:
+        return _null(
+            f"clusters cannot be told apart: {inferred:.1%} of the steps are counted from "
+            "chunks read together while a request in flight had no chunk in them (its "
+            "own read may count the same steps again)",
+            stamps,
+        )
     split = oversplit_share(arrays, clusters, multiplicity)
     if split > SPLIT_SHARE:
         return _null(
@@ -461,6 +472,30 @@ def step_multiplicity(arrays: PointArrays, clusters: Clusters) -> IntArray:
         int(clusters.start_ns.size),
         np.maximum(weight, 1),
     )
+
+
+def crowded_inference_share(
+    arrays: PointArrays, clusters: Clusters, multiplicity: IntArray
+) -> float:
+    """Steps counted from chunks read together (a cluster's multiplicity beyond 1) in
+    clusters that some request in flight has no chunk in, over all steps counted.
+
+    One stream's chunks read together are that many steps of its engine, and a cluster
+    that also holds every other request then in flight (each with its chunks of those
+    steps) is those steps once. A request in flight without a chunk there may have run in
+    those steps with its output held back for a read of its own, which would count the
+    same steps again: real vLLM CPU at conc 8 on a loaded machine wrote each stream's
+    whole output in two reads, one stream after another, and 26 clusters counted 1,536
+    steps where vLLM ran 646. With one request in flight nothing is counted twice
+    (vLLM's CPU frontend at conc 1: 178 clusters for 196 steps)."""
+    begun = np.searchsorted(np.sort(arrays.start_ns), clusters.start_ns, side="right")
+    ended = np.searchsorted(np.sort(arrays.end_ns), clusters.start_ns, side="left")
+    in_flight = begun - ended
+    pairs = np.unique(clusters.cluster * arrays.num_records + _stream_of_chunk(arrays))
+    present = np.bincount(pairs // arrays.num_records, minlength=multiplicity.size)
+    absent = in_flight > present
+    inferred = int((multiplicity[absent] - 1).sum())
+    return inferred / max(1, int(multiplicity.sum()))
 
 
 def oversplit_share(arrays: PointArrays, clusters: Clusters, multiplicity: IntArray) -> float:

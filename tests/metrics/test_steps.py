@@ -324,3 +324,42 @@ def test_steps_a_frontend_merged_into_one_event_are_counted() -> None:
     assert sum(len(r.chunk_ns) for r in merged) < 0.95 * sum(len(r.chunk_ns) for r in clean)
     assert after["steps_observed"] == before["steps_observed"]
     assert after["steps_decode_time_p50_ms"] == pytest.approx(12.0, rel=0.01)
+
+
+def test_streams_delivered_in_bursts_of_their_own_while_others_wait_are_null() -> None:
+    """Seen against real vLLM CPU at conc 8 on a loaded machine: the frontend sat on the
+    engine's outputs and wrote each stream's whole output in two reads, one stream after
+    another, while the others were in flight. Each burst is one cluster that stands for
+    as many steps as it has chunks, so the same steps are counted once per stream (1,536
+    counted, 646 run) and no stream spans another's clusters for the split check to see.
+    Steps counted from reads together while other requests were in flight: null."""
+    clean = simulate([Engine(decode_ms=12.0, prefill_ms=12.0)], conc=4, requests=16)
+    truth = fields(clean)["steps_observed"]
+    bursts = []
+    late = max(r.end_ns for r in clean)
+    for i, r in enumerate(sorted(clean, key=lambda r: r.start_ns)):
+        read = late + i * 20 * MS  # this stream's turn, after every step ran
+        half = len(r.chunk_ns) // 2
+        stamps = (read,) * half + (read + 5 * MS,) * (len(r.chunk_ns) - half)
+        bursts.append(dataclasses.replace(r, chunk_ns=stamps, end_ns=read + 6 * MS))
+    arrays = PointArrays.build(bursts)
+    clusters = steps.cluster(arrays, group_engines=True)[0]
+    multiplicity = steps.step_multiplicity(arrays, clusters)
+    assert steps.oversplit_share(arrays, clusters, multiplicity) == 0.0  # blind to it
+    unchecked = int(multiplicity.sum())
+    assert unchecked > 2 * truth  # what the check keeps out
+    result = fields(bursts)
+    assert all(result[k] is None for k in STEP_KEYS if k not in ("steps_stamps", "steps_note"))
+    assert "read together while a request in flight had no chunk in them" in str(
+        result["steps_note"]
+    )
+    # one request in flight at a time: its reads together are its own steps, and stay
+    alone = simulate([Engine(decode_ms=12.0, prefill_ms=12.0)], conc=1, requests=4)
+    paired = [
+        dataclasses.replace(
+            r, chunk_ns=tuple(r.chunk_ns[j - j % 2] for j in range(len(r.chunk_ns)))
+        )
+        for r in alone
+    ]
+    kept = fields(paired)
+    assert kept["steps_observed"] == fields(alone)["steps_observed"], kept["steps_note"]
