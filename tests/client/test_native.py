@@ -229,14 +229,23 @@ async def test_failures_become_error_kinds(
 
 
 async def test_server_closing_an_idle_connection_is_not_an_error() -> None:
+    closed = asyncio.Event()
+
     async def script(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(CHUNKED + chunk(BODY) + b"0\r\n\r\n")
         await asyncio.sleep(0.05)  # a keep-alive timeout, as uvicorn's 5 s
         writer.close()
+        await writer.wait_closed()
+        closed.set()
 
     async with serve(script) as (url, server), native() as streams:
         first = await send(streams, url)
-        await asyncio.sleep(0.2)
+        # The close must have been sent before the client's next send: a fixed sleep let
+        # a stalled loop (a busy CI machine) run the server's close and the client's send
+        # in one iteration, before the client's socket could read the close. After the
+        # close, the sleep's iteration polls the socket before it runs any timer.
+        await closed.wait()
+        await asyncio.sleep(0.05)
         second = await send(streams, url)
     assert first.ok and second.ok and second.connect_ns > 0
     assert server.connections == 2
