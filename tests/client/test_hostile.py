@@ -458,6 +458,7 @@ def _serve_twice_in_a_thread(listener: socket.socket, answered_twice: threading.
 
 
 @pytest.mark.skipif(not kernel_stamps.supported(), reason="kernel receive stamps: Linux")
+@pytest.mark.exclusive  # the copy must wait in the socket through a 20 ms block (CI: read early)
 async def test_bytes_stamped_before_the_write_are_not_its_response() -> None:
     """The late response waits in the socket while the loop is blocked and is read only
     after the next request was written; its kernel stamp says it came before."""

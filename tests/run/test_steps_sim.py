@@ -109,6 +109,9 @@ def prefill_recall_precision(arrays: PointArrays, truth: dict[str, Any]) -> tupl
     return hits / int(np.count_nonzero(truth["prefill"])), hits / int(np.count_nonzero(estimated))
 
 
+# the simulator losing the CPU mid-step splits the step (CI, the other worker busy: 79
+# steps observed for 65 logged): the bounds hold for this machine with nothing beside it
+@pytest.mark.exclusive
 def test_one_engine_matches_the_simulators_step_log(tmp_path: Path) -> None:
     point, arrays, log = measured(tmp_path, 1, 8)
     truth = logged_steps(log, arrays)
@@ -123,6 +126,7 @@ def test_one_engine_matches_the_simulators_step_log(tmp_path: Path) -> None:
     assert sum(len(s["prefill_done"]) for s in log) >= arrays.num_records
 
 
+@pytest.mark.exclusive
 @pytest.mark.xfail(
     reason="known defect, issue 34 open: on this 2-core machine the co-arrival grouping "
     "counts 1, 2 or 4 engines of a 4-engine simulator from run to run (it passed 1 of 3 "
