@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from loadgen.results.jsonl import read_jsonl
 from tests.support.paths import FIXTURES
 from tests.support.vllm_servers import VllmServer
 
@@ -71,7 +72,14 @@ def test_accuracy_point_on_real_vllm(vllm_plain: VllmServer, tmp_path: Path) -> 
     assert {orjson.loads(s)["finish_reason"] for s in samples} <= {"stop", "length"}
     timed = orjson.loads((accuracy / "conc_4.json").read_bytes())
     assert timed["completed"] == 8 and timed["max_concurrency"] == 4
-    assert timed["mean_ttft_ms"] > 0 and timed["mean_itl_ms"] > 0
+    assert timed["mean_ttft_ms"] > 0
+    # ITL is 0 only when every response arrived in one read, as this CPU frontend does on
+    # a busy machine (CI: mean ITL 0.0 at conc 4): then the records must say so
+    if timed["mean_itl_ms"] == 0:
+        recs = read_jsonl(accuracy / "requests_conc_4.jsonl")
+        assert all(len(set(r.chunk_ns)) <= 1 for r in recs if r.ok)
+    else:
+        assert timed["mean_itl_ms"] > 0
     assert timed["output_throughput"] > 0 and timed["total_output_tokens"] > 0
     print(
         "real vLLM accuracy point:",
