@@ -145,6 +145,11 @@ async def test_a_model_list_bomb_stops_the_preflight_with_one_line() -> None:
     assert str(caught.value).startswith(f"GET {server.base_url}/v1/models: the answer is compr")
 
 
+def metrics_port_run(base_url: str, tmp_path: Path) -> list[str]:
+    """A run with `--metrics-port`, which looks the model up before its preflight."""
+    return ["--base-url", base_url, *RUN, "--results", str(tmp_path / "r"), "--metrics-port", "0"]
+
+
 async def test_the_metrics_port_model_lookup_does_not_follow_a_redirect_away(
     tmp_path: Path,
 ) -> None:
@@ -155,15 +160,7 @@ async def test_the_metrics_port_model_lookup_does_not_follow_a_redirect_away(
         HostileServer({"/v1/models": redirect(elsewhere.base_url + "/v1/models")}) as server,
     ):
         status, lines, _ = await loadgen(
-            "--base-url",
-            server.base_url,
-            *RUN,
-            "--results",
-            str(tmp_path / "r"),
-            "--metrics-port",
-            "0",
-            "--header",
-            "X-Api-Key: k-secret",
+            *metrics_port_run(server.base_url, tmp_path), "--header", "X-Api-Key: k-secret"
         )
         assert status == 1, lines
         assert "does not follow redirects to another origin" in one_line(lines)
@@ -183,16 +180,7 @@ async def test_a_metrics_port_model_lookup_answered_with_a_gzip_bomb_stays_small
     bomb = compressed(gzip_bomb(INFLATED), "application/json")
     async with HostileServer({"/v1/models": bomb}) as server:
         status, err, peak = await asyncio.wait_for(
-            asyncio.to_thread(
-                peak_rss_of_loadgen,
-                "--base-url",
-                server.base_url,
-                *RUN,
-                "--results",
-                str(tmp_path / "r"),
-                "--metrics-port",
-                "0",
-            ),
+            asyncio.to_thread(peak_rss_of_loadgen, *metrics_port_run(server.base_url, tmp_path)),
             90,
         )
     assert status == 1, err

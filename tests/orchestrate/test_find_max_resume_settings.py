@@ -5,6 +5,7 @@ real `loadgen sim`."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,19 +110,19 @@ def test_resume_when_the_server_now_serves_another_model_is_refused(tmp_path: Pa
     port = free_port()
     target = ["--base-url", f"http://127.0.0.1:{port}"]
     results = tmp_path / "found"
-    first = start_sim(port, tmp_path / "first.log", "--model", "model-a")
-    try:
-        done = run_loadgen([*target, *SEARCH, *FIRST, "--results", str(results)])
-    finally:
-        stop_sim(first)
+
+    def search_against(model: str, *argv: str) -> subprocess.CompletedProcess[str]:
+        sim = start_sim(port, tmp_path / f"{model}.log", "--model", model)
+        try:
+            return run_loadgen([*target, *SEARCH, *FIRST, *argv])
+        finally:
+            stop_sim(sim)
+
+    done = search_against("model-a", "--results", str(results))
     assert done.returncode == 0, done.stderr
     kept = _tree(results)
     assert any(name.startswith("find_max_conc_") for name in kept)
-    other = start_sim(port, tmp_path / "other.log", "--model", "model-b")
-    try:
-        done = run_loadgen([*target, *SEARCH, *FIRST, "--resume", str(results)])
-    finally:
-        stop_sim(other)
+    done = search_against("model-b", "--resume", str(results))
     assert done.returncode == 2, done.stderr
     line = one_error_line(done.stderr)
     assert "the server now serves 'model-b'; the run being resumed measured 'model-a'" in line
