@@ -100,6 +100,7 @@ class Clusters:
 
     order: IntArray  # chunk indices in (engine, time) order
     cluster: IntArray  # [chunks] cluster id of each chunk, by chunk index
+    stream: IntArray  # [chunks] the record (stream) each chunk belongs to, by chunk index
     engine_of: IntArray  # [clusters] engine of each cluster
     start_ns: IntArray  # [clusters] first arrival
     size: IntArray  # [clusters] chunks
@@ -343,6 +344,7 @@ def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int 
         Clusters(
             order=order,
             cluster=chunk_cluster,
+            stream=stream,
             engine_of=engine[order][first_pos],
             start_ns=arrays.chunk_ns[order][first_pos],
             size=np.diff(np.r_[first_pos, order.size]),
@@ -463,7 +465,7 @@ def step_multiplicity(arrays: PointArrays, clusters: Clusters) -> IntArray:
     cluster stands for as many steps as any stream has chunks in it; without speculative
     decoding (nearly every middle chunk one token) a chunk of n tokens is n steps the
     frontend merged into one event."""
-    stream = _stream_of_chunk(arrays)
+    stream = clusters.stream
     weight = arrays.chunk_tokens if one_token_steps(arrays) else np.ones_like(stream)
     return _multiplicity(
         clusters.cluster,
@@ -491,7 +493,7 @@ def crowded_inference_share(
     begun = np.searchsorted(np.sort(arrays.start_ns), clusters.start_ns, side="right")
     ended = np.searchsorted(np.sort(arrays.end_ns), clusters.start_ns, side="left")
     in_flight = begun - ended
-    pairs = np.unique(clusters.cluster * arrays.num_records + _stream_of_chunk(arrays))
+    pairs = np.unique(clusters.cluster * arrays.num_records + clusters.stream)
     present = np.bincount(pairs // arrays.num_records, minlength=multiplicity.size)
     absent = in_flight > present
     inferred = int((multiplicity[absent] - 1).sum())
@@ -509,7 +511,7 @@ def oversplit_share(arrays: PointArrays, clusters: Clusters, multiplicity: IntAr
     cluster's steps counted from one stream's chunks straddle another's clusters (or two
     engines' clusters were taken for one engine's): the count is too high. Clusters of an
     engine are consecutive ids (cluster() numbers them by engine, then time)."""
-    stream = _stream_of_chunk(arrays)
+    stream = clusters.stream
     first = clusters.cluster[arrays.first]
     last = clusters.cluster[arrays.last]
     steps_through = np.cumsum(multiplicity)
@@ -550,7 +552,7 @@ def _figures(
     measured = same_engine | (sent > np.iinfo(np.int64).min)
     # a cluster right after another engine's, with no request sent: its first step
     began = np.where(same_engine, began, sent)
-    stream = _stream_of_chunk(arrays)
+    stream = clusters.stream
     step_ms = (clusters.start_ns - began) / NS_PER_MS / multiplicity
     result: dict[str, Any] = dict.fromkeys(STEP_KEYS)
     result.update(
