@@ -37,11 +37,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook, on the controller: absent with -p no:xdist
 def pytest_configure_node(node: Any) -> None:
-    """Every worker of this run gets the same directory for the `exclusive` lock."""
+    """Every worker of this run gets the same directory for the `exclusive` lock, and
+    knows whether it is a waiting lane."""
     config: pytest.Config = node.config
     if _LOCK_DIR not in config.stash:
         config.stash[_LOCK_DIR] = Path(tempfile.mkdtemp(prefix="loadgen-tests-"))
     node.workerinput["loadgen_lock_dir"] = str(config.stash[_LOCK_DIR])
+    node.workerinput["loadgen_waiting_lane"] = parallel.is_waiting_lane(node.gateway.id)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -56,7 +58,8 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     if workerinput is None:  # one process: nothing runs beside anything
         return (yield)
     exclusive = item.get_closest_marker("exclusive") is not None
-    with parallel.turn(Path(workerinput["loadgen_lock_dir"]), exclusive):
+    lane = bool(workerinput.get("loadgen_waiting_lane"))
+    with parallel.turn(Path(workerinput["loadgen_lock_dir"]), exclusive, lane=lane):
         return (yield)
 
 

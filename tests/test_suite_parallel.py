@@ -5,24 +5,33 @@ own file, so two turns conflict as two worker processes' would)."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from pathlib import Path
+from types import SimpleNamespace
 
-from tests.support.parallel import group_of, turn
+from tests.support.parallel import WAITING, GroupScheduling, cores, group_of, turn
+from tests.support.paths import ROOT
 
 WAIT_S = 0.3
 
 
-def hold(lock_dir: Path, exclusive: bool, entered: threading.Event, leave: threading.Event) -> None:
-    with turn(lock_dir, exclusive):
+def hold(
+    lock_dir: Path,
+    exclusive: bool,
+    entered: threading.Event,
+    leave: threading.Event,
+    lane: bool = False,
+) -> None:
+    with turn(lock_dir, exclusive, lane=lane):
         entered.set()
         leave.wait(30)
 
 
 def start(
-    lock_dir: Path, exclusive: bool
+    lock_dir: Path, exclusive: bool, lane: bool = False
 ) -> tuple[threading.Thread, threading.Event, threading.Event]:
     entered, leave = threading.Event(), threading.Event()
-    thread = threading.Thread(target=hold, args=(lock_dir, exclusive, entered, leave))
+    thread = threading.Thread(target=hold, args=(lock_dir, exclusive, entered, leave, lane))
     thread.start()
     return thread, entered, leave
 
@@ -64,3 +73,47 @@ def test_a_module_is_a_group_and_the_vllm_modules_are_one() -> None:
     )
     for module in ("test_vllm.py", "test_vllm_agentx.py", "test_vllm_prefix_cache.py"):
         assert group_of(f"tests/integration/{module}::test_z") == "vllm"
+
+
+def test_a_lane_test_waits_out_an_exclusive_one_but_never_holds_one_off(tmp_path: Path) -> None:
+    alone, alone_in, alone_out = start(tmp_path, exclusive=True)
+    assert alone_in.wait(10)
+    lane, lane_in, lane_out = start(tmp_path, exclusive=False, lane=True)
+    assert not lane_in.wait(WAIT_S)  # it does not start beside an exclusive test
+    alone_out.set()
+    alone.join()
+    assert lane_in.wait(10)
+    # while the lane test runs, an exclusive test starts at once: the lane holds nothing
+    again, again_in, again_out = start(tmp_path, exclusive=True)
+    assert again_in.wait(10)
+    for thread, out in ((again, again_out), (lane, lane_out)):
+        out.set()
+        thread.join()
+
+
+def scheduler(*scopes: str) -> GroupScheduling:
+    """The scheduler's choice alone, over a work queue of these scopes."""
+    scheduling: GroupScheduling = GroupScheduling.__new__(GroupScheduling)
+    scheduling.workqueue = OrderedDict((scope, {}) for scope in scopes)
+    return scheduling
+
+
+def node(index: int) -> SimpleNamespace:
+    return SimpleNamespace(gateway=SimpleNamespace(id=f"gw{index}"))
+
+
+def test_a_lane_takes_only_waiting_groups_and_a_core_takes_them_last() -> None:
+    waiting = sorted(WAITING)[0]
+    lane, core = node(cores()), node(0)
+    choose = scheduler("tests/a.py", waiting, "tests/b.py")
+    assert choose._next_scope(lane) == waiting
+    assert choose._next_scope(core) == "tests/a.py"
+    assert scheduler(waiting)._next_scope(core) == waiting  # nothing else is left
+    assert scheduler("tests/a.py")._next_scope(lane) is None
+
+
+def test_the_waiting_groups_are_modules_without_an_exclusive_test() -> None:
+    for group in WAITING:
+        path = ROOT / group
+        assert path.is_file(), group
+        assert "mark.exclusive" not in path.read_text(), f"{group} has an exclusive test"

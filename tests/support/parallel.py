@@ -20,6 +20,11 @@ the tests' marks):
   for its setup, call and teardown, an exclusive one takes it alone. A second file, taken
   briefly before either, is the turnstile that keeps a waiting exclusive test from being
   starved by a stream of shared ones.
+- Workers beyond the machine's cores (scripts/test starts one more) are waiting lanes:
+  they take only the WAITING groups, whose tests mostly wait (a server's backoff, a
+  frozen process, a real Prometheus scraping) rather than compute, so the cores the other
+  workers measure on stay theirs. A lane test starts only when no exclusive test runs,
+  but holds no lock while it runs: an exclusive test need not wait out a long lane test.
 """
 
 from __future__ import annotations
@@ -36,6 +41,30 @@ from xdist.scheduler import LoadScopeScheduling
 
 # name -> what each of its modules' paths starts with
 NAMED_GROUPS: dict[str, str] = {"vllm": "tests/integration/test_vllm"}
+# Groups for the waiting lanes: CPU (the test process's and its children's) under half
+# their wall time in a 2-core suite run, and no `exclusive` test among them
+# (tests/test_suite_parallel.py checks both properties it can: the files, and the marks).
+WAITING: frozenset[str] = frozenset(
+    f"tests/{module}.py"
+    for module in (
+        "client/test_faults",
+        "client/test_kernel_stamps",
+        "client/test_logprobs_source",
+        "client/test_native",
+        "client/test_stale_answers",
+        "metrics/test_session_metrics",
+        "orchestrate/test_find_max_sim",
+        "run/test_capacity_resume",
+        "run/test_capacity_saturated",
+        "run/test_saturation_sim",
+        "run/test_server_gone",
+        "run/test_sim_health_results",
+        "run/test_slices_sim",
+        "run/test_trials_resume_checks",
+        "sinks/test_dashboard",
+        "test_tokenizer_hub_backoff",
+    )
+)
 # Groups that take minutes, handed out first in this order; the rest keep their
 # collection order.
 LONG_FIRST: Sequence[str] = (
@@ -58,9 +87,19 @@ def long_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
 
 
+def cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def is_waiting_lane(worker_id: str) -> bool:
+    """Worker gwN is a waiting lane when N is beyond the machine's cores."""
+    return int(worker_id.removeprefix("gw")) >= cores()
+
+
 class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
-    """xdist's scope scheduling (a whole scope to one worker), with group_of as the scope
-    and the collection's order kept."""
+    """xdist's scope scheduling (a whole scope to one worker), with group_of as the scope,
+    the collection's order kept, and the WAITING groups kept for the waiting lanes
+    (a core's worker takes them only when nothing else is left)."""
 
     def __init__(self, config: pytest.Config, log: Any = None) -> None:
         config.option.loadscopereorder = False
@@ -68,6 +107,30 @@ class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has n
 
     def _split_scope(self, nodeid: str) -> str:
         return group_of(nodeid)
+
+    def _next_scope(self, node: Any) -> str | None:
+        if is_waiting_lane(node.gateway.id):
+            return next((scope for scope in self.workqueue if scope in WAITING), None)
+        return next((scope for scope in self.workqueue if scope not in WAITING), None) or next(
+            iter(self.workqueue), None
+        )
+
+    def _assign_work_unit(self, node: Any) -> None:
+        scope = self._next_scope(node)
+        if scope is None:
+            return
+        self.workqueue.move_to_end(scope, last=False)  # the base class takes the first
+        super()._assign_work_unit(node)
+
+    def _reschedule(self, node: Any) -> None:
+        if not is_waiting_lane(node.gateway.id):
+            super()._reschedule(node)
+        elif node.shutting_down:
+            return
+        elif self._next_scope(node) is None:
+            node.shutdown()  # after the tests it holds: no waiting group is left
+        elif self._pending_of(self.assigned_work.get(node, {})) <= 2:
+            self._assign_work_unit(node)
 
 
 @contextmanager
@@ -81,8 +144,17 @@ def _flock(path: Path, operation: int) -> Iterator[None]:
 
 
 @contextmanager
-def turn(lock_dir: Path, exclusive: bool) -> Iterator[None]:
-    """Hold the run's shared lock (or, exclusive, the whole machine's test slot) for a test."""
+def turn(lock_dir: Path, exclusive: bool, *, lane: bool = False) -> Iterator[None]:
+    """Hold the run's shared lock (or, exclusive, the whole machine's test slot) for a test;
+    on a waiting lane, wait until no exclusive test runs and hold nothing."""
+    if lane:
+        with (
+            _flock(lock_dir / "turnstile", fcntl.LOCK_EX),
+            _flock(lock_dir / "tests", fcntl.LOCK_SH),
+        ):
+            pass
+        yield
+        return
     with _flock(lock_dir / "turnstile", fcntl.LOCK_EX):
         fd = os.open(lock_dir / "tests", os.O_RDWR | os.O_CREAT, 0o644)
         try:
