@@ -65,6 +65,7 @@ CO_ARRIVAL = 0.1  # two chunks co-arrive within this share of a stream's median 
 PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
 LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
+CROWDED_ENGINES = 1.5  # engines x requests per step over the streams in flight: not engines
 ONE_TOKEN_SHARE = 0.9  # middle chunks of one token that mark one step per token
 SPLIT_SHARE = 0.03  # clusters spanned beyond the tokens received (steps split apart)
 INFERRED_SHARE = 0.03  # steps counted from one stream's late reads while others were in flight
@@ -455,6 +456,19 @@ def step_fields(
             "cannot be told from a frontend that smears each step's chunks)",
             stamps,
         )
+    elif engines is not None and engines > 1:
+        # engines side by side share the streams in flight: each step carries its own
+        # engine's; a step carrying nearly all of them leaves no streams for the others
+        # (one engine's successive groups of requests, split where they overlapped)
+        carried = float(clusters.size.sum() / multiplicity.sum()) * engines
+        running = _mean_active(arrays, 1)
+        if carried > CROWDED_ENGINES * running:
+            return _null(
+                f"engines cannot be told apart: {engines} engines at "
+                f"{carried / engines:.1f} requests a step would carry {carried:.1f} "
+                f"streams at once, {running:.1f} ran",
+                stamps,
+            )
     return _figures(arrays, clusters, multiplicity, engines, stamps, notes, k)
 
 

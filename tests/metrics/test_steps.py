@@ -363,3 +363,26 @@ def test_streams_delivered_in_bursts_of_their_own_while_others_wait_are_null() -
     ]
     kept = fields(paired)
     assert kept["steps_observed"] == fields(alone)["steps_observed"], kept["steps_note"]
+
+
+def test_one_engines_successive_waves_counted_as_two_engines_are_null(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The grouping can split one engine's requests into two groups where one wave ends
+    as the next begins, and count them as two engines (the embedded simulator, DP 1, at
+    conc 4: "2 engine(s), 3.8 req/step"). Two engines side by side at ~4 requests a step
+    would carry ~8 streams at once, where ~4 ran: null with the reason, never the count."""
+    records = simulate([Engine(decode_ms=12.0, prefill_ms=31.0)], conc=4, requests=32)
+    real = steps.cluster
+
+    def split_in_time(arrays: PointArrays, *, group_engines: bool) -> tuple[steps.Clusters, int]:
+        clusters, _ = real(arrays, group_engines=False)
+        later = (clusters.start_ns > np.median(clusters.start_ns)).astype(np.int64)
+        return dataclasses.replace(clusters, engine_of=later), 2
+
+    assert fields(records)["steps_engines"] == 1  # the grouping itself: one engine
+    monkeypatch.setattr(steps, "cluster", split_in_time)
+    result = fields(records)
+    assert result["steps_engines"] is None and result["steps_time_p50_ms"] is None
+    assert "engines cannot be told apart" in result["steps_note"], result["steps_note"]
+    assert "2 engines at 3." in result["steps_note"]
