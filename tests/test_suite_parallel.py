@@ -91,25 +91,39 @@ def test_a_lane_test_waits_out_an_exclusive_one_but_never_holds_one_off(tmp_path
         thread.join()
 
 
-def scheduler(*scopes: str) -> GroupScheduling:
+class Worker:
+    """What the scheduler reads of xdist's WorkerController (hashed by identity, as it is)."""
+
+    def __init__(self, index: int, shutting_down: bool = False) -> None:
+        self.gateway = SimpleNamespace(id=f"gw{index}")
+        self.shutting_down = shutting_down
+
+
+LANE, CORE = Worker(cores()), Worker(0)
+
+
+def scheduler(*scopes: str, workers: tuple[Worker, ...] = (CORE, LANE)) -> GroupScheduling:
     """The scheduler's choice alone, over a work queue of these scopes."""
     scheduling: GroupScheduling = GroupScheduling.__new__(GroupScheduling)
     scheduling.workqueue = OrderedDict((scope, {}) for scope in scopes)
+    scheduling.assigned_work = {worker: {} for worker in workers}
     return scheduling
-
-
-def node(index: int) -> SimpleNamespace:
-    return SimpleNamespace(gateway=SimpleNamespace(id=f"gw{index}"))
 
 
 def test_a_lane_takes_only_waiting_groups_and_a_core_takes_them_last() -> None:
     waiting = sorted(WAITING)[0]
-    lane, core = node(cores()), node(0)
     choose = scheduler("tests/a.py", waiting, "tests/b.py")
-    assert choose._next_scope(lane) == waiting
-    assert choose._next_scope(core) == "tests/a.py"
-    assert scheduler(waiting)._next_scope(core) == waiting  # nothing else is left
-    assert scheduler("tests/a.py")._next_scope(lane) is None
+    assert choose._next_scope(LANE) == waiting
+    assert choose._next_scope(CORE) == "tests/a.py"
+    assert scheduler(waiting)._next_scope(CORE) == waiting  # nothing else is left
+    assert scheduler("tests/a.py")._next_scope(LANE) is None
+
+
+def test_a_lane_left_alone_takes_any_group() -> None:
+    """xdist shuts down the workers a short run has no group for; when those are the
+    cores', the lane runs what is left rather than leave it unrun."""
+    alone = scheduler("tests/a.py", workers=(Worker(0, shutting_down=True), LANE))
+    assert alone._next_scope(LANE) == "tests/a.py"
 
 
 def test_the_waiting_groups_are_modules_without_an_exclusive_test() -> None:

@@ -21,10 +21,11 @@ the tests' marks):
   briefly before either, is the turnstile that keeps a waiting exclusive test from being
   starved by a stream of shared ones.
 - Workers beyond the machine's cores (scripts/test starts one more) are waiting lanes:
-  they take only the WAITING groups, whose tests mostly wait (a server's backoff, a
-  frozen process, a real Prometheus scraping) rather than compute, so the cores the other
-  workers measure on stay theirs. A lane test starts only when no exclusive test runs,
-  but holds no lock while it runs: an exclusive test need not wait out a long lane test.
+  they take only the WAITING groups, whose tests mostly wait (a library's backoff, a real
+  Prometheus scraping) rather than compute, so the cores the other workers measure on
+  stay theirs (or any group, once no core's worker is left, as in a run of few groups).
+  A lane test starts only when no exclusive test runs, but holds no lock while it runs:
+  an exclusive test need not wait out a long lane test.
 """
 
 from __future__ import annotations
@@ -100,7 +101,11 @@ class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has n
         return group_of(nodeid)
 
     def _next_scope(self, node: Any) -> str | None:
-        if is_waiting_lane(node.gateway.id):
+        cores_alive = any(
+            not is_waiting_lane(other.gateway.id) and not other.shutting_down
+            for other in self.nodes
+        )
+        if is_waiting_lane(node.gateway.id) and cores_alive:
             return next((scope for scope in self.workqueue if scope in WAITING), None)
         return next((scope for scope in self.workqueue if scope not in WAITING), None) or next(
             iter(self.workqueue), None
