@@ -71,8 +71,10 @@ async def test_ingest_parses_briefly_while_reads_arrive() -> None:
     ingest = Ingest(slice_ns=50_000_000, busy_slice_ns=0)
     streams = [SlowStream(0, log, f"s{i}") for i in range(6)]
     loop = asyncio.get_running_loop()
+    # three reads: a burst. Stamped a second ahead, so that a drain that runs late (the
+    # process descheduled for over QUIET_NS on a busy machine: CI) still sees the burst.
     for stream in streams[:3]:
-        ingest.notify(stream)  # three reads: a burst
+        ingest.notify(stream, perf_counter_ns() + 1_000_000_000)
     loop.call_soon(log.append, "poll")
     await asyncio.sleep(0.01)
     assert log[:4] == ["s0", "poll", "s1", "s2"]  # one stream per turn while reads arrive
