@@ -210,12 +210,17 @@ async def test_a_cache_laid_out_as_huggingface_hub_lays_it_is_used_offline(
     assert out.splitlines()[1] == HELLO_IDS
 
 
+async def failed_load_line(env: dict[str, str]) -> str:
+    """The last line a load of REPO that must fail writes to stderr."""
+    code, _out, err = await python(LOAD, REPO, env)
+    assert code != 0
+    return err.strip().splitlines()[-1]
+
+
 async def test_offline_without_the_file_cached_is_one_line_saying_how_to_get_it(
     tmp_path: Path,
 ) -> None:
-    code, _out, err = await python(LOAD, REPO, hub_env(tmp_path, closed_port(), offline=True))
-    assert code != 0
-    last = err.strip().splitlines()[-1]
+    last = await failed_load_line(hub_env(tmp_path, closed_port(), offline=True))
     assert "HF_HUB_OFFLINE is set" in last and f"hf download {REPO} tokenizer.json" in last
     assert str(tmp_path / "hub") in last
 

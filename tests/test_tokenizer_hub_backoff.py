@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_tokenizer import LOAD, REPO, closed_port, hub_env, python
+from tests.test_tokenizer import REPO, closed_port, failed_load_line, hub_env
 
 
 async def test_an_unreachable_hub_without_the_file_cached_is_one_clear_line(
     tmp_path: Path,
 ) -> None:
     """No network: huggingface_hub retries for ~25 s (its own backoff), then one line."""
-    code, _out, err = await python(LOAD, REPO, hub_env(tmp_path, closed_port(), offline=False))
-    assert code != 0
-    last = err.strip().splitlines()[-1]
+    last = await failed_load_line(hub_env(tmp_path, closed_port(), offline=False))
     assert "cannot be reached" in last and f"hf download {REPO} tokenizer.json" in last

@@ -460,7 +460,7 @@ def step_fields(
         # engines side by side share the streams in flight: each step carries its own
         # engine's; a step carrying nearly all of them leaves no streams for the others
         # (one engine's successive groups of requests, split where they overlapped)
-        carried = float(clusters.size.sum() / multiplicity.sum()) * engines
+        carried = _requests_per_step(clusters, multiplicity) * engines
         running = _mean_active(arrays, 1)
         if carried > CROWDED_ENGINES * running:
             return _null(
@@ -592,7 +592,7 @@ def _figures(
         result.update(dict(zip(_keys("time"), _pct(times), strict=True)))
         result.update(dict(zip(_keys("decode_time"), _pct(decode), strict=True)))
         result.update(dict(zip(_keys("prefill_time"), _pct(step_ms[valid & prefill]), strict=True)))
-    result["steps_requests_per_step"] = float(clusters.size.sum() / multiplicity.sum()) * k
+    result["steps_requests_per_step"] = _requests_per_step(clusters, multiplicity) * k
     middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
     middle[arrays.first] = False
     middle[arrays.last] = False
@@ -627,6 +627,11 @@ def one_token_steps(arrays: PointArrays) -> bool:
 
 def _keys(name: str) -> list[str]:
     return [f"steps_{name}_p{p}_ms" for p in (50, 90, 99)]
+
+
+def _requests_per_step(clusters: Clusters, multiplicity: IntArray) -> float:
+    """Chunks per engine step observed (a cluster stands for `multiplicity` steps)."""
+    return float(clusters.size.sum() / multiplicity.sum())
 
 
 def _mean_active(arrays: PointArrays, engines: int) -> float:

@@ -31,6 +31,7 @@ the tests' marks):
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -79,6 +80,7 @@ def long_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
 
 
+@functools.cache
 def cores() -> int:
     return len(os.sched_getaffinity(0))
 
