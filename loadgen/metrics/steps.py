@@ -14,11 +14,17 @@ The method (docs/results.md, "Engine steps", states its limits):
    seconds, gaps between steps milliseconds), between 5 us and half the 1st percentile
    of one stream's own chunk gaps (a stream has at most one chunk per step, so two of
    its chunks never share a cluster).
-2. Engines. Streams that co-arrive share an engine: for pairs of streams adjacent in
-   some cluster, the share of the shorter stream's chunks (sampled over their common
-   life) with a chunk of the other within a tenth of the median chunk gap (or in the
-   same cluster); pairs at >= 3/4 are joined.
-   Streams too short to tell follow their most frequent neighbour. Groups that overlap
+2. Engines. Streams that co-arrive share an engine. Co-arriving is being in one chain
+   of arrivals whose gaps are at most the co-arrival link: the first valley of the
+   arrival gaps past the mode of one step's write gaps (tens of microseconds), below a
+   tenth of the cap. None: nothing co-arrives, each stream alone; a mode with no valley:
+   the engines cannot be told apart (null). The boundary of step 1 is too wide for
+   this: it joins engines whose steps fall within a millisecond of each other. For
+   pairs of streams adjacent in some chain, the share of the shorter stream's chunks
+   (sampled over their common life) in a chain with one of the other's; pairs at >= 3/4
+   are joined.
+   A stream in no such pair follows its most frequent neighbour among those it shares
+   too few chunks with to tell (with enough, it runs alone). Groups that overlap
    briefly (one wave of requests ending as the next begins) are joined when >= 3/4 of
    the clusters of the one seen less while both run carry both; groups that never run
    at the same time are one engine's successive requests (interval partitioning).
@@ -27,7 +33,8 @@ The method (docs/results.md, "Engine steps", states its limits):
    when the cluster holds only first chunks of requests sent after the previous
    cluster: the engine was idle). k = the median stream gap over the median cluster interval.
 
-Null, with the reason in `steps_note`, never a guess: too few chunks, more than 3% of the
+Null, with the reason in `steps_note`, never a guess: too few chunks, no co-arrival link
+past a mode of write gaps (engines cannot be told apart), more than 3% of the
 arrival gaps within a factor 1.5 of the boundary, more than 3% of the chunks in one
 cluster with their stream's previous one (steps run together), streams spanning more than
 3% more of their engine's steps than they received tokens (steps split apart, or a
@@ -61,7 +68,9 @@ WINDOW = 1.5
 FLOOR_NS = 5_000.0  # no frontend writes two steps' chunks closer than 5 us
 GRID_DECADES = 0.01
 JOIN_SHARE = 0.75  # co-arrival share that puts two streams on one engine
-CO_ARRIVAL = 0.1  # two chunks co-arrive within this share of a stream's median chunk gap
+MODE_SHARE = 0.1  # arrival gaps near one write interval: one step's chunks co-arrive
+LINK_SHARE = 0.005  # arrival gaps near the co-arrival link: the valley past that mode
+LINK_CAP = 0.1  # one write gap of a step's chunks is under a tenth of the cap (half a step)
 PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
 LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
@@ -107,6 +116,7 @@ class Clusters:
     size: IntArray  # [clusters] chunks
     boundary_ns: float
     ambiguous: float  # share of gaps within a factor 2 of a boundary (worst engine)
+    untold: str | None = None  # why the engines cannot be told apart (the figures are null)
 
 
 def valley(gaps: IntArray, cap: float) -> tuple[float, float]:
@@ -129,18 +139,22 @@ def valley(gaps: IntArray, cap: float) -> tuple[float, float]:
     return float(10**middle), float(near.min()) / logs.size
 
 
+def _chain(times: IntArray, link: float) -> IntArray:
+    """Over sorted times: the id of each time's chain (consecutive gaps <= link)."""
+    return np.cumsum(np.r_[True, np.diff(times) > link]) - 1
+
+
 def _stream_of_chunk(arrays: PointArrays) -> IntArray:
     lengths = arrays.last - arrays.first + 1
     return np.repeat(np.arange(arrays.num_records, dtype=np.int64), lengths)
 
 
-def _own_gap_cap(arrays: PointArrays) -> tuple[float, FloatArray]:
-    """Half the 1st percentile of the streams' own chunk gaps, and those gaps."""
+def _own_gap_cap(arrays: PointArrays) -> float:
+    """Half the 1st percentile of the streams' own chunk gaps (inf: none apart)."""
     within = arrays.gap_is_within_record()
     own = np.diff(arrays.chunk_ns)[within].astype(np.float64)
     positive = own[own > 0]
-    cap = 0.5 * float(np.percentile(positive, 1.0)) if positive.size else float("inf")
-    return cap, own
+    return 0.5 * float(np.percentile(positive, 1.0)) if positive.size else float("inf")
 
 
 def _split(times: IntArray, cap: float) -> tuple[BoolArray, float, float]:
@@ -183,14 +197,58 @@ def _stream_keys(arrays: PointArrays, stream: IntArray) -> IntArray | None:
     return (stream << _TIME_BITS) | rel
 
 
+def co_arrival_link(gaps: IntArray, cap: float) -> float | str | None:
+    """The widest gap (ns) still inside one step's writes, for telling engines apart; None
+    when no streams co-arrive; the reason when no link tells engines apart.
+
+    One step's chunks are written back to back, so the arrival gaps have a mode at the
+    frontend's write interval (microseconds); engines' steps fall anywhere in between,
+    their offsets drifting with their batches. The link sits in the first valley above
+    that mode: from the floor up to LINK_CAP x the cap, after a mode holding at least
+    MODE_SHARE of the gaps within a factor WINDOW, the first stretch where at most
+    LINK_SHARE of them are; its lowest point (the first). The step boundary (valley)
+    sits in the widest valley, often milliseconds: it joins engines whose steps fall
+    within a millisecond of each other (the 4-engine simulator at conc 16: two engines
+    0.6-1 ms apart co-arrived in 99% of their steps within 1 ms, in none within 100 us)."""
+    logs = np.sort(np.log10(np.maximum(gaps, 1).astype(np.float64)))
+    hi = np.log10(max(LINK_CAP * cap, FLOOR_NS * WINDOW))
+    grid = np.arange(np.log10(FLOOR_NS), hi + GRID_DECADES, GRID_DECADES)
+    width = np.log10(WINDOW)
+    near = (np.searchsorted(logs, grid + width) - np.searchsorted(logs, grid - width)) / logs.size
+    low = near <= LINK_SHARE
+    mode = np.maximum.accumulate(near) >= MODE_SHARE
+    if not np.any(mode):
+        return None
+    begin = np.flatnonzero(mode & low)
+    if begin.size == 0:
+        return (
+            "engines cannot be told apart: no valley in the arrival gaps up to "
+            f"{10**hi / 1e3:.0f} us (one step's writes spread as far as steps of "
+            "different engines lie apart)"
+        )
+    rises = np.flatnonzero(~low[begin[0] :])
+    stretch = near[begin[0] : begin[0] + int(rises[0])] if rises.size else near[begin[0] :]
+    return float(10 ** grid[begin[0] + int(np.argmin(stretch))])
+
+
 def _engines(
-    arrays: PointArrays, stream: IntArray, fine: IntArray, order: IntArray, own_median: float
-) -> IntArray | None:
-    """Engine of each stream (see module doc, step 2); None when the keys do not fit."""
+    arrays: PointArrays, stream: IntArray, order: IntArray, cap: float
+) -> IntArray | str | None:
+    """Engine of each stream (see module doc, step 2); the reason when engines cannot be
+    told apart; None when the keys do not fit."""
     n_streams = arrays.num_records
     keys = _stream_keys(arrays, stream)
     if keys is None:
         return None
+    t = arrays.chunk_ns
+    times = t[order]
+    link = co_arrival_link(np.diff(times), cap)
+    if link is None:  # nothing co-arrives: each stream alone (successive ones joined)
+        return _tracks(np.arange(n_streams), *_lives(arrays))
+    if isinstance(link, str):
+        return link
+    fine = np.empty(order.size, dtype=np.int64)
+    fine[order] = _chain(times, link)
     s_sorted = stream[order]
     f_sorted = fine[order]
     same = f_sorted[1:] == f_sorted[:-1]
@@ -202,7 +260,6 @@ def _engines(
     lengths = arrays.last - arrays.first + 1
     swap = lengths[pa] > lengths[pb]  # sample the shorter stream
     pa, pb = np.where(swap, pb, pa), np.where(swap, pa, pb)
-    t = arrays.chunk_ns
     lo = np.maximum(t[arrays.first[pa]], t[arrays.first[pb]])
     hi = np.minimum(t[arrays.last[pa]], t[arrays.last[pb]])
     base = int(t.min())
@@ -213,22 +270,27 @@ def _engines(
     picks = i0[:, None] + (steps[None, :] * span[:, None]) // PAIR_SAMPLES
     valid = steps[None, :] < span[:, None]
     picks = np.where(valid, picks, 0)
-    target = (pb[:, None] << _TIME_BITS) | (t[picks] - base)
-    j = np.searchsorted(keys, target)
+    j = np.searchsorted(keys, (pb[:, None] << _TIME_BITS) | (t[picks] - base))
+    # the other stream's chunks either side of each sampled one: if any of its chunks
+    # shares the sampled one's chain, one of these does (a chain is a stretch of time)
     hit = np.zeros(picks.shape, dtype=np.bool_)
-    tolerance = CO_ARRIVAL * own_median
     for cand in (j - 1, j):
         ok = (cand >= 0) & (cand < keys.size)
         cand = np.clip(cand, 0, keys.size - 1)
-        near = np.abs(t[cand] - t[picks]) <= tolerance
-        hit |= ok & (stream[cand] == pb[:, None]) & (near | (fine[cand] == fine[picks]))
+        hit |= ok & (stream[cand] == pb[:, None]) & (fine[cand] == fine[picks])
     samples = valid.sum(axis=1)
     share = np.where(samples > 0, (hit & valid).sum(axis=1) / np.maximum(samples, 1), 0.0)
-    strong = (samples >= MIN_PAIR_SAMPLES) & (share >= JOIN_SHARE)
+    told = samples >= MIN_PAIR_SAMPLES
+    strong = told & (share >= JOIN_SHARE)
     label = _components(n_streams, pa[strong], pb[strong])
-    label = _adopt_loners(label, pa, pb, counts, strong)
+    label = _adopt_loners(label, pa, pb, counts, ~told)
     label = _join_groups(label[stream], fine, t)[arrays.first]
-    return _tracks(label, t[arrays.first], t[arrays.last])
+    return _tracks(label, *_lives(arrays))
+
+
+def _lives(arrays: PointArrays) -> tuple[IntArray, IntArray]:
+    """Each stream's first and last arrival."""
+    return arrays.chunk_ns[arrays.first], arrays.chunk_ns[arrays.last]
 
 
 def _join_groups(group: IntArray, fine: IntArray, t: IntArray) -> IntArray:
@@ -266,12 +328,14 @@ def _join_groups(group: IntArray, fine: IntArray, t: IntArray) -> IntArray:
 
 
 def _adopt_loners(
-    label: IntArray, pa: IntArray, pb: IntArray, counts: IntArray, strong: BoolArray
+    label: IntArray, pa: IntArray, pb: IntArray, counts: IntArray, untold: BoolArray
 ) -> IntArray:
-    """A stream in no strong pair joins the group of its most frequent neighbour."""
+    """A stream in no strong pair joins the group of its most frequent neighbour among
+    those it overlaps too briefly to tell (`untold`): a stream that overlapped others
+    long enough and co-arrived with none runs on an engine of its own."""
     sizes = np.bincount(label, minlength=label.size)
     lonely = sizes[label] == 1
-    candidates = ~strong & (lonely[pa] ^ lonely[pb])
+    candidates = untold & (lonely[pa] ^ lonely[pb])
     if not np.any(candidates):
         return label
     loner = np.where(lonely[pa], pa, pb)[candidates]
@@ -310,17 +374,17 @@ def _tracks(label: IntArray, begin: IntArray, end: IntArray) -> IntArray:
 def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int | None]:
     """Chunks into clusters (per engine when group_engines), and the engine count."""
     stream = _stream_of_chunk(arrays)
-    cap, own = _own_gap_cap(arrays)
+    cap = _own_gap_cap(arrays)
     order = np.argsort(arrays.chunk_ns, kind="stable")
     starts, boundary, ambiguous = _split(arrays.chunk_ns[order], cap)
     engine_of_stream = np.zeros(arrays.num_records, dtype=np.int64)
     engines: int | None = 1
+    untold: str | None = None
     if group_engines:
-        fine = np.empty(order.size, dtype=np.int64)
-        fine[order] = np.cumsum(starts) - 1
-        own_median = float(np.median(own)) if own.size else 0.0
-        grouped = _engines(arrays, stream, fine, order, own_median)
-        if grouped is None:
+        grouped = _engines(arrays, stream, order, cap) if np.isfinite(cap) else None
+        if isinstance(grouped, str):
+            untold = grouped
+        elif grouped is None:
             engines = None
         else:
             engine_of_stream = grouped
@@ -351,6 +415,7 @@ def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int 
             size=np.diff(np.r_[first_pos, order.size]),
             boundary_ns=boundary,
             ambiguous=ambiguous,
+            untold=untold,
         ),
         engines,
     )
@@ -399,6 +464,8 @@ def step_fields(
             "stream's output arrived in one read)",
             stamps,
         )
+    if clusters.untold is not None:
+        return _null(clusters.untold, stamps)
     if clusters.ambiguous > AMBIGUOUS_SHARE:
         return _null(
             f"clusters cannot be told apart: {clusters.ambiguous:.1%} of arrival gaps lie "

@@ -386,3 +386,32 @@ def test_one_engines_successive_waves_counted_as_two_engines_are_null(
     assert result["steps_engines"] is None and result["steps_time_p50_ms"] is None
     assert "engines cannot be told apart" in result["steps_note"], result["steps_note"]
     assert "2 engines at 3." in result["steps_note"]
+
+
+def test_engines_whose_steps_fall_within_a_millisecond_are_told_apart() -> None:
+    """Three engines, two of them 0.5 ms apart, one step's writes spread over up to 80 us:
+    the step boundary sits in the widest valley of the arrival gaps (0.75-3.7 ms), which
+    joins the two; engines are told apart in the first valley past the writes (the
+    4-engine simulator at conc 32 was counted as 3 engines and 778 steps for 1,035)."""
+    phases = (0, 500_000, 6 * MS)
+    # prefills of 3 decode steps keep the phases (as the simulator's fixed step cost did)
+    engines = [Engine(decode_ms=12.0, prefill_ms=36.0, phase_ns=p) for p in phases]
+    records = simulate(engines, conc=4, requests=48, smear_ms=0.08)
+    phase = [
+        min(phases, key=lambda p: abs((r.chunk_ns[0] - 1_000 * MS) % (12 * MS) - p))
+        for r in records
+    ]
+    alone = [fields([r for r, x in zip(records, phase, strict=True) if x == p]) for p in phases]
+    result = fields(records)
+    assert result["steps_engines"] == 3, result["steps_note"]
+    assert result["steps_observed"] == sum(a["steps_observed"] for a in alone)
+    assert result["steps_decode_time_p50_ms"] == pytest.approx(12.0, rel=0.02)
+
+
+def test_writes_spread_as_far_as_engines_lie_apart_are_null_with_the_reason() -> None:
+    """Each chunk up to 0.6 ms late, two engines 0.7 ms apart: no gap tells one step's
+    writes from the other engine's step, so the engines cannot be counted."""
+    engines = [Engine(decode_ms=12.0, prefill_ms=30.0), Engine(12.0, 30.0, phase_ns=700_000)]
+    result = fields(simulate(engines, conc=4, requests=32, smear_ms=0.6))
+    assert result["steps_engines"] is None and result["steps_time_p50_ms"] is None
+    assert "cannot be told apart" in result["steps_note"], result["steps_note"]
