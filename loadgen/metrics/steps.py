@@ -44,6 +44,7 @@ clusters that a request then in flight has no chunk in (its own late read would 
 the same steps again), several clusters per
 stream gap while each chunk carries one step (a frontend that smears the steps), or a
 stream interval > 1 at so few streams per engine that clusters skip steps (step times),
+two engines whose steps follow each other within 4 co-arrival links in > 3/4 of them,
 or with several engines (their phase groups look like engines).
 """
 
@@ -73,6 +74,7 @@ LINK_SHARE = 0.005  # arrival gaps near the co-arrival link: the valley past tha
 LINK_CAP = 0.1  # one write gap of a step's chunks is under a tenth of the cap (half a step)
 PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
+LOCKSTEP_LINKS = 4  # engines whose steps follow each other this close: one engine's writes
 LONE_STREAMS = 1.5  # streams per engine below which engines are not counted
 CROWDED_ENGINES = 1.5  # engines x requests per step over the streams in flight: not engines
 ONE_TOKEN_SHARE = 0.9  # middle chunks of one token that mark one step per token
@@ -117,6 +119,7 @@ class Clusters:
     boundary_ns: float
     ambiguous: float  # share of gaps within a factor 2 of a boundary (worst engine)
     untold: str | None = None  # why the engines cannot be told apart (the figures are null)
+    link_ns: float = 0.0  # the co-arrival link the engines were told apart by
 
 
 def valley(gaps: IntArray, cap: float) -> tuple[float, float]:
@@ -233,9 +236,9 @@ def co_arrival_link(gaps: IntArray, cap: float) -> float | str | None:
 
 def _engines(
     arrays: PointArrays, stream: IntArray, order: IntArray, cap: float
-) -> IntArray | str | None:
-    """Engine of each stream (see module doc, step 2); the reason when engines cannot be
-    told apart; None when the keys do not fit."""
+) -> tuple[IntArray, float] | str | None:
+    """Engine of each stream (see module doc, step 2) and the co-arrival link; the reason
+    when engines cannot be told apart; None when the keys do not fit."""
     n_streams = arrays.num_records
     keys = _stream_keys(arrays, stream)
     if keys is None:
@@ -244,7 +247,7 @@ def _engines(
     times = t[order]
     link = co_arrival_link(np.diff(times), cap)
     if link is None:  # nothing co-arrives: each stream alone (successive ones joined)
-        return _tracks(np.arange(n_streams), *_lives(arrays))
+        return _tracks(np.arange(n_streams), *_lives(arrays)), 0.0
     if isinstance(link, str):
         return link
     fine = np.empty(order.size, dtype=np.int64)
@@ -285,7 +288,7 @@ def _engines(
     label = _components(n_streams, pa[strong], pb[strong])
     label = _adopt_loners(label, pa, pb, counts, ~told)
     label = _join_groups(label[stream], fine, t)[arrays.first]
-    return _tracks(label, *_lives(arrays))
+    return _tracks(label, *_lives(arrays)), link
 
 
 def _lives(arrays: PointArrays) -> tuple[IntArray, IntArray]:
@@ -380,6 +383,7 @@ def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int 
     engine_of_stream = np.zeros(arrays.num_records, dtype=np.int64)
     engines: int | None = 1
     untold: str | None = None
+    link = 0.0
     if group_engines:
         grouped = _engines(arrays, stream, order, cap) if np.isfinite(cap) else None
         if isinstance(grouped, str):
@@ -387,7 +391,7 @@ def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int 
         elif grouped is None:
             engines = None
         else:
-            engine_of_stream = grouped
+            engine_of_stream, link = grouped
             engines = int(engine_of_stream.max()) + 1
     engine = engine_of_stream[stream]
     if engines != 1:  # per engine: its own boundary over its own arrivals
@@ -416,6 +420,7 @@ def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int 
             boundary_ns=boundary,
             ambiguous=ambiguous,
             untold=untold,
+            link_ns=link,
         ),
         engines,
     )
@@ -536,7 +541,48 @@ def step_fields(
                 f"streams at once, {running:.1f} ran",
                 stamps,
             )
+        lockstep = lockstep_share(arrays, clusters)
+        if lockstep > JOIN_SHARE:
+            return _null(
+                f"engines cannot be told apart: two engines' steps follow each other "
+                f"within {LOCKSTEP_LINKS} co-arrival links in {lockstep:.0%} of their "
+                "steps (one step's writes paused where the grouping split them, or "
+                "engines in lockstep)",
+                stamps,
+            )
     return _figures(arrays, clusters, multiplicity, engines, stamps, notes, k)
+
+
+def lockstep_share(arrays: PointArrays, clusters: Clusters) -> float:
+    """The highest share, over pairs of engines running at once, of one engine's clusters
+    that the other's start or end within LOCKSTEP_LINKS co-arrival links of.
+
+    One engine whose writes of each step pause halfway (the simulator at conc 256 now and
+    then) splits into two groups of streams, each seeing every step right after the
+    other's: two engines, and twice the steps. Engines apart follow each other that
+    closely only while their offsets drift through it."""
+    n = int(clusters.start_ns.size)
+    end = np.zeros(n, dtype=np.int64)
+    np.maximum.at(end, clusters.cluster, arrays.chunk_ns)
+    near = LOCKSTEP_LINKS * clusters.link_ns
+    engines = np.unique(clusters.engine_of)
+    worst = 0.0
+    for a, b in itertools.permutations(engines.tolist(), 2):
+        mine, theirs = clusters.engine_of == a, clusters.engine_of == b
+        start_a, end_a = clusters.start_ns[mine], end[mine]
+        start_b, end_b = clusters.start_ns[theirs], end[theirs]
+        during = (start_a >= start_b[0]) & (start_a <= end_b[-1])
+        if np.count_nonzero(during) < MIN_PAIR_SAMPLES:
+            continue
+        after = np.searchsorted(start_b, end_a[during])  # b's next step after a's
+        before = np.searchsorted(end_b, start_a[during]) - 1  # b's step before a's
+        gap_after = start_b[np.minimum(after, start_b.size - 1)] - end_a[during]
+        gap_before = start_a[during] - end_b[np.maximum(before, 0)]
+        close = ((after < start_b.size) & (gap_after >= 0) & (gap_after <= near)) | (
+            (before >= 0) & (gap_before >= 0) & (gap_before <= near)
+        )
+        worst = max(worst, float(np.mean(close)))
+    return worst
 
 
 def step_multiplicity(arrays: PointArrays, clusters: Clusters) -> IntArray:

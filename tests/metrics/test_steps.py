@@ -389,19 +389,18 @@ def test_one_engines_successive_waves_counted_as_two_engines_are_null(
 
 
 def test_engines_whose_steps_fall_within_a_millisecond_are_told_apart() -> None:
-    """Three engines, two of them 0.5 ms apart, one step's writes spread over up to 80 us:
-    the step boundary sits in the widest valley of the arrival gaps (0.75-3.7 ms), which
-    joins the two; engines are told apart in the first valley past the writes (the
-    4-engine simulator at conc 32 was counted as 3 engines and 778 steps for 1,035)."""
-    phases = (0, 500_000, 6 * MS)
-    # prefills of 3 decode steps keep the phases (as the simulator's fixed step cost did)
-    engines = [Engine(decode_ms=12.0, prefill_ms=36.0, phase_ns=p) for p in phases]
-    records = simulate(engines, conc=4, requests=48, smear_ms=0.08)
-    phase = [
-        min(phases, key=lambda p: abs((r.chunk_ns[0] - 1_000 * MS) % (12 * MS) - p))
-        for r in records
+    """Three engines whose steps drift past each other (11.9, 12 and 12.1 ms), one step's
+    writes spread over up to 80 us: the step boundary sits in the widest valley of the
+    arrival gaps, milliseconds, which joins engines while their steps are near; engines
+    are told apart in the first valley past the writes (the 4-engine simulator at conc
+    32 was counted as 3 engines and 778 steps for 1,035)."""
+    decode = (11.9, 12.0, 12.1)
+    engines = [
+        Engine(decode_ms=d, prefill_ms=3 * d, phase_ns=i * 4 * MS) for i, d in enumerate(decode)
     ]
-    alone = [fields([r for r, x in zip(records, phase, strict=True) if x == p]) for p in phases]
+    records = simulate(engines, conc=4, requests=48, smear_ms=0.08)
+    share = 48 // len(engines)  # simulate() makes each engine's requests in turn
+    alone = [fields(records[i * share : (i + 1) * share]) for i in range(len(engines))]
     result = fields(records)
     assert result["steps_engines"] == 3, result["steps_note"]
     assert result["steps_observed"] == sum(a["steps_observed"] for a in alone)
@@ -415,3 +414,14 @@ def test_writes_spread_as_far_as_engines_lie_apart_are_null_with_the_reason() ->
     result = fields(simulate(engines, conc=4, requests=32, smear_ms=0.6))
     assert result["steps_engines"] is None and result["steps_time_p50_ms"] is None
     assert "cannot be told apart" in result["steps_note"], result["steps_note"]
+
+
+def test_steps_that_always_follow_each_other_are_not_two_engines() -> None:
+    """One engine whose writes of every step pause halfway looks like two engines, each
+    seeing every step right after the other (the simulator at conc 256: 2 engines, 532
+    steps for 278). Two groups in lockstep are null with the reason, never twice the
+    steps."""
+    engines = [Engine(12.0, 36.0), Engine(12.0, 36.0, phase_ns=100_000)]
+    result = fields(simulate(engines, conc=4, requests=32))
+    assert result["steps_observed"] is None and result["steps_engines"] is None
+    assert "follow each other" in result["steps_note"], result["steps_note"]
