@@ -12,7 +12,8 @@ writes its step log) and compares:
 - prefill steps: each logged step that sent chunks is matched to the estimated cluster
   whose first arrival follows its end within 2 ms; precision and recall of "carried a
   prefill completion";
-- engines detected against --data-parallel-size.
+- engines detected against --data-parallel-size (given the count the simulator's /metrics
+  label, as loadgen reads it, or with --engines unlabelled found from the arrivals alone).
 
     .venv/bin/python bench/steps_accuracy.py                      # the default matrix
     .venv/bin/python bench/steps_accuracy.py --conc 4,64 --dp 1 --interval 1 --mtp on
@@ -126,16 +127,20 @@ def truth(log: list[dict[str, Any]], lo: int, hi: int) -> dict[str, Any]:
     }
 
 
-def compare(records_file: Path, log_file: Path, interval: int, dp: int) -> dict[str, Any]:
+def compare(
+    records_file: Path, log_file: Path, interval: int, dp: int, labelled: bool
+) -> dict[str, Any]:
     records = [r for r in read_jsonl(records_file) if is_completed(r)]
     records.sort(key=lambda r: r.request_id)
     arrays = PointArrays.build(records)
     kernel = all(r.arrival_stamps is ArrivalStamps.KERNEL for r in records)
     started = time.perf_counter()
-    fields = step_fields(arrays, kernel, None)
+    # the simulator's /metrics label each engine's steps (engine="<i>"), as vLLM's do:
+    # loadgen then knows the count; `--engines unlabelled` is a server that does not say
+    fields = step_fields(arrays, kernel, None, dp if labelled else None)
     elapsed = time.perf_counter() - started
     merged = stream_interval_hint(arrays)
-    clusters, _ = cluster(arrays, group_engines=not merged)
+    clusters, _ = cluster(arrays, group_engines=not merged and (dp > 1 or not labelled))
     prefill_est = np.zeros(clusters.start_ns.size, dtype=np.bool_)
     prefill_est[clusters.cluster[arrays.first]] = True
     lo, hi = int(arrays.chunk_ns.min()) - MATCH_NS, int(arrays.chunk_ns.max())
@@ -207,6 +212,14 @@ def main() -> None:
         "keeps a simulator with 4 engines on its schedule on a shared machine",
     )
     parser.add_argument("--keep", default=None, help="keep each run's files under this directory")
+    parser.add_argument(
+        "--engines",
+        choices=("labelled", "unlabelled"),
+        default="labelled",
+        help="labelled: loadgen knows the engine count from the server's /metrics, as from "
+        "vLLM's and the simulator's; unlabelled: a server that does not say, so the "
+        "engines are found from the arrivals alone",
+    )
     args = parser.parse_args()
     columns = [
         "chunks", "seconds", "steps_est", "steps_true", "p50_model", "p50_true", "p50_est",
@@ -230,7 +243,13 @@ def main() -> None:
                         results = Path(tmp) / "results"
                         waves = max(args.waves, -(-4 // conc))
                         run_point(conc, flags, results, waves, args.osl, CPUS[args.cpus])
-                        row = compare(results / f"requests_conc_{conc}.jsonl", log, interval, dp)
+                        row = compare(
+                            results / f"requests_conc_{conc}.jsonl",
+                            log,
+                            interval,
+                            dp,
+                            args.engines == "labelled",
+                        )
                     cells = " ".join(fmt(row[c]) for c in columns)
                     print(f"{conc} {mtp} {dp} {interval} {cells} {row['note'] or ''}", flush=True)
 

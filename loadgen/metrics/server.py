@@ -25,6 +25,9 @@ TRT_DRAFTED_PER_POS = "trtllm_spec_decode_drafted_tokens_total"
 TRT_ACCEPTED_PER_POS = "trtllm_spec_decode_accepted_tokens_total"
 ATOM_DECODE_STEPS = "atom:mtp_decode_steps_total"
 
+# vLLM's frontend labels each data-parallel engine's step histogram engine="<index>"
+ENGINE_STEPS = "vllm:iteration_tokens_total_count"
+
 # Samples whose label is the key of the value rather than something to sum over.
 KEYED_SAMPLES: Mapping[str, str] = MappingProxyType(
     {
@@ -56,6 +59,7 @@ class ServerSnapshot:
 
     samples: Mapping[str, float] = field(default_factory=dict)  # sample name -> sum
     keyed: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # name -> key -> sum
+    engines: int | None = None  # engines with a step series (ENGINE_STEPS); None: none seen
 
     def get(self, name: str) -> float | None:
         return self.samples.get(name)
@@ -70,12 +74,16 @@ def parse_metrics(text: str) -> ServerSnapshot:
     """Parse a /metrics body; raises MetricsParseError with the reason when it is not valid."""
     samples: dict[str, float] = {}
     keyed: dict[str, dict[str, float]] = {}
+    engines: set[tuple[str, str]] = set()
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 name = sample.name
                 if name.endswith(("_bucket", "_created")):
                     continue
+                if name == ENGINE_STEPS:
+                    labels = sample.labels
+                    engines.add((labels.get("model_name", ""), labels.get("engine", "")))
                 key_label = KEYED_SAMPLES.get(name)
                 if key_label is not None and key_label in sample.labels:
                     per_key = keyed.setdefault(name, {})
@@ -87,7 +95,7 @@ def parse_metrics(text: str) -> ServerSnapshot:
             f"server /metrics is not Prometheus text format ({exc}); "
             "check that --base-url points at the inference server"
         ) from exc
-    return ServerSnapshot(samples=samples, keyed=keyed)
+    return ServerSnapshot(samples=samples, keyed=keyed, engines=len(engines) or None)
 
 
 def speculative_decoding_enabled(snapshot: ServerSnapshot) -> bool:
@@ -141,6 +149,9 @@ def merge_snapshots(snapshots: Sequence[ServerSnapshot | None]) -> ServerSnapsho
         return None
     samples: dict[str, float] = {}
     keyed: dict[str, dict[str, float]] = {}
+    counts = [s.engines for s in snapshots if s is not None]
+    # each server's engines step on their own: the engines behind the router add up
+    engines = None if None in counts else sum(c for c in counts if c is not None) or None
     for snapshot in snapshots:
         assert snapshot is not None
         for name, value in snapshot.samples.items():
@@ -149,7 +160,7 @@ def merge_snapshots(snapshots: Sequence[ServerSnapshot | None]) -> ServerSnapsho
             into = keyed.setdefault(name, {})
             for key, value in by_key.items():
                 into[key] = into.get(key, 0.0) + value
-    return ServerSnapshot(samples=samples, keyed=keyed)
+    return ServerSnapshot(samples=samples, keyed=keyed, engines=engines)
 
 
 KV_USAGE = "vllm:kv_cache_usage_perc"

@@ -14,15 +14,18 @@ The method (docs/results.md, "Engine steps", states its limits):
    seconds, gaps between steps milliseconds), between 5 us and half the 1st percentile
    of one stream's own chunk gaps (a stream has at most one chunk per step, so two of
    its chunks never share a cluster).
-2. Engines. Streams that co-arrive share an engine. Co-arriving is being in one chain
-   of arrivals whose gaps are at most the co-arrival link: the first valley of the
-   arrival gaps past the mode of one step's write gaps (tens of microseconds), below a
-   tenth of the cap. None: nothing co-arrives, each stream alone; a mode with no valley:
-   the engines cannot be told apart (null). The boundary of step 1 is too wide for
-   this: it joins engines whose steps fall within a millisecond of each other. For
-   pairs of streams adjacent in some chain, the share of the shorter stream's chunks
-   (sampled over their common life) in a chain with one of the other's; pairs at >= 3/4
-   are joined.
+2. Engines. When the server's /metrics label its engines' steps (vLLM's frontend does,
+   engine="<i>"), one engine leaves nothing to group, and with more the count found
+   below must be theirs (else null). Streams that co-arrive share an engine:
+   co-arriving is being in one chain of arrivals whose gaps are at most the co-arrival
+   link, the first point past the mode of one step's write gaps (tens of microseconds,
+   a mode below a tenth of the cap) where the gaps thin out. None: nothing co-arrives,
+   each stream alone; a mode with no such point, or a link past a tenth of the cap: the
+   engines cannot be told apart (null). The boundary of step 1 is too wide for this: it
+   joins engines whose steps fall within a millisecond of each other. For pairs of
+   streams adjacent in some chain, the share of the shorter stream's chunks (sampled
+   over their common life) in a chain with one of the other's; pairs at >= 3/4 are
+   joined.
    A stream in no such pair follows its most frequent neighbour among those it shares
    too few chunks with to tell (with enough, it runs alone). Groups that overlap
    briefly (one wave of requests ending as the next begins) are joined when >= 3/4 of
@@ -71,7 +74,7 @@ GRID_DECADES = 0.01
 JOIN_SHARE = 0.75  # co-arrival share that puts two streams on one engine
 MODE_SHARE = 0.1  # arrival gaps near one write interval: one step's chunks co-arrive
 LINK_SHARE = 0.005  # arrival gaps near the co-arrival link: the valley past that mode
-LINK_CAP = 0.1  # one write gap of a step's chunks is under a tenth of the cap (half a step)
+LINK_CAP = 0.1  # write gaps of one step under a tenth of the cap (half a step): engines told
 PAIR_SAMPLES = 8  # chunks of the shorter stream checked per candidate pair
 MIN_PAIR_SAMPLES = 3
 LOCKSTEP_LINKS = 4  # engines whose steps follow each other this close: one engine's writes
@@ -205,21 +208,24 @@ def co_arrival_link(gaps: IntArray, cap: float) -> float | str | None:
     when no streams co-arrive; the reason when no link tells engines apart.
 
     One step's chunks are written back to back, so the arrival gaps have a mode at the
-    frontend's write interval (microseconds); engines' steps fall anywhere in between,
+    frontend's write interval (microseconds, under LINK_CAP x the cap: a step's writes
+    come far closer together than its steps); engines' steps fall anywhere in between,
     their offsets drifting with their batches. The link sits in the first valley above
-    that mode: from the floor up to LINK_CAP x the cap, after a mode holding at least
-    MODE_SHARE of the gaps within a factor WINDOW, the first stretch where at most
-    LINK_SHARE of them are; its lowest point (the first). The step boundary (valley)
-    sits in the widest valley, often milliseconds: it joins engines whose steps fall
-    within a millisecond of each other (the 4-engine simulator at conc 16: two engines
-    0.6-1 ms apart co-arrived in 99% of their steps within 1 ms, in none within 100 us)."""
+    that mode: after a mode holding at least MODE_SHARE of the gaps within a factor
+    WINDOW, the first point where at most LINK_SHARE of them are, up to the cap (the
+    tightest link past the writes: a valley that goes on falling would carry a lowest
+    point into other engines' offsets). The step boundary (valley) sits in the widest valley,
+    often milliseconds: it joins engines whose steps fall within a millisecond of each
+    other (the 4-engine simulator at conc 16: two engines 0.6-1 ms apart co-arrived in
+    99% of their steps within 1 ms, in none within 100 us)."""
     logs = np.sort(np.log10(np.maximum(gaps, 1).astype(np.float64)))
-    hi = np.log10(max(LINK_CAP * cap, FLOOR_NS * WINDOW))
+    hi = np.log10(max(cap, FLOOR_NS * WINDOW))
     grid = np.arange(np.log10(FLOOR_NS), hi + GRID_DECADES, GRID_DECADES)
     width = np.log10(WINDOW)
     near = (np.searchsorted(logs, grid + width) - np.searchsorted(logs, grid - width)) / logs.size
     low = near <= LINK_SHARE
-    mode = np.maximum.accumulate(near) >= MODE_SHARE
+    mode = np.maximum.accumulate(np.where(grid <= np.log10(LINK_CAP * cap), near, 0.0))
+    mode = mode >= MODE_SHARE
     if not np.any(mode):
         return None
     begin = np.flatnonzero(mode & low)
@@ -229,9 +235,7 @@ def co_arrival_link(gaps: IntArray, cap: float) -> float | str | None:
             f"{10**hi / 1e3:.0f} us (one step's writes spread as far as steps of "
             "different engines lie apart)"
         )
-    rises = np.flatnonzero(~low[begin[0] :])
-    stretch = near[begin[0] : begin[0] + int(rises[0])] if rises.size else near[begin[0] :]
-    return float(10 ** grid[begin[0] + int(np.argmin(stretch))])
+    return float(10 ** grid[begin[0]])
 
 
 def _engines(
@@ -250,6 +254,13 @@ def _engines(
         return _tracks(np.arange(n_streams), *_lives(arrays)), 0.0
     if isinstance(link, str):
         return link
+    if link > LINK_CAP * cap:
+        # one step's writes spread past a tenth of the cap: other engines' steps may
+        # fall within the link (the 4-engine simulator: 1 engine, 63 steps for 247)
+        return (
+            f"engines cannot be told apart: one step's writes spread over gaps up to "
+            f"{link / 1e3:.0f} us, where other engines' steps may fall"
+        )
     fine = np.empty(order.size, dtype=np.int64)
     fine[order] = _chain(times, link)
     s_sorted = stream[order]
@@ -450,16 +461,20 @@ def stream_interval_hint(arrays: PointArrays) -> bool:
 
 
 def step_fields(
-    arrays: PointArrays, kernel_stamps: bool, stream_interval: int | None = None
+    arrays: PointArrays,
+    kernel_stamps: bool,
+    stream_interval: int | None = None,
+    server_engines: int | None = None,
 ) -> dict[str, Any]:
     """The point's `steps_*` fields (docs/results.md); `kernel_stamps`: every completed
     record's arrivals are kernel receive stamps; `stream_interval`: the server's, when
-    known."""
+    known; `server_engines`: the engines the server's /metrics label its steps with, when
+    it does (one: nothing to tell apart; more: the count the grouping must find)."""
     stamps = "kernel" if kernel_stamps else "read"
     if arrays.chunk_ns.size < MIN_CHUNKS or arrays.num_records < 1:
         return _null(f"too few chunks ({arrays.chunk_ns.size} < {MIN_CHUNKS})", stamps)
     merged = (stream_interval or 1) > 1 or stream_interval_hint(arrays)
-    clusters, engines = cluster(arrays, group_engines=not merged)
+    clusters, engines = cluster(arrays, group_engines=not merged and server_engines != 1)
     notes: list[str] = []
     if not kernel_stamps:
         notes.append("read stamps (not the kernel's): clusters include the client's read delay")
@@ -471,6 +486,13 @@ def step_fields(
         )
     if clusters.untold is not None:
         return _null(clusters.untold, stamps)
+    if server_engines is not None and engines is not None and engines != server_engines:
+        return _null(
+            f"engines cannot be told apart: {engines} found where the server's /metrics "
+            f"label {server_engines} (engines whose steps stay close join, one engine's "
+            "paused writes split)",
+            stamps,
+        )
     if clusters.ambiguous > AMBIGUOUS_SHARE:
         return _null(
             f"clusters cannot be told apart: {clusters.ambiguous:.1%} of arrival gaps lie "

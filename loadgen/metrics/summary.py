@@ -260,7 +260,8 @@ def summarize(
         )
     )
     kernel = all(r.arrival_stamps is ArrivalStamps.KERNEL for r in completed)
-    result.update(step_fields(arrays, kernel, ctx.stream_interval))
+    engines = server_after.engines if server_after is not None else None
+    result.update(step_fields(arrays, kernel, ctx.stream_interval, engines))
     result.update(_per_request_lists(ordered))
     # Built, not cast: a key missing here or of the wrong type fails at once.
     return metrics_from_fields(result)

@@ -118,11 +118,12 @@ class ClockFacts(msgspec.Struct, frozen=True, kw_only=True):
     esterror_us: int | None = None
 
 
-class CounterFacts(msgspec.Struct, frozen=True, kw_only=True):
+class CounterFacts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The server's raw counters at one scrape."""
 
     samples: dict[str, float]
     keyed: dict[str, dict[str, float]] = {}
+    engines: int | None = None  # engines with a step series (ServerSnapshot.engines)
 
     @property
     def counter_total(self) -> float:

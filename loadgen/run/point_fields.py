@@ -84,4 +84,5 @@ def snapshot_json(snapshot: ServerSnapshot | None) -> CounterFacts | None:
     return CounterFacts(
         samples=dict(snapshot.samples),
         keyed={name: dict(values) for name, values in snapshot.keyed.items()},
+        engines=snapshot.engines,
     )

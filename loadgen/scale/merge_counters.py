@@ -75,4 +75,7 @@ def _sum_snapshots(snapshots: Sequence[CounterFacts]) -> ServerSnapshot:
             into = keyed.setdefault(name, {})
             for key, value in values.items():
                 into[key] = into.get(key, 0.0) + value
-    return ServerSnapshot(samples=samples, keyed=keyed)
+    counts = [s.engines for s in snapshots]
+    # each server's engines step on their own: the engines behind the router add up
+    engines = None if None in counts else sum(c for c in counts if c is not None)
+    return ServerSnapshot(samples=samples, keyed=keyed, engines=engines or None)

@@ -44,10 +44,15 @@ class Accounting:
         self.metrics.prompt_tokens.inc(request.prompt_len)
 
     def step(
-        self, prefill_tokens: int, produced: int, drafts: int, accepted_histogram: list[int]
+        self,
+        engine: int,
+        prefill_tokens: int,
+        produced: int,
+        drafts: int,
+        accepted_histogram: list[int],
     ) -> None:
         m = self.metrics
-        m.iteration_tokens.observe(prefill_tokens + produced)
+        m.iteration_tokens[engine].observe(prefill_tokens + produced)
         if produced:
             m.generation_tokens.inc(produced)
         if self._mtp:

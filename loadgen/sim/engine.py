@@ -315,7 +315,9 @@ class Engine:
             request.steps_since_send = 0
             sends.append(self._chunk(request, finished))
         batch.produced = produced_total
-        self.accounting.step(batch.prefill_tokens, produced_total, drafts, accepted_histogram)
+        self.accounting.step(
+            self.index, batch.prefill_tokens, produced_total, drafts, accepted_histogram
+        )
         return sends
 
     def _chunk(self, request: EngineRequest, finished: bool) -> Send:

@@ -121,10 +121,17 @@ class SimMetrics:
     """All instruments, bound to one registry and one (model_name, engine) label pair."""
 
     def __init__(
-        self, registry: CollectorRegistry, *, model_name: str, max_model_len: int, spec_tokens: int
+        self,
+        registry: CollectorRegistry,
+        *,
+        model_name: str,
+        max_model_len: int,
+        spec_tokens: int,
+        engines: int = 1,
     ) -> None:
         self._registry = registry
         self._labels = {"model_name": model_name, "engine": "0"}
+        self._engines = engines
         self.spec_tokens = spec_tokens
         if spec_tokens > 0:
             self._spec_decode_counters()
@@ -208,11 +215,18 @@ class SimMetrics:
             "Number of generation tokens processed.",
             token_buckets,
         )
-        self.iteration_tokens = h(
+        # one series per data-parallel engine, as vLLM's frontend labels each engine's
+        # steps (engine="<index>"): the step count a client checks its estimate against,
+        # and the engines it runs
+        steps = BulkHistogram(
             "vllm:iteration_tokens_total",
             "Histogram of number of tokens per engine_step.",
+            list(self._labels),
             ITERATION_BUCKETS,
+            self._registry,
         )
+        model = self._labels["model_name"]
+        self.iteration_tokens = [steps.labels(model, str(i)) for i in range(self._engines)]
         self.max_generation_tokens = h(
             "vllm:request_max_num_generation_tokens",
             "Histogram of maximum number of requested generation tokens.",

@@ -97,6 +97,7 @@ class SimServer:
             model_name=config.model,
             max_model_len=config.max_model_len,
             spec_tokens=config.spec_tokens,
+            engines=config.data_parallel_size,
         )
         self.trace = TraceWriter(config.trace_path) if config.trace_path else None
         self.step_log = StepLog(config.step_log_path) if config.step_log_path else None

@@ -11,6 +11,7 @@ from loadgen.metrics.server import (
     SPEC_ACCEPTED_PER_POS,
     MetricsParseError,
     ServerSnapshot,
+    merge_snapshots,
     parse_metrics,
     server_latency_means,
     speculative_decoding_enabled,
@@ -123,3 +124,33 @@ def test_no_spec_decode_counters_means_disabled() -> None:
 def test_not_prometheus_text_is_one_clear_error() -> None:
     with pytest.raises(MetricsParseError, match="not Prometheus text format"):
         parse_metrics("<html>\n<body>404 not found</body>\n")
+
+
+def test_the_engines_are_those_with_a_step_series(metrics_text: str) -> None:
+    """vLLM's frontend labels each data-parallel engine's step histogram engine="<i>";
+    loadgen's step reconstruction takes that count as the one to find."""
+    assert parse_metrics(metrics_text).engines == 1  # vLLM 0.32 CPU, one engine
+
+    def dp(engines: int, model: str = "m") -> str:
+        lines = ["# TYPE vllm:iteration_tokens_total histogram"]
+        for i in range(engines):
+            labels = f'engine="{i}",model_name="{model}"'
+            lines += [
+                f'vllm:iteration_tokens_total_bucket{{{labels},le="+Inf"}} 3',
+                f"vllm:iteration_tokens_total_count{{{labels}}} 3",
+                f"vllm:iteration_tokens_total_sum{{{labels}}} 9",
+            ]
+        return "\n".join([*lines, ""])
+
+    four = parse_metrics(dp(4))
+    assert four.engines == 4 and four.get("vllm:iteration_tokens_total_count") == 12
+    # two servers behind a router: their engines step on their own
+    assert merge_snapshots([four, parse_metrics(dp(2, "n"))]) == ServerSnapshot(
+        samples={"vllm:iteration_tokens_total_count": 18, "vllm:iteration_tokens_total_sum": 54},
+        engines=6,
+    )
+    # a server without the series does not say: unknown, and so is any sum with it
+    unlabelled = parse_metrics("# TYPE x counter\nx_total 1\n")
+    assert unlabelled.engines is None
+    merged = merge_snapshots([four, unlabelled])
+    assert merged is not None and merged.engines is None

@@ -117,8 +117,10 @@ def record(
     )
 
 
-def fields(records: list[RequestRecord], kernel: bool = True) -> dict[str, Any]:
-    return step_fields(PointArrays.build(records), kernel)
+def fields(
+    records: list[RequestRecord], kernel: bool = True, server_engines: int | None = None
+) -> dict[str, Any]:
+    return step_fields(PointArrays.build(records), kernel, None, server_engines)
 
 
 def test_one_engine_gives_back_its_decode_and_prefill_steps() -> None:
@@ -425,3 +427,27 @@ def test_steps_that_always_follow_each_other_are_not_two_engines() -> None:
     result = fields(simulate(engines, conc=4, requests=32))
     assert result["steps_observed"] is None and result["steps_engines"] is None
     assert "follow each other" in result["steps_note"], result["steps_note"]
+
+
+def test_the_servers_engine_count_decides_what_is_told_apart() -> None:
+    """One engine whose writes of a step spread over up to 1 ms: from the arrivals
+    alone other engines' steps could hide in that spread (null); a server whose /metrics
+    label one engine has nothing to tell apart. With several, the count found must be
+    the server's, else null."""
+    smeared = simulate([Engine(decode_ms=12.0, prefill_ms=30.0)], conc=8, requests=64, smear_ms=1.0)
+    alone = fields(smeared)
+    assert alone["steps_observed"] is None and "cannot be told apart" in alone["steps_note"]
+    told = fields(smeared, server_engines=1)
+    assert told["steps_engines"] == 1 and told["steps_note"] is None, told["steps_note"]
+    assert told["steps_decode_time_p50_ms"] == pytest.approx(12.0, rel=0.05)
+    decode = (11.9, 12.0, 12.1)
+    drifting = simulate(
+        [Engine(d, 3 * d, phase_ns=i * 4 * MS) for i, d in enumerate(decode)],
+        conc=4,
+        requests=48,
+        smear_ms=0.08,
+    )
+    assert fields(drifting, server_engines=3)["steps_engines"] == 3
+    wrong = fields(drifting, server_engines=4)
+    assert wrong["steps_observed"] is None
+    assert "3 found where the server's /metrics label 4" in wrong["steps_note"]

@@ -13,11 +13,13 @@ precision >= 0.75, and four engines counted exactly or not at all.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,15 @@ WORKLOAD = ["--isl", "64", "--osl", "64", "--encoder", "raw", "--no-progress"]
 MATCH_NS = 2_000_000
 
 
+def pinned(which: int) -> Callable[[], None]:
+    """A child's CPU: the simulator and the client each on a CPU of their own (the first
+    and the last this test may use), as bench/steps_accuracy.py runs them: sharing one,
+    the client's reads land inside the simulator's writes of a step and spread them as
+    far as the four engines' steps lie apart (the figures are then null)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return lambda: os.sched_setaffinity(0, {cpus[which]})
+
+
 def measured(tmp: Path, dp: int, conc: int) -> tuple[dict[str, Any], PointArrays, list[Any]]:
     """One point against `loadgen sim --data-parallel-size dp`; the point file, the
     completed records' arrays and the simulator's step log (written as it stops)."""
@@ -49,6 +60,7 @@ def measured(tmp: Path, dp: int, conc: int) -> tuple[dict[str, Any], PointArrays
         [*sim_argv, "--step-log", str(log), "--data-parallel-size", str(dp), *STEP_MODEL],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=pinned(-1),
     )
     try:
         deadline = time.monotonic() + 60
@@ -63,7 +75,8 @@ def measured(tmp: Path, dp: int, conc: int) -> tuple[dict[str, Any], PointArrays
         url = f"http://127.0.0.1:{port}"
         point_args = ["--prompts-per-conc", "2", "--warmup-per-conc", "0", "--results"]
         done = run_loadgen(
-            ["--base-url", url, "--conc", str(conc), *WORKLOAD, *point_args, str(results)]
+            ["--base-url", url, "--conc", str(conc), *WORKLOAD, *point_args, str(results)],
+            preexec_fn=pinned(0),
         )
         assert done.returncode == 0, done.stderr[-3000:]
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 from tokenizers import Tokenizer
 
+from loadgen.metrics.server import parse_metrics as server_snapshot
 from loadgen.sim.config import SimConfig
 from loadgen.sim.detok import EOS_ID, build_token_table
 from loadgen.sim.engine import step_ns
@@ -244,3 +245,26 @@ async def test_leaving_the_context_with_open_streams_stops_promptly(
         with contextlib.suppress(aiohttp.ClientPayloadError):
             rest = await response.content.read()
         assert b"[DONE]" not in rest
+
+
+async def test_each_data_parallel_engine_labels_its_own_steps(sim_factory: SimFactory) -> None:
+    """As vLLM's frontend does, every engine's step histogram carries engine="<i>": the
+    count loadgen's step reconstruction must find, and each engine's steps on its own."""
+    async with (
+        sim_factory(data_parallel_size=3) as sim,
+        aiohttp.ClientSession() as session,
+    ):
+        url = sim.base_url + "/v1/completions"
+        await asyncio.gather(
+            *(post_stream(session, url, {**BODY, "max_tokens": 8, "seed": s}) for s in range(6))
+        )
+        async with session.get(sim.base_url + "/metrics") as response:
+            text = await response.text()
+    assert server_snapshot(text).engines == 3
+    steps = {
+        line.split('engine="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:iteration_tokens_total_count{")
+    }
+    # six requests balanced over three engines: each engine stepped
+    assert sorted(steps) == ["0", "1", "2"] and all(n > 0 for n in steps.values()), steps
