@@ -450,13 +450,19 @@ def _null(reason: str, stamps: str) -> dict[str, Any]:
     return result
 
 
-def stream_interval_hint(arrays: PointArrays) -> bool:
-    """Whether chunks look merged over steps: middle chunks that (nearly) never carry one
-    token (without MTP a step gives one; with it, a rejected draft gives one)."""
+def _middle_tokens(arrays: PointArrays) -> IntArray:
+    """Tokens of each stream's chunks between its first and its last."""
     middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
     middle[arrays.first] = False
     middle[arrays.last] = False
-    tokens = arrays.chunk_tokens[middle]
+    tokens: IntArray = arrays.chunk_tokens[middle]
+    return tokens
+
+
+def stream_interval_hint(arrays: PointArrays) -> bool:
+    """Whether chunks look merged over steps: middle chunks that (nearly) never carry one
+    token (without MTP a step gives one; with it, a rejected draft gives one)."""
+    tokens = _middle_tokens(arrays)
     return tokens.size > 0 and float(np.percentile(tokens, 2.0)) >= 2
 
 
@@ -474,6 +480,13 @@ def step_fields(
     if arrays.chunk_ns.size < MIN_CHUNKS or arrays.num_records < 1:
         return _null(f"too few chunks ({arrays.chunk_ns.size} < {MIN_CHUNKS})", stamps)
     merged = (stream_interval or 1) > 1 or stream_interval_hint(arrays)
+    if merged and (server_engines or 1) > 1:
+        return _null(
+            f"engines cannot be told apart: a stream interval > 1 behind {server_engines} "
+            "engines (each engine's phase groups look like engines, so no engine's steps "
+            "can be picked out)",
+            stamps,
+        )
     clusters, engines = cluster(arrays, group_engines=not merged and server_engines != 1)
     notes: list[str] = []
     if not kernel_stamps:
@@ -486,7 +499,11 @@ def step_fields(
         )
     if clusters.untold is not None:
         return _null(clusters.untold, stamps)
-    if server_engines is not None and engines is not None and engines != server_engines:
+    if (
+        server_engines is not None
+        and engines is not None
+        and _not_theirs(arrays, engines, server_engines)
+    ):
         return _null(
             f"engines cannot be told apart: {engines} found where the server's /metrics "
             f"label {server_engines} (engines whose steps stay close join, one engine's "
@@ -516,6 +533,10 @@ def step_fields(
     k = 1
     if own.size and interval.size:
         k = max(1, round(float(np.median(own)) / float(np.median(interval))))
+    # a chunk carries at least a token per step it stands for: k is at most the tokens of
+    # a middle chunk (the clusters alone put k at 1 for one stream at k = 10: 121 ms steps)
+    tokens = _middle_tokens(arrays)
+    k_skip = max(k, int(np.median(tokens))) if merged and tokens.size else k
     if k > 1 and not merged:
         return _null(
             f"clusters cannot be told apart: ~{k} clusters per gap of one stream, yet its "
@@ -572,7 +593,7 @@ def step_fields(
                 "engines in lockstep)",
                 stamps,
             )
-    return _figures(arrays, clusters, multiplicity, engines, stamps, notes, k)
+    return _figures(arrays, clusters, multiplicity, engines, stamps, notes, k, k_skip)
 
 
 def lockstep_share(arrays: PointArrays, clusters: Clusters) -> float:
@@ -684,6 +705,7 @@ def _figures(
     stamps: str,
     notes: list[str],
     k: int,
+    k_skip: int,
 ) -> dict[str, Any]:
     n_clusters = int(clusters.start_ns.size)
     first_cluster = clusters.cluster[arrays.first]
@@ -715,10 +737,11 @@ def _figures(
         }
     )
     active = _mean_active(arrays, engines or 1)
-    if k > 1 and np.exp(-active / k) > MISSED_STEPS:
+    if k_skip > 1 and np.exp(-active / k_skip) > MISSED_STEPS:
         notes.append(
-            f"stream interval ~{k} at ~{active:.1f} streams per engine: clusters skip "
-            "steps, so step times are not measured"
+            f"stream interval ~{k} (up to {k_skip} by the tokens a chunk carries) at "
+            f"~{active:.1f} streams per engine: clusters skip steps, so step times are "
+            "not measured"
         )
     else:
         valid = measured & (step_ms > 0)
@@ -728,11 +751,9 @@ def _figures(
         result.update(dict(zip(_keys("decode_time"), _pct(decode), strict=True)))
         result.update(dict(zip(_keys("prefill_time"), _pct(step_ms[valid & prefill]), strict=True)))
     result["steps_requests_per_step"] = _requests_per_step(clusters, multiplicity) * k
-    middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
-    middle[arrays.first] = False
-    middle[arrays.last] = False
-    if np.any(middle):
-        result["steps_tokens_per_request_step"] = float(arrays.chunk_tokens[middle].mean()) / k
+    tokens = _middle_tokens(arrays)
+    if tokens.size:
+        result["steps_tokens_per_request_step"] = float(tokens.mean()) / k
     result["steps_stall_share"] = _stall_share(arrays, clusters, prefill, stream)
     result["steps_note"] = "; ".join(notes) or None
     return result
@@ -753,15 +774,21 @@ def _multiplicity(
 def one_token_steps(arrays: PointArrays) -> bool:
     """>= 90% of the middle chunks carry one token: no speculative decoding, so a chunk
     with more is several steps merged (with MTP a step gives 1..K+1 tokens)."""
-    middle = np.ones(arrays.chunk_ns.size, dtype=np.bool_)
-    middle[arrays.first] = False
-    middle[arrays.last] = False
-    tokens = arrays.chunk_tokens[middle]
+    tokens = _middle_tokens(arrays)
     return tokens.size > 0 and float(np.mean(tokens == 1)) >= ONE_TOKEN_SHARE
 
 
 def _keys(name: str) -> list[str]:
     return [f"steps_{name}_p{p}_ms" for p in (50, 90, 99)]
+
+
+def _not_theirs(arrays: PointArrays, engines: int, server_engines: int) -> bool:
+    """Whether the engines found cannot be the server's: more than it runs, or fewer while
+    as many streams ran as it has engines (its balancer puts a request on the least
+    loaded engine, so each was busy); at conc 1 only one engine is ever busy."""
+    if engines > server_engines:
+        return True
+    return engines < server_engines and _mean_active(arrays, 1) >= server_engines
 
 
 def _requests_per_step(clusters: Clusters, multiplicity: IntArray) -> float:

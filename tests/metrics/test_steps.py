@@ -451,3 +451,32 @@ def test_the_servers_engine_count_decides_what_is_told_apart() -> None:
     wrong = fields(drifting, server_engines=4)
     assert wrong["steps_observed"] is None
     assert "3 found where the server's /metrics label 4" in wrong["steps_note"]
+
+
+def test_one_stream_at_a_stream_interval_leaves_the_step_times_null() -> None:
+    """One stream at --stream-interval 10: each cluster is its own chunk, so the clusters
+    put k at 1 and a step at 120 ms (bench/steps_accuracy.py, conc 1: 120.8 ms for
+    12.1). A chunk of 10 tokens without MTP stands for up to 10 steps: null step times."""
+    records = simulate(
+        [Engine(decode_ms=12.0, prefill_ms=30.0)], conc=1, requests=8, osl=100, interval=10
+    )
+    result = fields(records)
+    assert result["steps_time_p50_ms"] is None, result["steps_time_p50_ms"]
+    assert "up to 10 by the tokens a chunk carries" in result["steps_note"], result["steps_note"]
+
+
+def test_fewer_engines_than_the_server_runs_are_right_only_while_few_streams_ran() -> None:
+    """At conc 1 only one of a server's four engines is ever busy: one engine is right.
+    With six streams at once its balancer keeps all four busy: one found is wrong."""
+    one_stream = simulate([Engine(decode_ms=12.0, prefill_ms=30.0)], conc=1, requests=8)
+    result = fields(one_stream, server_engines=4)
+    assert result["steps_engines"] == 1 and result["steps_note"] is None, result["steps_note"]
+    six_streams = simulate([Engine(decode_ms=12.0, prefill_ms=30.0)], conc=6, requests=24)
+    crowded = fields(six_streams, server_engines=4)
+    assert crowded["steps_observed"] is None
+    assert "1 found where the server's /metrics label 4" in crowded["steps_note"]
+    merged = simulate([Engine(12.0, 30.0)], conc=32, requests=64, interval=4)
+    assert fields(merged)["steps_decode_time_p50_ms"] == pytest.approx(12.0, rel=0.02)
+    behind_four = fields(merged, server_engines=4)
+    assert behind_four["steps_observed"] is None
+    assert "stream interval > 1 behind 4 engines" in behind_four["steps_note"]
