@@ -750,7 +750,15 @@ def _figures(
         result.update(dict(zip(_keys("time"), _pct(times), strict=True)))
         result.update(dict(zip(_keys("decode_time"), _pct(decode), strict=True)))
         result.update(dict(zip(_keys("prefill_time"), _pct(step_ms[valid & prefill]), strict=True)))
-    result["steps_requests_per_step"] = _requests_per_step(clusters, multiplicity) * k
+    # at k > 1 the streams sending in a step are those whose phase comes up, and streams
+    # admitted together share a phase (DP 1, k = 10, conc 16: 5.4 chunks a cluster, x 10
+    # = 54 for ~15 running); every running request gets its tokens each step, so count
+    # those instead
+    result["steps_requests_per_step"] = (
+        _mean_active(arrays, engines or 1)
+        if k_skip > 1
+        else _requests_per_step(clusters, multiplicity) * k
+    )
     tokens = _middle_tokens(arrays)
     if tokens.size:
         result["steps_tokens_per_request_step"] = float(tokens.mean()) / k

@@ -55,10 +55,12 @@ def simulate(
     write_us: float = 15.0,
     smear_ms: float = 0.0,
     seed: int = 0,
+    running: list[int] | None = None,
 ) -> list[RequestRecord]:
     """`conc` closed-loop streams per engine, each osl/2..3osl/2 chunks; a step that admits
     a request costs prefill_ms, else decode_ms; chunks go out `write_us` apart at its end
-    (plus up to `smear_ms` of random delay each, a frontend that smears them)."""
+    (plus up to `smear_ms` of random delay each, a frontend that smears them); `running`
+    collects each step's requests."""
     rng = np.random.default_rng(seed)
     records: list[RequestRecord] = []
     share = requests // len(engines)
@@ -73,6 +75,8 @@ def simulate(
                 admitted += 1
                 admitted_total += 1
             now += int((engine.prefill_ms if admitted else engine.decode_ms) * MS)
+            if running is not None:  # the truth: requests in this step
+                running.append(len(live))
             for i, stream in enumerate(live):
                 stream.steps += 1
                 done = stream.steps == stream.osl
@@ -480,3 +484,15 @@ def test_fewer_engines_than_the_server_runs_are_right_only_while_few_streams_ran
     behind_four = fields(merged, server_engines=4)
     assert behind_four["steps_observed"] is None
     assert "stream interval > 1 behind 4 engines" in behind_four["steps_note"]
+
+
+def test_requests_per_step_at_a_stream_interval_count_the_running_requests() -> None:
+    """At k = 10 the streams admitted together share a phase and send in the same step,
+    so chunks a cluster x k counts them several times over (DP 1, conc 16: 54 for ~15
+    running); every running request gets its tokens each step."""
+    running: list[int] = []
+    engine = Engine(decode_ms=12.0, prefill_ms=30.0)
+    records = simulate([engine], conc=16, requests=48, osl=200, interval=10, running=running)
+    result = fields(records)
+    assert result["steps_stream_interval"] == 10, result["steps_note"]
+    assert result["steps_requests_per_step"] == pytest.approx(np.mean(running), rel=0.1)
