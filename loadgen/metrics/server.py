@@ -142,6 +142,14 @@ def server_latency_means(before: ServerSnapshot, after: ServerSnapshot) -> dict[
     return result
 
 
+def engines_behind(counts: Sequence[int | None]) -> int | None:
+    """Engines of several servers behind a router: each server's step on their own, so
+    they add up; unknown when any server does not say."""
+    if not counts or None in counts:
+        return None
+    return sum(c for c in counts if c is not None)
+
+
 def merge_snapshots(snapshots: Sequence[ServerSnapshot | None]) -> ServerSnapshot | None:
     """Sum of several servers' snapshots (engines behind a router, workers behind a
     frontend); None when any is missing, since a partial sum would be a wrong total."""
@@ -149,9 +157,7 @@ def merge_snapshots(snapshots: Sequence[ServerSnapshot | None]) -> ServerSnapsho
         return None
     samples: dict[str, float] = {}
     keyed: dict[str, dict[str, float]] = {}
-    counts = [s.engines for s in snapshots if s is not None]
-    # each server's engines step on their own: the engines behind the router add up
-    engines = None if None in counts else sum(c for c in counts if c is not None) or None
+    engines = engines_behind([s.engines for s in snapshots if s is not None])
     for snapshot in snapshots:
         assert snapshot is not None
         for name, value in snapshot.samples.items():

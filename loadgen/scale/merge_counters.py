@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from loadgen.metrics.server import ServerSnapshot
+from loadgen.metrics.server import ServerSnapshot, engines_behind
 from loadgen.metrics.server_urls import per_url_fields
 from loadgen.results.run_record import CounterFacts, PointEntry
 
@@ -75,7 +75,5 @@ def _sum_snapshots(snapshots: Sequence[CounterFacts]) -> ServerSnapshot:
             into = keyed.setdefault(name, {})
             for key, value in values.items():
                 into[key] = into.get(key, 0.0) + value
-    counts = [s.engines for s in snapshots]
-    # each server's engines step on their own: the engines behind the router add up
-    engines = None if None in counts else sum(c for c in counts if c is not None)
-    return ServerSnapshot(samples=samples, keyed=keyed, engines=engines or None)
+    engines = engines_behind([s.engines for s in snapshots])
+    return ServerSnapshot(samples=samples, keyed=keyed, engines=engines)
