@@ -125,17 +125,29 @@ class Clusters:
     link_ns: float = 0.0  # the co-arrival link the engines were told apart by
 
 
-def valley(gaps: IntArray, cap: float) -> tuple[float, float]:
-    """The boundary (ns) in [median gap, cap] with the fewest gaps within a factor WINDOW
-    of it (the middle of the widest such stretch, in log space), and that share of gaps."""
-    logs = np.sort(np.log10(np.maximum(gaps, 1).astype(np.float64)))
+def gap_logs(gaps: IntArray) -> FloatArray:
+    """log10 of arrival gaps (ns, at least 1), sorted: what valley and the co-arrival link
+    read, sorted once per set of arrivals."""
+    return np.sort(np.log10(np.maximum(gaps, 1).astype(np.float64)))
+
+
+def _near(logs: FloatArray, grid: FloatArray) -> IntArray:
+    """Per grid point (log10 ns), the gaps within a factor WINDOW of it."""
+    width = np.log10(WINDOW)
+    near: IntArray = np.searchsorted(logs, grid + width) - np.searchsorted(logs, grid - width)
+    return near
+
+
+def valley(logs: FloatArray, cap: float) -> tuple[float, float]:
+    """The boundary (ns) in [median gap, cap] with the fewest gaps (`logs`: gap_logs)
+    within a factor WINDOW of it (the middle of the widest such stretch, in log space),
+    and that share of gaps."""
     hi = np.log10(max(cap, FLOOR_NS * WINDOW))
     # from the median gap up (most gaps are within a step from 3 streams on; a frontend
     # that writes some chunks at once and some apart makes that mode bimodal)
     lo = min(max(float(logs[logs.size // 2]), np.log10(FLOOR_NS)), hi - np.log10(WINDOW))
     grid = np.arange(lo, hi + GRID_DECADES, GRID_DECADES)
-    width = np.log10(WINDOW)
-    near = np.searchsorted(logs, grid + width) - np.searchsorted(logs, grid - width)
+    near = _near(logs, grid)
     best = near == near.min()
     # the widest run of grid points at the minimum: its middle
     edges = np.flatnonzero(np.diff(np.r_[0, best.astype(np.int8), 0]))
@@ -163,8 +175,9 @@ def _own_gap_cap(arrays: PointArrays) -> float:
     return 0.5 * float(np.percentile(positive, 1.0)) if positive.size else float("inf")
 
 
-def _split(times: IntArray, cap: float) -> tuple[BoolArray, float, float]:
-    """Cluster starts over sorted times, the boundary and the share of ambiguous gaps."""
+def _split(times: IntArray, cap: float, logs: FloatArray) -> tuple[BoolArray, float, float]:
+    """Cluster starts over sorted times (`logs`: their gap_logs), the boundary and the
+    share of ambiguous gaps."""
     gaps = np.diff(times)
     if gaps.size == 0:
         return np.ones(times.size, dtype=np.bool_), cap, 0.0
@@ -172,7 +185,7 @@ def _split(times: IntArray, cap: float) -> tuple[BoolArray, float, float]:
         # no stream has two chunks apart (each was read at once): no step has a known
         # upper bound, so every gap is ambiguous and the figures are null with the reason
         return np.ones(times.size, dtype=np.bool_), cap, 1.0
-    boundary, ambiguous = valley(gaps, cap)
+    boundary, ambiguous = valley(logs, cap)
     starts = np.empty(times.size, dtype=np.bool_)
     starts[0] = True
     starts[1:] = gaps > boundary
@@ -203,9 +216,10 @@ def _stream_keys(arrays: PointArrays, stream: IntArray) -> IntArray | None:
     return (stream << _TIME_BITS) | rel
 
 
-def co_arrival_link(gaps: IntArray, cap: float) -> float | str | None:
+def co_arrival_link(logs: FloatArray, cap: float) -> float | str | None:
     """The widest gap (ns) still inside one step's writes, for telling engines apart; None
-    when no streams co-arrive; the reason when no link tells engines apart.
+    when no streams co-arrive; the reason when no link tells engines apart (`logs`: the
+    arrival gaps of all streams, gap_logs).
 
     One step's chunks are written back to back, so the arrival gaps have a mode at the
     frontend's write interval (microseconds, under LINK_CAP x the cap: a step's writes
@@ -217,12 +231,12 @@ def co_arrival_link(gaps: IntArray, cap: float) -> float | str | None:
     point into other engines' offsets). The step boundary (valley) sits in the widest valley,
     often milliseconds: it joins engines whose steps fall within a millisecond of each
     other (the 4-engine simulator at conc 16: two engines 0.6-1 ms apart co-arrived in
-    99% of their steps within 1 ms, in none within 100 us)."""
-    logs = np.sort(np.log10(np.maximum(gaps, 1).astype(np.float64)))
+    99% of their steps within 1 ms, in none within 100 us). A link past LINK_CAP x the
+    cap is a reason too: one step's writes spread as far as other engines' steps may lie
+    (the 4-engine simulator: 1 engine, 63 steps for 247)."""
     hi = np.log10(max(cap, FLOOR_NS * WINDOW))
     grid = np.arange(np.log10(FLOOR_NS), hi + GRID_DECADES, GRID_DECADES)
-    width = np.log10(WINDOW)
-    near = (np.searchsorted(logs, grid + width) - np.searchsorted(logs, grid - width)) / logs.size
+    near = _near(logs, grid) / logs.size
     low = near <= LINK_SHARE
     mode = np.maximum.accumulate(np.where(grid <= np.log10(LINK_CAP * cap), near, 0.0))
     mode = mode >= MODE_SHARE
@@ -235,32 +249,32 @@ def co_arrival_link(gaps: IntArray, cap: float) -> float | str | None:
             f"{10**hi / 1e3:.0f} us (one step's writes spread as far as steps of "
             "different engines lie apart)"
         )
-    return float(10 ** grid[begin[0]])
+    link = float(10 ** grid[begin[0]])
+    if link > LINK_CAP * cap:
+        return (
+            f"engines cannot be told apart: one step's writes spread over gaps up to "
+            f"{link / 1e3:.0f} us, where other engines' steps may fall"
+        )
+    return link
 
 
 def _engines(
-    arrays: PointArrays, stream: IntArray, order: IntArray, cap: float
+    arrays: PointArrays, stream: IntArray, order: IntArray, cap: float, logs: FloatArray
 ) -> tuple[IntArray, float] | str | None:
     """Engine of each stream (see module doc, step 2) and the co-arrival link; the reason
-    when engines cannot be told apart; None when the keys do not fit."""
+    when engines cannot be told apart; None when the keys do not fit (`logs`: gap_logs of
+    all arrivals, in `order`)."""
     n_streams = arrays.num_records
     keys = _stream_keys(arrays, stream)
     if keys is None:
         return None
     t = arrays.chunk_ns
     times = t[order]
-    link = co_arrival_link(np.diff(times), cap)
+    link = co_arrival_link(logs, cap)
     if link is None:  # nothing co-arrives: each stream alone (successive ones joined)
         return _tracks(np.arange(n_streams), *_lives(arrays)), 0.0
     if isinstance(link, str):
         return link
-    if link > LINK_CAP * cap:
-        # one step's writes spread past a tenth of the cap: other engines' steps may
-        # fall within the link (the 4-engine simulator: 1 engine, 63 steps for 247)
-        return (
-            f"engines cannot be told apart: one step's writes spread over gaps up to "
-            f"{link / 1e3:.0f} us, where other engines' steps may fall"
-        )
     fine = np.empty(order.size, dtype=np.int64)
     fine[order] = _chain(times, link)
     s_sorted = stream[order]
@@ -390,13 +404,15 @@ def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int 
     stream = _stream_of_chunk(arrays)
     cap = _own_gap_cap(arrays)
     order = np.argsort(arrays.chunk_ns, kind="stable")
-    starts, boundary, ambiguous = _split(arrays.chunk_ns[order], cap)
+    times = arrays.chunk_ns[order]
+    logs = gap_logs(np.diff(times))  # one sort for the boundary and the co-arrival link
+    starts, boundary, ambiguous = _split(times, cap, logs)
     engine_of_stream = np.zeros(arrays.num_records, dtype=np.int64)
     engines: int | None = 1
     untold: str | None = None
     link = 0.0
     if group_engines:
-        grouped = _engines(arrays, stream, order, cap) if np.isfinite(cap) else None
+        grouped = _engines(arrays, stream, order, cap, logs) if np.isfinite(cap) else None
         if isinstance(grouped, str):
             untold = grouped
         elif grouped is None:
@@ -413,7 +429,7 @@ def cluster(arrays: PointArrays, *, group_engines: bool) -> tuple[Clusters, int 
         boundary, ambiguous = 0.0, 0.0
         bounds = np.flatnonzero(np.r_[True, e[1:] != e[:-1], True])
         for lo, hi in itertools.pairwise(bounds):
-            part, b, amb = _split(t[lo:hi], cap)
+            part, b, amb = _split(t[lo:hi], cap, gap_logs(np.diff(t[lo:hi])))
             starts[lo:hi] = part
             boundary, ambiguous = max(boundary, b), max(ambiguous, amb)
     ids = np.cumsum(starts) - 1
