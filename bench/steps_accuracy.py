@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.metrics.arrays import PointArrays, is_completed
-from loadgen.metrics.steps import cluster, step_fields, stream_interval_hint
+from loadgen.metrics.steps import cluster, groups_engines, merges_steps, step_fields
 from loadgen.records import ArrivalStamps
 from loadgen.results.jsonl import read_jsonl
 from loadgen.sim.steplog import read_step_log
@@ -137,10 +137,11 @@ def compare(
     started = time.perf_counter()
     # the simulator's /metrics label each engine's steps (engine="<i>"), as vLLM's do:
     # loadgen then knows the count; `--engines unlabelled` is a server that does not say
-    fields = step_fields(arrays, kernel, None, dp if labelled else None)
+    server_engines = dp if labelled else None
+    fields = step_fields(arrays, kernel, None, server_engines)
     elapsed = time.perf_counter() - started
-    merged = stream_interval_hint(arrays)
-    clusters, _ = cluster(arrays, group_engines=not merged and (dp > 1 or not labelled))
+    grouped = groups_engines(merges_steps(arrays, None), server_engines)
+    clusters, _ = cluster(arrays, group_engines=grouped)  # as step_fields formed them
     prefill_est = np.zeros(clusters.start_ns.size, dtype=np.bool_)
     prefill_est[clusters.cluster[arrays.first]] = True
     lo, hi = int(arrays.chunk_ns.min()) - MATCH_NS, int(arrays.chunk_ns.max())

@@ -482,6 +482,18 @@ def stream_interval_hint(arrays: PointArrays) -> bool:
     return tokens.size > 0 and float(np.percentile(tokens, 2.0)) >= 2
 
 
+def merges_steps(arrays: PointArrays, stream_interval: int | None) -> bool:
+    """Whether a chunk stands for several steps: the server's stream interval is known to
+    be > 1, or the chunks look so (stream_interval_hint)."""
+    return (stream_interval or 1) > 1 or stream_interval_hint(arrays)
+
+
+def groups_engines(merged: bool, server_engines: int | None) -> bool:
+    """Whether cluster() groups streams into engines: not when chunks merge steps (phase
+    groups look like engines) nor when the server's /metrics label one engine."""
+    return not merged and server_engines != 1
+
+
 def step_fields(
     arrays: PointArrays,
     kernel_stamps: bool,
@@ -495,7 +507,7 @@ def step_fields(
     stamps = "kernel" if kernel_stamps else "read"
     if arrays.chunk_ns.size < MIN_CHUNKS or arrays.num_records < 1:
         return _null(f"too few chunks ({arrays.chunk_ns.size} < {MIN_CHUNKS})", stamps)
-    merged = (stream_interval or 1) > 1 or stream_interval_hint(arrays)
+    merged = merges_steps(arrays, stream_interval)
     if merged and (server_engines or 1) > 1:
         return _null(
             f"engines cannot be told apart: a stream interval > 1 behind {server_engines} "
@@ -503,7 +515,7 @@ def step_fields(
             "can be picked out)",
             stamps,
         )
-    clusters, engines = cluster(arrays, group_engines=not merged and server_engines != 1)
+    clusters, engines = cluster(arrays, group_engines=groups_engines(merged, server_engines))
     notes: list[str] = []
     if not kernel_stamps:
         notes.append("read stamps (not the kernel's): clusters include the client's read delay")

@@ -394,19 +394,28 @@ def test_one_engines_successive_waves_counted_as_two_engines_are_null(
     assert "2 engines at 3." in result["steps_note"]
 
 
+DRIFTING_REQUESTS = 48
+
+
+def drifting_engines() -> list[RequestRecord]:
+    """Three engines whose steps drift past each other (11.9, 12 and 12.1 ms), 4 streams
+    each, one step's writes spread over up to 80 us."""
+    engines = [
+        Engine(decode_ms=d, prefill_ms=3 * d, phase_ns=i * 4 * MS)
+        for i, d in enumerate((11.9, 12.0, 12.1))
+    ]
+    return simulate(engines, conc=4, requests=DRIFTING_REQUESTS, smear_ms=0.08)
+
+
 def test_engines_whose_steps_fall_within_a_millisecond_are_told_apart() -> None:
     """Three engines whose steps drift past each other (11.9, 12 and 12.1 ms), one step's
     writes spread over up to 80 us: the step boundary sits in the widest valley of the
     arrival gaps, milliseconds, which joins engines while their steps are near; engines
     are told apart in the first valley past the writes (the 4-engine simulator at conc
     32 was counted as 3 engines and 778 steps for 1,035)."""
-    decode = (11.9, 12.0, 12.1)
-    engines = [
-        Engine(decode_ms=d, prefill_ms=3 * d, phase_ns=i * 4 * MS) for i, d in enumerate(decode)
-    ]
-    records = simulate(engines, conc=4, requests=48, smear_ms=0.08)
-    share = 48 // len(engines)  # simulate() makes each engine's requests in turn
-    alone = [fields(records[i * share : (i + 1) * share]) for i in range(len(engines))]
+    records = drifting_engines()
+    share = DRIFTING_REQUESTS // 3  # simulate() makes each engine's requests in turn
+    alone = [fields(records[i * share : (i + 1) * share]) for i in range(3)]
     result = fields(records)
     assert result["steps_engines"] == 3, result["steps_note"]
     assert result["steps_observed"] == sum(a["steps_observed"] for a in alone)
@@ -444,13 +453,7 @@ def test_the_servers_engine_count_decides_what_is_told_apart() -> None:
     told = fields(smeared, server_engines=1)
     assert told["steps_engines"] == 1 and told["steps_note"] is None, told["steps_note"]
     assert told["steps_decode_time_p50_ms"] == pytest.approx(12.0, rel=0.05)
-    decode = (11.9, 12.0, 12.1)
-    drifting = simulate(
-        [Engine(d, 3 * d, phase_ns=i * 4 * MS) for i, d in enumerate(decode)],
-        conc=4,
-        requests=48,
-        smear_ms=0.08,
-    )
+    drifting = drifting_engines()
     assert fields(drifting, server_engines=3)["steps_engines"] == 3
     wrong = fields(drifting, server_engines=4)
     assert wrong["steps_observed"] is None
