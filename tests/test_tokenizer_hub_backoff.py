@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_tokenizer import REPO, closed_port, failed_load_line, hub_env
+from tests.support.fake_hub import REPO, closed_port, failed_load_line, hub_env
 
 
 async def test_an_unreachable_hub_without_the_file_cached_is_one_clear_line(
