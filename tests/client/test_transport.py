@@ -207,7 +207,7 @@ async def test_failures_become_error_kinds(
 
 @pytest.mark.parametrize("kind", CLIENTS)
 async def test_timeout_and_cancel_keep_partial_records(sse_server: SseServer, kind: str) -> None:
-    base, _ = sse_server
+    base, stamps = sse_server
     async with open_streams(kind, 2) as session:
         record, _ = await send(base, "stall", session, limit_s=0.3)
         assert record.error is ErrorKind.TIMEOUT and record.chunk_tokens == (1,)
@@ -216,6 +216,12 @@ async def test_timeout_and_cancel_keep_partial_records(sse_server: SseServer, ki
         task = asyncio.create_task(
             transport.send(REQUEST, x_request_id="c", conc=1, scheduled_ns=0, on_record=seen.append)
         )
+        # cancel 0.3 s after the server wrote the first chunk (it then stalls 1.5 s), not
+        # 0.3 s after sending: on a busy machine (a CI run) the write came later than that
+        for _ in range(1000):  # up to 10 s
+            if stamps.get("c"):
+                break
+            await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
