@@ -69,6 +69,7 @@ from loadgen.run.backend import http_backend
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.ids import x_request_id
 from loadgen.run.shares import Share
+from loadgen.run.sweep import SweepOptions
 from loadgen.scale.sweep import run_sweep
 from loadgen.tokenizer import load_tokenizer
 
@@ -275,11 +276,11 @@ async def measure(
             http_client=http_client,
         )
         if http_client == "native":
-            outcome = await run_sweep(spec, tokenizer=tokenizer)
+            outcome = await run_sweep(spec, SweepOptions(tokenizer=tokenizer))
         else:  # the comparison client, plugged in through the backend's streams seam
             check_private_api()
             async with http_backend(spec, workdir, tokenizer, streams=AIOHTTP_STREAMS) as backend:
-                outcome = await run_sweep(spec, tokenizer=tokenizer, backend=backend)
+                outcome = await run_sweep(spec, SweepOptions(tokenizer=tokenizer, backend=backend))
     trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
     out = {}
     for point in outcome.points:

@@ -22,11 +22,12 @@ from loadgen.results.accuracy import AccuracyResult, AccuracySample, ExactMatchF
 from loadgen.results.outcome import PointOutcome
 from loadgen.results.point import ResultFileError
 from loadgen.results.store import ResultsDir
-from loadgen.run.driver import Driver, RunPieces
+from loadgen.run.driver import Driver, Lives, RunPieces
+from loadgen.run.features import Features
+from loadgen.run.lifecycle import PointLife
 from loadgen.run.point import Point
-from loadgen.run.point_records import RunContext
-from loadgen.run.stops import stop_of
-from loadgen.run.sweep import SweepOutcome, sweep_points
+from loadgen.run.point_records import PointRecords, RunContext
+from loadgen.run.sweep import SweepOptions, SweepOutcome, sweep_points
 from loadgen.sinks.run_files import RunFiles
 from loadgen.workload.gsm8k import AccuracyWorkload, Item, read_items, reply_content
 
@@ -154,13 +155,13 @@ async def measure_accuracy(
         workload = AccuracyWorkload(
             sub, pieces.tokenizer, pieces.workload.options, data.questions, data.shots
         )
-        yield _AccuracyDriver(workload, task, scores, on_score)
+        yield _AccuracyDriver(workload, task, scores, on_score, pieces.features)
 
-    sweep = await sweep_points(sub, drive=drive, outputs=RunFiles(sub))
+    sweep = await sweep_points(sub, SweepOptions(drive=drive, outputs=RunFiles(sub)))
     return AccuracyOutcome(directory, tuple(scores[c] for c in concs if c in scores), sweep)
 
 
-class _AccuracyDriver:
+class _AccuracyDriver(Lives):
     """Runs an accuracy point in this process, then scores its replies."""
 
     def __init__(
@@ -169,32 +170,32 @@ class _AccuracyDriver:
         task: str,
         scores: dict[int, AccuracyResult],
         on_score: Callable[[AccuracyResult], None] | None,
+        features: Features,
     ) -> None:
+        super().__init__()
         self.on_score = on_score
         self.workload = workload
         self.task = task
         self.scores = scores
-        self.current: Point | None = None
+        self.features = features
 
     async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
         plan = await asyncio.to_thread(self.workload.point, conc)
-        self.current = Point(context, plan)
-        outcome = await self.current.run_to_end()
-        self.current = None
+
+        def send(records: PointRecords) -> Point:
+            return Point(context, plan, on_record=records.add, on_warmup=records.add_warmup)
+
+        life = PointLife(context, conc, send, self.features.for_point(context, conc))
+        outcome = await self.run(life)
         self._score(context, conc, outcome.complete)
         return outcome
 
     def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
-        point, self.current = self.current, None
-        if point is None:
-            return None
-        if point.started:
-            outcome = point.finalize(complete=False, after=None, stop=stop_of(stop))
-            self._score(point.run, point.plan.conc, False)
-            return outcome
-        if point.recorded is not None:
-            point.recorded.close()
-        return None
+        life = self.current
+        outcome = super().abandoned(stop)
+        if life is not None and outcome is not None:
+            self._score(life.context, life.conc, False)
+        return outcome
 
     def _score(self, context: RunContext, conc: int, complete: bool) -> None:
         """After the point: each reply against its gold, both filters."""

@@ -44,6 +44,7 @@ from loadgen.results.results_dir import check_same_settings
 from loadgen.results.store import ResultsDir
 from loadgen.run.backend import Backend, http_backend, served_model
 from loadgen.run.scheduler import Clock, Sleep
+from loadgen.run.sweep import SweepOptions
 from loadgen.scale.sweep import run_sweep
 from loadgen.sinks.run_files import RunFiles
 from loadgen.tokenizer import load_tokenizer
@@ -141,11 +142,13 @@ async def _measure(
             shutil.rmtree(place)
     outcome = await run_sweep(
         probe_spec,
-        tokenizer=tokenizer,
-        backend=server,
-        clock=clock,
-        sleep=sleep,
-        outputs=RunFiles(probe_spec),
+        SweepOptions(
+            tokenizer=tokenizer,
+            backend=server,
+            clock=clock,
+            sleep=sleep,
+            outputs=RunFiles(probe_spec),
+        ),
     )
     return _probe_of(spec, load, outcome.points[-1].result, ResultsDir(outcome.results_dir))
 

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
 from loadgen.run.observers import FanoutObserver, RunObserver
-from loadgen.run.sweep import SweepOutcome
+from loadgen.run.sweep import SweepOptions, SweepOutcome
 from loadgen.scale.sweep import run_sweep
 from loadgen.sinks.progress import ProgressLine
 from loadgen.sinks.run_files import RunFiles
@@ -34,9 +34,11 @@ async def measure(
     try:
         return await run_sweep(
             spec,
-            observer=FanoutObserver(observer, progress),
-            tokenizer=tokenizer,
-            outputs=RunFiles(spec),
+            SweepOptions(
+                observer=FanoutObserver(observer, progress),
+                tokenizer=tokenizer,
+                outputs=RunFiles(spec),
+            ),
         )
     finally:
         if progress is not None:

@@ -109,6 +109,18 @@ class Backend(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ServerSide:
+    """What a run holds of its server beyond the Backend seam: the HTTP session its side
+    requests go through (prefix cache resets, the profiler), and what loadgen started
+    (the embedded simulator's log, the --serve-cmd server). Empty for a backend a test
+    gives: then the features that need these are refused in one line."""
+
+    session: aiohttp.ClientSession | None = None
+    launched: LaunchedServer | None = None
+    simulator_log: SimulatorLog | None = None
+
+
 class HttpBackend:
     """A real server: measured streams through `streams`, everything else through `session`."""
 
@@ -134,6 +146,10 @@ class HttpBackend:
         self.metrics_urls = metrics_urls(spec.telemetry.server_metrics, self.base_url)
         self.dialect: EngineDialect = VLLM  # the preflight's engine, once adopted
         self._transport: Transport | None = None
+
+    @property
+    def side(self) -> ServerSide:
+        return ServerSide(self.session, self.launched, self.simulator_log)
 
     async def preflight(
         self, options: BodyOptions, probe: tuple[str, int], longest: tuple[int, int]

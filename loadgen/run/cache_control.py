@@ -10,7 +10,7 @@ from loadgen.client.cache_reset import HttpCacheReset, reset_servers
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
 from loadgen.results.point import CacheState
-from loadgen.run.backend import Backend, HttpBackend
+from loadgen.run.backend import ServerSide
 
 
 class CacheControl(Protocol):
@@ -23,18 +23,15 @@ class CacheControl(Protocol):
         ...
 
 
-def http_cache_control(spec: RunSpec, backend: Backend) -> CacheControl | None:
-    """The resets --reset-prefix-cache asks for, over the backend's session; None when
-    not asked for."""
-    if not spec.target.reset_prefix_cache:
-        return None
-    if not isinstance(backend, HttpBackend):
+def http_cache_control(spec: RunSpec, side: ServerSide, base_url: str) -> CacheControl:
+    """The resets --reset-prefix-cache asks for, over the run's HTTP session."""
+    if side.session is None:
         raise UsageError(
             "--reset-prefix-cache: this backend is not an HTTP server; pass its CacheControl"
         )
     return HttpCacheReset(
-        backend.session,
-        reset_servers(backend.base_url, spec.telemetry.server_metrics),
+        side.session,
+        reset_servers(base_url, spec.telemetry.server_metrics),
         timeout_s=spec.target.reset_timeout_s,
         reset_external=spec.target.reset_external,
     )

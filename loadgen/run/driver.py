@@ -14,16 +14,19 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from tokenizers import Tokenizer
 
 from loadgen.errors import LoadgenError
 from loadgen.results.outcome import PointOutcome
+from loadgen.run.features import Features
+from loadgen.run.features.session_fields import SessionFields
+from loadgen.run.lifecycle import PointLife
 from loadgen.run.point import Point
-from loadgen.run.point_records import RunContext
-from loadgen.run.session_point import build_session_point
+from loadgen.run.point_records import PointRecords, RunContext
+from loadgen.run.session_point import SessionPoint, replay_counts, session_replay
 from loadgen.run.shares import Share
 from loadgen.run.stops import stop_of
 from loadgen.workload.plan import Workload
@@ -52,72 +55,88 @@ class RunPieces:
     workload: Workload  # the probe's, under the server's body options
     sessions: SessionSource | None  # a session run's trees (then `workload` is the probe's)
     tokenizer: Tokenizer
+    features: Features = field(default_factory=Features)  # each point's extensions
 
 
 # Starts a driver for a run, and stops whatever it started when the run ends.
 Drive = Callable[[RunPieces], AbstractAsyncContextManager[Driver]]
 
 
-class _Here:
-    """The point in progress in this process, finalized as stopped when the run stops."""
+class Lives:
+    """The point in progress, so that a run that stops writes it with what it measured."""
 
     def __init__(self) -> None:
-        self.current: Point | None = None
+        self.current: PointLife | None = None
 
-    async def _run(self, point: Point) -> PointOutcome:
-        self.current = point
-        outcome = await point.run_to_end()
+    async def run(self, life: PointLife) -> PointOutcome:
+        self.current = life
+        outcome = await life.run()
         self.current = None
         return outcome
 
     def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
-        point, self.current = self.current, None
-        if point is None:
-            return None
-        if point.started:
-            return point.finalize(complete=False, after=None, stop=stop_of(stop))
-        if point.recorded is not None:  # stopped during warmup: nothing was measured
-            point.recorded.close()
-        return None
+        life, self.current = self.current, None
+        return life.abandoned(stop_of(stop)) if life is not None else None
 
 
-class SingleTurn(_Here):
+class SingleTurn(Lives):
     """Closed or open loop in this process: the point's plan (this shard's share of it)."""
 
-    def __init__(self, workload: Workload, share: Share) -> None:
+    def __init__(self, workload: Workload, share: Share, features: Features) -> None:
         super().__init__()
         self.workload = workload
         self.share = share
+        self.features = features
 
     async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
         share = self.share
         keep = share.owner(conc) if share.shards > 1 else None
         workload = self.workload.reseeded(context.spec.seed) if context.trial else self.workload
         plan = await asyncio.to_thread(workload.point, conc, keep)
-        return await self._run(
-            Point(context, plan, slots=len(share.slots(conc)), label=share.label)
+
+        def send(records: PointRecords) -> Point:
+            return Point(
+                context,
+                plan,
+                on_record=records.add,
+                on_warmup=records.add_warmup,
+                slots=len(share.slots(conc)),
+                label=share.label,
+            )
+
+        return await self.run(
+            PointLife(context, conc, send, self.features.for_point(context, conc))
         )
 
 
-class Sessions(_Here):
+class Sessions(Lives):
     """A session run in this process: every lane of the point's trees."""
 
-    def __init__(self, sessions: SessionSource, tokenizer: Tokenizer) -> None:
+    def __init__(self, sessions: SessionSource, tokenizer: Tokenizer, features: Features) -> None:
         super().__init__()
         self.sessions = sessions
         self.tokenizer = tokenizer
+        self.features = features
 
     async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
-        return await self._run(
-            await build_session_point(context, conc, self.sessions, self.tokenizer)
-        )
+        replay = await session_replay(context, conc, self.sessions, self.tokenizer)
+
+        def send(records: PointRecords) -> SessionPoint:
+            return SessionPoint(
+                context, conc, replay, on_record=records.add, on_warmup=records.add_warmup
+            )
+
+        fields = SessionFields(context.spec, lambda: replay_counts(replay.stats))
+        extensions = self.features.for_point(context, conc, (fields,))
+        return await self.run(PointLife(context, conc, send, extensions))
 
 
 @contextlib.asynccontextmanager
 async def in_process(pieces: RunPieces) -> AsyncIterator[Driver]:
     """The driver of a run in this one process (--workers 1)."""
     if pieces.sessions is not None:
-        yield Sessions(pieces.sessions, pieces.tokenizer)
+        yield Sessions(pieces.sessions, pieces.tokenizer, pieces.features)
         return
     spec = pieces.context.spec
-    yield SingleTurn(pieces.workload, Share(spec.processes.shard_index, spec.processes.shard_count))
+    share = Share(spec.processes.shard_index, spec.processes.shard_count)
+    yield SingleTurn(pieces.workload, share, pieces.features)

@@ -1,11 +1,13 @@
-"""One concurrency point: warmup, measured requests, records on disk, its PointResult.
+"""Requests sent from this process: one point's plan (or this process's share of it),
+its warmup and its measured requests, each record handed on the moment it ends.
 
-Warmup requests open (and keep) the connections and are not recorded. Then the server's
-/metrics is scraped, the measured requests run (each record to JSONL the moment it ends),
-/metrics is scraped again and the records are summarized. The loop-lag probe and the
-process CPU clock cover the measured phase only. Every outcome, warmup included, goes to
-the server watch (server_watch.py), which holds new requests back while the server is
-suspected gone; a point is never written complete while that question is open.
+`Point` is how a point is sent here (lifecycle.Sending); what happens around the sending
+(cache resets, counters, telemetry, the file) is the point's life (lifecycle.py). Warmup
+requests open (and keep) the connections and are not recorded. The loop-lag probe and
+the process CPU clock cover the measured phase only. Every outcome, warmup included,
+goes to the server watch (server_watch.py), which holds new requests back while the
+server is suspected gone. A worker process (scale/worker_process.py) sends its share
+with the same class, its records to the parent.
 """
 
 from __future__ import annotations
@@ -14,15 +16,14 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
-from loadgen.client.server_metrics import Scrape
 from loadgen.metrics.saturation import SaturationRule
 from loadgen.records import RequestRecord
-from loadgen.results.outcome import PointOutcome, Stop
+from loadgen.results.outcome import Stop
 from loadgen.run.client_health import ProcessHealth, running_loop_name
 from loadgen.run.clock import ClockPair, read_pair
 from loadgen.run.ids import x_request_id
 from loadgen.run.loop_health import LoopLag, no_gc_pauses
-from loadgen.run.point_records import PointRecords, RunContext
+from loadgen.run.point_records import RunContext
 from loadgen.run.saturation_watch import SaturationWatch
 from loadgen.run.scheduler import closed_loop
 from loadgen.run.shapes import LoadShape, Phase, arrivals_rng, load_shape
@@ -31,37 +32,28 @@ from loadgen.workload.plan import PointPlan, RequestSpec
 
 
 class Point:
-    """Runs one plan (or one process's share of it) in this process: warmup, then the
-    measured requests. Records go to `on_record`, by default this point's own
-    PointRecords; `finalize` writes whatever was measured, complete or not."""
+    """Sends one plan (or one process's share of it) from this process: warmup, then the
+    measured requests. Records go to `on_record`; warmup records to `on_warmup`."""
 
     def __init__(
         self,
         run: RunContext,
         plan: PointPlan,
         *,
+        on_record: Callable[[RequestRecord], None],
+        on_warmup: Callable[[RequestRecord], None] | None = None,
         slots: int | None = None,
-        on_record: Callable[[RequestRecord], None] | None = None,
         label: str = "shard 0/1 worker 0/1",
     ) -> None:
         self.run = run
         self.plan = plan
         self.shape: LoadShape = load_shape(run.spec)
-        self.slots = plan.conc if slots is None else slots
+        self._slots = plan.conc if slots is None else slots
         self.label = label
-        self.recorded: PointRecords | None = None
-        if on_record is None:
-            self.recorded = PointRecords(
-                run,
-                plan.conc,
-                planned=len(plan.measured),
-                warmup=len(plan.warmup),
-                slots=self.slots,
-            )
-            on_record = self.recorded.add
         self._deliver = on_record
+        self._warmup_to = on_warmup
         self.sent_requests = self.sent_chunks = 0
-        self.warmup_failed = 0
+        self._warmup_failed = 0
         self.clock = ClockPair(0, 0, 0)
         self.cpu_start = 0.0
         # CPU of the measured phase only: not the /metrics scrape, GC or summarize after it.
@@ -70,31 +62,28 @@ class Point:
         self.saturation: SaturationWatch | None = None  # open loop, unless switched off
 
     @property
-    def started(self) -> bool:
-        return self.recorded is not None and self.recorded.started
+    def slots(self) -> int:
+        return self._slots
 
-    async def run_to_end(self) -> PointOutcome:
-        assert self.recorded is not None
-        await self.recorded.reset_cache(warmed=False)
-        await self.warm_up()
-        await self.recorded.reset_cache(warmed=True)
-        if self.run.barrier is not None:
-            await self.run.barrier(self.plan.conc)
-        await self.recorded.start_power()
-        await self.recorded.open_series()
-        try:
-            await self.recorded.start_profile()
-            self.recorded.begin(await self.run.backend.scrape())
-            await self.measure()
-            if self.run.watch is not None:  # never complete while the server may be gone
-                await self.run.watch.settled()
-            after = await self.recorded.scrape_after()
-        finally:  # after the gauges stopped: the trace export is not the point's
-            await self.recorded.stop_profile()
+    @property
+    def planned(self) -> int:
+        return len(self.plan.measured)
+
+    @property
+    def warmup_planned(self) -> int:
+        return len(self.plan.warmup)
+
+    @property
+    def warmup_failed(self) -> int:
+        return self._warmup_failed
+
+    def early_stop(self) -> Stop | None:
         verdict = self.saturation.verdict if self.saturation is not None else None
-        if verdict is not None:  # measured to the stop, kept, never published as complete
-            return self.finalize(complete=False, after=after, stop=Stop(SATURATED, verdict.detail))
-        return self.finalize(complete=True, after=after)
+        # measured to the stop, kept, never published as complete
+        return Stop(SATURATED, verdict.detail) if verdict is not None else None
+
+    def processes(self) -> list[ProcessHealth]:
+        return [self.health()]
 
     async def warm_up(self) -> None:
         await closed_loop(self.plan.warmup, self.slots, self._send_warmup, clock=self.run.clock)
@@ -122,18 +111,6 @@ class Point:
             cpu,
             tuple(self.loop_lag.samples),
             running_loop_name(),
-        )
-
-    def finalize(
-        self, *, complete: bool, after: Scrape | None, stop: Stop | None = None
-    ) -> PointOutcome:
-        assert self.recorded is not None
-        return self.recorded.finalize(
-            complete=complete,
-            after=after,
-            processes=[self.health()],
-            warmup_failed=self.warmup_failed,
-            stop=stop,
         )
 
     async def _measured_phase(self) -> None:
@@ -177,9 +154,9 @@ class Point:
         if watch is not None:
             watch.observe(record)
         if record.error is not None:  # not a measurement, but a sign worth reporting
-            self.warmup_failed += 1
-        if self.run.spec.output.aiperf_artifacts is not None and self.recorded is not None:
-            self.recorded.warmup_records.append(record)
+            self._warmup_failed += 1
+        if self._warmup_to is not None:
+            self._warmup_to(record)
         return record
 
     async def _send(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:

@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from loadgen.client.server_profiler import HttpProfiler
-from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
-from loadgen.run.backend import Backend, HttpBackend
+from loadgen.run.backend import ServerSide
 
 
 class ProfilerControl(Protocol):
@@ -38,13 +37,10 @@ def profile_prefix(run_id: str, conc: int) -> str:
     return f"loadgen-{run_id}-c{conc}"
 
 
-def http_profiler_control(spec: RunSpec, backend: Backend) -> ProfilerControl | None:
-    """The windows --profile-conc asks for, over the backend's session; None when not
-    asked for."""
-    if not spec.target.profile_conc:
-        return None
-    if not isinstance(backend, HttpBackend):
+def http_profiler_control(side: ServerSide, base_url: str) -> ProfilerControl:
+    """The windows --profile-conc asks for, over the run's HTTP session."""
+    if side.session is None:
         raise UsageError(
             "--profile-conc: this backend is not an HTTP server; pass its ProfilerControl"
         )
-    return HttpProfiler(backend.session, backend.base_url)
+    return HttpProfiler(side.session, base_url)

@@ -1,11 +1,11 @@
 """One concurrency point of a session run: primers, then lanes of session trees.
 
-The same Point and PointRecords (records to JSONL as they end, /metrics scraped and gauges
-watched around the measured phase, PointResult written even when interrupted) with the
-session replay as its warmup and measured phase, and the session figures
-(metrics/agentic.py) added to its result. With --workers each worker process plays
-its lanes (run/sessions.py) and the parent assembles the point from all records and the
-summed replay counts (scale/pool.py); --shard is refused for session runs.
+Sent like any point from this process (point.py), with the session replay as its warmup
+and measured phase; its life is every point's (lifecycle.py), the session figures
+(metrics/agentic.py) added by an extension (features/session_fields.py). With --workers
+each worker process plays its lanes (run/sessions.py) and the parent assembles the point
+from all records and the summed replay counts (scale/pool.py); --shard is refused for
+session runs.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from loadgen.run.point_records import RunContext
 from loadgen.run.scheduler import deadline_after
 from loadgen.run.sessions import ReplayOptions, ReplayStats, SessionReplay
 from loadgen.run.shares import Share
-from loadgen.workload.plan import PointPlan, RequestSpec
+from loadgen.workload.plan import PointPlan
 from loadgen.workload.session_plan import SessionSource
 from loadgen.workload.session_render import SessionRenderer
 from loadgen.workload.sessions import SessionTree
@@ -74,76 +74,57 @@ def session_metrics(
     return msgspec.convert(fields, SessionMetrics)
 
 
-def replay_counts(stats: ReplayStats, primers_failed: int) -> dict[str, int]:
-    counts = {
+def replay_counts(stats: ReplayStats) -> dict[str, int]:
+    return {
         f.name: getattr(stats, f.name) for f in dataclasses.fields(stats) if f.name != "live_trees"
     }
-    return {**counts, "primers_failed": primers_failed}
 
 
 class SessionPoint(Point):
+    """A session point sent from this process: the replay's primers and lanes."""
+
     def __init__(
         self,
         run: RunContext,
         conc: int,
         replay: SessionReplay,
         *,
+        on_record: Callable[[RequestRecord], None],
+        on_warmup: Callable[[RequestRecord], None] | None = None,
         share: Share | None = None,
-        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         share = share or Share()
         super().__init__(
             run,
             PointPlan(conc=conc, warmup=(), measured=()),
-            slots=len(share.slots(conc)),
             on_record=on_record,
+            on_warmup=on_warmup,
+            slots=len(share.slots(conc)),
             label=share.label,
         )
         self.replay = replay
-        self.primers_failed = 0
-        if self.recorded is not None:  # this process keeps the records (not a worker)
-            self.recorded.planned = planned_requests(run.spec, replay.trees)
-            self.recorded.extra = self._session_fields
+
+    @property
+    def planned(self) -> int:
+        return planned_requests(self.run.spec, self.replay.trees)
 
     async def warm_up(self) -> None:
-        await self.replay.warmup(self._send_primer)
+        await self.replay.warmup(self._send_warmup)
 
     async def _measured_phase(self) -> None:
         deadline = deadline_after(self.run.spec.load.duration_s, self.run.clock())
         await self.replay.measure(self._send, deadline)
 
-    async def _send_primer(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
-        record = await self._send_warmup(request, scheduled_ns)
-        if record.error is not None:
-            self.primers_failed += 1
-        return record
 
-    def _session_fields(
-        self,
-        records: Sequence[RequestRecord],
-        before: ServerSnapshot | None,
-        after: ServerSnapshot | None,
-    ) -> SessionMetrics:
-        return session_metrics(
-            self.run.spec,
-            records,
-            before,
-            after,
-            replay_counts(self.replay.stats, self.primers_failed),
-        )
-
-
-async def build_session_point(
+async def session_replay(
     context: RunContext,
     conc: int,
     source: SessionSource,
     tokenizer: Tokenizer,
-    *,
     share: Share | None = None,
-    on_record: Callable[[RequestRecord], None] | None = None,
-) -> SessionPoint:
+) -> SessionReplay:
     """The point's trees (drawn or loaded off the loop), their renderer and replay; a
-    worker's (`share`, records to `on_record`) plays its lanes only (run/sessions.py)."""
+    worker's (`share`) plays its lanes only (run/sessions.py)."""
     spec = context.spec
     share = share or Share()
     trees = await asyncio.to_thread(source.trees, conc)
@@ -161,7 +142,6 @@ async def build_session_point(
         worker=share.worker,
         workers=share.workers,
     )
-    replay = SessionReplay(
+    return SessionReplay(
         trees, renderer, options, clock=context.clock, sleep=context.sleep, hooks=context.hooks
     )
-    return SessionPoint(context, conc, replay, share=share, on_record=on_record)

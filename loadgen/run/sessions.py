@@ -77,6 +77,7 @@ class ReplayStats:
     gaps_capped_tree: int = 0
     gaps_cut_system: int = 0
     primers: int = 0
+    primers_failed: int = 0  # a failed primer is not a measurement, but worth reporting
     sessions_cut: int = 0  # --live-history: sessions ended by a failed or empty reply
     turns_skipped: int = 0  # their turns not sent
     live_trees: int = field(default=0, repr=False)
@@ -225,7 +226,9 @@ class SessionReplay:
                 self._first_plays = self._taken
 
     async def _send_primer(self, rendered: asyncio.Future[RequestSpec], send: SendTurn) -> None:
-        await send(await rendered, self.clock())
+        record = await send(await rendered, self.clock())
+        if record.error is not None:
+            self.stats.primers_failed += 1
 
     async def measure(self, send: SendTurn, deadline_ns: int | None) -> None:
         self._deadline = deadline_ns

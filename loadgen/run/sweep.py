@@ -20,19 +20,14 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
 
 from tokenizers import Tokenizer
 
-from loadgen.client.gpu_metrics import (
-    PowerCsvTail,
-    check_gpu_metrics_urls,
-    check_power_csv,
-    gpu_metrics_urls,
-)
+from loadgen.client.gpu_metrics import check_power_csv
 from loadgen.client.preflight import ServerInfo, engine_line
 from loadgen.client.server_metrics import metrics_urls
 from loadgen.config.build_spec import default_results_dir
@@ -45,19 +40,19 @@ from loadgen.results.outcome import PointOutcome
 from loadgen.results.results_dir import Earlier, trials_kept
 from loadgen.results.run_file import RunFile
 from loadgen.results.store import RUN_FILE, ResultsDir
-from loadgen.run.backend import Backend, HttpBackend, http_backend
-from loadgen.run.cache_control import CacheControl, http_cache_control
+from loadgen.run.backend import Backend, ServerSide, http_backend
+from loadgen.run.cache_control import CacheControl
 from loadgen.run.driver import Drive, Driver, RunPieces, in_process
 from loadgen.run.embedded_sim import sim_stream_interval, sweep_estimate
+from loadgen.run.features import run_features
 from loadgen.run.ids import new_run_id
 from loadgen.run.limits import ensure_fd_limit
 from loadgen.run.observers import FanoutObserver, NoOutputs, RunObserver, RunOutputs
 from loadgen.run.point_records import RunContext
 from loadgen.run.probe import ProbedWorkload, body_options, probe_workload
-from loadgen.run.profiler_control import ProfilerControl, http_profiler_control
+from loadgen.run.profiler_control import ProfilerControl
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
-from loadgen.run.shard_sync import ShardBarrier
 from loadgen.run.stops import (
     INTERRUPTED_DETAIL,
     SATURATED,
@@ -71,7 +66,7 @@ from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import synthesis_of
 from loadgen.workload.session_plan import SessionSource, session_source
 
-__all__ = ["PointOutcome", "SweepOutcome", "sweep_points"]
+__all__ = ["PointOutcome", "SweepOptions", "SweepOutcome", "sweep_points"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,31 +87,35 @@ class SweepOutcome:
         return 1 if self.failed_points or self.golden_failed else 0
 
 
-async def sweep_points(
-    spec: RunSpec,
-    *,
-    observer: RunObserver | None = None,
-    tokenizer: Tokenizer | None = None,
-    backend: Backend | None = None,
-    clock: Clock = perf_counter_ns,
-    sleep: Sleep = asyncio.sleep,
-    outputs: RunOutputs | None = None,
-    drive: Drive | None = None,
-    cache: CacheControl | None = None,
-    profiler: ProfilerControl | None = None,
-) -> SweepOutcome:
-    """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
-    the point and record files, and whatever `outputs` writes (loadgen.orchestrate.measure
-    gives the standard files and the progress line; the engine imports no sink).
+@dataclass(frozen=True, slots=True)
+class SweepOptions:
+    """How a sweep is run, beside what it measures (the spec): every field has the real
+    run's default; tests and other entry points set the ones they replace."""
 
-    Without `backend` the server is `spec.base_url` (or the embedded simulator for
-    `spec.sim`) over HTTP; `clock` and `sleep` drive the scheduler (tests pass virtual ones).
-    `drive` runs the points: by default in this process; loadgen.scale.sweep.run_sweep
-    resolves --workers and gives the worker pool's. `cache` resets the servers' prefix
-    caches for --reset-prefix-cache (by default over HTTP, run/cache_control.py);
-    `profiler` opens the server's profiler windows for --profile-conc (likewise,
-    run/profiler_control.py).
-    """
+    # live hooks: the progress line, the exporter, the sidecar
+    observer: RunObserver | None = None
+    tokenizer: Tokenizer | None = None  # loaded from the spec when None
+    # the server: None, `spec.base_url` (or the embedded simulator for `spec.sim`) over HTTP
+    backend: Backend | None = None
+    clock: Clock = perf_counter_ns  # the scheduler's (tests pass virtual ones)
+    sleep: Sleep = asyncio.sleep
+    # the files beyond the run's own (loadgen.orchestrate.measure gives the standard
+    # ones and the progress line; the engine imports no sink)
+    outputs: RunOutputs | None = None
+    # runs the points: None, in this process; loadgen.scale.sweep.run_sweep resolves
+    # --workers and gives the worker pool's
+    drive: Drive | None = None
+    # --reset-prefix-cache's resets and --profile-conc's profiler: None, over HTTP
+    # (run/cache_control.py, run/profiler_control.py); tests give their own
+    cache: CacheControl | None = None
+    profiler: ProfilerControl | None = None
+
+
+async def sweep_points(spec: RunSpec, options: SweepOptions | None = None) -> SweepOutcome:
+    """Run every concurrency point of `spec`; results land in spec.results_dir: run.json,
+    the point and record files, and whatever `options.outputs` writes."""
+    options = options or SweepOptions()
+    drive = options.drive
     if drive is None and spec.processes.workers != 1:
         raise UsageError(
             f"--workers {spec.processes.workers or 'auto'}: this entry point runs one process; "
@@ -139,7 +138,8 @@ async def sweep_points(
     if estimate is not None:
         print(f"loadgen: {estimate}", file=sys.stderr)
     ensure_fd_limit(max(spec.load.conc))  # before the embedded simulator, which inherits it
-    hooks = FanoutObserver(observer)
+    hooks = FanoutObserver(options.observer)
+    tokenizer = options.tokenizer
     if tokenizer is None:
         tokenizer = await asyncio.to_thread(  # raw prompts may use any model's tokenizer
             load_tokenizer, spec.target.tokenizer, check_dsv4=spec.workload.encoder == "dsv4"
@@ -147,15 +147,11 @@ async def sweep_points(
     # Bad lengths or a bad dataset fail here, before a simulator starts or a socket opens.
     probed = await asyncio.to_thread(probe_workload, spec, tokenizer)
     sessions = await asyncio.to_thread(session_source, spec, tokenizer) if spec.sessions else None
-    sweep = _Sweep(
-        spec, results_dir, tokenizer, hooks, clock, sleep, earlier, sessions, outputs, drive
-    )
-    sweep.cache = cache
-    sweep.profiler = profiler
+    sweep = _Sweep(spec, results_dir, tokenizer, hooks, earlier, sessions, options)
     try:
         attempt = earlier.attempt if earlier else 1
-        async with _backend(spec, results_dir, tokenizer, backend, attempt) as server:
-            await sweep.run(server, probed)
+        async with _backend(spec, results_dir, tokenizer, options.backend, attempt) as server:
+            await sweep.run(*server, probed)
     except asyncio.CancelledError:
         sweep.finish(Interrupted(INTERRUPTED_DETAIL))
         raise
@@ -188,12 +184,12 @@ def _say_saturated(outcome: PointOutcome, todo: tuple[int, ...]) -> None:
 @contextlib.asynccontextmanager
 async def _backend(
     spec: RunSpec, results_dir: Path, tokenizer: Tokenizer, given: Backend | None, attempt: int
-) -> AsyncIterator[Backend]:
+) -> AsyncIterator[tuple[Backend, ServerSide]]:
     if given is not None:
-        yield given
+        yield given, ServerSide()
         return
     async with http_backend(spec, results_dir, tokenizer, attempt) as backend:
-        yield backend
+        yield backend, backend.side
 
 
 class _Sweep:
@@ -203,36 +199,31 @@ class _Sweep:
         results_dir: Path,
         tokenizer: Tokenizer,
         hooks: RunObserver,
-        clock: Clock,
-        sleep: Sleep,
         earlier: Earlier | None,
-        sessions: SessionSource | None = None,
-        outputs: RunOutputs | None = None,
-        drive: Drive | None = None,
+        sessions: SessionSource | None,
+        options: SweepOptions,
     ) -> None:
         self.spec = spec
-        self.outputs: RunOutputs = outputs or NoOutputs()
+        self.options = options
+        self.outputs: RunOutputs = options.outputs or NoOutputs()
         self.sessions = sessions
         self.results_dir = results_dir
         self.tokenizer = tokenizer
         self.hooks = hooks
-        self.clock = clock
-        self.sleep = sleep
         self.earlier = earlier
         self.started_unix = time.time()
         self.run_id = new_run_id(self.started_unix)
         self.backend: Backend | None = None
+        self.side = ServerSide()
         self.server: ServerInfo | None = None
         self.points: list[PointOutcome] = list(earlier.points) if earlier else []
         self.todo = earlier.remaining if earlier else spec.load.conc
         self.at: int | None = None  # the point in progress
-        self.drive: Drive = drive or in_process
+        self.drive: Drive = options.drive or in_process
         self.driver: Driver | None = None  # the points' runner, once the server answered
         self.began = False  # a point was started: from then on run.json exists
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
-        self.cache: CacheControl | None = None  # given; else built for the backend
-        self.profiler: ProfilerControl | None = None  # likewise
 
     def _kept_outputs(self, backend: Backend) -> None:
         """--resume: the kept points' outputs a failed write left out (--aiperf-artifacts),
@@ -249,8 +240,8 @@ class _Sweep:
                 store, point.result, records, PointCapture((), (), offset, urls)
             )
 
-    async def run(self, backend: Backend, probed: ProbedWorkload) -> None:
-        self.backend = backend
+    async def run(self, backend: Backend, side: ServerSide, probed: ProbedWorkload) -> None:
+        self.backend, self.side = backend, side
         if self.spec.telemetry.gpu_power_csv is not None:
             check_power_csv(self.spec.telemetry.gpu_power_csv)
         self.server = await backend.preflight(body_options(self.spec), probed.probe, probed.longest)
@@ -259,19 +250,10 @@ class _Sweep:
         for warning in self.server.warnings:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
-        if self.spec.telemetry.gpu_metrics:
-            await check_gpu_metrics_urls(
-                gpu_metrics_urls(self.spec.telemetry.gpu_metrics, backend.base_url)
-            )
-        cache = self.cache
-        if cache is None:
-            cache = http_cache_control(self.spec, backend)
-        if cache is not None and self.spec.target.reset_prefix_cache:
-            await cache.check()  # a server without the endpoint stops the run here
-        else:
-            cache = None
-        profiler = await self._profiler(backend)
-        launched = backend.launched if isinstance(backend, HttpBackend) else None
+        features = await run_features(
+            self.spec, backend, side, cache=self.options.cache, profiler=self.options.profiler
+        )
+        launched = side.launched
         # a launched server is watched by its pid, as --server-pid's (its death is seen at once)
         watch = (
             ServerWatch(backend.probe, launched.pid, "launched by --serve-cmd")
@@ -285,48 +267,24 @@ class _Sweep:
             self.run_id,
             self.results_dir,
             self.hooks,
-            self.clock,
-            self.sleep,
-            self._barrier(),
+            self.options.clock,
+            self.options.sleep,
             watch,
             synthesis_of(self.spec, self.tokenizer),
             self.outputs,
-            backend.simulator_log if isinstance(backend, HttpBackend) else None,
-            power_csv=PowerCsvTail(self.spec.telemetry.gpu_power_csv)
-            if self.spec.telemetry.gpu_power_csv is not None
-            else None,
-            cache=cache,
-            profiler=profiler,
         )
         if self.earlier is not None:
             results_files.set_aside(self.results_dir, self.earlier, self.spec.load.trials)
             self._kept_outputs(backend)
         self.began = True
         self._write_run_file(None, final=False)
-        pieces = RunPieces(context, workload, self.sessions, self.tokenizer)
+        pieces = RunPieces(context, workload, self.sessions, self.tokenizer, features)
         async with asyncio.TaskGroup() as group:
             watcher = group.create_task(watch.run(), name="loadgen-server-watch")
             async with self.drive(pieces) as driver:
                 self.driver = Trials(driver, self.spec.load.trials, backend.fresh_connections)
                 await self._points(context, self.driver)
             watcher.cancel()
-
-    async def _profiler(self, backend: Backend) -> ProfilerControl | None:
-        """--profile-conc: the server's profiler, checked before the first point (a
-        server without one stops the run here), and where its traces will be said."""
-        profile = self.spec.target.profile_conc
-        if not profile:
-            return None
-        profiler = self.profiler or http_profiler_control(self.spec, backend)
-        if profiler is None:
-            return None
-        await profiler.check()
-        print(
-            f"loadgen: profiling conc {', '.join(map(str, profile))} (those points' numbers "
-            f"are a slowed server's): the server writes its trace files {profiler.where}",
-            file=sys.stderr,
-        )
-        return profiler
 
     async def _points(self, context: RunContext, driver: Driver) -> None:
         """Each point still to run, in order, until one saturates."""
@@ -349,16 +307,6 @@ class _Sweep:
         if outcome.write_error is not None:
             raise outcome.write_error
         self._write_run_file(None, final=False)  # for --resume after a hard kill
-
-    def _barrier(self) -> Callable[[int], Awaitable[None]] | None:
-        spec = self.spec
-        if spec.processes.shard_sync is None:
-            return None
-        barrier = ShardBarrier(
-            spec.processes.shard_sync, spec.processes.shard_index, spec.processes.shard_count
-        )
-        barrier.check_fresh()
-        return barrier.wait
 
     def _check_same_model(self) -> None:
         assert self.server is not None
@@ -448,9 +396,7 @@ class _Sweep:
                 stop_of(stop),
                 interrupted=isinstance(stop, Interrupted),
                 final=final,
-                launched=self.backend.launched.facts()
-                if isinstance(self.backend, HttpBackend) and self.backend.launched
-                else None,
+                launched=self.side.launched.facts() if self.side.launched else None,
             )
         except ResultsWriteError:
             if not final:

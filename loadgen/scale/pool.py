@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -32,12 +32,14 @@ import orjson
 
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
-from loadgen.results.outcome import PointOutcome, Stop
+from loadgen.results.outcome import Stop
 from loadgen.run.client_health import ProcessHealth
-from loadgen.run.point_records import PointRecords, RunContext
-from loadgen.run.session_point import planned_requests, session_metrics
+from loadgen.run.features.taints import Taints
+from loadgen.run.lifecycle import PointLife
+from loadgen.run.point_records import RunContext
+from loadgen.run.session_point import planned_requests
 from loadgen.run.shares import Share, requests_in
-from loadgen.run.stops import INTERRUPTED, WorkerDied, stop_of
+from loadgen.run.stops import WorkerDied
 from loadgen.scale.frames import FrameError, Kind, message, read_frame
 from loadgen.workload.session_plan import SessionSource
 
@@ -85,100 +87,24 @@ class WorkerPool:
     events: asyncio.Queue[tuple[Handle | None, Kind | None, bytes]] = field(
         default_factory=asyncio.Queue
     )
-    current: PointRecords | None = None
+    current: PointLife | None = None  # the point whose records the workers send now
     write_error: ResultsWriteError | None = None  # a record the parent could not write
 
-    async def run_point(
-        self,
-        conc: int,
-        keep: Callable[[PointOutcome], None],
-        sessions: SessionSource | None = None,
-        *,
-        context: RunContext | None = None,
-    ) -> None:
-        """Run one point on the workers; its outcome goes to `keep`, also when the point
-        is interrupted or a worker dies (then CancelledError or WorkerDied follows).
+    async def sending(
+        self, context: RunContext, conc: int, sessions: SessionSource | None
+    ) -> WorkerSending:
+        """How point `conc` is sent on the workers that hold some of its slots.
         `context`: a --trials trial's (its seed, its files), else the run's. A session
-        run's workers each play their lanes; the point's session fields come from all
-        records and the replay counts the workers report, summed."""
-        context = context or self.context
+        run's workers each play their lanes."""
         spec, shard_slots = context.spec, self.share.shard_slots(conc)
+        active = [h for h in self.handles if h.share.slots(conc)]
         if sessions is not None:
             trees = await asyncio.to_thread(sessions.trees, conc)
-            recorded = PointRecords(
-                context,
-                conc,
-                warmup=0,
-                slots=len(shard_slots),
-                planned=planned_requests(spec, trees),
-            )
+            planned, warmup = planned_requests(spec, trees), 0
         else:
-            recorded = PointRecords(
-                context,
-                conc,
-                planned=requests_in(spec.load.measured_requests(conc), conc, shard_slots),
-                warmup=requests_in(spec.load.warmup_requests(conc), conc, shard_slots),
-                slots=len(shard_slots),
-            )
-        state = _PointState(recorded, [h for h in self.handles if h.share.slots(conc)])
-        if sessions is not None:
-            recorded.extra = lambda records, before, after: session_metrics(
-                spec, records, before, after, state.replay_counts()
-            )
-        self.current = recorded
-        watch = self.context.watch
-        try:
-            try:
-                await self._measure(conc, state, context)
-                if watch is not None:  # never complete while the server may be gone
-                    await watch.settled()
-                after = await recorded.scrape_after()
-            finally:  # after the gauges stopped: the trace export is not the point's
-                await recorded.stop_profile()
-            keep(state.finalize(complete=True, after=after))
-        except asyncio.CancelledError:  # Ctrl-C, or the server watch's verdict
-            gone = watch.verdict if watch is not None else None
-            await self._stop(state, stop_of(gone) or INTERRUPTED, keep)
-            raise
-        except ResultsWriteError as exc:
-            await self._stop(state, Stop("results_write_failed", str(exc)), keep)
-            raise
-        except Lost as lost:
-            reason = str(lost) or await lost.handle.death()
-            await self._stop(state, Stop("worker_died", reason), keep)
-            raise WorkerDied(
-                f"{reason} during conc {conc}; the point is written with "
-                f"complete: false and the run stops"
-            ) from None
-        finally:
-            self.current = None
-
-    async def _measure(self, conc: int, state: _PointState, context: RunContext) -> None:
-        # a trial's seed, and whether to drop the trial before's connections first
-        point = {
-            "conc": conc,
-            "seed": context.spec.seed,
-            "trial": context.trial,
-            "fresh": context.trial is not None and context.trial > 1,
-        }
-        await state.recorded.reset_cache(warmed=False)
-        for handle in state.active:
-            handle.send(Kind.POINT, point)
-        for body in (await self._collect(state.active, Kind.WARM)).values():
-            state.warmup_failed += int(body["warmup_failed"])
-        await state.recorded.reset_cache(warmed=True)
-        if self.context.barrier is not None:
-            await self.context.barrier(conc)
-        await state.recorded.start_power()
-        await state.recorded.open_series()
-        await state.recorded.start_profile()
-        state.recorded.begin(await self.context.backend.scrape())
-        state.cpu_start = time.process_time()
-        at_ns = perf_counter_ns() + GO_DELAY_NS
-        for handle in state.active:
-            handle.send(Kind.GO, {"at_ns": at_ns})
-        state.done = await self._collect(state.active, Kind.DONE)
-        state.parent_cpu = time.process_time() - state.cpu_start
+            planned = requests_in(spec.load.measured_requests(conc), conc, shard_slots)
+            warmup = requests_in(spec.load.warmup_requests(conc), conc, shard_slots)
+        return WorkerSending(self, context, conc, active, planned, warmup, len(shard_slots))
 
     async def _collect(
         self, handles: list[Handle], kind: Kind, *, fail_fast: bool = True
@@ -212,27 +138,6 @@ class WorkerPool:
                 waiting.discard(handle.index)
         return got
 
-    async def _stop(
-        self, state: _PointState, stop: Stop, keep: Callable[[PointOutcome], None]
-    ) -> None:
-        """Stop the point on every live worker, keep what was measured, write it."""
-        try:
-            for handle in state.active:
-                handle.send(Kind.STOP)
-            pending = [h for h in state.active if h.index not in state.done]
-            with contextlib.suppress(TimeoutError):
-                state.done.update(
-                    await asyncio.wait_for(
-                        self._collect(pending, Kind.DONE, fail_fast=False), STOP_TIMEOUT_S
-                    )
-                )
-        finally:
-            if state.recorded.started:
-                state.parent_cpu = time.process_time() - state.cpu_start
-                keep(state.finalize(complete=False, after=None, stop=stop))
-            else:
-                state.recorded.close()
-
     def _on_frame(self, handle: Handle, kind: Kind, body: bytes) -> None:
         hooks, conc = self.context.hooks, self.current.conc if self.current else 0
         if kind is Kind.RECORD:
@@ -248,16 +153,17 @@ class WorkerPool:
             for lag_ns in orjson.loads(body)["ns"]:
                 hooks.loop_lag(lag_ns / 1e9)
         elif kind is Kind.TAINTED:  # between points: no record of a point to taint
-            if self.current is not None:
+            taints = self.current.find(Taints) if self.current is not None else None
+            if taints is not None:
                 rows = orjson.loads(body)["tainted"]
-                self.current.taint({(int(r[0]), int(r[1])): str(r[2]) for r in rows})
+                taints.add({(int(r[0]), int(r[1])): str(r[2]) for r in rows})
         else:
             self.events.put_nowait((handle, kind, body))
 
     def _add(self, record: RequestRecord) -> None:
         assert self.current is not None
         try:
-            self.current.add(record)
+            self.current.records.add(record)
         except ResultsWriteError as exc:  # the sink takes no more lines; the point stops
             self.write_error = self.write_error or exc
             self.events.put_nowait((None, None, b""))
@@ -272,14 +178,107 @@ class WorkerPool:
         self.events.put_nowait((handle, None, b""))
 
 
-@dataclass(slots=True)
-class _PointState:
-    recorded: PointRecords
-    active: list[Handle]
-    warmup_failed: int = 0
-    cpu_start: float = 0.0
-    parent_cpu: float = 0.0
-    done: dict[int, dict[str, Any]] = field(default_factory=dict)
+class WorkerSending:
+    """A point sent by the workers (lifecycle.Sending): each builds its share and warms
+    up, then all start at one perf_counter_ns instant (one CLOCK_MONOTONIC on a
+    machine). Stopped anywhere (Ctrl-C, the server watch's verdict, a record the parent
+    could not write, a worker gone), every live worker is told to stop and what each
+    measured is kept."""
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        context: RunContext,
+        conc: int,
+        active: list[Handle],
+        planned: int,
+        warmup: int,
+        slots: int,
+    ) -> None:
+        self.pool = pool
+        self.context = context
+        self.conc = conc
+        self.active = active
+        self._planned = planned
+        self._warmup = warmup
+        self._slots = slots
+        self._warmup_failed = 0
+        self.cpu_start = 0.0
+        self.parent_cpu = 0.0
+        self.done: dict[int, dict[str, Any]] = {}
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    @property
+    def planned(self) -> int:
+        return self._planned
+
+    @property
+    def warmup_planned(self) -> int:
+        return self._warmup
+
+    @property
+    def warmup_failed(self) -> int:
+        return self._warmup_failed
+
+    def early_stop(self) -> Stop | None:
+        return None  # a worker never stops its share alone (no saturation stop across them)
+
+    async def warm_up(self) -> None:
+        context = self.context
+        # a trial's seed, and whether to drop the trial before's connections first
+        point = {
+            "conc": self.conc,
+            "seed": context.spec.seed,
+            "trial": context.trial,
+            "fresh": context.trial is not None and context.trial > 1,
+        }
+        for handle in self.active:
+            handle.send(Kind.POINT, point)
+        warm = await self._stopping(self.pool._collect(self.active, Kind.WARM))
+        for body in warm.values():
+            self._warmup_failed += int(body["warmup_failed"])
+
+    async def measure(self) -> None:
+        self.cpu_start = time.process_time()
+        at_ns = perf_counter_ns() + GO_DELAY_NS
+        for handle in self.active:
+            handle.send(Kind.GO, {"at_ns": at_ns})
+        try:
+            self.done = await self._stopping(self.pool._collect(self.active, Kind.DONE))
+        finally:
+            self.parent_cpu = time.process_time() - self.cpu_start
+
+    async def _stopping(
+        self, work: Coroutine[Any, Any, dict[int, dict[str, Any]]]
+    ) -> dict[int, dict[str, Any]]:
+        try:
+            return await work
+        except Lost as lost:
+            reason = str(lost) or await lost.handle.death()
+            await self._stop_workers()
+            raise WorkerDied(
+                f"{reason} during conc {self.conc}; the point is written with "
+                f"complete: false and the run stops"
+            ) from None
+        except BaseException:
+            await self._stop_workers()
+            raise
+
+    async def _stop_workers(self) -> None:
+        """Stop the point on every live worker and wait (a bounded time) for what each
+        measured."""
+        for handle in self.active:
+            handle.send(Kind.STOP)
+        pending = [h for h in self.active if h.index not in self.done]
+        with contextlib.suppress(TimeoutError):
+            self.done.update(
+                await asyncio.wait_for(
+                    self.pool._collect(pending, Kind.DONE, fail_fast=False), STOP_TIMEOUT_S
+                )
+            )
 
     def replay_counts(self) -> dict[str, int]:
         """A session point's replay counts, summed over the workers that reported them
@@ -290,13 +289,7 @@ class _PointState:
                 total[name] = total.get(name, 0) + int(value)
         return total
 
-    def finalize(
-        self,
-        *,
-        complete: bool,
-        after: Any,
-        stop: Stop | None = None,
-    ) -> PointOutcome:
+    def processes(self) -> list[ProcessHealth]:
         processes = [ProcessHealth("parent", 0, 0, self.parent_cpu, ())]
         for handle in self.active:
             body = self.done.get(handle.index)
@@ -318,10 +311,4 @@ class _PointState:
                     h.get("event_loop"),
                 )
             )
-        return self.recorded.finalize(
-            complete=complete,
-            after=after,
-            processes=processes,
-            warmup_failed=self.warmup_failed,
-            stop=stop,
-        )
+        return processes

@@ -19,10 +19,11 @@ import sys
 from collections.abc import AsyncIterator
 
 from loadgen.config.spec import RunSpec
-from loadgen.errors import LoadgenError, UsageError
 from loadgen.results.outcome import PointOutcome
-from loadgen.run.backend import HttpBackend
-from loadgen.run.driver import Driver, RunPieces
+from loadgen.run.driver import Driver, Lives, RunPieces
+from loadgen.run.features import Features
+from loadgen.run.features.session_fields import SessionFields
+from loadgen.run.lifecycle import PointLife
 from loadgen.run.point_records import RunContext
 from loadgen.run.shares import Share
 from loadgen.run.stops import WorkerDied
@@ -100,8 +101,6 @@ async def worker_pool(context: RunContext) -> AsyncIterator[WorkerPool]:
     """Start `spec.workers` worker processes; stop them all on exit, whatever happened."""
     spec = context.spec
     backend = context.backend
-    if not isinstance(backend, HttpBackend):
-        raise UsageError("--workers needs an HTTP server (--base-url or --sim)")
     assert spec.processes.workers is not None
     pool = WorkerPool(context, Share(spec.processes.shard_index, spec.processes.shard_count))
     # (the parent samples --gpu-metrics: workers only send.) A worker sees only its share
@@ -172,32 +171,35 @@ async def _shut_down(pool: WorkerPool) -> None:
                 await handle.reader_task
 
 
-class PoolDriver:
+class PoolDriver(Lives):
     """The engine's Driver over the worker pool: each point (or trial) on the workers."""
 
-    def __init__(self, pool: WorkerPool, sessions: SessionSource | None) -> None:
+    def __init__(
+        self, pool: WorkerPool, sessions: SessionSource | None, features: Features
+    ) -> None:
+        super().__init__()
         self.pool = pool
         self.sessions = sessions
-        self.stopped: PointOutcome | None = None  # kept by the pool as the point stopped
+        self.features = features
 
     async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
-        got: list[PointOutcome] = []
+        sending = await self.pool.sending(context, conc, self.sessions)
+        extra = (
+            (SessionFields(context.spec, sending.replay_counts),)
+            if self.sessions is not None
+            else ()
+        )
+        extensions = self.features.for_point(context, conc, extra)
+        life = PointLife(context, conc, lambda _records: sending, extensions)
+        self.pool.current = life
         try:
-            await self.pool.run_point(conc, got.append, self.sessions, context=context)
-        except BaseException:  # a stopped point (or trial) is kept as it is
-            if got:
-                self.stopped = got[-1]
-            raise
-        return got[-1]
-
-    def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
-        """The pool wrote the stopped point already, with its own reason."""
-        stopped, self.stopped = self.stopped, None
-        return stopped
+            return await self.run(life)
+        finally:
+            self.pool.current = None
 
 
 @contextlib.asynccontextmanager
 async def pool_drive(pieces: RunPieces) -> AsyncIterator[Driver]:
     """The engine's `Drive` for --workers N: the pool started, and stopped at the end."""
     async with worker_pool(pieces.context) as pool:
-        yield PoolDriver(pool, pieces.sessions)
+        yield PoolDriver(pool, pieces.sessions, pieces.features)

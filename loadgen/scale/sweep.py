@@ -6,20 +6,13 @@ this is where `--workers auto` is resolved (and said) and the pool's driver is p
 
 from __future__ import annotations
 
-import asyncio
-from time import perf_counter_ns
-
-from tokenizers import Tokenizer
+import dataclasses
 
 from loadgen.config.spec import RunSpec
+from loadgen.errors import UsageError
 from loadgen.run import sweep as engine
-from loadgen.run.backend import Backend
-from loadgen.run.cache_control import CacheControl
 from loadgen.run.driver import Drive, in_process
-from loadgen.run.observers import RunObserver, RunOutputs
-from loadgen.run.profiler_control import ProfilerControl
-from loadgen.run.scheduler import Clock, Sleep
-from loadgen.run.sweep import SweepOutcome
+from loadgen.run.sweep import SweepOptions, SweepOutcome
 from loadgen.scale.pool_driver import pool_drive, resolve_workers
 
 
@@ -28,29 +21,11 @@ def drive_for(spec: RunSpec) -> Drive:
     return in_process if spec.processes.workers == 1 else pool_drive
 
 
-async def run_sweep(
-    spec: RunSpec,
-    *,
-    observer: RunObserver | None = None,
-    tokenizer: Tokenizer | None = None,
-    backend: Backend | None = None,
-    clock: Clock = perf_counter_ns,
-    sleep: Sleep = asyncio.sleep,
-    outputs: RunOutputs | None = None,
-    cache: CacheControl | None = None,
-    profiler: ProfilerControl | None = None,
-) -> SweepOutcome:
+async def run_sweep(spec: RunSpec, options: SweepOptions | None = None) -> SweepOutcome:
     """loadgen.run.sweep.sweep_points, with the points on as many processes as --workers says."""
+    options = options or SweepOptions()
     spec = resolve_workers(spec)
-    return await engine.sweep_points(
-        spec,
-        observer=observer,
-        tokenizer=tokenizer,
-        backend=backend,
-        clock=clock,
-        sleep=sleep,
-        outputs=outputs,
-        drive=drive_for(spec),
-        cache=cache,
-        profiler=profiler,
-    )
+    if spec.processes.workers != 1 and options.backend is not None:
+        # each worker sends to the server itself, over its own HTTP connections
+        raise UsageError("--workers needs an HTTP server (--base-url or --sim)")
+    return await engine.sweep_points(spec, dataclasses.replace(options, drive=drive_for(spec)))

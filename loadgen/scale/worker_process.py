@@ -36,7 +36,7 @@ from loadgen.run.backend import HttpBackend, open_native_streams, request_header
 from loadgen.run.observers import QuietObserver
 from loadgen.run.point import Point
 from loadgen.run.point_records import RunContext
-from loadgen.run.session_point import SessionPoint, build_session_point, replay_counts
+from loadgen.run.session_point import SessionPoint, replay_counts, session_replay
 from loadgen.run.shares import Share
 from loadgen.scale.frames import Kind, frame, message, read_frame
 from loadgen.tokenizer import load_tokenizer
@@ -172,15 +172,14 @@ class Worker:
     ) -> Point:
         share = self.config.share
         if isinstance(workload, SessionSource):
-            return await build_session_point(
-                context, conc, workload, self.tokenizer, share=share, on_record=self.link.record
-            )
+            replay = await session_replay(context, conc, workload, self.tokenizer, share)
+            return SessionPoint(context, conc, replay, on_record=self.link.record, share=share)
         plan = await asyncio.to_thread(workload.point, conc, share.owner(conc))
         return Point(
             context,
             plan,
-            slots=len(share.slots(conc)),
             on_record=self.link.record,
+            slots=len(share.slots(conc)),
             label=share.label,
         )
 
@@ -212,11 +211,7 @@ class Worker:
         if take is not None:
             self.link.tainted(take())
         health = point.health()
-        replay = (
-            replay_counts(point.replay.stats, point.primers_failed)
-            if isinstance(point, SessionPoint)
-            else None
-        )
+        replay = replay_counts(point.replay.stats) if isinstance(point, SessionPoint) else None
         self.link.send(
             Kind.DONE,
             {

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.config.args import spec_from_options
+from loadgen.run.sweep import SweepOptions
 from loadgen.scale.sweep import run_sweep
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 
@@ -100,7 +101,7 @@ class Canary:
             spec_tokens=spec.scoring.spec_tokens,
         )
         try:
-            await run_sweep(spec, observer=observer)
+            await run_sweep(spec, SweepOptions(observer=observer))
         finally:
             observer.finished()
         self.rounds += 1

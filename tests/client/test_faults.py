@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = (
@@ -59,7 +59,7 @@ async def test_fault_mode(
         request_timeout_s=1.0,
         progress=False,
     )
-    outcome = await sweep_points(spec, tokenizer=tokenizer)
+    outcome = await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     records = read_jsonl(tmp_path / f"requests_conc_{CONC}.jsonl")
     result = orjson.loads((tmp_path / f"conc_{CONC}.json").read_bytes())
     assert len(records) == CONC * PER_CONC == result["num_prompts"]  # nothing lost

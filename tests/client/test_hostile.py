@@ -28,7 +28,7 @@ from loadgen.client.transport import Transport
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import SweepOutcome, sweep_points
+from loadgen.run.sweep import SweepOptions, SweepOutcome, sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
 from tests.support.hostile_server import (
@@ -150,7 +150,7 @@ async def sweep(
         **settings,
     )
     async with asyncio.timeout(90):
-        outcome = await sweep_points(spec, tokenizer=tokenizer)
+        outcome = await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     result = orjson.loads((results / f"conc_{CONC}.json").read_bytes())
     assert (results / "run.json").is_file()
     return outcome, result, read_jsonl(results / f"requests_conc_{CONC}.jsonl")

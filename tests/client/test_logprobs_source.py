@@ -16,7 +16,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.records import TokenSource
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.ids import x_request_id
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.tokenizer import load_tokenizer
 
 FAST_SIM = (
@@ -49,7 +49,7 @@ async def test_tokens_counted_from_logprobs_when_ids_and_usage_are_rejected(tmp_
         results_dir=tmp_path / "results",
         progress=False,
     )
-    outcome = await sweep_points(spec, tokenizer=tokenizer)
+    outcome = await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     assert outcome.exit_code == 0
     run = orjson.loads((outcome.results_dir / "run.json").read_bytes())
     assert run["server"]["token_source"] == "logprobs"

@@ -26,7 +26,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.metrics.trust import point_warnings
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
 from tests.support.hostile_server import (
@@ -145,7 +145,7 @@ async def point_of(
             **settings,
         )
         async with asyncio.timeout(90):
-            await sweep_points(spec, tokenizer=tokenizer)
+            await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     point: dict[str, Any] = orjson.loads((results / f"conc_{CONC}.json").read_bytes())
     return point
 
@@ -313,7 +313,7 @@ async def test_another_k_than_the_servers_is_malformed_without_spec_tokens(
             progress=False,
         )
         async with asyncio.timeout(90):
-            await sweep_points(spec, tokenizer=tokenizer)
+            await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     records = read_jsonl(tmp_path / "r" / f"requests_conc_{CONC}.jsonl")
     assert len(records) == CONC * PER_CONC
     for record in records:
@@ -346,6 +346,6 @@ async def test_the_servers_own_k_stands(tmp_path: Path, tokenizer: Tokenizer) ->
             progress=False,
         )
         async with asyncio.timeout(90):
-            await sweep_points(spec, tokenizer=tokenizer)
+            await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     records = read_jsonl(tmp_path / "r" / f"requests_conc_{CONC}.jsonl")
     assert [r.ok for r in records] == [True] * CONC * PER_CONC, records[0].error_detail

@@ -24,7 +24,7 @@ from loadgen.client.transport import Transport
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
 from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sized_response
@@ -114,7 +114,7 @@ async def test_a_point_counts_tainted_requests_malformed(
             max_error_rate=1.0,
         )
         async with asyncio.timeout(60):
-            await sweep_points(spec, tokenizer=tokenizer)
+            await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     point: dict[str, Any] = orjson.loads((tmp_path / "conc_1.json").read_bytes())
     records = read_jsonl(tmp_path / "requests_conc_1.jsonl")
     # the first took the probe's copy, the second the first's real answer: both out of step
@@ -147,7 +147,7 @@ async def test_taints_found_in_worker_processes_reach_the_merged_point(
             workers=2,
         )
         async with asyncio.timeout(90):
-            await run_sweep(spec, tokenizer=tokenizer)
+            await run_sweep(spec, SweepOptions(tokenizer=tokenizer))
     point: dict[str, Any] = orjson.loads((tmp_path / "conc_2.json").read_bytes())
     records = read_jsonl(tmp_path / "requests_conc_2.jsonl")
     assert {p["process"] for p in point["client_processes"]} >= {

@@ -17,6 +17,7 @@ import pytest
 from loadgen.config.args import spec_from_argv
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
+from loadgen.run.sweep import SweepOptions
 from loadgen.sinks.prometheus import live_metrics
 from tests.support.real_prometheus import (
     has_data,
@@ -155,7 +156,7 @@ async def test_live_session_metrics_equal_the_result_file(tmp_path: Path) -> Non
             aiohttp.ClientSession() as session,
         ):
             await wait_scraped(session, url, jobs=2)
-            outcome = await sweep_points(spec, observer=observer, tokenizer=tokenizer)
+            outcome = await sweep_points(spec, SweepOptions(observer=observer, tokenizer=tokenizer))
             assert outcome.exit_code == 0
             await asyncio.sleep(2.5)  # two more scrapes: the final counts are in
             prom = Prom(session, url)

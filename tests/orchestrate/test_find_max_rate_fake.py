@@ -20,7 +20,7 @@ from loadgen.orchestrate.capacity import find_capacity
 from loadgen.orchestrate.measure import measure
 from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.workload.plan import RequestSpec
 from tests.run.test_sweep_fake import (
     ITL_MS,
@@ -83,10 +83,9 @@ async def test_find_max_rate_equals_a_sweep_of_every_rate_on_its_grid(
         results = tmp_path / f"grid_{rate:g}"
         await sweep_points(
             spec(results, request_rate=rate, **common),
-            tokenizer=tokenizer,
-            backend=QueueServer(clock),
-            clock=clock,
-            sleep=clock.sleep,
+            SweepOptions(
+                tokenizer=tokenizer, backend=QueueServer(clock), clock=clock, sleep=clock.sleep
+            ),
         )
         return float(orjson.loads((results / "conc_64.json").read_bytes())["p99_ttft_ms"])
 

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.results.store import ResultsDir
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 
 # ~130 ms a request (32 tokens at a 4 ms step): several per slot in each 0.8 s stage
 SIM = ("--step-fixed-ms", "4", "--decode-token-us", "20", "--spin-us", "0", "--seed", "7")
@@ -53,7 +53,7 @@ async def test_the_requests_in_flight_follow_the_stages(
         results_dir=tmp_path / "results",
         progress=False,
     )
-    outcome = await sweep_points(spec, tokenizer=tokenizer)
+    outcome = await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     assert outcome.exit_code == 0
     store = ResultsDir(outcome.results_dir)
     result = store.read_point(top)  # the largest stage labels the point
@@ -112,7 +112,7 @@ async def test_running_out_of_requests_is_said_and_leaves_the_stages_unreached(
         results_dir=tmp_path / "results",
         progress=False,
     )
-    outcome = await sweep_points(spec, tokenizer=tokenizer)
+    outcome = await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     err = capsys.readouterr().err
     assert "conc 4: the point's 6 requests ran out" in err and "raise --num-prompts" in err
     result = ResultsDir(outcome.results_dir).read_point(4)

@@ -16,7 +16,7 @@ import orjson
 from tokenizers import Tokenizer
 
 from loadgen.config.args import spec_from_argv
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 
 FAST_SIM = "--step-fixed-ms 2 --decode-token-us 20 --prefill-token-us 2 --spin-us 0"
 _watched: list[Path] = []
@@ -69,7 +69,7 @@ async def _opens_of_a_run(tmp_path: Path, tokenizer: Tokenizer, *flags: str) -> 
                 "--no-progress",
             ]
         )
-        outcome = await sweep_points(spec, tokenizer=tokenizer)
+        outcome = await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     finally:
         _watched.clear()
     assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [1, 2]

@@ -16,7 +16,7 @@ from loadgen.errors import LoadgenError, UsageError
 from loadgen.results.outcome import PointOutcome
 from loadgen.run.driver import Driver, RunPieces, in_process
 from loadgen.run.point_records import RunContext
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from tests.run.test_sweep_fake import ExactServer, VirtualClock, spec
 
 
@@ -51,11 +51,13 @@ async def test_the_sweep_runs_every_point_through_its_driver(
     clock = VirtualClock()
     outcome = await sweep_points(
         spec(tmp_path, conc=(2, 4)),
-        tokenizer=tokenizer,
-        backend=ExactServer(clock),
-        clock=clock,
-        sleep=clock.sleep,
-        drive=counting,
+        SweepOptions(
+            tokenizer=tokenizer,
+            backend=ExactServer(clock),
+            clock=clock,
+            sleep=clock.sleep,
+            drive=counting,
+        ),
     )
     assert outcome.exit_code == 0
     assert len(drivers) == 1  # one driver for the whole run, started once
@@ -71,9 +73,8 @@ async def test_the_engine_refuses_workers_without_the_pools_driver(
     with pytest.raises(UsageError, match="--workers 2: this entry point runs one process"):
         await sweep_points(
             spec(tmp_path, conc=(2,), workers=2),
-            tokenizer=tokenizer,
-            backend=ExactServer(clock),
-            clock=clock,
-            sleep=clock.sleep,
+            SweepOptions(
+                tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep
+            ),
         )
     assert not (tmp_path / "run.json").exists()  # refused before anything was written

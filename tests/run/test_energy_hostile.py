@@ -25,6 +25,7 @@ from loadgen.client.gpu_metrics import GpuMetricsUrlError
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import UsageError
 from loadgen.orchestrate.measure import measure
+from loadgen.run.sweep import SweepOptions
 from loadgen.scale.sweep import run_sweep
 from loadgen.sim.config import SimConfig
 from loadgen.sim.server import running_simulator
@@ -153,7 +154,8 @@ async def test_a_power_csv_that_is_no_regular_file_is_refused_with_one_line(
     with pytest.raises(UsageError, match=r"--gpu-power-csv .*: not a regular file") as caught:
         await asyncio.wait_for(
             run_sweep(
-                spec(tmp_path, "http://127.0.0.1:9", (), gpu_power_csv=path), tokenizer=tokenizer
+                spec(tmp_path, "http://127.0.0.1:9", (), gpu_power_csv=path),
+                SweepOptions(tokenizer=tokenizer),
             ),
             10,
         )

@@ -36,6 +36,7 @@ from loadgen.config.spec import RunSpec, SpecError
 from loadgen.errors import UsageError
 from loadgen.orchestrate.measure import measure
 from loadgen.results.jsonl import read_jsonl
+from loadgen.run.sweep import SweepOptions
 from loadgen.scale.sweep import run_sweep  # --workers: the pool driver
 from loadgen.sim.config import SimConfig
 from loadgen.sim.power import PowerConfig
@@ -241,7 +242,7 @@ async def test_gpu_metrics_sim_samples_the_embedded_simulator_beside_workers(
         ],
         env={},
     )
-    outcome = await run_sweep(spec, tokenizer=tokenizer)
+    outcome = await run_sweep(spec, SweepOptions(tokenizer=tokenizer))
     point = outcome.points[0].result.energy
     assert point is not None and point.power_valid and point.power_num_gpus == 4
     assert point.joules_per_output_token is not None and point.joules_per_output_token > 0
@@ -289,7 +290,7 @@ async def test_gpu_power_csv_recorded_meanwhile_gives_the_energy(
         await asyncio.sleep(0.3)
         outcome = await run_sweep(
             spec(tmp_path, sim.base_url, "", conc=(4,), gpu_metrics=(), gpu_power_csv=telemetry),
-            tokenizer=tokenizer,
+            SweepOptions(tokenizer=tokenizer),
         )
         stop.set()
         await recorder
@@ -312,5 +313,5 @@ async def test_gpu_power_csv_recorded_meanwhile_gives_the_energy(
                 gpu_metrics=(),
                 gpu_power_csv=tmp_path / "bad.csv",
             ),
-            tokenizer=tokenizer,
+            SweepOptions(tokenizer=tokenizer),
         )

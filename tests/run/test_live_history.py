@@ -24,7 +24,7 @@ from loadgen.config.args import spec_from_argv, spec_from_options
 from loadgen.config.spec import SpecError
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sse
 from tests.support.paths import TRACES
 from tests.support.procs import simulator
@@ -111,7 +111,7 @@ async def play(
         spec = spec_from_argv(
             ["--base-url", server.base_url, *BASE, "--results", str(results), *args]
         )
-        await sweep_points(spec, tokenizer=tokenizer)
+        await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     result = orjson.loads((results / "conc_2.json").read_bytes())
     return turns_by_session(server), result, read_jsonl(results / "requests_conc_2.jsonl")
 
@@ -254,7 +254,7 @@ async def test_against_the_simulator_the_reply_text_is_in_the_next_prompt(
                             str(tmp_path / extra[0].strip("-")),
                         ]
                     )
-                    outcome = await sweep_points(spec, tokenizer=tokenizer)
+                    outcome = await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
                 assert outcome.exit_code == 0
                 check_sim_replies(turns_by_session(server), replies, chat=extra[0] == "--endpoint")
 

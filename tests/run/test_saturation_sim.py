@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 
 SLOW_SIM = (
     "--step-fixed-ms",
@@ -59,7 +59,7 @@ def spec_at(tmp_path: Path, rate: float, **changes: Any) -> RunSpec:
 async def test_a_rate_above_capacity_stops_saturated_before_its_duration(
     tmp_path: Path, tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    outcome = await sweep_points(spec_at(tmp_path, 60.0), tokenizer=tokenizer)
+    outcome = await sweep_points(spec_at(tmp_path, 60.0), SweepOptions(tokenizer=tokenizer))
     assert [p.conc for p in outcome.points] == [256]  # the rate sweep ends upward
     assert outcome.exit_code == 0 and not outcome.interrupted
     result = orjson.loads((outcome.results_dir / "conc_256.json").read_bytes())
@@ -79,7 +79,9 @@ async def test_a_rate_above_capacity_stops_saturated_before_its_duration(
 
 
 async def test_a_rate_below_capacity_runs_to_its_end(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    outcome = await sweep_points(spec_at(tmp_path, 4.0, conc=(256,)), tokenizer=tokenizer)
+    outcome = await sweep_points(
+        spec_at(tmp_path, 4.0, conc=(256,)), SweepOptions(tokenizer=tokenizer)
+    )
     result = orjson.loads((outcome.results_dir / "conc_256.json").read_bytes())
     assert result["complete"] is True and result["stop_reason"] is None
     records = read_jsonl(outcome.results_dir / "requests_conc_256.jsonl")
@@ -91,7 +93,7 @@ async def test_a_rate_below_capacity_runs_to_its_end(tmp_path: Path, tokenizer: 
 async def test_the_stop_can_be_switched_off(tmp_path: Path, tokenizer: Tokenizer) -> None:
     outcome = await sweep_points(
         spec_at(tmp_path, 60.0, conc=(256,), duration_s=3.0, saturation_stop=False),
-        tokenizer=tokenizer,
+        SweepOptions(tokenizer=tokenizer),
     )
     result = orjson.loads((outcome.results_dir / "conc_256.json").read_bytes())
     assert result["complete"] is True and result["stop_reason"] is None

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from loadgen.config.args import spec_from_argv
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.workload.sessions import Session
 from loadgen.workload.tracegen import TraceShape, generate_traces
 from loadgen.workload.traces import load_weka
@@ -49,7 +49,7 @@ async def run(
             *args,
         ]
     )
-    outcome = await sweep_points(spec, tokenizer=tokenizer)
+    outcome = await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     assert outcome.exit_code == 0
     conc = spec.load.conc[0]
     result = orjson.loads((tmp_path / f"conc_{conc}.json").read_bytes())

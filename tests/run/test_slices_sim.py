@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.results.store import ResultsDir
 from loadgen.run.shapes import RateStages, arrivals_rng, load_shape
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 
 SIM = (
     "--step-fixed-ms",
@@ -47,7 +47,9 @@ def spec(tmp_path: Path, **changes: Any) -> RunSpec:
 async def test_slices_add_up_to_the_point_and_carry_the_servers_kv_usage(
     tmp_path: Path, tokenizer: Tokenizer
 ) -> None:
-    outcome = await sweep_points(spec(tmp_path, slice_duration_s=0.25), tokenizer=tokenizer)
+    outcome = await sweep_points(
+        spec(tmp_path, slice_duration_s=0.25), SweepOptions(tokenizer=tokenizer)
+    )
     assert outcome.exit_code == 0
     store = ResultsDir(outcome.results_dir)
     result = store.read_point(4)  # read back typed: the file form round-trips
@@ -69,7 +71,9 @@ async def test_slices_add_up_to_the_point_and_carry_the_servers_kv_usage(
 
 
 async def test_without_the_flag_there_are_no_slices(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    outcome = await sweep_points(spec(tmp_path, prompts_per_conc=2), tokenizer=tokenizer)
+    outcome = await sweep_points(
+        spec(tmp_path, prompts_per_conc=2), SweepOptions(tokenizer=tokenizer)
+    )
     assert ResultsDir(outcome.results_dir).read_point(4).slices is None
 
 
@@ -88,7 +92,7 @@ async def test_a_ramp_sends_slowly_then_quickly(tmp_path: Path, tokenizer: Token
             ramp_up_end_rps=40.0,
             seed=3,
         ),
-        tokenizer=tokenizer,
+        SweepOptions(tokenizer=tokenizer),
     )
     store = ResultsDir(outcome.results_dir)
     result = store.read_point(64)
@@ -118,7 +122,7 @@ async def test_rate_stages_step_the_load_and_the_slices_show_it(
         seed=2,
         slice_duration_s=0.5,
     )
-    outcome = await sweep_points(outcome_spec, tokenizer=tokenizer)
+    outcome = await sweep_points(outcome_spec, SweepOptions(tokenizer=tokenizer))
     store = ResultsDir(outcome.results_dir)
     result = store.read_point(64)
     assert result.status.complete and result.identity.request_rate == "stages"

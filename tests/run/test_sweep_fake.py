@@ -31,7 +31,7 @@ from loadgen.results.point import (
     file_keys,
 )
 from loadgen.run.backend import OnRecord
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.sinks.run_files import RunFiles
 from loadgen.workload.bodies import BodyOptions
 from loadgen.workload.plan import RequestSpec
@@ -163,11 +163,13 @@ async def test_a_sweep_through_the_seam_gives_the_exact_figures(
     run = spec(tmp_path)
     outcome = await sweep_points(
         run,
-        tokenizer=tokenizer,
-        backend=server,
-        clock=clock,
-        sleep=clock.sleep,
-        outputs=RunFiles(run),
+        SweepOptions(
+            tokenizer=tokenizer,
+            backend=server,
+            clock=clock,
+            sleep=clock.sleep,
+            outputs=RunFiles(run),
+        ),
     )
     assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [2, 4]
     chunks = 16 // TOKENS_PER_CHUNK
@@ -211,10 +213,9 @@ async def test_the_open_loop_runs_on_the_clock_it_is_given(
     clock = VirtualClock()
     outcome = await sweep_points(
         spec(tmp_path, conc=(64,), prompts_per_conc=1, warmup_per_conc=0, request_rate=10.0),
-        tokenizer=tokenizer,
-        backend=ExactServer(clock),
-        clock=clock,
-        sleep=clock.sleep,
+        SweepOptions(
+            tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep
+        ),
     )
     records = read_jsonl(tmp_path / "requests_conc_64.jsonl")
     assert len(records) == 64
@@ -240,10 +241,12 @@ async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
     whole_clock = VirtualClock()
     await sweep_points(
         spec(tmp_path / "one", conc=(5,), prompts_per_conc=3, warmup_per_conc=0, request_rate=50.0),
-        tokenizer=tokenizer,
-        backend=ExactServer(whole_clock),
-        clock=whole_clock,
-        sleep=whole_clock.sleep,
+        SweepOptions(
+            tokenizer=tokenizer,
+            backend=ExactServer(whole_clock),
+            clock=whole_clock,
+            sleep=whole_clock.sleep,
+        ),
     )
     union: dict[int, int] = {}
     for index in range(3):
@@ -251,7 +254,10 @@ async def test_shards_send_exactly_the_unsharded_requests_at_the_same_times(
         results = tmp_path / f"shard{index}"
         shard = base.with_(shard_index=index, shard_count=3, results_dir=results)
         await sweep_points(
-            shard, tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep
+            shard,
+            SweepOptions(
+                tokenizer=tokenizer, backend=ExactServer(clock), clock=clock, sleep=clock.sleep
+            ),
         )
         mine = sent(results)
         assert not set(mine) & set(union)
@@ -311,10 +317,9 @@ async def test_latency_from_schedule_adds_exactly_the_send_delay(
             request_rate=10.0,
             slos_ms=slos,
         ),
-        tokenizer=tokenizer,
-        backend=server_type(clock),
-        clock=clock,
-        sleep=clock.sleep,
+        SweepOptions(
+            tokenizer=tokenizer, backend=server_type(clock), clock=clock, sleep=clock.sleep
+        ),
     )
     result = orjson.loads((tmp_path / "conc_8.json").read_bytes())
     assert result["p99_ttft_ms"] == result["mean_ttft_ms"] == TTFT_MS

@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from loadgen.errors import ServerError
 from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.workload.plan import RequestSpec
 from tests.run.test_sweep_fake import (
     ITL_MS,
@@ -77,10 +77,7 @@ async def _sweep(results: Path, tokens: Tokenizer, seed: int) -> list[dict[str, 
     clock = VirtualClock()
     await sweep_points(
         spec(results, conc=CONCS, num_prompts=20, warmup_per_conc=0, trials=TRIALS, seed=seed),
-        tokenizer=tokens,
-        backend=NoisyServer(clock),
-        clock=clock,
-        sleep=clock.sleep,
+        SweepOptions(tokenizer=tokens, backend=NoisyServer(clock), clock=clock, sleep=clock.sleep),
     )
     return [
         orjson.loads((results / f"conc_{conc}.json").read_bytes())["trial_spread"]["median_ttft_ms"]
@@ -144,10 +141,9 @@ async def test_a_run_level_stop_in_trial_two_keeps_trial_one_and_resume_ends_the
     with pytest.raises(ServerError) as stopped:
         await sweep_points(
             spec(tmp_path, **settings),
-            tokenizer=tokenizer,
-            backend=DiesInTrialTwo(clock),
-            clock=clock,
-            sleep=clock.sleep,
+            SweepOptions(
+                tokenizer=tokenizer, backend=DiesInTrialTwo(clock), clock=clock, sleep=clock.sleep
+            ),
         )
     line = str(stopped.value)
     assert "conc_2_trial_2.json is kept marked complete: false" in line, line
@@ -157,10 +153,9 @@ async def test_a_run_level_stop_in_trial_two_keeps_trial_one_and_resume_ends_the
     clock = VirtualClock()
     await sweep_points(
         spec(tmp_path, resume=True, **settings),
-        tokenizer=tokenizer,
-        backend=NoisyServer(clock),
-        clock=clock,
-        sleep=clock.sleep,
+        SweepOptions(
+            tokenizer=tokenizer, backend=NoisyServer(clock), clock=clock, sleep=clock.sleep
+        ),
     )
     assert (tmp_path / "conc_2_trial_1.json").read_bytes() == first  # not measured again
     pooled = orjson.loads((tmp_path / "conc_2.json").read_bytes())
@@ -170,10 +165,9 @@ async def test_a_run_level_stop_in_trial_two_keeps_trial_one_and_resume_ends_the
     clock = VirtualClock()
     await sweep_points(
         spec(clean, **settings),
-        tokenizer=tokenizer,
-        backend=NoisyServer(clock),
-        clock=clock,
-        sleep=clock.sleep,
+        SweepOptions(
+            tokenizer=tokenizer, backend=NoisyServer(clock), clock=clock, sleep=clock.sleep
+        ),
     )
     assert (
         pooled["trial_spread"]["median_ttft_ms"]["values"]

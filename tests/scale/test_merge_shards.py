@@ -24,7 +24,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
 from loadgen.results.jsonl import JsonlSink, read_jsonl
 from loadgen.run.embedded_sim import embedded_simulator
-from loadgen.run.sweep import sweep_points
+from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.scale.merge import merge_results
 
 SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2", "--seed", "5")
@@ -113,7 +113,7 @@ async def test_two_synced_shards_merge_into_the_unsharded_run(
         results_dir=tmp_path / "one",
         progress=False,
     )
-    await sweep_points(spec, tokenizer=tokenizer)
+    await sweep_points(spec, SweepOptions(tokenizer=tokenizer))
     for conc in CONC:
         whole, whole_chunks = point(tmp_path / "one", conc)
         result, chunks = point(tmp_path / "merged", conc)
@@ -227,7 +227,7 @@ async def test_merge_refuses_shards_that_did_not_overlap(
     for index in (0, 1):  # one after the other
         await sweep_points(
             base.with_(shard_index=index, results_dir=tmp_path / f"s{index}"),
-            tokenizer=tokenizer,
+            SweepOptions(tokenizer=tokenizer),
         )
     done = merge_cli([tmp_path / "s0", tmp_path / "s1"], tmp_path / "merged")
     assert done.returncode == 2

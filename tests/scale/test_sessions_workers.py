@@ -16,6 +16,7 @@ from loadgen.config.args import spec_from_argv
 from loadgen.config.parsers import SpecError
 from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
+from loadgen.run.sweep import SweepOptions
 from loadgen.scale.sweep import run_sweep
 from loadgen.workload.tracegen import TraceShape, generate_traces
 from tests.support.paths import TRACES
@@ -69,7 +70,7 @@ async def replay(
             "1",
         ]
     )
-    assert (await run_sweep(spec, tokenizer=tokenizer)).exit_code == 0
+    assert (await run_sweep(spec, SweepOptions(tokenizer=tokenizer))).exit_code == 0
     return (
         orjson.loads((out / "conc_4.json").read_bytes()),
         read_jsonl(out / "requests_conc_4.jsonl"),

@@ -35,6 +35,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.shares import Share, requests_in
+from loadgen.run.sweep import SweepOptions
 from loadgen.scale.pool_driver import choose_workers
 from loadgen.scale.sweep import run_sweep
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
@@ -96,8 +97,10 @@ async def test_one_and_two_workers_measure_the_same_point(
     observer = MetricsObserver(
         LoadgenMetrics(registry), model="m", endpoint="completions", points=2, spec_tokens=None
     )
-    one = await run_sweep(spec(tmp_path / "one", 1), tokenizer=tokenizer)
-    two = await run_sweep(spec(tmp_path / "two", 2), tokenizer=tokenizer, observer=observer)
+    one = await run_sweep(spec(tmp_path / "one", 1), SweepOptions(tokenizer=tokenizer))
+    two = await run_sweep(
+        spec(tmp_path / "two", 2), SweepOptions(tokenizer=tokenizer, observer=observer)
+    )
     assert one.exit_code == two.exit_code == 0
     for conc in (3, 4):
         r1, recs1 = load(one.results_dir, conc)

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from loadgen.run.sweep import SweepOptions
 from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver, serve_metrics
 from tests.support.paths import ROOT
 from tests.support.real_prometheus import (
@@ -182,7 +183,7 @@ async def sweep_with_exporter(sim_url: str, metrics: LoadgenMetrics, results: Pa
         points=len(spec.load.conc),
         spec_tokens=spec.scoring.spec_tokens,
     )
-    await sweep_points(spec, observer=observer)
+    await sweep_points(spec, SweepOptions(observer=observer))
 
 
 @pytest.mark.prometheus

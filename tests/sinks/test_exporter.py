@@ -24,6 +24,7 @@ from prometheus_client.samples import Sample
 from loadgen.histogram import BulkHistogram
 from loadgen.metrics.summary import PointContext
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
+from loadgen.run.sweep import SweepOptions
 from loadgen.sinks.prometheus import (
     ITL_BUCKETS,
     LoadgenMetrics,
@@ -275,7 +276,7 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
             points=len(spec.load.conc),
             spec_tokens=spec.scoring.spec_tokens,
         )
-        outcome = await sweep_points(spec, observer=observer)
+        outcome = await sweep_points(spec, SweepOptions(observer=observer))
     got = samples(registry)
     assert value(got, "loadgen_sweep_progress_ratio") == 1.0
     assert value(got, "loadgen_requests_in_flight") == 0

@@ -2,27 +2,46 @@
 exporters' power (--gpu-metrics) and the power CSV's rows (--gpu-power-csv), and every
 /metrics scrape (--aiperf-artifacts). Started around the measured phase, stopped after
 it (or cancelled when the point is interrupted, keeping what was sampled so far); the
-point's result is made of what they hold (run/point_records.py)."""
+point's per-URL server fields, energy, KV samples and gpu_power CSV are made of what
+they hold."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from loadgen.client.gpu_metrics import PowerCsvTail, PowerSampler, gpu_metrics_urls, point_power_csv
 from loadgen.client.server_metrics import GaugeWatch
 from loadgen.client.server_series import SeriesWatch
 from loadgen.config.spec import RunSpec
-from loadgen.metrics.energy import PowerSeries
+from loadgen.metrics.energy import PowerInput, PowerSeries
+from loadgen.metrics.gpu_power_csv import point_gpu_power_csv
 from loadgen.metrics.server_series import ScrapeText
+from loadgen.metrics.server_urls import per_url_fields
 from loadgen.records import RequestRecord
+from loadgen.results.files import write_atomic
+from loadgen.results.point import PointResult
+from loadgen.results.store import ResultsDir
+from loadgen.run.assemble import PointParts
 from loadgen.run.backend import Backend
+from loadgen.run.extension import Extension, Measured
+from loadgen.run.point_fields import kv_samples
 
 
-class PointTelemetry:
+class PointTelemetry(Extension):
     """The watchers of one point and what they gathered."""
 
-    def __init__(self, spec: RunSpec, backend: Backend, power_csv: PowerCsvTail | None) -> None:
+    def __init__(
+        self,
+        spec: RunSpec,
+        backend: Backend,
+        power_csv: PowerCsvTail | None,
+        conc: int,
+        trial: int | None,
+    ) -> None:
         self.spec = spec
+        self.conc = conc
+        self.trial = trial  # the point file's trial, which its gpu_power file shares
         self.backend = backend
         self.power_csv = power_csv
         self.gauge_watch: GaugeWatch | None = None
@@ -31,7 +50,45 @@ class PointTelemetry:
         self.power: PowerSampler | None = None  # --gpu-metrics, during the measured phase
         self.power_series: list[PowerSeries] | None = None
         self.series_watch: SeriesWatch | None = None
-        self.scrapes: list[ScrapeText] = []
+        self.scrapes_kept: list[ScrapeText] = []
+
+    async def before_measure(self) -> None:
+        await self.start_power()
+        await self.open_series()
+
+    def measure_started(self) -> None:
+        self.start_gauges()
+
+    async def after_measure(self, records: Sequence[RequestRecord]) -> None:
+        await self.stop(records)
+
+    def parts(self, parts: PointParts, measured: Measured) -> PointParts:
+        spec = self.spec
+        after = measured.after
+        return dataclasses.replace(
+            parts,
+            server_metrics_by_url=per_url_fields(
+                list(measured.before.each), measured.before.each, after.each, self.gauges
+            )
+            if spec.telemetry.server_metrics and after
+            else None,
+            power=PowerInput(
+                self.power_series, spec.telemetry.gpu_metrics_interval_s, spec.scoring.num_gpus
+            )
+            if self.power_series is not None
+            else None,
+            kv_samples=kv_samples(self.gauges, self.gauge_times),
+        )
+
+    def write_files(self, store: ResultsDir, result: PointResult, measured: Measured) -> None:
+        if self.power_series is not None:
+            write_atomic(
+                store.gpu_power_file(self.conc, self.trial),
+                point_gpu_power_csv(self.power_series, measured.records).encode(),
+            )
+
+    def scrapes(self) -> Sequence[ScrapeText]:
+        return self.scrapes_kept
 
     async def start_power(self) -> None:
         """--gpu-metrics: sampled once before the measured phase starts, so the samples
@@ -71,7 +128,7 @@ class PointTelemetry:
                 *await point_power_csv(self.power_csv, records),
             ]
         if self.series_watch is not None:
-            self.scrapes, self.series_watch = await self.series_watch.stop(), None
+            self.scrapes_kept, self.series_watch = await self.series_watch.stop(), None
 
     def cancel(self) -> None:
         """Interrupted: no watcher outlives the point; what was sampled so far is kept."""
@@ -82,4 +139,4 @@ class PointTelemetry:
             self.power_series, self.power = self.power.series(), None
         if self.series_watch is not None:
             self.series_watch.cancel()
-            self.scrapes = self.series_watch.scrapes
+            self.scrapes_kept = self.series_watch.scrapes
