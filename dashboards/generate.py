@@ -63,7 +63,7 @@ def engine_rate(metric: str, selector: str = SERVER) -> str:
 
 
 def engine_rows() -> list[Panel]:
-    """Other engines' own series (README's engine table; loadgen/metrics/engines.py reads
+    """Other engines' own series (docs/measuring.md's engine table; loadgen/metrics/engines.py reads
     the same ones): one panel per figure, one line per engine and server."""
     trt_steps = engine_rate(
         "trtllm_spec_decode_drafted_tokens_total", f'{SERVER}, token_position="0"'

@@ -2,7 +2,7 @@
 
 Shaped like coding-agent sessions (loadgen/workload/tracegen.py): a shared system
 prefix, contexts growing by each reply and tool result, think times, subagent fan-out.
-The README's trace-replay example:
+The trace-replay example of docs/sessions.md:
 
     .venv/bin/python scripts/make_traces.py --count 16 --seed 7 > agentic.jsonl
 """

@@ -1,4 +1,4 @@
-"""`--find-max` objectives: `--slo ttft:p99=2s,tpot:p50=20ms` (README, "Capacity at an SLO").
+"""`--find-max` objectives: `--slo ttft:p99=2s,tpot:p50=20ms` (docs/capacity.md).
 
 `--slo` takes two forms side by side. `METRIC=T` is a goodput SLO, judged per request
 (docs/results.md, "Goodput"), as before. `METRIC:pNN=T` is a capacity objective, judged

@@ -31,12 +31,15 @@ from loadgen.config.parsers import SpecError
 RUN_GROUPS: tuple[Group, ...] = (
     Group("target", target.FIELDS),
     Group("workload", workload.FIELDS),
-    Group("load (arrivals, load shape, capacity search: README)", load.FIELDS),
+    Group(
+        "load (arrivals, load shape, capacity search: docs/load-shapes.md, docs/capacity.md)",
+        load.FIELDS,
+    ),
     Group("deadlines", deadlines.FIELDS),
     Group("scoring (SLOs, percentiles, InferenceX golden AL)", scoring.FIELDS),
     Group("telemetry", telemetry.FIELDS),
     Group("output", output.FIELDS),
-    Group("processes (README: workers and shards)", processes.FIELDS),
+    Group("processes (docs/workers-and-shards.md)", processes.FIELDS),
     Group("sessions (multi-turn, agentic trace replay)", session.FIELDS),
     Group(GROUP, COMPAT_FIELDS, COMPAT_DESCRIPTION),
 )

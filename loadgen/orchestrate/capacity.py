@@ -1,5 +1,5 @@
-"""`--find-max conc|rate`: measure the probes the capacity search asks for (README,
-"Capacity at an SLO"; the search itself is metrics/capacity.py).
+"""`--find-max conc|rate`: measure the probes the capacity search asks for (docs/capacity.md;
+the search itself is metrics/capacity.py).
 
 Each probe is a whole one-point run in its own directory, find_max_<kind>_<load>/ (its
 run.json, conc_<N>.json, records, --trials files), against one server: the embedded

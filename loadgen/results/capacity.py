@@ -1,4 +1,4 @@
-"""capacity.json: what `--find-max` found (orchestrate/capacity.py; README, "Capacity at an SLO").
+"""capacity.json: what `--find-max` found (orchestrate/capacity.py; docs/capacity.md).
 
 Written after every probe, so a search that stops keeps what it measured; the fields are
 documented in docs/results.md, "Capacity search".

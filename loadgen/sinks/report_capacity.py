@@ -1,4 +1,4 @@
-"""The report's view of a `--find-max` search (capacity.json, README "Capacity at an SLO"):
+"""The report's view of a `--find-max` search (capacity.json, docs/capacity.md):
 its probes and answer on the throughput-interactivity figure, and one line of text.
 
 Each probe is drawn at its own point's median interactivity and throughput (the field
