@@ -25,6 +25,7 @@ import aiohttp
 from loadgen.client.deadlines import http_timeout
 from loadgen.client.redirects import CrossOriginRedirect, same_origin_redirects
 from loadgen.config.redact import redact_url
+from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S
 
 # A vLLM /metrics page is 0.1-2 MB, a dcgm-exporter page ~60 KB per node: anything past
 # this is not a metrics page, and reading it would cost the process that much memory.
@@ -68,7 +69,7 @@ def refused_line(url: str, exc: aiohttp.ClientError) -> str:
 
 def open_session(
     *,
-    timeout_s: float,
+    timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
     max_connections: int = 100,
     headers: Mapping[str, str] | None = None,
     force_close: bool = False,

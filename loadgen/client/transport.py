@@ -1,6 +1,5 @@
-"""A request's timing and outcome, the exception -> ErrorKind boundary, and the aiohttp
-session of everything that is not a measured stream (preflight GETs, /metrics scrapes;
-its bounds: http_session.py).
+"""A request's timing and outcome, and the exception -> ErrorKind boundary. (Everything
+that is not a measured stream goes through http_session.py's session.)
 
 Timing (docs/design.md, "Timing under bursts"): the first Python code that sees a socket
 read is the client protocol's data callback (client/native/protocol.py). It reads
@@ -26,12 +25,11 @@ import asyncio
 import dataclasses
 import errno
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from time import perf_counter_ns
 
 import aiohttp
 
-from loadgen.client import http_session
 from loadgen.client.deadlines import IdleDeadline, StreamIdle
 from loadgen.client.events import MalformedEvent, TokenCounter
 from loadgen.client.ingest import Exchange, Ingest, StartPacer
@@ -42,23 +40,10 @@ from loadgen.client.stream_client import (
     RequestClock,
     StreamClient,
 )
-from loadgen.config.spec import DEFAULT_HTTP_TIMEOUT_S, DEFAULT_STREAM_IDLE_TIMEOUT_S
+from loadgen.config.spec import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from loadgen.errors import SetupError
 from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.workload.plan import RequestSpec
-
-
-def open_session(
-    *,
-    max_connections: int,
-    headers: Mapping[str, str] | None = None,
-    http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
-) -> aiohttp.ClientSession:
-    """The run's session (http_session.py's bounds): `max_connections` sockets at once,
-    `--http-timeout` bounding every call. The measured streams never use it."""
-    return http_session.open_session(
-        timeout_s=http_timeout_s, max_connections=max_connections, headers=headers
-    )
 
 
 class Transport:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import aiohttp
 from tokenizers import Tokenizer
 
+from loadgen.client.http_session import open_session
 from loadgen.client.liveness import answers_http
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.preflight import ServerInfo, find_model, preflight
@@ -32,7 +33,7 @@ from loadgen.client.server_metrics import (
 )
 from loadgen.client.server_series import SeriesWatch
 from loadgen.client.stream_client import StreamClient
-from loadgen.client.transport import Transport, open_session
+from loadgen.client.transport import Transport
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.engines import DIALECTS, VLLM, EngineDialect
 from loadgen.records import RequestRecord
@@ -258,7 +259,7 @@ async def served_model(spec: RunSpec, base_url: str) -> str:
     async with open_session(
         max_connections=1,
         headers=request_headers(spec),
-        http_timeout_s=spec.deadlines.http_timeout_s,
+        timeout_s=spec.deadlines.http_timeout_s,
     ) as session:
         name, _ = await find_model(session, base_url.rstrip("/"), spec.target.model)
     return name
@@ -333,7 +334,7 @@ async def http_backend(
             open_session(
                 max_connections=max(spec.load.conc),
                 headers=request_headers(spec),
-                http_timeout_s=spec.deadlines.http_timeout_s,
+                timeout_s=spec.deadlines.http_timeout_s,
             )
         )
         client = await stack.enter_async_context(streams.open(spec, max(spec.load.conc)))

@@ -28,8 +28,8 @@ from typing import Any
 import orjson
 from tokenizers import Tokenizer
 
+from loadgen.client.http_session import open_session
 from loadgen.client.preflight import ServerInfo
-from loadgen.client.transport import open_session
 from loadgen.config.spec import RunSpec
 from loadgen.records import RequestRecord
 from loadgen.run.backend import HttpBackend, open_native_streams, request_headers
@@ -289,7 +289,7 @@ async def _work(config: WorkerConfig, link: ParentLink, reader: asyncio.StreamRe
         open_session(
             max_connections=slots,
             headers=request_headers(spec),
-            http_timeout_s=spec.deadlines.http_timeout_s,
+            timeout_s=spec.deadlines.http_timeout_s,
         ) as session,
         open_native_streams(spec, slots) as streams,
     ):

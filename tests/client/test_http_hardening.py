@@ -16,9 +16,8 @@ import orjson
 import pytest
 
 from loadgen.client.gpu_metrics import GpuMetricsUrlError, PowerSampler, check_gpu_metrics_urls
-from loadgen.client.http_session import MAX_PAGE_BYTES
+from loadgen.client.http_session import MAX_PAGE_BYTES, open_session
 from loadgen.client.preflight import PreflightError, find_model
-from loadgen.client.transport import open_session
 from loadgen.results.store import name_part
 from tests.client.test_hostile_cli import RUN, loadgen, one_line
 from tests.support.hostile_documents import gzip_bomb

@@ -14,9 +14,9 @@ import orjson
 import pytest
 from aiohttp import web
 
+from loadgen.client.http_session import open_session
 from loadgen.client.native.client import NativeStreams
 from loadgen.client.preflight import PreflightError, preflight
-from loadgen.client.transport import open_session
 from loadgen.records import TokenSource
 from loadgen.workload.bodies import BodyOptions
 

@@ -12,10 +12,15 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import aiohttp
+
+from loadgen.client.cache_reset import HttpCacheReset, reset_servers
 from loadgen.client.gpu_metrics import PowerCsvTail, check_gpu_metrics_urls, gpu_metrics_urls
+from loadgen.client.server_profiler import HttpProfiler
 from loadgen.config.spec import RunSpec
+from loadgen.errors import UsageError
 from loadgen.run.backend import Backend, ServerSide
-from loadgen.run.cache_control import CacheControl, http_cache_control
+from loadgen.run.cache_control import CacheControl
 from loadgen.run.embedded_sim import SimulatorLog
 from loadgen.run.extension import Extension
 from loadgen.run.features.cache_reset import CacheReset
@@ -26,7 +31,7 @@ from loadgen.run.features.simulator_lateness import SimulatorLateness
 from loadgen.run.features.taints import Taints
 from loadgen.run.features.telemetry import PointTelemetry
 from loadgen.run.point_records import RunContext
-from loadgen.run.profiler_control import ProfilerControl, http_profiler_control
+from loadgen.run.profiler_control import ProfilerControl
 from loadgen.run.shard_sync import ShardBarrier
 
 
@@ -78,12 +83,19 @@ async def run_features(
     if telemetry.gpu_metrics:
         await check_gpu_metrics_urls(gpu_metrics_urls(telemetry.gpu_metrics, backend.base_url))
     if spec.target.reset_prefix_cache:
-        cache = cache or http_cache_control(spec, side, backend.base_url)
+        cache = cache or HttpCacheReset(
+            _session(side, "--reset-prefix-cache", "CacheControl"),
+            reset_servers(backend.base_url, telemetry.server_metrics),
+            timeout_s=spec.target.reset_timeout_s,
+            reset_external=spec.target.reset_external,
+        )
         await cache.check()  # a server without the endpoint stops the run here
     else:
         cache = None
     if spec.target.profile_conc:
-        profiler = profiler or http_profiler_control(side, backend.base_url)
+        profiler = profiler or HttpProfiler(
+            _session(side, "--profile-conc", "ProfilerControl"), backend.base_url
+        )
         await profiler.check()
         print(
             f"loadgen: profiling conc {', '.join(map(str, spec.target.profile_conc))} (those "
@@ -109,3 +121,10 @@ async def run_features(
         if telemetry.gpu_power_csv is not None
         else None,
     )
+
+
+def _session(side: ServerSide, flag: str, control: str) -> aiohttp.ClientSession:
+    """The run's HTTP session, which a feature's requests go through."""
+    if side.session is None:
+        raise UsageError(f"{flag}: this backend is not an HTTP server; pass its {control}")
+    return side.session
