@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 
 import pytest
 
 import loadgen
+from loadgen import errors
 from loadgen.errors import LoadgenError
 from loadgen.run.stops import stop_of
 
@@ -91,3 +93,46 @@ def test_every_error_keeps_its_stop_reason_and_exit_code(cls: type[LoadgenError]
     assert stop is not None
     assert (stop.reason, stop.detail) == (old_stop_reason(cls), "the line")
     assert cls.exit_code == old_exit_code(cls)
+
+
+TREE_LINE = re.compile(
+    r"^    (?P<branch>[│├└─ ]*)(?P<name>\w+) +(?P<exit>\d+) +(?P<stop>\w+) +(?P<path>\S+)$"
+)
+
+
+def drawn_tree() -> dict[str, tuple[str | None, int, str]]:
+    """errors.py's drawing: class -> (its parent in the drawing, exit status, stop_reason),
+    each class named by its module and name."""
+    drawn: dict[str, tuple[str | None, int, str]] = {}
+    parents: list[str] = []  # the last class drawn at each depth
+    for line in (errors.__doc__ or "").splitlines():
+        match = TREE_LINE.match(line)
+        if match is None:
+            continue
+        depth = len(match["branch"]) // 4
+        module = "loadgen." + match["path"].removesuffix(".py").replace("/", ".")
+        name = f"{module}.{match['name']}"
+        del parents[depth:]
+        drawn[name] = (parents[-1] if parents else None, int(match["exit"]), match["stop"])
+        parents.append(name)
+    return drawn
+
+
+def test_every_error_has_an_exit_code_and_a_stop_reason() -> None:
+    for cls in loadgen_errors():
+        assert isinstance(cls.exit_code, int) and cls.exit_code > 0, cls
+        assert isinstance(cls.stop_reason, str) and cls.stop_reason, cls
+
+
+def test_the_tree_drawn_in_errors_py_is_the_classes() -> None:
+    """Each class drawn once, under its base, with its own exit status and stop code; and
+    no class left out of the drawing."""
+    live = {
+        _name(cls): (
+            next((_name(b) for b in cls.__bases__ if issubclass(b, LoadgenError)), None),
+            cls.exit_code,
+            cls.stop_reason,
+        )
+        for cls in loadgen_errors()
+    }
+    assert drawn_tree() == live
