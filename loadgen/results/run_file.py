@@ -130,17 +130,13 @@ class RunFile:
 
 
 def _entry(point: PointOutcome) -> PointEntry:
-    facts = point.facts
+    """The point as run.json lists it, with the facts kept beside it (PointFacts' fields
+    are PointEntry's)."""
     return PointEntry(
         conc=point.conc,
         complete=point.complete,
         file=None if point.write_error else point.path.name,
         error_rate=point.error_rate,
         run_id=point.result.identity.run_id,
-        clock=facts.clock,
-        server_before=facts.server_before,
-        server_after=facts.server_after,
-        server_before_by_url=facts.server_before_by_url,
-        server_after_by_url=facts.server_after_by_url,
-        trials=facts.trials,
+        **msgspec.structs.asdict(point.facts),
     )
