@@ -199,6 +199,8 @@ class OutOfDescriptors(SetupError):
     """This process ran out of file descriptors: a limit of this machine, not a server
     failure, so it stops the run instead of being counted as a `connect` error."""
 
+    stop_reason = "out_of_file_descriptors"
+
 
 def descriptors_exhausted(exc: BaseException) -> OutOfDescriptors:
     """The run's stop for an EMFILE/ENFILE, wherever in the process it was raised (a

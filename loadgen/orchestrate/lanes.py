@@ -37,7 +37,6 @@ from loadgen.orchestrate.capacity import find_capacity
 from loadgen.results.files import write_atomic
 from loadgen.results.store import AL_MATRIX_FILE, LANES_FILE, ResultsDir
 from loadgen.run.observers import RunObserver
-from loadgen.run.stops import stop_reason
 from loadgen.run.sweep import SweepOutcome
 from loadgen.sinks.al_matrix import lane_al, write_al_matrix
 
@@ -179,7 +178,7 @@ async def run_lanes(
             raise  # bad input is the whole command's problem, not one lane's
         except LoadgenError as exc:
             status.state, status.exit_code, status.error = "failed", exc.exit_code, str(exc)
-            status.stop_reason = stop_reason(exc)
+            status.stop_reason = exc.stop_reason
             _say(f"lane {lane.name} failed: {exc}")
         else:  # ran to the end; a point over --max-error-rate still makes the exit status 1
             status.state, status.exit_code = "succeeded", outcome.exit_code

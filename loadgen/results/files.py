@@ -21,6 +21,8 @@ class ResultsWriteError(SetupError):
     """A result file could not be written (disk full, I/O error, read-only, quota, file
     size limit, directory removed...); str() says which, why, and what is intact."""
 
+    stop_reason = "results_write_failed"
+
     def __init__(self, path: Path, exc: OSError, intact: str = "") -> None:
         why = exc.strerror or str(exc)
         name = errno.errorcode.get(exc.errno or 0, "")

@@ -1,5 +1,6 @@
-"""run.json read back: the one typed model `--resume`, `loadgen merge`, `compare` and
-`report` read it through (docs/run-file.md; results/run_file.py writes it).
+"""run.json's one typed model: results/run_file.py builds a RunRecord and writes it
+(encode_run); `--resume`, `loadgen merge`, `compare` and `report` read it back through
+the same model (decode_run). docs/run-file.md.
 
 On disk `settings` is flat, one key per setting name, as docs/run-file.md promises and
 tools outside loadgen read it. Read back it is grouped by the parts of a RunSpec, each
@@ -201,6 +202,24 @@ class PointEntry(msgspec.Struct, frozen=True, kw_only=True):
             trials=self.trials,
         )
 
+    def to_json(self) -> dict[str, object]:
+        """As run.json spells the point: its facts by PointFacts' rule, a merge's own
+        entries only when set."""
+        entry: dict[str, object] = {
+            "conc": self.conc,
+            "complete": self.complete,
+            "file": self.file,
+            "error_rate": self.error_rate,
+            "run_id": self.run_id,
+            **self.facts().to_json(),
+        }
+        merged = {
+            "shard_spans_s": self.shard_spans_s,
+            "clock_alignment_uncertainty_ms": self.clock_alignment_uncertainty_ms,
+        }
+        entry.update({k: msgspec.to_builtins(v) for k, v in merged.items() if v is not None})
+        return entry
+
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str | None = None
@@ -218,26 +237,27 @@ class ShardInfo(msgspec.Struct, frozen=True):
 
 
 class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
-    """What the preflight found of the server (client/preflight.py's ServerInfo)."""
+    """What the preflight found of the server (client/preflight.py's ServerInfo, its
+    fields in its order, then the stream interval)."""
 
     model: str | None = None
     max_model_len: int | None = None
     version: str | None = None
     spec_decoding: bool | None = None
-    # K as the server's /metrics give it (None: not known; a run.json from before)
-    spec_tokens: int | None = None
     token_source: str | None = None
     options: dict[str, object] = {}  # the request options the server accepted
     tokenize_check: dict[str, object] = {}  # the tokenizer's agreement, as measured
     warnings: tuple[str, ...] = ()
-    # engine steps per stream chunk when known (the embedded simulator's --stream-interval;
-    # None: unknown, and in a run.json written before it was recorded)
-    stream_interval: int | None = None
+    # K as the server's /metrics give it (None: not known; a run.json from before)
+    spec_tokens: int | None = None
     # the engine family whose figures were read (--engine, or found by auto), why, and
     # each result field that engine cannot give with the reason; None in older files
     engine: str | None = None
     engine_reason: str | None = None
     engine_unavailable: dict[str, str] = {}
+    # engine steps per stream chunk when known (the embedded simulator's --stream-interval;
+    # None: unknown, and in a run.json written before it was recorded)
+    stream_interval: int | None = None
 
 
 class LaunchedServerFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -263,8 +283,12 @@ class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):
     base_url: str | None = None
 
 
+# RunRecord's fields only `loadgen merge` writes (scale/merge.py).
+MERGE_ONLY = frozenset({"merged_unix", "merged_from", "refused"})
+
+
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """run.json as loadgen reads it back."""
+    """run.json, as loadgen writes it (encode_run) and reads it back (decode_run)."""
 
     run_id: str
     loadgen_version: str | None = None
@@ -323,6 +347,27 @@ def decode_run(data: bytes, path: Path) -> RunRecord:
         raise ResultFileError(
             f"{path}: {field_message(exc)}; not a run.json this loadgen wrote"
         ) from None
+
+
+def encode_run(run: RunRecord) -> bytes:
+    """run.json's bytes for `run`, which decode_run reads back as `run`: the settings
+    flat, each point by PointEntry's rule, and a merge's own fields in a merge's file
+    only."""
+    merge = run.merged_unix is not None
+    data = {
+        name: _encoded(run, name)
+        for name in run.__struct_fields__
+        if merge or name not in MERGE_ONLY
+    }
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+
+
+def _encoded(run: RunRecord, name: str) -> object:
+    if name == "settings":
+        return run.settings.flat()
+    if name == "points":
+        return [point.to_json() for point in run.points]
+    return msgspec.to_builtins(getattr(run, name))
 
 
 def _by_part(flat: object) -> dict[str, object]:

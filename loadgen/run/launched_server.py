@@ -64,6 +64,8 @@ _TAIL_BYTES = 64 * 1024
 class ServerFailedToStart(ServerError):
     """The launched server exited, or did not answer, before the run could start."""
 
+    stop_reason = "server_failed_to_start"
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

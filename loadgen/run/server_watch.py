@@ -50,6 +50,8 @@ Probe = Callable[[], Awaitable[bool]]
 class ServerGone(ServerError):
     """The server stopped answering (or its process ended) during the sweep."""
 
+    stop_reason = "server_gone"
+
 
 def process_state(pid: int) -> tuple[str, str] | None:
     """(state letter, start time in clock ticks) from /proc, None when there is no such

@@ -1,4 +1,5 @@
-"""Why a sweep stopped early: the run-level error, and the code written as `stop_reason`.
+"""Why a sweep stopped early: the run-level error, and the code written as `stop_reason`
+(each error class carries its own: loadgen/errors.py).
 
 A run-level error raised inside a request's task (a full disk under the JSONL sink, no
 file descriptors left, the server gone) reaches the sweep wrapped in the ExceptionGroup
@@ -13,45 +14,26 @@ import asyncio
 import errno
 
 from loadgen.client.transport import OutOfDescriptors, descriptors_exhausted
-from loadgen.errors import Interrupted, LoadgenError, ServerError, SetupError, UsageError
-from loadgen.results.files import ResultsWriteError
+from loadgen.errors import Interrupted, LoadgenError, SetupError
 from loadgen.results.outcome import Stop
-from loadgen.run.launched_server import ServerFailedToStart
-from loadgen.run.server_watch import ServerGone
 
 
 class WorkerDied(SetupError):
     """A --workers process exited or failed during the run; str() says which and why."""
 
+    stop_reason = "worker_died"
 
-# (error class, stop_reason), most specific first: docs/results.md lists these codes.
-STOP_REASONS: tuple[tuple[type[LoadgenError], str], ...] = (
-    (Interrupted, "interrupted"),
-    (ServerGone, "server_gone"),
-    (ServerFailedToStart, "server_failed_to_start"),
-    (WorkerDied, "worker_died"),
-    (ResultsWriteError, "results_write_failed"),
-    (OutOfDescriptors, "out_of_file_descriptors"),
-    (ServerError, "server_error"),
-    (SetupError, "setup_error"),
-    (UsageError, "bad_input"),
-)
+
 INTERRUPTED_DETAIL = "stopped by Ctrl-C, SIGTERM, SIGHUP or the sidecar's DELETE"
 
 
-def stop_reason(stop: LoadgenError) -> str:
-    for cls, reason in STOP_REASONS:
-        if isinstance(stop, cls):
-            return reason
-    return "error"
-
-
 def stop_of(stop: LoadgenError | None) -> Stop | None:
-    """A point's stop fields for the error that stopped the run (None: not stopped)."""
-    return None if stop is None else Stop(stop_reason(stop), str(stop))
+    """A point's stop fields for the error that stopped the run (None: not stopped): its
+    class's code (loadgen/errors.py draws every class with it) and its line."""
+    return None if stop is None else Stop(stop.stop_reason, str(stop))
 
 
-INTERRUPTED = Stop("interrupted", INTERRUPTED_DETAIL)
+INTERRUPTED = Stop(Interrupted.stop_reason, INTERRUPTED_DETAIL)
 # Not an error: an open-loop point the server fell behind (metrics/saturation.py); the
 # sweep runs no higher point after it.
 SATURATED = "saturated"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from loadgen.sim.config import ConfigError, FaultConfig, SimConfig
 from loadgen.sim.flags import engine_flags, fault_flags, output_flags, power_flags
 from loadgen.sim.power import PowerConfig
-from loadgen.sim.speculative import Speculative, SpeculativeConfigError, parse_speculative_config
+from loadgen.sim.speculative import Speculative, parse_speculative_config
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,10 +62,7 @@ def _speculative(args: argparse.Namespace) -> Speculative:
         return Speculative("mtp", k, "standard", acceptance)
     if args.spec_tokens is not None or args.acceptance is not None:
         raise ConfigError("give --speculative-config or --spec-tokens/--acceptance, not both")
-    try:
-        return parse_speculative_config(args.speculative_config)
-    except SpeculativeConfigError as exc:
-        raise ConfigError(str(exc)) from None
+    return parse_speculative_config(args.speculative_config)
 
 
 def server_dev_mode(env: Mapping[str, str]) -> bool:

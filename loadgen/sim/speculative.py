@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.errors import UsageError
+from loadgen.sim.config import ConfigError
 
 # vLLM's SpeculativeMethod names the simulator answers to (all modelled alike: only K and the
 # acceptance schedule matter to a step-time model).
@@ -60,10 +60,6 @@ KNOWN_KEYS = frozenset(
 )
 
 
-class SpeculativeConfigError(UsageError):
-    """The --speculative-config JSON is invalid; the message says what to change."""
-
-
 @dataclass(frozen=True, slots=True)
 class Speculative:
     method: str
@@ -96,37 +92,37 @@ def parse_speculative_config(text: str) -> Speculative:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         example = '{"method": "mtp", "num_speculative_tokens": 2}'
-        raise SpeculativeConfigError(
+        raise ConfigError(
             f"--speculative-config is not JSON ({exc.msg}); give e.g. '{example}'"
         ) from None
     if not isinstance(raw, dict):
-        raise SpeculativeConfigError("--speculative-config must be a JSON object")
+        raise ConfigError("--speculative-config must be a JSON object")
     unknown = sorted(set(raw) - KNOWN_KEYS - IGNORED_KEYS)
     if unknown:
-        raise SpeculativeConfigError(
+        raise ConfigError(
             f"--speculative-config: unknown key(s) {', '.join(unknown)}; "
             f"the simulator models {', '.join(sorted(KNOWN_KEYS))}"
         )
     method = raw.get("method", "mtp")
     if method not in METHODS:
-        raise SpeculativeConfigError(
+        raise ConfigError(
             f"--speculative-config: method {method!r} is not one of {', '.join(METHODS)}"
         )
     k = raw.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise SpeculativeConfigError(
+        raise ConfigError(
             f"--speculative-config: num_speculative_tokens must be an integer >= 1, got {k!r}"
         )
     sample = raw.get("rejection_sample_method", "standard")
     if sample == "standard":
         if "synthetic_acceptance_length" in raw or "synthetic_acceptance_rates" in raw:
-            raise SpeculativeConfigError(
+            raise ConfigError(
                 "--speculative-config: synthetic_acceptance_* needs "
                 '"rejection_sample_method": "synthetic" (as in vLLM)'
             )
         return Speculative(method, k, sample, ())
     if sample != "synthetic":
-        raise SpeculativeConfigError(
+        raise ConfigError(
             f"--speculative-config: rejection_sample_method {sample!r} "
             "is not modelled; use standard or synthetic"
         )
@@ -139,33 +135,33 @@ def _synthetic_rates(raw: dict[str, Any], k: int) -> list[float]:
     length in [1, K+1]."""
     rates, length = raw.get("synthetic_acceptance_rates"), raw.get("synthetic_acceptance_length")
     if (rates is None) == (length is None):
-        raise SpeculativeConfigError(
+        raise ConfigError(
             '--speculative-config: "synthetic" needs exactly one of '
             "synthetic_acceptance_rates or synthetic_acceptance_length"
         )
     if rates is not None:
         if not isinstance(rates, list) or not all(_number(r) for r in rates):
-            raise SpeculativeConfigError(
+            raise ConfigError(
                 "--speculative-config: synthetic_acceptance_rates must be a list of numbers"
             )
         if len(rates) != k:
-            raise SpeculativeConfigError(
+            raise ConfigError(
                 f"--speculative-config: synthetic_acceptance_rates must "
                 f"have {k} entries (num_speculative_tokens), got {rates}"
             )
         if not all(0.0 <= r <= 1.0 for r in rates):
-            raise SpeculativeConfigError(
+            raise ConfigError(
                 "--speculative-config: synthetic_acceptance_rates "
                 f"entries must be in [0, 1], got {rates}"
             )
         if any(rates[i] > rates[i - 1] for i in range(1, k)):
-            raise SpeculativeConfigError(
+            raise ConfigError(
                 "--speculative-config: synthetic_acceptance_rates must "
                 f"be non-increasing (they are unconditional), got {rates}"
             )
         return [float(r) for r in rates]
     if not isinstance(length, (int, float)) or not _number(length) or not 1.0 <= length <= k + 1:
-        raise SpeculativeConfigError(
+        raise ConfigError(
             "--speculative-config: synthetic_acceptance_length must be "
             f"in [1, {k + 1}], got {length!r}"
         )
