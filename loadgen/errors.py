@@ -35,7 +35,7 @@ this drawing to the classes):
     │   ├── SimSetupError          1    setup_error              sim/cli.py
     │   ├── OutOfDescriptors       1    out_of_file_descriptors  client/transport.py
     │   ├── ResultsWriteError      1    results_write_failed     results/files.py
-    │   └── WorkerDied             1    worker_died              run/stops.py
+    │   └── WorkerDied             1    worker_died              scale/pool.py
     ├── Interrupted                130  interrupted              errors.py
     └── NotLossless                1    error                    compare/cli.py
 

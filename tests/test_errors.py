@@ -50,7 +50,7 @@ OLD_STOP_REASONS: tuple[tuple[str, str], ...] = (
     ("loadgen.errors.Interrupted", "interrupted"),
     ("loadgen.run.server_watch.ServerGone", "server_gone"),
     ("loadgen.run.launched_server.ServerFailedToStart", "server_failed_to_start"),
-    ("loadgen.run.stops.WorkerDied", "worker_died"),
+    ("loadgen.scale.pool.WorkerDied", "worker_died"),
     ("loadgen.results.files.ResultsWriteError", "results_write_failed"),
     ("loadgen.client.transport.OutOfDescriptors", "out_of_file_descriptors"),
     ("loadgen.errors.ServerError", "server_error"),

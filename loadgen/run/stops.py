@@ -14,15 +14,8 @@ import asyncio
 import errno
 
 from loadgen.client.transport import OutOfDescriptors, descriptors_exhausted
-from loadgen.errors import Interrupted, LoadgenError, SetupError
+from loadgen.errors import LoadgenError
 from loadgen.results.outcome import Stop
-
-
-class WorkerDied(SetupError):
-    """A --workers process exited or failed during the run; str() says which and why."""
-
-    stop_reason = "worker_died"
-
 
 INTERRUPTED_DETAIL = "stopped by Ctrl-C, SIGTERM, SIGHUP or the sidecar's DELETE"
 
@@ -33,7 +26,6 @@ def stop_of(stop: LoadgenError | None) -> Stop | None:
     return None if stop is None else Stop(stop.stop_reason, str(stop))
 
 
-INTERRUPTED = Stop(Interrupted.stop_reason, INTERRUPTED_DETAIL)
 # Not an error: an open-loop point the server fell behind (metrics/saturation.py); the
 # sweep runs no higher point after it.
 SATURATED = "saturated"

@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.errors import SetupError
 from loadgen.records import RequestRecord
 from loadgen.results.files import ResultsWriteError
 from loadgen.results.outcome import Stop
@@ -39,7 +40,6 @@ from loadgen.run.lifecycle import PointLife
 from loadgen.run.point_records import RunContext
 from loadgen.run.session_point import planned_requests
 from loadgen.run.shares import Share, requests_in
-from loadgen.run.stops import WorkerDied
 from loadgen.scale.frames import FrameError, Kind, message, read_frame
 from loadgen.workload.session_plan import SessionSource
 
@@ -70,6 +70,12 @@ class Handle:
         status = self.process.poll()
         how = f"exited with status {status}" if status is not None else "closed its connection"
         return f"worker {self.share.worker}/{self.share.workers} (pid {self.process.pid}) {how}"
+
+
+class WorkerDied(SetupError):
+    """A --workers process exited or failed during the run; str() says which and why."""
+
+    stop_reason = "worker_died"
 
 
 class Lost(Exception):

@@ -26,9 +26,8 @@ from loadgen.run.features.session_fields import SessionFields
 from loadgen.run.lifecycle import PointLife
 from loadgen.run.point_records import RunContext
 from loadgen.run.shares import Share
-from loadgen.run.stops import WorkerDied
 from loadgen.scale.frames import Kind, frame
-from loadgen.scale.pool import Handle, Lost, WorkerPool
+from loadgen.scale.pool import Handle, Lost, WorkerDied, WorkerPool
 from loadgen.scale.worker_process import WorkerConfig
 from loadgen.workload.session_plan import SessionSource
 
