@@ -27,6 +27,7 @@ import orjson
 
 from loadgen.client.http_session import MAX_JSON_BYTES, read_capped
 from loadgen.config.redact import redact_url
+from loadgen.config.telemetry import metrics_source
 from loadgen.errors import ServerError
 from loadgen.results.point import CacheState
 
@@ -46,8 +47,8 @@ def reset_servers(base_url: str, server_metrics: Sequence[str]) -> tuple[str, ..
     """The roots of every server loadgen knows: the target, and each --server-metrics
     URL without its /metrics path; each once."""
     roots = [base_url.rstrip("/")]
-    for url in server_metrics:
-        parts = urlsplit(url)
+    for entry in server_metrics:
+        parts = urlsplit(metrics_source(entry)[1])
         path = parts.path.rstrip("/")
         path = path[: -len("/metrics")] if path.endswith("/metrics") else ""
         roots.append(urlunsplit((parts.scheme, parts.netloc, path, "", "")))

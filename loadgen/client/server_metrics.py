@@ -23,6 +23,7 @@ import aiohttp
 
 from loadgen.client.deadlines import unanswered
 from loadgen.client.http_session import MAX_PAGE_BYTES, read_capped
+from loadgen.config.telemetry import metrics_source
 from loadgen.errors import ServerError
 from loadgen.metrics.engines import VLLM, EngineDialect
 from loadgen.metrics.server import (
@@ -44,12 +45,20 @@ class MetricsUrlError(ServerError):
 
 def metrics_urls(server_metrics: Sequence[str], base_url: str) -> tuple[str, ...]:
     """The URLs to scrape: `--server-metrics` (a bare root gets /metrics) or the target's."""
+    return tuple(metrics_roles(server_metrics, base_url))
+
+
+def metrics_roles(server_metrics: Sequence[str], base_url: str) -> dict[str, str]:
+    """Each URL to scrape (as metrics_urls spells it) -> its role: `--server-metrics
+    ROLE=URL`, a worker's when not said; the target's own is a worker's."""
     if not server_metrics:
-        return (base_url.rstrip("/") + "/metrics",)
-    return tuple(
-        url if urlsplit(url).path not in ("", "/") else url.rstrip("/") + "/metrics"
-        for url in server_metrics
-    )
+        return {base_url.rstrip("/") + "/metrics": "worker"}
+    roles: dict[str, str] = {}
+    for entry in server_metrics:
+        role, url = metrics_source(entry)
+        path = urlsplit(url).path
+        roles[url if path not in ("", "/") else url.rstrip("/") + "/metrics"] = role
+    return roles
 
 
 @dataclass(frozen=True, slots=True)

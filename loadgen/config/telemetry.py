@@ -23,16 +23,30 @@ class TelemetrySpec:
     series_interval_s: float = 1.0  # the server series of --aiperf-artifacts
 
 
+# What a --server-metrics URL serves in a disaggregated deployment (a Dynamo frontend over
+# prefill and decode workers): a plain URL is a worker's.
+ROLES = ("frontend", "prefill", "decode", "worker")
+
+
+def metrics_source(entry: str) -> tuple[str, str]:
+    """A --server-metrics entry -> (role, URL): `ROLE=URL`, or a plain URL (a worker's)."""
+    role, sep, url = entry.partition("=")
+    if sep and role in ROLES:
+        return role, url
+    return "worker", entry
+
+
 FIELDS: tuple[Field, ...] = (
     flag(
         "--server-metrics",
         action="append",
         default=[],
-        metavar="URL",
+        metavar="[ROLE=]URL",
         help="scrape this Prometheus /metrics instead of the target's, repeatable: "
         "the workers behind a router or a Dynamo frontend; counters are summed, "
         "each URL's own figures kept (a URL without a path gets /metrics; "
-        "list the target too to keep it) (default: the target's)",
+        "list the target too to keep it); ROLE (frontend, prefill, decode, worker: "
+        "the default) groups the URLs' figures per role (default: the target's)",
         fills="server_metrics",
         to=tuple,
         section="target",
@@ -82,10 +96,12 @@ def _check(condition: bool, message: str) -> None:
 
 def _check_urls(telemetry: TelemetrySpec) -> None:
     """URLs and the sampling interval (`sim` only with --sim: spec.py, which sees both)."""
-    for url in telemetry.server_metrics:
+    for entry in telemetry.server_metrics:
+        url = metrics_source(entry)[1]
         _check(
             url.startswith(("http://", "https://")),
-            f"--server-metrics {url!r}: must start with http:// or https://",
+            f"--server-metrics {redact_url(entry)!r}: must be [ROLE=]URL, ROLE one of "
+            f"{', '.join(ROLES)} and the URL starting with http:// or https://",
         )
     for url in telemetry.gpu_metrics:
         _check(

@@ -295,6 +295,26 @@ class TrialSpread(msgspec.Struct, frozen=True, kw_only=True):
     trial_spread: dict[str, FigureSpread]  # PointMetrics field name -> its spread
 
 
+class ServerRoleFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """A role's server figures over a point (`--server-metrics ROLE=URL`): its URLs'
+    counters summed, its gauges added up (docs/results.md, "Per-role server figures")."""
+
+    role: str  # frontend | prefill | decode | worker
+    urls: list[str]
+    scraped: bool  # every URL of the role read before and after
+    server_requests: float | None = None
+    server_mean_ttft_ms: float | None = None
+    server_mean_e2el_ms: float | None = None
+    server_mean_itl_ms: float | None = None
+    server_mean_queue_time_ms: float | None = None
+    server_acceptance_length: float | None = None
+    server_acceptance_rate: float | None = None
+    requests_running_mean: float | None = None  # summed over the role's URLs
+    requests_waiting_mean: float | None = None
+    kv_cache_usage_mean: float | None = None  # the mean of its URLs' means
+    kv_cache_usage_max: float | None = None  # the fullest URL's
+
+
 class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     """One point, as every producer builds it (run/assemble.py) and every reader gets it."""
 
@@ -316,6 +336,8 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     stage_slices: list[SliceMetrics] | None = None  # --conc-stages: one per stage reached
     trials: TrialSpread | None = None
     submission: Submission | None = None
+    # --server-metrics ROLE=URL: each role's figures (None when no entry names a role)
+    server_metrics_by_role: list[ServerRoleFigures] | None = None
 
     @property
     def conc(self) -> int:

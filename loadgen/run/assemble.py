@@ -32,6 +32,7 @@ from loadgen.results.point import (
     PointResult,
     PointStatus,
     ProfileState,
+    ServerRoleFigures,
     SessionMetrics,
     SimulatorHealth,
     TrialSpread,
@@ -69,6 +70,7 @@ class PointParts:
     rules: SubmissionRules | None = None  # a scenario run's (loadgen profile --scenario)
     cache: CacheState = field(default_factory=CacheState)  # --reset-prefix-cache: its outcome
     profile: ProfileState = field(default_factory=ProfileState)  # --profile-conc: its window
+    server_metrics_by_role: list[ServerRoleFigures] | None = None  # --server-metrics ROLE=
 
 
 def assemble_point(
@@ -94,6 +96,7 @@ def assemble_point(
         warmup_requests=parts.counts.warmup,
         warmup_failed=parts.counts.warmup_failed,
         server_metrics_by_url=parts.server_metrics_by_url,
+        server_metrics_by_role=parts.server_metrics_by_role,
         simulator=parts.simulator,
         cache=parts.cache,
         profile=parts.profile,

@@ -16,8 +16,10 @@ import aiohttp
 
 from loadgen.client.cache_reset import HttpCacheReset, reset_servers
 from loadgen.client.gpu_metrics import PowerCsvTail, check_gpu_metrics_urls, gpu_metrics_urls
+from loadgen.client.server_metrics import metrics_roles
 from loadgen.client.server_profiler import HttpProfiler
 from loadgen.config.spec import RunSpec
+from loadgen.config.telemetry import metrics_source
 from loadgen.errors import UsageError
 from loadgen.run.backend import Backend, ServerSide
 from loadgen.run.cache_control import CacheControl
@@ -25,6 +27,7 @@ from loadgen.run.embedded_sim import SimulatorLog
 from loadgen.run.extension import Extension
 from loadgen.run.features.cache_reset import CacheReset
 from loadgen.run.features.profiler_window import ProfilerWindow
+from loadgen.run.features.server_roles import ServerRoles
 from loadgen.run.features.server_settle import ServerSettled
 from loadgen.run.features.shard_barrier import ShardStart
 from loadgen.run.features.simulator_lateness import SimulatorLateness
@@ -44,6 +47,7 @@ class Features:
     barrier: Callable[[int], Awaitable[None]] | None = None  # --shard-sync
     simulator_log: SimulatorLog | None = None  # --sim: the simulator loadgen started
     power_csv: PowerCsvTail | None = None  # --gpu-power-csv, read as it grows
+    roles: dict[str, str] | None = None  # --server-metrics ROLE=URL: each URL's role
 
     def for_point(
         self, context: RunContext, conc: int, extra: Sequence[Extension] = ()
@@ -54,6 +58,7 @@ class Features:
         profiled = conc in spec.target.profile_conc
         found: list[Extension | None] = [
             PointTelemetry(spec, context.backend, self.power_csv, conc, context.trial),
+            ServerRoles(self.roles) if self.roles is not None else None,
             CacheReset(self.cache, conc, after_warmup=spec.target.reset_after_warmup)
             if self.cache is not None
             else None,
@@ -117,6 +122,9 @@ async def run_features(
         profiler=profiler,
         barrier=barrier,
         simulator_log=side.simulator_log,
+        roles=metrics_roles(telemetry.server_metrics, backend.base_url)
+        if any(metrics_source(e)[1] != e for e in telemetry.server_metrics)
+        else None,
         power_csv=PowerCsvTail(telemetry.gpu_power_csv)
         if telemetry.gpu_power_csv is not None
         else None,

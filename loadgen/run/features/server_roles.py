@@ -1,0 +1,33 @@
+"""--server-metrics ROLE=URL: a disaggregated deployment's servers seen per role (frontend,
+prefill, decode, worker). Each per-URL row says its role, and the point gets
+`server_metrics_by_role`, each role's figures from its URLs (metrics/server_roles.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+
+from loadgen.metrics.server_roles import per_role_fields
+from loadgen.results.point import ServerRoleFigures
+from loadgen.run.assemble import PointParts
+from loadgen.run.extension import Extension, Measured
+
+
+class ServerRoles(Extension):
+    def __init__(self, roles: dict[str, str]) -> None:
+        self.roles = roles  # URL -> role, in the order given
+
+    def parts(self, parts: PointParts, measured: Measured) -> PointParts:
+        """After the telemetry's part: its per-URL rows are the role's gauges."""
+        url_rows = [
+            {**row, "role": self.roles.get(row["url"], "worker")}
+            for row in parts.server_metrics_by_url or ()
+        ]
+        after = measured.after.each if measured.after is not None else None
+        rows = per_role_fields(self.roles, measured.before.each, after, url_rows)
+        return dataclasses.replace(
+            parts,
+            server_metrics_by_url=url_rows if parts.server_metrics_by_url is not None else None,
+            server_metrics_by_role=[msgspec.convert(row, ServerRoleFigures) for row in rows],
+        )
