@@ -283,8 +283,14 @@ def in_netns(holder: int, call: Callable[[], T]) -> T:
     return result[0]
 
 
-def start_netns(work_dir: Path) -> int:
+def start_netns(work_dir: Path, preexec_fn: Callable[[], object] | None = None) -> int:
     """The holder of a new network namespace (its loopback up); its pid."""
+
+    def preexec() -> None:
+        _unshare_net()
+        if preexec_fn is not None:
+            preexec_fn()
+
     log_path = work_dir / "netns.log"
     with log_path.open("ab") as log_file:
         process = subprocess.Popen(
@@ -293,8 +299,9 @@ def start_netns(work_dir: Path) -> int:
             stdout=subprocess.PIPE,
             stderr=log_file,
             start_new_session=True,
-            preexec_fn=_unshare_net,
+            preexec_fn=preexec,
         )
+    CHILDREN[process.pid] = process
     assert process.stdout is not None
     line = process.stdout.readline()
     process.stdout.close()
@@ -363,6 +370,11 @@ def tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
+# The processes this interpreter started, by pid: reaped through their Popen, which then
+# knows they ended (no "still running" warning when it is collected).
+CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def spawn(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -379,6 +391,7 @@ def spawn(
             start_new_session=True,  # its pid is its process group: stopped as a whole
             preexec_fn=preexec_fn,
         )
+    CHILDREN[process.pid] = process
     return process.pid
 
 
@@ -401,7 +414,7 @@ def start_cluster(
     work_dir.mkdir(parents=True, exist_ok=True)
     model = build_model_dir(work_dir / "model", tokenizer_json)
     started = time.perf_counter()
-    holder = start_netns(work_dir)
+    holder = start_netns(work_dir, preexec_fn)
     enter = enter_netns(holder)
 
     def preexec() -> None:
@@ -478,6 +491,10 @@ def group_alive(pgid: int) -> bool:
 
 def reap(pid: int) -> None:
     # When we are the parent, a dead child stays a zombie (its group "alive") until waited.
+    if (child := CHILDREN.get(pid)) is not None:
+        if child.poll() is not None:
+            del CHILDREN[pid]
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 
