@@ -105,10 +105,16 @@ async def detect_engine(
 
 def choose_engine(given: str, found: EngineChoice) -> EngineChoice:
     """`--engine auto`: what was found; else the given engine, unless the server plainly
-    is another one (EngineMismatch)."""
+    is another one (EngineMismatch). A Dynamo frontend is no engine: any given engine
+    may be behind it."""
     if given == "auto":
         return found
     chosen = dialect(given)
+    # a Dynamo frontend shows no engine of its own: its workers' engine is the user's to say
+    if found.shown and found.dialect is DYNAMO and chosen is not DYNAMO:
+        return EngineChoice(
+            chosen, f"--engine {given}, behind a Dynamo frontend: {found.reason}", True
+        )
     if found.shown and found.dialect is not chosen:
         name = found.dialect.name
         raise EngineMismatch(
