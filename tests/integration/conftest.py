@@ -1,4 +1,5 @@
-"""Fixtures for the `vllm`-marked integration tests: a real vLLM (CPU build) server.
+"""Fixtures for the `vllm`-marked integration tests (a real vLLM CPU-build server) and
+the `dynamo`-marked ones (a real Dynamo frontend with mocker workers: below).
 
 The environment comes from scripts/vllm_cpu.py `prepare`, cached under the user's cache
 directory, so a fresh clone (CI) reuses it when the machine still has it and builds it

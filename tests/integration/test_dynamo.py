@@ -113,3 +113,26 @@ def test_the_live_series_are_the_captured_ones(dynamo_agg: DynamoCluster) -> Non
     worker = parse_metrics(dynamo_agg.get(dynamo_agg.worker_metrics[0]).decode())
     assert engine_by_names(frontend.samples).name == "dynamo"  # type: ignore[union-attr]
     assert engine_by_names(worker.samples).name == "vllm"  # type: ignore[union-attr]
+
+
+def test_the_readmes_vllm_style_command_completes(
+    dynamo_agg: DynamoCluster, tmp_path: Path
+) -> None:
+    """The README's main command (vLLM bench serve's flags), at a small scale, with the
+    model name the frontend serves."""
+    results = tmp_path / "results"
+    done = dynamo_agg.run_loadgen(
+        [
+            *("--model", "deepseek-ai/DeepSeek-V4-Pro", "--served-model-name", dynamo_agg.model),
+            *("--backend", "vllm", "--dataset-name", "random"),
+            *("--random-input-len", "128", "--random-output-len", "32"),
+            *("--random-range-ratio", "0.8", "--num-prompts", "8", "--max-concurrency", "4"),
+            *("--request-rate", "inf", "--ignore-eos", "--save-result", "--num-warmups", "2"),
+            *("--percentile-metrics", "ttft,tpot,itl,e2el", "--result-dir", str(results)),
+            *("--result-filename", "dsv4_conc4.json", "--use-chat-template", "--dsv4"),
+        ]
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = orjson.loads((results / "dsv4_conc4.json").read_bytes())
+    assert saved["completed"] == 8 and saved["failed"] == 0
+    assert "add_special_tokens, return_token_ids by name" in one_line(done.stderr, "refused")
