@@ -1,7 +1,8 @@
 """Which engine serves the target (`--engine auto`), found once at preflight.
 
 What each engine shows of itself, most telling first: the names of its Prometheus series
-(`vllm:`, `sglang:`, `trtllm_` on /prometheus/metrics, `atom:`, `llamacpp:`), at each
+(`vllm:`, `sglang:`, `trtllm_` on /prometheus/metrics, `atom:`, `llamacpp:`, and a Dynamo
+frontend's `dynamo_frontend_`, which names Dynamo when no engine's series are beside it), at each
 --server-metrics URL or else the target's; then the endpoints only one engine has
 (SGLang's /get_server_info, ATOM's /server_info with its dp_size). A server that shows
 none of them (no /metrics, a frontend of its own) is read as vLLM, and the choice says it
@@ -23,6 +24,7 @@ from loadgen.config.redact import redact_url
 from loadgen.errors import UsageError
 from loadgen.metrics.engines import (
     ATOM,
+    DYNAMO,
     SGLANG,
     TRTLLM,
     VLLM,
@@ -79,8 +81,11 @@ async def detect_engine(
     """The engine behind `base_url`, with the reason. `scraped` is what the preflight
     already read at `where` (the target's /metrics, or the --server-metrics URLs)."""
     found = None if scraped is None else engine_by_names(scraped.samples)
-    if found is not None:
-        return EngineChoice(found, f"{where} serves {found.prefix}* series", True)
+    if found is not None and scraped is not None:
+        reason = f"{where} serves {found.prefix}* series"
+        if found is not DYNAMO and any(n.startswith(DYNAMO.prefix) for n in scraped.samples):
+            reason += f", and a Dynamo frontend's ({DYNAMO.prefix}*)"
+        return EngineChoice(found, reason, True)
     url = base_url + TRTLLM.metrics_path
     body = await _get(session, url, MAX_PAGE_BYTES)
     found = None if body is None else engine_by_names(_series_names(body))
@@ -100,10 +105,16 @@ async def detect_engine(
 
 def choose_engine(given: str, found: EngineChoice) -> EngineChoice:
     """`--engine auto`: what was found; else the given engine, unless the server plainly
-    is another one (EngineMismatch)."""
+    is another one (EngineMismatch). A Dynamo frontend is no engine: any given engine
+    may be behind it."""
     if given == "auto":
         return found
     chosen = dialect(given)
+    # a Dynamo frontend shows no engine of its own: its workers' engine is the user's to say
+    if found.shown and found.dialect is DYNAMO and chosen is not DYNAMO:
+        return EngineChoice(
+            chosen, f"--engine {given}, behind a Dynamo frontend: {found.reason}", True
+        )
     if found.shown and found.dialect is not chosen:
         name = found.dialect.name
         raise EngineMismatch(

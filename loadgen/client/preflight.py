@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from loadgen.client.http_session import (
     refused_line,
 )
 from loadgen.client.redirects import CrossOriginRedirect
+from loadgen.client.refusals import refused_fields
 from loadgen.client.server_metrics import check_metrics_urls
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import Transport
@@ -47,7 +48,7 @@ from loadgen.metrics.server import (
 )
 from loadgen.records import RequestRecord, TokenSource
 from loadgen.wording import printable
-from loadgen.workload.bodies import BodyOptions
+from loadgen.workload.bodies import CONTINUOUS_USAGE, EXTENSIONS, TOKEN_IDS, BodyOptions
 from loadgen.workload.plan import RequestSpec
 
 PROBE_TOKENS = 4
@@ -77,6 +78,9 @@ class ServerInfo:
     engine: str = "vllm"
     engine_reason: str = ""
     engine_unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
+    # request extensions the server refused by name, left out of every body: name -> where
+    # the figures that depended on it now come from (client/refusals.py, bodies.EXTENSIONS)
+    dropped_options: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -228,40 +232,86 @@ FALLBACKS: tuple[tuple[bool, bool, bool], ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Negotiated:
+    """What the probes settled: the options every request is built with, where their
+    token counts come from, and the extensions the server refused by name (name -> what
+    the run does without it)."""
+
+    options: BodyOptions
+    token_source: TokenSource
+    dropped: dict[str, str]
+
+
 async def probe_options(
     transport: Transport,
     base: BodyOptions,
     prompt: str,
     on_probe: Callable[[RequestRecord], None] | None = None,
-) -> tuple[BodyOptions, TokenSource]:
-    """Send one tiny request per option set until the server accepts one."""
+    droppable: Mapping[str, str] = EXTENSIONS,
+) -> Negotiated:
+    """Send one tiny request per option set until the server accepts one.
+
+    An extension in `droppable` that a 400 refuses by name (client/refusals.py) is left
+    out from then on and the same option set is sent again, unless the refused field is
+    one of its token sources: then the next, plainer, set is tried. A 400 that names no
+    droppable field moves to the next set; any other failure stops the probing."""
     details = []
     attempts = 0
+    refused: dict[str, str] = {}
     for token_ids, usage, logprobs in FALLBACKS:
         options = dataclasses.replace(
             base, return_token_ids=token_ids, continuous_usage=usage, logprobs=logprobs
-        )
-        body = _probe_body(options, prompt)
-        for _ in range(PROBE_ATTEMPTS):  # a transient failure is not a rejected option
-            attempts += 1
-            request = RequestSpec(index=attempts, input_len=0, max_tokens=PROBE_TOKENS, body=body)
-            record = await transport.send(
-                request,
-                x_request_id=f"preflight-{attempts}",
-                conc=0,
-                scheduled_ns=0,
-                on_record=on_probe or (lambda _r: None),
-            )
+        ).without(refused)
+        record: RequestRecord | None = None
+        while (options.return_token_ids, options.continuous_usage) == (token_ids, usage):
+            record = await _probe(transport, options, prompt, attempts, on_probe)
+            attempts = record.request_id
             if record.ok and record.chunk_tokens:
-                return options, record.token_source
-            if record.status == 400:
+                return Negotiated(options, record.token_source, refused)
+            named = {
+                name
+                for name in refused_fields(record.error_detail)
+                if name in droppable and options.sends(name)
+            }
+            if record.status != 400 or not named:
                 break
+            refused.update((name, droppable[name]) for name in sorted(named))
+            options = options.without(refused)
+        else:
+            continue  # this set's token source was refused: the next set goes without it
+        assert record is not None  # the loop ran: it ends by a break only after a probe
         details.append(f"{options.path} {record.error}: {record.error_detail[:160]}")
         if record.status != 400:
             break  # not an option problem: fewer options will not help
     raise PreflightError(
         "the server rejected every streaming request option set: " + " | ".join(details)
     )
+
+
+async def _probe(
+    transport: Transport,
+    options: BodyOptions,
+    prompt: str,
+    attempts: int,
+    on_probe: Callable[[RequestRecord], None] | None,
+) -> RequestRecord:
+    """One option set's probe, sent again on a transient failure (not a rejected option);
+    its record's request_id counts the probes sent so far."""
+    body = _probe_body(options, prompt)
+    for _ in range(PROBE_ATTEMPTS):
+        attempts += 1
+        request = RequestSpec(index=attempts, input_len=0, max_tokens=PROBE_TOKENS, body=body)
+        record = await transport.send(
+            request,
+            x_request_id=f"preflight-{attempts}",
+            conc=0,
+            scheduled_ns=0,
+            on_record=on_probe or (lambda _r: None),
+        )
+        if (record.ok and record.chunk_tokens) or record.status == 400:
+            break
+    return record
 
 
 def _probe_body(options: BodyOptions, prompt: str) -> bytes:
@@ -346,12 +396,16 @@ async def preflight(
         request_timeout_s=request_timeout_s,
         stream_idle_timeout_s=stream_idle_timeout_s,
     )
-    options, source = await probe_options(transport, options, text)
-    if source is not TokenSource.TOKEN_IDS:
-        warnings.append(
-            f"the server does not return token ids; per-chunk token counts come "
-            f"from {source.value}" + (" (approximate)" if source is TokenSource.TEXT else "")
-        )
+    droppable = {**EXTENSIONS, **dict.fromkeys(dialect.request_body, dialect.request_body_lost)}
+    negotiated = await probe_options(transport, options, text, droppable=droppable)
+    options, source = negotiated.options, negotiated.token_source
+    counted = f"per-chunk token counts come from {source.value}" + (
+        " (approximate)" if source is TokenSource.TEXT else ""
+    )
+    if negotiated.dropped:
+        warnings.append(dropped_line(negotiated.dropped, counted))
+    elif source is not TokenSource.TOKEN_IDS:
+        warnings.append(f"the server does not return token ids; {counted}")
     return ServerInfo(
         model=model,
         max_model_len=max_model_len,
@@ -365,6 +419,26 @@ async def preflight(
         engine=dialect.name,
         engine_reason=chosen.reason,
         engine_unavailable=dict(dialect.missing),
+        dropped_options={
+            name: counted if name in (TOKEN_IDS, CONTINUOUS_USAGE) else lost
+            for name, lost in negotiated.dropped.items()
+        },
+    )
+
+
+def dropped_line(dropped: Mapping[str, str], counted: str) -> str:
+    """The one line that says which extensions the server refused by name and what the
+    run does without them (each in run.json's server.dropped_options)."""
+    names = ", ".join(dropped)
+    consequences = [counted] if dropped.keys() & {TOKEN_IDS, CONTINUOUS_USAGE} else []
+    consequences += [
+        f"{name}: {lost}"
+        for name, lost in dropped.items()
+        if name not in (TOKEN_IDS, CONTINUOUS_USAGE)
+    ]
+    return (
+        f"the server refused {names} by name (HTTP 400): every request is sent without "
+        f"{'it' if len(dropped) == 1 else 'them'}; " + "; ".join(consequences)
     )
 
 

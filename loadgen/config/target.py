@@ -41,8 +41,8 @@ Endpoint = Literal["completions", "chat"]
 HttpClient = Literal["native", "aiohttp"]
 ENDPOINTS: tuple[str, ...] = ("completions", "chat")
 # the serving engine families whose server-side figures loadgen reads (metrics/engines.py)
-Engine = Literal["auto", "vllm", "sglang", "trtllm", "atom", "llamacpp"]
-ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm", "atom", "llamacpp")
+Engine = Literal["auto", "vllm", "sglang", "trtllm", "atom", "llamacpp", "dynamo"]
+ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm", "atom", "llamacpp", "dynamo")
 ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINES)
 HTTP_CLIENTS: tuple[str, ...] = ("native", "aiohttp")
 

@@ -98,6 +98,8 @@ class EngineDialect:
     missing: Mapping[str, str] = field(default_factory=dict)  # result field -> why it is null
     # request fields that make the engine return its per-request figures
     request_body: Mapping[str, Any] = field(default_factory=dict)
+    # what the run loses when the server refuses them by name (client/preflight.py)
+    request_body_lost: str = ""
 
     @property
     def identity(self) -> bool:
@@ -159,6 +161,8 @@ SGLANG = EngineDialect(
         "per token (its mean is per token), not per step as vLLM's",
     },
     request_body={"return_spec_tokens_details": True},
+    request_body_lost="the per-request acceptance fields (server_request_*) are null: "
+    "SGLang returns each request's sglext.spec_tokens_details only when asked",
 )
 
 TRTLLM = EngineDialect(
@@ -235,8 +239,33 @@ LLAMACPP = EngineDialect(
     },
 )
 
+# A Dynamo frontend (found by its own series, tests/fixtures/dynamo_1.4.2/, captured from
+# the real 1.4.2 frontend): its /metrics has the frontend's series (metrics/frontend.py)
+# and its router's, no engine's. The engine figures are its workers': each worker's
+# system port serves its engine's series (a vLLM or mocker worker: vllm:*), read with
+# that engine's dialect when given with --server-metrics.
+WORKERS_NOT_READ = (
+    "a Dynamo frontend's /metrics has no engine series: pass each worker's system port "
+    "(DYN_SYSTEM_PORT) /metrics with --server-metrics"
+)
+DYNAMO = EngineDialect(
+    name="dynamo",
+    metrics_path="/metrics",
+    prefix=FRONTEND_PREFIX,
+    renames={},
+    derive=lambda _snapshot: ({}, {}),  # only the frontend's own series: not the identity
+    missing={
+        SERVER_ACCEPTANCE: WORKERS_NOT_READ,
+        **{f"server_mean_{metric}_ms": WORKERS_NOT_READ for metric in LATENCY_HISTOGRAMS},
+        "kv_cache_usage_mean": WORKERS_NOT_READ,
+        "server_prefix_hit_rate": WORKERS_NOT_READ,
+        "server_request_acceptance_length": "Dynamo's frontend returns no per-request "
+        "acceptance in its OpenAI responses",
+    },
+)
+
 DIALECTS: Mapping[str, EngineDialect] = MappingProxyType(
-    {d.name: d for d in (VLLM, SGLANG, TRTLLM, ATOM, LLAMACPP)}
+    {d.name: d for d in (VLLM, SGLANG, TRTLLM, ATOM, LLAMACPP, DYNAMO)}
 )
 
 
@@ -246,10 +275,12 @@ def dialect(name: str) -> EngineDialect:
 
 def engine_by_names(names: Iterable[str]) -> EngineDialect | None:
     """The engine whose series these are (the first dialect whose prefix a name has),
-    None when none is recognised. vLLM last: a Dynamo worker passes an engine's series
-    through beside its own, and vLLM's names are never another engine's."""
+    None when none is recognised. vLLM after the other engines: a Dynamo worker passes an
+    engine's series through beside its own, and vLLM's names are never another engine's.
+    Dynamo last: a frontend's series scraped beside its workers' leave the workers' engine
+    to read them."""
     found = {d.name for name in names for d in DIALECTS.values() if name.startswith(d.prefix)}
-    for name in ("sglang", "trtllm", "atom", "llamacpp", "vllm"):
+    for name in ("sglang", "trtllm", "atom", "llamacpp", "vllm", "dynamo"):
         if name in found:
             return DIALECTS[name]
     return None

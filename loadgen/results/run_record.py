@@ -255,6 +255,9 @@ class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
     engine: str | None = None
     engine_reason: str | None = None
     engine_unavailable: dict[str, str] = {}
+    # request extensions the server refused by name, left out of every request: name ->
+    # where the figures that depended on it came from instead; empty in older files
+    dropped_options: dict[str, str] = {}
     # engine steps per stream chunk when known (the embedded simulator's --stream-interval;
     # None: unknown, and in a run.json written before it was recorded)
     stream_interval: int | None = None

@@ -7,8 +7,9 @@ happens between a request's `start_ns` and its bytes reaching the socket.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, ClassVar, NotRequired, TypedDict, cast
 
 import orjson
@@ -30,8 +31,8 @@ class CompletionRequest(TypedDict):
     temperature: float
     top_p: NotRequired[float]
     seed: int
-    ignore_eos: bool
-    add_special_tokens: bool
+    ignore_eos: NotRequired[bool]
+    add_special_tokens: NotRequired[bool]
     return_token_ids: NotRequired[bool]
     logprobs: NotRequired[int]
 
@@ -45,11 +46,34 @@ class ChatRequest(TypedDict):
     temperature: float
     top_p: NotRequired[float]
     seed: int
-    ignore_eos: bool
-    chat_template_kwargs: dict[str, Any]
+    ignore_eos: NotRequired[bool]
+    chat_template_kwargs: NotRequired[dict[str, Any]]
     return_token_ids: NotRequired[bool]
     logprobs: NotRequired[bool]
     top_logprobs: NotRequired[int]
+
+
+# The fields loadgen sends beyond the OpenAI schema (vLLM's extensions), by the name a
+# server that refuses one gives it, and what a run sent without it loses. A field an
+# engine dialect adds (metrics/engines.py request_body) is one too. The preflight
+# (client/preflight.py) drops one that the server refuses by name and records why.
+TOKEN_IDS, CONTINUOUS_USAGE = "return_token_ids", "continuous_usage_stats"
+EXTENSIONS: Mapping[str, str] = MappingProxyType(
+    {
+        TOKEN_IDS: "per-chunk token counts come from the token source in server.token_source "
+        "instead of the exact token ids",
+        CONTINUOUS_USAGE: "per-chunk token counts come from the token source in "
+        "server.token_source instead of cumulative usage",
+        "add_special_tokens": "the server adds special tokens to the prompt as its tokenizer's "
+        "default says (loadgen's prompts already carry BOS and the chat template): input "
+        "lengths are loadgen's count of the prompt sent; the server's own count is each "
+        "record's prompt_tokens",
+        "ignore_eos": "a request may end before --osl at the model's end of sequence: output "
+        "lengths are what each stream carried (each record's completion_tokens)",
+        "chat_template_kwargs": "the server renders its chat template with its own defaults "
+        "(--thinking and --reasoning-effort are not passed)",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +92,28 @@ class BodyOptions:
     logprobs: bool = False  # only when the server rejects both of the above
     # --extra-body: merged into every body; RunSpec has already refused the fields above.
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    # extensions (EXTENSIONS, or an engine's request fields in extra_body) the server
+    # refused by name: left out of every body
+    omit: tuple[str, ...] = ()
+
+    def without(self, names: Iterable[str]) -> BodyOptions:
+        """These options with the named extensions left out: the two token sources turned
+        off, any other field omitted."""
+        refused = set(names)
+        return replace(
+            self,
+            return_token_ids=self.return_token_ids and TOKEN_IDS not in refused,
+            continuous_usage=self.continuous_usage and CONTINUOUS_USAGE not in refused,
+            omit=tuple(sorted({*self.omit, *(refused - {TOKEN_IDS, CONTINUOUS_USAGE})})),
+        )
+
+    def sends(self, name: str) -> bool:
+        """Whether bodies built with these options carry the extension `name`."""
+        if name == TOKEN_IDS:
+            return self.return_token_ids
+        if name == CONTINUOUS_USAGE:
+            return self.continuous_usage
+        return name not in self.omit
 
     @property
     def builder(self) -> RequestBuilder:
@@ -102,17 +148,25 @@ def completion_body(
         "max_tokens": max_tokens,
         "temperature": options.temperature,
         "seed": options.seed if seed is None else seed,
-        "ignore_eos": True,
-        "add_special_tokens": False,
     }
+    if options.sends("ignore_eos"):
+        body["ignore_eos"] = True
+    if options.sends("add_special_tokens"):
+        body["add_special_tokens"] = False
     if options.top_p is not None:
         body["top_p"] = options.top_p
     if options.return_token_ids:
         body["return_token_ids"] = True
     if options.logprobs:
         body["logprobs"] = 0  # 0 alternatives: one entry per sampled token
-    cast(dict[str, Any], body).update(options.extra_body)
+    _extra(body, options)
     return body
+
+
+def _extra(body: CompletionRequest | ChatRequest, options: BodyOptions) -> None:
+    cast(dict[str, Any], body).update(
+        (name, value) for name, value in options.extra_body.items() if name not in options.omit
+    )
 
 
 def chat_body(
@@ -133,9 +187,11 @@ def chat_body(
         "max_tokens": max_tokens,
         "temperature": options.temperature,
         "seed": options.seed if seed is None else seed,
-        "ignore_eos": True,
-        "chat_template_kwargs": kwargs,
     }
+    if options.sends("ignore_eos"):
+        body["ignore_eos"] = True
+    if options.sends("chat_template_kwargs"):
+        body["chat_template_kwargs"] = kwargs
     if options.top_p is not None:
         body["top_p"] = options.top_p
     if options.return_token_ids:
@@ -143,7 +199,7 @@ def chat_body(
     if options.logprobs:
         body["logprobs"] = True
         body["top_logprobs"] = 0
-    cast(dict[str, Any], body).update(options.extra_body)
+    _extra(body, options)
     return body
 
 

@@ -34,8 +34,12 @@ class Script:
         max_model_len: int = 4096,
         models: tuple[str, ...] = ("m",),
         redirect: dict[str, str] | None = None,
+        refuse: tuple[str, ...] = (),
     ) -> None:
         self.redirect = redirect or {}  # path -> the Location it answers with (302)
+        # top-level fields refused by name, in Dynamo 1.4.2's words (tests/fixtures/
+        # dynamo_1.4.2/completions_400.json; the real frontend: tests/integration/test_dynamo.py)
+        self.refuse = refuse
         self.reject_token_ids = reject_token_ids
         self.tokenize_extra = tokenize_extra
         self.max_model_len = max_model_len
@@ -65,6 +69,12 @@ async def serve(script: Script) -> AsyncGenerator[str, None]:
         if script.reject_token_ids and "return_token_ids" in body:
             return web.json_response(
                 {"error": {"message": "unknown field return_token_ids", "code": 400}}, status=400
+            )
+        if refused := [name for name in body if name in script.refuse]:
+            listed = ", ".join(f"`{name}`" for name in refused)
+            message = f"Validation: Unsupported parameter(s): {listed}"
+            return web.json_response(
+                {"message": message, "type": "Bad Request", "code": 400}, status=400
             )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -148,6 +158,56 @@ async def test_rejected_option_falls_back_to_usage() -> None:
     assert info.token_source is TokenSource.USAGE
     assert any("usage" in w for w in info.warnings)
     assert "return_token_ids" in script.bodies[0] and "return_token_ids" not in script.bodies[-1]
+    # a 400 that does not refuse the field by name drops nothing (the fallback chain acts)
+    assert info.dropped_options == {} and info.options.omit == ()
+
+
+async def test_options_refused_by_name_are_dropped_and_recorded() -> None:
+    """Dynamo's frontend refuses vLLM's extensions by name: they are left out, the run
+    goes on with counts from usage, and one line and run.json say so."""
+    script = Script(refuse=("add_special_tokens", "return_token_ids"))
+    info = await run_preflight(script)
+    assert info.token_source is TokenSource.USAGE
+    assert info.options.omit == ("add_special_tokens",) and not info.options.return_token_ids
+    assert set(info.dropped_options) == {"add_special_tokens", "return_token_ids"}
+    assert info.dropped_options["return_token_ids"] == "per-chunk token counts come from usage"
+    assert "prompt_tokens" in info.dropped_options["add_special_tokens"]
+    (line,) = [w for w in info.warnings if "refused" in w]
+    assert "add_special_tokens, return_token_ids by name" in line and "from usage" in line
+    assert not any("does not return token ids" in w for w in info.warnings)  # said once
+    assert {"add_special_tokens", "return_token_ids"} <= script.bodies[0].keys()
+    last = script.bodies[-1]
+    assert "add_special_tokens" not in last and "return_token_ids" not in last
+    assert last["ignore_eos"] is True and last["stream_options"]["continuous_usage_stats"]
+    stored = info.to_json()
+    assert stored["dropped_options"] == info.dropped_options
+    assert list(stored["options"]["omit"]) == ["add_special_tokens"]
+
+
+async def test_a_refused_field_the_user_asked_for_stops_the_run() -> None:
+    """--extra-body fields are the user's: refused by name, they are not dropped."""
+    script = Script(refuse=("priority",))
+    gen = serve(script)
+    base = await gen.__anext__()
+    streams = NativeStreams(max_connections=2)
+    try:
+        async with open_session(max_connections=2) as session:
+            with pytest.raises(PreflightError, match=r"Unsupported parameter.*priority"):
+                await preflight(
+                    session,
+                    base,
+                    wanted_model=None,
+                    isl=100,
+                    osl=10,
+                    options=BodyOptions(
+                        endpoint="completions", model="", extra_body={"priority": 1}
+                    ),
+                    prompt=("one two three", 3),
+                    streams=streams,
+                )
+    finally:
+        await streams.close()
+        await gen.aclose()
 
 
 async def test_tokenizer_mismatch_is_loud() -> None:

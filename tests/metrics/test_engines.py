@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from loadgen.metrics.acceptance import server_acceptance
 from loadgen.metrics.agentic import PREFIX_HITS, PREFIX_QUERIES
 from loadgen.metrics.engines import DIALECTS, SGLANG, dialect, engine_by_names
+from loadgen.metrics.frontend import frontend_fields
 from loadgen.metrics.server import (
     KV_USAGE,
     RUNNING,
@@ -123,3 +124,38 @@ def test_vllm_is_the_identity() -> None:
     snapshot = parse_metrics((FIXTURES / "vllm_0.32_cpu" / "metrics.txt").read_text())
     assert DIALECTS["vllm"].canonical(snapshot) is snapshot
     assert engine_by_names(snapshot.samples).name == "vllm"  # type: ignore[union-attr]
+
+
+DYNAMO_CAPTURES = FIXTURES / "dynamo_1.4.2"
+
+
+def test_a_dynamo_frontend_is_named_by_its_own_series() -> None:
+    """Real Dynamo 1.4.2 captures: the frontend alone is Dynamo; its worker serves vLLM's
+    names (the mocker's engine type), and beside a worker the worker's engine is read."""
+    frontend = parse_metrics((DYNAMO_CAPTURES / "frontend_metrics.txt").read_text())
+    worker = parse_metrics((DYNAMO_CAPTURES / "worker_metrics.txt").read_text())
+    assert engine_by_names(frontend.samples) is DIALECTS["dynamo"]
+    assert engine_by_names(worker.samples) is DIALECTS["vllm"]
+    assert engine_by_names([*frontend.samples, *worker.samples]) is DIALECTS["vllm"]
+
+
+def test_the_dynamo_dialect_keeps_the_frontends_series_and_says_what_it_lacks() -> None:
+    frontend = parse_metrics((DYNAMO_CAPTURES / "frontend_metrics.txt").read_text())
+    kept = DIALECTS["dynamo"].canonical(frontend)
+    assert kept.samples and all(name.startswith("dynamo_frontend_") for name in kept.samples)
+    assert server_latency_means(zero_of(kept), kept)["server_mean_ttft_ms"] is None
+    assert "DYN_SYSTEM_PORT" in DIALECTS["dynamo"].missing["server_mean_ttft_ms"]
+
+
+def test_the_frontends_own_figures_read_from_the_real_capture() -> None:
+    """metrics/frontend.py over the real frontend's text: its requests_total is split by
+    endpoint and status labels, and every label set counts."""
+    text = (DYNAMO_CAPTURES / "frontend_metrics.txt").read_text()
+    kept = DIALECTS["dynamo"].canonical(parse_metrics(text))
+    families = text_string_to_metric_families(text)
+    total = sum(
+        s.value for f in families for s in f.samples if s.name == "dynamo_frontend_requests_total"
+    )
+    fields = frontend_fields(zero_of(kept), kept)
+    assert total > 0 and fields["frontend_requests"] == total
+    assert fields["frontend_mean_ttft_ms"] is not None and fields["frontend_mean_ttft_ms"] > 0
