@@ -48,12 +48,13 @@ class Point:
         self.run = run
         self.plan = plan
         self.shape: LoadShape = load_shape(run.spec)
-        self._slots = plan.conc if slots is None else slots
+        self.slots = plan.conc if slots is None else slots
+        self.warmup_planned = len(plan.warmup)
         self.label = label
         self._deliver = on_record
         self._warmup_to = on_warmup
         self.sent_requests = self.sent_chunks = 0
-        self._warmup_failed = 0
+        self.warmup_failed = 0
         self.clock = ClockPair(0, 0, 0)
         self.cpu_start = 0.0
         # CPU of the measured phase only: not the /metrics scrape, GC or summarize after it.
@@ -62,20 +63,8 @@ class Point:
         self.saturation: SaturationWatch | None = None  # open loop, unless switched off
 
     @property
-    def slots(self) -> int:
-        return self._slots
-
-    @property
     def planned(self) -> int:
         return len(self.plan.measured)
-
-    @property
-    def warmup_planned(self) -> int:
-        return len(self.plan.warmup)
-
-    @property
-    def warmup_failed(self) -> int:
-        return self._warmup_failed
 
     def early_stop(self) -> Stop | None:
         verdict = self.saturation.verdict if self.saturation is not None else None
@@ -154,7 +143,7 @@ class Point:
         if watch is not None:
             watch.observe(record)
         if record.error is not None:  # not a measurement, but a sign worth reporting
-            self._warmup_failed += 1
+            self.warmup_failed += 1
         if self._warmup_to is not None:
             self._warmup_to(record)
         return record

@@ -205,29 +205,13 @@ class WorkerSending:
         self.context = context
         self.conc = conc
         self.active = active
-        self._planned = planned
-        self._warmup = warmup
-        self._slots = slots
-        self._warmup_failed = 0
+        self.planned = planned
+        self.warmup_planned = warmup
+        self.slots = slots
+        self.warmup_failed = 0
         self.cpu_start = 0.0
         self.parent_cpu = 0.0
         self.done: dict[int, dict[str, Any]] = {}
-
-    @property
-    def slots(self) -> int:
-        return self._slots
-
-    @property
-    def planned(self) -> int:
-        return self._planned
-
-    @property
-    def warmup_planned(self) -> int:
-        return self._warmup
-
-    @property
-    def warmup_failed(self) -> int:
-        return self._warmup_failed
 
     def early_stop(self) -> Stop | None:
         return None  # a worker never stops its share alone (no saturation stop across them)
@@ -245,7 +229,7 @@ class WorkerSending:
             handle.send(Kind.POINT, point)
         warm = await self._stopping(self.pool._collect(self.active, Kind.WARM))
         for body in warm.values():
-            self._warmup_failed += int(body["warmup_failed"])
+            self.warmup_failed += int(body["warmup_failed"])
 
     async def measure(self) -> None:
         self.cpu_start = time.process_time()
