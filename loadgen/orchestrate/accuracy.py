@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.config.spec import RunSpec, SpecError
-from loadgen.errors import LoadgenError
 from loadgen.metrics import gsm8k
 from loadgen.results.accuracy import AccuracyResult, AccuracySample, ExactMatchFigure
 from loadgen.results.outcome import PointOutcome
-from loadgen.results.point import ResultFileError
+from loadgen.results.point import PointResult, ResultFileError
 from loadgen.results.store import ResultsDir
 from loadgen.run.driver import Driver, Lives, RunPieces
+from loadgen.run.extension import Extension, Measured
 from loadgen.run.features import Features
 from loadgen.run.lifecycle import PointLife
 from loadgen.run.point import Point
@@ -162,7 +162,7 @@ async def measure_accuracy(
 
 
 class _AccuracyDriver(Lives):
-    """Runs an accuracy point in this process, then scores its replies."""
+    """Runs an accuracy point in this process; its replies are scored as it is written."""
 
     def __init__(
         self,
@@ -185,25 +185,27 @@ class _AccuracyDriver(Lives):
         def send(records: PointRecords) -> Point:
             return Point(context, plan, on_record=records.add, on_warmup=records.add_warmup)
 
-        life = PointLife(context, conc, send, self.features.for_point(context, conc))
-        outcome = await self.run(life)
-        self._score(context, conc, outcome.complete)
-        return outcome
+        scoring = _Scoring(self, context.spec, conc)
+        extensions = self.features.for_point(context, conc, (scoring,))
+        return await self.run(PointLife(context, conc, send, extensions))
 
-    def abandoned(self, stop: LoadgenError | None) -> PointOutcome | None:
-        life = self.current
-        outcome = super().abandoned(stop)
-        if life is not None and outcome is not None:
-            self._score(life.context, life.conc, False)
-        return outcome
 
-    def _score(self, context: RunContext, conc: int, complete: bool) -> None:
-        """After the point: each reply against its gold, both filters."""
-        spec, options = context.spec, self.workload.options
-        store = ResultsDir(context.results_dir)
-        records = {r.request_id: r for r in store.read_records(conc)} if complete else {}
+class _Scoring(Extension):
+    """Each reply of an accuracy point against its gold, both filters, once the point is
+    written (also a point the run stopped: its score says `complete: false`)."""
+
+    def __init__(self, driver: _AccuracyDriver, spec: RunSpec, conc: int) -> None:
+        self.driver = driver
+        self.spec = spec
+        self.conc = conc
+
+    def write_files(self, store: ResultsDir, result: PointResult, measured: Measured) -> None:
+        driver, spec, conc = self.driver, self.spec, self.conc
+        options = driver.workload.options
+        complete = measured.complete
+        records = {r.request_id: r for r in measured.records} if complete else {}
         samples: list[AccuracySample] = []
-        for index, asked in enumerate(self.workload.asked.get(conc, [])):
+        for index, asked in enumerate(driver.workload.asked.get(conc, [])):
             scored = gsm8k.score(reply_content(asked.reply, spec, options), asked.item.answer)
             record = records.get(index)
             samples.append(
@@ -219,8 +221,8 @@ class _AccuracyDriver(Lives):
             )
         minimum = spec.scoring.accuracy_min
         strict = _figure(gsm8k.exact_match([s.correct for s in samples]))
-        result = AccuracyResult(
-            task=self.task,
+        score = AccuracyResult(
+            task=driver.task,
             protocol=PROTOCOL,
             conc=conc,
             n=len(samples),
@@ -231,10 +233,10 @@ class _AccuracyDriver(Lives):
             passed=None if minimum is None else strict.exact_match >= minimum,
             complete=complete,
         )
-        store.write_accuracy(result, samples)
-        self.scores[conc] = result
-        if self.on_score is not None:
-            self.on_score(result)
+        store.write_accuracy(score, samples)
+        driver.scores[conc] = score
+        if driver.on_score is not None:
+            driver.on_score(score)
 
 
 def _figure(match: gsm8k.ExactMatch) -> ExactMatchFigure:
