@@ -29,7 +29,7 @@ from loadgen.run.point import Point
 from loadgen.run.point_records import PointRecords, RunContext
 from loadgen.run.sweep import SweepOptions, SweepOutcome, sweep_points
 from loadgen.sinks.run_files import RunFiles
-from loadgen.workload.gsm8k import AccuracyWorkload, Item, read_items, reply_content
+from loadgen.workload.gsm8k import AccuracyWorkload, Item, read_task, reply_content
 
 PROTOCOL = (
     "5-shot chat (shots as turns, lm-eval's seed 1234), greedy, until </s> <|im_end|>; "
@@ -59,10 +59,7 @@ def read_data(spec: RunSpec) -> AccuracyData | None:
             "--accuracy with --shard: every shard would ask every question; run the "
             "accuracy points from one loadgen"
         )
-    return AccuracyData(
-        read_items(scoring.accuracy_data, "--accuracy-data"),
-        read_items(scoring.accuracy_shots, "--accuracy-shots"),
-    )
+    return AccuracyData(*read_task(scoring.accuracy_data, scoring.accuracy_shots, spec))
 
 
 def accuracy_done(spec: RunSpec, results_dir: Path) -> bool:
