@@ -268,3 +268,11 @@ def reply_content(reply: ReplyText, spec: RunSpec, options: BodyOptions) -> str:
     message = options.builder.history_message(reply, spec.workload.encoder, spec.workload.thinking)
     content = message.get("content")
     return content if isinstance(content, str) else ""
+
+
+def no_answer(reply: ReplyText, spec: RunSpec, options: BodyOptions) -> bool:
+    """The reply has text but no answer section to score: all of it reasoning (in
+    DeepSeek-V4's thinking mode, a completion that never wrote `</think>`; on chat, a
+    server that streamed it all as `reasoning`). An empty reply (a failed request) is not
+    one: it has nothing at all."""
+    return not reply.empty and not reply_content(reply, spec, options).strip()

@@ -173,16 +173,16 @@ def test_a_lane_of_too_few_pairs_is_not_called_lossless(n: int) -> None:
 
 def test_the_pairs_needed_move_with_the_floor() -> None:
     # a noisier floor needs more pairs; one with no identical pair cannot be fallen below
-    lane = [_runs(0, k, n=3) for k in (3, 2, 0)]
-    needed = []
-    for runs in lane:
-        check = check_lossless(runs, repeat="base.repeat")
+    lanes = []
+    for floor in (3, 2, 0):
+        check = check_lossless(_runs(0, floor, n=3), repeat="base.repeat")
         assert check is not None
         (only,) = check.lanes
         assert only.verdict is Verdict.TOO_FEW
-        needed.append(only.needed)
-    assert needed[0] is not None and needed[1] is not None and needed[0] < needed[1]
-    assert needed[2] is None and "no number of pairs" in check.lanes[0].label
+        lanes.append(only)
+    perfect, noisy, none = (lane.needed for lane in lanes)
+    assert perfect is not None and noisy is not None and perfect < noisy
+    assert none is None and "no number of pairs" in lanes[2].label
 
 
 def test_enough_pairs_are_judged_as_before() -> None:
