@@ -130,12 +130,6 @@ def items(read: TaskFile) -> list[Item]:
     return found
 
 
-def read_items(path: Path, flag: str) -> list[Item]:
-    """GSM8K's JSONL, bounded (`read_task_file`); any problem is one SpecError line
-    naming the file and where to get it."""
-    return items(read_task_file(path, flag))
-
-
 # Parsed into Items, a file is held at ~3x its bytes for the whole run (measured: a
 # 89 MB, 10^6-line file grew the peak RSS by 259 MB).
 HELD_PER_FILE_BYTE = 3
