@@ -13,6 +13,8 @@ instead of reading the file again (a 1 GB trace would otherwise be read twice).
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -76,39 +78,62 @@ def _items_of(path: Path, data: bytes) -> Iterator[tuple[str, Any]]:
 
 
 def read_bounded(path: Path, *, keep: bool = False) -> bytes:
-    """The file's bytes, never more than the limit: a device (/dev/zero) or a FIFO has no
-    size to check beforehand and would be read until memory runs out, or block. The bytes
-    detection kept are taken over if the file is unchanged; `keep`: hold them for the
-    next reader (detection)."""
-    try:
-        if not path.is_file():  # stat only: a FIFO is not opened, so nothing blocks
-            raise SpecError(
-                f"--dataset {path}: not a regular file (a device, FIFO or socket "
-                "cannot be a dataset); give a JSON or JSONL file or a directory"
-            )
-        # the size first (a large file is refused without reading it), then a bounded read
-        # (the file may grow, or be a /proc-like file whose size says 0)
-        status = path.stat()
-        identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
-        too_big = status.st_size > MAX_DATASET_BYTES
-        held = _held.pop(identity, None)
-        data = b"" if too_big else held if held is not None else _read_at_most(path)
-    except OSError as exc:
-        raise SpecError(f"--dataset {path}: cannot read it ({exc.strerror or exc})") from None
-    if too_big or len(data) > MAX_DATASET_BYTES:
-        raise SpecError(
-            f"--dataset {path}: over the {MAX_DATASET_BYTES >> 30} GiB limit (read "
-            "into memory); split it or keep only the conversations you need"
-        )
+    """The dataset file's bytes (`read_regular`). The bytes detection kept are taken over
+    if the file is unchanged; `keep`: hold them for the next reader (detection)."""
+    status = regular_file(path, "--dataset", "give a JSON or JSONL file or a directory")
+    identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+    held = _held.pop(identity, None)
+    data = (
+        held
+        if held is not None and status.st_size <= MAX_DATASET_BYTES
+        else read_regular(path, "--dataset", status, DATASET_SMALLER)
+    )
     _held.clear()  # never more than one file's bytes held
     if keep:
         _held[identity] = data
     return data
 
 
-def _read_at_most(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read(MAX_DATASET_BYTES + 1)
+DATASET_SMALLER = "split it or keep only the conversations you need"
+
+
+def regular_file(path: Path, flag: str, expected: str) -> os.stat_result:
+    """The file's status, refused (one SpecError line) unless it is a regular file: a
+    device (/dev/zero) has no size to check beforehand and would be read until memory
+    runs out, a FIFO would block the read. A stat only: nothing is opened, so nothing
+    blocks. `expected`: what to give instead."""
+    try:
+        status = path.stat()  # follows a link: a link to /dev/zero is /dev/zero
+    except OSError as exc:
+        raise SpecError(
+            f"{flag} {path}: cannot read it ({exc.strerror or exc}); {expected}"
+        ) from None
+    if not stat.S_ISREG(status.st_mode):
+        raise SpecError(
+            f"{flag} {path}: not a regular file (devices, FIFOs, sockets and directories "
+            f"are not read); {expected}"
+        )
+    return status
+
+
+def read_regular(path: Path, flag: str, status: os.stat_result, smaller: str) -> bytes:
+    """A regular file's bytes (`status` from `regular_file`), never more than
+    MAX_DATASET_BYTES: the size first (a large file is refused without reading it), then
+    a bounded read (the file may grow, or be a /proc-like file whose size says 0).
+    `smaller`: what to do about a file over the limit."""
+    data = b""
+    if status.st_size <= MAX_DATASET_BYTES:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_DATASET_BYTES + 1)
+        except OSError as exc:
+            raise SpecError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+    if status.st_size > MAX_DATASET_BYTES or len(data) > MAX_DATASET_BYTES:
+        raise SpecError(
+            f"{flag} {path}: over the {MAX_DATASET_BYTES >> 30} GiB limit (read into "
+            f"memory); {smaller}"
+        )
+    return data
 
 
 def check_item_size(size: int, where: str) -> None:

@@ -9,7 +9,9 @@ configuration (a repeat of the baseline lane). A lane is flagged when its share 
 the floor by more than the two shares' intervals can explain: its 95 % Wilson interval's
 upper bound below the floor's lower bound (the floor is a measurement too, of as many
 requests). A lane whose server accepts drafts synthetically is never called lossless:
-its outputs are not verified by the target at all.
+its outputs are not verified by the target at all. A lane of so few pairs that even none
+identical would lie within the floor's interval is not judged either: the check could not
+have failed, so it says how many pairs it needs (`pairs_needed`).
 
 Requests pair by their prompt's digest (lanes run with the same seed send the same
 prompts), in order where a prompt repeats. Computed once here; every sink reads it.
@@ -40,6 +42,7 @@ class Verdict(StrEnum):
     UNVERIFIED = "unverified"  # synthetic acceptance: never lossless
     NO_FLOOR = "no_floor"  # no repeat of the baseline to judge the share against
     NO_PAIRS = "no_pairs"  # no prompt in common with the baseline (or no outputs kept)
+    TOO_FEW = "too_few_pairs"  # even none identical would be within the floor's interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,9 @@ class Share:
         return self.identical / self.pairs if self.pairs else None
 
     def interval(self) -> tuple[float, float] | None:
-        """Wilson's score interval (it stays inside [0, 1] and is not empty at 0 or n)."""
+        """Wilson's score interval (it stays inside [0, 1] and is not empty at 0 or n).
+        Its end at 0 of n is 0 and at n of n is 1 exactly: the formula's centre and
+        half-width cancel there only to within rounding (5.55e-17 at 0 of 3)."""
         n = self.pairs
         if not n:
             return None
@@ -62,7 +67,35 @@ class Share:
         z2 = Z95 * Z95
         centre = (p + z2 / (2 * n)) / (1 + z2 / n)
         half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-        return max(0.0, centre - half), min(1.0, centre + half)
+        low = 0.0 if self.identical == 0 else max(0.0, centre - half)
+        high = 1.0 if self.identical == n else min(1.0, centre + half)
+        return low, high
+
+
+def _apart(share: Share, floor_low: float) -> bool:
+    """The flagging rule: the share's interval wholly below the floor's lower bound."""
+    interval = share.interval()
+    return interval is not None and interval[1] < floor_low
+
+
+def pairs_needed(floor: Share) -> int | None:
+    """The fewest pairs at which a lane with none identical would be told from `floor`
+    (the rule `_apart` with 0 of n), found by bisection over n (0 of n's upper bound falls
+    as n grows); None when no number of pairs would: the floor's lower bound is 0 (its
+    repeat matched none of the baseline's outputs), or there is no floor."""
+    interval = floor.interval()
+    if interval is None or interval[0] <= 0:
+        return None
+    low_end, high_end = 0, 1  # not apart at low_end (0 pairs), apart at high_end
+    while not _apart(Share(0, high_end), interval[0]):
+        low_end, high_end = high_end, high_end * 2
+    while high_end - low_end > 1:
+        middle = (low_end + high_end) // 2
+        if _apart(Share(0, middle), interval[0]):
+            high_end = middle
+        else:
+            low_end = middle
+    return high_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +113,9 @@ class LaneCheck:
     floor: Share | None  # the baseline's repeat at this concurrency
     verdict: Verdict
     synthetic: bool
+    # the fewest pairs at which the check could flag this lane at all (pairs_needed);
+    # None without a floor, or with one no number of pairs would fall below
+    needed: int | None = None
 
     @property
     def flagged(self) -> bool:
@@ -88,6 +124,8 @@ class LaneCheck:
     @property
     def label(self) -> str:
         """The words every sink prints for the verdict."""
+        if self.verdict is Verdict.TOO_FEW:
+            return self._too_few()
         return {
             Verdict.LOSSLESS: "within run-to-run noise",
             Verdict.DIFFERS: FLAGGED,
@@ -95,6 +133,21 @@ class LaneCheck:
             Verdict.NO_FLOOR: "no noise floor (no repeat of the baseline)",
             Verdict.NO_PAIRS: "no prompt in common with the baseline",
         }[self.verdict]
+
+    def _too_few(self) -> str:
+        if self.needed is None:
+            return (
+                "too few pairs to judge: the noise floor has no identical pair, so no number "
+                "of pairs could show a difference; make the baseline repeat itself "
+                "(greedy, one seed) and give the repeat more prompts"
+            )
+        per_conc = -(-self.needed // self.conc)
+        return (
+            f"too few pairs to judge ({self.share.pairs} pairs: even none identical would "
+            f"be within run-to-run noise; {self.needed} needed): measure at least "
+            f"{self.needed} requests at this concurrency in each lane "
+            f"(--prompts-per-conc {per_conc})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,13 +231,14 @@ def share_of(base: Sequence[RequestOutput], other: Sequence[RequestOutput]) -> S
 def _verdict(share: Share, floor: Share | None, synthetic: bool) -> Verdict:
     if synthetic:
         return Verdict.UNVERIFIED
-    interval = share.interval()
-    if interval is None:
+    if share.interval() is None:
         return Verdict.NO_PAIRS
     floor_interval = None if floor is None else floor.interval()
     if floor_interval is None:
         return Verdict.NO_FLOOR
-    return Verdict.DIFFERS if interval[1] < floor_interval[0] else Verdict.LOSSLESS
+    if not _apart(Share(0, share.pairs), floor_interval[0]):
+        return Verdict.TOO_FEW  # the check could not have flagged it, whatever it sent
+    return Verdict.DIFFERS if _apart(share, floor_interval[0]) else Verdict.LOSSLESS
 
 
 def check_lane(
@@ -205,6 +259,7 @@ def check_lane(
         floor=floor,
         verdict=_verdict(share, floor, run.synthetic),
         synthetic=run.synthetic,
+        needed=None if floor is None else pairs_needed(floor),
     )
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen.config.spec import RunSpec, SpecError
@@ -29,7 +29,7 @@ from loadgen.run.point import Point
 from loadgen.run.point_records import PointRecords, RunContext
 from loadgen.run.sweep import SweepOptions, SweepOutcome, sweep_points
 from loadgen.sinks.run_files import RunFiles
-from loadgen.workload.gsm8k import AccuracyWorkload, Item, read_items, reply_content
+from loadgen.workload.gsm8k import AccuracyWorkload, Item, no_answer, read_task, reply_content
 
 PROTOCOL = (
     "5-shot chat (shots as turns, lm-eval's seed 1234), greedy, until </s> <|im_end|>; "
@@ -59,10 +59,7 @@ def read_data(spec: RunSpec) -> AccuracyData | None:
             "--accuracy with --shard: every shard would ask every question; run the "
             "accuracy points from one loadgen"
         )
-    return AccuracyData(
-        read_items(scoring.accuracy_data, "--accuracy-data"),
-        read_items(scoring.accuracy_shots, "--accuracy-shots"),
-    )
+    return AccuracyData(*read_task(scoring.accuracy_data, scoring.accuracy_shots, spec))
 
 
 def accuracy_done(spec: RunSpec, results_dir: Path) -> bool:
@@ -85,6 +82,9 @@ class AccuracyOutcome:
     results_dir: Path
     points: tuple[AccuracyResult, ...]
     sweep: SweepOutcome
+    # conc -> replies that had text but no answer section (workload/gsm8k.py no_answer)
+    unanswered: Mapping[int, int] = field(default_factory=dict)
+    thinking: str = "thinking"  # the run's --thinking, which the advice below depends on
 
     def below(self) -> list[AccuracyResult]:
         return [p for p in self.points if p.passed is False]
@@ -106,8 +106,27 @@ class AccuracyOutcome:
                 f"{flexible.exact_match:.4f} +/- {flexible.stderr or 0:.4f} (n={point.n}) "
                 f"in {self.results_dir}"
             )
+            said.extend(self._why_unanswered(point))
         gate = self.gate_line()
         return said if gate is None else [*said, gate]
+
+    def _why_unanswered(self, point: AccuracyResult) -> list[str]:
+        """A score of (nearly) 0 with no word why: said when most replies had no answer
+        section, with what to do."""
+        missing = self.unanswered.get(point.conc, 0)
+        if not point.n or 2 * missing <= point.n:
+            return []
+        head = f"{point.task} conc {point.conc}: {missing} of {point.n} replies have no answer"
+        if self.thinking == "thinking":
+            return [
+                f"{head} section: all of each is reasoning (no `</think>` in DeepSeek-V4's "
+                "thinking mode, the default), and only the answer after it is scored; a "
+                "server that does not think answers in chat mode: run with --thinking chat"
+            ]
+        return [
+            f"{head} text: the server sent all of each as reasoning, and only the answer is "
+            "scored; check the server's reasoning parser (vLLM --reasoning-parser)"
+        ]
 
     def gate_line(self) -> str | None:
         """The one line an --accuracy-min failure prints."""
@@ -149,16 +168,33 @@ async def measure_accuracy(
         aiperf_artifacts=None,
     )
     scores: dict[int, AccuracyResult] = {}
+    workloads: list[AccuracyWorkload] = []
 
     @contextlib.asynccontextmanager
     async def drive(pieces: RunPieces) -> AsyncIterator[Driver]:
         workload = AccuracyWorkload(
             sub, pieces.tokenizer, pieces.workload.options, data.questions, data.shots
         )
+        workloads.append(workload)
         yield _AccuracyDriver(workload, task, scores, on_score, pieces.features)
 
     sweep = await sweep_points(sub, SweepOptions(drive=drive, outputs=RunFiles(sub)))
-    return AccuracyOutcome(directory, tuple(scores[c] for c in concs if c in scores), sweep)
+    return AccuracyOutcome(
+        directory,
+        tuple(scores[c] for c in concs if c in scores),
+        sweep,
+        _unanswered(sub, workloads),
+        sub.workload.thinking,
+    )
+
+
+def _unanswered(spec: RunSpec, workloads: Sequence[AccuracyWorkload]) -> dict[int, int]:
+    """Per concurrency, the replies that had text but no answer section to score."""
+    return {
+        conc: sum(no_answer(asked.reply, spec, workload.options) for asked in replies)
+        for workload in workloads
+        for conc, replies in workload.asked.items()
+    }
 
 
 class _AccuracyDriver(Lives):

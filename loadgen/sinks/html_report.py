@@ -448,7 +448,8 @@ def frontier_section(runs: Sequence[ReportRun], comparison: Comparison) -> str:
 
 def lossless_section(check: LosslessCheck | None) -> str:
     """Each lane's outputs against the baseline's (metrics/lossless.py), one row per lane
-    and concurrency; a flagged or unverified lane's verdict in bold."""
+    and concurrency; a flagged, unverified or unjudged (too few pairs) lane's verdict in
+    bold."""
     if check is None:
         return "<p>No run kept its outputs (<code>--record-outputs</code>).</p>"
     head, *_ = lossless_lines(check)
@@ -458,7 +459,7 @@ def lossless_section(check: LosslessCheck | None) -> str:
         f"<td>{_e(_plain(lane.divergence_median))}</td><td>{_e(_plain(lane.divergence_p10))}</td>"
         + (
             f"<td><strong>{_e(lane.label)}</strong></td></tr>"
-            if lane.verdict in (Verdict.DIFFERS, Verdict.UNVERIFIED)
+            if lane.verdict in (Verdict.DIFFERS, Verdict.UNVERIFIED, Verdict.TOO_FEW)
             else f"<td>{_e(lane.label)}</td></tr>"
         )
         for lane in check.lanes

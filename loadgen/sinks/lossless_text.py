@@ -19,6 +19,7 @@ COLUMNS = (
     "noise_floor",
     "noise_floor_pairs",
     "noise_floor_ci95_low",
+    "lossless_pairs_needed",
     "lossless_verdict",
     "lossless_note",
 )
@@ -76,6 +77,7 @@ def lane_columns(lane: LaneCheck) -> dict[str, Any]:
         "noise_floor": None if floor is None else floor.value,
         "noise_floor_pairs": None if floor is None else floor.pairs,
         "noise_floor_ci95_low": floor_interval[0],
+        "lossless_pairs_needed": lane.needed,
         "lossless_verdict": lane.verdict.value,
         "lossless_note": lane.label,
     }

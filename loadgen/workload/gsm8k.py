@@ -13,6 +13,7 @@ Greedy, EOS honoured (no ignore_eos), stopping at the task's `until` strings.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ from typing import Any
 import orjson
 from tokenizers import Tokenizer
 
+from loadgen.config import limits
+from loadgen.config.build_spec import memory_budget
+from loadgen.config.dataset_format import check_item_size, read_regular, regular_file
 from loadgen.config.spec import RunSpec, SpecError
 from loadgen.tokenizer import encode
 from loadgen.workload.bodies import BodyOptions
@@ -32,6 +36,7 @@ WHERE = (
     "GSM8K is the Hugging Face dataset openai/gsm8k (config main): save its test split "
     "as JSONL for --accuracy-data and its train split for --accuracy-shots"
 )
+SAVE_SPLIT = "save GSM8K's split (Hugging Face openai/gsm8k, config main) as a JSONL file"
 # InferenceX's utils/evals/gsm8k.yaml at 843c6254ff69b567f772f6a5fd97675af3d04431 (lm-eval's
 # gsm8k.yaml at 4e7e0d47f33bc71070c1d38394bafbb52b117163 with the instruction added):
 # doc_to_text, generation_kwargs.until, num_fewshot; lm-eval's default fewshot seed.
@@ -68,37 +73,98 @@ class Item:
     answer: str
 
 
-def read_items(path: Path, flag: str) -> list[Item]:
-    """GSM8K's JSONL; any problem is one SpecError line naming the file and where to get it."""
+@dataclass(frozen=True, slots=True)
+class TaskFile:
+    """One --accuracy file read, not yet parsed: its lines with their 1-based numbers
+    (blank and comment lines left out), so its size is judged before any is parsed."""
+
+    flag: str
+    path: Path
+    size: int
+    lines: list[tuple[int, bytes]]
+
+    def mean_line_bytes(self) -> float:
+        return sum(len(line) for _, line in self.lines) / len(self.lines) if self.lines else 0.0
+
+
+def read_task_file(path: Path, flag: str) -> TaskFile:
+    """The file's lines, bounded as a --dataset is: a regular file (a device or FIFO is
+    refused without opening it), at most MAX_DATASET_BYTES, each line at most
+    MAX_CONVERSATION_BYTES; any problem is one SpecError line."""
     if path.suffix == ".parquet":
         raise SpecError(
             f"{flag} {path}: parquet is not read here (no parquet library is a dependency); "
             "give the split as JSONL (one {question, answer} object per line)"
         )
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise SpecError(f"{flag} {path}: {exc.strerror or exc}; {WHERE}") from None
-    items: list[Item] = []
-    for number, line in enumerate(lines, 1):
+    status = regular_file(path, flag, SAVE_SPLIT)
+    data = read_regular(
+        path, flag, status, "give GSM8K's split itself (its test split is under 1 MB)"
+    )
+    lines = []
+    for number, line in enumerate(data.splitlines(), 1):
         if not line.strip() or line.startswith(b"#"):  # a comment (test fixtures say what they are)
             continue
+        check_item_size(len(line), f"{flag} {path}:{number}")
+        lines.append((number, line))
+    if not lines:
+        raise SpecError(f"{flag} {path}: no questions in the file; {WHERE}")
+    return TaskFile(flag, path, len(data), lines)
+
+
+def items(read: TaskFile) -> list[Item]:
+    """The file's GSM8K lines; a line that is not one is one SpecError line."""
+    found: list[Item] = []
+    for number, line in read.lines:
+        where = f"{read.flag} {read.path}:{number}"
         try:
             value = orjson.loads(line)
         except orjson.JSONDecodeError:
-            raise SpecError(f"{flag} {path}:{number}: not JSON; {WHERE}") from None
+            raise SpecError(f"{where}: not JSON; {WHERE}") from None
         if not (
             isinstance(value, dict)
             and isinstance(value.get("question"), str)
             and isinstance(value.get("answer"), str)
         ):
-            raise SpecError(
-                f"{flag} {path}:{number}: a GSM8K line has string `question` and `answer`; {WHERE}"
-            )
-        items.append(Item(len(items), value["question"], value["answer"]))
-    if not items:
-        raise SpecError(f"{flag} {path}: no questions in the file; {WHERE}")
-    return items
+            raise SpecError(f"{where}: a GSM8K line has string `question` and `answer`; {WHERE}")
+        found.append(Item(len(found), value["question"], value["answer"]))
+    return found
+
+
+# Parsed into Items, a file is held at ~3x its bytes for the whole run (measured: a
+# 89 MB, 10^6-line file grew the peak RSS by 259 MB).
+HELD_PER_FILE_BYTE = 3
+
+
+def point_memory_bytes(questions: TaskFile, shots: TaskFile, spec: RunSpec) -> tuple[int, int]:
+    """(an upper estimate of what an accuracy point holds, the prompt length it assumes):
+    as limits.point_memory_bytes estimates any point, every question a request (and the
+    warmup's), each a conversation of its line and FEWSHOT shot lines on average (a token
+    is at least a byte of text, so the bytes bound the tokens), answers of up to
+    --accuracy-max-tokens; plus both files, held for the run."""
+    n = len(questions.lines)
+    top = max(spec.scoring.accuracy_concs(spec.load.conc))
+    requests = n + min(top, n)
+    isl = math.ceil(questions.mean_line_bytes() + FEWSHOT * shots.mean_line_bytes())
+    bodies = limits.point_memory_bytes(requests, isl, spec.scoring.accuracy_max_tokens)
+    return bodies + HELD_PER_FILE_BYTE * (questions.size + shots.size), isl
+
+
+def read_task(data: Path, shots: Path, spec: RunSpec) -> tuple[list[Item], list[Item]]:
+    """--accuracy-data and --accuracy-shots, each bounded as a --dataset is, and the
+    accuracy point they make within the per-point memory limit of any point, before a
+    line of either is parsed (a 10^6-line file is refused, not built into 4 GB)."""
+    asked, pool = read_task_file(data, "--accuracy-data"), read_task_file(shots, "--accuracy-shots")
+    estimate, isl = point_memory_bytes(asked, pool, spec)
+    budget = memory_budget()
+    if estimate > budget:
+        raise SpecError(
+            f"--accuracy-data {data}: its {len(asked.lines):,} questions (5-shot prompts of "
+            f"~{isl:,} bytes, answers of up to {spec.scoring.accuracy_max_tokens} tokens) "
+            f"would hold ~{estimate / 2**30:,.1f} GiB in memory, over the limit of one point "
+            f"(half this machine's memory: {budget / 2**30:,.1f} GiB); ask fewer questions "
+            "(GSM8K's test split is 1,319) or lower --accuracy-max-tokens"
+        )
+    return items(asked), items(pool)
 
 
 def conversation(question: Item, shots: Sequence[Item]) -> list[dict[str, Any]]:
@@ -196,3 +262,11 @@ def reply_content(reply: ReplyText, spec: RunSpec, options: BodyOptions) -> str:
     message = options.builder.history_message(reply, spec.workload.encoder, spec.workload.thinking)
     content = message.get("content")
     return content if isinstance(content, str) else ""
+
+
+def no_answer(reply: ReplyText, spec: RunSpec, options: BodyOptions) -> bool:
+    """The reply has text but no answer section to score: all of it reasoning (in
+    DeepSeek-V4's thinking mode, a completion that never wrote `</think>`; on chat, a
+    server that streamed it all as `reasoning`). An empty reply (a failed request) is not
+    one: it has nothing at all."""
+    return not reply.empty and not reply_content(reply, spec, options).strip()

@@ -163,3 +163,37 @@ def test_a_sweep_file_keeps_outputs_where_its_lanes_can_be_compared(
     }
     plan = parse_sweep(document, source="s.yaml")
     assert [lane.spec.output.record_outputs for lane in plan.lanes] == [kept, kept]
+
+
+FEW = f"""
+conc: [1]
+workload: {{isl: 64, osl: 32}}
+prompts-per-conc: 3
+warmup-per-conc: 1
+no-progress: true
+require-lossless: true
+lanes:
+  - name: base
+    target: {{sim: true, sim-args: "--spec-tokens 0 {SIM}"}}
+  - name: base.repeat
+    target: {{sim: true, sim-args: "--spec-tokens 0 {SIM}"}}
+  - name: lossy
+    target: {{sim: true, sim-args: "--spec-tokens 2 --fault-lossy-spec 1 {SIM}"}}
+"""
+
+
+def test_three_pairs_are_too_few_to_call_a_lane_lossless(tmp_path: Path) -> None:
+    """Every one of the lossy lane's outputs differs, but 0 of 3 and the floor's 3 of 3
+    have overlapping intervals: no verdict, and --require-lossless says how many it needs."""
+    (tmp_path / "sweep.yaml").write_text(FEW)
+    done = loadgen("--config", str(tmp_path / "sweep.yaml"), "--results", str(tmp_path / "tree"))
+    assert done.returncode == 1, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if "--require-lossless" in x]
+    assert "lossy at conc 1: too few pairs to judge (3 pairs" in line
+    assert "within run-to-run noise;" in line and "5 needed" in line  # 0 of 5 clears 3 of 3
+    check = orjson.loads((tmp_path / "tree" / "compare.json").read_bytes())["lossless"]
+    (lossy,) = check["lanes"]
+    assert (lossy["identical_share"], lossy["identical_pairs"]) == (0.0, 3)
+    assert lossy["lossless_verdict"] == "too_few_pairs" and lossy["lossless_pairs_needed"] == 5
+    assert lossy["identical_ci95_low"] == 0.0  # not 5.55e-17
+    assert "within run-to-run noise" not in done.stdout.replace("would be within run-to-run", "")

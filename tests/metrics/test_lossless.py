@@ -140,3 +140,66 @@ def test_a_lane_that_kept_nothing_is_not_left_out() -> None:
     assert check is not None
     (only,) = check.lanes
     assert only.verdict is Verdict.NO_PAIRS and check.failures()
+
+
+def test_an_interval_ends_at_exactly_0_and_1_at_none_and_all() -> None:
+    # the formula's centre and half-width cancel at 0 of n only to within rounding: the
+    # CSV printed 5.55e-17 for 0 of 3
+    for n in range(1, 200):
+        low, _ = Share(0, n).interval() or (None, None)
+        _, high = Share(n, n).interval() or (None, None)
+        assert low == 0.0 and high == 1.0, n
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_lane_of_too_few_pairs_is_not_called_lossless(n: int) -> None:
+    """Every output differs, and the floor is perfect: with 3 pairs or fewer, 0 of n's
+    interval still reaches n of n's, so the check could not have flagged anything."""
+    check = check_lossless(_runs(0, n, n=n), repeat="base.repeat")
+    assert check is not None
+    (only,) = check.lanes
+    assert only.share == Share(0, n) and only.floor == Share(n, n)
+    assert only.verdict is Verdict.TOO_FEW and check.failures()
+    # the pairs it needs, by the same rule: the fewest at which 0 of them lies below the
+    # floor's interval, and one fewer would not
+    needed = only.needed
+    assert needed is not None and needed > n
+    floor_low = (Share(n, n).interval() or (0, 0))[0]
+    assert (Share(0, needed).interval() or (1, 1))[1] < floor_low
+    assert (Share(0, needed - 1).interval() or (1, 1))[1] >= floor_low
+    assert f"{n} pairs" in only.label and f"{needed} needed" in only.label
+    assert f"--prompts-per-conc {-(-needed // 8)}" in only.label
+
+
+def test_the_pairs_needed_move_with_the_floor() -> None:
+    # a noisier floor needs more pairs; one with no identical pair cannot be fallen below
+    lanes = []
+    for floor in (3, 2, 0):
+        check = check_lossless(_runs(0, floor, n=3), repeat="base.repeat")
+        assert check is not None
+        (only,) = check.lanes
+        assert only.verdict is Verdict.TOO_FEW
+        lanes.append(only)
+    perfect, noisy, none = (lane.needed for lane in lanes)
+    assert perfect is not None and noisy is not None and perfect < noisy
+    assert none is None and "no number of pairs" in lanes[2].label
+
+
+def test_enough_pairs_are_judged_as_before() -> None:
+    # 4 pairs is the first count at which 0 of them is told from a perfect floor of as many
+    differs = check_lossless(_runs(0, 4, n=4), repeat="base.repeat")
+    same = check_lossless(_runs(4, 4, n=4), repeat="base.repeat")
+    assert differs is not None and same is not None
+    assert differs.lanes[0].verdict is Verdict.DIFFERS
+    assert same.lanes[0].verdict is Verdict.LOSSLESS and not same.failures()
+
+
+def test_require_lossless_fails_on_too_few_pairs_saying_how_many() -> None:
+    from loadgen.compare.cli import NotLossless, require_lossless
+
+    check = check_lossless(_runs(0, 3, n=3), repeat="base.repeat")
+    with pytest.raises(NotLossless) as raised:
+        require_lossless(check)
+    message = str(raised.value)
+    assert "\n" not in message and "lane at conc 8: too few pairs to judge (3 pairs" in message
+    assert "5 needed" in message  # 0 of 4 reaches 3 of 3's lower bound 0.4385, 0 of 5 not

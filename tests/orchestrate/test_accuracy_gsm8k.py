@@ -89,6 +89,7 @@ def test_reports_the_oracles_rate_exactly(
     assert timed["completed"] == 8 and timed["max_concurrency"] == 4
     assert timed["mean_ttft_ms"] > 0 and timed["mean_itl_ms"] > 0 and timed["output_throughput"] > 0
     assert "strict-match 0.7500" in done.stderr
+    assert "no answer" not in done.stderr  # every reply had its answer section
     assert (results / "conc_4.json").is_file()  # the sweep itself ran first
     # no conc >= 16 in the sweep: its highest is the accuracy point's (said in the docs)
     assert sorted(p.name for p in accuracy.glob("conc_*.json")) == ["conc_4.json"]
@@ -118,6 +119,38 @@ def test_accuracy_min_above_the_score_exits_1_with_one_line(oracle: str, tmp_pat
 def test_accuracy_min_at_the_score_passes(oracle: str, tmp_path: Path) -> None:
     done = run_loadgen(_args(oracle, tmp_path / "run", "--accuracy-min", "0.75"))
     assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def thoughtless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A `loadgen sim` without the oracle: it generates as usual, and never writes
+    `</think>` (a server that does not think)."""
+    port = free_port()
+    sim = start_sim(port, tmp_path_factory.mktemp("sim") / "sim.log")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(sim)
+
+
+def test_replies_without_an_answer_section_are_said_with_what_to_do(
+    thoughtless: str, tmp_path: Path
+) -> None:
+    """DeepSeek-V4's thinking mode (the default) against a server that does not think:
+    every reply is all reasoning, its answer section empty, and the score 0. The run says
+    why and what to do; in chat mode the same replies are answers (scored, not said)."""
+    thinking = run_loadgen(_args(thoughtless, tmp_path / "thinking", "--accuracy-max-tokens", "16"))
+    assert thinking.returncode == 0, thinking.stderr
+    assert "gsm8k conc 4: strict-match 0.0000" in thinking.stderr
+    (said,) = [line for line in thinking.stderr.splitlines() if "no answer section" in line]
+    missing = int(said.split("gsm8k conc 4: ", 1)[1].split(" of 8 replies")[0])
+    assert missing > 4, said  # most of them
+    assert "</think>" in said and said.endswith("run with --thinking chat")
+    chat = run_loadgen(
+        _args(thoughtless, tmp_path / "chat", "--accuracy-max-tokens", "16", "--thinking", "chat")
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert "gsm8k conc 4: strict-match" in chat.stderr and "no answer" not in chat.stderr
 
 
 def test_missing_data_file_is_one_line_exit_2_before_measuring(oracle: str, tmp_path: Path) -> None:
