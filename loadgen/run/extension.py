@@ -61,7 +61,7 @@ class Extension:
         again. Not called when the point was stopped."""
 
     async def close(self) -> None:
-        """Always, once the measured phase began: ended, stopped or failed."""
+        """Always, once before_measure began: the point ended, was stopped or failed."""
 
     def cancel(self) -> None:
         """The point is being written: nothing of this feature outlives it (a stopped

@@ -11,7 +11,7 @@ hooks into it:
     measure                           Sending.measure
     after_measure, in reverse         (the server watch settles, the watchers stop)
     the server's counters read again
-    close, in reverse, always         (the profiler window closes)
+    close, in reverse, always         (the profiler window closes; from before_measure on)
     the result: settle_records, parts, write_files; conc_<N>.json written
 
 A point stopped anywhere (Ctrl-C, the server gone, a worker dead, a full disk) is
@@ -103,9 +103,9 @@ class PointLife:
         await self.sending.warm_up()
         for ext in exts:
             await ext.after_warmup()
-        for ext in exts:
-            await ext.before_measure()
-        try:
+        try:  # a window opened before the measured phase is closed even if stopped there
+            for ext in exts:
+                await ext.before_measure()
             self._begin(await self.context.backend.scrape())
             for ext in exts:
                 ext.measure_started()
