@@ -33,6 +33,7 @@ from loadgen.metrics.server import (
     SPEC_DRAFTS,
     ServerSnapshot,
     counter_delta,
+    whole_draft_length,
 )
 from loadgen.records import RequestRecord
 
@@ -55,6 +56,7 @@ SERVER_KEYS = (
     "server_spec_decode_drafts",
     "server_spec_decode_draft_tokens",
     "server_spec_decode_accepted_tokens",
+    "server_acceptance_invalid_reason",
 )
 
 
@@ -139,11 +141,17 @@ def itl_merged_steps(stream: Mapping[str, Any]) -> bool | None:
     return False if stream.get("stream_acceptance_decode_chunks") else None
 
 
-def server_acceptance(before: ServerSnapshot, after: ServerSnapshot) -> dict[str, Any]:
+def server_acceptance(
+    before: ServerSnapshot, after: ServerSnapshot, spec_tokens: int | None = None
+) -> dict[str, Any]:
     """Keys SERVER_KEYS from counter deltas; all None when the server drafted nothing.
 
     AL = 1 + accepted/drafts; rate = accepted/draft_tokens; per-position i =
     accepted_per_pos[i]/drafts; server_spec_tokens (K) = draft_tokens/drafts.
+    Counters no server can have counted (impossible_counters; `spec_tokens` is the K
+    known apart from these counters, if any) void every figure, with the reason in
+    server_acceptance_invalid_reason; a draft-tokens-per-draft ratio that is not a whole
+    number voids only server_spec_tokens (K is not that ratio), with its reason there.
     """
     result: dict[str, Any] = dict.fromkeys(SERVER_KEYS)
     drafts = counter_delta(before, after, SPEC_DRAFTS)
@@ -156,18 +164,71 @@ def server_acceptance(before: ServerSnapshot, after: ServerSnapshot) -> dict[str
         position: value - start.get(position, 0.0)
         for position, value in after.accepted_per_position.items()
     }
+    impossible = impossible_counters(drafts, draft_tokens, accepted, per_position, spec_tokens)
+    if impossible:
+        result["server_acceptance_invalid_reason"] = (
+            f"the server's spec-decode counters over the point cannot be true "
+            f"({'; '.join(impossible)}): no server acceptance figure is published"
+        )
+        return result
+    k = whole_draft_length(drafts, draft_tokens)
     result.update(
         server_acceptance_length=1.0 + accepted / drafts,
         server_acceptance_rate=accepted / draft_tokens if draft_tokens else None,
         server_acceptance_per_position=[per_position[p] / drafts for p in sorted(per_position)]
         if per_position
         else None,
-        server_spec_tokens=round(draft_tokens / drafts),
+        server_spec_tokens=k,
         server_spec_decode_drafts=int(drafts),
         server_spec_decode_draft_tokens=int(draft_tokens),
         server_spec_decode_accepted_tokens=int(accepted),
     )
+    if k is None:
+        result["server_acceptance_invalid_reason"] = (
+            f"server_spec_tokens is null: {draft_tokens:.0f} draft tokens over "
+            f"{drafts:.0f} drafts is {draft_tokens / drafts:.3f} per draft, not a whole "
+            "K (the server trimmed some drafts, or its counters are not one server's)"
+        )
     return result
+
+
+def impossible_counters(
+    drafts: float,
+    draft_tokens: float,
+    accepted: float,
+    per_position: Mapping[int, float],
+    spec_tokens: int | None,
+) -> list[str]:
+    """What in these counter deltas no server can have counted (empty: nothing):
+    counts that are not whole numbers, more tokens accepted than drafted, an AL above
+    K+1 or more draft tokens per draft than K (when K is known apart from these
+    counters), and a draft position accepted more often than there were drafts, below
+    zero, or at or past K."""
+    found = []
+    counts = {"drafts": drafts, "draft tokens": draft_tokens, "accepted tokens": accepted}
+    fractional = [
+        f"{name} {value:g}" for name, value in counts.items() if not float(value).is_integer()
+    ]
+    if fractional:
+        found.append(f"{', '.join(fractional)}: not whole numbers")
+    if accepted > draft_tokens:
+        found.append(f"accepted tokens {accepted:.0f} above draft tokens {draft_tokens:.0f}")
+    if spec_tokens:
+        length = 1.0 + accepted / drafts
+        if length > spec_tokens + 1:
+            found.append(f"acceptance length {length:.2f} above K+1 = {spec_tokens + 1}")
+        if draft_tokens > spec_tokens * drafts:
+            found.append(
+                f"{draft_tokens / drafts:.2f} draft tokens per draft, above K = {spec_tokens}"
+            )
+    for position, value in sorted(per_position.items()):
+        if value < 0 or value > drafts or not float(value).is_integer():
+            found.append(f"{value:g} accepted at draft position {position} of {drafts:.0f} drafts")
+        elif spec_tokens and position >= spec_tokens and value > 0:
+            found.append(
+                f"{value:.0f} accepted at draft position {position}, past K = {spec_tokens}"
+            )
+    return found
 
 
 def acceptance_difference(stream: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,10 +5,15 @@ sums every sample over its label sets (engines of a data-parallel server, model 
 except where a label is the key of the value (`position` of the per-position acceptance
 counter). Histogram buckets and `_created` timestamps are dropped: only `_sum`/`_count`
 of histograms are kept, which is all a mean over a point needs.
+
+A NaN or infinite sample is a missing one, never a number: the name it belongs to is left
+out of the snapshot altogether (a sum over engines that skipped one would be a wrong
+total), so every figure from it is null as when the server does not export it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -66,8 +71,9 @@ class ServerSnapshot:
 
     @property
     def accepted_per_position(self) -> dict[int, float]:
+        """Position -> accepted; a `position` label that is not a number is no position."""
         by_position = self.keyed.get(SPEC_ACCEPTED_PER_POS, {})
-        return {int(position): value for position, value in by_position.items()}
+        return {int(p): value for p, value in by_position.items() if p.isdigit()}
 
 
 def parse_metrics(text: str) -> ServerSnapshot:
@@ -75,12 +81,15 @@ def parse_metrics(text: str) -> ServerSnapshot:
     samples: dict[str, float] = {}
     keyed: dict[str, dict[str, float]] = {}
     engines: set[tuple[str, str]] = set()
+    missing: set[str] = set()  # names with a NaN or infinite sample (module doc)
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 name = sample.name
                 if name.endswith(("_bucket", "_created")):
                     continue
+                if not math.isfinite(sample.value):
+                    missing.add(name)
                 if name == ENGINE_STEPS:
                     labels = sample.labels
                     engines.add((labels.get("model_name", ""), labels.get("engine", "")))
@@ -95,6 +104,9 @@ def parse_metrics(text: str) -> ServerSnapshot:
             f"server /metrics is not Prometheus text format ({exc}); "
             "check that --base-url points at the inference server"
         ) from exc
+    for name in missing:
+        samples.pop(name, None)
+        keyed.pop(name, None)
     return ServerSnapshot(samples=samples, keyed=keyed, engines=len(engines) or None)
 
 
@@ -103,19 +115,37 @@ def speculative_decoding_enabled(snapshot: ServerSnapshot) -> bool:
     return snapshot.get(SPEC_DRAFTS) is not None
 
 
+def positions_spec_tokens(snapshot: ServerSnapshot) -> int | None:
+    """K as vLLM's per-position series give it: it registers one accepted-per-position
+    series for each of its K draft positions when it starts, so their number is K from
+    the first scrape on; None without them."""
+    positions = snapshot.accepted_per_position
+    return max(positions) + 1 if positions else None
+
+
+def whole_draft_length(drafts: float, draft_tokens: float) -> int | None:
+    """Draft tokens per draft when it is a whole number (K: every draft proposes K);
+    None when it is not, since then K is not this ratio (vLLM trims a draft to the
+    step's token budget and to max_model_len, so a point can average below K), or when
+    nothing was drafted."""
+    if drafts <= 0 or draft_tokens < 0:
+        return None
+    ratio = draft_tokens / drafts
+    return int(ratio) if ratio.is_integer() else None
+
+
 def server_spec_tokens(snapshot: ServerSnapshot) -> int | None:
-    """K (num_speculative_tokens) as the server's counters give it: vLLM registers one
-    accepted-per-position series for each of its K draft positions when it starts, so
-    their number is K from the first scrape on; a server without them, the draft tokens
-    per draft it counted so far; None when neither says (no speculative decoding, or
-    nothing drafted yet)."""
-    positions = [int(p) for p in snapshot.keyed.get(SPEC_ACCEPTED_PER_POS, {}) if p.isdigit()]
-    if positions:
-        return max(positions) + 1
+    """K (num_speculative_tokens) as the server's counters give it: the per-position
+    series' count (positions_spec_tokens); a server without them, the draft tokens per
+    draft it counted so far when that is a whole number; None when neither says (no
+    speculative decoding, nothing drafted yet, or a ratio that is not K)."""
+    positions = positions_spec_tokens(snapshot)
+    if positions is not None:
+        return positions
     drafts, draft_tokens = snapshot.get(SPEC_DRAFTS), snapshot.get(SPEC_DRAFT_TOKENS)
-    if drafts and draft_tokens and drafts > 0:
-        return round(draft_tokens / drafts)
-    return None
+    if drafts is None or draft_tokens is None:
+        return None
+    return whole_draft_length(drafts, draft_tokens)
 
 
 def counter_delta(before: ServerSnapshot, after: ServerSnapshot, name: str) -> float | None:
@@ -194,7 +224,9 @@ def gauge_samples(text: str, names: Mapping[str, str] | None = None) -> dict[str
                 found.setdefault(name, []).append(float(line.rsplit(" ", 1)[-1]))
             except ValueError:
                 continue
+    # a NaN or infinite engine's value leaves the gauge unknown in this scrape (module doc)
     return {
         name: (max(values) if WATCHED_GAUGES[name] == "max" else sum(values))
         for name, values in found.items()
+        if all(math.isfinite(v) for v in values)
     }

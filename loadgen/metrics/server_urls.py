@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadgen.metrics.acceptance import server_acceptance
+from loadgen.metrics.latency_bounds import ClientMaxima, bounded_means
 from loadgen.metrics.server import (
     KV_USAGE,
     RUNNING,
@@ -42,15 +43,21 @@ def per_url_fields(
     before: Mapping[str, ServerSnapshot | None],
     after: Mapping[str, ServerSnapshot | None] | None,
     gauges: Mapping[str, Mapping[str, Sequence[float]]],
+    spec_tokens: int | None = None,
+    maxima: ClientMaxima | None = None,
 ) -> list[dict[str, Any]]:
-    """One dict per URL, in the order given; counter figures None where a scrape failed."""
+    """One dict per URL, in the order given; counter figures None where a scrape failed.
+    Each URL's counters are held to the rules of the summed ones: its acceptance to
+    `spec_tokens` (the run's K), its latency means to the client's `maxima` (one worker
+    times its requests inside the client's spans too); None: not checked."""
     rows = []
     for url in urls:
         start, end = before.get(url), (after or {}).get(url)
         row: dict[str, Any] = {"url": url, "scraped": start is not None and end is not None}
         if start is not None and end is not None:
-            row.update(server_acceptance(start, end))
-            row.update(server_latency_means(start, end))
+            row.update(server_acceptance(start, end, spec_tokens))
+            means = server_latency_means(start, end)
+            row.update(bounded_means(means, maxima, "server") if maxima is not None else means)
         row.update(_gauge_stats(gauges.get(url, {})))
         rows.append(row)
     return rows

@@ -50,6 +50,7 @@ from loadgen.metrics.checks import (
 )
 from loadgen.metrics.frontend import frontend_fields
 from loadgen.metrics.golden import golden_fields
+from loadgen.metrics.latency_bounds import ClientMaxima, bounded_means
 from loadgen.metrics.request_stats import (
     TIMING_SAMPLES,
     spec_decode_fields,
@@ -57,7 +58,12 @@ from loadgen.metrics.request_stats import (
     timing_samples,
     timings_exceeding_client,
 )
-from loadgen.metrics.server import LATENCY_HISTOGRAMS, ServerSnapshot, server_latency_means
+from loadgen.metrics.server import (
+    LATENCY_HISTOGRAMS,
+    ServerSnapshot,
+    positions_spec_tokens,
+    server_latency_means,
+)
 from loadgen.metrics.steps import step_fields
 from loadgen.metrics.throughput import throughput_fields
 from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord
@@ -141,6 +147,14 @@ def latency_samples(arrays: PointArrays) -> dict[str, FloatArray]:
     }
 
 
+def client_maxima(records: Sequence[RequestRecord]) -> ClientMaxima:
+    """The client's largest TTFT, E2E latency, ITL and ITL per token over the completed
+    records, from the samples summarize publishes (the server's means are held to them)."""
+    return ClientMaxima.of(
+        latency_samples(PointArrays.build([r for r in records if is_completed(r)]))
+    )
+
+
 def good_mask(
     arrays: PointArrays,
     samples: Mapping[str, FloatArray],
@@ -188,12 +202,27 @@ def goodput_fields(
     }
 
 
-def _server_fields(before: ServerSnapshot | None, after: ServerSnapshot | None) -> dict[str, Any]:
-    frontend = frontend_fields(before, after)  # a Dynamo frontend among the URLs
+def _server_fields(
+    before: ServerSnapshot | None,
+    after: ServerSnapshot | None,
+    spec_tokens: int | None,
+    maxima: ClientMaxima,
+) -> dict[str, Any]:
+    """The server's acceptance (held to `spec_tokens`, the K known apart from its
+    counters) and latency means, and a Dynamo frontend's, each held to the client's
+    maxima (latency_bounds.py)."""
+    frontend = bounded_means(frontend_fields(before, after), maxima, "frontend")
     if before is None or after is None:
         latency_keys = [f"server_mean_{m}_ms" for m in LATENCY_HISTOGRAMS] + ["server_requests"]
-        return {**dict.fromkeys([*SERVER_KEYS, *latency_keys]), **frontend}
-    return {**server_acceptance(before, after), **server_latency_means(before, after), **frontend}
+        return {
+            **dict.fromkeys([*SERVER_KEYS, *latency_keys, "server_latency_invalid_reason"]),
+            **frontend,
+        }
+    return {
+        **server_acceptance(before, after, spec_tokens),
+        **bounded_means(server_latency_means(before, after), maxima, "server"),
+        **frontend,
+    }
 
 
 def _per_request_lists(ordered: Sequence[RequestRecord]) -> dict[str, list[Any]]:
@@ -227,9 +256,10 @@ def summarize(
     completed = [r for r in ordered if is_completed(r)]
     arrays = PointArrays.build(completed)
     samples = latency_samples(arrays)
-    server = _server_fields(server_before, server_after)
+    maxima = ClientMaxima.of(samples)
+    server = _server_fields(server_before, server_after, ctx.spec_tokens, maxima)
     per_request = spec_decode_fields(ordered)
-    spec_tokens = _spec_tokens(ctx, server, completed)
+    spec_tokens = _spec_tokens(ctx, server, server_after, completed)
     stream = stream_acceptance_from_arrays(arrays, spec_tokens, ctx.stream_interval)
     throughput = throughput_fields(ordered, arrays, ctx.conc, ctx.num_gpus)
     result = _count_fields(ordered, completed, arrays, samples, ctx, spec_tokens, throughput)
@@ -324,11 +354,18 @@ def _server_timing_fields(ordered: Sequence[RequestRecord], ctx: PointContext) -
 
 
 def _spec_tokens(
-    ctx: PointContext, server: Mapping[str, Any], completed: Sequence[RequestRecord]
+    ctx: PointContext,
+    server: Mapping[str, Any],
+    server_after: ServerSnapshot | None,
+    completed: Sequence[RequestRecord],
 ) -> int | None:
-    """K: the run's, else the server counters' draft tokens per draft, else as the
-    server's per-request stats say it."""
+    """K: the run's, else the server counters' draft tokens per draft (when a whole
+    number), else their per-position series (vLLM registers all K; a draft it trimmed
+    to the token budget leaves the ratio below K), else as the server's per-request
+    stats say it."""
     spec_tokens = ctx.spec_tokens if ctx.spec_tokens is not None else server["server_spec_tokens"]
+    if spec_tokens is None and server_after is not None:
+        spec_tokens = positions_spec_tokens(server_after)
     if spec_tokens is None:
         spec_tokens = max(
             (

@@ -109,6 +109,17 @@ def _check_warnings(result: Mapping[str, Any]) -> list[str]:
             "client measured (not those requests' timings): left out of the server timing "
             "figures"
         )
+    # the server's counters or means it cannot have measured: null, and said here (not a
+    # K that is only not the draft ratio: a busy vLLM trims drafts, every count true)
+    voided = result.get("server_acceptance_length") is None
+    for key, shown in (
+        ("server_acceptance_invalid_reason", voided),
+        ("server_latency_invalid_reason", True),
+        ("frontend_latency_invalid_reason", True),
+    ):
+        reason = result.get(key)
+        if shown and isinstance(reason, str) and reason:
+            warnings.append(f"{reason} ({key})")
     return warnings
 
 

@@ -159,17 +159,24 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     server_spec_decode_drafts: int | None
     server_spec_decode_draft_tokens: int | None
     server_spec_decode_accepted_tokens: int | None
+    # why the server_acceptance_* figures (or only server_spec_tokens) are null though the
+    # counters moved (metrics/acceptance.py); the default reads files of an older loadgen
+    server_acceptance_invalid_reason: str | None = None
     server_mean_ttft_ms: float | None
     server_mean_e2el_ms: float | None
     server_mean_itl_ms: float | None
     server_mean_queue_time_ms: float | None
     server_requests: float | None
+    # which server_mean_* are null because they exceed the client's largest of the same
+    # quantity (metrics/latency_bounds.py); the same for the frontend's below
+    server_latency_invalid_reason: str | None = None
     # a Dynamo frontend's own series among --server-metrics (metrics/frontend.py); the
     # defaults read files of an older loadgen
     frontend_mean_ttft_ms: float | None = None
     frontend_mean_itl_per_token_ms: float | None = None
     frontend_mean_e2el_ms: float | None = None
     frontend_requests: int | None = None
+    frontend_latency_invalid_reason: str | None = None
     server_request_acceptance_length: float | None
     server_request_acceptance_rate: float | None
     server_request_acceptance_per_position: list[float] | None

@@ -275,16 +275,16 @@ def test_the_last_points_steps_are_prometheus_gauges_and_a_console_line() -> Non
     observer.point_finished(8, result)
     text = generate_latest(registry).decode()
     found = {
-        (s.name, s.labels.get("kind"), s.labels.get("quantile")): s.value
+        (s.name, s.labels.get("kind"), s.labels.get("percentile")): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
         if s.name.startswith(("loadgen_engine", "loadgen_prefill_stall"))
     }
     m = result.metrics
-    assert found[("loadgen_engine_step_seconds", "decode", "0.50")] == pytest.approx(
+    assert found[("loadgen_engine_step_seconds", "decode", "50")] == pytest.approx(
         m.steps_decode_time_p50_ms / 1000
     )
-    assert found[("loadgen_engine_step_seconds", "prefill", "0.99")] == pytest.approx(
+    assert found[("loadgen_engine_step_seconds", "prefill", "99")] == pytest.approx(
         m.steps_prefill_time_p99_ms / 1000
     )
     assert found[("loadgen_engine_steps", None, None)] == m.steps_observed

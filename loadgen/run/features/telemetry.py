@@ -18,6 +18,7 @@ from loadgen.metrics.energy import PowerInput, PowerSeries
 from loadgen.metrics.gpu_power_csv import point_gpu_power_csv
 from loadgen.metrics.server_series import ScrapeText
 from loadgen.metrics.server_urls import per_url_fields
+from loadgen.metrics.summary import client_maxima
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
@@ -68,7 +69,12 @@ class PointTelemetry(Extension):
         return dataclasses.replace(
             parts,
             server_metrics_by_url=per_url_fields(
-                list(measured.before.each), measured.before.each, after.each, self.gauges
+                list(measured.before.each),
+                measured.before.each,
+                after.each,
+                self.gauges,
+                spec.scoring.spec_tokens,
+                client_maxima(measured.records),
             )
             if spec.telemetry.server_metrics and after
             else None,

@@ -20,7 +20,8 @@ Series and labels (model_name, endpoint, conc = the concurrency point; never per
   chunks are one engine step each), loadgen_acceptance_length{source} (the AL to publish),
   loadgen_server_spec_decode_acceptance_rate_per_position{position}
   loadgen_gpu_power_watts, loadgen_joules_per_output_token (--gpu-metrics, per point)
-  loadgen_engine_step_seconds{kind="all"|"decode"|"prefill", quantile}, loadgen_engine_steps,
+  loadgen_engine_step_seconds{kind="all"|"decode"|"prefill", percentile="50"|"90"|"99"},
+  loadgen_engine_steps,
   loadgen_engines, loadgen_prefill_stall_share (steps reconstructed per point; unset: null)
   loadgen_event_loop_lag_seconds (no labels: the client process itself), loadgen_build_info
   session runs (sessions.py): gauges loadgen_sessions_live, loadgen_session_trees_live;
@@ -193,7 +194,11 @@ class LoadgenMetrics:
             "loadgen_engine_step_seconds",
             "Engine step time reconstructed from the point's arrivals (steps_*_time_p*_ms): "
             "all steps, decode-only, or steps that carried a prefill completion.",
-            (*pl, "kind", "quantile"),
+            # Not `quantile`: Prometheus reserves it for summaries (promtool rejects it on
+            # a gauge), and a summary would claim a _sum/_count of observations these
+            # per-point percentiles do not have. One family with a plain label keeps a
+            # panel one selector (`by (percentile)`), spelled as the result files' p50.
+            (*pl, "kind", "percentile"),
         )
         self.steps = gauge(
             "loadgen_engine_steps", "Engine steps observed over the point (steps_observed).", pl

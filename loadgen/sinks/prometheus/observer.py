@@ -206,10 +206,10 @@ class MetricsObserver:
             ("decode", "steps_decode_time"),
             ("prefill", "steps_prefill_time"),
         ):
-            for quantile in ("50", "90", "99"):
-                ms = getattr(r, f"{prefix}_p{quantile}_ms")
+            for percentile in ("50", "90", "99"):
+                ms = getattr(r, f"{prefix}_p{percentile}_ms")
                 if ms is not None:
-                    m.step_time.labels(*key, kind, f"0.{quantile}").set(ms / 1000.0)
+                    m.step_time.labels(*key, kind, percentile).set(ms / 1000.0)
         for gauge, value in (
             (m.steps, r.steps_observed),
             (m.engines, r.steps_engines),
