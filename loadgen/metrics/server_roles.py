@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadgen.metrics.acceptance import server_acceptance
+from loadgen.metrics.latency_bounds import ClientMaxima, bounded_means
 from loadgen.metrics.server import ServerSnapshot, merge_snapshots, server_latency_means
 
 
@@ -21,8 +22,11 @@ def per_role_fields(
     before: Mapping[str, ServerSnapshot | None],
     after: Mapping[str, ServerSnapshot | None] | None,
     url_rows: Sequence[Mapping[str, Any]],
+    spec_tokens: int | None = None,
+    maxima: ClientMaxima | None = None,
 ) -> list[dict[str, Any]]:
-    """One dict per role, in the order roles are first named (`roles`: URL -> role)."""
+    """One dict per role, in the order roles are first named (`roles`: URL -> role); its
+    counters held to the rules of the summed ones (server_urls.per_url_fields)."""
     rows_by_url = {row["url"]: row for row in url_rows}
     out = []
     for role in dict.fromkeys(roles.values()):
@@ -32,8 +36,9 @@ def per_role_fields(
         row: dict[str, Any] = {"role": role, "urls": urls}
         row["scraped"] = start is not None and end is not None
         if start is not None and end is not None:
-            row.update(server_acceptance(start, end))
-            row.update(server_latency_means(start, end))
+            row.update(server_acceptance(start, end, spec_tokens))
+            means = server_latency_means(start, end)
+            row.update(bounded_means(means, maxima, "server") if maxima is not None else means)
         gauges = [rows_by_url[url] for url in urls if url in rows_by_url]
         row["requests_running_mean"] = _sum(g.get("requests_running_mean") for g in gauges)
         row["requests_waiting_mean"] = _sum(g.get("requests_waiting_mean") for g in gauges)

@@ -309,6 +309,9 @@ class ServerRoleFigures(msgspec.Struct, frozen=True, kw_only=True):
     server_mean_queue_time_ms: float | None = None
     server_acceptance_length: float | None = None
     server_acceptance_rate: float | None = None
+    # why its acceptance or latency figures are null though counted (docs/results.md)
+    server_acceptance_invalid_reason: str | None = None
+    server_latency_invalid_reason: str | None = None
     requests_running_mean: float | None = None  # summed over the role's URLs
     requests_waiting_mean: float | None = None
     kv_cache_usage_mean: float | None = None  # the mean of its URLs' means

@@ -58,7 +58,7 @@ class Features:
         profiled = conc in spec.target.profile_conc
         found: list[Extension | None] = [
             PointTelemetry(spec, context.backend, self.power_csv, conc, context.trial),
-            ServerRoles(self.roles) if self.roles is not None else None,
+            ServerRoles(self.roles, spec.scoring.spec_tokens) if self.roles is not None else None,
             CacheReset(self.cache, conc, after_warmup=spec.target.reset_after_warmup)
             if self.cache is not None
             else None,
