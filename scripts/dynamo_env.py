@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import fcntl
 import functools
 import importlib.util
 import json
@@ -48,9 +47,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+
+# the helper beside this file, also when the tests load this one by its path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cached_env
+from cached_env import PrepareError, base_python, group_alive, locked
 
 T = TypeVar("T")
 
@@ -76,48 +80,16 @@ MAX_MODEL_LEN = 8192
 FRONTEND_PORT, FIRST_SYSTEM_PORT = 8000, 8081
 
 
-class PrepareError(RuntimeError):
-    """The Dynamo environment could not be built; the message says which step and why."""
-
-
 def log(message: str) -> None:
     print(f"dynamo_env: {message}", file=sys.stderr, flush=True)
 
 
 def cache_root(explicit: str | None = None) -> Path:
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    if env := os.environ.get("LOADGEN_DYNAMO_CACHE"):
-        return Path(env).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser().resolve() / "loadgen" / f"dynamo-{DYNAMO_VERSION}"
+    return cached_env.cache_root(explicit, "LOADGEN_DYNAMO_CACHE", f"dynamo-{DYNAMO_VERSION}")
 
 
 def run_step(argv: Sequence[str], *, what: str) -> float:
-    """Run one build command, returning its duration; its output goes to our stderr."""
-    log(f"{what}: {shlex.join(argv)}")
-    started = time.perf_counter()
-    result = subprocess.run(argv, check=False, stdout=sys.stderr, stderr=sys.stderr)
-    if result.returncode != 0:
-        raise PrepareError(f"{what} failed (exit {result.returncode}): {shlex.join(argv)}")
-    return round(time.perf_counter() - started, 1)
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Serialize concurrent `prepare` runs (two pytest sessions) on one cache."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def base_python() -> str:
-    # A venv made from inside another venv would chain to it; use the real interpreter.
-    return getattr(sys, "_base_executable", None) or sys.executable
+    return cached_env.run_step(argv, what=what, log=log)
 
 
 def build_venv(venv: Path) -> dict[str, Any]:
@@ -480,17 +452,6 @@ def start_cluster(
     state["startup_s"] = round(time.perf_counter() - started, 1)
     record()
     return state
-
-
-def group_alive(pgid: int) -> bool:
-    reap(pgid)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def reap(pid: int) -> None:

