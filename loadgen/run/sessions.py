@@ -15,8 +15,8 @@
   ends its session there (its later turns are not sent: `sessions_cut`, `turns_skipped`).
 - Without --duration every tree is played once; with it, trees are recycled (in a seeded
   order) until it elapses, then nothing new is sent and in-flight turns finish. No wait
-  outlasts it: a fixed-schedule record (Mooncake) due after it is not waited for, and
-  the trace's requests never sent are counted (`arrivals_unsent`).
+  outlasts it: a turn or a fixed-schedule record (Mooncake) due after it is not waited
+  for, and the trace's records never sent are counted (`arrivals_unsent`).
 Workers (--workers N): every process walks the same seeded tree order and start-turn
 draws; process w plays the lanes j with j % N == w (so a tree and all its sessions stay in
 one process) and, of the plays that follow the lanes' first ones, every N-th from w (in
@@ -357,7 +357,9 @@ class SessionReplay:
                 turn = session.turns[number]
                 gap = 0.0 if number == first and session is play.tree.root else turn.gap_s
                 due = previous_end + self._capped(gap)
-                await self.gate.wait_until(due)
+                # no longer than the point: a turn due after it is not sent
+                deadline = self._deadline
+                await self.gate.wait_until(due if deadline is None else min(due, deadline))
                 if children:  # the parent's next turn waits for what it spawned
                     await asyncio.wait(children)
                     children = []

@@ -222,6 +222,39 @@ async def test_a_mooncake_arrival_after_the_duration_is_not_waited_for(
     assert result["replay_arrivals_unsent"] == 1
 
 
+async def test_a_turn_due_after_the_duration_is_not_waited_for(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    """A think time of 60 s (no system idle cap to cut it) and --duration 2: the lane
+    waited the 60 s for the second turn and then did not send it. Now the wait ends with
+    the point. The subject is timing: the bound asserted is the think time itself."""
+    think_s = 60.0
+    results = tmp_path / "results"
+    result, records = await run(
+        results,
+        tokenizer,
+        "--conc",
+        "1",
+        "--isl",
+        "64",
+        "--osl",
+        "4",
+        "--turns",
+        "2",
+        "--think-time",
+        f"{think_s:g}",
+        "--idle-cap-system",
+        "1000",
+        "--duration",
+        "2",
+        sim_args=CACHE_SIM.replace("--block-size 64", ""),
+    )
+    run_file = orjson.loads((results / "run.json").read_bytes())
+    assert run_file["finished_unix"] - run_file["started_unix"] < think_s
+    assert [r.turn_index for r in records] == [0] and records[0].ok  # the first turn only
+    assert result["replay_trees_started"] == 1 and result["replay_trees_completed"] == 0
+
+
 async def test_start_offsets_send_primers_that_warm_the_cache(
     tmp_path: Path, tokenizer: Tokenizer
 ) -> None:
