@@ -157,7 +157,8 @@ class Exchange:
             self.fail(ErrorKind.SERVER_ERROR, error)
             self.done, self.end_ns = True, stamp
             return
-        if chunk_id != self.response_id:  # the one check per event; equal but on the first
+        # the one check per event: unequal at the first id, or out of step
+        if chunk_id != self.response_id:
             self._other_id(chunk_id)
         if prompt is not None:
             self.prompt_tokens = prompt
