@@ -47,9 +47,12 @@ CLIENT_CPU, SERVER_CPU = 0, 1
 OUTPUTS = "+outputs"  # a client kind's suffix: the same client with --record-outputs
 
 
+RESPONSE_ID = b"5f0c3a1b2d4e6f70"  # the server replaces it with each response's own
+
+
 def chunk_bytes(index: int, prompt: int = 256) -> bytes:
     event = {
-        "id": "cmpl-5f0c3a1b2d4e6f70",
+        "id": "cmpl-" + RESPONSE_ID.decode(),
         "object": "text_completion",
         "created": 1764556800,
         "model": "deepseek-ai/DeepSeek-V4-Flash",
@@ -73,11 +76,14 @@ def chunk_bytes(index: int, prompt: int = 256) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+# Each response carries its own id, as vLLM's do (the client refuses a response with
+# the previous one's id on its connection): the same bytes, the id's 16 hex digits new.
 SERVER = r"""
-import asyncio, sys, uvloop
-from bench.read_path import chunk_bytes
+import asyncio, itertools, sys, uvloop
+from bench.read_path import RESPONSE_ID, chunk_bytes
 gap_s, chunks = float(sys.argv[1]), int(sys.argv[2])
 CHUNKS = [chunk_bytes(i) for i in range(1, chunks + 1)]
+IDS = itertools.count()
 DONE = b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
 HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n")
@@ -96,7 +102,7 @@ class Server(asyncio.Protocol):
             return
         self.buf = rest[length:]
         self.transport.write(HEAD)
-        streams[self.transport] = 0
+        streams[self.transport] = (0, b"%016x" % next(IDS))
 
 async def main():
     loop = asyncio.get_running_loop()
@@ -104,13 +110,13 @@ async def main():
     print(server.sockets[0].getsockname()[1], flush=True)
     while True:
         await asyncio.sleep(gap_s)
-        for transport, sent in list(streams.items()):
+        for transport, (sent, rid) in list(streams.items()):
             if sent == chunks:
                 transport.write(DONE)
                 del streams[transport]
             else:
-                transport.write(CHUNKS[sent])
-                streams[transport] = sent + 1
+                transport.write(CHUNKS[sent].replace(RESPONSE_ID, rid))
+                streams[transport] = (sent + 1, rid)
 
 uvloop.run(main())
 """

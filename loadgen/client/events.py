@@ -51,6 +51,10 @@ class StreamEvent(NamedTuple):
     # the chunk's token ids as sent (None without return_token_ids): only --record-outputs
     # reads them (client/outputs.py); holding the list the decoder made costs nothing
     ids: list[Any] | None = None
+    # the chunk's `id` (None when absent or not a string): every chunk of one response
+    # carries its response's id, so a change, or the previous response's id, shows an
+    # answer out of step (ingest.py `Exchange.on_event`)
+    chunk_id: str | None = None
 
 
 DONE_EVENT = StreamEvent(done=True)
@@ -69,10 +73,16 @@ def usage_event(
     prompt: int | None,
     cached: int | None,
     metrics: RequestMetrics | None = None,
+    chunk_id: str | None = None,
 ) -> StreamEvent:
     """An event without choices (the final usage), for both decoders; with vLLM's
     per-request `metrics` a MetricsEvent. Once per stream: not the per-chunk path."""
-    event = StreamEvent(completion_tokens=completion, prompt_tokens=prompt, cached_tokens=cached)
+    event = StreamEvent(
+        completion_tokens=completion,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        chunk_id=chunk_id,
+    )
     if metrics is None:
         return event
     with_metrics = _new_event(MetricsEvent, tuple(event))
@@ -211,6 +221,9 @@ def decode_event(data: bytes) -> StreamEvent:
     get = obj.get
     if "error" in obj or get("object") == "error":
         return StreamEvent(error=_error_text(get("error", obj)))
+    chunk_id = get("id")
+    if type(chunk_id) is not str:  # an id of another type says nothing comparable
+        chunk_id = None
     usage = get("usage")
     completion_tokens = prompt_tokens = cached_tokens = None
     if usage is not None:
@@ -224,7 +237,7 @@ def decode_event(data: bytes) -> StreamEvent:
             server = None if metrics is None else from_value(metrics)
             if server is None and sglext is not None:  # SGLang's per-request acceptance
                 server = (from_sglext(sglext), None)
-            return usage_event(completion_tokens, prompt_tokens, cached_tokens, server)
+            return usage_event(completion_tokens, prompt_tokens, cached_tokens, server, chunk_id)
         except BadRequestMetrics as exc:
             raise MalformedEvent(str(exc)) from None
     choice = choices[0]
@@ -263,6 +276,7 @@ def decode_event(data: bytes) -> StreamEvent:
             cached_tokens,
             reasoning,
             token_ids,
+            chunk_id,
         ),
     )
 
@@ -285,7 +299,7 @@ class TokenCounter:
         self.decrease: tuple[int, int] | None = None
 
     def count(self, event: StreamEvent) -> int:
-        _, has_choice, token_ids, logprobs, text, cumulative, _, _, _, _, _, _ = event
+        _, has_choice, token_ids, logprobs, text, cumulative, _, _, _, _, _, _, _ = event
         if cumulative is not None:
             delta = cumulative - self._last_completion
             if delta > 0:

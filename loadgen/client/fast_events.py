@@ -140,7 +140,7 @@ def decode_event_fast(data: bytes) -> StreamEvent:
     if not choices:
         try:
             server = None if chunk.metrics is None else from_wire(chunk.metrics)
-            return usage_event(completion, prompt, cached, server)
+            return usage_event(completion, prompt, cached, server, chunk.id)
         except BadRequestMetrics:
             return decode_event(data)  # the reference words the complaint
     choice = choices[0]
@@ -163,6 +163,7 @@ def decode_event_fast(data: bytes) -> StreamEvent:
             cached,
             reasoning,
             token_ids,
+            chunk.id,
         ),
     )
 

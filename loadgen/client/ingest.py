@@ -23,7 +23,14 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Protocol
 
-from loadgen.client.events import MAX_TOKEN_COUNT, MetricsEvent, StreamEvent, TokenCounter
+from loadgen.client.events import (
+    MAX_TOKEN_COUNT,
+    MalformedEvent,
+    MetricsEvent,
+    StreamEvent,
+    TokenCounter,
+    show,
+)
 from loadgen.client.fast_events import decode_event_fast as decode_event
 from loadgen.client.outputs import OutputKeeper, content_sink
 from loadgen.client.request_metrics import RequestMetrics
@@ -37,6 +44,10 @@ QUIET_NS = 200_000  # no read for this long: between bursts (a burst's reads com
 # No allowance over max_tokens: vLLM trims a speculative step's accepted tokens at
 # max_tokens (and SGLang stops there), so a count above it is no server's truth; the old
 # +64 let a server report up to 17x the tokens of a max_tokens=4 request.
+
+
+class OutOfStep(MalformedEvent):
+    """A response whose chunks' ids show it is not (only) this request's answer."""
 
 
 class Taint:
@@ -72,7 +83,9 @@ class Exchange:
         "error",
         "finish_reason",
         "max_tokens",
+        "previous_id",
         "prompt_tokens",
+        "response_id",
         "server_metrics",
         "sink",
         "status",
@@ -109,6 +122,11 @@ class Exchange:
         self.server_metrics: RequestMetrics = (None, None)  # vLLM's per-request `metrics`
         # The native client's mark, kept by the connection after the exchange (protocol.py)
         self.taint = Taint()
+        # The id of this response's first chunk that had one, and (native client) of the
+        # previous response on its connection: a response is its request's own only if
+        # every chunk carries the one id, and not the previous response's
+        self.response_id: str | None = None
+        self.previous_id: str | None = None
 
     def body_ended(self, last_stamp: int | None, cut: bool) -> None:
         """The body is over (either client): without [DONE] or an error event the stream
@@ -131,7 +149,7 @@ class Exchange:
 
     def on_event(self, event: StreamEvent, stamp: int, counter: TokenCounter) -> None:
         # One unpacking instead of a NamedTuple attribute lookup per field (per event).
-        done, _, _, _, _, completion, prompt, finish_reason, error, cached, _, _ = event
+        done, _, _, _, _, completion, prompt, finish_reason, error, cached, _, _, chunk_id = event
         if done:
             self.done, self.end_ns = True, stamp
             return
@@ -139,6 +157,9 @@ class Exchange:
             self.fail(ErrorKind.SERVER_ERROR, error)
             self.done, self.end_ns = True, stamp
             return
+        # the one check per event: unequal at the first id, or out of step
+        if chunk_id != self.response_id:
+            self._other_id(chunk_id)
         if prompt is not None:
             self.prompt_tokens = prompt
         if completion is not None:
@@ -159,6 +180,26 @@ class Exchange:
             self.chunk_tokens.append(tokens)
         elif type(event) is MetricsEvent:  # once per request, on its final usage chunk
             self.server_metrics = event.metrics
+
+    def _other_id(self, chunk_id: str | None) -> None:
+        """A chunk whose id is not the response's so far: the first id (the response's,
+        which must not be the previous response's on the connection), an event without
+        one (nothing said), or another id. Raises OutOfStep: the body stops there and its
+        connection closes (body.py), so nothing later on it is taken as an answer either."""
+        first = self.response_id
+        if not first:
+            self.response_id = chunk_id
+            if chunk_id and chunk_id == self.previous_id:
+                raise OutOfStep(
+                    f"the response's chunks carry the id {show(chunk_id)} of the previous "
+                    "response on its connection: a copy of that answer, out of step (a stale "
+                    "response taken as this request's)"
+                )
+        elif chunk_id:
+            raise OutOfStep(
+                f"the response's chunk id changed from {show(first)} to {show(chunk_id)}: "
+                "parts of two answers, out of step"
+            )
 
     def impossible(self, what: str, tokens: int, stamp: int) -> None:
         """More completion tokens than the request allowed: malformed, and nothing after

@@ -63,6 +63,7 @@ class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
     replay_primers_failed: int
     replay_sessions_cut: int
     replay_turns_skipped: int
+    replay_arrivals_unsent: int = 0  # (0 in the files of a loadgen before it)
     # metrics/session_rollup.py: distributions over sessions and trees of their rollups,
     # session goodput (--slo), prefix-cache loss (defaults: files of an older loadgen)
     session_rollup: dict[str, dict[str, float | None]] = msgspec.field(default_factory=dict)

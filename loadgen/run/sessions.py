@@ -14,7 +14,9 @@
   assistant message in the session's later turns; a turn that failed or came back empty
   ends its session there (its later turns are not sent: `sessions_cut`, `turns_skipped`).
 - Without --duration every tree is played once; with it, trees are recycled (in a seeded
-  order) until it elapses, then nothing new is sent and in-flight turns finish.
+  order) until it elapses, then nothing new is sent and in-flight turns finish. No wait
+  outlasts it: a turn or a fixed-schedule record (Mooncake) due after it is not waited
+  for, and the trace's records never sent are counted (`arrivals_unsent`).
 Workers (--workers N): every process walks the same seeded tree order and start-turn
 draws; process w plays the lanes j with j % N == w (so a tree and all its sessions stay in
 one process) and, of the plays that follow the lanes' first ones, every N-th from w (in
@@ -80,6 +82,9 @@ class ReplayStats:
     primers_failed: int = 0  # a failed primer is not a measurement, but worth reporting
     sessions_cut: int = 0  # --live-history: sessions ended by a failed or empty reply
     turns_skipped: int = 0  # their turns not sent
+    # fixed-schedule traces (Mooncake): the trace's requests never sent, the point's
+    # --duration having ended before their time (or before a lane was free for them)
+    arrivals_unsent: int = 0
     live_trees: int = field(default=0, repr=False)
 
 
@@ -164,6 +169,7 @@ class SessionReplay:
         self._start_ns = 0
         self._lanes: list[tuple[Play, int] | None] = []
         self._executor: ThreadPoolExecutor | None = None
+        self._sent_trees: set[str] = set()  # fixed-schedule trees with a request sent
 
     def _tree_order(self) -> Iterator[tuple[int, SessionTree]]:
         """Trees in file order once; recycled in seeded shuffles when there is a duration."""
@@ -233,8 +239,20 @@ class SessionReplay:
     async def measure(self, send: SendTurn, deadline_ns: int | None) -> None:
         self._deadline = deadline_ns
         self._start_ns = self.clock()
-        with self._render_thread():
-            await self._play_lanes(send)
+        try:
+            with self._render_thread():
+                await self._play_lanes(send)
+        finally:
+            self._count_unsent()
+
+    def _count_unsent(self) -> None:
+        """A fixed schedule's requests never sent. (Such traces run in one process:
+        --workers refuses them, so this process's trees are the whole trace.)"""
+        self.stats.arrivals_unsent = sum(
+            tree.request_count()
+            for tree in self.trees
+            if tree.start_at_s is not None and tree.tree_id not in self._sent_trees
+        )
 
     async def _play_lanes(self, send: SendTurn) -> None:
         async with asyncio.TaskGroup() as group:
@@ -286,15 +304,25 @@ class SessionReplay:
     def _stopped(self) -> bool:
         return self._deadline is not None and self.clock() >= self._deadline
 
+    async def _until(self, due_ns: int) -> bool:
+        """Sleep until `due_ns`; False at once when the point's deadline comes first (the
+        wait would outlast the point, and nothing is sent after it)."""
+        if self._deadline is not None and due_ns >= self._deadline:
+            return False
+        await self.sleep(max(0.0, (due_ns - self.clock()) / 1e9))
+        return True
+
     async def _lane(self, lane: int, first: tuple[Play, int], send: SendTurn) -> None:
         play: Play | None = first[0]
         start = first[1]
         while play is not None and not self._stopped():
             tree = play.tree
-            if tree.start_at_s is not None:  # fixed-schedule records (Mooncake)
-                await self.sleep(
-                    max(0.0, (self._start_ns + int(tree.start_at_s * 1e9) - self.clock()) / 1e9)
-                )
+            # fixed-schedule records (Mooncake) wait for their time; one due after the
+            # point ends the lane (it and every later record unsent)
+            if tree.start_at_s is not None and not await self._until(
+                self._start_ns + int(tree.start_at_s * 1e9)
+            ):
+                return
             stats = self.stats
             stats.trees_started += 1
             stats.live_trees += 1
@@ -329,13 +357,17 @@ class SessionReplay:
                 turn = session.turns[number]
                 gap = 0.0 if number == first and session is play.tree.root else turn.gap_s
                 due = previous_end + self._capped(gap)
-                await self.gate.wait_until(due)
+                # no longer than the point: a turn due after it is not sent
+                deadline = self._deadline
+                await self.gate.wait_until(due if deadline is None else min(due, deadline))
                 if children:  # the parent's next turn waits for what it spawned
                     await asyncio.wait(children)
                     children = []
                     due = max(due, self.clock())
                 if self._stopped():
                     return
+                if play.tree.start_at_s is not None:
+                    self._sent_trees.add(play.tree.tree_id)
                 request, record = await self._send(play, session, number, due, send, live)
                 previous_end = record.end_ns or self.clock()
                 if request.reply is not None:

@@ -35,6 +35,7 @@ from tests.support.hostile_server import (
     HostileServer,
     Request,
     answer_bytes,
+    response_id,
     sse,
     token_events,
 )
@@ -173,6 +174,7 @@ def in_pairs(metrics: dict[str, Any], osl: int) -> Handler:
     async def handle(request: Request, conn: Conn) -> None:
         max_tokens = request.json()["max_tokens"]
         events: list[dict[str, Any]] = []
+        chunk_id = response_id()
         for n in range(2, max_tokens + 1, 2):
             choice = {
                 "index": 0,
@@ -180,8 +182,8 @@ def in_pairs(metrics: dict[str, Any], osl: int) -> Handler:
                 "token_ids": [7, 7],
                 "finish_reason": "length" if n == max_tokens else None,
             }
-            events.append({"id": "cmpl-h", "choices": [choice], "usage": {"completion_tokens": n}})
-        final: dict[str, Any] = {"id": "cmpl-h", "choices": [], "usage": {"completion_tokens": n}}
+            events.append({"id": chunk_id, "choices": [choice], "usage": {"completion_tokens": n}})
+        final: dict[str, Any] = {"id": chunk_id, "choices": [], "usage": {"completion_tokens": n}}
         if max_tokens == osl:
             final["metrics"] = metrics
         await conn.head(chunked=True)

@@ -143,7 +143,7 @@ def test_framer_one_event_per_read_matches_line_by_line() -> None:
 def test_decode_event_fields_by_name() -> None:
     """Every field lands under its own name (the event is built positionally)."""
     ev = decode_event(
-        b'{"choices":[{"text":"ab","token_ids":[5,6,7],"finish_reason":"length",'
+        b'{"id":"cmpl-7","choices":[{"text":"ab","token_ids":[5,6,7],"finish_reason":"length",'
         b'"logprobs":{"tokens":["a","b"]}}],'
         b'"usage":{"completion_tokens":11,"prompt_tokens":9,'
         b'"prompt_tokens_details":{"cached_tokens":4}}}'
@@ -161,6 +161,7 @@ def test_decode_event_fields_by_name() -> None:
         "cached_tokens": 4,
         "reasoning": False,
         "ids": [5, 6, 7],  # the ids themselves, kept only under --record-outputs
+        "chunk_id": "cmpl-7",
     }
     chat = decode_event(b'{"choices":[{"delta":{"reasoning":"r"},"token_ids":[5]}]}')
     assert (chat.text, chat.reasoning, chat.token_ids) == ("r", True, 1)

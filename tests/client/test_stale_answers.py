@@ -1,11 +1,19 @@
-"""A server that answers out of step: 20 ms after each request it sends a same-size copy
-of the answer before (a stale response of the right size), and the real answer only
-300 ms after the request. The copy was taken as the request's answer (TTFT 20 ms instead
-of ~300 ms, recorded ok, no counter moved); the real answer then came while the
-connection was idle and only closed it. Now those bytes taint every request the
-connection answered since its last clean idle period: each is made malformed
-(`stray_bytes: later`), in the point and its JSONL alike. Real sockets, a raw asyncio
-server of our own, the real native client."""
+"""Answers out of step on a kept connection, over real sockets: a raw asyncio server of
+our own (it sends what no real server would on purpose), the real native client.
+
+- A server whose chunks carry no `id`: 20 ms after each request it sends a same-size
+  copy of the answer before (a stale response of the right size), and the real answer
+  only 300 ms after the request. The copy was taken as the request's answer (TTFT 20 ms
+  instead of ~300 ms, recorded ok, no counter moved); the real answer then came while
+  the connection was idle and only closed it. Now those bytes taint every request the
+  connection answered since its last clean idle period: each is made malformed
+  (`stray_bytes: later`), in the point and its JSONL alike.
+- A server whose chunks carry their response's `id` (as vLLM's do) and that answers a
+  request with a copy of the previous answer only: no bytes ever came while idle, so the
+  copy stood as the answer, ok. Now a response whose chunks carry the previous
+  response's id on its connection, or change id midway, is malformed and its connection
+  closed.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +35,16 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
-from tests.support.hostile_server import Conn, Handler, HostileServer, Request, sized_response
+from tests.support.hostile_server import (
+    Conn,
+    Handler,
+    HostileServer,
+    Request,
+    completion,
+    sized_response,
+    sse,
+    token_events,
+)
 
 # exclusive: the copy must be read within 200 ms of the request and the real answer
 # after it (CI, three workers busy: the copy's TTFT read 530 ms)
@@ -38,12 +55,13 @@ STALE_S, REAL_S = 0.02, 0.3
 
 def out_of_step() -> Handler:
     """Per connection: a copy of its previous answer after STALE_S, the real one after
-    REAL_S (each request in turn, as one connection's requests are)."""
+    REAL_S (each request in turn, as one connection's requests are); no chunk has an
+    `id`, so only the late bytes can show the copy."""
     last: weakref.WeakKeyDictionary[Conn, bytes] = weakref.WeakKeyDictionary()
 
     async def handle(request: Request, conn: Conn) -> None:
         started = time.monotonic()
-        answer = sized_response(request.json()["max_tokens"])
+        answer = sized_response(request.json()["max_tokens"], chunk_id=None)
         if conn in last:
             await asyncio.sleep(STALE_S)
             await conn.send(last[conn])
@@ -84,6 +102,91 @@ async def test_the_request_that_took_a_stale_copy_is_tainted() -> None:
     tainted = transport.take_tainted()
     assert set(tainted) == {(stale.request_id, stale.start_ns)}, tainted
     assert "came on its connection while idle after it" in tainted[stale.request_id, stale.start_ns]
+
+
+def copy_of_the_last() -> Handler:
+    """Per connection: the first request answered (chunks with their own id), every later
+    one with a byte-for-byte copy of that answer only: the right size, ids and all."""
+    last: weakref.WeakKeyDictionary[Conn, bytes] = weakref.WeakKeyDictionary()
+
+    async def handle(request: Request, conn: Conn) -> None:
+        if conn not in last:
+            last[conn] = sized_response(request.json()["max_tokens"])
+        await conn.send(last[conn])
+
+    return handle
+
+
+def two_ids_in_one() -> Handler:
+    """One response whose first chunks carry one id and the rest another."""
+
+    async def handle(request: Request, conn: Conn) -> None:
+        tokens = request.json()["max_tokens"]
+        events = token_events(tokens, usage=None)
+        for event in events[tokens // 2 :]:
+            event["id"] = "cmpl-another"
+        body = sse(events)
+        await conn.answer(200, body, "text/event-stream")
+
+    return handle
+
+
+async def send_in_turn(
+    handler: Handler, count: int
+) -> tuple[list[RequestRecord], dict[tuple[int, int], str]]:
+    """`count` requests one after the other on a one-connection pool; their records and
+    the taints found."""
+    async with HostileServer({"/v1/completions": handler}) as server:
+        native = NativeStreams(max_connections=1)
+        transport = Transport(native, server.base_url + "/v1/completions", stream_idle_timeout_s=5)
+        records: list[RequestRecord] = []
+        try:
+            for index in range(count):
+                request = RequestSpec(
+                    index=index, input_len=3, max_tokens=OSL, body=orjson.dumps({"max_tokens": OSL})
+                )
+                async with asyncio.timeout(30):
+                    records.append(
+                        await transport.send(
+                            request,
+                            x_request_id=f"r{index}",
+                            conc=1,
+                            scheduled_ns=0,
+                            on_record=lambda _r: None,
+                        )
+                    )
+        finally:
+            await native.close()
+    return records, transport.take_tainted()
+
+
+async def test_a_copy_of_the_previous_answer_is_not_taken_as_the_answer() -> None:
+    """Round 4's case: the copy comes after the next request was written, and nothing
+    comes while idle; the chunk ids are the copy's tell."""
+    (first, copy, after), tainted = await send_in_turn(copy_of_the_last(), 3)
+    assert first.ok and first.chunk_tokens == (1,) * OSL
+    assert copy.error is ErrorKind.MALFORMED, copy
+    assert "of the previous response on its connection" in copy.error_detail
+    assert copy.chunk_ns == ()  # refused at its first chunk: nothing of it is counted
+    # its connection closed: the next request opened another, and got a fresh answer
+    assert after.ok and after.connect_ns > 0
+    assert tainted == {}
+
+
+async def test_a_response_whose_chunk_id_changes_is_out_of_step() -> None:
+    (record,), _ = await send_in_turn(two_ids_in_one(), 1)
+    assert record.error is ErrorKind.MALFORMED, record
+    assert "chunk id changed from" in record.error_detail
+    assert "'cmpl-another'" not in record.error_detail  # (shown as JSON, quoted)
+    assert '"cmpl-another"' in record.error_detail
+
+
+async def test_responses_with_their_own_ids_stand() -> None:
+    """The check refuses nothing a server that gives each response its id sends."""
+    records, tainted = await send_in_turn(completion(), 4)
+    assert [r.ok for r in records] == [True] * 4
+    assert [r.connect_ns > 0 for r in records] == [True, False, False, False]  # one connection
+    assert tainted == {}
 
 
 @pytest.fixture(scope="module")

@@ -181,6 +181,80 @@ async def test_mooncake_replay_at_timestamps(tmp_path: Path, tokenizer: Tokenize
     assert result["theoretical_cached_tokens"] == 2048 == result["server_prefix_cache_hits"]
 
 
+async def test_a_mooncake_arrival_after_the_duration_is_not_waited_for(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    """Five records in the first 120 ms, the sixth 60 s later, --duration 2: the point
+    waited the 60 s for it (round 4: 123 s for a --duration 8 point) and then did not send
+    it, and no count said so. Now the wait ends with the point and the record is counted
+    unsent. The subject is timing: the bound asserted is the sixth record's own time."""
+    gap_s = 60.0
+    trace = tmp_path / "gap.jsonl"
+    lines = [(ms, 600 + ms, 4) for ms in (0, 30, 60, 90, 120)] + [(gap_s * 1000, 700, 4)]
+    trace.write_bytes(
+        b"".join(
+            orjson.dumps(
+                {"timestamp": ms, "input_length": isl, "output_length": osl, "hash_ids": [n]}
+            )
+            + b"\n"
+            for n, (ms, isl, osl) in enumerate(lines)
+        )
+    )
+    sim = CACHE_SIM.replace("--block-size 64", "--block-size 512")
+    results = tmp_path / "results"
+    result, records = await run(
+        results,
+        tokenizer,
+        "--conc",
+        "1",
+        "--dataset",
+        str(trace),
+        "--duration",
+        "2",
+        sim_args=sim,
+    )
+    run_file = orjson.loads((results / "run.json").read_bytes())
+    # the whole run (simulator start and preflight included) ended before the sixth was due
+    assert run_file["finished_unix"] - run_file["started_unix"] < gap_s
+    # every record due within the point was sent and measured; the sixth is counted unsent
+    assert sorted(r.input_len for r in records) == [600, 630, 660, 690, 720]
+    assert all(r.ok for r in records) and result["completed"] == 5
+    assert result["replay_arrivals_unsent"] == 1
+
+
+async def test_a_turn_due_after_the_duration_is_not_waited_for(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    """A think time of 60 s (no system idle cap to cut it) and --duration 2: the lane
+    waited the 60 s for the second turn and then did not send it. Now the wait ends with
+    the point. The subject is timing: the bound asserted is the think time itself."""
+    think_s = 60.0
+    results = tmp_path / "results"
+    result, records = await run(
+        results,
+        tokenizer,
+        "--conc",
+        "1",
+        "--isl",
+        "64",
+        "--osl",
+        "4",
+        "--turns",
+        "2",
+        "--think-time",
+        f"{think_s:g}",
+        "--idle-cap-system",
+        "1000",
+        "--duration",
+        "2",
+        sim_args=CACHE_SIM.replace("--block-size 64", ""),
+    )
+    run_file = orjson.loads((results / "run.json").read_bytes())
+    assert run_file["finished_unix"] - run_file["started_unix"] < think_s
+    assert [r.turn_index for r in records] == [0] and records[0].ok  # the first turn only
+    assert result["replay_trees_started"] == 1 and result["replay_trees_completed"] == 0
+
+
 async def test_start_offsets_send_primers_that_warm_the_cache(
     tmp_path: Path, tokenizer: Tokenizer
 ) -> None:

@@ -153,18 +153,34 @@ MODELS = answer_json(
 )
 
 COUNT = object()  # usage value placeholder: the true cumulative count
+_RESPONSES = itertools.count()
+
+
+def response_id() -> str:
+    """A response's own id, as vLLM gives each (its chunks all carry it): a connection
+    that gets the previous response's id again is out of step (the client refuses it)."""
+    return f"cmpl-h{next(_RESPONSES)}"
 
 
 def token_events(
-    max_tokens: int, *, usage: Any = COUNT, text: Any = "w", ids: bool = True, pad: int = 0
+    max_tokens: int,
+    *,
+    usage: Any = COUNT,
+    text: Any = "w",
+    ids: bool = True,
+    pad: int = 0,
+    chunk_id: str | None = "",
 ) -> list[dict[str, Any]]:
     """vLLM's /v1/completions stream with return_token_ids and continuous usage.
 
     `usage` replaces every completion_tokens value (any JSON, however wrong; None: no
     usage at all); `ids=False` leaves out token_ids (a server without vLLM's extension);
-    `pad` adds a string of that many bytes to the first event (a huge event).
+    `pad` adds a string of that many bytes to the first event (a huge event);
+    `chunk_id`: every chunk's `id` ("": a new one, `response_id()`; None: no `id`).
     """
     events: list[dict[str, Any]] = []
+    if chunk_id == "":
+        chunk_id = response_id()
     for n in range(1, max_tokens + 1):
         choice: dict[str, Any] = {
             "index": 0,
@@ -173,7 +189,9 @@ def token_events(
         }
         if ids:
             choice["token_ids"] = [7]
-        event: dict[str, Any] = {"id": "cmpl-h", "object": "text_completion", "choices": [choice]}
+        event: dict[str, Any] = {"id": chunk_id, "object": "text_completion", "choices": [choice]}
+        if chunk_id is None:
+            del event["id"]
         if n == 1 and pad:
             event["padding"] = "x" * pad
         if usage is not None:
@@ -183,16 +201,14 @@ def token_events(
             }
         events.append(event)
     if usage is not None:
-        events.append(
-            {
-                "id": "cmpl-h",
-                "choices": [],
-                "usage": {
-                    "prompt_tokens": 3,
-                    "completion_tokens": max_tokens if usage is COUNT else usage,
-                },
-            }
-        )
+        final: dict[str, Any] = {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 3,
+                "completion_tokens": max_tokens if usage is COUNT else usage,
+            },
+        }
+        events.append(final if chunk_id is None else {"id": chunk_id, **final})
     return events
 
 
@@ -243,9 +259,10 @@ def completion(
     return handle
 
 
-def sized_response(max_tokens: int) -> bytes:
-    """A whole streamed completion with a Content-Length (keep-alive) body."""
-    body = sse(token_events(max_tokens))
+def sized_response(max_tokens: int, chunk_id: str | None = "") -> bytes:
+    """A whole streamed completion with a Content-Length (keep-alive) body (`chunk_id`:
+    as token_events')."""
+    body = sse(token_events(max_tokens, chunk_id=chunk_id))
     return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (
         len(body),
         body,

@@ -70,6 +70,7 @@ class NativeStreams:
         connection = await self.pool.acquire(target.origin, clock)
         if not clock.connect_ns:  # kept alive: its idle period may clear what it served
             connection.reused(clock.acquired_ns)
+        state.previous_id = connection.last_id
         transport = connection.transport
         kernel = transport if isinstance(transport, KernelStampedTransport) else None
         fallbacks = kernel.fallbacks if kernel is not None else 0

@@ -133,6 +133,9 @@ class StreamProtocol(asyncio.Protocol):
         self._served: deque[Taint] = deque(maxlen=MAX_SERVED)  # the newest
         self._idle_ns = 0  # when it last went idle
         self._longest_ns = 0  # the longest exchange among _served
+        # The id of the last response served here: the next must not repeat it (a stale
+        # copy of the right size; ingest.py `Exchange._other_id`)
+        self.last_id: str | None = None
 
     # -- used by the pool and the exchange --------------------------------------------
 
@@ -186,6 +189,7 @@ class StreamProtocol(asyncio.Protocol):
     def served(self, state: Exchange, took_ns: int, now: int) -> None:
         """`state`'s response ended here and the connection goes idle, kept (per request)."""
         self._served.append(state.taint)  # (a connection never at rest: its newest)
+        self.last_id = state.response_id
         self._idle_ns = now
         self._longest_ns = max(self._longest_ns, took_ns)
 
