@@ -239,3 +239,14 @@ def test_ctrl_c_while_a_finished_run_stops_its_server_kills_it_at_once(
         assert_stopped_cleanly(run)
         point = orjson.loads((run.results / "conc_2.json").read_bytes())
         assert point["complete"] is True and point["completed"] == 4  # before the stop
+
+
+def test_sigterm_during_the_stop_kills_at_once_as_ctrl_c_does(tmp_path: Path) -> None:
+    """A process manager's SIGTERM, twice: the second escalates as a second Ctrl-C."""
+    with loadgen_run(tmp_path, "--osl", "300", "--prompts-per-conc", "50") as run:
+        measuring(run)
+        run.process.send_signal(signal.SIGTERM)
+        run.wait_for(STOPPING)
+        run.process.send_signal(signal.SIGTERM)
+        run.wait_for(HURRIED)
+        assert_stopped_cleanly(run)
