@@ -201,10 +201,12 @@ async def launched_server(
         f"{log_path}",
         file=sys.stderr,
     )
+    interrupted = False  # by Ctrl-C or SIGTERM: the stop's line says "Ctrl-C again"
     try:
         await _wait_ready(server, target.serve_timeout_s, headers)
         yield server
     except BaseException as exc:
+        interrupted = isinstance(exc, asyncio.CancelledError)
         if process.poll() is not None:  # it died under the run: say how, in the stop's line
             for error in _run_level_errors(exc):
                 if isinstance(error, ServerFailedToStart):
@@ -213,7 +215,7 @@ async def launched_server(
         raise
     finally:
         try:
-            if await _Stop(server).run():
+            if await _Stop(server, interrupted).run():
                 raise asyncio.CancelledError  # the run was asked to stop meanwhile
         finally:
             log.close()
@@ -310,8 +312,9 @@ class _Stop:
     the server, then its grace for them to go. The grace passed moves to the next phase;
     a further stop asked for (the task cancelled again) moves to SIGKILL at once."""
 
-    def __init__(self, server: LaunchedServer) -> None:
+    def __init__(self, server: LaunchedServer, interrupted: bool) -> None:
         self.server = server
+        self.ctrl_c = "Ctrl-C again" if interrupted else "Ctrl-C"  # what kills it now
         self.pgid = server.pid  # a session leader: its pid is its group's
         self.phase = -1  # none sent yet
         self.deadline = 0.0
@@ -328,7 +331,7 @@ class _Stop:
         sigint, sigterm = (f"{grace:g} s" for _, grace in ESCALATION[:2])
         _say(
             f"stopping the launched server (pid {self.pgid}): SIGINT sent{self._to()}; "
-            f"SIGTERM in {sigint}, SIGKILL {sigterm} later; Ctrl-C again kills it now"
+            f"SIGTERM in {sigint}, SIGKILL {sigterm} later; {self.ctrl_c} kills it now"
         )
         cancelled = False
         while self._alive():
@@ -398,7 +401,7 @@ class _Stop:
         self._send(self.phase + 1)
         sig = ESCALATION[self.phase][0]
         after = (
-            f"; SIGKILL in {ESCALATION[self.phase][1]:g} s; Ctrl-C again kills it now"
+            f"; SIGKILL in {ESCALATION[self.phase][1]:g} s; {self.ctrl_c} kills it now"
             if sig != signal.SIGKILL
             else ""
         )

@@ -229,8 +229,9 @@ def test_ctrl_c_while_a_finished_run_stops_its_server_kills_it_at_once(
 ) -> None:
     """The run ended on its own; the stop is under way when Ctrl-C comes."""
     with loadgen_run(tmp_path, "--osl", "8", "--prompts-per-conc", "2") as run:
-        run.wait_for(STOPPING)
+        line = run.wait_for(STOPPING)
         assert "answers at" in run.stderr  # the points ran: this is the run's own stop
+        assert line.rstrip().endswith("SIGKILL 15 s later; Ctrl-C kills it now")
         run.ctrl_c()
         run.wait_for(HURRIED)
         for _ in range(presses - 1):
