@@ -36,6 +36,8 @@ STOPPING = "loadgen: stopping the launched server (pid "
 TIMED_SIGTERM = "is still running 30 s after SIGINT: SIGTERM sent"
 TIMED_SIGKILL = "is still running 15 s after SIGTERM: SIGKILL sent"
 HURRIED = "loadgen: interrupted while stopping the launched server (pid "
+LEFT = "of the launched server left its process group; it is stopped with it"
+LATE = "late.pid"
 
 
 def live_processes(pgid: int) -> list[int]:
@@ -113,12 +115,14 @@ class Run:
 
 
 @contextmanager
-def loadgen_run(tmp: Path, *flags: str, ready: bool = True) -> Iterator[Run]:
+def loadgen_run(tmp: Path, *flags: str, ready: bool = True, late: bool = False) -> Iterator[Run]:
     """The run against a stubborn launched server (one that never gets ready unless
-    `ready`); whatever it leaves is killed after."""
+    `ready`; that starts a process in a session of its own on SIGINT if `late`);
+    whatever it leaves is killed after."""
     command = (
         f"{PY} {shlex.quote(str(STUBBORN))} {tmp / 'server.pid'} --escape "
-        f"{tmp / 'escaped.pid'} {'' if ready else '--never-ready'} -- --port {{port}} {SIM}"
+        f"{tmp / 'escaped.pid'} {'' if ready else '--never-ready'} "
+        f"{f'--escape-on-sigint {tmp / LATE}' if late else ''} -- --port {{port}} {SIM}"
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "loadgen", "--serve-cmd", command,
@@ -142,8 +146,9 @@ def loadgen_run(tmp: Path, *flags: str, ready: bool = True) -> Iterator[Run]:
         if run.pidfile.exists():  # what the code before the fix left running
             for pid in live_processes(run.pgid):
                 os.kill(pid, signal.SIGKILL)
-        if run.escapefile.exists() and alive(run.escaped):
-            os.kill(run.escaped, signal.SIGKILL)
+        for escapefile in (run.escapefile, tmp / LATE):
+            if escapefile.exists() and alive(pid := int(escapefile.read_text())):
+                os.kill(pid, signal.SIGKILL)
 
 
 def assert_stopped_cleanly(run: Run, *, began: bool = True) -> None:
@@ -251,3 +256,21 @@ def test_sigterm_during_the_stop_kills_at_once_as_ctrl_c_does(tmp_path: Path) ->
         run.process.send_signal(signal.SIGTERM)
         run.wait_for(HURRIED)
         assert_stopped_cleanly(run)
+
+
+def test_a_process_that_leaves_the_group_during_the_stop_is_found_said_and_stopped(
+    tmp_path: Path,
+) -> None:
+    """The server starts a setsid() child as it is being stopped: killpg() cannot reach
+    it, and once its parent is gone no ppid leads to it; loadgen names it and ends it."""
+    with loadgen_run(tmp_path, "--osl", "300", "--prompts-per-conc", "50", late=True) as run:
+        measuring(run)
+        run.ctrl_c()
+        run.wait_for(STOPPING)
+        found = run.wait_for(LEFT)
+        late = int((tmp_path / LATE).read_text())
+        assert found.startswith(f"loadgen: process {late} (python) {LEFT}")
+        run.ctrl_c()
+        assert f"{late} (python)" in run.wait_for(HURRIED)  # SIGKILL reaches it too
+        assert_stopped_cleanly(run)
+        assert not alive(late)

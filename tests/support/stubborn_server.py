@@ -1,7 +1,7 @@
 """A launched server that will not stop: for the Ctrl-C tests of --serve-cmd.
 
     python tests/support/stubborn_server.py PIDFILE [--escape PIDFILE2] [--never-ready] \
-        -- SIM_ARGS...
+        [--escape-on-sigint PIDFILE3] -- SIM_ARGS...
 
 It runs `loadgen sim SIM_ARGS...` as its child (which serves and stops on SIGINT, as the
 simulator does), and itself ignores SIGINT and SIGTERM: its process group stays alive
@@ -13,6 +13,8 @@ thing, because a real vLLM cannot be made to hang in its shutdown on demand. Wit
 the server's group does not reach and which ignores the same signals, as a server's
 daemonized helper would. Its pid goes to PIDFILE (the group's: loadgen starts it in a
 session of its own), the escaped process's to PIDFILE2, before the simulator starts.
+With --escape-on-sigint the first SIGINT starts another such process (its pid to
+PIDFILE3): one that leaves the group while loadgen stops it.
 """
 
 from __future__ import annotations
@@ -32,19 +34,28 @@ ESCAPED = (
 )
 
 
+def escape(pidfile: str) -> None:
+    """A process in a session of its own that ignores SIGINT and SIGTERM (once)."""
+    if not os.path.exists(pidfile):
+        escaped = subprocess.Popen([sys.executable, "-c", ESCAPED], start_new_session=True)
+        with open(pidfile, "w") as out:
+            out.write(f"{escaped.pid}\n")
+
+
 def main() -> None:
     ours, sim = sys.argv[1 : sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1 :]
     parser = argparse.ArgumentParser()
     parser.add_argument("pidfile")
     parser.add_argument("--escape")
     parser.add_argument("--never-ready", action="store_true")
+    parser.add_argument("--escape-on-sigint")
     args = parser.parse_args(ours)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # the simulator installs its own handlers
     if args.escape:
-        escaped = subprocess.Popen([sys.executable, "-c", ESCAPED], start_new_session=True)
-        with open(args.escape, "w") as out:
-            out.write(f"{escaped.pid}\n")
+        escape(args.escape)
+    if args.escape_on_sigint:
+        signal.signal(signal.SIGINT, lambda *_: escape(args.escape_on_sigint))
     with open(args.pidfile, "w") as out:
         out.write(f"{os.getpid()}\n")
     if not args.never_ready:
