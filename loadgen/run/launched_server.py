@@ -384,7 +384,7 @@ class _Stop:
         self.phase = phase
         sig, grace = ESCALATION[phase]
         self.server.stopped_by = sig.name
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # none left to signal
             os.killpg(self.pgid, sig)
         for known in self.escaped.values():
             self._signal(known, sig)
