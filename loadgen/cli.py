@@ -14,7 +14,7 @@ import difflib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(command, args[1:] if args and args[0] == command else args)
     except LoadgenError as exc:
         return _report(exc, prog)
+    except KeyboardInterrupt:  # Ctrl-C outside a run's loop (before it, or as it closed)
+        return Interrupted.exit_code
 
 
 def _dispatch(command: str, args: list[str]) -> int:
@@ -135,23 +137,17 @@ def merge(argv: Sequence[str]) -> int:
 
 def run(spec: RunSpec, *, metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> int:
     """Run the sweep on uvloop; Ctrl-C/SIGTERM/SIGHUP stop it cleanly (partial results kept)."""
-    import uvloop
-
-    return int(
-        uvloop.run(_guarded(_run(spec, metrics_port, metrics_host), spec.output.results_dir))
-    )
+    return _on_loop(_run(spec, metrics_port, metrics_host), spec.output.results_dir)
 
 
 def run_config(argv: Sequence[str]) -> int:
     """`loadgen --config sweep.yaml [flags for every lane]`: every lane, then the comparison
     and the HTML report of the tree."""
-    import uvloop
-
     from loadgen.config.sweepfile import load_sweep, parse_config_argv
 
     path, tree, overrides = parse_config_argv(argv)
     plan = load_sweep(path, overrides=overrides, env=os.environ, results_dir=tree)
-    return int(uvloop.run(_guarded(_run_lanes(plan), plan.results_dir)))
+    return _on_loop(_run_lanes(plan), plan.results_dir)
 
 
 async def _run_lanes(plan: SweepPlan) -> int:
@@ -181,6 +177,19 @@ def _report(exc: LoadgenError, prog: str) -> int:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def _on_loop(work: Coroutine[None, None, int], results_dir: Path | None) -> int:
+    """The run on uvloop, guarded; the stop signals' handlers as they were, afterwards."""
+    import uvloop
+
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    try:
+        return int(uvloop.run(_guarded(work, results_dir)))
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
     """Signals cancel the run: what was measured stays on disk, and the stop is the
     `Interrupted` line and status (main() prints every LoadgenError)."""
@@ -199,8 +208,20 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
         print(f"loadgen: {stopped}", file=sys.stderr)
         return stopped.exit_code
     finally:
+        _ignore_from_now(loop)
+
+
+def _ignore_from_now(loop: asyncio.AbstractEventLoop) -> None:
+    """The run is over, the loop winds down: a Ctrl-C pressed again now would be a
+    KeyboardInterrupt traceback out of asyncio's teardown, so it is ignored (the
+    signals blocked meanwhile: none falls between the loop's handler and SIG_IGN)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> int:

@@ -12,10 +12,15 @@ Start-up: ready once GET /health and GET /v1/models both answer 200, within
 the log's last line. A command that exits while loadgen waits, or a deadline passed,
 is ServerFailedToStart with the log's last line.
 
-Stop (whatever ended the run: its end, an error, Ctrl-C): SIGINT to the group (vLLM's
-graceful shutdown), SIGTERM after SIGINT_GRACE_S, SIGKILL after SIGTERM_GRACE_S more; then
-until no process of the group is left and the port is free (PORT_FREE_WAIT_S), so the
-next lane's server can bind it. A server that dies during the run is noticed by the
+Stop (whatever ended the run: its end, an error, Ctrl-C), said on stderr as it goes:
+SIGINT to the group (vLLM's graceful shutdown), SIGTERM after SIGINT_GRACE_S, SIGKILL
+after SIGTERM_GRACE_S more; a further Ctrl-C or SIGTERM meanwhile (the run's task
+cancelled again) sends SIGKILL at once. The signals also reach the server's descendants
+that left its group (run/server_processes.py). Then until none of those processes is left
+and the port is free (PORT_FREE_WAIT_S), so the next lane's server can bind it; a process
+SIGKILL cannot end (uninterruptible, in a driver call) is named by pid. The stop is a
+coroutine on the run's loop, never a thread: a signal always reaches it, and nothing of it
+is left running when the loop closes. A server that dies during the run is noticed by the
 server watch (its pid, as --server-pid) and the error that stops the run gets the exit
 status and the log's last line.
 """
@@ -45,6 +50,13 @@ from loadgen.config.spec import RunSpec
 from loadgen.config.target import PORT_PLACEHOLDER
 from loadgen.errors import LoadgenError, ServerError
 from loadgen.results.run_record import LaunchedServerFacts
+from loadgen.run.server_processes import (
+    MARK_NAME,
+    ProcessStat,
+    new_mark,
+    same_process,
+    server_processes,
+)
 from loadgen.wording import printable
 
 HOST = "127.0.0.1"
@@ -56,6 +68,13 @@ PROGRESS_EVERY_S = 15.0
 SIGINT_GRACE_S = 30.0
 SIGTERM_GRACE_S = 15.0
 SIGKILL_GRACE_S = 5.0
+ESCALATION = (
+    (signal.SIGINT, SIGINT_GRACE_S),
+    (signal.SIGTERM, SIGTERM_GRACE_S),
+    (signal.SIGKILL, SIGKILL_GRACE_S),
+)
+STOP_POLL_S = 0.05
+SCAN_EVERY_S = 1.0  # /proc for the processes that left the group (one read per process)
 PORT_FREE_WAIT_S = 30.0
 LAST_LINE_LIMIT = 300
 _TAIL_BYTES = 64 * 1024
@@ -118,6 +137,7 @@ class LaunchedServer:
     base_url: str
     log_path: Path
     process: subprocess.Popen[bytes]
+    mark: str  # in its environment: finds the descendants that left its group
     launched_at: float = field(default_factory=time.monotonic)
     startup_s: float | None = None
     version: str | None = None
@@ -168,24 +188,27 @@ async def launched_server(
     argv = tuple(arg.replace(PORT_PLACEHOLDER, str(port)) for arg in target.serve_cmd)
     env = tuple((n, v.replace(PORT_PLACEHOLDER, str(port))) for n, v in target.serve_env)
     base_url = given or f"http://{HOST}:{port}"
+    mark = new_mark()
     try:
-        process, log = _spawn(argv, env, target.serve_cwd, log_path)
+        process, log = _spawn(argv, (*env, (MARK_NAME, mark)), target.serve_cwd, log_path)
     except OSError as exc:
         raise ServerFailedToStart(
             f"--serve-cmd {redact_command(argv[:1])[0]!r}: cannot start it: "
             f"{exc.strerror or exc}"
             + (f" (--serve-cwd {target.serve_cwd})" if target.serve_cwd else "")
         ) from None
-    server = LaunchedServer(argv, env, target.serve_cwd, port, base_url, log_path, process)
+    server = LaunchedServer(argv, env, target.serve_cwd, port, base_url, log_path, process, mark)
     print(
         f"loadgen: launched the server (pid {process.pid}, port {port}); its output goes to "
         f"{log_path}",
         file=sys.stderr,
     )
+    interrupted = False  # by Ctrl-C or SIGTERM: the stop's line says "Ctrl-C again"
     try:
         await _wait_ready(server, target.serve_timeout_s, headers)
         yield server
     except BaseException as exc:
+        interrupted = isinstance(exc, asyncio.CancelledError)
         if process.poll() is not None:  # it died under the run: say how, in the stop's line
             for error in _run_level_errors(exc):
                 if isinstance(error, ServerFailedToStart):
@@ -193,10 +216,11 @@ async def launched_server(
                 error.args = (f"{error}; {server.exit_line()}",)  # as stops.add_context
         raise
     finally:
-        # shielded: a second Ctrl-C must not leave the group running
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(asyncio.to_thread(_stop, server))
-        log.close()
+        try:
+            if await _Stop(server, interrupted).run():
+                raise asyncio.CancelledError  # the run was asked to stop meanwhile
+        finally:
+            log.close()
 
 
 def _spawn(
@@ -285,34 +309,135 @@ async def _answers(session: aiohttp.ClientSession, base_url: str) -> bool:
     return True
 
 
-def _stop(server: LaunchedServer) -> None:
-    """SIGINT, SIGTERM, SIGKILL to the whole group, each after the one before had its
-    grace; then wait until the group is gone and the port free (blocking: a thread)."""
-    process, pgid = server.process, server.pid  # a session leader: its pid is the group's
-    for sig, grace in (
-        (signal.SIGINT, SIGINT_GRACE_S),
-        (signal.SIGTERM, SIGTERM_GRACE_S),
-        (signal.SIGKILL, SIGKILL_GRACE_S),
-    ):
-        process.poll()  # reap the leader if it is gone (a zombie still counts as in the group)
-        if not group_alive(pgid):
-            break
-        server.stopped_by = sig.name
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            process.poll()
-            if not group_alive(pgid):
-                break
-            time.sleep(0.05)
-    process.poll()
-    if group_alive(pgid):  # unkillable (uninterruptible I/O): said, never hidden
-        print(
-            f"loadgen: WARNING: processes of the launched server's group {pgid} are still "
-            "there after SIGKILL",
-            file=sys.stderr,
+class _Stop:
+    """The escalation, one phase of ESCALATION at a time: its signal to every process of
+    the server, then its grace for them to go. The grace passed moves to the next phase;
+    a further stop asked for (the task cancelled again) moves to SIGKILL at once."""
+
+    def __init__(self, server: LaunchedServer, interrupted: bool) -> None:
+        self.server = server
+        self.ctrl_c = "Ctrl-C again" if interrupted else "Ctrl-C"  # what kills it now
+        self.pgid = server.pid  # a session leader: its pid is its group's
+        self.phase = -1  # none sent yet
+        self.deadline = 0.0
+        self.escaped: dict[int, ProcessStat] = {}  # left the group (setsid), by pid
+        self.scanned = -SCAN_EVERY_S
+        self.members = True  # a live process in the group, as the last scan saw
+
+    async def run(self) -> bool:
+        """Until every process is gone and the port free; whether the task was cancelled
+        meanwhile (the caller raises it then: the run was asked to stop)."""
+        if not self._alive():
+            return False
+        self._send(0)
+        sigint, sigterm = (f"{grace:g} s" for _, grace in ESCALATION[:2])
+        _say(
+            f"stopping the launched server (pid {self.pgid}): SIGINT sent{self._to()}; "
+            f"SIGTERM in {sigint}, SIGKILL {sigterm} later; {self.ctrl_c} kills it now"
         )
-    deadline = time.monotonic() + PORT_FREE_WAIT_S
-    while not port_free(server.port) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        cancelled = False
+        while self._alive():
+            if time.monotonic() >= self.deadline:
+                if self.phase == len(ESCALATION) - 1:
+                    self._survivors()
+                    break
+                self._escalate()
+            try:
+                await asyncio.sleep(STOP_POLL_S)
+            except asyncio.CancelledError:
+                cancelled = True
+                self._hurry()
+        deadline = time.monotonic() + PORT_FREE_WAIT_S
+        while not cancelled and not port_free(self.server.port) and time.monotonic() < deadline:
+            try:
+                await asyncio.sleep(0.1)
+            except asyncio.CancelledError:  # nothing of the server is left to stop
+                cancelled = True
+        return cancelled
+
+    def _alive(self) -> bool:
+        self.server.process.poll()  # reap the leader: a zombie still counts as in the group
+        now = time.monotonic()
+        if now - self.scanned >= SCAN_EVERY_S:
+            self.scanned = now
+            self._scan()
+        self.escaped = {
+            pid: known for pid, known in self.escaped.items() if same_process(known) is not None
+        }
+        # killpg(0) counts zombies too: those left to init once the leader is gone, which
+        # it reaps when it gets to them; the scan tells them apart
+        return (group_alive(self.pgid) and self.members) or bool(self.escaped)
+
+    def _scan(self) -> None:
+        found = server_processes(self.pgid, self.server.mark)
+        self.members = found is None or any(f.pgid == self.pgid for f in found)
+        for new in found or ():
+            if new.pgid == self.pgid or new.pid in self.escaped:
+                continue
+            self.escaped[new.pid] = new
+            if self.phase >= 0:  # found after the first signal: said as found
+                _say(
+                    f"process {new.said()} of the launched server left its process group; "
+                    "it is stopped with it"
+                )
+                self._signal(new, ESCALATION[self.phase][0])
+
+    def _send(self, phase: int) -> None:
+        self.phase = phase
+        sig, grace = ESCALATION[phase]
+        self.server.stopped_by = sig.name
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # none left to signal
+            os.killpg(self.pgid, sig)
+        for known in self.escaped.values():
+            self._signal(known, sig)
+        self.deadline = time.monotonic() + grace
+
+    @staticmethod
+    def _signal(known: ProcessStat, sig: signal.Signals) -> None:
+        if same_process(known) is not None:  # never a pid the kernel has given to another
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(known.pid, sig)
+
+    def _escalate(self) -> None:
+        before, grace = ESCALATION[self.phase]
+        self._send(self.phase + 1)
+        sig = ESCALATION[self.phase][0]
+        after = (
+            f"; SIGKILL in {ESCALATION[self.phase][1]:g} s; {self.ctrl_c} kills it now"
+            if sig != signal.SIGKILL
+            else ""
+        )
+        _say(
+            f"the launched server (pid {self.pgid}) is still running {grace:g} s after "
+            f"{before.name}: {sig.name} sent{self._to()}{after}"
+        )
+
+    def _hurry(self) -> None:
+        if ESCALATION[self.phase][0] == signal.SIGKILL:
+            return  # sent already: the rest is the kernel's
+        self._send(len(ESCALATION) - 1)
+        _say(
+            f"interrupted while stopping the launched server (pid {self.pgid}): killed now, "
+            f"SIGKILL sent{self._to()}"
+        )
+
+    def _to(self) -> str:
+        """Where a signal went: the group, and the processes that left it."""
+        if not self.escaped:
+            return " to its process group"
+        return " to its process group and to the processes that left it: " + ", ".join(
+            known.said() for known in self.escaped.values()
+        )
+
+    def _survivors(self) -> None:
+        left = server_processes(self.pgid, self.server.mark)
+        named = ", ".join(found.said() for found in left or ()) or f"group {self.pgid}"
+        _say(
+            f"WARNING: processes of the launched server are still there "
+            f"{SIGKILL_GRACE_S:g} s after SIGKILL (uninterruptible, e.g. in a driver call): "
+            f"{named}; loadgen stops waiting for them"
+        )
+
+
+def _say(line: str) -> None:
+    print(f"loadgen: {line}", file=sys.stderr, flush=True)

@@ -29,11 +29,11 @@ import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import NoReturn
 
 from loadgen.errors import ServerError
 from loadgen.records import ErrorKind, RequestRecord
+from loadgen.run.server_processes import process_stat
 
 SUSPECT_AFTER = 8  # connection-level failures in a row
 GONE_AFTER_S = 1.0  # suspected this long with no answer to any probe
@@ -56,20 +56,16 @@ class ServerGone(ServerError):
 def process_state(pid: int) -> tuple[str, str] | None:
     """(state letter, start time in clock ticks) from /proc, None when there is no such
     process. Without /proc (not Linux): ("?", "") while signal 0 reaches it."""
+    stat = process_stat(pid)
+    if stat is not None:
+        return stat.state, stat.start
     try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return None
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return "?", ""
-    fields = data[data.rindex(b")") + 2 :].split()  # the name may hold spaces and ')'
-    return fields[0].decode(), fields[19].decode()  # fields 3 (state) and 22 (starttime)
+    except PermissionError:
+        pass
+    return "?", ""
 
 
 class ServerWatch:

@@ -53,6 +53,7 @@ WAITING: frozenset[str] = frozenset(
     for module in (
         "client/test_faults",  # error kinds of the simulator's fault modes
         "metrics/test_session_metrics",  # a real Prometheus scraping; equalities
+        "run/test_serve_cmd_ctrl_c",  # a launched server's 45 s stop waited out; ~25% CPU
         "run/test_trials_resume_checks",  # a real SIGINT mid-trial; files kept or refused
         "sinks/test_dashboard",  # a real Prometheus scraping; every panel has data
         "test_tokenizer_hub_backoff",  # ~25 s of huggingface_hub's retries
