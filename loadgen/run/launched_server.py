@@ -53,6 +53,7 @@ from loadgen.results.run_record import LaunchedServerFacts
 from loadgen.run.server_processes import (
     MARK_NAME,
     ProcessStat,
+    listening_pids,
     new_mark,
     same_process,
     server_processes,
@@ -188,6 +189,8 @@ async def launched_server(
     argv = tuple(arg.replace(PORT_PLACEHOLDER, str(port)) for arg in target.serve_cmd)
     env = tuple((n, v.replace(PORT_PLACEHOLDER, str(port))) for n, v in target.serve_env)
     base_url = given or f"http://{HOST}:{port}"
+    if not placeholder:  # a fixed port: another server on it would answer for this one
+        _check_port_unheld(port)
     mark = new_mark()
     try:
         process, log = _spawn(argv, (*env, (MARK_NAME, mark)), target.serve_cwd, log_path)
@@ -221,6 +224,21 @@ async def launched_server(
                 raise asyncio.CancelledError  # the run was asked to stop meanwhile
         finally:
             log.close()
+
+
+def _check_port_unheld(port: int) -> None:
+    """ServerFailedToStart when a process listens on `port` already: the launched server
+    would fail to bind it, and the one there would answer /health and be measured."""
+    holders = listening_pids(port)
+    if holders is None:  # no /proc: a loopback bind tells whether it is taken
+        holders = [] if port_free(port) else [ProcessStat(0, "a process", "S", 0, "")]
+    if holders:
+        who = ", ".join(h.said() if h.pid else h.name for h in holders)
+        raise ServerFailedToStart(
+            f"--serve-cmd: port {port} is already in use (listening: {printable(who)}); the "
+            "launched server could not bind it and that one would be measured instead: stop "
+            f"it, or put {PORT_PLACEHOLDER} in the command for a free port"
+        )
 
 
 def _spawn(
@@ -287,6 +305,11 @@ async def _wait_ready(
                     file=sys.stderr,
                 )
             await asyncio.sleep(POLL_S)
+        if server.process.poll() is not None:  # another answered for it, as it died
+            raise ServerFailedToStart(
+                f"--serve-cmd: {server.exit_line()} (while {server.base_url} answered /health: "
+                f"another server answers there; full log: {server.log_path})"
+            )
         server.startup_s = round(time.monotonic() - started, 3)
         with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, LoadgenError):
             server.version = await server_version(session, server.base_url)

@@ -10,6 +10,7 @@ Linux) nothing is found: the group alone is stopped (killpg).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from dataclasses import dataclass
@@ -89,3 +90,42 @@ def server_processes(pgid: int, mark: str) -> list[ProcessStat] | None:
         if stat.pgid == pgid or _marked(pid, entry):
             found.append(stat)
     return found
+
+
+def listening_pids(port: int) -> list[ProcessStat] | None:
+    """The processes holding a TCP socket that listens on `port` (any address, IPv4 or
+    IPv6); None without /proc to read. Another user's process shows only as the socket,
+    not its holder: then a ProcessStat of pid 0 stands for it."""
+    inodes: set[str] = set()
+    try:
+        for table in ("tcp", "tcp6"):
+            with contextlib.suppress(FileNotFoundError):
+                for line in (_PROC / "net" / table).read_text().splitlines()[1:]:
+                    fields = line.split()
+                    local, state, inode = fields[1], fields[3], fields[9]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        inodes.add(inode)
+    except OSError:
+        return None
+    if not inodes:
+        return []
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    holders = []
+    for name in os.listdir(_PROC):
+        if not name.isdigit():
+            continue
+        if _holds(_PROC / name / "fd", wanted) and (stat := process_stat(int(name))) is not None:
+            holders.append(stat)
+    return holders or [ProcessStat(0, "another user's process", "S", 0, "")]
+
+
+def _holds(fds: Path, wanted: set[str]) -> bool:
+    try:
+        entries = list(fds.iterdir())
+    except OSError:  # gone, or another user's
+        return False
+    for fd in entries:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if os.readlink(fd) in wanted:
+                return True
+    return False
