@@ -32,7 +32,10 @@ from loadgen.metrics.server import (
 
 # The parts add up when |client mean TTFT - their sum| <= max(BOUND_MS, BOUND_SHARE x it).
 BOUND_MS = 5.0
-BOUND_SHARE = 0.05
+BOUND_SHARE = 0.10
+# A median read from a bucket wider than this (upper / lower bound), or from the first
+# bucket (from 0), would be a guess: it is null with that reason.
+WIDEST_BUCKET = 2.5
 STAGES = ("preprocess", "route")
 
 Snapshots = Mapping[str, ServerSnapshot | None]  # role -> its URLs' summed snapshot
@@ -200,7 +203,7 @@ def bucket_median(
 ) -> tuple[float | None, str | None]:
     """The median (ms) of a histogram's observations between two scrapes, interpolated
     linearly within its bucket as Prometheus's histogram_quantile; None with the reason
-    where the buckets do not allow it."""
+    where the buckets do not allow it (above the last, or in one too wide to tell)."""
     if not end:
         return None, "no buckets: no median"
     cumulative = sorted(
@@ -214,6 +217,11 @@ def bucket_median(
         if count >= target:
             if math.isinf(bound):
                 return None, "the median is above the last bucket"
+            if lower <= 0 or bound / lower > WIDEST_BUCKET:
+                return None, (
+                    f"the median lies in the bucket {lower * 1e3:g}-{bound * 1e3:g} ms, "
+                    "too wide to read it from"
+                )
             share = (target - below) / (count - below) if count > below else 1.0
             return (lower + (bound - lower) * share) * 1e3, None
         lower, below = bound, count

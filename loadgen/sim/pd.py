@@ -46,6 +46,19 @@ STAGE_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5
 NIXL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
 
 
+class PdEngine(Engine):
+    """An engine of a P/D deployment: its steps start no earlier than now.
+
+    A request crosses engines at the moments the asyncio loop hands it over (prefill
+    done, KV arrived), which are real times; an engine running behind its chained
+    schedule (CPU-starved) would stamp a request's scheduling and first token before it
+    arrived. Here a late engine starts its next step now: its stamps stay real times.
+    """
+
+    def _next_start(self, deadline: int) -> int:
+        return max(deadline, self.clock())
+
+
 class Worker:
     """One Dynamo worker: its engine, its own registry (its /metrics) and role."""
 
@@ -58,7 +71,7 @@ class Worker:
             max_model_len=config.max_model_len,
             spec_tokens=config.spec_tokens,
         )
-        self.engine = Engine(config, Accounting(metrics, None, config.kv_cache_tokens), clock)
+        self.engine = PdEngine(config, Accounting(metrics, None, config.kv_cache_tokens), clock)
         self.requests = Counter(
             "dynamo_component_requests",
             "Total number of requests processed by work handler",
