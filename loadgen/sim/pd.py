@@ -11,6 +11,9 @@ A request's life (each phase's time goes to --trace as the ground truth, under "
 - decode admission + first step: the request enters the least-loaded decode engine's
   queue once its KV has arrived (its prompt counted as computed) and its first token is
   that engine's first step with it; the rest of its tokens follow as on any engine.
+Times are the model's where it has one (engine steps, the KV link's arrival) and the
+clock's elsewhere (the frontend, a handover between engines); an engine or the loop
+running late shows in the next phase that waits for it, never as a negative phase.
 
 /metrics speaks Dynamo 1.4.2's names (tests/fixtures/dynamo_1.4.2/): the frontend's
 `dynamo_frontend_*` on the HTTP port's /metrics, each worker's `dynamo_component_*` and
@@ -211,8 +214,11 @@ class PdEngines:
             c.kv_latency_ms * 1e-3 + request.prompt_len * c.kv_bytes_per_token / bytes_per_s
         )
         transfer_ns = int(transfer_s * 1e9)
-        await _sleep_until(prefilled + transfer_ns, self.clock)
-        arrived = self.clock()
+        # The link's model is the arrival time: a loop too busy to wake this flow then
+        # delays the decode engine's admission (its part), not the transfer, as engine
+        # steps keep their model times however late their sends are.
+        arrived = prefilled + transfer_ns
+        await _sleep_until(arrived, self.clock)
         decode = min(self.decode, key=lambda w: w.load)
         assert decode.kv_transfer is not None
         decode.kv_transfer.observe((arrived - prefilled) * NS)
