@@ -84,8 +84,8 @@ def ttft_parts(
             if adds_up
             else f"the parts do NOT add up: {total:.1f} ms against the client's "
             f"{client_mean_ttft_ms:.1f} ms, {unexplained:+.1f} ms unexplained is beyond the "
-            f"bound of {bound:.1f} ms (a role not scraped, clocks apart, or a phase the "
-            "servers do not time)"
+            f"bound of {bound:.1f} ms: time no role's series covers (before the frontend's "
+            "handler took the request, a role not scraped, a phase no server times)"
         ),
     )
     return out
