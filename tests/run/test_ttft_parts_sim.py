@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,89 +100,86 @@ def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-@pytest.mark.parametrize("ratio", ["1:1", "2:1"])
-def test_each_part_is_the_traces_truth_at_conc_1_to_64(
-    tmp_path: Path, sims: list[PdSim], ratio: str
+BYTES_PER_TOKEN, LATENCY_MS = 65536, 0.5
+
+
+def check_point(sim: PdSim, results: Path, conc: int) -> dict[str, Any]:
+    """Each part's mean against the trace's truth over the point's requests, and
+    unexplained_ms against what the trace says the servers did not time."""
+    parts: dict[str, Any] = point(results, conc)["ttft_parts"]
+    traced = truth(sim, results, conc)
+    for name in PARTS:
+        expected = mean([t["pd"][f"{name}_ns"] / 1e6 for t in traced])
+        got = parts[f"{name}_ms"]["mean_ms"]
+        assert got == pytest.approx(expected, rel=0.05), (conc, name, got, expected)
+        assert parts[f"{name}_ms"]["requests"] == len(traced)
+    # per request: the client's TTFT minus the span the servers timed (frontend handler
+    # entry to the first token's step), from the trace and the client's own stamps
+    clients = client_records(results, conc)
+    untimed = []
+    for t in traced:
+        record = clients[int(t["x_request_id"].rsplit("-", 1)[1])]
+        client_ttft = record["chunk_ns"][0] - record["start_ns"]
+        untimed.append((client_ttft - (t["pd"]["first_token_ns"] - t["arrival_ns"])) / 1e6)
+    unexplained = parts["unexplained_ms"]["mean_ms"]
+    assert unexplained == pytest.approx(mean(untimed), abs=0.05), conc
+    assert parts["parts_sum_ms"] + unexplained == pytest.approx(parts["client_mean_ttft_ms"])
+    assert parts["adds_up"] is (abs(unexplained) <= parts["bound_ms"])
+    assert parts["verdict"].startswith(
+        "the parts add up" if parts["adds_up"] else "the parts do NOT add up"
+    )
+    # p50 only where a bucket allows it, and then inside the truth's range
+    kv = parts["kv_transfer_ms"]
+    kv_truth = sorted(t["pd"]["kv_transfer_ns"] / 1e6 for t in traced)
+    if kv["p50_ms"] is not None:
+        assert kv_truth[0] * 0.5 <= kv["p50_ms"] <= kv_truth[-1] * 2.5
+    else:
+        assert kv["reason"]
+    assert parts["frontend_ms"]["p50_ms"] is None and parts["frontend_ms"]["reason"]
+    return parts
+
+
+def check_link_model(results: Path, conc: int, gbps: float, isl: int) -> None:
+    """kv_transfer_ms against prompt tokens x bytes per token / bandwidth (+ latency)."""
+    prompt = mean([r["prompt_tokens"] for r in read_jsonl(results / f"requests_conc_{conc}.jsonl")])
+    assert prompt == pytest.approx(isl, rel=0.02)
+    model_ms = LATENCY_MS + prompt * BYTES_PER_TOKEN / (gbps * 1e9) * 1e3
+    kv = point(results, conc)["ttft_parts"]["kv_transfer_ms"]["mean_ms"]
+    assert kv == pytest.approx(model_ms, rel=0.15), (gbps, isl, kv, model_ms)
+
+
+@pytest.mark.parametrize(("ratio", "gbps"), [("1:1", 1), ("2:1", 4)])
+def test_each_part_is_the_traces_truth_and_the_link_follows_its_model(
+    tmp_path: Path, sims: list[PdSim], ratio: str, gbps: int
 ) -> None:
-    sim = PdSim(tmp_path, "pd", "--pd", ratio, "--kv-bandwidth-gbps", "2")
+    """Conc 1-64 at one input length, then a second length: the link's part at two
+    bandwidths (one per ratio) and two input lengths (one simulator per ratio keeps the
+    module's runtime bounded)."""
+    sim = PdSim(
+        tmp_path,
+        "pd",
+        "--pd",
+        ratio,
+        "--kv-bandwidth-gbps",
+        str(gbps),
+        "--kv-bytes-per-token",
+        str(BYTES_PER_TOKEN),
+        "--kv-latency-ms",
+        str(LATENCY_MS),
+    )
     sims.append(sim)
-    results = tmp_path / "results"
-    done = sim.run(results, "--conc", "1,8,64", "--num-prompts", "64", "--isl", "256", "--osl", "8")
+    short, long = tmp_path / "isl256", tmp_path / "isl1024"
+    done = sim.run(
+        short, "--conc", "1,8,64", "--prompts-per-conc", "2", "--isl", "256", "--osl", "4"
+    )
     assert done.returncode == 0, done.stderr
     for conc in (1, 8, 64):
-        parts = point(results, conc)["ttft_parts"]
-        traced = truth(sim, results, conc)
-        for name in PARTS:
-            expected = mean([t["pd"][f"{name}_ns"] / 1e6 for t in traced])
-            got = parts[f"{name}_ms"]["mean_ms"]
-            assert got == pytest.approx(expected, rel=0.05), (conc, name, got, expected)
-            assert parts[f"{name}_ms"]["requests"] == len(traced)
-        # what the servers did not time, per request, from the trace and the client's stamps
-        clients = client_records(results, conc)
-        untimed = []
-        for t in traced:
-            record = clients[int(t["x_request_id"].rsplit("-", 1)[1])]
-            client_ttft = record["chunk_ns"][0] - record["start_ns"]
-            untimed.append((client_ttft - (t["pd"]["first_token_ns"] - t["arrival_ns"])) / 1e6)
-        unexplained = parts["unexplained_ms"]["mean_ms"]
-        assert unexplained == pytest.approx(mean(untimed), abs=0.05), conc
-        assert parts["parts_sum_ms"] + unexplained == pytest.approx(parts["client_mean_ttft_ms"])
-        assert parts["adds_up"] is (abs(unexplained) <= parts["bound_ms"])
-        assert parts["verdict"].startswith(
-            "the parts add up" if parts["adds_up"] else "the parts do NOT add up"
-        )
-        # p50 only where a bucket allows it, and then inside the truth's range
-        kv = parts["kv_transfer_ms"]
-        kv_truth = sorted(t["pd"]["kv_transfer_ns"] / 1e6 for t in traced)
-        if kv["p50_ms"] is not None:
-            assert kv_truth[0] * 0.5 <= kv["p50_ms"] <= kv_truth[-1] * 2.5
-        else:
-            assert kv["reason"]
-        assert parts["frontend_ms"]["p50_ms"] is None and parts["frontend_ms"]["reason"]
-    # every worker took its share: with two prefill engines both prefilled
+        check_point(sim, short, conc)
+    check_link_model(short, 64, gbps, 256)
+    done = sim.run(long, "--conc", "2", "--num-prompts", "4", "--isl", "1024", "--osl", "2")
+    assert done.returncode == 0, done.stderr
+    check_point(sim, long, 2)
+    check_link_model(long, 2, gbps, 1024)
+    # every prefill engine took its share
     engines = {t["pd"]["prefill_engine"] for t in read_trace(sim.trace)}
     assert engines == set(range(int(ratio.split(":")[0])))
-
-
-def test_kv_transfer_follows_the_links_model(tmp_path: Path, sims: list[PdSim]) -> None:
-    """prompt tokens x bytes per token / bandwidth (+ the link's latency), at two
-    bandwidths and two input lengths, within 15%."""
-    bytes_per_token, latency_ms = 65536, 0.5
-    links = {
-        gbps: PdSim(
-            tmp_path,
-            f"link{gbps}",
-            "--pd",
-            "1:1",
-            "--kv-bandwidth-gbps",
-            str(gbps),
-            "--kv-bytes-per-token",
-            str(bytes_per_token),
-            "--kv-latency-ms",
-            str(latency_ms),
-        )
-        for gbps in (1, 4)
-    }
-    sims.extend(links.values())
-
-    def lengths(gbps: int) -> list[tuple[int, int, Path, subprocess.CompletedProcess[str]]]:
-        """Both input lengths on one link, one after the other: a point's histogram
-        deltas are the server's, so two runs at once would mix their transfers."""
-        out = []
-        for isl in (1024, 2048):
-            results = tmp_path / f"r{gbps}-{isl}"
-            run = links[gbps].run(
-                results, "--conc", "2", "--num-prompts", "6", "--isl", str(isl), "--osl", "4"
-            )
-            out.append((gbps, isl, results, run))
-        return out
-
-    with ThreadPoolExecutor(len(links)) as pool:  # the two simulators at once
-        runs = [run for per_link in pool.map(lengths, links) for run in per_link]
-    for gbps, isl, results, run in runs:
-        assert run.returncode == 0, run.stderr
-        prompt = mean([r["prompt_tokens"] for r in read_jsonl(results / "requests_conc_2.jsonl")])
-        assert prompt == pytest.approx(isl, rel=0.02)
-        model_ms = latency_ms + prompt * bytes_per_token / (gbps * 1e9) * 1e3
-        kv = point(results, 2)["ttft_parts"]["kv_transfer_ms"]["mean_ms"]
-        assert kv == pytest.approx(model_ms, rel=0.15), (gbps, isl, kv, model_ms)
