@@ -4,7 +4,8 @@ Pure: the caller scrapes (before and after each point) and hands the text in. A 
 sums every sample over its label sets (engines of a data-parallel server, model names),
 except where a label is the key of the value (`position` of the per-position acceptance
 counter). Histogram buckets and `_created` timestamps are dropped: only `_sum`/`_count`
-of histograms are kept, which is all a mean over a point needs.
+of histograms are kept, which is all a mean over a point needs, except the buckets of
+BUCKETED (keyed by `le`), whose median over a point a TTFT part reports.
 
 A NaN or infinite sample is a missing one, never a number: the name it belongs to is left
 out of the snapshot altogether (a sum over engines that skipped one would be a wrong
@@ -33,6 +34,15 @@ ATOM_DECODE_STEPS = "atom:mtp_decode_steps_total"
 # vLLM's frontend labels each data-parallel engine's step histogram engine="<index>"
 ENGINE_STEPS = "vllm:iteration_tokens_total_count"
 
+# The TTFT parts' histograms of a disaggregated deployment (metrics/ttft_parts.py)
+FRONTEND_STAGES = "dynamo_frontend_stage_duration_seconds"
+PREFILL_QUEUE = "vllm:request_queue_time_seconds"
+PREFILL_TIME = "vllm:request_prefill_time_seconds"
+KV_TRANSFER = "vllm:nixl_xfer_time_seconds"
+WORKER_TTFT = "vllm:time_to_first_token_seconds"
+# Histograms whose buckets are kept (keyed by `le`): a part's p50 comes from them.
+BUCKETED = (PREFILL_QUEUE, PREFILL_TIME, KV_TRANSFER)
+
 # Samples whose label is the key of the value rather than something to sum over.
 KEYED_SAMPLES: Mapping[str, str] = MappingProxyType(
     {
@@ -40,6 +50,9 @@ KEYED_SAMPLES: Mapping[str, str] = MappingProxyType(
         TRT_DRAFTED_PER_POS: "token_position",
         TRT_ACCEPTED_PER_POS: "token_position",
         ATOM_DECODE_STEPS: "accepted_tokens",
+        f"{FRONTEND_STAGES}_sum": "stage",
+        f"{FRONTEND_STAGES}_count": "stage",
+        **{f"{name}_bucket": "le" for name in BUCKETED},
     }
 )
 
@@ -86,18 +99,18 @@ def parse_metrics(text: str) -> ServerSnapshot:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 name = sample.name
-                if name.endswith(("_bucket", "_created")):
-                    continue
                 if not math.isfinite(sample.value):
                     missing.add(name)
-                if name == ENGINE_STEPS:
-                    labels = sample.labels
-                    engines.add((labels.get("model_name", ""), labels.get("engine", "")))
                 key_label = KEYED_SAMPLES.get(name)
                 if key_label is not None and key_label in sample.labels:
                     per_key = keyed.setdefault(name, {})
                     key = sample.labels[key_label]
                     per_key[key] = per_key.get(key, 0.0) + sample.value
+                if name.endswith(("_bucket", "_created")):
+                    continue
+                if name == ENGINE_STEPS:
+                    labels = sample.labels
+                    engines.add((labels.get("model_name", ""), labels.get("engine", "")))
                 samples[name] = samples.get(name, 0.0) + sample.value
     except ValueError as exc:
         raise MetricsParseError(

@@ -319,6 +319,36 @@ class ServerRoleFigures(msgspec.Struct, frozen=True, kw_only=True):
     kv_cache_usage_max: float | None = None  # the fullest URL's
 
 
+class TtftPart(msgspec.Struct, frozen=True, kw_only=True):
+    """One part of a disaggregated point's TTFT (docs/results.md, "TTFT taken apart")."""
+
+    mean_ms: float | None  # over the requests its histogram observed in the point
+    p50_ms: float | None = None  # from the histogram's buckets, where they allow
+    requests: float | None = None  # observations behind the mean
+    source: str  # role: series it comes from
+    reason: str | None = None  # why mean_ms (or p50_ms) is null
+
+
+class NestedValue(msgspec.Struct, frozen=True, kw_only=True):
+    """A Struct kept as one object under its key in the flat file (not a group)."""
+
+
+class TtftParts(NestedValue, frozen=True, kw_only=True):
+    """A disaggregated point's TTFT taken apart (metrics/ttft_parts.py)."""
+
+    frontend_ms: TtftPart
+    prefill_queue_ms: TtftPart
+    prefill_ms: TtftPart
+    kv_transfer_ms: TtftPart
+    decode_first_ms: TtftPart
+    unexplained_ms: TtftPart
+    client_mean_ttft_ms: float | None
+    parts_sum_ms: float | None
+    bound_ms: float | None  # |unexplained| allowed for the parts to add up
+    adds_up: bool | None  # None: not checked (a part or the client's TTFT unknown)
+    verdict: str
+
+
 class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     """One point, as every producer builds it (run/assemble.py) and every reader gets it."""
 
@@ -342,6 +372,8 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     submission: Submission | None = None
     # --server-metrics ROLE=URL: each role's figures (None when no entry names a role)
     server_metrics_by_role: list[ServerRoleFigures] | None = None
+    # a disaggregated run's (--server-metrics prefill=/decode=): its TTFT taken apart
+    ttft_parts: TtftParts | None = None
 
     @property
     def conc(self) -> int:
@@ -370,7 +402,11 @@ def _group_type(annotation: Any) -> type[msgspec.Struct] | None:
     union = isinstance(annotation, types.UnionType) or get_origin(annotation) is Union
     options = annotation.__args__ if union else (annotation,)
     for option in options:
-        if isinstance(option, type) and issubclass(option, msgspec.Struct):
+        if (
+            isinstance(option, type)
+            and issubclass(option, msgspec.Struct)
+            and not issubclass(option, NestedValue)
+        ):
             return option
     return None
 
@@ -380,7 +416,7 @@ def flat_fields(struct: msgspec.Struct) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for field in msgspec.structs.fields(struct):
         value = getattr(struct, field.name)
-        if isinstance(value, msgspec.Struct):
+        if isinstance(value, msgspec.Struct) and not isinstance(value, NestedValue):
             flat.update(flat_fields(value))
         elif field.name == _EXTRA:
             flat.update(value)

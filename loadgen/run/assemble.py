@@ -36,6 +36,7 @@ from loadgen.results.point import (
     SessionMetrics,
     SimulatorHealth,
     TrialSpread,
+    TtftParts,
 )
 from loadgen.results.point_metrics import PointMetrics
 from loadgen.run.client_health import client_health
@@ -71,6 +72,7 @@ class PointParts:
     cache: CacheState = field(default_factory=CacheState)  # --reset-prefix-cache: its outcome
     profile: ProfileState = field(default_factory=ProfileState)  # --profile-conc: its window
     server_metrics_by_role: list[ServerRoleFigures] | None = None  # --server-metrics ROLE=
+    ttft_parts: TtftParts | None = None  # a disaggregated run's (features/ttft_parts.py)
 
 
 def assemble_point(
@@ -97,6 +99,7 @@ def assemble_point(
         warmup_failed=parts.counts.warmup_failed,
         server_metrics_by_url=parts.server_metrics_by_url,
         server_metrics_by_role=parts.server_metrics_by_role,
+        ttft_parts=parts.ttft_parts,
         simulator=parts.simulator,
         cache=parts.cache,
         profile=parts.profile,

@@ -43,6 +43,18 @@ async def serve(config: SimConfig, host: str, port: int) -> None:
             file=sys.stderr,
             flush=True,
         )
+        if config.pd is not None:
+            prefills, decodes = config.pd
+            urls = [f"prefill={sim.base_url}/workers/prefill-{i}/metrics" for i in range(prefills)]
+            urls += [f"decode={sim.base_url}/workers/decode-{i}/metrics" for i in range(decodes)]
+            print(
+                f"loadgen sim: --pd {prefills}:{decodes}, KV link "
+                f"{config.kv_bandwidth_gbps:g} GB/s "
+                f"x {config.kv_bytes_per_token} B/token + {config.kv_latency_ms:g} ms; "
+                f"--server-metrics frontend={sim.base_url}/metrics {' '.join(urls)}",
+                file=sys.stderr,
+                flush=True,
+            )
         await stop.wait()
     print("loadgen sim: stopped", file=sys.stderr, flush=True)
 

@@ -131,6 +131,13 @@ class SimConfig:
     # --answers FILE / --answer-rate: the GSM8K answer oracle, a test aid (sim/answers.py)
     answers: str | None = None
     answer_rate: float = 1.0
+    # --pd P:D: prefill engines : decode engines behind a Dynamo-like frontend (sim/pd.py),
+    # the KV link between them and the frontend's own time; None: one engine pool
+    pd: tuple[int, int] | None = None
+    kv_bandwidth_gbps: float = 10.0  # GB/s (10^9 bytes a second), as the mocker's
+    kv_bytes_per_token: int = 65536
+    kv_latency_ms: float = 0.5
+    frontend_ms: float = 0.5
 
     def __post_init__(self) -> None:
         if self.spec_tokens > 0 and not self.acceptance:
@@ -163,6 +170,7 @@ def validate(config: SimConfig) -> None:
     _check_speculative(config)
     _check_engine(config)
     _check_probabilities(config)
+    _check_pd(config)
     if config.faults.max_waiting is not None and config.faults.max_waiting < 0:
         raise ConfigError(f"--max-waiting must be >= 0, got {config.faults.max_waiting}")
     if not config.model:
@@ -252,3 +260,20 @@ def _check_probabilities(config: SimConfig) -> None:
     for flag, p in probabilities.items():
         if not 0.0 <= p <= 1.0:
             raise ConfigError(f"{flag} must be a probability in [0, 1], got {p}")
+
+
+def _check_pd(config: SimConfig) -> None:
+    if config.pd is not None:
+        if min(config.pd) < 1:
+            raise ConfigError(f"--pd needs at least one engine of each role, got {config.pd}")
+        if config.data_parallel_size != 1:
+            raise ConfigError("--pd and --data-parallel-size: give one of them")
+    if not math.isfinite(config.kv_bandwidth_gbps) or config.kv_bandwidth_gbps <= 0:
+        raise ConfigError(f"--kv-bandwidth-gbps must be > 0, got {config.kv_bandwidth_gbps}")
+    for flag, value in (
+        ("--kv-bytes-per-token", config.kv_bytes_per_token),
+        ("--kv-latency-ms", config.kv_latency_ms),
+        ("--frontend-ms", config.frontend_ms),
+    ):
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{flag} must be a finite number >= 0, got {value}")

@@ -148,10 +148,15 @@ class Engine:
                 if self.step_log is not None:
                     self._log_step(batch, start, deadline, sending, len(sends))
                 self._retire(deadline)
-                start = deadline
+                start = self._next_start(deadline)
         finally:
             self._stopping = True
             self._abort_all()
+
+    def _next_start(self, deadline: int) -> int:
+        """The next step starts where this one was due to end: the schedule never drifts
+        (a late send is the simulator's lateness, recorded per chunk)."""
+        return deadline
 
     def _log_step(self, batch: Batch, start: int, end: int, sending: int, chunks: int) -> None:
         assert self.step_log is not None

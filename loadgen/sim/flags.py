@@ -367,3 +367,52 @@ def power_flags(p: argparse.ArgumentParser, d: PowerConfig) -> None:
         help="DCGM_FI_DEV_POWER_USAGE is the mean power over this many seconds "
         "before the scrape, as NVML averages (0: the instant's, one step's)",
     )
+
+
+def _pd_ratio(text: str) -> tuple[int, int]:
+    prefill, sep, decode = text.partition(":")
+    try:
+        if sep:
+            return int(prefill), int(decode)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"--pd wants prefill engines:decode engines like 1:1 or 2:1, got {text!r}"
+    )
+
+
+def pd_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    """--pd: a disaggregated deployment behind a Dynamo-like frontend (sim/pd.py)."""
+    g = p.add_argument_group("prefill/decode disaggregation (Dynamo's metric names)")
+    g.add_argument(
+        "--pd",
+        type=_pd_ratio,
+        default=None,
+        metavar="P:D",
+        help="P prefill engines and D decode engines behind a frontend; the frontend's "
+        "/metrics and each worker's /workers/{prefill,decode}-<i>/metrics speak Dynamo's names",
+    )
+    g.add_argument(
+        "--kv-bandwidth-gbps",
+        type=float,
+        default=d.kv_bandwidth_gbps,
+        help="the KV link's bandwidth in GB/s (10^9 bytes a second, not bits)",
+    )
+    g.add_argument(
+        "--kv-bytes-per-token",
+        type=int,
+        default=d.kv_bytes_per_token,
+        help="KV cache bytes of one prompt token (all layers)",
+    )
+    g.add_argument(
+        "--kv-latency-ms",
+        type=float,
+        default=d.kv_latency_ms,
+        help="fixed cost of one KV transfer, besides its bytes",
+    )
+    g.add_argument(
+        "--frontend-ms",
+        type=float,
+        default=d.frontend_ms,
+        help="the frontend's preprocessing beyond tokenizing, before it routes",
+    )

@@ -23,6 +23,7 @@ from loadgen.sim.detok import BOS_ID, TokenTable
 from loadgen.sim.dp import Engines
 from loadgen.sim.faults import NO_FAULTS, draw_faults
 from loadgen.sim.logprobs import MAX_LOGPROBS, LogprobsBuilder
+from loadgen.sim.pd import PdEngines
 from loadgen.sim.plan import PlanParams, RequestPlan, make_plan, script
 from loadgen.sim.prefix_cache import block_hashes
 from loadgen.sim.request import EngineRequest, TransportSink
@@ -104,7 +105,7 @@ class GenerationHandlers:
         config: SimConfig,
         tokenization: Tokenization,
         table: TokenTable,
-        engine: Engines,
+        engine: Engines | PdEngines,
         fingerprint: str,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 
 from loadgen.sim.config import ConfigError, FaultConfig, SimConfig
-from loadgen.sim.flags import engine_flags, fault_flags, output_flags, power_flags
+from loadgen.sim.flags import engine_flags, fault_flags, output_flags, pd_flags, power_flags
 from loadgen.sim.power import PowerConfig
 from loadgen.sim.speculative import Speculative, parse_speculative_config
 
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     output_flags(p, d)
     fault_flags(p)
     power_flags(p, d.power)
+    pd_flags(p, d)
     return p
 
 
@@ -126,6 +127,11 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         dev_mode=server_dev_mode(os.environ),
         answers=args.answers,
         answer_rate=args.answer_rate,
+        pd=args.pd,
+        kv_bandwidth_gbps=args.kv_bandwidth_gbps,
+        kv_bytes_per_token=args.kv_bytes_per_token,
+        kv_latency_ms=args.kv_latency_ms,
+        frontend_ms=args.frontend_ms,
         power=PowerConfig(
             num_gpus=args.num_gpus,
             idle_watts=args.gpu_idle_watts,

@@ -30,6 +30,7 @@ from loadgen.sim.dialects import SIM_DIALECTS, render
 from loadgen.sim.dp import Engines
 from loadgen.sim.handlers import GenerationHandlers, Tokenization, error_response, json_response
 from loadgen.sim.metrics import SimMetrics
+from loadgen.sim.pd import PdEngines
 from loadgen.sim.power import PowerModel
 from loadgen.sim.steplog import StepLog
 from loadgen.sim.trace import TraceWriter
@@ -68,6 +69,14 @@ async def fastapi_errors(request: web.Request, handler: Handler) -> web.StreamRe
         return response
 
 
+def _registry_page(registry: CollectorRegistry) -> Handler:
+    async def page(request: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return page
+
+
 @dataclass(frozen=True, slots=True)
 class RunningSimulator:
     config: SimConfig
@@ -101,12 +110,18 @@ class SimServer:
         )
         self.trace = TraceWriter(config.trace_path) if config.trace_path else None
         self.step_log = StepLog(config.step_log_path) if config.step_log_path else None
-        self.engine = Engines(
-            config, Accounting(self.metrics, self.trace, config.kv_cache_tokens), self.step_log
-        )
+        table = build_token_table(tokenizer)
+        self.engine: Engines | PdEngines
+        if config.pd is not None:  # the frontend's registry has the frontend's series only
+            self.registry = CollectorRegistry()
+            self.engine = PdEngines(config, self.registry, table, self.trace)
+        else:
+            self.engine = Engines(
+                config, Accounting(self.metrics, self.trace, config.kv_cache_tokens), self.step_log
+            )
         self.tokenization = Tokenization(tokenizer, config.add_bos)
         self.generation = GenerationHandlers(
-            config, self.tokenization, build_token_table(tokenizer), self.engine, self.fingerprint
+            config, self.tokenization, table, self.engine, self.fingerprint
         )
         self.perm_id = "modelperm-" + secrets.token_hex(8)
         self.app = self._build_app()
@@ -117,7 +132,11 @@ class SimServer:
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         dialect = SIM_DIALECTS.get(self.config.engine)
-        if dialect is None:
+        if isinstance(self.engine, PdEngines):  # Dynamo's frontend and workers (sim/pd.py)
+            app.router.add_get("/metrics", self.prometheus)
+            for worker in self.engine.workers:
+                app.router.add_get(worker.path, _registry_page(worker.registry))
+        elif dialect is None:
             app.router.add_get("/metrics", self.prometheus)
         else:
             app.router.add_get(dialect.metrics_path, self.engine_prometheus)

@@ -33,6 +33,7 @@ from loadgen.run.features.shard_barrier import ShardStart
 from loadgen.run.features.simulator_lateness import SimulatorLateness
 from loadgen.run.features.taints import Taints
 from loadgen.run.features.telemetry import PointTelemetry
+from loadgen.run.features.ttft_parts import TtftParts, disaggregated
 from loadgen.run.point_records import RunContext
 from loadgen.run.profiler_control import ProfilerControl
 from loadgen.run.shard_sync import ShardBarrier
@@ -59,6 +60,7 @@ class Features:
         found: list[Extension | None] = [
             PointTelemetry(spec, context.backend, self.power_csv, conc, context.trial),
             ServerRoles(self.roles, spec.scoring.spec_tokens) if self.roles is not None else None,
+            TtftParts(self.roles) if self.roles is not None and disaggregated(self.roles) else None,
             CacheReset(self.cache, conc, after_warmup=spec.target.reset_after_warmup)
             if self.cache is not None
             else None,
