@@ -48,7 +48,9 @@ the same steps again), several clusters per
 stream gap while each chunk carries one step (a frontend that smears the steps), or a
 stream interval > 1 at so few streams per engine that clusters skip steps (step times),
 two engines whose steps follow each other within 4 co-arrival links in > 3/4 of them,
-or with several engines (their phase groups look like engines).
+or with several engines (their phase groups look like engines), or, where the server
+does not label its engines, more clusters per gap of one stream than nearly every chunk
+carries tokens (other engines' steps fall between one engine's).
 """
 
 from __future__ import annotations
@@ -509,12 +511,7 @@ def step_fields(
         return _null(f"too few chunks ({arrays.chunk_ns.size} < {MIN_CHUNKS})", stamps)
     merged = merges_steps(arrays, stream_interval)
     if merged and (server_engines or 1) > 1:
-        return _null(
-            f"engines cannot be told apart: a stream interval > 1 behind {server_engines} "
-            "engines (each engine's phase groups look like engines, so no engine's steps "
-            "can be picked out)",
-            stamps,
-        )
+        return _null(_interleaved(f"behind {server_engines} engines"), stamps)
     clusters, engines = cluster(arrays, group_engines=groups_engines(merged, server_engines))
     notes: list[str] = []
     if not kernel_stamps:
@@ -565,6 +562,21 @@ def step_fields(
     # a middle chunk (the clusters alone put k at 1 for one stream at k = 10: 121 ms steps)
     tokens = _middle_tokens(arrays)
     k_skip = max(k, int(np.median(tokens))) if merged and tokens.size else k
+    # the same bound the other way: one engine's clusters per gap of a stream are at most
+    # the steps its chunk stands for, so at most its tokens. More clusters than nearly
+    # every chunk carries tokens: other engines' steps fall between (DP 2, k = 3, MTP,
+    # no engine labels: 7 clusters a gap, 4 tokens at the 2nd percentile; 6.7 ms steps
+    # published for 15.8). A server that labels one engine has none to interleave.
+    fewest = float(np.percentile(tokens, 2.0)) if tokens.size else float("inf")
+    if merged and server_engines is None and k > fewest:
+        return _null(
+            _interleaved(
+                f"behind a server that does not label its engines, and ~{k} clusters "
+                f"per gap of one stream where 98% of its chunks carry {fewest:.0f} tokens "
+                "or more: other engines' steps fall between its own"
+            ),
+            stamps,
+        )
     if k > 1 and not merged:
         return _null(
             f"clusters cannot be told apart: ~{k} clusters per gap of one stream, yet its "
@@ -622,6 +634,16 @@ def step_fields(
                 stamps,
             )
     return _figures(arrays, clusters, multiplicity, engines, stamps, notes, k, k_skip)
+
+
+def _interleaved(behind: str) -> str:
+    """Why a stream interval > 1 behind several engines is null: each engine's streams
+    send in phase groups, one group a step, so its clusters look like another engine's
+    and no engine's steps can be picked out of the interleaved ones."""
+    return (
+        f"engines cannot be told apart: a stream interval > 1 {behind} (each engine's "
+        "phase groups look like engines, so no engine's steps can be picked out)"
+    )
 
 
 def lockstep_share(arrays: PointArrays, clusters: Clusters) -> float:
