@@ -604,13 +604,13 @@ def step_fields(
     if merged:
         engines = None
         notes.append("stream interval > 1: engines not counted (phase groups look alike)")
-    if not running_known:
-        # the streams running per engine need the engines: two whose steps co-arrive are
-        # one clock here (DP 2, k = 3: 26.4 requests a step published for 13.6)
-        notes.append(
-            "requests per step not measured: the streams in flight are shared by engines "
-            "a server that does not label them leaves uncounted"
-        )
+        if not running_known:
+            # the streams running per engine need the engines: two whose steps co-arrive
+            # are one clock here (DP 2, k = 3: 26.4 requests a step published for 13.6)
+            notes.append(
+                "requests per step not measured: the streams in flight are shared by "
+                "engines a server that does not label them leaves uncounted"
+            )
     elif engines is None:
         notes.append("engines not counted: the point is longer than its sort keys hold (73 min)")
     elif engines is not None and engines > 1 and _mean_active(arrays, engines) < LONE_STREAMS:
