@@ -170,9 +170,10 @@ def test_a_stream_interval_behind_unlabelled_engines_is_not_one_engines(tmp_path
     label no engine: each engine's streams send in phase groups. Where the two engines'
     steps interleave, their clusters were published as one engine's: 6.7 ms steps for
     15.8, k 7 for 3 (bench/steps_accuracy.py --dp 2 --interval 3 --engines unlabelled),
-    or, at 4 clusters a gap, 10.5-11.8 ms; that is null with the reason. Where they co-arrive (1 run in 3 here) the clusters are
-    both engines' steps at once, the step times the log's, and requests per step counted
-    every stream in flight as one engine's: 26.4 for 13.6. Those are null in every run."""
+    or, at 4 clusters a gap, 10.5-11.8 ms; that is null with the reason. Where they
+    co-arrive (1 run in 3 here) the clusters are both engines' steps at once, the step
+    times the log's, and requests per step counted every stream in flight as one
+    engine's: 26.4 for 13.6. Those are null in every run."""
     sim_args = ("--engine", "sglang", "--stream-interval", "3", "--spec-tokens", "2")
     workload = ("--isl", "256", "--osl", "128", "--encoder", "raw", "--no-progress")
     point, arrays, log = measured(tmp_path, 2, 32, sim_args, workload)
