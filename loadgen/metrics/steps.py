@@ -48,7 +48,9 @@ the same steps again), several clusters per
 stream gap while each chunk carries one step (a frontend that smears the steps), or a
 stream interval > 1 at so few streams per engine that clusters skip steps (step times),
 two engines whose steps follow each other within 4 co-arrival links in > 3/4 of them,
-or with several engines (their phase groups look like engines).
+or with several engines (their phase groups look like engines), or, where the server
+does not label its engines, more clusters per gap of one stream than 0.2% of its chunks
+carry tokens (other engines' steps fall between one engine's).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ ONE_TOKEN_SHARE = 0.9  # middle chunks of one token that mark one step per token
 SPLIT_SHARE = 0.03  # clusters spanned beyond the tokens received (steps split apart)
 INFERRED_SHARE = 0.03  # steps counted from one stream's late reads while others were in flight
 MISSED_STEPS = 0.05  # expected share of steps without any chunk (stream interval > 1)
+SHORT_CHUNKS = 0.002  # middle chunks with fewer tokens than clusters per gap: not one engine's
 _TIME_BITS = 42  # relative ns in a sort key (73 minutes); longer points: engines not counted
 
 STEP_KEYS = (
@@ -509,12 +512,7 @@ def step_fields(
         return _null(f"too few chunks ({arrays.chunk_ns.size} < {MIN_CHUNKS})", stamps)
     merged = merges_steps(arrays, stream_interval)
     if merged and (server_engines or 1) > 1:
-        return _null(
-            f"engines cannot be told apart: a stream interval > 1 behind {server_engines} "
-            "engines (each engine's phase groups look like engines, so no engine's steps "
-            "can be picked out)",
-            stamps,
-        )
+        return _null(_interleaved(f"behind {server_engines} engines"), stamps)
     clusters, engines = cluster(arrays, group_engines=groups_engines(merged, server_engines))
     notes: list[str] = []
     if not kernel_stamps:
@@ -565,6 +563,23 @@ def step_fields(
     # a middle chunk (the clusters alone put k at 1 for one stream at k = 10: 121 ms steps)
     tokens = _middle_tokens(arrays)
     k_skip = max(k, int(np.median(tokens))) if merged and tokens.size else k
+    # the same bound the other way: one engine's clusters per gap of a stream are at most
+    # the steps its chunk stands for, so at most its tokens; no middle chunk of one
+    # engine carries fewer tokens than k (DP 1, k = 10: none of 18,714 in 6 points).
+    # Where some do, other engines' steps fall between (DP 2, k = 3, MTP, no engine
+    # labels: 7 clusters a gap, 38% of the chunks under 7 tokens, 6.7 ms steps published
+    # for 15.8; 4 a gap with 3-token chunks, 10.6 ms). A server that labels one engine
+    # has none to mix in.
+    short = float(np.mean(tokens < k)) if tokens.size else 0.0
+    if merged and server_engines is None and short > SHORT_CHUNKS:
+        return _null(
+            _interleaved(
+                f"behind a server that does not label its engines, and ~{k} clusters "
+                f"per gap of one stream where {short:.1%} of its chunks carry fewer "
+                "tokens (at least one a step): other engines' steps fall between its own"
+            ),
+            stamps,
+        )
     if k > 1 and not merged:
         return _null(
             f"clusters cannot be told apart: ~{k} clusters per gap of one stream, yet its "
@@ -588,9 +603,17 @@ def step_fields(
             "several clusters)",
             stamps,
         )
+    running_known = not merged or server_engines is not None
     if merged:
         engines = None
         notes.append("stream interval > 1: engines not counted (phase groups look alike)")
+        if not running_known:
+            # the streams running per engine need the engines: two whose steps co-arrive
+            # are one clock here (DP 2, k = 3: 26.4 requests a step published for 13.6)
+            notes.append(
+                "requests per step not measured: the streams in flight are shared by "
+                "engines a server that does not label them leaves uncounted"
+            )
     elif engines is None:
         notes.append("engines not counted: the point is longer than its sort keys hold (73 min)")
     elif engines is not None and engines > 1 and _mean_active(arrays, engines) < LONE_STREAMS:
@@ -621,7 +644,19 @@ def step_fields(
                 "engines in lockstep)",
                 stamps,
             )
-    return _figures(arrays, clusters, multiplicity, engines, stamps, notes, k, k_skip)
+    return _figures(
+        arrays, clusters, multiplicity, engines, stamps, notes, (k, k_skip), running_known
+    )
+
+
+def _interleaved(behind: str) -> str:
+    """Why a stream interval > 1 behind several engines is null: each engine's streams
+    send in phase groups, one group a step, so its clusters look like another engine's
+    and no engine's steps can be picked out of the interleaved ones."""
+    return (
+        f"engines cannot be told apart: a stream interval > 1 {behind} (each engine's "
+        "phase groups look like engines, so no engine's steps can be picked out)"
+    )
 
 
 def lockstep_share(arrays: PointArrays, clusters: Clusters) -> float:
@@ -732,9 +767,13 @@ def _figures(
     engines: int | None,
     stamps: str,
     notes: list[str],
-    k: int,
-    k_skip: int,
+    intervals: tuple[int, int],
+    running_known: bool,
 ) -> dict[str, Any]:
+    """The figures of clusters that passed every check; `intervals`: k and its bound by
+    the tokens a chunk carries; `running_known`: whether the engines sharing the streams
+    in flight are known (at k > 1 requests per step are those streams per engine)."""
+    k, k_skip = intervals
     n_clusters = int(clusters.start_ns.size)
     first_cluster = clusters.cluster[arrays.first]
     prefill = np.zeros(n_clusters, dtype=np.bool_)
@@ -782,11 +821,10 @@ def _figures(
     # admitted together share a phase (DP 1, k = 10, conc 16: 5.4 chunks a cluster, x 10
     # = 54 for ~15 running); every running request gets its tokens each step, so count
     # those instead
-    result["steps_requests_per_step"] = (
-        _mean_active(arrays, engines or 1)
-        if k_skip > 1
-        else _requests_per_step(clusters, multiplicity) * k
-    )
+    if k_skip == 1:
+        result["steps_requests_per_step"] = _requests_per_step(clusters, multiplicity) * k
+    elif running_known:
+        result["steps_requests_per_step"] = _mean_active(arrays, engines or 1)
     tokens = _middle_tokens(arrays)
     if tokens.size:
         result["steps_tokens_per_request_step"] = float(tokens.mean()) / k

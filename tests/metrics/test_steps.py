@@ -496,6 +496,12 @@ def test_requests_per_step_at_a_stream_interval_count_the_running_requests() -> 
     running: list[int] = []
     engine = Engine(decode_ms=12.0, prefill_ms=30.0)
     records = simulate([engine], conc=16, requests=48, osl=200, interval=10, running=running)
-    result = fields(records)
+    result = fields(records, server_engines=1)
     assert result["steps_stream_interval"] == 10, result["steps_note"]
+    note = result["steps_note"]
+    assert "requests per step not measured" not in note and "sort keys" not in note
     assert result["steps_requests_per_step"] == pytest.approx(np.mean(running), rel=0.1)
+    # without the server's engine count the streams in flight may be several engines'
+    unlabelled = fields(records)
+    assert unlabelled["steps_requests_per_step"] is None
+    assert "requests per step not measured" in unlabelled["steps_note"]
