@@ -318,6 +318,18 @@ class ServerRoleFigures(msgspec.Struct, frozen=True, kw_only=True):
     kv_cache_usage_mean: float | None = None  # the mean of its URLs' means
     kv_cache_usage_max: float | None = None  # the fullest URL's
 
+    def figures(self) -> dict[str, float | None]:
+        """The figures a console line and the exporter show, by a short name."""
+        return {
+            "requests": self.server_requests,
+            "ttft_ms": self.server_mean_ttft_ms,
+            "itl_ms": self.server_mean_itl_ms,
+            "queue_ms": self.server_mean_queue_time_ms,
+            "running": self.requests_running_mean,
+            "waiting": self.requests_waiting_mean,
+            "kv_usage": self.kv_cache_usage_mean,
+        }
+
 
 class TtftPart(msgspec.Struct, frozen=True, kw_only=True):
     """One part of a disaggregated point's TTFT (docs/results.md, "TTFT taken apart")."""
@@ -347,6 +359,17 @@ class TtftParts(NestedValue, frozen=True, kw_only=True):
     bound_ms: float | None  # |unexplained| allowed for the parts to add up
     adds_up: bool | None  # None: not checked (a part or the client's TTFT unknown)
     verdict: str
+
+    def means(self) -> dict[str, float | None]:
+        """Each part's mean (ms) by its name without `_ms`, in TTFT's order."""
+        return {
+            "frontend": self.frontend_ms.mean_ms,
+            "prefill_queue": self.prefill_queue_ms.mean_ms,
+            "prefill": self.prefill_ms.mean_ms,
+            "kv_transfer": self.kv_transfer_ms.mean_ms,
+            "decode_first": self.decode_first_ms.mean_ms,
+            "unexplained": self.unexplained_ms.mean_ms,
+        }
 
 
 class PointResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -11,7 +11,7 @@ from loadgen.results.point import PointResult
 from loadgen.results.store import SWEEP_CSV, ResultsDir
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.session_table import format_session_table
-from loadgen.sinks.table import format_table, step_line, sweep_rows, write_csv
+from loadgen.sinks.table import format_table, role_lines, step_line, sweep_rows, write_csv
 
 
 def write_sweep_files(store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
@@ -28,6 +28,8 @@ def write_sweep_files(store: ResultsDir, results: Sequence[PointResult]) -> list
     print(format_table(rows))
     for result in sorted(results, key=lambda r: r.conc):
         print(step_line(result))
+        for line in role_lines(result):
+            print(line)
     sessions = format_session_table(results)
     if sessions is not None:
         print(sessions)

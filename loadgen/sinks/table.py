@@ -236,6 +236,31 @@ def step_line(result: PointResult) -> str:
     return text + (f" ({m.steps_note})" if m.steps_note else "")
 
 
+def role_lines(result: PointResult) -> list[str]:
+    """--server-metrics ROLE=URL: one line per point with each role's server figures, and
+    one with its TTFT parts when it has them."""
+    lines = []
+    roles = result.server_metrics_by_role
+    if roles:
+        said = "; ".join(
+            f"{role.role} "
+            + ", ".join(
+                f"{name} {'-' if value is None else f'{value:,.3g}'}"
+                for name, value in role.figures().items()
+            )
+            for role in roles
+        )
+        lines.append(f"conc {result.conc} server roles: {said}")
+    parts = result.ttft_parts
+    if parts is not None:
+        sum_ = " + ".join(f"{name} {_ms(value)}" for name, value in parts.means().items())
+        lines.append(
+            f"conc {result.conc} TTFT parts (ms): {sum_} = client {_ms(parts.client_mean_ttft_ms)}"
+            f"; {parts.verdict}"
+        )
+    return lines
+
+
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     """The sweep rows as CSV (header = SWEEP_COLUMNS; unknown values are empty)."""
     buffer = io.StringIO()

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 
 from loadgen.client import server_metrics
@@ -19,12 +21,16 @@ from loadgen.orchestrate.measure import measure
 from loadgen.results.store import ResultsDir
 from loadgen.sim.config import SimConfig
 from loadgen.sim.server import running_simulator
+from loadgen.sinks.prometheus import LoadgenMetrics, MetricsObserver
 
 ARGS = ["--conc", "4", "--isl", "64", "--osl", "50", "--prompts-per-conc", "3"]
 
 
 async def test_each_role_gets_its_urls_figures(
-    tmp_path: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    tokenizer: Tokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setattr(server_metrics, "WATCH_INTERVAL_S", 0.1)
     config = SimConfig(step_fixed_ms=2.0, decode_token_us=2.0, prefill_token_us=0.1, spin_us=0.0)
@@ -70,6 +76,22 @@ async def test_each_role_gets_its_urls_figures(
     assert (by_role["prefill"].requests_running_mean or 0) > 0
     assert by_role["decode"].server_mean_itl_ms is None
     assert by_role["decode"].requests_running_mean == 0
+    # the console's line per point, and the exporter's gauges with a role label
+    out = capsys.readouterr().out
+    assert "conc 4 server roles: prefill requests 12, " in out
+    assert "; decode requests 0, " in out and "; worker requests 0, " in out
+    registry = CollectorRegistry()
+    MetricsObserver(LoadgenMetrics(registry), model="m", endpoint="completions").point_finished(
+        4, result
+    )
+    seen = {
+        (s.labels["role"], s.labels["figure"]): s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in family.samples
+        if s.name == "loadgen_server_role_figure"
+    }
+    assert seen[("prefill", "requests")] == 12 and seen[("decode", "requests")] == 0
+    assert ("decode", "itl_ms") not in seen  # a null figure sets no gauge
     # the per-URL rows say their role too
     url_roles = [(row["url"], row["role"]) for row in result.server_metrics_by_url or ()]
     assert url_roles == [

@@ -143,6 +143,20 @@ class LoadgenMetrics:
         self.point_requests = gauge(
             "loadgen_point_requests", "Requests planned at the concurrency point.", pl
         )
+        # --server-metrics ROLE=URL: each role's figures over the point (results'
+        # server_metrics_by_role), and a disaggregated point's TTFT parts
+        self.server_role = gauge(
+            "loadgen_server_role_figure",
+            "A server role's figure over the point (frontend, prefill, decode, worker): "
+            "requests seen, mean TTFT/ITL ms, requests running/waiting, KV-cache usage.",
+            (*pl, "role", "figure"),
+        )
+        self.ttft_part = gauge(
+            "loadgen_ttft_part_milliseconds",
+            "A disaggregated point's mean TTFT part (frontend, prefill_queue, prefill, "
+            "kv_transfer, decode_first, unexplained), from the servers' histograms.",
+            (*pl, "part"),
+        )
         self.server_al = gauge(
             "loadgen_server_spec_decode_acceptance_length",
             "Acceptance length from the server's spec-decode counters over the point.",

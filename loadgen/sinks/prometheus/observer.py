@@ -179,6 +179,7 @@ class MetricsObserver:
         for position, rate in enumerate(result.metrics.server_acceptance_per_position or ()):
             m.server_rate_pos.labels(*key, str(position)).set(rate)
         self._steps(key, result)
+        self._roles(key, result)
         energy = result.energy
         if energy is not None and energy.power_valid:  # null figures set no gauge
             for gauge, value in (
@@ -187,6 +188,18 @@ class MetricsObserver:
             ):
                 if value is not None:
                     gauge.labels(*key).set(value)
+
+    def _roles(self, key: tuple[str, ...], result: PointResult) -> None:
+        """Each role's figures and the TTFT parts; a null figure sets no gauge."""
+        m = self.metrics
+        for role in result.server_metrics_by_role or ():
+            for figure, value in role.figures().items():
+                if value is not None:
+                    m.server_role.labels(*key, role.role, figure).set(value)
+        parts = result.ttft_parts
+        for name, part in parts.means().items() if parts is not None else ():
+            if part is not None:
+                m.ttft_part.labels(*key, name).set(part)
 
     def accuracy_scored(self, result: AccuracyResult) -> None:
         """An accuracy point's score (orchestrate/accuracy.py), once it is written."""
