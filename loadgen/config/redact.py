@@ -218,6 +218,8 @@ def _redact_words(text: str) -> str:
     for i in range(0, len(parts), 2):
         word = parts[i]
         core = word.strip(_WORD_EDGES)
+        if mode == "flag" and _OPERATOR.fullmatch(word):
+            mode = ""  # `--api-key K ; next command`
         if not core:
             continue
         if mode == "flag" and _is_flag(core):
@@ -229,7 +231,8 @@ def _redact_words(text: str) -> str:
                 parts[i] = word.replace(core, REDACTED, 1)
                 continue
             parts[i] = word.replace(core, REDACTED, 1)
-            if mode == "one" or (mode == "list" and "]" in word):
+            ends_command = mode == "flag" and word.rstrip("'\"").endswith((";", "&", "|"))
+            if mode == "one" or (mode == "list" and "]" in word) or ends_command:
                 mode = ""
             continue
         if core.endswith("=") and is_secret_word_name(core[:-1].lstrip("-")):

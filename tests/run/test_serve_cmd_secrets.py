@@ -47,6 +47,14 @@ def test_every_value_after_a_secret_flag_and_inside_a_word_is_redacted() -> None
         "vllm", "--api-key", REDACTED, REDACTED, "--max-num-batched-tokens", "8",
     ]  # fmt: skip
     assert sorted(secret_values(argv)) == sorted([*KEYS, "t0ken"])
+    # a value not there verbatim (an escape in it) is hidden all the same, and a shell
+    # operator ends the flag's values as the next flag does
+    assert redact_command(["sh", "-c", "x --api-key sk\\ one; y"]) == [
+        "sh", "-c", f"x --api-key {REDACTED} ; y",
+    ]  # fmt: skip
+    assert redact_output("--api-key k1; next --token t2 && y") == (
+        f"--api-key {REDACTED}; next --token {REDACTED} && y"
+    )
 
 
 def test_free_text_a_server_prints_is_redacted() -> None:
