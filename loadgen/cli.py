@@ -201,9 +201,13 @@ async def _guarded(work: Awaitable[int], results_dir: Path | None) -> int:
     try:
         return await work
     except asyncio.CancelledError:
+        from loadgen.results.store import holds_measurements
+
         stopped = Interrupted(
             f"interrupted; everything measured so far is in "
             f"{results_dir} (the last point is marked complete: false)"
+            if results_dir is not None and holds_measurements(results_dir)
+            else "interrupted before any point began; nothing was measured"
         )
         print(f"loadgen: {stopped}", file=sys.stderr)
         return stopped.exit_code

@@ -27,3 +27,18 @@ def printable(text: str, limit: int | None = None) -> str:
     if limit is not None and len(shown) > limit:
         shown = shown[: max(0, limit - 1)] + "…"
     return shown
+
+
+_LINE_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """Text from outside that stands inside a line of ours (a directory a server names):
+    `printable`, and its line breaks shown as `\\n`, so it cannot start a line of its own."""
+    return printable(text.translate(_LINE_BREAKS), limit)
+
+
+def reason_of(exc: BaseException) -> str:
+    """Why an operation failed, never empty: the exception's text, else its type (a
+    timeout's text is often empty)."""
+    return str(exc) or type(exc).__name__

@@ -30,6 +30,7 @@ from loadgen.config.redact import redact_url
 from loadgen.config.telemetry import metrics_source
 from loadgen.errors import ServerError
 from loadgen.results.point import CacheState
+from loadgen.wording import reason_of
 
 VLLM_PATH = "/reset_prefix_cache"
 SGLANG_PATH = "/flush_cache"
@@ -107,7 +108,7 @@ class HttpCacheReset:
                     return "sglang"
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ServerError(
-                f"--reset-prefix-cache: cannot reach {where}: {exc or type(exc).__name__}"
+                f"--reset-prefix-cache: cannot reach {where}: {reason_of(exc)}"
             ) from None
         raise ResetUnavailable(
             f"--reset-prefix-cache: {where} answers 404 to POST {VLLM_PATH} (and to "
@@ -131,7 +132,7 @@ class HttpCacheReset:
                 if self.clock() + wait > deadline:
                     return f"{where}: still refused after {self.timeout_s:g} s ({refused})"
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                return f"{where}: {exc or type(exc).__name__}"
+                return f"{where}: {reason_of(exc)}"
             await self.sleep(wait)
             wait = min(wait * 2, MAX_RETRY_S)
 

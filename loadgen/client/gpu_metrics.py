@@ -48,6 +48,7 @@ from loadgen.metrics.gpu_power import (
 )
 from loadgen.metrics.throughput import measured_window
 from loadgen.records import RequestRecord
+from loadgen.wording import reason_of
 
 MAX_SCRAPE_S = 2.0
 PREFLIGHT_SCRAPE_S = 5.0
@@ -75,7 +76,7 @@ async def check_gpu_metrics_urls(urls: Sequence[str]) -> None:
             try:
                 readings = parse_gpu_metrics(await fetch_metrics_text(session, url))
             except (aiohttp.ClientError, OSError, MetricsUrlError, TimeoutError) as exc:
-                return f"{redact_url(url)} ({str(exc) or type(exc).__name__})"
+                return f"{redact_url(url)} ({reason_of(exc)})"
             except GpuMetricsParseError:
                 return f"{redact_url(url)} (not Prometheus text)"
             return readings or f"{redact_url(url)} (no {' or '.join(POWER_NAMES)})"

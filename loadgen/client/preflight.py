@@ -91,12 +91,25 @@ class ServerInfo:
 
 
 def engine_line(server: ServerInfo) -> str:
-    """The one line that says which engine's figures are read, why, and which result
-    fields it leaves null (their reasons are in run.json's server.engine_unavailable)."""
-    line = f"loadgen: engine {server.engine} ({server.engine_reason})"
-    if server.engine_unavailable:
-        line += "; null on this engine: " + ", ".join(server.engine_unavailable)
-    return printable(line)
+    """The one line that says which engine's figures are read and why (which fields it
+    leaves null is said once a point has them: `engine_nulls_line`)."""
+    return printable(f"loadgen: engine {server.engine} ({server.engine_reason})")
+
+
+def engine_nulls(server: ServerInfo, point: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields the engine is not known to give (server.engine_unavailable) that
+    `point` (its flat file form) does leave null: the list comes from the point, since
+    a server may send one after all (TensorRT-LLM behind a frontend that passes vLLM's
+    per-request stats on)."""
+    return tuple(name for name in server.engine_unavailable if point.get(name) is None)
+
+
+def engine_nulls_line(server: ServerInfo, conc: int, nulls: Iterable[str]) -> str:
+    """The line that names them (their reasons are in run.json's server.engine_unavailable)."""
+    return (
+        f"loadgen: conc {conc}: null on this engine ({server.engine}): {', '.join(nulls)} "
+        "(why: run.json server.engine_unavailable)"
+    )
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:

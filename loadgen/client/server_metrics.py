@@ -34,7 +34,7 @@ from loadgen.metrics.server import (
     merge_snapshots,
     parse_metrics,
 )
-from loadgen.wording import printable
+from loadgen.wording import printable, reason_of
 
 WATCH_INTERVAL_S = 2.0
 
@@ -123,7 +123,7 @@ async def check_metrics_urls(session: aiohttp.ClientSession, urls: Sequence[str]
         except MetricsParseError:
             return "not Prometheus text"
         except (aiohttp.ClientError, OSError, MetricsUrlError) as exc:
-            return str(exc) or type(exc).__name__
+            return reason_of(exc)
 
     async with asyncio.TaskGroup() as group:
         tasks = {url: group.create_task(one(url)) for url in urls}

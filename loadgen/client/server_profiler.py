@@ -30,6 +30,7 @@ import orjson
 from loadgen.client.http_session import MAX_JSON_BYTES, read_capped
 from loadgen.config.redact import redact_url
 from loadgen.errors import ServerError
+from loadgen.wording import one_line, reason_of
 
 START_PATH = "/start_profile"
 STOP_PATH = "/stop_profile"
@@ -38,6 +39,7 @@ INFO_PATH = "/server_info"
 # takes minutes to export, far past --http-timeout.
 STOP_TIMEOUT_S = 900.0
 _DETAIL_BYTES = 4096
+DIR_CHARS = 300  # of the trace directory /server_info names, as shown
 
 
 class ProfilerUnavailable(ServerError):
@@ -65,9 +67,7 @@ class HttpProfiler:
             async with self.session.get(self.base_url + STOP_PATH) as response:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ServerError(
-                f"--profile-conc: cannot reach {where}: {exc or type(exc).__name__}"
-            ) from None
+            raise ServerError(f"--profile-conc: cannot reach {where}: {reason_of(exc)}") from None
         if status == 404:
             raise ProfilerUnavailable(
                 f"--profile-conc: {where} answers 404 to {STOP_PATH}: vLLM serves "
@@ -78,7 +78,7 @@ class HttpProfiler:
             )
         directory = await self._trace_dir()
         if directory is not None:
-            self.where = f"in {directory}"
+            self.where = f"in {one_line(directory, DIR_CHARS)}"  # the server's text
 
     async def start(self, prefix: str) -> str | None:
         """Open the window now; None, or why it did not open."""
@@ -104,7 +104,7 @@ class HttpProfiler:
                     + detail.decode("utf-8", "replace").strip()[:200]
                 )
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            return f"POST {path}: {exc or type(exc).__name__}"
+            return f"POST {path}: {reason_of(exc)}"
 
     async def _trace_dir(self) -> str | None:
         """The profiler's output directory from /server_info (dev mode only), or None."""

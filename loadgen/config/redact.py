@@ -6,8 +6,13 @@ whose name looks like a credential, and credentials inside URLs (`user:password@
 secret-named query parameters), become `***`; so do, in a launched server's command
 (`--serve-cmd`) and environment (`--serve-env`), the value of a flag or variable one of
 whose words names a credential (`--api-key K`, `--hf-token=T`, `HF_TOKEN=T`: not
-`--max-num-batched-tokens`, whose words are plural counts, nor `--tokenizer`). Requests
-themselves always carry the real values; only what is written down or shown is redacted.
+`--max-num-batched-tokens`, whose words are plural counts, nor `--tokenizer`): every
+value after such a flag up to the next flag, and inside a word that is a command of its
+own (`sh -c '... --api-key K'`, split again as a shell would). What a launched server
+prints (its log's last line) is free text: the values its command and environment hide,
+and the same flag and `NAME=VALUE` / `name: value` shapes in it, become `***` too.
+Requests themselves always carry the real values; only what is written down or shown is
+redacted.
 """
 
 from __future__ import annotations
@@ -87,21 +92,160 @@ def is_secret_word_name(name: str) -> bool:
 
 
 def redact_command(argv: Sequence[str]) -> list[str]:
-    """A server command with its credentials replaced: the value after a secret-named
-    flag (`--api-key K`, `--api-key=K`), a secret-named `NAME=VALUE` argument (an `env`
-    prefix), and URLs' credentials anywhere."""
+    """A server command with its credentials replaced: every value after a secret-named
+    flag up to the next flag (`--api-key K1 K2`, `--api-key=K`), a secret-named
+    `NAME=VALUE` argument (an `env` prefix), the same inside a word that is itself a
+    command (`sh -c '... --api-key K'`, split again as a shell would), and URLs'
+    credentials anywhere."""
+    return _walk_command(argv)[0]
+
+
+def secret_values(argv: Sequence[str], env: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The values `redact_command` and `redact_env` hide, longest first: what a server
+    may echo back in its own output (its argv, its environment) to be hidden there too.
+    Values shorter than MIN_SECRET_CHARS are left to the word rules: replacing `1` in
+    every log line would say nothing and hide the log."""
+    found = set(_walk_command(argv)[1])
+    found.update(value for name, value in env if is_secret_word_name(name))
+    return sorted((v for v in found if len(v) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
+def redact_output(text: str, secrets: Sequence[str] = ()) -> str:
+    """Free text a server wrote (a launched server's log line) safe to print or store:
+    each known secret value (`secret_values`) anywhere, the words after a secret-named
+    flag, `NAME=VALUE` and `name: value` with a secret name, and URLs' credentials."""
+    for value in secrets:
+        text = text.replace(value, REDACTED)
+    return redact_text(_redact_words(text))
+
+
+MIN_SECRET_CHARS = 4
+# Shell operators a shell-style split returns as words of their own (`;`, `&&`, `|`):
+# they end a flag's values as a flag does.
+_OPERATOR = re.compile(r"[;&|()<>]+")
+# Quoting and list punctuation around a word in free text (`['--api-key', 'sk-1']`,
+# `{'api_key': 'sk-1'}`, `"token=x",`).
+_WORD_EDGES = "\"'[](){},;`"
+_SPACE = re.compile(r"(\s+)")
+# NAME=VALUE anywhere in free text (`Namespace(api_key='K', ...)`, `env HF_TOKEN=K`):
+# the value up to a space, quote or closing punctuation.
+_ASSIGNMENT = re.compile(
+    r"(?<![\w.-])(?P<name>-{0,2}[A-Za-z_][\w.-]*)=(?P<quote>['\"]?)(?P<value>[^\s'\",;)\]}]+)"
+)
+# A flag's or variable's name before `=` (not a whole script that holds an `=` somewhere).
+_NAME = re.compile(r"-{0,2}[A-Za-z_][\w.-]*")
+
+
+def _is_flag(word: str) -> bool:
+    return word.startswith("-") and len(word) > 1
+
+
+def _secret_flag(word: str) -> bool:
+    return _is_flag(word) and "=" not in word and is_secret_word_name(word.lstrip("-"))
+
+
+def _walk_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The words shown and the values hidden."""
     shown: list[str] = []
-    hide_next = False
+    hidden: list[str] = []
+    hiding = False  # after a secret flag: every word until the next flag or operator
     for arg in argv:
-        name, eq, _ = arg.partition("=")
-        if hide_next and not arg.startswith("--"):
+        if hiding and not _is_flag(arg) and not _OPERATOR.fullmatch(arg):
             shown.append(REDACTED)
-        elif eq and is_secret_word_name(name.lstrip("-")):
+            hidden.append(arg)
+            continue
+        hiding = _secret_flag(arg)
+        name, eq, value = arg.partition("=")
+        if eq and _NAME.fullmatch(name) and is_secret_word_name(name.lstrip("-")):
             shown.append(f"{name}={REDACTED}")
-        else:
-            shown.append(redact_text(arg))
-        hide_next = arg.startswith("-") and not eq and is_secret_word_name(arg.lstrip("-"))
-    return shown
+            hidden.append(value)
+            continue
+        inner = _shell_words(arg)
+        if inner is not None:
+            inner_shown, inner_hidden = _walk_command(inner)
+            if inner_hidden:
+                shown.append(_redact_words(redact_text(_replaced(arg, inner_hidden, inner_shown))))
+                hidden.extend(inner_hidden)
+                continue
+        shown.append(_redact_words(redact_text(arg)))  # `-H "Authorization: Bearer K"`
+    return shown, hidden
+
+
+def _shell_words(arg: str) -> list[str] | None:
+    """`arg` split again as a shell would split a command (operators as words of their
+    own), when it is more than one word; None when it is one, or cannot be split (an
+    unbalanced quote: then its words are redacted as free text)."""
+    lexer = shlex.shlex(arg, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return None
+    return words if words != [arg] and words else None
+
+
+def _replaced(arg: str, hidden: Sequence[str], shown: Sequence[str]) -> str:
+    """`arg` as written, each hidden value replaced where it stands; when one is not
+    there verbatim (quoting or escapes inside it), the redacted words joined again."""
+    for value in sorted(hidden, key=len, reverse=True):
+        if value not in arg:
+            return " ".join(_quoted(word) for word in shown)
+        arg = arg.replace(value, REDACTED)
+    return arg
+
+
+def _quoted(word: str) -> str:
+    if word == REDACTED or _OPERATOR.fullmatch(word):
+        return word
+    name, eq, value = word.partition("=")
+    if eq and value == REDACTED:
+        return f"{shlex.quote(name)}={REDACTED}"
+    return shlex.quote(word)
+
+
+def _redact_assignment(match: re.Match[str]) -> str:
+    if not is_secret_word_name(match["name"].lstrip("-")):
+        return match[0]
+    return f"{match['name']}={match['quote']}{REDACTED}"
+
+
+def _redact_words(text: str) -> str:
+    """Free text's words with the command rules applied (what follows a secret flag,
+    `NAME=VALUE`), plus `name: value` (a header, a printed mapping) with a secret name:
+    its value, a bracketed list to its end. Spacing and punctuation are kept."""
+    parts = _SPACE.split(_ASSIGNMENT.sub(_redact_assignment, text))
+    mode = ""  # "flag": until the next flag; "one": one word; "list": until `]`
+    for i in range(0, len(parts), 2):
+        word = parts[i]
+        core = word.strip(_WORD_EDGES)
+        if mode == "flag" and _OPERATOR.fullmatch(word):
+            mode = ""  # `--api-key K ; next command`
+        if not core:
+            continue
+        if mode == "flag" and _is_flag(core):
+            mode = ""
+        if mode:
+            if mode == "one" and word.lstrip(_WORD_EDGES[:2]).startswith("["):
+                mode = "list"
+            if mode == "one" and core.lower() in ("bearer", "basic"):
+                parts[i] = word.replace(core, REDACTED, 1)
+                continue
+            parts[i] = word.replace(core, REDACTED, 1)
+            ends_command = mode == "flag" and word.rstrip("'\"").endswith((";", "&", "|"))
+            if mode == "one" or (mode == "list" and "]" in word) or ends_command:
+                mode = ""
+            continue
+        if core.endswith("=") and is_secret_word_name(core[:-1].lstrip("-")):
+            mode = "one"  # `HF_TOKEN= value`
+        elif _secret_flag(core):
+            mode = "flag"
+        elif (
+            core.endswith(":")
+            and not _is_flag(core)
+            and is_secret_word_name(core.rstrip(":").strip(_WORD_EDGES))
+        ):
+            mode = "one"
+    return "".join(parts)
 
 
 def redact_env(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:

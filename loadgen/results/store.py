@@ -83,6 +83,13 @@ _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+=@-]+")
 MAX_NAME_PART = 80
 
 
+def holds_measurements(directory: Path) -> bool:
+    """Whether a point (or an accuracy point, a lane's, a probe's, a trial's, one set
+    aside) has begun writing under `directory`: what an interrupted run can say it kept."""
+    globs = (POINT_GLOB, REQUESTS_GLOB, ACCURACY_GLOB)
+    return any(next(directory.rglob(pattern), None) is not None for pattern in globs)
+
+
 def name_part(text: str, limit: int = MAX_NAME_PART) -> str:
     """`text` as one part of a file name: runs of any other character become `_`, no
     leading dot (no hidden file, no `..`), at most `limit` characters (a longer one keeps

@@ -35,7 +35,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -45,7 +45,7 @@ import aiohttp
 
 from loadgen.client.http_session import open_session
 from loadgen.client.preflight import server_version
-from loadgen.config.redact import redact_command, redact_env, redact_text
+from loadgen.config.redact import redact_command, redact_env, redact_output, secret_values
 from loadgen.config.spec import RunSpec
 from loadgen.config.target import PORT_PLACEHOLDER
 from loadgen.errors import LoadgenError, ServerError
@@ -104,8 +104,10 @@ def port_free(port: int) -> bool:
     return True
 
 
-def last_log_line(path: Path) -> str:
-    """The log's last non-empty line, printable and cut short ("(no output)": none)."""
+def last_log_line(path: Path, secrets: Sequence[str] = ()) -> str:
+    """The log's last non-empty line, printable, redacted (`secrets`: the values its
+    command and environment hide, which a server may echo) and cut short ("(no
+    output)": none)."""
     try:
         with path.open("rb") as log:
             log.seek(max(0, log.seek(0, os.SEEK_END) - _TAIL_BYTES))
@@ -113,7 +115,7 @@ def last_log_line(path: Path) -> str:
     except OSError:
         return "(no output)"
     lines = [line.strip() for line in tail.replace("\r", "\n").splitlines() if line.strip()]
-    return printable(redact_text(lines[-1]), LAST_LINE_LIMIT) if lines else "(no output)"
+    return printable(redact_output(lines[-1], secrets), LAST_LINE_LIMIT) if lines else "(no output)"
 
 
 def group_alive(pgid: int) -> bool:
@@ -148,6 +150,9 @@ class LaunchedServer:
     def pid(self) -> int:
         return self.process.pid
 
+    def secrets(self) -> list[str]:
+        return secret_values(self.argv, self.env)
+
     def facts(self) -> LaunchedServerFacts:
         exited = self.process.poll()
         return LaunchedServerFacts(
@@ -161,7 +166,9 @@ class LaunchedServer:
             version=self.version,
             exit_status=exited,
             stopped_by=self.stopped_by,
-            last_log_line=last_log_line(self.log_path) if exited is not None else None,
+            last_log_line=last_log_line(self.log_path, self.secrets())
+            if exited is not None
+            else None,
         )
 
     def exit_line(self) -> str:
@@ -173,7 +180,7 @@ class LaunchedServer:
             else f"exited with status {status}"
         )
         return f"the launched server {how}; {self.log_path.name}'s last line: " + last_log_line(
-            self.log_path
+            self.log_path, self.secrets()
         )
 
 
@@ -295,13 +302,14 @@ async def _wait_ready(
                 raise ServerFailedToStart(
                     f"--serve-cmd: the server did not answer /health and /v1/models within "
                     f"{timeout_s:g} s (--serve-timeout); {server.log_path.name}'s last line: "
-                    f"{last_log_line(server.log_path)}"
+                    f"{last_log_line(server.log_path, server.secrets())}"
                 )
             if now - said >= PROGRESS_EVERY_S:
                 said = now
                 print(
                     f"loadgen: waiting for the launched server: {now - started:.0f} s of "
-                    f"{timeout_s:g} s; {server.log_path.name}: {last_log_line(server.log_path)}",
+                    f"{timeout_s:g} s; {server.log_path.name}: "
+                    f"{last_log_line(server.log_path, server.secrets())}",
                     file=sys.stderr,
                 )
             await asyncio.sleep(POLL_S)

@@ -28,7 +28,7 @@ from time import perf_counter_ns
 from tokenizers import Tokenizer
 
 from loadgen.client.gpu_metrics import check_power_csv
-from loadgen.client.preflight import ServerInfo, engine_line
+from loadgen.client.preflight import ServerInfo, engine_line, engine_nulls, engine_nulls_line
 from loadgen.client.server_metrics import metrics_urls
 from loadgen.config.build_spec import default_results_dir
 from loadgen.config.spec import RunSpec, SpecError
@@ -222,6 +222,7 @@ class _Sweep:
         self.drive: Drive = options.drive or in_process
         self.driver: Driver | None = None  # the points' runner, once the server answered
         self.began = False  # a point was started: from then on run.json exists
+        self.said_nulls: tuple[str, ...] = ()  # the engine's null fields, as last printed
         self.unwritten: list[str] = []
         self._finished: SweepOutcome | None = None
 
@@ -292,6 +293,7 @@ class _Sweep:
             self.at = conc
             outcome = await driver.run_point(context, conc)
             self._record(outcome)
+            self._say_engine_nulls(outcome)
             self._point_done(outcome)
             if outcome.result.status.stop_reason == SATURATED:
                 _say_saturated(outcome, self.todo)
@@ -301,6 +303,15 @@ class _Sweep:
         self.points.append(outcome)
         if outcome.write_error is not None:
             self.unwritten.append(outcome.write_error.path.name)
+
+    def _say_engine_nulls(self, outcome: PointOutcome) -> None:
+        """Which fields the engine leaves null, as this point has them: said at the first
+        point and again only when they change."""
+        assert self.server is not None
+        nulls = engine_nulls(self.server, outcome.result.to_json())
+        if nulls and nulls != self.said_nulls:
+            print(engine_nulls_line(self.server, outcome.conc, nulls), file=sys.stderr)
+        self.said_nulls = nulls
 
     def _point_done(self, outcome: PointOutcome) -> None:
         self.at = None
