@@ -22,6 +22,7 @@ route and 404 on none: no profiling session is started or stopped by the check.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +106,13 @@ class HttpProfiler:
         return await self._post(START_PATH, {"profile_prefix": prefix}, None)
 
     async def stop(self) -> str | None:
-        """Close it (the server writes the trace before it answers); None, or why not."""
+        """Close it (the server writes the trace before it answers); None, or why not.
+        Said first: a real model's trace takes minutes to export, a silent wait looks hung."""
+        print(
+            f"loadgen: closing the profiler window: the server writes its trace before it "
+            f"answers; loadgen waits up to {STOP_TIMEOUT_S:.0f} s",
+            file=sys.stderr,
+        )
         failure = await self._post(STOP_PATH, None, aiohttp.ClientTimeout(total=STOP_TIMEOUT_S))
         return None if failure is None else failure.why
 

@@ -2,7 +2,8 @@
 profiler_window.py over client/server_profiler.py): a start the real simulator refuses
 (409, a session already open, as vLLM answers) opened nothing, so the point is not
 profiled and no stop is sent; a start with no answer may have opened the window, so the
-point is profiled but claims no trace file as written."""
+point is profiled but claims no trace file as written. The stop's long wait is said
+before it begins."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from loadgen.client.server_profiler import HttpProfiler
+from loadgen.client.server_profiler import STOP_TIMEOUT_S, HttpProfiler
 from loadgen.results.point import ProfileState
 from loadgen.run.features.profiler_window import ProfilerWindow
 from tests.support.procs import free_port, start_sim, stop
@@ -87,6 +88,22 @@ async def test_an_unanswered_start_is_profiled_but_claims_no_trace(
     assert state.profile_error.startswith("start: POST /start_profile: ")
     assert "may have been written" in state.profile_error
     assert "may have opened the window" in capsys.readouterr().err
+
+
+async def test_the_stop_says_its_wait_before_it_waits(
+    silent_server: tuple[str, asyncio.Event], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, asked = silent_server
+    async with aiohttp.ClientSession() as session:
+        profiler = HttpProfiler(session, base)
+        stopping = asyncio.create_task(profiler.stop())
+        await asyncio.wait_for(asked.wait(), 10)  # the server holds the stop unanswered
+        err = capsys.readouterr().err
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+    assert "the server writes its trace before it answers" in err, err
+    assert f"loadgen waits up to {STOP_TIMEOUT_S:.0f} s" in err
 
 
 def test_combined_keeps_a_refused_starts_error() -> None:
