@@ -54,6 +54,9 @@ UNWANTED = ("torchvision", "torchaudio", "torchcodec", "triton")
 MODEL_MARKER = ".loadgen-model-complete"
 VENV_MARKER = ".loadgen-venv-complete"
 SERVER_STATE = "server.json"
+# The servers this process started, until stop_pid reaps them: a Popen dropped while its
+# child runs warns "subprocess N is still running" (ResourceWarning) when collected.
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def log(message: str) -> None:
@@ -331,6 +334,7 @@ def start_server(
             start_new_session=True,
             preexec_fn=preexec_fn,
         )
+    _STARTED[process.pid] = process
     url = f"http://127.0.0.1:{chosen}"
     state = {"pid": process.pid, "port": chosen, "url": url, "log": str(log_path), "argv": argv}
     (work_dir / SERVER_STATE).write_text(json.dumps(state, indent=1))
@@ -377,6 +381,7 @@ def stop_pid(pid: int, *, grace_s: float = 20.0) -> bool:
     the group holds the engine-core child too: nothing is left behind.
     """
     if not group_alive(pid):
+        reap(pid)
         return False
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
@@ -391,12 +396,19 @@ def stop_pid(pid: int, *, grace_s: float = 20.0) -> bool:
     while group_alive(pid) and time.monotonic() < deadline + 10:
         reap(pid)
         time.sleep(0.1)
+    reap(pid)
     return True
 
 
 def reap(pid: int) -> None:
     # When we are the parent, a dead child stays a zombie (and its group "alive") until
-    # waited for.
+    # waited for. A server this process started is reaped through its Popen, which then
+    # knows it has ended (no ResourceWarning when it is collected).
+    process = _STARTED.get(pid)
+    if process is not None:
+        if process.poll() is not None:
+            del _STARTED[pid]
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 

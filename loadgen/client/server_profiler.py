@@ -22,6 +22,8 @@ route and 404 on none: no profiling session is started or stopped by the check.
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -40,6 +42,24 @@ INFO_PATH = "/server_info"
 STOP_TIMEOUT_S = 900.0
 _DETAIL_BYTES = 4096
 DIR_CHARS = 300  # of the trace directory /server_info names, as shown
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The server answered with an error status: the call did not take effect."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """No answer (timeout, connection lost): the server may have acted on the call, or
+    not; nobody can tell."""
+
+    why: str
+
+
+StartFailure = Refused | Unanswered
 
 
 class ProfilerUnavailable(ServerError):
@@ -80,17 +100,25 @@ class HttpProfiler:
         if directory is not None:
             self.where = f"in {one_line(directory, DIR_CHARS)}"  # the server's text
 
-    async def start(self, prefix: str) -> str | None:
-        """Open the window now; None, or why it did not open."""
+    async def start(self, prefix: str) -> StartFailure | None:
+        """Open the window now; None, or why it did not open: Refused when the server
+        answered an error status, Unanswered when it did not answer (it may have)."""
         return await self._post(START_PATH, {"profile_prefix": prefix}, None)
 
     async def stop(self) -> str | None:
-        """Close it (the server writes the trace before it answers); None, or why not."""
-        return await self._post(STOP_PATH, None, aiohttp.ClientTimeout(total=STOP_TIMEOUT_S))
+        """Close it (the server writes the trace before it answers); None, or why not.
+        Said first: a real model's trace takes minutes to export, a silent wait looks hung."""
+        print(
+            f"loadgen: closing the profiler window: the server writes its trace before it "
+            f"answers; loadgen waits up to {STOP_TIMEOUT_S:.0f} s",
+            file=sys.stderr,
+        )
+        failure = await self._post(STOP_PATH, None, aiohttp.ClientTimeout(total=STOP_TIMEOUT_S))
+        return None if failure is None else failure.why
 
     async def _post(
         self, path: str, body: dict[str, Any] | None, limit: aiohttp.ClientTimeout | None
-    ) -> str | None:
+    ) -> StartFailure | None:
         options: dict[str, Any] = {} if limit is None else {"timeout": limit}
         if body is not None:
             options["json"] = body
@@ -99,12 +127,12 @@ class HttpProfiler:
                 if response.status == 200:
                     return None
                 detail = await read_capped(response, _DETAIL_BYTES)
-                return (
+                return Refused(
                     f"POST {path} answered HTTP {response.status}: "
                     + detail.decode("utf-8", "replace").strip()[:200]
                 )
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            return f"POST {path}: {reason_of(exc)}"
+            return Unanswered(f"POST {path}: {reason_of(exc)}")
 
     async def _trace_dir(self) -> str | None:
         """The profiler's output directory from /server_info (dev mode only), or None."""

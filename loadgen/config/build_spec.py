@@ -113,15 +113,18 @@ def memory_budget() -> int:
 def _check_memory(spec: RunSpec) -> None:
     """The largest point's estimate against this machine's memory."""
     top, isl, osl = max(spec.load.conc), spec.workload.isl, spec.workload.osl
-    estimate, budget = load.point_memory_bytes(spec.load, top, isl, osl), memory_budget()
+    kept = spec.output.record_outputs
+    estimate = load.point_memory_bytes(spec.load, top, isl, osl, kept)
+    budget = memory_budget()
     requests = spec.load.measured_requests(top) + spec.load.warmup_requests(top)
     _check(
         estimate <= budget,
         f"conc {top}: its {requests:,} requests of isl {isl or limits.DATASET_TOKENS} / "
-        f"osl {osl or limits.DATASET_TOKENS} would hold ~{estimate / 2**30:,.1f} GiB in "
+        f"osl {osl or limits.DATASET_TOKENS}{' with their outputs kept' if kept else ''} "
+        f"would hold ~{estimate / 2**30:,.1f} GiB in "
         f"memory, over the limit of one point (half this machine's memory: "
         f"{budget / 2**30:,.1f} GiB); plan fewer requests per point (--prompts-per-conc, "
-        "--num-prompts) or shorter prompts",
+        "--num-prompts) or shorter prompts" + (" (or drop --record-outputs)" if kept else ""),
     )
 
 

@@ -29,7 +29,8 @@ The limits, and why these values:
 - MAX_TURNS: synthetic sessions (--turns) of up to 10,000 turns (agentic traces have
   hundreds); a session's last turn, its whole history, within MAX_TOKENS; --think-time
   within MAX_POINT_SECONDS; sessions x turns within MAX_REQUESTS_PER_POINT.
-- MEMORY_SHARE: the estimate of one point's bodies and records (`point_memory_bytes`)
+- MEMORY_SHARE: the estimate of one point's bodies and records (`point_memory_bytes`,
+  their kept outputs with --record-outputs)
   may take at most half the memory of the machine (or of its container, when that is
   limited): a conc-512 x 12 point of isl 8192 / osl 1024 is ~0.9 GiB, a conc-4096 one
   ~7.3 GiB. The other half is the interpreter, the tokenizer, the workers and the rest
@@ -63,6 +64,13 @@ MEMORY_SHARE = 0.5
 REQUEST_BYTES = 4096
 BODY_BYTES_PER_TOKEN = 13
 RECORD_BYTES_PER_TOKEN = 48
+# --record-outputs keeps each request's text and its ids (base64) until the point is
+# written. Measured: peak RSS of a conc-128 point of 2048 requests, osl 1024, against
+# `loadgen sim` grew by 46.5 and 48.8 MB with the option over two runs without it:
+# 22-23 bytes per output token, for the simulator's ASCII text (~4.5 characters a
+# token). Python stores a text holding one character past U+00FF at 2 or 4 bytes a
+# character: up to ~27 bytes more a token. Rounded up from ~50.
+OUTPUT_BYTES_PER_TOKEN = 56
 DATASET_TOKENS = 4096
 
 
@@ -106,13 +114,16 @@ def tokens(value: int | None, flag: str) -> None:
     check(value is None or value <= MAX_TOKENS, f"{flag} {value}: at most {MAX_TOKENS:,} tokens")
 
 
-def point_memory_bytes(requests: int, isl: int | None, osl: int | None) -> int:
+def point_memory_bytes(
+    requests: int, isl: int | None, osl: int | None, record_outputs: bool = False
+) -> int:
     """An upper estimate of what one point of `requests` (warmup and measured) holds:
     every request's body (built before the point starts) and every record (kept until
-    the point is written)."""
+    the point is written), with its kept output under --record-outputs."""
+    per_output_token = RECORD_BYTES_PER_TOKEN + (OUTPUT_BYTES_PER_TOKEN if record_outputs else 0)
     per_request = (
         REQUEST_BYTES
         + BODY_BYTES_PER_TOKEN * (isl or DATASET_TOKENS)
-        + RECORD_BYTES_PER_TOKEN * (osl or DATASET_TOKENS)
+        + per_output_token * (osl or DATASET_TOKENS)
     )
     return requests * per_request

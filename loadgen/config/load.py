@@ -555,10 +555,12 @@ def _check_duration_limits(load: LoadSpec) -> None:
         )
 
 
-def point_memory_bytes(load: LoadSpec, conc: int, isl: int | None, osl: int | None) -> int:
+def point_memory_bytes(
+    load: LoadSpec, conc: int, isl: int | None, osl: int | None, record_outputs: bool = False
+) -> int:
     """limits.point_memory_bytes for the point of `conc` (warmup and measured)."""
     requests = load.measured_requests(conc) + load.warmup_requests(conc)
-    return limits.point_memory_bytes(requests, isl, osl)
+    return limits.point_memory_bytes(requests, isl, osl, record_outputs)
 
 
 def _check_trials(load: LoadSpec) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import msgspec
@@ -95,12 +98,19 @@ _RECORD = msgspec.json.Decoder(RequestRecord)
 
 def read_jsonl(path: Path) -> list[RequestRecord]:
     """Records from a JSONL file, each decoded against RequestRecord; a torn last line
-    (killed mid-write) is ignored. Any other line that is not a record this loadgen wrote
-    is a ResultFileError naming the file, the line and the field."""
-    records = []
+    (killed mid-write) is left out and said, in one line, as every record before it is
+    kept. Any other line that is not a record this loadgen wrote is a ResultFileError
+    naming the file, the line and the field."""
+    records: list[RequestRecord] = []
     with open(path, "rb") as fh:
         for number, line in enumerate(fh, 1):
             if not line.endswith(b"\n"):
+                print(
+                    f"loadgen: WARNING: {path}: line {number} is torn (no newline: the run "
+                    f"was stopped while writing it); read without it, "
+                    f"{len(records)} records before it",
+                    file=sys.stderr,
+                )
                 break
             records.append(_record(line, f"{path}: line {number}"))
     return records
@@ -125,6 +135,13 @@ def impossible(record: RequestRecord) -> str | None:
         return "chunk_ns and chunk_tokens differ in length"
     if any(t < 0 for t in record.chunk_tokens):
         return "field 'chunk_tokens': a negative token count"
+    if record.output is not None and record.output.token_ids is not None:
+        try:
+            ids = base64.b64decode(record.output.token_ids, validate=True)
+        except binascii.Error:
+            return "field 'output.token_ids': not base64"
+        if len(ids) % 4:
+            return "field 'output.token_ids': not whole uint32 token ids"
     # Stamps are not held to an order: kernel stamps map onto the monotonic clock with
     # an error of microseconds, and a read-back file must never lose real measurements.
     return None

@@ -171,11 +171,12 @@ class ProfileState(msgspec.Struct, frozen=True, kw_only=True):
 
     @staticmethod
     def combined(parts: list[ProfileState]) -> ProfileState:
-        """Several trials' or shards': profiled when any was; every failure kept."""
+        """Several trials' or shards': profiled when any was; every failure kept (also a
+        refused start's, on a part that was not profiled)."""
         profiled = [p for p in parts if p.profiled]
+        errors = dict.fromkeys(p.profile_error for p in parts if p.profile_error)
         if not profiled:
-            return ProfileState()
-        errors = dict.fromkeys(p.profile_error for p in profiled if p.profile_error)
+            return ProfileState(profile_error="; ".join(errors) or None)
         return ProfileState(
             profiled=True,
             profile_prefix=profiled[0].profile_prefix,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from loadgen.client.server_profiler import StartFailure
+
 
 class ProfilerControl(Protocol):
     @property
@@ -18,7 +20,7 @@ class ProfilerControl(Protocol):
         profile."""
         ...
 
-    async def start(self, prefix: str) -> str | None:
+    async def start(self, prefix: str) -> StartFailure | None:
         """Open a window whose trace files start with `prefix`: None, or why not."""
         ...
 

@@ -60,14 +60,18 @@ class Server:
         self.script = script
         self.connections = 0
         self.requests: list[bytes] = []
+        self.writers: list[asyncio.StreamWriter] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while not writer.is_closing():
-                self.requests.append(await read_request(reader))
-                await self.script(reader, writer)
-        writer.close()
+        self.writers.append(writer)
+        try:
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                while not writer.is_closing():
+                    self.requests.append(await read_request(reader))
+                    await self.script(reader, writer)
+        finally:  # also when cancelled at the test's end: no transport left open
+            writer.close()
 
 
 @contextlib.asynccontextmanager
@@ -76,8 +80,13 @@ async def serve(script: Script) -> AsyncIterator[tuple[str, Server]]:
     listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
     async with listener:
-        yield f"http://127.0.0.1:{port}/v1/completions", server
-        listener.close()
+        try:
+            yield f"http://127.0.0.1:{port}/v1/completions", server
+        finally:
+            # the listener's close leaves its accepted connections open (3.11): close them
+            for writer in server.writers:
+                writer.close()
+            listener.close()
 
 
 async def send(

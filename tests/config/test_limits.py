@@ -180,3 +180,38 @@ def test_the_estimate_holds_a_built_point(
     assert requests == 8 * (per_conc + 2)
     assert grown > requests * isl  # the bodies were built: a few bytes a token at least
     assert grown < estimate, (grown / requests, estimate / requests)
+
+
+def test_kept_outputs_are_in_the_memory_estimate(tmp_path: Path) -> None:
+    """--record-outputs keeps every output until the point is written: a point that fits
+    without it is refused with it, when the outputs take it past this machine's share."""
+    from loadgen.config import limits
+    from loadgen.config.build_spec import memory_budget
+
+    osl = 1_000_000  # the outputs dominate the estimate
+    with_outputs = limits.point_memory_bytes(1, 8, osl, record_outputs=True)
+    requests = memory_budget() // with_outputs + 1  # just past the share with outputs
+    assert limits.point_memory_bytes(requests, 8, osl) <= memory_budget()  # fits without
+    args = [
+        *NOWHERE,
+        "--conc",
+        "1",
+        "--isl",
+        "8",
+        "--osl",
+        str(osl),
+        "--encoder",
+        "raw",
+        "--no-progress",
+        "--prompts-per-conc",
+        str(requests),
+        "--warmup-per-conc",
+        "0",
+    ]
+    line = refused([*args, "--record-outputs"], tmp_path)
+    assert f"its {requests:,} requests of isl 8 / osl {osl} with their outputs kept" in line
+    assert "drop --record-outputs" in line
+    plain = run_loadgen(
+        [*args, "--results", str(tmp_path / "plain")], timeout=120, preexec_fn=_limit_memory
+    )
+    assert "would hold" not in plain.stderr, plain.stderr[-2000:]

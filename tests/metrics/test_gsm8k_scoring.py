@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import random
+import re
+import time
 
 import pytest
 
-from loadgen.metrics.gsm8k import FALLBACK, FLEXIBLE, STRICT, exact_match, extract, gold, score
+from loadgen.metrics.gsm8k import (
+    FALLBACK,
+    FLEXIBLE,
+    IGNORED,
+    STRICT,
+    exact_match,
+    extract,
+    gold,
+    normalise,
+    score,
+)
 from loadgen.workload.gsm8k import shot_indices
 
 GOLD = "She has 3 * 4 = <<3*4=12>>12.\nSo 1,200 - 12 = 1188.\n#### 1,188"
@@ -50,3 +62,28 @@ def test_shots_drawn_as_lm_evals_sampler() -> None:
     pool = list(range(7473))  # GSM8K's train split
     expected = [rnd.sample(pool, 5) for _ in range(3)]
     assert shot_indices(3, 7473) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["#### 5", "a\n#### 1\nb #### 2.", "####  7", "no mark", "", "x#### ", "$1,2.\n#### $3."],
+)
+def test_normalise_removes_up_to_the_last_mark_as_lm_evals_regexes_do(text: str) -> None:
+    expected = text
+    for pattern in IGNORED:  # lm-eval's exact_match, the regexes as it runs them
+        expected = re.sub(pattern, "", expected)
+    assert normalise(text) == expected.lower()
+
+
+def test_a_200kb_digit_run_is_scored_in_linear_time() -> None:
+    """The subject is cost, so this one test times: the regex `(?s).*#### ` took 12 s on
+    this reply (quadratic); linear work on 200 KB is milliseconds, 1 s leaves room for a
+    loaded machine and still fails the quadratic form tenfold."""
+    reply = "7" * 200_000
+    started = time.perf_counter()
+    scored = score(reply, GOLD)
+    elapsed = time.perf_counter() - started
+    assert (scored.strict, scored.flexible) == (FALLBACK, reply)
+    assert not scored.flexible_correct
+    assert normalise(reply) == reply
+    assert elapsed < 1.0
