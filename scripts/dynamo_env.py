@@ -3,8 +3,9 @@
 integration tests and by hand.
 
     python3 scripts/dynamo_env.py prepare           # venv, cached; prints JSON
-    python3 scripts/dynamo_env.py serve --work-dir D [--workers N]
+    python3 scripts/dynamo_env.py serve --work-dir D [--workers N | --layout L] [-- ARGS]
                                                     # frontend + mocker workers, prints the URL
+                                                    # L: agg, 1p1d, 2p1d, dp2 (see layout_roles)
     python3 scripts/dynamo_env.py stop --work-dir D # stops every process it started
 
 `prepare` builds, once, under ${XDG_CACHE_HOME:-~/.cache}/loadgen/dynamo-1.4.2 (override
@@ -321,6 +322,33 @@ def mocker_argv(python: str, model: Path, extra: Sequence[str] = ()) -> list[str
     ]
 
 
+# The layouts a cluster is started in: each worker's role (the `--server-metrics ROLE=`
+# its system port is read as) and its own mocker arguments. A prefill/decode layout is
+# `<P>p<D>d` (e.g. 1p1d, 2p1d): the frontend finds the prefill workers by the model type
+# they register (Prefill) and routes each request to one of them, then to a decode worker.
+# `dp<N>` is one worker process with N data-parallel ranks (--data-parallel-size), all
+# behind one system port.
+AGG = "agg"
+
+
+def layout_roles(layout: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each worker's (role, mocker arguments) in `layout` (agg, <P>p<D>d, dp<N>); raises
+    ValueError, in one line, on a layout it does not know."""
+    name = layout.lower()
+    if name == AGG:
+        return (("worker", ()),)
+    if name.startswith("dp") and name[2:].isdigit() and int(name[2:]) > 0:
+        return (("worker", ("--data-parallel-size", name[2:])),)
+    prefill, sep, decode = name.partition("p")
+    if sep and prefill.isdigit() and decode.endswith("d") and decode[:-1].isdigit():
+        p, d = int(prefill), int(decode[:-1])
+        if p > 0 and d > 0:
+            return (("prefill", ("--disaggregation-mode", "prefill")),) * p + (
+                ("decode", ("--disaggregation-mode", "decode")),
+            ) * d
+    raise ValueError(f"unknown layout {layout!r}: give agg, <P>p<D>d (e.g. 1p1d, 2p1d) or dp<N>")
+
+
 def answered(_body: bytes) -> bool:
     return True
 
@@ -378,6 +406,7 @@ def start_cluster(
     tokenizer_json: Path,
     workers: int = 1,
     mocker_args: Sequence[str] = (),
+    layout: str | None = None,
     timeout_s: float = 180.0,
     preexec_fn: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
@@ -412,15 +441,22 @@ def start_cluster(
         (work_dir / STATE).write_text(json.dumps(state, indent=1))
 
     try:
-        for index in range(workers):
+        roles = layout_roles(layout) if layout else (("worker", ()),) * workers
+        state["layout"] = layout or f"{workers} aggregated worker(s)"
+        for index, (role, role_args) in enumerate(roles):
             system_port = FIRST_SYSTEM_PORT + index
-            log_path = work_dir / f"worker{index}.log"
+            log_path = work_dir / f"{role}{index}.log"
             env = process_env(work_dir, DYN_SYSTEM_PORT=str(system_port))
-            pid = spawn(mocker_argv(python, model, mocker_args), env, log_path, preexec)
+            argv = mocker_argv(python, model, [*role_args, *mocker_args])
+            pid = spawn(argv, env, log_path, preexec)
             state["pids"].append(pid)
             state["logs"].append(str(log_path))
             state["workers"].append(
-                {"pid": pid, "metrics_url": f"http://{LOOPBACK}:{system_port}/metrics"}
+                {
+                    "pid": pid,
+                    "role": role,
+                    "metrics_url": f"http://{LOOPBACK}:{system_port}/metrics",
+                }
             )
             record()
         log_path = work_dir / "frontend.log"
@@ -510,15 +546,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             tokenizer_json=tokenizer,
             workers=args.workers,
             mocker_args=args.extra,
+            layout=args.layout,
             timeout_s=args.timeout,
         )
-    except (PrepareError, RuntimeError) as error:
+    except (PrepareError, RuntimeError, ValueError) as error:
         print(f"dynamo_env: {error}", file=sys.stderr)
         return 1
     log(
         f"ready in {state['startup_s']} s, pids {state['pids']}; workers' metrics: "
-        f"{', '.join(w['metrics_url'] for w in state['workers'])}, inside the network "
-        f"namespace of pid {state['netns_holder']} (nsenter --net=/proc/"
+        f"{', '.join(w['role'] + '=' + w['metrics_url'] for w in state['workers'])}, "
+        f"inside the network namespace of pid {state['netns_holder']} (nsenter --net=/proc/"
         f"{state['netns_holder']}/ns/net ...); stop with: {sys.argv[0]} stop --work-dir "
         f"{args.work_dir}"
     )
@@ -549,6 +586,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start a frontend and mocker workers, print the URL")
     serve.add_argument("--work-dir", required=True, help="holds the logs, model and discovery")
     serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--layout",
+        help="agg, <P>p<D>d (prefill/decode, e.g. 1p1d, 2p1d) or dp<N>; overrides --workers",
+    )
     serve.add_argument("--tokenizer", help="a tokenizer.json (default: the bundled DeepSeek-V4)")
     serve.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for ready")
     serve.add_argument("extra", nargs="*", help="more dynamo.mocker arguments, after --")
