@@ -291,7 +291,7 @@ def start_netns(work_dir: Path, preexec_fn: Callable[[], object] | None = None) 
     return process.pid
 
 
-def frontend_argv(python: str, port: int) -> list[str]:
+def frontend_argv(python: str, port: int, extra: Sequence[str] = ()) -> list[str]:
     return [
         python,
         "-m",
@@ -302,6 +302,7 @@ def frontend_argv(python: str, port: int) -> list[str]:
         str(port),
         "--discovery-backend",
         "file",
+        *extra,
     ]
 
 
@@ -407,6 +408,7 @@ def start_cluster(
     workers: int = 1,
     mocker_args: Sequence[str] = (),
     layout: str | None = None,
+    frontend_args: Sequence[str] = (),
     timeout_s: float = 180.0,
     preexec_fn: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
@@ -460,7 +462,12 @@ def start_cluster(
             )
             record()
         log_path = work_dir / "frontend.log"
-        pid = spawn(frontend_argv(python, FRONTEND_PORT), process_env(work_dir), log_path, preexec)
+        pid = spawn(
+            frontend_argv(python, FRONTEND_PORT, frontend_args),
+            process_env(work_dir),
+            log_path,
+            preexec,
+        )
         state["pids"].append(pid)
         state["frontend_pid"] = pid
         state["logs"].append(str(log_path))
