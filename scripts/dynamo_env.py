@@ -482,7 +482,7 @@ def start_cluster(
                 for url in waiting
                 if not in_netns(holder, functools.partial(http_ok, url, checks[url]))
             ]
-            dead = [pid for pid in state["pids"] if not group_alive(pid)]
+            dead = [pid for pid in state["pids"] if not running(pid)]
             if dead or time.perf_counter() > deadline:
                 why = f"pid(s) {dead} exited" if dead else f"not ready after {timeout_s:.0f} s"
                 logs = "\n".join(f"--- {p}\n{tail(Path(p))}" for p in state["logs"])
@@ -507,30 +507,52 @@ def reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def running(pid: int) -> bool:
+    """The group of `pid` has a live process (its leader reaped first if it is our child
+    and exited: a zombie leader keeps the group "alive" through every grace period)."""
+    reap(pid)
+    return group_alive(pid)
+
+
 def stop_pid(pid: int, *, grace_s: float = 10.0) -> bool:
     """SIGTERM a process group (it was started with start_new_session, so its pid is its
     group id), SIGKILL it after grace_s; True if it was alive."""
-    if not group_alive(pid):
+    if not running(pid):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not group_alive(pid):
+        if not running(pid):
             return True
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    while group_alive(pid) and time.monotonic() < deadline + 10:
+    while running(pid) and time.monotonic() < deadline + 10:
         time.sleep(0.1)
     return True
 
 
-def stop_all(pids: Sequence[int]) -> None:
-    """The frontend first (it is last in the list), then the workers, then the
-    namespace's holder."""
-    for pid in reversed(pids):
-        stop_pid(pid)
+def stop_all(pids: Sequence[int], *, grace_s: float = 10.0) -> None:
+    """The frontend and the workers together (SIGTERM to every group, then SIGKILL to
+    those alive after grace_s), then the namespace's holder (first in the list): one
+    grace period for the cluster, not one per process."""
+    holder, *rest = pids or [0]
+    alive = [pid for pid in rest if running(pid)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (alive := [pid for pid in alive if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    while alive and time.monotonic() < deadline + 10:
+        alive = [pid for pid in alive if running(pid)]
+        time.sleep(0.1)
+    if pids:
+        stop_pid(holder)
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
