@@ -3,8 +3,9 @@
 integration tests and by hand.
 
     python3 scripts/dynamo_env.py prepare           # venv, cached; prints JSON
-    python3 scripts/dynamo_env.py serve --work-dir D [--workers N]
+    python3 scripts/dynamo_env.py serve --work-dir D [--workers N | --layout L] [-- ARGS]
                                                     # frontend + mocker workers, prints the URL
+                                                    # L: agg, 1p1d, 2p1d, dp2 (see layout_roles)
     python3 scripts/dynamo_env.py stop --work-dir D # stops every process it started
 
 `prepare` builds, once, under ${XDG_CACHE_HOME:-~/.cache}/loadgen/dynamo-1.4.2 (override
@@ -290,7 +291,7 @@ def start_netns(work_dir: Path, preexec_fn: Callable[[], object] | None = None) 
     return process.pid
 
 
-def frontend_argv(python: str, port: int) -> list[str]:
+def frontend_argv(python: str, port: int, extra: Sequence[str] = ()) -> list[str]:
     return [
         python,
         "-m",
@@ -301,6 +302,7 @@ def frontend_argv(python: str, port: int) -> list[str]:
         str(port),
         "--discovery-backend",
         "file",
+        *extra,
     ]
 
 
@@ -319,6 +321,33 @@ def mocker_argv(python: str, model: Path, extra: Sequence[str] = ()) -> list[str
         str(MAX_MODEL_LEN),
         *extra,
     ]
+
+
+# The layouts a cluster is started in: each worker's role (the `--server-metrics ROLE=`
+# its system port is read as) and its own mocker arguments. A prefill/decode layout is
+# `<P>p<D>d` (e.g. 1p1d, 2p1d): the frontend finds the prefill workers by the model type
+# they register (Prefill) and routes each request to one of them, then to a decode worker.
+# `dp<N>` is one worker process with N data-parallel ranks (--data-parallel-size), all
+# behind one system port.
+AGG = "agg"
+
+
+def layout_roles(layout: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each worker's (role, mocker arguments) in `layout` (agg, <P>p<D>d, dp<N>); raises
+    ValueError, in one line, on a layout it does not know."""
+    name = layout.lower()
+    if name == AGG:
+        return (("worker", ()),)
+    if name.startswith("dp") and name[2:].isdigit() and int(name[2:]) > 0:
+        return (("worker", ("--data-parallel-size", name[2:])),)
+    prefill, sep, decode = name.partition("p")
+    if sep and prefill.isdigit() and decode.endswith("d") and decode[:-1].isdigit():
+        p, d = int(prefill), int(decode[:-1])
+        if p > 0 and d > 0:
+            return (("prefill", ("--disaggregation-mode", "prefill")),) * p + (
+                ("decode", ("--disaggregation-mode", "decode")),
+            ) * d
+    raise ValueError(f"unknown layout {layout!r}: give agg, <P>p<D>d (e.g. 1p1d, 2p1d) or dp<N>")
 
 
 def answered(_body: bytes) -> bool:
@@ -378,6 +407,8 @@ def start_cluster(
     tokenizer_json: Path,
     workers: int = 1,
     mocker_args: Sequence[str] = (),
+    layout: str | None = None,
+    frontend_args: Sequence[str] = (),
     timeout_s: float = 180.0,
     preexec_fn: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
@@ -412,19 +443,31 @@ def start_cluster(
         (work_dir / STATE).write_text(json.dumps(state, indent=1))
 
     try:
-        for index in range(workers):
+        roles = layout_roles(layout) if layout else (("worker", ()),) * workers
+        state["layout"] = layout or f"{workers} aggregated worker(s)"
+        for index, (role, role_args) in enumerate(roles):
             system_port = FIRST_SYSTEM_PORT + index
-            log_path = work_dir / f"worker{index}.log"
+            log_path = work_dir / f"{role}{index}.log"
             env = process_env(work_dir, DYN_SYSTEM_PORT=str(system_port))
-            pid = spawn(mocker_argv(python, model, mocker_args), env, log_path, preexec)
+            argv = mocker_argv(python, model, [*role_args, *mocker_args])
+            pid = spawn(argv, env, log_path, preexec)
             state["pids"].append(pid)
             state["logs"].append(str(log_path))
             state["workers"].append(
-                {"pid": pid, "metrics_url": f"http://{LOOPBACK}:{system_port}/metrics"}
+                {
+                    "pid": pid,
+                    "role": role,
+                    "metrics_url": f"http://{LOOPBACK}:{system_port}/metrics",
+                }
             )
             record()
         log_path = work_dir / "frontend.log"
-        pid = spawn(frontend_argv(python, FRONTEND_PORT), process_env(work_dir), log_path, preexec)
+        pid = spawn(
+            frontend_argv(python, FRONTEND_PORT, frontend_args),
+            process_env(work_dir),
+            log_path,
+            preexec,
+        )
         state["pids"].append(pid)
         state["frontend_pid"] = pid
         state["logs"].append(str(log_path))
@@ -439,7 +482,7 @@ def start_cluster(
                 for url in waiting
                 if not in_netns(holder, functools.partial(http_ok, url, checks[url]))
             ]
-            dead = [pid for pid in state["pids"] if not group_alive(pid)]
+            dead = [pid for pid in state["pids"] if not running(pid)]
             if dead or time.perf_counter() > deadline:
                 why = f"pid(s) {dead} exited" if dead else f"not ready after {timeout_s:.0f} s"
                 logs = "\n".join(f"--- {p}\n{tail(Path(p))}" for p in state["logs"])
@@ -464,30 +507,52 @@ def reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def running(pid: int) -> bool:
+    """The group of `pid` has a live process (its leader reaped first if it is our child
+    and exited: a zombie leader keeps the group "alive" through every grace period)."""
+    reap(pid)
+    return group_alive(pid)
+
+
 def stop_pid(pid: int, *, grace_s: float = 10.0) -> bool:
     """SIGTERM a process group (it was started with start_new_session, so its pid is its
     group id), SIGKILL it after grace_s; True if it was alive."""
-    if not group_alive(pid):
+    if not running(pid):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not group_alive(pid):
+        if not running(pid):
             return True
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    while group_alive(pid) and time.monotonic() < deadline + 10:
+    while running(pid) and time.monotonic() < deadline + 10:
         time.sleep(0.1)
     return True
 
 
-def stop_all(pids: Sequence[int]) -> None:
-    """The frontend first (it is last in the list), then the workers, then the
-    namespace's holder."""
-    for pid in reversed(pids):
-        stop_pid(pid)
+def stop_all(pids: Sequence[int], *, grace_s: float = 10.0) -> None:
+    """The frontend and the workers together (SIGTERM to every group, then SIGKILL to
+    those alive after grace_s), then the namespace's holder (first in the list): one
+    grace period for the cluster, not one per process."""
+    holder, *rest = pids or [0]
+    alive = [pid for pid in rest if running(pid)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (alive := [pid for pid in alive if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    while alive and time.monotonic() < deadline + 10:
+        alive = [pid for pid in alive if running(pid)]
+        time.sleep(0.1)
+    if pids:
+        stop_pid(holder)
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -510,15 +575,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             tokenizer_json=tokenizer,
             workers=args.workers,
             mocker_args=args.extra,
+            layout=args.layout,
             timeout_s=args.timeout,
         )
-    except (PrepareError, RuntimeError) as error:
+    except (PrepareError, RuntimeError, ValueError) as error:
         print(f"dynamo_env: {error}", file=sys.stderr)
         return 1
     log(
         f"ready in {state['startup_s']} s, pids {state['pids']}; workers' metrics: "
-        f"{', '.join(w['metrics_url'] for w in state['workers'])}, inside the network "
-        f"namespace of pid {state['netns_holder']} (nsenter --net=/proc/"
+        f"{', '.join(w['role'] + '=' + w['metrics_url'] for w in state['workers'])}, "
+        f"inside the network namespace of pid {state['netns_holder']} (nsenter --net=/proc/"
         f"{state['netns_holder']}/ns/net ...); stop with: {sys.argv[0]} stop --work-dir "
         f"{args.work_dir}"
     )
@@ -549,6 +615,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start a frontend and mocker workers, print the URL")
     serve.add_argument("--work-dir", required=True, help="holds the logs, model and discovery")
     serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--layout",
+        help="agg, <P>p<D>d (prefill/decode, e.g. 1p1d, 2p1d) or dp<N>; overrides --workers",
+    )
     serve.add_argument("--tokenizer", help="a tokenizer.json (default: the bundled DeepSeek-V4)")
     serve.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for ready")
     serve.add_argument("extra", nargs="*", help="more dynamo.mocker arguments, after --")

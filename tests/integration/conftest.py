@@ -113,6 +113,33 @@ def dynamo_agg(
         cluster.stop()
 
 
+# The other layouts (scripts/dynamo_env.py layout_roles), each started once per module
+# that asks for it. The P/D workers simulate the KV transfer: 100 kB a token over 10 GB/s
+# (a 512-token prompt's KV in ~5 ms).
+PD_KV = ("--kv-transfer-bandwidth", "10", "--kv-bytes-per-token", "100000")
+LAYOUTS = {"1p1d": PD_KV, "2p1d": PD_KV, "dp2": ()}
+
+
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def dynamo_layout(
+    request: pytest.FixtureRequest, dynamo_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DynamoCluster]:
+    layout: str = request.param
+    try:
+        cluster = start(
+            dynamo_python,
+            tmp_path_factory.mktemp(f"dynamo-{layout}"),
+            layout=layout,
+            mocker_args=LAYOUTS[layout],
+        )
+    except dynamo_env.PrepareError as error:
+        _skip_dynamo(str(error))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 def _skip_dynamo(reason: str) -> NoReturn:
     print(f"\nSKIPPING the Dynamo integration tests: {reason}", file=sys.stderr)
     pytest.skip(reason)

@@ -55,6 +55,7 @@ class DynamoCluster:
     model: str
     netns_holder: int
     worker_metrics: tuple[str, ...]  # each worker's system port /metrics
+    roles: tuple[str, ...]  # each worker's role (worker, prefill, decode), as worker_metrics
     pids: tuple[int, ...]
     work_dir: Path
     startup_s: float
@@ -87,14 +88,31 @@ class DynamoCluster:
             self.stopped = True
             dynamo_env.stop_all(self.pids)
 
+    def role_args(self) -> list[str]:
+        """`--server-metrics ROLE=URL` for the frontend and each worker."""
+        pairs = [
+            ("frontend", self.url + "/metrics"),
+            *zip(self.roles, self.worker_metrics, strict=True),
+        ]
+        return [arg for role, url in pairs for arg in ("--server-metrics", f"{role}={url}")]
 
-def start(python: str, work_dir: Path, *, workers: int = 1) -> DynamoCluster:
+
+def start(
+    python: str,
+    work_dir: Path,
+    *,
+    workers: int = 1,
+    layout: str | None = None,
+    mocker_args: Sequence[str] = (),
+) -> DynamoCluster:
     tokenizer = dynamo_env.bundled_tokenizer()
     state: dict[str, Any] = dynamo_env.start_cluster(
         python=python,
         work_dir=work_dir,
         tokenizer_json=tokenizer,
         workers=workers,
+        layout=layout,
+        mocker_args=mocker_args,
         timeout_s=120.0,
         preexec_fn=die_with_parent,
     )
@@ -103,6 +121,7 @@ def start(python: str, work_dir: Path, *, workers: int = 1) -> DynamoCluster:
         model=state["model"],
         netns_holder=state["netns_holder"],
         worker_metrics=tuple(w["metrics_url"] for w in state["workers"]),
+        roles=tuple(w["role"] for w in state["workers"]),
         pids=tuple(state["pids"]),
         work_dir=work_dir,
         startup_s=state["startup_s"],
