@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from loadgen.run.server_processes import server_processes
 from tests.support.paths import ROOT
 from tests.support.vllm_servers import SPEC_TOKENS, VllmEnv, vllm_cpu
 
@@ -32,7 +33,14 @@ def read(path: Path) -> dict[str, Any]:
 
 
 def group_gone(pgid: int) -> bool:
-    try:
+    """No live process of the group is left. A zombie does not count: vLLM's engine
+    process, reparented to init when the server exits, stays one until init reaps it,
+    holding no GPU, port or memory; loadgen's stop counts it gone too (CI rehearsal: the
+    group still answered killpg(0) just after the run, and was empty a moment later)."""
+    live = server_processes(pgid, "no-such-mark")  # the group's members, zombies left out
+    if live is not None:
+        return not live
+    try:  # no /proc to read: the group as the kernel sees it
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return True
