@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import importlib.util
 import signal
 import subprocess
 import sys
@@ -20,26 +19,11 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from tests.support.paths import ROOT
+from tests.support.paths import load_script
 
-SCRIPT = ROOT / "scripts" / "dynamo_env.py"
-
-
-def _load_script() -> ModuleType:
-    if "dynamo_env" in sys.modules:
-        return sys.modules["dynamo_env"]
-    spec = importlib.util.spec_from_file_location("dynamo_env", SCRIPT)
-    assert spec is not None and spec.loader is not None, f"cannot load {SCRIPT}"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["dynamo_env"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-dynamo_env = _load_script()
+dynamo_env = load_script("dynamo_env")
 
 
 def die_with_parent() -> None:

@@ -15,23 +15,19 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import importlib.util
 import json
 import signal
-import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support.paths import load_script
 
-SCRIPT = ROOT / "scripts" / "vllm_cpu.py"
 SPEC_TOKENS = 3
 MODEL_PLACEHOLDER = "<tiny model dir>"
 WORK_PLACEHOLDER = "<server work dir>"  # in EXTRA_ARGS: the configuration's own directory
@@ -132,18 +128,7 @@ def _order(item: pytest.Item) -> tuple[int, bool]:
     return _config_rank(item), "vllm_pool" in getattr(item, "fixturenames", ())
 
 
-def _load_script() -> ModuleType:
-    if "vllm_cpu" in sys.modules:
-        return sys.modules["vllm_cpu"]
-    spec = importlib.util.spec_from_file_location("vllm_cpu", SCRIPT)
-    assert spec is not None and spec.loader is not None, f"cannot load {SCRIPT}"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vllm_cpu"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-vllm_cpu = _load_script()
+vllm_cpu = load_script("vllm_cpu")
 
 
 @dataclass(frozen=True, slots=True)
