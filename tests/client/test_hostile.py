@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 import threading
 import time
@@ -423,12 +424,19 @@ async def test_late_response_on_an_idle_connection_reaches_no_request(client: st
     assert all(r.ttft_ns is not None and r.ttft_ns > 0 for r in records)
 
 
-def _serve_twice_in_a_thread(listener: socket.socket, answered_twice: threading.Event) -> None:
-    """Each request answered, then answered again 50 ms later, from a thread of its own:
-    the second answer arrives while the client's loop is blocked (an in-loop server
-    could not write then). `answered_twice` is set once the first request's second
-    answer is written, so the client blocks until then, not for a guessed time that a
-    busy machine can outlast."""
+def _serve_twice_in_a_thread(
+    listener: socket.socket, blocking: threading.Event, answered_twice: threading.Event
+) -> None:
+    """A connection's first request answered, then answered again once the client's loop
+    is blocked (`blocking`), from a thread of its own (an in-loop server could not write
+    then); `answered_twice` is set once that copy is written. Both are handshakes, not
+    guessed times: a copy sent 50 ms after the answer was read by a CI rehearsal's busy
+    loop before it blocked (stray after the response, not before the next write).
+
+    The connection's second request gets no answer of its own: the copy waiting in the
+    socket is what the client reads for it. An answer could land before that read, and
+    one read that returns both carries the answer's stamp (one stamp per read), which
+    no client can split. Any later request on it is answered once."""
     while True:
         try:
             conn, _ = listener.accept()
@@ -436,7 +444,7 @@ def _serve_twice_in_a_thread(listener: socket.socket, answered_twice: threading.
             return  # the test closed the listener
         with conn:
             data = b""
-            while True:
+            for served in itertools.count():
                 while b"\r\n\r\n" not in data:
                     more = conn.recv(65536)
                     if not more:
@@ -451,27 +459,32 @@ def _serve_twice_in_a_thread(listener: socket.socket, answered_twice: threading.
                 data = data[length:]
                 response = sized_response(OSL)
                 with contextlib.suppress(OSError):  # the client may close first
-                    conn.sendall(response)
-                    time.sleep(0.05)
-                    conn.sendall(response)
-                answered_twice.set()
+                    if served == 0:
+                        conn.sendall(response)
+                        blocking.wait(30)
+                        blocking.clear()
+                        conn.sendall(response)
+                        answered_twice.set()
+                    elif served > 1:
+                        conn.sendall(response)
 
 
 @pytest.mark.skipif(not kernel_stamps.supported(), reason="kernel receive stamps: Linux")
-@pytest.mark.exclusive  # the copy must wait in the socket through a 20 ms block (CI: read early)
 async def test_bytes_stamped_before_the_write_are_not_its_response() -> None:
     """The late response waits in the socket while the loop is blocked and is read only
     after the next request was written; its kernel stamp says it came before."""
     listener = socket.create_server(("127.0.0.1", 0))
-    answered_twice = threading.Event()
+    blocking, answered_twice = threading.Event(), threading.Event()
     thread = threading.Thread(
-        target=_serve_twice_in_a_thread, args=(listener, answered_twice), daemon=True
+        target=_serve_twice_in_a_thread, args=(listener, blocking, answered_twice), daemon=True
     )
     thread.start()
 
     def until_the_copy_is_in_the_socket() -> None:
+        if answered_twice.is_set():
+            return  # only the first connection's copy is the subject
+        blocking.set()
         assert answered_twice.wait(30), "the server thread never wrote its second answer"
-        answered_twice.clear()  # later requests' copies must not unblock a later wait
         # sendall() returned: on loopback the bytes are in our receive queue, stamped
         time.sleep(0.02)
 
@@ -482,6 +495,8 @@ async def test_bytes_stamped_before_the_write_are_not_its_response() -> None:
         )
     finally:
         listener.close()
+        blocking.set()  # the last request's copy waits for a block that never comes
+        thread.join(30)
     first, stale, after = records
     assert first.ok and first.stray_bytes is None
     assert stale.error is ErrorKind.MALFORMED and stale.stray_bytes is StrayBytes.BEFORE_REQUEST
