@@ -1,5 +1,6 @@
-"""Shared test fixtures: paths to the reference data in tests/fixtures (see its README);
-and how the run shares the machine's cores (tests/support/parallel.py)."""
+"""Shared test fixtures: paths to the reference data in tests/fixtures (see its README),
+loadgen's default tokenizer; and how the run shares the machine's cores
+(tests/support/parallel.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tokenizers import Tokenizer
 
+from loadgen.tokenizer import load_tokenizer
 from tests.support import parallel, vllm_servers
 from tests.support.paths import FIXTURES
 
@@ -75,6 +78,13 @@ def dsv4_fixtures() -> Path:
     path = FIXTURES / "deepseek_v4"
     assert path.is_dir(), f"encoder golden files missing at {path}"
     return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    """loadgen's default (DeepSeek-V4) tokenizer, once per module (a module or a folder's
+    conftest may define its own of the same name)."""
+    return load_tokenizer()
 
 
 @pytest.fixture(scope="session")

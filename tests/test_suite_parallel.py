@@ -67,7 +67,7 @@ def test_an_exclusive_turn_waits_for_the_shared_one_and_then_holds_off_the_next(
 
 
 def test_a_module_is_a_group_and_the_vllm_modules_are_one() -> None:
-    assert group_of("tests/run/test_cli.py::test_x[a::b]") == "tests/run/test_cli.py"
+    assert group_of("tests/config/test_cli.py::test_x[a::b]") == "tests/config/test_cli.py"
     assert group_of("tests/integration/test_aiohttp_upgrade.py::test_y") == (
         "tests/integration/test_aiohttp_upgrade.py"
     )

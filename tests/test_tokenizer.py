@@ -26,6 +26,7 @@ from tests.support.fake_hub import (
     FakeHub,
     closed_port,
     failed_load_line,
+    failed_load_waits,
     hub_env,
     python,
 )
@@ -133,6 +134,17 @@ async def test_offline_without_the_file_cached_is_one_line_saying_how_to_get_it(
     last = await failed_load_line(hub_env(tmp_path, closed_port(), offline=True))
     assert "HF_HUB_OFFLINE is set" in last and f"hf download {REPO} tokenizer.json" in last
     assert str(tmp_path / "hub") in last
+
+
+async def test_an_unreachable_hub_without_the_file_cached_is_one_clear_line(
+    tmp_path: Path,
+) -> None:
+    """No network: huggingface_hub retries with its own backoff (its waits recorded, not
+    slept: fake_hub.RECORD_WAITS), then one line."""
+    last, waits = await failed_load_waits(hub_env(tmp_path, closed_port(), offline=False))
+    assert "cannot be reached" in last and f"hf download {REPO} tokenizer.json" in last
+    assert waits and all(w > 0 for w in waits), waits  # it backed off before giving up
+    print(f"huggingface_hub's backoff: {len(waits)} waits, {sum(waits):g} s in all")
 
 
 async def test_hub_errors_name_the_repository_and_the_fix(tmp_path: Path) -> None:

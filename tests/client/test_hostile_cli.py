@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,7 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.run.embedded_sim import free_port, simulator_argv
 from loadgen.run.observers import QuietObserver
 from loadgen.tokenizer import load_tokenizer
+from tests.support.hostile_cli import RUN, loadgen, one_line
 from tests.support.hostile_server import (
     HostileServer,
     alternate,
@@ -43,53 +41,9 @@ from tests.support.hostile_server import (
 
 pytestmark = pytest.mark.timeout(180)
 
-RUN = (
-    "--conc",
-    "2",
-    "--isl",
-    "48",
-    "--osl",
-    "4",
-    "--prompts-per-conc",
-    "2",
-    "--warmup-per-conc",
-    "0",
-    "--no-progress",
-)
-
-
-async def loadgen(
-    *args: str, env: dict[str, str] | None = None, limit_s: float = 90
-) -> tuple[int, list[str], float]:
-    """Run the real CLI in a child process: (exit status, stderr lines, seconds)."""
-    started = time.perf_counter()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "loadgen",
-        *args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    try:
-        _, err = await asyncio.wait_for(process.communicate(), limit_s)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise AssertionError(f"loadgen {' '.join(args)} did not end within {limit_s} s") from None
-    assert process.returncode is not None
-    return process.returncode, err.decode().strip().splitlines(), time.perf_counter() - started
-
 
 def _empty(directory: Path) -> bool:
     return not any(directory.iterdir())
-
-
-def one_line(lines: list[str]) -> str:
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("loadgen: error: ") and "Traceback" not in lines[0]
-    return lines[0]
 
 
 # --- row 3: a server that never answers -----------------------------------------------------

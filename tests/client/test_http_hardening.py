@@ -19,7 +19,7 @@ from loadgen.client.gpu_metrics import GpuMetricsUrlError, PowerSampler, check_g
 from loadgen.client.http_session import MAX_PAGE_BYTES, open_session
 from loadgen.client.preflight import PreflightError, find_model
 from loadgen.results.store import name_part
-from tests.client.test_hostile_cli import RUN, loadgen, one_line
+from tests.support.hostile_cli import RUN, loadgen, one_line
 from tests.support.hostile_documents import gzip_bomb
 from tests.support.hostile_server import (
     HostileServer,

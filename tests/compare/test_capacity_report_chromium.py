@@ -1,6 +1,6 @@
 """End to end: a sweep file with a plain lane and a `find-max: conc` lane against the
 embedded simulator (batch capped at 4 sequences, so TTFT p99 jumps past 100 ms above conc
-4: tests/run/test_find_max_sim.py), through the real CLI; the search lane's directory holds
+4: tests/orchestrate/test_find_max_sim.py), through the real CLI; the search lane's directory holds
 capacity.json, and `loadgen report` on the tree, opened in a real headless Chromium, shows
 the search on the throughput-interactivity figure and its line of text. Every expected
 number is read from capacity.json and the probes' own point files.

@@ -24,7 +24,7 @@ from loadgen.config.limits import (
 )
 from loadgen.config.load import point_memory_bytes
 from loadgen.config.spec import RunSpec
-from tests.run.test_profile_cmd import replay_cmd
+from tests.support.inferencex import replay_cmd
 from tests.support.procs import one_error_line, run_loadgen
 
 ADDRESS_SPACE = 3 << 30

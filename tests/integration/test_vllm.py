@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from loadgen.records import RequestRecord, TokenSource
-from loadgen.results.jsonl import read_jsonl
+from tests.support.vllm_runs import point, records, run_loadgen, server_counter
 from tests.support.vllm_servers import SPEC_TOKENS, ServerPool, VllmServer, frontend_kept_awake
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500)]
@@ -31,35 +31,6 @@ ISL, OSL = 256, 64
 CONC = (1, 2, 4, 8)
 PROMPTS_PER_CONC = 3  # 45 measured requests over 1..8: every point has >= 3 of them
 K = SPEC_TOKENS
-
-
-def run_loadgen(
-    server: VllmServer, results: Path, *extra: str, timeout_s: float = 600.0
-) -> subprocess.CompletedProcess[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "loadgen",
-        "--base-url",
-        server.url,
-        "--model",
-        "tiny",
-        "--encoder",
-        "raw",
-        "--tokenizer",
-        str(server.model),
-        "--results",
-        str(results),
-        "--no-progress",
-        "--request-timeout",
-        "120",
-        "--seed",
-        "0",
-        *extra,
-    ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    print(f"$ {' '.join(argv)}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}")
-    return done
 
 
 def sweep(server: VllmServer, results: Path, *extra: str, conc: str = "1..8") -> None:
@@ -79,25 +50,6 @@ def sweep(server: VllmServer, results: Path, *extra: str, conc: str = "1..8") ->
         *extra,
     )  # a later --warmup-per-conc or --prompts-per-conc in extra wins
     assert done.returncode == 0, f"loadgen failed (log {server.log}):\n{done.stderr[-3000:]}"
-
-
-def point(results: Path, conc: int) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((results / f"conc_{conc}.json").read_text())
-    return data
-
-
-def records(results: Path, conc: int) -> list[RequestRecord]:
-    return read_jsonl(results / f"requests_conc_{conc}.jsonl")
-
-
-def server_counter(server: VllmServer, name: str) -> float:
-    """Sum of every sample of one vLLM counter (all label sets)."""
-    text = server.get("/metrics").decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") or line.startswith(name + " ")
-    )
 
 
 def assert_exact_counts(

@@ -1,4 +1,4 @@
-"""InferenceX's AgentX command line (`build_replay_cmd`, typed as tests/run/test_profile_cmd.py
+"""InferenceX's AgentX command line (`build_replay_cmd`, typed as tests/config/test_profile_cmd.py
 types it: --unsafe-override, a short --benchmark-duration, a local trace) run through the
 real CLI against real vLLM 0.32 CPU with prefix caching on.
 
@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.run.test_profile_cmd import replay_cmd
+from tests.support.inferencex import replay_cmd
 from tests.support.vllm_servers import VllmServer, vllm_cpu
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]

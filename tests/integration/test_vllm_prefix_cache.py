@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_vllm import records, run_loadgen, server_counter
+from tests.support.vllm_runs import records, run_loadgen, server_counter
 from tests.support.vllm_servers import VllmServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]

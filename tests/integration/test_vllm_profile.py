@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.integration.test_vllm import run_loadgen
+from tests.support.vllm_runs import run_loadgen
 from tests.support.vllm_servers import PROFILER_DIR, VllmServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.client.preflight import PROBE_TOKENS
-from tests.integration.test_vllm import point, records, run_loadgen, server_counter
+from tests.support.vllm_runs import point, records, run_loadgen, server_counter
 from tests.support.vllm_servers import VllmServer, frontend_kept_awake
 
 pytestmark = [pytest.mark.vllm, pytest.mark.exclusive, pytest.mark.timeout(1500)]

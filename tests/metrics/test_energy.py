@@ -2,7 +2,7 @@
 
 Pure functions on hand-built samples (what the exporter would have answered): the
 sampler, the exporters and the files are exercised over real sockets in
-tests/run/test_energy_sim.py.
+tests/metrics/test_energy_sim.py.
 """
 
 from __future__ import annotations

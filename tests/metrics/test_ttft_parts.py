@@ -1,6 +1,6 @@
 """metrics/ttft_parts.py's arithmetic on parsed /metrics text: what each part is, and
 which parts are null (with the reason) when a role or a series is missing. The real
-simulator's parts against its trace: tests/run/test_ttft_parts_sim.py."""
+simulator's parts against its trace: tests/metrics/test_ttft_parts_sim.py."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from loadgen.records import RequestRecord
 from loadgen.run.backend import OnRecord
 from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.workload.plan import RequestSpec
-from tests.run.test_sweep_fake import (
+from tests.support.exact_server import (
     ITL_MS,
     MS,
     TOKENS_PER_CHUNK,

@@ -1,5 +1,5 @@
 """The sweep runs its points through the one Driver it is given (run/driver.py), on the
-virtual-clock fake server of test_sweep_fake.py: the driver sees every point in order,
+virtual-clock fake server of tests/support/exact_server.py: the driver sees every point in order,
 a driver's stopped point is what the sweep keeps, and the engine refuses --workers
 without the pool's driver instead of running one process quietly."""
 
@@ -17,7 +17,7 @@ from loadgen.results.outcome import PointOutcome
 from loadgen.run.driver import Driver, RunPieces, in_process
 from loadgen.run.point_records import RunContext
 from loadgen.run.sweep import SweepOptions, sweep_points
-from tests.run.test_sweep_fake import ExactServer, VirtualClock, spec
+from tests.support.exact_server import ExactServer, VirtualClock, spec
 
 
 class Counting:

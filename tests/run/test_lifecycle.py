@@ -1,7 +1,7 @@
 """A point's life (run/lifecycle.py) is one sequence, and a feature sees it through its
 Extension hooks: in order, the closing ones reversed, `close` also when the point is
 stopped, and its part of the result in the point file. Run through the real sweep with
-the in-process driver on the virtual-clock fake server of test_sweep_fake.py, so every
+the in-process driver on the virtual-clock fake server of tests/support/exact_server.py, so every
 hook's moment is known exactly (how many records there were when it ran)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from loadgen.run.lifecycle import PointLife
 from loadgen.run.point import Point
 from loadgen.run.point_records import PointRecords, RunContext
 from loadgen.run.sweep import SweepOptions, sweep_points
-from tests.run.test_sweep_fake import ExactServer, VirtualClock, spec
+from tests.support.exact_server import ExactServer, VirtualClock, spec
 
 
 class Recorder(Extension):

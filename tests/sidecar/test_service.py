@@ -11,8 +11,6 @@ import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,91 +25,19 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.sidecar.serve import config_from_args
 from loadgen.sidecar.service import running_service
 from loadgen.sidecar.settings import ServiceConfig, ServiceError
-from loadgen.sim.server import SimConfig, running_simulator
 from tests.support.recording_proxy import recording_proxy
+from tests.support.sidecar import (
+    LONG,
+    MODEL,
+    QUICK,
+    all_bytes_under,
+    call,
+    sidecar,
+    simulator,
+    wait_for,
+)
 
-MODEL = "sim-model"
 TOKEN = "s3cret-token-for-tests"
-# Small and fast: two points, a few requests each, MTP with 2 draft tokens.
-QUICK = {
-    "conc": "1,2",
-    "isl": 64,
-    "osl": 16,
-    "prompts_per_conc": 2,
-    "warmup_per_conc": 0,
-    "encoder": "raw",
-    "spec_tokens": 2,
-}
-# Long enough to still be running when the test cancels it.
-LONG = {
-    "conc": "2",
-    "isl": 64,
-    "osl": 100,
-    "prompts_per_conc": 50,
-    "warmup_per_conc": 0,
-    "encoder": "raw",
-}
-
-
-@asynccontextmanager
-async def simulator(step_ms: float = 2.0) -> AsyncIterator[str]:
-    config = SimConfig(
-        model=MODEL, spec_tokens=2, step_fixed_ms=step_ms, decode_token_us=1.0, prefill_token_us=0.1
-    )
-    async with running_simulator(config, host="127.0.0.1", port=0) as sim:
-        yield str(sim.base_url)
-
-
-@asynccontextmanager
-async def sidecar(
-    data_dir: Path, target: str, token: str | None = None, **settings: Any
-) -> AsyncIterator[aiohttp.ClientSession]:
-    config = ServiceConfig(
-        target=target,
-        model=MODEL,
-        host="127.0.0.1",
-        port=0,
-        data_dir=data_dir,
-        token=token,
-        **settings,
-    )
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with (
-        running_service(config) as service,
-        aiohttp.ClientSession(f"http://127.0.0.1:{service.port}", headers=headers) as client,
-    ):
-        yield client
-
-
-async def call(
-    client: aiohttp.ClientSession, method: str, path: str, body: Any = None
-) -> tuple[int, Any]:
-    data = None if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
-    async with client.request(method, path, data=data) as response:
-        raw = await response.read()
-        try:
-            return response.status, orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return response.status, raw.decode()
-
-
-async def wait_for(
-    client: aiohttp.ClientSession,
-    run_id: str,
-    *,
-    states: set[str],
-    timeout_s: float = 60.0,
-    min_requests: int = 0,
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status, run = await call(client, "GET", f"/v1/runs/{run_id}")
-        assert status == 200
-        if run["state"] in states and run["progress"]["requests_done"] >= min_requests:
-            return dict(run)
-        assert run["state"] in {"running", *states}, run
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"run {run_id} not in {states} after {timeout_s}s: {run}")
 
 
 def metric_sum(text: str, name: str, **labels: str) -> float:
@@ -416,12 +342,6 @@ async def test_a_failing_run_is_reported_and_frees_the_slot(tmp_path: Path) -> N
 
 UPSTREAM_SECRET = "sk-upstream-7f3a9c1e"
 URL_PASSWORD = "hunter2-pw-5150"
-
-
-def all_bytes_under(directory: Path) -> bytes:
-    return b"\n".join(
-        p.read_bytes() for p in directory.rglob("*") if p.is_file() and not p.is_symlink()
-    )
 
 
 async def test_secrets_are_redacted_in_run_records_results_and_answers(tmp_path: Path) -> None:

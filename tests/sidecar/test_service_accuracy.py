@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from loadgen.sidecar.options import ACCURACY_WHY
-from tests.sidecar.test_service import call, sidecar
+from tests.support.sidecar import call, sidecar
 
 ACCURACY = {"accuracy": "gsm8k", "accuracy_data": "/etc/passwd", "accuracy_shots": "/etc/hosts"}
 RUN = {"conc": "1,2", "isl": 64, "osl": 16, **ACCURACY}

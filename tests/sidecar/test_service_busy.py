@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadgen.sidecar.options import RESERVED_OPTIONS, allowed_options
-from tests.sidecar.test_service import LONG, QUICK, call, sidecar, simulator, wait_for
+from tests.support.sidecar import LONG, QUICK, call, sidecar, simulator, wait_for
 
 
 async def test_an_invalid_post_while_busy_is_400_not_409(tmp_path: Path) -> None:

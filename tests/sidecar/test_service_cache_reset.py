@@ -11,7 +11,7 @@ from pathlib import Path
 
 from loadgen.sidecar.options import allowed_options
 from loadgen.sim.server import SimConfig, running_simulator
-from tests.sidecar.test_service import MODEL, QUICK, call, sidecar, wait_for
+from tests.support.sidecar import MODEL, QUICK, call, sidecar, wait_for
 
 
 @asynccontextmanager

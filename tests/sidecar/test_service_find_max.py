@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from loadgen.sidecar.options import FIND_MAX_WHY
-from tests.sidecar.test_service import call, sidecar
+from tests.support.sidecar import call, sidecar
 
 SEARCH = {"conc": "1..8", "isl": 64, "osl": 16, "find_max": "conc", "slo": "ttft:p99=100ms"}
 DOCUMENT = {

@@ -23,9 +23,9 @@ from loadgen.sidecar.service import running_service
 from loadgen.sidecar.settings import ServiceConfig
 from loadgen.sinks.guarded_http import ServerLimits
 from loadgen.sinks.prometheus.server import serve_metrics
-from tests.sidecar.test_service import QUICK, all_bytes_under, call, sidecar, simulator, wait_for
 from tests.support.hostile_documents import laughs
 from tests.support.recording_proxy import recording_proxy
+from tests.support.sidecar import QUICK, all_bytes_under, call, sidecar, simulator, wait_for
 
 # Nothing listens there: every request in these tests is refused before a run starts.
 NO_TARGET = "http://127.0.0.1:9"

@@ -8,99 +8,18 @@ a MemoryError in the sidecar instead of taking the machine's memory."""
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import resource
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 
 from loadgen.config.limits import MAX_POINT_SECONDS, MAX_REQUESTS_PER_POINT
+from tests.support.sidecar import healthz_meanwhile, post, rss_bytes, sidecar_process
 
-TOKEN = "s3cret-token-for-limits"
-ADDRESS_SPACE = 3 << 30  # the sidecar's safety net: far above its ~0.2 GB
 # What the sidecar may reach through the refused requests: what it holds after starting
 # (~65 MB here), never the plan (1.5 GB after 2 s before the limits).
 PEAK_RSS_BOUND = 256 << 20
-
-
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-
-def rss_bytes(pid: int, field: str) -> int:
-    """VmRSS (now) or VmHWM (the peak) of a process, in bytes."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(rf"^{field}:\s+(\d+) kB$", status, re.MULTILINE)
-    assert match, status
-    return int(match[1]) * 1024
-
-
-@asynccontextmanager
-async def sidecar_process(
-    data_dir: Path, target: str = "http://127.0.0.1:9", model: str = "m"
-) -> AsyncIterator[tuple[int, aiohttp.ClientSession]]:
-    """`loadgen serve` with a token, aimed by default at a port nothing listens on (no
-    run gets as far as sending): its pid and a client carrying the token."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "loadgen",
-        "serve",
-        "--target",
-        target,
-        "--model",
-        model,
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        str(data_dir),
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "LOADGEN_API_TOKEN": TOKEN},
-        preexec_fn=_limit_memory,
-    )
-    try:
-        assert process.stderr is not None
-        port = None
-        for _ in range(50):  # the "listening" line, after any warnings
-            line = await asyncio.wait_for(process.stderr.readline(), 60)
-            port = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
-            if port or not line:
-                break
-        assert port, "the sidecar never said where it listens"
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with aiohttp.ClientSession(
-            f"http://127.0.0.1:{int(port[1])}", headers=headers
-        ) as client:
-            yield process.pid, client
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-
-
-async def post(client: aiohttp.ClientSession, body: bytes) -> tuple[int, Any]:
-    async with client.post("/v1/runs", data=body) as response:
-        return response.status, orjson.loads(await response.read())
-
-
-async def healthz_meanwhile(client: aiohttp.ClientSession, stop: asyncio.Event) -> list[float]:
-    """/healthz every 50 ms until `stop`: how long each answer took (each must be 200)."""
-    took = []
-    while not stop.is_set():
-        started = asyncio.get_running_loop().time()
-        async with client.get("/healthz", timeout=aiohttp.ClientTimeout(total=5)) as response:
-            assert response.status == 200
-            assert (await response.json())["status"] == "ok"
-        took.append(asyncio.get_running_loop().time() - started)
-        await asyncio.sleep(0.05)
-    return took
 
 
 # (the body, words its one-line 400 must hold: the option and its limit)

@@ -20,7 +20,10 @@ from loadgen.config.spec import SpecError
 from loadgen.sidecar.options import Escapes, plan_for, spec_for
 from loadgen.sidecar.service import running_service
 from loadgen.sidecar.settings import ServiceConfig
-from tests.sidecar.test_service import (
+from tests.support.hostile_documents import gzip_bomb
+from tests.support.hostile_server import Conn, HostileServer, Request, compressed, redirect
+from tests.support.procs import free_port
+from tests.support.sidecar import (
     MODEL,
     QUICK,
     all_bytes_under,
@@ -29,9 +32,6 @@ from tests.sidecar.test_service import (
     simulator,
     wait_for,
 )
-from tests.support.hostile_documents import gzip_bomb
-from tests.support.hostile_server import Conn, HostileServer, Request, compressed, redirect
-from tests.support.procs import free_port
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,13 +20,6 @@ import pytest
 
 from loadgen.config import limits
 from loadgen.config.build_spec import memory_budget
-from tests.sidecar.test_service import MODEL, simulator
-from tests.sidecar.test_service_limits import (
-    healthz_meanwhile,
-    post,
-    rss_bytes,
-    sidecar_process,
-)
 from tests.support.hostile_documents import gzip_bomb
 from tests.support.hostile_server import MODEL as HOSTILE_MODEL
 from tests.support.hostile_server import (
@@ -36,6 +29,14 @@ from tests.support.hostile_server import (
     HostileServer,
     Request,
     compressed,
+)
+from tests.support.sidecar import (
+    MODEL,
+    healthz_meanwhile,
+    post,
+    rss_bytes,
+    sidecar_process,
+    simulator,
 )
 
 pytestmark = pytest.mark.timeout(180)

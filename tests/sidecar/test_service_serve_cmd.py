@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.sidecar.options import allowed_options
-from tests.sidecar.test_service import QUICK, call, sidecar, simulator
+from tests.support.sidecar import QUICK, call, sidecar, simulator
 
 LAUNCH = ("serve_cmd", "serve_env", "serve_cwd", "serve_timeout")
 

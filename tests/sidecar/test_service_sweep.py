@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.sidecar.test_service import call, sidecar, simulator, wait_for
+from tests.support.sidecar import call, sidecar, simulator, wait_for
 
 SWEEP_YAML = b"""
 workload: {isl: 64, osl: 16, encoder: raw, prompts-per-conc: 2, warmup-per-conc: 0}

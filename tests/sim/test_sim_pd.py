@@ -1,5 +1,5 @@
 """`loadgen sim --pd P:D`: its flags refused in one line when they cannot make a
-deployment (the deployment itself: tests/run/test_ttft_parts_sim.py)."""
+deployment (the deployment itself: tests/metrics/test_ttft_parts_sim.py)."""
 
 from __future__ import annotations
 

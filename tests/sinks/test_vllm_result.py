@@ -9,7 +9,6 @@ loadgen's own figures.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +24,12 @@ from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.point import PointResult
 from loadgen.sinks.vllm_result import inferencex_safe, result_path, vllm_result, write_vllm_result
 from tests.support.fake_records import MS, completed_records, failed_record, full_point, make_record
+from tests.support.inferencex import check_power_window, inferencex_derivations
 
 # process_result.py reads these directly: int(max_concurrency) is the `conc`, model_id the
 # `model`, and float() of total_token_throughput and output_throughput / num_gpus give
 # tput_per_gpu, output_tput_per_gpu and input_tput_per_gpu.
 PROCESS_RESULT_KEYS = ("max_concurrency", "model_id", "total_token_throughput", "output_throughput")
-# aggregate_power.py (called by process_result.py) needs a numeric window with end > start,
-# end - start within max(0.5 s, 1 %) of `duration`, and positive integer token counts.
-POWER_KEYS = (
-    "benchmark_start_time_unix",
-    "benchmark_end_time_unix",
-    "duration",
-    "completed",
-    "total_input_tokens",
-    "total_output_tokens",
-)
 # compare_results.py reads, from process_result's output, tput_per_gpu and
 # median/p90/p99/p99.9 of ttft, intvty (from tpot) and e2el.
 COMPARE_STATS = ("median", "p90", "p99", "p99.9")
@@ -71,32 +61,6 @@ VLLM_KEYS = (
     "rtfx",
 )
 DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "errors")
-
-
-def inferencex_derivations(bmk: dict[str, Any], num_gpus: int) -> dict[str, float]:
-    """What process_result.py derives (single node): every key ending in `ms` -> seconds
-    under the name without `_ms`, every key containing `tpot` -> 1000/value under the name
-    with `intvty`, and throughput per GPU. Raises as the script would on bad values."""
-    data = {
-        "conc": int(bmk["max_concurrency"]),
-        "tput_per_gpu": float(bmk["total_token_throughput"]) / num_gpus,
-        "output_tput_per_gpu": float(bmk["output_throughput"]) / num_gpus,
-    }
-    for key, value in bmk.items():
-        if key.endswith("ms"):
-            data[key.replace("_ms", "")] = float(value) / 1000.0
-        if "tpot" in key:
-            data[key.replace("_ms", "").replace("tpot", "intvty")] = 1000.0 / float(value)
-    return data
-
-
-def check_power_window(bmk: dict[str, Any]) -> None:
-    start, end, duration = (bmk[k] for k in POWER_KEYS[:3])
-    assert all(isinstance(v, int | float) and math.isfinite(v) for v in (start, end, duration))
-    assert end > start and duration > 0
-    assert abs(duration - (end - start)) <= max(0.5, 0.01 * (end - start))
-    for key in POWER_KEYS[3:]:
-        assert isinstance(bmk[key], int) and not isinstance(bmk[key], bool) and bmk[key] > 0
 
 
 def spec_snapshots() -> tuple[ServerSnapshot, ServerSnapshot]:

@@ -104,3 +104,23 @@ async def failed_load_line(env: dict[str, str]) -> str:
     code, _out, err = await python(LOAD, REPO, env)
     assert code != 0
     return err.strip().splitlines()[-1]
+
+
+# huggingface_hub waits between its retries with time.sleep (utils/_http.py, 1+2+4+8+8 s
+# in 2.5). In the child that loads, each wait is recorded instead of slept and printed at
+# exit: the library's own backoff still runs, every retry against the real closed port,
+# without ~23 s of sleeping. Should the library stop calling time.sleep, the waits come
+# back (slow, not wrong) and the test's count of them fails, saying so.
+RECORD_WAITS = (
+    "import atexit, time; waits = []; time.sleep = waits.append; "
+    "atexit.register(lambda: print('waits', *waits))\n"
+)
+
+
+async def failed_load_waits(env: dict[str, str]) -> tuple[str, list[float]]:
+    """The last stderr line of a load of REPO that must fail, and the waits the Hub client
+    asked for on its way there (RECORD_WAITS)."""
+    code, out, err = await python(RECORD_WAITS + LOAD, REPO, env)
+    assert code != 0
+    [waits] = [line for line in out.splitlines() if line.startswith("waits")]
+    return err.strip().splitlines()[-1], [float(w) for w in waits.split()[1:]]

@@ -56,7 +56,6 @@ WAITING: frozenset[str] = frozenset(
         "run/test_serve_cmd_ctrl_c",  # a launched server's 45 s stop waited out; ~25% CPU
         "run/test_trials_resume_checks",  # a real SIGINT mid-trial; files kept or refused
         "sinks/test_dashboard",  # a real Prometheus scraping; every panel has data
-        "test_tokenizer_hub_backoff",  # ~25 s of huggingface_hub's retries
     )
 )
 # Groups that take minutes, handed out first in this order; the rest keep their

@@ -22,7 +22,7 @@ from loadgen.orchestrate.measure import measure
 from loadgen.sim.config import SimConfig
 from loadgen.sim.server import running_simulator
 from loadgen.tokenizer import encode
-from tests.sinks.test_vllm_result import check_power_window, inferencex_derivations
+from tests.support.inferencex import check_power_window, inferencex_derivations
 
 FAST_SIM = "--step-fixed-ms 2 --decode-token-us 20 --prefill-token-us 2 --seed 7"
 # InferenceX benchmark_lib.sh's command, --base-url replaced by --sim, smaller numbers

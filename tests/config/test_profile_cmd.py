@@ -19,11 +19,8 @@ from loadgen.config.aiperf_profile import (
 from loadgen.config.parsers import SpecError
 from loadgen.metrics.submission import SubmissionRules, submission
 from loadgen.records import ErrorKind
-from loadgen.tokenizer import bundled_tokenizer_path
-from tests.support.paths import TRACES as TRACE_DIR
+from tests.support.inferencex import TRACES, replay_cmd
 from tests.support.procs import free_port, run_loadgen, start_sim, stop
-
-TRACES = TRACE_DIR / "agentic_small.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -32,67 +29,6 @@ def sim_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     sim = start_sim(port, tmp_path_factory.mktemp("sim") / "sim.log")
     yield port
     stop(sim)
-
-
-def replay_cmd(port: int, out: Path, duration: int, *more: str) -> list[str]:
-    """build_replay_cmd's flags in its order (AIPERF_SERVER_METRICS_URLS set)."""
-    return [
-        "profile",
-        "--scenario",
-        "inferencex-agentx-mvp",
-        "--url",
-        f"http://localhost:{port}",
-        "--endpoint",
-        "/v1/chat/completions",
-        "--endpoint-type",
-        "chat",
-        "--streaming",
-        "--model",
-        "deepseek-v4-sim",
-        "--tokenizer",
-        str(bundled_tokenizer_path()),
-        "--concurrency",
-        "2",
-        "--benchmark-duration",
-        str(duration),
-        "--stats-interval",
-        "30",
-        "--random-seed",
-        "42",
-        "--failed-request-threshold",
-        "0.1",
-        "--trajectory-start-min-ratio",
-        "0.25",
-        "--trajectory-start-max-ratio",
-        "0.75",
-        "--warmup-requests-per-lane",
-        "10",
-        "--trace-idle-gap-cap-seconds",
-        "300",
-        "--warmup-grace-period",
-        "1800",
-        "--use-server-token-count",
-        "--extra-inputs",
-        "min_p:0.05",
-        "--no-gpu-telemetry",
-        "--tokenizer-trust-remote-code",
-        "--max-context-length",
-        "131072",
-        "--use-dynamo-conv-aware-routing",
-        "--dynamo-session-timeout-seconds",
-        "3600",
-        "--num-dataset-entries",
-        "393",
-        "--slice-duration",
-        "1.0",
-        "--server-metrics",
-        f"http://127.0.0.1:{port}/metrics",
-        "--output-artifact-dir",
-        str(out / "aiperf_artifacts"),
-        *more,
-        "--public-dataset",
-        str(TRACES),
-    ]
 
 
 def test_build_replay_cmd_runs_as_typed(sim_port: int, tmp_path: Path) -> None:

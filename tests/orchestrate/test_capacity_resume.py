@@ -2,7 +2,7 @@
 `--resume`: the probes measured before the stop are read back from their directories
 (their files untouched), the probe the stop cut short is measured again, and the search
 ends with the answer a search never stopped finds (the simulator's batch is capped at 4
-sequences, so TTFT p99 jumps past 100 ms above conc 4: tests/run/test_find_max_sim.py).
+sequences, so TTFT p99 jumps past 100 ms above conc 4: tests/orchestrate/test_find_max_sim.py).
 """
 
 from __future__ import annotations
