@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.metrics.trust import point_warnings
+from loadgen.results.point import PointResult, point_from_json
 from loadgen.wording import counted, printable
+from tests.support.fake_records import point_file
 
 
 def test_counted_puts_the_noun_in_the_number_it_needs() -> None:
@@ -20,8 +22,13 @@ def test_counted_puts_the_noun_in_the_number_it_needs() -> None:
     assert counted(3, "process", "processes") == "3 processes"
 
 
-def simulator_behind(count: int) -> dict[str, Any]:
-    return {"simulator_behind_warnings": count, "simulator_behind_max_ms": 40.0}
+def typed(fields: dict[str, Any]) -> PointResult:
+    """A whole point (point_file's) with `fields`, read back as compare reads it."""
+    return point_from_json(point_file(fields), "test")
+
+
+def simulator_behind(count: int) -> PointResult:
+    return typed({"simulator_behind_warnings": count, "simulator_behind_max_ms": 40})
 
 
 def test_the_simulator_health_line_says_1_warning_and_2_warnings() -> None:
@@ -32,13 +39,13 @@ def test_the_simulator_health_line_says_1_warning_and_2_warnings() -> None:
 
 
 def test_the_client_check_lines_count_one_request_in_the_singular() -> None:
-    [mismatch] = point_warnings({"chunk_tokens_vs_usage_mismatches": 1})
+    [mismatch] = point_warnings(typed({"chunk_tokens_vs_usage_mismatches": 1}))
     assert mismatch == "the chunk token counts of 1 request disagree with the server's usage"
-    [short] = point_warnings({"completion_tokens_vs_max_tokens_mismatches": 1})
+    [short] = point_warnings(typed({"completion_tokens_vs_max_tokens_mismatches": 1}))
     assert short.startswith("1 request did not produce max_tokens tokens")
-    [merged] = point_warnings({"stream_acceptance_oversized_chunks": 1})
+    [merged] = point_warnings(typed({"stream_acceptance_oversized_chunks": 1}))
     assert merged.startswith("1 decode chunk carries more than K+1 tokens")
-    [merged] = point_warnings({"stream_acceptance_oversized_chunks": 2})
+    [merged] = point_warnings(typed({"stream_acceptance_oversized_chunks": 2}))
     assert merged.startswith("2 decode chunks carry more than K+1 tokens")
 
 

@@ -9,10 +9,8 @@ search (every probe at the same concurrency) the answer's probe, else the first 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from loadgen.results.capacity import CapacityProbe, CapacityResult
 from loadgen.results.point import PointResult
@@ -66,9 +64,9 @@ def capacity_points(view: CapacityView) -> dict[int, PointResult]:
     return {chosen.result.conc: chosen.result}
 
 
-def probe_points(view: CapacityView) -> dict[float, Mapping[str, Any]]:
-    """Each measured probe's point, load -> as in its file (the report draws them)."""
-    return {p.probe.load: p.result.to_json() for p in view.measured if p.result is not None}
+def probe_points(view: CapacityView) -> dict[float, PointResult]:
+    """Each measured probe's point by its load (the report draws them)."""
+    return {p.probe.load: p.result for p in view.measured if p.result is not None}
 
 
 def capacity_run_json(path: Path, view: CapacityView) -> RunRecord | None:

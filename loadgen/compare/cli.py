@@ -121,11 +121,11 @@ def warnings_of(runs: Sequence[RunDir]) -> list[Warning_]:
         [
             (run.name, conc, message)
             for run in runs
-            for conc, point in run.points.items()
+            for conc, point in run.results.items()
             for message in point_warnings(point)
         ]
-        + stamp_warnings({run.name: run.points for run in runs})
-        + cache_warnings({run.name: run.points for run in runs})
+        + stamp_warnings({run.name: run.results for run in runs})
+        + cache_warnings({run.name: run.results for run in runs})
     )
 
 
@@ -188,7 +188,6 @@ def build_report(
             run.name,
             str(run.path),
             run.run,
-            run.points,
             run.results,
             *load_record_views(run),
             capacity=run.capacity.result if run.capacity else None,

@@ -34,7 +34,7 @@ def load_record_views(
     """Each JSONL read once: conc -> distributions, and conc -> timeline for the points
     run with --slice-duration (a timeline of every point would swell the report)."""
     distributions, timelines = {}, {}
-    for conc in run.points:
+    for conc in run.results:
         paths = record_paths(run, conc)
         if paths and all(path.is_file() for path in paths):
             records = [r for path in paths for r in read_jsonl(path)]

@@ -3,8 +3,8 @@
 A RUN argument is a result directory (it holds conc_<N>.json) or a tree written by a
 sweep file (its lanes.json lists the lanes in the file's order; a directory of result
 directories without one is read in name order), or a `--find-max` directory (its
-capacity.json and probes: compare/capacity_inputs.py). Result files are read as dicts: the
-fields are those of docs/results.md.
+capacity.json and probes: compare/capacity_inputs.py). Every file is read as its typed
+model (PointResult, RunRecord, AccuracyResult): their spellings stay in results/.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from loadgen.compare.capacity_inputs import (
 )
 from loadgen.errors import UsageError
 from loadgen.metrics.compare import RunInput
+from loadgen.results.accuracy import AccuracyResult
 from loadgen.results.point import PointResult, ResultFileError
 from loadgen.results.run_record import RunRecord
 from loadgen.results.store import ResultsDir, read_json
@@ -34,11 +35,12 @@ class RunDir:
     path: Path
     run: RunRecord | None  # run.json, None when the run never wrote one
     results: Mapping[int, PointResult]  # concurrency -> conc_<N>.json, decoded
-    points: Mapping[int, Mapping[str, Any]]  # the same in the file's spelling (compare's)
+    # concurrency -> its accuracy point's score (accuracy_gsm8k/gsm8k_conc_<N>.json)
+    accuracy: Mapping[int, AccuracyResult]
     capacity: CapacityView | None = None  # a --find-max directory's search
 
     def as_input(self) -> RunInput:
-        return RunInput(self.name, self.points)
+        return RunInput(self.name, self.results, self.accuracy)
 
     def requests_file(self, conc: int, trial: int | None = None) -> Path:
         return ResultsDir(self.path).requests_file(conc, trial)
@@ -131,25 +133,17 @@ def load_run(name: str, path: Path) -> RunDir:
     run = store.read_run() if store.run_file.is_file() else None
     if capacity is not None and not results:  # a --find-max directory: its probes' points
         results, run = capacity_points(capacity), capacity_run_json(path, capacity)
-    points = {conc: result.to_json() for conc, result in results.items()}
-    return RunDir(name, path, run, results, _with_accuracy(path, points), capacity)
+    return RunDir(name, path, run, results, _accuracy(path, results), capacity)
 
 
-def _with_accuracy(path: Path, points: dict[int, Any]) -> dict[int, Any]:
-    """Each point with its concurrency's accuracy score beside its figures, when the run
-    has an accuracy point there (`accuracy_gsm8k/gsm8k_conc_<N>.json`)."""
+def _accuracy(path: Path, results: Mapping[int, PointResult]) -> dict[int, AccuracyResult]:
+    """The score of each point's concurrency, where the run has an accuracy point there."""
     scores = ResultsDir(ResultsDir(path).accuracy_dir("gsm8k"))
-    for conc, point in points.items():
-        if scores.accuracy_file("gsm8k", conc).is_file():
-            score = scores.read_accuracy("gsm8k", conc)
-            points[conc] = {
-                **point,
-                "gsm8k_exact_match_strict": score.strict_match.exact_match,
-                "gsm8k_exact_match_strict_stderr": score.strict_match.stderr,
-                "gsm8k_exact_match_flexible": score.flexible_extract.exact_match,
-                "gsm8k_n": score.n,
-            }
-    return points
+    return {
+        conc: scores.read_accuracy("gsm8k", conc)
+        for conc in results
+        if scores.accuracy_file("gsm8k", conc).is_file()
+    }
 
 
 def load_runs(arguments: Sequence[Path]) -> list[RunDir]:

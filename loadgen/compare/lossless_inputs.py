@@ -27,7 +27,7 @@ REPEAT_SUFFIX = ".repeat"  # a sweep file's lane `<baseline>.repeat` is the nois
 
 def _outputs(run: RunDir) -> dict[int, list[RequestOutput]]:
     kept: dict[int, list[RequestOutput]] = {}
-    for conc in run.points:
+    for conc in run.results:
         paths = [path for path in record_paths(run, conc) if path.is_file()]
         # every measured point, kept outputs or none: a lane that kept none where the
         # baseline did is `no_pairs`, never silently left out of the check

@@ -289,26 +289,3 @@ def al_disagreement(stream: float | None, per_request: float | None) -> str | No
         f"the stream's acceptance length {stream:.2f} and the server's per-request "
         f"{per_request:.2f} disagree by more than {AL_DISAGREE:.0%}"
     )
-
-
-def published_acceptance_length(result: Mapping[str, Any]) -> tuple[float | None, str | None]:
-    """(AL, source) to show for a point result, also for files written before
-    acceptance_length existed: their stream AL is re-checked with the same rule (no
-    oversized chunk, and never above K+1) before it may be shown."""
-    if "acceptance_length_source" in result:
-        value, source = result.get("acceptance_length"), result.get("acceptance_length_source")
-        return (None if value is None else float(value)), source
-    stream = dict(result)
-    length, k = result.get("stream_acceptance_length"), result.get("spec_tokens")
-    if result.get("stream_acceptance_oversized_chunks") or (
-        length is not None and k and float(length) > k + 1
-    ):
-        stream["stream_acceptance_length"] = None
-    best = best_acceptance_length(stream, result, result)
-    return best["acceptance_length"], best["acceptance_length_source"]
-
-
-def stream_figures_valid(result: Mapping[str, Any]) -> bool:
-    """Whether the stream's acceptance figures of a point result may be shown (its AL is
-    the published one), for old result files too (published_acceptance_length)."""
-    return published_acceptance_length(result)[1] == "stream"

@@ -1,7 +1,8 @@
 """Runs side by side: the numbers behind `loadgen compare` and the HTML report (pure).
 
-A run is its point results (`conc_<N>.json` as dicts) keyed by concurrency; the first run
-is the baseline. Three comparisons, as MTP-vs-no-speculation studies publish them:
+A run is its typed point results (`conc_<N>.json` as PointResult) keyed by concurrency;
+the first run is the baseline. Three comparisons, as MTP-vs-no-speculation studies
+publish them:
 
 - matched concurrency: each metric of each run divided by the baseline's at the same
   concurrency (the DeepSeek-V4 recipe's "+75% at conc 1" is the interactivity ratio);
@@ -20,17 +21,18 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from loadgen.metrics.acceptance import published_acceptance_length
 from loadgen.metrics.spread import Spread, within_noise
+from loadgen.results.accuracy import AccuracyResult
+from loadgen.results.point import EnergyMetrics, FigureSpread, PointResult
 
-Result = Mapping[str, Any]
+Reader = Callable[[PointResult], float | None]
 
 INTERACTIVITY = "median_interactivity_tok_s_user"
-# metric key -> (result field, higher is better); "throughput" is resolved per comparison.
+# metric key -> the result field it is (as compare.json names it, and the key of the
+# point's trial_spread); "throughput" is resolved per comparison (THROUGHPUT).
 METRIC_FIELDS: Mapping[str, str] = {
     "throughput": "",
     "interactivity": INTERACTIVITY,
@@ -38,13 +40,13 @@ METRIC_FIELDS: Mapping[str, str] = {
     "ttft_p99_ms": "p99_ttft_ms",
     "tpot_p50_ms": "median_tpot_ms",
     "tpot_p99_ms": "p99_tpot_ms",
-    # the best valid source (stream, else server counters): published_acceptance_length
+    # the best valid source (stream, else the server's): acceptance_length_source says
     "acceptance_length": "acceptance_length",
     # --gpu-metrics runs (null otherwise): GPU energy per output token, and its inverse
     "joules_per_token": "joules_per_output_token",
     "tokens_per_joule": "output_tokens_per_joule",
     # --accuracy gsm8k runs (null otherwise): the accuracy point's strict-match exact
-    # match at this concurrency (compare/inputs.py puts it beside the point's figures)
+    # match at this concurrency (RunInput.accuracy, beside the point's figures)
     "gsm8k_strict": "gsm8k_exact_match_strict",
     # engine steps reconstructed from the arrivals (metrics/steps.py): what a scheduling
     # flag did to the steps, shown as a line under each concurrency's table
@@ -55,12 +57,40 @@ METRIC_FIELDS: Mapping[str, str] = {
 STEP_METRICS = ("decode_step_ms", "prefill_step_ms", "stall_share")
 ENERGY_METRICS = ("joules_per_token", "tokens_per_joule")
 ACCURACY_METRICS = ("gsm8k_strict",)
+# The throughput a comparison uses, by its field: per GPU when every point has it.
+THROUGHPUT: Mapping[str, Reader] = {
+    "output_throughput": lambda p: p.metrics.output_throughput,
+    "output_throughput_per_gpu": lambda p: p.metrics.output_throughput_per_gpu,
+}
+
+
+def _energy(read: Callable[[EnergyMetrics], float | None]) -> Reader:
+    """A --gpu-metrics figure: None for a point without energy."""
+    return lambda p: None if p.energy is None else read(p.energy)
+
+
+# metric key -> its value on a point (but throughput and the accuracy metrics: above).
+READERS: Mapping[str, Reader] = {
+    "interactivity": lambda p: p.metrics.median_interactivity_tok_s_user,
+    "ttft_p50_ms": lambda p: p.metrics.median_ttft_ms,
+    "ttft_p99_ms": lambda p: p.metrics.p99_ttft_ms,
+    "tpot_p50_ms": lambda p: p.metrics.median_tpot_ms,
+    "tpot_p99_ms": lambda p: p.metrics.p99_tpot_ms,
+    "acceptance_length": lambda p: p.metrics.acceptance_length,
+    "joules_per_token": _energy(lambda e: e.joules_per_output_token),
+    "tokens_per_joule": _energy(lambda e: e.output_tokens_per_joule),
+    "decode_step_ms": lambda p: p.metrics.steps_decode_time_p50_ms,
+    "prefill_step_ms": lambda p: p.metrics.steps_prefill_time_p50_ms,
+    "stall_share": lambda p: p.metrics.steps_stall_share,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class RunInput:
     name: str
-    points: Mapping[int, Result]  # concurrency -> its point result
+    points: Mapping[int, PointResult]  # concurrency -> its point result
+    # concurrency -> the run's accuracy point there (--accuracy gsm8k), where it has one
+    accuracy: Mapping[int, AccuracyResult] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +168,9 @@ class Comparison:
         return [row for row in self.rows if row.conc == conc]
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+def finite(value: float | None) -> float | None:
+    """The figure as a float; None for an unknown or a non-finite one."""
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def ratio(value: float | None, base: float | None) -> float | None:
@@ -152,44 +181,44 @@ def ratio(value: float | None, base: float | None) -> float | None:
 
 def throughput_field(runs: Sequence[RunInput]) -> str:
     per_gpu = all(
-        _number(p.get("output_throughput_per_gpu")) is not None
+        finite(p.metrics.output_throughput_per_gpu) is not None
         for run in runs
         for p in run.points.values()
     )
     return "output_throughput_per_gpu" if per_gpu else "output_throughput"
 
 
-def metric_values(result: Result, throughput: str) -> dict[str, float | None]:
-    values = {key: _number(result.get(field or throughput)) for key, field in METRIC_FIELDS.items()}
-    # Also for result files from before acceptance_length: the same rule, re-applied.
-    values["acceptance_length"] = _number(published_acceptance_length(result)[0])
+def metric_values(
+    result: PointResult, throughput: str, accuracy: AccuracyResult | None = None
+) -> dict[str, float | None]:
+    """Each metric of the point (in METRIC_FIELDS' order); `accuracy`: its concurrency's
+    accuracy point, when the run has one."""
+    values: dict[str, float | None] = {}
+    for key in METRIC_FIELDS:
+        if key == "throughput":
+            values[key] = finite(THROUGHPUT[throughput](result))
+        elif key in ACCURACY_METRICS:
+            values[key] = None if accuracy is None else finite(accuracy.strict_match.exact_match)
+        else:
+            values[key] = finite(READERS[key](result))
     return values
 
 
-def metric_spreads(result: Result, throughput: str) -> dict[str, Spread | None]:
+def metric_spreads(result: PointResult, throughput: str) -> dict[str, Spread | None]:
     """Each metric's trial interval (the point file's `trial_spread`), None without one."""
-    spreads = result.get("trial_spread")
+    spreads = result.trials.trial_spread if result.trials else {}
     found: dict[str, Spread | None] = {}
     for key, name in METRIC_FIELDS.items():
-        entry = spreads.get(name or throughput) if isinstance(spreads, Mapping) else None
-        found[key] = _spread(entry) if isinstance(entry, Mapping) else None
+        entry = spreads.get(name or throughput)
+        found[key] = None if entry is None else _spread(entry)
     return found
 
 
-def _spread(entry: Mapping[str, Any]) -> Spread | None:
-    mean, low, high = (_number(entry.get(k)) for k in ("mean", "ci_low", "ci_high"))
+def _spread(entry: FigureSpread) -> Spread | None:
+    mean, low, high = finite(entry.mean), finite(entry.ci_low), finite(entry.ci_high)
     if mean is None or low is None or high is None:
         return None
-    n = entry.get("n")
-    return Spread(
-        n if isinstance(n, int) else 0,
-        mean,
-        _number(entry.get("std")),
-        _number(entry.get("cv")),
-        low,
-        high,
-        bool(entry.get("wide")),
-    )
+    return Spread(entry.n, mean, finite(entry.std), finite(entry.cv), low, high, entry.wide)
 
 
 def _ratio_of(
@@ -293,13 +322,15 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
     base = runs[0]
     rows = []
     for conc in concs:
-        base_values = metric_values(base.points[conc], field) if conc in base.points else {}
-        base_spreads = metric_spreads(base.points[conc], field) if conc in base.points else {}
+        mine = base.points.get(conc)
+        base_values = {} if mine is None else metric_values(mine, field, base.accuracy.get(conc))
+        base_spreads = {} if mine is None else metric_spreads(mine, field)
         for run in runs:
-            if conc not in run.points:
+            point = run.points.get(conc)
+            if point is None:
                 continue
-            values = metric_values(run.points[conc], field)
-            spreads = metric_spreads(run.points[conc], field)
+            values = metric_values(point, field, run.accuracy.get(conc))
+            spreads = metric_spreads(point, field)
             rows.append(
                 PointRow(
                     conc,
@@ -309,8 +340,8 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
                         k: _ratio_of(k, v, base_values, spreads, base_spreads)
                         for k, v in values.items()
                     },
-                    run.points[conc].get("complete") is not False,
-                    published_acceptance_length(run.points[conc])[1],
+                    point.status.complete,
+                    point.metrics.acceptance_length_source,
                     {
                         k: None if s is None or s.ci_high is None else s.ci_high - s.mean
                         for k, s in spreads.items()
@@ -350,7 +381,8 @@ def _ratios(rows: Sequence[PointRow], run: str, key: str) -> list[tuple[int, flo
 def _points(run: RunInput, field: str) -> tuple[FrontierPoint, ...]:
     points = []
     for conc, result in sorted(run.points.items()):
-        x, y = _number(result.get(INTERACTIVITY)), _number(result.get(field))
+        x = finite(result.metrics.median_interactivity_tok_s_user)
+        y = finite(THROUGHPUT[field](result))
         if x is not None and y is not None:
             points.append(FrontierPoint(conc, x, y))
     return tuple(points)

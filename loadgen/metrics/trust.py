@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadgen.metrics.acceptance import al_disagreement
+from loadgen.results.point import PointResult
 from loadgen.wording import counted
 
 LAG_SHARE_OF_ITL = 0.25
@@ -27,23 +28,14 @@ CPU_BUSY = 0.90
 READ_TOGETHER_SHARE = 0.01
 
 
-def _get(result: Mapping[str, Any], key: str) -> float | None:
-    value = result.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+def _stamp_sources(result: PointResult) -> set[str]:
+    """Whose clocks stamped the point's requests."""
+    return set(result.metrics.arrival_stamp_sources)
 
 
-def _stamp_sources(result: Mapping[str, Any]) -> set[str]:
-    """Whose clocks stamped the point's requests; a result from before loadgen recorded it
-    was stamped at the read."""
-    sources = result.get("arrival_stamp_sources", {"read": 1})
-    return set(sources) if isinstance(sources, dict) else set()
-
-
-def _client_warnings(result: Mapping[str, Any]) -> list[str]:
+def _client_warnings(result: PointResult) -> list[str]:
     warnings = []
-    lag, itl = _get(result, "client_loop_lag_p99_ms"), _get(result, "median_itl_ms")
+    lag, itl = result.client.client_loop_lag_p99_ms, result.metrics.median_itl_ms
     if "read" not in _stamp_sources(result):
         lag = None  # every stamp is the kernel's: the loop's lag did not move them
     relative = (
@@ -58,8 +50,8 @@ def _client_warnings(result: Mapping[str, Any]) -> list[str]:
             f"client event-loop lag p99 {lag:.2f} ms{share}: arrival stamps may "
             "be late by that much, inflating TTFT and ITL"
         )
-    cpu, duration = _get(result, "client_cpu_seconds"), _get(result, "duration")
-    if cpu is not None and duration and cpu / duration >= CPU_BUSY:
+    cpu, duration = result.client.client_cpu_seconds, result.metrics.duration
+    if duration and cpu / duration >= CPU_BUSY:
         warnings.append(
             f"client used {cpu / duration:.0%} of a CPU core over the point: it "
             "was saturated, so it may have read late (late stamps, or chunks read "
@@ -68,33 +60,34 @@ def _client_warnings(result: Mapping[str, Any]) -> list[str]:
     return warnings
 
 
-def _check_warnings(result: Mapping[str, Any]) -> list[str]:
+def _check_warnings(result: PointResult) -> list[str]:
     warnings = []
-    if result.get("complete") is False:
+    metrics = result.metrics
+    if not result.status.complete:
         warnings.append("point interrupted: figures cover only the requests that finished")
-    failed, planned = result.get("failed") or 0, result.get("num_prompts") or 0
+    failed, planned = metrics.failed, metrics.num_prompts
     if failed:
-        kinds = {k: v for k, v in (result.get("errors_by_kind") or {}).items() if v}
+        kinds = {k: v for k, v in metrics.errors_by_kind.items() if v}
         warnings.append(
             f"{failed} of {planned} requests failed "
             f"({', '.join(f'{k} {v}' for k, v in kinds.items())})"
         )
-    if result.get("approximate"):
+    if metrics.approximate:
         warnings.append("token counts re-tokenized from text: approximate")
-    together, chunks = result.get("chunk_gaps_read_together") or 0, result.get("total_chunks")
-    gaps = (chunks or 0) - (result.get("completed") or 0)  # a request's first chunk has none
+    together = metrics.chunk_gaps_read_together
+    gaps = metrics.total_chunks - metrics.completed  # a request's first chunk has none
     if gaps > 0 and together >= READ_TOGETHER_SHARE * gaps:
         warnings.append(
             f"{together / gaps:.1%} of chunk gaps are 0: those chunks came in one "
             "read (sent together, or read late), so their ITL was not measured"
         )
-    mismatches = result.get("chunk_tokens_vs_usage_mismatches") or 0
+    mismatches = metrics.chunk_tokens_vs_usage_mismatches
     if mismatches:
         warnings.append(
             f"the chunk token counts of {counted(mismatches, 'request')} disagree with the "
             "server's usage"
         )
-    short = result.get("completion_tokens_vs_max_tokens_mismatches") or 0
+    short = metrics.completion_tokens_vs_max_tokens_mismatches
     if short:
         warnings.append(
             f"{counted(short, 'request')} did not produce max_tokens tokens (server ignores "
@@ -102,7 +95,7 @@ def _check_warnings(result: Mapping[str, Any]) -> list[str]:
         )
     warnings += _merged_steps_warnings(result)
     warnings += _acceptance_warnings(result)
-    beyond = result.get("server_timings_exceed_client") or 0
+    beyond = metrics.server_timings_exceed_client
     if beyond:
         warnings.append(
             f"the server's timings of {counted(beyond, 'request')} claim more time than the "
@@ -111,24 +104,23 @@ def _check_warnings(result: Mapping[str, Any]) -> list[str]:
         )
     # the server's counters or means it cannot have measured: null, and said here (not a
     # K that is only not the draft ratio: a busy vLLM trims drafts, every count true)
-    voided = result.get("server_acceptance_length") is None
-    for key, shown in (
-        ("server_acceptance_invalid_reason", voided),
-        ("server_latency_invalid_reason", True),
-        ("frontend_latency_invalid_reason", True),
+    voided = metrics.server_acceptance_length is None
+    for key, reason, shown in (
+        ("server_acceptance_invalid_reason", metrics.server_acceptance_invalid_reason, voided),
+        ("server_latency_invalid_reason", metrics.server_latency_invalid_reason, True),
+        ("frontend_latency_invalid_reason", metrics.frontend_latency_invalid_reason, True),
     ):
-        reason = result.get(key)
-        if shown and isinstance(reason, str) and reason:
+        if shown and reason:
             warnings.append(f"{reason} ({key})")
     return warnings
 
 
-def _acceptance_warnings(result: Mapping[str, Any]) -> list[str]:
+def _acceptance_warnings(result: PointResult) -> list[str]:
     """The stream's AL and the server's per-request AL of the same requests disagree
     beyond noise: one of them is not these requests' (stats tuned to a target AL, or
     chunks that are not steps), so neither should be trusted as the AL."""
     reason = al_disagreement(
-        _get(result, "stream_acceptance_length"), _get(result, "server_request_acceptance_length")
+        result.metrics.stream_acceptance_length, result.metrics.server_request_acceptance_length
     )
     if reason is None:
         return []
@@ -138,11 +130,11 @@ def _acceptance_warnings(result: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _merged_steps_warnings(result: Mapping[str, Any]) -> list[str]:
+def _merged_steps_warnings(result: PointResult) -> list[str]:
     """Chunks that merged engine steps: the stream AL is void (null in new results) and
     each per-chunk ITL gap spans several steps."""
-    reason = result.get("stream_acceptance_invalid_reason")
-    oversized = result.get("stream_acceptance_oversized_chunks") or 0
+    reason = result.metrics.stream_acceptance_invalid_reason
+    oversized = result.metrics.stream_acceptance_oversized_chunks or 0
     if reason is None and oversized:  # a result from before the reason was recorded
         carry = "carries" if oversized == 1 else "carry"
         reason = f"{counted(oversized, 'decode chunk')} {carry} more than K+1 tokens (steps merged)"
@@ -155,13 +147,13 @@ def _merged_steps_warnings(result: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _simulator_warnings(result: Mapping[str, Any]) -> list[str]:
+def _simulator_warnings(result: PointResult) -> list[str]:
     """The simulator loadgen started fell behind its step schedule during the point: it
     sent late steps back to back, so the figures are an overloaded simulator's."""
-    count = result.get("simulator_behind_warnings")
-    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+    count = result.simulator.simulator_behind_warnings
+    if count is None or count <= 0:
         return []
-    worst = _get(result, "simulator_behind_max_ms")
+    worst = result.simulator.simulator_behind_max_ms
     by = f" by up to {worst:.0f} ms" if worst is not None else ""
     return [
         f"the simulator fell behind its step schedule{by} ({counted(count, 'warning')}) during "
@@ -170,12 +162,12 @@ def _simulator_warnings(result: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _profile_warnings(result: Mapping[str, Any]) -> list[str]:
+def _profile_warnings(result: PointResult) -> list[str]:
     """--profile-conc: the server ran its profiler through the measured phase, which
     slows every step; the numbers are kept for the trace's sake, never as the server's."""
-    if result.get("profiled") is not True:
+    if not result.profile.profiled:
         return []
-    error = result.get("profile_error")
+    error = result.profile.profile_error
     return [
         "profiled: a profiled server is slower (the server's profiler ran through this "
         "point's measured phase), so its latency and throughput are not the server's own"
@@ -183,7 +175,7 @@ def _profile_warnings(result: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def point_warnings(result: Mapping[str, Any]) -> list[str]:
+def point_warnings(result: PointResult) -> list[str]:
     """Why this point's numbers may be off; empty when nothing is suspect."""
     return (
         _client_warnings(result)
@@ -194,7 +186,7 @@ def point_warnings(result: Mapping[str, Any]) -> list[str]:
 
 
 def stamp_warnings(
-    points: Mapping[str, Mapping[int, Mapping[str, Any]]],
+    points: Mapping[str, Mapping[int, PointResult]],
 ) -> list[tuple[str, int, str]]:
     """Across the runs of a comparison (run -> concurrency -> result): points stamped at
     the read compared with kernel-stamped ones differ by the client's read delay, which
@@ -220,7 +212,7 @@ def stamp_warnings(
 
 
 def cache_warnings(
-    points: Mapping[str, Mapping[int, Mapping[str, Any]]],
+    points: Mapping[str, Mapping[int, PointResult]],
 ) -> list[tuple[str, int, str]]:
     """Across the runs of a comparison: points whose prefix cache was in another state
     (cache_state: reset, reset_failed, uncontrolled; a file from before the field was
@@ -228,7 +220,7 @@ def cache_warnings(
     say as much about the cache as about the server. Said of every point when the runs
     differ, each naming the states of the others."""
     states = {
-        (name, conc): str(point.get("cache_state") or "uncontrolled")
+        (name, conc): point.cache.cache_state
         for name, run in points.items()
         for conc, point in run.items()
     }

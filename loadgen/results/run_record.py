@@ -202,21 +202,24 @@ class PointEntry(msgspec.Struct, frozen=True, kw_only=True):
             trials=self.trials,
         )
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, *, merge: bool = False) -> dict[str, object]:
         """As run.json spells the point: its facts by PointFacts' rule, a merge's own
-        entries only when set."""
+        entries only when set. In a merge's file (`merge`) the point is the merge's own:
+        no attempt's run id and no facts (a merge is never merged again), its spans and
+        clock uncertainty always (null: the clocks' error is unknown)."""
         entry: dict[str, object] = {
             "conc": self.conc,
             "complete": self.complete,
             "file": self.file,
             "error_rate": self.error_rate,
-            "run_id": self.run_id,
-            **self.facts().to_json(),
         }
         merged = {
             "shard_spans_s": self.shard_spans_s,
             "clock_alignment_uncertainty_ms": self.clock_alignment_uncertainty_ms,
         }
+        if merge:
+            return entry | {k: msgspec.to_builtins(v) for k, v in merged.items()}
+        entry |= {"run_id": self.run_id, **self.facts().to_json()}
         entry.update({k: msgspec.to_builtins(v) for k, v in merged.items() if v is not None})
         return entry
 
@@ -286,8 +289,27 @@ class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):
     base_url: str | None = None
 
 
-# RunRecord's fields only `loadgen merge` writes (scale/merge.py).
+# RunRecord's fields only `loadgen merge` writes (scale/merge.py), and those of a run's
+# attempts that a merge's file has none of.
 MERGE_ONLY = frozenset({"merged_unix", "merged_from", "refused"})
+RUN_ONLY = frozenset(
+    {"started_unix", "finished_unix", "stop_reason", "stop_detail", "launched_server", "attempts"}
+)
+# Settings that may differ between the shards of one run (everything else must match):
+# a merge's file leaves them out of its settings (each shard's are in merged_from's files).
+PER_SHARD = frozenset(
+    {
+        "shard_index",
+        "results_dir",
+        "progress",
+        "workers",
+        "cpu_affinity",
+        "headers",
+        "base_url",
+        "max_error_rate",
+        "shard_sync",
+    }
+)
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -307,10 +329,15 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     server: ServerFacts | None = None
     launched_server: LaunchedServerFacts | None = None
     shard: ShardInfo | None = None
+    merged_from: tuple[MergedFrom, ...] = ()  # (before points: a merge's file has it there)
     points: tuple[PointEntry, ...]
     attempts: tuple[Attempt, ...] = ()
-    merged_from: tuple[MergedFrom, ...] = ()
     refused: tuple[str, ...] = ()
+
+    @property
+    def merged(self) -> bool:
+        """A `loadgen merge` output (written by a merge's rule, encode_run)."""
+        return self.merged_unix is not None
 
     def point(self, conc: int) -> PointEntry | None:
         return next((p for p in self.points if p.conc == conc), None)
@@ -355,21 +382,19 @@ def decode_run(data: bytes, path: Path) -> RunRecord:
 def encode_run(run: RunRecord) -> bytes:
     """run.json's bytes for `run`, which decode_run reads back as `run`: the settings
     flat, each point by PointEntry's rule, and a merge's own fields in a merge's file
-    only."""
-    merge = run.merged_unix is not None
-    data = {
-        name: _encoded(run, name)
-        for name in run.__struct_fields__
-        if merge or name not in MERGE_ONLY
-    }
+    only. A merge's file has no attempts' fields and no per-shard settings (RUN_ONLY,
+    PER_SHARD): `run` holds them unset (their defaults), as they read back."""
+    left_out = RUN_ONLY if run.merged else MERGE_ONLY
+    data = {name: _encoded(run, name) for name in run.__struct_fields__ if name not in left_out}
     return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
 
 
 def _encoded(run: RunRecord, name: str) -> object:
     if name == "settings":
-        return run.settings.flat()
+        flat = run.settings.flat()
+        return {k: v for k, v in flat.items() if k not in PER_SHARD} if run.merged else flat
     if name == "points":
-        return [point.to_json() for point in run.points]
+        return [point.to_json(merge=run.merged) for point in run.points]
     return msgspec.to_builtins(getattr(run, name))
 
 

@@ -19,10 +19,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
-import orjson
 
 from loadgen import __version__
 from loadgen.errors import UsageError
@@ -38,28 +36,21 @@ from loadgen.results.point import (
     SimulatorHealth,
 )
 from loadgen.results.results_dir import run_files
-from loadgen.results.run_record import PointEntry, RunRecord
+from loadgen.results.run_record import (
+    PER_SHARD,
+    MergedFrom,
+    PointEntry,
+    RunRecord,
+    ShardInfo,
+    encode_run,
+    settings_from_flat,
+)
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.ids import new_run_id
 from loadgen.scale.merge_counters import combined_snapshots, merged_by_url
 from loadgen.scale.merge_timeline import PointRefused, align, check_overlap
 from loadgen.scale.shard_dir import Shard
-
-# Settings that may differ between the shards of one run (everything else must match).
-PER_SHARD = frozenset(
-    {
-        "shard_index",
-        "results_dir",
-        "progress",
-        "workers",
-        "cpu_affinity",
-        "headers",
-        "base_url",
-        "max_error_rate",
-        "shard_sync",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +127,7 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
     run_id = new_run_id(time.time())
     results: list[PointResult] = []
     refused: list[str] = []
-    entries: list[dict[str, Any]] = []
+    entries: list[PointEntry] = []
     for conc in shards[0].run.settings.load.conc:
         try:
             result, entry = merge_point(shards, conc, out, run_id)
@@ -197,7 +188,7 @@ def _check_out(out: Path) -> None:
 
 def merge_point(
     shards: Sequence[Shard], conc: int, out: Path, run_id: str
-) -> tuple[PointResult, dict[str, Any]]:
+) -> tuple[PointResult, PointEntry]:
     entries = [s.point(conc) for s in shards]
     missing = [s.index for s, e in zip(shards, entries, strict=True) if e is None]
     if missing:
@@ -219,14 +210,14 @@ def merge_point(
         for record in records:
             sink.write(record)
     store.write_point(result)
-    entry = {
-        "conc": conc,
-        "complete": result.status.complete,
-        "file": store.point_file(conc).name,
-        "error_rate": result.metrics.error_rate,
-        "shard_spans_s": spans,
-        "clock_alignment_uncertainty_ms": result.client.clock_alignment_uncertainty_ms,
-    }
+    entry = PointEntry(
+        conc=conc,
+        complete=result.status.complete,
+        file=store.point_file(conc).name,
+        error_rate=result.metrics.error_rate,
+        shard_spans_s=spans,
+        clock_alignment_uncertainty_ms=result.client.clock_alignment_uncertainty_ms,
+    )
     return result, entry
 
 
@@ -313,34 +304,30 @@ def _write_run(
     out: Path,
     shards: Sequence[Shard],
     run_id: str,
-    entries: list[dict[str, Any]],
-    refused: list[str],
+    entries: Sequence[PointEntry],
+    refused: Sequence[str],
 ) -> None:
+    """The merge's run.json: the shards' common settings (the per-shard ones are in
+    each shard's own file, named in merged_from), written by a merge's rule."""
     first = shards[0].run
-    settings = {k: v for k, v in first.settings.flat().items() if k not in PER_SHARD}
-    run = {
-        "run_id": run_id,
-        "loadgen_version": __version__,
-        "target": first.target,
-        "base_url": first.base_url,
-        "merged_unix": time.time(),
-        "interrupted": any(s.run.interrupted for s in shards),
-        "settings": settings,
-        "server": first.server,
-        "shard": {"index": None, "count": len(shards)},
-        "merged_from": [
-            {
-                "path": str(s.path),
-                "run_id": s.run.run_id,
-                "shard": s.index,
-                "base_url": s.run.base_url,
-            }
+    common = {k: v for k, v in first.settings.flat().items() if k not in PER_SHARD}
+    run = RunRecord(
+        run_id=run_id,
+        loadgen_version=__version__,
+        target=first.target,
+        base_url=first.base_url,
+        merged_unix=time.time(),
+        interrupted=any(s.run.interrupted for s in shards),
+        settings=settings_from_flat(common),
+        server=first.server,
+        shard=ShardInfo(None, len(shards)),
+        merged_from=tuple(
+            MergedFrom(
+                path=str(s.path), run_id=s.run.run_id, shard=s.index, base_url=s.run.base_url
+            )
             for s in shards
-        ],
-        "points": entries,
-        "refused": refused,
-    }
-    write_atomic(
-        ResultsDir(out).run_file,
-        orjson.dumps(msgspec.to_builtins(run), option=orjson.OPT_INDENT_2),
+        ),
+        points=tuple(entries),
+        refused=tuple(refused),
     )
+    write_atomic(ResultsDir(out).run_file, encode_run(run))

@@ -66,7 +66,7 @@ def check_overlap(
     per_shard: Sequence[Sequence[RequestRecord]],
     aligned: Sequence[RequestRecord],
     uncertainty_ns: int | None,
-) -> list[list[float] | None]:
+) -> tuple[tuple[float, float] | None, ...]:
     """Each shard's measured span (s, from the earliest start); PointRefused when the
     shards that sent requests were not all measuring at one time."""
     ids = [{r.request_id for r in rs} for rs in per_shard]
@@ -88,10 +88,10 @@ def check_overlap(
             f" s after another had finished{_plus_minus(uncertainty_ns)}): they were not one "
             "concurrency point; run the shards at the same time"
         )
-    return [
-        None if span is None else [(span[0] - origin) / 1e9, (span[1] - origin) / 1e9]
+    return tuple(
+        None if span is None else ((span[0] - origin) / 1e9, (span[1] - origin) / 1e9)
         for span in spans_ns
-    ]
+    )
 
 
 def _plus_minus(uncertainty_ns: int | None) -> str:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import __version__
-from loadgen.metrics.acceptance import published_acceptance_length, stream_figures_valid
 from loadgen.metrics.compare import Comparison, PointRow
 from loadgen.metrics.distributions import PointDistributions
 from loadgen.metrics.lossless import LosslessCheck, Verdict
@@ -24,6 +23,7 @@ from loadgen.metrics.timeline import TimelineBar
 from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
 from loadgen.results.point import PointResult
+from loadgen.results.point_metrics import PointMetrics
 from loadgen.results.run_record import RunRecord
 from loadgen.sinks import report_figures as figures
 from loadgen.sinks.compare_files import (
@@ -94,14 +94,13 @@ class ReportRun:
     name: str
     path: str
     run: RunRecord | None  # run.json (None: the directory has none)
-    points: Mapping[int, Mapping[str, Any]]  # conc -> conc_<N>.json, as in the file
-    results: Mapping[int, PointResult]  # the same points, decoded
+    results: Mapping[int, PointResult]  # conc -> conc_<N>.json
     distributions: Mapping[int, PointDistributions] = field(default_factory=dict)
     # points run with --slice-duration: one bar per request (report_slices.py)
     timelines: Mapping[int, Sequence[TimelineBar]] = field(default_factory=dict)
-    # a --find-max directory: capacity.json and each probe's point (load -> as in its file)
+    # a --find-max directory: capacity.json and each probe's point (by its load)
     capacity: CapacityResult | None = None
-    probe_points: Mapping[float, Mapping[str, Any]] = field(default_factory=dict)
+    probe_points: Mapping[float, PointResult] = field(default_factory=dict)
 
 
 def _e(value: Any) -> str:
@@ -271,20 +270,19 @@ def distributions_section(runs: Sequence[ReportRun], comparison: Comparison) -> 
     return "".join(parts) or "<p>No per-request records (requests_conc_N.jsonl) found.</p>"
 
 
-def _stream_void_reason(point: Mapping[str, Any]) -> str:
-    oversized = point.get("stream_acceptance_oversized_chunks")
+def _stream_void_reason(metrics: PointMetrics) -> str:
+    oversized = metrics.stream_acceptance_oversized_chunks
     old = f"{oversized} decode chunks carried more than K+1 tokens" if oversized else None
-    return str(point.get("stream_acceptance_invalid_reason") or old or "no valid stream figures")
+    return str(metrics.stream_acceptance_invalid_reason or old or "no valid stream figures")
 
 
-def _acceptance_row(run: str, conc: int, point: Mapping[str, Any], stream: Sequence[float]) -> str:
-    al, source = published_acceptance_length(point)
+def _acceptance_row(run: str, conc: int, metrics: PointMetrics, stream: Sequence[float]) -> str:
     label = {
         "stream": "stream",
         "server_per_request": "server per-request",
         "server_counters": "server",
-    }.get(source or "", "-")
-    server = point.get("server_acceptance_per_position") or []
+    }.get(metrics.acceptance_length_source or "", "-")
+    server = metrics.server_acceptance_per_position or []
     cells = "".join(
         _num(v, 3, f"stream_acceptance_per_position[{i}]") for i, v in enumerate(stream)
     )
@@ -294,7 +292,7 @@ def _acceptance_row(run: str, conc: int, point: Mapping[str, Any], stream: Seque
     note = (
         (
             f'<td class=note data-field="stream_acceptance_invalid_reason">stream not shown: '
-            f"{_e(_stream_void_reason(point))}</td>"
+            f"{_e(_stream_void_reason(metrics))}</td>"
         )
         if not stream
         else ""
@@ -302,9 +300,9 @@ def _acceptance_row(run: str, conc: int, point: Mapping[str, Any], stream: Seque
     return (
         f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}'
         f"</th><td class=num>{conc}</td>"
-        + _num(al, 3, "acceptance_length")
+        + _num(metrics.acceptance_length, 3, "acceptance_length")
         + f'<td data-field="acceptance_length_source">{label}</td>'
-        + _num(point.get("server_acceptance_length"), 3, "server_acceptance_length")
+        + _num(metrics.server_acceptance_length, 3, "server_acceptance_length")
         + cells
         + note
         + "</tr>"
@@ -313,18 +311,20 @@ def _acceptance_row(run: str, conc: int, point: Mapping[str, Any], stream: Seque
 
 def acceptance_section(runs: Sequence[ReportRun]) -> str:
     """The AL shown is the best valid source's; the stream's per-position rates only when
-    its chunks are one engine step each (never a merged-steps figure above 1)."""
+    its chunks are one engine step each (never a merged-steps figure above 1): when the
+    stream's AL is the published one."""
     rows, series = [], []
     for index, run in enumerate(runs):
-        for conc, point in run.points.items():
-            valid = stream_figures_valid(point)
-            stream = (point.get("stream_acceptance_per_position") or []) if valid else []
-            server = point.get("server_acceptance_per_position") or []
+        for conc, point in run.results.items():
+            metrics = point.metrics
+            valid = metrics.acceptance_length_source == "stream"
+            stream = (metrics.stream_acceptance_per_position or []) if valid else []
+            server = metrics.server_acceptance_per_position or []
             if not stream and not server:
                 continue
             if stream:
                 series.append((run.name, index, conc, stream))
-            rows.append(_acceptance_row(run.name, conc, point, stream))
+            rows.append(_acceptance_row(run.name, conc, metrics, stream))
     if not rows:
         return "<p>No run used speculative decoding (no acceptance figures).</p>"
     return (
@@ -337,49 +337,49 @@ def acceptance_section(runs: Sequence[ReportRun]) -> str:
     )
 
 
-STEP_COLUMNS = (
-    ("steps_observed", "steps", 0),
-    ("steps_engines", "engines", 0),
-    ("steps_stream_interval", "k", 0),
-    ("steps_decode_time_p50_ms", "decode p50 ms", 2),
-    ("steps_prefill_time_p50_ms", "prefill p50 ms", 2),
-    ("steps_time_p99_ms", "step p99 ms", 2),
-    ("steps_prefill_share", "prefill steps", 3),
-    ("steps_requests_per_step", "req/step", 1),
-    ("steps_tokens_per_request_step", "tok/req/step", 2),
-    ("steps_stall_share", "ITL > p90 on prefill", 3),
+# (field, title, decimals, its value on a point)
+STEP_COLUMNS: tuple[tuple[str, str, int, Callable[[PointMetrics], float | None]], ...] = (
+    ("steps_observed", "steps", 0, lambda m: m.steps_observed),
+    ("steps_engines", "engines", 0, lambda m: m.steps_engines),
+    ("steps_stream_interval", "k", 0, lambda m: m.steps_stream_interval),
+    ("steps_decode_time_p50_ms", "decode p50 ms", 2, lambda m: m.steps_decode_time_p50_ms),
+    ("steps_prefill_time_p50_ms", "prefill p50 ms", 2, lambda m: m.steps_prefill_time_p50_ms),
+    ("steps_time_p99_ms", "step p99 ms", 2, lambda m: m.steps_time_p99_ms),
+    ("steps_prefill_share", "prefill steps", 3, lambda m: m.steps_prefill_share),
+    ("steps_requests_per_step", "req/step", 1, lambda m: m.steps_requests_per_step),
+    ("steps_tokens_per_request_step", "tok/req/step", 2, lambda m: m.steps_tokens_per_request_step),
+    ("steps_stall_share", "ITL > p90 on prefill", 3, lambda m: m.steps_stall_share),
 )
 
 
 def steps_section(runs: Sequence[ReportRun]) -> str:
-    """The engine steps reconstructed from each point's arrivals (docs/results.md)."""
+    """The engine steps reconstructed from each point's arrivals (docs/results.md); a
+    point file from before them reads as unknown figures (the model's defaults)."""
     rows, series = [], []
     for index, run in enumerate(runs):
         points = []
-        for conc, point in sorted(run.points.items()):
-            if "steps_stamps" not in point:  # a result file from before the figures
-                continue
-            cells = "".join(_num(point.get(k), d, k) for k, _, d in STEP_COLUMNS)
-            note = point.get("steps_note") or ""
+        for conc, point in sorted(run.results.items()):
+            m = point.metrics
+            cells = "".join(_num(read(m), d, k) for k, _, d, read in STEP_COLUMNS)
             rows.append(
                 f'<tr data-run="{_e(run.name)}"><th>{_e(run.name)}</th>'
                 f"<td class=num>{conc}</td>{cells}"
-                f'<td data-field="steps_stamps">{_e(point.get("steps_stamps"))}</td>'
-                f'<td data-field="steps_note">{_e(note)}</td></tr>'
+                f'<td data-field="steps_stamps">{_e(m.steps_stamps)}</td>'
+                f'<td data-field="steps_note">{_e(m.steps_note or "")}</td></tr>'
             )
             points.append(
                 (
                     conc,
-                    point.get("steps_decode_time_p50_ms"),
-                    point.get("steps_prefill_time_p50_ms"),
-                    point.get("steps_stall_share"),
+                    m.steps_decode_time_p50_ms,
+                    m.steps_prefill_time_p50_ms,
+                    m.steps_stall_share,
                 )
             )
         if points:
             series.append((run.name, index, points))
     if not rows:
         return "<p>No point has engine step figures.</p>"
-    head = "".join(f"<th>{_e(title)}</th>" for _, title, _ in STEP_COLUMNS)
+    head = "".join(f"<th>{_e(title)}</th>" for _, title, _, _ in STEP_COLUMNS)
     return (
         f'<table id="steps"><tr><th>run</th><th>conc</th>{head}<th>stamps</th><th>note</th>'
         "</tr>"
@@ -505,7 +505,7 @@ def render_report(
         (
             "sessions",
             "Sessions and prefix caching",
-            sessions_section([(r.name, r.points) for r in runs]),
+            sessions_section([(r.name, r.results) for r in runs]),
         ),
         ("points", "Every point", points_section(runs)),
     ]

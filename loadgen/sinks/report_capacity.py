@@ -9,13 +9,13 @@ is only in the text.
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from loadgen.metrics.compare import INTERACTIVITY
+from loadgen.metrics.compare import THROUGHPUT, finite
 from loadgen.results.capacity import CapacityProbe, CapacityResult
+from loadgen.results.point import PointResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -37,21 +37,20 @@ class CapacityOverlay:
     marks: tuple[ProbeMark, ...]
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-
-
 def overlay(
     run: str,
     capacity: CapacityResult,
-    probe_points: Mapping[float, Mapping[str, Any]],
+    probe_points: Mapping[float, PointResult],
     throughput_field: str,
 ) -> CapacityOverlay:
-    """The probes with both figures; probe_points: load -> the probe's point (as in its file)."""
+    """The probes with both figures; probe_points: load -> the probe's point."""
     marks = []
     for probe in capacity.probes:
-        point = probe_points.get(probe.load, {})
-        x, y = _number(point.get(INTERACTIVITY)), _number(point.get(throughput_field))
+        point = probe_points.get(probe.load)
+        if point is None:
+            continue
+        x = finite(point.metrics.median_interactivity_tok_s_user)
+        y = finite(THROUGHPUT[throughput_field](point))
         if x is not None and y is not None:
             marks.append(ProbeMark(probe.load, x, y, probe.passed, probe.load == capacity.answer))
     return CapacityOverlay(run, capacity.binding_objective, tuple(marks))

@@ -1,20 +1,24 @@
 """The HTML report's Sessions section: per run and point, the prefix-cache hit rates side
 by side with their loss, session goodput and the per-session rollups, then the loss by
-context bin (fields of docs/results.md, "Sessions and prefix caching"; read as written)."""
+context bin (fields of docs/results.md, "Sessions and prefix caching"; a point's typed
+SessionMetrics, None for a point of a run without sessions)."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-Points = Mapping[int, Mapping[str, Any]]  # conc -> conc_<N>.json, as in the file
-HIT_RATES = (
-    "theoretical_prefix_hit_rate",
-    "server_prefix_hit_rate",
-    "client_prefix_hit_rate",
-    "prefix_cache_loss",
-    "good_session_share",
+from loadgen.results.point import PointResult, SessionMetrics
+
+Points = Mapping[int, PointResult]  # conc -> conc_<N>.json
+# the hit rates, by the field each cell names
+HIT_RATES: tuple[tuple[str, Callable[[SessionMetrics], float | None]], ...] = (
+    ("theoretical_prefix_hit_rate", lambda s: s.theoretical_prefix_hit_rate),
+    ("server_prefix_hit_rate", lambda s: s.server_prefix_hit_rate),
+    ("client_prefix_hit_rate", lambda s: s.client_prefix_hit_rate),
+    ("prefix_cache_loss", lambda s: s.prefix_cache_loss),
+    ("good_session_share", lambda s: s.good_session_share),
 )
 ROLLUPS = (
     ("session_rollup", "turns", "p50"),
@@ -40,21 +44,25 @@ def _cell(value: Any, field: str, percent: bool = False) -> str:
     return f'<td class=num data-field="{_e(field)}">{_e(text)}</td>'
 
 
-def _row(run: str, conc: int, point: Mapping[str, Any]) -> str:
-    cells = _cell(point.get("session_ids"), "session_ids")
-    cells += _cell(point.get("session_trees"), "session_trees")
-    cells += "".join(_cell(point.get(k), k, percent=True) for k in HIT_RATES)
+def _rollup(sessions: SessionMetrics, group: str) -> dict[str, dict[str, float | None]]:
+    return sessions.session_rollup if group == "session_rollup" else sessions.tree_rollup
+
+
+def _row(run: str, conc: int, sessions: SessionMetrics) -> str:
+    cells = _cell(sessions.session_ids, "session_ids")
+    cells += _cell(sessions.session_trees, "session_trees")
+    cells += "".join(_cell(read(sessions), k, percent=True) for k, read in HIT_RATES)
     for group, figure, stat in ROLLUPS:
-        value = ((point.get(group) or {}).get(figure) or {}).get(stat)
+        value = (_rollup(sessions, group).get(figure) or {}).get(stat)
         cells += _cell(value, f"{group}.{figure}.{stat}", percent=figure == "cached_share")
     return (
         f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}</th><td>{conc}</td>{cells}</tr>'
     )
 
 
-def _loss_rows(run: str, conc: int, point: Mapping[str, Any]) -> list[str]:
+def _loss_rows(run: str, conc: int, sessions: SessionMetrics) -> list[str]:
     rows = []
-    for b in point.get("prefix_cache_loss_by_context") or []:
+    for b in sessions.prefix_cache_loss_by_context:
         high = b.get("context_max")
         span = f"{b['context_min']}-{high}" if high is not None else f"{b['context_min']}+"
         rows.append(
@@ -74,11 +82,11 @@ def sessions_section(runs: Sequence[tuple[str, Points]]) -> str:
     rows, losses = [], []
     for name, points in runs:
         for conc in sorted(points):
-            point = points[conc]
-            if point.get("session_history") is None:
+            sessions = points[conc].sessions
+            if sessions is None:
                 continue  # not a session run
-            rows.append(_row(name, conc, point))
-            losses += _loss_rows(name, conc, point)
+            rows.append(_row(name, conc, sessions))
+            losses += _loss_rows(name, conc, sessions)
     if not rows:
         return "<p>No session run (no per-session figures).</p>"
     head = (

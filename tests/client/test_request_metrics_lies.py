@@ -26,6 +26,7 @@ from loadgen.config.spec import RunSpec
 from loadgen.metrics.trust import point_warnings
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.jsonl import read_jsonl
+from loadgen.results.point import point_from_json
 from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.tokenizer import load_tokenizer
 from loadgen.workload.plan import RequestSpec
@@ -160,7 +161,7 @@ async def test_per_request_al_tuned_against_the_stream_is_a_warning(
     assert point["failed"] == 0
     assert point["stream_acceptance_length"] == 1.0
     assert point["server_request_acceptance_length"] == pytest.approx(1 + 17 / 14)
-    warnings = point_warnings(point)
+    warnings = point_warnings(point_from_json(point, "conc file"))
     assert any(
         "the stream's acceptance length 1.00 and the server's per-request 2.21 disagree" in w
         for w in warnings
@@ -258,7 +259,10 @@ async def test_server_timings_longer_than_the_clients_are_left_out(
     assert point["server_timings_exceed_client"] == CONC * PER_CONC
     assert point["mean_ttft_outside_server_ms"] is None  # not -8 s
     assert point["mean_server_request_ttft_ms"] is None
-    assert any("claim more time than the client measured" in w for w in point_warnings(point))
+    assert any(
+        "claim more time than the client measured" in w
+        for w in point_warnings(point_from_json(point, "conc file"))
+    )
 
 
 async def test_server_timings_inside_the_clients_are_published(

@@ -21,6 +21,7 @@ from loadgen.metrics.compare import (
     pareto_frontier,
 )
 from loadgen.metrics.trust import point_warnings, stamp_warnings
+from loadgen.results.point import PointResult, point_from_json
 from tests.support.fake_records import point_file
 
 
@@ -36,6 +37,32 @@ def result(conc: int, throughput: float, interactivity: float, **extra: Any) -> 
         "stream_acceptance_length": None,
         **extra,
     }
+
+
+def typed(fields: dict[str, Any]) -> PointResult:
+    """A whole point (point_file's) with `fields`, read as compare reads a file."""
+    return point_from_json(point_file(fields), "test")
+
+
+def point(conc: int, throughput: float, interactivity: float, **extra: Any) -> PointResult:
+    return typed(result(conc, throughput, interactivity, **extra))
+
+
+# --gpu-metrics: the energy group's fields (a point with them has the group)
+ENERGY: dict[str, Any] = {
+    "power_valid": True,
+    "power_invalid_reasons": [],
+    "energy_source": "counter",
+    "gpu_metrics_interval_s": 1.0,
+    "power_num_gpus": 1,
+    "avg_power_w": None,
+    "avg_total_gpu_power_w": None,
+    "total_gpu_energy_j": None,
+    "joules_per_input_token": None,
+    "joules_per_total_token": None,
+    "joules_per_request": None,
+    "gpu_energy": [],
+}
 
 
 def test_pareto_frontier_drops_dominated_points() -> None:
@@ -68,16 +95,14 @@ def test_crossover_is_found_and_placed_in_log_space() -> None:
 
 
 def test_compare_ratios_matched_interactivity_and_per_gpu() -> None:
-    base = RunInput(
-        "base", {1: result(1, 100, 100), 8: result(8, 600, 75), 32: result(32, 1600, 50)}
-    )
+    base = RunInput("base", {1: point(1, 100, 100), 8: point(8, 600, 75), 32: point(32, 1600, 50)})
     mtp = RunInput(
         "mtp",
         {
-            1: result(1, 175, 175),
-            8: result(8, 900, 112.5),
-            32: result(32, 1000, 31.25),
-            64: result(64, 1200, 18.75),
+            1: point(1, 175, 175),
+            8: point(8, 900, 112.5),
+            32: point(32, 1000, 31.25),
+            64: point(64, 1200, 18.75),
         },
     )
     comparison = compare([base, mtp])
@@ -98,15 +123,15 @@ def test_compare_ratios_matched_interactivity_and_per_gpu() -> None:
     assert [m.baseline_conc for m in comparison.matched] == [32, 8, 1]
     with_gpus = compare(
         [
-            RunInput("a", {1: result(1, 80, 10, output_throughput_per_gpu=10)}),
-            RunInput("b", {1: result(1, 80, 10, output_throughput_per_gpu=20)}),
+            RunInput("a", {1: point(1, 80, 10, output_throughput_per_gpu=10)}),
+            RunInput("b", {1: point(1, 80, 10, output_throughput_per_gpu=20)}),
         ]
     )
     assert with_gpus.per_gpu and with_gpus.rows[1].ratios["throughput"] == 2.0
 
 
 def test_trust_warnings_flag_a_lagging_or_busy_client_and_failed_checks() -> None:
-    clean = {
+    clean: dict[str, Any] = {
         "client_loop_lag_p99_ms": 0.4,
         "median_itl_ms": 20.0,
         "client_cpu_seconds": 1.0,
@@ -114,48 +139,50 @@ def test_trust_warnings_flag_a_lagging_or_busy_client_and_failed_checks() -> Non
         "complete": True,
         "failed": 0,
     }
-    assert point_warnings(clean) == []
-    lagging = point_warnings({**clean, "client_loop_lag_p99_ms": 6.0})
+    assert point_warnings(typed(clean)) == []
+    lagging = point_warnings(typed({**clean, "client_loop_lag_p99_ms": 6.0}))
     assert len(lagging) == 1 and "loop lag p99 6.00 ms (30% of the median ITL" in lagging[0]
     # Kernel stamps are not moved by the loop: no lag warning unless some were read stamps.
     kernel = {**clean, "client_loop_lag_p99_ms": 6.0, "arrival_stamp_sources": {"kernel": 9}}
-    assert point_warnings(kernel) == []
+    assert point_warnings(typed(kernel)) == []
     mixed = {**kernel, "arrival_stamp_sources": {"kernel": 9, "read": 1}}
-    assert len(point_warnings(mixed)) == 1
-    busy = point_warnings({**clean, "client_cpu_seconds": 9.5})
+    assert len(point_warnings(typed(mixed))) == 1
+    busy = point_warnings(typed({**clean, "client_cpu_seconds": 9.5}))
     assert len(busy) == 1 and "95% of a CPU core" in busy[0]
     broken = point_warnings(
-        {
-            **clean,
-            "complete": False,
-            "failed": 2,
-            "num_prompts": 10,
-            "errors_by_kind": {"http": 2, "timeout": 0},
-            "approximate": True,
-            "stream_acceptance_oversized_chunks": 3,
-        }
+        typed(
+            {
+                **clean,
+                "complete": False,
+                "failed": 2,
+                "num_prompts": 10,
+                "errors_by_kind": {"http": 2, "timeout": 0},
+                "approximate": True,
+                "stream_acceptance_oversized_chunks": 3,
+            }
+        )
     )
     assert [w.split(" ")[0] for w in broken] == ["point", "2", "token", "3"]
     assert "http 2" in broken[1] and "timeout" not in broken[1]
 
 
 def test_read_stamps_beside_kernel_stamps_are_flagged_per_point() -> None:
-    kernel = {"arrival_stamp_sources": {"kernel": 4}}
-    read = {"arrival_stamp_sources": {"read": 4}}
-    old: dict[str, Any] = {}  # a result from before arrival stamps were recorded: read stamps
+    kernel = typed({"arrival_stamp_sources": {"kernel": 4}})
+    read = typed({"arrival_stamp_sources": {"read": 4}})
+    old = typed({"arrival_stamp_sources": {"read": 2}})  # e.g. an https run's
     assert stamp_warnings({"a": {4: kernel}, "b": {4: kernel}}) == []
     assert stamp_warnings({"a": {4: read}, "b": {4: old}}) == []  # alike: nothing to say
     flagged = stamp_warnings(
         {
             "new": {4: kernel, 8: kernel},
             "old": {4: old, 8: read},
-            "tls": {4: {"arrival_stamp_sources": {"kernel": 3, "read": 1}}},
+            "tls": {4: typed({"arrival_stamp_sources": {"kernel": 3, "read": 1}})},
         }
     )
     assert [(run, conc) for run, conc, _ in flagged] == [("old", 4), ("old", 8), ("tls", 4)]
     assert "kernel-stamped new" in flagged[0][2]
     # no request completed: nothing was stamped
-    empty: dict[str, Any] = {"arrival_stamp_sources": {}}
+    empty = typed({"arrival_stamp_sources": {}})
     assert stamp_warnings({"new": {4: kernel}, "failed": {4: empty}}) == []
 
 
@@ -190,7 +217,7 @@ def test_trees_expand_to_their_lanes_in_the_files_order(tmp_path: Path) -> None:
         str(tmp_path / "tree" / "zeta"),
         str(tmp_path / "other" / "zeta"),
     ]
-    assert runs[1].points[1]["output_throughput"] == 30
+    assert runs[1].results[1].metrics.output_throughput == 30
 
 
 def test_unreadable_inputs_are_usage_errors(tmp_path: Path) -> None:
@@ -230,9 +257,10 @@ def test_compare_and_report_commands_exit_2_on_bad_input(
     assert "conc 1" in capsys.readouterr().out
 
 
-def test_al_is_the_best_valid_source_also_in_old_result_files() -> None:
-    # An old file with a merged-steps stream AL (27.1 at K=6) and a new one with the field.
-    old = result(
+def test_al_is_the_published_source_of_each_point() -> None:
+    # A point whose merged-steps stream AL (27.1 at K=6) was void, so the server's is
+    # published, and one whose stream AL is.
+    merged = point(
         1,
         100,
         100,
@@ -240,6 +268,8 @@ def test_al_is_the_best_valid_source_also_in_old_result_files() -> None:
         stream_acceptance_length=27.1,
         stream_acceptance_oversized_chunks=28,
         server_acceptance_length=2.76,
+        acceptance_length=2.76,
+        acceptance_length_source="server_counters",
     )
     new = result(
         1,
@@ -252,20 +282,21 @@ def test_al_is_the_best_valid_source_also_in_old_result_files() -> None:
         acceptance_length=2.5,
         acceptance_length_source="stream",
     )
-    comparison = compare([RunInput("old", {1: old}), RunInput("new", {1: new})])
+    comparison = compare([RunInput("merged", {1: merged}), RunInput("new", {1: typed(new)})])
     rows = {row.run: row for row in comparison.rows}
-    assert rows["old"].values["acceptance_length"] == 2.76
-    assert rows["old"].acceptance_source == "server_counters"
+    assert rows["merged"].values["acceptance_length"] == 2.76
+    assert rows["merged"].acceptance_source == "server_counters"
     assert rows["new"].values["acceptance_length"] == 2.5
     assert rows["new"].acceptance_source == "stream"
     assert rows["new"].ratios["acceptance_length"] == pytest.approx(2.5 / 2.76)
-    [warning] = point_warnings(old)
+    # a file from before the reason was recorded: the oversized chunks say it
+    [warning] = point_warnings(merged)
     assert warning.startswith("28 decode chunks carry more than K+1 tokens")
     assert "itl_chunks_merged_steps" in warning
     reason = "3 of 9 decode chunks carried more than K+1=3 tokens: merged"
-    [named] = point_warnings({**new, "stream_acceptance_invalid_reason": reason})
+    [named] = point_warnings(typed({**new, "stream_acceptance_invalid_reason": reason}))
     assert named.startswith(reason + "; so no stream AL is published")
-    assert point_warnings(new) == []
+    assert point_warnings(typed(new)) == []
 
 
 def test_energy_ratios_and_the_energy_crossover() -> None:
@@ -274,11 +305,12 @@ def test_energy_ratios_and_the_energy_crossover() -> None:
     tokens-per-joule ratio crosses 1, printed next to the throughput one."""
     from loadgen.sinks.compare_files import format_comparison
 
-    def energy(conc: int, tput: float, tok_per_j: float) -> dict[str, Any]:
-        return result(
+    def energy(conc: int, tput: float, tok_per_j: float) -> PointResult:
+        return point(
             conc,
             tput,
             100.0,
+            **ENERGY,
             output_tokens_per_joule=tok_per_j,
             joules_per_output_token=1 / tok_per_j,
         )
@@ -310,7 +342,7 @@ def test_no_energy_columns_without_gpu_metrics() -> None:
     from loadgen.sinks.compare_files import format_comparison
 
     comparison = compare(
-        [RunInput("a", {4: result(4, 100, 50)}), RunInput("b", {4: result(4, 120, 40)})]
+        [RunInput("a", {4: point(4, 100, 50)}), RunInput("b", {4: point(4, 120, 40)})]
     )
     assert comparison.energy_crossovers == ()
     text = format_comparison(comparison)
@@ -320,11 +352,12 @@ def test_no_energy_columns_without_gpu_metrics() -> None:
 def test_report_energy_section_has_the_figure_and_the_crossover() -> None:
     from loadgen.sinks.html_report import energy_sections
 
-    def energy(conc: int, tok_per_j: float, interactivity: float) -> dict[str, Any]:
-        return result(
+    def energy(conc: int, tok_per_j: float, interactivity: float) -> PointResult:
+        return point(
             conc,
             100.0 * conc,
             interactivity,
+            **ENERGY,
             output_tokens_per_joule=tok_per_j,
             joules_per_output_token=1 / tok_per_j,
         )
@@ -339,4 +372,4 @@ def test_report_energy_section_has_the_figure_and_the_crossover() -> None:
     assert key == "energy" and "tokens per joule" in title
     assert html.startswith("<img") and "data:image/svg+xml;base64," in html
     assert "energy crossover: mtp is ahead up to conc 4, no-spec from conc 16 on" in html
-    assert energy_sections(compare([RunInput("a", {4: result(4, 100, 50)})])) == []
+    assert energy_sections(compare([RunInput("a", {4: point(4, 100, 50)})])) == []

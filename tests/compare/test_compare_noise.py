@@ -10,24 +10,38 @@ import msgspec
 import pytest
 
 from loadgen.metrics.compare import RunInput, compare
+from loadgen.results.point import PointResult, point_from_json
 from loadgen.run.assemble import figure_spread
 from loadgen.sinks.compare_files import csv_rows, format_comparison
+from tests.support.fake_records import point_file
 
 
-def point(conc: int, throughputs: list[float], pooled: float | None = None) -> dict[str, Any]:
+def typed(fields: dict[str, Any]) -> PointResult:
+    """A whole point (point_file's) with `fields`, read as compare reads a file."""
+    return point_from_json(point_file(fields), "test")
+
+
+def point(conc: int, throughputs: list[float], pooled: float | None = None) -> PointResult:
     """A pooled point whose output throughput moved like `throughputs` over its trials."""
     mean = sum(throughputs) / len(throughputs)
-    return {
-        "max_concurrency": conc,
-        "output_throughput": mean if pooled is None else pooled,
-        "median_interactivity_tok_s_user": 100.0,
-        "median_ttft_ms": 10.0,
-        "p99_ttft_ms": 20.0,
-        "median_tpot_ms": 10.0,
-        "p99_tpot_ms": 11.0,
-        "stream_acceptance_length": None,
-        "trial_spread": {"output_throughput": msgspec.to_builtins(figure_spread(throughputs))},
-    }
+    trials = len(throughputs)
+    return typed(
+        {
+            "max_concurrency": conc,
+            "output_throughput": mean if pooled is None else pooled,
+            "median_interactivity_tok_s_user": 100.0,
+            "median_ttft_ms": 10.0,
+            "p99_ttft_ms": 20.0,
+            "median_tpot_ms": 10.0,
+            "p99_tpot_ms": 11.0,
+            "stream_acceptance_length": None,
+            "trials": trials,
+            "trial_seeds": list(range(trials)),
+            "trial_files": [f"conc_{conc}_trial_{k}.json" for k in range(1, trials + 1)],
+            "trial_ci_method": "student_t_95",
+            "trial_spread": {"output_throughput": msgspec.to_builtins(figure_spread(throughputs))},
+        }
+    )
 
 
 def test_overlapping_intervals_are_within_noise_and_apart_ones_a_ratio() -> None:
@@ -55,11 +69,13 @@ def test_overlapping_intervals_are_within_noise_and_apart_ones_a_ratio() -> None
 
 
 def test_points_without_trials_keep_their_bare_ratio() -> None:
-    plain = {
-        "max_concurrency": 1,
-        "output_throughput": 150.0,
-        "median_interactivity_tok_s_user": 100.0,
-    }
+    plain = typed(
+        {
+            "max_concurrency": 1,
+            "output_throughput": 150.0,
+            "median_interactivity_tok_s_user": 100.0,
+        }
+    )
     comparison = compare(
         [RunInput("base", {1: point(1, [100.0, 101.0])}), RunInput("other", {1: plain})]
     )

@@ -15,10 +15,8 @@ from loadgen.metrics.acceptance import (
     acceptance_difference,
     best_acceptance_length,
     itl_merged_steps,
-    published_acceptance_length,
     server_acceptance,
     stream_acceptance,
-    stream_figures_valid,
     stream_validity,
 )
 from loadgen.metrics.server import ServerSnapshot, parse_metrics
@@ -252,25 +250,3 @@ def test_matches_reference_loop(records: list[RequestRecord], k: int) -> None:
     assert result["stream_acceptance_rate"] == pytest.approx((length - 1) / k)
     expected = [sum(1 for t in decode if t - 1 > i) / len(decode) for i in range(k)]
     assert result["stream_acceptance_per_position"] == pytest.approx(expected)
-
-
-def test_old_result_files_get_the_same_rule() -> None:
-    # Files written before acceptance_length: the stream AL is re-checked before shown.
-    merged = {
-        "spec_tokens": 6,
-        "stream_acceptance_length": 27.1,
-        "stream_acceptance_oversized_chunks": 28,
-        "server_acceptance_length": 2.76,
-    }
-    assert published_acceptance_length(merged) == (2.76, "server_counters")
-    assert not stream_figures_valid(merged)
-    # No oversized count recorded, but an AL above K+1 no single step can give.
-    above = {**merged, "stream_acceptance_oversized_chunks": None}
-    assert published_acceptance_length(above) == (2.76, "server_counters")
-    clean = {**merged, "stream_acceptance_length": 2.7, "stream_acceptance_oversized_chunks": 0}
-    assert published_acceptance_length(clean) == (2.7, "stream")
-    assert stream_figures_valid(clean)
-    assert published_acceptance_length({"spec_tokens": None}) == (None, None)
-    # New files: their own fields, not re-derived.
-    new = {**merged, "acceptance_length": 2.5, "acceptance_length_source": "server_counters"}
-    assert published_acceptance_length(new) == (2.5, "server_counters")

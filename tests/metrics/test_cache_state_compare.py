@@ -5,21 +5,30 @@ before the field counts as uncontrolled, which it was."""
 from __future__ import annotations
 
 from loadgen.metrics.trust import cache_warnings
-from loadgen.results.point import CacheState
+from loadgen.results.point import CacheState, PointResult, point_from_json
+from tests.support.fake_records import point_file
+
+
+def typed(state: str | None) -> PointResult:
+    """A point file with this cache_state (None: one from before the field), read back."""
+    fields = point_file({"cache_state": state})
+    if state is None:
+        del fields["cache_state"]
+    return point_from_json(fields, "test")
 
 
 def test_alike_states_say_nothing() -> None:
-    reset = {"cache_state": "reset"}
+    reset = typed("reset")
     assert cache_warnings({"a": {4: reset, 8: reset}, "b": {4: reset}}) == []
-    assert cache_warnings({"old": {4: {}}, "new": {4: {"cache_state": "uncontrolled"}}}) == []
+    assert cache_warnings({"old": {4: typed(None)}, "new": {4: typed("uncontrolled")}}) == []
 
 
 def test_differing_states_are_said_of_every_point() -> None:
     warned = cache_warnings(
         {
-            "cold": {4: {"cache_state": "reset"}},
-            "warm": {4: {}},
-            "flaky": {4: {"cache_state": "reset_failed"}},
+            "cold": {4: typed("reset")},
+            "warm": {4: typed(None)},
+            "flaky": {4: typed("reset_failed")},
         }
     )
     assert [(name, conc) for name, conc, _ in warned] == [("cold", 4), ("warm", 4), ("flaky", 4)]

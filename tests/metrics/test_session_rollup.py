@@ -16,7 +16,7 @@ from loadgen.metrics.session_rollup import (
     session_rollups,
 )
 from loadgen.records import ErrorKind, RequestRecord
-from tests.support.fake_records import MS, make_record
+from tests.support.fake_records import MS, make_record, point_file
 
 
 def turn(
@@ -129,7 +129,22 @@ def test_report_section_shows_the_rollups_and_the_loss_by_context() -> None:
         turn(1, "a", "t", ttft_ms=300),
         turn(2, "b", "u", ttft_ms=100),
     ]
-    point = {
+    from loadgen.results.point import point_from_json
+
+    replays = "trees_started trees_completed sessions_started subagents_started max_live_trees"
+    replays += " gaps_capped_tree gaps_cut_system primers primers_failed sessions_cut turns_skipped"
+    figures = ("ttft_ms", "e2el_ms", "itl_ms", "interactivity_tok_s_user")
+    # the session group's fields (a point file with them is a session run's)
+    session = {
+        **{f"replay_{name}": 0 for name in replays.split()},
+        **{f"session_{name}": {} for name in (*figures, "e2e_interactivity_tok_s_user")},
+        **dict.fromkeys(("theoretical_cached_tokens", "server_prefix_cache_queries"), None),
+        **dict.fromkeys(("server_prefix_cache_hits", "client_cached_tokens"), None),
+        "prefix_hit_rate_diff": None,
+        "prompt_tokens_sent": 30,
+        "client_cached_requests": 0,
+        "ttft_by_context": [],
+        "subagent_session_ids": 0,
         "session_history": "recorded",
         "session_ids": 2,
         "session_trees": 2,
@@ -138,10 +153,13 @@ def test_report_section_shows_the_rollups_and_the_loss_by_context() -> None:
         "client_prefix_hit_rate": 0.4,
         **session_rollups(records, {"ttft": 200.0}, 0.5, 0.4),
     }
-    page = sessions_section([("lane-a", {4: point}), ("plain", {4: {"completed": 1}})])
+    point = point_from_json(point_file(session), "test")
+    assert point.sessions is not None
+    plain = point_from_json(point_file({}), "test")
+    page = sessions_section([("lane-a", {4: point}), ("plain", {4: plain})])
     assert 'data-run="lane-a" data-conc="4"' in page and 'data-run="plain"' not in page
     assert '<td class=num data-field="prefix_cache_loss">10.0%</td>' in page
     assert '<td class=num data-field="good_session_share">50.0%</td>' in page  # a: 300 ms
     assert '<td class=num data-field="session_rollup.turns.p50">1.5</td>' in page
     assert "<td>0-8192</td>" in page and 'data-field="loss">10.0%' in page
-    assert "No session run" in sessions_section([("plain", {4: {"completed": 1}})])
+    assert "No session run" in sessions_section([("plain", {4: plain})])

@@ -19,9 +19,15 @@ from loadgen.metrics.summary import summarize as summarize_struct
 from loadgen.metrics.throughput import steady_window
 from loadgen.metrics.trust import point_warnings
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
-from loadgen.results.point import PointResult, file_keys, flat_fields
+from loadgen.results.point import PointResult, file_keys, flat_fields, point_from_json
 from loadgen.results.point_metrics import PointMetrics
-from tests.support.fake_records import MS, completed_records, failed_record, make_record
+from tests.support.fake_records import (
+    MS,
+    completed_records,
+    failed_record,
+    make_record,
+    point_file,
+)
 from tests.support.paths import ROOT
 
 CTX = PointContext(conc=2, input_len=100, output_len=8)
@@ -244,7 +250,7 @@ def test_chunks_read_together_are_counted_within_requests_only() -> None:
     result = summarize([together, apart], CTX)
     assert result["chunk_gaps_read_together"] == 1
     assert summarize([apart], CTX)["chunk_gaps_read_together"] == 0
-    warnings = point_warnings({**result, "complete": True})
+    warnings = point_warnings(point_from_json(point_file({**result, "complete": True}), "test"))
     assert any("of chunk gaps are 0" in w and "25.0%" in w for w in warnings)  # 1 of 4 gaps
 
 
