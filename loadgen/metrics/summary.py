@@ -48,6 +48,7 @@ from loadgen.metrics.checks import (
     token_count_checks,
     token_source_fields,
 )
+from loadgen.metrics.e2e_norm import e2e_norm_intvty_fields
 from loadgen.metrics.frontend import frontend_fields
 from loadgen.metrics.golden import golden_fields
 from loadgen.metrics.latency_bounds import ClientMaxima, bounded_means
@@ -264,6 +265,7 @@ def summarize(
     throughput = throughput_fields(ordered, arrays, ctx.conc, ctx.num_gpus)
     result = _count_fields(ordered, completed, arrays, samples, ctx, spec_tokens, throughput)
     result.update(_latency_fields(arrays, samples, ctx))
+    result.update(e2e_norm_intvty_fields(samples["e2el"], arrays.output_tokens))
     result.update(_goodput(arrays, samples, ctx, throughput["duration"]))
     result.update(error_fields(ordered))
     result.update(stray_bytes_fields(ordered))

@@ -121,6 +121,15 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     p90_interactivity_tok_s_user: float | None
     p99_interactivity_tok_s_user: float | None
     p99_9_interactivity_tok_s_user: float | None
+    # InferenceX AgentX's E2E normalized interactivity (metrics/e2e_norm.py), tok/s/user;
+    # the defaults read files of an older loadgen
+    mean_e2e_norm_intvty: float | None = None
+    p50_e2e_norm_intvty: float | None = None
+    p75_e2e_norm_intvty: float | None = None
+    p90_e2e_norm_intvty: float | None = None
+    p95_e2e_norm_intvty: float | None = None
+    p99_e2e_norm_intvty: float | None = None
+    std_e2e_norm_intvty: float | None = None
     max_connect_time_ms: float | None
     new_connections: int
     request_goodput: float | None
