@@ -38,6 +38,8 @@ METRIC_FIELDS: Mapping[str, str] = {
     "ttft_p99_ms": "p99_ttft_ms",
     "tpot_p50_ms": "median_tpot_ms",
     "tpot_p99_ms": "p99_tpot_ms",
+    # InferenceX AgentX's metric of record (metrics/e2e_norm.py): the North-Star axis
+    "e2e_norm_intvty_p90": "p90_e2e_norm_intvty",
     # the best valid source (stream, else server counters): published_acceptance_length
     "acceptance_length": "acceptance_length",
     # --gpu-metrics runs (null otherwise): GPU energy per output token, and its inverse
