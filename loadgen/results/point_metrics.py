@@ -28,6 +28,20 @@ def vllm_spelling(name: str) -> str | None:
     return f"p{match[1]}.{match[2]}_{name[match.end() :]}"
 
 
+class EarlyStop(msgspec.Struct, frozen=True, kw_only=True):
+    """MLPerf LoadGen's early-stopping figures of one published latency percentile
+    (metrics/early_stopping.py; docs/results.md, "Early stopping")."""
+
+    samples: int
+    bound_ms: float | None  # None: no samples
+    bound_source: str  # "slo" (--slo) or "percentile" (the published value itself)
+    over: int | None  # samples strictly over the bound
+    required_samples: int | None  # h(over) + over at confidence 0.99
+    enough: bool | None  # samples >= required_samples
+    estimate_ms: float | None  # LoadGen's early-stopping estimate; None: too few samples
+    min_samples_for_estimate: int  # h(1) + 1: 662 for p99
+
+
 class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelling):
     """docs/results.md documents every field (a test holds the two together)."""
 
@@ -258,5 +272,8 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     output_lens: list[int]
     ttfts: list[float | None]
     errors: list[str]
+    # MLPerf early stopping per published TTFT/TPOT/E2EL percentile (`p99_ttft_ms` -> its
+    # figures); the default reads files of an older loadgen
+    early_stopping: dict[str, EarlyStop] = {}
     # `--percentiles X` beyond the default set: `p<X>_<metric>_<unit>` -> value
     extra_percentiles: dict[str, float | None] = {}
