@@ -183,6 +183,23 @@ def _profile_warnings(result: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _early_stopping_warnings(result: Mapping[str, Any]) -> list[str]:
+    """A percentile held to an --slo bound on too few samples for MLPerf's early stopping
+    (metrics/early_stopping.py) to claim it at 0.99 confidence."""
+    found = []
+    entries = result.get("early_stopping")
+    for key, entry in entries.items() if isinstance(entries, Mapping) else ():
+        if not isinstance(entry, Mapping) or entry.get("bound_source") != "slo":
+            continue
+        if entry.get("enough") is False:
+            found.append(
+                f"{key}: {entry.get('samples')} samples, {entry.get('over')} over the --slo "
+                f"bound {entry.get('bound_ms')} ms: MLPerf early stopping (0.99) needs "
+                f"{entry.get('required_samples')} to claim it"
+            )
+    return found
+
+
 def point_warnings(result: Mapping[str, Any]) -> list[str]:
     """Why this point's numbers may be off; empty when nothing is suspect."""
     return (
@@ -190,6 +207,7 @@ def point_warnings(result: Mapping[str, Any]) -> list[str]:
         + _check_warnings(result)
         + _simulator_warnings(result)
         + _profile_warnings(result)
+        + _early_stopping_warnings(result)
     )
 
 

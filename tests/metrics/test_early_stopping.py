@@ -17,6 +17,10 @@ from loadgen.metrics.early_stopping import (
     min_passing,
     required_samples,
 )
+from loadgen.metrics.summary import PointContext, summarize
+from loadgen.metrics.trust import point_warnings
+from loadgen.results.point import flat_fields
+from tests.support.fake_records import MS, make_record
 
 PERCENTILES = (Fraction(9, 10), Fraction(99, 100), Fraction(999, 1000))
 
@@ -97,3 +101,20 @@ def test_a_bound_counts_samples_strictly_over_it() -> None:
     assert figures.over == 3 and figures.samples == 1000
     assert figures.required == required_samples(3, 0.99)
     assert figures.enough == (figures.required <= 1000)
+
+
+def test_a_percentile_under_an_slo_on_too_few_samples_is_a_warning() -> None:
+
+    records = [make_record(i, offsets_ns=((5 + i % 7) * MS, 30 * MS)) for i in range(200)]
+    ctx = PointContext(conc=4, input_len=100, output_len=8, slos={"ttft": 100.0})
+    result = flat_fields(summarize(records, ctx))
+    entry = result["early_stopping"]["p99_ttft_ms"]
+    assert entry["bound_source"] == "slo" and entry["over"] == 0
+    assert entry["required_samples"] == 459 and entry["enough"] is False
+    assert entry["estimate_ms"] is None and entry["min_samples_for_estimate"] == 662
+    assert result["early_stopping"]["p90_ttft_ms"]["enough"] is True  # 200 >= h(0) = 44
+    warned = [w for w in point_warnings(result) if "early stopping" in w]
+    assert len(warned) == 2 and warned[0].startswith("p99_ttft_ms: 200 samples, 0 over")
+    unbound = flat_fields(summarize(records, PointContext(4, 100, 8)))
+    assert unbound["early_stopping"]["p99_ttft_ms"]["bound_source"] == "percentile"
+    assert not [w for w in point_warnings(unbound) if "early stopping" in w]
