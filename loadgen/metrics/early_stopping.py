@@ -76,7 +76,8 @@ def estimate_rank(n: int, p: float, confidence: float = CONFIDENCE) -> int | Non
     (the estimate is the t-th largest of n samples); None below h(1) + 1 samples."""
     if n < required_samples(1, p, confidence):
         return None
-    low, high = 1, n  # required_samples grows with t: the last t it allows
+    # required_samples grows with t, and is at least t / (1 - p): the last t it allows
+    low, high = 1, max(1, min(n, math.floor((1 - p) * n)))
     while low < high:
         mid = (low + high + 1) // 2
         if n >= required_samples(mid, p, confidence):

@@ -40,28 +40,61 @@ class PercentileInterval:
         return self.half_width / self.value if self.value > 0 else math.inf
 
 
-def binomial_cdf(n: int, p: float) -> FloatArray:
-    """F(k) = P(X <= k) for k = 0..n, X ~ Binomial(n, p), 0 < p < 1 (log-space terms)."""
-    k = np.arange(1, n + 1, dtype=np.float64)
+# The binomial's mass further than this many standard deviations (plus a margin for
+# small n) from its mean is left out of the sums: below 1e-30, far under any decision
+WINDOW_SD = 12.0
+WINDOW_MARGIN = 10
+
+
+def binomial_cdf(n: int, p: float) -> tuple[int, FloatArray]:
+    """(k0, F) with F[i] = P(X <= k0 + i) for k0 + i up to the window's end, X ~
+    Binomial(n, p), 0 < p < 1: the terms in log space over a window of WINDOW_SD
+    standard deviations around the mean (the whole of 0..n for small n); P(X < k0) is
+    taken as 0 and P(X <= k) as 1 beyond the window."""
+    spread = WINDOW_SD * math.sqrt(n * p * (1 - p)) + WINDOW_MARGIN
+    k0 = max(0, math.floor(n * p - spread))
+    k1 = min(n, math.ceil(n * p + spread))
+    first = (
+        math.lgamma(n + 1)
+        - math.lgamma(k0 + 1)
+        - math.lgamma(n - k0 + 1)
+        + k0 * math.log(p)
+        + (n - k0) * math.log1p(-p)
+    )
+    k = np.arange(k0 + 1, k1 + 1, dtype=np.float64)
     steps = np.log((n - k + 1) / k) + math.log(p / (1 - p))
-    logs = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
+    logs = first + np.concatenate(([0.0], np.cumsum(steps)))
     weights = np.exp(logs - logs.max())
     cdf: FloatArray = np.cumsum(weights) / weights.sum()
-    return cdf
+    return k0, cdf
+
+
+def _cdf_at(k0: int, cdf: FloatArray, k: int) -> float:
+    if k < k0:
+        return 0.0
+    return float(cdf[k - k0]) if k - k0 < cdf.size else 1.0
 
 
 def order_ranks(n: int, p: float, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
     """(l, u), 1-based orders of the interval's ends; None when n is too small."""
     if n < 1:
         return None
-    cdf = binomial_cdf(n, p)
+    k0, cdf = binomial_cdf(n, p)
     miss = (1 - confidence) / 2
-    # order r (1..n) at index r - 1: its tail is F(r-1) = cdf[r - 1]
-    low_ok = np.flatnonzero(cdf[:n] <= miss)
-    high_ok = np.flatnonzero(cdf[:n] >= 1 - miss)
-    if low_ok.size == 0 or high_ok.size == 0:
+    # order r (1..n) has the tail F(r-1); the window holds F(k) for k = k0..k0+size-1
+    last = min(n - 1, k0 + cdf.size - 1)
+    window = cdf[: last - k0 + 1]
+    low_ok = np.flatnonzero(window <= miss)
+    if low_ok.size:
+        low = k0 + int(low_ok[-1]) + 1
+    elif k0 > 0:
+        low = k0  # F(k0 - 1) is below the window: 0
+    else:
         return None
-    return int(low_ok[-1]) + 1, int(high_ok[0]) + 1
+    high_ok = np.flatnonzero(window >= 1 - miss)
+    if not high_ok.size:
+        return None  # F(n - 1) stays under 1 - miss: too few samples
+    return low, k0 + int(high_ok[0]) + 1
 
 
 def percentile_interval(
@@ -74,8 +107,9 @@ def percentile_interval(
         return None
     low, high = ranks
     ordered = np.sort(values)
-    cdf = binomial_cdf(n, percentile / 100)
-    coverage = float(cdf[high - 1] - cdf[low - 1])  # P(low <= X <= high - 1)
+    k0, cdf = binomial_cdf(n, percentile / 100)
+    # P(low <= X <= high - 1)
+    coverage = _cdf_at(k0, cdf, high - 1) - _cdf_at(k0, cdf, low - 1)
     return PercentileInterval(
         n,
         float(np.percentile(values, percentile)),
