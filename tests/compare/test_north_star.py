@@ -156,5 +156,6 @@ def test_report_has_the_north_star_section(tree: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     html = out.read_text()
     assert 'id="north-star"' in html and "Throughput vs interactivity, gated" in html
+    assert "E2E intvty p90" in html  # the comparison table's column
     plain = loadgen("report", str(tree / "plain"), "-o", str(tmp_path / "plain.html"))
     assert plain.returncode == 0 and 'id="north-star"' not in (tmp_path / "plain.html").read_text()
