@@ -19,6 +19,7 @@ from loadgen.compare.lossless_inputs import lossless_check
 from loadgen.errors import LoadgenError, UsageError
 from loadgen.metrics.compare import Comparison, compare
 from loadgen.metrics.lossless import LosslessCheck
+from loadgen.metrics.north_star import NorthStar, north_star
 from loadgen.metrics.trust import (
     cache_warnings,
     point_warnings,
@@ -32,6 +33,7 @@ from loadgen.sinks.compare_files import (
     write_comparison_csv,
     write_comparison_json,
 )
+from loadgen.sinks.north_star_text import north_star_lines
 from loadgen.sinks.report_capacity import capacity_line
 from loadgen.wording import printable
 
@@ -69,8 +71,36 @@ def compare_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="also write everything (tables, frontiers, crossovers) as JSON",
     )
+    _frontier_argument(p)
     _lossless_arguments(p)
     return p
+
+
+FRONTIERS = ("interactivity", "north-star")
+
+
+def _frontier_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--frontier",
+        choices=FRONTIERS,
+        default="interactivity",
+        help="north-star: also InferenceX AgentX's North-Star frontier (throughput per "
+        "GPU against p90 E2E normalized interactivity, every run's points as one group) "
+        "and the throughput-vs-interactivity frontier gated by it; needs every lane "
+        "run with --num-gpus (default: interactivity only)",
+    )
+
+
+def north_star_of(comparison: Comparison, frontier: str) -> NorthStar | None:
+    """The North-Star frontier when asked; refused, in one line, without per-GPU figures."""
+    if frontier != "north-star":
+        return None
+    if not comparison.per_gpu:
+        raise UsageError(
+            "--frontier north-star: some point has no throughput per GPU; run every lane "
+            "with --num-gpus N (InferenceX's frontier is per GPU)"
+        )
+    return north_star(comparison)
 
 
 def _lossless_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +143,7 @@ def report_parser() -> argparse.ArgumentParser:
         help="the run that repeats the baseline's configuration (the outputs check's "
         "noise floor; default: a run named <baseline>.repeat)",
     )
+    _frontier_argument(p)
     return p
 
 
@@ -162,23 +193,29 @@ def write_outputs(
     csv: Path | None = None,
     json: Path | None = None,
     lossless: LosslessCheck | None = None,
+    frontier: str = "interactivity",
 ) -> str:
     """The comparison as text (returned), plus CSV/JSON where asked; `lossless`: the
     outputs check, computed once by the caller for every sink."""
     comparison, warnings = compare_dirs(runs), warnings_of(runs)
+    star = north_star_of(comparison, frontier)
     mismatch = workload_warning(runs)
     if csv is not None:
         write_comparison_csv(csv, comparison, _paths(runs), lossless)
     if json is not None:
-        write_comparison_json(json, comparison, _paths(runs), warnings, mismatch, lossless)
+        write_comparison_json(json, comparison, _paths(runs), warnings, mismatch, lossless, star)
     searches = [capacity_line(r.name, r.capacity.result) for r in runs if r.capacity]
+    stars = ["", *north_star_lines(star)] if star is not None else []
     return format_comparison(comparison, warnings, mismatch, lossless) + "".join(
-        f"\n{line}" for line in searches
+        f"\n{line}" for line in [*stars, *searches]
     )
 
 
 def build_report(
-    runs: Sequence[RunDir], output: Path, lossless: LosslessCheck | None = None
+    runs: Sequence[RunDir],
+    output: Path,
+    lossless: LosslessCheck | None = None,
+    frontier: str = "interactivity",
 ) -> Path:
     from loadgen.compare.distributions import load_record_views
     from loadgen.sinks.html_report import ReportRun, write_report
@@ -195,13 +232,15 @@ def build_report(
         )
         for run in runs
     ]
+    comparison = compare_dirs(runs)
     return write_report(
         output,
         report_runs,
-        compare_dirs(runs),
+        comparison,
         warnings_of(runs),
         generated_unix=time.time(),
         lossless=lossless,
+        north_star=north_star_of(comparison, frontier),
     )
 
 
@@ -224,14 +263,17 @@ def _guard(command: str, argv: Sequence[str]) -> int:
             args = compare_parser().parse_args(list(argv))
             runs = load_runs(args.runs)
             check = lossless_check(runs, args.repeat_baseline)
-            text = write_outputs(runs, csv=args.csv, json=args.json, lossless=check)
+            text = write_outputs(
+                runs, csv=args.csv, json=args.json, lossless=check, frontier=args.frontier
+            )
             print(printable(text))
             if args.require_lossless:  # after every file is written: nothing is lost
                 require_lossless(check)
         else:
             args = report_parser().parse_args(list(argv))
             runs = load_runs(args.runs)
-            path = build_report(runs, args.output, lossless_check(runs, args.repeat_baseline))
+            check = lossless_check(runs, args.repeat_baseline)
+            path = build_report(runs, args.output, check, args.frontier)
             print(f"loadgen: report in {path}", file=sys.stderr)
     except OSError as exc:  # an output path that cannot be written
         raise ResultsWriteError(Path(exc.filename or "the output"), exc) from None

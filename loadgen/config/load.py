@@ -36,6 +36,50 @@ RAMP_UP_STRATEGIES = ("linear", "exponential")
 MAX_TRIALS = 100
 
 
+# --target-precision: the per-request latencies a percentile interval is taken of (ITL's
+# gaps are pooled per chunk: one request's are not independent samples)
+PRECISION_METRICS = ("ttft", "tpot", "e2el")
+PRECISION_FORM = "METRIC:PCTL:FRACTION, e.g. ttft:p99:0.05 (METRIC ttft, tpot or e2el)"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPrecision:
+    """--target-precision: stop a point once this percentile's interval is this narrow."""
+
+    metric: str  # ttft | tpot | e2el
+    percentile: float  # 0 < percentile < 100
+    fraction: float  # 0 < fraction < 1: the interval's half-width over the percentile
+
+
+def parse_target_precision(text: str) -> TargetPrecision:
+    """`ttft:p99:0.05` (also `ttft:99:5%`) -> TargetPrecision; a bad value is one line."""
+    parts = [part.strip() for part in text.split(":")]
+    if len(parts) != 3:
+        raise SpecError(f"--target-precision {text!r}: need {PRECISION_FORM}")
+    metric, pctl, fraction = parts
+    if metric not in PRECISION_METRICS:
+        raise SpecError(
+            f"--target-precision {text!r}: METRIC must be one of "
+            f"{', '.join(PRECISION_METRICS)} (per-request latencies)"
+        )
+    try:
+        percentile = float(pctl.removeprefix("p"))
+        share = float(fraction[:-1]) / 100 if fraction.endswith("%") else float(fraction)
+    except ValueError:
+        raise SpecError(f"--target-precision {text!r}: need {PRECISION_FORM}") from None
+    if not (math.isfinite(percentile) and 0 < percentile < 100):
+        raise SpecError(
+            f"--target-precision {text!r}: the percentile must be between 0 and 100, "
+            "exclusive (e.g. p99)"
+        )
+    if not (math.isfinite(share) and 0 < share < 1):
+        raise SpecError(
+            f"--target-precision {text!r}: FRACTION must be between 0 and 1, exclusive "
+            "(e.g. 0.05 or 5%: the interval's half-width over the percentile)"
+        )
+    return TargetPrecision(metric, percentile, share)
+
+
 @dataclass(frozen=True, slots=True)
 class LoadSpec:
     """How many requests, how fast, how often each point runs, and the capacity search."""
@@ -64,6 +108,8 @@ class LoadSpec:
     ramp_up_end_rps: float | None = None
     rate_stages: tuple[tuple[float, float], ...] = ()  # (req/s, seconds) one after another
     conc_stages: tuple[tuple[int, float], ...] = ()  # (in flight, seconds) one after another
+    # stop a closed-loop point early once a percentile is known this precisely
+    target_precision: TargetPrecision | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -277,6 +323,17 @@ FIELDS: tuple[Field, ...] = (
         "of concurrency the largest C, sending for the stages' sum (default: none)",
         fills="conc_stages",
         to=_conc_stages,
+    ),
+    flag(
+        "--target-precision",
+        type=parse_target_precision,
+        default=None,
+        metavar="METRIC:PCTL:FRACTION",
+        help="stop each point once that percentile's 95%% order-statistic interval has a "
+        "half-width below FRACTION of its value, checked about every second, e.g. "
+        "ttft:p99:0.05; the point's request count and --duration still bound it "
+        "(closed loop, one process; default: none)",
+        fills="target_precision",
     ),
 )
 
@@ -585,4 +642,9 @@ def check(load: LoadSpec) -> None:
     _check_rate(load)
     _check_load_shape(load)
     _check_trials(load)
+    _check(
+        load.target_precision is None or not (load.open_loop or load.conc_stages),
+        "--target-precision stops a closed-loop point: drop --request-rate, the ramp-up, "
+        "--rate-stages and --conc-stages, or the target",
+    )
     _check_limits(load)

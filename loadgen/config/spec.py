@@ -210,6 +210,12 @@ def _check_across_parts(spec: RunSpec) -> None:
         shards=spec.processes.shard_count,
     )
     _check_conc_stages_run(spec)
+    _check(
+        spec.load.target_precision is None
+        or (spec.processes.workers == 1 and spec.processes.shard_count == 1 and not spec.sessions),
+        "--target-precision stops a point sent from one process: use --workers 1, no "
+        "--shard and no sessions (--turns, multi-turn datasets, traces)",
+    )
     _check_processes(spec)
     _check_sessions(spec)
     _check_find_max(spec)

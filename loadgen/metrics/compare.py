@@ -40,6 +40,8 @@ METRIC_FIELDS: Mapping[str, str] = {
     "ttft_p99_ms": "p99_ttft_ms",
     "tpot_p50_ms": "median_tpot_ms",
     "tpot_p99_ms": "p99_tpot_ms",
+    # InferenceX AgentX's metric of record (metrics/e2e_norm.py): the North-Star axis
+    "e2e_norm_intvty_p90": "p90_e2e_norm_intvty",
     # the best valid source (stream, else the server's): acceptance_length_source says
     "acceptance_length": "acceptance_length",
     # --gpu-metrics runs (null otherwise): GPU energy per output token, and its inverse
@@ -76,6 +78,7 @@ READERS: Mapping[str, Reader] = {
     "ttft_p99_ms": lambda p: p.metrics.p99_ttft_ms,
     "tpot_p50_ms": lambda p: p.metrics.median_tpot_ms,
     "tpot_p99_ms": lambda p: p.metrics.p99_tpot_ms,
+    "e2e_norm_intvty_p90": lambda p: p.metrics.p90_e2e_norm_intvty,
     "acceptance_length": lambda p: p.metrics.acceptance_length,
     "joules_per_token": _energy(lambda e: e.joules_per_output_token),
     "tokens_per_joule": _energy(lambda e: e.output_tokens_per_joule),

@@ -48,6 +48,8 @@ from loadgen.metrics.checks import (
     token_count_checks,
     token_source_fields,
 )
+from loadgen.metrics.e2e_norm import e2e_norm_intvty_fields
+from loadgen.metrics.early_stopping import early_stop
 from loadgen.metrics.frontend import frontend_fields
 from loadgen.metrics.golden import golden_fields
 from loadgen.metrics.latency_bounds import ClientMaxima, bounded_means
@@ -68,9 +70,16 @@ from loadgen.metrics.steps import step_fields
 from loadgen.metrics.throughput import throughput_fields
 from loadgen.records import ArrivalStamps, ErrorKind, RequestRecord
 from loadgen.results.point import metrics_from_fields
-from loadgen.results.point_metrics import PointMetrics
+from loadgen.results.point_metrics import EarlyStop, PointMetrics
 
 BASE_PERCENTILES = (90.0, 99.0, 99.9)  # always published (docs/design.md), plus --percentiles
+# The per-request latencies MLPerf's early stopping applies to (ITL's pooled gaps of one
+# request are not independent samples, and LoadGen counts queries)
+EARLY_STOPPING_METRICS = (
+    "ttft",
+    "tpot",
+    "e2el",
+)  # always published (docs/design.md), plus --percentiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +273,8 @@ def summarize(
     throughput = throughput_fields(ordered, arrays, ctx.conc, ctx.num_gpus)
     result = _count_fields(ordered, completed, arrays, samples, ctx, spec_tokens, throughput)
     result.update(_latency_fields(arrays, samples, ctx))
+    result.update(e2e_norm_intvty_fields(samples["e2el"], arrays.output_tokens))
+    result["early_stopping"] = early_stopping_fields(samples, result, ctx)
     result.update(_goodput(arrays, samples, ctx, throughput["duration"]))
     result.update(error_fields(ordered))
     result.update(stray_bytes_fields(ordered))
@@ -402,3 +413,31 @@ def _latency_fields(
     result["max_connect_time_ms"] = float(connect.max()) if connect.size else None
     result["new_connections"] = int(np.count_nonzero(arrays.connect_ns > 0))
     return result
+
+
+def early_stopping_fields(
+    samples: Mapping[str, FloatArray], result: Mapping[str, Any], ctx: PointContext
+) -> dict[str, EarlyStop]:
+    """Per published percentile of TTFT, TPOT and E2EL: MLPerf's early-stopping figures
+    against the metric's --slo bound, else against the published percentile itself."""
+    found: dict[str, EarlyStop] = {}
+    for name in EARLY_STOPPING_METRICS:
+        values = samples[name]
+        for p in ctx.all_percentiles:
+            if not 0 < p < 100:
+                continue
+            key = f"p{percentile_word(p)}_{name}_ms"
+            slo = ctx.slos.get(name)
+            bound = slo if slo is not None else result[key]
+            figures = early_stop(values, p, bound)
+            found[key] = EarlyStop(
+                samples=figures.samples,
+                bound_ms=figures.bound_ms,
+                bound_source="slo" if slo is not None else "percentile",
+                over=figures.over,
+                required_samples=figures.required,
+                enough=figures.enough,
+                estimate_ms=figures.estimate_ms,
+                min_samples_for_estimate=figures.min_samples,
+            )
+    return found

@@ -175,6 +175,18 @@ def _profile_warnings(result: PointResult) -> list[str]:
     ]
 
 
+def _early_stopping_warnings(result: PointResult) -> list[str]:
+    """A percentile held to an --slo bound on too few samples for MLPerf's early stopping
+    (metrics/early_stopping.py) to claim it at 0.99 confidence."""
+    return [
+        f"{key}: {entry.samples} samples, {entry.over} over the --slo "
+        f"bound {entry.bound_ms} ms: MLPerf early stopping (0.99) needs "
+        f"{entry.required_samples} to claim it"
+        for key, entry in result.metrics.early_stopping.items()
+        if entry.bound_source == "slo" and entry.enough is False
+    ]
+
+
 def point_warnings(result: PointResult) -> list[str]:
     """Why this point's numbers may be off; empty when nothing is suspect."""
     return (
@@ -182,6 +194,7 @@ def point_warnings(result: PointResult) -> list[str]:
         + _check_warnings(result)
         + _simulator_warnings(result)
         + _profile_warnings(result)
+        + _early_stopping_warnings(result)
     )
 
 

@@ -373,6 +373,31 @@ class TtftParts(NestedValue, frozen=True, kw_only=True):
         }
 
 
+class TargetPrecisionOutcome(NestedValue, frozen=True, kw_only=True):
+    """--target-precision: whether the point stopped on it, and the interval it reached
+    (run/features/target_precision.py; docs/results.md)."""
+
+    metric: str  # ttft | tpot | e2el
+    percentile: float
+    fraction: float  # the half-width asked for, over the percentile
+    confidence: float
+    reached: bool  # the interval got narrow enough and the point stopped sending
+    requests_at_stop: int | None  # records (in completion order) the stop was judged on
+    samples_at_stop: int | None  # of which samples of the metric
+    value_at_stop_ms: float | None
+    low_at_stop_ms: float | None
+    high_at_stop_ms: float | None
+    relative_at_stop: float | None  # half-width / value when it stopped (< fraction)
+    # the most it could reach once the requests in flight ended (< fraction to stop)
+    worst_relative_at_stop: float | None
+    samples: int  # over the point's records, those that ended after the stop included
+    value_ms: float | None
+    low_ms: float | None
+    high_ms: float | None
+    relative: float | None  # null: too few samples for an interval
+    checks: int  # how often it was judged
+
+
 class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     """One point, as every producer builds it (run/assemble.py) and every reader gets it."""
 
@@ -398,6 +423,8 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     server_metrics_by_role: list[ServerRoleFigures] | None = None
     # a disaggregated run's (--server-metrics prefill=/decode=): its TTFT taken apart
     ttft_parts: TtftParts | None = None
+    # --target-precision: the point's interval and whether it stopped the point
+    target_precision: TargetPrecisionOutcome | None = None
 
     @property
     def conc(self) -> int:

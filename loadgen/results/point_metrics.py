@@ -28,6 +28,20 @@ def vllm_spelling(name: str) -> str | None:
     return f"p{match[1]}.{match[2]}_{name[match.end() :]}"
 
 
+class EarlyStop(msgspec.Struct, frozen=True, kw_only=True):
+    """MLPerf LoadGen's early-stopping figures of one published latency percentile
+    (metrics/early_stopping.py; docs/results.md, "Early stopping")."""
+
+    samples: int
+    bound_ms: float | None  # None: no samples
+    bound_source: str  # "slo" (--slo) or "percentile" (the published value itself)
+    over: int | None  # samples strictly over the bound
+    required_samples: int | None  # h(over) + over at confidence 0.99
+    enough: bool | None  # samples >= required_samples
+    estimate_ms: float | None  # LoadGen's early-stopping estimate; None: too few samples
+    min_samples_for_estimate: int  # h(1) + 1: 662 for p99
+
+
 class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelling):
     """docs/results.md documents every field (a test holds the two together)."""
 
@@ -121,6 +135,15 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     p90_interactivity_tok_s_user: float | None
     p99_interactivity_tok_s_user: float | None
     p99_9_interactivity_tok_s_user: float | None
+    # InferenceX AgentX's E2E normalized interactivity (metrics/e2e_norm.py), tok/s/user;
+    # the defaults read files of an older loadgen
+    mean_e2e_norm_intvty: float | None = None
+    p50_e2e_norm_intvty: float | None = None
+    p75_e2e_norm_intvty: float | None = None
+    p90_e2e_norm_intvty: float | None = None
+    p95_e2e_norm_intvty: float | None = None
+    p99_e2e_norm_intvty: float | None = None
+    std_e2e_norm_intvty: float | None = None
     max_connect_time_ms: float | None
     new_connections: int
     request_goodput: float | None
@@ -249,5 +272,8 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     output_lens: list[int]
     ttfts: list[float | None]
     errors: list[str]
+    # MLPerf early stopping per published TTFT/TPOT/E2EL percentile (`p99_ttft_ms` -> its
+    # figures); the default reads files of an older loadgen
+    early_stopping: dict[str, EarlyStop] = {}
     # `--percentiles X` beyond the default set: `p<X>_<metric>_<unit>` -> value
     extra_percentiles: dict[str, float | None] = {}

@@ -35,6 +35,7 @@ from loadgen.results.point import (
     ServerRoleFigures,
     SessionMetrics,
     SimulatorHealth,
+    TargetPrecisionOutcome,
     TrialSpread,
     TtftParts,
 )
@@ -73,6 +74,7 @@ class PointParts:
     profile: ProfileState = field(default_factory=ProfileState)  # --profile-conc: its window
     server_metrics_by_role: list[ServerRoleFigures] | None = None  # --server-metrics ROLE=
     ttft_parts: TtftParts | None = None  # a disaggregated run's (features/ttft_parts.py)
+    target_precision: TargetPrecisionOutcome | None = None  # features/target_precision.py
 
 
 def assemble_point(
@@ -100,6 +102,7 @@ def assemble_point(
         server_metrics_by_url=parts.server_metrics_by_url,
         server_metrics_by_role=parts.server_metrics_by_role,
         ttft_parts=parts.ttft_parts,
+        target_precision=parts.target_precision,
         simulator=parts.simulator,
         cache=parts.cache,
         profile=parts.profile,

@@ -102,6 +102,7 @@ class SingleTurn(Lives):
                 on_warmup=records.add_warmup,
                 slots=len(share.slots(conc)),
                 label=share.label,
+                stopped=records.sending_stopped,
             )
 
         return await self.run(

@@ -20,6 +20,7 @@ from loadgen.records import RequestRecord
 from loadgen.results.point import PointResult
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointParts
+from loadgen.run.point_records import PointRecords
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,11 @@ class Extension:
 
     def measure_started(self) -> None:
         """The counters were read: the measured phase starts now."""
+
+    def measuring(self, records: PointRecords) -> None:
+        """Right after measure_started: the point's records as they arrive, which a
+        feature may read off the per-chunk path (a timer of its own) and stop the sending
+        with (`records.stop_sending`)."""
 
     async def after_measure(self, records: Sequence[RequestRecord]) -> None:
         """The measured phase ended (its requests all ended), before the counters are read

@@ -109,6 +109,7 @@ class PointLife:
             self._begin(await self.context.backend.scrape())
             for ext in exts:
                 ext.measure_started()
+                ext.measuring(self.records)
             await self.sending.measure()
             for ext in each(exts, closing=True):
                 await ext.after_measure(self.records.records)

@@ -44,6 +44,7 @@ class Point:
         on_warmup: Callable[[RequestRecord], None] | None = None,
         slots: int | None = None,
         label: str = "shard 0/1 worker 0/1",
+        stopped: Callable[[], bool] | None = None,
     ) -> None:
         self.run = run
         self.plan = plan
@@ -52,6 +53,7 @@ class Point:
         self.warmup_planned = len(plan.warmup)
         self.label = label
         self._deliver = on_record
+        self._stopped = stopped  # the point measured enough: send no more (PointRecords)
         self._warmup_to = on_warmup
         self.sent_requests = self.sent_chunks = 0
         self.warmup_failed = 0
@@ -109,7 +111,7 @@ class Point:
             requests=self.plan.measured,
             planned=run.spec.load.measured_requests(conc),
             slots=self.slots,
-            send=self._send,
+            send=self._send_unless_stopped,
             clock=run.clock,
             sleep=run.sleep,
             rng=arrivals_rng(run.spec, conc),
@@ -147,6 +149,13 @@ class Point:
         if self._warmup_to is not None:
             self._warmup_to(record)
         return record
+
+    async def _send_unless_stopped(
+        self, request: RequestSpec, scheduled_ns: int
+    ) -> RequestRecord | None:
+        if self._stopped is not None and self._stopped():
+            return None  # not sent: the slot moves past it without a request
+        return await self._send(request, scheduled_ns)
 
     async def _send(self, request: RequestSpec, scheduled_ns: int) -> RequestRecord:
         if self.run.watch is not None:

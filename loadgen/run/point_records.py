@@ -58,6 +58,15 @@ class PointRecords:
         self.sink = JsonlSink(path)  # a fresh file: results_dir.prepare() cleared the way
         # --aiperf-artifacts only: the primers/warmup requests
         self.warmup_records: list[RequestRecord] = []
+        # why the point has measured enough (a feature said so): no new request is sent,
+        # the ones in flight end as usual
+        self.enough: str | None = None
+
+    def stop_sending(self, why: str) -> None:
+        self.enough = why
+
+    def sending_stopped(self) -> bool:
+        return self.enough is not None
 
     def add(self, record: RequestRecord) -> None:
         self.records.append(record)

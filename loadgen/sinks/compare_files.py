@@ -26,8 +26,10 @@ from loadgen.metrics.compare import (
     PointRow,
 )
 from loadgen.metrics.lossless import LosslessCheck
+from loadgen.metrics.north_star import NorthStar
 from loadgen.results.files import write_atomic
 from loadgen.sinks import lossless_text
+from loadgen.sinks.north_star_text import north_star_json
 from loadgen.sinks.table import al_mark, al_notes
 
 Warning_ = tuple[str, int, str]  # run, concurrency, message
@@ -40,6 +42,7 @@ COLUMNS: Mapping[str, tuple[str, int]] = {
     "ttft_p99_ms": ("TTFT p99 ms", 1),
     "tpot_p50_ms": ("TPOT p50 ms", 2),
     "tpot_p99_ms": ("TPOT p99 ms", 2),
+    "e2e_norm_intvty_p90": ("E2E intvty p90", 1),
     "acceptance_length": ("AL", 2),
 }
 # On the console only, and only when some run measured GPU energy (--gpu-metrics).
@@ -310,6 +313,7 @@ def comparison_json(
     warnings: Sequence[Warning_] = (),
     workload_mismatch: str | None = None,
     lossless: LosslessCheck | None = None,
+    star: NorthStar | None = None,
 ) -> dict[str, Any]:
     return {
         "baseline": comparison.baseline,
@@ -331,6 +335,8 @@ def comparison_json(
         "warnings": [{"run": r, "conc": c, "message": m} for r, c, m in warnings],
         "workload_mismatch": workload_mismatch,
         "lossless": lossless_text.lossless_json(lossless),
+        # --frontier north-star only
+        **({"north_star": north_star_json(star)} if star is not None else {}),
     }
 
 
@@ -341,9 +347,10 @@ def write_comparison_json(
     warnings: Sequence[Warning_] = (),
     workload_mismatch: str | None = None,
     lossless: LosslessCheck | None = None,
+    star: NorthStar | None = None,
 ) -> Path:
     data = orjson.dumps(
-        comparison_json(comparison, paths, warnings, workload_mismatch, lossless),
+        comparison_json(comparison, paths, warnings, workload_mismatch, lossless, star),
         option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE,
     )
     return write_atomic(path, data)

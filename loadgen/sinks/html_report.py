@@ -19,6 +19,7 @@ from loadgen import __version__
 from loadgen.metrics.compare import Comparison, PointRow
 from loadgen.metrics.distributions import PointDistributions
 from loadgen.metrics.lossless import LosslessCheck, Verdict
+from loadgen.metrics.north_star import NorthStar, StarPoint
 from loadgen.metrics.timeline import TimelineBar
 from loadgen.results.capacity import CapacityResult
 from loadgen.results.files import write_atomic
@@ -446,6 +447,47 @@ def frontier_section(runs: Sequence[ReportRun], comparison: Comparison) -> str:
     return _img(figure, alt) + capacity_text(searches)
 
 
+def north_star_section(star: NorthStar, comparison: Comparison) -> str:
+    """--frontier north-star: the figure, the canonical frontier and the gated one."""
+
+    def table(points: Sequence[StarPoint]) -> str:
+        if not points:
+            return "<p>None.</p>"
+        rows = "".join(
+            f"<tr><td>{_e(p.run)}</td><td>{p.conc}</td><td>{_e(_num1(p.e2e_norm_intvty))}</td>"
+            f"<td>{_e(_num1(p.interactivity))}</td><td>{_e(_num1(p.throughput))}</td></tr>"
+            for p in points
+        )
+        return (
+            "<table><tr><th>run</th><th>conc</th><th>E2E norm. intvty p90</th>"
+            f"<th>interactivity</th><th>{_e(throughput_label(comparison))}</th></tr>"
+            f"{rows}</table>"
+        )
+
+    label = throughput_label(comparison)
+    missing = ", ".join(f"{p.run} conc {p.conc}" for p in star.without_metric)
+    return (
+        _img(figures.north_star_figure(star, label), "throughput vs E2E normalized interactivity")
+        + "<p>InferenceX AgentX's rule: a point is on a published frontier only if it is on "
+        f"the frontier of {_e(label)} against p90 E2E normalized interactivity (every "
+        "run's points as one group).</p><h3>North-Star frontier</h3>"
+        + table(star.canonical)
+        + "<h3>Throughput vs interactivity, gated</h3>"
+        + table(star.gated)
+        + (
+            "<p>Left off (on the interactivity frontier, not North-Star winners):</p>"
+            + table(star.dropped)
+            if star.dropped
+            else ""
+        )
+        + (f"<p class=meta>Without the metric: {_e(missing)}</p>" if missing else "")
+    )
+
+
+def _num1(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
 def lossless_section(check: LosslessCheck | None) -> str:
     """Each lane's outputs against the baseline's (metrics/lossless.py), one row per lane
     and concurrency; a flagged, unverified or unjudged (too few pairs) lane's verdict in
@@ -486,6 +528,7 @@ def render_report(
     *,
     generated_unix: float,
     lossless: LosslessCheck | None = None,
+    north_star: NorthStar | None = None,
 ) -> str:
     warned = {(r, c) for r, c, _ in warnings}
     names = ", ".join(r.name for r in runs)
@@ -493,6 +536,11 @@ def render_report(
     sections = [
         ("comparison", "Comparison by concurrency", comparison_section(comparison, warned)),
         ("frontier", "Throughput vs interactivity", frontier_section(runs, comparison)),
+        *(
+            [("north-star", "North-Star frontier", north_star_section(north_star, comparison))]
+            if north_star is not None
+            else []
+        ),
         ("matched", "Throughput at matched interactivity", matched_section(comparison)),
         *energy_sections(comparison),
         ("outputs", "Outputs against the baseline", lossless_section(lossless)),
@@ -534,10 +582,16 @@ def write_report(
     *,
     generated_unix: float,
     lossless: LosslessCheck | None = None,
+    north_star: NorthStar | None = None,
 ) -> Path:
     return write_atomic(
         path,
         render_report(
-            runs, comparison, warnings, generated_unix=generated_unix, lossless=lossless
+            runs,
+            comparison,
+            warnings,
+            generated_unix=generated_unix,
+            lossless=lossless,
+            north_star=north_star,
         ).encode(),
     )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.metrics.compare import Comparison
 from loadgen.metrics.distributions import Distribution, PointDistributions
+from loadgen.metrics.north_star import NorthStar
 from loadgen.sinks.report_capacity import CapacityOverlay, draw_overlay
 
 if TYPE_CHECKING:
@@ -99,6 +100,50 @@ def frontier_figure(
     for search in searches:
         draw_overlay(axes, search, colour(comparison.runs.index(search.run)))
     axes.set_title("Throughput vs interactivity (labels: concurrency)")
+    axes.grid(True, alpha=0.3)
+    axes.margins(x=0.08, y=0.1)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize=8)
+    return _data_uri(figure)
+
+
+def north_star_figure(star: NorthStar, throughput_label: str) -> str | None:
+    """Throughput (per GPU) against p90 E2E normalized interactivity: every point of every
+    run (labelled with its concurrency) and the North-Star frontier over all of them."""
+    figure = _figure(8.5, 5.5)
+    if figure is None:
+        return None
+    axes = figure.add_subplot()
+    runs = list(dict.fromkeys(p.run for p in star.points))
+    for index, run in enumerate(runs):
+        mine = [p for p in star.points if p.run == run and p.e2e_norm_intvty is not None]
+        axes.scatter(
+            [p.e2e_norm_intvty or 0.0 for p in mine],
+            [p.throughput for p in mine],
+            color=colour(index),
+            s=22,
+            zorder=3,
+            label=run,
+        )
+        for p in mine:
+            axes.annotate(
+                str(p.conc),
+                (p.e2e_norm_intvty or 0.0, p.throughput),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(4, 4),
+                color=colour(index),
+            )
+    axes.plot(
+        [p.e2e_norm_intvty or 0.0 for p in star.canonical],
+        [p.throughput for p in star.canonical],
+        color="black",
+        linewidth=1.8,
+        label="North-Star frontier",
+    )
+    axes.set_xlabel("E2E normalized interactivity (tok/s/user, p90)")
+    axes.set_ylabel(throughput_label)
+    axes.set_title("North-Star frontier (labels: concurrency)")
     axes.grid(True, alpha=0.3)
     axes.margins(x=0.08, y=0.1)
     if axes.get_legend_handles_labels()[0]:

@@ -42,6 +42,7 @@ BY_DEST: dict[str, tuple[list[str], Any]] = {
     "http_client": (["native"], "native"),  # the one client left
     "engine": (["sglang"], "sglang"),
     "conc_stages": (["2@1s,4@2s"], ["2@1s", "4@2s"]),  # its largest stage is BASE's --conc
+    "target_precision": (["ttft:p99:0.05"], "ttft:p99:0.05"),
     "turns": (["2"], "2"),
     "turn_tokens": (["8"], "8"),
     "think_time": (["0"], "0"),

@@ -388,6 +388,9 @@ async def test_counters_agree_with_the_result_files_of_the_same_run(tmp_path: Pa
         assert value(
             got, "loadgen_server_spec_decode_acceptance_length", **labels
         ) == pytest.approx(result["server_acceptance_length"])
+        for stat in ("mean", "50", "75", "90", "95", "99"):
+            field = f"{stat if stat == 'mean' else 'p' + stat}_e2e_norm_intvty"
+            assert value(got, "loadgen_e2e_norm_intvty", stat=stat, **labels) == result[field]
         assert result["acceptance_length_source"] == "stream"  # stream interval 1: valid
         assert value(got, "loadgen_acceptance_length", source="stream", **labels) == pytest.approx(
             result["stream_acceptance_length"]

@@ -32,6 +32,7 @@ from loadgen.run.features.server_settle import ServerSettled
 from loadgen.run.features.shard_barrier import ShardStart
 from loadgen.run.features.simulator_lateness import SimulatorLateness
 from loadgen.run.features.taints import Taints
+from loadgen.run.features.target_precision import TargetPrecisionStop
 from loadgen.run.features.telemetry import PointTelemetry
 from loadgen.run.features.ttft_parts import TtftParts, disaggregated
 from loadgen.run.point_records import RunContext
@@ -71,6 +72,9 @@ class Features:
             SimulatorLateness(self.simulator_log) if self.simulator_log is not None else None,
             Taints(context.backend),
             ServerSettled(context.watch) if context.watch is not None else None,
+            TargetPrecisionStop(target, conc, spec.load.measured_requests(conc))
+            if (target := spec.load.target_precision) is not None
+            else None,
             *extra,
         ]
         return [ext for ext in found if ext is not None]

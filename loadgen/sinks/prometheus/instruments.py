@@ -214,6 +214,13 @@ class LoadgenMetrics:
             # panel one selector (`by (percentile)`), spelled as the result files' p50.
             (*pl, "kind", "percentile"),
         )
+        self.e2e_norm_intvty = gauge(
+            "loadgen_e2e_norm_intvty",
+            "E2E normalized interactivity over the point, tok/s/user (InferenceX AgentX's "
+            "metric of record, <stat>_e2e_norm_intvty): stat mean, or the percentile of "
+            "E2EL/OSL per request it inverts (50, 75, 90, 95, 99).",
+            (*pl, "stat"),
+        )
         self.steps = gauge(
             "loadgen_engine_steps", "Engine steps observed over the point (steps_observed).", pl
         )

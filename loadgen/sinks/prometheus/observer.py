@@ -180,6 +180,10 @@ class MetricsObserver:
             m.server_rate_pos.labels(*key, str(position)).set(rate)
         self._steps(key, result)
         self._roles(key, result)
+        for stat in ("mean", "p50", "p75", "p90", "p95", "p99"):
+            intvty = getattr(result.metrics, f"{stat}_e2e_norm_intvty")
+            if intvty is not None:  # no completed request: no gauge
+                m.e2e_norm_intvty.labels(*key, stat.removeprefix("p")).set(intvty)
         energy = result.energy
         if energy is not None and energy.power_valid:  # null figures set no gauge
             for gauge, value in (
