@@ -88,6 +88,7 @@ def start(
     workers: int = 1,
     layout: str | None = None,
     mocker_args: Sequence[str] = (),
+    frontend_args: Sequence[str] = (),
 ) -> DynamoCluster:
     tokenizer = dynamo_env.bundled_tokenizer()
     state: dict[str, Any] = dynamo_env.start_cluster(
@@ -97,6 +98,7 @@ def start(
         workers=workers,
         layout=layout,
         mocker_args=mocker_args,
+        frontend_args=frontend_args,
         timeout_s=120.0,
         preexec_fn=die_with_parent,
     )
