@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.metrics.acceptance import published_acceptance_length
+from loadgen.metrics.compare_disagg import DisaggComparison, disagg_comparison
 from loadgen.metrics.spread import Spread, within_noise
 
 Result = Mapping[str, Any]
@@ -125,6 +126,8 @@ class Comparison:
     matched: tuple[MatchedPoint, ...]
     crossovers: tuple[Crossover, ...]
     energy_crossovers: tuple[Crossover, ...] = ()  # in tokens per joule
+    # lanes read per role (--server-metrics ROLE=URL): TTFT parts, role figures, winners
+    disagg: DisaggComparison | None = None
 
     @property
     def baseline(self) -> str:
@@ -340,6 +343,7 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
         tuple(matched),
         tuple(found),
         tuple(energy),
+        disagg_comparison({run.name: run.points for run in runs}, field),
     )
 
 
