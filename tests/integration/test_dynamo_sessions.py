@@ -148,6 +148,9 @@ def test_prefix_hits_read_the_kv_router(kv_router: DynamoCluster, tmp_path: Path
             history = (previous.prompt_tokens or 0) + previous.output_tokens
             expected.append((history // BLOCK) / -(-(turn.prompt_tokens or 0) // BLOCK))
     assert point["router_routed_requests"] == len(records) == 16
+    # the workers were fresh at preflight (no vllm:* yet): read as vLLM, said as assumed
+    server = orjson.loads((tmp_path / "r" / "run.json").read_bytes())["server"]
+    assert server["engine"] == "vllm" and "no engine's yet" in server["engine_reason"]
     assert point["router_kv_hit_rate"] == pytest.approx(sum(expected) / len(expected), abs=0.02)
     assert point["router_kv_hit_rate"] > 0.5
     assert point["frontend_cached_tokens"] is None and point["frontend_prefix_hit_rate"] is None
