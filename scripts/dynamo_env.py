@@ -651,12 +651,46 @@ async def relay(holder: int, ports: Sequence[tuple[int, int]], stop: asyncio.Eve
         inside.shutdown(wait=False, cancel_futures=True)
 
 
-async def _serve_until_signalled(holder: int, ports: Sequence[tuple[int, int]]) -> None:
+def _members(state: Mapping[str, Any]) -> dict[int, tuple[str, Path | None]]:
+    """Every process of the cluster: pid -> (what it is, its log)."""
+    logs = [Path(p) for p in state["logs"]]  # the workers' in order, then the frontend's
+    members: dict[int, tuple[str, Path | None]] = {
+        state["netns_holder"]: ("the network namespace's holder", None)
+    }
+    for index, worker in enumerate(state["workers"]):
+        members[worker["pid"]] = (f"the {worker['role']} worker {index}", logs[index])
+    members[state["frontend_pid"]] = ("the frontend", logs[-1])
+    return members
+
+
+async def _watch(state: Mapping[str, Any], stop: asyncio.Event) -> str | None:
+    """Until `stop`: the first process of the cluster found gone, in one line with its
+    log's last lines (the relay then ends, and `run` exits 1: a launching loadgen sees
+    its server exit, not a relay that answers for a dead cluster)."""
+    members = _members(state)
+    while not stop.is_set():
+        for pid, (what, log_path) in members.items():
+            if not running(pid):
+                stop.set()
+                last = f"; {log_path.name}'s last lines:\n{tail(log_path, 5)}" if log_path else ""
+                return f"{what} (pid {pid}) exited while serving{last}"
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+    return None
+
+
+async def _serve_until_signalled(
+    state: Mapping[str, Any], ports: Sequence[tuple[int, int]]
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await relay(holder, ports, stop)
+    async with asyncio.TaskGroup() as group:
+        died = group.create_task(_watch(state, stop))
+        group.create_task(relay(state["netns_holder"], ports, stop))
+    if died.result() is not None:
+        raise RuntimeError(died.result())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -685,7 +719,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"ready in {state['startup_s']} s (logs in {work_dir}); relaying "
             + ", ".join(f"{role}=http://{LOOPBACK}:{port}/metrics" for role, port in roles)
         )
-        asyncio.run(_serve_until_signalled(state["netns_holder"], ports))
+        asyncio.run(_serve_until_signalled(state, ports))
     except (PrepareError, RuntimeError, ValueError, OSError) as error:
         print(f"dynamo_env: {error}", file=sys.stderr)
         return 1
