@@ -12,6 +12,7 @@ Points = Mapping[int, Mapping[str, Any]]  # conc -> conc_<N>.json, as in the fil
 HIT_RATES = (
     "theoretical_prefix_hit_rate",
     "server_prefix_hit_rate",
+    "router_kv_hit_rate",  # a Dynamo KV router's, predicted per routed request
     "client_prefix_hit_rate",
     "prefix_cache_loss",
     "good_session_share",
@@ -83,7 +84,8 @@ def sessions_section(runs: Sequence[tuple[str, Points]]) -> str:
         return "<p>No session run (no per-session figures).</p>"
     head = (
         "<tr><th>run</th><th>conc</th><th>sessions</th><th>trees</th><th>hit theory</th>"
-        "<th>hit server</th><th>hit client</th><th>cache loss</th><th>good sessions</th>"
+        "<th>hit server</th><th>hit router</th><th>hit client</th><th>cache loss</th>"
+        "<th>good sessions</th>"
         "<th>turns/session p50</th><th>session wait p50 ms</th>"
         "<th>session wait p90 ms</th><th>cached share p50</th><th>tree wait p50 ms</th>"
         "<th>tree wait p90 ms</th></tr>"

@@ -75,7 +75,10 @@ def generated(cluster: DynamoCluster) -> list[float]:
     return counts
 
 
-def session_run(cluster: DynamoCluster, results: Path, turns: int, *args: str) -> dict[str, Any]:
+def session_run(
+    cluster: DynamoCluster, results: Path, turns: int, *args: str
+) -> tuple[dict[str, Any], str]:
+    """The point and the console's stdout."""
     done = cluster.run_loadgen(
         [
             *("--endpoint", "chat", "--isl", "256", "--osl", "8", "--turns", str(turns)),
@@ -87,7 +90,7 @@ def session_run(cluster: DynamoCluster, results: Path, turns: int, *args: str) -
     assert done.returncode == 0, done.stderr[-3000:]
     point: dict[str, Any] = orjson.loads(next(results.glob("conc_*.json")).read_bytes())
     assert point["completed"] == point["num_prompts"] and point["failed"] == 0
-    return point
+    return point, done.stdout
 
 
 @pytest.mark.parametrize("headers", [(), ("X-Dynamo-Session-ID",), ("X-Session-ID",)])
@@ -126,7 +129,7 @@ def test_prefix_hits_read_the_kv_router(kv_router: DynamoCluster, tmp_path: Path
     """Four conversations of four turns: the router's mean predicted hit rate per routed
     request is the share of full blocks each turn's history (previous prompt and reply)
     fills; the mocker reports no cached tokens, so the frontend's figure is null, said."""
-    point = session_run(
+    point, stdout = session_run(
         kv_router,
         tmp_path / "r",
         4,
@@ -153,5 +156,11 @@ def test_prefix_hits_read_the_kv_router(kv_router: DynamoCluster, tmp_path: Path
     assert server["engine"] == "vllm" and "no engine's yet" in server["engine_reason"]
     assert point["router_kv_hit_rate"] == pytest.approx(sum(expected) / len(expected), abs=0.02)
     assert point["router_kv_hit_rate"] > 0.5
+    # the session table's "hit router" column (hit server: no engine prefix counters)
+    lines = stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if "hit router" in line)
+    column = lines[head].split("  ").index("hit router")
+    row = [cell.strip() for cell in lines[head + 2].split("  ") if cell.strip()]
+    assert row[column] == f"{100 * point['router_kv_hit_rate']:.1f}%"
     assert point["frontend_cached_tokens"] is None and point["frontend_prefix_hit_rate"] is None
     assert "reported cached tokens for 0 of the 16" in point["frontend_prefix_null_reason"]
