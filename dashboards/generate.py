@@ -194,6 +194,13 @@ def client_vs_server(client: str, server: str) -> list[tuple[str, str]]:
     ]
 
 
+def role_figure(figure: str, what: str = "") -> tuple[str, str]:
+    """A figure of every role over each finished point (loadgen_server_role_figure)."""
+    legend = "{{role}}" + (f" {what}" if what else "") + " conc {{conc}}"
+    selector = f'{POINT}, figure="{figure}"'
+    return legend, f"avg by (conc, role) (loadgen_server_role_figure{{{selector}}})"
+
+
 def server_quantiles(metrics: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [
         (f"{name} {{{{instance}}}} {q_name}", server_quantile(q, metric))
@@ -651,6 +658,57 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     ("Server (SGLang, TensorRT-LLM, ATOM, llama.cpp)", engine_rows()),
+    # Per finished point, from `--server-metrics ROLE=URL` (a Dynamo deployment's frontend,
+    # prefill and decode workers): the result files' server_metrics_by_role and ttft_parts.
+    # Gauges of a point: with shards, their average (each shard reads the same servers).
+    (
+        "Disaggregated serving (--server-metrics ROLE=URL)",
+        [
+            (
+                "Server TTFT per role",
+                "Each role's mean TTFT over each finished point, from its URLs' own histograms "
+                "(server_metrics_by_role): the frontend's from its handler, a decode worker's "
+                "from its engine (the KV transfer not inside).",
+                "ms",
+                8,
+                [role_figure("ttft_ms")],
+                "timeseries",
+            ),
+            (
+                "Requests running / waiting per role",
+                "Each role's requests running and waiting, summed over its URLs and averaged "
+                "over each finished point.",
+                "short",
+                8,
+                [role_figure("running", "running"), role_figure("waiting", "waiting")],
+                "timeseries",
+            ),
+            (
+                "KV-cache usage per role",
+                "The mean of each role's URLs' mean KV-cache usage over each finished point.",
+                "percentunit",
+                8,
+                [role_figure("kv_usage")],
+                "timeseries",
+            ),
+            (
+                "TTFT taken apart",
+                "A disaggregated point's mean TTFT parts (ttft_parts: frontend, prefill queue, "
+                "prefill, KV transfer, decode admission + first step, and what no server timed), "
+                "one bar each per concurrency: they add up to the client's mean TTFT when the "
+                "point's verdict (ttft_parts.adds_up in the result file) says so.",
+                "ms",
+                24,
+                [
+                    (
+                        "{{part}} conc {{conc}}",
+                        f"avg by (conc, part) (loadgen_ttft_part_milliseconds{{{POINT}}})",
+                    )
+                ],
+                "bargauge",
+            ),
+        ],
+    ),
     (
         "Client health",
         [

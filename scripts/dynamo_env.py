@@ -7,6 +7,9 @@ integration tests and by hand.
                                                     # frontend + mocker workers, prints the URL
                                                     # L: agg, 1p1d, 2p1d, dp2 (see layout_roles)
     python3 scripts/dynamo_env.py stop --work-dir D # stops every process it started
+    python3 scripts/dynamo_env.py run --port P [--layout L] [--frontend-args ARGS] [-- ARGS]
+                                                    # the same in the foreground, reachable
+                                                    # from outside its namespace (see run)
 
 `prepare` builds, once, under ${XDG_CACHE_HOME:-~/.cache}/loadgen/dynamo-1.4.2 (override
 with --cache-dir or LOADGEN_DYNAMO_CACHE) a virtual environment with `ai-dynamo==1.4.2`
@@ -33,6 +36,7 @@ Runs with the system python3 (3.11+) or the project's .venv python; standard lib
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ctypes
 import functools
@@ -42,13 +46,16 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -592,6 +599,137 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# `run`: the cluster in the foreground for a process that cannot enter its namespace (a
+# `loadgen --serve-cmd` lane): a TCP relay on the host's loopback, one port for the
+# frontend and one for each worker's system port (P, P+1, ...), to the same ports inside
+# the namespace, until SIGINT or SIGTERM, then every process is stopped. The relay is one
+# more hop on every request (an asyncio copy loop here, in this process): what loadgen
+# measures through it includes that hop, the servers' own series do not.
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+def _connect_inside(port: int) -> socket.socket:
+    """On a thread inside the namespace: a socket connected to its loopback port."""
+    sock = socket.create_connection((LOOPBACK, port), timeout=10)
+    sock.setblocking(False)
+    return sock
+
+
+async def relay(holder: int, ports: Sequence[tuple[int, int]], stop: asyncio.Event) -> None:
+    """Relay each (host port, namespace port) until `stop` is set."""
+    loop = asyncio.get_running_loop()
+    inside = ThreadPoolExecutor(2, "dynamo-netns", initializer=enter_netns(holder))
+
+    def handler(target: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                sock = await loop.run_in_executor(inside, _connect_inside, target)
+                up_reader, up_writer = await asyncio.open_connection(sock=sock)
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+
+        return handle
+
+    servers = [
+        await asyncio.start_server(handler(target), LOOPBACK, port) for port, target in ports
+    ]
+    try:
+        await stop.wait()
+    finally:
+        for server in servers:
+            server.close()
+        inside.shutdown(wait=False, cancel_futures=True)
+
+
+def _members(state: Mapping[str, Any]) -> dict[int, tuple[str, Path | None]]:
+    """Every process of the cluster: pid -> (what it is, its log)."""
+    logs = [Path(p) for p in state["logs"]]  # the workers' in order, then the frontend's
+    members: dict[int, tuple[str, Path | None]] = {
+        state["netns_holder"]: ("the network namespace's holder", None)
+    }
+    for index, worker in enumerate(state["workers"]):
+        members[worker["pid"]] = (f"the {worker['role']} worker {index}", logs[index])
+    members[state["frontend_pid"]] = ("the frontend", logs[-1])
+    return members
+
+
+async def _watch(state: Mapping[str, Any], stop: asyncio.Event) -> str | None:
+    """Until `stop`: the first process of the cluster found gone, in one line with its
+    log's last lines (the relay then ends, and `run` exits 1: a launching loadgen sees
+    its server exit, not a relay that answers for a dead cluster)."""
+    members = _members(state)
+    while not stop.is_set():
+        for pid, (what, log_path) in members.items():
+            if not running(pid):
+                stop.set()
+                last = f"; {log_path.name}'s last lines:\n{tail(log_path, 5)}" if log_path else ""
+                return f"{what} (pid {pid}) exited while serving{last}"
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+    return None
+
+
+async def _serve_until_signalled(
+    state: Mapping[str, Any], ports: Sequence[tuple[int, int]]
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with asyncio.TaskGroup() as group:
+        died = group.create_task(_watch(state, stop))
+        group.create_task(relay(state["netns_holder"], ports, stop))
+    if died.result() is not None:
+        raise RuntimeError(died.result())
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="dynamo-run-")).resolve()
+    state: dict[str, Any] = {}
+    try:
+        info = prepare(cache_root(args.cache_dir))
+        tokenizer = Path(args.tokenizer) if args.tokenizer else bundled_tokenizer()
+        state = start_cluster(
+            python=info["python"],
+            work_dir=work_dir,
+            tokenizer_json=tokenizer,
+            workers=args.workers,
+            mocker_args=args.extra,
+            layout=args.layout,
+            frontend_args=shlex.split(args.frontend_args),
+            timeout_s=args.timeout,
+        )
+        ports = [(args.port, FRONTEND_PORT)] + [
+            (args.port + 1 + i, FIRST_SYSTEM_PORT + i) for i in range(len(state["workers"]))
+        ]
+        roles = [("frontend", ports[0][0])] + [
+            (w["role"], host) for w, (host, _) in zip(state["workers"], ports[1:], strict=True)
+        ]
+        log(
+            f"ready in {state['startup_s']} s (logs in {work_dir}); relaying "
+            + ", ".join(f"{role}=http://{LOOPBACK}:{port}/metrics" for role, port in roles)
+        )
+        asyncio.run(_serve_until_signalled(state, ports))
+    except (PrepareError, RuntimeError, ValueError, OSError) as error:
+        print(f"dynamo_env: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if state:
+            stop_all(state["pids"])
+            log(f"stopped pids {state['pids']}")
+    return 0
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     state_file = Path(args.work_dir) / STATE
     if not state_file.is_file():
@@ -622,6 +760,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tokenizer", help="a tokenizer.json (default: the bundled DeepSeek-V4)")
     serve.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for ready")
     serve.add_argument("extra", nargs="*", help="more dynamo.mocker arguments, after --")
+    run = sub.add_parser("run", help="serve in the foreground, relayed to host ports")
+    run.add_argument("--port", type=int, required=True, help="the frontend's; workers' next")
+    run.add_argument("--work-dir", help="logs, model and discovery (default: a new temp dir)")
+    run.add_argument("--workers", type=int, default=1)
+    run.add_argument("--layout", help="as serve's")
+    run.add_argument("--frontend-args", default="", help="more dynamo.frontend arguments")
+    run.add_argument("--tokenizer", help="a tokenizer.json (default: the bundled DeepSeek-V4)")
+    run.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for ready")
+    run.add_argument("extra", nargs="*", help="more dynamo.mocker arguments, after --")
     stop = sub.add_parser("stop", help="stop every process `serve` started")
     stop.add_argument("--work-dir", required=True)
     return parser
@@ -629,7 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"prepare": cmd_prepare, "serve": cmd_serve, "stop": cmd_stop}
+    commands = {"prepare": cmd_prepare, "serve": cmd_serve, "run": cmd_run, "stop": cmd_stop}
     return commands[args.command](args)
 
 

@@ -35,6 +35,18 @@ from loadgen.metrics.engines import (
 from loadgen.metrics.server import ServerSnapshot
 
 PROBE_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
+# A Dynamo worker's system port serves its runtime's series (dynamo_work_handler_*, never
+# the frontend's) from its start, and its engine's only from its first request on when
+# the engine registers them lazily (Dynamo 1.4.2's mocker: tests/fixtures/dynamo_1.4.2/,
+# its prefill worker never). Beside a frontend, such workers are no Dynamo "engine".
+DYNAMO_WORKER_PREFIX = "dynamo_work_handler_"
+FRESH_WORKERS = (
+    f"serves a Dynamo frontend's ({DYNAMO.prefix}*) and workers' ({DYNAMO_WORKER_PREFIX}*) "
+    "series but no engine's yet (a fresh Dynamo mocker worker serves its vllm:* only from "
+    "its first request on; a prefill mocker never): the workers read as vLLM (assumed; "
+    "--engine names theirs); a point before a worker's first request (no warmup) has its "
+    "figures null"
+)
 
 
 class EngineMismatch(UsageError):
@@ -75,12 +87,18 @@ def _json(body: bytes | None) -> Any:
         return None
 
 
+def _fresh_workers(scraped: ServerSnapshot) -> bool:
+    return any(name.startswith(DYNAMO_WORKER_PREFIX) for name in scraped.samples)
+
+
 async def detect_engine(
     session: aiohttp.ClientSession, base_url: str, scraped: ServerSnapshot | None, where: str
 ) -> EngineChoice:
     """The engine behind `base_url`, with the reason. `scraped` is what the preflight
     already read at `where` (the target's /metrics, or the --server-metrics URLs)."""
     found = None if scraped is None else engine_by_names(scraped.samples)
+    if found is DYNAMO and scraped is not None and _fresh_workers(scraped):
+        return EngineChoice(VLLM, f"{where} {FRESH_WORKERS}", False)
     if found is not None and scraped is not None:
         reason = f"{where} serves {found.prefix}* series"
         if found is not DYNAMO and any(n.startswith(DYNAMO.prefix) for n in scraped.samples):

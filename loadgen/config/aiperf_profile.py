@@ -49,8 +49,8 @@ IGNORED = {
     "no_gpu_telemetry": "loadgen collects no GPU telemetry",
     "tokenizer_trust_remote_code": "loadgen runs no model code",
     "use_dynamo_conv_aware_routing": "loadgen sends each session's id in X-Session-ID "
-    "(loadgen --session-header X-Dynamo-Session-ID to route "
-    "by it), not nvext.session_control",
+    "and X-Dynamo-Session-ID (Dynamo's router routes by it when started with "
+    "--router-session-affinity-ttl-secs), not nvext.session_control",
     "dynamo_session_timeout_seconds": "loadgen opens no router session lease",
 }
 FLAG_IGNORED = (

@@ -13,7 +13,11 @@ from loadgen.config.dist import parse_dist
 from loadgen.config.fields import Field, default_of, flag
 from loadgen.config.parsers import SpecError
 
-DEFAULT_SESSION_HEADER = "X-Session-ID"
+# X-Session-ID for the routers that read that name; X-Dynamo-Session-ID, the name Dynamo's
+# recipes tell clients to send (its router reads it first; 1.4.2 also falls back to
+# x-session-id, measured: tests/integration/test_dynamo_sessions.py) and that nginx
+# affinity in front of several Dynamo frontends hashes. Both carry the same id.
+DEFAULT_SESSION_HEADERS = ("X-Session-ID", "X-Dynamo-Session-ID")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +29,7 @@ class SessionSpec:
     turn_tokens: str = "256"  # new user tokens per later turn
     think_time: str = "0"  # seconds between a reply and the next turn
     sessions_per_conc: int = 2  # synthetic sessions per point = conc x this
-    session_headers: tuple[str, ...] = (DEFAULT_SESSION_HEADER,)
+    session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS
     start_ratio: tuple[float, float] | None = None  # None: (0.25, 0.75) for Weka traces
     idle_cap_system_s: float | None = 10.0
     idle_cap_tree_s: float | None = 300.0
@@ -53,7 +57,7 @@ def _dist(name: str, *, integer: bool) -> Callable[[str | None], str | None]:
 
 
 def _session_headers(names: Sequence[str] | None) -> tuple[str, ...]:
-    headers = tuple(names or (DEFAULT_SESSION_HEADER,))
+    headers = tuple(names or DEFAULT_SESSION_HEADERS)
     return () if headers == ("none",) else headers
 
 
@@ -105,7 +109,7 @@ FIELDS: tuple[Field, ...] = (
         metavar="NAME",
         help="header carrying the session id, repeatable (e.g. "
         "X-Dynamo-Session-ID, X-SMG-Routing-Key); 'none' sends none "
-        "(default: X-Session-ID)",
+        "(default: X-Session-ID and X-Dynamo-Session-ID)",
         fills="session_headers",
         to=_session_headers,
     ),

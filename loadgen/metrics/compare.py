@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from loadgen.metrics.compare_disagg import DisaggComparison, disagg_comparison
 from loadgen.metrics.spread import Spread, within_noise
 from loadgen.results.accuracy import AccuracyResult
 from loadgen.results.point import EnergyMetrics, FigureSpread, PointResult
@@ -158,6 +159,8 @@ class Comparison:
     matched: tuple[MatchedPoint, ...]
     crossovers: tuple[Crossover, ...]
     energy_crossovers: tuple[Crossover, ...] = ()  # in tokens per joule
+    # lanes read per role (--server-metrics ROLE=URL): TTFT parts, role figures, winners
+    disagg: DisaggComparison | None = None
 
     @property
     def baseline(self) -> str:
@@ -374,6 +377,7 @@ def compare(runs: Sequence[RunInput]) -> Comparison:
         tuple(matched),
         tuple(found),
         tuple(energy),
+        disagg_comparison({run.name: run.points for run in runs}, field, THROUGHPUT[field]),
     )
 
 

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from loadgen.metrics.agentic import PREFIX_HITS, PREFIX_QUERIES
-from loadgen.metrics.frontend import FRONTEND_PREFIX
+from loadgen.metrics.frontend import FRONTEND_PREFIX, FRONTEND_SERIES
 from loadgen.metrics.server import (
     ATOM_DECODE_STEPS,
     KV_USAGE,
@@ -115,11 +115,12 @@ class EngineDialect:
             for theirs, ours in self.renames.items()
             if theirs in snapshot.samples
         }
-        # a Dynamo frontend's series are no engine's: kept as they are (metrics/frontend.py)
+        # a Dynamo frontend's and its router's series are no engine's: kept as they are
+        # (metrics/frontend.py)
         samples.update(
             (name, value)
             for name, value in snapshot.samples.items()
-            if name.startswith(FRONTEND_PREFIX)
+            if name.startswith(FRONTEND_SERIES)
         )
         derived, keyed = self.derive(snapshot)
         samples.update(derived)

@@ -199,6 +199,12 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     frontend_mean_itl_per_token_ms: float | None = None
     frontend_mean_e2el_ms: float | None = None
     frontend_requests: int | None = None
+    # prefix hits as Dynamo's frontend and KV router see them (metrics/frontend.py)
+    router_kv_hit_rate: float | None = None  # mean per routed request, predicted at routing
+    router_routed_requests: int | None = None
+    frontend_cached_tokens: int | None = None  # the workers' reported cached tokens
+    frontend_prefix_hit_rate: float | None = None  # of the input tokens
+    frontend_prefix_null_reason: str | None = None
     frontend_latency_invalid_reason: str | None = None
     server_request_acceptance_length: float | None
     server_request_acceptance_rate: float | None

@@ -29,6 +29,7 @@ from loadgen.metrics.lossless import LosslessCheck
 from loadgen.metrics.north_star import NorthStar
 from loadgen.results.files import write_atomic
 from loadgen.sinks import lossless_text
+from loadgen.sinks.compare_disagg_text import disagg_json, disagg_lines
 from loadgen.sinks.north_star_text import north_star_json
 from loadgen.sinks.table import al_mark, al_notes
 
@@ -242,6 +243,7 @@ def format_comparison(
     notes = al_notes(row.acceptance_source for row in comparison.rows)
     if notes:
         lines += [*notes, ""]
+    lines += disagg_lines(comparison.disagg)
     lines += summary_lines(comparison)
     outputs = lossless_text.lossless_lines(lossless)
     if outputs:
@@ -332,6 +334,7 @@ def comparison_json(
             {**asdict(c), "sentence": crossover_sentence(c)} for c in comparison.energy_crossovers
         ],
         "summary": summary_lines(comparison),
+        "disaggregated": disagg_json(comparison.disagg),
         "warnings": [{"run": r, "conc": c, "message": m} for r, c, m in warnings],
         "workload_mismatch": workload_mismatch,
         "lossless": lossless_text.lossless_json(lossless),

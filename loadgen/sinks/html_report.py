@@ -38,6 +38,7 @@ from loadgen.sinks.compare_files import (
 )
 from loadgen.sinks.lossless_text import lossless_lines
 from loadgen.sinks.report_capacity import capacity_text, overlay
+from loadgen.sinks.report_disagg import disagg_sections
 from loadgen.sinks.report_sessions import sessions_section
 from loadgen.sinks.report_slices import slices_section
 from loadgen.sinks.table import al_mark, sweep_rows
@@ -542,6 +543,7 @@ def render_report(
             else []
         ),
         ("matched", "Throughput at matched interactivity", matched_section(comparison)),
+        *disagg_sections(comparison.disagg),
         *energy_sections(comparison),
         ("outputs", "Outputs against the baseline", lossless_section(lossless)),
         ("warnings", "Client health and checks", warnings_section(warnings)),

@@ -10,15 +10,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loadgen.results.point import PointResult, SessionMetrics
+from loadgen.results.point_metrics import PointMetrics
 
 Points = Mapping[int, PointResult]  # conc -> conc_<N>.json
 # the hit rates, by the field each cell names
-HIT_RATES: tuple[tuple[str, Callable[[SessionMetrics], float | None]], ...] = (
-    ("theoretical_prefix_hit_rate", lambda s: s.theoretical_prefix_hit_rate),
-    ("server_prefix_hit_rate", lambda s: s.server_prefix_hit_rate),
-    ("client_prefix_hit_rate", lambda s: s.client_prefix_hit_rate),
-    ("prefix_cache_loss", lambda s: s.prefix_cache_loss),
-    ("good_session_share", lambda s: s.good_session_share),
+HIT_RATES: tuple[tuple[str, Callable[[SessionMetrics, PointMetrics], float | None]], ...] = (
+    ("theoretical_prefix_hit_rate", lambda s, _: s.theoretical_prefix_hit_rate),
+    ("server_prefix_hit_rate", lambda s, _: s.server_prefix_hit_rate),
+    # a Dynamo KV router's, predicted per routed request (a point figure, not a session's)
+    ("router_kv_hit_rate", lambda _, m: m.router_kv_hit_rate),
+    ("client_prefix_hit_rate", lambda s, _: s.client_prefix_hit_rate),
+    ("prefix_cache_loss", lambda s, _: s.prefix_cache_loss),
+    ("good_session_share", lambda s, _: s.good_session_share),
 )
 ROLLUPS = (
     ("session_rollup", "turns", "p50"),
@@ -48,10 +51,10 @@ def _rollup(sessions: SessionMetrics, group: str) -> dict[str, dict[str, float |
     return sessions.session_rollup if group == "session_rollup" else sessions.tree_rollup
 
 
-def _row(run: str, conc: int, sessions: SessionMetrics) -> str:
+def _row(run: str, conc: int, sessions: SessionMetrics, metrics: PointMetrics) -> str:
     cells = _cell(sessions.session_ids, "session_ids")
     cells += _cell(sessions.session_trees, "session_trees")
-    cells += "".join(_cell(read(sessions), k, percent=True) for k, read in HIT_RATES)
+    cells += "".join(_cell(read(sessions, metrics), k, percent=True) for k, read in HIT_RATES)
     for group, figure, stat in ROLLUPS:
         value = (_rollup(sessions, group).get(figure) or {}).get(stat)
         cells += _cell(value, f"{group}.{figure}.{stat}", percent=figure == "cached_share")
@@ -85,13 +88,14 @@ def sessions_section(runs: Sequence[tuple[str, Points]]) -> str:
             sessions = points[conc].sessions
             if sessions is None:
                 continue  # not a session run
-            rows.append(_row(name, conc, sessions))
+            rows.append(_row(name, conc, sessions, points[conc].metrics))
             losses += _loss_rows(name, conc, sessions)
     if not rows:
         return "<p>No session run (no per-session figures).</p>"
     head = (
         "<tr><th>run</th><th>conc</th><th>sessions</th><th>trees</th><th>hit theory</th>"
-        "<th>hit server</th><th>hit client</th><th>cache loss</th><th>good sessions</th>"
+        "<th>hit server</th><th>hit router</th><th>hit client</th><th>cache loss</th>"
+        "<th>good sessions</th>"
         "<th>turns/session p50</th><th>session wait p50 ms</th>"
         "<th>session wait p90 ms</th><th>cached share p50</th><th>tree wait p50 ms</th>"
         "<th>tree wait p90 ms</th></tr>"

@@ -1,5 +1,7 @@
 """The console table of a session run: sessions, prefix-cache hit rates side by side,
-latency percentiles and TTFT by context length, one line per point."""
+latency percentiles and TTFT by context length, one line per point. "hit router" is a
+Dynamo KV router's predicted hit rate per routed request (router_kv_hit_rate), beside
+the engine's token-weighted one ("hit server")."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def format_session_table(results: Sequence[PointResult]) -> str | None:
     if not rows:
         return None
     head = (
-        "conc  trees  sessions  turns  hit theory  hit server  hit client  "
+        "conc  trees  sessions  turns  hit theory  hit server  hit router  hit client  "
         "TTFT p50  TTFT p90  TTFT p99  E2E tok/s/user p50  TTFT p50 by context"
     )
     lines = [head, "  ".join("-" * len(part) for part in head.split("  ") if part)]
@@ -41,6 +43,7 @@ def format_session_table(results: Sequence[PointResult]) -> str | None:
             f"{r.get('session_ids', 0):>8}  {r['completed']:>5}  "
             f"{_pct(r.get('theoretical_prefix_hit_rate')):>10}  "
             f"{_pct(r.get('server_prefix_hit_rate')):>10}  "
+            f"{_pct(r.get('router_kv_hit_rate')):>10}  "
             f"{_pct(r.get('client_prefix_hit_rate')):>10}  {_ms(ttft.get('p50')):>8}  "
             f"{_ms(ttft.get('p90')):>8}  {_ms(ttft.get('p99')):>8}  "
             f"{_ms(e2e.get('p50')):>18}  {bins}"

@@ -32,6 +32,26 @@ from loadgen.workload.prompts import user_template, word_pool
 from loadgen.workload.reply import ReplyText, assistant_message
 from loadgen.workload.sessions import Session, SessionTree, Turn
 
+# Dynamo reads a subagent's parent from its own header beside its session id (the 1.4.2
+# frontend's header names: x-dynamo-session-id, x-dynamo-parent-session-id): sent with
+# X-Dynamo-Session-ID only, to the router that reads both.
+DYNAMO_SESSION_HEADER = "x-dynamo-session-id"
+DYNAMO_PARENT_HEADER = "X-Dynamo-Parent-Session-ID"
+
+
+def session_key(tree_id: str, name: str) -> str:
+    """A session's id: its tree's, then `::` and its name for a subagent (sa0, sa0.sa1)."""
+    return tree_id + (f"::{name}" if name else "")
+
+
+def session_headers(names: tuple[str, ...], tree_id: str, name: str) -> tuple[tuple[str, str], ...]:
+    """The session id under each of `names`; a subagent's parent's id too where Dynamo's
+    session header is among them (sa0.sa1's parent is sa0, sa0's the tree's root)."""
+    headers = [(header, session_key(tree_id, name)) for header in names]
+    if name and any(header.lower() == DYNAMO_SESSION_HEADER for header in names):
+        headers.append((DYNAMO_PARENT_HEADER, session_key(tree_id, name.rpartition(".")[0])))
+    return tuple(headers)
+
 
 @dataclass(frozen=True, slots=True)
 class RenderSettings:
@@ -111,8 +131,8 @@ class SessionRenderer:
         live: Mapping[int, ReplyText] | None = None,
     ) -> RequestSpec:
         turn = session.turns[turn_index]
-        session_id = play.tree_id + (f"::{session.name}" if session.name else "")
-        headers = tuple((name, session_id) for name in self.settings.session_headers)
+        session_id = session_key(play.tree_id, session.name)
+        headers = session_headers(self.settings.session_headers, play.tree_id, session.name)
         seed = self._request_seed(play, session, turn_index, primer)
         max_tokens = 1 if primer else turn.max_tokens
         reply = None

@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import pytest
 
-from tests.support.dynamo_cluster import DynamoCluster, dynamo_env, start
+from tests.support.dynamo_cluster import DynamoCluster, dynamo_env, skip_dynamo, start
 from tests.support.vllm_servers import (
     SKIP_REASONS,
     TIMINGS,
@@ -90,11 +90,11 @@ def vllm_plain(vllm_pool: ServerPool) -> VllmServer:
 @pytest.fixture(scope="session")
 def dynamo_python() -> str:
     if reason := os.environ.get("LOADGEN_SKIP_DYNAMO"):
-        _skip_dynamo(f"LOADGEN_SKIP_DYNAMO is set ({reason})")
+        skip_dynamo(f"LOADGEN_SKIP_DYNAMO is set ({reason})")
     try:
         info = dynamo_env.prepare(dynamo_env.cache_root())
     except dynamo_env.PrepareError as error:
-        _skip_dynamo(f"the Dynamo environment cannot be built here: {error}")
+        skip_dynamo(f"the Dynamo environment cannot be built here: {error}")
     return str(info["python"])
 
 
@@ -106,7 +106,7 @@ def dynamo_agg(
     try:
         cluster = start(dynamo_python, tmp_path_factory.mktemp("dynamo-agg"))
     except dynamo_env.PrepareError as error:
-        _skip_dynamo(str(error))
+        skip_dynamo(str(error))
     try:
         yield cluster
     finally:
@@ -133,13 +133,8 @@ def dynamo_layout(
             mocker_args=LAYOUTS[layout],
         )
     except dynamo_env.PrepareError as error:
-        _skip_dynamo(str(error))
+        skip_dynamo(str(error))
     try:
         yield cluster
     finally:
         cluster.stop()
-
-
-def _skip_dynamo(reason: str) -> NoReturn:
-    print(f"\nSKIPPING the Dynamo integration tests: {reason}", file=sys.stderr)
-    pytest.skip(reason)

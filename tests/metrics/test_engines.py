@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from loadgen.metrics.acceptance import server_acceptance
 from loadgen.metrics.agentic import PREFIX_HITS, PREFIX_QUERIES
 from loadgen.metrics.engines import DIALECTS, SGLANG, dialect, engine_by_names
-from loadgen.metrics.frontend import frontend_fields
+from loadgen.metrics.frontend import FRONTEND_SERIES, frontend_fields
 from loadgen.metrics.server import (
     KV_USAGE,
     RUNNING,
@@ -142,7 +142,8 @@ def test_a_dynamo_frontend_is_named_by_its_own_series() -> None:
 def test_the_dynamo_dialect_keeps_the_frontends_series_and_says_what_it_lacks() -> None:
     frontend = parse_metrics((DYNAMO_CAPTURES / "frontend_metrics.txt").read_text())
     kept = DIALECTS["dynamo"].canonical(frontend)
-    assert kept.samples and all(name.startswith("dynamo_frontend_") for name in kept.samples)
+    assert kept.samples and all(name.startswith(FRONTEND_SERIES) for name in kept.samples)
+    assert "dynamo_component_router_kv_hit_rate_count" in kept.samples  # the router's: kept
     assert server_latency_means(zero_of(kept), kept)["server_mean_ttft_ms"] is None
     assert "DYN_SYSTEM_PORT" in DIALECTS["dynamo"].missing["server_mean_ttft_ms"]
 
@@ -159,3 +160,16 @@ def test_the_frontends_own_figures_read_from_the_real_capture() -> None:
     fields = frontend_fields(zero_of(kept), kept)
     assert total > 0 and fields["frontend_requests"] == total
     assert fields["frontend_mean_ttft_ms"] is not None and fields["frontend_mean_ttft_ms"] > 0
+
+
+def test_the_kv_routers_prefix_hits_read_from_the_real_capture() -> None:
+    """The real 1.4.2 frontend with `--router-mode kv` after 16 multi-turn requests and the
+    preflight's one (the fixture's README): the router's mean predicted hit rate per
+    routed request; the workers reported no cached tokens, so that figure is null, said."""
+    text = (DYNAMO_CAPTURES / "router_kv_frontend_metrics.txt").read_text()
+    kept = DIALECTS["dynamo"].canonical(parse_metrics(text))
+    fields = frontend_fields(zero_of(kept), kept)
+    assert fields["router_routed_requests"] == 17
+    assert fields["router_kv_hit_rate"] == pytest.approx(4 * (4 / 6 + 5 / 7 + 6 / 8) / 17)
+    assert fields["frontend_cached_tokens"] is None is fields["frontend_prefix_hit_rate"]
+    assert "for 0 of the 17 requests" in fields["frontend_prefix_null_reason"]

@@ -9,6 +9,7 @@ import contextlib
 import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -37,6 +38,8 @@ MODEL = "sim/model-v4.1"  # a "/" and a "." exercise the regex escaping of $mode
 SESSION_ROWS = {"Sessions"}
 # Checked against simulators speaking each engine's dialect (below): the vLLM sweep has none.
 ENGINE_ROW = "Server (SGLang, TensorRT-LLM, ATOM, llama.cpp)"
+# Checked against a prefill/decode simulator read per role (below): a plain sweep has no roles.
+ROLE_ROW = "Disaggregated serving (--server-metrics ROLE=URL)"
 
 
 def test_committed_json_is_what_the_generator_writes() -> None:
@@ -150,6 +153,8 @@ def test_the_issue_panels_are_there() -> None:
         "loadgen_session_time_to_first_token_seconds",
         "loadgen_gpu_power_watts",
         "loadgen_joules_per_output_token",
+        "loadgen_server_role_figure",
+        "loadgen_ttft_part_milliseconds",
     ):
         assert metric in exprs, f"no panel shows {metric}"
 
@@ -233,7 +238,7 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(tmp_path: P
                 "__range": "5m",
                 "__interval": "5s",
             }
-            for p in query_panels(dashboard, without={*SESSION_ROWS, ENGINE_ROW}):
+            for p in query_panels(dashboard, without={*SESSION_ROWS, ENGINE_ROW, ROLE_ROW}):
                 for target in p["targets"]:
                     query = substitute(target["expr"], values)
                     data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
@@ -354,3 +359,99 @@ async def one_request(session: aiohttp.ClientSession, base_url: str, i: int) -> 
     async with session.post(base_url + "/v1/completions", json=body) as response:
         assert response.status == 200
         await response.read()
+
+
+@pytest.mark.prometheus
+async def test_the_role_row_shows_the_result_files_figures(tmp_path: Path) -> None:
+    """A prefill/decode simulator (`loadgen sim --pd 1:1`, a frontend, one prefill and one
+    decode engine and the KV link, each role's Dynamo series on its own path) read per
+    role: every line of the role row has data from a real Prometheus, and its TTFT parts
+    and role TTFTs are the result files' figures."""
+    from loadgen.config.args import spec_from_options
+    from loadgen.run.sweep import sweep_points
+    from loadgen.sim.server import SimConfig, running_simulator
+
+    dashboard = load_dashboard()
+    registry = CollectorRegistry()
+    metrics = LoadgenMetrics(registry)
+    config = SimConfig(model=MODEL, pd=(1, 1), step_fixed_ms=4.0)
+    async with (
+        running_simulator(config) as sim,
+        serve_metrics(registry) as exporter,
+        prometheus(tmp_path, {"loadgen": exporter.port}) as prom,
+        aiohttp.ClientSession() as session,
+    ):
+        await wait_scraped(session, prom, jobs=1)
+        roles = [
+            f"frontend={sim.base_url}/metrics",
+            f"prefill={sim.base_url}/workers/prefill-0/metrics",
+            f"decode={sim.base_url}/workers/decode-0/metrics",
+        ]
+        spec = spec_from_options(
+            {
+                "base_url": sim.base_url,
+                "conc": "1,2",
+                "isl": 256,
+                "osl": 16,
+                "prompts_per_conc": 4,
+                "warmup_per_conc": 1,
+                "encoder": "raw",
+                "no_progress": True,
+                "results": str(tmp_path / "results"),
+                "server_metrics": roles,
+            }
+        )
+        observer = MetricsObserver(
+            metrics, model=MODEL, endpoint=spec.target.endpoint, points=len(spec.load.conc)
+        )
+        await sweep_points(spec, SweepOptions(observer=observer))
+        await asyncio.sleep(2.5)  # two more scrapes: the last point's gauges are in
+        values = {
+            "model": regex_literal(MODEL),
+            "instance": ".*",
+            "conc": ".*",
+            "__rate_interval": "1m",
+            "__range": "5m",
+            "__interval": "5s",
+        }
+        panels = query_panels(dashboard, rows={ROLE_ROW})
+        assert len(panels) == 4
+        answers: dict[str, list[dict[str, Any]]] = {}  # by panel title
+        empty = []
+        for p in panels:
+            for target in p["targets"]:
+                query = substitute(target["expr"], values)
+                data = await prom_get(session, f"{prom}/api/v1/query", {"query": query})
+                answers.setdefault(p["title"], []).extend(data["result"])
+                if not has_data(data["result"]):
+                    empty.append(f"{p['title']} / {target['legendFormat']}: {query}")
+        assert not empty, "role lines without data:\n" + "\n".join(empty)
+    for conc in (1, 2):
+        point = orjson.loads((tmp_path / "results" / f"conc_{conc}.json").read_bytes())
+        shown = {
+            r["metric"]["part"]: float(r["value"][1])
+            for r in answers["TTFT taken apart"]
+            if r["metric"]["conc"] == str(conc)
+        }
+        parts = {
+            k.removesuffix("_ms"): v
+            for k, v in point["ttft_parts"].items()
+            if k.endswith("_ms") and isinstance(v, dict)
+        }
+        expected = {
+            name: part["mean_ms"] for name, part in parts.items() if part["mean_ms"] is not None
+        }
+        assert set(shown) == set(expected) >= {"prefill", "kv_transfer", "decode_first"}
+        for name, value in expected.items():
+            assert shown[name] == pytest.approx(value, rel=1e-9, abs=1e-9), name
+        ttft = {
+            r["metric"]["role"]: float(r["value"][1])
+            for r in answers["Server TTFT per role"]
+            if r["metric"]["conc"] == str(conc)
+        }
+        by_role = {
+            row["role"]: row["server_mean_ttft_ms"] for row in point["server_metrics_by_role"]
+        }
+        assert set(by_role) == {"frontend", "prefill", "decode"}
+        known = {role: value for role, value in by_role.items() if value is not None}
+        assert "decode" in known and ttft == pytest.approx(known, rel=1e-9)

@@ -19,7 +19,9 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import pytest
 
 from tests.support.paths import load_script
 
@@ -88,6 +90,7 @@ def start(
     workers: int = 1,
     layout: str | None = None,
     mocker_args: Sequence[str] = (),
+    frontend_args: Sequence[str] = (),
 ) -> DynamoCluster:
     tokenizer = dynamo_env.bundled_tokenizer()
     state: dict[str, Any] = dynamo_env.start_cluster(
@@ -97,6 +100,7 @@ def start(
         workers=workers,
         layout=layout,
         mocker_args=mocker_args,
+        frontend_args=frontend_args,
         timeout_s=120.0,
         preexec_fn=die_with_parent,
     )
@@ -112,3 +116,9 @@ def start(
     )
     atexit.register(cluster.stop)
     return cluster
+
+
+def skip_dynamo(reason: str) -> NoReturn:
+    """Skip, and say so on stderr: a skipped Dynamo suite is not coverage."""
+    print(f"\nSKIPPING the Dynamo integration tests: {reason}", file=sys.stderr)
+    pytest.skip(reason)

@@ -197,3 +197,49 @@ def test_a_turns_seed_depends_on_the_turn_not_on_render_order(tokenizer: Tokeniz
     forward, backward = seeds(turns), seeds(turns[::-1])
     assert forward == backward
     assert len(set(forward.values())) == len(forward)  # and every turn has its own
+
+
+def test_a_subagent_names_its_parent_to_dynamo(tokenizer: Tokenizer) -> None:
+    """With the default session headers, every turn carries its session's id in both
+    names, and a subagent's also its parent's in X-Dynamo-Parent-Session-ID (the header
+    Dynamo 1.4.2 reads beside X-Dynamo-Session-ID); without Dynamo's name, no parent."""
+    from loadgen.config.session import SessionSpec
+    from loadgen.workload.bodies import BodyOptions
+    from loadgen.workload.session_render import RenderSettings, SessionRenderer
+
+    tree = next(
+        t
+        for t in load_weka(TRACES / "agentic_small.jsonl")
+        for turn in t.root.turns
+        if any(c.turns and any(g.spawns for g in c.turns) for c in turn.spawns)
+    )
+    options = BodyOptions(endpoint="completions", model="m")
+
+    def headers(names: tuple[str, ...]) -> dict[str, dict[str, str]]:
+        settings = RenderSettings("dsv4", "thinking", None, names, cache_bust=True)
+        render = SessionRenderer(settings, tokenizer, options, 64, seed=9)
+        play = render.play(tree, (1, 0, 0, 0), "r.0.0")
+        found = {}
+
+        def walk(session: Session) -> None:
+            found[session.name] = dict(render.render(play, session, 0, 0).headers)
+            for turn in session.turns:
+                for child in turn.spawns:
+                    walk(child)
+
+        walk(tree.root)
+        return found
+
+    seen = headers(SessionSpec().session_headers)
+    nested = next(name for name in seen if "." in name)
+    parent = nested.rpartition(".")[0]
+    root = f"r.0.0:{tree.tree_id}"  # the play's tree id
+    assert seen[""] == {"X-Session-ID": root, "X-Dynamo-Session-ID": root}
+    assert seen[parent]["X-Dynamo-Parent-Session-ID"] == root
+    assert seen[nested] == {
+        "X-Session-ID": f"{root}::{nested}",
+        "X-Dynamo-Session-ID": f"{root}::{nested}",
+        "X-Dynamo-Parent-Session-ID": f"{root}::{parent}",
+    }
+    plain = headers(("X-Session-ID",))
+    assert all(list(h) == ["X-Session-ID"] for h in plain.values())
