@@ -180,6 +180,13 @@ class RequestRecord:
     server_spec_decode: SpecDecodeStats | None = None
     server_timings: ServerTimings | None = None
     output: RequestOutput | None = None  # --record-outputs: what came back
+    # Chat's phases (metrics/phases.py): the indices into chunk_ns at which the field the
+    # text came in changed (content <-> delta.reasoning(_content)), content first; () when
+    # every token-bearing delta was content. A delta with tokens but no text keeps the
+    # phase it came in (vLLM's parser swallows `</think>` so: its chunk has ids, no text),
+    # counted in textless_phase_chunks when it came in the other field.
+    phase_marks: tuple[int, ...] = ()
+    textless_phase_chunks: int = 0
 
     @property
     def ok(self) -> bool:
@@ -213,6 +220,8 @@ class RequestRecord:
         values = dict(data)
         values["chunk_ns"] = tuple(values["chunk_ns"])
         values["chunk_tokens"] = tuple(values["chunk_tokens"])
+        if "phase_marks" in values:
+            values["phase_marks"] = tuple(values["phase_marks"])
         values["token_source"] = TokenSource(values["token_source"])
         values["arrival_stamps"] = ArrivalStamps(values.get("arrival_stamps", "read"))
         if values.get("stray_bytes") is not None:

@@ -29,6 +29,7 @@ def point_context(spec: RunSpec, slots: int) -> PointContext:
         num_gpus=spec.scoring.num_gpus,
         stream_interval=sim_stream_interval(spec.sim_args) if spec.sim else None,
         golden=spec.scoring.golden_al,
+        thinking=spec.workload.thinking == "thinking",
     )
 
 

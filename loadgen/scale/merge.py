@@ -286,6 +286,7 @@ def merged_context(run: RunRecord, conc: int) -> PointContext:
         num_gpus=settings.scoring.num_gpus,
         stream_interval=run.server.stream_interval if run.server else None,
         golden=settings.scoring.golden_al,
+        thinking=settings.workload.thinking == "thinking",
     )
 
 
