@@ -105,9 +105,8 @@ def test_point_fields_sum_the_requests() -> None:
     assert fields["mean_ttft_ms"] == 10.0  # TTFT keeps its meaning: the first token of any kind
     # AL per phase: decode chunks (all but each request's first; the last of these
     # finish-"length" records is cut unless it carries K+1 = 2 tokens, which it does)
-    reasoning_chunks = [2, 2] + [2, 2, 1, 2] + [2, 2, 1, 2, 2]
-    answer_chunks = [1, 2, 2] + [2]  # a step like any other, though its phase's first
-    assert fields["reasoning_acceptance_length"] == sum(reasoning_chunks) / len(
-        reasoning_chunks
-    )
+    reasoning_chunks = [*(2, 2), *(2, 2, 1, 2), *(2, 2, 1, 2, 2)]  # requests 0, 1, 2
+    # the first answer chunk is a step like any other, though its phase's first
+    answer_chunks = [*(1, 2, 2), *(2,)]
+    assert fields["reasoning_acceptance_length"] == sum(reasoning_chunks) / len(reasoning_chunks)
     assert fields["answer_acceptance_length"] == sum(answer_chunks) / len(answer_chunks)
