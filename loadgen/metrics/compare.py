@@ -36,6 +36,9 @@ METRIC_FIELDS: Mapping[str, str] = {
     "interactivity": INTERACTIVITY,
     "ttft_p50_ms": "median_ttft_ms",
     "ttft_p99_ms": "p99_ttft_ms",
+    # time to first answer token (metrics/phases.py): null where phases were not told apart
+    "ttfa_p50_ms": "median_ttfa_ms",
+    "ttfa_p99_ms": "p99_ttfa_ms",
     "tpot_p50_ms": "median_tpot_ms",
     "tpot_p99_ms": "p99_tpot_ms",
     # the best valid source (stream, else server counters): published_acceptance_length
@@ -55,6 +58,7 @@ METRIC_FIELDS: Mapping[str, str] = {
 STEP_METRICS = ("decode_step_ms", "prefill_step_ms", "stall_share")
 ENERGY_METRICS = ("joules_per_token", "tokens_per_joule")
 ACCURACY_METRICS = ("gsm8k_strict",)
+PHASE_METRICS = ("ttfa_p50_ms", "ttfa_p99_ms")
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ async def live_observer(spec: RunSpec, port: int, host: str) -> AsyncIterator[Me
                 endpoint=spec.target.endpoint,
                 points=len(spec.load.conc),
                 spec_tokens=spec.scoring.spec_tokens,
+                thinking=spec.workload.thinking == "thinking",
                 port=port,
                 host=host,
                 labels={"shard": str(spec.processes.shard_index)}
