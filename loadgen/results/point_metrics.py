@@ -219,6 +219,7 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     acceptance_length: float | None
     acceptance_length_source: str | None
     itl_chunks_merged_steps: bool | None
+    golden_acceptance_curve: str | None = None  # `<model>/<thinking_on|off> in <file>`
     golden_acceptance_length: float | None
     golden_acceptance_drift: float | None
     golden_acceptance_ok: bool | None

@@ -66,6 +66,7 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     ("e2el_p50_ms", lambda r: r.metrics.median_e2el_ms),
     ("acceptance_length", lambda r: r.metrics.acceptance_length),
     ("acceptance_length_source", lambda r: r.metrics.acceptance_length_source),
+    ("golden_acceptance_curve", lambda r: r.metrics.golden_acceptance_curve),
     ("golden_acceptance_length", lambda r: r.metrics.golden_acceptance_length),
     ("golden_acceptance_drift", lambda r: r.metrics.golden_acceptance_drift),
     ("golden_acceptance_ok", lambda r: r.metrics.golden_acceptance_ok),
@@ -188,6 +189,10 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     lines += al_notes(row.get("acceptance_length_source") for row in rows)
+    curves = dict.fromkeys(
+        row["golden_acceptance_curve"] for row in rows if row.get("golden_acceptance_curve")
+    )
+    lines += [f"golden AL: held to the curve {curve}" for curve in curves]
     if any(row.get("power_valid") is False for row in rows):
         lines.append(POWER_INVALID_NOTE)
     if any(row.get("trials") for row in rows):
