@@ -133,7 +133,7 @@ class Exchange:
         # Which field the last text came in (chat's content or reasoning), and the chunk
         # indices where that changed (RequestRecord.phase_marks): one comparison per
         # token-bearing chunk, the work only where the field changes (metrics/phases.py)
-        self.in_reasoning = False
+        self.in_reasoning: bool | None = None  # None: no text yet
         self.phase_marks: list[int] = []
         self.textless_phase_chunks = 0
 
@@ -200,20 +200,26 @@ class Exchange:
         tokens = counter.count(event)
         if tokens > 0:
             if reasoning is not self.in_reasoning:
-                self._field_changed(text)
+                self._field_changed(text, reasoning)
             self.chunk_ns.append(stamp)
             self.chunk_tokens.append(tokens)
         elif type(event) is MetricsEvent:  # once per request, on its final usage chunk
             self.server_metrics = event.metrics
 
-    def _field_changed(self, text: str) -> None:
-        """A token-bearing delta in the other field than the last: the phase changes here,
-        unless it carried no text (then it is counted, and keeps the phase it came in)."""
+    def _field_changed(self, text: str, reasoning: bool) -> None:
+        """A token-bearing delta in the other field than the last text's (or the first):
+        the phase changes here, unless it carried no text (then it keeps the phase it
+        came in, counted once there is one). Chunks before the first text take its phase."""
         if not text:
-            self.textless_phase_chunks += 1
+            if self.in_reasoning is not None:
+                self.textless_phase_chunks += 1
             return
-        self.in_reasoning = not self.in_reasoning
-        self.phase_marks.append(len(self.chunk_ns))
+        if self.in_reasoning is None:
+            if reasoning:
+                self.phase_marks.append(0)
+        else:
+            self.phase_marks.append(len(self.chunk_ns))
+        self.in_reasoning = reasoning
 
     def _other_id(self, chunk_id: str | None) -> None:
         """A chunk whose id is not the response's so far: the first id (the response's,

@@ -96,16 +96,11 @@ def _from_fields(record: RequestRecord) -> tuple[list[int], list[Anomaly]]:
 def _boundary_chunk(record: RequestRecord, ids: Sequence[int]) -> tuple[int, int, int] | None:
     """(chunk index, reasoning tokens in it, answer tokens in it) of the end-of-thinking
     id's chunk, by the chunks' counts; None when the counts do not cover the ids."""
-    position = ids.index(THINK_END_ID)
     if sum(record.chunk_tokens) != len(ids):
         return None
-    seen = 0
-    for index, count in enumerate(record.chunk_tokens):
-        if position < seen + count:
-            reasoning = position - seen + 1  # the boundary token closes the reasoning
-            return index, reasoning, count - reasoning
-        seen += count
-    return None
+    index, start = _chunk_of(ids.index(THINK_END_ID), record.chunk_tokens)
+    reasoning = ids.index(THINK_END_ID) - start + 1  # the boundary token closes the reasoning
+    return index, reasoning, record.chunk_tokens[index] - reasoning
 
 
 def request_phases(record: RequestRecord, thinking: bool) -> RequestPhases:
@@ -117,8 +112,9 @@ def request_phases(record: RequestRecord, thinking: bool) -> RequestPhases:
     if record.phase_marks:
         method = PhaseMethod.FIELDS
         phases, anomalies = _from_fields(record)
-        if ids is not None:
-            answer_ids = _answer_ids(ids, counts, phases)
+        if ids is not None and sum(counts) == len(ids):
+            split = _refine(ids, counts, phases)
+            answer_ids = _answer_ids(ids, counts, phases, split)
             if THINK_END_ID in answer_ids:
                 anomalies.append(Anomaly.BOUNDARY_IN_ANSWER)
     elif ids is not None and THINK_END_ID in ids and (found := _boundary_chunk(record, ids)):
@@ -143,12 +139,50 @@ def request_phases(record: RequestRecord, thinking: bool) -> RequestPhases:
     return _figures(record, method, phases, split, anomalies)
 
 
-def _answer_ids(ids: Sequence[int], counts: Sequence[int], phases: Sequence[int]) -> list[int]:
+def _chunk_of(position: int, counts: Sequence[int]) -> tuple[int, int]:
+    """(the chunk holding token `position`, its first token's index); the counts cover it."""
+    start = 0
+    for index, count in enumerate(counts):
+        if position < start + count:
+            return index, start
+        start += count
+    raise ValueError(f"token {position} is past the chunks' {start} tokens")
+
+
+def _refine(ids: Sequence[int], counts: Sequence[int], phases: list[int]) -> tuple[int, int] | None:
+    """With the kept ids, the `fields` method's boundary made exact: the chunk holding the
+    first `</think>` -- the last reasoning chunk or the first answer chunk, or the fields
+    and the ids disagree and the fields stand -- is MIXED (in place) when answer tokens
+    follow it there: a step across the boundary, or answer tokens without text yet.
+    Returns (its reasoning tokens, its answer tokens), else None."""
+    if THINK_END_ID not in ids:
+        return None
+    position = ids.index(THINK_END_ID)
+    first_answer = phases.index(ANSWER) if ANSWER in phases else len(phases)
+    index, start = _chunk_of(position, counts)
+    if index not in (first_answer - 1, first_answer):
+        return None
+    reasoning = position - start + 1
+    if reasoning >= counts[index]:
+        return None
+    phases[index] = MIXED
+    return reasoning, counts[index] - reasoning
+
+
+def _answer_ids(
+    ids: Sequence[int],
+    counts: Sequence[int],
+    phases: Sequence[int],
+    split: tuple[int, int] | None = None,
+) -> list[int]:
+    """The ids of the answer: its chunks', and a MIXED chunk's after its split."""
     out: list[int] = []
     at = 0
     for count, phase in zip(counts, phases, strict=True):
         if phase == ANSWER:
             out.extend(ids[at : at + count])
+        elif phase == MIXED and split is not None:
+            out.extend(ids[at + split[0] : at + count])
         at += count
     return out
 
