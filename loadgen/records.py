@@ -119,6 +119,10 @@ class RequestOutput:
     finish_reason: str | None
     prompt_digest: str  # blake2b-128 hex of the request body: pairs it across lanes
     reasoning: str = ""  # chat's delta.reasoning(_content), when the server streamed it apart
+    # the token-bearing chunk whose content text held `</think>` (a server that streams the
+    # reasoning as content: metrics/phases.py), and whether answer text followed it there
+    think_end_chunk: int | None = None
+    answer_in_think_end_chunk: bool = False
 
     def ids(self) -> tuple[int, ...] | None:
         """The token ids kept (None: the basis is the text)."""

@@ -120,6 +120,8 @@ class Exchange:
         # Where every event goes besides the counts: --live-history's reply text,
         # --record-outputs' keeper; None (the default) keeps nothing and costs one check
         self.sink = content_sink(reply, keeper)
+        if keeper is not None:
+            keeper.watch(self.chunk_ns)
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
         self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
         self.server_metrics: RequestMetrics = (None, None)  # vLLM's per-request `metrics`

@@ -39,6 +39,7 @@ REASONING, ANSWER, MIXED = 0, 1, 2
 class PhaseMethod(StrEnum):
     FIELDS = "fields"  # the server's parsed reasoning field
     END_TOKEN = "end_token"  # the end-of-thinking id in the kept token ids
+    END_TOKEN_TEXT = "end_token_text"  # its text in the kept content, by chunk
     NONE = "none"  # neither: not told apart
 
 
@@ -127,6 +128,13 @@ def request_phases(record: RequestRecord, thinking: bool) -> RequestPhases:
             phases[index] = REASONING
         if THINK_END_ID in ids[ids.index(THINK_END_ID) + 1 :]:
             anomalies.append(Anomaly.BOUNDARY_IN_ANSWER)
+    elif (text_end := _text_boundary(record)) is not None:
+        method = PhaseMethod.END_TOKEN_TEXT
+        index, answer_after = text_end
+        # the chunk with answer text after `</think>` is the answer's first: its tokens
+        # cannot be split without ids, so all of them count as answer (docs: limits)
+        first_answer = index if answer_after else index + 1
+        phases = [REASONING] * first_answer + [ANSWER] * (len(ns) - first_answer)
     else:
         method = PhaseMethod.NONE
         phases = [] if thinking else [ANSWER] * len(ns)
@@ -137,6 +145,17 @@ def request_phases(record: RequestRecord, thinking: bool) -> RequestPhases:
             method, (), None, None, None, None, None, None, None, False, tuple(anomalies)
         )
     return _figures(record, method, phases, split, anomalies)
+
+
+def _text_boundary(record: RequestRecord) -> tuple[int, bool] | None:
+    """(chunk index, answer text after it there) of `</think>` in the kept content text,
+    when the kept output places it (--record-outputs) within the record's chunks."""
+    output = record.output
+    if output is None or output.think_end_chunk is None:
+        return None
+    if not 0 <= output.think_end_chunk < len(record.chunk_ns):
+        return None
+    return output.think_end_chunk, output.answer_in_think_end_chunk
 
 
 def _chunk_of(position: int, counts: Sequence[int]) -> tuple[int, int]:
