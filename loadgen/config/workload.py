@@ -200,6 +200,16 @@ def dataset_format(values: argparse.Namespace, named: str) -> str:
     return fmt
 
 
+def asks_thinking(workload: WorkloadSpec, endpoint: str) -> bool:
+    """Whether the requests ask the model to think: chat sends the template's `thinking`
+    kwarg, completions only carry it in a prompt loadgen's DeepSeek-V4 encoder renders
+    (a raw prompt asks nothing). The phases of a request that asked and was not told apart
+    are unknown (metrics/phases.py)."""
+    if workload.thinking != "thinking":
+        return False
+    return endpoint == "chat" or workload.encoder == "dsv4"
+
+
 def fold_reasoning_effort(values: argparse.Namespace) -> None:
     """--reasoning-effort none|low|high|max and --thinking, as one mode: `none` is
     --thinking chat; an effort is thinking. A contradiction is one line."""
