@@ -138,5 +138,9 @@ def test_each_requests_phases_are_the_traces_truth(thinking_run: tuple[Path, Pat
 def test_acceptance_per_phase_is_the_configured_one(thinking_run: tuple[Path, Path]) -> None:
     results, _ = thinking_run
     figures = point(results, CONC)
+    print(
+        f"AL reasoning {figures['reasoning_acceptance_length']:.4f} (configured {REASONING_AL}),"
+        f" answer {figures['answer_acceptance_length']:.4f} (configured {ANSWER_AL})"
+    )
     assert figures["reasoning_acceptance_length"] == pytest.approx(REASONING_AL, rel=0.02)
     assert figures["answer_acceptance_length"] == pytest.approx(ANSWER_AL, rel=0.02)
