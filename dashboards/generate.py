@@ -280,6 +280,25 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "timeseries",
             ),
             (
+                "TTFA",
+                "Time to first answer token: a thinking model's first token after its "
+                "reasoning (send to the first chunk carrying answer tokens); TTFT without "
+                "thinking. Requests whose phases were not told apart have none.",
+                "s",
+                8,
+                quantiles("loadgen_ttfa_seconds", POINT),
+                "timeseries",
+            ),
+            (
+                "Output tokens by phase",
+                "Reasoning and answer tokens per second, of the requests whose phases "
+                "were told apart (docs/thinking.md).",
+                "short",
+                8,
+                [("{{phase}}", rate_sum("loadgen_phase_output_tokens_total", POINT, "phase"))],
+                "timeseries",
+            ),
+            (
                 "ITL per chunk",
                 "Gap between consecutive chunks (vLLM's ITL).",
                 "s",

@@ -119,6 +119,10 @@ class RequestOutput:
     finish_reason: str | None
     prompt_digest: str  # blake2b-128 hex of the request body: pairs it across lanes
     reasoning: str = ""  # chat's delta.reasoning(_content), when the server streamed it apart
+    # the token-bearing chunk whose content text held `</think>` (a server that streams the
+    # reasoning as content: metrics/phases.py), and whether answer text followed it there
+    think_end_chunk: int | None = None
+    answer_in_think_end_chunk: bool = False
 
     def ids(self) -> tuple[int, ...] | None:
         """The token ids kept (None: the basis is the text)."""
@@ -180,6 +184,13 @@ class RequestRecord:
     server_spec_decode: SpecDecodeStats | None = None
     server_timings: ServerTimings | None = None
     output: RequestOutput | None = None  # --record-outputs: what came back
+    # Chat's phases (metrics/phases.py): the indices into chunk_ns at which the field the
+    # text came in changed (content <-> delta.reasoning(_content)), content first; () when
+    # every token-bearing delta was content. A delta with tokens but no text keeps the
+    # phase it came in (vLLM's parser swallows `</think>` so: its chunk has ids, no text),
+    # counted in textless_phase_chunks when it came in the other field.
+    phase_marks: tuple[int, ...] = ()
+    textless_phase_chunks: int = 0
 
     @property
     def ok(self) -> bool:
@@ -213,6 +224,8 @@ class RequestRecord:
         values = dict(data)
         values["chunk_ns"] = tuple(values["chunk_ns"])
         values["chunk_tokens"] = tuple(values["chunk_tokens"])
+        if "phase_marks" in values:
+            values["phase_marks"] = tuple(values["phase_marks"])
         values["token_source"] = TokenSource(values["token_source"])
         values["arrival_stamps"] = ArrivalStamps(values.get("arrival_stamps", "read"))
         if values.get("stray_bytes") is not None:

@@ -190,8 +190,10 @@ def _text(choice: dict[str, Any]) -> tuple[str, bool]:
         text = delta.get("content")
         if text is None:
             text = delta.get("reasoning_content") or delta.get("reasoning")
-            if text is None:
-                return "", False
+            if text is None:  # an empty reasoning delta ("") is still reasoning
+                if delta.get("reasoning_content") is None:
+                    return "", False
+                text = ""
             reasoning = True
     if type(text) is not str:
         raise _bad("choices[0] text", text, "a string")

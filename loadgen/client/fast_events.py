@@ -178,7 +178,11 @@ def _text(choice: _Choice) -> tuple[str, bool]:
     if text is not None:
         return text, False
     text = delta.reasoning_content or delta.reasoning
-    return ("", False) if text is None else (text, True)
+    if text is None:  # an empty reasoning delta ("") is still reasoning: its phase counts
+        if delta.reasoning_content is None:
+            return "", False
+        text = ""
+    return text, True
 
 
 def _logprob_count(logprobs: _Logprobs) -> int | None:

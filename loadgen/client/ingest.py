@@ -82,7 +82,9 @@ class Exchange:
         "end_ns",
         "error",
         "finish_reason",
+        "in_reasoning",
         "max_tokens",
+        "phase_marks",
         "previous_id",
         "prompt_tokens",
         "response_id",
@@ -91,6 +93,7 @@ class Exchange:
         "status",
         "stray_bytes",
         "taint",
+        "textless_phase_chunks",
         "token_cap",
     )
 
@@ -117,6 +120,8 @@ class Exchange:
         # Where every event goes besides the counts: --live-history's reply text,
         # --record-outputs' keeper; None (the default) keeps nothing and costs one check
         self.sink = content_sink(reply, keeper)
+        if keeper is not None:
+            keeper.watch(self.chunk_ns)
         self.arrival_stamps = ArrivalStamps.READ  # the client says KERNEL when they were
         self.stray_bytes: StrayBytes | None = None  # the native client saw bytes of no request
         self.server_metrics: RequestMetrics = (None, None)  # vLLM's per-request `metrics`
@@ -127,6 +132,12 @@ class Exchange:
         # every chunk carries the one id, and not the previous response's
         self.response_id: str | None = None
         self.previous_id: str | None = None
+        # Which field the last text came in (chat's content or reasoning), and the chunk
+        # indices where that changed (RequestRecord.phase_marks): one comparison per
+        # token-bearing chunk, the work only where the field changes (metrics/phases.py)
+        self.in_reasoning: bool | None = None  # None: no text yet
+        self.phase_marks: list[int] = []
+        self.textless_phase_chunks = 0
 
     def body_ended(self, last_stamp: int | None, cut: bool) -> None:
         """The body is over (either client): without [DONE] or an error event the stream
@@ -149,7 +160,21 @@ class Exchange:
 
     def on_event(self, event: StreamEvent, stamp: int, counter: TokenCounter) -> None:
         # One unpacking instead of a NamedTuple attribute lookup per field (per event).
-        done, _, _, _, _, completion, prompt, finish_reason, error, cached, _, _, chunk_id = event
+        (
+            done,
+            _,
+            _,
+            _,
+            text,
+            completion,
+            prompt,
+            finish_reason,
+            error,
+            cached,
+            reasoning,
+            _,
+            chunk_id,
+        ) = event
         if done:
             self.done, self.end_ns = True, stamp
             return
@@ -176,10 +201,27 @@ class Exchange:
             sink.take(event)
         tokens = counter.count(event)
         if tokens > 0:
+            if reasoning is not self.in_reasoning:
+                self._field_changed(text, reasoning)
             self.chunk_ns.append(stamp)
             self.chunk_tokens.append(tokens)
         elif type(event) is MetricsEvent:  # once per request, on its final usage chunk
             self.server_metrics = event.metrics
+
+    def _field_changed(self, text: str, reasoning: bool) -> None:
+        """A token-bearing delta in the other field than the last text's (or the first):
+        the phase changes here, unless it carried no text (then it keeps the phase it
+        came in, counted once there is one). Chunks before the first text take its phase."""
+        if not text:
+            if self.in_reasoning is not None:
+                self.textless_phase_chunks += 1
+            return
+        if self.in_reasoning is None:
+            if reasoning:
+                self.phase_marks.append(0)
+        else:
+            self.phase_marks.append(len(self.chunk_ns))
+        self.in_reasoning = reasoning
 
     def _other_id(self, chunk_id: str | None) -> None:
         """A chunk whose id is not the response's so far: the first id (the response's,

@@ -21,6 +21,7 @@ from loadgen.client.events import StreamEvent
 from loadgen.records import OutputBasis, RequestOutput
 from loadgen.workload.reply import ReplyText
 
+THINK_CLOSE = "</think>"  # DeepSeek-V4's end of thinking, one token (id 128822)
 DIGEST_BYTES = 16  # blake2b-128: no two of a run's outputs collide by chance
 
 
@@ -47,7 +48,15 @@ class ReplySink:
 class OutputKeeper:
     """The ids and text of one response as they stream (one request's ingest writes it)."""
 
-    __slots__ = ("_ids", "_missing_ids", "_reasoning", "_saw_ids", "_text")
+    __slots__ = (
+        "_chunks",
+        "_ids",
+        "_missing_ids",
+        "_reasoning",
+        "_saw_ids",
+        "_text",
+        "_think_end",
+    )
 
     def __init__(self) -> None:
         self._ids = array("I")
@@ -57,12 +66,28 @@ class OutputKeeper:
         self._reasoning = bytearray()
         self._saw_ids = False
         self._missing_ids = False  # some text came without ids: the text identifies it
+        # Where the content's `</think>` came (metrics/phases.py, end_token_text): the
+        # request's token-bearing chunks so far (its Exchange's list, `watch`), and the
+        # index of the chunk whose text held it, with whether answer text followed it there
+        self._chunks: list[int] = []
+        self._think_end: tuple[int, bool] | None = None
+
+    def watch(self, chunks: list[int]) -> None:
+        """The request's chunk arrivals as they are appended (an event is taken before its
+        own chunk is): `len(chunks)` is the index its chunk gets."""
+        self._chunks = chunks
 
     def take(self, event: StreamEvent) -> None:
         text = event[4]
         if text:
             # (both decoders refuse a lone surrogate: every text encodes)
-            (self._reasoning if event[10] else self._text).extend(text.encode())
+            if event[10]:
+                self._reasoning.extend(text.encode())
+            else:
+                self._text.extend(text.encode())
+                if self._think_end is None and THINK_CLOSE in text:
+                    after = text[text.index(THINK_CLOSE) + len(THINK_CLOSE) :]
+                    self._think_end = (len(self._chunks), bool(after))
         ids = event[11]
         if ids is None:
             if text and event[1]:
@@ -98,6 +123,8 @@ class OutputKeeper:
             finish_reason=finish_reason,
             prompt_digest=prompt_digest(body),
             reasoning=reasoning,
+            think_end_chunk=None if self._think_end is None else self._think_end[0],
+            answer_in_think_end_chunk=self._think_end is not None and self._think_end[1],
         )
 
 

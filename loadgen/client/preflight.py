@@ -199,6 +199,24 @@ def _model_cards(listing: Any, url: str) -> dict[str, dict[str, Any]]:
     }
 
 
+THINK_MAX_MODEL_LEN = 393_216  # DeepSeek-V4's Think Max needs this much context
+
+
+def think_max_line(max_model_len: int | None, reasoning_effort: str | None) -> str | None:
+    """The warning for Think Max against a server whose context is too short for it (None:
+    not Think Max, or the server says nothing, or its context is long enough)."""
+    if reasoning_effort != "max" or max_model_len is None:
+        return None
+    if max_model_len >= THINK_MAX_MODEL_LEN:
+        return None
+    return (
+        f"Think Max (--reasoning-effort max) needs the server's max_model_len >= "
+        f"{THINK_MAX_MODEL_LEN:,}; it reports {max_model_len:,}: long reasoning will be cut "
+        "off, answers truncated (restart it with --max-model-len 393216, or "
+        "--strict-preflight to stop here)"
+    )
+
+
 def check_context(max_model_len: int | None, isl: int, osl: int) -> None:
     if max_model_len is not None and isl + osl > max_model_len:
         raise PreflightError(
@@ -361,6 +379,7 @@ async def preflight(
     stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
     streams: StreamClient,
     engine: str = "auto",
+    strict: bool = False,
 ) -> ServerInfo:
     """All checks in order; raises PreflightError with one line when the run cannot start.
 
@@ -374,10 +393,13 @@ async def preflight(
     """
     model, max_model_len = await find_model(session, base_url, wanted_model)
     check_context(max_model_len, isl, osl)
+    think_max = think_max_line(max_model_len, options.reasoning_effort)
+    if think_max is not None and strict:
+        raise PreflightError(think_max.replace(", or --strict-preflight to stop here", ""))
     options = dataclasses.replace(options, model=model)
     text, ours = prompt
     check = await tokenize_check(session, base_url, model, text, ours)
-    warnings = []
+    warnings = [] if think_max is None else [think_max]
     if check["match"] is False:
         warnings.append(
             f"TOKENIZER MISMATCH: loadgen counts {ours} tokens in a probe prompt, the server "

@@ -141,6 +141,8 @@ class Transport:
             server_spec_decode=state.server_metrics[0],
             server_timings=state.server_metrics[1],
             output=None if keeper is None else keeper.output(state.finish_reason, request.body),
+            phase_marks=tuple(state.phase_marks),
+            textless_phase_chunks=state.textless_phase_chunks,
         )
         if state.taint.why:
             record = tainted(record, state.taint.why)

@@ -36,6 +36,7 @@ def settings_from_values(values: Mapping[str, Any], env: Mapping[str, str]) -> d
     """The flat RunSpec settings of the option values (not validated yet)."""
     args = argparse.Namespace(**{**run_defaults(), **values})
     compat = apply_compat(args)  # vLLM's aliases folded into loadgen's own dests
+    workload.fold_reasoning_effort(args)
     settings: dict[str, Any] = load.derive(args)
     settings.update(target.derive(args, env))
     settings.update(output.derive(args))

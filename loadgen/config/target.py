@@ -66,6 +66,9 @@ class TargetSpec:
     # Server controls between points: empty the prefix cache of every server loadgen knows
     # (the target, each --server-metrics URL's) before each point's warmup, or after it.
     reset_prefix_cache: bool = False
+    # a preflight warning that the run's answers will not be what was asked (Think Max on
+    # a server whose context cannot hold them) stops the run instead
+    strict_preflight: bool = False
     reset_after_warmup: bool = False
     reset_external: bool = False  # vLLM's reset_external=true: the connector's cache too
     reset_timeout_s: float = 60.0  # how long a reset is retried while the server refuses
@@ -272,6 +275,14 @@ FIELDS: tuple[Field, ...] = (
         "auto finds it at preflight from /metrics names, /get_server_info and "
         "/server_info, and run.json records which and why (default: auto)",
         fills="engine",
+        section="target",
+    ),
+    flag(
+        "--strict-preflight",
+        action="store_true",
+        help="make the preflight's warnings about the answers an error: Think Max "
+        "(--reasoning-effort max) against a server whose max_model_len is below 393216",
+        fills="strict_preflight",
         section="target",
     ),
     flag(

@@ -28,6 +28,9 @@ ReasoningEffort = Literal["low", "high", "max"]
 ENCODER_NAMES: tuple[str, ...] = tuple(ENCODERS)
 THINKING_MODES: tuple[str, ...] = ("chat", "thinking")
 REASONING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
+# --reasoning-effort's choices: DeepSeek-V4's three modes (docs/results.md, thinking
+# phases); `none` is Non-think (--thinking chat), the others think at that effort
+EFFORT_CHOICES: tuple[str, ...] = ("none", *REASONING_EFFORTS)
 MAX_SEED = 2**63 - 1  # numpy's SeedSequence takes any such int, vLLM's request seed an int64
 # Trace replay takes its lengths from the trace; --isl/--osl then only size the probe.
 TRACE_PROBE_ISL, TRACE_PROBE_OSL = 256, 64
@@ -142,9 +145,11 @@ FIELDS: tuple[Field, ...] = (
     ),
     flag(
         "--reasoning-effort",
-        choices=REASONING_EFFORTS,
+        choices=EFFORT_CHOICES,
         default=None,
-        help="DeepSeek-V4 reasoning effort (default: none)",
+        help="DeepSeek-V4 mode: none (Non-think, as --thinking chat), high (Think High), "
+        "max (Think Max: the server needs --max-model-len >= 393216); low is the "
+        "encoder's too. Default: thinking without an effort prefix",
         fills="reasoning_effort",
         section="workload",
     ),
@@ -193,6 +198,32 @@ def dataset_format(values: argparse.Namespace, named: str) -> str:
         if detected in TRACE_FORMATS:
             fmt = detected
     return fmt
+
+
+def asks_thinking(workload: WorkloadSpec, endpoint: str) -> bool:
+    """Whether the requests ask the model to think: chat sends the template's `thinking`
+    kwarg, completions only carry it in a prompt loadgen's DeepSeek-V4 encoder renders
+    (a raw prompt asks nothing). The phases of a request that asked and was not told apart
+    are unknown (metrics/phases.py)."""
+    if workload.thinking != "thinking":
+        return False
+    return endpoint == "chat" or workload.encoder == "dsv4"
+
+
+def fold_reasoning_effort(values: argparse.Namespace) -> None:
+    """--reasoning-effort none|low|high|max and --thinking, as one mode: `none` is
+    --thinking chat; an effort is thinking. A contradiction is one line."""
+    effort, thinking = values.reasoning_effort, values.thinking
+    if effort is None:
+        return
+    wanted = "chat" if effort == "none" else "thinking"
+    if thinking not in (None, wanted):
+        raise SpecError(
+            f"--reasoning-effort {effort} is {'Non-think' if effort == 'none' else 'thinking'}"
+            f", but the run also asks --thinking {thinking} (or --dsv4): give one of them"
+        )
+    values.thinking = wanted
+    values.reasoning_effort = None if effort == "none" else effort
 
 
 def derive(values: argparse.Namespace, fmt: str) -> dict[str, Any]:

@@ -39,6 +39,9 @@ METRIC_FIELDS: Mapping[str, str] = {
     "interactivity": INTERACTIVITY,
     "ttft_p50_ms": "median_ttft_ms",
     "ttft_p99_ms": "p99_ttft_ms",
+    # time to first answer token (metrics/phases.py): null where phases were not told apart
+    "ttfa_p50_ms": "median_ttfa_ms",
+    "ttfa_p99_ms": "p99_ttfa_ms",
     "tpot_p50_ms": "median_tpot_ms",
     "tpot_p99_ms": "p99_tpot_ms",
     # InferenceX AgentX's metric of record (metrics/e2e_norm.py): the North-Star axis
@@ -60,6 +63,7 @@ METRIC_FIELDS: Mapping[str, str] = {
 STEP_METRICS = ("decode_step_ms", "prefill_step_ms", "stall_share")
 ENERGY_METRICS = ("joules_per_token", "tokens_per_joule")
 ACCURACY_METRICS = ("gsm8k_strict",)
+PHASE_METRICS = ("ttfa_p50_ms", "ttfa_p99_ms")
 # The throughput a comparison uses, by its field: per GPU when every point has it.
 THROUGHPUT: Mapping[str, Reader] = {
     "output_throughput": lambda p: p.metrics.output_throughput,
@@ -77,6 +81,8 @@ READERS: Mapping[str, Reader] = {
     "interactivity": lambda p: p.metrics.median_interactivity_tok_s_user,
     "ttft_p50_ms": lambda p: p.metrics.median_ttft_ms,
     "ttft_p99_ms": lambda p: p.metrics.p99_ttft_ms,
+    "ttfa_p50_ms": lambda p: p.metrics.median_ttfa_ms,
+    "ttfa_p99_ms": lambda p: p.metrics.p99_ttfa_ms,
     "tpot_p50_ms": lambda p: p.metrics.median_tpot_ms,
     "tpot_p99_ms": lambda p: p.metrics.p99_tpot_ms,
     "e2e_norm_intvty_p90": lambda p: p.metrics.p90_e2e_norm_intvty,

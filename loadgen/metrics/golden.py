@@ -7,6 +7,7 @@ from typing import Any
 from loadgen.config.golden import GoldenAL
 
 FIELDS = (
+    "golden_acceptance_curve",
     "golden_acceptance_length",
     "golden_acceptance_drift",
     "golden_acceptance_ok",
@@ -33,6 +34,8 @@ def golden_fields(
         return dict.fromkeys(FIELDS)
     fields: dict[str, Any] = {
         **dict.fromkeys(FIELDS),
+        # which curve the point is held to: the lane's thinking setting picks it
+        "golden_acceptance_curve": f"{golden.model}/{golden.mode} in {golden.path.name}",
         "golden_acceptance_ok": False,
         "golden_acceptance_tolerance": golden.tolerance,
     }
@@ -45,7 +48,10 @@ def golden_fields(
         return fields
     fields["golden_acceptance_length"] = target
     if measured is None:
-        fields["golden_acceptance_note"] = "no valid acceptance length was measured"
+        fields["golden_acceptance_note"] = (
+            f"no valid acceptance length was measured (golden {target:.3f}, K={spec_tokens}, "
+            f"{golden.model}/{golden.mode})"
+        )
         return fields
     if disagreement is not None:
         fields["golden_acceptance_note"] = (

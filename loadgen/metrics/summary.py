@@ -53,6 +53,7 @@ from loadgen.metrics.early_stopping import early_stop
 from loadgen.metrics.frontend import frontend_fields
 from loadgen.metrics.golden import golden_fields
 from loadgen.metrics.latency_bounds import ClientMaxima, bounded_means
+from loadgen.metrics.phases import phase_fields
 from loadgen.metrics.request_stats import (
     TIMING_SAMPLES,
     spec_decode_fields,
@@ -97,6 +98,9 @@ class PointContext:
     # simulator's --stream-interval); None: unknown, as vLLM reports it nowhere.
     stream_interval: int | None = None
     golden: GoldenAL | None = None  # --golden-al: the curve this point's AL is held to
+    # the requests asked the model to think: a response whose phases cannot be told apart
+    # then has no TTFA (metrics/phases.py); without thinking its whole output is the answer
+    thinking: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.slos) - set(SLO_METRICS))
@@ -304,8 +308,30 @@ def summarize(
     engines = server_after.engines if server_after is not None else None
     result.update(step_fields(arrays, kernel, ctx.stream_interval, engines))
     result.update(_per_request_lists(ordered))
+    result.update(_phase_fields(ordered, completed, arrays, stream, spec_tokens, ctx))
     # Built, not cast: a key missing here or of the wrong type fails at once.
     return metrics_from_fields(result)
+
+
+def _phase_fields(
+    ordered: Sequence[RequestRecord],
+    completed: Sequence[RequestRecord],
+    arrays: PointArrays,
+    stream: Mapping[str, Any],
+    spec_tokens: int | None,
+    ctx: PointContext,
+) -> dict[str, Any]:
+    """Reasoning and answer apart (metrics/phases.py); AL per phase over the same chunks
+    as the stream's AL, and only where that one is valid."""
+    valid = stream["stream_acceptance_length"] is not None
+    decode = arrays.decode_chunk_mask(spec_tokens) if valid else None
+    result, samples = phase_fields(ordered, completed, arrays, decode, ctx.thinking)
+    for name in ("ttfa", "think"):
+        result.update(distribution(name, samples[name], ctx.all_percentiles))
+    for name in ("ttfr", "reasoning_tpot", "answer_tpot"):
+        values = samples[name]
+        result[f"mean_{name}_ms"] = float(values.mean()) if values.size else None
+    return result
 
 
 def _count_fields(

@@ -8,6 +8,7 @@ import sys
 from collections.abc import AsyncIterator
 
 from loadgen.config.spec import RunSpec
+from loadgen.config.workload import asks_thinking
 from loadgen.errors import UsageError
 from loadgen.run.backend import served_model
 from loadgen.run.embedded_sim import sim_model
@@ -40,6 +41,7 @@ async def live_observer(spec: RunSpec, port: int, host: str) -> AsyncIterator[Me
                 endpoint=spec.target.endpoint,
                 points=len(spec.load.conc),
                 spec_tokens=spec.scoring.spec_tokens,
+                thinking=asks_thinking(spec.workload, spec.target.endpoint),
                 port=port,
                 host=host,
                 labels={"shard": str(spec.processes.shard_index)}

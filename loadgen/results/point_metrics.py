@@ -248,6 +248,7 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     acceptance_length: float | None
     acceptance_length_source: str | None
     itl_chunks_merged_steps: bool | None
+    golden_acceptance_curve: str | None = None  # `<model>/<thinking_on|off> in <file>`
     golden_acceptance_length: float | None
     golden_acceptance_drift: float | None
     golden_acceptance_ok: bool | None
@@ -274,9 +275,39 @@ class PointMetrics(msgspec.Struct, frozen=True, kw_only=True, rename=vllm_spelli
     steps_stall_share: float | None = None
     steps_stamps: str | None = None
     steps_note: str | None = None
+    # Thinking phases (metrics/phases.py): reasoning and answer apart; the defaults read
+    # point files from before them
+    mean_ttfa_ms: float | None = None
+    median_ttfa_ms: float | None = None
+    std_ttfa_ms: float | None = None
+    p90_ttfa_ms: float | None = None
+    p99_ttfa_ms: float | None = None
+    p99_9_ttfa_ms: float | None = None
+    mean_think_ms: float | None = None
+    median_think_ms: float | None = None
+    std_think_ms: float | None = None
+    p90_think_ms: float | None = None
+    p99_think_ms: float | None = None
+    p99_9_think_ms: float | None = None
+    mean_ttfr_ms: float | None = None
+    mean_reasoning_tpot_ms: float | None = None
+    mean_answer_tpot_ms: float | None = None
+    mean_reasoning_itl_ms: float | None = None
+    mean_answer_itl_ms: float | None = None
+    total_reasoning_tokens: int | None = None
+    total_answer_tokens: int | None = None
+    reasoning_share: float | None = None
+    reasoning_acceptance_length: float | None = None
+    answer_acceptance_length: float | None = None
+    phase_methods: dict[str, int] | None = None
+    phase_separated_requests: int = 0
+    phase_unseparated_requests: int = 0
+    reasoning_only_requests: int = 0
+    phase_anomalies: dict[str, int] | None = None
     input_lens: list[int]
     output_lens: list[int]
     ttfts: list[float | None]
+    ttfas: list[float | None] = []
     errors: list[str]
     # MLPerf early stopping per published TTFT/TPOT/E2EL percentile (`p99_ttft_ms` -> its
     # figures); the default reads files of an older loadgen

@@ -169,6 +169,7 @@ class HttpBackend:
             metrics_urls=self.metrics_urls if spec.telemetry.server_metrics else (),
             streams=self.streams,
             engine=spec.target.engine,
+            strict=spec.target.strict_preflight,
         )
         self.adopt(server)
         return server

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from loadgen.config.spec import RunSpec
+from loadgen.config.workload import asks_thinking
 from loadgen.metrics.server import KV_USAGE, ServerSnapshot
 from loadgen.metrics.summary import PointContext
 from loadgen.results.outcome import Stop
@@ -29,6 +30,7 @@ def point_context(spec: RunSpec, slots: int) -> PointContext:
         num_gpus=spec.scoring.num_gpus,
         stream_interval=sim_stream_interval(spec.sim_args) if spec.sim else None,
         golden=spec.scoring.golden_al,
+        thinking=asks_thinking(spec.workload, spec.target.endpoint),
     )
 
 

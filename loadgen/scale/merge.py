@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 
 from loadgen import __version__
+from loadgen.config.workload import asks_thinking
 from loadgen.errors import UsageError
 from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
@@ -277,6 +278,7 @@ def merged_context(run: RunRecord, conc: int) -> PointContext:
         num_gpus=settings.scoring.num_gpus,
         stream_interval=run.server.stream_interval if run.server else None,
         golden=settings.scoring.golden_al,
+        thinking=asks_thinking(settings.workload, settings.target.endpoint),
     )
 
 

@@ -9,6 +9,7 @@ observes ITL per step, before its frontend merges).
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 
@@ -83,6 +84,7 @@ class Accounting:
                     "chunks": request.chunks,
                     "completion_tokens": request.emitted,
                     "finish_reason": reason,
+                    **thinking_truth(request),
                 }
             )
 
@@ -110,3 +112,25 @@ class Accounting:
             if request.merged_steps:
                 intended = np.sort(np.concatenate((intended, request.merged_steps)))
             m.itl.observe_many(np.diff(intended) * NS)
+
+
+def thinking_truth(request: EngineRequest) -> dict[str, Any]:
+    """A thinking request's phases as generated (sim/thinking.py): its reasoning tokens
+    (`</think>` included), its answer tokens, and which chunk carried the first answer
+    token (null: it never answered). Null fields for a request that did not think."""
+    plan = request.plan
+    if not plan.thinking:
+        return {"reasoning_tokens": None, "answer_tokens": None, "first_answer_chunk": None}
+    end = plan.think_end
+    reasoning = request.emitted if end is None else min(end + 1, request.emitted)
+    first, seen = None, 0
+    for index, (_, _, tokens) in enumerate(request.chunks):
+        seen += tokens
+        if seen > reasoning:
+            first = index
+            break
+    return {
+        "reasoning_tokens": reasoning,
+        "answer_tokens": request.emitted - reasoning,
+        "first_answer_chunk": first,
+    }

@@ -25,6 +25,7 @@ SPEC_DECODE_LEVELS = ("none", "summary", "detailed")  # vLLM's --per-request-spe
 
 DEFAULT_MODEL = "deepseek-v4-sim"
 DEFAULT_ACCEPTANCE = (0.8, 0.6)
+DEFAULT_REASONING_LENGTHS: tuple[tuple[str, int], ...] = (("low", 64), ("high", 256), ("max", 1024))
 # Used for draft positions beyond the defaults when only --spec-tokens is given.
 DEFAULT_LATER_ACCEPTANCE = 0.5
 # vLLM extensions a plainer OpenAI-compatible server lacks (--reject-params).
@@ -79,6 +80,12 @@ class SimConfig:
     spec_method: str = "mtp"
     rejection_sample_method: str = "standard"
     stream_interval: int = 1
+    # Thinking (sim/thinking.py): vLLM's --reasoning-parser (None: chat streams the
+    # reasoning as content), the mean reasoning length per effort, and the reasoning
+    # phase's own conditional acceptance per draft position (None: the answer's)
+    reasoning_parser: str | None = None
+    reasoning_lengths: tuple[tuple[str, int], ...] = DEFAULT_REASONING_LENGTHS
+    reasoning_acceptance: tuple[float, ...] | None = None
     # Frontend lag model: chance per sent event that a request's step output is instead
     # merged into its next step's event (as vLLM's frontend does when it falls behind).
     merge_steps_prob: float = 0.0

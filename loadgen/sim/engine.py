@@ -26,6 +26,7 @@ from loadgen.sim.profiler import SimProfiler
 from loadgen.sim.request import EngineRequest
 from loadgen.sim.request_metrics import metrics_json, sglext_json
 from loadgen.sim.steplog import StepLog
+from loadgen.sim.thinking import split_texts
 from loadgen.sim.wire import http_chunk, malformed_event
 
 log = logging.getLogger("loadgen.sim")
@@ -296,7 +297,7 @@ class Engine:
                 self.accounting.prompt_done(request)
             else:
                 plan = request.plan
-                accepted = plan.accepted_at(request.decode_steps)
+                accepted = plan.accepted_for(request.decode_steps, request.emitted)
                 request.decode_steps += 1
                 drafts += 1
                 accepted_histogram[accepted] += 1
@@ -332,10 +333,17 @@ class Engine:
         if end > len(plan.token_ids):
             plan.ensure_tokens(end)
         fmt = request.fmt
-        if fmt is not None and start and not finished and fmt.plain and not request.has_faults:
+        split = None
+        if fmt is not None and fmt.parses_reasoning:  # a thinking chat request, parsed
+            split = split_texts(plan.texts[start:end], start, end, plan.think_end)
+        middle = fmt is not None and start and not finished and fmt.plain
+        # all content, or all reasoning: the hot path's frame
+        if middle and not request.has_faults and (split is None or split[1] is None):
+            assert fmt is not None
+            text = "".join(plan.texts[start:end]) if split is None else split[0]
             return Send(
                 request,
-                fmt.middle_frame(plan.token_ids[start:end], "".join(plan.texts[start:end]), end),
+                fmt.middle_frame(plan.token_ids[start:end], text, end, split is not None),
                 end - start,
             )
         send = Send(request, b"", end - start, "finish" if finished else None)
@@ -354,6 +362,7 @@ class Engine:
                     end,
                     plan.finish_reason if finished else None,
                     start == 0,
+                    split,
                 )
             )
         if finished:

@@ -15,6 +15,7 @@ from loadgen.sim.config import (
     SimConfig,
 )
 from loadgen.sim.power import PowerConfig
+from loadgen.sim.thinking import REASONING_PARSERS
 
 # `loadgen sim` is a process of its own: it may spin before a step (SimConfig.spin_us).
 CLI_SPIN_US = 1000.0
@@ -30,6 +31,59 @@ def _acceptance(text: str) -> tuple[float, ...]:
     if not values:
         raise argparse.ArgumentTypeError("--acceptance needs at least one probability")
     return values
+
+
+def _reasoning_lengths(text: str) -> tuple[tuple[str, int], ...]:
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        effort, _, mean = part.partition("=")
+        if effort not in ("low", "high", "max") or not mean.isdigit() or int(mean) < 1:
+            raise argparse.ArgumentTypeError(
+                f"--reasoning-lengths wants EFFORT=MEAN pairs like high=256,max=1024 "
+                f"(efforts low, high, max; means >= 1), got {part!r}"
+            )
+        pairs.append((effort, int(mean)))
+    return tuple(pairs)
+
+
+def _reasoning_al(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value >= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"--reasoning-acceptance-length wants a mean acceptance length >= 1, got {text!r}"
+        )
+    return value
+
+
+def thinking_flags(p: argparse.ArgumentParser, d: SimConfig) -> None:
+    p.add_argument(
+        "--reasoning-parser",
+        choices=REASONING_PARSERS,
+        default=d.reasoning_parser,
+        help="as vLLM's: chat streams a thinking request's reasoning under the engine's "
+        "field (vLLM `reasoning`, SGLang `reasoning_content`), the answer as content; "
+        "without it the reasoning and </think> stream as content",
+    )
+    p.add_argument(
+        "--reasoning-lengths",
+        type=_reasoning_lengths,
+        default=d.reasoning_lengths,
+        metavar="EFFORT=MEAN,...",
+        help="mean reasoning tokens before </think> per effort (geometric draws from the "
+        "request's seed); a thinking request without an effort thinks at high "
+        "(default: " + ",".join(f"{e}={m}" for e, m in d.reasoning_lengths) + ")",
+    )
+    p.add_argument(
+        "--reasoning-acceptance-length",
+        type=_reasoning_al,
+        default=None,
+        metavar="AL",
+        help="the reasoning phase's mean acceptance length (vLLM's synthetic schedule at "
+        "the run's K); default: the answer's acceptance",
+    )
 
 
 def _names(text: str) -> tuple[str, ...]:

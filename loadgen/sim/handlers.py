@@ -28,6 +28,7 @@ from loadgen.sim.plan import PlanParams, RequestPlan, make_plan, script
 from loadgen.sim.prefix_cache import block_hashes
 from loadgen.sim.request import EngineRequest, TransportSink
 from loadgen.sim.request_metrics import metrics_dict, with_nulls
+from loadgen.sim.thinking import reasoning_field, request_effort
 from loadgen.sim.validate import (
     ApiError,
     Generation,
@@ -135,9 +136,13 @@ class GenerationHandlers:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
-    def _plan(self, gen: Generation, index: int, max_tokens: int) -> RequestPlan:
+    def _plan(
+        self, gen: Generation, index: int, max_tokens: int, effort: str | None = None
+    ) -> RequestPlan:
         c = self.config
         params = PlanParams(
+            reasoning_mean=None if effort is None else dict(c.reasoning_lengths).get(effort),
+            reasoning_acceptance=c.reasoning_acceptance,
             max_tokens=max_tokens,
             min_tokens=gen.min_tokens,
             ignore_eos=gen.ignore_eos,
@@ -206,7 +211,7 @@ class GenerationHandlers:
                 503,
             )
         index = next(self._indices)
-        plan = self._plan(gen, index, max_tokens)
+        plan = self._plan(gen, index, max_tokens, request_effort(body, chat, gen.prompt_text))
         if self.answers is not None:
             self._answer(plan, body, chat, max_tokens)
         faults = draw_faults(faults_config, self.config.seed, index, plan.num_tokens, gen.stream)
@@ -324,6 +329,9 @@ class GenerationHandlers:
             opts=gen.options,
             fingerprint=self.fingerprint,
             logprobs=self._logprobs(gen),
+            reasoning_field=reasoning_field(self.config.engine)
+            if gen.chat and self.config.reasoning_parser and engine_request.plan.thinking
+            else None,
         )
         engine_request.sink = TransportSink(transport)
         reason = await self._run(engine_request)

@@ -7,9 +7,21 @@ import os
 from collections.abc import Mapping
 
 from loadgen.sim.config import ConfigError, FaultConfig, SimConfig
-from loadgen.sim.flags import engine_flags, fault_flags, output_flags, pd_flags, power_flags
+from loadgen.sim.flags import (
+    engine_flags,
+    fault_flags,
+    output_flags,
+    pd_flags,
+    power_flags,
+    thinking_flags,
+)
 from loadgen.sim.power import PowerConfig
-from loadgen.sim.speculative import Speculative, parse_speculative_config
+from loadgen.sim.speculative import (
+    Speculative,
+    acceptance_length_to_rates,
+    conditional_rates,
+    parse_speculative_config,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     engine_flags(p, d)
     output_flags(p, d)
+    thinking_flags(p, d)
     fault_flags(p)
     power_flags(p, d.power)
     pd_flags(p, d)
@@ -77,6 +90,20 @@ def server_dev_mode(env: Mapping[str, str]) -> bool:
         ) from None
 
 
+def _reasoning_acceptance(length: float | None, spec: Speculative) -> tuple[float, ...] | None:
+    """--reasoning-acceptance-length: vLLM's synthetic schedule at the run's K, as the
+    simulator draws it (conditional per position); None: the answer's acceptance."""
+    if length is None:
+        return None
+    if spec.spec_tokens < 1:
+        raise ConfigError("--reasoning-acceptance-length needs speculative decoding (K >= 1)")
+    if length > spec.spec_tokens + 1:
+        raise ConfigError(
+            f"--reasoning-acceptance-length {length}: at most K+1 = {spec.spec_tokens + 1}"
+        )
+    return conditional_rates(acceptance_length_to_rates(length, spec.spec_tokens))
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     spec = _speculative(args)
     faults = FaultConfig(
@@ -103,6 +130,12 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         spec_method=spec.method,
         rejection_sample_method=spec.rejection_sample_method,
         stream_interval=args.stream_interval,
+        reasoning_parser=args.reasoning_parser,
+        # the efforts not named keep their default means
+        reasoning_lengths=tuple(
+            {**dict(SimConfig().reasoning_lengths), **dict(args.reasoning_lengths)}.items()
+        ),
+        reasoning_acceptance=_reasoning_acceptance(args.reasoning_acceptance_length, spec),
         merge_steps_prob=args.merge_steps_prob,
         seed=args.seed,
         eos_prob=args.eos_prob,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadgen.sim.detok import TokenTable
+from loadgen.sim.thinking import THINK_END_ID, THINK_END_TEXT, draw_reasoning_length
 
 TOKEN_BLOCK = 256
 ACCEPT_BLOCK = 256
@@ -30,6 +31,10 @@ class PlanParams:
     acceptance: tuple[float, ...]
     fragment_fraction: float
     lossy_spec: float = 0.0  # --fault-lossy-spec (a test aid)
+    # A thinking request (sim/thinking.py): the mean of its reasoning length (None: it
+    # does not think), and the reasoning phase's own acceptance (None: the answer's)
+    reasoning_mean: int | None = None
+    reasoning_acceptance: tuple[float, ...] | None = None
 
 
 def eos_index(rng: np.random.Generator, params: PlanParams) -> int | None:
@@ -55,22 +60,32 @@ class RequestPlan:
     __slots__ = (
         "_accept_rng",
         "_acceptance",
+        "_answer_steps",
         "_fragments",
         "_lossy",
         "_lossy_rng",
+        "_reasoning_acceptance",
+        "_reasoning_accepted",
+        "_reasoning_rng",
+        "_reasoning_steps",
         "_table",
         "_token_rng",
         "accepted",
         "finish_reason",
         "num_tokens",
         "texts",
+        "think_end",
+        "thinking",
         "token_ids",
     )
 
     def __init__(self, table: TokenTable, seed: int, params: PlanParams) -> None:
         # A fourth child for --fault-lossy-spec: spawn(4)'s first three are spawn(3)'s,
         # so the tokens, acceptance and EOS are the same with the fault as without.
-        token_seed, accept_seed, eos_seed, lossy_seed = np.random.SeedSequence(seed).spawn(4)
+        # Two more for thinking (its length, the reasoning phase's acceptance): spawn(6)'s
+        # first four are spawn(4)'s, so a thinking request draws the same tokens.
+        children = np.random.SeedSequence(seed).spawn(6)
+        token_seed, accept_seed, eos_seed, lossy_seed, think_seed, reasoning_seed = children
         self._lossy = params.lossy_spec if params.spec_tokens else 0.0
         self._lossy_rng = np.random.default_rng(lossy_seed) if self._lossy > 0 else None
         self._table = table
@@ -85,6 +100,22 @@ class RequestPlan:
         self.token_ids: list[int] = []
         self.texts: list[str] = []
         self.accepted: list[int] = []
+        # Thinking: the index of `</think>` in the output (None: it does not think, or its
+        # reasoning runs past the output's end, cut by max_tokens or EOS)
+        self.thinking = params.reasoning_mean is not None
+        self.think_end: int | None = None
+        if params.reasoning_mean is not None:
+            length = draw_reasoning_length(think_seed, params.reasoning_mean)
+            last = self.num_tokens - (self.finish_reason == "stop")  # EOS stays last
+            self.think_end = length if length < last else None
+        self._reasoning_acceptance = (
+            None
+            if params.reasoning_acceptance is None or not self.thinking
+            else params.reasoning_acceptance[: params.spec_tokens]
+        )
+        self._reasoning_rng = np.random.default_rng(reasoning_seed)
+        self._reasoning_accepted: list[int] = []
+        self._reasoning_steps = self._answer_steps = 0
 
     def ensure_tokens(self, end: int) -> None:
         """Materialize tokens [0, end) (end <= num_tokens)."""
@@ -98,14 +129,35 @@ class RequestPlan:
                 # EOS is generated and counted (as in vLLM) but, being special, streams no text.
                 ids.append(self._table.eos_id)
                 texts.append("")
+            start = len(self.token_ids)
             self.token_ids.extend(ids)
             self.texts.extend(texts)
+            boundary = self.think_end
+            if boundary is not None and start <= boundary < len(self.token_ids):
+                self.token_ids[boundary], self.texts[boundary] = THINK_END_ID, THINK_END_TEXT
 
     def accepted_at(self, step: int) -> int:
         """Accepted drafts at decode step `step` (0-based)."""
         while len(self.accepted) <= step:
             self.accepted.extend(draw_acceptance(self._accept_rng, ACCEPT_BLOCK, self._acceptance))
         return self.accepted[step]
+
+    def accepted_for(self, step: int, emitted: int) -> int:
+        """Accepted drafts of the decode step that starts at output token `emitted`: the
+        reasoning phase's draws while it is in the reasoning (up to `</think>`), with
+        their own acceptance when the phases differ; else `accepted_at`."""
+        rates = self._reasoning_acceptance
+        if rates is None:
+            return self.accepted_at(step)
+        end = self.think_end
+        if end is None or emitted <= end:
+            accepted = self._reasoning_accepted
+            while len(accepted) <= self._reasoning_steps:
+                accepted.extend(draw_acceptance(self._reasoning_rng, ACCEPT_BLOCK, rates))
+            self._reasoning_steps += 1
+            return accepted[self._reasoning_steps - 1]
+        self._answer_steps += 1
+        return self.accepted_at(self._answer_steps - 1)
 
     def corrupt_step(self, first: int, accepted: int) -> None:
         """--fault-lossy-spec: the decode step emitting tokens from `first` accepted
@@ -143,6 +195,7 @@ def script(
     """--answers: `plan` streams these tokens, then EOS (within its max_tokens), instead of
     drawn ones; its acceptance draws are kept."""
     ids, texts = [*ids, eos_id], [*texts, ""]
+    plan.think_end, plan.thinking = None, False  # the script's own text says it all
     count = min(max_tokens, len(ids))
     plan.num_tokens = count
     plan.finish_reason = "stop" if count == len(ids) else "length"

@@ -1,7 +1,10 @@
 """--trace FILE: the simulator's ground truth, one JSON line per request that reached the engine.
 
 {"x_request_id", "arrival_ns", "first_sched_ns", "prompt_tokens",
- "chunks": [[intended_ns, sent_ns, tokens], ...], "completion_tokens", "finish_reason"}
+ "chunks": [[intended_ns, sent_ns, tokens], ...], "completion_tokens", "finish_reason",
+ "reasoning_tokens", "answer_tokens", "first_answer_chunk"}
+The last three are a thinking request's phases as generated (accounting.thinking_truth),
+null for a request that did not think.
 Times are time.perf_counter_ns() (CLOCK_MONOTONIC, comparable across processes).
 """
 

@@ -85,6 +85,8 @@ class StreamFormat:
         "_opts",
         "_prompt_ids",
         "_prompt_len",
+        "_reasoning_key",
+        "_reasoning_pre",
         "plain",
     )
 
@@ -99,8 +101,12 @@ class StreamFormat:
         opts: StreamOptions,
         fingerprint: str,
         logprobs: LogprobsBuilder | None = None,
+        reasoning_field: str | None = None,
     ) -> None:
         self._chat = chat
+        # A thinking chat request behind a reasoning parser (sim/thinking.py): the field
+        # its reasoning deltas go under (None: everything is content)
+        self._reasoning_key = None if reasoning_field is None else orjson.dumps(reasoning_field)
         self._logprobs = logprobs
         # middle_frame (the hot path) serves only chunks without logprobs.
         self.plain = logprobs is None
@@ -126,10 +132,19 @@ class StreamFormat:
                 b'"prompt_token_ids":null,"token_ids":'
             )
         self._mid_tail = b"}]}\n\n"
+        self._reasoning_pre = (
+            b""
+            if self._reasoning_key is None
+            else b"data: " + self._head + b'[{"index":0,"delta":{' + self._reasoning_key + b":"
+        )
 
     @property
     def chat(self) -> bool:
         return self._chat
+
+    @property
+    def parses_reasoning(self) -> bool:
+        return self._reasoning_key is not None
 
     def role_event(self) -> bytes:
         """Chat's first event: role only, content ""."""
@@ -151,18 +166,26 @@ class StreamFormat:
         completion_tokens: int,
         finish: str | None,
         first: bool,
+        split: tuple[str, str | None] | None = None,
     ) -> bytes:
-        """A content event for tokens `ids` whose streamed texts are `texts`."""
+        """A content event for tokens `ids` whose streamed texts are `texts`; `split`, a
+        thinking chat request's chunk as its reasoning parser splits it: (reasoning, the
+        content or None), the reasoning under the reasoning field."""
         opts = self._opts
-        text = orjson.dumps("".join(texts))
+        text = orjson.dumps("".join(texts) if split is None else split[1] or "")
         token_ids = orjson.dumps(ids) if opts.return_token_ids else NULL
         finish_json = b'"%b"' % finish.encode() if finish else NULL
         logprobs = self._logprobs.chunk(ids, texts) if self._logprobs is not None else NULL
         if self._chat:
             stop = b',"stop_reason":null' if finish else b""
+            delta = b'"content":%b' % text
+            if split is not None and self._reasoning_key is not None:
+                reasoning, content = split
+                said = b"%b:%b" % (self._reasoning_key, orjson.dumps(reasoning))
+                delta = said + (b"," + delta if content is not None else b"")
             body = (
-                b'[{"index":0,"delta":{"content":%b},"logprobs":%b,"finish_reason":%b%b,'
-                b'"token_ids":%b}]' % (text, logprobs, finish_json, stop, token_ids)
+                b'[{"index":0,"delta":{%b},"logprobs":%b,"finish_reason":%b%b,'
+                b'"token_ids":%b}]' % (delta, logprobs, finish_json, stop, token_ids)
             )
         else:
             prompt_ids = orjson.dumps(self._prompt_ids) if first and opts.return_token_ids else NULL
@@ -178,15 +201,19 @@ class StreamFormat:
             body += b',"system_fingerprint":%b' % orjson.dumps(self._fingerprint)
         return sse(self._head + body + b"}")
 
-    def middle_frame(self, ids: list[int], text: str, completion_tokens: int) -> bytes:
-        """content_event(first=False, finish=None), already framed as an HTTP chunk."""
+    def middle_frame(
+        self, ids: list[int], text: str, completion_tokens: int, reasoning: bool = False
+    ) -> bytes:
+        """content_event(first=False, finish=None), already framed as an HTTP chunk;
+        `reasoning`: the text goes under the reasoning field instead of content."""
         opts = self._opts
         token_ids = orjson.dumps(ids) if opts.return_token_ids else NULL
         if opts.continuous_usage:
             tail = b"}]," + _usage(self._prompt_len, completion_tokens, self._chat) + b"}\n\n"
         else:
             tail = self._mid_tail
-        payload = self._mid_pre + orjson.dumps(text) + self._mid_ids + token_ids + tail
+        pre = self._reasoning_pre if reasoning else self._mid_pre
+        payload = pre + orjson.dumps(text) + self._mid_ids + token_ids + tail
         return b"%x\r\n%b\r\n" % (len(payload), payload)
 
     def final_events(

@@ -20,6 +20,7 @@ from loadgen.metrics.compare import (
     ACCURACY_METRICS,
     ENERGY_METRICS,
     METRIC_FIELDS,
+    PHASE_METRICS,
     STEP_METRICS,
     Comparison,
     Crossover,
@@ -45,6 +46,11 @@ COLUMNS: Mapping[str, tuple[str, int]] = {
     "tpot_p99_ms": ("TPOT p99 ms", 2),
     "e2e_norm_intvty_p90": ("E2E intvty p90", 1),
     "acceptance_length": ("AL", 2),
+}
+# Beside TTFT, when some run's thinking phases were told apart (metrics/phases.py)
+PHASE_COLUMNS: Mapping[str, tuple[str, int]] = {
+    "ttfa_p50_ms": ("TTFA p50 ms", 1),
+    "ttfa_p99_ms": ("TTFA p99 ms", 1),
 }
 # On the console only, and only when some run measured GPU energy (--gpu-metrics).
 ENERGY_COLUMNS: Mapping[str, tuple[str, int]] = {"joules_per_token": ("J/tok", 3)}
@@ -79,7 +85,7 @@ def ratio_text(row: PointRow, key: str) -> str:
 
 
 def _cell(row: PointRow, key: str, baseline: str) -> str:
-    digits = {**COLUMNS, **ENERGY_COLUMNS, **ACCURACY_COLUMNS}[key][1]
+    digits = {**COLUMNS, **PHASE_COLUMNS, **ENERGY_COLUMNS, **ACCURACY_COLUMNS}[key][1]
     half, mean = row.halves.get(key), row.means.get(key)
     if half is not None and mean is not None:  # --trials: the trials' mean ± its CI
         text = f"{number(mean, digits)} ±{half:,.{digits}f}"
@@ -96,10 +102,22 @@ def has_energy(comparison: Comparison) -> bool:
     return any(row.values[k] is not None for row in comparison.rows for k in ENERGY_METRICS)
 
 
+def with_phases(comparison: Comparison) -> dict[str, tuple[str, int]]:
+    """COLUMNS, with TTFA beside TTFT when any run has it."""
+    if not any(row.values[k] is not None for row in comparison.rows for k in PHASE_METRICS):
+        return dict(COLUMNS)
+    columns: dict[str, tuple[str, int]] = {}
+    for key, column in COLUMNS.items():
+        columns[key] = column
+        if key == "ttft_p99_ms":
+            columns.update(PHASE_COLUMNS)
+    return columns
+
+
 def _block(comparison: Comparison, conc: int) -> list[str]:
     rows = comparison.rows_at(conc)
     columns = {
-        **COLUMNS,
+        **with_phases(comparison),
         **(ENERGY_COLUMNS if has_energy(comparison) else {}),
         **accuracy_columns(comparison),
     }

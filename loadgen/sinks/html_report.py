@@ -28,13 +28,13 @@ from loadgen.results.point_metrics import PointMetrics
 from loadgen.results.run_record import RunRecord
 from loadgen.sinks import report_figures as figures
 from loadgen.sinks.compare_files import (
-    COLUMNS,
     Warning_,
     accuracy_columns,
     energy_lines,
     has_energy,
     summary_lines,
     throughput_label,
+    with_phases,
 )
 from loadgen.sinks.lossless_text import lossless_lines
 from loadgen.sinks.report_capacity import capacity_text, overlay
@@ -88,7 +88,9 @@ SETTINGS: tuple[tuple[str, Callable[[RunRecord], object]], ...] = (
     ("interrupted", lambda r: r.interrupted),
 )
 # A ratio this far from 1 is coloured (up = the run is better, down = worse).
-LOWER_IS_BETTER = frozenset({"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"})
+LOWER_IS_BETTER = frozenset(
+    {"ttft_p50_ms", "ttft_p99_ms", "ttfa_p50_ms", "ttfa_p99_ms", "tpot_p50_ms", "tpot_p99_ms"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +181,7 @@ def _metric_cell(row: PointRow, key: str, digits: int) -> str:
 
 
 def _comparison_table(comparison: Comparison, conc: int, warned: set[tuple[str, int]]) -> str:
-    columns = {**COLUMNS, **accuracy_columns(comparison)}
+    columns = {**with_phases(comparison), **accuracy_columns(comparison)}
     heads = "".join(
         f"<th>{_e(throughput_label(comparison) if k == 'throughput' else h)}</th><th>x</th>"
         for k, (h, _) in columns.items()

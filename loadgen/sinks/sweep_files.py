@@ -11,7 +11,14 @@ from loadgen.results.point import PointResult
 from loadgen.results.store import SWEEP_CSV, ResultsDir
 from loadgen.sinks.plot import plot_sweep
 from loadgen.sinks.session_table import format_session_table
-from loadgen.sinks.table import format_table, role_lines, step_line, sweep_rows, write_csv
+from loadgen.sinks.table import (
+    format_table,
+    phase_line,
+    role_lines,
+    step_line,
+    sweep_rows,
+    write_csv,
+)
 
 
 def write_sweep_files(store: ResultsDir, results: Sequence[PointResult]) -> list[str]:
@@ -28,6 +35,9 @@ def write_sweep_files(store: ResultsDir, results: Sequence[PointResult]) -> list
     print(format_table(rows))
     for result in sorted(results, key=lambda r: r.conc):
         print(step_line(result))
+        phases = phase_line(result)
+        if phases is not None:
+            print(phases)
         for line in role_lines(result):
             print(line)
     sessions = format_session_table(results)

@@ -55,6 +55,10 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     ("interactivity_tok_s_user", lambda r: r.metrics.median_interactivity_tok_s_user),
     ("ttft_p50_ms", lambda r: r.metrics.median_ttft_ms),
     ("ttft_p99_ms", lambda r: r.metrics.p99_ttft_ms),
+    # thinking phases (metrics/phases.py): null when no request's phases were told apart
+    ("ttfa_p50_ms", lambda r: r.metrics.median_ttfa_ms),
+    ("ttfa_p99_ms", lambda r: r.metrics.p99_ttfa_ms),
+    ("reasoning_share", lambda r: r.metrics.reasoning_share),
     ("itl_p50_ms", lambda r: r.metrics.median_itl_ms),
     ("itl_p99_ms", lambda r: r.metrics.p99_itl_ms),
     ("itl_per_token_p50_ms", lambda r: r.metrics.median_itl_per_token_ms),
@@ -62,6 +66,7 @@ SWEEP_COLUMNS: tuple[tuple[str, Callable[[PointResult], Any]], ...] = (
     ("e2el_p50_ms", lambda r: r.metrics.median_e2el_ms),
     ("acceptance_length", lambda r: r.metrics.acceptance_length),
     ("acceptance_length_source", lambda r: r.metrics.acceptance_length_source),
+    ("golden_acceptance_curve", lambda r: r.metrics.golden_acceptance_curve),
     ("golden_acceptance_length", lambda r: r.metrics.golden_acceptance_length),
     ("golden_acceptance_drift", lambda r: r.metrics.golden_acceptance_drift),
     ("golden_acceptance_ok", lambda r: r.metrics.golden_acceptance_ok),
@@ -158,6 +163,10 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         ("tok/s/user", "interactivity_tok_s_user", 1),
         ("TTFT p50 ms", "ttft_p50_ms", 1),
         ("TTFT p99 ms", "ttft_p99_ms", 1),
+    ]
+    if any(row.get("ttfa_p50_ms") is not None for row in rows):  # thinking phases told apart
+        columns += [("TTFA p50 ms", "ttfa_p50_ms", 1), ("TTFA p99 ms", "ttfa_p99_ms", 1)]
+    columns += [
         ("ITL p50 ms", "itl_p50_ms", 2),
         ("ITL p99 ms", "itl_p99_ms", 2),
         ("TPOT p50 ms", "tpot_p50_ms", 2),
@@ -180,6 +189,10 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     lines += al_notes(row.get("acceptance_length_source") for row in rows)
+    curves = dict.fromkeys(
+        row["golden_acceptance_curve"] for row in rows if row.get("golden_acceptance_curve")
+    )
+    lines += [f"golden AL: held to the curve {curve}" for curve in curves]
     if any(row.get("power_valid") is False for row in rows):
         lines.append(POWER_INVALID_NOTE)
     if any(row.get("trials") for row in rows):
@@ -234,6 +247,33 @@ def step_line(result: PointResult) -> str:
         f"ITL > p90 on prefill steps: {stall} [{m.steps_stamps}]"
     )
     return text + (f" ({m.steps_note})" if m.steps_note else "")
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _counts(counts: Mapping[str, int] | None) -> str:
+    return ", ".join(f"{name} {n}" for name, n in (counts or {}).items()) or "none"
+
+
+def phase_line(result: PointResult) -> str | None:
+    """One line per point whose requests reasoned or whose phases could not be told apart
+    (metrics/phases.py); None for a point with neither."""
+    m = result.metrics
+    if not m.phase_unseparated_requests and not m.total_reasoning_tokens:
+        return None
+    ttfa = f"TTFA p50 {_ms(m.median_ttfa_ms)} p99 {_ms(m.p99_ttfa_ms)} ms"
+    tokens = f"reasoning {m.total_reasoning_tokens or 0} / answer {m.total_answer_tokens or 0}"
+    tpot = f"{_ms(m.mean_reasoning_tpot_ms)} / {_ms(m.mean_answer_tpot_ms)}"
+    al = f"{_ms(m.reasoning_acceptance_length)} / {_ms(m.answer_acceptance_length)}"
+    return (
+        f"conc {result.conc} thinking: TTFT p50 {_ms(m.median_ttft_ms)} ms, {ttfa}, think "
+        f"mean {_ms(m.mean_think_ms)} ms; {tokens} tokens ({_share(m.reasoning_share)} "
+        f"reasoning); TPOT reasoning / answer {tpot} ms; AL reasoning / answer {al}; "
+        f"methods: {_counts(m.phase_methods)}; never answered {m.reasoning_only_requests}, "
+        f"not told apart {m.phase_unseparated_requests}; anomalies: {_counts(m.phase_anomalies)}"
+    )
 
 
 def role_lines(result: PointResult) -> list[str]:

@@ -82,6 +82,11 @@ def vllm_plain(vllm_pool: ServerPool) -> VllmServer:
     return vllm_pool.get("plain")
 
 
+@pytest.fixture()
+def vllm_thinking(vllm_pool: ServerPool) -> VllmServer:
+    return vllm_pool.get("thinking")
+
+
 # The `dynamo`-marked tests: a real Dynamo 1.4.2 frontend and mocker workers
 # (scripts/dynamo_env.py, tests/support/dynamo_cluster.py). The venv is built once into the
 # user's cache (~75 s with a warm pip cache, ~2 min 15 s cold); a machine where it cannot

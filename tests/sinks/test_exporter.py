@@ -436,3 +436,29 @@ async def test_live_metrics_serves_an_observer_that_learns_k_from_the_first_poin
     assert value(got, "loadgen_target_concurrency") == 2  # still inside the block
     observer.finished()
     assert value(samples(observer.metrics.registry), "loadgen_target_concurrency") == 0
+
+
+def test_ttfa_and_phase_tokens_are_the_results_own() -> None:
+    """A thinking run: TTFA observed per request that answered, tokens counted by phase,
+    as metrics/phases.py derives them for the result file; an unseparated request adds
+    to neither."""
+    registry = CollectorRegistry()
+    observer = MetricsObserver(
+        LoadgenMetrics(registry), model="m", endpoint="chat", points=1, thinking=True
+    )
+    observer.point_started(2, 3)
+    # reasoning in chunks 0-1 (3 tokens), the answer from chunk 2 (5 tokens), at 5+2+4 ms
+    answered = dataclasses.replace(
+        make_record(0, 2, [5.0, 2.0, 4.0, 1.0], [1, 2, 4, 1]), phase_marks=(0, 2)
+    )
+    never = dataclasses.replace(make_record(1, 2, [7.0, 3.0], [1, 1]), phase_marks=(0,))
+    unseparated = make_record(2, 2, [6.0, 1.0], [1, 1])
+    for record in (answered, never, unseparated):
+        observer.request_started(2)
+        observer.request_finished(record)
+    got = samples(registry)
+    point = {"model_name": "m", "endpoint": "chat", "conc": "2"}
+    assert value(got, "loadgen_ttfa_seconds_count", **point) == 1
+    assert value(got, "loadgen_ttfa_seconds_sum", **point) == pytest.approx(0.011)
+    assert value(got, "loadgen_phase_output_tokens_total", phase="reasoning", **point) == 3 + 2
+    assert value(got, "loadgen_phase_output_tokens_total", phase="answer", **point) == 5

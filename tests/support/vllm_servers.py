@@ -46,6 +46,8 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
     # start costs 45-55 s and 2.7 GB on 2 cores, and none of those features changes what
     # the plain tests measure (their figures are deltas over their own runs)
     "plain": None,
+    # a reasoning parser on the tiny model (TINY_THINK_PARSER, below); no speculation
+    "thinking": None,
 }
 # Server flags beyond the speculative config. The draft server also reports vLLM 0.32's
 # per-request metrics (spec-decode stats with each step, and the request's timings) on
@@ -70,11 +72,42 @@ EXTRA_ARGS: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# The tiny model has no <think> or </think>: its reasoning parser is vLLM's DeepSeek-R1
+# parser (reasoning until the end token, no start token needed) with a token of the tiny
+# vocabulary as the end of thinking: `end` (id 3521), whose text is its vocabulary key (the
+# parser finds it in a delta's text). A random-weight model emits it about 1 in 4096
+# tokens, so the test biases it (logit_bias) to make it come within the output. Written
+# into the configuration's directory and loaded with --reasoning-parser-plugin.
+TINY_THINK_END_ID = 3521
+TINY_THINK_PARSER = """
+from vllm.reasoning import ReasoningParserManager
+from vllm.reasoning.deepseek_r1_reasoning_parser import DeepSeekR1ReasoningParser
+
+
+@ReasoningParserManager.register_module("tiny_think")
+class TinyThinkParser(DeepSeekR1ReasoningParser):
+    @property
+    def start_token(self) -> str:
+        return "<unk>"
+
+    @property
+    def end_token(self) -> str:
+        return "end"
+"""
+EXTRA_FILES: dict[str, dict[str, str]] = {"thinking": {"tiny_think.py": TINY_THINK_PARSER}}
+EXTRA_ARGS["thinking"] = (
+    "--reasoning-parser-plugin",
+    f"{WORK_PLACEHOLDER}/tiny_think.py",
+    "--reasoning-parser",
+    "tiny_think",
+)
+
 # Server environments: plain serves vLLM's dev endpoints (POST /reset_prefix_cache, and
 # GET /server_info, which tells loadgen where the profiler writes); the speculative
 # servers never do, whatever the test process's own environment says (the test that a
 # reset needs dev mode runs against one of them).
 EXTRA_ENV: dict[str, dict[str, str]] = {
+    "thinking": {"VLLM_SERVER_DEV_MODE": "0"},
     "ngram": {"VLLM_SERVER_DEV_MODE": "0"},
     "draft": {"VLLM_SERVER_DEV_MODE": "0"},
     "plain": {"VLLM_SERVER_DEV_MODE": "1"},
@@ -228,6 +261,9 @@ class ServerPool:
                 }
             )
         work_dir = self._work_root / config
+        work_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in EXTRA_FILES.get(config, {}).items():
+            (work_dir / name).write_text(text)
         state = vllm_cpu.start_server(
             python=self._env.python,
             model=str(self._env.model),

@@ -101,6 +101,18 @@ class LoadgenMetrics:
             "Time to first token (first chunk - send).",
             TTFT_BUCKETS,
         )
+        self.ttfa = hist(
+            "loadgen_ttfa_seconds",
+            "Time to first answer token (first chunk carrying answer tokens - send), per "
+            "request whose reasoning and answer were told apart and that reached its answer.",
+            TTFT_BUCKETS,
+        )
+        self.phase_tokens = counter(
+            "loadgen_phase_output_tokens",
+            "Output tokens of completed requests whose phases were told apart, by phase "
+            "(reasoning or answer).",
+            ("phase",),
+        )
         self.itl_chunk = hist(
             "loadgen_inter_chunk_latency_seconds",
             "Gap between consecutive chunks (ITL per chunk).",

@@ -14,6 +14,7 @@ from loadgen.histogram import HistogramSeries
 from loadgen.metrics.acceptance import accepted_at_position
 from loadgen.metrics.arrays import PointArrays
 from loadgen.metrics.checks import NO_TOKENS, failure_kind
+from loadgen.metrics.phases import request_phases
 from loadgen.metrics.summary import latency_samples
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.results.accuracy import AccuracyResult
@@ -37,6 +38,9 @@ class _PointSeries:
     decode_tokens: Any
     accepted: Callable[[int], Any]  # position -> child, created on first use
     ttft: HistogramSeries
+    ttfa: HistogramSeries
+    reasoning_tokens: Any
+    answer_tokens: Any
     itl_chunk: HistogramSeries
     itl_token: HistogramSeries
     tpot: HistogramSeries
@@ -56,11 +60,14 @@ class MetricsObserver:
         endpoint: str,
         points: int | None = None,
         spec_tokens: int | None = None,
+        thinking: bool = False,
     ) -> None:
         """A RunObserver for one sweep of `points` concurrency points; `spec_tokens` (K)
-        decides which truncated final chunks count as decode chunks, as in the results."""
+        decides which truncated final chunks count as decode chunks, as in the results;
+        `thinking`: the requests asked the model to think (metrics/phases.py)."""
         self.metrics = metrics
         self.spec_tokens = spec_tokens
+        self.thinking = thinking
         self._run = (model, endpoint)
         self._points: dict[int, _PointSeries] = {}
         self._planned_points = points
@@ -99,6 +106,9 @@ class MetricsObserver:
             # on a server without speculative decoding).
             accepted=functools.cache(lambda p: m.decode_accepted.labels(*key, str(p))),
             ttft=m.ttft.labels(*key),
+            ttfa=m.ttfa.labels(*key),
+            reasoning_tokens=m.phase_tokens.labels(*key, "reasoning"),
+            answer_tokens=m.phase_tokens.labels(*key, "answer"),
             itl_chunk=m.itl_chunk.labels(*key),
             itl_token=m.itl_token.labels(*key),
             tpot=m.tpot.labels(*key),
@@ -130,6 +140,7 @@ class MetricsObserver:
             return
         series.ok.inc()
         observe_completed(series, record, self.spec_tokens)
+        observe_phases(series, record, self.thinking)
 
     def finished(self) -> None:
         """The sweep is over (done, failed or cancelled): no target, nothing in flight."""
@@ -234,6 +245,17 @@ class MetricsObserver:
         ):
             if value is not None:
                 gauge.labels(*key).set(value)
+
+
+def observe_phases(series: _PointSeries, record: RequestRecord, thinking: bool) -> None:
+    """TTFA and the tokens of each phase of one completed request, as the results have them."""
+    phases = request_phases(record, thinking)
+    if not phases.separated:
+        return
+    if phases.ttfa_ms is not None:
+        series.ttfa.observe(phases.ttfa_ms / 1e3)
+    series.reasoning_tokens.inc(phases.reasoning_tokens or 0)
+    series.answer_tokens.inc(phases.answer_tokens or 0)
 
 
 def observe_completed(series: _PointSeries, record: RequestRecord, spec_tokens: int | None) -> None:

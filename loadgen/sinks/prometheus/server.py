@@ -73,13 +73,19 @@ async def live_metrics(
     port: int,
     host: str = "127.0.0.1",
     labels: Mapping[str, str] | None = None,
+    thinking: bool = False,
 ) -> AsyncIterator[tuple[MetricsServer, MetricsObserver]]:
     """Everything the CLI's --metrics-port needs: a fresh registry served on host:port
     (every series with `labels` added), and the observer to pass to run_sweep."""
     registry = CollectorRegistry()
     metrics = LoadgenMetrics(registry)
     observer = MetricsObserver(
-        metrics, model=model, endpoint=endpoint, points=points, spec_tokens=spec_tokens
+        metrics,
+        model=model,
+        endpoint=endpoint,
+        points=points,
+        spec_tokens=spec_tokens,
+        thinking=thinking,
     )
     served = registry
     if labels:
