@@ -48,6 +48,9 @@ class ScoringSpec:
     # A sweep file's own comparison exits 1 when a lane's outputs differ from the
     # baseline's beyond run-to-run noise (metrics/lossless.py)
     require_lossless: bool = False
+    # A sweep file's own comparison also judges each lane against the baseline lane
+    # (metrics/verdict.py) and writes verdict.json in the tree
+    verdict: bool = False
     # --accuracy gsm8k: an accuracy point per --accuracy-conc after the sweep
     # (orchestrate/accuracy.py), scored by metrics/gsm8k.py
     accuracy: str | None = None
@@ -101,6 +104,14 @@ FIELDS: tuple[Field, ...] = (
         "baseline lane's beyond run-to-run noise (needs --record-outputs, on by "
         "default in such a sweep file)",
         fills="require_lossless",
+    ),
+    flag(
+        "--verdict",
+        action="store_true",
+        help="a sweep file's comparison also judges every lane against the baseline "
+        "lane per point and metric (better, worse or no difference, with its interval "
+        "and minimum detectable effect) and writes verdict.json in the results tree",
+        fills="verdict",
     ),
     flag(
         "--slo",
