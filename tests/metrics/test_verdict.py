@@ -7,6 +7,7 @@ simulator are tests/compare/test_verdict_end_to_end.py)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from loadgen.metrics.arrays import PointArrays
 from loadgen.metrics.verdict import (
     MIN_BLOCKS,
+    PointSeries,
     Verdict,
     _Spread,
     block_length,
@@ -28,7 +30,7 @@ from loadgen.records import RequestRecord, TokenSource
 MS = 1_000_000
 
 
-def records(tpot_ms: list[float], conc: int, tokens: int = 9) -> list[RequestRecord]:
+def records(tpot_ms: Sequence[float], conc: int, tokens: int = 9) -> list[RequestRecord]:
     """Closed-loop requests `conc` at a time, request i streaming `tokens` chunks
     tpot_ms[i] apart after a 10 ms TTFT."""
     out, free = [], [0] * conc
@@ -56,7 +58,7 @@ def records(tpot_ms: list[float], conc: int, tokens: int = 9) -> list[RequestRec
     return out
 
 
-def series(*trials: list[float], conc: int = 4):  # type: ignore[no-untyped-def]
+def series(*trials: Sequence[float], conc: int = 4) -> PointSeries:
     return point_series([PointArrays.build(records(t, conc)) for t in trials], None, None)
 
 
@@ -104,10 +106,10 @@ def test_between_trial_spread_widens_the_interval_and_takes_t() -> None:
 
 def test_a_correlated_sequence_gets_a_wider_interval_than_an_independent_one() -> None:
     rng = np.random.default_rng(7)
-    independent = list(5.0 + rng.normal(0, 0.5, 240))
+    independent = [float(v) for v in 5.0 + rng.normal(0, 0.5, 240)]
     # the same spread in runs of 24 consecutive requests (what a shared slow step does)
-    drift = list(np.repeat(5.0 + rng.normal(0, 0.5, 10), 24))
-    widths = {}
+    drift = [float(v) for v in np.repeat(5.0 + rng.normal(0, 0.5, 10), 24)]
+    widths: dict[str, float] = {}
     for name, values in (("independent", independent), ("correlated", drift)):
         a, b = series(values), series(values[::-1])
         row = next(
