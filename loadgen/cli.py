@@ -239,6 +239,10 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
 
     # --accuracy's files are read first: a missing one is one line, before any measurement
     accuracy = await asyncio.to_thread(read_data, spec) if spec.scoring.accuracy else None
+    if spec.scoring.profile is not None:  # a rehearsal's points, each a run of its own
+        from loadgen.orchestrate.endpoints_profile import rehearse
+
+        return await rehearse(spec, accuracy)
     if spec.load.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
         from loadgen.orchestrate.capacity import find_capacity
 
