@@ -361,7 +361,8 @@ class _Spread:
 
 
 def _spread(rule: MetricRule, s: PointSeries, weights: FloatArray) -> _Spread:
-    reps = np.log(rule.statistic(s, weights))
+    with np.errstate(divide="ignore"):  # a replicate of zero (ITLs read together) drops out
+        reps = np.log(rule.statistic(s, weights))
     reps = reps[np.isfinite(reps)]
     within = float(np.var(reps, ddof=1)) if reps.size > 1 else math.inf
     per_trial = []
@@ -369,7 +370,8 @@ def _spread(rule: MetricRule, s: PointSeries, weights: FloatArray) -> _Spread:
         for lo, hi in s.segments:
             w = np.zeros((1, s.requests))
             w[0, lo:hi] = 1.0
-            per_trial.append(float(np.log(rule.statistic(s, w)[0])))
+            value = float(rule.statistic(s, w)[0])
+            per_trial.append(math.log(value) if value > 0 else math.nan)
     return _Spread(within, tuple(v for v in per_trial if math.isfinite(v)))
 
 

@@ -88,3 +88,34 @@ def test_too_few_requests_get_no_verdict(runs: dict[str, Path], tmp_path: Path) 
     assert rows and all(r.verdict is None and r.effect is None for r in rows)
     assert all("too few requests" in (r.reason or "") for r in rows)
     assert "no verdict: too few requests" in done.stdout
+
+
+def test_a_sweep_file_with_verdict_writes_it_in_its_tree(tmp_path: Path) -> None:
+    sweep = tmp_path / "ab.yaml"
+    tree = tmp_path / "tree"
+    sweep.write_text(
+        f"""
+results: {tree}
+conc: 8
+verdict: true
+workload: {{isl: 32, osl: 32, encoder: raw}}
+lanes:
+  - name: base
+    target: {{sim: true, sim-args: "{STEP}"}}
+  - name: slower
+    target: {{sim: true, sim-args: "{SLOW}"}}
+"""
+    )
+    done = run_loadgen(["--config", str(sweep), "--no-progress"])
+    assert done.returncode == 0, done.stderr
+    rows = msgspec.json.decode((tree / "verdict.json").read_bytes(), type=list[VerdictRow])
+    by = {r.metric: r for r in rows}
+    assert all(r.baseline == "base" and r.run == "slower" and r.conc == 8 for r in rows)
+    assert by["output_throughput"].verdict is Verdict.WORSE
+    assert "slower vs base  conc 8" in done.stdout
+
+
+def test_one_run_with_verdict_is_refused(tmp_path: Path) -> None:
+    done = run_loadgen(["--sim", "--conc", "1", "--isl", "8", "--osl", "4", "--verdict"])
+    assert done.returncode == 2
+    assert "--verdict judges a sweep file's lanes" in one_error_line(done.stderr)
