@@ -15,6 +15,13 @@ from loadgen.metrics.trust import workload_mismatch
 from loadgen.metrics.verdict import REPLICATES, PointSeries, VerdictRow, judge, point_series
 from loadgen.results.jsonl import read_jsonl
 
+ONE_TRIAL = (
+    "conc {conc}, {run}: one trial a side, so how much two runs of one build differ is "
+    "not measured and the intervals are the runs' own: a machine whose speed drifts "
+    "between runs raises false alarms well above 5% (docs/verdict.md); run both with "
+    "--trials 3"
+)
+
 
 class VerdictRefused(UsageError):
     """The runs cannot be judged against each other (what differs is said)."""
@@ -55,7 +62,10 @@ def verdicts(
                 missing = baseline.name if pair[0] is None else run.name
                 notes.append(f"conc {conc}: {missing} has no per-request records; no verdict")
                 continue
-            rows += judge(
+            judged = judge(
                 (baseline.name, run.name), conc, (pair[0], pair[1]), rng, replicates=replicates
             )
+            rows += judged
+            if any(r.run_to_run == "not_measured" for r in judged):
+                notes.append(ONE_TRIAL.format(conc=conc, run=run.name))
     return rows, notes

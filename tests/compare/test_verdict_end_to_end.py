@@ -67,6 +67,7 @@ def test_a_slower_build_is_worse_and_the_file_is_typed(
     # 80 requests: a p99 per request has 0.8 samples beyond it, said and not judged
     assert by["p99_ttft_ms"].verdict is None and "at least 500" in (by["p99_ttft_ms"].reason or "")
     assert "slow vs a  conc 8" in done.stdout and "worse" in done.stdout
+    assert "conc 8, slow: one trial a side" in done.stdout  # what that costs is said
 
 
 def test_different_workloads_are_refused_naming_what_differs(
