@@ -131,6 +131,15 @@ def derive(settings: dict[str, Any]) -> dict[str, Any]:
         raise SpecError(
             f"--profile {settings['profile']!r}: the profiles are {', '.join(PROFILES)}"
         )
+    for refused, flag in (
+        (settings.get("find_max") is not None, "--find-max"),
+        ((settings.get("shard_count") or 1) > 1, "--shard"),
+    ):
+        if refused:
+            raise SpecError(
+                f"--profile mlperf-endpoints: not with {flag}; the rehearsal measures its "
+                "seven points from one loadgen"
+            )
     chosen = plan(settings["conc"])
     return {
         "conc": chosen.concs,

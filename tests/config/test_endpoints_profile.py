@@ -11,6 +11,7 @@ import pytest
 from loadgen.config.args import spec_from_argv
 from loadgen.config.endpoints_profile import plan, regions
 from loadgen.config.parsers import SpecError
+from loadgen.config.sweepfile import SweepFileError, parse_sweep
 
 # C_max: (Low, Medium, High, margin) at C_min 32, Appendix B
 APPENDIX_B = {
@@ -99,3 +100,29 @@ def test_the_profile_sets_points_accuracy_and_kept_outputs() -> None:
     assert spec.scoring.accuracy_conc == chosen.mandatory
     assert spec.output.record_outputs is True
     assert spec.scoring.profile == "mlperf-endpoints"
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--find-max", "conc", "--slo", "ttft:p99=2s"], "not with --find-max"),
+        (["--shard", "0/2"], "not with --shard"),
+    ],
+)
+def test_the_profile_refuses_what_would_split_or_replace_its_points(
+    extra: list[str], says: str
+) -> None:
+    argv = ["--base-url", "http://127.0.0.1:9", "--profile", "mlperf-endpoints", "--conc"]
+    argv += ["1,64", "--isl", "8", "--osl", "8", "--accuracy-data", "q", "--accuracy-shots", "s"]
+    with pytest.raises(SpecError, match=says):
+        spec_from_argv([*argv, *extra])
+
+
+def test_a_sweep_file_lane_cannot_take_the_profile() -> None:
+    document = {
+        "conc": "1,64",
+        "workload": {"isl": 8, "osl": 8},
+        "lanes": [{"name": "a", "target": {"sim": True}, "profile": "mlperf-endpoints"}],
+    }
+    with pytest.raises(SweepFileError, match="profile: not in a sweep file"):
+        parse_sweep(document, source="s.yaml")
