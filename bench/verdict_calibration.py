@@ -12,15 +12,19 @@
   the share of pairs judged `worse`, per metric. The order of A and B alternates between
   pairs so a drift of the shared machine does not line up with the change.
 
-Every run uses the defaults of a run (10 prompts per concurrency, so 10 x conc requests
-per point) at small points (--conc 4,16 --isl 64 --osl 64) against the embedded
-simulator, in this process (no interpreter start per run). The simulator has no time
-scale: its default step costs (3 ms + 80 us a decode token) are what the runs take.
+Every run uses the defaults of a run (10 prompts per concurrency: 80 requests a trial at
+--conc 8) at small points (--isl 64 --osl 64) against the embedded simulator, in this
+process (no interpreter start per run), with --trials 3; each pair is judged twice: with
+all trials (as `compare --verdict` judges runs of --trials 3) and trial k against trial
+k as runs of one trial (the default). `--together` runs a pair's two runs at the same
+time in two processes instead of one after the other, so a drift of the machine's load
+reaches both. The simulator has no time scale: its default step costs (3 ms + 80 us a
+decode token) are what the runs take (about 20 minutes for the sizes below).
 
-    .venv/bin/python bench/verdict_calibration.py --aa-pairs 30 --ab-pairs 15
+    .venv/bin/python bench/verdict_calibration.py --aa-pairs 20 --ab-pairs 12 [--together]
 
-Measured on the shared 2-core machine: docs/comparing-runs.md ("Verdict: measured
-false-alarm rate and power") has the figures and the command's own summary.
+Measured on the shared 2-core machine: docs/verdict.md ("Measured false-alarm rate and
+power") has the figures.
 """
 
 from __future__ import annotations
@@ -207,8 +211,8 @@ def ab_summary(factor: float, pairs: list[dict[tuple[int, str], Verdict]]) -> li
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--aa-pairs", type=int, default=30)
-    parser.add_argument("--ab-pairs", type=int, default=15)
+    parser.add_argument("--aa-pairs", type=int, default=20)
+    parser.add_argument("--ab-pairs", type=int, default=12)
     parser.add_argument("--factors", default="1.03,1.10")
     parser.add_argument("--conc", default="8")
     parser.add_argument("--trials", type=int, default=3)
