@@ -71,6 +71,11 @@ def _dispatch(command: str, args: list[str]) -> int:
             "--require-lossless judges a sweep file's lanes (--config) or `loadgen compare "
             "--require-lossless RUN...`; one run has nothing to compare its outputs with"
         )
+    if spec.scoring.verdict:
+        raise UsageError(
+            "--verdict judges a sweep file's lanes (--config) or `loadgen compare --verdict "
+            "A B`; one run has nothing to be judged against"
+        )
     for note in spec.output.ignored_flags:  # compatibility flags that change nothing, said once
         print(f"loadgen: note: {note}", file=sys.stderr)
     return run(spec, metrics_port=metrics_port, metrics_host=metrics_host)
@@ -158,7 +163,8 @@ async def _run_lanes(plan: SweepPlan) -> int:
     outcome = await run_lanes(plan)
     print(f"loadgen: results in {outcome.results_dir} (one directory per lane)", file=sys.stderr)
     if outcome.measured:
-        report, check = await asyncio.to_thread(publish_tree, outcome.results_dir)
+        verdict = any(lane.spec.scoring.verdict for lane in plan.lanes)
+        report, check = await asyncio.to_thread(publish_tree, outcome.results_dir, verdict)
         print(f"loadgen: report in {report}", file=sys.stderr)
         if any(lane.spec.scoring.require_lossless for lane in plan.lanes):
             require_lossless(check)
@@ -233,6 +239,10 @@ async def _run(spec: RunSpec, metrics_port: int | None, metrics_host: str) -> in
 
     # --accuracy's files are read first: a missing one is one line, before any measurement
     accuracy = await asyncio.to_thread(read_data, spec) if spec.scoring.accuracy else None
+    if spec.scoring.profile is not None:  # a rehearsal's points, each a run of its own
+        from loadgen.orchestrate.endpoints_profile import rehearse
+
+        return await rehearse(spec, accuracy)
     if spec.load.find_max is not None:  # each probe is a run of its own (orchestrate/capacity.py)
         from loadgen.orchestrate.capacity import find_capacity
 

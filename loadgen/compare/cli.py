@@ -16,6 +16,7 @@ from typing import NoReturn
 from loadgen.compare.capacity_inputs import probe_points
 from loadgen.compare.inputs import RunDir, load_runs
 from loadgen.compare.lossless_inputs import lossless_check
+from loadgen.compare.verdict_inputs import verdicts
 from loadgen.errors import LoadgenError, UsageError
 from loadgen.metrics.compare import Comparison, compare
 from loadgen.metrics.lossless import LosslessCheck
@@ -35,6 +36,7 @@ from loadgen.sinks.compare_files import (
 )
 from loadgen.sinks.north_star_text import north_star_lines
 from loadgen.sinks.report_capacity import capacity_line
+from loadgen.sinks.verdict_files import format_verdict, write_verdict_json
 from loadgen.wording import printable
 
 
@@ -73,6 +75,25 @@ def compare_parser() -> argparse.ArgumentParser:
     )
     _frontier_argument(p)
     _lossless_arguments(p)
+    p.add_argument(
+        "--verdict",
+        nargs="?",
+        const=Path("verdict.json"),
+        default=None,
+        type=Path,
+        metavar="FILE",
+        help="judge each run against the baseline per concurrency and metric: better, "
+        "worse or no difference, the effect's interval (circular block bootstrap over "
+        "the request sequence) and the minimum detectable effect; printed and written "
+        "to FILE (default: verdict.json). Runs of different workloads are refused",
+    )
+    p.add_argument(
+        "--verdict-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the bootstrap's random draws (default: 0): the same seed, the same verdict",
+    )
     return p
 
 
@@ -244,15 +265,25 @@ def build_report(
     )
 
 
-def publish_tree(tree: Path) -> tuple[Path, LosslessCheck | None]:
+def write_verdict(runs: Sequence[RunDir], path: Path, seed: int) -> str:
+    """verdict.json at `path` and its console text; refused (one line) when the runs'
+    workloads differ."""
+    rows, notes = verdicts(runs, seed)
+    write_verdict_json(path, rows)
+    return format_verdict(rows, notes)
+
+
+def publish_tree(tree: Path, verdict: bool = False) -> tuple[Path, LosslessCheck | None]:
     """After a sweep file: the comparison on the console, compare.csv/.json and report.html
-    in the tree. Returns the report's path and the outputs check (the caller's
-    --require-lossless judges it, after everything is written)."""
+    in the tree (and verdict.json with `verdict`). Returns the report's path and the
+    outputs check (the caller's --require-lossless judges it, after everything is written)."""
     runs = load_runs([tree])
     check = lossless_check(runs)
     # printable: the table may quote what the files hold (a served model's name)
     text = write_outputs(runs, csv=tree / "compare.csv", json=tree / "compare.json", lossless=check)
     print(printable(text))
+    if verdict:
+        print(printable(write_verdict(runs, tree / "verdict.json", seed=0)))
     return build_report(runs, tree / "report.html", check), check
 
 
@@ -267,6 +298,8 @@ def _guard(command: str, argv: Sequence[str]) -> int:
                 runs, csv=args.csv, json=args.json, lossless=check, frontier=args.frontier
             )
             print(printable(text))
+            if args.verdict is not None:
+                print(printable(write_verdict(runs, args.verdict, args.verdict_seed)))
             if args.require_lossless:  # after every file is written: nothing is lost
                 require_lossless(check)
         else:

@@ -14,7 +14,16 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from loadgen.config import deadlines, limits, load, output, scoring, target, workload
+from loadgen.config import (
+    deadlines,
+    endpoints_profile,
+    limits,
+    load,
+    output,
+    scoring,
+    target,
+    workload,
+)
 from loadgen.config.compat import apply_compat
 from loadgen.config.dataset_format import MAX_DATASET_BYTES, TRACE_FORMATS
 from loadgen.config.fields import default_of
@@ -50,6 +59,7 @@ def settings_from_values(values: Mapping[str, Any], env: Mapping[str, str]) -> d
     settings["max_error_rate"] = deadlines.max_error_rate(args.max_error_rate, sessions)
     thinking = args.thinking or default_of(workload.WorkloadSpec, "thinking")
     settings["golden_al"] = scoring.golden_al(args, thinking, args.spec_tokens)
+    settings.update(endpoints_profile.derive(settings))
     return settings
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen.config import limits
+from loadgen.config.endpoints_profile import PROFILES
 from loadgen.config.fields import Field, flag
 from loadgen.config.golden import DEFAULT_TOLERANCE, MODES, GoldenAL, read_golden
 from loadgen.config.objectives import parse_slo_flag, slo_pairs
@@ -48,6 +49,12 @@ class ScoringSpec:
     # A sweep file's own comparison exits 1 when a lane's outputs differ from the
     # baseline's beyond run-to-run noise (metrics/lossless.py)
     require_lossless: bool = False
+    # A sweep file's own comparison also judges each lane against the baseline lane
+    # (metrics/verdict.py) and writes verdict.json in the tree
+    verdict: bool = False
+    # --profile mlperf-endpoints: a rehearsal of an MLPerf Endpoints curve
+    # (config/endpoints_profile.py, orchestrate/endpoints_profile.py)
+    profile: str | None = None
     # --accuracy gsm8k: an accuracy point per --accuracy-conc after the sweep
     # (orchestrate/accuracy.py), scored by metrics/gsm8k.py
     accuracy: str | None = None
@@ -101,6 +108,26 @@ FIELDS: tuple[Field, ...] = (
         "baseline lane's beyond run-to-run noise (needs --record-outputs, on by "
         "default in such a sweep file)",
         fills="require_lossless",
+    ),
+    flag(
+        "--verdict",
+        action="store_true",
+        help="a sweep file's comparison also judges every lane against the baseline "
+        "lane per point and metric (better, worse or no difference, with its interval "
+        "and minimum detectable effect) and writes verdict.json in the results tree",
+        fills="verdict",
+    ),
+    flag(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        metavar="NAME",
+        help="mlperf-endpoints: rehearse an MLPerf Endpoints curve (not the official "
+        "client): 7 fixed-concurrency points placed in the rules' log2 regions between "
+        "the lowest and highest --conc, TPOT p90 and TTFT p90 as the headline, --accuracy "
+        "gsm8k right after each mandatory point, outputs kept for the lossless check, and "
+        "a summary naming every rule checked and which the run does not meet",
+        fills="profile",
     ),
     flag(
         "--slo",

@@ -67,6 +67,9 @@ LANE_REFUSED: Mapping[str, str] = {
     "writes <results>/<name>)",
     "metrics_port": "not available with a sweep file (lanes sharing a model and "
     "concurrency would mix in one series): run a lane alone with --metrics-port",
+    "profile": "not in a sweep file (a rehearsal runs its points one at a time, each "
+    "mandatory point's accuracy run straight after it): run `loadgen --profile "
+    "mlperf-endpoints ...` alone",
 }
 
 

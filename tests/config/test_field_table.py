@@ -108,6 +108,9 @@ PARTNERS: dict[str, dict[str, Any]] = {
     },
     "accuracy_data": {"accuracy": "gsm8k", "accuracy_shots": "s.jsonl"},
     "accuracy_shots": {"accuracy": "gsm8k", "accuracy_data": "q.jsonl"},
+    # the profile's curve needs a range from the Ultra Low region past 32, and its
+    # accuracy runs their files
+    "profile": {"conc": "4,64", "accuracy_data": "q.jsonl", "accuracy_shots": "s.jsonl"},
 }
 
 
@@ -121,6 +124,7 @@ REPLACES = {
     "host": "base_url",
     "port": "base_url",
     "max_concurrency": "conc",
+    "profile": "conc",
     "random_input_len": "isl",
     "random_output_len": "osl",
     "speed_bench_output_len": "osl",
