@@ -14,7 +14,16 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from loadgen.config import deadlines, limits, load, output, scoring, target, workload
+from loadgen.config import (
+    deadlines,
+    limits,
+    load,
+    output,
+    processes,
+    scoring,
+    target,
+    workload,
+)
 from loadgen.config.compat import apply_compat
 from loadgen.config.dataset_format import MAX_DATASET_BYTES, TRACE_FORMATS
 from loadgen.config.fields import default_of
@@ -39,6 +48,7 @@ def settings_from_values(values: Mapping[str, Any], env: Mapping[str, str]) -> d
     settings: dict[str, Any] = load.derive(args)
     settings.update(target.derive(args, env))
     settings.update(output.derive(args))
+    settings.update(processes.derive(args, env))
     fmt = workload.dataset_format(args, compat.pop("dataset_format"))
     settings.update(load.derive_search(args))
     settings.update(filled(args))

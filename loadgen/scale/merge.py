@@ -58,6 +58,9 @@ PER_SHARD = frozenset(
         "base_url",
         "max_error_rate",
         "shard_sync",
+        # how each shard found the coordinator and how long it waits: its own command line
+        "coordinator_host",
+        "coordinator_wait_s",
     }
 )
 
