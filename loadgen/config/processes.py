@@ -166,6 +166,15 @@ def _check_counts(processes: ProcessSpec) -> None:
 
 
 def _check_coordinator(processes: ProcessSpec) -> None:
+    _check(
+        0 < processes.coordinator_port < 65536,
+        f"--coordinator: port {processes.coordinator_port} is not in 1..65535",
+    )
+    _check(
+        math.isfinite(processes.coordinator_wait_s) and processes.coordinator_wait_s > 0,
+        f"--coordinator-wait {processes.coordinator_wait_s}: must be a finite number of "
+        "seconds > 0",
+    )
     if processes.coordinator_host is None:
         return
     _check(
@@ -181,10 +190,6 @@ def _check_coordinator(processes: ProcessSpec) -> None:
         bool(processes.coordinator_token),
         "--coordinator needs the shards' shared secret: --coordinator-token, "
         f"--coordinator-token-file or ${TOKEN_VAR}",
-    )
-    _check(
-        0 < processes.coordinator_port < 65536,
-        f"--coordinator: port {processes.coordinator_port} is not in 1..65535",
     )
 
 

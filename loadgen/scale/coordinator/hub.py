@@ -27,7 +27,8 @@ from loadgen.scale.coordinator import wire
 from loadgen.scale.merge import PER_SHARD
 
 BEAT_S = 1.0
-BEATS_LOST_S = 5.0  # a peer silent this long (no frame at all) is gone
+BEATS_LOST_S = 30.0  # a peer silent this long (no frame at all) is gone: a loaded
+# machine may stall a loop for seconds, and a dead process closes its connection anyway
 HELLO_WAIT_S = 10.0  # a connection that proves nothing within this is closed
 
 

@@ -22,6 +22,7 @@ from loadgen.scale.coordinator.hub import BEAT_S, BEATS_LOST_S
 
 RETRY_S = 0.5  # between attempts to reach a coordinator that does not listen yet
 ANSWER_WAIT_S = 30.0  # for the hub's answer to our Hello
+JOIN_GRACE_S = 5.0
 
 
 class ShardRefused(UsageError):
@@ -65,14 +66,14 @@ class Link:
     async def join(self, deadline: float) -> None:
         """Wait until every shard joined (nothing is sent to the server before)."""
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._beat())]
-        async with asyncio.timeout_at(deadline):
-            try:
+        try:  # the hub names the missing shards at the deadline: its word comes first
+            async with asyncio.timeout_at(deadline + JOIN_GRACE_S):
                 await self._until(lambda: self.joined)
-            except TimeoutError:
-                raise CoordinatorLost(
-                    f"--coordinator {self.address}: not every shard joined within "
-                    "--coordinator-wait; start all N shards"
-                ) from None
+        except TimeoutError:
+            raise CoordinatorLost(
+                f"--coordinator {self.address}: not every shard joined within "
+                "--coordinator-wait; start all N shards"
+            ) from None
 
     async def abort(self, line: str) -> None:
         """This shard stops the run: every other shard is told (unless the stop came
