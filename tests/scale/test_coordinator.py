@@ -122,7 +122,12 @@ def shards() -> Iterator[Shards]:
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
-    _, err = proc.communicate(timeout=timeout)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        raise AssertionError(f"still running after {timeout} s; its stderr: {err}") from None
     return proc.returncode, err
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from loadgen import __version__
 from loadgen.config.spec import RunSpec
 from loadgen.results.results_dir import settings_of
+from loadgen.run.shard_sync import ShardStopped
 from loadgen.scale.coordinator import wire
 from loadgen.scale.coordinator.hub import BEAT_S, BEATS_LOST_S, Hub
 from loadgen.scale.coordinator.link import Link, ShardRefused, connect
@@ -89,5 +90,10 @@ async def meet(spec: RunSpec, results_dir: Path) -> AsyncIterator[Meeting]:
         )
         link = await connect(host, port, hello, results_dir, deadline)
         stack.push_async_callback(link.close)
-        await link.join(deadline)
+        try:
+            await link.join(deadline)
+        except ShardStopped:
+            if hub is not None:
+                await hub.linger(deadline)
+            raise
         yield Meeting(link, hub)

@@ -74,6 +74,8 @@ class Hub:
         self.stopped: wire.Stop | None = None
         self.all_joined = False
         self.settled = asyncio.Event()  # every shard handed in or is gone
+        self.seen: set[int] = set()  # shards that proved the secret (joined or refused)
+        self.all_seen = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -103,6 +105,17 @@ class Hub:
         for peer in self.peers.values():
             peer.writer.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def linger(self, deadline: float) -> None:
+        """A run stopped while the shards joined: stay until every shard has come and
+        been told (or the join deadline), so none waits for a hub that left."""
+        remaining = deadline - time.monotonic()
+        if remaining > 0 and not self.all_seen.is_set():
+            try:
+                async with asyncio.timeout(remaining):
+                    await self.all_seen.wait()
+            except TimeoutError:
+                pass
 
     def gathered(self) -> list[int]:
         """The indices of the shards whose results arrived (shard 0's are its own)."""
@@ -193,6 +206,9 @@ class Hub:
             first = await wire.receive(reader, wire.HELLO_MAX)
         if not isinstance(first, wire.Hello) or not wire.proven(first, self.token):
             return None  # not one of ours: it learns nothing, not even that we are loadgen
+        self.seen.add(first.index)
+        if len(self.seen) >= self.count:
+            self.all_seen.set()
         reason = self._refusal(first)
         if reason is not None:
             await wire.send(writer, wire.Refused(reason))

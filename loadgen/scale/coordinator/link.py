@@ -178,6 +178,23 @@ class Link:
                 await wire.send(self.writer, wire.Beat())
 
 
+async def _attempt(
+    host: str, port: int, hello: wire.Hello
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, wire.Message | None]:
+    """One connection and the hub's answer to our Hello (None: closed without one)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        await wire.send(writer, hello)
+        async with asyncio.timeout(ANSWER_WAIT_S):
+            answer = await wire.receive(reader, reset_is_end=False)
+    except (TimeoutError, wire.FrameError):
+        answer = None
+    except OSError:
+        writer.close()
+        raise
+    return reader, writer, answer
+
+
 async def connect(
     host: str,
     port: int,
@@ -185,12 +202,13 @@ async def connect(
     results_dir: Path,
     deadline: float,
 ) -> Link:
-    """A proven, welcomed link; retries until `deadline` while nobody listens."""
+    """A proven, welcomed link; retries until `deadline` while nobody listens (refused,
+    unresolvable, or reset: a proxy or load balancer in front of a hub not up yet)."""
     address = f"{host}:{port}"
     last = ""
     while True:
         try:
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer, answer = await _attempt(host, port, hello)
             break
         except OSError as exc:
             last = exc.strerror or str(exc)
@@ -200,12 +218,6 @@ async def connect(
                 f"{last}); is shard 0 running, and is the address right?"
             )
         await asyncio.sleep(RETRY_S)
-    await wire.send(writer, hello)
-    try:
-        async with asyncio.timeout(ANSWER_WAIT_S):
-            answer = await wire.receive(reader)
-    except (TimeoutError, wire.FrameError):
-        answer = None
     if isinstance(answer, wire.Refused):
         writer.close()
         raise ShardRefused(f"--coordinator {address} refused shard {hello.index}: {answer.reason}")

@@ -126,14 +126,22 @@ async def send(writer: asyncio.StreamWriter, message: Message) -> None:
     await writer.drain()
 
 
-async def receive(reader: asyncio.StreamReader, limit: int = FRAME_MAX) -> Message | None:
-    """The next message; None at the end of the stream (the peer closed or died)."""
+async def receive(
+    reader: asyncio.StreamReader, limit: int = FRAME_MAX, *, reset_is_end: bool = True
+) -> Message | None:
+    """The next message; None at the end of the stream (the peer closed or died). With
+    `reset_is_end` False a reset connection raises ConnectionResetError instead: the
+    peer never was there (a refused connect seen through a proxy), not a closed door."""
     try:
         head = await reader.readexactly(_LENGTH.size)
         (length,) = _LENGTH.unpack(head)
         if length > limit:
             raise FrameError(f"a frame of {length} bytes (at most {limit})")
         body = await reader.readexactly(length)
+    except ConnectionResetError:
+        if not reset_is_end:
+            raise
+        return None
     except (asyncio.IncompleteReadError, ConnectionError):
         return None
     try:
