@@ -47,7 +47,6 @@ RESERVED_OPTIONS = frozenset(
         "no_progress",
         "shard_sync",
         # a listening port and a secret are a command line's, not a network option's
-        "shard",
         "coordinator",
         "coordinator_token",
         "coordinator_token_file",
