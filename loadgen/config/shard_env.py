@@ -3,10 +3,13 @@ host name, from the variables its scheduler sets (pure: a mapping in, a Placemen
 
 Each scheduler, the first that matches in this order:
 
-- JobSet: `JOBSET_NAME` (the manifest passes the pod's `jobset.sigs.k8s.io/jobset-name`
-  label through the downward API) and `JOB_COMPLETION_INDEX`: the shards are the pods of
-  one replicated Job's Indexed Job; shard 0's name is `<jobset>-<replicated job>-0-0`
-  under the JobSet's own headless Service (named after the JobSet).
+- JobSet: `JOBSET_NAME` and, one pod per Job, `JOB_GLOBAL_INDEX` of
+  `JOBSET_GLOBAL_REPLICAS` (the manifest passes the pod's `jobset.sigs.k8s.io/jobset-name`
+  label and `job-global-index` / `global-replicas` annotations through the downward
+  API): the first replicated Job (docker/k8s/jobset/: `coordinator`, 1 replica, the only
+  one with the results volume) holds shard 0, whose name is
+  `<jobset>-<LOADGEN_COORDINATOR_JOB>-0-0` under the JobSet's headless Service (named
+  after the JobSet). Without the global index: `JOB_COMPLETION_INDEX` of one Indexed Job.
 - Kubernetes Indexed Job: `JOB_COMPLETION_INDEX`; shard 0 is `<job>-0` under the pod's
   subdomain, the headless Service the manifest names in `LOADGEN_SUBDOMAIN`.
 - Slurm: `SLURM_PROCID` of `SLURM_NTASKS`; shard 0's host is the first node of
@@ -65,10 +68,17 @@ def _indexed_host(hostname: str, index: int, subdomain: str | None) -> str | Non
 
 
 def _jobset(env: Mapping[str, str]) -> Placement:
-    index = _int(env, "JOB_COMPLETION_INDEX")
     jobset = env["JOBSET_NAME"]
-    replicated = env.get("REPLICATED_JOB_NAME")
-    host = f"{jobset}-{replicated}-0-0.{jobset}" if replicated else None
+    first = env.get("LOADGEN_COORDINATOR_JOB") or env.get("REPLICATED_JOB_NAME")
+    host = f"{jobset}-{first}-0-0.{jobset}" if first else None
+    if "JOB_GLOBAL_INDEX" in env:
+        count = (
+            _int(env, "JOBSET_GLOBAL_REPLICAS")
+            if "JOBSET_GLOBAL_REPLICAS" in env
+            else _k8s_count(env, "JobSet")
+        )
+        return Placement(_int(env, "JOB_GLOBAL_INDEX"), count, "jobset", host)
+    index = _int(env, "JOB_COMPLETION_INDEX")
     return Placement(index, _k8s_count(env, "JobSet"), "jobset", host)
 
 
@@ -93,7 +103,7 @@ def _openmpi(env: Mapping[str, str]) -> Placement:
 
 def placement(env: Mapping[str, str]) -> Placement:
     """This shard's place, from the first scheduler whose variables are set."""
-    if "JOB_COMPLETION_INDEX" in env and "JOBSET_NAME" in env:
+    if "JOBSET_NAME" in env and ("JOB_GLOBAL_INDEX" in env or "JOB_COMPLETION_INDEX" in env):
         found = _jobset(env)
     elif "JOB_COMPLETION_INDEX" in env:
         found = _indexed_job(env)
@@ -104,7 +114,8 @@ def placement(env: Mapping[str, str]) -> Placement:
     else:
         raise SpecError(
             "--shard auto: no scheduler's variables found (JOB_COMPLETION_INDEX, "
-            "SLURM_PROCID, OMPI_COMM_WORLD_RANK); give --shard I/N"
+            "JOBSET_NAME with JOB_GLOBAL_INDEX, SLURM_PROCID, OMPI_COMM_WORLD_RANK); give "
+            "--shard I/N"
         )
     if not 0 <= found.index < found.count:
         raise SpecError(

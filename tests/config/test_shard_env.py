@@ -20,6 +20,14 @@ INDEXED_JOB = {
     "HOSTNAME": "bench-3",
     "LOADGEN_SUBDOMAIN": "bench-shards",
 }
+JOBSET_GLOBAL = {
+    "JOBSET_NAME": "bench",
+    "JOB_GLOBAL_INDEX": "3",
+    "JOBSET_GLOBAL_REPLICAS": "5",
+    "LOADGEN_COORDINATOR_JOB": "coordinator",
+    "REPLICATED_JOB_NAME": "shards",
+    "JOB_COMPLETION_INDEX": "0",  # each shard's Job has one pod
+}
 JOBSET = {
     "JOB_COMPLETION_INDEX": "2",
     "LOADGEN_SHARD_COUNT": "4",
@@ -40,13 +48,14 @@ OPENMPI = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3"}
     [
         (INDEXED_JOB, Placement(3, 4, "kubernetes", "bench-0.bench-shards")),
         (JOBSET, Placement(2, 4, "jobset", "bench-shards-0-0.bench")),
+        (JOBSET_GLOBAL, Placement(3, 5, "jobset", "bench-coordinator-0-0.bench")),
         (SLURM, Placement(5, 8, "slurm", "gpu07")),
         (OPENMPI, Placement(1, 3, "openmpi", None)),
         # a Slurm step inside a Kubernetes pod is not a thing; an Indexed Job wins over
         # stray Open MPI variables a base image may set
         ({**INDEXED_JOB, **OPENMPI}, Placement(3, 4, "kubernetes", "bench-0.bench-shards")),
     ],
-    ids=["indexed-job", "jobset", "slurm", "openmpi", "indexed-job-first"],
+    ids=["indexed-job", "jobset", "jobset-global", "slurm", "openmpi", "indexed-job-first"],
 )
 def test_each_scheduler_gives_the_index_count_and_shard_0s_host(
     env: dict[str, str], expected: Placement
