@@ -32,7 +32,9 @@ async def coordinated(spec: RunSpec, options: SweepOptions) -> SweepOutcome:
     assert results_dir is not None  # output.derive always sets it
     async with meet(spec, results_dir) as meeting:
         try:
-            outcome = await run_sweep(spec, dataclasses.replace(options, shards=meeting.link))
+            # every shard runs under shard 0's run id: one run, one session cache-bust key
+            shared = dataclasses.replace(options, shards=meeting.link, run_id=meeting.link.run_id)
+            outcome = await run_sweep(spec, shared)
         except LoadgenError as stop:
             await meeting.link.abort(str(stop).split("; ")[0])
             await _finish(meeting)

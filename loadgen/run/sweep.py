@@ -113,6 +113,7 @@ class SweepOptions:
     # --coordinator: the other shards, met over the network (loadgen.scale.coordinator);
     # it starts each point with them and stops the run when one of them stops
     shards: ShardLink | None = None
+    run_id: str | None = None  # given: the coordinated shards share shard 0's; else a new one
 
 
 async def sweep_points(spec: RunSpec, options: SweepOptions | None = None) -> SweepOutcome:
@@ -216,7 +217,7 @@ class _Sweep:
         self.hooks = hooks
         self.earlier = earlier
         self.started_unix = time.time()
-        self.run_id = new_run_id(self.started_unix)
+        self.run_id = options.run_id or new_run_id(self.started_unix)
         self.backend: Backend | None = None
         self.side = ServerSide()
         self.server: ServerInfo | None = None

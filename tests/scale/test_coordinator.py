@@ -390,3 +390,112 @@ def test_a_wrong_token_version_or_settings_is_refused_before_any_request(
     assert listener.accepted == 0  # no shard sent anything to the server
     assert not (tmp_path / "s0" / "run.json").exists()
     assert not (tmp_path / "s1" / "run.json").exists()
+
+
+SESSION_SIM = tuple(
+    [
+        "--enable-prompt-tokens-details",
+        "--block-size",
+        "64",
+        "--max-num-batched-tokens",
+        "65536",
+        "--spec-tokens",
+        "0",
+        "--step-fixed-ms",
+        "1",
+        "--spin-us",
+        "0",
+    ]
+)
+
+
+def session_argv(url: str, results: Path, trace: Path) -> list[str]:
+    return [
+        "--base-url",
+        url,
+        "--results",
+        str(results),
+        "--no-progress",
+        "--seed",
+        "9",
+        "--conc",
+        "4",
+        "--dataset",
+        str(trace),
+        "--idle-cap-tree",
+        "1",
+    ]
+
+
+async def test_coordinated_shards_replay_sessions_as_one_process(
+    tmp_path: Path, shards: Shards, tokenizer: Tokenizer
+) -> None:
+    from collections import defaultdict
+
+    from loadgen.config.args import spec_from_argv
+    from loadgen.scale.sweep import run_sweep
+    from loadgen.workload.tracegen import TraceShape, generate_traces
+    from tests.scale.test_sessions_workers import SAME
+
+    shape = TraceShape(
+        requests=(3, 7),
+        system_tokens=600,
+        first_user_tokens=(30, 200),
+        tool_result_tokens=(10, 250),
+        output_tokens=(3, 10),
+        think_time_s=0.01,
+        api_time_s=0.02,
+        subagent_prob=0.4,
+        fanout=(1, 2),
+        subagent_requests=(1, 3),
+    )
+    trace = tmp_path / "gen.jsonl"
+    trace.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in generate_traces(9, 4, shape)))
+    async with embedded_simulator(SESSION_SIM, log_path=tmp_path / "one.log") as url:
+        spec = spec_from_argv(session_argv(url, tmp_path / "one", trace))
+        assert (await run_sweep(spec, SweepOptions(tokenizer=tokenizer))).exit_code == 0
+    one = orjson.loads((tmp_path / "one" / "conc_4.json").read_bytes())
+    one_records = read_jsonl(tmp_path / "one" / "requests_conc_4.jsonl")
+    port = free_port()
+    dirs = [tmp_path / f"shard{i}" for i in range(2)]
+    async with embedded_simulator(SESSION_SIM, log_path=tmp_path / "shards.log") as url:
+        procs = [
+            shards.start(
+                [
+                    sys.executable,
+                    "-m",
+                    "loadgen",
+                    *session_argv(url, d, trace),
+                    "--shard",
+                    f"{i}/2",
+                    "--coordinator",
+                    f"127.0.0.1:{port}",
+                    "--coordinator-token",
+                    TOKEN,
+                ]
+            )
+            for i, d in enumerate(dirs)
+        ]
+        for proc in procs:
+            code, err = finish(proc)
+            assert code == 0, err
+    merged = orjson.loads((dirs[0] / "merged" / "conc_4.json").read_bytes())
+    records = read_jsonl(dirs[0] / "merged" / "requests_conc_4.jsonl")
+    assert one["replay_primers"] > 0 and one["subagent_session_ids"] > 0
+    assert {k: merged[k] for k in SAME} == {k: one[k] for k in SAME}
+    assert merged["server_prefix_cache_hits"] == merged["theoretical_cached_tokens"] > 0
+    # each tree (and its subagents) on one shard, both shards used
+    shard_of: dict[str, set[int]] = defaultdict(set)
+    for i, d in enumerate(dirs):
+        for record in read_jsonl(d / "requests_conc_4.jsonl"):
+            assert record.tree_id is not None
+            shard_of[record.tree_id.split(":", 1)[1]].add(i)
+    assert all(len(found) == 1 for found in shard_of.values())
+    assert {i for found in shard_of.values() for i in found} == {0, 1}
+
+    def turns(found: list[Any]) -> dict[tuple[str, int], int]:
+        return {
+            ((r.session_id or "").split(":", 1)[1], r.turn_index or 0): r.input_len for r in found
+        }
+
+    assert turns(records) == turns(one_records)

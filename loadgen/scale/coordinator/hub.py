@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from loadgen.errors import SetupError
+from loadgen.run.ids import new_run_id
 from loadgen.scale.coordinator import wire
 from loadgen.scale.merge import PER_SHARD
 
@@ -69,6 +70,7 @@ class Hub:
         self.count = count
         self.results_dir = results_dir
         self.join_wait_s = join_wait_s
+        self.run_id = new_run_id(time.time())
         self.peers: dict[int, _Peer] = {}
         self.ready: dict[int, set[int]] = {}
         self.stopped: wire.Stop | None = None
@@ -221,7 +223,7 @@ class Hub:
             await self._send(peer, self.stopped)
         elif len(self.peers) == self.count:
             self.all_joined = True
-            await self._broadcast(wire.AllJoined())
+            await self._broadcast(wire.AllJoined(self.run_id))
         return peer
 
     def _refusal(self, hello: wire.Hello) -> str | None:

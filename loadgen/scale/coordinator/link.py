@@ -50,6 +50,7 @@ class Link:
         self.go: set[int] = set()
         self.received = False
         self.joined = False
+        self.run_id: str | None = None  # shard 0's, once every shard joined
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- the ShardLink the sweep uses --
@@ -154,8 +155,8 @@ class Link:
                 return
             self.heard = time.monotonic()
             match message:
-                case wire.AllJoined():
-                    self.joined = True
+                case wire.AllJoined(run_id):
+                    self.joined, self.run_id = True, run_id
                 case wire.Go(conc):
                     self.go.add(conc)
                 case wire.Stop(index, line):

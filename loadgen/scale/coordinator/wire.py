@@ -42,7 +42,7 @@ class Refused(msgspec.Struct, frozen=True, tag="refused"):
 
 
 class AllJoined(msgspec.Struct, frozen=True, tag="joined"):
-    pass
+    run_id: str  # shard 0's: every shard's run (and a session run's cache-bust key)
 
 
 class Ready(msgspec.Struct, frozen=True, tag="ready"):
