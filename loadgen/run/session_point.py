@@ -4,8 +4,8 @@ Sent like any point from this process (point.py), with the session replay as its
 and measured phase; its life is every point's (lifecycle.py), the session figures
 (metrics/agentic.py) added by an extension (features/session_fields.py). With --workers
 each worker process plays its lanes (run/sessions.py) and the parent assembles the point
-from all records and the summed replay counts (scale/pool.py). Shards (--shard with
---coordinator) each play their lanes the same way, and the merge assembles the session
+from all records and the summed replay counts (scale/pool.py). Shards (--shard I/N)
+each play their lanes the same way, and the merge assembles the session
 figures over all shards' records (scale/merge.py).
 """
 
