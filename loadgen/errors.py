@@ -37,7 +37,8 @@ this drawing to the classes):
     │   ├── OutOfDescriptors       1    out_of_file_descriptors  client/transport.py
     │   ├── ResultsWriteError      1    results_write_failed     results/files.py
     │   ├── WorkerDied             1    worker_died              scale/pool.py
-    │   └── CoordinatorLost        1    coordinator_lost         run/shard_sync.py
+    │   ├── CoordinatorLost        1    coordinator_lost         run/shard_sync.py
+    │   └── MergeRefused           1    setup_error              orchestrate/coordinated.py
     ├── Interrupted                130  interrupted              errors.py
     ├── ShardStopped               1    shard_stopped            run/shard_sync.py
     └── NotLossless                1    error                    compare/cli.py

@@ -17,7 +17,7 @@ import dataclasses
 import sys
 
 from loadgen.config.spec import RunSpec
-from loadgen.errors import LoadgenError
+from loadgen.errors import LoadgenError, SetupError, UsageError
 from loadgen.orchestrate.merge import merge_shards
 from loadgen.run.shard_sync import CoordinatorLost
 from loadgen.run.sweep import SweepOptions, SweepOutcome
@@ -32,7 +32,7 @@ async def coordinated(spec: RunSpec, options: SweepOptions) -> SweepOutcome:
     assert results_dir is not None  # output.derive always sets it
     async with meet(spec, results_dir) as meeting:
         try:
-            # every shard runs under shard 0's run id: one run, one session cache-bust key
+            # every shard runs under shard 0's run id: the shards' files name one run
             shared = dataclasses.replace(options, shards=meeting.link, run_id=meeting.link.run_id)
             outcome = await run_sweep(spec, shared)
         except LoadgenError as stop:
@@ -43,19 +43,30 @@ async def coordinated(spec: RunSpec, options: SweepOptions) -> SweepOutcome:
             await meeting.link.abort("interrupted (Ctrl-C, SIGTERM or SIGHUP)")
             await _finish(meeting)
             raise
-        await _finish(meeting)
+        refused = await _finish(meeting)
+        if refused:
+            raise MergeRefused(
+                f"the merged result set in {results_dir / MERGED} lacks {'; '.join(refused)}; "
+                "each shard's own results are kept"
+            )
         return outcome
 
 
-async def _finish(meeting: Meeting) -> None:
-    """Hand in this shard's results; on shard 0, merge everyone's once they are in."""
+class MergeRefused(SetupError):
+    """Shard 0 merged the shards' results, but refused some of their points (as
+    `loadgen merge` would, exit 2 there): the run measured, the result set is short."""
+
+
+async def _finish(meeting: Meeting) -> list[str]:
+    """Hand in this shard's results; on shard 0, merge everyone's once they are in. The
+    points the merge refused (each a line)."""
     try:
         await meeting.link.hand_in()
     except CoordinatorLost as lost:
         print(f"loadgen: results not handed in: {lost}", file=sys.stderr)
-        return
+        return []
     if meeting.hub is None:
-        return
+        return []
     dirs, missing = await meeting.gathered()
     out = meeting.link.results_dir / MERGED
     if missing:
@@ -65,8 +76,12 @@ async def _finish(meeting: Meeting) -> None:
             f"{meeting.link.results_dir} and {meeting.hub.shard_dir(0).parent}",
             file=sys.stderr,
         )
-        return
-    merged = await asyncio.to_thread(merge_shards, dirs, out)
+        return []
+    try:
+        merged = await asyncio.to_thread(merge_shards, dirs, out)
+    except UsageError as exc:  # e.g. shards that are not one run's: said, never raised here
+        print(f"loadgen: coordinator: no merged set: {exc}", file=sys.stderr)
+        return [f"every point ({exc})"]
     for line in (*merged.refused, *merged.warnings):
         print(f"loadgen: coordinator: {line}", file=sys.stderr)
     print(
@@ -74,3 +89,4 @@ async def _finish(meeting: Meeting) -> None:
         f"in {out}",
         file=sys.stderr,
     )
+    return list(merged.refused)
