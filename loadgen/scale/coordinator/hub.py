@@ -16,6 +16,8 @@ here, into `<results>/shards/shard_<I>/`, for shard 0 to merge.
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,6 +42,11 @@ class _Peer:
     heard: float = field(default_factory=time.monotonic)
     handed_in: bool = False
     gone: bool = False
+
+
+def _not_here(exc: OSError) -> bool:
+    """The host does not resolve, or is not one of this machine's addresses."""
+    return isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
 
 
 def _differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
@@ -83,16 +90,33 @@ class Hub:
 
     async def start(self) -> None:
         try:
-            self._server = await asyncio.start_server(
-                self._connection, self.host, self.port, reuse_address=True
+            self._server = await self._listen(self.host)
+        except (socket.gaierror, OSError) as exc:
+            if not _not_here(exc):
+                raise self._cannot(exc) from None
+            # a stable name that does not resolve here yet (a headless Service's record
+            # appears after the pod starts) or names a front address: every address
+            # of this machine, the secret guarding it as ever
+            print(
+                f"loadgen: coordinator: {self.host} is not an address of this machine "
+                f"(yet); listening on every address at port {self.port}",
+                file=sys.stderr,
             )
-        except OSError as exc:
-            raise SetupError(
-                f"--coordinator {self.host}:{self.port}: shard 0 cannot listen there "
-                f"({exc.strerror or exc}); give an address of this machine and a free port"
-            ) from None
+            try:
+                self._server = await self._listen(None)
+            except OSError as again:
+                raise self._cannot(again) from None
         self._spawn(self._beats())
         self._spawn(self._join_deadline())
+
+    async def _listen(self, host: str | None) -> asyncio.Server:
+        return await asyncio.start_server(self._connection, host, self.port, reuse_address=True)
+
+    def _cannot(self, exc: OSError) -> SetupError:
+        return SetupError(
+            f"--coordinator {self.host}:{self.port}: shard 0 cannot listen there "
+            f"({exc.strerror or exc}); give an address of this machine and a free port"
+        )
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)
