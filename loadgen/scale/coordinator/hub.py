@@ -166,7 +166,7 @@ class Hub:
             return
         self.stopped = wire.Stop(index, line)
         print(f"loadgen: coordinator: shard {index} stopped the run: {line}", file=sys.stderr)
-        await self._broadcast(self.stopped, but=index)
+        await self._broadcast(self.stopped)  # the stopping shard too: it waits no more
         self._check_settled()
 
     async def _lost(self, peer: _Peer, why: str) -> None:

@@ -23,6 +23,7 @@ from loadgen.scale.coordinator.hub import BEAT_S, BEATS_LOST_S
 RETRY_S = 0.5  # between attempts to reach a coordinator that does not listen yet
 ANSWER_WAIT_S = 30.0  # for the hub's answer to our Hello
 JOIN_GRACE_S = 5.0
+SWEPT = 0  # the barrier after the last point (every point's conc is 1 or more)
 
 
 class ShardRefused(UsageError):
@@ -84,7 +85,11 @@ class Link:
                 await self._send(wire.Abort(line))
 
     async def hand_in(self) -> None:
-        """Send this shard's result files to shard 0 and wait for its receipt."""
+        """Send this shard's result files to shard 0 and wait for its receipt: once every
+        shard's sweep is over (a barrier of its own, conc 0), so no transfer competes with
+        a shard still measuring; at once when the run stopped (no shard measures then)."""
+        await self._send(wire.Ready(SWEPT))
+        await self._until(lambda: SWEPT in self.go or self.problem is not None, lost_only=True)
         if self.index != 0:
             for path in sorted(p for p in self.results_dir.rglob("*") if p.is_file()):
                 await self._send_file(path)
