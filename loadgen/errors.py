@@ -20,7 +20,8 @@ this drawing to the classes):
     │   ├── EngineMismatch         2    bad_input                client/engine_detect.py
     │   ├── PowerCsvFileError      2    bad_input                client/gpu_metrics.py
     │   ├── ServiceError           2    bad_input                sidecar/settings.py
-    │   └── ConfigError            2    bad_input                sim/config.py
+    │   ├── ConfigError            2    bad_input                sim/config.py
+    │   └── ShardRefused           2    bad_input                scale/coordinator/link.py
     ├── ServerError                1    server_error             errors.py
     │   ├── PreflightError         1    server_error             client/preflight.py
     │   ├── MetricsUrlError        1    server_error             client/server_metrics.py
@@ -35,8 +36,11 @@ this drawing to the classes):
     │   ├── SimSetupError          1    setup_error              sim/cli.py
     │   ├── OutOfDescriptors       1    out_of_file_descriptors  client/transport.py
     │   ├── ResultsWriteError      1    results_write_failed     results/files.py
-    │   └── WorkerDied             1    worker_died              scale/pool.py
+    │   ├── WorkerDied             1    worker_died              scale/pool.py
+    │   ├── CoordinatorLost        1    coordinator_lost         run/shard_sync.py
+    │   └── MergeRefused           1    setup_error              orchestrate/coordinated.py
     ├── Interrupted                130  interrupted              errors.py
+    ├── ShardStopped               1    shard_stopped            run/shard_sync.py
     └── NotLossless                1    error                    compare/cli.py
 
 SimulatorError and SimSetupError are one failure seen from two processes: the `loadgen

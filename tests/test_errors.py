@@ -51,6 +51,8 @@ OLD_STOP_REASONS: tuple[tuple[str, str], ...] = (
     ("loadgen.run.server_watch.ServerGone", "server_gone"),
     ("loadgen.run.launched_server.ServerFailedToStart", "server_failed_to_start"),
     ("loadgen.scale.pool.WorkerDied", "worker_died"),
+    ("loadgen.run.shard_sync.ShardStopped", "shard_stopped"),
+    ("loadgen.run.shard_sync.CoordinatorLost", "coordinator_lost"),
     ("loadgen.results.files.ResultsWriteError", "results_write_failed"),
     ("loadgen.client.transport.OutOfDescriptors", "out_of_file_descriptors"),
     ("loadgen.errors.ServerError", "server_error"),

@@ -20,6 +20,7 @@ from loadgen.config import (
     limits,
     load,
     output,
+    processes,
     scoring,
     target,
     workload,
@@ -49,6 +50,7 @@ def settings_from_values(values: Mapping[str, Any], env: Mapping[str, str]) -> d
     settings: dict[str, Any] = load.derive(args)
     settings.update(target.derive(args, env))
     settings.update(output.derive(args))
+    settings.update(processes.derive(args, env))
     fmt = workload.dataset_format(args, compat.pop("dataset_format"))
     settings.update(load.derive_search(args))
     settings.update(filled(args))

@@ -283,15 +283,22 @@ def _check_sessions(spec: RunSpec) -> None:
         spec.session.turns is None or spec.workload.dataset is None,
         "--turns makes synthetic sessions; it excludes --dataset (use --multi-turn)",
     )
-    # Session runs on workers: each plays whole lanes (a tree and its subagents in one
-    # process: run/sessions.py). Refused where a play's figures would depend on plays in
-    # other processes: Mooncake's one hash scope per point, plays without their own
-    # cache-bust marker. Shards (other machines) are refused for session runs.
-    _check(
-        not spec.sessions or spec.processes.shard_count == 1,
-        "--shard does not support session runs (--turns, --multi-turn, trace replay): "
-        "run them on one machine (--workers N splits their lanes over processes)",
-    )
+    # Session runs on workers or shards: each process plays whole lanes (a tree and its
+    # subagents in one process: run/sessions.py). Refused where a play's figures would
+    # depend on plays in other processes: Mooncake's one hash scope per point, plays
+    # without their own cache-bust marker (each play's marker names its lane and number,
+    # which every process counts alike, so shards need not share anything else).
+    if spec.sessions and spec.processes.shard_count > 1:
+        _check(
+            spec.workload.dataset_format != "mooncake",
+            "--shard with a Mooncake trace: its requests share one hash scope per "
+            "point, which processes cannot share; run it in one process",
+        )
+        _check(
+            spec.session.cache_bust,
+            "--shard with --no-cache-bust: recycled plays of a tree would hit a cache "
+            "another shard filled; keep the cache-bust markers",
+        )
     if spec.sessions and spec.processes.workers is not None and spec.processes.workers > 1:
         _check(
             spec.workload.dataset_format != "mooncake",

@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
+from loadgen.orchestrate.coordinated import coordinated
 from loadgen.run.observers import FanoutObserver, RunObserver
 from loadgen.run.sweep import SweepOptions, SweepOutcome
 from loadgen.scale.sweep import run_sweep
@@ -31,15 +32,15 @@ async def measure(
     progress = (
         ProgressLine(len(spec.load.conc) * spec.load.trials) if spec.output.progress else None
     )
+    options = SweepOptions(
+        observer=FanoutObserver(observer, progress),
+        tokenizer=tokenizer,
+        outputs=RunFiles(spec),
+    )
     try:
-        return await run_sweep(
-            spec,
-            SweepOptions(
-                observer=FanoutObserver(observer, progress),
-                tokenizer=tokenizer,
-                outputs=RunFiles(spec),
-            ),
-        )
+        if spec.processes.coordinator_host is not None:  # shards meeting over the network
+            return await coordinated(spec, options)
+        return await run_sweep(spec, options)
     finally:
         if progress is not None:
             progress.close()

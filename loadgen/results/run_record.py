@@ -45,7 +45,7 @@ from loadgen.results.point import ResultFileError, field_message
 # differ between an interrupted run and its --resume. (A restarted server has a new pid.)
 NOT_COMPARED_ON_RESUME = frozenset({"results_dir", "progress", "resume", "overwrite", "server_pid"})
 # Settings of a part that no file records (a credential).
-NOT_WRITTEN = frozenset({"api_key"})
+NOT_WRITTEN = frozenset({"api_key", "coordinator_token"})
 
 
 class RunLevelSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -308,6 +308,9 @@ PER_SHARD = frozenset(
         "base_url",
         "max_error_rate",
         "shard_sync",
+        # how each shard found the coordinator and how long it waits: its own command line
+        "coordinator_host",
+        "coordinator_wait_s",
     }
 )
 

@@ -120,11 +120,18 @@ class Sessions(Lives):
         self.features = features
 
     async def run_point(self, context: RunContext, conc: int) -> PointOutcome:
-        replay = await session_replay(context, conc, self.sessions, self.tokenizer)
+        spec = context.spec
+        share = Share(spec.processes.shard_index, spec.processes.shard_count)
+        replay = await session_replay(context, conc, self.sessions, self.tokenizer, share)
 
         def send(records: PointRecords) -> SessionPoint:
             return SessionPoint(
-                context, conc, replay, on_record=records.add, on_warmup=records.add_warmup
+                context,
+                conc,
+                replay,
+                on_record=records.add,
+                on_warmup=records.add_warmup,
+                share=share,
             )
 
         fields = SessionFields(context.spec, lambda: replay_counts(replay.stats))

@@ -4,8 +4,9 @@ Sent like any point from this process (point.py), with the session replay as its
 and measured phase; its life is every point's (lifecycle.py), the session figures
 (metrics/agentic.py) added by an extension (features/session_fields.py). With --workers
 each worker process plays its lanes (run/sessions.py) and the parent assembles the point
-from all records and the summed replay counts (scale/pool.py); --shard is refused for
-session runs.
+from all records and the summed replay counts (scale/pool.py). Shards (--shard I/N)
+each play their lanes the same way, and the merge assembles the session
+figures over all shards' records (scale/merge.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import msgspec
 from tokenizers import Tokenizer
 
+from loadgen.config.session import SessionSpec
 from loadgen.config.spec import RunSpec
 from loadgen.metrics.agentic import (
     latency_stats,
@@ -48,21 +50,23 @@ def planned_requests(spec: RunSpec, trees: Sequence[SessionTree]) -> int:
 
 
 def session_metrics(
-    spec: RunSpec,
+    session: SessionSpec,
+    slos_ms: Mapping[str, float],
     records: Sequence[RequestRecord],
     before: ServerSnapshot | None,
     after: ServerSnapshot | None,
     replay: Mapping[str, int],
 ) -> SessionMetrics:
     """The session fields of a point: from its records, the server's counters around it
-    and the replay's counts (ReplayStats and primers_failed; summed over workers)."""
+    and the replay's counts (ReplayStats and primers_failed; summed over workers, and
+    over shards by `loadgen merge`)."""
     rates = prefix_cache_rates(records, before, after)
     fields: dict[str, Any] = {
-        "session_history": "live" if spec.session.live_history else "recorded",
+        "session_history": "live" if session.live_history else "recorded",
         **rates,
         **session_rollups(
             records,
-            spec.scoring.slos_ms,
+            slos_ms,
             rates["theoretical_prefix_hit_rate"],
             rates["server_prefix_hit_rate"],
         ),
@@ -139,8 +143,9 @@ async def session_replay(
         idle_cap_tree_s=spec.session.idle_cap_tree_s,
         seed=spec.seed,
         run_key=zlib.crc32(context.run_id.encode()),
-        worker=share.worker,
-        workers=share.workers,
+        # a tree's lanes are one process's, across shards as across workers
+        worker=share.process,
+        workers=share.processes,
     )
     return SessionReplay(
         trees, renderer, options, clock=context.clock, sleep=context.sleep, hooks=context.hooks

@@ -7,6 +7,10 @@ directory every shard can write (the shared volume the results go to), each shar
 once warmed up, writes `conc_<C>/ready.<I>` holding its wall clock and waits for all N;
 then every shard starts at the latest of those times plus START_DELAY_S, read on its own
 wall clock. The start is as simultaneous as the machines' clocks agree (NTP).
+
+The coordinator (`--coordinator`, scale/coordinator/) is the other variant of the same
+seam: a `ShardLink` both lines the points up and carries the other shards' stops; the
+run picks one of them once (features/__init__.py) and never asks which it has.
 """
 
 from __future__ import annotations
@@ -14,15 +18,43 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 
-from loadgen.errors import SetupError, UsageError
+from loadgen.errors import LoadgenError, SetupError, UsageError
 from loadgen.results.files import write_atomic
 
 POLL_S = 0.05
 START_DELAY_S = 0.5  # shared volumes (NFS) may show a new file a little late
 TIMEOUT_S = 3600.0  # a shard an hour behind is not coming
+
+
+class StartBarrier(Protocol):
+    async def wait(self, conc: int) -> None:
+        """Return when every shard has warmed up for `conc`: the measured phase starts."""
+        ...
+
+
+class ShardLink(StartBarrier, Protocol):
+    """The shards of a run that meet over the network (scale/coordinator/)."""
+
+    async def watch(self) -> None:
+        """Run beside the sweep; raise ShardStopped or CoordinatorLost when the run must
+        stop because of another shard (never returns otherwise)."""
+        ...
+
+
+class ShardStopped(LoadgenError):
+    """Another shard of the run stopped (failed, interrupted, killed): so does this one."""
+
+    stop_reason = "shard_stopped"
+
+
+class CoordinatorLost(SetupError):
+    """Shard 0, which coordinates the run, is gone (or never answered)."""
+
+    stop_reason = "coordinator_lost"
 
 
 class ShardBarrier:

@@ -38,6 +38,16 @@ class Share:
         return lambda index: index % conc in mine
 
     @property
+    def process(self) -> int:
+        """This process's place among all the run's processes (shards x workers): slot j
+        is its exactly when j % processes == process (slots() above, in one number)."""
+        return self.shard + self.shards * self.worker
+
+    @property
+    def processes(self) -> int:
+        return self.shards * self.workers
+
+    @property
     def label(self) -> str:
         return f"shard {self.shard}/{self.shards} worker {self.worker}/{self.workers}"
 

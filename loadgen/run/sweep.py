@@ -53,6 +53,7 @@ from loadgen.run.probe import ProbedWorkload, body_options, probe_workload
 from loadgen.run.profiler_control import ProfilerControl
 from loadgen.run.scheduler import Clock, Sleep
 from loadgen.run.server_watch import ServerWatch
+from loadgen.run.shard_sync import ShardLink
 from loadgen.run.stops import (
     INTERRUPTED_DETAIL,
     SATURATED,
@@ -109,6 +110,10 @@ class SweepOptions:
     # (run/cache_control.py, run/profiler_control.py); tests give their own
     cache: CacheControl | None = None
     profiler: ProfilerControl | None = None
+    # --coordinator: the other shards, met over the network (loadgen.scale.coordinator);
+    # it starts each point with them and stops the run when one of them stops
+    shards: ShardLink | None = None
+    run_id: str | None = None  # given: the coordinated shards share shard 0's; else a new one
 
 
 async def sweep_points(spec: RunSpec, options: SweepOptions | None = None) -> SweepOutcome:
@@ -212,7 +217,7 @@ class _Sweep:
         self.hooks = hooks
         self.earlier = earlier
         self.started_unix = time.time()
-        self.run_id = new_run_id(self.started_unix)
+        self.run_id = options.run_id or new_run_id(self.started_unix)
         self.backend: Backend | None = None
         self.side = ServerSide()
         self.server: ServerInfo | None = None
@@ -252,7 +257,12 @@ class _Sweep:
             print(f"loadgen: WARNING: {warning}", file=sys.stderr)
         self._check_same_model()
         features = await run_features(
-            self.spec, backend, side, cache=self.options.cache, profiler=self.options.profiler
+            self.spec,
+            backend,
+            side,
+            cache=self.options.cache,
+            profiler=self.options.profiler,
+            link=self.options.shards,
         )
         launched = side.launched
         # a launched server is watched by its pid, as --server-pid's (its death is seen at once)
@@ -281,11 +291,16 @@ class _Sweep:
         self._write_run_file(None, final=False)
         pieces = RunPieces(context, workload, self.sessions, self.tokenizer, features)
         async with asyncio.TaskGroup() as group:
-            watcher = group.create_task(watch.run(), name="loadgen-server-watch")
+            watchers: list[asyncio.Task[None]] = [
+                group.create_task(watch.run(), name="loadgen-server-watch")
+            ]
+            if self.options.shards is not None:  # another shard's stop stops this one
+                watchers.append(group.create_task(self.options.shards.watch()))
             async with self.drive(pieces) as driver:
                 self.driver = Trials(driver, self.spec.load.trials, backend.fresh_connections)
                 await self._points(context, self.driver)
-            watcher.cancel()
+            for watcher in watchers:
+                watcher.cancel()
 
     async def _points(self, context: RunContext, driver: Driver) -> None:
         """Each point still to run, in order, until one saturates."""

@@ -25,6 +25,7 @@ import msgspec
 from loadgen import __version__
 from loadgen.config.workload import asks_thinking
 from loadgen.errors import UsageError
+from loadgen.metrics.server import ServerSnapshot
 from loadgen.metrics.summary import PointContext
 from loadgen.records import RequestRecord
 from loadgen.results.files import write_atomic
@@ -34,6 +35,7 @@ from loadgen.results.point import (
     PointResult,
     PointStatus,
     ProfileState,
+    SessionMetrics,
     SimulatorHealth,
 )
 from loadgen.results.results_dir import run_files
@@ -49,6 +51,7 @@ from loadgen.results.run_record import (
 from loadgen.results.store import ResultsDir
 from loadgen.run.assemble import PointCounts, PointParts, assemble_point
 from loadgen.run.ids import new_run_id
+from loadgen.run.session_point import session_metrics
 from loadgen.scale.merge_counters import combined_snapshots, merged_by_url
 from loadgen.scale.merge_timeline import PointRefused, align, check_overlap
 from loadgen.scale.shard_dir import Shard
@@ -235,6 +238,12 @@ def _merged_result(
     complete = all(f.status.complete for f in files)
     before, after = combined_snapshots(shards, points) if complete else (None, None)
     first = files[0]
+    # a session point: every shard planned the whole point's trees (it plays its lanes)
+    planned = (
+        first.planned_requests
+        if first.sessions is not None
+        else sum(f.planned_requests for f in files)
+    )
     parts = PointParts(
         identity=msgspec.structs.replace(
             first.identity,
@@ -247,7 +256,7 @@ def _merged_result(
         ),
         status=_merged_status(shards, files),
         counts=PointCounts(
-            sum(f.planned_requests for f in files),
+            planned,
             sum(f.warmup_requests for f in files),
             sum(f.warmup_failed for f in files),
         ),
@@ -260,8 +269,35 @@ def _merged_result(
         profile=ProfileState.combined([f.profile for f in files]),
         # the shards' records on one clock; their gauge samples are not (no KV per slice)
         slice_s=shards[0].run.settings.load.slice_duration_s,
+        sessions=_merged_sessions(shards[0].run, files, records, before, after),
     )
     return assemble_point(records, ctx, conc, parts, server_before=before, server_after=after)
+
+
+def _merged_sessions(
+    run: RunRecord,
+    files: Sequence[PointResult],
+    records: Sequence[RequestRecord],
+    before: ServerSnapshot | None,
+    after: ServerSnapshot | None,
+) -> SessionMetrics | None:
+    """A session point's figures over every shard's records, as one process (or the
+    worker pool) computes them; the replay's counts summed over the shards (max live
+    trees too: the sum of each shard's peak, an upper bound)."""
+    kept = [f.sessions for f in files]
+    if any(k is None for k in kept):
+        return None
+    counts: dict[str, int] = {}
+    for sessions in kept:
+        assert sessions is not None
+        for name, value in msgspec.structs.asdict(sessions).items():
+            if name.startswith("replay_"):
+                key = name.removeprefix("replay_")
+                counts[key] = counts.get(key, 0) + int(value)
+    settings = run.settings
+    return session_metrics(
+        settings.session, settings.scoring.slos_ms, records, before, after, counts
+    )
 
 
 def merged_context(run: RunRecord, conc: int) -> PointContext:

@@ -46,6 +46,11 @@ RESERVED_OPTIONS = frozenset(
         "api_key",
         "no_progress",
         "shard_sync",
+        # a listening port and a secret are a command line's, not a network option's
+        "coordinator",
+        "coordinator_token",
+        "coordinator_token_file",
+        "coordinator_wait",
         # their vLLM-compatible aliases, and URLs the sidecar would fetch
         "host",
         "port",

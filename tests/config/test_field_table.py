@@ -59,6 +59,8 @@ BY_DEST: dict[str, tuple[list[str], Any]] = {
     "workers": (["2"], 2),
     "cpu_affinity": (["0"], "0"),
     "shard": (["1/2"], "1/2"),
+    "coordinator": (["127.0.0.1:29517"], "127.0.0.1:29517"),
+    "coordinator_wait": (["30"], 30.0),
     "server_metrics": (
         ["http://127.0.0.1:9/metrics", "--server-metrics", "http://127.0.0.1:8/metrics"],
         ["http://127.0.0.1:9/metrics", "http://127.0.0.1:8/metrics"],
@@ -90,6 +92,7 @@ PARTNERS: dict[str, dict[str, Any]] = {
     "cpu_affinity": {"workers": 2},
     "live_history": {"turns": "2"},
     "shard_sync": {"shard": "0/2"},
+    "coordinator": {"shard": "0/2", "coordinator_token": "t"},
     "golden_al": {"golden_al_model": "m"},
     "label": {"save_result": True},
     "result_filename": {"save_result": True},

@@ -135,20 +135,34 @@ def test_dataset_format_and_dataset_name(tmp_path: Path) -> None:
         spec_from_argv([*BASE, "--multi-turn"])
 
 
-def test_sessions_refuse_shards() -> None:
-    # --workers N plays a session run's lanes over processes (tests/scale/test_sessions_workers.py)
+def test_sessions_shard_by_lane_and_refuse_a_shared_hash_scope() -> None:
+    # --workers N and --shard I/N both play a session run's lanes over processes
+    # (tests/scale/test_sessions_workers.py, tests/scale/test_coordinator.py)
     assert spec_from_argv([*BASE, "--turns", "2", "--workers", "2"]).processes.workers == 2
-    with pytest.raises(SpecError, match="does not support session runs"):
-        spec_from_argv([*BASE, "--turns", "2", "--shard", "1/2"])
+    assert spec_from_argv([*BASE, "--turns", "2", "--shard", "1/2"]).processes.shard_count == 2
+    mooncake = str(TRACES / "mooncake_small.jsonl")
+    with pytest.raises(SpecError, match="--shard with a Mooncake trace"):
+        spec_from_argv(["--sim", "--conc", "2", "--dataset", mooncake, "--shard", "1/2"])
     done = subprocess.run(
-        [sys.executable, "-m", "loadgen", *BASE, "--turns", "2", "--shard", "1/2"],
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--sim",
+            "--conc",
+            "2",
+            "--dataset",
+            mooncake,
+            "--shard",
+            "1/2",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "does not support session runs" in lines[0], done.stderr
+    assert len(lines) == 1 and "--shard with a Mooncake trace" in lines[0], done.stderr
 
 
 def test_workers_auto_plays_a_mooncake_trace_in_one_process() -> None:

@@ -62,7 +62,7 @@ def test_settings_stay_flat_and_hold_no_credentials() -> None:
     flat = flat_settings(spec)
     assert set(flat) == set(PART_OF) | set(RUN_LEVEL)
     written = settings_of(spec)
-    assert set(written) == set(flat) - {"api_key"}
+    assert set(written) == set(flat) - {"api_key", "coordinator_token"}
     assert written["conc"] == [2, 4] and written["request_timeout_s"] == 5.0
     assert written["headers"] == ["X-Token"] and "pw" not in written["base_url"]
 

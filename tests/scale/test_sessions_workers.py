@@ -126,5 +126,9 @@ def test_refused_where_plays_would_share_a_cache_across_processes(tmp_path: Path
         spec_from_argv(
             ["--sim", "--conc", "2", "--dataset", str(weka), "--workers", "2", "--no-cache-bust"]
         )
-    with pytest.raises(SpecError, match="--shard does not support session runs"):
-        spec_from_argv(["--sim", "--conc", "2", "--dataset", str(weka), "--shard", "0/2"])
+    with pytest.raises(SpecError, match="--shard with a Mooncake trace"):
+        spec_from_argv(["--sim", "--conc", "2", "--dataset", str(mooncake), "--shard", "0/2"])
+    with pytest.raises(SpecError, match="--shard with --no-cache-bust"):
+        spec_from_argv(
+            ["--sim", "--conc", "2", "--dataset", str(weka), "--shard", "0/2", "--no-cache-bust"]
+        )

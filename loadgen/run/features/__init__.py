@@ -9,7 +9,7 @@ A new per-point feature is a module here with its Extension, and a line in `for_
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -37,7 +37,7 @@ from loadgen.run.features.telemetry import PointTelemetry
 from loadgen.run.features.ttft_parts import TtftParts, disaggregated
 from loadgen.run.point_records import RunContext
 from loadgen.run.profiler_control import ProfilerControl
-from loadgen.run.shard_sync import ShardBarrier
+from loadgen.run.shard_sync import ShardBarrier, StartBarrier
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ class Features:
 
     cache: CacheControl | None = None  # --reset-prefix-cache
     profiler: ProfilerControl | None = None  # --profile-conc
-    barrier: Callable[[int], Awaitable[None]] | None = None  # --shard-sync
+    barrier: StartBarrier | None = None  # --shard-sync's directory or --coordinator
     simulator_log: SimulatorLog | None = None  # --sim: the simulator loadgen started
     power_csv: PowerCsvTail | None = None  # --gpu-power-csv, read as it grows
     roles: dict[str, str] | None = None  # --server-metrics ROLE=URL: each URL's role
@@ -87,9 +87,11 @@ async def run_features(
     *,
     cache: CacheControl | None = None,
     profiler: ProfilerControl | None = None,
+    link: StartBarrier | None = None,
 ) -> Features:
     """The features `spec` asks for, each checked against the server now (`cache` and
-    `profiler`: given instead of the HTTP ones, as tests give a backend)."""
+    `profiler`: given instead of the HTTP ones, as tests give a backend; `link`: the
+    coordinator's, which lines the shards up instead of --shard-sync's directory)."""
     telemetry = spec.telemetry
     if telemetry.gpu_metrics:
         await check_gpu_metrics_urls(gpu_metrics_urls(telemetry.gpu_metrics, backend.base_url))
@@ -116,13 +118,13 @@ async def run_features(
         )
     else:
         profiler = None
-    barrier = None
+    barrier = link
     if spec.processes.shard_sync is not None:
         shards = ShardBarrier(
             spec.processes.shard_sync, spec.processes.shard_index, spec.processes.shard_count
         )
         shards.check_fresh()
-        barrier = shards.wait
+        barrier = shards
     return Features(
         cache=cache,
         profiler=profiler,

@@ -20,7 +20,8 @@ class SessionFields(Extension):
 
     def parts(self, parts: PointParts, measured: Measured) -> PointParts:
         sessions = session_metrics(
-            self.spec,
+            self.spec.session,
+            self.spec.scoring.slos_ms,
             measured.records,
             measured.server_before,
             measured.server_after,
