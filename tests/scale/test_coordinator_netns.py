@@ -18,8 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.scale.netns import Network, cannot_create, netem_available
-from tests.scale.test_coordinator import (
+from tests.support.coordinator import (
     MERGE_IDENTITY,
     SAME_AS_ONE,
     SIM,
@@ -32,6 +31,7 @@ from tests.scale.test_coordinator import (
     stopped_at_ns,
     wait_measuring,
 )
+from tests.support.netns import Network, cannot_create, netem_available
 
 SHARDS = 4
 SIM_PORT = 8000

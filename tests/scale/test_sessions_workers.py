@@ -20,30 +20,11 @@ from loadgen.run.sweep import SweepOptions
 from loadgen.scale.sweep import run_sweep
 from loadgen.workload.tracegen import TraceShape, generate_traces
 from tests.support.paths import TRACES
+from tests.support.session_figures import SAME
 
 SIM = (
     "--enable-prompt-tokens-details --block-size 64 --max-num-batched-tokens 65536 "
     "--spec-tokens 0 --step-fixed-ms 1 --spin-us 0"
-)
-SAME = (
-    "completed",
-    "failed",
-    "planned_requests",
-    "session_ids",
-    "session_trees",
-    "subagent_session_ids",
-    "prompt_tokens_sent",
-    "theoretical_cached_tokens",
-    "theoretical_prefix_hit_rate",
-    "server_prefix_cache_queries",
-    "server_prefix_cache_hits",
-    "server_prefix_hit_rate",
-    "client_cached_tokens",
-    "replay_primers",
-    "replay_trees_started",
-    "replay_trees_completed",
-    "replay_sessions_started",
-    "replay_subagents_started",
 )
 
 
