@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -97,6 +97,21 @@ def parse_duration_ms(text: str, *, what: str) -> float:
     if not match:
         raise SpecError(f"{what}: {text!r} is not a duration (use e.g. 2s, 50ms, 250us)")
     return float(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def seconds_parser(flag: str, example: str) -> Callable[[str], float]:
+    """The parser of a flag that takes a finite number of seconds above 0."""
+
+    def parse(text: str) -> float:
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise SpecError(f"{flag} {text!r}: a number of seconds, e.g. {example}") from None
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise SpecError(f"{flag} {text}: must be a finite number of seconds > 0")
+        return seconds
+
+    return parse
 
 
 def parse_percentiles(text: str) -> tuple[float, ...]:

@@ -18,20 +18,14 @@ from loadgen.config.parsers import (
     parse_cpu_list,
     parse_shard,
     parse_workers,
+    seconds_parser,
 )
 from loadgen.config.shard_env import Placement, placement
 
 TOKEN_VAR = "LOADGEN_COORDINATOR_TOKEN"
 
 
-def parse_coordinator_wait(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise SpecError(f"--coordinator-wait {text!r}: a number of seconds, e.g. 300") from None
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise SpecError(f"--coordinator-wait {text}: must be a finite number of seconds > 0")
-    return seconds
+parse_coordinator_wait = seconds_parser("--coordinator-wait", "300")
 
 
 DEFAULT_COORDINATOR_PORT = 29517

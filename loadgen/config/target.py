@@ -25,6 +25,7 @@ from loadgen.config.parsers import (
     header_pair,
     parse_extra_body,
     parse_header,
+    seconds_parser,
 )
 from loadgen.config.redact import (
     REDACTED,
@@ -112,14 +113,7 @@ def parse_http_client(text: str) -> str:
     raise SpecError(f"--http-client {text!r}: loadgen measures with its native client only")
 
 
-def parse_reset_timeout(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise SpecError(f"--reset-timeout {text!r}: a number of seconds, e.g. 60") from None
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise SpecError(f"--reset-timeout {text}: must be a finite number of seconds > 0")
-    return seconds
+parse_reset_timeout = seconds_parser("--reset-timeout", "60")
 
 
 def parse_profile_conc(text: str) -> int:
@@ -165,14 +159,7 @@ def serve_env_pair(pair: tuple[str, object], shown: str | None = None) -> tuple[
     return name, value
 
 
-def parse_serve_timeout(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise SpecError(f"--serve-timeout {text!r}: a number of seconds, e.g. 1800") from None
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise SpecError(f"--serve-timeout {text}: must be a finite number of seconds > 0")
-    return seconds
+parse_serve_timeout = seconds_parser("--serve-timeout", "1800")
 
 
 FIELDS: tuple[Field, ...] = (
