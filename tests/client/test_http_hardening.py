@@ -161,7 +161,7 @@ async def test_the_metrics_port_model_lookup_does_not_follow_a_redirect_away(
         HostileServer() as elsewhere,
         HostileServer({"/v1/models": redirect(elsewhere.base_url + "/v1/models")}) as server,
     ):
-        status, lines, _ = await loadgen(
+        status, lines = await loadgen(
             *metrics_port_run(server.base_url, tmp_path), "--header", "X-Api-Key: k-secret"
         )
         assert status == 1, lines
@@ -201,7 +201,7 @@ HOSTILE_NAMES = ["\x1b]0;owned\x07m1", "m2\x1b[2J\x1b[31m\r", "\u202eevil"]
 async def test_model_names_reach_the_terminal_without_escape_sequences(tmp_path: Path) -> None:
     models = answer_json({"data": [{"id": name} for name in HOSTILE_NAMES]})
     async with HostileServer({"/v1/models": models}) as server:
-        status, lines, _ = await loadgen(
+        status, lines = await loadgen(
             "--base-url", server.base_url, *RUN, "--results", str(tmp_path / "r")
         )
     assert status == 1, lines
@@ -224,7 +224,7 @@ async def test_a_server_model_name_becomes_a_safe_result_file_name(
     models = answer_json({"data": [{"id": model, "max_model_len": 100000}]})
     results = tmp_path / "r"
     async with HostileServer({"/v1/models": models}) as server:
-        status, lines, _ = await loadgen(
+        status, lines = await loadgen(
             "--base-url",
             server.base_url,
             *RUN,
