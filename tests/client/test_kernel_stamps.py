@@ -205,11 +205,16 @@ async def test_a_write_the_socket_cannot_take_at_once_is_delivered_whole() -> No
     payload = bytes(range(256)) * (64 * 1024)  # 16 MiB
     listener = socket.create_server(("127.0.0.1", 0))
     received = bytearray()
+    written = threading.Event()  # write() has returned
+    read_first = threading.Event()  # the server gave up waiting for that and read
 
     def serve() -> None:
         conn, _ = listener.accept()
         with conn:
-            time.sleep(0.2)  # the client's write must not wait for this
+            # the client's write must not wait for the server to read: the server reads
+            # only once write() has returned (or, write() blocked, after 10 s, to free it)
+            if not written.wait(10):
+                read_first.set()
             while len(received) < len(payload):
                 received.extend(conn.recv(1 << 20))
             conn.sendall(b"ok")
@@ -221,9 +226,9 @@ async def test_a_write_the_socket_cannot_take_at_once_is_delivered_whole() -> No
     transport = await kernel_stamps.open_connection(
         loop, "127.0.0.1", listener.getsockname()[1], recorder, kernel_stamps.ClockBridge()
     )
-    began = perf_counter_ns()
     transport.write(payload)
-    assert perf_counter_ns() - began < 100_000_000  # write() never blocks
+    written.set()
+    assert not read_first.is_set()  # write() never blocks: it returned before any read
     assert transport.get_write_buffer_size() > 0  # the socket did not take it all
     await asyncio.wait_for(recorder.arrived.wait(), 10)
     thread.join(timeout=5)
