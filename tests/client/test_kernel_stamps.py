@@ -113,13 +113,25 @@ async def send_while_the_loop_is_held(
     return await sending, released
 
 
+def stamp_figures(how: str, record: RequestRecord, server: PacedServer, released: int) -> str:
+    before, after = server.sends[0]
+    return (
+        f"{how} stamps: first event stamped {(record.chunk_ns[0] - before) / 1e6:+.2f} ms "
+        f"from its send ({(after - before) / 1e6:.2f} ms long), "
+        f"{(record.chunk_ns[0] - released) / 1e6:+.2f} ms from the hold's end"
+    )
+
+
 # Timing is the subject: the paced server's thread must send its first event well inside
 # the loop's hold; beside two busy workers it was late by ~200 ms once (CI rehearsal).
 @pytest.mark.exclusive
 async def test_kernel_stamps_are_when_the_bytes_arrived_not_when_the_loop_read_them() -> None:
+    """Subject: where kernel stamps fall against a paced server's sends while the loop is
+    held; the first event's stamp against its send and the hold's end is printed."""
     with paced_server() as server:
         async with native(kernel_stamped=True) as streams:
             record, released = await send_while_the_loop_is_held(server, streams)
+    print(stamp_figures("kernel", record, server, released))
     assert record.ok and record.chunk_tokens == (1, 1, 1)
     assert record.arrival_stamps is ArrivalStamps.KERNEL
     # The first event arrived while the loop was held: its stamp is the send's time,
@@ -136,10 +148,12 @@ async def test_kernel_stamps_are_when_the_bytes_arrived_not_when_the_loop_read_t
 @pytest.mark.exclusive  # as above: the paced server's sends must keep their schedule
 async def test_read_stamps_move_with_the_loop() -> None:
     """The same exchange stamped at the read (how https and aiohttp stamp): the first
-    event's stamp is the end of the hold -- what the kernel's stamp removes."""
+    event's stamp is the end of the hold -- what the kernel's stamp removes. Subject:
+    timing against the paced server, as above; the same figures printed."""
     with paced_server() as server:
         async with native(kernel_stamped=False) as streams:
             record, released = await send_while_the_loop_is_held(server, streams)
+    print(stamp_figures("read", record, server, released))
     assert record.ok and record.arrival_stamps is ArrivalStamps.READ
     assert record.chunk_ns[0] >= released
     assert record.chunk_ns[0] - server.sends[0][1] > 100_000_000
