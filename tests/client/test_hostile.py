@@ -416,16 +416,61 @@ async def test_second_response_in_the_same_write_is_nobodys(client: str) -> None
         assert all(r.stray_bytes is StrayBytes.AFTER_RESPONSE for r in records)
 
 
-@pytest.mark.exclusive  # the late answer (50 ms) must be read before the next send (150 ms)
 async def test_late_response_on_an_idle_connection_reaches_no_request(client: str) -> None:
     """The second response comes while the connection is idle: aiohttp kept it and gave
-    it to the next request (TTFT -50 ms). Now that connection closes."""
-    async with HostileServer({"/v1/completions": answer_twice(0.05)}) as server:
-        records = await send_in_turn(server.base_url, client, 3, pause_s=0.15)
+    it to the next request (TTFT -50 ms). Now that connection closes. By events: the
+    server sends the copy once the client has made its record, and the next request is
+    sent once the client has closed that connection (or not, within the hang guard)."""
+    assert client == "native"
+    cue, late_sent = asyncio.Event(), asyncio.Event()
+
+    async def answer_then_again_on_cue(request: Request, conn: Conn) -> None:
+        response = sized_response(request.json()["max_tokens"])
+        await conn.send(response)
+        await cue.wait()
+        cue.clear()
+        await conn.send(response)  # the late end of an earlier answer, while idle
+        late_sent.set()
+
+    native = NativeStreams(max_connections=1)
+    records: list[RequestRecord] = []
+    tainted: dict[tuple[int, int], str] = {}
+    async with HostileServer({"/v1/completions": answer_then_again_on_cue}) as server:
+        transport = Transport(native, server.base_url + "/v1/completions", stream_idle_timeout_s=5)
+        try:
+            async with asyncio.timeout(30):  # a hang guard
+                for index in range(3):
+                    request = RequestSpec(
+                        index=index,
+                        input_len=3,
+                        max_tokens=OSL,
+                        body=orjson.dumps({"max_tokens": OSL}),
+                    )
+                    records.append(
+                        await transport.send(
+                            request,
+                            x_request_id="r",
+                            conc=1,
+                            scheduled_ns=0,
+                            on_record=lambda _r: None,
+                        )
+                    )
+                    late_sent.clear()
+                    cue.set()
+                    await late_sent.wait()
+                    # until the client has read the late bytes (it says so for the
+                    # request they may belong to, and closes the connection)
+                    key = (records[-1].request_id, records[-1].start_ns)
+                    while key not in tainted:
+                        tainted |= transport.take_tainted()
+                        await asyncio.sleep(0.01)
+        finally:
+            await native.close()
         assert len(server.requests) == 3
     assert all(r.ok for r in records), [r.error_detail for r in records]
-    assert all(r.connect_ns > 0 for r in records)
+    assert all(r.connect_ns > 0 for r in records)  # each on a new connection
     assert all(r.ttft_ns is not None and r.ttft_ns > 0 for r in records)
+    assert set(tainted) == {(r.request_id, r.start_ns) for r in records}
 
 
 def _serve_twice_in_a_thread(
