@@ -52,6 +52,10 @@ pytestmark = pytest.mark.timeout(120)
 
 ISL, OSL = 48, 4
 CONC, PER_CONC = 2, 2  # four measured requests per sweep
+# Hang guards, not measurements: a row whose deadline or cap never fires fails here
+# rather than at the module's 120 s timeout. What ended each request is its error's kind
+# and detail, asserted by each test.
+HANG_S, QUADRATIC_S = 10, 30
 
 
 @pytest.fixture(scope="module")
@@ -291,25 +295,24 @@ def _bad_chunk_then_silence(tail: bytes) -> Handler:
 )
 async def test_row3_bad_chunk_size_then_silence_times_out(tail: bytes, client: str) -> None:
     async with HostileServer({"/v1/completions": _bad_chunk_then_silence(tail)}) as server:
-        started = time.perf_counter()
-        record = await send_one(server.base_url, client, idle_s=0.5)
+        async with asyncio.timeout(HANG_S):  # a hang guard: no timer fired at all
+            record = await send_one(server.base_url, client, idle_s=0.5)
     assert record.error is ErrorKind.TIMEOUT, record
-    assert "--stream-idle-timeout" in record.error_detail
+    assert "--stream-idle-timeout" in record.error_detail  # the idle timer, not another
     assert record.chunk_tokens == (1,)  # the event before the silence is kept
-    assert time.perf_counter() - started < 10
 
 
 async def test_invalid_chunk_size_is_malformed_at_once(client: str) -> None:
     """aiohttp closes the connection but never fails the body: it would wait forever.
     The native client's llhttp rejects the size in the read that carries it."""
     async with HostileServer({"/v1/completions": _bad_chunk_then_silence(b"zz\r\n")}) as server:
-        started = time.perf_counter()
-        record = await send_one(server.base_url, client, idle_s=30)
+        async with asyncio.timeout(HANG_S):  # a hang guard: aiohttp waited forever
+            record = await send_one(server.base_url, client, idle_s=30)
+    # malformed, not the idle timeout's TIMEOUT: rejected in the read, not 30 s later
     assert record.error is ErrorKind.MALFORMED, record
     assert "invalid HTTP body framing" in record.error_detail
     assert "chunk size" in record.error_detail
     assert record.chunk_tokens == (1,)
-    assert time.perf_counter() - started < 10
 
 
 async def test_row3_post_never_answered_times_out(client: str) -> None:
@@ -373,14 +376,17 @@ async def test_row3_hanging_scrape_mid_sweep_nulls_server_fields(
 # --- row 12: a huge event in small reads ---------------------------------------------------
 
 
+@pytest.mark.exclusive
 def test_row12_framer_is_linear_in_event_size() -> None:
-    """20 MB in 1 KB reads: the old framer re-scanned its buffer per read (quadratic,
-    hours here); each byte is now searched once. A generous bound, not a benchmark."""
+    """Subject: the framer's CPU cost for one huge event. 20 MB in 1 KB reads: the old
+    framer re-scanned its buffer per read (quadratic, hours here); each byte is now
+    searched once. A generous bound, not a benchmark; the CPU time is printed."""
     event = b"data: " + b"x" * (20 << 20) + b"\r\n\r\n"
     framer = SseFramer()
     started = time.process_time()  # the work done (CPU), not the machine's load
     events = [e for i in range(0, len(event), 1024) for e in framer.feed(event[i : i + 1024])]
     elapsed = time.process_time() - started
+    print(f"framer: 20 MB event in 1 KB reads, {elapsed:.2f} s CPU")
     assert len(events) == 1 and len(events[0].data) == 20 << 20 and events[0].offset == 0
     assert elapsed < 5, f"{elapsed:.1f} s for 20 MB"
 
@@ -388,12 +394,10 @@ def test_row12_framer_is_linear_in_event_size() -> None:
 async def test_row12_20mb_event_in_4kb_writes_through_the_transport(client: str) -> None:
     routes = {"/v1/completions": completion(pad=20 << 20, piece=4096)}
     async with HostileServer(routes) as server:
-        started = time.perf_counter()
-        record = await send_one(server.base_url, client)
-        elapsed = time.perf_counter() - started
+        async with asyncio.timeout(QUADRATIC_S):  # a guard: quadratic framing took hours
+            record = await send_one(server.base_url, client)
     assert record.ok, record.error_detail
     assert record.chunk_tokens == (1,) * OSL
-    assert elapsed < 30, f"{elapsed:.1f} s"
 
 
 # --- bytes that no request asked for --------------------------------------------------------
@@ -412,16 +416,61 @@ async def test_second_response_in_the_same_write_is_nobodys(client: str) -> None
         assert all(r.stray_bytes is StrayBytes.AFTER_RESPONSE for r in records)
 
 
-@pytest.mark.exclusive  # the late answer (50 ms) must be read before the next send (150 ms)
 async def test_late_response_on_an_idle_connection_reaches_no_request(client: str) -> None:
     """The second response comes while the connection is idle: aiohttp kept it and gave
-    it to the next request (TTFT -50 ms). Now that connection closes."""
-    async with HostileServer({"/v1/completions": answer_twice(0.05)}) as server:
-        records = await send_in_turn(server.base_url, client, 3, pause_s=0.15)
+    it to the next request (TTFT -50 ms). Now that connection closes. By events: the
+    server sends the copy once the client has made its record, and the next request is
+    sent once the client has closed that connection (or not, within the hang guard)."""
+    assert client == "native"
+    cue, late_sent = asyncio.Event(), asyncio.Event()
+
+    async def answer_then_again_on_cue(request: Request, conn: Conn) -> None:
+        response = sized_response(request.json()["max_tokens"])
+        await conn.send(response)
+        await cue.wait()
+        cue.clear()
+        await conn.send(response)  # the late end of an earlier answer, while idle
+        late_sent.set()
+
+    native = NativeStreams(max_connections=1)
+    records: list[RequestRecord] = []
+    tainted: dict[tuple[int, int], str] = {}
+    async with HostileServer({"/v1/completions": answer_then_again_on_cue}) as server:
+        transport = Transport(native, server.base_url + "/v1/completions", stream_idle_timeout_s=5)
+        try:
+            async with asyncio.timeout(30):  # a hang guard
+                for index in range(3):
+                    request = RequestSpec(
+                        index=index,
+                        input_len=3,
+                        max_tokens=OSL,
+                        body=orjson.dumps({"max_tokens": OSL}),
+                    )
+                    records.append(
+                        await transport.send(
+                            request,
+                            x_request_id="r",
+                            conc=1,
+                            scheduled_ns=0,
+                            on_record=lambda _r: None,
+                        )
+                    )
+                    late_sent.clear()
+                    cue.set()
+                    await late_sent.wait()
+                    # until the client has read the late bytes (it says so for the
+                    # request they may belong to, and closes the connection)
+                    key = (records[-1].request_id, records[-1].start_ns)
+                    while key not in tainted:
+                        tainted |= transport.take_tainted()
+                        await asyncio.sleep(0.01)
+        finally:
+            await native.close()
         assert len(server.requests) == 3
     assert all(r.ok for r in records), [r.error_detail for r in records]
-    assert all(r.connect_ns > 0 for r in records)
+    assert all(r.connect_ns > 0 for r in records)  # each on a new connection
     assert all(r.ttft_ns is not None and r.ttft_ns > 0 for r in records)
+    assert set(tainted) == {(r.request_id, r.start_ns) for r in records}
 
 
 def _serve_twice_in_a_thread(
@@ -577,26 +626,24 @@ async def test_an_event_that_never_ends_is_malformed_at_the_cap(
 ) -> None:
     """It grew without limit (6 GB in 20 s) and, bytes still coming, no deadline fired."""
     async with HostileServer({"/v1/completions": endless(start, filler)}) as server:
-        started = time.perf_counter()
-        record = await send_one(server.base_url, client, idle_s=60)
+        async with asyncio.timeout(QUADRATIC_S):  # a hang guard: it grew without end
+            record = await send_one(server.base_url, client, idle_s=60)
     assert record.error is ErrorKind.MALFORMED, record
     assert "grew past 32 MiB without ending" in record.error_detail, record.error_detail
     assert record.chunk_tokens == (1,)  # the event before it is kept
-    assert time.perf_counter() - started < 30
 
 
 async def test_a_head_that_never_ends_is_malformed_at_the_cap(client: str) -> None:
     """Native: 64 KiB (MAX_HEAD_BYTES); aiohttp: its own 8190-byte line limit."""
     handler = endless(b"HTTP/1.1 200 OK\r\nX-A: ", b"a", head=False)
     async with HostileServer({"/v1/completions": handler}) as server:
-        started = time.perf_counter()
-        record = await send_one(server.base_url, client, idle_s=60)
+        async with asyncio.timeout(QUADRATIC_S):  # a hang guard: it grew without end
+            record = await send_one(server.base_url, client, idle_s=60)
     assert record.error is ErrorKind.MALFORMED, record
     if client == "native":
         assert "head grew past 64 KiB without ending" in record.error_detail
     else:
         assert "8190" in record.error_detail, record.error_detail
-    assert time.perf_counter() - started < 30
 
 
 # --- counts a server lies about -------------------------------------------------------------

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter_ns
 
+import pytest
+
+from loadgen.client import ingest as ingest_module
 from loadgen.client.ingest import QUIET_NS, Ingest
 from loadgen.client.native.protocol import StreamProtocol
 from loadgen.run.loop_health import LoopLag
@@ -26,18 +29,45 @@ class SlowStream:
         self.log.append(self.name)
 
 
-async def test_ingest_yields_to_the_loop_between_slices() -> None:
+class Clock:
+    """perf_counter_ns as the ingest reads it, moved only by the drains' costs."""
+
+    def __init__(self) -> None:
+        self.now_ns = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+class CostedStream(SlowStream):
+    """A drain that costs `cost_ns` on `clock`: the slices' length, with no busy wait."""
+
+    def __init__(self, clock: Clock, cost_ns: int, log: list[str], name: str) -> None:
+        super().__init__(cost_ns, log, name)
+        self.clock = clock
+
+    def drain(self) -> None:
+        self.clock.now_ns += self.cost_ns
+        self.log.append(self.name)
+
+
+async def test_ingest_yields_to_the_loop_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(ingest_module, "perf_counter_ns", clock)
     log: list[str] = []
     ingest = Ingest(slice_ns=200_000)
-    streams = [SlowStream(100_000, log, f"s{i}") for i in range(10)]
+    streams = [CostedStream(clock, 100_000, log, f"s{i}") for i in range(10)]
     for stream in streams:
-        ingest.notify(stream)
-        ingest.notify(stream)  # queued once only
+        ingest.notify(stream, clock() - QUIET_NS)  # between bursts: full slices
+        ingest.notify(stream, clock() - QUIET_NS)  # queued once only
     asyncio.get_running_loop().call_soon(log.append, "loop")  # e.g. a socket read
-    await asyncio.sleep(0.05)
-    assert sorted(x for x in log if x != "loop") == sorted(s.name for s in streams)
-    position = log.index("loop")
-    assert 0 < position < 5  # ran after the first slice (2-3 drains), not after all 10
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    # a slice of 200 us ends at the first drain past it (the third, of 100 us each): the
+    # loop runs, then the next slice; the streams drain once each, in order
+    assert log[:7] == ["s0", "s1", "s2", "loop", "s3", "s4", "s5"], log
+    await asyncio.sleep(0.01)
+    assert [x for x in log if x != "loop"] == [s.name for s in streams]
     assert not any(s.queued for s in streams)
 
 
@@ -99,7 +129,10 @@ async def test_the_ingest_is_paced_by_when_reads_happen_not_by_arrival_stamps() 
     assert ingest.last_read_ns == read_ns + 1  # already queued: the newest read still counts
 
 
+@pytest.mark.exclusive
 async def test_loop_lag_sees_a_blocked_loop() -> None:
+    """Subject: the loop-lag monitor's readings on the real clock: a loop blocked 60 ms
+    reads >= 50 ms, an idle one under 20 ms; both printed, run alone."""
     monitor = LoopLag(interval_s=0.005)
     monitor.start()
     await asyncio.sleep(0.03)
@@ -110,6 +143,10 @@ async def test_loop_lag_sees_a_blocked_loop() -> None:
         pass
     await asyncio.sleep(0.03)
     health = monitor.stop()
+    print(
+        f"loop lag: idle {idle / 1e6:.2f} ms, blocked 60 ms -> {health.max_ms} ms "
+        f"({len(monitor.samples)} samples)"
+    )
     assert health.max_ms is not None and health.max_ms >= 50
     assert idle < 20_000_000 and len(monitor.samples) >= 5
 

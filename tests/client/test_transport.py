@@ -149,14 +149,26 @@ async def test_ok_stream_exact_tokens_and_stamps(sse_server: SseServer, kind: st
     assert record.prompt_tokens == 5 and record.token_source.value == "token_ids"
     assert (record.request_id, record.conc, record.scheduled_ns) == (3, 2, 1)
     assert record.connect_ns > 0  # first request on a new connection
-    # Every chunk stamped after the server wrote it and within the loop's own slack.
-    for server_ns, client_ns in zip(sent["r1"], record.chunk_ns, strict=False):
-        assert 0 < client_ns - server_ns < 5_000_000
+    # Every chunk stamped after the server wrote it (how soon after: the test below).
+    assert all(c > s for s, c in zip(sent["r1"], record.chunk_ns, strict=False))
     assert record.start_ns < sent["r1"][0]
     assert record.end_ns >= record.chunk_ns[-1]
     assert record.e2el_ns is not None and record.ttft_ns is not None
     gaps = zip(record.chunk_ns, record.chunk_ns[1:], strict=False)
     assert record.e2el_ns - record.ttft_ns == sum(b - a for a, b in gaps)
+
+
+@pytest.mark.exclusive
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_chunks_are_stamped_within_the_loops_slack(sse_server: SseServer, kind: str) -> None:
+    """Subject: how soon after the server's write each chunk is stamped (under 5 ms: the
+    loop's own slack, server and client sharing it); the lags are printed, run alone."""
+    base, sent = sse_server
+    async with open_streams(kind, 2) as session:
+        record, _ = await send(base, "ok", session)
+    lags = [c - s for s, c in zip(sent["r1"], record.chunk_ns, strict=False)]
+    print(f"chunk stamps after the server's writes: {[f'{lag / 1e3:.0f} us' for lag in lags]}")
+    assert all(0 < lag < 5_000_000 for lag in lags), lags
 
 
 @pytest.mark.parametrize("kind", CLIENTS)

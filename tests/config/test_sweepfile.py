@@ -367,12 +367,11 @@ def test_a_json_document_gets_the_same_bounds() -> None:
 
 def test_the_cli_refuses_a_billion_laughs_file_with_exit_2(tmp_path: Path) -> None:
     (tmp_path / "laughs.yaml").write_text(laughs(9))
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "loadgen", "--config", str(tmp_path / "laughs.yaml")],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,  # a hang guard: the interpreter's start-up, not the file's expansion
         check=False,
     )
     assert done.returncode == 2, done.stderr
@@ -381,4 +380,3 @@ def test_the_cli_refuses_a_billion_laughs_file_with_exit_2(tmp_path: Path) -> No
         "values, each alias (*name) counted as the copy it becomes; a sweep document "
         "needs a few hundred"
     ]
-    assert time.monotonic() - started < 30  # the interpreter's start-up, not the file

@@ -244,8 +244,10 @@ def test_read_stamps_carry_the_caveat_and_too_few_chunks_say_so() -> None:
     assert short["steps_observed"] is None and "too few chunks" in str(short["steps_note"])
 
 
+@pytest.mark.exclusive
 def test_a_large_point_reconstructs_in_seconds() -> None:
-    """2.6 M chunks (conc 512 x 5,000 requests x ~520 chunks is the same order)."""
+    """Subject: the step reconstruction's cost on 2.6 M chunks (conc 512 x 5,000 requests
+    x ~520 chunks is the same order); the time is printed, run alone."""
     rng = np.random.default_rng(1)
     steps = 10_000
     ends = 1_000 * MS + np.cumsum(rng.normal(40 * MS, 2 * MS, steps).astype(np.int64))
@@ -263,7 +265,7 @@ def test_a_large_point_reconstructs_in_seconds() -> None:
     elapsed = time.perf_counter() - started
     print(f"2.6 M chunks reconstructed in {elapsed:.2f} s")
     assert result["steps_observed"] is not None, result["steps_note"]
-    assert elapsed < 30.0  # measured ~3-5 s on the shared 2-core machine
+    assert elapsed < 30.0, f"{elapsed:.1f} s"  # measured ~3-5 s on the shared 2-core machine
 
 
 def test_the_last_points_steps_are_prometheus_gauges_and_a_console_line() -> None:

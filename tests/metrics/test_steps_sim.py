@@ -117,6 +117,16 @@ def logged_steps(log: list[Any], arrays: PointArrays) -> dict[str, Any]:
     }
 
 
+def figures(what: str, point: dict[str, Any], truth: dict[str, Any]) -> str:
+    """The measured step figures beside the log's, for the test's output."""
+    true_p50 = float(np.percentile(truth["ms"], 50)) if truth["ms"].size else float("nan")
+    return (
+        f"steps, {what}: p50 {point['steps_time_p50_ms']} ms measured, {true_p50:.2f} ms "
+        f"logged; {point['steps_observed']} observed, {truth['sent'].size} logged; "
+        f"engines {point['steps_engines']}; note {point['steps_note']}"
+    )
+
+
 def prefill_recall_precision(arrays: PointArrays, truth: dict[str, Any]) -> tuple[float, float]:
     clusters, _ = cluster(arrays, group_engines=True)
     estimated = np.zeros(clusters.start_ns.size, dtype=np.bool_)
@@ -133,14 +143,18 @@ def prefill_recall_precision(arrays: PointArrays, truth: dict[str, Any]) -> tupl
 # steps observed for 65 logged): the bounds hold for this machine with nothing beside it
 @pytest.mark.exclusive
 def test_one_engine_matches_the_simulators_step_log(tmp_path: Path) -> None:
+    """Subject: the steps' figures measured from chunk timing against the simulator's
+    own step log (p50 within 10 %, count within 15 %); both printed, run alone."""
     point, arrays, log = measured(tmp_path, 1, 8)
     truth = logged_steps(log, arrays)
+    print(figures("1 engine", point, truth))
     assert point["steps_stamps"] == "kernel" and point["steps_note"] is None, point
     assert point["steps_engines"] == 1 and point["steps_stream_interval"] == 1
     true_p50 = float(np.percentile(truth["ms"], 50))
     assert point["steps_time_p50_ms"] == pytest.approx(true_p50, rel=0.1), true_p50
     assert point["steps_observed"] == pytest.approx(truth["sent"].size, rel=0.15)
     recall, precision = prefill_recall_precision(arrays, truth)
+    print(f"prefill completions: recall {recall:.2f}, precision {precision:.2f}")
     assert recall >= 0.75 and precision >= 0.75, (recall, precision)
     # every request's first chunk is one prefill completion in the log
     assert sum(len(s["prefill_done"]) for s in log) >= arrays.num_records
@@ -153,6 +167,7 @@ def test_four_engines_are_counted_or_not_at_all(tmp_path: Path) -> None:
     the figures must be null with the reason; otherwise the count is 4, never another."""
     point, arrays, log = measured(tmp_path, 4, 16)
     truth = logged_steps(log, arrays)
+    print(figures("4 engines", point, truth))
     assert truth["engines"] == {0, 1, 2, 3}  # the balancer used every engine
     if point["steps_engines"] is None:
         assert "cannot be told apart" in point["steps_note"], point["steps_note"]
@@ -178,6 +193,7 @@ def test_a_stream_interval_behind_unlabelled_engines_is_not_one_engines(tmp_path
     workload = ("--isl", "256", "--osl", "128", "--encoder", "raw", "--no-progress")
     point, arrays, log = measured(tmp_path, 2, 32, sim_args, workload)
     truth = logged_steps(log, arrays)
+    print(figures("2 unlabelled engines, interval 3", point, truth))
     assert truth["engines"] == {0, 1}  # the balancer used both engines
     note = str(point["steps_note"])
     if point["steps_time_p50_ms"] is None:

@@ -12,7 +12,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -191,8 +190,9 @@ def test_a_command_that_exits_at_once_is_server_failed_to_start(tmp_path: Path) 
         f"  - name: fine\n    serve-cmd: {orjson.dumps(sim_cmd(0)).decode()}\n"
     )
     root = tmp_path / "tree"
-    started = time.monotonic()
-    done = run_loadgen(["--config", str(sweep), "--results", str(root)], timeout=240)
+    # a hang guard: the broken lane is said failed at its exit (its stop_reason below),
+    # not at the end of its --serve-timeout
+    done = run_loadgen(["--config", str(sweep), "--results", str(root)], timeout=200)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     broken, fine = lanes(root)
@@ -200,7 +200,6 @@ def test_a_command_that_exits_at_once_is_server_failed_to_start(tmp_path: Path) 
     assert "exited with status 3" in broken["error"] and "no GPU found" in broken["error"]
     assert (root / "broken" / "server.log").read_text() == "no GPU found\n"
     assert fine["state"] == "succeeded"
-    assert time.monotonic() - started < 200
     # the CLI alone: the one line, exit 1, well before --serve-timeout
     alone = run_loadgen(
         ["--serve-cmd", crash, "--conc", "1", "--isl", "48", "--osl", "16", "--encoder", "raw",

@@ -14,11 +14,15 @@ attributed to the wrong read or request).
 
 from __future__ import annotations
 
+import asyncio
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
+import pytest
 from tokenizers import Tokenizer
 
 from loadgen.config.spec import RunSpec
@@ -28,6 +32,7 @@ from loadgen.results.jsonl import read_jsonl
 from loadgen.results.point import PointResult
 from loadgen.run.ids import x_request_id
 from loadgen.run.observers import QuietObserver
+from loadgen.run.shapes import OpenLoop, arrivals_rng, load_shape
 from loadgen.run.sweep import SweepOutcome
 
 FAST_SIM = (
@@ -125,12 +130,54 @@ def point_json(outcome: SweepOutcome, conc: int) -> dict[str, Any]:
     return point
 
 
-async def test_sweep_against_simulator_trace(tmp_path: Path, tokenizer: Tokenizer) -> None:
+@dataclass(frozen=True)
+class Traced:
+    """One sweep against the simulator with its per-chunk trace: what both tests read."""
+
+    outcome: SweepOutcome
+    hooks: Hooks
+    trace: dict[str, dict[str, Any]]  # x-request-id -> the simulator's record of it
+
+    def records(self, conc: int) -> list[tuple[RequestRecord, dict[str, Any]]]:
+        run_id = self.outcome.run_id
+        return [
+            (record, self.trace[x_request_id(run_id, conc, record.request_id)])
+            for record in read_jsonl(self.outcome.results_dir / f"requests_conc_{conc}.jsonl")
+        ]
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory, tokenizer: Tokenizer) -> Traced:
+    """Run once, in the first test that asks (the exclusive one below, listed first, so
+    that the sweep whose stamps it measures runs alone under xdist)."""
+    tmp_path = tmp_path_factory.mktemp("traced")
     trace_path = tmp_path / "trace.jsonl"
     hooks = Hooks()
-    outcome = await measure(
-        sim_spec(tmp_path, "--trace", str(trace_path)), observer=hooks, tokenizer=tokenizer
+    outcome = asyncio.run(
+        measure(sim_spec(tmp_path, "--trace", str(trace_path)), observer=hooks, tokenizer=tokenizer)
     )
+    trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
+    return Traced(outcome, hooks, trace)
+
+
+@pytest.mark.exclusive
+def test_chunks_are_stamped_when_the_simulator_sent_them(traced: Traced) -> None:
+    """Subject: the stamps' timing against the simulator's own clock (the tolerances in
+    the module's docstring); the lags are printed, run alone."""
+    lags: list[int] = []
+    for conc in (2, 4):
+        for record, truth in traced.records(conc):
+            lags += timing_against_trace(record, truth)
+    print(
+        f"chunk stamps vs the simulator's writes: median lag "
+        f"{statistics.median(lags) / 1e3:.0f} us, max |lag| {max(map(abs, lags)) / 1e6:.2f} ms "
+        f"({len(lags)} chunks)"
+    )
+    assert -MEDIAN_LAG_NS < statistics.median(lags) < MEDIAN_LAG_NS, statistics.median(lags)
+
+
+def test_sweep_against_simulator_trace(traced: Traced) -> None:
+    outcome, hooks, trace = traced.outcome, traced.hooks, traced.trace
     assert outcome.exit_code == 0 and [p.conc for p in outcome.points] == [2, 4]
     files = {p.name for p in outcome.results_dir.iterdir()}
     assert {
@@ -141,21 +188,16 @@ async def test_sweep_against_simulator_trace(tmp_path: Path, tokenizer: Tokenize
         "requests_conc_2.jsonl",
         "requests_conc_4.jsonl",
     } <= files
-    trace = {t["x_request_id"]: t for t in map(orjson.loads, trace_path.read_bytes().splitlines())}
-    lags: list[int] = []
     for conc in (2, 4):
-        records = read_jsonl(outcome.results_dir / f"requests_conc_{conc}.jsonl")
+        pairs = traced.records(conc)
         result = point_json(outcome, conc)
-        check_counts(records, result, conc)
+        check_counts([record for record, _ in pairs], result, conc)
         check_fields(result)
-        for record in records:
-            lags += check_against_trace(
-                record, trace[x_request_id(outcome.run_id, conc, record.request_id)]
-            )
+        for record, truth in pairs:
+            check_against_trace(record, truth)
         # warmup requests reached the server but are not measurements
         warmups = [k for k in trace if k.startswith(f"{outcome.run_id}-c{conc}-w")]
         assert len(warmups) == conc
-    assert -MEDIAN_LAG_NS < statistics.median(lags) < MEDIAN_LAG_NS, statistics.median(lags)
     started = [c for c in hooks.calls if c[0] == "point_started"]
     assert started == [("point_started", (2, 6)), ("point_started", (4, 12))]
     assert sum(c[0] == "request_finished" for c in hooks.calls) == 18
@@ -187,28 +229,40 @@ def check_fields(result: dict[str, Any]) -> None:
     assert result["target"] == "simulator" and result["max_concurrency"] in (2, 4)
 
 
-def check_against_trace(record: RequestRecord, truth: dict[str, Any]) -> list[int]:
-    intended = [c[0] for c in truth["chunks"] if c[2] > 0]
-    sent = [c[1] for c in truth["chunks"] if c[2] > 0]
-    tokens = [c[2] for c in truth["chunks"] if c[2] > 0]
+def sent_chunks(truth: dict[str, Any]) -> tuple[list[int], list[int], list[int]]:
+    """The simulator's (intended, sent, tokens) for each chunk that carried tokens."""
+    chunks = [c for c in truth["chunks"] if c[2] > 0]
+    return [c[0] for c in chunks], [c[1] for c in chunks], [c[2] for c in chunks]
+
+
+def check_against_trace(record: RequestRecord, truth: dict[str, Any]) -> None:
+    """What the record must agree on with the simulator's trace, whatever the load:
+    counts, and the order of events on the shared clock."""
+    intended, sent, tokens = sent_chunks(truth)
     assert list(record.chunk_tokens) == tokens  # exact per-chunk token counts
     assert truth["prompt_tokens"] == record.input_len
-    # The clock started before the server saw the request (and not long before).
-    assert 0 < truth["arrival_ns"] - record.start_ns < MAX_LAG_NS
+    # The clock started before the server saw the request.
+    assert truth["arrival_ns"] > record.start_ns
     # A chunk cannot arrive before its engine step was due. (The simulator reads its
     # `sent` clock just after the socket write returns, so a client on the other core can
-    # legitimately stamp a little before `sent`; the median check below covers it.)
+    # legitimately stamp a little before `sent`; the median check covers it.)
     assert all(c >= i for c, i in zip(record.chunk_ns, intended, strict=True))
+    # TTFT against the truth from the same clock: its error is the first chunk's lag.
+    assert record.ttft_ns is not None
+    assert record.ttft_ns - (sent[0] - record.start_ns) == record.chunk_ns[0] - sent[0]
+
+
+def timing_against_trace(record: RequestRecord, truth: dict[str, Any]) -> list[int]:
+    """The lags (client stamp - simulator write) of a record's chunks, each checked
+    within MAX_LAG_NS, as are its ITL errors and its clock's start before the arrival."""
+    _, sent, _ = sent_chunks(truth)
+    assert truth["arrival_ns"] - record.start_ns < MAX_LAG_NS
     lags = [client - server for client, server in zip(record.chunk_ns, sent, strict=True)]
     assert max(abs(lag) for lag in lags) < MAX_LAG_NS, lags
-    # TTFT and ITL against the truth from the same clock: the errors are the lags.
-    assert record.ttft_ns is not None
-    ttft_error = record.ttft_ns - (sent[0] - record.start_ns)
     itl_errors = [
         (b - a) - (sb - sa)
         for a, b, sa, sb in zip(record.chunk_ns, record.chunk_ns[1:], sent, sent[1:], strict=False)
     ]
-    assert ttft_error == lags[0] and abs(ttft_error) < MAX_LAG_NS
     assert all(abs(e) < MAX_LAG_NS for e in itl_errors)
     return lags
 
@@ -255,5 +309,12 @@ async def test_chat_endpoint_open_loop_with_duration(tmp_path: Path, tokenizer: 
         assert r.ok and r.completion_tokens == sum(r.chunk_tokens) == 16
         # the server applied the same DeepSeek-V4 template loadgen counted
         assert r.prompt_tokens == r.input_len
-    due = sorted(r.scheduled_ns for r in records)
-    assert (due[-1] - due[0]) / 1e9 < 1.0  # nothing due after the deadline was sent
+    # exactly the seeded arrivals due inside the 1 s, each due at its own offset: the
+    # count and the times are the schedule's, not the machine's
+    shape = load_shape(spec)
+    assert isinstance(shape, OpenLoop)
+    planned = np.array(shape.offsets_ns(spec.load.measured_requests(4), arrivals_rng(spec, 4)))
+    inside = planned[planned < 1e9]
+    due = np.sort(np.array([r.scheduled_ns for r in records]))
+    assert len(records) == len(inside) < len(planned)
+    assert np.all(np.abs((due - due[0]) - (inside - inside[0])) <= 1)

@@ -295,12 +295,11 @@ async def test_a_stop_signal_cancels_the_run_flushes_and_exits_0(
             async with aiohttp.ClientSession(f"http://127.0.0.1:{int(port[1])}") as client:
                 _, started = await call(client, "POST", "/v1/runs", LONG)
                 await wait_for(client, started["id"], states={"running"}, min_requests=1)
-            sent = time.monotonic()
             process.send_signal(stop)
+            # hang guards: that the run was cut short, not waited out, is its state below
             rest = await asyncio.wait_for(process.stderr.read(), 15)
             code = await asyncio.wait_for(process.wait(), 15)
             assert code == 0, rest.decode(errors="replace")
-            assert time.monotonic() - sent < 8
         finally:
             if process.returncode is None:
                 process.kill()

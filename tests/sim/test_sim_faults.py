@@ -76,11 +76,15 @@ async def test_one_malformed_chunk(sim_factory: SimFactory) -> None:
     assert len(broken) == 1
 
 
+@pytest.mark.exclusive
 async def test_stall_mid_stream(sim_factory: SimFactory) -> None:
+    """Subject: the stall fault's timing as a client sees it: one arrival gap of the
+    stall's 0.4 s, the others short; the two longest gaps are printed, run alone."""
     async with sim_factory(faults=FaultConfig(stall=1.0, stall_seconds=0.4)) as sim:
         payloads, error, times = await read_raw_stream(sim.base_url + "/v1/completions")
     assert error is None and payloads[-1] == b"[DONE]"
     gaps = [b - a for a, b in itertools.pairwise(times)]
+    print(f"stall fault: longest gaps {sorted(gaps)[-1]:.3f} s, {sorted(gaps)[-2]:.3f} s")
     # The stall runs from the stalled chunk's intended send time; that chunk's own send
     # can be late by a few ms on a busy machine, shortening the arrival gap by as much.
     assert max(gaps) >= 0.4 - 0.01

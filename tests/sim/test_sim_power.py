@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -134,20 +131,23 @@ def sim_decode_tokens(sim: object) -> int:
 
 
 async def test_idle_gpus_draw_idle_watts(sim_factory: SimFactory) -> None:
+    """Over /gpu/metrics, with the running model's clock moved by hand: 0.3 s idle at
+    200 W is exactly 60 J on the counter (the counter is integer mJ)."""
     power = PowerConfig(num_gpus=1, idle_watts=200.0)
     async with sim_factory(power=power) as sim, aiohttp.ClientSession() as session:
         url = f"{sim.base_url}/gpu/metrics"
-        t0 = time.perf_counter()
+        clock = FakeClock()
+        clock.now = sim.power.clock()
+        sim.power.clock = clock  # no request: nothing else steps the model meanwhile
         before = await scrape(session, url)
-        await asyncio.sleep(0.3)
+        clock.now += 300_000_000
         after = await scrape(session, url)
-        elapsed = time.perf_counter() - t0
     assert after["DCGM_FI_DEV_POWER_USAGE"]["0"] == 200.0
     delta_j = (
         after["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]["0"]
         - before["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]["0"]
     ) / 1000
-    assert 200.0 * 0.3 - 0.01 <= delta_j <= 200.0 * elapsed + 0.01
+    assert delta_j == pytest.approx(60.0, abs=0.0011), delta_j
 
 
 def test_power_flags_build_the_model_and_are_checked() -> None:
