@@ -21,7 +21,8 @@ this drawing to the classes):
     │   ├── PowerCsvFileError      2    bad_input                client/gpu_metrics.py
     │   ├── ServiceError           2    bad_input                sidecar/settings.py
     │   ├── ConfigError            2    bad_input                sim/config.py
-    │   └── ShardRefused           2    bad_input                scale/coordinator/link.py
+    │   ├── ShardRefused           2    bad_input                scale/coordinator/link.py
+    │   └── VerdictRefused         2    bad_input                compare/verdict_inputs.py
     ├── ServerError                1    server_error             errors.py
     │   ├── PreflightError         1    server_error             client/preflight.py
     │   ├── MetricsUrlError        1    server_error             client/server_metrics.py
