@@ -25,6 +25,7 @@ import msgspec
 import orjson
 
 from loadgen.config.redact import REDACTED
+from loadgen.config.session import DEFAULT_SESSION_HEADERS
 from loadgen.config.spec import (
     PARTS,
     DeadlineSpec,
@@ -54,6 +55,15 @@ class RunLevelSettings(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     sim: bool = False
     sim_args: tuple[str, ...] = ()
+
+
+# Defaults that changed, setting -> (the earlier release's default, today's), as run.json
+# spells them: a run left at the default then is one left at it now. X-Dynamo-Session-ID
+# joined X-Session-ID, which Dynamo's frontend reads when the other is absent (the same
+# routing), and any other server ignores both alike.
+FORMER_DEFAULTS: dict[str, tuple[object, object]] = {
+    "session_headers": (("X-Session-ID",), DEFAULT_SESSION_HEADERS),
+}
 
 
 class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,9 +101,17 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
         return flat
 
     def differing(self, other: RunSettings, ignored: frozenset[str]) -> list[str]:
-        """The names of the settings (but `ignored`) that differ from `other`'s, in order."""
+        """The names of the settings (but `ignored`) that differ from `other`'s, in order.
+        `other` holding a default an earlier release had (FORMER_DEFAULTS) and this one
+        today's is no difference: both are the default, measured alike."""
         mine, theirs = self.flat(), other.flat()
-        return [name for name in sorted(mine) if name not in ignored and mine[name] != theirs[name]]
+        return [
+            name
+            for name in sorted(mine)
+            if name not in ignored
+            and mine[name] != theirs[name]
+            and (theirs[name], mine[name]) != FORMER_DEFAULTS.get(name)
+        ]
 
     def differences(self, other: RunSettings, ignored: frozenset[str]) -> list[str]:
         """`name value (was other's)` per setting that differs, as differing orders them."""
