@@ -154,10 +154,8 @@ def test_chat_sends_the_rows_messages_with_the_template_kwargs(
                 tmp_path / "chat",
                 "--endpoint",
                 "chat",
-                "--thinking",
-                "chat",
                 "--reasoning-effort",
-                "max",
+                "max",  # Think Max (--thinking chat beside it is refused: Non-think)
             ),
         )
     )
@@ -167,7 +165,7 @@ def test_chat_sends_the_rows_messages_with_the_template_kwargs(
     assert {b["messages"][0]["content"] for b in bodies} == set(rows("coding"))
     assert all(len(b["messages"]) == 1 and b["messages"][0]["role"] == "user" for b in bodies)
     assert {orjson.dumps(b["chat_template_kwargs"]) for b in bodies} == {
-        orjson.dumps({"thinking": False, "reasoning_effort": "max"})
+        orjson.dumps({"thinking": True, "reasoning_effort": "max"})
     }
     assert all("top_p" not in b for b in bodies)  # not asked for: the server's default
 
