@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
@@ -19,7 +20,9 @@ from loadgen.metrics.phases import PhaseMethod, request_phases
 from loadgen.results.jsonl import read_jsonl
 from tests.support.vllm_servers import TINY_THINK_END_ID, VllmServer, frontend_kept_awake
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+# exclusive: beside busy workers the CPU frontend lumps a whole response into one write
+# (CI: TTFA p50 = TTFT p50), and a response read in one piece has one stamp
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900), pytest.mark.exclusive]
 
 PROMPTS = 8
 
@@ -75,7 +78,7 @@ def test_a_reasoning_parser_run_has_ttfa_after_ttft_and_phases_that_add_up(
     assert done.returncode == 0, done.stderr[-3000:]
     records = read_jsonl(results / "requests_conc_2.jsonl")
     assert len(records) == PROMPTS
-    answered = 0
+    answered, pairs = 0, []
     for record in records:
         assert record.ok, record.error_detail
         phases = request_phases(record, thinking=True)
@@ -86,7 +89,9 @@ def test_a_reasoning_parser_run_has_ttfa_after_ttft_and_phases_that_add_up(
             answered += 1
             # the first answer token after the first token; equal stamps where one read
             # brought both (the frontend's lumps, above)
-            assert phases.ttfa_ms >= (record.chunk_ns[0] - record.start_ns) / 1e6
+            ttft_ms = (record.chunk_ns[0] - record.start_ns) / 1e6
+            assert phases.ttfa_ms >= ttft_ms
+            pairs.append((ttft_ms, phases.ttfa_ms))
             assert record.phase_marks[0] == 0 and len(record.phase_marks) == 2
     assert answered >= PROMPTS // 2
     point = orjson.loads((results / "conc_2.json").read_bytes())
@@ -95,7 +100,11 @@ def test_a_reasoning_parser_run_has_ttfa_after_ttft_and_phases_that_add_up(
         f"reasoning {point['total_reasoning_tokens']} / answer {point['total_answer_tokens']}, "
         f"methods {point['phase_methods']}, anomalies {point['phase_anomalies']}"
     )
-    assert point["median_ttfa_ms"] > point["median_ttft_ms"]
+    # over the same requests: the point's TTFT median is over all of them, its TTFA
+    # median over those that answered, which may have been the quicker ones (CI: 89.0 ms
+    # TTFA p50 against 90.0 ms TTFT p50, each request's TTFA after its TTFT)
+    ttfts, ttfas = zip(*pairs, strict=True)
+    assert float(np.median(ttfas)) > float(np.median(ttfts))
     assert point["total_reasoning_tokens"] + point["total_answer_tokens"] == sum(
         point["output_lens"]
     )
