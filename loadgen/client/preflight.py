@@ -33,6 +33,7 @@ from loadgen.client.http_session import (
 )
 from loadgen.client.redirects import CrossOriginRedirect
 from loadgen.client.refusals import refused_fields
+from loadgen.client.round_trip import round_trip_ms
 from loadgen.client.server_metrics import check_metrics_urls
 from loadgen.client.stream_client import StreamClient
 from loadgen.client.transport import Transport
@@ -81,6 +82,9 @@ class ServerInfo:
     # request extensions the server refused by name, left out of every body: name -> where
     # the figures that depended on it now come from (client/refusals.py, bodies.EXTENSIONS)
     dropped_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    # the median round trip of a few GETs of /v1/models, ms (client/round_trip.py; None:
+    # not measured)
+    rtt_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -392,6 +396,7 @@ async def preflight(
     dialect reads the metrics and adds the request fields its per-request stats need.
     """
     model, max_model_len = await find_model(session, base_url, wanted_model)
+    rtt_ms = await round_trip_ms(session, base_url + "/v1/models")
     check_context(max_model_len, isl, osl)
     think_max = think_max_line(max_model_len, options.reasoning_effort)
     if think_max is not None and strict:
@@ -458,6 +463,7 @@ async def preflight(
             name: counted if name in (TOKEN_IDS, CONTINUOUS_USAGE) else lost
             for name, lost in negotiated.dropped.items()
         },
+        rtt_ms=rtt_ms,
     )
 
 

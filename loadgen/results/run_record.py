@@ -279,6 +279,9 @@ class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
     # request extensions the server refused by name, left out of every request: name ->
     # where the figures that depended on it came from instead; empty in older files
     dropped_options: dict[str, str] = {}
+    # the median round trip of a few GETs of /v1/models at preflight, ms (None: not
+    # measured, and in a run.json written before it was recorded)
+    rtt_ms: float | None = None
     # engine steps per stream chunk when known (the embedded simulator's --stream-interval;
     # None: unknown, and in a run.json written before it was recorded)
     stream_interval: int | None = None
@@ -307,9 +310,21 @@ class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):
     base_url: str | None = None
 
 
+class ShardView(msgspec.Struct, frozen=True, kw_only=True):
+    """One shard's view of the server in a merge's file: its preflight's round trip and
+    its machine's clock state at its first point (None: not known, as each source says)."""
+
+    index: int
+    rtt_ms: float | None = None
+    boot_id: str | None = None
+    synced: bool | None = None
+    esterror_us: int | None = None
+    offset_change_ns: int | None = None
+
+
 # RunRecord's fields only `loadgen merge` writes (scale/merge.py), and those of a run's
 # attempts that a merge's file has none of.
-MERGE_ONLY = frozenset({"merged_unix", "merged_from", "refused"})
+MERGE_ONLY = frozenset({"merged_unix", "merged_from", "shards", "refused"})
 RUN_ONLY = frozenset(
     {"started_unix", "finished_unix", "stop_reason", "stop_detail", "launched_server", "attempts"}
 )
@@ -351,6 +366,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     launched_server: LaunchedServerFacts | None = None
     shard: ShardInfo | None = None
     merged_from: tuple[MergedFrom, ...] = ()  # (before points: a merge's file has it there)
+    shards: tuple[ShardView, ...] = ()  # a merge's: each shard's view (empty in older files)
     points: tuple[PointEntry, ...]
     attempts: tuple[Attempt, ...] = ()
     refused: tuple[str, ...] = ()

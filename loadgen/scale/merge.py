@@ -45,6 +45,7 @@ from loadgen.results.run_record import (
     PointEntry,
     RunRecord,
     ShardInfo,
+    ShardView,
     encode_run,
     settings_from_flat,
 )
@@ -55,6 +56,7 @@ from loadgen.run.session_point import session_metrics
 from loadgen.scale.merge_counters import combined_snapshots, merged_by_url
 from loadgen.scale.merge_timeline import PointRefused, align, check_overlap
 from loadgen.scale.shard_dir import Shard
+from loadgen.scale.shard_views import rtt_skew_line, shard_views
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +142,8 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
             continue
         results.append(result)
         entries.append(entry)
-    _write_run(out, shards, run_id, entries, refused)
+    views = shard_views(shards)
+    _write_run(out, shards, run_id, entries, refused, views)
     unknown = [r.conc for r in results if r.client.clock_alignment_uncertainty_ms is None]
     warnings = (
         [
@@ -152,6 +155,9 @@ def merge_results(dirs: Sequence[Path], out: Path) -> MergeOutcome:
         if unknown
         else []
     )
+    ttfts = [r.metrics.median_ttft_ms for r in results if r.metrics.median_ttft_ms is not None]
+    skew = rtt_skew_line(views, ttfts)
+    warnings += [skew] if skew else []
     warnings += _energy_warning(shards)
     return MergeOutcome(out, tuple(results), tuple(refused), tuple(warnings))
 
@@ -344,6 +350,7 @@ def _write_run(
     run_id: str,
     entries: Sequence[PointEntry],
     refused: Sequence[str],
+    views: tuple[ShardView, ...],
 ) -> None:
     """The merge's run.json: the shards' common settings (the per-shard ones are in
     each shard's own file, named in merged_from), written by a merge's rule."""
@@ -365,6 +372,7 @@ def _write_run(
             )
             for s in shards
         ),
+        shards=views,
         points=tuple(entries),
         refused=tuple(refused),
     )

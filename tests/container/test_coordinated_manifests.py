@@ -1,11 +1,14 @@
 """The coordinator's examples: the Indexed Job with its headless Service, the JobSet and
-the Slurm batch script. Each validates against the API schemas (the JobSet's Jobs
-against batch/v1's: its own CRD is not in the repository), and each pod's or task's
+the Slurm batch script. Each validates against the API schemas (the JobSet against its
+CRD's schema at JobSet v0.12.0, vendored in tests/fixtures/jobset_v0.12.0, and its Jobs
+against batch/v1's as well), and each pod's or task's
 arguments, with the variables its scheduler sets, give loadgen the shard it is and shard
 0's name (loadgen's own parser, as the pod would run it)."""
 
 from __future__ import annotations
 
+import copy
+import json
 import re
 import shlex
 import subprocess
@@ -18,6 +21,8 @@ from loadgen.config.args import spec_from_argv
 from tests.support.paths import ROOT
 
 DOCKER = ROOT / "docker"
+# openAPIV3Schema of jobset.x-k8s.io/v1alpha2 as the CRD of release v0.12.0 declares it
+JOBSET_SCHEMA = ROOT / "tests" / "fixtures" / "jobset_v0.12.0" / "jobsets.v1alpha2.openapi.json"
 K8S_VERSION = "1.30"
 TOKEN = {"LOADGEN_COORDINATOR_TOKEN": "t"}
 
@@ -94,6 +99,47 @@ def test_the_jobsets_jobs_are_valid_batch_v1_jobs(
     kubernetes_validate.validate(job, K8S_VERSION, strict=True)
     claim = documents("k8s/jobset/coordinated-jobset.yaml")["PersistentVolumeClaim"]
     kubernetes_validate.validate(claim, K8S_VERSION, strict=True)
+
+
+def strict(schema: Any) -> Any:
+    """`schema` with every object that lists its properties closed to others, as the API
+    server's strict field validation (kubectl's default) refuses an unknown field; an
+    object marked x-kubernetes-preserve-unknown-fields stays open."""
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    # a `properties` map's keys are field names, not keywords: only its values are schemas
+    closed = {key: strict(value) for key, value in schema.items() if key != "properties"}
+    if isinstance(schema.get("properties"), dict):
+        closed["properties"] = {name: strict(v) for name, v in schema["properties"].items()}
+        if "additionalProperties" not in schema and not schema.get(
+            "x-kubernetes-preserve-unknown-fields"
+        ):
+            closed["additionalProperties"] = False
+    return closed
+
+
+def jobset_errors(jobset: dict[str, Any]) -> list[str]:
+    # jsonschema comes with kubernetes-validate (the test extra), which validates with it
+    import jsonschema
+
+    schema = strict(json.loads(JOBSET_SCHEMA.read_text()))
+    validator = jsonschema.Draft4Validator(schema)  # OpenAPI 3.0's schema objects: draft 4's
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(jobset)]
+
+
+def test_the_jobset_is_valid_against_its_crds_schema_at_a_pinned_release() -> None:
+    jobset = documents("k8s/jobset/coordinated-jobset.yaml")["JobSet"]
+    assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert jobset_errors(jobset) == []
+    # the check can fail: a misspelled field and a wrong type are each refused
+    typo = copy.deepcopy(jobset)
+    typo["spec"]["network"]["enableDNSHostname"] = True
+    assert any("enableDNSHostname" in e for e in jobset_errors(typo))
+    wrong = copy.deepcopy(jobset)
+    wrong["spec"]["replicatedJobs"][0]["replicas"] = "1"
+    assert any("replicas" in e for e in jobset_errors(wrong))
 
 
 def test_jobset_shards_are_the_global_job_indices_and_shard_0_alone_keeps_results() -> None:

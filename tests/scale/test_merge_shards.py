@@ -23,9 +23,11 @@ from tokenizers import Tokenizer
 from loadgen.config.spec import RunSpec
 from loadgen.errors import UsageError
 from loadgen.results.jsonl import JsonlSink, read_jsonl
+from loadgen.results.store import ResultsDir
 from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.scale.merge import merge_results
+from loadgen.scale.shard_views import rtt_skew_line
 
 SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2", "--seed", "5")
 CONC = (1, 2, 4)  # conc 1: shard 1 holds no slot, and its sweep would run ahead
@@ -144,7 +146,31 @@ async def test_two_synced_shards_merge_into_the_unsharded_run(
         check_exact(tmp_path / "merged", result, conc)
     run = orjson.loads((tmp_path / "merged" / "run.json").read_bytes())
     assert [m["shard"] for m in run["merged_from"]] == [0, 1] and run["refused"] == []
+    check_shard_views(dirs, tmp_path / "merged", merged.stderr)
     check_alignment_across_machines(dirs, tmp_path)
+
+
+def check_shard_views(dirs: list[Path], merged: Path, stderr: str) -> None:
+    """Each shard's round trip (its own preflight's, measured against the real simulator)
+    and clock state (its own first point's) are in the merge's run.json, shard by shard,
+    and the merge warns exactly when the rule says these values differ too much."""
+    record = ResultsDir(merged).read_run()
+    assert [v.index for v in record.shards] == [0, 1]
+    for view, directory in zip(record.shards, dirs, strict=True):
+        own = ResultsDir(directory).read_run()
+        assert own.server is not None and own.server.rtt_ms is not None
+        assert own.server.rtt_ms > 0
+        clock = own.points[0].clock
+        assert clock is not None
+        assert view.rtt_ms == own.server.rtt_ms
+        assert (view.boot_id, view.synced, view.esterror_us) == (
+            clock.boot_id,
+            clock.synced,
+            clock.esterror_us,
+        )
+    ttfts = [point(merged, conc)[0]["median_ttft_ms"] for conc in CONC]
+    expected = rtt_skew_line(record.shards, ttfts)
+    assert (expected is not None) == ("round trips to the server differ" in stderr), stderr
 
 
 def check_exact(results: Path, result: dict[str, Any], conc: int) -> None:
