@@ -42,6 +42,7 @@ from tests.support.hostile_server import (
     completion,
     endless,
     hang,
+    send_request,
     sized_response,
     sse,
     token_events,
@@ -122,19 +123,8 @@ async def send_in_turn(
                 await asyncio.sleep(pause_s)
                 if block is not None:
                     block()  # blocking the loop is the point
-            request = RequestSpec(
-                index=index, input_len=3, max_tokens=OSL, body=orjson.dumps({"max_tokens": OSL})
-            )
             async with asyncio.timeout(60):
-                records.append(
-                    await transport.send(
-                        request,
-                        x_request_id="r",
-                        conc=1,
-                        scheduled_ns=0,
-                        on_record=lambda _r: None,
-                    )
-                )
+                records.append(await send_request(transport, index, OSL))
     finally:
         await native.close()
     return records
@@ -442,21 +432,7 @@ async def test_late_response_on_an_idle_connection_reaches_no_request(client: st
         try:
             async with asyncio.timeout(30):  # a hang guard
                 for index in range(3):
-                    request = RequestSpec(
-                        index=index,
-                        input_len=3,
-                        max_tokens=OSL,
-                        body=orjson.dumps({"max_tokens": OSL}),
-                    )
-                    records.append(
-                        await transport.send(
-                            request,
-                            x_request_id="r",
-                            conc=1,
-                            scheduled_ns=0,
-                            on_record=lambda _r: None,
-                        )
-                    )
+                    records.append(await send_request(transport, index, OSL))
                     late_sent.clear()
                     cue.set()
                     await late_sent.wait()

@@ -34,13 +34,13 @@ from loadgen.records import ErrorKind, RequestRecord, StrayBytes
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.tokenizer import load_tokenizer
-from loadgen.workload.plan import RequestSpec
 from tests.support.hostile_server import (
     Conn,
     Handler,
     HostileServer,
     Request,
     completion,
+    send_request,
     sized_response,
     sse,
     token_events,
@@ -107,21 +107,7 @@ async def test_the_request_that_took_a_stale_copy_is_tainted() -> None:
         try:
             async with asyncio.timeout(30):  # a hang guard
                 for index in range(3):
-                    request = RequestSpec(
-                        index=index,
-                        input_len=3,
-                        max_tokens=OSL,
-                        body=orjson.dumps({"max_tokens": OSL}),
-                    )
-                    records.append(
-                        await transport.send(
-                            request,
-                            x_request_id="r",
-                            conc=1,
-                            scheduled_ns=0,
-                            on_record=lambda _r: None,
-                        )
-                    )
+                    records.append(await send_request(transport, index, OSL))
                     if index == 0:
                         # a clean idle period (protocol.reused): at rest at least as long as
                         # the exchange took, so request 0 stands whatever comes later
@@ -183,19 +169,8 @@ async def send_in_turn(
         records: list[RequestRecord] = []
         try:
             for index in range(count):
-                request = RequestSpec(
-                    index=index, input_len=3, max_tokens=OSL, body=orjson.dumps({"max_tokens": OSL})
-                )
                 async with asyncio.timeout(30):
-                    records.append(
-                        await transport.send(
-                            request,
-                            x_request_id=f"r{index}",
-                            conc=1,
-                            scheduled_ns=0,
-                            on_record=lambda _r: None,
-                        )
-                    )
+                    records.append(await send_request(transport, index, OSL, f"r{index}"))
         finally:
             await native.close()
     return records, transport.take_tainted()

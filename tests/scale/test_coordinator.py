@@ -44,7 +44,7 @@ from tests.support.coordinator import (
     stopped_at_ns,
     wait_measuring,
 )
-from tests.support.session_figures import SAME
+from tests.support.session_figures import SAME, generated_trace
 
 
 @pytest.fixture
@@ -326,22 +326,8 @@ async def test_coordinated_shards_replay_sessions_as_one_process(
 
     from loadgen.config.args import spec_from_argv
     from loadgen.scale.sweep import run_sweep
-    from loadgen.workload.tracegen import TraceShape, generate_traces
 
-    shape = TraceShape(
-        requests=(3, 7),
-        system_tokens=600,
-        first_user_tokens=(30, 200),
-        tool_result_tokens=(10, 250),
-        output_tokens=(3, 10),
-        think_time_s=0.01,
-        api_time_s=0.02,
-        subagent_prob=0.4,
-        fanout=(1, 2),
-        subagent_requests=(1, 3),
-    )
-    trace = tmp_path / "gen.jsonl"
-    trace.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in generate_traces(9, 4, shape)))
+    trace = generated_trace(tmp_path / "gen.jsonl")
     async with embedded_simulator(SESSION_SIM, log_path=tmp_path / "one.log") as url:
         spec = spec_from_argv(session_argv(url, tmp_path / "one", trace))
         assert (await run_sweep(spec, SweepOptions(tokenizer=tokenizer))).exit_code == 0

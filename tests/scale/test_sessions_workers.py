@@ -18,9 +18,8 @@ from loadgen.records import RequestRecord
 from loadgen.results.jsonl import read_jsonl
 from loadgen.run.sweep import SweepOptions
 from loadgen.scale.sweep import run_sweep
-from loadgen.workload.tracegen import TraceShape, generate_traces
 from tests.support.paths import TRACES
-from tests.support.session_figures import SAME
+from tests.support.session_figures import SAME, generated_trace
 
 SIM = (
     "--enable-prompt-tokens-details --block-size 64 --max-num-batched-tokens 65536 "
@@ -61,20 +60,7 @@ async def replay(
 async def test_two_workers_replay_what_one_process_does(
     tmp_path: Path, tokenizer: Tokenizer
 ) -> None:
-    shape = TraceShape(
-        requests=(3, 7),
-        system_tokens=600,
-        first_user_tokens=(30, 200),
-        tool_result_tokens=(10, 250),
-        output_tokens=(3, 10),
-        think_time_s=0.01,
-        api_time_s=0.02,
-        subagent_prob=0.4,
-        fanout=(1, 2),
-        subagent_requests=(1, 3),
-    )
-    trace = tmp_path / "gen.jsonl"
-    trace.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in generate_traces(9, 4, shape)))
+    trace = generated_trace(tmp_path / "gen.jsonl")
     one, one_records = await replay(tmp_path / "one", trace, tokenizer, 1)
     two, two_records = await replay(tmp_path / "two", trace, tokenizer, 2)
     assert one["replay_primers"] > 0 and one["subagent_session_ids"] > 0

@@ -24,6 +24,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
+from loadgen.client.transport import Transport
+from loadgen.records import RequestRecord
+from loadgen.workload.plan import RequestSpec
+
 HOST = "127.0.0.1"
 MODEL = "m"
 
@@ -395,3 +401,18 @@ async def _read_request(reader: asyncio.StreamReader) -> Request | None:
             headers[name.strip().lower()] = value.strip()
     body = await reader.readexactly(int(headers.get("content-length", "0")))
     return Request(method, target.split("?", 1)[0], headers, body)
+
+
+async def send_request(
+    transport: Transport, index: int, max_tokens: int, x_request_id: str = "r"
+) -> RequestRecord:
+    """One small completions request through the real transport, at conc 1."""
+    request = RequestSpec(
+        index=index,
+        input_len=3,
+        max_tokens=max_tokens,
+        body=orjson.dumps({"max_tokens": max_tokens}),
+    )
+    return await transport.send(
+        request, x_request_id=x_request_id, conc=1, scheduled_ns=0, on_record=lambda _r: None
+    )
