@@ -58,6 +58,16 @@ def _data_uri(figure: Figure) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
+def _frontier_uri(figure: Figure, axes: Axes) -> str:
+    """A throughput-against-interactivity plot, finished alike: grid, margins, a legend
+    when anything is labelled."""
+    axes.grid(True, alpha=0.3)
+    axes.margins(x=0.08, y=0.1)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize=8)
+    return _data_uri(figure)
+
+
 def frontier_figure(
     comparison: Comparison, throughput_label: str, searches: Sequence[CapacityOverlay] = ()
 ) -> str | None:
@@ -100,11 +110,7 @@ def frontier_figure(
     for search in searches:
         draw_overlay(axes, search, colour(comparison.runs.index(search.run)))
     axes.set_title("Throughput vs interactivity (labels: concurrency)")
-    axes.grid(True, alpha=0.3)
-    axes.margins(x=0.08, y=0.1)
-    if axes.get_legend_handles_labels()[0]:
-        axes.legend(fontsize=8)
-    return _data_uri(figure)
+    return _frontier_uri(figure, axes)
 
 
 def north_star_figure(star: NorthStar, throughput_label: str) -> str | None:
@@ -144,11 +150,7 @@ def north_star_figure(star: NorthStar, throughput_label: str) -> str | None:
     axes.set_xlabel("E2E normalized interactivity (tok/s/user, p90)")
     axes.set_ylabel(throughput_label)
     axes.set_title("North-Star frontier (labels: concurrency)")
-    axes.grid(True, alpha=0.3)
-    axes.margins(x=0.08, y=0.1)
-    if axes.get_legend_handles_labels()[0]:
-        axes.legend(fontsize=8)
-    return _data_uri(figure)
+    return _frontier_uri(figure, axes)
 
 
 def energy_figure(comparison: Comparison) -> str | None:
