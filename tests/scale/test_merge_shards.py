@@ -28,6 +28,7 @@ from loadgen.run.embedded_sim import embedded_simulator
 from loadgen.run.sweep import SweepOptions, sweep_points
 from loadgen.scale.merge import merge_results
 from loadgen.scale.shard_views import rtt_skew_line
+from tests.support.coordinator import SAME_AS_ONE, point
 
 SIM = ("--step-fixed-ms", "3", "--decode-token-us", "20", "--prefill-token-us", "2", "--seed", "5")
 CONC = (1, 2, 4)  # conc 1: shard 1 holds no slot, and its sweep would run ahead
@@ -93,12 +94,6 @@ def loadgen_cli(command: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
-def point(results: Path, conc: int) -> tuple[dict[str, Any], dict[int, tuple[int, ...]]]:
-    result = orjson.loads((results / f"conc_{conc}.json").read_bytes())
-    records = read_jsonl(results / f"requests_conc_{conc}.jsonl")
-    return result, {r.request_id: r.chunk_tokens for r in records}
-
-
 async def test_two_synced_shards_merge_into_the_unsharded_run(
     tmp_path: Path, sim_url: str, tokenizer: Tokenizer
 ) -> None:
@@ -119,19 +114,7 @@ async def test_two_synced_shards_merge_into_the_unsharded_run(
     for conc in CONC:
         whole, whole_chunks = point(tmp_path / "one", conc)
         result, chunks = point(tmp_path / "merged", conc)
-        for key in (
-            "num_prompts",
-            "completed",
-            "failed",
-            "total_input_tokens",
-            "total_output_tokens",
-            "total_chunks",
-            "planned_requests",
-            "warmup_requests",
-            "stream_acceptance_length",
-            "max_concurrency",
-            "http_client",
-        ):
+        for key in (*SAME_AS_ONE, "http_client"):
             assert result[key] == whole[key], (conc, key)
         assert chunks == whole_chunks
         assert result["shards_merged"] == 2 and result["shard"] is None
