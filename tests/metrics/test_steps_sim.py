@@ -128,15 +128,20 @@ def figures(what: str, point: dict[str, Any], truth: dict[str, Any]) -> str:
 
 
 def prefill_recall_precision(arrays: PointArrays, truth: dict[str, Any]) -> tuple[float, float]:
+    """Recall: the logged prefill steps with a cluster holding a first chunk that starts
+    within MATCH_NS after the step's write; precision: such clusters that start within
+    MATCH_NS after a logged prefill step. Not the nearest cluster alone: the simulator
+    writes a new stream's head before its first chunk, and that chunk can arrive ~50 µs
+    after the step's other chunks, a cluster of its own in the same step (1 run in 3
+    here, at 91af1bb too: recall 2 of 6 by the nearest cluster, 6 of 6 by the step)."""
     clusters, _ = cluster(arrays, group_engines=True)
     estimated = np.zeros(clusters.start_ns.size, dtype=np.bool_)
     estimated[clusters.cluster[arrays.first]] = True
-    by_start = np.argsort(clusters.start_ns)
-    starts = clusters.start_ns[by_start]
-    j = np.minimum(np.searchsorted(starts, truth["sent"]), starts.size - 1)
-    matched = (starts[j] >= truth["sent"]) & (starts[j] - truth["sent"] <= MATCH_NS)
-    hits = int(np.count_nonzero(matched & truth["prefill"] & estimated[by_start[j]]))
-    return hits / int(np.count_nonzero(truth["prefill"])), hits / int(np.count_nonzero(estimated))
+    starts = clusters.start_ns[estimated]
+    sent = truth["sent"][truth["prefill"]]
+    after = starts[None, :] - sent[:, None]  # logged prefill step x estimated cluster
+    near = (after >= 0) & (after <= MATCH_NS)
+    return float(near.any(axis=1).mean()), float(near.any(axis=0).mean())
 
 
 # the simulator losing the CPU mid-step splits the step (CI, the other worker busy: 79
