@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from loadgen.errors import SetupError
+from loadgen.run.shard_sync import CoordinatorLost
 from loadgen.scale.coordinator import wire
 from loadgen.scale.coordinator.hub import Hub
 from loadgen.scale.coordinator.link import connect
@@ -69,3 +71,36 @@ async def test_without_the_secret_not_a_byte_comes_back(tmp_path: Path) -> None:
         assert listening.peers == {}
     finally:
         await listening.close()
+
+
+def test_handing_in_to_a_coordinator_that_is_gone_is_coordinator_lost(tmp_path: Path) -> None:
+    """On uvloop (loadgen's loop), a write to a closed transport raises RuntimeError: a
+    shard whose coordinator died mid-point then printed a traceback after its one line
+    (a CI run). The hand-in after the loss must be the loss, said once."""
+
+    async def scenario() -> None:
+        port = free_port()
+        listening = hub("127.0.0.1", port, tmp_path)
+        await listening.start()
+        hello = wire.hello("secret", "1.0", 0, 1, {"isl": 64})
+        link = await connect("127.0.0.1", port, hello, tmp_path, time.monotonic() + 10)
+        try:
+            await link.join(time.monotonic() + 10)
+            await listening.close()  # the coordinator's end of the connection goes
+            with pytest.raises(CoordinatorLost):
+                await link.watch()
+            # the sweep's next barrier writes into the dead connection: the peer's reset
+            # closes the transport (loopback: at once, seen on the loop's next turns)
+            with pytest.raises(CoordinatorLost):
+                await link.wait(8)
+            for _ in range(100):
+                if link.writer.is_closing():
+                    break
+                await asyncio.sleep(0.01)
+            assert link.writer.is_closing()
+            with pytest.raises(CoordinatorLost, match="is gone"):
+                await link.hand_in()
+        finally:
+            await link.close()
+
+    uvloop.run(scenario())

@@ -121,6 +121,10 @@ def proven(message: Hello, token: str) -> bool:
 
 
 async def send(writer: asyncio.StreamWriter, message: Message) -> None:
+    # uvloop raises RuntimeError (not an OSError) on a write to a closed transport:
+    # a peer that is gone is a ConnectionError to every sender
+    if writer.is_closing():
+        raise ConnectionResetError("the connection is closed")
     body = _encoder.encode(message)
     writer.write(_LENGTH.pack(len(body)) + body)
     await writer.drain()
