@@ -143,6 +143,18 @@ async def _hold(base_url: str, tokens: int) -> float:
     return time.time()
 
 
+async def _until_running(base_url: str) -> None:
+    """The other client's stream holds its blocks once the server runs it (a handshake
+    on the server's own gauge, not a sleep)."""
+    async with aiohttp.ClientSession() as session:
+        while True:
+            async with session.get(base_url + "/metrics") as response:
+                text = await response.text()
+            if metric(parse_metrics(text), "vllm:num_requests_running") >= 1:
+                return
+            await asyncio.sleep(0.01)
+
+
 SLOW = SimConfig(model="sim-model", spec_tokens=0, step_fixed_ms=3.0, spin_us=0.0, dev_mode=True)
 
 
@@ -154,7 +166,7 @@ async def test_a_reset_refused_while_requests_run_is_retried(tmp_path: Path) -> 
         recording_proxy("127.0.0.1", sim.port) as wire,
     ):
         busy = asyncio.create_task(_hold(sim.base_url, 30000))  # minutes of decode steps
-        await asyncio.sleep(0.3)
+        await _until_running(sim.base_url)
         run = asyncio.create_task(
             _loadgen(
                 "--base-url",
@@ -166,10 +178,10 @@ async def test_a_reset_refused_while_requests_run_is_retried(tmp_path: Path) -> 
             )
         )
         # the endpoint check and the point's first reset were both refused (still busy)
-        while wire.sent.count(RESET) < 2:
+        # and a retry after them, refused as well
+        while wire.sent.count(RESET) < 3:
             assert not run.done() and not busy.done()
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # a retry or two more, refused as well
         refused = wire.sent.count(RESET)
         assert not (tmp_path / "requests_conc_2.jsonl").exists() or not _cached(tmp_path)
         busy.cancel()  # the other client goes away: its blocks are freed
@@ -188,7 +200,7 @@ async def test_a_reset_still_refused_at_its_deadline_is_recorded(tmp_path: Path)
     a 2xx with success: false is never taken for a reset."""
     async with running_simulator(SLOW, host="127.0.0.1", port=0) as sim:
         busy = asyncio.create_task(_hold(sim.base_url, 30000))
-        await asyncio.sleep(0.3)
+        await _until_running(sim.base_url)
         code, err = await _loadgen(
             "--base-url",
             sim.base_url,
