@@ -4,6 +4,7 @@ loadgen's default tokenizer; and how the run shares the machine's cores
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Generator
@@ -54,15 +55,52 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(config.stash[_LOCK_DIR], ignore_errors=True)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    """Under xdist, a test marked `exclusive` runs with no other test beside it."""
+def _call_only(item: pytest.Item) -> bool:
+    """`exclusive(setup=False)`: only the call runs alone; its setup (e.g. a server
+    starting, CPU-bound for half a minute) and teardown share the machine."""
+    marker = item.get_closest_marker("exclusive")
+    return marker is not None and marker.kwargs.get("setup") is False
+
+
+def _turn(item: pytest.Item, exclusive: bool) -> Any:
     workerinput = getattr(item.config, "workerinput", None)
     if workerinput is None:  # one process: nothing runs beside anything
-        return (yield)
-    exclusive = item.get_closest_marker("exclusive") is not None
+        return contextlib.nullcontext()
     lane = bool(workerinput.get("loadgen_waiting_lane"))
-    with parallel.turn(Path(workerinput["loadgen_lock_dir"]), exclusive, lane=lane):
+    return parallel.turn(Path(workerinput["loadgen_lock_dir"]), exclusive, lane=lane)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Under xdist, a test marked `exclusive` runs with no other test beside it: its
+    setup, call and teardown, or (setup=False) its call alone, each phase in its turn."""
+    if _call_only(item):
+        return (yield)
+    with _turn(item, item.get_closest_marker("exclusive") is not None):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    if not _call_only(item):
+        return (yield)
+    with _turn(item, exclusive=False):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    if not _call_only(item):
+        return (yield)
+    with _turn(item, exclusive=True):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    if not _call_only(item):
+        return (yield)
+    with _turn(item, exclusive=False):
         return (yield)
 
 
