@@ -28,6 +28,34 @@ class ResultFileError(UsageError):
     """A file loadgen reads back is not what it wrote: str() names the file and field."""
 
 
+class CacheLossByContext(msgspec.Struct, frozen=True, kw_only=True):
+    """One context bin's prefix-cache loss (metrics/session_rollup.py), over its requests
+    that report cached_tokens: loss = theoretical - client hit rate."""
+
+    context_min: int
+    context_max: int | None  # None: the last, open bin
+    requests: int
+    prompt_tokens: int
+    theoretical_hit_rate: float
+    client_hit_rate: float
+    loss: float
+
+
+class CacheLossOverTime(msgspec.Struct, frozen=True, kw_only=True):
+    """The same loss in one span of the point by request start (seconds from the first
+    request's start). Its own type, not CacheLossByContext's figures inherited: a
+    subclass would write its fields after the inherited ones, and the file puts the
+    span first."""
+
+    start_s: float
+    end_s: float
+    requests: int
+    prompt_tokens: int
+    theoretical_hit_rate: float
+    client_hit_rate: float
+    loss: float
+
+
 class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
     """Session runs only (--turns, multi-turn datasets, trace replay): docs/results.md,
     "Sessions and prefix caching"."""
@@ -71,8 +99,8 @@ class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
     good_sessions: int | None = None
     good_session_share: float | None = None
     prefix_cache_loss: float | None = None
-    prefix_cache_loss_by_context: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    prefix_cache_loss_over_time: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    prefix_cache_loss_by_context: list[CacheLossByContext] = msgspec.field(default_factory=list)
+    prefix_cache_loss_over_time: list[CacheLossOverTime] = msgspec.field(default_factory=list)
 
 
 class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
