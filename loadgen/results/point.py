@@ -103,6 +103,22 @@ class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
     prefix_cache_loss_over_time: list[CacheLossOverTime] = msgspec.field(default_factory=list)
 
 
+class ClientProcess(msgspec.Struct, frozen=True, kw_only=True):
+    """One client process over a point's measured phase (run/client_health.py), so a
+    hot or lagging one among the workers and shards can be found."""
+
+    process: str  # "shard I/N worker W/M", "parent", "... (lost)", "trial K: ..."
+    requests: int
+    chunks: int
+    cpu_seconds: float
+    cpu_per_chunk_us: float | None  # None: it received no chunk
+    loop_lag_p99_ms: float | None  # None: it stamps nothing (no loop-lag samples)
+    loop_lag_max_ms: float | None
+    loop_lag_samples: int
+    # the event loop it timed on: None for the parent of workers (it times nothing)
+    event_loop: str | None = None
+
+
 class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
     """The client processes over the measured phase (run/client_health.py)."""
 
@@ -111,7 +127,7 @@ class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
     client_loop_lag_p99_ms: float | None
     client_loop_lag_max_ms: float | None
     client_loop_lag_samples: int
-    client_processes: list[dict[str, Any]]
+    client_processes: list[ClientProcess]
     clock_alignment_uncertainty_ms: float | None
 
 
