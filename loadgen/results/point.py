@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_origin
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from loadgen.errors import UsageError
 from loadgen.results.point_metrics import EXTRA_PERCENTILE_KEY, PointMetrics
@@ -341,6 +342,40 @@ class TrialSpread(msgspec.Struct, frozen=True, kw_only=True):
     trial_spread: dict[str, FigureSpread]  # PointMetrics field name -> its spread
 
 
+class ServerUrlFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """One --server-metrics URL's figures over a point (metrics/server_urls.py;
+    docs/results.md). A fixed set of keys, but some are absent from a row rather than
+    null, and the file keeps it so: UNSET (written as no key) for the counter figures of
+    a URL not scraped before and after, server_latency_invalid_reason in `loadgen
+    merge`'s rows (no client maxima to hold the means to) and `role` without ROLE=URL."""
+
+    url: str
+    scraped: bool  # read before and after the point
+    server_acceptance_length: float | UnsetType | None = UNSET
+    server_acceptance_rate: float | UnsetType | None = UNSET
+    server_acceptance_per_position: list[float] | UnsetType | None = UNSET
+    server_spec_tokens: int | UnsetType | None = UNSET
+    server_spec_decode_drafts: int | UnsetType | None = UNSET
+    server_spec_decode_draft_tokens: int | UnsetType | None = UNSET
+    server_spec_decode_accepted_tokens: int | UnsetType | None = UNSET
+    server_acceptance_invalid_reason: str | UnsetType | None = UNSET
+    server_mean_ttft_ms: float | UnsetType | None = UNSET
+    server_mean_e2el_ms: float | UnsetType | None = UNSET
+    server_mean_itl_ms: float | UnsetType | None = UNSET
+    server_mean_queue_time_ms: float | UnsetType | None = UNSET
+    server_requests: float | UnsetType | None = UNSET  # the TTFT histogram's count delta
+    server_latency_invalid_reason: str | UnsetType | None = UNSET
+    # the gauges sampled during the point (null: no sample, e.g. `loadgen merge`'s rows)
+    kv_cache_usage_max: float | None
+    kv_cache_usage_mean: float | None
+    requests_waiting_max: float | None
+    requests_waiting_mean: float | None
+    requests_running_max: float | None
+    requests_running_mean: float | None
+    gauge_samples: int
+    role: str | UnsetType = UNSET  # frontend | prefill | decode | worker
+
+
 class ServerRoleFigures(msgspec.Struct, frozen=True, kw_only=True):
     """A role's server figures over a point (`--server-metrics ROLE=URL`): its URLs'
     counters summed, its gauges added up (docs/results.md, "Per-role server figures")."""
@@ -453,7 +488,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     planned_requests: int
     warmup_requests: int
     warmup_failed: int
-    server_metrics_by_url: list[dict[str, Any]] | None
+    server_metrics_by_url: list[ServerUrlFigures] | None
     simulator: SimulatorHealth = msgspec.field(default_factory=SimulatorHealth)
     cache: CacheState = msgspec.field(default_factory=CacheState)
     profile: ProfileState = msgspec.field(default_factory=ProfileState)

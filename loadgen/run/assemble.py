@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
@@ -34,6 +33,7 @@ from loadgen.results.point import (
     PointStatus,
     ProfileState,
     ServerRoleFigures,
+    ServerUrlFigures,
     SessionMetrics,
     SimulatorHealth,
     TargetPrecisionOutcome,
@@ -63,7 +63,7 @@ class PointParts:
     processes: Sequence[ClientProcess]  # ProcessHealth.figures() of each client process
     clock_uncertainty_ms: float | None  # 0 on one machine, None when unknown
     synthesis: tuple[str, str | None]  # how the prompts were made, and why (workload.plan)
-    server_metrics_by_url: list[dict[str, Any]] | None  # None without --server-metrics
+    server_metrics_by_url: list[ServerUrlFigures] | None  # None without --server-metrics
     simulator: SimulatorHealth  # the embedded simulator's lateness (unknown: all None)
     sessions: SessionMetrics | None = None
     power: PowerInput | None = None  # --gpu-metrics samples of the point
