@@ -15,19 +15,20 @@ from typing import Any
 from loadgen.metrics.acceptance import server_acceptance
 from loadgen.metrics.latency_bounds import ClientMaxima, bounded_means
 from loadgen.metrics.server import ServerSnapshot, merge_snapshots, server_latency_means
+from loadgen.results.point import ServerUrlFigures
 
 
 def per_role_fields(
     roles: Mapping[str, str],
     before: Mapping[str, ServerSnapshot | None],
     after: Mapping[str, ServerSnapshot | None] | None,
-    url_rows: Sequence[Mapping[str, Any]],
+    url_rows: Sequence[ServerUrlFigures],
     spec_tokens: int | None = None,
     maxima: ClientMaxima | None = None,
 ) -> list[dict[str, Any]]:
     """One dict per role, in the order roles are first named (`roles`: URL -> role); its
     counters held to the rules of the summed ones (server_urls.per_url_fields)."""
-    rows_by_url = {row["url"]: row for row in url_rows}
+    rows_by_url = {row.url: row for row in url_rows}
     out = []
     for role in dict.fromkeys(roles.values()):
         urls = [url for url, r in roles.items() if r == role]
@@ -40,19 +41,19 @@ def per_role_fields(
             means = server_latency_means(start, end)
             row.update(bounded_means(means, maxima, "server") if maxima is not None else means)
         gauges = [rows_by_url[url] for url in urls if url in rows_by_url]
-        row["requests_running_mean"] = _sum(g.get("requests_running_mean") for g in gauges)
-        row["requests_waiting_mean"] = _sum(g.get("requests_waiting_mean") for g in gauges)
-        kv = [g["kv_cache_usage_mean"] for g in gauges if g.get("kv_cache_usage_mean") is not None]
+        row["requests_running_mean"] = _sum([g.requests_running_mean for g in gauges])
+        row["requests_waiting_mean"] = _sum([g.requests_waiting_mean for g in gauges])
+        kv = [g.kv_cache_usage_mean for g in gauges if g.kv_cache_usage_mean is not None]
         row["kv_cache_usage_mean"] = sum(kv) / len(kv) if kv else None
-        peaks = [g["kv_cache_usage_max"] for g in gauges if g.get("kv_cache_usage_max") is not None]
+        peaks = [g.kv_cache_usage_max for g in gauges if g.kv_cache_usage_max is not None]
         row["kv_cache_usage_max"] = max(peaks) if peaks else None
         out.append(row)
     return out
 
 
-def _sum(values: Any) -> float | None:
+def _sum(values: Sequence[float | None]) -> float | None:
     """The sum, or None when any URL had no sample (a partial sum would be wrong)."""
-    known = list(values)
-    if not known or any(v is None for v in known):
+    known = [v for v in values if v is not None]
+    if not values or len(known) < len(values):
         return None
     return float(sum(known))

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from loadgen.metrics.acceptance import server_acceptance
 from loadgen.metrics.latency_bounds import ClientMaxima, bounded_means
 from loadgen.metrics.server import (
@@ -20,6 +22,7 @@ from loadgen.metrics.server import (
     ServerSnapshot,
     server_latency_means,
 )
+from loadgen.results.point import ServerUrlFigures
 
 GAUGE_FIELDS = {
     KV_USAGE: "kv_cache_usage",
@@ -45,8 +48,8 @@ def per_url_fields(
     gauges: Mapping[str, Mapping[str, Sequence[float]]],
     spec_tokens: int | None = None,
     maxima: ClientMaxima | None = None,
-) -> list[dict[str, Any]]:
-    """One dict per URL, in the order given; counter figures None where a scrape failed.
+) -> list[ServerUrlFigures]:
+    """One row per URL, in the order given; counter figures None where a scrape failed.
     Each URL's counters are held to the rules of the summed ones: its acceptance to
     `spec_tokens` (the run's K), its latency means to the client's `maxima` (one worker
     times its requests inside the client's spans too); None: not checked."""
@@ -59,5 +62,5 @@ def per_url_fields(
             means = server_latency_means(start, end)
             row.update(bounded_means(means, maxima, "server") if maxima is not None else means)
         row.update(_gauge_stats(gauges.get(url, {})))
-        rows.append(row)
+        rows.append(msgspec.convert(row, ServerUrlFigures))
     return rows

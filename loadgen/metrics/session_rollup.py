@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from loadgen.metrics.agentic import CONTEXT_BINS, context_bin, context_bin_bound
 from loadgen.metrics.arrays import PointArrays, is_completed
 from loadgen.metrics.summary import good_mask, latency_samples
 from loadgen.records import RequestRecord
+from loadgen.results.point import CacheLossByContext, CacheLossOverTime
 
 LOSS_WINDOWS = 10  # spans of the point for the loss over time
 ROLLUP_FIGURES = ("turns", "mean_ttft_ms", "mean_itl_ms", "e2el_total_ms", "cached_share")
@@ -99,7 +101,7 @@ def session_goodput(records: Sequence[RequestRecord], slos: Mapping[str, float])
     return {"good_sessions": good, "good_session_share": good / len(sessions) if sessions else None}
 
 
-def cache_loss_by_context(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
+def cache_loss_by_context(records: Sequence[RequestRecord]) -> list[CacheLossByContext]:
     """Per context bin with reporting requests: theoretical and client hit rates, loss."""
     binned: list[list[RequestRecord]] = [[] for _ in CONTEXT_BINS]
     for r in _reporting(records):
@@ -108,23 +110,40 @@ def cache_loss_by_context(records: Sequence[RequestRecord]) -> list[dict[str, An
     for index, members in enumerate(binned):
         if members:
             low, high = context_bin_bounds(index)
-            rows.append({"context_min": low, "context_max": high, **_loss_row(members)})
+            loss = _Loss.of(members)
+            rows.append(
+                CacheLossByContext(
+                    context_min=low,
+                    context_max=high,
+                    requests=loss.requests,
+                    prompt_tokens=loss.prompt_tokens,
+                    theoretical_hit_rate=loss.theory,
+                    client_hit_rate=loss.client,
+                    loss=loss.theory - loss.client,
+                )
+            )
     return rows
 
 
-def _loss_row(members: Sequence[RequestRecord]) -> dict[str, Any]:
-    prompt = sum(r.input_len for r in members)
-    theory = sum(r.theoretical_cached_tokens or 0 for r in members) / prompt
-    client = sum(r.cached_tokens or 0 for r in members) / sum(
-        r.prompt_tokens or r.input_len for r in members
-    )
-    return {
-        "requests": len(members),
-        "prompt_tokens": prompt,
-        "theoretical_hit_rate": theory,
-        "client_hit_rate": client,
-        "loss": theory - client,
-    }
+@dataclass(frozen=True, slots=True)
+class _Loss:
+    """The loss figures of a group of reporting requests (a context bin, a span)."""
+
+    requests: int
+    prompt_tokens: int
+    theory: float  # theoretical cached tokens / prompt tokens
+    client: float  # reported cached tokens / the prompt tokens the server counted
+
+    @staticmethod
+    def of(members: Sequence[RequestRecord]) -> _Loss:
+        prompt = sum(r.input_len for r in members)
+        return _Loss(
+            requests=len(members),
+            prompt_tokens=prompt,
+            theory=sum(r.theoretical_cached_tokens or 0 for r in members) / prompt,
+            client=sum(r.cached_tokens or 0 for r in members)
+            / sum(r.prompt_tokens or r.input_len for r in members),
+        )
 
 
 def _reporting(records: Sequence[RequestRecord]) -> list[RequestRecord]:
@@ -141,7 +160,7 @@ def _reporting(records: Sequence[RequestRecord]) -> list[RequestRecord]:
 
 def cache_loss_over_time(
     records: Sequence[RequestRecord], windows: int = LOSS_WINDOWS
-) -> list[dict[str, Any]]:
+) -> list[CacheLossOverTime]:
     """The loss in `windows` equal spans of the point (by request start, from the first),
     spans without reporting requests left out; `start_s`/`end_s` from the first start."""
     members = _reporting(records)
@@ -152,15 +171,22 @@ def cache_loss_over_time(
     binned: list[list[RequestRecord]] = [[] for _ in range(windows)]
     for r in members:
         binned[(r.start_ns - origin) * windows // span].append(r)
-    return [
-        {
-            "start_s": i * span / windows / 1e9,
-            "end_s": (i + 1) * span / windows / 1e9,
-            **_loss_row(part),
-        }
-        for i, part in enumerate(binned)
-        if part
-    ]
+    rows = []
+    for i, part in enumerate(binned):
+        if part:
+            loss = _Loss.of(part)
+            rows.append(
+                CacheLossOverTime(
+                    start_s=i * span / windows / 1e9,
+                    end_s=(i + 1) * span / windows / 1e9,
+                    requests=loss.requests,
+                    prompt_tokens=loss.prompt_tokens,
+                    theoretical_hit_rate=loss.theory,
+                    client_hit_rate=loss.client,
+                    loss=loss.theory - loss.client,
+                )
+            )
+    return rows
 
 
 def session_rollups(

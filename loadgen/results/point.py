@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_origin
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from loadgen.errors import UsageError
 from loadgen.results.point_metrics import EXTRA_PERCENTILE_KEY, PointMetrics
@@ -26,6 +27,34 @@ S = TypeVar("S", bound=msgspec.Struct)
 
 class ResultFileError(UsageError):
     """A file loadgen reads back is not what it wrote: str() names the file and field."""
+
+
+class CacheLossByContext(msgspec.Struct, frozen=True, kw_only=True):
+    """One context bin's prefix-cache loss (metrics/session_rollup.py), over its requests
+    that report cached_tokens: loss = theoretical - client hit rate."""
+
+    context_min: int
+    context_max: int | None  # None: the last, open bin
+    requests: int
+    prompt_tokens: int
+    theoretical_hit_rate: float
+    client_hit_rate: float
+    loss: float
+
+
+class CacheLossOverTime(msgspec.Struct, frozen=True, kw_only=True):
+    """The same loss in one span of the point by request start (seconds from the first
+    request's start). Its own type, not CacheLossByContext's figures inherited: a
+    subclass would write its fields after the inherited ones, and the file puts the
+    span first."""
+
+    start_s: float
+    end_s: float
+    requests: int
+    prompt_tokens: int
+    theoretical_hit_rate: float
+    client_hit_rate: float
+    loss: float
 
 
 class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,8 +100,24 @@ class SessionMetrics(msgspec.Struct, frozen=True, kw_only=True):
     good_sessions: int | None = None
     good_session_share: float | None = None
     prefix_cache_loss: float | None = None
-    prefix_cache_loss_by_context: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    prefix_cache_loss_over_time: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    prefix_cache_loss_by_context: list[CacheLossByContext] = msgspec.field(default_factory=list)
+    prefix_cache_loss_over_time: list[CacheLossOverTime] = msgspec.field(default_factory=list)
+
+
+class ClientProcess(msgspec.Struct, frozen=True, kw_only=True):
+    """One client process over a point's measured phase (run/client_health.py), so a
+    hot or lagging one among the workers and shards can be found."""
+
+    process: str  # "shard I/N worker W/M", "parent", "... (lost)", "trial K: ..."
+    requests: int
+    chunks: int
+    cpu_seconds: float
+    cpu_per_chunk_us: float | None  # None: it received no chunk
+    loop_lag_p99_ms: float | None  # None: it stamps nothing (no loop-lag samples)
+    loop_lag_max_ms: float | None
+    loop_lag_samples: int
+    # the event loop it timed on: None for the parent of workers (it times nothing)
+    event_loop: str | None = None
 
 
 class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,7 +128,7 @@ class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
     client_loop_lag_p99_ms: float | None
     client_loop_lag_max_ms: float | None
     client_loop_lag_samples: int
-    client_processes: list[dict[str, Any]]
+    client_processes: list[ClientProcess]
     clock_alignment_uncertainty_ms: float | None
 
 
@@ -297,6 +342,40 @@ class TrialSpread(msgspec.Struct, frozen=True, kw_only=True):
     trial_spread: dict[str, FigureSpread]  # PointMetrics field name -> its spread
 
 
+class ServerUrlFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """One --server-metrics URL's figures over a point (metrics/server_urls.py;
+    docs/results.md). A fixed set of keys, but some are absent from a row rather than
+    null, and the file keeps it so: UNSET (written as no key) for the counter figures of
+    a URL not scraped before and after, server_latency_invalid_reason in `loadgen
+    merge`'s rows (no client maxima to hold the means to) and `role` without ROLE=URL."""
+
+    url: str
+    scraped: bool  # read before and after the point
+    server_acceptance_length: float | UnsetType | None = UNSET
+    server_acceptance_rate: float | UnsetType | None = UNSET
+    server_acceptance_per_position: list[float] | UnsetType | None = UNSET
+    server_spec_tokens: int | UnsetType | None = UNSET
+    server_spec_decode_drafts: int | UnsetType | None = UNSET
+    server_spec_decode_draft_tokens: int | UnsetType | None = UNSET
+    server_spec_decode_accepted_tokens: int | UnsetType | None = UNSET
+    server_acceptance_invalid_reason: str | UnsetType | None = UNSET
+    server_mean_ttft_ms: float | UnsetType | None = UNSET
+    server_mean_e2el_ms: float | UnsetType | None = UNSET
+    server_mean_itl_ms: float | UnsetType | None = UNSET
+    server_mean_queue_time_ms: float | UnsetType | None = UNSET
+    server_requests: float | UnsetType | None = UNSET  # the TTFT histogram's count delta
+    server_latency_invalid_reason: str | UnsetType | None = UNSET
+    # the gauges sampled during the point (null: no sample, e.g. `loadgen merge`'s rows)
+    kv_cache_usage_max: float | None
+    kv_cache_usage_mean: float | None
+    requests_waiting_max: float | None
+    requests_waiting_mean: float | None
+    requests_running_max: float | None
+    requests_running_mean: float | None
+    gauge_samples: int
+    role: str | UnsetType = UNSET  # frontend | prefill | decode | worker
+
+
 class ServerRoleFigures(msgspec.Struct, frozen=True, kw_only=True):
     """A role's server figures over a point (`--server-metrics ROLE=URL`): its URLs'
     counters summed, its gauges added up (docs/results.md, "Per-role server figures")."""
@@ -409,7 +488,7 @@ class PointResult(msgspec.Struct, frozen=True, kw_only=True):
     planned_requests: int
     warmup_requests: int
     warmup_failed: int
-    server_metrics_by_url: list[dict[str, Any]] | None
+    server_metrics_by_url: list[ServerUrlFigures] | None
     simulator: SimulatorHealth = msgspec.field(default_factory=SimulatorHealth)
     cache: CacheState = msgspec.field(default_factory=CacheState)
     profile: ProfileState = msgspec.field(default_factory=ProfileState)

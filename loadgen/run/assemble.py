@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
@@ -26,6 +25,7 @@ from loadgen.metrics.throughput import measured_window
 from loadgen.records import RequestRecord
 from loadgen.results.point import (
     CacheState,
+    ClientProcess,
     EnergyMetrics,
     FigureSpread,
     PointIdentity,
@@ -33,6 +33,7 @@ from loadgen.results.point import (
     PointStatus,
     ProfileState,
     ServerRoleFigures,
+    ServerUrlFigures,
     SessionMetrics,
     SimulatorHealth,
     TargetPrecisionOutcome,
@@ -59,10 +60,10 @@ class PointParts:
     identity: PointIdentity
     status: PointStatus
     counts: PointCounts
-    processes: Sequence[dict[str, Any]]  # ProcessHealth.to_json() of each client process
+    processes: Sequence[ClientProcess]  # ProcessHealth.figures() of each client process
     clock_uncertainty_ms: float | None  # 0 on one machine, None when unknown
     synthesis: tuple[str, str | None]  # how the prompts were made, and why (workload.plan)
-    server_metrics_by_url: list[dict[str, Any]] | None  # None without --server-metrics
+    server_metrics_by_url: list[ServerUrlFigures] | None  # None without --server-metrics
     simulator: SimulatorHealth  # the embedded simulator's lateness (unknown: all None)
     sessions: SessionMetrics | None = None
     power: PowerInput | None = None  # --gpu-metrics samples of the point
@@ -254,7 +255,7 @@ def assemble_trials(
     trials' counter deltas summed (None when a trial's are not known)."""
     last = trials[-1].result
     processes = [
-        {**p, "process": f"trial {k}: {p.get('process')}"}
+        msgspec.structs.replace(p, process=f"trial {k}: {p.process}")
         for k, t in enumerate(trials, 1)
         for p in t.result.client.client_processes
     ]

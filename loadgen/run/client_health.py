@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from loadgen.records import RequestRecord
-from loadgen.results.point import ClientHealth
+from loadgen.results.point import ClientHealth, ClientProcess
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,19 +32,19 @@ class ProcessHealth:
     # sidecar must all time on the same one
     event_loop: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def figures(self) -> ClientProcess:
         lags = np.asarray(self.lag_ns, dtype=np.float64) / 1e6
-        return {
-            "process": self.label,
-            "requests": self.requests,
-            "chunks": self.chunks,
-            "cpu_seconds": self.cpu_seconds,
-            "cpu_per_chunk_us": self.cpu_seconds / self.chunks * 1e6 if self.chunks else None,
-            "loop_lag_p99_ms": float(np.percentile(lags, 99)) if lags.size else None,
-            "loop_lag_max_ms": float(lags.max()) if lags.size else None,
-            "loop_lag_samples": int(lags.size),
-            "event_loop": self.event_loop,
-        }
+        return ClientProcess(
+            process=self.label,
+            requests=self.requests,
+            chunks=self.chunks,
+            cpu_seconds=self.cpu_seconds,
+            cpu_per_chunk_us=self.cpu_seconds / self.chunks * 1e6 if self.chunks else None,
+            loop_lag_p99_ms=float(np.percentile(lags, 99)) if lags.size else None,
+            loop_lag_max_ms=float(lags.max()) if lags.size else None,
+            loop_lag_samples=int(lags.size),
+            event_loop=self.event_loop,
+        )
 
 
 def running_loop_name() -> str:
@@ -59,19 +58,23 @@ def counts(records: Sequence[RequestRecord]) -> tuple[int, int]:
 
 
 def client_health(
-    processes: Sequence[dict[str, Any]], chunks: int, clock_uncertainty_ms: float | None
+    processes: Sequence[ClientProcess], chunks: int, clock_uncertainty_ms: float | None
 ) -> ClientHealth:
-    """The result's client_* fields from every process's `ProcessHealth.to_json()`
+    """The result's client_* fields from every process's `ProcessHealth.figures()`
     (`chunks` = the point's total_chunks, completed requests only, as before), and how far
     the processes' clocks may disagree (0 on one machine)."""
-    cpu = sum(p["cpu_seconds"] for p in processes)
-    lagging = [p for p in processes if p["loop_lag_samples"]]
+    cpu = sum(p.cpu_seconds for p in processes)
+    lagging = [p for p in processes if p.loop_lag_samples]
     return ClientHealth(
         client_cpu_seconds=cpu,
         client_cpu_per_chunk_us=cpu / chunks * 1e6 if chunks else None,
-        client_loop_lag_p99_ms=max((p["loop_lag_p99_ms"] for p in lagging), default=None),
-        client_loop_lag_max_ms=max((p["loop_lag_max_ms"] for p in lagging), default=None),
-        client_loop_lag_samples=sum(p["loop_lag_samples"] for p in processes),
+        client_loop_lag_p99_ms=max(
+            (p.loop_lag_p99_ms for p in lagging if p.loop_lag_p99_ms is not None), default=None
+        ),
+        client_loop_lag_max_ms=max(
+            (p.loop_lag_max_ms for p in lagging if p.loop_lag_max_ms is not None), default=None
+        ),
+        client_loop_lag_samples=sum(p.loop_lag_samples for p in processes),
         client_processes=list(processes),
         clock_alignment_uncertainty_ms=clock_uncertainty_ms,
     )

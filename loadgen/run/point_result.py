@@ -40,7 +40,7 @@ def point_result(
         identity=point_identity(context),
         status=point_status(measured.complete, stop),
         counts=PointCounts(sending.planned, sending.warmup_planned, sending.warmup_failed),
-        processes=[p.to_json() for p in sending.processes()],
+        processes=[p.figures() for p in sending.processes()],
         clock_uncertainty_ms=0.0,  # one machine: every process read one CLOCK_MONOTONIC
         synthesis=context.synthesis,
         server_metrics_by_url=None,  # --server-metrics: the telemetry's part

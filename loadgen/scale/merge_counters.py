@@ -7,17 +7,18 @@ the merged point's are the earliest reading before and the latest after, per ser
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loadgen.metrics.server import ServerSnapshot, engines_behind
 from loadgen.metrics.server_urls import per_url_fields
+from loadgen.results.point import ServerUrlFigures
 from loadgen.results.run_record import CounterFacts, PointEntry
 
 if TYPE_CHECKING:
     from loadgen.scale.shard_dir import Shard
 
 
-def merged_by_url(points: Sequence[PointEntry]) -> list[dict[str, Any]] | None:
+def merged_by_url(points: Sequence[PointEntry]) -> list[ServerUrlFigures] | None:
     """Each --server-metrics URL's figures over the whole merged point: per URL the
     earliest scrape before and the latest after, as for the summed counters. The gauges
     sampled during each shard's point are not kept in run.json: their fields are null."""

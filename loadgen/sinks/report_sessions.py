@@ -66,16 +66,18 @@ def _row(run: str, conc: int, sessions: SessionMetrics, metrics: PointMetrics) -
 def _loss_rows(run: str, conc: int, sessions: SessionMetrics) -> list[str]:
     rows = []
     for b in sessions.prefix_cache_loss_by_context:
-        high = b.get("context_max")
-        span = f"{b['context_min']}-{high}" if high is not None else f"{b['context_min']}+"
+        high = b.context_max
+        span = f"{b.context_min}-{high}" if high is not None else f"{b.context_min}+"
+        rates = (
+            (b.theoretical_hit_rate, "theoretical_hit_rate"),
+            (b.client_hit_rate, "client_hit_rate"),
+            (b.loss, "loss"),
+        )
         rows.append(
             f'<tr data-run="{_e(run)}" data-conc="{conc}"><th>{_e(run)}</th>'
             f"<td>{conc}</td><td>{_e(span)}</td>"
-            + _cell(b.get("requests"), "requests")
-            + "".join(
-                _cell(b.get(k), k, percent=True)
-                for k in ("theoretical_hit_rate", "client_hit_rate", "loss")
-            )
+            + _cell(b.requests, "requests")
+            + "".join(_cell(value, k, percent=True) for value, k in rates)
             + "</tr>"
         )
     return rows

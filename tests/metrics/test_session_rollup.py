@@ -90,11 +90,11 @@ def test_cache_loss_by_context_bin() -> None:
         turn(3, "b", "t", ttft_ms=10, input_len=20_000, theory=10_000, cached=None),
     ]
     small, large = cache_loss_by_context(records)
-    assert (small["context_min"], small["requests"], small["prompt_tokens"]) == (0, 2, 4000)
-    assert small["theoretical_hit_rate"] == 0.7 and small["client_hit_rate"] == 0.65
-    assert small["loss"] == pytest.approx(0.05)
-    assert (large["context_min"], large["context_max"], large["requests"]) == (16_384, 32_768, 1)
-    assert large["loss"] == 0.25
+    assert (small.context_min, small.requests, small.prompt_tokens) == (0, 2, 4000)
+    assert small.theoretical_hit_rate == 0.7 and small.client_hit_rate == 0.65
+    assert small.loss == pytest.approx(0.05)
+    assert (large.context_min, large.context_max, large.requests) == (16_384, 32_768, 1)
+    assert large.loss == 0.25
 
 
 def test_cache_loss_over_time_windows() -> None:
@@ -115,9 +115,9 @@ def test_cache_loss_over_time_windows() -> None:
         turn(3, "b", "t", ttft_ms=10, input_len=1000, theory=500, cached=100, start_ns=11_000 * MS)
     ]
     first, last = cache_loss_over_time([*early, *late])
-    assert (first["start_s"], first["requests"], first["loss"]) == (0.0, 3, 0.0)
-    assert last["requests"] == 1 and last["loss"] == pytest.approx(0.4)
-    assert last["end_s"] == pytest.approx(10.000000001)
+    assert (first.start_s, first.requests, first.loss) == (0.0, 3, 0.0)
+    assert last.requests == 1 and last.loss == pytest.approx(0.4)
+    assert last.end_s == pytest.approx(10.000000001)
     assert cache_loss_over_time([turn(0, "a", "t", ttft_ms=1, cached=None)]) == []
 
 

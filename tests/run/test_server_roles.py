@@ -72,7 +72,7 @@ async def test_each_role_gets_its_urls_figures(
     # a role of one URL is that URL's own figures; one that saw nothing has no means
     busy = (result.server_metrics_by_url or [])[0]
     for key in ("server_mean_itl_ms", "server_acceptance_length", "requests_running_mean"):
-        assert getattr(by_role["prefill"], key) == busy[key] is not None, key
+        assert getattr(by_role["prefill"], key) == getattr(busy, key) is not None, key
     assert (by_role["prefill"].requests_running_mean or 0) > 0
     assert by_role["decode"].server_mean_itl_ms is None
     assert by_role["decode"].requests_running_mean == 0
@@ -93,7 +93,7 @@ async def test_each_role_gets_its_urls_figures(
     assert seen[("prefill", "requests")] == 12 and seen[("decode", "requests")] == 0
     assert ("decode", "itl_ms") not in seen  # a null figure sets no gauge
     # the per-URL rows say their role too
-    url_roles = [(row["url"], row["role"]) for row in result.server_metrics_by_url or ()]
+    url_roles = [(row.url, row.role) for row in result.server_metrics_by_url or ()]
     assert url_roles == [
         (prefill.base_url + "/metrics", "prefill"),
         (decode_a.base_url + "/metrics", "decode"),

@@ -23,7 +23,7 @@ class ServerRoles(Extension):
     def parts(self, parts: PointParts, measured: Measured) -> PointParts:
         """After the telemetry's part: its per-URL rows are the role's gauges."""
         url_rows = [
-            {**row, "role": self.roles.get(row["url"], "worker")}
+            msgspec.structs.replace(row, role=self.roles.get(row.url, "worker"))
             for row in parts.server_metrics_by_url or ()
         ]
         after = measured.after.each if measured.after is not None else None
