@@ -37,8 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from loadgen.compare.verdict_inputs import series_of, verdicts
 from loadgen.metrics.arrays import PointArrays, is_completed
 from loadgen.metrics.verdict import (
     ALPHA,
+    RUN_NOISE,
     Verdict,
     VerdictRow,
     judge,
@@ -121,9 +123,11 @@ def judged(root: Path, index: int) -> list[VerdictRow]:
     return rows
 
 
-def judged_per_trial(root: Path, index: int) -> list[list[VerdictRow]]:
+def judged_per_trial(
+    root: Path, index: int, run_noise: Mapping[str, float] = RUN_NOISE
+) -> list[list[VerdictRow]]:
     """Trial k of the baseline against trial k of the run, each as if it were a run of
-    one trial (the default): how a single-trial verdict fares."""
+    one trial (the default): how a single-trial verdict fares, with `run_noise` assumed."""
     runs = load_runs([root / f"p{index}_a", root / f"p{index}_b"])
     out = []
     for conc in sorted(runs[0].results):
@@ -149,7 +153,13 @@ def judged_per_trial(root: Path, index: int) -> list[list[VerdictRow]]:
                 for run in runs
             )
             out.append(
-                judge(("a", "b"), conc, (pair[0], pair[1]), np.random.default_rng(index * 10 + k))
+                judge(
+                    ("a", "b"),
+                    conc,
+                    (pair[0], pair[1]),
+                    np.random.default_rng(index * 10 + k),
+                    run_noise=run_noise,
+                )
             )
     return out
 
@@ -247,6 +257,9 @@ def main() -> int:
                 summary = aa_summary(pairs) if factor == 1.0 else ab_summary(factor, pairs)
                 for line in summary:
                     print(line, flush=True)
+        if args.aa_pairs >= 4:
+            for line in noise_study(root, sets):
+                print(line, flush=True)
         if args.trials > 1:
             for line in drift_ratio(root / "aa", args.aa_pairs, args.conc):
                 print(line, flush=True)
@@ -284,6 +297,54 @@ def drift_ratio(root: Path, count: int, concs: str) -> list[str]:
                 f"  conc {conc:<4} {rule.name:<24} {run_var / (trial_var / table.shape[1]):.1f}"
                 f" ({table.shape[0]} runs)"
             )
+    return lines
+
+
+NO_NOISE = dict.fromkeys(RUN_NOISE, 0.0)
+
+
+def noise_of(pairs: Sequence[Sequence[VerdictRow]]) -> dict[str, float]:
+    """Per metric, the run effect's relative SD from one-trial A/A comparisons judged
+    with no run noise: each comparison's squared log ratio d^2 has expectation
+    se_within^2 + 2 tau^2, so tau^2 = max(0, mean(d^2 - se^2) / 2); se from the
+    within-run interval (normal, alpha = ALPHA)."""
+    q = NormalDist().inv_cdf(1 - ALPHA / 2)
+    excess: dict[str, list[float]] = {}
+    for rows in pairs:
+        for r in rows:
+            if r.effect is None or r.interval is None:
+                continue
+            d = math.log1p(r.effect)
+            se = (math.log1p(r.interval[1]) - math.log1p(r.interval[0])) / (2 * q)
+            excess.setdefault(r.metric, []).append(d * d - se * se)
+    return {m: math.sqrt(max(0.0, float(np.mean(v)) / 2)) for m, v in excess.items()}
+
+
+def noise_study(root: Path, sets: Sequence[tuple[str, float, int]]) -> list[str]:
+    """The run noise these A/A runs show (one trial a side), and how verdicts that
+    assume it fare: A/A cross-validated (each half of the pairs judged with the noise
+    the other half shows, so no pair calibrates its own verdict), A/B with the noise
+    of all A/A pairs."""
+    count = next(c for name, _, c in sets if name == "aa")
+    bare = {i: judged_per_trial(root / "aa", i, NO_NOISE) for i in range(count)}
+    every = noise_of([rows for i in bare for rows in bare[i]])
+    lines = ["== run noise shown by the A/A runs (relative SD of a run's figure between runs)"]
+    lines += [f"  {metric:<24} {value:.2%}" for metric, value in sorted(every.items())]
+    halves = [[i for i in range(count) if i % 2 == h] for h in (0, 1)]
+    cross: list[dict[tuple[int, str], Verdict]] = []
+    for h in (0, 1):
+        noise = noise_of([rows for i in halves[1 - h] for rows in bare[i]])
+        cross += [
+            keyed(rows) for i in halves[h] for rows in judged_per_trial(root / "aa", i, noise)
+        ]
+    lines.append("== one trial a side, run noise from the other half's A/A pairs (cross-validated)")
+    lines += aa_summary(cross)
+    lines.append("== one trial a side, run noise of all A/A pairs")
+    for name, factor, n in sets:
+        if factor == 1.0:
+            continue
+        pairs = [keyed(rows) for i in range(n) for rows in judged_per_trial(root / name, i, every)]
+        lines += ab_summary(factor, pairs)
     return lines
 
 

@@ -7,9 +7,10 @@ order); the first run is the baseline every ratio is taken against.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -27,6 +28,7 @@ from loadgen.metrics.trust import (
     stamp_warnings,
     workload_mismatch,
 )
+from loadgen.metrics.verdict import RUN_NOISE
 from loadgen.results.files import ResultsWriteError
 from loadgen.sinks.compare_files import (
     Warning_,
@@ -94,7 +96,46 @@ def compare_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="seed of the bootstrap's random draws (default: 0): the same seed, the same verdict",
     )
+    p.add_argument(
+        "--verdict-run-noise",
+        type=run_noise_arg,
+        default=RUN_NOISE,
+        metavar="FRAC|METRIC=FRAC,...",
+        help="how much two runs of one build differ (relative standard deviation of a "
+        "figure between runs), assumed where a side has one trial: one fraction for every "
+        "metric, or METRIC=FRAC pairs over the defaults (measured on a shared 2-core "
+        "machine, docs/verdict.md); 0: the runs' own intervals alone. With --trials on "
+        "a side it is measured instead",
+    )
     return p
+
+
+def run_noise_arg(text: str) -> Mapping[str, float]:
+    """--verdict-run-noise: FRAC (every metric) or METRIC=FRAC[,METRIC=FRAC] over RUN_NOISE."""
+    noise = dict(RUN_NOISE)
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if len(parts) == 1 and "=" not in parts[0]:
+        return dict.fromkeys(noise, _fraction(parts[0]))
+    for part in parts:
+        metric, sep, value = part.partition("=")
+        if not sep or metric not in noise:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: expected FRAC or METRIC=FRAC with METRIC one of {', '.join(noise)}"
+            )
+        noise[metric] = _fraction(value)
+    return noise
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a relative standard deviation is a fraction in [0, 1), e.g. 0.02"
+        )
+    return value
 
 
 FRONTIERS = ("interactivity", "north-star")
@@ -265,10 +306,12 @@ def build_report(
     )
 
 
-def write_verdict(runs: Sequence[RunDir], path: Path, seed: int) -> str:
+def write_verdict(
+    runs: Sequence[RunDir], path: Path, seed: int, run_noise: Mapping[str, float] = RUN_NOISE
+) -> str:
     """verdict.json at `path` and its console text; refused (one line) when the runs'
     workloads differ."""
-    rows, notes = verdicts(runs, seed)
+    rows, notes = verdicts(runs, seed, run_noise=run_noise)
     write_verdict_json(path, rows)
     return format_verdict(rows, notes)
 
@@ -299,7 +342,11 @@ def _guard(command: str, argv: Sequence[str]) -> int:
             )
             print(printable(text))
             if args.verdict is not None:
-                print(printable(write_verdict(runs, args.verdict, args.verdict_seed)))
+                print(
+                    printable(
+                        write_verdict(runs, args.verdict, args.verdict_seed, args.verdict_run_noise)
+                    )
+                )
             if args.require_lossless:  # after every file is written: nothing is lost
                 require_lossless(check)
         else:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -12,7 +12,14 @@ from loadgen.compare.inputs import RunDir
 from loadgen.errors import UsageError
 from loadgen.metrics.arrays import PointArrays, is_completed
 from loadgen.metrics.trust import workload_mismatch
-from loadgen.metrics.verdict import REPLICATES, PointSeries, VerdictRow, judge, point_series
+from loadgen.metrics.verdict import (
+    REPLICATES,
+    RUN_NOISE,
+    PointSeries,
+    VerdictRow,
+    judge,
+    point_series,
+)
 from loadgen.results.jsonl import read_jsonl
 
 ONE_TRIAL = (
@@ -20,6 +27,11 @@ ONE_TRIAL = (
     "not measured and the intervals are the runs' own: a machine whose speed drifts "
     "between runs raises false alarms well above 5% (docs/verdict.md); run both with "
     "--trials 3"
+)
+ASSUMED = (
+    "conc {conc}, {run}: one trial a side, so how much two runs of one build differ is "
+    "assumed ({noise}; --verdict-run-noise), not measured: run both with --trials 3 to "
+    "measure it (docs/verdict.md)"
 )
 
 
@@ -44,7 +56,10 @@ def series_of(run: RunDir, conc: int) -> PointSeries | None:
 
 
 def verdicts(
-    runs: Sequence[RunDir], seed: int, replicates: int = REPLICATES
+    runs: Sequence[RunDir],
+    seed: int,
+    replicates: int = REPLICATES,
+    run_noise: Mapping[str, float] = RUN_NOISE,
 ) -> tuple[list[VerdictRow], list[str]]:
     """Each run after the first against the first, at every concurrency both measured;
     plus one line per point left out (no records). Refused when the workloads differ."""
@@ -63,9 +78,18 @@ def verdicts(
                 notes.append(f"conc {conc}: {missing} has no per-request records; no verdict")
                 continue
             judged = judge(
-                (baseline.name, run.name), conc, (pair[0], pair[1]), rng, replicates=replicates
+                (baseline.name, run.name),
+                conc,
+                (pair[0], pair[1]),
+                rng,
+                replicates=replicates,
+                run_noise=run_noise,
             )
             rows += judged
-            if any(r.run_to_run == "not_measured" for r in judged):
+            assumed = [r for r in judged if r.run_to_run == "assumed"]
+            if assumed:
+                noise = ", ".join(f"{r.metric} {r.run_noise:.1%}" for r in assumed)
+                notes.append(ASSUMED.format(conc=conc, run=run.name, noise=noise))
+            elif any(r.run_to_run == "not_measured" for r in judged):
                 notes.append(ONE_TRIAL.format(conc=conc, run=run.name))
     return rows, notes

@@ -28,11 +28,13 @@ replicates of its log statistic (each run resampled on its own); between runs, w
 --trials, a random run effect whose variance is estimated from the trials' spread (less
 what the within-run variance explains), and the interval then takes Student's t with
 the trials' degrees of freedom. Without trials one run a side cannot show how much two
-runs of one build differ, and the interval is the within-run one: `run_to_run` says
-not_measured, and bench/verdict_calibration.py measures what that costs in false
-alarms on a shared machine (docs/comparing-runs.md). The interval is d +- q x se, shown
-as relative changes (exp - 1); the verdict is better or worse when it excludes 0, by
-the metric's direction, else no_difference. The minimum detectable effect is
+runs of one build differ: the run effect's spread is then assumed, a relative standard
+deviation per metric (RUN_NOISE, measured by bench/verdict_calibration.py on the A/A
+runs of a shared machine; `compare --verdict-run-noise` sets another), and `run_to_run`
+says assumed with the figure used. Left out (noise 0), the within-run interval alone
+raised false alarms at 2.7 to 4 times the nominal rate (docs/verdict.md). The interval
+is d +- q x se, shown as relative changes (exp - 1); the verdict is better or worse
+when it excludes 0, by the metric's direction, else no_difference. The minimum detectable effect is
 (q + q(power)) x se at power 0.8: the smallest change these sample sizes find four
 times in five.
 
@@ -56,7 +58,7 @@ MIN_TAIL samples beyond it (p99 of 200 samples has 2: its resamples are its maxi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from statistics import NormalDist
@@ -76,6 +78,26 @@ REPLICATES = 1000
 MIN_BLOCKS = 5
 MIN_TAIL = 5
 PERCENTILES = (50.0, 99.0)
+# The run effect's relative standard deviation (between runs of one build, beyond what
+# each run's own resampling shows), assumed when no side has --trials to measure it:
+# bench/verdict_calibration.py's 90% upper bound (a bootstrap over pairs) from 20 A/A
+# pairs of runs one after the other against the simulator on a shared, busy 2-core
+# machine, conc 8, 80 requests a run (docs/verdict.md). An upper bound, not the point
+# estimate: a variance put in as known makes the interval too narrow by its own error.
+# Its machine's, not every machine's: a quiet GPU server's runs may differ less or more;
+# --trials measures it, --verdict-run-noise sets it. 0: never measured (p99 TTFT and
+# TPOT need 500 requests a run, J/token a GPU), said as not_measured.
+RUN_NOISE: Mapping[str, float] = {
+    "output_throughput": 0.0065,
+    "p50_ttft_ms": 0.015,
+    "p99_ttft_ms": 0.0,
+    "p50_tpot_ms": 0.004,
+    "p99_tpot_ms": 0.0,
+    "p50_itl_ms": 0.022,
+    "p99_itl_ms": 0.165,
+    "acceptance_length": 0.004,
+    "joules_per_output_token": 0.0,
+}
 
 
 class Verdict(StrEnum):
@@ -101,8 +123,10 @@ class VerdictRow(msgspec.Struct, frozen=True, kw_only=True):
     block_length: tuple[int, int]  # requests per block (baseline, run)
     trials: tuple[int, int] = (1, 1)  # sequences (--trials) per side
     # measured: --trials on a side gave the runs' own variation a place in the
-    # interval; not_measured: one run a side, the interval is the within-run one
+    # interval; assumed: one run a side, `run_noise` (relative SD of a run's figure
+    # between runs) stood in for it; not_measured: neither, the within-run interval
     run_to_run: str | None = None
+    run_noise: float | None = None  # assumed: the relative SD used
     reason: str | None = None
 
 
@@ -375,7 +399,7 @@ def _spread(rule: MetricRule, s: PointSeries, weights: FloatArray) -> _Spread:
     return _Spread(within, tuple(v for v in per_trial if math.isfinite(v)))
 
 
-def log_ratio_se(a: _Spread, b: _Spread) -> tuple[float, int | None]:
+def log_ratio_se(a: _Spread, b: _Spread, noise: float = 0.0) -> tuple[float, int | None]:
     """(standard error of log(run / baseline), degrees of freedom or None for normal).
 
     Within a run: each side's block-bootstrap variance. Between runs (--trials on
@@ -384,12 +408,13 @@ def log_ratio_se(a: _Spread, b: _Spread) -> tuple[float, int | None]:
     variance is about k x the pooled one), pooled over the sides that have trials and
     floored at 0; it adds tau^2 / k per side, and the interval takes Student's t with
     the trials' degrees of freedom. Without trials tau^2 is not measured (one run a
-    side cannot show it) and the interval is the within-run one.
+    side cannot show it): tau is the assumed `noise` (log scale, ~ relative), a known
+    variance, and the interval stays normal.
     """
     sides = [x for x in (a, b) if x.k >= 2]
     variance = a.within + b.within
     if not sides:
-        return math.sqrt(variance), None
+        return math.sqrt(variance + 2.0 * noise * noise), None
     df = sum(x.k - 1 for x in sides)
     spread = sum((x.k - 1) * float(np.var(x.trials, ddof=1)) for x in sides) / df
     explained = sum((x.k - 1) * x.k * x.within for x in sides) / df
@@ -407,8 +432,10 @@ def judge(
     *,
     alpha: float = ALPHA,
     replicates: int = REPLICATES,
+    run_noise: Mapping[str, float] = RUN_NOISE,
 ) -> list[VerdictRow]:
-    """Every metric both points have, `pair` = (baseline, run); `rng` seeded by the caller."""
+    """Every metric both points have, `pair` = (baseline, run); `rng` seeded by the
+    caller; `run_noise` per metric, used where no side has trials (log_ratio_se)."""
     a, b = pair
     wa, wb = resample_weights(a, replicates, rng), resample_weights(b, replicates, rng)
     ones_a, ones_b = np.ones((1, a.requests)), np.ones((1, b.requests))
@@ -439,7 +466,8 @@ def judge(
         if reason is not None:
             rows.append(msgspec.structs.replace(row, reason=reason))
             continue
-        se, df = log_ratio_se(_spread(rule, a, wa), _spread(rule, b, wb))
+        noise = run_noise.get(rule.name, 0.0)
+        se, df = log_ratio_se(_spread(rule, a, wa), _spread(rule, b, wb), noise)
         q = t_quantile(1 - alpha / 2, df) if df else NormalDist().inv_cdf(1 - alpha / 2)
         q_power = t_quantile(POWER, df) if df else NormalDist().inv_cdf(POWER)
         d = math.log(value / base)
@@ -451,7 +479,8 @@ def judge(
                 effect=value / base - 1.0,
                 interval=interval,
                 mde=math.expm1((q + q_power) * se),
-                run_to_run="measured" if df else "not_measured",
+                run_to_run="measured" if df else "assumed" if noise > 0 else "not_measured",
+                run_noise=None if df or noise <= 0 else noise,
             )
         )
     return rows

@@ -63,11 +63,29 @@ def test_a_slower_build_is_worse_and_the_file_is_typed(
     assert by["p50_tpot_ms"].verdict is Verdict.WORSE
     assert by["output_throughput"].verdict is Verdict.WORSE
     assert by["p50_tpot_ms"].effect is not None and by["p50_tpot_ms"].effect > 0.2
-    assert by["p50_tpot_ms"].run_to_run == "not_measured"  # one trial a side
+    assert by["p50_tpot_ms"].run_to_run == "assumed"  # one trial a side
     # 80 requests: a p99 per request has 0.8 samples beyond it, said and not judged
     assert by["p99_ttft_ms"].verdict is None and "at least 500" in (by["p99_ttft_ms"].reason or "")
     assert "slow vs a  conc 8" in done.stdout and "worse" in done.stdout
     assert "conc 8, slow: one trial a side" in done.stdout  # what that costs is said
+
+
+def test_an_assumed_run_noise_is_said_and_a_bad_one_refused(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "verdict.json"
+    args = ["compare", str(runs["a"]), str(runs["slow"]), "--verdict", str(out)]
+    done = run_loadgen([*args, "--verdict-run-noise", "output_throughput=0.03,p50_tpot_ms=0.5"])
+    assert done.returncode == 0, done.stderr
+    by = {r.metric: r for r in msgspec.json.decode(out.read_bytes(), type=list[VerdictRow])}
+    assert by["output_throughput"].run_noise == 0.03 and by["p50_tpot_ms"].run_noise == 0.5
+    assert by["p50_tpot_ms"].run_to_run == "assumed"
+    # a +50 % step cost is inside runs assumed to differ by 50 %: no verdict of worse
+    assert by["p50_tpot_ms"].verdict is Verdict.NO_DIFFERENCE
+    assert "output_throughput 3.0%" in done.stdout and "--verdict-run-noise" in done.stdout
+    for bad, said in (("2", "a fraction in [0, 1)"), ("tpot=0.1", "METRIC one of")):
+        refused = run_loadgen([*args, "--verdict-run-noise", bad])
+        assert refused.returncode == 2 and said in refused.stderr
 
 
 def test_different_workloads_are_refused_naming_what_differs(

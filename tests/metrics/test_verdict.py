@@ -15,6 +15,7 @@ import pytest
 from loadgen.metrics.arrays import PointArrays
 from loadgen.metrics.verdict import (
     MIN_BLOCKS,
+    RUN_NOISE,
     PointSeries,
     Verdict,
     _Spread,
@@ -102,6 +103,36 @@ def test_between_trial_spread_widens_the_interval_and_takes_t() -> None:
     assert se_noisy == pytest.approx(math.sqrt(2e-4 + 2 * (0.0025 - 3e-4) / 3))
     single, none = log_ratio_se(_Spread(1e-4, ()), _Spread(1e-4, ()))
     assert none is None and single == pytest.approx(math.sqrt(2e-4))
+
+
+def test_an_assumed_run_noise_widens_only_a_one_trial_interval() -> None:
+    one = _Spread(1e-4, ())
+    se, df = log_ratio_se(one, one, 0.02)
+    # a known variance per side: tau^2 = 0.02^2 each, the interval stays normal
+    assert df is None and se == pytest.approx(math.sqrt(2e-4 + 2 * 0.02**2))
+    # with trials the run effect is measured: the assumed figure is not used
+    quiet = _Spread(within=1e-4, trials=(0.0, 0.001, -0.001))
+    assert log_ratio_se(quiet, quiet, 0.02) == log_ratio_se(quiet, quiet)
+
+
+def test_a_one_trial_verdict_says_the_run_noise_it_assumed() -> None:
+    rng = np.random.default_rng(3)
+    base = list(5.0 + rng.normal(0, 0.05, 160))
+    a, b = series(base), series([v * 1.06 for v in base[::-1]])
+    zero = dict.fromkeys(RUN_NOISE, 0.0)
+    bare = {r.metric: r for r in judge(("a", "b"), 4, (a, b), rng, run_noise=zero)}
+    assert bare["p50_tpot_ms"].verdict is Verdict.WORSE
+    assert bare["p50_tpot_ms"].run_to_run == "not_measured"
+    assert bare["p50_tpot_ms"].run_noise is None
+    # +6 % inside what two runs of one build may differ by at 5 % each: not a verdict
+    noisy = {**zero, "p50_tpot_ms": 0.05}
+    rows = {r.metric: r for r in judge(("a", "b"), 4, (a, b), rng, run_noise=noisy)}
+    row = rows["p50_tpot_ms"]
+    assert row.verdict is Verdict.NO_DIFFERENCE and row.effect == bare["p50_tpot_ms"].effect
+    assert row.run_to_run == "assumed" and row.run_noise == 0.05
+    assert row.mde is not None and bare["p50_tpot_ms"].mde is not None
+    assert row.mde > bare["p50_tpot_ms"].mde + 0.1  # (1.96 + 0.84) x 5 % x sqrt(2) ~ 20 %
+    assert rows["output_throughput"].run_to_run == "not_measured"
 
 
 def test_a_correlated_sequence_gets_a_wider_interval_than_an_independent_one() -> None:
