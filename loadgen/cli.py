@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loadgen.config.args import COMMANDS, parse_run_args
+from loadgen.config.commands import COMMANDS
 from loadgen.config.redact import redact_text
-from loadgen.config.spec import RunSpec
 from loadgen.errors import Interrupted, LoadgenError, UsageError
 from loadgen.wording import printable
 
 if TYPE_CHECKING:
+    from loadgen.config.spec import RunSpec
     from loadgen.config.sweepfile import SweepPlan
     from loadgen.orchestrate.accuracy import AccuracyData
     from loadgen.orchestrate.measure import SweepOutcome
@@ -65,6 +65,8 @@ def _dispatch(command: str, args: list[str]) -> int:
         raise unknown_command(args[0])  # a run takes flags only: a word is a typo
     if any(a == "--config" or a.startswith("--config=") for a in args):
         return run_config(args)
+    from loadgen.config.args import parse_run_args  # a run's options: not for the others
+
     spec, metrics_port, metrics_host = parse_run_args(args, os.environ)
     if spec.scoring.require_lossless:  # one run has no lane to hold its outputs against
         raise UsageError(

@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadgen.config.build_spec import default_results_dir, spec_from_values
+from loadgen.config.commands import COMMANDS
 from loadgen.config.decode import decode_options
 from loadgen.config.spec import RunSpec
-from loadgen.config.table import COMMANDS, argv_values, build_parser
+from loadgen.config.table import argv_values, build_parser
 
 __all__ = [
     "COMMANDS",

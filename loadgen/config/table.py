@@ -23,6 +23,7 @@ from loadgen.config import (
     telemetry,
     workload,
 )
+from loadgen.config.commands import COMMANDS
 from loadgen.config.compat_flags import COMPAT_DESCRIPTION, COMPAT_FIELDS, GROUP
 from loadgen.config.fields import Field, Group, add_field
 from loadgen.config.parsers import SpecError
@@ -52,17 +53,6 @@ GROUP_DESTS: Mapping[str, frozenset[str]] = {
 }
 # every run flag's long name, for the nearest one to a mistyped flag
 RUN_FLAGS = tuple(f for field in RUN_FIELDS.values() for f in field.flags if f.startswith("--"))
-# name -> what it does: loadgen.cli dispatches on it and `loadgen --help` lists it
-COMMANDS = {
-    "run": "measure a server (the default: `loadgen [run] --base-url URL ...`)",
-    "sim": "serve the simulator (vLLM's API, MTP, prefix cache) on a port",
-    "serve": "run the sidecar: a REST API that starts sweeps next to the server",
-    "compare": "compare result directories on the console and as CSV/JSON",
-    "report": "write one HTML report of result directories",
-    "merge": "combine the result directories of a run's shards",
-    "profile": "AIPerf's `profile --scenario inferencex-agentx-mvp` command line "
-    "(InferenceX AgentX)",
-}
 
 
 def run_defaults() -> dict[str, object]:
