@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -110,40 +109,34 @@ def cache_loss_by_context(records: Sequence[RequestRecord]) -> list[CacheLossByC
     for index, members in enumerate(binned):
         if members:
             low, high = context_bin_bounds(index)
-            loss = _Loss.of(members)
-            rows.append(
-                CacheLossByContext(
-                    context_min=low,
-                    context_max=high,
-                    requests=loss.requests,
-                    prompt_tokens=loss.prompt_tokens,
-                    theoretical_hit_rate=loss.theory,
-                    client_hit_rate=loss.client,
-                    loss=loss.theory - loss.client,
-                )
-            )
+            rows.append(CacheLossByContext(context_min=low, context_max=high, **_loss(members)))
     return rows
 
 
-@dataclass(frozen=True, slots=True)
-class _Loss:
-    """The loss figures of a group of reporting requests (a context bin, a span)."""
+class _Loss(TypedDict):
+    """The loss figures of a group of reporting requests (a context bin, a span): the
+    fields the two row types share, in their order."""
 
     requests: int
     prompt_tokens: int
-    theory: float  # theoretical cached tokens / prompt tokens
-    client: float  # reported cached tokens / the prompt tokens the server counted
+    theoretical_hit_rate: float  # theoretical cached tokens / prompt tokens
+    client_hit_rate: float  # reported cached tokens / the prompt tokens the server counted
+    loss: float
 
-    @staticmethod
-    def of(members: Sequence[RequestRecord]) -> _Loss:
-        prompt = sum(r.input_len for r in members)
-        return _Loss(
-            requests=len(members),
-            prompt_tokens=prompt,
-            theory=sum(r.theoretical_cached_tokens or 0 for r in members) / prompt,
-            client=sum(r.cached_tokens or 0 for r in members)
-            / sum(r.prompt_tokens or r.input_len for r in members),
-        )
+
+def _loss(members: Sequence[RequestRecord]) -> _Loss:
+    prompt = sum(r.input_len for r in members)
+    theory = sum(r.theoretical_cached_tokens or 0 for r in members) / prompt
+    client = sum(r.cached_tokens or 0 for r in members) / sum(
+        r.prompt_tokens or r.input_len for r in members
+    )
+    return _Loss(
+        requests=len(members),
+        prompt_tokens=prompt,
+        theoretical_hit_rate=theory,
+        client_hit_rate=client,
+        loss=theory - client,
+    )
 
 
 def _reporting(records: Sequence[RequestRecord]) -> list[RequestRecord]:
@@ -174,16 +167,11 @@ def cache_loss_over_time(
     rows = []
     for i, part in enumerate(binned):
         if part:
-            loss = _Loss.of(part)
             rows.append(
                 CacheLossOverTime(
                     start_s=i * span / windows / 1e9,
                     end_s=(i + 1) * span / windows / 1e9,
-                    requests=loss.requests,
-                    prompt_tokens=loss.prompt_tokens,
-                    theoretical_hit_rate=loss.theory,
-                    client_hit_rate=loss.client,
-                    loss=loss.theory - loss.client,
+                    **_loss(part),
                 )
             )
     return rows
