@@ -1,7 +1,14 @@
 """How the suite shares two cores: which tests run together on one pytest-xdist worker,
 in what order the work is handed out, and which tests run with nothing else beside them.
 
-scripts/test runs pytest with `-n auto --dist loadgroup`; with that, tests/conftest.py
+Why not stock xdist: measured in one session on this machine, stock `-n 2 --dist
+loadfile` ran the suite in 1,125 s of pytest and failed one test (the vLLM thinking
+test: two vLLM pools, one per worker, alive at once, and the CPU frontend lumped its
+answer into one write); this scheduler with a worker per core and a waiting lane, 1,052
+s with none. The gain is the `vllm` group (one server at a time, each configuration
+started once) and the waiting lane, not a cleverer order.
+
+scripts/test runs pytest with `-n N --dist loadgroup`; with that, tests/conftest.py
 hands xdist the scheduler below. xdist's own loadgroup reads `xdist_group` marks by
 renaming node ids, which pytest 9.2 no longer lets it do (every test would be a group of
 one), so the groups are decided here, from the node id alone (the controller never sees
