@@ -24,7 +24,7 @@ from loadgen.results.jsonl import read_jsonl
 
 ONE_TRIAL = (
     "conc {conc}, {run}: one trial a side, so how much two runs of one build differ is "
-    "not measured and the intervals are the runs' own: a machine whose speed drifts "
+    "not measured and the intervals of {metrics} are the runs' own: a machine whose speed drifts "
     "between runs raises false alarms well above 5% (docs/verdict.md); run both with "
     "--trials 3"
 )
@@ -90,6 +90,7 @@ def verdicts(
             if assumed:
                 noise = ", ".join(f"{r.metric} {r.run_noise:.1%}" for r in assumed)
                 notes.append(ASSUMED.format(conc=conc, run=run.name, noise=noise))
-            elif any(r.run_to_run == "not_measured" for r in judged):
-                notes.append(ONE_TRIAL.format(conc=conc, run=run.name))
+            bare = [r.metric for r in judged if r.run_to_run == "not_measured"]
+            if bare:
+                notes.append(ONE_TRIAL.format(conc=conc, run=run.name, metrics=", ".join(bare)))
     return rows, notes

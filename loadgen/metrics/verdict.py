@@ -34,9 +34,9 @@ runs of a shared machine; `compare --verdict-run-noise` sets another), and `run_
 says assumed with the figure used. Left out (noise 0), the within-run interval alone
 raised false alarms at 2.7 to 4 times the nominal rate (docs/verdict.md). The interval
 is d +- q x se, shown as relative changes (exp - 1); the verdict is better or worse
-when it excludes 0, by the metric's direction, else no_difference. The minimum detectable effect is
-(q + q(power)) x se at power 0.8: the smallest change these sample sizes find four
-times in five.
+when it excludes 0, by the metric's direction, else no_difference. The minimum
+detectable effect is (q + q(power)) x se at power 0.8: the smallest change these
+sample sizes find four times in five.
 
 Estimators (the same for the point estimate and every replicate):
 - throughput: L x sum(output tokens) / sum(latency), Little's law, with L = sum(latency)

@@ -83,6 +83,12 @@ def test_an_assumed_run_noise_is_said_and_a_bad_one_refused(
     # a +50 % step cost is inside runs assumed to differ by 50 %: no verdict of worse
     assert by["p50_tpot_ms"].verdict is Verdict.NO_DIFFERENCE
     assert "output_throughput 3.0%" in done.stdout and "--verdict-run-noise" in done.stdout
+    # 0: nothing assumed, the runs' own intervals, each such metric named
+    bare = run_loadgen([*args, "--verdict-run-noise", "0"])
+    assert bare.returncode == 0, bare.stderr
+    rows = msgspec.json.decode(out.read_bytes(), type=list[VerdictRow])
+    assert all(r.run_to_run == "not_measured" for r in rows if r.verdict is not None)
+    assert "the intervals of output_throughput, p50_ttft_ms" in bare.stdout
     for bad, said in (("2", "a fraction in [0, 1)"), ("tpot=0.1", "METRIC one of")):
         refused = run_loadgen([*args, "--verdict-run-noise", bad])
         assert refused.returncode == 2 and said in refused.stderr
