@@ -11,6 +11,12 @@
   together: a build whose every engine step is that much slower); the detection rate is
   the share of pairs judged `worse`, per metric. The order of A and B alternates between
   pairs so a drift of the shared machine does not line up with the change.
+- Run noise: how much two runs of one build differ beyond their own intervals, per
+  metric, from the A/A pairs' one-trial comparisons (noise_of), and how one-trial
+  verdicts that assume it fare: A/A cross-validated by halves, A/B with all pairs'
+  estimate. RUN_NOISE in metrics/verdict.py is such an estimate's 90% upper bound;
+  the one-trial view above judges with RUN_NOISE as shipped (out of sample on a sitting
+  that did not set it).
 
 Every run uses the defaults of a run (10 prompts per concurrency: 80 requests a trial at
 --conc 8) at small points (--isl 64 --osl 64) against the embedded simulator, in this
