@@ -219,7 +219,9 @@ async def launched_server(
         yield server
     except BaseException as exc:
         interrupted = isinstance(exc, asyncio.CancelledError)
-        if process.poll() is not None:  # it died under the run: say how, in the stop's line
+        gone = any(isinstance(e, ServerError) for e in _run_level_errors(exc))
+        if await _reaped(process, REAP_GRACE_S if gone else 0.0):
+            # it died under the run: say how, in the stop's line
             for error in _run_level_errors(exc):
                 if isinstance(error, ServerFailedToStart):
                     continue  # its line says so already
@@ -269,6 +271,22 @@ def _spawn(
         log.close()
         raise
     return process, log
+
+
+# A killed process's threads exit one by one: its leader shows as a zombie (the watch's
+# "has exited") before waitpid can reap the whole group and give its status. A suite
+# run caught the stop's line without "ended by signal SIGKILL" in that moment.
+REAP_GRACE_S = 1.0
+
+
+async def _reaped(process: subprocess.Popen[bytes], grace_s: float) -> bool:
+    """Whether the process has ended (and its status is known), waiting up to grace_s."""
+    deadline = time.monotonic() + grace_s
+    while process.poll() is None:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def _run_level_errors(exc: BaseException) -> list[LoadgenError]:
