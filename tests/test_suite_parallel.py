@@ -9,7 +9,7 @@ from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.support.parallel import WAITING, GroupScheduling, core_workers, group_of, turn
+from tests.support.parallel import WAITING, GroupScheduling, cores, group_of, turn
 from tests.support.paths import ROOT
 
 WAIT_S = 0.3
@@ -99,7 +99,7 @@ class Worker:
         self.shutting_down = shutting_down
 
 
-LANE, CORE = Worker(core_workers()), Worker(0)
+LANE, CORE = Worker(cores()), Worker(0)
 
 
 def scheduler(*scopes: str, workers: tuple[Worker, ...] = (CORE, LANE)) -> GroupScheduling:

@@ -27,8 +27,7 @@ the tests' marks):
   for its setup, call and teardown, an exclusive one takes it alone. A second file, taken
   briefly before either, is the turnstile that keeps a waiting exclusive test from being
   starved by a stream of shared ones.
-- Workers beyond the core workers (one per core and one more: core_workers) are
-  waiting lanes (scripts/test starts one):
+- Workers beyond the machine's cores (scripts/test starts one more) are waiting lanes:
   they take only the WAITING groups, whose tests mostly wait (a library's backoff, a real
   Prometheus scraping) rather than compute, so the cores the other workers measure on
   stay theirs (or any group, once no core's worker is left, as in a run of few groups).
@@ -95,16 +94,9 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def core_workers() -> int:
-    """Workers that take any group: one per core and one more. With one per core the
-    2-core suite kept the CPU 66 % busy (a suite run at 5608047, sampled every 5 s):
-    most tests wait on a server's steps, a start or a stop more than they compute."""
-    return cores() + 1
-
-
 def is_waiting_lane(worker_id: str) -> bool:
-    """Worker gwN is a waiting lane when N is beyond the core workers."""
-    return int(worker_id.removeprefix("gw")) >= core_workers()
+    """Worker gwN is a waiting lane when N is beyond the machine's cores."""
+    return int(worker_id.removeprefix("gw")) >= cores()
 
 
 class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
