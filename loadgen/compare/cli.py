@@ -28,7 +28,7 @@ from loadgen.metrics.trust import (
     stamp_warnings,
     workload_mismatch,
 )
-from loadgen.metrics.verdict import RUN_NOISE
+from loadgen.metrics.verdict import RUN_NOISE, metric_rules
 from loadgen.results.files import ResultsWriteError
 from loadgen.sinks.compare_files import (
     Warning_,
@@ -112,15 +112,16 @@ def compare_parser() -> argparse.ArgumentParser:
 
 def run_noise_arg(text: str) -> Mapping[str, float]:
     """--verdict-run-noise: FRAC (every metric) or METRIC=FRAC[,METRIC=FRAC] over RUN_NOISE."""
+    metrics = [rule.name for rule in metric_rules()]
     noise = dict(RUN_NOISE)
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if len(parts) == 1 and "=" not in parts[0]:
-        return dict.fromkeys(noise, _fraction(parts[0]))
+        return dict.fromkeys(metrics, _fraction(parts[0]))
     for part in parts:
         metric, sep, value = part.partition("=")
-        if not sep or metric not in noise:
+        if not sep or metric not in metrics:
             raise argparse.ArgumentTypeError(
-                f"{part!r}: expected FRAC or METRIC=FRAC with METRIC one of {', '.join(noise)}"
+                f"{part!r}: expected FRAC or METRIC=FRAC with METRIC one of {', '.join(metrics)}"
             )
         noise[metric] = _fraction(value)
     return noise
